@@ -1,0 +1,39 @@
+//! The CPU backend: rayon over fixed chunks, with the same distance steps, tie-break and
+//! fixed-point sums as the GPU kernels, so both give the same labels and centroids.
+
+mod kmeans;
+
+use crate::backend::{Backend, Lloyd};
+use crate::error::Result;
+use crate::matrix::MatrixView;
+use kernels_gpu::math::AssignMetric;
+use std::sync::{Arc, OnceLock};
+
+/// Points per rayon task; fixed, so the order of float sums does not depend on the thread count.
+pub(crate) const CHUNK: usize = 1024;
+
+/// The rayon backend.
+pub struct CpuBackend;
+
+impl CpuBackend {
+    pub(crate) fn shared() -> Arc<dyn Backend> {
+        static CPU: OnceLock<Arc<CpuBackend>> = OnceLock::new();
+        CPU.get_or_init(|| Arc::new(CpuBackend)).clone()
+    }
+}
+
+impl Backend for CpuBackend {
+    fn describe(&self) -> String {
+        format!("cpu ({} threads)", rayon::current_num_threads())
+    }
+
+    fn lloyd<'a>(
+        &'a self,
+        data: &'a MatrixView<'a>,
+        k: usize,
+        metric: AssignMetric,
+        scales: &[i32],
+    ) -> Result<Box<dyn Lloyd + 'a>> {
+        Ok(Box::new(kmeans::CpuLloyd::new(data, k, metric, scales)))
+    }
+}

@@ -1,0 +1,304 @@
+//! The CUDA backend: one context, stream and loaded PTX module per GPU, and the only place that
+//! allocates device memory, copies and launches kernels (so every driver error says what it was
+//! doing, and out-of-memory becomes [`Error::GpuOutOfMemory`]).
+
+mod kmeans;
+
+use crate::backend::{Backend, Lloyd};
+use crate::error::{Error, Result};
+use crate::matrix::MatrixView;
+use cudarc::driver::sys::{CUdevice_attribute, CUresult};
+use cudarc::driver::{
+    CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DeviceRepr, DriverError,
+    LaunchArgs, LaunchConfig, ValidAsZeroBits,
+};
+use kernels_gpu::math::AssignMetric;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// The kernels, compiled from `kernels-gpu` by `cargo xtask ptx`.
+pub const PTX: &str = include_str!("../../../ptx/kernels.ptx");
+
+/// A CUDA GPU with the kernels loaded.
+pub struct CudaBackend {
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    module: Arc<CudaModule>,
+    functions: Mutex<HashMap<&'static str, CudaFunction>>,
+    info: GpuInfo,
+}
+
+/// What the driver says about a GPU.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct GpuInfo {
+    pub ordinal: usize,
+    pub name: String,
+    pub compute_capability: (i32, i32),
+    pub total_memory: usize,
+    pub multiprocessors: usize,
+    pub driver_version: i32,
+}
+
+impl CudaBackend {
+    /// The backend for GPU `ordinal`, made on first use and shared afterwards.
+    pub fn shared(ordinal: usize) -> Result<Arc<CudaBackend>> {
+        static CACHE: OnceLock<Mutex<HashMap<usize, Arc<CudaBackend>>>> = OnceLock::new();
+        let mut cache = CACHE.get_or_init(Default::default).lock().unwrap();
+        if let Some(gpu) = cache.get(&ordinal) {
+            return Ok(gpu.clone());
+        }
+        let gpu = Arc::new(CudaBackend::new(ordinal)?);
+        cache.insert(ordinal, gpu.clone());
+        Ok(gpu)
+    }
+
+    fn new(ordinal: usize) -> Result<Self> {
+        // SAFETY: only probes whether the driver library can be loaded.
+        if !unsafe { cudarc::driver::sys::is_culib_present() } {
+            return Err(Error::NoGpu(
+                "the CUDA driver library (libcuda) is not installed".into(),
+            ));
+        }
+        let count = CudaContext::device_count()
+            .map_err(|e| Error::NoGpu(format!("the CUDA driver did not start: {e}")))?;
+        if ordinal >= count.max(0) as usize {
+            return Err(Error::NoGpu(format!(
+                "GPU {ordinal} was asked for but {count} CUDA device(s) are present"
+            )));
+        }
+        let ctx = CudaContext::new(ordinal).map_err(|e| cuda("creating the CUDA context", e))?;
+        let module = ctx
+            .load_module(cudarc::nvrtc::Ptx::from_src(PTX))
+            .map_err(|e| cuda("loading the PTX module", e))?;
+        let attr = |a| ctx.attribute(a).map_err(|e| cuda("querying the device", e));
+        let info = GpuInfo {
+            ordinal,
+            name: ctx
+                .name()
+                .map_err(|e| cuda("querying the device name", e))?,
+            compute_capability: (
+                attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
+                attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
+            ),
+            total_memory: ctx.total_mem().map_err(|e| cuda("querying memory", e))?,
+            multiprocessors: attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?
+                as usize,
+            driver_version: driver_version()?,
+        };
+        let stream = ctx.default_stream();
+        Ok(CudaBackend {
+            ctx,
+            stream,
+            module,
+            functions: Mutex::default(),
+            info,
+        })
+    }
+
+    /// What the driver reports about this GPU.
+    pub fn info(&self) -> &GpuInfo {
+        &self.info
+    }
+
+    /// Free and total device memory in bytes.
+    pub fn memory(&self) -> Result<(usize, usize)> {
+        self.ctx
+            .mem_get_info()
+            .map_err(|e| cuda("querying free memory", e))
+    }
+
+    /// The kernel `name` of the loaded module.
+    pub(crate) fn function(&self, name: &'static str) -> Result<CudaFunction> {
+        let mut functions = self.functions.lock().unwrap();
+        if let Some(f) = functions.get(name) {
+            return Ok(f.clone());
+        }
+        let f = self
+            .module
+            .load_function(name)
+            .map_err(|e| cuda(&format!("loading kernel {name}"), e))?;
+        functions.insert(name, f.clone());
+        Ok(f)
+    }
+
+    /// Starts a launch of kernel `name`; push arguments, then [`Launch::run`].
+    pub(crate) fn launch<'a>(&'a self, name: &'static str, f: &'a CudaFunction) -> Launch<'a> {
+        Launch {
+            name,
+            args: self.stream.launch_builder(f),
+        }
+    }
+
+    /// `len` zeroed elements of device memory; `what` names the buffer in errors.
+    pub(crate) fn zeros<T: DeviceRepr + ValidAsZeroBits>(
+        &self,
+        len: usize,
+        what: &str,
+    ) -> Result<CudaSlice<T>> {
+        self.stream
+            .alloc_zeros::<T>(len.max(1))
+            .map_err(|e| alloc_error(what, len * size_of::<T>(), e))
+    }
+
+    /// Copies `host` to new device memory.
+    pub(crate) fn upload<T: DeviceRepr>(&self, host: &[T], what: &str) -> Result<CudaSlice<T>> {
+        if host.is_empty() {
+            return self.zeros_raw(what);
+        }
+        self.stream
+            .clone_htod(host)
+            .map_err(|e| alloc_error(what, std::mem::size_of_val(host), e))
+    }
+
+    fn zeros_raw<T: DeviceRepr>(&self, what: &str) -> Result<CudaSlice<T>> {
+        // SAFETY: a one-element buffer that is never read before it is written.
+        unsafe { self.stream.alloc::<T>(1) }.map_err(|e| alloc_error(what, size_of::<T>(), e))
+    }
+
+    /// Copies `host` into the start of `dev`.
+    pub(crate) fn write<T: DeviceRepr>(
+        &self,
+        host: &[T],
+        dev: &mut CudaSlice<T>,
+        what: &str,
+    ) -> Result<()> {
+        self.stream
+            .memcpy_htod(host, &mut dev.slice_mut(..host.len()))
+            .map_err(|e| cuda(&format!("copying {what} to the GPU"), e))
+    }
+
+    /// Zeroes `dev`.
+    pub(crate) fn clear<T: DeviceRepr + ValidAsZeroBits>(
+        &self,
+        dev: &mut CudaSlice<T>,
+        what: &str,
+    ) -> Result<()> {
+        self.stream
+            .memset_zeros(dev)
+            .map_err(|e| cuda(&format!("clearing {what}"), e))
+    }
+
+    /// Copies the first `len` elements of `dev` back to the host (waits for queued work).
+    pub(crate) fn download<T: DeviceRepr + Default + Clone>(
+        &self,
+        dev: &CudaSlice<T>,
+        len: usize,
+        what: &str,
+    ) -> Result<Vec<T>> {
+        let mut host = vec![T::default(); len];
+        if len > 0 {
+            self.stream
+                .memcpy_dtoh(&dev.slice(..len), &mut host)
+                .map_err(|e| cuda(&format!("copying {what} from the GPU"), e))?;
+        }
+        Ok(host)
+    }
+
+    /// Copies `len` elements from `src[src_at..]` to `dst[dst_at..]` on the device.
+    pub(crate) fn copy_within<T: DeviceRepr>(
+        &self,
+        src: &CudaSlice<T>,
+        src_at: usize,
+        dst: &mut CudaSlice<T>,
+        dst_at: usize,
+        len: usize,
+        what: &str,
+    ) -> Result<()> {
+        self.stream
+            .memcpy_dtod(
+                &src.slice(src_at..src_at + len),
+                &mut dst.slice_mut(dst_at..dst_at + len),
+            )
+            .map_err(|e| cuda(&format!("copying {what} on the GPU"), e))
+    }
+
+    /// Number of multiprocessors (sizes the grids of the reduction kernels).
+    pub(crate) fn multiprocessors(&self) -> usize {
+        self.info.multiprocessors
+    }
+}
+
+impl Backend for CudaBackend {
+    fn describe(&self) -> String {
+        format!("cuda:{} ({})", self.info.ordinal, self.info.name)
+    }
+
+    fn lloyd<'a>(
+        &'a self,
+        data: &'a MatrixView<'a>,
+        k: usize,
+        metric: AssignMetric,
+        scales: &[i32],
+    ) -> Result<Box<dyn Lloyd + 'a>> {
+        Ok(Box::new(kmeans::CudaLloyd::new(
+            self, data, k, metric, scales,
+        )?))
+    }
+}
+
+/// A kernel launch being assembled.
+pub(crate) struct Launch<'a> {
+    name: &'static str,
+    args: LaunchArgs<'a>,
+}
+
+impl<'a> Launch<'a> {
+    /// The argument list, to push onto with `.arg(..)`.
+    pub(crate) fn args(&mut self) -> &mut LaunchArgs<'a> {
+        &mut self.args
+    }
+
+    /// Launches with `grid` blocks of `block` threads and `shared` bytes of dynamic shared memory.
+    pub(crate) fn run(mut self, grid: usize, block: u32, shared: usize) -> Result<()> {
+        let grid = u32::try_from(grid.max(1))
+            .map_err(|_| Error::invalid("input size", "too many blocks for one kernel launch"))?;
+        let cfg = LaunchConfig {
+            grid_dim: (grid, 1, 1),
+            block_dim: (block, 1, 1),
+            shared_mem_bytes: shared as u32,
+        };
+        // SAFETY: each caller pushes the arguments its kernel declares, with buffers of the sizes
+        // the kernel's documentation requires.
+        unsafe { self.args.launch(cfg) }
+            .map(|_| ())
+            .map_err(|e| cuda(&format!("launching kernel {}", self.name), e))
+    }
+}
+
+/// A u32 kernel argument, or an error naming the size that does not fit.
+pub(crate) fn arg_u32(value: usize, what: &'static str) -> Result<u32> {
+    u32::try_from(value).map_err(|_| {
+        Error::invalid(
+            what,
+            format!("{value} exceeds the GPU kernels' limit of 2^32 − 1"),
+        )
+    })
+}
+
+fn driver_version() -> Result<i32> {
+    let mut version = 0;
+    // SAFETY: writes one int.
+    let rc = unsafe { cudarc::driver::sys::cuDriverGetVersion(&mut version) };
+    if rc != CUresult::CUDA_SUCCESS {
+        return Err(cuda("querying the driver version", DriverError(rc)));
+    }
+    Ok(version)
+}
+
+pub(crate) fn cuda(context: &str, e: DriverError) -> Error {
+    Error::Cuda {
+        context: context.to_string(),
+        message: e.to_string(),
+    }
+}
+
+fn alloc_error(what: &str, bytes: usize, e: DriverError) -> Error {
+    if e.0 == CUresult::CUDA_ERROR_OUT_OF_MEMORY {
+        Error::GpuOutOfMemory {
+            context: format!("allocating {what}"),
+            bytes,
+        }
+    } else {
+        cuda(&format!("allocating {what} ({bytes} bytes)"), e)
+    }
+}

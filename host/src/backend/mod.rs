@@ -1,0 +1,62 @@
+//! The compute backends behind one trait: [`cpu`] (rayon) and [`cuda`] (Rust kernels as PTX).
+//!
+//! The algorithms in [`crate::kmeans`] drive a backend through these traits; a backend keeps the
+//! data resident (on the GPU: uploaded once, reused by every iteration and every restart) and
+//! hands back only small summaries per step.
+
+pub mod cpu;
+pub mod cuda;
+
+use crate::error::Result;
+use crate::matrix::MatrixView;
+use kernels_gpu::math::AssignMetric;
+
+/// A compute backend.
+pub(crate) trait Backend: Send + Sync {
+    /// Human-readable name, e.g. `cpu (2 threads)` or `cuda:0 (NVIDIA H100 80GB HBM3)`.
+    fn describe(&self) -> String;
+
+    /// Holds `data` for Lloyd iterations with `k` centroids under `metric`.
+    /// `scales` are the per-dimension fixed-point exponents of [`kernels_gpu::fixed`].
+    fn lloyd<'a>(
+        &'a self,
+        data: &'a MatrixView<'a>,
+        k: usize,
+        metric: AssignMetric,
+        scales: &[i32],
+    ) -> Result<Box<dyn Lloyd + 'a>>;
+}
+
+/// What one assignment step reports.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct AssignStats {
+    /// Points whose label differs from the label they held before.
+    pub changed: u64,
+    /// Sum of every point's distance to its centroid.
+    pub inertia: f64,
+}
+
+/// Lloyd iterations over resident data. The centroid buffers are `k × d`, row-major.
+pub(crate) trait Lloyd {
+    /// Sets the current centroids.
+    fn set_centroids(&mut self, centroids: &[f32]) -> Result<()>;
+    /// Sets the current labels (random-labels initialisation).
+    fn set_labels(&mut self, labels: &[u32]) -> Result<()>;
+    /// Labels every point with its nearest centroid.
+    fn assign(&mut self) -> Result<AssignStats>;
+    /// Computes the means of the current labels as the next centroids; returns how many clusters
+    /// are empty (those keep their current centroid until [`Lloyd::relocate`]).
+    fn update(&mut self) -> Result<usize>;
+    /// Sets next centroid `cluster` to point `point` (empty-cluster relocation).
+    fn relocate(&mut self, cluster: usize, point: usize) -> Result<()>;
+    /// Makes the next centroids current; returns the squared shift Σ‖new − old‖².
+    fn commit(&mut self) -> Result<f64>;
+    /// Each point's distance to its centroid, from the last assignment.
+    fn min_distances(&self) -> Result<Vec<f32>>;
+    /// Cluster sizes from the last update.
+    fn sizes(&self) -> Result<Vec<u32>>;
+    /// The current centroids.
+    fn centroids(&self) -> Result<Vec<f32>>;
+    /// The current labels.
+    fn labels(&self) -> Result<Vec<u32>>;
+}

@@ -1,0 +1,61 @@
+//! The one error type of the library: every failure names what was wrong.
+
+use std::fmt;
+
+/// Result alias of the library.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What went wrong; the `Display` text is one readable sentence.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The input has no rows.
+    #[error("the input has no rows")]
+    EmptyData,
+    /// The input has rows of zero length.
+    #[error("the input has zero columns (every row needs at least one value)")]
+    ZeroDimension,
+    /// A flat buffer does not hold `rows × cols` values.
+    #[error("a {rows}×{cols} matrix needs {} values, but the buffer holds {len}", rows * cols)]
+    ShapeMismatch {
+        len: usize,
+        rows: usize,
+        cols: usize,
+    },
+    /// A value is NaN or infinite.
+    #[error("{what} has a non-finite value ({value}) at row {row}, column {col} (counting from 0)")]
+    NonFinite {
+        what: &'static str,
+        row: usize,
+        col: usize,
+        value: f32,
+    },
+    /// Two inputs disagree on the number of columns.
+    #[error("dimension mismatch: {what} has {got} columns, expected {expected}")]
+    DimensionMismatch {
+        what: &'static str,
+        expected: usize,
+        got: usize,
+    },
+    /// A parameter is out of its range.
+    #[error("invalid parameter {name}: {reason}")]
+    InvalidParameter { name: &'static str, reason: String },
+    /// The GPU was asked for and is not usable.
+    #[error("no usable CUDA GPU: {0}")]
+    NoGpu(String),
+    /// The GPU ran out of memory.
+    #[error("out of GPU memory while {context} ({bytes} bytes requested)")]
+    GpuOutOfMemory { context: String, bytes: usize },
+    /// Another CUDA driver error.
+    #[error("CUDA error while {context}: {message}")]
+    Cuda { context: String, message: String },
+}
+
+impl Error {
+    pub(crate) fn invalid(name: &'static str, reason: impl fmt::Display) -> Self {
+        Error::InvalidParameter {
+            name,
+            reason: reason.to_string(),
+        }
+    }
+}

@@ -1,0 +1,261 @@
+//! k-means clustering: a params builder that validates before fitting, Lloyd iterations on the
+//! chosen backend, and a fitted model with `predict` and `transform`.
+//!
+//! ```
+//! use kmeans_knn::{KMeans, MatrixView, Device};
+//! let points = [0.0, 0.0, 0.1, 0.0, 10.0, 10.0, 10.1, 10.0];
+//! let data = MatrixView::new(&points, 4, 2)?;
+//! let model = KMeans::params(2).seed(7).device(Device::Cpu).fit(&data)?;
+//! assert_eq!(model.labels[0], model.labels[1]);
+//! assert_ne!(model.labels[0], model.labels[2]);
+//! # Ok::<(), kmeans_knn::Error>(())
+//! ```
+
+mod init;
+mod lloyd;
+mod model;
+
+pub use model::KMeansModel;
+
+use crate::device::Device;
+use crate::error::{Error, Result};
+use crate::matrix::MatrixView;
+use kernels_gpu::math::AssignMetric;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+
+/// Entry point: `KMeans::params(k)` starts a [`KMeansParams`] builder.
+pub struct KMeans;
+
+impl KMeans {
+    /// Parameters for `k` clusters with the defaults of scikit-learn's `KMeans`
+    /// (k-means++, 300 iterations, tol 1e-4, one run) and seed 0.
+    pub fn params(k: usize) -> KMeansParams {
+        KMeansParams {
+            k,
+            init: Init::KMeansPlusPlus,
+            max_iter: 300,
+            tol: 1e-4,
+            n_init: 1,
+            seed: 0,
+            metric: Metric::L2,
+            device: Device::Auto,
+            empty_clusters: EmptyClusters::FarthestPoint,
+            progress: None,
+        }
+    }
+}
+
+/// How the first centroids are chosen.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Init {
+    /// Greedy k-means++ (as scikit-learn: 2 + ⌊ln k⌋ candidates per centroid, the one that
+    /// lowers the potential most wins).
+    KMeansPlusPlus,
+    /// `k` distinct points drawn uniformly at random.
+    RandomPoints,
+    /// Every point gets a random label; the first centroids are the label means.
+    RandomLabels,
+    /// These centroids, `k × d` row-major.
+    Centroids(Vec<f32>),
+}
+
+impl FromStr for Init {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "kmeans++" | "k-means++" => Ok(Init::KMeansPlusPlus),
+            "random" => Ok(Init::RandomPoints),
+            "random-labels" => Ok(Init::RandomLabels),
+            _ => Err(Error::invalid(
+                "init",
+                format!("'{s}' is not one of kmeans++, random, random-labels"),
+            )),
+        }
+    }
+}
+
+/// Distance that assigns points to centroids. Centroids are label means under both.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Metric {
+    /// Squared Euclidean distance; inertia is the sum of squared distances.
+    #[default]
+    L2,
+    /// Manhattan distance (as seed 003's colour segmentation); inertia is the sum of L1 distances.
+    L1,
+}
+
+impl Metric {
+    pub(crate) fn assign(self) -> AssignMetric {
+        match self {
+            Metric::L2 => AssignMetric::SqL2,
+            Metric::L1 => AssignMetric::L1,
+        }
+    }
+}
+
+impl FromStr for Metric {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "l2" | "euclidean" | "sqeuclidean" => Ok(Metric::L2),
+            "l1" | "manhattan" => Ok(Metric::L1),
+            _ => Err(Error::invalid(
+                "metric",
+                format!("'{s}' is not one of l2, l1"),
+            )),
+        }
+    }
+}
+
+impl fmt::Display for Metric {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Metric::L2 => "l2",
+            Metric::L1 => "l1",
+        })
+    }
+}
+
+/// What happens to a cluster that loses all its points.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum EmptyClusters {
+    /// It moves to the point farthest from its own centroid (ties: lowest index); several empty
+    /// clusters take the farthest points in turn (as scikit-learn).
+    #[default]
+    FarthestPoint,
+    /// It keeps its previous centroid.
+    KeepPrevious,
+}
+
+/// Progress of a fit, handed to [`KMeansParams::on_iteration`] after each iteration.
+#[derive(Clone, Copy, Debug)]
+pub struct Iteration {
+    /// Which of the `n_init` runs (from 0).
+    pub run: usize,
+    /// Iteration within the run (from 1).
+    pub iteration: usize,
+    /// Labels that changed in this iteration's assignment.
+    pub changed: u64,
+    /// Inertia of this iteration's assignment.
+    pub inertia: f64,
+    /// Squared centroid shift of this iteration's update.
+    pub shift: f64,
+}
+
+type Progress = Arc<dyn Fn(&Iteration) + Send + Sync>;
+
+/// k-means parameters; every setter is cheap, [`KMeansParams::fit`] validates them all first.
+#[derive(Clone)]
+pub struct KMeansParams {
+    k: usize,
+    init: Init,
+    max_iter: usize,
+    tol: f64,
+    n_init: usize,
+    seed: u64,
+    metric: Metric,
+    device: Device,
+    empty_clusters: EmptyClusters,
+    progress: Option<Progress>,
+}
+
+impl KMeansParams {
+    /// Initialisation (default k-means++).
+    pub fn init(mut self, init: Init) -> Self {
+        self.init = init;
+        self
+    }
+    /// Most Lloyd iterations per run (default 300).
+    pub fn max_iter(mut self, max_iter: usize) -> Self {
+        self.max_iter = max_iter;
+        self
+    }
+    /// Stop when the squared centroid shift is at most `tol` × the mean per-feature variance of
+    /// the data, as scikit-learn (default 1e-4). A run also stops when no label changes.
+    pub fn tol(mut self, tol: f64) -> Self {
+        self.tol = tol;
+        self
+    }
+    /// Runs from different initialisations; the lowest inertia wins (default 1).
+    pub fn n_init(mut self, n_init: usize) -> Self {
+        self.n_init = n_init;
+        self
+    }
+    /// Seed of every random choice (default 0): same data and seed give the same model.
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = seed;
+        self
+    }
+    /// Assignment metric (default squared L2).
+    pub fn metric(mut self, metric: Metric) -> Self {
+        self.metric = metric;
+        self
+    }
+    /// Where to compute (default [`Device::Auto`]).
+    pub fn device(mut self, device: Device) -> Self {
+        self.device = device;
+        self
+    }
+    /// Empty-cluster policy (default [`EmptyClusters::FarthestPoint`]).
+    pub fn empty_clusters(mut self, policy: EmptyClusters) -> Self {
+        self.empty_clusters = policy;
+        self
+    }
+    /// Calls `f` after every iteration (e.g. to drive a progress bar).
+    pub fn on_iteration(mut self, f: impl Fn(&Iteration) + Send + Sync + 'static) -> Self {
+        self.progress = Some(Arc::new(f));
+        self
+    }
+
+    /// The number of clusters.
+    pub fn k(&self) -> usize {
+        self.k
+    }
+
+    /// Checks the parameters against data of `n` points in `d` dimensions.
+    pub fn check(&self, n: usize, d: usize) -> Result<()> {
+        if self.k == 0 {
+            return Err(Error::invalid("k", "k must be at least 1"));
+        }
+        if self.k > n {
+            return Err(Error::invalid(
+                "k",
+                format!("k = {} is larger than the number of points ({n})", self.k),
+            ));
+        }
+        if self.max_iter == 0 {
+            return Err(Error::invalid("max_iter", "max_iter must be at least 1"));
+        }
+        if !(self.tol.is_finite() && self.tol >= 0.0) {
+            return Err(Error::invalid(
+                "tol",
+                format!("tol must be finite and ≥ 0, got {}", self.tol),
+            ));
+        }
+        if self.n_init == 0 {
+            return Err(Error::invalid("n_init", "n_init must be at least 1"));
+        }
+        if let Init::Centroids(c) = &self.init {
+            if c.len() != self.k * d {
+                return Err(Error::invalid(
+                    "init",
+                    format!(
+                        "{} initial centroid values given, k × d = {} expected",
+                        c.len(),
+                        self.k * d
+                    ),
+                ));
+            }
+            MatrixView::new(c, self.k, d)?.validate("the initial centroids")?;
+        }
+        Ok(())
+    }
+
+    /// Clusters `data` (validated first: non-empty, finite, `k ≤ n`).
+    pub fn fit<'a>(&self, data: impl Into<MatrixView<'a>>) -> Result<KMeansModel> {
+        lloyd::fit(self, &data.into())
+    }
+}

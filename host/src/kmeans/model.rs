@@ -1,0 +1,96 @@
+//! A fitted k-means model.
+
+use super::Metric;
+use crate::device::Device;
+use crate::error::{Error, Result};
+use crate::matrix::MatrixView;
+use ndarray::Array2;
+use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+
+/// The result of [`super::KMeansParams::fit`].
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct KMeansModel {
+    /// Number of clusters.
+    pub k: usize,
+    /// Dimensions of every point.
+    pub d: usize,
+    /// The assignment metric the model was fitted with.
+    pub metric: Metric,
+    /// `k × d` centroids, row-major.
+    pub centroids: Vec<f32>,
+    /// Label of every training point (not saved with the model).
+    #[serde(skip)]
+    pub labels: Vec<u32>,
+    /// Points per cluster.
+    pub cluster_sizes: Vec<u32>,
+    /// Sum of the points' distances to their centroids (squared for L2).
+    pub inertia: f64,
+    /// Lloyd iterations of the returned run.
+    pub n_iter: usize,
+    /// Whether the run stopped on tol or unchanged labels rather than max_iter.
+    pub converged: bool,
+    /// The backend that fitted the model.
+    pub device: String,
+}
+
+impl KMeansModel {
+    /// Centroid `c`.
+    pub fn centroid(&self, c: usize) -> &[f32] {
+        &self.centroids[c * self.d..(c + 1) * self.d]
+    }
+
+    /// The centroids as a `k × d` array.
+    pub fn centroids_array(&self) -> Array2<f32> {
+        Array2::from_shape_vec((self.k, self.d), self.centroids.clone()).expect("k × d values")
+    }
+
+    /// Nearest centroid of every row of `x`, computed on `device`.
+    pub fn predict_on<'a>(&self, x: impl Into<MatrixView<'a>>, device: Device) -> Result<Vec<u32>> {
+        let x = x.into();
+        self.check_input(&x)?;
+        let backend = device.backend()?;
+        let scales = vec![0; self.d];
+        let mut lloyd = backend.lloyd(&x, self.k, self.metric.assign(), &scales)?;
+        lloyd.set_centroids(&self.centroids)?;
+        lloyd.assign()?;
+        lloyd.labels()
+    }
+
+    /// Nearest centroid of every row of `x` ([`Device::Auto`]).
+    pub fn predict<'a>(&self, x: impl Into<MatrixView<'a>>) -> Result<Vec<u32>> {
+        self.predict_on(x, Device::Auto)
+    }
+
+    /// Distance of every row of `x` to every centroid (`n × k`): Euclidean for an L2 model (as
+    /// scikit-learn's `transform`), Manhattan for an L1 model.
+    pub fn transform<'a>(&self, x: impl Into<MatrixView<'a>>) -> Result<Array2<f32>> {
+        let x = x.into();
+        self.check_input(&x)?;
+        let (n, k) = (x.rows(), self.k);
+        let metric = self.metric.assign();
+        let mut out = vec![0f32; n * k];
+        out.par_chunks_mut(k).enumerate().for_each(|(i, row)| {
+            for (c, v) in row.iter_mut().enumerate() {
+                let dist = kernels_gpu::math::distance(metric, x.row(i), self.centroid(c));
+                *v = match self.metric {
+                    Metric::L2 => dist.sqrt(),
+                    Metric::L1 => dist,
+                };
+            }
+        });
+        Ok(Array2::from_shape_vec((n, k), out).expect("n × k values"))
+    }
+
+    fn check_input(&self, x: &MatrixView<'_>) -> Result<()> {
+        x.validate("the input")?;
+        x.expect_cols("the input", self.d)?;
+        if self.centroids.len() != self.k * self.d {
+            return Err(Error::invalid(
+                "model",
+                "centroids do not hold k × d values",
+            ));
+        }
+        Ok(())
+    }
+}

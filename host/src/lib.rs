@@ -1,0 +1,35 @@
+//! # kmeans-knn
+//!
+//! k-means clustering and exact k-nearest-neighbour search on an NVIDIA GPU — with kernels
+//! written in Rust and compiled to PTX — or on the CPU with rayon. Both backends give the same
+//! labels for the same input and seed.
+//!
+//! * [`KMeans`]: k-means++ / random / random-labels initialisation, Lloyd iterations with
+//!   squared-L2 or L1 assignment, tol and unchanged-label stopping, n_init restarts,
+//!   empty-cluster policy, `predict` and `transform`.
+//! * [`Device`]: `Auto` picks the GPU when libcuda and a device are present, else the CPU.
+//!
+//! Results are reproducible: centroid sums are exact 64-bit fixed-point sums (see
+//! [`kernels_gpu::fixed`]) and distances are accumulated in the same order on both backends.
+
+mod backend;
+pub mod device;
+pub mod error;
+pub mod kmeans;
+pub mod matrix;
+
+pub use backend::cuda::GpuInfo;
+pub use device::Device;
+pub use error::{Error, Result};
+pub use kmeans::{EmptyClusters, Init, Iteration, KMeans, KMeansModel, KMeansParams, Metric};
+pub use matrix::MatrixView;
+
+/// What the driver reports about GPU `ordinal`, or why it is not usable.
+pub fn gpu_info(ordinal: usize) -> Result<GpuInfo> {
+    Ok(backend::cuda::CudaBackend::shared(ordinal)?.info().clone())
+}
+
+/// The PTX the GPU backend loads (for `info` and inspection).
+pub fn ptx() -> &'static str {
+    backend::cuda::PTX
+}

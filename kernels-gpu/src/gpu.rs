@@ -1,0 +1,83 @@
+//! Thin device helpers: thread indices, dynamic shared memory and fixed-order block reductions.
+
+use core::arch::nvptx;
+use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+#[inline(always)]
+pub fn thread() -> usize {
+    // SAFETY: reads a special register.
+    unsafe { nvptx::_thread_idx_x() as usize }
+}
+
+#[inline(always)]
+pub fn block() -> usize {
+    // SAFETY: reads a special register.
+    unsafe { nvptx::_block_idx_x() as usize }
+}
+
+#[inline(always)]
+pub fn block_dim() -> usize {
+    // SAFETY: reads a special register.
+    unsafe { nvptx::_block_dim_x() as usize }
+}
+
+#[inline(always)]
+pub fn grid_dim() -> usize {
+    // SAFETY: reads a special register.
+    unsafe { nvptx::_grid_dim_x() as usize }
+}
+
+#[inline(always)]
+pub fn sync_threads() {
+    // SAFETY: every kernel calls this from all threads of the block (no divergent barriers).
+    unsafe { nvptx::_syncthreads() }
+}
+
+/// The launch's dynamic shared memory, viewed as `T`.
+#[inline(always)]
+pub fn shared<T>() -> *mut T {
+    core::intrinsics::gpu::gpu_launch_sized_workgroup_mem::<T>()
+}
+
+/// Sums one f64 per thread in a fixed tree order; the total is valid in thread 0.
+///
+/// # Safety
+/// `scratch` holds `block_dim()` f64 of shared memory, `block_dim()` is a power of two, and all
+/// threads of the block call this.
+#[inline(always)]
+pub unsafe fn block_sum_f64(scratch: *mut f64, value: f64) -> f64 {
+    let t = thread();
+    unsafe {
+        *scratch.add(t) = value;
+        sync_threads();
+        let mut stride = block_dim() / 2;
+        while stride > 0 {
+            if t < stride {
+                *scratch.add(t) += *scratch.add(t + stride);
+            }
+            sync_threads();
+            stride /= 2;
+        }
+        let total = *scratch;
+        sync_threads();
+        total
+    }
+}
+
+/// Integer add into shared or global memory; integer sums do not depend on the order.
+///
+/// # Safety
+/// `p` is valid, aligned and shared only through atomics.
+#[inline(always)]
+pub unsafe fn atomic_add_i64(p: *mut i64, v: i64) {
+    unsafe { AtomicU64::from_ptr(p.cast::<u64>()) }.fetch_add(v as u64, Ordering::Relaxed);
+}
+
+/// See [`atomic_add_i64`].
+///
+/// # Safety
+/// As for [`atomic_add_i64`].
+#[inline(always)]
+pub unsafe fn atomic_add_u32(p: *mut u32, v: u32) {
+    unsafe { AtomicU32::from_ptr(p) }.fetch_add(v, Ordering::Relaxed);
+}

@@ -1,0 +1,40 @@
+//! Device kernels of kmeans-knn and the plain math they share with the host.
+//!
+//! On `nvptx64-nvidia-cuda` this crate is `no_std` and its `extern "gpu-kernel"` functions become
+//! PTX entry points (`cargo xtask ptx`). On every other target only the shared modules are
+//! compiled, so the host's CPU backend uses the very same distance steps, tie-break order and
+//! fixed-point arithmetic as the GPU, which is what makes the two backends agree bit for bit.
+#![cfg_attr(target_arch = "nvptx64", no_std)]
+#![cfg_attr(target_arch = "nvptx64", allow(internal_features))]
+#![cfg_attr(
+    target_arch = "nvptx64",
+    feature(
+        abi_gpu_kernel,
+        stdarch_nvptx,
+        gpu_intrinsics,
+        gpu_launch_sized_workgroup_mem,
+        core_float_math,
+        core_intrinsics
+    )
+)]
+
+pub mod fixed;
+pub mod launch;
+pub mod math;
+
+#[cfg(target_arch = "nvptx64")]
+mod gpu;
+
+#[cfg(target_arch = "nvptx64")]
+pub mod assign;
+#[cfg(target_arch = "nvptx64")]
+pub mod reduce;
+#[cfg(target_arch = "nvptx64")]
+pub mod update;
+
+#[cfg(target_arch = "nvptx64")]
+#[panic_handler]
+fn panic(_: &core::panic::PanicInfo) -> ! {
+    // SAFETY: aborts the kernel; nothing runs after it.
+    unsafe { core::arch::nvptx::trap() }
+}

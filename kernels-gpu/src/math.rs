@@ -1,0 +1,123 @@
+//! Distance arithmetic shared by the GPU kernels and the CPU backend.
+//!
+//! Both backends accumulate over the dimensions in order 0..d with the same operations (an
+//! explicit fused multiply-add for squared L2), so a distance is the same float on either side
+//! and the argmin — first minimum in centroid order — picks the same label.
+
+/// Assignment metric of k-means, as passed to the kernels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum AssignMetric {
+    /// Squared Euclidean distance.
+    SqL2 = 0,
+    /// Manhattan (L1) distance.
+    L1 = 1,
+}
+
+impl AssignMetric {
+    /// The kernel argument for this metric.
+    pub const fn id(self) -> u32 {
+        self as u32
+    }
+
+    /// The metric for a kernel argument; anything but L1 is squared L2.
+    pub const fn from_id(id: u32) -> Self {
+        if id == AssignMetric::L1 as u32 {
+            AssignMetric::L1
+        } else {
+            AssignMetric::SqL2
+        }
+    }
+}
+
+/// Fused multiply-add `a * b + c` with a single rounding, on both targets.
+#[inline(always)]
+pub fn fma(a: f32, b: f32, c: f32) -> f32 {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        core::f32::math::mul_add(a, b, c)
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        a.mul_add(b, c)
+    }
+}
+
+/// One dimension's contribution to a running squared-L2 distance.
+#[inline(always)]
+pub fn sq_l2_step(acc: f32, x: f32, c: f32) -> f32 {
+    let t = x - c;
+    fma(t, t, acc)
+}
+
+/// One dimension's contribution to a running L1 distance.
+#[inline(always)]
+pub fn l1_step(acc: f32, x: f32, c: f32) -> f32 {
+    acc + (x - c).abs()
+}
+
+/// One dimension's contribution under `metric`.
+#[inline(always)]
+pub fn step(metric: AssignMetric, acc: f32, x: f32, c: f32) -> f32 {
+    match metric {
+        AssignMetric::SqL2 => sq_l2_step(acc, x, c),
+        AssignMetric::L1 => l1_step(acc, x, c),
+    }
+}
+
+/// Distance between two equal-length vectors, accumulated in dimension order.
+#[inline(always)]
+pub fn distance(metric: AssignMetric, x: &[f32], c: &[f32]) -> f32 {
+    let mut acc = 0.0;
+    for (&a, &b) in x.iter().zip(c) {
+        acc = step(metric, acc, a, b);
+    }
+    acc
+}
+
+/// Whether candidate `(dist, index)` beats the current best: smaller distance, and on an exact
+/// tie the smaller index. Both backends visit candidates in index order, so a strict `<` on the
+/// distance is all it takes; this is spelled out for the selection code that merges out of order.
+#[inline(always)]
+pub fn better(dist: f32, index: u32, best_dist: f32, best_index: u32) -> bool {
+    dist < best_dist || (dist == best_dist && index < best_index)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sq_l2_matches_hand_computation() {
+        let d = distance(AssignMetric::SqL2, &[1.0, 2.0, 3.0], &[0.0, 0.0, 1.0]);
+        assert_eq!(d, 1.0 + 4.0 + 4.0);
+    }
+
+    #[test]
+    fn l1_matches_hand_computation() {
+        let d = distance(AssignMetric::L1, &[1.0, -2.0, 3.0], &[0.0, 0.0, 1.0]);
+        assert_eq!(d, 1.0 + 2.0 + 2.0);
+    }
+
+    #[test]
+    fn fma_rounds_once() {
+        // (1 + 2^-12)^2 = 1 + 2^-11 + 2^-24: the last term survives only with a single rounding.
+        let a = 1.0 + f32::EPSILON * 2048.0;
+        assert_eq!(fma(a, a, -1.0), 2.0f32.powi(-11) + 2.0f32.powi(-24));
+        assert_ne!(a * a - 1.0, fma(a, a, -1.0));
+    }
+
+    #[test]
+    fn ties_go_to_the_lower_index() {
+        assert!(better(1.0, 3, 1.0, 5));
+        assert!(!better(1.0, 5, 1.0, 3));
+        assert!(better(0.5, 9, 1.0, 0));
+    }
+
+    #[test]
+    fn metric_ids_round_trip() {
+        for m in [AssignMetric::SqL2, AssignMetric::L1] {
+            assert_eq!(AssignMetric::from_id(m.id()), m);
+        }
+    }
+}

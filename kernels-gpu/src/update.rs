@@ -1,0 +1,159 @@
+//! Centroid update: fixed-point per-cluster sums and counts, then means.
+//!
+//! Sums are 64-bit integers (see [`crate::fixed`]), so the result does not depend on which thread
+//! or block adds first: per-block partials live in shared memory and are combined across blocks
+//! in block order by [`kmeans_finalize`].
+
+use crate::fixed::{mean, to_fixed};
+use crate::gpu::{self, atomic_add_i64, atomic_add_u32, shared, sync_threads};
+
+/// Per-block partial sums: block `b` sums the labels' coordinates of its contiguous chunk of points
+/// into shared memory (`k × d` i64 then `k` u32) and writes them to `part_sums[b]`, `part_counts[b]`.
+///
+/// # Safety
+/// Pointers valid for `n × d` / `n` / `d` / `grid × k × d` / `grid × k` elements; labels `< k`;
+/// dynamic shared memory of `8·k·d + 4·k` bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "gpu-kernel" fn kmeans_accumulate_shared(
+    x: *const f32,
+    n: u32,
+    d: u32,
+    labels: *const u32,
+    k: u32,
+    scales: *const f32,
+    part_sums: *mut i64,
+    part_counts: *mut u32,
+) {
+    // `max(1)` lets the compiler drop the division-by-zero panics; the host never passes 0.
+    let (n, d, k) = (n as usize, (d as usize).max(1), k as usize);
+    let (t, threads, b) = (gpu::thread(), gpu::block_dim(), gpu::block());
+    let chunk = n.div_ceil(gpu::grid_dim().max(1));
+    let start = (b * chunk).min(n);
+    let end = (start + chunk).min(n);
+    let sums = shared::<i64>();
+    let counts = unsafe { sums.add(k * d) }.cast::<u32>();
+    unsafe {
+        let mut e = t;
+        while e < k * d {
+            *sums.add(e) = 0;
+            e += threads;
+        }
+        let mut c = t;
+        while c < k {
+            *counts.add(c) = 0;
+            c += threads;
+        }
+        sync_threads();
+
+        let mut e = t;
+        while e < (end - start) * d {
+            let i = start + e / d;
+            let j = e % d;
+            let label = *labels.add(i) as usize;
+            let q = to_fixed(*x.add(start * d + e), *scales.add(j));
+            atomic_add_i64(sums.add(label * d + j), q);
+            e += threads;
+        }
+        let mut i = start + t;
+        while i < end {
+            atomic_add_u32(counts.add(*labels.add(i) as usize), 1);
+            i += threads;
+        }
+        sync_threads();
+
+        let mut e = t;
+        while e < k * d {
+            *part_sums.add(b * k * d + e) = *sums.add(e);
+            e += threads;
+        }
+        let mut c = t;
+        while c < k {
+            *part_counts.add(b * k + c) = *counts.add(c);
+            c += threads;
+        }
+    }
+}
+
+/// Sums straight into global `sums` (`k × d`) and `counts` (`k`), zeroed by the host; for shapes
+/// whose per-block sums do not fit in shared memory. Grid-stride over all `n × d` values.
+///
+/// # Safety
+/// As for [`kmeans_accumulate_shared`], with `sums`/`counts` of `k × d` / `k` elements.
+#[unsafe(no_mangle)]
+pub unsafe extern "gpu-kernel" fn kmeans_accumulate_global(
+    x: *const f32,
+    n: u32,
+    d: u32,
+    labels: *const u32,
+    scales: *const f32,
+    sums: *mut i64,
+    counts: *mut u32,
+) {
+    let (n, d) = (n as usize, (d as usize).max(1));
+    let stride = gpu::grid_dim() * gpu::block_dim();
+    let first = gpu::block() * gpu::block_dim() + gpu::thread();
+    unsafe {
+        let mut e = first;
+        while e < n * d {
+            let i = e / d;
+            let j = e % d;
+            let label = *labels.add(i) as usize;
+            atomic_add_i64(sums.add(label * d + j), to_fixed(*x.add(e), *scales.add(j)));
+            e += stride;
+        }
+        let mut i = first;
+        while i < n {
+            atomic_add_u32(counts.add(*labels.add(i) as usize), 1);
+            i += stride;
+        }
+    }
+}
+
+/// Combines `parts` partial sums in part order and writes the means to `new_centroids`; an empty
+/// cluster keeps its `old_centroids` row and is counted in `empty`. Writes each cluster's size to
+/// `sizes`. One thread per centroid coordinate, grid-stride.
+///
+/// # Safety
+/// `part_sums`: `parts × k × d`; `part_counts`: `parts × k`; `inv_scales`: `d`; centroid
+/// buffers `k × d`; `sizes`: `k`; `empty`: one u32 zeroed by the host.
+#[unsafe(no_mangle)]
+pub unsafe extern "gpu-kernel" fn kmeans_finalize(
+    part_sums: *const i64,
+    part_counts: *const u32,
+    parts: u32,
+    k: u32,
+    d: u32,
+    inv_scales: *const f64,
+    old_centroids: *const f32,
+    new_centroids: *mut f32,
+    sizes: *mut u32,
+    empty: *mut u32,
+) {
+    let (parts, k, d) = (parts as usize, k as usize, (d as usize).max(1));
+    let stride = gpu::grid_dim() * gpu::block_dim();
+    let mut e = gpu::block() * gpu::block_dim() + gpu::thread();
+    while e < k * d {
+        let c = e / d;
+        let j = e % d;
+        unsafe {
+            let mut count = 0u32;
+            let mut sum = 0i64;
+            for p in 0..parts {
+                count += *part_counts.add(p * k + c);
+                sum += *part_sums.add(p * k * d + e);
+            }
+            *new_centroids.add(e) = if count > 0 {
+                mean(sum, *inv_scales.add(j), count)
+            } else {
+                *old_centroids.add(e)
+            };
+            if j == 0 {
+                *sizes.add(c) = count;
+                if count == 0 {
+                    atomic_add_u32(empty, 1);
+                }
+            }
+        }
+        e += stride;
+    }
+}

@@ -1,0 +1,82 @@
+//! `cargo xtask gpu-bundle`: one folder to carry to the GPU machine and run there.
+//!
+//! gpu-bundle/
+//!   run.sh              runs every test with KMEANS_KNN_REQUIRE_GPU=1, compute-sanitizer over the
+//!                       GPU tests, then the benchmark; exits non-zero on any failure
+//!   tests/<name>        release test executables (the PTX is embedded in them)
+//!   bin/<name>          the command-line tool and the GPU benchmark
+//!   kernels.ptx         the PTX they embed, for inspection (ptxas -v, cuobjdump)
+
+use anyhow::{Context, Result, bail};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+const RUN_SH: &str = include_str!("run.sh");
+
+pub fn write() -> Result<()> {
+    crate::ptx::build()?;
+    let root = crate::root();
+    let out = root.join("gpu-bundle");
+    if out.exists() {
+        std::fs::remove_dir_all(&out)?;
+    }
+    std::fs::create_dir_all(out.join("tests"))?;
+    std::fs::create_dir_all(out.join("bin"))?;
+
+    for (name, exe) in built_executables(&["test", "--release", "--workspace", "--no-run"])? {
+        copy(&exe, &out.join("tests").join(name))?;
+    }
+    for (name, exe) in built_executables(&["build", "--release", "--workspace", "--bins"])? {
+        if name != "xtask" {
+            copy(&exe, &out.join("bin").join(name))?;
+        }
+    }
+    std::fs::copy(crate::ptx::committed_path(), out.join("kernels.ptx"))?;
+    std::fs::write(out.join("run.sh"), RUN_SH)?;
+    eprintln!(
+        "xtask: wrote {}; run it there with `bash gpu-bundle/run.sh`",
+        out.display()
+    );
+    Ok(())
+}
+
+/// Runs cargo with `--message-format=json` and returns (target name, executable) pairs.
+fn built_executables(args: &[&str]) -> Result<Vec<(String, PathBuf)>> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let output = Command::new(cargo)
+        .args(args)
+        .arg("--message-format=json")
+        .current_dir(crate::root())
+        .stderr(Stdio::inherit())
+        .output()?;
+    if !output.status.success() {
+        bail!("cargo {} failed ({})", args.join(" "), output.status);
+    }
+    let mut found = Vec::new();
+    for line in String::from_utf8_lossy(&output.stdout).lines() {
+        let Ok(msg) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        if msg["reason"] != "compiler-artifact" {
+            continue;
+        }
+        if let Some(exe) = msg["executable"].as_str() {
+            let name = msg["target"]["name"].as_str().unwrap_or("unnamed");
+            let kind = msg["target"]["kind"][0].as_str().unwrap_or("");
+            // Unit-test executables of libraries share their crate's name; keep them apart.
+            let name = if kind == "lib" {
+                format!("{name}-unit")
+            } else {
+                name.to_string()
+            };
+            found.push((name, PathBuf::from(exe)));
+        }
+    }
+    Ok(found)
+}
+
+fn copy(from: &Path, to: &Path) -> Result<()> {
+    std::fs::copy(from, to)
+        .with_context(|| format!("copying {} to {}", from.display(), to.display()))?;
+    Ok(())
+}

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Runs the kmeans-knn GPU bundle on a machine with an NVIDIA GPU (written by `cargo xtask gpu-bundle`).
+#   bash run.sh            tests (GPU required), compute-sanitizer memcheck + racecheck, benchmark
+#   SANITIZE=0 bash run.sh skip compute-sanitizer;  BENCH=0 skip the benchmark
+# Results also go to $OUT when it is set (the device tool's output folder).
+set -u
+cd "$(dirname "$0")"
+export KMEANS_KNN_REQUIRE_GPU=1
+log_dir=${OUT:-.}
+failed=()
+
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
+
+for t in tests/*; do
+  echo "=== test $(basename "$t")"
+  "./$t" --test-threads=1 2>&1 | tail -n 25
+  [ "${PIPESTATUS[0]}" -eq 0 ] || failed+=("test $(basename "$t")")
+done
+
+if [ "${SANITIZE:-1}" = 1 ]; then
+  # Every kernel runs in the tests whose names start with `sanitize_` (small shapes).
+  for tool in memcheck racecheck; do
+    for t in tests/*; do
+      "./$t" --list 2>/dev/null | grep -q '^sanitize_' || continue
+      echo "=== compute-sanitizer --tool $tool $(basename "$t")"
+      compute-sanitizer --tool "$tool" --error-exitcode 99 --print-limit 20 \
+        "./$t" sanitize_ --test-threads=1 >"$log_dir/sanitize-$tool-$(basename "$t").log" 2>&1
+      status=$?
+      tail -n 4 "$log_dir/sanitize-$tool-$(basename "$t").log"
+      [ $status -eq 0 ] || failed+=("$tool $(basename "$t")")
+    done
+  done
+fi
+
+if [ "${BENCH:-1}" = 1 ] && [ -x bin/gpu-bench ]; then
+  echo "=== gpu-bench"
+  ./bin/gpu-bench ${BENCH_ARGS:-} 2>&1 | tee "$log_dir/gpu-bench.txt"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || failed+=("gpu-bench")
+fi
+
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "FAILED: ${failed[*]}"
+  exit 1
+fi
+echo "ALL PASSED"
