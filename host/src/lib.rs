@@ -13,6 +13,8 @@
 //! [`kernels_gpu::fixed`]) and distances are accumulated in the same order on both backends.
 
 mod backend;
+#[doc(hidden)]
+pub mod bench;
 pub mod device;
 pub mod error;
 pub mod kmeans;
@@ -27,6 +29,11 @@ pub use matrix::MatrixView;
 /// What the driver reports about GPU `ordinal`, or why it is not usable.
 pub fn gpu_info(ordinal: usize) -> Result<GpuInfo> {
     Ok(backend::cuda::CudaBackend::shared(ordinal)?.info().clone())
+}
+
+/// Free and total memory of GPU `ordinal`, in bytes.
+pub fn gpu_memory(ordinal: usize) -> Result<(usize, usize)> {
+    backend::cuda::CudaBackend::shared(ordinal)?.memory()
 }
 
 /// The PTX the GPU backend loads (for `info` and inspection).

@@ -6,6 +6,7 @@
 //!   tests/<name>        release test executables (the PTX is embedded in them)
 //!   bin/<name>          the command-line tool and the GPU benchmark
 //!   kernels.ptx         the PTX they embed, for inspection (ptxas -v, cuobjdump)
+//!   torch_baseline.py   the PyTorch version of the benchmark's cases, for the speed-up
 
 use anyhow::{Context, Result, bail};
 use std::path::{Path, PathBuf};
@@ -33,6 +34,10 @@ pub fn write() -> Result<()> {
     }
     std::fs::copy(crate::ptx::committed_path(), out.join("kernels.ptx"))?;
     std::fs::write(out.join("run.sh"), RUN_SH)?;
+    copy(
+        &root.join("bench/torch_baseline.py"),
+        &out.join("torch_baseline.py"),
+    )?;
     eprintln!(
         "xtask: wrote {}; run it there with `bash gpu-bundle/run.sh`",
         out.display()

@@ -25,6 +25,10 @@ pub(crate) trait Backend: Send + Sync {
         metric: AssignMetric,
         scales: &[i32],
     ) -> Result<Box<dyn Lloyd + 'a>>;
+
+    /// Milliseconds that the work queued by `work` takes on this backend (CUDA events on the
+    /// GPU, wall clock on the CPU); for benchmarks.
+    fn time_ms(&self, work: &mut dyn FnMut() -> Result<()>) -> Result<f64>;
 }
 
 /// What one assignment step reports.

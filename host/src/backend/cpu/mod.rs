@@ -36,4 +36,10 @@ impl Backend for CpuBackend {
     ) -> Result<Box<dyn Lloyd + 'a>> {
         Ok(Box::new(kmeans::CpuLloyd::new(data, k, metric, scales)))
     }
+
+    fn time_ms(&self, work: &mut dyn FnMut() -> Result<()>) -> Result<f64> {
+        let start = std::time::Instant::now();
+        work()?;
+        Ok(start.elapsed().as_secs_f64() * 1e3)
+    }
 }

@@ -7,7 +7,7 @@ mod kmeans;
 use crate::backend::{Backend, Lloyd};
 use crate::error::{Error, Result};
 use crate::matrix::MatrixView;
-use cudarc::driver::sys::{CUdevice_attribute, CUresult};
+use cudarc::driver::sys::{CUdevice_attribute, CUevent_flags, CUresult};
 use cudarc::driver::{
     CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DeviceRepr, DriverError,
     LaunchArgs, LaunchConfig, ValidAsZeroBits,
@@ -233,6 +233,22 @@ impl Backend for CudaBackend {
         Ok(Box::new(kmeans::CudaLloyd::new(
             self, data, k, metric, scales,
         )?))
+    }
+
+    fn time_ms(&self, work: &mut dyn FnMut() -> Result<()>) -> Result<f64> {
+        let timing = Some(CUevent_flags::CU_EVENT_DEFAULT);
+        let record = || {
+            self.stream
+                .record_event(timing)
+                .map_err(|e| cuda("recording an event", e))
+        };
+        let start = record()?;
+        work()?;
+        let end = record()?;
+        let ms = start
+            .elapsed_ms(&end)
+            .map_err(|e| cuda("timing with events", e))?;
+        Ok(ms as f64)
     }
 }
 

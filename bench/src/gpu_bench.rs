@@ -1,0 +1,131 @@
+//! GPU benchmark: one Lloyd iteration (assign + update) per case, timed with CUDA events after
+//! warm-up; prints the median and writes JSON lines for `torch_baseline.py` to compare against.
+//!
+//! usage: gpu-bench [--cases A,B,C,D,E] [--reps N] [--json FILE] [--device gpu|cpu]
+
+use kmeans_knn::bench::lloyd_iteration_ms;
+use kmeans_knn::{Device, MatrixView, Metric};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use rayon::prelude::*;
+use std::io::Write;
+
+struct Case {
+    name: &'static str,
+    n: usize,
+    d: usize,
+    k: usize,
+    origin: &'static str,
+}
+
+const CASES: &[Case] = &[
+    Case {
+        name: "A",
+        n: 63_504,
+        d: 75,
+        k: 80,
+        origin: "seed 000 patches",
+    },
+    Case {
+        name: "B",
+        n: 1_000_000,
+        d: 9,
+        k: 16,
+        origin: "seed 001 color",
+    },
+    Case {
+        name: "C",
+        n: 1_048_576,
+        d: 3,
+        k: 255,
+        origin: "seed 003 pixels",
+    },
+    Case {
+        name: "D",
+        n: 200_000,
+        d: 128,
+        k: 1024,
+        origin: "embeddings",
+    },
+    Case {
+        name: "E",
+        n: 10_000_000,
+        d: 128,
+        k: 1024,
+        origin: "embeddings, large",
+    },
+];
+
+fn main() {
+    if let Err(e) = run() {
+        eprintln!("gpu-bench: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn run() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let opt = |name: &str| {
+        args.iter()
+            .position(|a| a == name)
+            .map(|i| args[i + 1].clone())
+    };
+    let cases = opt("--cases").unwrap_or_else(|| "A,B,C,D,E".into());
+    let reps: usize = opt("--reps").map_or(Ok(10), |r| r.parse())?;
+    let device: Device = opt("--device").unwrap_or_else(|| "gpu".into()).parse()?;
+    let json_path = opt("--json");
+    let mut json = match &json_path {
+        Some(p) => Some(std::fs::File::create(p)?),
+        None => None,
+    };
+    println!("device: {}", device.describe()?);
+    println!(
+        "{:<4} {:>10} {:>5} {:>5} {:>12} {:>12} {:>10}",
+        "case", "n", "d", "k", "median ms", "min ms", "GFLOP/s"
+    );
+    for case in CASES
+        .iter()
+        .filter(|c| cases.split(',').any(|n| n == c.name))
+    {
+        let data = uniform(case.n * case.d, 1);
+        let x = MatrixView::new(&data, case.n, case.d)?;
+        let centroids = data[..case.k * case.d].to_vec();
+        let mut ms = lloyd_iteration_ms(device, &x, &centroids, Metric::L2, 3, reps)?;
+        ms.sort_by(f64::total_cmp);
+        let median = ms[ms.len() / 2];
+        let flops = 2.0 * (case.n * case.k * case.d) as f64;
+        println!(
+            "{:<4} {:>10} {:>5} {:>5} {:>12.3} {:>12.3} {:>10.0}   {}",
+            case.name,
+            case.n,
+            case.d,
+            case.k,
+            median,
+            ms[0],
+            flops / median / 1e6,
+            case.origin
+        );
+        if let Some(f) = json.as_mut() {
+            let line = serde_json::json!({
+                "case": case.name, "n": case.n, "d": case.d, "k": case.k,
+                "median_ms": median, "min_ms": ms[0], "device": device.describe()?,
+            });
+            writeln!(f, "{line}")?;
+        }
+    }
+    Ok(())
+}
+
+/// Uniform values in [0, 1), generated in parallel from per-chunk seeds (reproducible).
+fn uniform(len: usize, seed: u64) -> Vec<f32> {
+    const CHUNK: usize = 1 << 20;
+    let mut out = vec![0f32; len];
+    out.par_chunks_mut(CHUNK)
+        .enumerate()
+        .for_each(|(i, chunk)| {
+            let mut rng =
+                ChaCha8Rng::seed_from_u64(seed ^ (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+            chunk.iter_mut().for_each(|v| *v = rng.random());
+        });
+    out
+}

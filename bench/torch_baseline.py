@@ -1,0 +1,79 @@
+"""PyTorch baseline for gpu-bench: the same Lloyd iteration written as a PyTorch user would
+(||x||^2 - 2 x c^T + ||c||^2, argmin, index_add_ / bincount), exact FP32 (TF32 off), timed with
+CUDA events after warm-up (median). With --ours FILE (gpu-bench --json output) it prints speed-ups.
+
+usage: python3 torch_baseline.py [--cases A,B,...] [--reps N] [--ours gpu-bench.jsonl]
+"""
+import argparse
+import json
+
+import torch
+
+CASES = {
+    "A": (63_504, 75, 80),
+    "B": (1_000_000, 9, 16),
+    "C": (1_048_576, 3, 255),
+    "D": (200_000, 128, 1024),
+    "E": (10_000_000, 128, 1024),
+}
+
+
+def lloyd_iteration(x, x2, c, chunk):
+    n, d = x.shape
+    k = c.shape[0]
+    c2 = (c * c).sum(1)
+    labels = torch.empty(n, dtype=torch.long, device=x.device)
+    for s in range(0, n, chunk):
+        xs = x[s:s + chunk]
+        dist = x2[s:s + chunk, None] - 2.0 * (xs @ c.T) + c2[None, :]
+        labels[s:s + chunk] = dist.argmin(1)
+    sums = torch.zeros(k, d, device=x.device).index_add_(0, labels, x)
+    counts = torch.bincount(labels, minlength=k).clamp_min(1).to(x.dtype)
+    return sums / counts[:, None]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--cases", default="A,B,C,D,E")
+    ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--ours")
+    args = ap.parse_args()
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    ours = {}
+    if args.ours:
+        with open(args.ours) as f:
+            for line in f:
+                r = json.loads(line)
+                ours[r["case"]] = r
+    print(f"torch {torch.__version__} on {torch.cuda.get_device_name()}")
+    print(f"{'case':<4} {'torch ms':>10} {'ours ms':>10} {'speed-up':>9}")
+    for name in args.cases.split(","):
+        n, d, k = CASES[name]
+        g = torch.Generator(device="cuda").manual_seed(1)
+        x = torch.rand(n, d, device="cuda", generator=g)
+        c = x[:k].clone()
+        x2 = (x * x).sum(1)
+        chunk = max(1, min(n, (2 << 30) // (4 * k)))
+        times = []
+        for rep in range(3 + args.reps):
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            start.record()
+            lloyd_iteration(x, x2, c, chunk)
+            end.record()
+            torch.cuda.synchronize()
+            if rep >= 3:
+                times.append(start.elapsed_time(end))
+        times.sort()
+        t = times[len(times) // 2]
+        o = ours.get(name, {}).get("median_ms")
+        ratio = f"{t / o:9.2f}" if o else f"{'-':>9}"
+        o_str = f"{o:10.3f}" if o else f"{'-':>10}"
+        print(f"{name:<4} {t:10.3f} {o_str} {ratio}")
+        del x, x2, c
+        torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()
