@@ -5,7 +5,7 @@
 //! lowest centroid index exactly as on the CPU.
 
 use crate::gpu::{self, atomic_add_u32, block_sum_f64, shared, sync_threads};
-use crate::launch::BLOCK;
+use crate::launch::{ASSIGN_SCRATCH_BYTES, BLOCK};
 use crate::math::{AssignMetric, step};
 
 /// Assigns each of the `n` points of `x` (row-major, `d` columns) to its nearest of the `k`
@@ -72,7 +72,7 @@ impl Assign {
         let i = gpu::block() * BLOCK as usize + t;
         let active = i < self.n;
         let scratch = shared::<f64>();
-        let tile = unsafe { scratch.add(2 * BLOCK as usize) }.cast::<f32>();
+        let tile = unsafe { scratch.byte_add(ASSIGN_SCRATCH_BYTES) }.cast::<f32>();
         let row = if active {
             unsafe { self.x.add(i * self.d) }
         } else {

@@ -10,8 +10,8 @@ pub const REDUCE_BLOCK: u32 = 1024;
 pub const DEFAULT_SHARED_BYTES: usize = 48 * 1024;
 
 /// Bytes of shared scratch the assign kernel keeps in front of its centroid tile
-/// (one f64 per thread for the inertia reduction).
-pub const ASSIGN_SCRATCH_BYTES: usize = BLOCK as usize * 8;
+/// (two f64 per thread: the changed-label and inertia reductions).
+pub const ASSIGN_SCRATCH_BYTES: usize = 2 * BLOCK as usize * 8;
 
 /// Centroids per shared-memory tile for dimension `d`, or 0 when not even one centroid fits and
 /// the kernel must read centroids straight from global memory.

@@ -24,10 +24,13 @@ pub fn write() -> Result<()> {
     std::fs::create_dir_all(out.join("tests"))?;
     std::fs::create_dir_all(out.join("bin"))?;
 
-    for (name, exe) in built_executables(&["test", "--release", "--workspace", "--no-run"])? {
-        copy(&exe, &out.join("tests").join(name))?;
+    for (name, kind, exe) in built_executables(&["test", "--release", "--workspace", "--no-run"])? {
+        // Binaries' own test harnesses hold no tests.
+        if kind != "bin" {
+            copy(&exe, &out.join("tests").join(name))?;
+        }
     }
-    for (name, exe) in built_executables(&["build", "--release", "--workspace", "--bins"])? {
+    for (name, _, exe) in built_executables(&["build", "--release", "--workspace", "--bins"])? {
         if name != "xtask" {
             copy(&exe, &out.join("bin").join(name))?;
         }
@@ -45,8 +48,8 @@ pub fn write() -> Result<()> {
     Ok(())
 }
 
-/// Runs cargo with `--message-format=json` and returns (target name, executable) pairs.
-fn built_executables(args: &[&str]) -> Result<Vec<(String, PathBuf)>> {
+/// Runs cargo with `--message-format=json`; returns (name, target kind, executable) triples.
+fn built_executables(args: &[&str]) -> Result<Vec<(String, String, PathBuf)>> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let output = Command::new(cargo)
         .args(args)
@@ -74,7 +77,7 @@ fn built_executables(args: &[&str]) -> Result<Vec<(String, PathBuf)>> {
             } else {
                 name.to_string()
             };
-            found.push((name, PathBuf::from(exe)));
+            found.push((name, kind.to_string(), PathBuf::from(exe)));
         }
     }
     Ok(found)
