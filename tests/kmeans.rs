@@ -7,7 +7,7 @@ use kmeans_knn::{
 use kmeans_knn_tests::{blobs, gpu, lattice, same_partition, uniform};
 
 fn fit(data: &[f32], n: usize, d: usize, params: &KMeansParams) -> KMeansModel {
-    params.fit(&MatrixView::new(data, n, d).unwrap()).unwrap()
+    params.fit(MatrixView::new(data, n, d).unwrap()).unwrap()
 }
 
 /// Fits on the CPU and on `gpu`; labels, centroids and iteration counts must be identical,
@@ -209,7 +209,8 @@ fn well_separated_blobs_are_recovered_exactly() {
     let (data, truth) = blobs(k, per, d, 5);
     // Random initialisations land in local minima on separated blobs (as in scikit-learn);
     // k-means++ must not.
-    for init in [Init::KMeansPlusPlus] {
+    {
+        let init = Init::KMeansPlusPlus;
         let model = fit(
             &data,
             k * per,
@@ -380,11 +381,11 @@ fn bad_input_gets_typed_errors() {
     let x = MatrixView::new(&data, 10, 2).unwrap();
     let cpu = |k| KMeans::params(k).device(Device::Cpu);
     assert!(matches!(
-        cpu(3).fit(&MatrixView::new(&[], 0, 2).unwrap()),
+        cpu(3).fit(MatrixView::new(&[], 0, 2).unwrap()),
         Err(Error::EmptyData)
     ));
     assert!(matches!(
-        cpu(1).fit(&MatrixView::new(&[], 3, 0).unwrap()),
+        cpu(1).fit(MatrixView::new(&[], 3, 0).unwrap()),
         Err(Error::ZeroDimension)
     ));
     assert!(matches!(
@@ -399,12 +400,12 @@ fn bad_input_gets_typed_errors() {
     );
     let mut bad = data.clone();
     bad[7] = f32::NAN;
-    match cpu(2).fit(&MatrixView::new(&bad, 10, 2).unwrap()) {
+    match cpu(2).fit(MatrixView::new(&bad, 10, 2).unwrap()) {
         Err(Error::NonFinite { row: 3, col: 1, .. }) => {}
         other => panic!("{other:?}"),
     }
     bad[7] = f32::INFINITY;
-    assert!(cpu(2).fit(&MatrixView::new(&bad, 10, 2).unwrap()).is_err());
+    assert!(cpu(2).fit(MatrixView::new(&bad, 10, 2).unwrap()).is_err());
     assert!(matches!(
         cpu(2).max_iter(0).fit(&x),
         Err(Error::InvalidParameter {
@@ -433,7 +434,7 @@ fn bad_input_gets_typed_errors() {
     let model = cpu(2).fit(&x).unwrap();
     let three_cols = uniform(4, 3, 2);
     let err = model
-        .predict_on(&MatrixView::new(&three_cols, 4, 3).unwrap(), Device::Cpu)
+        .predict_on(MatrixView::new(&three_cols, 4, 3).unwrap(), Device::Cpu)
         .unwrap_err();
     assert!(matches!(
         err,
@@ -445,7 +446,7 @@ fn bad_input_gets_typed_errors() {
     ));
     assert!(
         model
-            .transform(&MatrixView::new(&three_cols, 4, 3).unwrap())
+            .transform(MatrixView::new(&three_cols, 4, 3).unwrap())
             .is_err()
     );
 }
