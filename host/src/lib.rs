@@ -17,6 +17,8 @@ mod backend;
 pub mod bench;
 pub mod device;
 pub mod error;
+pub mod image_ops;
+pub mod io;
 pub mod kmeans;
 pub mod matrix;
 

@@ -1,1 +1,19 @@
-fn main() {}
+//! `kmeans-knn`: the command-line tool. Parses the arguments, runs the subcommand, maps failures
+//! to exit codes (0 success, 2 bad usage or bad input, 1 anything else) and prints errors as one
+//! sentence on stderr.
+
+mod cli;
+
+use clap::Parser;
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let args = cli::Cli::parse();
+    match cli::run(args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(e.code)
+        }
+    }
+}

@@ -1,0 +1,115 @@
+//! `kmeans-knn info`: what this machine offers.
+
+use super::{CliError, Ui};
+use kmeans_knn::Device;
+use serde_json::json;
+
+pub const EXAMPLES: &str = "\
+Examples:
+  kmeans-knn info
+  kmeans-knn info --json
+  kmeans-knn info --device gpu:1";
+
+/// Arguments of `info`.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Which GPU to describe: gpu or gpu:N (default: the one `auto` would use).
+    #[arg(long, value_name = "DEVICE", default_value = "auto")]
+    device: Device,
+    /// Print one JSON object on stdout.
+    #[arg(long)]
+    json: bool,
+}
+
+/// The `.target` line of the embedded PTX, e.g. `sm_70`.
+pub fn ptx_target() -> String {
+    kmeans_knn::ptx()
+        .lines()
+        .find_map(|l| l.trim().strip_prefix(".target "))
+        .map(|t| t.trim().to_string())
+        .unwrap_or_else(|| "unknown".into())
+}
+
+fn ptx_version() -> String {
+    kmeans_knn::ptx()
+        .lines()
+        .find_map(|l| l.trim().strip_prefix(".version "))
+        .map(|t| t.trim().to_string())
+        .unwrap_or_else(|| "unknown".into())
+}
+
+fn driver(v: i32) -> String {
+    format!("{}.{}", v / 1000, (v % 1000) / 10)
+}
+
+pub fn run(a: Args, _ui: Ui) -> Result<(), CliError> {
+    let ordinal = match a.device {
+        Device::Cuda(n) => n,
+        _ => 0,
+    };
+    let backend = match a.device {
+        Device::Cpu => Ok(Device::Cpu),
+        d => d.resolve(),
+    };
+    let gpu = kmeans_knn::gpu_info(ordinal);
+    let memory = kmeans_knn::gpu_memory(ordinal);
+    let threads = rayon::current_num_threads();
+    let chosen = match &backend {
+        Ok(d) => d.describe().unwrap_or_else(|_| d.to_string()),
+        Err(e) => format!("none ({e})"),
+    };
+    if a.json {
+        let gpu_json = match &gpu {
+            Ok(g) => json!({
+                "ordinal": g.ordinal,
+                "name": g.name,
+                "compute_capability": format!("{}.{}", g.compute_capability.0, g.compute_capability.1),
+                "total_memory": g.total_memory,
+                "free_memory": memory.as_ref().ok().map(|m| m.0),
+                "multiprocessors": g.multiprocessors,
+                "driver_version": driver(g.driver_version),
+            }),
+            Err(e) => json!({ "error": e.to_string() }),
+        };
+        return super::print_json(&json!({
+            "backend": chosen,
+            "device": backend.as_ref().map(|d| d.to_string()).unwrap_or_default(),
+            "gpu": gpu_json,
+            "ptx_target": ptx_target(),
+            "ptx_version": ptx_version(),
+            "cpu_threads": threads,
+            "version": env!("CARGO_PKG_VERSION"),
+        }));
+    }
+    let mut s = format!("kmeans-knn {}\n", env!("CARGO_PKG_VERSION"));
+    s += &format!("  backend        {chosen}\n");
+    match &gpu {
+        Ok(g) => {
+            s += &format!("  GPU {}          {}\n", g.ordinal, g.name);
+            s += &format!(
+                "  compute cap.   {}.{} ({} multiprocessors)\n",
+                g.compute_capability.0, g.compute_capability.1, g.multiprocessors
+            );
+            let gib = |b: usize| b as f64 / (1u64 << 30) as f64;
+            match &memory {
+                Ok((free, total)) => {
+                    s += &format!(
+                        "  memory         {:.1} GiB free of {:.1} GiB\n",
+                        gib(*free),
+                        gib(*total)
+                    )
+                }
+                Err(_) => s += &format!("  memory         {:.1} GiB\n", gib(g.total_memory)),
+            }
+            s += &format!("  driver         CUDA {}\n", driver(g.driver_version));
+        }
+        Err(e) => s += &format!("  GPU            none — {e}\n"),
+    }
+    s += &format!(
+        "  PTX target     {} (PTX ISA {}; JIT-compiled for newer GPUs)\n",
+        ptx_target(),
+        ptx_version()
+    );
+    s += &format!("  CPU threads    {threads} (rayon; set RAYON_NUM_THREADS to change)\n");
+    super::print_stdout(&s)
+}

@@ -1,0 +1,217 @@
+//! `kmeans-knn kmeans`: cluster a CSV/NPY file.
+
+use super::{CliError, CsvOpts, FitOpts, Ui, about, check_outputs, fit_with_progress};
+use kmeans_knn::io::{IoError, Outputs, read_matrix};
+use kmeans_knn::{KMeansModel, Metric};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+pub const EXAMPLES: &str = "\
+Examples:
+  kmeans-knn kmeans points.csv --k 8
+  kmeans-knn kmeans points.npy --k 80 --n-init 3 --seed 7 --labels-out labels.npy --centroids-out centroids.npy
+  kmeans-knn kmeans pixels.csv --k 16 --metric l1 --save-model model.json --json
+  kmeans-knn kmeans data.tsv --k 4 --device cpu --quiet
+
+Labels are written one per row (cluster ids from 0), centroids k × d. --json prints
+{k, n, d, iterations, inertia, converged, device, seconds, ...} on stdout.";
+
+/// Arguments of `kmeans`.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Points to cluster, one per row: CSV (header detected) or NPY (2-D float32/float64).
+    #[arg(value_name = "INPUT")]
+    input: PathBuf,
+    #[command(flatten)]
+    fit: FitOpts,
+    /// Assignment distance: l2 (squared Euclidean) or l1 (Manhattan).
+    #[arg(long, value_name = "METRIC", default_value = "l2")]
+    metric: Metric,
+    /// Write the label of every row here (.npy or CSV).
+    #[arg(long, value_name = "FILE")]
+    labels_out: Option<PathBuf>,
+    /// Write the k × d centroids here (.npy or CSV).
+    #[arg(long, value_name = "FILE")]
+    centroids_out: Option<PathBuf>,
+    /// Save the model (centroids and parameters, JSON) for `kmeans-knn predict`.
+    #[arg(long, value_name = "FILE")]
+    save_model: Option<PathBuf>,
+    /// Print one JSON object on stdout instead of the summary.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    csv: CsvOpts,
+}
+
+/// The parameters a model was fitted with, saved beside it.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct SavedParams {
+    pub init: String,
+    pub seed: u64,
+    pub max_iter: usize,
+    pub tol: f64,
+    pub n_init: usize,
+    pub input: Option<String>,
+}
+
+/// The model file: the library's model plus how it was made.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct SavedModel {
+    #[serde(default = "format_name")]
+    pub format: String,
+    #[serde(flatten)]
+    pub model: KMeansModel,
+    #[serde(default)]
+    pub params: Option<SavedParams>,
+    #[serde(default)]
+    pub columns: Option<Vec<String>>,
+}
+
+fn format_name() -> String {
+    "kmeans-knn model".into()
+}
+
+impl SavedModel {
+    pub fn new(
+        model: KMeansModel,
+        fit: &FitOpts,
+        input: &Path,
+        columns: Option<Vec<String>>,
+    ) -> Self {
+        SavedModel {
+            format: format_name(),
+            model,
+            params: Some(SavedParams {
+                init: match &fit.init {
+                    kmeans_knn::Init::KMeansPlusPlus => "kmeans++".into(),
+                    kmeans_knn::Init::RandomPoints => "random".into(),
+                    kmeans_knn::Init::RandomLabels => "random-labels".into(),
+                    kmeans_knn::Init::Centroids(_) => "centroids".into(),
+                },
+                seed: fit.seed,
+                max_iter: fit.max_iter,
+                tol: fit.tol,
+                n_init: fit.n_init,
+                input: Some(input.display().to_string()),
+            }),
+            columns,
+        }
+    }
+
+    /// Reads and checks a model file.
+    pub fn load(path: &Path) -> Result<SavedModel, IoError> {
+        let text = std::fs::read_to_string(path).map_err(|e| IoError::read(path, &e))?;
+        if text.trim().is_empty() {
+            return Err(IoError::input(path, "the file is empty"));
+        }
+        let saved: SavedModel = serde_json::from_str(&text)
+            .map_err(|e| IoError::input(path, format!("not a kmeans-knn model file: {e}")))?;
+        let m = &saved.model;
+        let problem = if m.k == 0 || m.d == 0 {
+            Some("k and d must be at least 1".to_string())
+        } else if m.centroids.len() != m.k * m.d {
+            Some(format!(
+                "it holds {} centroid values, k × d = {}",
+                m.centroids.len(),
+                m.k * m.d
+            ))
+        } else if m.centroids.iter().any(|v| !v.is_finite()) {
+            Some("a centroid value is not finite".into())
+        } else {
+            None
+        };
+        match problem {
+            Some(p) => Err(IoError::input(
+                path,
+                format!("the model is inconsistent: {p}"),
+            )),
+            None => Ok(saved),
+        }
+    }
+}
+
+pub fn run(a: Args, ui: Ui) -> Result<(), CliError> {
+    let outs: Vec<&Path> = [&a.labels_out, &a.centroids_out, &a.save_model]
+        .into_iter()
+        .flatten()
+        .map(PathBuf::as_path)
+        .collect();
+    check_outputs(outs.iter().copied())?;
+    let table = read_matrix(&a.input, &a.csv.read())?;
+    let start = Instant::now();
+    let model = about(
+        &a.input,
+        fit_with_progress(ui, &a.fit, a.metric, table.view()),
+    )?;
+    let secs = start.elapsed().as_secs_f64();
+
+    let mut outputs = Outputs::new();
+    if let Some(p) = &a.labels_out {
+        outputs.vector(p, &model.labels)?;
+    }
+    if let Some(p) = &a.centroids_out {
+        outputs.matrix(
+            p,
+            model.k,
+            model.d,
+            &model.centroids,
+            table.header.as_deref(),
+        )?;
+    }
+    let cluster_sizes = model.cluster_sizes.clone();
+    let summary = json!({
+        "k": model.k,
+        "n": table.rows,
+        "d": table.cols,
+        "iterations": model.n_iter,
+        "inertia": model.inertia,
+        "converged": model.converged,
+        "device": model.device,
+        "seconds": secs,
+        "metric": a.metric.to_string(),
+        "cluster_sizes": cluster_sizes,
+        "outputs": outs.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
+    });
+    let text = summary_text(&a, &model, table.rows, secs, &outs);
+    if let Some(p) = &a.save_model {
+        let saved = SavedModel::new(model, &a.fit, &a.input, table.header.clone());
+        outputs.json(p, &saved)?;
+    }
+    outputs.commit()?;
+    if a.json {
+        super::print_json(&summary)
+    } else {
+        super::print_stdout(&text)
+    }
+}
+
+fn summary_text(a: &Args, m: &KMeansModel, n: usize, secs: f64, outs: &[&Path]) -> String {
+    let mut s = format!(
+        "k-means: {} — {n} points × {} dimensions, k = {}, {} metric\n",
+        a.input.display(),
+        m.d,
+        m.k,
+        a.metric
+    );
+    s += &format!("  device      {}\n", m.device);
+    s += &format!(
+        "  iterations  {}{}\n",
+        m.n_iter,
+        if m.converged {
+            " (converged)"
+        } else {
+            " (stopped at --max-iter)"
+        }
+    );
+    s += &format!("  inertia     {:.6e}\n", m.inertia);
+    s += &format!("  elapsed     {}\n", super::seconds(secs));
+    s += &format!("  sizes       {}\n", super::sizes_line(&m.cluster_sizes, 8));
+    if outs.is_empty() {
+        s += "  (nothing written: add --labels-out, --centroids-out or --save-model)\n";
+    } else {
+        s += &format!("  wrote       {}\n", super::list_paths(outs));
+    }
+    s
+}

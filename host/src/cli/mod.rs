@@ -1,0 +1,429 @@
+//! The subcommands of `kmeans-knn`, one module each, and what they share: the error type with its
+//! exit code, common options, progress bars and printing.
+
+mod classify;
+mod demo;
+mod distances;
+mod info;
+mod kmeans;
+mod knn;
+mod patches;
+mod predict;
+mod segment;
+
+use clap::{Args, Parser, Subcommand};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use kmeans_knn::io::{Blame, IoError, ReadOptions};
+use kmeans_knn::{Device, Init, KMeans, KMeansParams, Metric};
+use std::fmt;
+use std::io::{IsTerminal, Write};
+use std::path::Path;
+use std::time::Duration;
+
+const ABOUT: &str = "k-means clustering and exact k-nearest-neighbour search on an NVIDIA GPU \
+(Rust kernels compiled to PTX) or on the CPU";
+
+const EXAMPLES: &str = "\
+Examples:
+  kmeans-knn demo                                   # sample data built in; writes ./kmeans-knn-demo/
+  kmeans-knn kmeans points.csv --k 8 --labels-out labels.csv --save-model model.json
+  kmeans-knn predict --model model.json new.csv --labels-out new_labels.csv
+  kmeans-knn knn --train train.npy --query query.npy --k 10 --indices-out nn.npy
+  kmeans-knn classify --train train.csv --query test.csv --k 25 --scale zscore --truth truth.csv
+  kmeans-knn distances a.csv b.csv --metric cosine -o d.npy
+  kmeans-knn segment photo.jpg --k 16 -o segmented.png --palette-out palette.png
+  kmeans-knn patches photo.png --patch 5 --stride 1 --k 80 -o centroids.png
+  kmeans-knn info
+
+Inputs: CSV (header detected; --delimiter), NPY (2-D float32/float64), PNG/JPEG images.
+Outputs: .npy is NPY, .json JSON, anything else CSV; written whole or not at all.
+Exit codes: 0 success, 2 bad usage or bad input, 1 other failures.";
+
+/// The command line.
+#[derive(Parser, Debug)]
+#[command(name = "kmeans-knn", version, about = ABOUT, after_help = EXAMPLES)]
+pub struct Cli {
+    /// No progress bars and no summaries on stderr.
+    #[arg(short, long, global = true)]
+    pub quiet: bool,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Cluster the rows of a CSV/NPY file with k-means.
+    #[command(after_help = kmeans::EXAMPLES)]
+    Kmeans(kmeans::Args),
+    /// Label new rows with a saved k-means model.
+    #[command(after_help = predict::EXAMPLES)]
+    Predict(predict::Args),
+    /// Exact k nearest neighbours of every query row among the training rows.
+    #[command(after_help = knn::EXAMPLES)]
+    Knn(knn::Args),
+    /// kNN classification: predict labels of query rows from labelled training rows.
+    #[command(after_help = classify::EXAMPLES)]
+    Classify(classify::Args),
+    /// The distance matrix between the rows of two files, written in row blocks.
+    #[command(after_help = distances::EXAMPLES)]
+    Distances(distances::Args),
+    /// Colour segmentation: every pixel takes the colour of its k-means cluster.
+    #[command(after_help = segment::EXAMPLES)]
+    Segment(segment::Args),
+    /// Cluster the p×p patches of an image and draw the centroid patches as a grid.
+    #[command(after_help = patches::EXAMPLES)]
+    Patches(patches::Args),
+    /// Which backend runs the work: GPU name, compute capability, memory, driver, PTX target.
+    #[command(after_help = info::EXAMPLES)]
+    Info(info::Args),
+    /// Run k-means, segmentation and patch clustering on built-in sample data.
+    #[command(after_help = demo::EXAMPLES)]
+    Demo(demo::Args),
+}
+
+/// Runs the parsed command line.
+pub fn run(cli: Cli) -> Result<(), CliError> {
+    let ui = Ui { quiet: cli.quiet };
+    match cli.command {
+        Command::Kmeans(a) => kmeans::run(a, ui),
+        Command::Predict(a) => predict::run(a, ui),
+        Command::Knn(a) => knn::run(a, ui),
+        Command::Classify(a) => classify::run(a, ui),
+        Command::Distances(a) => distances::run(a, ui),
+        Command::Segment(a) => segment::run(a, ui),
+        Command::Patches(a) => patches::run(a, ui),
+        Command::Info(a) => info::run(a, ui),
+        Command::Demo(a) => demo::run(a, ui),
+    }
+}
+
+/// A failure with its exit code: 2 for bad usage or bad input, 1 for anything else.
+#[derive(Debug)]
+pub struct CliError {
+    /// The process exit code.
+    pub code: u8,
+    /// One sentence.
+    pub message: String,
+}
+
+impl CliError {
+    /// Bad usage or bad input (exit code 2).
+    pub fn usage(message: impl Into<String>) -> Self {
+        CliError {
+            code: 2,
+            message: message.into(),
+        }
+    }
+
+    /// Any other failure (exit code 1).
+    pub fn failure(message: impl Into<String>) -> Self {
+        CliError {
+            code: 1,
+            message: message.into(),
+        }
+    }
+
+    /// The same error, prefixed with the file it is about.
+    pub fn in_file(mut self, path: &Path) -> Self {
+        self.message = format!("{}: {}", path.display(), self.message);
+        self
+    }
+}
+
+impl fmt::Display for CliError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl From<IoError> for CliError {
+    fn from(e: IoError) -> Self {
+        let code = match e.blame {
+            Blame::Input => 2,
+            Blame::Output => 1,
+        };
+        CliError {
+            code,
+            message: e.to_string(),
+        }
+    }
+}
+
+impl From<kmeans_knn::Error> for CliError {
+    fn from(e: kmeans_knn::Error) -> Self {
+        use kmeans_knn::Error::*;
+        let code = match e {
+            EmptyData
+            | ZeroDimension
+            | ShapeMismatch { .. }
+            | NonFinite { .. }
+            | DimensionMismatch { .. }
+            | InvalidParameter { .. } => 2,
+            _ => 1,
+        };
+        CliError {
+            code,
+            message: e.to_string(),
+        }
+    }
+}
+
+/// Result of a library call about input file `path`: errors name the file.
+pub fn about<T>(path: &Path, r: kmeans_knn::Result<T>) -> Result<T, CliError> {
+    r.map_err(|e| CliError::from(e).in_file(path))
+}
+
+/// Options of commands that read CSV.
+#[derive(Args, Debug, Clone, Copy, Default)]
+pub struct CsvOpts {
+    /// Field delimiter of CSV inputs: one character, or 'tab' [default: ',' (tab for .tsv)].
+    #[arg(long, value_name = "CHAR", value_parser = parse_delimiter)]
+    pub delimiter: Option<u8>,
+    /// Treat the first row of CSV inputs as a header (default: detected — a first row with no
+    /// numbers is a header).
+    #[arg(long, conflicts_with = "no_header")]
+    pub header: bool,
+    /// Treat the first row of CSV inputs as data.
+    #[arg(long)]
+    pub no_header: bool,
+}
+
+impl CsvOpts {
+    /// The library's read options.
+    pub fn read(&self) -> ReadOptions {
+        ReadOptions {
+            delimiter: self.delimiter,
+            header: if self.header {
+                Some(true)
+            } else if self.no_header {
+                Some(false)
+            } else {
+                None
+            },
+        }
+    }
+}
+
+fn parse_delimiter(s: &str) -> Result<u8, String> {
+    match s {
+        "tab" | "\\t" | "\t" => Ok(b'\t'),
+        "space" => Ok(b' '),
+        _ if s.len() == 1 && s.is_ascii() => Ok(s.as_bytes()[0]),
+        _ => Err(format!(
+            "'{s}' is not one ASCII character (or 'tab', 'space')"
+        )),
+    }
+}
+
+/// The k-means options shared by `kmeans`, `segment` and `patches`.
+#[derive(Args, Debug, Clone)]
+pub struct FitOpts {
+    /// Number of clusters.
+    #[arg(short = 'k', long = "k", value_name = "K")]
+    pub k: usize,
+    /// Initialisation: kmeans++, random (k distinct points) or random-labels.
+    #[arg(long, value_name = "METHOD", default_value = "kmeans++")]
+    pub init: Init,
+    /// Seed of every random choice; the same seed gives the same result on CPU and GPU.
+    #[arg(long, value_name = "S", default_value_t = 0)]
+    pub seed: u64,
+    /// Most Lloyd iterations per run.
+    #[arg(long, value_name = "N", default_value_t = 300)]
+    pub max_iter: usize,
+    /// Stop when the squared centroid shift is at most T × the mean feature variance.
+    #[arg(long, value_name = "T", default_value_t = 1e-4)]
+    pub tol: f64,
+    /// Runs from different initialisations; the lowest inertia wins.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub n_init: usize,
+    /// Where to compute: auto (GPU when there is one, else CPU), cpu, gpu, gpu:N.
+    #[arg(long, value_name = "DEVICE", default_value = "auto")]
+    pub device: Device,
+}
+
+impl FitOpts {
+    /// The library's parameters.
+    pub fn params(&self, metric: Metric) -> KMeansParams {
+        KMeans::params(self.k)
+            .init(self.init.clone())
+            .seed(self.seed)
+            .max_iter(self.max_iter)
+            .tol(self.tol)
+            .n_init(self.n_init)
+            .metric(metric)
+            .device(self.device)
+    }
+}
+
+/// What the user asked about the terminal.
+#[derive(Clone, Copy, Debug)]
+pub struct Ui {
+    /// `--quiet`.
+    pub quiet: bool,
+}
+
+impl Ui {
+    /// Whether progress bars are drawn: not quiet and stderr is a terminal.
+    pub fn bars(&self) -> bool {
+        !self.quiet && std::io::stderr().is_terminal()
+    }
+
+    /// A bar over k-means iterations (hidden when not drawn).
+    pub fn iterations_bar(&self, params: &FitOpts) -> ProgressBar {
+        if !self.bars() {
+            return ProgressBar::hidden();
+        }
+        let bar = ProgressBar::with_draw_target(
+            Some(params.max_iter as u64),
+            ProgressDrawTarget::stderr(),
+        );
+        bar.set_style(
+            ProgressStyle::with_template(
+                "{prefix} [{bar:30}] iteration {pos}/{len} {msg} ({elapsed})",
+            )
+            .expect("template")
+            .progress_chars("=> "),
+        );
+        bar.set_prefix("k-means");
+        bar
+    }
+
+    /// A spinner for work without steps.
+    #[allow(dead_code)]
+    pub fn spinner(&self, message: &str) -> ProgressBar {
+        if !self.bars() {
+            return ProgressBar::hidden();
+        }
+        let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
+        bar.set_style(
+            ProgressStyle::with_template("{spinner} {msg} ({elapsed})").expect("template"),
+        );
+        bar.set_message(message.to_string());
+        bar.enable_steady_tick(Duration::from_millis(100));
+        bar
+    }
+
+    /// A bar over `len` items.
+    #[allow(dead_code)]
+    pub fn counter(&self, message: &str, len: u64) -> ProgressBar {
+        if !self.bars() {
+            return ProgressBar::hidden();
+        }
+        let bar = ProgressBar::with_draw_target(Some(len), ProgressDrawTarget::stderr());
+        bar.set_style(
+            ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len} ({elapsed}, eta {eta})")
+                .expect("template")
+                .progress_chars("=> "),
+        );
+        bar.set_message(message.to_string());
+        bar
+    }
+
+    /// Prints a line on stderr unless quiet.
+    pub fn note(&self, text: &str) {
+        if !self.quiet {
+            eprintln!("{text}");
+        }
+    }
+}
+
+/// Fits k-means with a progress bar over iterations.
+pub fn fit_with_progress<'a>(
+    ui: Ui,
+    opts: &FitOpts,
+    metric: Metric,
+    data: impl Into<kmeans_knn::MatrixView<'a>>,
+) -> kmeans_knn::Result<kmeans_knn::KMeansModel> {
+    let bar = ui.iterations_bar(opts);
+    let n_init = opts.n_init;
+    let b = bar.clone();
+    let params = opts.params(metric).on_iteration(move |it| {
+        b.set_position(it.iteration as u64);
+        let run = if n_init > 1 {
+            format!("run {}/{n_init}, ", it.run + 1)
+        } else {
+            String::new()
+        };
+        b.set_message(format!(
+            "({run}inertia {:.6e}, {} changed)",
+            it.inertia, it.changed
+        ));
+    });
+    let result = params.fit(data);
+    bar.finish_and_clear();
+    result
+}
+
+/// Writes `text` to stdout; a closed pipe (`| head`) is not an error.
+pub fn print_stdout(text: &str) -> Result<(), CliError> {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        Err(e) => Err(CliError::failure(format!("cannot write to stdout: {e}"))),
+    }
+}
+
+/// Prints one JSON object on stdout.
+pub fn print_json(value: &serde_json::Value) -> Result<(), CliError> {
+    print_stdout(&format!("{value}\n"))
+}
+
+/// "a.csv, b.npy" for a summary line.
+pub fn list_paths(paths: &[&Path]) -> String {
+    paths
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Cluster sizes for a summary: the largest first, at most `max` shown.
+pub fn sizes_line(sizes: &[u32], max: usize) -> String {
+    let order = kmeans_knn::image_ops::order_by_size(sizes);
+    let mut parts: Vec<String> = order
+        .iter()
+        .take(max)
+        .map(|&c| format!("#{c}: {}", sizes[c]))
+        .collect();
+    if order.len() > max {
+        parts.push(format!("… {} more", order.len() - max));
+    }
+    parts.join(", ")
+}
+
+/// Formats seconds for people.
+pub fn seconds(s: f64) -> String {
+    if s < 1.0 {
+        format!("{:.1} ms", s * 1e3)
+    } else {
+        format!("{s:.2} s")
+    }
+}
+
+/// Checks, before any work, that every output can be created: its directory exists and it is
+/// not a directory itself.
+pub fn check_outputs<'p>(paths: impl IntoIterator<Item = &'p Path>) -> Result<(), CliError> {
+    for p in paths {
+        let dir = match p.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => Path::new("."),
+        };
+        if !dir.is_dir() {
+            return Err(CliError::usage(format!(
+                "{}: cannot write it: the directory {} does not exist",
+                p.display(),
+                dir.display()
+            )));
+        }
+        if p.is_dir() {
+            return Err(CliError::usage(format!(
+                "{}: cannot write it: it is a directory",
+                p.display()
+            )));
+        }
+    }
+    Ok(())
+}

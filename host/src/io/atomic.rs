@@ -1,0 +1,315 @@
+//! Outputs that appear whole or not at all: written to a temporary file beside the target and
+//! renamed into place once every output of a run is complete.
+
+use super::npy::{Element, NpyWriter};
+use super::{Format, IoError, Result, describe_io};
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// A file being written under a temporary name in its target's directory; removed on drop
+/// unless [`AtomicFile::commit`] renamed it to the target.
+pub struct AtomicFile {
+    target: PathBuf,
+    temp: PathBuf,
+    file: Option<BufWriter<File>>,
+}
+
+impl AtomicFile {
+    /// Starts writing `target` (through a temporary file in the same directory).
+    pub fn create(target: &Path) -> Result<AtomicFile> {
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        let name = target
+            .file_name()
+            .ok_or_else(|| IoError::output(target, "the output path has no file name"))?
+            .to_string_lossy()
+            .into_owned();
+        let dir = match target.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        if !dir.is_dir() {
+            return Err(IoError::output(
+                target,
+                format!(
+                    "cannot write it: the directory {} does not exist",
+                    dir.display()
+                ),
+            ));
+        }
+        if target.is_dir() {
+            return Err(IoError::output(
+                target,
+                "cannot write it: it is a directory",
+            ));
+        }
+        let temp = dir.join(format!(
+            ".{name}.{}.{}.tmp",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::Relaxed)
+        ));
+        let file = File::create_new(&temp).map_err(|e| IoError::write(target, &e))?;
+        Ok(AtomicFile {
+            target: target.to_path_buf(),
+            temp,
+            file: Some(BufWriter::with_capacity(1 << 20, file)),
+        })
+    }
+
+    /// The path the file will have once committed.
+    pub fn target(&self) -> &Path {
+        &self.target
+    }
+
+    /// The open writer.
+    pub fn writer(&mut self) -> &mut BufWriter<File> {
+        self.file.as_mut().expect("the file is open until commit")
+    }
+
+    /// Maps an error of writing this file.
+    pub fn err(&self, e: &std::io::Error) -> IoError {
+        IoError::write(&self.target, e)
+    }
+
+    /// Flushes the data to disk without renaming.
+    pub fn finish(&mut self) -> Result<()> {
+        let target = self.target.clone();
+        let w = self.writer();
+        w.flush().map_err(|e| IoError::write(&target, &e))?;
+        w.get_ref()
+            .sync_data()
+            .map_err(|e| IoError::write(&target, &e))
+    }
+
+    /// Flushes and renames the file to its target.
+    pub fn commit(mut self) -> Result<()> {
+        self.finish()?;
+        drop(self.file.take());
+        std::fs::rename(&self.temp, &self.target).map_err(|e| {
+            IoError::output(
+                &self.target,
+                format!(
+                    "cannot move the finished file into place: {}",
+                    describe_io(&e)
+                ),
+            )
+        })?;
+        self.temp = PathBuf::new();
+        Ok(())
+    }
+}
+
+impl Write for AtomicFile {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.writer().write(buf)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.writer().flush()
+    }
+}
+
+impl Drop for AtomicFile {
+    fn drop(&mut self) {
+        drop(self.file.take());
+        if !self.temp.as_os_str().is_empty() {
+            let _ = std::fs::remove_file(&self.temp);
+        }
+    }
+}
+
+/// The outputs of one run: all written first, then renamed into place together.
+#[derive(Default)]
+pub struct Outputs {
+    files: Vec<AtomicFile>,
+}
+
+impl Outputs {
+    /// No outputs yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a finished file.
+    pub fn push(&mut self, mut file: AtomicFile) -> Result<()> {
+        file.finish()?;
+        self.files.push(file);
+        Ok(())
+    }
+
+    /// Writes a `rows × cols` matrix to `path` (NPY or CSV by extension; JSON as an array of
+    /// rows).
+    pub fn matrix<T: Element>(
+        &mut self,
+        path: &Path,
+        rows: usize,
+        cols: usize,
+        data: &[T],
+        header: Option<&[String]>,
+    ) -> Result<()> {
+        assert_eq!(data.len(), rows * cols);
+        let mut w = MatrixWriter::create(path, rows, cols, T::DESCR, header)?;
+        if cols > 0 {
+            for row in data.chunks(cols) {
+                w.write_rows(row)?;
+            }
+        }
+        self.push(w.finish()?)
+    }
+
+    /// Writes one value per row to `path` (NPY 1-D or CSV with one column).
+    pub fn vector<T: Element>(&mut self, path: &Path, data: &[T]) -> Result<()> {
+        match Format::of(path) {
+            Format::Npy => {
+                let mut f = AtomicFile::create(path)?;
+                let mut w = NpyWriter::new(f.writer(), &[data.len()], T::DESCR)
+                    .map_err(|e| IoError::write(path, &e))?;
+                w.write_values(data).map_err(|e| IoError::write(path, &e))?;
+                self.push(f)
+            }
+            _ => self.matrix(path, data.len(), 1, data, None),
+        }
+    }
+
+    /// Writes lines of text (CSV rows already formatted) to `path`.
+    pub fn text(&mut self, path: &Path, text: &str) -> Result<()> {
+        let mut f = AtomicFile::create(path)?;
+        f.write_all(text.as_bytes()).map_err(|e| f.err(&e))?;
+        self.push(f)
+    }
+
+    /// Writes `value` as pretty JSON to `path`.
+    pub fn json<T: serde::Serialize>(&mut self, path: &Path, value: &T) -> Result<()> {
+        let mut text = serde_json::to_string_pretty(value)
+            .map_err(|e| IoError::output(path, format!("cannot encode JSON: {e}")))?;
+        text.push('\n');
+        self.text(path, &text)
+    }
+
+    /// Encodes `img` to `path` (PNG or JPEG by extension).
+    pub fn image(&mut self, path: &Path, img: &::image::RgbImage) -> Result<()> {
+        let format = super::image::output_format(path)?;
+        let mut f = AtomicFile::create(path)?;
+        img.write_to(f.writer(), format)
+            .map_err(|e| IoError::output(path, format!("cannot encode the image: {e}")))?;
+        self.push(f)
+    }
+
+    /// The paths that will be written, in order.
+    pub fn paths(&self) -> Vec<&Path> {
+        self.files.iter().map(|f| f.target()).collect()
+    }
+
+    /// Renames every file into place.
+    pub fn commit(self) -> Result<()> {
+        for f in self.files {
+            f.commit()?;
+        }
+        Ok(())
+    }
+}
+
+/// Writes a matrix row block by row block (NPY with its shape known up front, or CSV).
+pub struct MatrixWriter {
+    file: AtomicFile,
+    format: Format,
+    cols: usize,
+    rows_left: usize,
+    delimiter: u8,
+    json_first: bool,
+    line: String,
+}
+
+impl MatrixWriter {
+    /// Starts `path` for `rows × cols` values of NPY type `descr` (`<f4`, `<u4`, ...).
+    pub fn create(
+        path: &Path,
+        rows: usize,
+        cols: usize,
+        descr: &str,
+        header: Option<&[String]>,
+    ) -> Result<MatrixWriter> {
+        let mut file = AtomicFile::create(path)?;
+        let format = Format::of(path);
+        let delimiter = super::delimiter_for(path, None);
+        match format {
+            Format::Npy => {
+                NpyWriter::write_header(file.writer(), &[rows, cols], descr)
+                    .map_err(|e| IoError::write(path, &e))?;
+            }
+            Format::Json => file.write_all(b"[").map_err(|e| IoError::write(path, &e))?,
+            Format::Csv => {
+                if let Some(h) = header {
+                    let sep = (delimiter as char).to_string();
+                    writeln!(file, "{}", h.join(&sep)).map_err(|e| IoError::write(path, &e))?;
+                }
+            }
+        }
+        Ok(MatrixWriter {
+            file,
+            format,
+            cols,
+            rows_left: rows,
+            delimiter,
+            json_first: true,
+            line: String::new(),
+        })
+    }
+
+    /// Appends whole rows (`values.len()` a multiple of `cols`).
+    pub fn write_rows<T: Element>(&mut self, values: &[T]) -> Result<()> {
+        debug_assert!(self.cols > 0 && values.len().is_multiple_of(self.cols));
+        let rows = values.len() / self.cols;
+        assert!(rows <= self.rows_left, "more rows than announced");
+        self.rows_left -= rows;
+        let w = self.file.writer();
+        let res = match self.format {
+            Format::Npy => T::write_le(values, w),
+            Format::Csv | Format::Json => {
+                use std::fmt::Write as _;
+                let mut r = Ok(());
+                for row in values.chunks(self.cols) {
+                    self.line.clear();
+                    if self.format == Format::Json {
+                        self.line
+                            .push_str(if self.json_first { "\n  [" } else { ",\n  [" });
+                        self.json_first = false;
+                    }
+                    for (i, v) in row.iter().enumerate() {
+                        if i > 0 {
+                            if self.format == Format::Json {
+                                self.line.push_str(", ");
+                            } else {
+                                self.line.push(self.delimiter as char);
+                            }
+                        }
+                        let _ = write!(self.line, "{}", v.text());
+                    }
+                    if self.format == Format::Json {
+                        self.line.push(']');
+                    } else {
+                        self.line.push('\n');
+                    }
+                    r = w.write_all(self.line.as_bytes());
+                    if r.is_err() {
+                        break;
+                    }
+                }
+                r
+            }
+        };
+        res.map_err(|e| self.file.err(&e))
+    }
+
+    /// Completes the file (still under its temporary name).
+    pub fn finish(mut self) -> Result<AtomicFile> {
+        assert_eq!(self.rows_left, 0, "fewer rows than announced");
+        if self.format == Format::Json {
+            self.file
+                .write_all(b"\n]\n")
+                .map_err(|e| self.file.err(&e))?;
+        }
+        self.file.finish()?;
+        Ok(self.file)
+    }
+}

@@ -1,0 +1,294 @@
+//! CSV inputs: numeric matrices with an optional header, labelled rows, label columns. Every
+//! error names the file, line and column.
+
+use super::{IoError, LabelColumn, Labelled, ReadOptions, Result, Table, delimiter_for};
+use std::path::Path;
+
+fn open(path: &Path, opts: &ReadOptions) -> Result<::csv::Reader<std::fs::File>> {
+    let file = std::fs::File::open(path).map_err(|e| IoError::read(path, &e))?;
+    let meta = file.metadata().map_err(|e| IoError::read(path, &e))?;
+    if meta.is_dir() {
+        return Err(IoError::input(path, "cannot read it: it is a directory"));
+    }
+    if meta.len() == 0 {
+        return Err(IoError::input(path, "the file is empty"));
+    }
+    Ok(::csv::ReaderBuilder::new()
+        .has_headers(false)
+        .flexible(true)
+        .trim(::csv::Trim::All)
+        .delimiter(delimiter_for(path, opts.delimiter))
+        .from_reader(file))
+}
+
+fn csv_error(path: &Path, e: &::csv::Error) -> IoError {
+    let line = e.position().map(|p| p.line());
+    let message = match e.kind() {
+        ::csv::ErrorKind::Utf8 { err, .. } => {
+            format!("field {} is not valid UTF-8 text", err.field() + 1)
+        }
+        ::csv::ErrorKind::Io(io) => format!("cannot read it: {}", super::describe_io(io)),
+        _ => e.to_string(),
+    };
+    let err = IoError::input(path, message);
+    match line {
+        Some(l) => err.at(l, None),
+        None => err,
+    }
+}
+
+fn parse_number(s: &str) -> std::result::Result<f32, String> {
+    if s.is_empty() {
+        return Err("the field is empty, expected a number".into());
+    }
+    match s.parse::<f32>() {
+        Ok(v) if v.is_finite() => Ok(v),
+        Ok(_) => Err(format!("'{s}' is not a finite 32-bit number")),
+        Err(_) => {
+            let hint = [';', '\t', ' ', '|', ',']
+                .into_iter()
+                .find(|&c| s.contains(c) && s.split(c).all(|p| p.trim().parse::<f64>().is_ok()));
+            match hint {
+                Some(c) => Err(format!(
+                    "'{s}' is not a number (is the delimiter {}? use --delimiter)",
+                    match c {
+                        '\t' => "a tab".to_string(),
+                        ' ' => "a space".to_string(),
+                        c => format!("'{c}'"),
+                    }
+                )),
+                None => Err(format!("'{s}' is not a number")),
+            }
+        }
+    }
+}
+
+fn is_number(s: &str) -> bool {
+    s.parse::<f64>().is_ok()
+}
+
+/// Reads a numeric CSV matrix.
+pub fn read_matrix(path: &Path, opts: &ReadOptions) -> Result<Table> {
+    read_impl(path, opts, None).map(|l| l.features)
+}
+
+/// Reads a CSV whose column `label` holds labels (any text) and the rest numbers.
+pub fn read_labelled(path: &Path, opts: &ReadOptions, label: LabelColumn) -> Result<Labelled> {
+    read_impl(path, opts, Some(label))
+}
+
+fn read_impl(path: &Path, opts: &ReadOptions, label: Option<LabelColumn>) -> Result<Labelled> {
+    let mut rdr = open(path, opts)?;
+    let mut record = ::csv::StringRecord::new();
+    let mut cols = 0usize;
+    let mut first_line = 0u64;
+    let mut label_idx: Option<usize> = None;
+    let mut header: Option<Vec<String>> = None;
+    let mut data = Vec::new();
+    let mut labels = Vec::new();
+    let mut rows = 0usize;
+    let mut first = true;
+    loop {
+        match rdr.read_record(&mut record) {
+            Ok(true) => {}
+            Ok(false) => break,
+            Err(e) => return Err(csv_error(path, &e)),
+        }
+        let line = record.position().map_or(0, |p| p.line());
+        if first {
+            first = false;
+            cols = record.len();
+            first_line = line;
+            if let Some(l) = label {
+                let idx = l
+                    .resolve(cols)
+                    .map_err(|m| IoError::input(path, m).at(line, None))?;
+                if cols < 2 {
+                    return Err(IoError::input(
+                        path,
+                        "a labelled file needs at least two columns (features and a label)",
+                    )
+                    .at(line, None));
+                }
+                label_idx = Some(idx);
+            }
+            let is_header = opts.header.unwrap_or_else(|| {
+                record
+                    .iter()
+                    .enumerate()
+                    .filter(|&(i, _)| Some(i) != label_idx)
+                    .all(|(_, f)| !f.is_empty() && !is_number(f))
+            });
+            if is_header {
+                let mut names: Vec<String> = record.iter().map(str::to_string).collect();
+                if let Some(i) = label_idx {
+                    names.remove(i);
+                }
+                header = Some(names);
+                continue;
+            }
+        }
+        if record.len() != cols {
+            return Err(IoError::input(
+                path,
+                format!(
+                    "the row has {} field{}, expected {cols} as on line {first_line}",
+                    record.len(),
+                    if record.len() == 1 { "" } else { "s" }
+                ),
+            )
+            .at(line, Some(record.len().min(cols) + 1)));
+        }
+        for (i, field) in record.iter().enumerate() {
+            if Some(i) == label_idx {
+                if field.is_empty() {
+                    return Err(IoError::input(path, "the label is empty").at(line, Some(i + 1)));
+                }
+                labels.push(field.to_string());
+            } else {
+                let v = parse_number(field)
+                    .map_err(|m| IoError::input(path, m).at(line, Some(i + 1)))?;
+                data.push(v);
+            }
+        }
+        rows += 1;
+    }
+    if rows == 0 {
+        return Err(IoError::input(
+            path,
+            if header.is_some() {
+                "the file has a header but no data rows"
+            } else {
+                "the file is empty"
+            },
+        ));
+    }
+    let feature_cols = cols - usize::from(label_idx.is_some());
+    Ok(Labelled {
+        features: Table {
+            data,
+            rows,
+            cols: feature_cols,
+            header,
+        },
+        labels,
+    })
+}
+
+/// Reads one label per row. A first row is dropped as a header when `opts.header` says so, or
+/// (detected) when it is not a number and every other row is.
+pub fn read_labels(path: &Path, opts: &ReadOptions) -> Result<Vec<String>> {
+    let mut rdr = open(path, opts)?;
+    let mut record = ::csv::StringRecord::new();
+    let mut labels = Vec::new();
+    loop {
+        match rdr.read_record(&mut record) {
+            Ok(true) => {}
+            Ok(false) => break,
+            Err(e) => return Err(csv_error(path, &e)),
+        }
+        let line = record.position().map_or(0, |p| p.line());
+        if record.len() != 1 {
+            return Err(IoError::input(
+                path,
+                format!(
+                    "a label file has one column, this row has {} fields",
+                    record.len()
+                ),
+            )
+            .at(line, Some(2)));
+        }
+        if record[0].is_empty() {
+            return Err(IoError::input(path, "the label is empty").at(line, Some(1)));
+        }
+        labels.push(record[0].to_string());
+    }
+    let drop_first = opts.header.unwrap_or_else(|| {
+        labels.len() > 1 && !is_number(&labels[0]) && labels[1..].iter().all(|l| is_number(l))
+    });
+    if drop_first && !labels.is_empty() {
+        labels.remove(0);
+    }
+    if labels.is_empty() {
+        return Err(IoError::input(path, "the file has no labels"));
+    }
+    Ok(labels)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(name: &str, text: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("kmk-csv-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join(name);
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+
+    #[test]
+    fn reads_with_and_without_header() {
+        let o = ReadOptions::default();
+        let t = read_matrix(&file("a.csv", "x,y\n1,2\n3,4.5\n"), &o).unwrap();
+        assert_eq!((t.rows, t.cols), (2, 2));
+        assert_eq!(t.data, vec![1.0, 2.0, 3.0, 4.5]);
+        assert_eq!(t.header, Some(vec!["x".into(), "y".into()]));
+        let t = read_matrix(&file("b.csv", "1, 2\n3 ,4\n"), &o).unwrap();
+        assert_eq!(t.header, None);
+        assert_eq!(t.data, vec![1.0, 2.0, 3.0, 4.0]);
+        let t = read_matrix(&file("c.tsv", "1\t2\n3\t4\n"), &o).unwrap();
+        assert_eq!(t.cols, 2);
+    }
+
+    #[test]
+    fn errors_name_line_and_column() {
+        let o = ReadOptions::default();
+        let e = read_matrix(&file("r.csv", "1,2\n3,4\n5\n"), &o).unwrap_err();
+        assert_eq!((e.line, e.column), (Some(3), Some(2)));
+        assert!(e.to_string().contains("r.csv, line 3"), "{e}");
+        let e = read_matrix(&file("n.csv", "a,b\n1,2\n3,x\n"), &o).unwrap_err();
+        assert_eq!((e.line, e.column), (Some(3), Some(2)));
+        assert!(e.to_string().contains("'x' is not a number"), "{e}");
+        let e = read_matrix(&file("e.csv", ""), &o).unwrap_err();
+        assert!(e.to_string().contains("empty"), "{e}");
+        let e = read_matrix(&file("h.csv", "a,b\n"), &o).unwrap_err();
+        assert!(e.to_string().contains("no data rows"), "{e}");
+        let e = read_matrix(&file("s.csv", "1;2\n3;4\n"), &o).unwrap_err();
+        assert!(e.to_string().contains("--delimiter"), "{e}");
+        let e = read_matrix(&file("f.csv", "1,nan\n"), &o).unwrap_err();
+        assert!(e.to_string().contains("finite"), "{e}");
+    }
+
+    #[test]
+    fn labelled_rows_keep_text_labels() {
+        let o = ReadOptions::default();
+        let l = read_labelled(
+            &file("l.csv", "f1,f2,kind\n1,2,normal.\n3,4,smurf.\n"),
+            &o,
+            LabelColumn::Last,
+        )
+        .unwrap();
+        assert_eq!(l.labels, vec!["normal.", "smurf."]);
+        assert_eq!(l.features.data, vec![1.0, 2.0, 3.0, 4.0]);
+        let l = read_labelled(&file("m.csv", "a,1,2\nb,3,4\n"), &o, LabelColumn::First).unwrap();
+        assert_eq!(l.labels, vec!["a", "b"]);
+        assert_eq!(l.features.header, None);
+        let l = read_labelled(&file("k.csv", "1,7,2\n3,8,4\n"), &o, LabelColumn::Index(2)).unwrap();
+        assert_eq!(l.labels, vec!["7", "8"]);
+        assert_eq!(l.features.data, vec![1.0, 2.0, 3.0, 4.0]);
+    }
+
+    #[test]
+    fn label_files_drop_a_header() {
+        let o = ReadOptions::default();
+        assert_eq!(
+            read_labels(&file("t.csv", "label\n1\n2\n"), &o).unwrap(),
+            vec!["1", "2"]
+        );
+        assert_eq!(
+            read_labels(&file("u.csv", "normal.\nsmurf.\n"), &o).unwrap(),
+            vec!["normal.", "smurf."]
+        );
+    }
+}

@@ -1,0 +1,781 @@
+//! End-to-end tests of the `kmeans-knn` binary: every subcommand on small files, every error case
+//! (exit code, a message naming the problem, no output left behind), image sizes and colours.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const BIN: &str = env!("CARGO_BIN_EXE_kmeans-knn");
+
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+fn run_in(dir: &Path, args: &[&str]) -> Run {
+    let out: Output = Command::new(BIN)
+        .args(args)
+        .current_dir(dir)
+        .env("RAYON_NUM_THREADS", "2")
+        .output()
+        .expect("the binary runs");
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+#[track_caller]
+fn ok(dir: &Path, args: &[&str]) -> Run {
+    let r = run_in(dir, args);
+    assert_eq!(
+        r.code, 0,
+        "{args:?} failed:\nstdout: {}\nstderr: {}",
+        r.stdout, r.stderr
+    );
+    r
+}
+
+/// Runs a failing command: the exit code, the message on stderr containing every `needles`
+/// (case-insensitive), one line of error, and no new file in `dir`.
+#[track_caller]
+fn fails(dir: &Path, args: &[&str], code: i32, needles: &[&str]) -> Run {
+    let before = listing(dir);
+    let r = run_in(dir, args);
+    assert_eq!(
+        r.code, code,
+        "{args:?}: expected exit {code}\nstdout: {}\nstderr: {}",
+        r.stdout, r.stderr
+    );
+    let err = r.stderr.to_lowercase();
+    for n in needles {
+        assert!(
+            err.contains(&n.to_lowercase()),
+            "{args:?}: stderr lacks {n:?}: {}",
+            r.stderr
+        );
+    }
+    assert_eq!(listing(dir), before, "{args:?} left files behind");
+    r
+}
+
+fn listing(dir: &Path) -> BTreeSet<String> {
+    walk(dir)
+        .into_iter()
+        .map(|p| p.strip_prefix(dir).unwrap().display().to_string())
+        .collect()
+}
+
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = vec![];
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        }
+        out.push(p);
+    }
+    out
+}
+
+fn write(dir: &Path, name: &str, text: &str) {
+    std::fs::write(dir.join(name), text).unwrap();
+}
+
+fn json(r: &Run) -> serde_json::Value {
+    let lines: Vec<&str> = r.stdout.lines().collect();
+    assert_eq!(lines.len(), 1, "one JSON line expected: {}", r.stdout);
+    serde_json::from_str(lines[0]).unwrap()
+}
+
+/// Two well separated groups of points in 2-D, with a header.
+fn two_groups(n_each: usize) -> String {
+    let mut s = String::from("x,y\n");
+    for i in 0..n_each {
+        let t = i as f32 * 0.01;
+        s += &format!("{},{}\n", t, 0.5 - t);
+        s += &format!("{},{}\n", 10.0 + t, 10.0 - t);
+    }
+    s
+}
+
+/// An NPY file: version 1.0 header, then `body`.
+fn npy(descr: &str, shape: &str, body: &[u8]) -> Vec<u8> {
+    let mut dict = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, }}");
+    while (10 + dict.len() + 1) % 64 != 0 {
+        dict.push(' ');
+    }
+    dict.push('\n');
+    let mut v = b"\x93NUMPY\x01\x00".to_vec();
+    v.extend_from_slice(&(dict.len() as u16).to_le_bytes());
+    v.extend_from_slice(dict.as_bytes());
+    v.extend_from_slice(body);
+    v
+}
+
+fn f64_bytes(v: &[f64]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+/// Parses our own NPY output: (descr, shape, body).
+fn read_npy(path: &Path) -> (String, Vec<usize>, Vec<u8>) {
+    let b = std::fs::read(path).unwrap();
+    assert_eq!(&b[..6], b"\x93NUMPY");
+    let len = u16::from_le_bytes([b[8], b[9]]) as usize;
+    assert_eq!((10 + len) % 64, 0);
+    let h = std::str::from_utf8(&b[10..10 + len]).unwrap();
+    let descr = h.split('\'').nth(3).unwrap().to_string();
+    let shape = h[h.find('(').unwrap() + 1..h.find(')').unwrap()]
+        .split(',')
+        .filter(|s| !s.trim().is_empty())
+        .map(|s| s.trim().parse().unwrap())
+        .collect();
+    (descr, shape, b[10 + len..].to_vec())
+}
+
+fn colours(img: &image::RgbImage) -> usize {
+    img.pixels().map(|p| p.0).collect::<BTreeSet<_>>().len()
+}
+
+/// A `w × h` image of four flat quadrants.
+fn quadrants(w: u32, h: u32) -> image::RgbImage {
+    image::RgbImage::from_fn(w, h, |x, y| match (x < w / 2, y < h / 2) {
+        (true, true) => image::Rgb([230, 20, 20]),
+        (false, true) => image::Rgb([20, 200, 30]),
+        (true, false) => image::Rgb([10, 10, 220]),
+        (false, false) => image::Rgb([240, 240, 240]),
+    })
+}
+
+// ---------------------------------------------------------------- kmeans / predict
+
+#[test]
+fn kmeans_writes_labels_centroids_model_and_json() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path();
+    write(d, "pts.csv", &two_groups(20));
+    let r = ok(
+        d,
+        &[
+            "kmeans",
+            "pts.csv",
+            "--k",
+            "2",
+            "--seed",
+            "3",
+            "--labels-out",
+            "labels.csv",
+            "--centroids-out",
+            "centroids.npy",
+            "--save-model",
+            "model.json",
+            "--json",
+        ],
+    );
+    let j = json(&r);
+    for key in [
+        "k",
+        "n",
+        "d",
+        "iterations",
+        "inertia",
+        "converged",
+        "device",
+        "seconds",
+    ] {
+        assert!(j.get(key).is_some(), "missing {key}: {j}");
+    }
+    assert_eq!(j["k"], 2);
+    assert_eq!(j["n"], 40);
+    assert_eq!(j["d"], 2);
+    assert_eq!(j["converged"], true);
+
+    let labels: Vec<u32> = std::fs::read_to_string(d.join("labels.csv"))
+        .unwrap()
+        .lines()
+        .map(|l| l.parse().unwrap())
+        .collect();
+    assert_eq!(labels.len(), 40);
+    assert!(labels.chunks(2).all(|p| p[0] != p[1]));
+    assert!(labels.iter().step_by(2).all(|&l| l == labels[0]));
+
+    let (descr, shape, body) = read_npy(&d.join("centroids.npy"));
+    assert_eq!((descr.as_str(), shape), ("<f4", vec![2, 2]));
+    assert_eq!(body.len(), 16);
+
+    let model: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(d.join("model.json")).unwrap()).unwrap();
+    assert_eq!(model["k"], 2);
+    assert_eq!(model["params"]["seed"], 3);
+    assert_eq!(model["centroids"].as_array().unwrap().len(), 4);
+
+    // Human summary: iterations, inertia, elapsed, device.
+    let r = ok(d, &["kmeans", "pts.csv", "--k", "2", "--metric", "l1"]);
+    for word in ["iterations", "inertia", "elapsed", "device", "l1"] {
+        assert!(r.stdout.contains(word), "{}", r.stdout);
+    }
+}
+
+#[test]
+fn kmeans_reads_npy_and_tsv_and_other_delimiters() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path();
+    let vals = [0.0, 0.0, 0.1, 0.1, 9.0, 9.0, 9.1, 9.0, 0.2, 0.0, 9.2, 9.1];
+    std::fs::write(d.join("m.npy"), npy("<f8", "(6, 2)", &f64_bytes(&vals))).unwrap();
+    let j = json(&ok(
+        d,
+        &["kmeans", "m.npy", "--k", "2", "--json", "--init", "random"],
+    ));
+    assert_eq!((j["n"].as_u64(), j["d"].as_u64()), (Some(6), Some(2)));
+
+    write(d, "m.tsv", "1\t2\n1.1\t2\n5\t6\n");
+    let j = json(&ok(d, &["kmeans", "m.tsv", "--k", "2", "--json"]));
+    assert_eq!(j["n"], 3);
+
+    write(d, "semi.csv", "a;b\n1;2\n1.1;2\n5;6\n");
+    let j = json(&ok(
+        d,
+        &[
+            "kmeans",
+            "semi.csv",
+            "--k",
+            "2",
+            "--delimiter",
+            ";",
+            "--json",
+        ],
+    ));
+    assert_eq!(j["n"], 3);
+    ok(
+        d,
+        &[
+            "kmeans",
+            "m.npy",
+            "--k",
+            "2",
+            "--labels-out",
+            "l.npy",
+            "--n-init",
+            "3",
+            "--init",
+            "random-labels",
+            "-q",
+        ],
+    );
+    let (descr, shape, body) = read_npy(&d.join("l.npy"));
+    assert_eq!((descr.as_str(), shape, body.len()), ("<u4", vec![6], 24));
+}
+
+#[test]
+fn predict_uses_the_saved_model() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path();
+    write(d, "pts.csv", &two_groups(10));
+    ok(
+        d,
+        &[
+            "kmeans",
+            "pts.csv",
+            "--k",
+            "2",
+            "--save-model",
+            "model.json",
+            "--labels-out",
+            "fit.csv",
+        ],
+    );
+    write(d, "new.csv", "0.05,0.4\n10.02,9.9\n0,0\n");
+    let r = ok(d, &["predict", "--model", "model.json", "new.csv"]);
+    let labels: Vec<&str> = r.stdout.lines().collect();
+    assert_eq!(labels.len(), 3);
+    assert_ne!(labels[0], labels[1]);
+    assert_eq!(labels[0], labels[2]);
+    let fit = std::fs::read_to_string(d.join("fit.csv")).unwrap();
+    assert_eq!(fit.lines().next().unwrap(), labels[0]);
+
+    ok(
+        d,
+        &[
+            "predict",
+            "--model",
+            "model.json",
+            "new.csv",
+            "--labels-out",
+            "l.npy",
+            "--transform",
+            "dist.csv",
+        ],
+    );
+    let dist = std::fs::read_to_string(d.join("dist.csv")).unwrap();
+    let rows: Vec<Vec<f32>> = dist
+        .lines()
+        .map(|l| l.split(',').map(|v| v.parse().unwrap()).collect())
+        .collect();
+    assert_eq!(rows.len(), 3);
+    assert!(rows.iter().all(|r| r.len() == 2));
+    assert!(rows[2].iter().any(|&v| v < 1.0) && rows[2].iter().any(|&v| v > 10.0));
+    assert_eq!(read_npy(&d.join("l.npy")).1, vec![3]);
+
+    // Wrong width, broken model.
+    write(d, "wide.csv", "1,2,3\n");
+    fails(
+        d,
+        &[
+            "predict",
+            "--model",
+            "model.json",
+            "wide.csv",
+            "--labels-out",
+            "x.csv",
+        ],
+        2,
+        &["wide.csv", "3 columns"],
+    );
+    write(d, "bad.json", "{\"k\": 2}");
+    fails(
+        d,
+        &[
+            "predict",
+            "--model",
+            "bad.json",
+            "new.csv",
+            "--labels-out",
+            "x.csv",
+        ],
+        2,
+        &["bad.json", "not a kmeans-knn model"],
+    );
+}
+
+// ---------------------------------------------------------------- images
+
+#[test]
+fn segment_recolours_with_k_colours_and_writes_a_palette() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path();
+    quadrants(40, 30).save(d.join("q.png")).unwrap();
+    let r = ok(
+        d,
+        &[
+            "segment",
+            "q.png",
+            "--k",
+            "4",
+            "-o",
+            "out.png",
+            "--palette-out",
+            "pal.png",
+            "--json",
+        ],
+    );
+    let j = json(&r);
+    assert_eq!(j["colours"], 4);
+    let out = image::open(d.join("out.png")).unwrap().to_rgb8();
+    assert_eq!(out.dimensions(), (40, 30));
+    assert_eq!(colours(&out), 4);
+    assert_eq!(out.get_pixel(0, 0).0, [230, 20, 20]);
+    let pal = image::open(d.join("pal.png")).unwrap().to_rgb8();
+    assert_eq!(pal.dimensions(), (4 * 32, 32));
+    assert_eq!(colours(&pal), 4);
+
+    // Fewer clusters than colours, Euclidean, JPEG input and output.
+    quadrants(40, 30).save(d.join("q.jpg")).unwrap();
+    ok(
+        d,
+        &[
+            "segment", "q.jpg", "--k", "2", "--metric", "l2", "-o", "two.png",
+        ],
+    );
+    let two = image::open(d.join("two.png")).unwrap().to_rgb8();
+    assert_eq!((two.dimensions(), colours(&two)), ((40, 30), 2));
+}
+
+#[test]
+fn segment_handles_k_255() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path();
+    let img = image::RgbImage::from_fn(48, 32, |x, y| {
+        image::Rgb([(x * 5) as u8, (y * 7) as u8, ((x * y) % 256) as u8])
+    });
+    img.save(d.join("g.png")).unwrap();
+    ok(
+        d,
+        &[
+            "segment",
+            "g.png",
+            "--k",
+            "255",
+            "-o",
+            "o.png",
+            "--max-iter",
+            "20",
+            "-q",
+        ],
+    );
+    let out = image::open(d.join("o.png")).unwrap().to_rgb8();
+    assert_eq!(out.dimensions(), (48, 32));
+    let c = colours(&out);
+    assert!((200..=255).contains(&c), "{c} colours");
+}
+
+#[test]
+fn patches_writes_a_grid_ordered_by_size_and_the_sizes() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path();
+    quadrants(20, 16).save(d.join("q.png")).unwrap();
+    let r = ok(
+        d,
+        &[
+            "patches",
+            "q.png",
+            "--patch",
+            "5",
+            "--stride",
+            "1",
+            "--k",
+            "6",
+            "-o",
+            "grid.png",
+            "--sizes-out",
+            "sizes.csv",
+            "--zoom",
+            "4",
+            "--json",
+        ],
+    );
+    let j = json(&r);
+    assert_eq!(j["n"], 16 * 12);
+    assert_eq!(j["d"], 75);
+    // 6 patches: 3 columns × 2 rows of 20-pixel cells with 2-pixel gaps.
+    let grid = image::open(d.join("grid.png")).unwrap().to_rgb8();
+    assert_eq!(grid.dimensions(), (3 * 22 + 2, 2 * 22 + 2));
+    let sizes = std::fs::read_to_string(d.join("sizes.csv")).unwrap();
+    let lines: Vec<&str> = sizes.lines().collect();
+    assert_eq!(lines[0], "rank,cluster,size");
+    assert_eq!(lines.len(), 7);
+    let s: Vec<u32> = lines[1..]
+        .iter()
+        .map(|l| l.rsplit(',').next().unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(s.iter().sum::<u32>(), 192);
+    assert!(s.windows(2).all(|w| w[0] >= w[1]), "{s:?}");
+    // The top-left cell holds the largest cluster's centroid patch.
+    assert!(colours(&grid) > 1);
+
+    // Stride 2, grey input, default zoom.
+    let grey = image::GrayImage::from_fn(12, 12, |x, _| image::Luma([(x * 20) as u8]));
+    grey.save(d.join("g.png")).unwrap();
+    let j = json(&ok(
+        d,
+        &[
+            "patches", "g.png", "--patch", "4", "--stride", "2", "--k", "4", "-o", "gg.png",
+            "--json",
+        ],
+    ));
+    assert_eq!((j["n"].as_u64(), j["d"].as_u64()), (Some(25), Some(16)));
+    let gg = image::open(d.join("gg.png")).unwrap().to_rgb8();
+    assert_eq!(gg.dimensions(), (2 * 42 + 2, 2 * 42 + 2));
+}
+
+// ---------------------------------------------------------------- info / demo / help
+
+#[test]
+fn info_names_backend_ptx_and_threads() {
+    let t = tempfile::tempdir().unwrap();
+    let r = ok(t.path(), &["info"]);
+    for word in ["backend", "PTX target", "sm_", "CPU threads"] {
+        assert!(r.stdout.contains(word), "{}", r.stdout);
+    }
+    let j = json(&ok(t.path(), &["info", "--json"]));
+    assert!(j["cpu_threads"].as_u64().unwrap() >= 1);
+}
+
+#[test]
+fn demo_writes_its_folder() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path();
+    let r = ok(d, &["demo", "-o", "out", "--device", "cpu", "-q"]);
+    assert!(r.stdout.contains("Try next"), "{}", r.stdout);
+    for f in [
+        "blobs.csv",
+        "blobs_labels.csv",
+        "blobs_centroids.csv",
+        "blobs_model.json",
+        "chelsea.png",
+        "chelsea_segmented.png",
+        "chelsea_palette.png",
+        "chelsea_patches.png",
+        "chelsea_patch_sizes.csv",
+    ] {
+        assert!(d.join("out").join(f).is_file(), "{f} missing");
+    }
+    let seg = image::open(d.join("out/chelsea_segmented.png"))
+        .unwrap()
+        .to_rgb8();
+    assert_eq!(seg.dimensions(), (451, 300));
+    assert!(colours(&seg) <= 8);
+    // The demo's files feed the other commands.
+    ok(
+        d,
+        &[
+            "predict",
+            "--model",
+            "out/blobs_model.json",
+            "out/blobs.csv",
+            "--labels-out",
+            "p.csv",
+        ],
+    );
+}
+
+#[test]
+fn help_has_examples_for_every_subcommand() {
+    let t = tempfile::tempdir().unwrap();
+    let r = ok(t.path(), &["--help"]);
+    assert!(r.stdout.contains("Examples:"));
+    for sub in [
+        "kmeans",
+        "predict",
+        "knn",
+        "classify",
+        "distances",
+        "segment",
+        "patches",
+        "info",
+        "demo",
+    ] {
+        let r = ok(t.path(), &[sub, "--help"]);
+        assert!(r.stdout.contains("Examples:"), "{sub}: {}", r.stdout);
+        assert!(r.stdout.contains(&format!("kmeans-knn {sub}")), "{sub}");
+    }
+}
+
+// ---------------------------------------------------------------- errors
+
+#[test]
+fn bad_text_input_names_file_line_and_column() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path();
+    write(d, "ragged.csv", "x,y\n1,2\n3,4\n5\n");
+    fails(
+        d,
+        &["kmeans", "ragged.csv", "--k", "2", "--labels-out", "l.csv"],
+        2,
+        &["ragged.csv", "line 4", "column 2", "1 field"],
+    );
+    write(d, "text.csv", "1,2\n3,abc\n");
+    fails(
+        d,
+        &["kmeans", "text.csv", "--k", "1", "--labels-out", "l.csv"],
+        2,
+        &["text.csv", "line 2", "column 2", "'abc' is not a number"],
+    );
+    write(d, "empty.csv", "");
+    fails(
+        d,
+        &["kmeans", "empty.csv", "--k", "1", "--labels-out", "l.csv"],
+        2,
+        &["empty.csv", "empty"],
+    );
+    write(d, "header.csv", "a,b\n");
+    fails(
+        d,
+        &["kmeans", "header.csv", "--k", "1"],
+        2,
+        &["header.csv", "no data rows"],
+    );
+    fails(
+        d,
+        &["kmeans", "missing.csv", "--k", "1"],
+        2,
+        &["missing.csv", "no such file"],
+    );
+    let r = fails(d, &["kmeans", "text.csv", "--k", "2"], 2, &["text.csv"]);
+    assert_eq!(r.stderr.lines().count(), 1, "{}", r.stderr);
+}
+
+#[test]
+fn bad_npy_input_is_named() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path();
+    let body: Vec<u8> = (0..6i32).flat_map(|v| v.to_le_bytes()).collect();
+    std::fs::write(d.join("ints.npy"), npy("<i4", "(3, 2)", &body)).unwrap();
+    fails(
+        d,
+        &["kmeans", "ints.npy", "--k", "1", "--labels-out", "l.npy"],
+        2,
+        &["ints.npy", "dtype", "int32"],
+    );
+    std::fs::write(d.join("vec.npy"), npy("<f8", "(6,)", &f64_bytes(&[0.0; 6]))).unwrap();
+    fails(
+        d,
+        &["kmeans", "vec.npy", "--k", "1", "--labels-out", "l.npy"],
+        2,
+        &["vec.npy", "1 dimension", "expected 2"],
+    );
+    std::fs::write(
+        d.join("short.npy"),
+        npy("<f8", "(4, 2)", &f64_bytes(&[0.0; 6])),
+    )
+    .unwrap();
+    fails(
+        d,
+        &["kmeans", "short.npy", "--k", "1"],
+        2,
+        &["short.npy", "truncated"],
+    );
+    std::fs::write(d.join("fake.npy"), "1,2\n3,4\n").unwrap();
+    fails(
+        d,
+        &["kmeans", "fake.npy", "--k", "1"],
+        2,
+        &["fake.npy", "not an NPY file"],
+    );
+}
+
+#[test]
+fn bad_images_and_image_outputs_are_named() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path();
+    write(d, "broken.png", "this is not a png");
+    fails(
+        d,
+        &["segment", "broken.png", "--k", "2", "-o", "o.png"],
+        2,
+        &["broken.png", "cannot read the image"],
+    );
+    fails(
+        d,
+        &["patches", "broken.png", "--k", "2", "-o", "o.png"],
+        2,
+        &["broken.png"],
+    );
+    quadrants(8, 8).save(d.join("q.png")).unwrap();
+    fails(
+        d,
+        &["segment", "q.png", "--k", "2", "-o", "o.bmp"],
+        2,
+        &["o.bmp", ".png"],
+    );
+    fails(
+        d,
+        &[
+            "patches", "q.png", "--patch", "9", "--k", "2", "-o", "o.png",
+        ],
+        2,
+        &["9×9 patch does not fit"],
+    );
+    fails(
+        d,
+        &["segment", "q.png", "--k", "65", "-o", "o.png"],
+        2,
+        &["q.png", "larger than the number of points"],
+    );
+}
+
+#[test]
+fn bad_usage_exits_2_and_writes_nothing() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path();
+    write(d, "pts.csv", &two_groups(5));
+    fails(d, &["kmeans", "pts.csv"], 2, &["--k"]);
+    fails(
+        d,
+        &["kmeans", "pts.csv", "--k", "2", "--init", "magic"],
+        2,
+        &["magic"],
+    );
+    fails(
+        d,
+        &["kmeans", "pts.csv", "--k", "2", "--metric", "cosine"],
+        2,
+        &["cosine"],
+    );
+    fails(
+        d,
+        &["kmeans", "pts.csv", "--k", "0"],
+        2,
+        &["k must be at least 1"],
+    );
+    fails(
+        d,
+        &["kmeans", "pts.csv", "--k", "11", "--labels-out", "l.csv"],
+        2,
+        &["pts.csv", "larger than the number of points"],
+    );
+    // An unwritable second output: neither output appears.
+    fails(
+        d,
+        &[
+            "kmeans",
+            "pts.csv",
+            "--k",
+            "2",
+            "--labels-out",
+            "l.csv",
+            "--centroids-out",
+            "no/such/dir/c.csv",
+        ],
+        2,
+        &["no/such/dir", "does not exist"],
+    );
+    fails(d, &["frobnicate"], 2, &["frobnicate"]);
+    fails(
+        d,
+        &["kmeans", "pts.csv", "--k", "2", "--device", "tpu"],
+        2,
+        &["tpu"],
+    );
+}
+
+#[test]
+fn an_unusable_gpu_is_a_failure_not_a_usage_error() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path();
+    write(d, "pts.csv", &two_groups(5));
+    let r = run_in(
+        d,
+        &[
+            "kmeans",
+            "pts.csv",
+            "--k",
+            "2",
+            "--device",
+            "gpu:63",
+            "--labels-out",
+            "l.csv",
+        ],
+    );
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(r.stderr.contains("GPU"), "{}", r.stderr);
+    assert!(!d.join("l.csv").exists());
+}
+
+#[test]
+fn outputs_replace_old_files_only_on_success() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path();
+    write(d, "pts.csv", &two_groups(5));
+    write(d, "l.csv", "old\n");
+    write(d, "bad.csv", "1,2\nx,3\n");
+    fails(
+        d,
+        &["kmeans", "bad.csv", "--k", "1", "--labels-out", "l.csv"],
+        2,
+        &["bad.csv"],
+    );
+    assert_eq!(std::fs::read_to_string(d.join("l.csv")).unwrap(), "old\n");
+    ok(
+        d,
+        &["kmeans", "pts.csv", "--k", "2", "--labels-out", "l.csv"],
+    );
+    assert_eq!(
+        std::fs::read_to_string(d.join("l.csv"))
+            .unwrap()
+            .lines()
+            .count(),
+        10
+    );
+}
