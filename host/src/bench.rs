@@ -31,9 +31,7 @@ pub fn lloyd_iteration_ms(
     for rep in 0..warmup + reps {
         lloyd.set_centroids(centroids)?;
         let ms = backend.time_ms(&mut || {
-            lloyd.assign()?;
-            lloyd.update()?;
-            lloyd.commit()?;
+            lloyd.step()?;
             Ok(())
         })?;
         if rep >= warmup {

@@ -1,191 +1,246 @@
 //! Fused distance + argmin: every point's nearest centroid, without an n×k matrix.
 //!
-//! One thread per point. Centroids stream through shared memory in tiles; each thread keeps its
-//! running minimum and compares candidates in centroid order with a strict `<`, so ties go to the
-//! lowest centroid index exactly as on the CPU.
+//! GEMM-style: a block owns `points()` points and sweeps the centroids in tiles of
+//! `centroids()`; both tiles stream through shared memory `ASSIGN_JC` dimensions at a time,
+//! transposed, and every thread accumulates a `tp × tc` register tile. For squared L2 the
+//! accumulator is the dot product and centroids rank by `‖c‖² − 2·x·c` (one multiply-add per
+//! dimension); for L1 it is the distance itself. Every (point, centroid) accumulator runs over
+//! the dimensions in order 0..d, exactly as the CPU twin, and candidates merge with the
+//! lower-index tie rule, so labels match the CPU bit for bit.
 
 use crate::gpu::{self, atomic_add_u32, block_sum_f64, shared, sync_threads};
-use crate::launch::{ASSIGN_SCRATCH_BYTES, BLOCK};
-use crate::math::{AssignMetric, step};
+use crate::launch::{ASSIGN_JC, ASSIGN_NARROW, ASSIGN_WIDE, AssignTile, BLOCK};
+use crate::math::{AssignMetric, assign_distance, assign_score, assign_step, better};
 
-/// Assigns each of the `n` points of `x` (row-major, `d` columns) to its nearest of the `k`
-/// centroids, writing `labels` and `min_dist`.
-///
-/// With `changed` non-null, adds the number of labels that differ from what `labels` held; with
-/// `block_inertia` non-null, writes each block's sum of `min_dist` (fixed order) at its index.
-/// `tile_k` centroids are staged in dynamic shared memory after a scratch of `2 × BLOCK` f64; a
-/// `tile_k` of 0 reads centroids from global memory.
-///
-/// # Safety
-/// Pointers are valid for the sizes above; launched with `BLOCK` threads and
-/// `ceil(n / BLOCK)` blocks.
-#[unsafe(no_mangle)]
-pub unsafe extern "gpu-kernel" fn kmeans_assign(
-    x: *const f32,
-    n: u32,
-    d: u32,
-    centroids: *const f32,
-    k: u32,
-    tile_k: u32,
-    metric: u32,
-    labels: *mut u32,
-    min_dist: *mut f32,
-    changed: *mut u32,
-    block_inertia: *mut f64,
-) {
-    let args = Assign {
-        x,
-        n: n as usize,
-        d: d as usize,
-        centroids,
-        k: k as usize,
-        tile_k: tile_k as usize,
-        labels,
-        min_dist,
-        changed,
-        block_inertia,
-    };
-    unsafe {
-        match AssignMetric::from_id(metric) {
-            AssignMetric::SqL2 => args.run::<0>(),
-            AssignMetric::L1 => args.run::<1>(),
-        }
-    }
-}
-
+/// Arguments shared by the assign entry points.
+#[derive(Clone, Copy)]
 struct Assign {
     x: *const f32,
+    x_sq_norms: *const f32,
     n: usize,
     d: usize,
     centroids: *const f32,
+    c_sq_norms: *const f32,
     k: usize,
-    tile_k: usize,
     labels: *mut u32,
     min_dist: *mut f32,
     changed: *mut u32,
     block_inertia: *mut f64,
 }
 
-impl Assign {
-    unsafe fn run<const METRIC: u32>(&self) {
-        let t = gpu::thread();
-        let i = gpu::block() * BLOCK as usize + t;
-        let active = i < self.n;
-        let scratch = shared::<f64>();
-        let tile = unsafe { scratch.byte_add(ASSIGN_SCRATCH_BYTES) }.cast::<f32>();
-        let row = if active {
-            unsafe { self.x.add(i * self.d) }
-        } else {
-            self.x
-        };
-
-        let mut best = Best {
-            dist: f32::INFINITY,
-            label: 0,
-        };
-        if self.tile_k == 0 {
-            if active {
-                unsafe { best.scan::<METRIC>(row, self.centroids, 0, self.k, self.d) };
-            }
-        } else {
-            let mut first = 0;
-            while first < self.k {
-                let count = self.tile_k.min(self.k - first);
-                sync_threads();
-                let src = unsafe { self.centroids.add(first * self.d) };
-                let mut e = t;
-                while e < count * self.d {
-                    unsafe { *tile.add(e) = *src.add(e) };
-                    e += BLOCK as usize;
-                }
-                sync_threads();
-                if active {
-                    unsafe { best.scan::<METRIC>(row, tile, first, count, self.d) };
-                }
-                first += count;
-            }
+macro_rules! assign_kernel {
+    ($name:ident, $metric:expr, $tile:expr) => {
+        /// Labels each of the `n` points of `x` (row-major, `d` columns) with its nearest of the
+        /// `k` centroids and writes its distance. Squared norms of points and centroids are
+        /// inputs (ignored by L1). With `changed` non-null, adds the number of labels that
+        /// differ from what `labels` held; with `block_inertia` non-null, writes each block's
+        /// fixed-order sum of distances at its index.
+        ///
+        /// # Safety
+        /// Pointers valid for those sizes; `BLOCK` threads, `ceil(n / points())` blocks and
+        /// `shared_bytes()` of dynamic shared memory for this kernel's tile.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "gpu-kernel" fn $name(
+            x: *const f32,
+            x_sq_norms: *const f32,
+            n: u32,
+            d: u32,
+            centroids: *const f32,
+            c_sq_norms: *const f32,
+            k: u32,
+            labels: *mut u32,
+            min_dist: *mut f32,
+            changed: *mut u32,
+            block_inertia: *mut f64,
+        ) {
+            let args = Assign {
+                x,
+                x_sq_norms,
+                n: n as usize,
+                d: (d as usize).max(1),
+                centroids,
+                c_sq_norms,
+                k: k as usize,
+                labels,
+                min_dist,
+                changed,
+                block_inertia,
+            };
+            unsafe { run::<{ $tile.tp }, { $tile.tc }>(args, $metric, $tile) }
         }
+    };
+}
 
-        let mut moved = 0.0;
-        let mut dist = 0.0;
-        if active {
+assign_kernel!(kmeans_assign_l2_wide, AssignMetric::SqL2, ASSIGN_WIDE);
+assign_kernel!(kmeans_assign_l2_narrow, AssignMetric::SqL2, ASSIGN_NARROW);
+assign_kernel!(kmeans_assign_l1_wide, AssignMetric::L1, ASSIGN_WIDE);
+assign_kernel!(kmeans_assign_l1_narrow, AssignMetric::L1, ASSIGN_NARROW);
+
+#[inline(always)]
+unsafe fn run<const TP: usize, const TC: usize>(a: Assign, metric: AssignMetric, tile: AssignTile) {
+    let t = gpu::thread();
+    let (tx, ty) = (t % tile.ct, t / tile.ct);
+    let (pb, cb) = (tile.points(), tile.centroids());
+    let (xs_stride, cs_stride) = (tile.x_stride(), tile.c_stride());
+    let first_point = gpu::block() * pb;
+
+    let scratch = shared::<f64>();
+    let xs = unsafe { scratch.add(2 * BLOCK as usize) }.cast::<f32>();
+    let cs = unsafe { xs.add(ASSIGN_JC * xs_stride) };
+    let merge_score = unsafe { cs.add(ASSIGN_JC * cs_stride) };
+    let merge_index = unsafe { merge_score.add(pb * tile.ct) }.cast::<u32>();
+
+    let mut best_score = [f32::INFINITY; TP];
+    let mut best_index = [u32::MAX; TP];
+    let mut first_centroid = 0;
+    while first_centroid < a.k {
+        let mut acc = [[0f32; TC]; TP];
+        let mut j0 = 0;
+        while j0 < a.d {
+            let width = ASSIGN_JC.min(a.d - j0);
+            sync_threads();
             unsafe {
-                if *self.labels.add(i) != best.label {
-                    moved = 1.0;
+                load_transposed(a.x, a.n, a.d, first_point, pb, j0, width, xs, xs_stride);
+                load_transposed(
+                    a.centroids,
+                    a.k,
+                    a.d,
+                    first_centroid,
+                    cb,
+                    j0,
+                    width,
+                    cs,
+                    cs_stride,
+                );
+            }
+            sync_threads();
+            for jj in 0..width {
+                let mut xv = [0f32; TP];
+                let mut cv = [0f32; TC];
+                for (i, v) in xv.iter_mut().enumerate() {
+                    *v = unsafe { *xs.add(jj * xs_stride + ty * TP + i) };
                 }
-                *self.labels.add(i) = best.label;
-                *self.min_dist.add(i) = best.dist;
+                for (q, v) in cv.iter_mut().enumerate() {
+                    *v = unsafe { *cs.add(jj * cs_stride + tx * TC + q) };
+                }
+                for i in 0..TP {
+                    for q in 0..TC {
+                        acc[i][q] = assign_step(metric, acc[i][q], xv[i], cv[q]);
+                    }
+                }
             }
-            dist = best.dist as f64;
+            j0 += width;
         }
-        if !self.changed.is_null() {
-            let total = unsafe { block_sum_f64(scratch, moved) };
-            if t == 0 && total > 0.0 {
-                unsafe { atomic_add_u32(self.changed, total as u32) };
+        // Branch-free so the loops unroll and `acc` stays in registers.
+        let mut c_sq = [0f32; TC];
+        let mut valid = [false; TC];
+        for q in 0..TC {
+            let c = first_centroid + tx * TC + q;
+            valid[q] = c < a.k;
+            if valid[q] && metric == AssignMetric::SqL2 {
+                c_sq[q] = unsafe { *a.c_sq_norms.add(c) };
             }
         }
-        if !self.block_inertia.is_null() {
-            let total = unsafe { block_sum_f64(scratch.add(BLOCK as usize), dist) };
-            if t == 0 {
-                unsafe { *self.block_inertia.add(gpu::block()) = total };
+        for i in 0..TP {
+            for q in 0..TC {
+                let c = (first_centroid + tx * TC + q) as u32;
+                let score = assign_score(metric, acc[i][q], c_sq[q]);
+                let take = valid[q] && better(score, c, best_score[i], best_index[i]);
+                best_score[i] = if take { score } else { best_score[i] };
+                best_index[i] = if take { c } else { best_index[i] };
             }
+        }
+        first_centroid += cb;
+    }
+
+    // Merge the centroid groups' candidates per point, in group order.
+    for i in 0..TP {
+        let p = ty * TP + i;
+        unsafe {
+            *merge_score.add(p * tile.ct + tx) = best_score[i];
+            *merge_index.add(p * tile.ct + tx) = best_index[i];
+        }
+    }
+    sync_threads();
+    let mut moved = 0.0;
+    let mut dist_sum = 0.0;
+    let mut p = t;
+    while p < pb {
+        let i = first_point + p;
+        if i < a.n {
+            let (mut score, mut label) = (f32::INFINITY, u32::MAX);
+            for g in 0..tile.ct {
+                let (s, l) = unsafe {
+                    (
+                        *merge_score.add(p * tile.ct + g),
+                        *merge_index.add(p * tile.ct + g),
+                    )
+                };
+                if better(s, l, score, label) {
+                    score = s;
+                    label = l;
+                }
+            }
+            if label == u32::MAX {
+                // Every score was +inf (or NaN): the CPU's first-minimum scan keeps centroid 0.
+                label = 0;
+            }
+            let x_sq = match metric {
+                AssignMetric::SqL2 => unsafe { *a.x_sq_norms.add(i) },
+                AssignMetric::L1 => 0.0,
+            };
+            let dist = assign_distance(metric, x_sq, score);
+            unsafe {
+                if *a.labels.add(i) != label {
+                    moved += 1.0;
+                }
+                *a.labels.add(i) = label;
+                *a.min_dist.add(i) = dist;
+            }
+            dist_sum += dist as f64;
+        }
+        p += BLOCK as usize;
+    }
+    if !a.changed.is_null() {
+        let total = unsafe { block_sum_f64(scratch, moved) };
+        if t == 0 && total > 0.0 {
+            unsafe { atomic_add_u32(a.changed, total as u32) };
+        }
+    }
+    if !a.block_inertia.is_null() {
+        let total = unsafe { block_sum_f64(scratch.add(BLOCK as usize), dist_sum) };
+        if t == 0 {
+            unsafe { *a.block_inertia.add(gpu::block()) = total };
         }
     }
 }
 
-struct Best {
-    dist: f32,
-    label: u32,
-}
-
-impl Best {
-    #[inline(always)]
-    fn offer(&mut self, dist: f32, label: usize) {
-        if dist < self.dist {
-            self.dist = dist;
-            self.label = label as u32;
-        }
-    }
-
-    /// Scans `count` centroids stored row-major at `cents`, whose first has index `first`.
-    /// Four centroids share each load of the point's coordinate.
-    #[inline(always)]
-    unsafe fn scan<const METRIC: u32>(
-        &mut self,
-        row: *const f32,
-        cents: *const f32,
-        first: usize,
-        count: usize,
-        d: usize,
-    ) {
-        let m = AssignMetric::from_id(METRIC);
-        let mut c = 0;
-        while c + 4 <= count {
-            let (mut a0, mut a1, mut a2, mut a3) = (0.0, 0.0, 0.0, 0.0);
-            let base = unsafe { cents.add(c * d) };
-            for j in 0..d {
-                unsafe {
-                    let v = *row.add(j);
-                    a0 = step(m, a0, v, *base.add(j));
-                    a1 = step(m, a1, v, *base.add(d + j));
-                    a2 = step(m, a2, v, *base.add(2 * d + j));
-                    a3 = step(m, a3, v, *base.add(3 * d + j));
-                }
-            }
-            self.offer(a0, first + c);
-            self.offer(a1, first + c + 1);
-            self.offer(a2, first + c + 2);
-            self.offer(a3, first + c + 3);
-            c += 4;
-        }
-        while c < count {
-            let base = unsafe { cents.add(c * d) };
-            let mut a = 0.0;
-            for j in 0..d {
-                unsafe { a = step(m, a, *row.add(j), *base.add(j)) };
-            }
-            self.offer(a, first + c);
-            c += 1;
-        }
+/// Copies rows `first..first + rows` (clipped to `total`), columns `j0..j0 + width` of a
+/// row-major `total × d` matrix into shared memory transposed (`dst[jj * stride + r]`), zeros
+/// past the last row. Consecutive threads read consecutive columns of a row.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn load_transposed(
+    src: *const f32,
+    total: usize,
+    d: usize,
+    first: usize,
+    rows: usize,
+    j0: usize,
+    width: usize,
+    dst: *mut f32,
+    stride: usize,
+) {
+    let mut e = gpu::thread();
+    while e < rows * width {
+        let (r, jj) = (e / width, e % width);
+        let row = first + r;
+        let v = if row < total {
+            unsafe { *src.add(row * d + j0 + jj) }
+        } else {
+            0.0
+        };
+        unsafe { *dst.add(jj * stride + r) = v };
+        e += BLOCK as usize;
     }
 }

@@ -9,15 +9,73 @@ pub const REDUCE_BLOCK: u32 = 1024;
 /// Dynamic shared memory the host is willing to give one block without opting in (48 KiB).
 pub const DEFAULT_SHARED_BYTES: usize = 48 * 1024;
 
-/// Bytes of shared scratch the assign kernel keeps in front of its centroid tile
-/// (two f64 per thread: the changed-label and inertia reductions).
-pub const ASSIGN_SCRATCH_BYTES: usize = 2 * BLOCK as usize * 8;
+/// Shape of a register-tiled assign kernel: `BLOCK` threads form `BLOCK / ct` point groups ×
+/// `ct` centroid groups; each thread accumulates `tp` points × `tc` centroids in registers while
+/// `ASSIGN_JC` dimensions at a time of both tiles stream through shared memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AssignTile {
+    /// Centroid groups (threads sharing a point group).
+    pub ct: usize,
+    /// Points per thread.
+    pub tp: usize,
+    /// Centroids per thread.
+    pub tc: usize,
+}
 
-/// Centroids per shared-memory tile for dimension `d`, or 0 when not even one centroid fits and
-/// the kernel must read centroids straight from global memory.
-pub fn assign_tile_k(d: usize, k: usize) -> usize {
-    let room = (DEFAULT_SHARED_BYTES - ASSIGN_SCRATCH_BYTES) / (4 * d.max(1));
-    room.min(k)
+/// Dimensions per shared-memory chunk of the assign kernels.
+pub const ASSIGN_JC: usize = 16;
+
+/// For many centroids: 128 points × 128 centroids per block, 8 × 8 per thread.
+pub const ASSIGN_WIDE: AssignTile = AssignTile {
+    ct: 16,
+    tp: 8,
+    tc: 8,
+};
+/// For k ≤ 16: 256 points × 16 centroids per block, 4 × 4 per thread.
+pub const ASSIGN_NARROW: AssignTile = AssignTile {
+    ct: 4,
+    tp: 4,
+    tc: 4,
+};
+
+impl AssignTile {
+    /// The tile for `k` centroids.
+    pub const fn for_k(k: usize) -> Self {
+        if k <= ASSIGN_NARROW.ct * ASSIGN_NARROW.tc {
+            ASSIGN_NARROW
+        } else {
+            ASSIGN_WIDE
+        }
+    }
+
+    /// Points per block.
+    pub const fn points(self) -> usize {
+        BLOCK as usize / self.ct * self.tp
+    }
+
+    /// Centroids per tile.
+    pub const fn centroids(self) -> usize {
+        self.ct * self.tc
+    }
+
+    /// Row stride (in f32) of the transposed point tile; +1 spreads the stores over banks.
+    pub const fn x_stride(self) -> usize {
+        self.points() + 1
+    }
+
+    /// Row stride (in f32) of the transposed centroid tile.
+    pub const fn c_stride(self) -> usize {
+        self.centroids() + 1
+    }
+
+    /// Dynamic shared memory of one block, in bytes: reduction scratch (2 f64 per thread), the
+    /// two tiles, and the per-point candidates of every centroid group (score, index).
+    pub const fn shared_bytes(self) -> usize {
+        let scratch = 2 * BLOCK as usize * 8;
+        let tiles = ASSIGN_JC * (self.x_stride() + self.c_stride()) * 4;
+        let merge = self.points() * self.ct * 8;
+        scratch + tiles + merge
+    }
 }
 
 /// Whether per-block fixed-point sums of `k × d` values (plus `k` counts) fit in shared memory.
@@ -26,4 +84,19 @@ pub fn sums_fit_shared(k: usize, d: usize) -> bool {
         .and_then(|kd| kd.checked_mul(8))
         .and_then(|b| b.checked_add(4 * k))
         .is_some_and(|b| b <= DEFAULT_SHARED_BYTES)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn assign_tiles_fit_default_shared_memory() {
+        for tile in [ASSIGN_WIDE, ASSIGN_NARROW] {
+            assert!(tile.shared_bytes() <= DEFAULT_SHARED_BYTES, "{tile:?}");
+            assert_eq!(BLOCK as usize % tile.ct, 0);
+        }
+        assert_eq!(AssignTile::for_k(16), ASSIGN_NARROW);
+        assert_eq!(AssignTile::for_k(17), ASSIGN_WIDE);
+    }
 }

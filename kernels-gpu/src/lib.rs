@@ -28,6 +28,8 @@ mod gpu;
 #[cfg(target_arch = "nvptx64")]
 pub mod assign;
 #[cfg(target_arch = "nvptx64")]
+pub mod norms;
+#[cfg(target_arch = "nvptx64")]
 pub mod reduce;
 #[cfg(target_arch = "nvptx64")]
 pub mod update;

@@ -75,6 +75,57 @@ pub fn distance(metric: AssignMetric, x: &[f32], c: &[f32]) -> f32 {
     acc
 }
 
+/// Squared norm of a vector, accumulated in dimension order with fused multiply-adds.
+#[inline(always)]
+pub fn sq_norm(x: &[f32]) -> f32 {
+    let mut acc = 0.0;
+    for &v in x {
+        acc = fma(v, v, acc);
+    }
+    acc
+}
+
+/// The squared-L2 ranking score of a centroid: `‖c‖² − 2·x·c`, which orders centroids exactly
+/// as `‖x − c‖²` does but costs one multiply-add per dimension (the GEMM form).
+#[inline(always)]
+pub fn l2_score(dot: f32, c_sq_norm: f32) -> f32 {
+    fma(-2.0, dot, c_sq_norm)
+}
+
+/// The squared distance recovered from a point's squared norm and its best score (≥ 0).
+#[inline(always)]
+pub fn l2_from_score(x_sq_norm: f32, score: f32) -> f32 {
+    (x_sq_norm + score).max(0.0)
+}
+
+/// One dimension's contribution to the accumulator the assign step keeps per (point, centroid):
+/// the dot product for squared L2 (see [`l2_score`]), the distance itself for L1.
+#[inline(always)]
+pub fn assign_step(metric: AssignMetric, acc: f32, x: f32, c: f32) -> f32 {
+    match metric {
+        AssignMetric::SqL2 => fma(x, c, acc),
+        AssignMetric::L1 => l1_step(acc, x, c),
+    }
+}
+
+/// The score a finished accumulator ranks by (lower is nearer).
+#[inline(always)]
+pub fn assign_score(metric: AssignMetric, acc: f32, c_sq_norm: f32) -> f32 {
+    match metric {
+        AssignMetric::SqL2 => l2_score(acc, c_sq_norm),
+        AssignMetric::L1 => acc,
+    }
+}
+
+/// The distance reported for the best score.
+#[inline(always)]
+pub fn assign_distance(metric: AssignMetric, x_sq_norm: f32, score: f32) -> f32 {
+    match metric {
+        AssignMetric::SqL2 => l2_from_score(x_sq_norm, score),
+        AssignMetric::L1 => score,
+    }
+}
+
 /// Whether candidate `(dist, index)` beats the current best: smaller distance, and on an exact
 /// tie the smaller index. Both backends visit candidates in index order, so a strict `<` on the
 /// distance is all it takes; this is spelled out for the selection code that merges out of order.
@@ -112,6 +163,21 @@ mod tests {
         assert!(better(1.0, 3, 1.0, 5));
         assert!(!better(1.0, 5, 1.0, 3));
         assert!(better(0.5, 9, 1.0, 0));
+    }
+
+    #[test]
+    fn gemm_form_ranks_like_the_direct_distance() {
+        let x = [1.0, 2.0, -1.0];
+        let cs = [[0.0, 0.0, 0.0], [1.0, 2.0, -0.5], [3.0, 1.0, 0.0]];
+        let x2 = sq_norm(&x);
+        for c in cs {
+            let mut dot = 0.0;
+            for j in 0..3 {
+                dot = assign_step(AssignMetric::SqL2, dot, x[j], c[j]);
+            }
+            let via_score = assign_distance(AssignMetric::SqL2, x2, l2_score(dot, sq_norm(&c)));
+            assert_eq!(via_score, distance(AssignMetric::SqL2, &x, &c));
+        }
     }
 
     #[test]

@@ -1,45 +1,47 @@
-//! Single-block reductions in a fixed order, so a total is the same float run after run.
+//! The per-step summary, reduced in one block in a fixed order so it is the same float run
+//! after run: changed labels, empty clusters, inertia and centroid shift, copied back together.
 
 use crate::gpu::{self, block_sum_f64, shared};
 
-/// `out[0] = Σ values[0..len]`: thread `t` sums `t, t + B, …` in order, then a fixed tree.
+/// Writes `out = [counters[0], counters[1], Σ block_inertia, Σ (next − current)²]` as f64.
+/// Thread `t` sums elements `t, t + B, …` in order, then a fixed tree combines the threads.
 ///
 /// # Safety
-/// One block of a power-of-two size `B`, `8·B` bytes of dynamic shared memory.
+/// One block of a power-of-two size `B`, `8·B` bytes of dynamic shared memory; `counters` holds
+/// 2 values, `block_inertia` `blocks`, `next` and `current` `len`, `out` 4.
 #[unsafe(no_mangle)]
-pub unsafe extern "gpu-kernel" fn sum_f64(values: *const f64, len: u32, out: *mut f64) {
-    let mut acc = 0.0;
-    let mut e = gpu::thread();
-    while e < len as usize {
-        acc += unsafe { *values.add(e) };
-        e += gpu::block_dim();
-    }
-    let total = unsafe { block_sum_f64(shared::<f64>(), acc) };
-    if gpu::thread() == 0 {
-        unsafe { *out = total };
-    }
-}
-
-/// `out[0] = Σ (a[e] − b[e])²` in f64, in the same fixed order as [`sum_f64`]: the centroid shift.
-///
-/// # Safety
-/// As for [`sum_f64`]; `a`, `b` hold `len` values.
-#[unsafe(no_mangle)]
-pub unsafe extern "gpu-kernel" fn sum_sq_diff(
-    a: *const f32,
-    b: *const f32,
+pub unsafe extern "gpu-kernel" fn kmeans_summary(
+    counters: *const u32,
+    block_inertia: *const f64,
+    blocks: u32,
+    next: *const f32,
+    current: *const f32,
     len: u32,
     out: *mut f64,
 ) {
-    let mut acc = 0.0;
-    let mut e = gpu::thread();
-    while e < len as usize {
-        let diff = unsafe { *a.add(e) as f64 - *b.add(e) as f64 };
-        acc += diff * diff;
+    let t = gpu::thread();
+    let scratch = shared::<f64>();
+    let mut inertia = 0.0;
+    let mut e = t;
+    while e < blocks as usize {
+        inertia += unsafe { *block_inertia.add(e) };
         e += gpu::block_dim();
     }
-    let total = unsafe { block_sum_f64(shared::<f64>(), acc) };
-    if gpu::thread() == 0 {
-        unsafe { *out = total };
+    let inertia = unsafe { block_sum_f64(scratch, inertia) };
+    let mut shift = 0.0;
+    let mut e = t;
+    while e < len as usize {
+        let diff = unsafe { *next.add(e) as f64 - *current.add(e) as f64 };
+        shift += diff * diff;
+        e += gpu::block_dim();
+    }
+    let shift = unsafe { block_sum_f64(scratch, shift) };
+    if t == 0 {
+        unsafe {
+            *out = *counters as f64;
+            *out.add(1) = *counters.add(1) as f64;
+            *out.add(2) = inertia;
+            *out.add(3) = shift;
+        }
     }
 }

@@ -64,6 +64,10 @@ fn compile() -> Result<String> {
             "-C",
             &format!("target-cpu={TARGET_CPU}"),
             "--emit=asm",
+            // Register tiles are arrays indexed in loops that must unroll fully to stay in
+            // registers rather than local memory.
+            "-C",
+            "llvm-args=-unroll-threshold=4000",
         ])
         .status()
         .context("running cargo for the nvptx64 kernels")?;

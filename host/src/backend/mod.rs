@@ -31,7 +31,7 @@ pub(crate) trait Backend: Send + Sync {
     fn time_ms(&self, work: &mut dyn FnMut() -> Result<()>) -> Result<f64>;
 }
 
-/// What one assignment step reports.
+/// What an assignment reports.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct AssignStats {
     /// Points whose label differs from the label they held before.
@@ -40,21 +40,37 @@ pub(crate) struct AssignStats {
     pub inertia: f64,
 }
 
-/// Lloyd iterations over resident data. The centroid buffers are `k × d`, row-major.
+/// What a Lloyd step (assign, then update) reports, in one round trip.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct StepStats {
+    /// The assignment's report.
+    pub assign: AssignStats,
+    /// Clusters left empty by the new labels (they keep their centroid until relocated).
+    pub empty: usize,
+    /// Squared shift Σ‖next − current‖² of the centroids.
+    pub shift: f64,
+}
+
+/// Lloyd iterations over resident data. Centroid buffers are `k × d`, row-major; a step writes
+/// the *next* centroids, which [`Lloyd::commit`] makes current.
 pub(crate) trait Lloyd {
     /// Sets the current centroids.
     fn set_centroids(&mut self, centroids: &[f32]) -> Result<()>;
     /// Sets the current labels (random-labels initialisation).
     fn set_labels(&mut self, labels: &[u32]) -> Result<()>;
-    /// Labels every point with its nearest centroid.
+    /// Labels every point with its nearest current centroid.
     fn assign(&mut self) -> Result<AssignStats>;
-    /// Computes the means of the current labels as the next centroids; returns how many clusters
-    /// are empty (those keep their current centroid until [`Lloyd::relocate`]).
+    /// Assigns, then computes the means of the new labels as the next centroids.
+    fn step(&mut self) -> Result<StepStats>;
+    /// Computes the means of the current labels as the next centroids; returns the number of
+    /// empty clusters.
     fn update(&mut self) -> Result<usize>;
     /// Sets next centroid `cluster` to point `point` (empty-cluster relocation).
     fn relocate(&mut self, cluster: usize, point: usize) -> Result<()>;
-    /// Makes the next centroids current; returns the squared shift Σ‖new − old‖².
-    fn commit(&mut self) -> Result<f64>;
+    /// The squared shift between the next and current centroids (after relocations).
+    fn shift(&mut self) -> Result<f64>;
+    /// Makes the next centroids current.
+    fn commit(&mut self);
     /// Each point's distance to its centroid, from the last assignment.
     fn min_distances(&self) -> Result<Vec<f32>>;
     /// Cluster sizes from the last update.

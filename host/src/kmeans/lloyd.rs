@@ -87,7 +87,7 @@ fn run_once(
             if empty > 0 {
                 relocate_random(lloyd, labels.len(), rng)?;
             }
-            lloyd.commit()?;
+            lloyd.commit();
             true
         }
     };
@@ -97,21 +97,25 @@ fn run_once(
     let mut converged = false;
     let mut consistent = false;
     loop {
-        stats = lloyd.assign()?;
+        if n_iter == params.max_iter {
+            stats = lloyd.assign()?;
+            consistent = true;
+            break;
+        }
+        let step = lloyd.step()?;
+        stats = step.assign;
         if stats.changed == 0 && (n_iter > 0 || labels_known) {
-            // The centroids are the means of exactly these labels: a fixed point.
+            // The current centroids are the means of exactly these labels: a fixed point.
             converged = true;
             consistent = true;
             break;
         }
-        if n_iter == params.max_iter {
-            break;
-        }
-        let empty = lloyd.update()?;
-        if empty > 0 && params.empty_clusters == EmptyClusters::FarthestPoint {
+        let mut shift = step.shift;
+        if step.empty > 0 && params.empty_clusters == EmptyClusters::FarthestPoint {
             relocate_farthest(lloyd)?;
+            shift = lloyd.shift()?;
         }
-        let shift = lloyd.commit()?;
+        lloyd.commit();
         n_iter += 1;
         if let Some(progress) = &params.progress {
             progress(&Iteration {

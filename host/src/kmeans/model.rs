@@ -4,6 +4,7 @@ use super::Metric;
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::matrix::MatrixView;
+use kernels_gpu::math::{assign_distance, assign_score, assign_step, sq_norm};
 use ndarray::Array2;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -69,10 +70,18 @@ impl KMeansModel {
         self.check_input(&x)?;
         let (n, k) = (x.rows(), self.k);
         let metric = self.metric.assign();
+        let c_sq: Vec<f32> = self.centroids.chunks_exact(self.d).map(sq_norm).collect();
         let mut out = vec![0f32; n * k];
+        // The same arithmetic as the assignment, so the smallest entry of a row is its label.
         out.par_chunks_mut(k).enumerate().for_each(|(i, row)| {
+            let x = x.row(i);
+            let x_sq = sq_norm(x);
             for (c, v) in row.iter_mut().enumerate() {
-                let dist = kernels_gpu::math::distance(metric, x.row(i), self.centroid(c));
+                let acc = x
+                    .iter()
+                    .zip(self.centroid(c))
+                    .fold(0.0, |a, (&p, &q)| assign_step(metric, a, p, q));
+                let dist = assign_distance(metric, x_sq, assign_score(metric, acc, c_sq[c]));
                 *v = match self.metric {
                     Metric::L2 => dist.sqrt(),
                     Metric::L1 => dist,

@@ -1,15 +1,19 @@
 //! Lloyd iterations on the CPU: the twin of the GPU's assign / accumulate / finalize kernels.
 
 use super::CHUNK;
-use crate::backend::{AssignStats, Lloyd};
+use crate::backend::{AssignStats, Lloyd, StepStats};
 use crate::error::Result;
 use crate::matrix::MatrixView;
 use kernels_gpu::fixed::{inv_pow2_f64, mean, pow2_f32, to_fixed};
-use kernels_gpu::math::{AssignMetric, step};
+use kernels_gpu::math::{AssignMetric, assign_distance, assign_score, assign_step, sq_norm};
 use rayon::prelude::*;
+
+/// Centroids per SIMD block of the CPU assign (one AVX register of f32).
+const LANES: usize = 8;
 
 pub(crate) struct CpuLloyd<'a> {
     x: &'a [f32],
+    x_sq_norms: Vec<f32>,
     n: usize,
     d: usize,
     k: usize,
@@ -31,8 +35,10 @@ impl<'a> CpuLloyd<'a> {
         scales: &[i32],
     ) -> Self {
         let (n, d) = (data.rows(), data.cols());
+        let x = data.as_slice();
         CpuLloyd {
-            x: data.as_slice(),
+            x,
+            x_sq_norms: row_sq_norms(x, d),
             n,
             d,
             k,
@@ -46,110 +52,9 @@ impl<'a> CpuLloyd<'a> {
             sizes: vec![0; k],
         }
     }
-}
 
-/// The nearest of `centroids` (row-major, `d` columns) to `row`: first minimum in index order,
-/// four centroids per pass over the row as in the GPU kernel.
-#[inline(always)]
-fn nearest_generic(metric: AssignMetric, row: &[f32], centroids: &[f32], d: usize) -> (u32, f32) {
-    let k = centroids.len() / d;
-    let (mut best, mut label) = (f32::INFINITY, 0u32);
-    let mut offer = |dist: f32, c: usize| {
-        if dist < best {
-            best = dist;
-            label = c as u32;
-        }
-    };
-    let mut c = 0;
-    while c + 4 <= k {
-        let base = &centroids[c * d..(c + 4) * d];
-        let (c0, rest) = base.split_at(d);
-        let (c1, rest) = rest.split_at(d);
-        let (c2, c3) = rest.split_at(d);
-        let (mut a0, mut a1, mut a2, mut a3) = (0.0, 0.0, 0.0, 0.0);
-        for j in 0..d {
-            let v = row[j];
-            a0 = step(metric, a0, v, c0[j]);
-            a1 = step(metric, a1, v, c1[j]);
-            a2 = step(metric, a2, v, c2[j]);
-            a3 = step(metric, a3, v, c3[j]);
-        }
-        offer(a0, c);
-        offer(a1, c + 1);
-        offer(a2, c + 2);
-        offer(a3, c + 3);
-        c += 4;
-    }
-    while c < k {
-        offer(
-            kernels_gpu::math::distance(metric, row, &centroids[c * d..(c + 1) * d]),
-            c,
-        );
-        c += 1;
-    }
-    (label, best)
-}
-
-/// [`nearest_generic`] compiled with FMA instructions, for CPUs that have them.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-fn nearest_fma(metric: AssignMetric, row: &[f32], centroids: &[f32], d: usize) -> (u32, f32) {
-    nearest_generic(metric, row, centroids, d)
-}
-
-/// The nearest centroid to `row` and its distance. Without hardware FMA, `mul_add` falls back to
-/// the C library's exact `fmaf`: slower, same bits.
-pub(crate) fn nearest(
-    metric: AssignMetric,
-    row: &[f32],
-    centroids: &[f32],
-    d: usize,
-) -> (u32, f32) {
-    #[cfg(target_arch = "x86_64")]
-    if std::is_x86_feature_detected!("fma") && std::is_x86_feature_detected!("avx2") {
-        // SAFETY: the features were just detected.
-        return unsafe { nearest_fma(metric, row, centroids, d) };
-    }
-    nearest_generic(metric, row, centroids, d)
-}
-
-impl Lloyd for CpuLloyd<'_> {
-    fn set_centroids(&mut self, centroids: &[f32]) -> Result<()> {
-        self.centroids.copy_from_slice(centroids);
-        Ok(())
-    }
-
-    fn set_labels(&mut self, labels: &[u32]) -> Result<()> {
-        self.labels.copy_from_slice(labels);
-        Ok(())
-    }
-
-    fn assign(&mut self) -> Result<AssignStats> {
-        let (x, d, metric, centroids) = (self.x, self.d, self.metric, &self.centroids);
-        let per_chunk: Vec<(u64, f64)> = self
-            .labels
-            .par_chunks_mut(CHUNK)
-            .zip(self.min_dist.par_chunks_mut(CHUNK))
-            .enumerate()
-            .map(|(ci, (labels, dists))| {
-                let (mut changed, mut inertia) = (0u64, 0f64);
-                for (r, (label, dist)) in labels.iter_mut().zip(dists.iter_mut()).enumerate() {
-                    let i = ci * CHUNK + r;
-                    let (best, best_dist) = nearest(metric, &x[i * d..(i + 1) * d], centroids, d);
-                    changed += u64::from(*label != best);
-                    *label = best;
-                    *dist = best_dist;
-                    inertia += best_dist as f64;
-                }
-                (changed, inertia)
-            })
-            .collect();
-        let changed = per_chunk.iter().map(|p| p.0).sum();
-        let inertia = per_chunk.iter().map(|p| p.1).sum();
-        Ok(AssignStats { changed, inertia })
-    }
-
-    fn update(&mut self) -> Result<usize> {
+    /// Means of the current labels into `next`; returns the number of empty clusters.
+    fn means(&mut self) -> usize {
         let (d, k) = (self.d, self.k);
         let rows_per_task = CHUNK.max(self.n.div_ceil(4 * rayon::current_num_threads()));
         let scales = &self.scales;
@@ -186,7 +91,157 @@ impl Lloyd for CpuLloyd<'_> {
             }
         }
         self.sizes = counts;
-        Ok(empty)
+        empty
+    }
+}
+
+/// Squared norm of every row (the GPU's `row_sq_norms`).
+pub(crate) fn row_sq_norms(x: &[f32], d: usize) -> Vec<f32> {
+    let mut out = vec![0f32; x.len() / d];
+    out.par_chunks_mut(CHUNK)
+        .zip(x.par_chunks(CHUNK * d))
+        .for_each(|(o, rows)| {
+            o.iter_mut()
+                .zip(rows.chunks_exact(d))
+                .for_each(|(v, r)| *v = sq_norm(r))
+        });
+    out
+}
+
+/// Centroids regrouped for SIMD: blocks of `LANES` centroids, each block `d × LANES`
+/// (dimension-major), zero-padded past `k`; plus their squared norms.
+pub(crate) struct CentroidBlocks {
+    blocks: Vec<[f32; LANES]>,
+    sq_norms: Vec<f32>,
+    k: usize,
+    d: usize,
+}
+
+impl CentroidBlocks {
+    pub(crate) fn new(centroids: &[f32], d: usize) -> Self {
+        let k = centroids.len() / d;
+        let nb = k.div_ceil(LANES);
+        let mut blocks = vec![[0f32; LANES]; nb * d];
+        for c in 0..k {
+            for j in 0..d {
+                blocks[(c / LANES) * d + j][c % LANES] = centroids[c * d + j];
+            }
+        }
+        let sq_norms = centroids.chunks_exact(d).map(sq_norm).collect();
+        CentroidBlocks {
+            blocks,
+            sq_norms,
+            k,
+            d,
+        }
+    }
+}
+
+/// The nearest centroid to `row` and its distance, as the GPU computes them: per (point,
+/// centroid) accumulation in dimension order, first minimum in centroid order.
+#[inline(always)]
+fn nearest_generic(
+    metric: AssignMetric,
+    row: &[f32],
+    x_sq: f32,
+    cb: &CentroidBlocks,
+) -> (u32, f32) {
+    let d = cb.d;
+    let (mut best, mut label) = (f32::INFINITY, 0u32);
+    for (b, block) in cb.blocks.chunks_exact(d).enumerate() {
+        let mut acc = [0f32; LANES];
+        for (&v, cs) in row.iter().zip(block) {
+            for l in 0..LANES {
+                acc[l] = assign_step(metric, acc[l], v, cs[l]);
+            }
+        }
+        for (l, &a) in acc.iter().enumerate() {
+            let c = b * LANES + l;
+            if c < cb.k {
+                let score = assign_score(metric, a, cb.sq_norms[c]);
+                if score < best {
+                    best = score;
+                    label = c as u32;
+                }
+            }
+        }
+    }
+    (label, assign_distance(metric, x_sq, best))
+}
+
+/// [`nearest_generic`] compiled with AVX2 and FMA, for CPUs that have them.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn nearest_fma(metric: AssignMetric, row: &[f32], x_sq: f32, cb: &CentroidBlocks) -> (u32, f32) {
+    nearest_generic(metric, row, x_sq, cb)
+}
+
+/// The nearest centroid to `row` and its distance. Without hardware FMA, `mul_add` falls back to
+/// the C library's exact `fmaf`: slower, same bits.
+pub(crate) fn nearest(
+    metric: AssignMetric,
+    row: &[f32],
+    x_sq: f32,
+    cb: &CentroidBlocks,
+) -> (u32, f32) {
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("fma") && std::is_x86_feature_detected!("avx2") {
+        // SAFETY: the features were just detected.
+        return unsafe { nearest_fma(metric, row, x_sq, cb) };
+    }
+    nearest_generic(metric, row, x_sq, cb)
+}
+
+impl Lloyd for CpuLloyd<'_> {
+    fn set_centroids(&mut self, centroids: &[f32]) -> Result<()> {
+        self.centroids.copy_from_slice(centroids);
+        Ok(())
+    }
+
+    fn set_labels(&mut self, labels: &[u32]) -> Result<()> {
+        self.labels.copy_from_slice(labels);
+        Ok(())
+    }
+
+    fn assign(&mut self) -> Result<AssignStats> {
+        let (x, d, metric) = (self.x, self.d, self.metric);
+        let cb = CentroidBlocks::new(&self.centroids, d);
+        let x_sq = &self.x_sq_norms;
+        let per_chunk: Vec<(u64, f64)> = self
+            .labels
+            .par_chunks_mut(CHUNK)
+            .zip(self.min_dist.par_chunks_mut(CHUNK))
+            .enumerate()
+            .map(|(ci, (labels, dists))| {
+                let (mut changed, mut inertia) = (0u64, 0f64);
+                for (r, (label, dist)) in labels.iter_mut().zip(dists.iter_mut()).enumerate() {
+                    let i = ci * CHUNK + r;
+                    let (best, best_dist) = nearest(metric, &x[i * d..(i + 1) * d], x_sq[i], &cb);
+                    changed += u64::from(*label != best);
+                    *label = best;
+                    *dist = best_dist;
+                    inertia += best_dist as f64;
+                }
+                (changed, inertia)
+            })
+            .collect();
+        let changed = per_chunk.iter().map(|p| p.0).sum();
+        let inertia = per_chunk.iter().map(|p| p.1).sum();
+        Ok(AssignStats { changed, inertia })
+    }
+
+    fn step(&mut self) -> Result<StepStats> {
+        let assign = self.assign()?;
+        let empty = self.means();
+        Ok(StepStats {
+            assign,
+            empty,
+            shift: self.shift()?,
+        })
+    }
+
+    fn update(&mut self) -> Result<usize> {
+        Ok(self.means())
     }
 
     fn relocate(&mut self, cluster: usize, point: usize) -> Result<()> {
@@ -196,8 +251,8 @@ impl Lloyd for CpuLloyd<'_> {
         Ok(())
     }
 
-    fn commit(&mut self) -> Result<f64> {
-        let shift = self
+    fn shift(&mut self) -> Result<f64> {
+        Ok(self
             .next
             .iter()
             .zip(&self.centroids)
@@ -205,9 +260,11 @@ impl Lloyd for CpuLloyd<'_> {
                 let diff = a as f64 - b as f64;
                 diff * diff
             })
-            .sum();
+            .sum())
+    }
+
+    fn commit(&mut self) {
         std::mem::swap(&mut self.centroids, &mut self.next);
-        Ok(shift)
     }
 
     fn min_distances(&self) -> Result<Vec<f32>> {

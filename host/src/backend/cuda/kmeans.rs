@@ -1,15 +1,13 @@
-//! Lloyd iterations on the GPU: the data stays resident, each step launches a handful of kernels
-//! and copies back a few bytes (changed labels, inertia, empty clusters, shift).
+//! Lloyd iterations on the GPU: the data stays resident; a step launches five kernels (centroid
+//! norms, assign, accumulate, finalize, summary) and copies back four numbers.
 
 use super::{CudaBackend, arg_u32};
-use crate::backend::{AssignStats, Lloyd};
+use crate::backend::{AssignStats, Lloyd, StepStats};
 use crate::error::Result;
 use crate::matrix::MatrixView;
 use cudarc::driver::{CudaSlice, PushKernelArg};
 use kernels_gpu::fixed::{inv_pow2_f64, pow2_f32};
-use kernels_gpu::launch::{
-    ASSIGN_SCRATCH_BYTES, BLOCK, REDUCE_BLOCK, assign_tile_k, sums_fit_shared,
-};
+use kernels_gpu::launch::{ASSIGN_WIDE, AssignTile, BLOCK, REDUCE_BLOCK, sums_fit_shared};
 use kernels_gpu::math::AssignMetric;
 
 pub(crate) struct CudaLloyd<'a> {
@@ -18,27 +16,39 @@ pub(crate) struct CudaLloyd<'a> {
     d: usize,
     k: usize,
     metric: AssignMetric,
+    tile: AssignTile,
     x: CudaSlice<f32>,
+    x_sq_norms: CudaSlice<f32>,
     scales: CudaSlice<f32>,
     inv_scales: CudaSlice<f64>,
     centroids: CudaSlice<f32>,
+    c_sq_norms: CudaSlice<f32>,
     next: CudaSlice<f32>,
     labels: CudaSlice<u32>,
     min_dist: CudaSlice<f32>,
     block_inertia: CudaSlice<f64>,
-    /// `[changed labels, empty clusters]`.
+    /// `[changed labels, empty clusters]`, zeroed before each step.
     counters: CudaSlice<u32>,
-    total: CudaSlice<f64>,
+    /// `[changed, empty, inertia, shift]`: what comes back per step.
+    summary: CudaSlice<f64>,
     sizes: CudaSlice<u32>,
     sums: Sums,
 }
 
-/// Where the update step accumulates: per-block partials (shared memory) or one global set.
+/// Where the update accumulates: per-block partials (shared memory) or one global set.
 struct Sums {
     parts: usize,
     shared: bool,
     sums: CudaSlice<i64>,
     counts: CudaSlice<u32>,
+}
+
+/// What [`CudaLloyd::summarize`] reads back.
+struct Summary {
+    changed: u64,
+    empty: usize,
+    inertia: f64,
+    shift: f64,
 }
 
 impl<'a> CudaLloyd<'a> {
@@ -53,31 +63,37 @@ impl<'a> CudaLloyd<'a> {
         arg_u32(n, "number of points")?;
         arg_u32(d, "number of dimensions")?;
         arg_u32(k, "k")?;
-        let blocks = n.div_ceil(BLOCK as usize);
+        let tile = AssignTile::for_k(k);
+        let assign_blocks = n.div_ceil(tile.points());
         let shared = sums_fit_shared(k, d);
         let parts = if shared {
-            blocks.min(2 * gpu.multiprocessors()).max(1)
+            n.div_ceil(BLOCK as usize)
+                .min(2 * gpu.multiprocessors())
+                .max(1)
         } else {
             1
         };
         let f32_scales: Vec<f32> = scales.iter().map(|&s| pow2_f32(s)).collect();
         let f64_inv: Vec<f64> = scales.iter().map(|&s| inv_pow2_f64(s)).collect();
-        Ok(CudaLloyd {
+        let mut lloyd = CudaLloyd {
             gpu,
             n,
             d,
             k,
             metric,
+            tile,
             x: gpu.upload(data.as_slice(), "the data")?,
+            x_sq_norms: gpu.zeros(n, "point norms")?,
             scales: gpu.upload(&f32_scales, "fixed-point scales")?,
             inv_scales: gpu.upload(&f64_inv, "fixed-point scales")?,
             centroids: gpu.zeros(k * d, "centroids")?,
+            c_sq_norms: gpu.zeros(k, "centroid norms")?,
             next: gpu.zeros(k * d, "centroids")?,
             labels: gpu.zeros(n, "labels")?,
             min_dist: gpu.zeros(n, "distances")?,
-            block_inertia: gpu.zeros(blocks, "inertia partials")?,
+            block_inertia: gpu.zeros(assign_blocks, "inertia partials")?,
             counters: gpu.zeros(2, "counters")?,
-            total: gpu.zeros(1, "a reduction result")?,
+            summary: gpu.zeros(4, "the step summary")?,
             sizes: gpu.zeros(k, "cluster sizes")?,
             sums: Sums {
                 parts,
@@ -85,85 +101,62 @@ impl<'a> CudaLloyd<'a> {
                 sums: gpu.zeros(parts * k * d, "cluster sums")?,
                 counts: gpu.zeros(parts * k, "cluster counts")?,
             },
-        })
-    }
-
-    /// Single-block fixed-order sum of `block_inertia` or squared difference into `total`.
-    fn reduce(&mut self, kernel: &'static str) -> Result<f64> {
-        let gpu = self.gpu;
-        let f = gpu.function(kernel)?;
-        let mut launch = gpu.launch(kernel, &f);
-        let (len_inertia, len_cent) = (
-            self.n.div_ceil(BLOCK as usize) as u32,
-            (self.k * self.d) as u32,
-        );
-        match kernel {
-            "sum_f64" => launch
-                .args()
-                .arg(&self.block_inertia)
-                .arg(&len_inertia)
-                .arg(&mut self.total),
-            _ => launch
-                .args()
-                .arg(&self.next)
-                .arg(&self.centroids)
-                .arg(&len_cent)
-                .arg(&mut self.total),
         };
-        launch.run(1, REDUCE_BLOCK, REDUCE_BLOCK as usize * 8)?;
-        Ok(gpu.download(&self.total, 1, "a reduction result")?[0])
-    }
-}
-
-impl Lloyd for CudaLloyd<'_> {
-    fn set_centroids(&mut self, centroids: &[f32]) -> Result<()> {
-        self.gpu.write(centroids, &mut self.centroids, "centroids")
-    }
-
-    fn set_labels(&mut self, labels: &[u32]) -> Result<()> {
-        self.gpu.write(labels, &mut self.labels, "labels")
+        if metric == AssignMetric::SqL2 {
+            let (x, mut norms) = (
+                &lloyd.x,
+                std::mem::replace(&mut lloyd.x_sq_norms, gpu.zeros(0, "")?),
+            );
+            row_sq_norms(gpu, x, n, d, &mut norms)?;
+            lloyd.x_sq_norms = norms;
+        }
+        Ok(lloyd)
     }
 
-    fn assign(&mut self) -> Result<AssignStats> {
+    fn assign_kernel(&self) -> &'static str {
+        match (self.metric, self.tile == ASSIGN_WIDE) {
+            (AssignMetric::SqL2, true) => "kmeans_assign_l2_wide",
+            (AssignMetric::SqL2, false) => "kmeans_assign_l2_narrow",
+            (AssignMetric::L1, true) => "kmeans_assign_l1_wide",
+            (AssignMetric::L1, false) => "kmeans_assign_l1_narrow",
+        }
+    }
+
+    /// Queues the assignment of every point to its nearest current centroid.
+    fn queue_assign(&mut self) -> Result<()> {
         let gpu = self.gpu;
-        gpu.clear(&mut self.counters, "counters")?;
-        let tile_k = assign_tile_k(self.d, self.k);
-        let f = gpu.function("kmeans_assign")?;
-        let mut launch = gpu.launch("kmeans_assign", &f);
-        let (n, d, k, tk, m) = (
-            self.n as u32,
-            self.d as u32,
-            self.k as u32,
-            tile_k as u32,
-            self.metric.id(),
-        );
+        if self.metric == AssignMetric::SqL2 {
+            row_sq_norms(gpu, &self.centroids, self.k, self.d, &mut self.c_sq_norms)?;
+        }
+        let name = self.assign_kernel();
+        let f = gpu.function(name)?;
+        let mut launch = gpu.launch(name, &f);
+        let (n, d, k) = (self.n as u32, self.d as u32, self.k as u32);
         launch
             .args()
             .arg(&self.x)
+            .arg(&self.x_sq_norms)
             .arg(&n)
             .arg(&d)
             .arg(&self.centroids)
+            .arg(&self.c_sq_norms)
             .arg(&k)
-            .arg(&tk)
-            .arg(&m)
             .arg(&mut self.labels)
             .arg(&mut self.min_dist)
             .arg(&mut self.counters)
             .arg(&mut self.block_inertia);
-        let shared = ASSIGN_SCRATCH_BYTES + 4 * tile_k * self.d;
-        launch.run(self.n.div_ceil(BLOCK as usize), BLOCK, shared)?;
-        let inertia = self.reduce("sum_f64")?;
-        let changed = gpu.download(&self.counters, 1, "the changed-label count")?[0];
-        Ok(AssignStats {
-            changed: changed as u64,
-            inertia,
-        })
+        launch.run(
+            self.n.div_ceil(self.tile.points()),
+            BLOCK,
+            self.tile.shared_bytes(),
+        )
     }
 
-    fn update(&mut self) -> Result<usize> {
+    /// Queues the means of the current labels into `next` (empty clusters keep theirs and are
+    /// counted in `counters[1]`).
+    fn queue_update(&mut self) -> Result<()> {
         let gpu = self.gpu;
         let (n, d, k) = (self.n as u32, self.d as u32, self.k as u32);
-        gpu.clear(&mut self.counters, "counters")?;
         let s = &mut self.sums;
         if s.shared {
             let f = gpu.function("kmeans_accumulate_shared")?;
@@ -217,27 +210,105 @@ impl Lloyd for CudaLloyd<'_> {
         let grid = (self.k * self.d)
             .div_ceil(BLOCK as usize)
             .min(8 * gpu.multiprocessors());
-        launch.run(grid, BLOCK, 0)?;
-        let counters = gpu.download(&self.counters, 2, "the empty-cluster count")?;
-        Ok(counters[1] as usize)
+        launch.run(grid, BLOCK, 0)
+    }
+
+    /// Reduces the counters, inertia partials and (with `shift`) the centroid shift in one
+    /// block, and copies the four numbers back: the step's only synchronisation.
+    fn summarize(&mut self, shift: bool) -> Result<Summary> {
+        let gpu = self.gpu;
+        let f = gpu.function("kmeans_summary")?;
+        let mut launch = gpu.launch("kmeans_summary", &f);
+        let blocks = self.n.div_ceil(self.tile.points()) as u32;
+        let len = if shift { (self.k * self.d) as u32 } else { 0 };
+        launch
+            .args()
+            .arg(&self.counters)
+            .arg(&self.block_inertia)
+            .arg(&blocks)
+            .arg(&self.next)
+            .arg(&self.centroids)
+            .arg(&len)
+            .arg(&mut self.summary);
+        launch.run(1, REDUCE_BLOCK, REDUCE_BLOCK as usize * 8)?;
+        let s = gpu.download(&self.summary, 4, "the step summary")?;
+        Ok(Summary {
+            changed: s[0] as u64,
+            empty: s[1] as usize,
+            inertia: s[2],
+            shift: s[3],
+        })
+    }
+}
+
+/// Queues `out[i] = ‖row i‖²` for the `rows × d` matrix `x`.
+fn row_sq_norms(
+    gpu: &CudaBackend,
+    x: &CudaSlice<f32>,
+    rows: usize,
+    d: usize,
+    out: &mut CudaSlice<f32>,
+) -> Result<()> {
+    let f = gpu.function("row_sq_norms")?;
+    let mut launch = gpu.launch("row_sq_norms", &f);
+    let (n, d) = (rows as u32, d as u32);
+    launch.args().arg(x).arg(&n).arg(&d).arg(out);
+    launch.run(rows.div_ceil(BLOCK as usize), BLOCK, 0)
+}
+
+impl Lloyd for CudaLloyd<'_> {
+    fn set_centroids(&mut self, centroids: &[f32]) -> Result<()> {
+        self.gpu.write(centroids, &mut self.centroids, "centroids")
+    }
+
+    fn set_labels(&mut self, labels: &[u32]) -> Result<()> {
+        self.gpu.write(labels, &mut self.labels, "labels")
+    }
+
+    fn assign(&mut self) -> Result<AssignStats> {
+        self.gpu.clear(&mut self.counters, "counters")?;
+        self.queue_assign()?;
+        let s = self.summarize(false)?;
+        Ok(AssignStats {
+            changed: s.changed,
+            inertia: s.inertia,
+        })
+    }
+
+    fn step(&mut self) -> Result<StepStats> {
+        self.gpu.clear(&mut self.counters, "counters")?;
+        self.queue_assign()?;
+        self.queue_update()?;
+        let s = self.summarize(true)?;
+        Ok(StepStats {
+            assign: AssignStats {
+                changed: s.changed,
+                inertia: s.inertia,
+            },
+            empty: s.empty,
+            shift: s.shift,
+        })
+    }
+
+    fn update(&mut self) -> Result<usize> {
+        self.gpu.clear(&mut self.counters, "counters")?;
+        self.queue_update()?;
+        Ok(self.summarize(false)?.empty)
     }
 
     fn relocate(&mut self, cluster: usize, point: usize) -> Result<()> {
         let d = self.d;
-        self.gpu.copy_within(
-            &self.x,
-            point * d,
-            &mut self.next,
-            cluster * d,
-            d,
-            "a point into an empty cluster",
-        )
+        let what = "a point into an empty cluster";
+        self.gpu
+            .copy_within(&self.x, point * d, &mut self.next, cluster * d, d, what)
     }
 
-    fn commit(&mut self) -> Result<f64> {
-        let shift = self.reduce("sum_sq_diff")?;
+    fn shift(&mut self) -> Result<f64> {
+        Ok(self.summarize(true)?.shift)
+    }
+
+    fn commit(&mut self) {
         std::mem::swap(&mut self.centroids, &mut self.next);
-        Ok(shift)
     }
 
     fn min_distances(&self) -> Result<Vec<f32>> {
