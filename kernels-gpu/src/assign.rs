@@ -115,14 +115,8 @@ unsafe fn run<const TP: usize, const TC: usize>(a: Assign, metric: AssignMetric,
             }
             sync_threads();
             for jj in 0..width {
-                let mut xv = [0f32; TP];
-                let mut cv = [0f32; TC];
-                for (i, v) in xv.iter_mut().enumerate() {
-                    *v = unsafe { *xs.add(jj * xs_stride + ty * TP + i) };
-                }
-                for (q, v) in cv.iter_mut().enumerate() {
-                    *v = unsafe { *cs.add(jj * cs_stride + tx * TC + q) };
-                }
+                let xv: [f32; TP] = unsafe { load_vec4s(xs.add(jj * xs_stride + ty * TP)) };
+                let cv: [f32; TC] = unsafe { load_vec4s(cs.add(jj * cs_stride + tx * TC)) };
                 for i in 0..TP {
                     for q in 0..TC {
                         acc[i][q] = assign_step(metric, acc[i][q], xv[i], cv[q]);
@@ -213,6 +207,26 @@ unsafe fn run<const TP: usize, const TC: usize>(a: Assign, metric: AssignMetric,
             unsafe { *a.block_inertia.add(gpu::block()) = total };
         }
     }
+}
+
+/// Four f32 that load as one 16-byte shared-memory access.
+#[repr(C, align(16))]
+#[derive(Clone, Copy)]
+struct Vec4([f32; 4]);
+
+/// `N` consecutive f32 from `p` as `N / 4` vector loads.
+///
+/// # Safety
+/// `p` is 16-byte aligned and valid for `N` values; `N` is a multiple of 4.
+#[inline(always)]
+unsafe fn load_vec4s<const N: usize>(p: *const f32) -> [f32; N] {
+    let mut out = [0f32; N];
+    let v = p.cast::<Vec4>();
+    for h in 0..N / 4 {
+        let Vec4(q) = unsafe { *v.add(h) };
+        out[4 * h..4 * h + 4].copy_from_slice(&q);
+    }
+    out
 }
 
 /// Copies rows `first..first + rows` (clipped to `total`), columns `j0..j0 + width` of a

@@ -58,14 +58,15 @@ impl AssignTile {
         self.ct * self.tc
     }
 
-    /// Row stride (in f32) of the transposed point tile; +1 spreads the stores over banks.
+    /// Row stride (in f32) of the transposed point tile: +4 keeps rows 16-byte aligned for
+    /// vector loads and spreads the transposing stores over banks.
     pub const fn x_stride(self) -> usize {
-        self.points() + 1
+        self.points() + 4
     }
 
     /// Row stride (in f32) of the transposed centroid tile.
     pub const fn c_stride(self) -> usize {
-        self.centroids() + 1
+        self.centroids() + 4
     }
 
     /// Dynamic shared memory of one block, in bytes: reduction scratch (2 f64 per thread), the
@@ -95,6 +96,7 @@ mod tests {
         for tile in [ASSIGN_WIDE, ASSIGN_NARROW] {
             assert!(tile.shared_bytes() <= DEFAULT_SHARED_BYTES, "{tile:?}");
             assert_eq!(BLOCK as usize % tile.ct, 0);
+            assert!(tile.tp % 4 == 0 && tile.tc % 4 == 0, "vector loads of 4");
         }
         assert_eq!(AssignTile::for_k(16), ASSIGN_NARROW);
         assert_eq!(AssignTile::for_k(17), ASSIGN_WIDE);
