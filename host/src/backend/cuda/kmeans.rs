@@ -66,10 +66,9 @@ impl<'a> CudaLloyd<'a> {
         let tile = AssignTile::for_k(k);
         let assign_blocks = n.div_ceil(tile.points());
         let shared = sums_fit_shared(k, d);
-        // Enough blocks to fill the GPU, each with enough points that combining the per-block
-        // partials (parts × k × d values) stays cheap next to accumulating them.
+        // Two blocks per multiprocessor, fewer when there are fewer points than that.
         let parts = if shared {
-            n.div_ceil(8 * BLOCK as usize)
+            n.div_ceil(BLOCK as usize)
                 .min(2 * gpu.multiprocessors())
                 .max(1)
         } else {
