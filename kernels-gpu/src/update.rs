@@ -109,13 +109,18 @@ pub unsafe extern "gpu-kernel" fn kmeans_accumulate_global(
     }
 }
 
-/// Combines `parts` partial sums in part order and writes the means to `new_centroids`; an empty
-/// cluster keeps its `old_centroids` row and is counted in `empty`. Writes each cluster's size to
-/// `sizes`. One thread per centroid coordinate, grid-stride.
+/// Threads per warp; [`kmeans_finalize`] gives each centroid coordinate one warp.
+const WARP: usize = 32;
+
+/// Combines the `parts` partial sums and writes the means to `new_centroids`; an empty cluster
+/// keeps its `old_centroids` row and is counted in `empty`. Writes each cluster's size to
+/// `sizes`. One warp per centroid coordinate: lanes add every 32nd part, then lane 0 adds the
+/// lanes' totals in lane order (integer sums: exact in any order, so reproducible).
 ///
 /// # Safety
 /// `part_sums`: `parts × k × d`; `part_counts`: `parts × k`; `inv_scales`: `d`; centroid
-/// buffers `k × d`; `sizes`: `k`; `empty`: one u32 zeroed by the host.
+/// buffers `k × d`; `sizes`: `k`; `empty`: one u32 zeroed by the host; blocks of a multiple of
+/// 32 threads with `12 × block size` bytes of dynamic shared memory.
 #[unsafe(no_mangle)]
 pub unsafe extern "gpu-kernel" fn kmeans_finalize(
     part_sums: *const i64,
@@ -130,30 +135,56 @@ pub unsafe extern "gpu-kernel" fn kmeans_finalize(
     empty: *mut u32,
 ) {
     let (parts, k, d) = (parts as usize, k as usize, (d as usize).max(1));
-    let stride = gpu::grid_dim() * gpu::block_dim();
-    let mut e = gpu::block() * gpu::block_dim() + gpu::thread();
-    while e < k * d {
-        let c = e / d;
-        let j = e % d;
-        unsafe {
-            let mut count = 0u32;
-            let mut sum = 0i64;
-            for p in 0..parts {
-                count += *part_counts.add(p * k + c);
-                sum += *part_sums.add(p * k * d + e);
+    let (t, threads) = (gpu::thread(), gpu::block_dim());
+    let (warp, lane) = (t / WARP, t % WARP);
+    let warps_per_block = threads / WARP;
+    let lane_sums = shared::<i64>();
+    let lane_counts = unsafe { lane_sums.add(threads) }.cast::<u32>();
+    // Uniform trip count across the block, so the barriers below are reached by every thread.
+    let mut base = gpu::block() * warps_per_block;
+    while base < k * d {
+        let e = base + warp;
+        let (mut sum, mut count) = (0i64, 0u32);
+        if e < k * d {
+            let c = e / d;
+            let mut p = lane;
+            while p < parts {
+                unsafe {
+                    sum += *part_sums.add(p * k * d + e);
+                    count += *part_counts.add(p * k + c);
+                }
+                p += WARP;
             }
-            *new_centroids.add(e) = if count > 0 {
-                mean(sum, *inv_scales.add(j), count)
-            } else {
-                *old_centroids.add(e)
-            };
-            if j == 0 {
-                *sizes.add(c) = count;
-                if count == 0 {
-                    atomic_add_u32(empty, 1);
+        }
+        unsafe {
+            *lane_sums.add(t) = sum;
+            *lane_counts.add(t) = count;
+        }
+        sync_threads();
+        if lane == 0 && e < k * d {
+            let (c, j) = (e / d, e % d);
+            let (mut sum, mut count) = (0i64, 0u32);
+            for l in 0..WARP {
+                unsafe {
+                    sum += *lane_sums.add(t + l);
+                    count += *lane_counts.add(t + l);
+                }
+            }
+            unsafe {
+                *new_centroids.add(e) = if count > 0 {
+                    mean(sum, *inv_scales.add(j), count)
+                } else {
+                    *old_centroids.add(e)
+                };
+                if j == 0 {
+                    *sizes.add(c) = count;
+                    if count == 0 {
+                        atomic_add_u32(empty, 1);
+                    }
                 }
             }
         }
-        e += stride;
+        sync_threads();
+        base += gpu::grid_dim() * warps_per_block;
     }
 }

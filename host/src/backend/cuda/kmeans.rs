@@ -208,10 +208,11 @@ impl<'a> CudaLloyd<'a> {
             .arg(&mut self.next)
             .arg(&mut self.sizes)
             .arg(&mut empty);
+        // One warp per centroid coordinate.
         let grid = (self.k * self.d)
-            .div_ceil(BLOCK as usize)
-            .min(8 * gpu.multiprocessors());
-        launch.run(grid, BLOCK, 0)
+            .div_ceil(BLOCK as usize / 32)
+            .min(16 * gpu.multiprocessors());
+        launch.run(grid, BLOCK, 12 * BLOCK as usize)
     }
 
     /// Reduces the counters, inertia partials and (with `shift`) the centroid shift in one
