@@ -95,25 +95,25 @@ unsafe fn run<const TP: usize, const TC: usize>(a: Assign, metric: AssignMetric,
     let mut first_centroid = 0;
     while first_centroid < a.k {
         let mut acc = [[0f32; TC]; TP];
-        // The next chunk of both tiles is fetched into registers while this one is computed.
-        let x_tile = Staged::new(a.x, a.n, a.d, first_point, pb);
-        let c_tile = Staged::new(a.centroids, a.k, a.d, first_centroid, cb);
-        let (mut x_next, mut c_next) = unsafe { (x_tile.fetch(0), c_tile.fetch(0)) };
         let mut j0 = 0;
         while j0 < a.d {
             let width = ASSIGN_JC.min(a.d - j0);
             sync_threads();
             unsafe {
-                x_tile.store(&x_next, xs, xs_stride);
-                c_tile.store(&c_next, cs, cs_stride);
+                load_transposed(a.x, a.n, a.d, first_point, pb, j0, width, xs, xs_stride);
+                load_transposed(
+                    a.centroids,
+                    a.k,
+                    a.d,
+                    first_centroid,
+                    cb,
+                    j0,
+                    width,
+                    cs,
+                    cs_stride,
+                );
             }
             sync_threads();
-            if j0 + ASSIGN_JC < a.d {
-                unsafe {
-                    x_next = x_tile.fetch(j0 + ASSIGN_JC);
-                    c_next = c_tile.fetch(j0 + ASSIGN_JC);
-                }
-            }
             for jj in 0..width {
                 let xv: [f32; TP] = unsafe { load_vec4s(xs.add(jj * xs_stride + ty * TP)) };
                 let cv: [f32; TC] = unsafe { load_vec4s(cs.add(jj * cs_stride + tx * TC)) };
@@ -229,51 +229,32 @@ unsafe fn load_vec4s<const N: usize>(p: *const f32) -> [f32; N] {
     out
 }
 
-/// Most values one thread stages per tile chunk (`points() × ASSIGN_JC / BLOCK`, 16 at most).
-const MAX_STAGED: usize = 16;
-
-/// A tile of `rows` rows (from `first`, clipped to `total`) of a row-major `total × d` matrix,
-/// staged through shared memory `ASSIGN_JC` columns at a time, transposed.
-#[derive(Clone, Copy)]
-struct Staged {
+/// Copies rows `first..first + rows` (clipped to `total`), columns `j0..j0 + width` of a
+/// row-major `total × d` matrix into shared memory transposed (`dst[jj * stride + r]`), zeros
+/// past the last row. Consecutive threads read consecutive columns of a row.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn load_transposed(
     src: *const f32,
     total: usize,
     d: usize,
     first: usize,
     rows: usize,
-}
-
-impl Staged {
-    #[inline(always)]
-    fn new(src: *const f32, total: usize, d: usize, first: usize, rows: usize) -> Self {
-        Staged { src, total, d, first, rows }
-    }
-
-    /// This thread's values of columns `j0..j0 + ASSIGN_JC` (zero past the matrix). Element
-    /// `e = thread + s·BLOCK` is row `e / ASSIGN_JC`, column `e % ASSIGN_JC`: consecutive threads
-    /// read consecutive columns of a row.
-    #[inline(always)]
-    unsafe fn fetch(&self, j0: usize) -> [f32; MAX_STAGED] {
-        let mut v = [0f32; MAX_STAGED];
-        let per_thread = self.rows * ASSIGN_JC / BLOCK as usize;
-        for (s, out) in v.iter_mut().enumerate().take(per_thread) {
-            let e = gpu::thread() + s * BLOCK as usize;
-            let (r, jj) = (e / ASSIGN_JC, e % ASSIGN_JC);
-            let row = self.first + r;
-            if row < self.total && j0 + jj < self.d {
-                *out = unsafe { *self.src.add(row * self.d + j0 + jj) };
-            }
-        }
-        v
-    }
-
-    /// Writes fetched values to shared memory at `dst[jj * stride + r]`.
-    #[inline(always)]
-    unsafe fn store(&self, v: &[f32; MAX_STAGED], dst: *mut f32, stride: usize) {
-        let per_thread = self.rows * ASSIGN_JC / BLOCK as usize;
-        for (s, &value) in v.iter().enumerate().take(per_thread) {
-            let e = gpu::thread() + s * BLOCK as usize;
-            unsafe { *dst.add((e % ASSIGN_JC) * stride + e / ASSIGN_JC) = value };
-        }
+    j0: usize,
+    width: usize,
+    dst: *mut f32,
+    stride: usize,
+) {
+    let mut e = gpu::thread();
+    while e < rows * width {
+        let (r, jj) = (e / width, e % width);
+        let row = first + r;
+        let v = if row < total {
+            unsafe { *src.add(row * d + j0 + jj) }
+        } else {
+            0.0
+        };
+        unsafe { *dst.add(jj * stride + r) = v };
+        e += BLOCK as usize;
     }
 }
