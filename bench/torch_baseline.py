@@ -32,6 +32,33 @@ def lloyd_iteration(x, x2, c, chunk):
     return sums / counts[:, None]
 
 
+def measured_rates():
+    """FP32 matrix-product rate (TF32 off) and device-to-device copy bandwidth of this GPU."""
+    a = torch.rand(8192, 8192, device="cuda")
+    b = torch.rand(8192, 8192, device="cuda")
+    src = torch.empty(1 << 30, dtype=torch.float32, device="cuda")
+    dst = torch.empty_like(src)
+
+    def median_ms(f, reps=10):
+        times = []
+        for rep in range(3 + reps):
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            start.record()
+            f()
+            end.record()
+            torch.cuda.synchronize()
+            if rep >= 3:
+                times.append(start.elapsed_time(end))
+        return sorted(times)[len(times) // 2]
+
+    flops = 2 * 8192**3 / (median_ms(lambda: a @ b) * 1e-3)
+    bandwidth = 2 * src.numel() * 4 / (median_ms(lambda: dst.copy_(src)) * 1e-3)
+    del a, b, src, dst
+    torch.cuda.empty_cache()
+    return flops, bandwidth
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--cases", default="A,B,C,D,E")
@@ -47,7 +74,10 @@ def main():
                 r = json.loads(line)
                 ours[r["case"]] = r
     print(f"torch {torch.__version__} on {torch.cuda.get_device_name()}")
-    print(f"{'case':<4} {'torch ms':>10} {'ours ms':>10} {'speed-up':>9}")
+    fp32, bandwidth = measured_rates()
+    print(f"measured: FP32 {fp32 / 1e12:.1f} TFLOP/s, copy {bandwidth / 1e12:.2f} TB/s")
+    print("floor = max(2·n·k·d / FP32 rate, n·d·4 bytes / bandwidth)")
+    print(f"{'case':<4} {'torch ms':>10} {'ours ms':>10} {'speed-up':>9} {'floor ms':>9} {'ours/floor':>10}")
     for name in args.cases.split(","):
         n, d, k = CASES[name]
         g = torch.Generator(device="cuda").manual_seed(1)
@@ -68,9 +98,11 @@ def main():
         times.sort()
         t = times[len(times) // 2]
         o = ours.get(name, {}).get("median_ms")
+        floor = 1e3 * max(2 * n * k * d / fp32, n * d * 4 / bandwidth)
         ratio = f"{t / o:9.2f}" if o else f"{'-':>9}"
         o_str = f"{o:10.3f}" if o else f"{'-':>10}"
-        print(f"{name:<4} {t:10.3f} {o_str} {ratio}")
+        vs_floor = f"{o / floor:10.2f}" if o else f"{'-':>10}"
+        print(f"{name:<4} {t:10.3f} {o_str} {ratio} {floor:9.3f} {vs_floor}")
         del x, x2, c
         torch.cuda.empty_cache()
 
