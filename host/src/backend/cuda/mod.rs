@@ -60,7 +60,7 @@ impl CudaBackend {
             ));
         }
         let count = CudaContext::device_count()
-            .map_err(|e| Error::NoGpu(format!("the CUDA driver did not start: {e}")))?;
+            .map_err(|e| Error::NoGpu(format!("the CUDA driver did not start: {}", describe(e))))?;
         if ordinal >= count.max(0) as usize {
             return Err(Error::NoGpu(format!(
                 "GPU {ordinal} was asked for but {count} CUDA device(s) are present"
@@ -304,7 +304,18 @@ fn driver_version() -> Result<i32> {
 pub(crate) fn cuda(context: &str, e: DriverError) -> Error {
     Error::Cuda {
         context: context.to_string(),
-        message: e.to_string(),
+        message: describe(e),
+    }
+}
+
+/// The error's name and, when the driver library is loaded, its description (the description
+/// comes from the driver, which must not be asked when it is absent).
+fn describe(e: DriverError) -> String {
+    // SAFETY: only probes whether the driver library can be loaded.
+    if unsafe { cudarc::driver::sys::is_culib_present() } {
+        e.to_string()
+    } else {
+        format!("{:?}", e.0)
     }
 }
 
@@ -316,5 +327,27 @@ fn alloc_error(what: &str, bytes: usize, e: DriverError) -> Error {
         }
     } else {
         cuda(&format!("allocating {what} ({bytes} bytes)"), e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn out_of_memory_is_its_own_error() {
+        let err = alloc_error(
+            "the data",
+            1 << 40,
+            DriverError(CUresult::CUDA_ERROR_OUT_OF_MEMORY),
+        );
+        assert!(matches!(err, Error::GpuOutOfMemory { bytes, .. } if bytes == 1 << 40));
+        assert_eq!(
+            err.to_string(),
+            "out of GPU memory while allocating the data (1099511627776 bytes requested)"
+        );
+        let other = alloc_error("labels", 8, DriverError(CUresult::CUDA_ERROR_INVALID_VALUE));
+        assert!(matches!(other, Error::Cuda { .. }));
+        assert!(other.to_string().contains("allocating labels"));
     }
 }
