@@ -245,16 +245,20 @@ unsafe fn load_transposed(
     dst: *mut f32,
     stride: usize,
 ) {
+    // Chunks are ASSIGN_JC columns wide (a power of two, so no division); columns past
+    // `width` are skipped.
     let mut e = gpu::thread();
-    while e < rows * width {
-        let (r, jj) = (e / width, e % width);
-        let row = first + r;
-        let v = if row < total {
-            unsafe { *src.add(row * d + j0 + jj) }
-        } else {
-            0.0
-        };
-        unsafe { *dst.add(jj * stride + r) = v };
+    while e < rows * ASSIGN_JC {
+        let (r, jj) = (e / ASSIGN_JC, e % ASSIGN_JC);
+        if jj < width {
+            let row = first + r;
+            let v = if row < total {
+                unsafe { *src.add(row * d + j0 + jj) }
+            } else {
+                0.0
+            };
+            unsafe { *dst.add(jj * stride + r) = v };
+        }
         e += BLOCK as usize;
     }
 }
