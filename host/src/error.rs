@@ -37,6 +37,9 @@ pub enum Error {
         expected: usize,
         got: usize,
     },
+    /// A label vector does not hold one label per training row.
+    #[error("{labels} labels were given for {rows} training rows (one label per row is needed)")]
+    LabelCount { labels: usize, rows: usize },
     /// A parameter is out of its range.
     #[error("invalid parameter {name}: {reason}")]
     InvalidParameter { name: &'static str, reason: String },

@@ -16,16 +16,20 @@ mod backend;
 #[doc(hidden)]
 pub mod bench;
 pub mod device;
+pub mod distances;
 pub mod error;
 pub mod image_ops;
 pub mod io;
 pub mod kmeans;
+pub mod knn;
 pub mod matrix;
 
 pub use backend::cuda::GpuInfo;
 pub use device::Device;
+pub use distances::{DistanceMetric, pairwise_distances, pairwise_distances_blocks};
 pub use error::{Error, Result};
 pub use kmeans::{EmptyClusters, Init, Iteration, KMeans, KMeansModel, KMeansParams, Metric};
+pub use knn::{FittedScaler, KnnClassifier, KnnIndex, KnnResult, Scaler, Selection, Weights};
 pub use matrix::MatrixView;
 
 /// What the driver reports about GPU `ordinal`, or why it is not usable.

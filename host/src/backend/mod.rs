@@ -10,9 +10,12 @@ pub mod cuda;
 use crate::error::Result;
 use crate::matrix::MatrixView;
 use kernels_gpu::math::AssignMetric;
+// Pairwise distances and kNN.
+use crate::knn::Selection;
+use kernels_gpu::knn::PairMetric;
 
 /// A compute backend.
-pub(crate) trait Backend: Send + Sync {
+pub(crate) trait Backend: Send + Sync + Distances {
     /// Human-readable name, e.g. `cpu (2 threads)` or `cuda:0 (NVIDIA H100 80GB HBM3)`.
     fn describe(&self) -> String;
 
@@ -79,4 +82,71 @@ pub(crate) trait Lloyd {
     fn centroids(&self) -> Result<Vec<f32>>;
     /// The current labels.
     fn labels(&self) -> Result<Vec<u32>>;
+}
+
+// ---- Pairwise distances and kNN -------------------------------------------------------------
+
+/// Where row blocks of a distance matrix go: `(first row, block)`.
+pub(crate) type BlockSink<'s> = dyn FnMut(usize, ndarray::ArrayView2<'_, f32>) -> Result<()> + 's;
+
+/// The pairwise-distance and kNN methods of a backend (every [`Backend`] has them).
+pub(crate) trait Distances {
+    /// Distances from every row of `a` to every row of `b` (validated, same columns), in blocks
+    /// of whole rows of at most `max_bytes` (at least one row) or of what the backend's memory
+    /// allows, handed to `on_block` in row order.
+    fn pairwise(
+        &self,
+        a: &MatrixView<'_>,
+        b: &MatrixView<'_>,
+        metric: PairMetric,
+        max_bytes: Option<usize>,
+        on_block: &mut BlockSink<'_>,
+    ) -> Result<()>;
+
+    /// An exact kNN index over `train` (validated), resident on the backend.
+    fn knn_index(&self, train: &MatrixView<'_>, metric: PairMetric) -> Result<Box<dyn KnnSearch>>;
+}
+
+/// An exact kNN index on a backend. Neighbours are keys ([`kernels_gpu::knn::key`]): sorted
+/// ascending, `k` per query row.
+pub(crate) trait KnnSearch: Send + Sync {
+    /// The `k` nearest training rows of every query row (validated, same columns, `1 ≤ k ≤ n`).
+    fn search(
+        &self,
+        queries: &MatrixView<'_>,
+        k: usize,
+        selection: Selection,
+        max_bytes: Option<usize>,
+    ) -> Result<Neighbours>;
+
+    /// Sets the class (`< classes`) of every training row, for [`KnnSearch::vote`].
+    fn set_labels(&mut self, class_ids: &[u32], classes: usize) -> Result<()>;
+
+    /// The winning class of every query row among its `k` nearest, and with `proba` the share of
+    /// the vote of every class (`rows × classes`).
+    fn vote(
+        &self,
+        queries: &MatrixView<'_>,
+        k: usize,
+        selection: Selection,
+        max_bytes: Option<usize>,
+        weighted: bool,
+        proba: bool,
+    ) -> Result<Votes>;
+}
+
+/// What a kNN search returns.
+pub(crate) struct Neighbours {
+    /// `rows × k` keys, each row ascending.
+    pub keys: Vec<u64>,
+    /// The selection that ran.
+    pub selection: Selection,
+}
+
+/// What a kNN vote returns.
+pub(crate) struct Votes {
+    /// The winning class of every query row.
+    pub classes: Vec<u32>,
+    /// `rows × classes` vote shares (empty unless asked for).
+    pub proba: Vec<f32>,
 }

@@ -2,6 +2,7 @@
 //! fixed-point sums as the GPU kernels, so both give the same labels and centroids.
 
 mod kmeans;
+mod knn;
 
 use crate::backend::{Backend, Lloyd};
 use crate::error::Result;

@@ -3,6 +3,7 @@
 //! doing, and out-of-memory becomes [`Error::GpuOutOfMemory`]).
 
 mod kmeans;
+mod knn;
 
 use crate::backend::{Backend, Lloyd};
 use crate::error::{Error, Result};

@@ -1,0 +1,616 @@
+//! Pairwise distances, kNN search and votes on the GPU.
+//!
+//! * Distances: the GEMM-style `pairwise_dot` / `pairwise_l1` kernels write row blocks of the
+//!   matrix (64-bit offsets), sized to the memory budget and copied back block by block.
+//! * Search, `k ≤ MAX_STREAM_K`: queries in batches; for every tile of training rows one
+//!   distance launch (batch × tile) and one selection launch (a block per query) that merges the
+//!   tile into the query's running k keys. The batch × n matrix is never stored.
+//! * Search, larger k: whole distance rows of a batch, sorted as keys by a bitonic network in
+//!   global memory (chunks of `SELECT_CAP` keys in shared memory, longer strides in global
+//!   memory); the first k of every row are kept.
+//! * Votes: `knn_vote` on the device-resident neighbour keys; only labels (and shares) come back.
+
+use super::{CudaBackend, arg_u32};
+use crate::backend::{Backend, BlockSink, Distances, KnnSearch, Neighbours, Votes};
+use crate::distances::rows_per_block;
+use crate::error::{Error, Result};
+use crate::knn::Selection;
+use crate::matrix::MatrixView;
+use cudarc::driver::{CudaSlice, PushKernelArg};
+use kernels_gpu::fixed::pow2_f32;
+use kernels_gpu::knn::{
+    DIST_BLOCK, MAX_STREAM_K, PairMetric, SELECT_BLOCK, SELECT_CAP, VOTE_BLOCK, VOTE_MAX_QUERIES,
+    dist_blocks, dist_shared_bytes, select_shared_bytes, stream_tile, vote_block_bytes,
+    vote_scale_exponent,
+};
+use kernels_gpu::launch::{BLOCK, DEFAULT_SHARED_BYTES};
+use ndarray::ArrayView2;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// Share of the free device memory that a call plans to use when the caller sets no limit.
+const FREE_SHARE: f64 = 0.7;
+/// Most query rows per batch.
+const MAX_BATCH_ROWS: usize = 1 << 16;
+/// Query rows that `Selection::Auto` times both selections on.
+const AUTO_SAMPLE_ROWS: usize = 128;
+
+/// A null pointer kernel argument.
+static NULL: u64 = 0;
+
+impl CudaBackend {
+    /// Bytes a call may use: `max_bytes`, else a share of what the driver reports free.
+    fn budget(&self, max_bytes: Option<usize>) -> Result<usize> {
+        match max_bytes {
+            Some(b) => Ok(b),
+            None => Ok((self.memory()?.0 as f64 * FREE_SHARE) as usize),
+        }
+    }
+}
+
+/// Queues `out[i] = ‖row i‖²` for the `rows × d` matrix `x` (the k-means `row_sq_norms` kernel).
+fn sq_norms(
+    gpu: &CudaBackend,
+    x: &CudaSlice<f32>,
+    rows: usize,
+    d: usize,
+    out: &mut CudaSlice<f32>,
+) -> Result<()> {
+    let (n, d32) = (rows as u32, d as u32);
+    let f = gpu.function("row_sq_norms")?;
+    let mut launch = gpu.launch("row_sq_norms", &f);
+    launch.args().arg(x).arg(&n).arg(&d32).arg(out);
+    launch.run(rows.div_ceil(BLOCK as usize), BLOCK, 0)
+}
+
+/// One side of a distance launch: rows of a device matrix and their squared norms.
+struct Side<'a> {
+    x: &'a CudaSlice<f32>,
+    norms: &'a CudaSlice<f32>,
+    first: usize,
+    rows: usize,
+}
+
+/// Queues `out[i · ld + j] = dist(a row i, b row b.first + j)` (a from its first row).
+fn distances(
+    gpu: &CudaBackend,
+    metric: PairMetric,
+    a: Side<'_>,
+    b: Side<'_>,
+    d: usize,
+    out: &mut CudaSlice<f32>,
+    ld: usize,
+) -> Result<()> {
+    let name = if metric.is_l1() {
+        "pairwise_l1"
+    } else {
+        "pairwise_dot"
+    };
+    let (a_rows, b_first, b_cols) = (a.rows as u32, b.first as u32, b.rows as u32);
+    let (d32, id, ld64) = (d as u32, metric.id(), ld as u64);
+    let f = gpu.function(name)?;
+    let mut launch = gpu.launch(name, &f);
+    launch
+        .args()
+        .arg(a.x)
+        .arg(a.norms)
+        .arg(&a_rows)
+        .arg(b.x)
+        .arg(b.norms)
+        .arg(&b_first)
+        .arg(&b_cols)
+        .arg(&d32)
+        .arg(&id)
+        .arg(out)
+        .arg(&ld64);
+    launch.run(dist_blocks(a.rows, b.rows), DIST_BLOCK, dist_shared_bytes())
+}
+
+impl Distances for CudaBackend {
+    fn pairwise(
+        &self,
+        a: &MatrixView<'_>,
+        b: &MatrixView<'_>,
+        metric: PairMetric,
+        max_bytes: Option<usize>,
+        on_block: &mut BlockSink<'_>,
+    ) -> Result<()> {
+        let (m, n, d) = (a.rows(), b.rows(), a.cols());
+        arg_u32(m, "number of rows")?;
+        arg_u32(n, "number of rows")?;
+        arg_u32(d, "number of dimensions")?;
+        let b_dev = self.upload(b.as_slice(), "the second matrix")?;
+        let mut b_norms = self.zeros::<f32>(n, "row norms")?;
+        if metric.needs_norms() {
+            sq_norms(self, &b_dev, n, d, &mut b_norms)?;
+        }
+        // A block fits the caller's limit and the device's free memory (rows of A, norms, out).
+        let device_rows = self.budget(None)? / (4 * (n + d + 1));
+        let rows = rows_per_block(m, n, max_bytes, usize::MAX)
+            .min(device_rows.max(1))
+            .min(MAX_BATCH_ROWS * 64);
+        let mut a_dev = self.zeros::<f32>(rows * d, "rows of the first matrix")?;
+        let mut a_norms = self.zeros::<f32>(rows, "row norms")?;
+        let mut out = self.zeros::<f32>(rows * n, "a block of distances")?;
+        let mut first = 0;
+        while first < m {
+            let r = rows.min(m - first);
+            self.write(
+                &a.as_slice()[first * d..(first + r) * d],
+                &mut a_dev,
+                "rows of the first matrix",
+            )?;
+            if metric.needs_norms() {
+                sq_norms(self, &a_dev, r, d, &mut a_norms)?;
+            }
+            let a_side = Side {
+                x: &a_dev,
+                norms: &a_norms,
+                first: 0,
+                rows: r,
+            };
+            let b_side = Side {
+                x: &b_dev,
+                norms: &b_norms,
+                first: 0,
+                rows: n,
+            };
+            distances(self, metric, a_side, b_side, d, &mut out, n)?;
+            let host = self.download(&out, r * n, "a block of distances")?;
+            let view = ArrayView2::from_shape((r, n), &host[..]).expect("r × n block");
+            on_block(first, view)?;
+            first += r;
+        }
+        Ok(())
+    }
+
+    fn knn_index(&self, train: &MatrixView<'_>, metric: PairMetric) -> Result<Box<dyn KnnSearch>> {
+        let (n, d) = (train.rows(), train.cols());
+        arg_u32(n, "number of training rows")?;
+        arg_u32(d, "number of dimensions")?;
+        let gpu = CudaBackend::shared(self.info().ordinal)?;
+        let x = gpu.upload(train.as_slice(), "the training data")?;
+        let mut norms = gpu.zeros::<f32>(n, "training norms")?;
+        if metric.needs_norms() {
+            sq_norms(&gpu, &x, n, d, &mut norms)?;
+        }
+        Ok(Box::new(CudaKnn {
+            gpu,
+            n,
+            d,
+            metric,
+            x,
+            norms,
+            labels: None,
+            classes: 0,
+        }))
+    }
+}
+
+/// A kNN index resident on a GPU.
+pub(crate) struct CudaKnn {
+    gpu: Arc<CudaBackend>,
+    n: usize,
+    d: usize,
+    metric: PairMetric,
+    x: CudaSlice<f32>,
+    norms: CudaSlice<f32>,
+    labels: Option<CudaSlice<u32>>,
+    classes: usize,
+}
+
+/// How a search selects.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Method {
+    /// Streaming, k rounds of a parallel minimum per tile.
+    KMin,
+    /// Streaming, a bitonic sort per tile.
+    Bitonic,
+    /// Whole rows sorted in global memory (k > `MAX_STREAM_K`).
+    Sort,
+}
+
+impl Method {
+    fn reported(self) -> Selection {
+        match self {
+            Method::KMin => Selection::KMin,
+            Method::Bitonic | Method::Sort => Selection::Bitonic,
+        }
+    }
+}
+
+/// What a vote asks for.
+#[derive(Clone, Copy)]
+struct VoteJob {
+    weighted: bool,
+    proba: bool,
+}
+
+/// What [`CudaKnn::run`] brings back.
+#[derive(Default)]
+struct Output {
+    keys: Vec<u64>,
+    classes: Vec<u32>,
+    proba: Vec<f32>,
+}
+
+/// `Selection::Auto`'s choices, per (GPU, n, d, k, metric).
+type Choices = Mutex<HashMap<(usize, usize, usize, usize, u32), Method>>;
+
+fn choices() -> &'static Choices {
+    static CHOICES: OnceLock<Choices> = OnceLock::new();
+    CHOICES.get_or_init(Default::default)
+}
+
+impl CudaKnn {
+    /// The method for `selection` and `k`: `Auto` times both streaming selections on a sample of
+    /// the queries the first time a shape is searched.
+    fn method(
+        &self,
+        queries: &MatrixView<'_>,
+        k: usize,
+        selection: Selection,
+        max_bytes: Option<usize>,
+    ) -> Result<Method> {
+        if k > MAX_STREAM_K {
+            return Ok(Method::Sort);
+        }
+        match selection {
+            Selection::KMin => return Ok(Method::KMin),
+            Selection::Bitonic => return Ok(Method::Bitonic),
+            Selection::Auto => {}
+        }
+        let shape = (self.gpu.info().ordinal, self.n, self.d, k, self.metric.id());
+        if let Some(&m) = choices().lock().unwrap().get(&shape) {
+            return Ok(m);
+        }
+        let rows = queries.rows().min(AUTO_SAMPLE_ROWS);
+        let sample = MatrixView::new(&queries.as_slice()[..rows * self.d], rows, self.d)?;
+        let mut best = (f64::INFINITY, Method::KMin);
+        // The first round warms both paths up; the second is timed.
+        for round in 0..2 {
+            for method in [Method::KMin, Method::Bitonic] {
+                let ms = self
+                    .gpu
+                    .time_ms(&mut || self.run(&sample, k, method, max_bytes, None).map(|_| ()))?;
+                if round == 1 && ms < best.0 {
+                    best = (ms, method);
+                }
+            }
+        }
+        choices().lock().unwrap().insert(shape, best.1);
+        Ok(best.1)
+    }
+
+    /// Device bytes per query row of a batch.
+    fn bytes_per_row(&self, k: usize, method: Method, vote: Option<VoteJob>) -> usize {
+        let fixed = 4 * (self.d + 1) + 8 * k;
+        let work = match method {
+            Method::KMin | Method::Bitonic => 4 * stream_tile(k),
+            Method::Sort => 4 * self.n + 8 * self.n.next_power_of_two(),
+        };
+        let votes = match vote {
+            None => 0,
+            Some(v) => {
+                let c = self.classes.max(1);
+                4 + if v.proba { 4 * c } else { 0 } + vote_block_bytes(1, c)
+            }
+        };
+        fixed + work + votes
+    }
+
+    /// Searches `queries` in batches that fit the budget; with `vote`, votes on the device and
+    /// brings back classes (and shares) instead of keys.
+    fn run(
+        &self,
+        queries: &MatrixView<'_>,
+        k: usize,
+        method: Method,
+        max_bytes: Option<usize>,
+        vote: Option<VoteJob>,
+    ) -> Result<Output> {
+        let gpu = &*self.gpu;
+        let (m, d, n) = (queries.rows(), self.d, self.n);
+        arg_u32(k, "k")?;
+        let budget = gpu.budget(max_bytes)?;
+        let rows = (budget / self.bytes_per_row(k, method, vote)).clamp(1, m.min(MAX_BATCH_ROWS));
+        let c = self.classes.max(1);
+
+        let mut q = gpu.zeros::<f32>(rows * d, "query rows")?;
+        let mut q_norms = gpu.zeros::<f32>(rows, "query norms")?;
+        let mut best = gpu.zeros::<u64>(rows * k, "neighbour keys")?;
+        let tile = stream_tile(k);
+        let row_len = n.next_power_of_two();
+        let (mut dist, mut sort_keys) = match method {
+            Method::KMin | Method::Bitonic => (gpu.zeros::<f32>(rows * tile, "distances")?, None),
+            Method::Sort => (
+                gpu.zeros::<f32>(rows * n, "distances")?,
+                Some(gpu.zeros::<u64>(rows * row_len, "sort keys")?),
+            ),
+        };
+        let mut pred = match vote {
+            Some(_) => Some(gpu.zeros::<u32>(rows, "predicted classes")?),
+            None => None,
+        };
+        let mut shares = match vote {
+            Some(v) if v.proba => Some(gpu.zeros::<f32>(rows * c, "class shares")?),
+            _ => None,
+        };
+        let mut output = Output::default();
+
+        let mut first = 0;
+        while first < m {
+            let r = rows.min(m - first);
+            gpu.write(
+                &queries.as_slice()[first * d..(first + r) * d],
+                &mut q,
+                "query rows",
+            )?;
+            if self.metric.needs_norms() {
+                sq_norms(gpu, &q, r, d, &mut q_norms)?;
+            }
+            match method {
+                Method::KMin | Method::Bitonic => {
+                    let mut t0 = 0;
+                    while t0 < n {
+                        let cols = tile.min(n - t0);
+                        let a = Side {
+                            x: &q,
+                            norms: &q_norms,
+                            first: 0,
+                            rows: r,
+                        };
+                        let b = Side {
+                            x: &self.x,
+                            norms: &self.norms,
+                            first: t0,
+                            rows: cols,
+                        };
+                        distances(gpu, self.metric, a, b, d, &mut dist, tile)?;
+                        self.select(method, &dist, tile, cols, t0, &mut best, k, r)?;
+                        t0 += cols;
+                    }
+                }
+                Method::Sort => {
+                    let keys = sort_keys.as_mut().expect("sort keys");
+                    let a = Side {
+                        x: &q,
+                        norms: &q_norms,
+                        first: 0,
+                        rows: r,
+                    };
+                    let b = Side {
+                        x: &self.x,
+                        norms: &self.norms,
+                        first: 0,
+                        rows: n,
+                    };
+                    distances(gpu, self.metric, a, b, d, &mut dist, n)?;
+                    self.sort_rows(&dist, keys, row_len, r, k, &mut best)?;
+                }
+            }
+            match vote {
+                None => output
+                    .keys
+                    .extend(gpu.download(&best, r * k, "neighbour keys")?),
+                Some(v) => {
+                    let pred = pred.as_mut().expect("prediction buffer");
+                    self.vote_batch(&best, r, k, v, pred, shares.as_mut())?;
+                    output
+                        .classes
+                        .extend(gpu.download(pred, r, "predicted classes")?);
+                    if let Some(s) = &shares {
+                        output.proba.extend(gpu.download(s, r * c, "class shares")?);
+                    }
+                }
+            }
+            first += r;
+        }
+        Ok(output)
+    }
+
+    /// Queues the merge of a tile's distances (`rows × cols`, row stride `ld`, training rows
+    /// from `first_index`) into the running keys.
+    #[allow(clippy::too_many_arguments)]
+    fn select(
+        &self,
+        method: Method,
+        dist: &CudaSlice<f32>,
+        ld: usize,
+        cols: usize,
+        first_index: usize,
+        best: &mut CudaSlice<u64>,
+        k: usize,
+        rows: usize,
+    ) -> Result<()> {
+        let gpu = &*self.gpu;
+        let name = match method {
+            Method::KMin => "knn_select_kmin",
+            _ => "knn_select_bitonic",
+        };
+        let (ld64, cols32, first32, k32) = (ld as u64, cols as u32, first_index as u32, k as u32);
+        // The first tile starts from empty running keys (nothing to clear beforehand).
+        let fresh = u32::from(first_index == 0);
+        let f = gpu.function(name)?;
+        let mut launch = gpu.launch(name, &f);
+        launch
+            .args()
+            .arg(dist)
+            .arg(&ld64)
+            .arg(&cols32)
+            .arg(&first32)
+            .arg(best)
+            .arg(&k32)
+            .arg(&fresh);
+        launch.run(rows, SELECT_BLOCK, select_shared_bytes())
+    }
+
+    /// Queues the sort of `rows` distance rows (`n` each) as keys in rows of `row_len` (a power
+    /// of two ≥ `SELECT_CAP`) and the copy of the first `k` of each row to `best`.
+    fn sort_rows(
+        &self,
+        dist: &CudaSlice<f32>,
+        keys: &mut CudaSlice<u64>,
+        row_len: usize,
+        rows: usize,
+        k: usize,
+        best: &mut CudaSlice<u64>,
+    ) -> Result<()> {
+        let gpu = &*self.gpu;
+        debug_assert!(row_len >= SELECT_CAP && row_len.is_power_of_two());
+        let total = rows * row_len;
+        let chunks = total / SELECT_CAP;
+        let row_log2 = row_len.trailing_zeros();
+        let (ld64, n32) = (self.n as u64, self.n as u32);
+        let f = gpu.function("knn_sort_chunks")?;
+        let mut launch = gpu.launch("knn_sort_chunks", &f);
+        launch
+            .args()
+            .arg(dist)
+            .arg(&ld64)
+            .arg(&n32)
+            .arg(&row_log2)
+            .arg(&mut *keys);
+        launch.run(chunks, SELECT_BLOCK, SELECT_CAP * 8)?;
+
+        let pairs = (total / 2) as u64;
+        let global = gpu.function("knn_bitonic_merge_global")?;
+        let local = gpu.function("knn_bitonic_merge_local")?;
+        let mut size = 2 * SELECT_CAP;
+        while size <= row_len {
+            let size64 = size as u64;
+            let mut stride = size / 2;
+            while stride >= SELECT_CAP {
+                let stride64 = stride as u64;
+                let mut launch = gpu.launch("knn_bitonic_merge_global", &global);
+                launch
+                    .args()
+                    .arg(&mut *keys)
+                    .arg(&pairs)
+                    .arg(&row_log2)
+                    .arg(&size64)
+                    .arg(&stride64);
+                launch.run((total / 2).div_ceil(SELECT_BLOCK as usize), SELECT_BLOCK, 0)?;
+                stride /= 2;
+            }
+            let mut launch = gpu.launch("knn_bitonic_merge_local", &local);
+            launch.args().arg(&mut *keys).arg(&row_log2).arg(&size64);
+            launch.run(chunks, SELECT_BLOCK, SELECT_CAP * 8)?;
+            size *= 2;
+        }
+
+        let (rows32, k32) = (rows as u32, k as u32);
+        let f = gpu.function("knn_take")?;
+        let mut launch = gpu.launch("knn_take", &f);
+        launch
+            .args()
+            .arg(&*keys)
+            .arg(&row_log2)
+            .arg(&rows32)
+            .arg(&k32)
+            .arg(best);
+        launch.run((rows * k).div_ceil(SELECT_BLOCK as usize), SELECT_BLOCK, 0)
+    }
+
+    /// Queues the votes of `rows` queries whose keys are in `best`.
+    fn vote_batch(
+        &self,
+        best: &CudaSlice<u64>,
+        rows: usize,
+        k: usize,
+        job: VoteJob,
+        pred: &mut CudaSlice<u32>,
+        shares: Option<&mut CudaSlice<f32>>,
+    ) -> Result<()> {
+        let gpu = &*self.gpu;
+        let labels = self
+            .labels
+            .as_ref()
+            .ok_or_else(|| Error::invalid("labels", "the index has no labels to vote with"))?;
+        let c = self.classes.max(1);
+        // As many queries per block as fit the shared memory; a class count too large for even
+        // one query puts the histograms in global scratch.
+        let mut per_block = VOTE_MAX_QUERIES.min(rows).max(1);
+        while per_block > 1 && vote_block_bytes(per_block, c) > DEFAULT_SHARED_BYTES {
+            per_block -= 1;
+        }
+        let grid = rows.div_ceil(per_block);
+        let in_shared = vote_block_bytes(per_block, c) <= DEFAULT_SHARED_BYTES;
+        let mut scratch = if in_shared {
+            None
+        } else {
+            Some(gpu.zeros::<u64>(grid * vote_block_bytes(1, c) / 8, "vote scratch")?)
+        };
+        let (rows32, k32, c32) = (rows as u32, k as u32, c as u32);
+        let weighted = u32::from(job.weighted);
+        let scale = pow2_f32(vote_scale_exponent(k));
+        let per_block32 = per_block as u32;
+        let f = gpu.function("knn_vote")?;
+        let mut launch = gpu.launch("knn_vote", &f);
+        let args = launch.args();
+        args.arg(best)
+            .arg(&rows32)
+            .arg(&k32)
+            .arg(labels)
+            .arg(&c32)
+            .arg(&weighted)
+            .arg(&scale)
+            .arg(&per_block32)
+            .arg(pred);
+        match shares {
+            Some(s) => args.arg(s),
+            None => args.arg(&NULL),
+        };
+        match scratch.as_mut() {
+            Some(s) => args.arg(s),
+            None => args.arg(&NULL),
+        };
+        let shared = if in_shared {
+            vote_block_bytes(per_block, c)
+        } else {
+            0
+        };
+        launch.run(grid, VOTE_BLOCK, shared)
+    }
+}
+
+impl KnnSearch for CudaKnn {
+    fn search(
+        &self,
+        queries: &MatrixView<'_>,
+        k: usize,
+        selection: Selection,
+        max_bytes: Option<usize>,
+    ) -> Result<Neighbours> {
+        let method = self.method(queries, k, selection, max_bytes)?;
+        let out = self.run(queries, k, method, max_bytes, None)?;
+        Ok(Neighbours {
+            keys: out.keys,
+            selection: method.reported(),
+        })
+    }
+
+    fn set_labels(&mut self, class_ids: &[u32], classes: usize) -> Result<()> {
+        self.labels = Some(self.gpu.upload(class_ids, "training labels")?);
+        self.classes = classes;
+        Ok(())
+    }
+
+    fn vote(
+        &self,
+        queries: &MatrixView<'_>,
+        k: usize,
+        selection: Selection,
+        max_bytes: Option<usize>,
+        weighted: bool,
+        proba: bool,
+    ) -> Result<Votes> {
+        let method = self.method(queries, k, selection, max_bytes)?;
+        let job = VoteJob { weighted, proba };
+        let out = self.run(queries, k, method, max_bytes, Some(job))?;
+        Ok(Votes {
+            classes: out.classes,
+            proba: out.proba,
+        })
+    }
+}

@@ -1,0 +1,286 @@
+//! Pairwise distance matrices between two sets of vectors, on the GPU or the CPU.
+//!
+//! Both backends accumulate every distance over the dimensions in order 0..d with the same float
+//! operations ([`kernels_gpu::knn`]), so the matrices are identical bit for bit. The L2 family,
+//! inner product and cosine use the GEMM form `‖x‖² + ‖y‖² − 2·x·y` (one fused multiply-add per
+//! dimension); L1 accumulates `|x − y|` directly.
+//!
+//! A matrix that would not fit the memory budget is produced in blocks of whole rows: see
+//! [`pairwise_distances_blocks`].
+
+use crate::device::Device;
+use crate::error::{Error, Result};
+use crate::matrix::MatrixView;
+use kernels_gpu::knn::PairMetric;
+use ndarray::{Array2, ArrayView2, s};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
+
+/// A distance between two vectors.
+///
+/// For kNN every metric is a *distance* where smaller means nearer, so "ascending" always lists
+/// the nearest first: [`DistanceMetric::InnerProduct`] is the **negated** inner product `−x·y`
+/// and [`DistanceMetric::Cosine`] is `1 − cos(x, y)` (in [0, 2]; 1 when either vector is zero).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum DistanceMetric {
+    /// `‖x − y‖` (computed as the square root of the squared distance below).
+    #[default]
+    Euclidean,
+    /// `‖x − y‖² = ‖x‖² + ‖y‖² − 2·x·y`, clamped at 0.
+    SqEuclidean,
+    /// Manhattan distance `Σ |x_j − y_j|`.
+    L1,
+    /// Negated inner product `−x·y`: larger products are nearer. Can be negative.
+    InnerProduct,
+    /// Cosine distance `1 − x·y / (‖x‖·‖y‖)`.
+    Cosine,
+}
+
+impl DistanceMetric {
+    /// Every metric, in declaration order.
+    pub const ALL: [DistanceMetric; 5] = [
+        DistanceMetric::Euclidean,
+        DistanceMetric::SqEuclidean,
+        DistanceMetric::L1,
+        DistanceMetric::InnerProduct,
+        DistanceMetric::Cosine,
+    ];
+
+    /// The canonical name (what `Display` prints and `FromStr` reads).
+    pub const fn name(self) -> &'static str {
+        match self {
+            DistanceMetric::Euclidean => "euclidean",
+            DistanceMetric::SqEuclidean => "sqeuclidean",
+            DistanceMetric::L1 => "l1",
+            DistanceMetric::InnerProduct => "inner_product",
+            DistanceMetric::Cosine => "cosine",
+        }
+    }
+
+    /// Whether every distance is ≥ 0 (all but the inner product).
+    pub const fn is_non_negative(self) -> bool {
+        !matches!(self, DistanceMetric::InnerProduct)
+    }
+
+    /// The metric as the kernels name it.
+    pub(crate) const fn kernel(self) -> PairMetric {
+        match self {
+            DistanceMetric::Euclidean => PairMetric::Euclidean,
+            DistanceMetric::SqEuclidean => PairMetric::SqEuclidean,
+            DistanceMetric::L1 => PairMetric::L1,
+            DistanceMetric::InnerProduct => PairMetric::InnerProduct,
+            DistanceMetric::Cosine => PairMetric::Cosine,
+        }
+    }
+}
+
+impl fmt::Display for DistanceMetric {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for DistanceMetric {
+    type Err = Error;
+
+    /// `l2`/`euclidean`, `sqeuclidean` (also `sql2`), `l1`/`manhattan`, `ip`/`inner_product`
+    /// (also `dot`), `cosine`; case-insensitive, `-` reads as `_`.
+    fn from_str(s: &str) -> Result<Self> {
+        let lower = s.trim().to_ascii_lowercase().replace('-', "_");
+        Ok(match lower.as_str() {
+            "l2" | "euclidean" => DistanceMetric::Euclidean,
+            "sqeuclidean" | "sq_euclidean" | "sql2" | "sq_l2" => DistanceMetric::SqEuclidean,
+            "l1" | "manhattan" | "cityblock" => DistanceMetric::L1,
+            "ip" | "inner_product" | "innerproduct" | "dot" => DistanceMetric::InnerProduct,
+            "cosine" => DistanceMetric::Cosine,
+            _ => {
+                return Err(Error::invalid(
+                    "metric",
+                    format!("'{s}' is not one of l2, sqeuclidean, l1, ip, cosine"),
+                ));
+            }
+        })
+    }
+}
+
+/// Validates the two sides of a distance computation.
+fn check_pair(a: &MatrixView<'_>, b: &MatrixView<'_>) -> Result<()> {
+    a.validate("the first matrix")?;
+    b.validate("the second matrix")?;
+    b.expect_cols("the second matrix", a.cols())
+}
+
+/// The full `a.rows() × b.rows()` distance matrix: row `i`, column `j` is the distance from row
+/// `i` of `a` to row `j` of `b`.
+///
+/// The matrix is allocated on the host at once; when it is too large for the device it is still
+/// computed in row blocks (see [`pairwise_distances_blocks`] to avoid the host allocation too).
+pub fn pairwise_distances<'a, 'b>(
+    a: impl Into<MatrixView<'a>>,
+    b: impl Into<MatrixView<'b>>,
+    metric: DistanceMetric,
+    device: Device,
+) -> Result<Array2<f32>> {
+    let (a, b) = (a.into(), b.into());
+    check_pair(&a, &b)?;
+    let (rows, cols) = (a.rows(), b.rows());
+    let len = rows
+        .checked_mul(cols)
+        .filter(|&l| l.checked_mul(4).is_some_and(|b| b <= isize::MAX as usize))
+        .ok_or_else(|| {
+            Error::invalid(
+                "input size",
+                format!("a {rows} × {cols} distance matrix does not fit in memory"),
+            )
+        })?;
+    let mut out = Array2::<f32>::zeros((rows, cols));
+    debug_assert_eq!(out.len(), len);
+    let backend = device.backend()?;
+    backend.pairwise(&a, &b, metric.kernel(), None, &mut |first, block| {
+        out.slice_mut(s![first..first + block.nrows(), ..])
+            .assign(&block);
+        Ok(())
+    })?;
+    Ok(out)
+}
+
+/// The distance matrix of [`pairwise_distances`] in blocks of whole rows, handed to `on_block`
+/// with the index of their first row, in row order; the full matrix is never allocated.
+///
+/// A block holds at most `max_bytes` of distances (but always at least one row); with `None` the
+/// backend sizes blocks to its free memory (on the GPU, what the driver reports as free). An
+/// error from `on_block` stops the computation and is returned.
+pub fn pairwise_distances_blocks<'a, 'b>(
+    a: impl Into<MatrixView<'a>>,
+    b: impl Into<MatrixView<'b>>,
+    metric: DistanceMetric,
+    device: Device,
+    max_bytes: Option<usize>,
+    mut on_block: impl FnMut(usize, ArrayView2<'_, f32>) -> Result<()>,
+) -> Result<()> {
+    let (a, b) = (a.into(), b.into());
+    if max_bytes == Some(0) {
+        return Err(Error::invalid("max_bytes", "a block needs at least 1 byte"));
+    }
+    check_pair(&a, &b)?;
+    let backend = device.backend()?;
+    backend.pairwise(&a, &b, metric.kernel(), max_bytes, &mut on_block)
+}
+
+/// Rows per block: `max_bytes` (or `default_bytes`) of `cols` f32 each, at least 1, at most
+/// `rows`.
+pub(crate) fn rows_per_block(
+    rows: usize,
+    cols: usize,
+    max_bytes: Option<usize>,
+    default_bytes: usize,
+) -> usize {
+    let bytes = max_bytes.unwrap_or(default_bytes);
+    (bytes / (cols.max(1) * 4)).clamp(1, rows.max(1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metric_names_round_trip() {
+        for m in DistanceMetric::ALL {
+            assert_eq!(m.to_string().parse::<DistanceMetric>().unwrap(), m);
+        }
+        let cases = [
+            ("l2", DistanceMetric::Euclidean),
+            ("Euclidean", DistanceMetric::Euclidean),
+            ("sqeuclidean", DistanceMetric::SqEuclidean),
+            ("manhattan", DistanceMetric::L1),
+            ("L1", DistanceMetric::L1),
+            ("ip", DistanceMetric::InnerProduct),
+            ("inner-product", DistanceMetric::InnerProduct),
+            ("cosine", DistanceMetric::Cosine),
+        ];
+        for (s, m) in cases {
+            assert_eq!(s.parse::<DistanceMetric>().unwrap(), m, "{s}");
+        }
+        assert!(matches!(
+            "chebyshev".parse::<DistanceMetric>(),
+            Err(Error::InvalidParameter { name: "metric", .. })
+        ));
+    }
+
+    #[test]
+    fn cpu_matrix_matches_the_reference_formula() {
+        let a = [0.0f32, 1.0, 2.0, -1.0, 0.5, 0.5];
+        let b = [1.0f32, 1.0, -2.0, 3.0];
+        let av = MatrixView::new(&a, 3, 2).unwrap();
+        let bv = MatrixView::new(&b, 2, 2).unwrap();
+        for m in DistanceMetric::ALL {
+            let d = pairwise_distances(&av, &bv, m, Device::Cpu).unwrap();
+            for i in 0..3 {
+                for j in 0..2 {
+                    let expect = kernels_gpu::knn::distance(m.kernel(), av.row(i), bv.row(j));
+                    assert_eq!(d[[i, j]].to_bits(), expect.to_bits(), "{m} {i} {j}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn blocks_cover_the_rows_in_order() {
+        let a: Vec<f32> = (0..37 * 3).map(|v| (v % 11) as f32).collect();
+        let b: Vec<f32> = (0..5 * 3).map(|v| (v % 7) as f32 - 3.0).collect();
+        let av = MatrixView::new(&a, 37, 3).unwrap();
+        let bv = MatrixView::new(&b, 5, 3).unwrap();
+        let full = pairwise_distances(&av, &bv, DistanceMetric::L1, Device::Cpu).unwrap();
+        let mut next = 0;
+        pairwise_distances_blocks(
+            &av,
+            &bv,
+            DistanceMetric::L1,
+            Device::Cpu,
+            Some(3 * 5 * 4),
+            |first, block| {
+                assert_eq!(first, next);
+                assert!(block.nrows() <= 3);
+                assert_eq!(block, full.slice(s![first..first + block.nrows(), ..]));
+                next += block.nrows();
+                Ok(())
+            },
+        )
+        .unwrap();
+        assert_eq!(next, 37);
+    }
+
+    #[test]
+    fn bad_input_is_a_typed_error() {
+        let a = [1.0f32, 2.0];
+        let b = [1.0f32, 2.0, 3.0];
+        let av = MatrixView::new(&a, 1, 2).unwrap();
+        let bv = MatrixView::new(&b, 1, 3).unwrap();
+        assert!(matches!(
+            pairwise_distances(&av, &bv, DistanceMetric::L1, Device::Cpu),
+            Err(Error::DimensionMismatch {
+                expected: 2,
+                got: 3,
+                ..
+            })
+        ));
+        let nan = [1.0f32, f32::NAN];
+        let nv = MatrixView::new(&nan, 1, 2).unwrap();
+        assert!(matches!(
+            pairwise_distances(&av, &nv, DistanceMetric::L1, Device::Cpu),
+            Err(Error::NonFinite { .. })
+        ));
+        assert!(matches!(
+            pairwise_distances_blocks(
+                &av,
+                &av,
+                DistanceMetric::L1,
+                Device::Cpu,
+                Some(0),
+                |_, _| { Ok(()) }
+            ),
+            Err(Error::InvalidParameter { .. })
+        ));
+    }
+}

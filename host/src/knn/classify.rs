@@ -1,0 +1,341 @@
+//! kNN classification: the k nearest training rows vote for their labels.
+//!
+//! # Votes and ties (the same on the CPU and the GPU)
+//! * [`Weights::Uniform`]: every neighbour casts one vote.
+//! * [`Weights::Distance`]: a neighbour at distance `d` casts `d₁ / d`, where `d₁` is the
+//!   query's nearest distance (proportional to `1 / d`; the common factor changes neither the
+//!   winner nor the probabilities). If the nearest distance is 0, only the neighbours at distance
+//!   0 vote, one vote each. Weights are summed as 64-bit fixed-point integers, so the sums are
+//!   exact and independent of the order in which the GPU's atomics land.
+//! * The class with the most votes wins; among tied classes, the one whose nearest member ranks
+//!   first among the neighbours (nearest distance, then lowest training index).
+//! * [`KnnClassifier::predict_proba`] gives every class its share of the vote total.
+
+use super::{KnnIndex, Selection, check_k};
+use crate::device::Device;
+use crate::distances::DistanceMetric;
+use crate::error::{Error, Result};
+use crate::matrix::MatrixView;
+use ndarray::Array2;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
+
+/// How the neighbours' votes are weighted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Weights {
+    /// One vote per neighbour.
+    #[default]
+    Uniform,
+    /// Votes proportional to the inverse distance (see the module documentation).
+    Distance,
+}
+
+impl fmt::Display for Weights {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Weights::Uniform => "uniform",
+            Weights::Distance => "distance",
+        })
+    }
+}
+
+impl FromStr for Weights {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "uniform" => Ok(Weights::Uniform),
+            "distance" => Ok(Weights::Distance),
+            _ => Err(Error::invalid(
+                "weights",
+                format!("'{s}' is not one of uniform, distance"),
+            )),
+        }
+    }
+}
+
+/// A fitted kNN classifier: the training rows stay resident on the device with their labels.
+#[derive(Debug)]
+pub struct KnnClassifier {
+    index: KnnIndex,
+    classes: Vec<u32>,
+    k: usize,
+    weights: Weights,
+}
+
+impl KnnClassifier {
+    /// Keeps `train` (one row per sample) with `labels` (one per row) for `k`-nearest-neighbour
+    /// votes under `metric`.
+    ///
+    /// Errors: empty or non-finite data, `labels.len() ≠ rows` ([`Error::LabelCount`]),
+    /// `k = 0` or `k > rows`, and distance weights with the inner product (whose "distances"
+    /// can be negative).
+    pub fn fit<'a>(
+        train: impl Into<MatrixView<'a>>,
+        labels: &[u32],
+        k: usize,
+        weights: Weights,
+        metric: DistanceMetric,
+        device: Device,
+    ) -> Result<KnnClassifier> {
+        let train = train.into();
+        train.validate("the training data")?;
+        if labels.len() != train.rows() {
+            return Err(Error::LabelCount {
+                labels: labels.len(),
+                rows: train.rows(),
+            });
+        }
+        check_k(k, train.rows())?;
+        if weights == Weights::Distance && !metric.is_non_negative() {
+            return Err(Error::invalid(
+                "weights",
+                format!("distance weights need a non-negative distance, and {metric} is not"),
+            ));
+        }
+        let mut classes = labels.to_vec();
+        classes.sort_unstable();
+        classes.dedup();
+        let ids: Vec<u32> = labels
+            .iter()
+            .map(|l| classes.binary_search(l).expect("a known label") as u32)
+            .collect();
+        let mut index = KnnIndex::new(&train, metric, device)?;
+        index.inner_mut().set_labels(&ids, classes.len())?;
+        Ok(KnnClassifier {
+            index,
+            classes,
+            k,
+            weights,
+        })
+    }
+
+    /// Uses `selection` for the neighbour search (default [`Selection::Auto`]).
+    pub fn with_selection(mut self, selection: Selection) -> KnnClassifier {
+        self.index = self.index.with_selection(selection);
+        self
+    }
+
+    /// Caps the memory of a prediction's query batches (see [`KnnIndex::with_memory_limit`]).
+    pub fn with_memory_limit(mut self, max_bytes: Option<usize>) -> KnnClassifier {
+        self.index = self.index.with_memory_limit(max_bytes);
+        self
+    }
+
+    /// The distinct training labels, ascending: the columns of [`KnnClassifier::predict_proba`].
+    pub fn classes(&self) -> &[u32] {
+        &self.classes
+    }
+
+    /// Neighbours per vote.
+    pub fn k(&self) -> usize {
+        self.k
+    }
+
+    /// The vote weighting.
+    pub fn weights(&self) -> Weights {
+        self.weights
+    }
+
+    /// The index of the training rows.
+    pub fn index(&self) -> &KnnIndex {
+        &self.index
+    }
+
+    /// The predicted label of every query row.
+    pub fn predict<'q>(&self, queries: impl Into<MatrixView<'q>>) -> Result<Vec<u32>> {
+        let votes = self.vote(&queries.into(), false)?;
+        Ok(votes
+            .classes
+            .iter()
+            .map(|&c| self.classes[c as usize])
+            .collect())
+    }
+
+    /// Every query row's share of the vote per class (`queries × classes().len()`, rows sum to 1).
+    pub fn predict_proba<'q>(&self, queries: impl Into<MatrixView<'q>>) -> Result<Array2<f32>> {
+        let queries = queries.into();
+        let votes = self.vote(&queries, true)?;
+        Ok(
+            Array2::from_shape_vec((queries.rows(), self.classes.len()), votes.proba)
+                .expect("rows × classes shares"),
+        )
+    }
+
+    fn vote(&self, queries: &MatrixView<'_>, proba: bool) -> Result<crate::backend::Votes> {
+        self.index.check(queries, self.k)?;
+        self.index.inner().vote(
+            queries,
+            self.k,
+            self.index.selection(),
+            self.index.max_bytes(),
+            self.weights == Weights::Distance,
+            proba,
+        )
+    }
+}
+
+/// The CPU twin of the GPU vote: the winning class of one query and, into `proba` when it is not
+/// empty, every class's share. `keys` are the query's k neighbour keys, sorted.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn vote_one(
+    keys: &[u64],
+    class_ids: &[u32],
+    classes: usize,
+    weighted: bool,
+    scale: f32,
+    votes: &mut [u64],
+    first: &mut [u32],
+    proba: &mut [f32],
+) -> u32 {
+    use kernels_gpu::knn::{key_distance, key_index, vote_better, vote_share, vote_weight};
+    votes.fill(0);
+    first.fill(u32::MAX);
+    let nearest = key_distance(keys[0]);
+    for (r, &kk) in keys.iter().enumerate() {
+        let w = vote_weight(weighted, nearest, key_distance(kk), scale);
+        let c = class_ids[key_index(kk) as usize] as usize;
+        votes[c] += w;
+        first[c] = first[c].min(r as u32);
+    }
+    let (mut best, mut best_votes, mut best_first) = (0u32, 0u64, u32::MAX);
+    let mut total = 0u64;
+    for c in 0..classes {
+        total += votes[c];
+        if vote_better(votes[c], first[c], best_votes, best_first) {
+            best = c as u32;
+            best_votes = votes[c];
+            best_first = first[c];
+        }
+    }
+    for (p, &v) in proba.iter_mut().zip(votes.iter()) {
+        *p = vote_share(v, total);
+    }
+    best
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line() -> (Vec<f32>, Vec<u32>) {
+        // x = 0, 1, 2 → class 7; x = 10, 11 → class 3.
+        (vec![0.0, 1.0, 2.0, 10.0, 11.0], vec![7, 7, 7, 3, 3])
+    }
+
+    #[test]
+    fn predicts_and_gives_probabilities() {
+        let (x, y) = line();
+        let train = MatrixView::new(&x, 5, 1).unwrap();
+        let clf = KnnClassifier::fit(
+            &train,
+            &y,
+            3,
+            Weights::Uniform,
+            DistanceMetric::Euclidean,
+            Device::Cpu,
+        )
+        .unwrap();
+        assert_eq!(clf.classes(), &[3, 7]);
+        let q = MatrixView::new(&[0.5, 10.5, 6.0], 3, 1).unwrap();
+        assert_eq!(clf.predict(&q).unwrap(), vec![7, 3, 7]);
+        let p = clf.predict_proba(&q).unwrap();
+        assert_eq!(p.row(0).to_vec(), vec![0.0, 1.0]);
+        assert_eq!(p.row(1).to_vec(), vec![2.0 / 3.0, 1.0 / 3.0]);
+    }
+
+    #[test]
+    fn ties_go_to_the_class_with_the_nearest_member() {
+        // Query at 5: neighbours 4 (class 1) and 6 (class 2) at distance 1, 4 has the lower
+        // index... put class 2 first in index order to see the rank rule, not the label order.
+        let x = [6.0f32, 4.0];
+        let y = [2u32, 1];
+        let train = MatrixView::new(&x, 2, 1).unwrap();
+        let clf = KnnClassifier::fit(
+            &train,
+            &y,
+            2,
+            Weights::Uniform,
+            DistanceMetric::L1,
+            Device::Cpu,
+        )
+        .unwrap();
+        // Equal distances: index 0 (class 2) ranks first.
+        assert_eq!(
+            clf.predict(MatrixView::new(&[5.0], 1, 1).unwrap()).unwrap(),
+            vec![2]
+        );
+        // Nearer to 4: class 1's member ranks first, still a 1–1 tie.
+        assert_eq!(
+            clf.predict(MatrixView::new(&[4.9], 1, 1).unwrap()).unwrap(),
+            vec![1]
+        );
+    }
+
+    #[test]
+    fn distance_weights_and_exact_matches() {
+        let (x, y) = line();
+        let train = MatrixView::new(&x, 5, 1).unwrap();
+        let clf = KnnClassifier::fit(
+            &train,
+            &y,
+            5,
+            Weights::Distance,
+            DistanceMetric::L1,
+            Device::Cpu,
+        )
+        .unwrap();
+        // At 10: distance 0 to row 3 → only exact matches vote.
+        let p = clf
+            .predict_proba(MatrixView::new(&[10.0], 1, 1).unwrap())
+            .unwrap();
+        assert_eq!(p.row(0).to_vec(), vec![1.0, 0.0]);
+        // At 8 uniform votes say 7 (3 of 5); inverse distances favour 3 (1/2 + 1/3 against
+        // 1/6 + 1/7 + 1/8).
+        let q = MatrixView::new(&[8.0], 1, 1).unwrap();
+        assert_eq!(clf.predict(&q).unwrap(), vec![3]);
+        let uniform = KnnClassifier::fit(
+            &train,
+            &y,
+            5,
+            Weights::Uniform,
+            DistanceMetric::L1,
+            Device::Cpu,
+        )
+        .unwrap();
+        assert_eq!(uniform.predict(&q).unwrap(), vec![7]);
+    }
+
+    #[test]
+    fn bad_input_is_a_typed_error() {
+        let (x, y) = line();
+        let train = MatrixView::new(&x, 5, 1).unwrap();
+        let fit =
+            |labels: &[u32], k, w, m| KnnClassifier::fit(&train, labels, k, w, m, Device::Cpu);
+        assert!(matches!(
+            fit(&y[..4], 1, Weights::Uniform, DistanceMetric::L1),
+            Err(Error::LabelCount { labels: 4, rows: 5 })
+        ));
+        assert!(matches!(
+            fit(&y, 0, Weights::Uniform, DistanceMetric::L1),
+            Err(Error::InvalidParameter { name: "k", .. })
+        ));
+        assert!(matches!(
+            fit(&y, 6, Weights::Uniform, DistanceMetric::L1),
+            Err(Error::InvalidParameter { name: "k", .. })
+        ));
+        assert!(matches!(
+            fit(&y, 2, Weights::Distance, DistanceMetric::InnerProduct),
+            Err(Error::InvalidParameter {
+                name: "weights",
+                ..
+            })
+        ));
+        let clf = fit(&y, 2, Weights::Uniform, DistanceMetric::L1).unwrap();
+        assert!(matches!(
+            clf.predict(MatrixView::new(&[1.0, 2.0], 1, 2).unwrap()),
+            Err(Error::DimensionMismatch { .. })
+        ));
+    }
+}

@@ -1,0 +1,317 @@
+//! Exact k-nearest-neighbour search ([`KnnIndex`]), classification ([`KnnClassifier`]) and
+//! feature scaling ([`Scaler`]).
+//!
+//! # Order of the neighbours
+//! Every query's neighbours come sorted by distance, nearest first ([`DistanceMetric`] turns the
+//! inner product and cosine similarity into distances so that this holds for every metric);
+//! neighbours at exactly the same distance come by training index, ascending. Distances are the
+//! same floats on the CPU and the GPU, so the CPU and the GPU return identical indices.
+//!
+//! # How the GPU selects the k nearest
+//! Distances are computed tile by tile (a few thousand training points × a batch of queries,
+//! GEMM-style), and a per-query top-k is merged with every tile, so the queries × training matrix
+//! is never stored. Two merges exist ([`Selection`]): k rounds of a parallel minimum, or a
+//! bitonic sort of the candidates padded to a power of two; [`Selection::Auto`] times both on a
+//! sample of the queries the first time a shape (n, d, k, metric) is searched and remembers the
+//! faster. Streaming covers `k ≤ 2048` ([`MAX_GPU_STREAM_K`]); above that the GPU computes whole
+//! distance rows for a batch of queries and sorts them with a global-memory bitonic network
+//! (reported as [`Selection::Bitonic`]), so any `k ≤ n` works. Queries are batched to fit the
+//! memory budget: what the driver reports free, or [`KnnIndex::with_memory_limit`].
+//!
+//! On the CPU, [`Selection::KMin`] keeps a bounded heap of the k nearest while the distances
+//! stream by and [`Selection::Bitonic`] selects and sorts all n keys; `Auto` takes the heap for
+//! `k ≤ 64`. All give the same answer.
+
+pub(crate) mod classify;
+mod scale;
+
+pub use classify::{KnnClassifier, Weights};
+pub use scale::{FittedScaler, Scaler};
+
+use crate::backend::KnnSearch;
+use crate::device::Device;
+use crate::distances::DistanceMetric;
+use crate::error::{Error, Result};
+use crate::matrix::MatrixView;
+use kernels_gpu::knn::{key_distance, key_index};
+use ndarray::Array2;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
+
+/// Largest k that the GPU selects while streaming distance tiles; larger k sort whole rows.
+pub const MAX_GPU_STREAM_K: usize = kernels_gpu::knn::MAX_STREAM_K;
+
+/// How the k smallest distances of a query are selected.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Selection {
+    /// Pick per shape: on the GPU by timing both methods on a sample of the queries the first
+    /// time, remembered per (n, d, k, metric); on the CPU the heap for k ≤ 64, else the sort.
+    #[default]
+    Auto,
+    /// k rounds of a parallel minimum (GPU); a bounded heap (CPU).
+    KMin,
+    /// A bitonic sort of the candidates, padded to a power of two (GPU); select and sort (CPU).
+    Bitonic,
+}
+
+impl fmt::Display for Selection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Selection::Auto => "auto",
+            Selection::KMin => "kmin",
+            Selection::Bitonic => "bitonic",
+        })
+    }
+}
+
+impl FromStr for Selection {
+    type Err = Error;
+
+    /// `auto`, `kmin` (also `k-min`), `bitonic`; case-insensitive.
+    fn from_str(s: &str) -> Result<Self> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "auto" => Ok(Selection::Auto),
+            "kmin" | "k-min" | "k_min" => Ok(Selection::KMin),
+            "bitonic" => Ok(Selection::Bitonic),
+            _ => Err(Error::invalid(
+                "selection",
+                format!("'{s}' is not one of auto, kmin, bitonic"),
+            )),
+        }
+    }
+}
+
+/// The k nearest training rows of every query row.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KnnResult {
+    /// `queries × k` training row indices, nearest first (equal distances by index).
+    pub indices: Array2<u32>,
+    /// `queries × k` distances, ascending.
+    pub distances: Array2<f32>,
+    /// The selection that actually ran (never `Auto`).
+    pub selection: Selection,
+}
+
+/// An exact kNN index over a set of training vectors, resident on its device.
+pub struct KnnIndex {
+    inner: Box<dyn KnnSearch>,
+    n: usize,
+    d: usize,
+    metric: DistanceMetric,
+    device: Device,
+    selection: Selection,
+    max_bytes: Option<usize>,
+}
+
+impl fmt::Debug for KnnIndex {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KnnIndex")
+            .field("n", &self.n)
+            .field("d", &self.d)
+            .field("metric", &self.metric)
+            .field("device", &self.device)
+            .field("selection", &self.selection)
+            .field("max_bytes", &self.max_bytes)
+            .finish()
+    }
+}
+
+impl KnnIndex {
+    /// Copies `train` (non-empty, finite) to `device` (the GPU keeps it resident).
+    pub fn new<'a>(
+        train: impl Into<MatrixView<'a>>,
+        metric: DistanceMetric,
+        device: Device,
+    ) -> Result<KnnIndex> {
+        let train = train.into();
+        train.validate("the training data")?;
+        if train.rows() >= u32::MAX as usize {
+            return Err(Error::invalid(
+                "training data",
+                format!("{} rows; the index holds fewer than 2^32 − 1", train.rows()),
+            ));
+        }
+        let backend = device.backend()?;
+        let inner = backend.knn_index(&train, metric.kernel())?;
+        Ok(KnnIndex {
+            inner,
+            n: train.rows(),
+            d: train.cols(),
+            metric,
+            device,
+            selection: Selection::Auto,
+            max_bytes: None,
+        })
+    }
+
+    /// Uses `selection` for the top-k (default [`Selection::Auto`]).
+    pub fn with_selection(mut self, selection: Selection) -> KnnIndex {
+        self.selection = selection;
+        self
+    }
+
+    /// Caps the memory a search uses for its query batches (bytes; `None`: what the device has
+    /// free). The training data is not counted.
+    pub fn with_memory_limit(mut self, max_bytes: Option<usize>) -> KnnIndex {
+        self.max_bytes = max_bytes;
+        self
+    }
+
+    /// Number of training rows.
+    pub fn len(&self) -> usize {
+        self.n
+    }
+
+    /// Whether the index is empty (never: an index has at least one row).
+    pub fn is_empty(&self) -> bool {
+        self.n == 0
+    }
+
+    /// Number of dimensions.
+    pub fn dim(&self) -> usize {
+        self.d
+    }
+
+    /// The metric.
+    pub fn metric(&self) -> DistanceMetric {
+        self.metric
+    }
+
+    /// The device asked for.
+    pub fn device(&self) -> Device {
+        self.device
+    }
+
+    /// The selection asked for.
+    pub fn selection(&self) -> Selection {
+        self.selection
+    }
+
+    /// Checks a query matrix and `k` against the index.
+    pub(crate) fn check<'q>(&self, queries: &MatrixView<'q>, k: usize) -> Result<()> {
+        check_k(k, self.n)?;
+        queries.validate("the queries")?;
+        queries.expect_cols("the queries", self.d)
+    }
+
+    /// The `k` nearest training rows of every row of `queries`, nearest first.
+    pub fn search<'q>(&self, queries: impl Into<MatrixView<'q>>, k: usize) -> Result<KnnResult> {
+        let queries = queries.into();
+        self.check(&queries, k)?;
+        let found = self
+            .inner
+            .search(&queries, k, self.selection, self.max_bytes)?;
+        let m = queries.rows();
+        let indices = found.keys.iter().map(|&key| key_index(key)).collect();
+        let distances = found.keys.iter().map(|&key| key_distance(key)).collect();
+        Ok(KnnResult {
+            indices: Array2::from_shape_vec((m, k), indices).expect("m × k indices"),
+            distances: Array2::from_shape_vec((m, k), distances).expect("m × k distances"),
+            selection: found.selection,
+        })
+    }
+
+    pub(crate) fn inner_mut(&mut self) -> &mut dyn KnnSearch {
+        self.inner.as_mut()
+    }
+
+    pub(crate) fn inner(&self) -> &dyn KnnSearch {
+        self.inner.as_ref()
+    }
+
+    pub(crate) fn max_bytes(&self) -> Option<usize> {
+        self.max_bytes
+    }
+}
+
+/// `1 ≤ k ≤ n`, as a typed error.
+pub(crate) fn check_k(k: usize, n: usize) -> Result<()> {
+    if k == 0 {
+        return Err(Error::invalid("k", "k must be at least 1"));
+    }
+    if k > n {
+        return Err(Error::invalid(
+            "k",
+            format!("k = {k} is larger than the number of training rows ({n})"),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn selection_names_round_trip() {
+        for s in [Selection::Auto, Selection::KMin, Selection::Bitonic] {
+            assert_eq!(s.to_string().parse::<Selection>().unwrap(), s);
+            assert_eq!(format!("{s:?}").to_lowercase(), s.to_string());
+        }
+        assert!("heap".parse::<Selection>().is_err());
+    }
+
+    #[test]
+    fn cpu_search_sorts_by_distance_then_index() {
+        // Points on a line with duplicates: 0, 1, 1, 2, 3, 1.
+        let train = [0.0f32, 1.0, 1.0, 2.0, 3.0, 1.0];
+        for sel in [Selection::KMin, Selection::Bitonic, Selection::Auto] {
+            let index = KnnIndex::new(
+                MatrixView::new(&train, 6, 1).unwrap(),
+                DistanceMetric::L1,
+                Device::Cpu,
+            )
+            .unwrap()
+            .with_selection(sel);
+            let r = index
+                .search(MatrixView::new(&[1.0], 1, 1).unwrap(), 6)
+                .unwrap();
+            assert_eq!(r.indices.row(0).to_vec(), vec![1, 2, 5, 0, 3, 4]);
+            assert_eq!(
+                r.distances.row(0).to_vec(),
+                vec![0.0, 0.0, 0.0, 1.0, 1.0, 2.0]
+            );
+            assert_ne!(r.selection, Selection::Auto);
+        }
+    }
+
+    #[test]
+    fn bad_k_and_queries_are_typed_errors() {
+        let train = [0.0f32, 1.0, 2.0, 3.0];
+        let index = KnnIndex::new(
+            MatrixView::new(&train, 2, 2).unwrap(),
+            DistanceMetric::Euclidean,
+            Device::Cpu,
+        )
+        .unwrap();
+        let q = MatrixView::new(&[0.0, 0.0], 1, 2).unwrap();
+        assert!(matches!(
+            index.search(&q, 0),
+            Err(Error::InvalidParameter { name: "k", .. })
+        ));
+        assert!(matches!(
+            index.search(&q, 3),
+            Err(Error::InvalidParameter { name: "k", .. })
+        ));
+        let q3 = MatrixView::new(&[0.0, 0.0, 0.0], 1, 3).unwrap();
+        assert!(matches!(
+            index.search(&q3, 1),
+            Err(Error::DimensionMismatch { .. })
+        ));
+        let inf = MatrixView::new(&[0.0, f32::INFINITY], 1, 2).unwrap();
+        assert!(matches!(
+            index.search(&inf, 1),
+            Err(Error::NonFinite { .. })
+        ));
+        let nan = [f32::NAN, 0.0];
+        assert!(matches!(
+            KnnIndex::new(
+                MatrixView::new(&nan, 1, 2).unwrap(),
+                DistanceMetric::L1,
+                Device::Cpu
+            ),
+            Err(Error::NonFinite { .. })
+        ));
+    }
+}
