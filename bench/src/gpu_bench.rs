@@ -5,56 +5,8 @@
 
 use kmeans_knn::bench::lloyd_iteration_ms;
 use kmeans_knn::{Device, MatrixView, Metric};
-use rand::{Rng, SeedableRng};
-use rand_chacha::ChaCha8Rng;
-use rayon::prelude::*;
+use kmeans_knn_bench::data::CASES;
 use std::io::Write;
-
-struct Case {
-    name: &'static str,
-    n: usize,
-    d: usize,
-    k: usize,
-    origin: &'static str,
-}
-
-const CASES: &[Case] = &[
-    Case {
-        name: "A",
-        n: 63_504,
-        d: 75,
-        k: 80,
-        origin: "seed 000 patches",
-    },
-    Case {
-        name: "B",
-        n: 1_000_000,
-        d: 9,
-        k: 16,
-        origin: "seed 001 color",
-    },
-    Case {
-        name: "C",
-        n: 1_048_576,
-        d: 3,
-        k: 255,
-        origin: "seed 003 pixels",
-    },
-    Case {
-        name: "D",
-        n: 200_000,
-        d: 128,
-        k: 1024,
-        origin: "embeddings",
-    },
-    Case {
-        name: "E",
-        n: 10_000_000,
-        d: 128,
-        k: 1024,
-        origin: "embeddings, large",
-    },
-];
 
 fn main() {
     if let Err(e) = run() {
@@ -87,13 +39,12 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         .iter()
         .filter(|c| cases.split(',').any(|n| n == c.name))
     {
-        let data = uniform(case.n * case.d, 1);
+        let (data, centroids) = case.data();
         let x = MatrixView::new(&data, case.n, case.d)?;
-        let centroids = data[..case.k * case.d].to_vec();
         let mut ms = lloyd_iteration_ms(device, &x, &centroids, Metric::L2, 3, reps)?;
         ms.sort_by(f64::total_cmp);
         let median = ms[ms.len() / 2];
-        let flops = 2.0 * (case.n * case.k * case.d) as f64;
+        let flops = case.assign_flops();
         println!(
             "{:<4} {:>10} {:>5} {:>5} {:>12.3} {:>12.3} {:>10.0}   {}",
             case.name,
@@ -114,18 +65,4 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     Ok(())
-}
-
-/// Uniform values in [0, 1), generated in parallel from per-chunk seeds (reproducible).
-fn uniform(len: usize, seed: u64) -> Vec<f32> {
-    const CHUNK: usize = 1 << 20;
-    let mut out = vec![0f32; len];
-    out.par_chunks_mut(CHUNK)
-        .enumerate()
-        .for_each(|(i, chunk)| {
-            let mut rng =
-                ChaCha8Rng::seed_from_u64(seed ^ (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
-            chunk.iter_mut().for_each(|v| *v = rng.random());
-        });
-    out
 }

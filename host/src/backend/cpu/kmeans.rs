@@ -8,6 +8,8 @@ use kernels_gpu::fixed::{inv_pow2_f64, mean, pow2_f32, to_fixed};
 use kernels_gpu::math::{AssignMetric, assign_distance, assign_score, assign_step, sq_norm};
 use rayon::prelude::*;
 
+mod tiled;
+
 /// Centroids per SIMD block of the CPU assign (one AVX register of f32).
 const LANES: usize = 8;
 
@@ -64,13 +66,7 @@ impl<'a> CpuLloyd<'a> {
             .par_chunks(rows_per_task * d)
             .zip(self.labels.par_chunks(rows_per_task))
             .fold(zero, |(mut sums, mut counts), (xs, labels)| {
-                for (row, &label) in xs.chunks_exact(d).zip(labels) {
-                    let acc = &mut sums[label as usize * d..(label as usize + 1) * d];
-                    for ((a, &v), &s) in acc.iter_mut().zip(row).zip(scales) {
-                        *a += to_fixed(v, s);
-                    }
-                    counts[label as usize] += 1;
-                }
+                accumulate(xs, labels, scales, &mut sums, &mut counts);
                 (sums, counts)
             })
             .reduce(zero, |(mut s1, mut c1), (s2, c2)| {
@@ -93,6 +89,48 @@ impl<'a> CpuLloyd<'a> {
         self.sizes = counts;
         empty
     }
+}
+
+/// Adds the fixed-point rows of `xs` to the sums of their labels, and counts them.
+#[inline(always)]
+fn accumulate_generic(
+    xs: &[f32],
+    labels: &[u32],
+    scales: &[f32],
+    sums: &mut [i64],
+    counts: &mut [u32],
+) {
+    let d = scales.len();
+    for (row, &label) in xs.chunks_exact(d).zip(labels) {
+        let acc = &mut sums[label as usize * d..(label as usize + 1) * d];
+        for ((a, &v), &s) in acc.iter_mut().zip(row).zip(scales) {
+            *a += to_fixed(v, s);
+        }
+        counts[label as usize] += 1;
+    }
+}
+
+/// [`accumulate_generic`] with SSE4.1, whose `roundss` rounds ties to even in one instruction
+/// (without it `round_ties_even` is a call into the C library).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "sse4.1")]
+fn accumulate_sse41(
+    xs: &[f32],
+    labels: &[u32],
+    scales: &[f32],
+    sums: &mut [i64],
+    counts: &mut [u32],
+) {
+    accumulate_generic(xs, labels, scales, sums, counts)
+}
+
+fn accumulate(xs: &[f32], labels: &[u32], scales: &[f32], sums: &mut [i64], counts: &mut [u32]) {
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("sse4.1") {
+        // SAFETY: the feature was just detected.
+        return unsafe { accumulate_sse41(xs, labels, scales, sums, counts) };
+    }
+    accumulate_generic(xs, labels, scales, sums, counts)
 }
 
 /// Squared norm of every row (the GPU's `row_sq_norms`).
@@ -205,8 +243,39 @@ impl Lloyd for CpuLloyd<'_> {
 
     fn assign(&mut self) -> Result<AssignStats> {
         let (x, d, metric) = (self.x, self.d, self.metric);
-        let cb = CentroidBlocks::new(&self.centroids, d);
         let x_sq = &self.x_sq_norms;
+        if let Some(w) = tiled::width() {
+            let panels = tiled::Panels::new(&self.centroids, d, w);
+            let per_chunk: Vec<(u64, f64)> = self
+                .labels
+                .par_chunks_mut(CHUNK)
+                .zip(self.min_dist.par_chunks_mut(CHUNK))
+                .enumerate()
+                .map(|(ci, (labels, dists))| {
+                    let rows = ci * CHUNK..ci * CHUNK + labels.len();
+                    let old: [u32; CHUNK] =
+                        std::array::from_fn(|r| labels.get(r).map_or(0, |&l| l));
+                    tiled::assign_rows(
+                        metric,
+                        &x[rows.start * d..rows.end * d],
+                        &x_sq[rows],
+                        &panels,
+                        labels,
+                        dists,
+                    );
+                    let (mut changed, mut inertia) = (0u64, 0f64);
+                    for ((&label, &old), &dist) in labels.iter().zip(&old).zip(dists.iter()) {
+                        changed += u64::from(label != old);
+                        inertia += dist as f64;
+                    }
+                    (changed, inertia)
+                })
+                .collect();
+            let changed = per_chunk.iter().map(|p| p.0).sum();
+            let inertia = per_chunk.iter().map(|p| p.1).sum();
+            return Ok(AssignStats { changed, inertia });
+        }
+        let cb = CentroidBlocks::new(&self.centroids, d);
         let per_chunk: Vec<(u64, f64)> = self
             .labels
             .par_chunks_mut(CHUNK)

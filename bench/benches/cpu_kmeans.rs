@@ -1,0 +1,42 @@
+//! CPU criterion benches: one Lloyd iteration (assign + update) on `Device::Cpu` for cases A–D
+//! of `gpu-bench` (same data: uniform [0, 1), seed 1; initial centroids = the first k rows).
+//!
+//! `cargo bench -p kmeans-knn-bench --bench cpu_kmeans [-- FILTER]`; `bench/cpu_baseline.py
+//! --ours target/criterion` puts the medians next to scikit-learn and faiss-cpu.
+
+use criterion::{
+    BenchmarkId, Criterion, SamplingMode, Throughput, criterion_group, criterion_main,
+};
+use kmeans_knn::bench::lloyd_iteration_ms;
+use kmeans_knn::{Device, MatrixView, Metric};
+use kmeans_knn_bench::data::case;
+use std::time::Duration;
+
+fn lloyd(c: &mut Criterion) {
+    let mut group = c.benchmark_group("cpu_lloyd");
+    // One iteration takes milliseconds (A–C) to about a second (D): few, flat samples.
+    group.sampling_mode(SamplingMode::Flat);
+    group.sample_size(10);
+    for name in ["A", "B", "C", "D"] {
+        let case = case(name).expect("known case");
+        let (data, centroids) = case.data();
+        let x = MatrixView::new(&data, case.n, case.d).expect("valid shape");
+        group.throughput(Throughput::Elements(case.n as u64));
+        let (warm_up, measure) = if name == "D" { (2, 10) } else { (1, 4) };
+        group.warm_up_time(Duration::from_secs(warm_up));
+        group.measurement_time(Duration::from_secs(measure));
+        let id = BenchmarkId::new(name, format!("n{}_d{}_k{}", case.n, case.d, case.k));
+        group.bench_function(id, |b| {
+            b.iter_custom(|iters| {
+                let ms =
+                    lloyd_iteration_ms(Device::Cpu, &x, &centroids, Metric::L2, 0, iters as usize)
+                        .expect("CPU Lloyd iteration");
+                Duration::from_secs_f64(ms.iter().sum::<f64>() / 1e3)
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, lloyd);
+criterion_main!(benches);

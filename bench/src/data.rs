@@ -1,0 +1,87 @@
+//! Benchmark data shared by `gpu-bench` and the CPU criterion benches.
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use rayon::prelude::*;
+
+/// One benchmark shape: `n` points of `d` dimensions, `k` clusters.
+#[derive(Clone, Copy, Debug)]
+pub struct Case {
+    pub name: &'static str,
+    pub n: usize,
+    pub d: usize,
+    pub k: usize,
+    pub origin: &'static str,
+}
+
+impl Case {
+    /// Floating-point operations of one assign step (`2·n·k·d`).
+    pub fn assign_flops(&self) -> f64 {
+        2.0 * (self.n * self.k * self.d) as f64
+    }
+
+    /// The case's data (uniform in [0, 1), seed 1) and its initial centroids (the first `k` rows).
+    pub fn data(&self) -> (Vec<f32>, Vec<f32>) {
+        let data = uniform(self.n * self.d, 1);
+        let centroids = data[..self.k * self.d].to_vec();
+        (data, centroids)
+    }
+}
+
+/// The benchmark cases; E is GPU-only in practice.
+pub const CASES: &[Case] = &[
+    Case {
+        name: "A",
+        n: 63_504,
+        d: 75,
+        k: 80,
+        origin: "seed 000 patches",
+    },
+    Case {
+        name: "B",
+        n: 1_000_000,
+        d: 9,
+        k: 16,
+        origin: "seed 001 color",
+    },
+    Case {
+        name: "C",
+        n: 1_048_576,
+        d: 3,
+        k: 255,
+        origin: "seed 003 pixels",
+    },
+    Case {
+        name: "D",
+        n: 200_000,
+        d: 128,
+        k: 1024,
+        origin: "embeddings",
+    },
+    Case {
+        name: "E",
+        n: 10_000_000,
+        d: 128,
+        k: 1024,
+        origin: "embeddings, large",
+    },
+];
+
+/// The case called `name`.
+pub fn case(name: &str) -> Option<&'static Case> {
+    CASES.iter().find(|c| c.name == name)
+}
+
+/// Uniform values in [0, 1), generated in parallel from per-chunk seeds (reproducible).
+pub fn uniform(len: usize, seed: u64) -> Vec<f32> {
+    const CHUNK: usize = 1 << 20;
+    let mut out = vec![0f32; len];
+    out.par_chunks_mut(CHUNK)
+        .enumerate()
+        .for_each(|(i, chunk)| {
+            let mut rng =
+                ChaCha8Rng::seed_from_u64(seed ^ (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+            chunk.iter_mut().for_each(|v| *v = rng.random());
+        });
+    out
+}

@@ -1,0 +1,3 @@
+//! Shared pieces of the kmeans-knn benchmarks (`gpu-bench`, `benches/cpu_kmeans.rs`).
+
+pub mod data;
