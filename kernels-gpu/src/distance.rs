@@ -5,23 +5,23 @@
 //! `|x − y|` directly. Every output accumulates over the dimensions in order 0..d, exactly as the
 //! CPU twin, so the distances are the same floats on both backends. Output offsets are 64-bit.
 
-use crate::gpu::{self, shared, sync_threads};
+use crate::exec::Exec;
 use crate::knn::{DIST_BLOCK, DIST_JC, DIST_STRIDE, DIST_TILE, PairMetric, finish, pair_step};
 
-/// Arguments shared by the distance entry points.
+/// Arguments of the distance kernels `pairwise_dot` and `pairwise_l1`.
 #[derive(Clone, Copy)]
-struct Pair {
-    a: *const f32,
-    a_norms: *const f32,
-    a_rows: usize,
-    b: *const f32,
-    b_norms: *const f32,
-    b_first: usize,
-    b_cols: usize,
-    d: usize,
-    metric: PairMetric,
-    out: *mut f32,
-    ld: usize,
+pub struct Pair {
+    pub a: *const f32,
+    pub a_norms: *const f32,
+    pub a_rows: usize,
+    pub b: *const f32,
+    pub b_norms: *const f32,
+    pub b_first: usize,
+    pub b_cols: usize,
+    pub d: usize,
+    pub metric: PairMetric,
+    pub out: *mut f32,
+    pub ld: usize,
 }
 
 macro_rules! distance_kernel {
@@ -34,6 +34,7 @@ macro_rules! distance_kernel {
         /// # Safety
         /// Pointers valid for those sizes; `DIST_BLOCK` threads, `dist_blocks(a_rows, b_cols)`
         /// blocks, `dist_shared_bytes()` of dynamic shared memory.
+        #[cfg(target_arch = "nvptx64")]
         #[unsafe(no_mangle)]
         pub unsafe extern "gpu-kernel" fn $name(
             a: *const f32,
@@ -61,7 +62,7 @@ macro_rules! distance_kernel {
                 out,
                 ld: ld as usize,
             };
-            unsafe { run::<$l1>(p) }
+            unsafe { pairwise::<$l1, _>(crate::exec::Gpu, p) }
         }
     };
 }
@@ -75,15 +76,20 @@ const TC: usize = 8;
 /// Column groups: thread `t` owns rows `(t / 16)·8 + i` and columns `h·64 + (t % 16)·4 + l`.
 const GROUPS: usize = 16;
 
+/// The body of the distance kernels (`L1`: `pairwise_l1`, else `pairwise_dot`).
+///
+/// # Safety
+/// As for the kernels: `DIST_BLOCK` threads per block, `dist_blocks(a_rows, b_cols)` blocks,
+/// `dist_shared_bytes()` of 16-byte-aligned shared memory, pointers valid for the sizes.
 #[inline(always)]
-unsafe fn run<const L1: bool>(p: Pair) {
-    let t = gpu::thread();
+pub unsafe fn pairwise<const L1: bool, E: Exec>(e: E, p: Pair) {
+    let t = e.thread();
     let (tx, ty) = (t % GROUPS, t / GROUPS);
     let col_tiles = p.b_cols.div_ceil(DIST_TILE).max(1);
-    let blk = gpu::block();
+    let blk = e.block();
     let row0 = (blk / col_tiles) * DIST_TILE;
     let col0 = (blk % col_tiles) * DIST_TILE;
-    let a_tile = shared::<f32>();
+    let a_tile = e.shared::<f32>();
     let b_tile = unsafe { a_tile.add(DIST_JC * DIST_STRIDE) };
     let b = unsafe { p.b.add(p.b_first * p.d) };
 
@@ -91,12 +97,12 @@ unsafe fn run<const L1: bool>(p: Pair) {
     let mut j0 = 0;
     while j0 < p.d {
         let width = DIST_JC.min(p.d - j0);
-        sync_threads();
+        e.sync();
         unsafe {
-            load_transposed(p.a, p.a_rows, p.d, row0, j0, width, a_tile);
-            load_transposed(b, p.b_cols, p.d, col0, j0, width, b_tile);
+            load_transposed(t, p.a, p.a_rows, p.d, row0, j0, width, a_tile);
+            load_transposed(t, b, p.b_cols, p.d, col0, j0, width, b_tile);
         }
-        sync_threads();
+        e.sync();
         for jj in 0..width {
             let xv: [f32; TR] = unsafe { load_vec4s(a_tile.add(jj * DIST_STRIDE + ty * TR)) };
             let lo: [f32; 4] = unsafe { load_vec4s(b_tile.add(jj * DIST_STRIDE + tx * 4)) };
@@ -164,6 +170,7 @@ unsafe fn load_vec4s<const N: usize>(p: *const f32) -> [f32; N] {
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn load_transposed(
+    thread: usize,
     src: *const f32,
     total: usize,
     d: usize,
@@ -173,7 +180,7 @@ unsafe fn load_transposed(
     dst: *mut f32,
 ) {
     let width = width.max(1);
-    let mut e = gpu::thread();
+    let mut e = thread;
     while e < DIST_TILE * width {
         let (r, jj) = (e / width, e % width);
         let row = first + r;
@@ -184,5 +191,91 @@ unsafe fn load_transposed(
         };
         unsafe { *dst.add(jj * DIST_STRIDE + r) = v };
         e += DIST_BLOCK as usize;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::exec::emu::{P, launch};
+    use crate::knn::{dist_blocks, dist_shared_bytes, distance};
+    use crate::math::sq_norm;
+
+    fn data(n: usize, d: usize, seed: u32) -> Vec<f32> {
+        (0..n * d)
+            .map(|i| {
+                let h = (i as u32 ^ seed).wrapping_mul(2_654_435_761) >> 8;
+                (h % 2001) as f32 / 1000.0 - 1.0
+            })
+            .collect()
+    }
+
+    /// Runs the kernel body in the emulator and compares every output with the plain formula.
+    fn check(m: usize, n: usize, d: usize, b_first: usize, metric: PairMetric) {
+        let a = data(m, d, 1);
+        let b = data(b_first + n, d, 2);
+        let a_norms: Vec<f32> = a.chunks(d).map(sq_norm).collect();
+        let b_norms: Vec<f32> = b.chunks(d).map(sq_norm).collect();
+        let ld = n + 3;
+        let mut out = vec![f32::NAN; m * ld];
+        let args = Pair {
+            a: a.as_ptr(),
+            a_norms: a_norms.as_ptr(),
+            a_rows: m,
+            b: b.as_ptr(),
+            b_norms: b_norms.as_ptr(),
+            b_first,
+            b_cols: n,
+            d,
+            metric,
+            out: out.as_mut_ptr(),
+            ld,
+        };
+        let args = P(&args as *const Pair as *mut Pair);
+        launch(
+            dist_blocks(m, n),
+            DIST_BLOCK as usize,
+            dist_shared_bytes(),
+            |x| {
+                let p = unsafe { *args.get() };
+                unsafe {
+                    if metric.is_l1() {
+                        pairwise::<true, _>(x, p)
+                    } else {
+                        pairwise::<false, _>(x, p)
+                    }
+                }
+            },
+        );
+        for i in 0..m {
+            for j in 0..n {
+                let want = distance(metric, &a[i * d..(i + 1) * d], &b[(b_first + j) * d..][..d]);
+                let got = out[i * ld + j];
+                assert_eq!(
+                    got.to_bits(),
+                    want.to_bits(),
+                    "{metric:?} {m}×{n}×{d} ({i}, {j})"
+                );
+            }
+            assert!(
+                out[i * ld + n..(i + 1) * ld].iter().all(|v| v.is_nan()),
+                "wrote past the row"
+            );
+        }
+    }
+
+    #[test]
+    fn emulated_tiles_match_the_formula() {
+        for metric in [
+            PairMetric::SqEuclidean,
+            PairMetric::Euclidean,
+            PairMetric::L1,
+            PairMetric::InnerProduct,
+            PairMetric::Cosine,
+        ] {
+            check(3, 5, 1, 0, metric);
+            check(130, 129, 17, 7, metric);
+        }
+        check(1, 300, 40, 2, PairMetric::L1);
     }
 }

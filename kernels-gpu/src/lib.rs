@@ -19,10 +19,14 @@
 )]
 
 pub mod bitonic;
+pub mod distance;
+pub mod exec;
 pub mod fixed;
 pub mod knn;
 pub mod launch;
 pub mod math;
+pub mod select;
+pub mod vote;
 
 #[cfg(target_arch = "nvptx64")]
 mod gpu;
@@ -30,17 +34,11 @@ mod gpu;
 #[cfg(target_arch = "nvptx64")]
 pub mod assign;
 #[cfg(target_arch = "nvptx64")]
-pub mod distance;
-#[cfg(target_arch = "nvptx64")]
 pub mod norms;
 #[cfg(target_arch = "nvptx64")]
 pub mod reduce;
 #[cfg(target_arch = "nvptx64")]
-pub mod select;
-#[cfg(target_arch = "nvptx64")]
 pub mod update;
-#[cfg(target_arch = "nvptx64")]
-pub mod vote;
 
 #[cfg(target_arch = "nvptx64")]
 #[panic_handler]

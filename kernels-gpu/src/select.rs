@@ -2,71 +2,84 @@
 //! distances by training index. Keys are unique, so every method below gives the same k keys.
 //!
 //! Streaming (k ≤ `MAX_STREAM_K`): each query row keeps its running k keys in global memory
-//! (sorted, `NO_KEY` while empty). For every tile of training points the distance kernel writes
-//! one row of distances per query; a selection block per query gathers the tile's candidates that
-//! beat its current k-th key, next to the running k in shared memory, and keeps the k smallest:
-//! * [`knn_select_kmin`]: k rounds of a parallel minimum (each thread holds its candidates in
-//!   registers; round r takes the smallest key above round r − 1's);
-//! * [`knn_select_bitonic`]: a bitonic sort of the candidates, padded to a power of two.
+//! (sorted). For every tile of training points the distance kernel writes one row of distances
+//! per query; a selection block per query gathers the tile's candidates that beat its current
+//! k-th key, next to the running k in shared memory, and keeps the k smallest:
+//! * `knn_select_kmin` ([`kmin`]): k rounds of a parallel minimum (each thread holds its
+//!   candidates in registers; round r takes the smallest key above round r − 1's);
+//! * `knn_select_bitonic` ([`bitonic_sorted`]): a bitonic sort of the candidates, padded to a
+//!   power of two.
 //!
-//! Large k: [`knn_sort_chunks`], [`knn_bitonic_merge_global`] and [`knn_bitonic_merge_local`]
-//! sort whole distance rows (padded to a power of two `P`) in global memory with the same
-//! network; [`knn_take`] keeps the first k of every row.
+//! Large k: `knn_sort_chunks`, `knn_bitonic_merge_global` and `knn_bitonic_merge_local` sort
+//! whole distance rows (padded to a power of two) in global memory with the same network;
+//! `knn_take` keeps the first k of every row.
+//!
+//! The bodies are generic over [`Exec`] so that the host tests run them in the emulator.
 
 use crate::bitonic::{ascending, compare_exchange, pair};
-use crate::gpu::{self, shared, sync_threads};
+use crate::exec::Exec;
 use crate::knn::{NO_KEY, SELECT_BLOCK, SELECT_CAP, SELECT_PER_THREAD, key};
 use core::sync::atomic::{AtomicU32, Ordering};
 
 const B: usize = SELECT_BLOCK as usize;
 
-/// Gathers a query row's running k keys and the tile's candidates below its k-th key into shared
-/// memory; returns how many candidates joined (the same value in every thread).
+/// Arguments of a streaming selection: `dist` holds the tile's distances, query row `q` at
+/// `q · ld`, `cols` of them, column `c` being training row `first_index + c`; `best` holds
+/// `rows × k` running keys (ascending), updated in place; with `fresh` (the first tile) they are
+/// not read but taken as empty.
+#[derive(Clone, Copy)]
+pub struct Tile {
+    pub dist: *const f32,
+    pub ld: usize,
+    pub cols: usize,
+    pub first_index: u32,
+    pub best: *mut u64,
+    pub k: usize,
+    pub fresh: bool,
+}
+
+/// The body of the streaming selection kernels: one block per query row. Gathers the row's
+/// running k keys and the tile's candidates below its k-th key into shared memory, then keeps
+/// the k smallest by [`kmin`] (`KMIN`) or [`bitonic_sorted`].
 ///
 /// # Safety
-/// As for the selection kernels; all threads of the block call it.
+/// `SELECT_BLOCK` threads, `select_shared_bytes()` of shared memory; `1 ≤ k`,
+/// `k + cols ≤ SELECT_CAP`; pointers valid for those sizes.
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
-unsafe fn gather(
-    dist: *const f32,
-    ld: usize,
-    cols: usize,
-    first_index: u32,
-    best: *mut u64,
-    k: usize,
-    fresh: bool,
-    keys: *mut u64,
-    counter: *mut u32,
-) -> usize {
-    let t = gpu::thread();
-    let row = gpu::block();
-    let cols = cols.min(SELECT_CAP - k);
-    let best_row = unsafe { best.add(row * k) };
-    let threshold = if fresh {
+pub unsafe fn select<const KMIN: bool, E: Exec>(x: E, a: Tile) {
+    let t = x.thread();
+    let row = x.block();
+    let k = a.k.clamp(1, SELECT_CAP);
+    let cols = a.cols.min(SELECT_CAP - k);
+    let keys = x.shared::<u64>();
+    let scratch = unsafe { keys.add(SELECT_CAP) };
+    let counter = unsafe { scratch.add(B + SELECT_PER_THREAD + 1) }.cast::<u32>();
+    let best_row = unsafe { a.best.add(row * k) };
+    let threshold = if a.fresh {
         NO_KEY
     } else {
         unsafe { *best_row.add(k - 1) }
     };
     let mut e = t;
     while e < k {
-        unsafe { *keys.add(e) = if fresh { NO_KEY } else { *best_row.add(e) } };
+        unsafe { *keys.add(e) = if a.fresh { NO_KEY } else { *best_row.add(e) } };
         e += B;
     }
     if t == 0 {
         unsafe { *counter = 0 };
     }
-    sync_threads();
-    let drow = unsafe { dist.add(row * ld) };
+    x.sync();
+    let drow = unsafe { a.dist.add(row * a.ld) };
     let mut c = t;
     if threshold == NO_KEY {
         // The first tile: every candidate joins, in column order.
         while c < cols {
-            unsafe { *keys.add(k + c) = key(*drow.add(c), first_index + c as u32) };
+            unsafe { *keys.add(k + c) = key(*drow.add(c), a.first_index + c as u32) };
             c += B;
         }
     } else {
         while c < cols {
-            let kk = unsafe { key(*drow.add(c), first_index + c as u32) };
+            let kk = unsafe { key(*drow.add(c), a.first_index + c as u32) };
             if kk < threshold {
                 let at = unsafe { AtomicU32::from_ptr(counter) }.fetch_add(1, Ordering::Relaxed);
                 unsafe { *keys.add(k + at as usize) = kk };
@@ -74,26 +87,29 @@ unsafe fn gather(
             c += B;
         }
     }
-    sync_threads();
-    if threshold == NO_KEY {
+    x.sync();
+    let count = if threshold == NO_KEY {
         cols
     } else {
         unsafe { *counter as usize }
+    };
+    if count > 0 {
+        if KMIN {
+            unsafe { kmin(x, keys, k + count, k, scratch, best_row) };
+        } else {
+            unsafe { bitonic_sorted(x, keys, k + count, k, best_row) };
+        }
     }
 }
 
-/// Arguments of a streaming selection kernel.
-///
-/// `dist`: the tile's distances, row `q` at `q · ld`, `cols` of them; column `c` is training
-/// index `first_index + c`. `best`: `rows × k` running keys, updated in place; with `fresh` ≠ 0
-/// (the first tile) they are not read but taken as empty.
 macro_rules! select_kernel {
-    ($(#[$doc:meta])* $name:ident, $body:ident) => {
+    ($(#[$doc:meta])* $name:ident, $kmin:expr) => {
         $(#[$doc])*
         ///
         /// # Safety
         /// One block of `SELECT_BLOCK` threads per query row, `select_shared_bytes()` of dynamic
         /// shared memory; `1 ≤ k`, `k + cols ≤ SELECT_CAP`; pointers valid for those sizes.
+        #[cfg(target_arch = "nvptx64")]
         #[unsafe(no_mangle)]
         pub unsafe extern "gpu-kernel" fn $name(
             dist: *const f32,
@@ -104,17 +120,16 @@ macro_rules! select_kernel {
             k: u32,
             fresh: u32,
         ) {
-            let k = (k as usize).clamp(1, SELECT_CAP);
-            let keys = shared::<u64>();
-            let scratch = unsafe { keys.add(SELECT_CAP) };
-            let counter = unsafe { scratch.add(B + SELECT_PER_THREAD + 1) }.cast::<u32>();
-            let count = unsafe {
-                gather(dist, ld as usize, cols as usize, first_index, best, k, fresh != 0, keys, counter)
+            let tile = Tile {
+                dist,
+                ld: ld as usize,
+                cols: cols as usize,
+                first_index,
+                best,
+                k: k as usize,
+                fresh: fresh != 0,
             };
-            if count > 0 {
-                let best_row = unsafe { best.add(gpu::block() * k) };
-                unsafe { $body(keys, k + count, k, scratch, best_row) };
-            }
+            unsafe { select::<$kmin, _>(crate::exec::Gpu, tile) }
         }
     };
 }
@@ -122,19 +137,29 @@ macro_rules! select_kernel {
 select_kernel!(
     /// Merges a tile into the running k by k rounds of a parallel minimum.
     knn_select_kmin,
-    kmin
+    true
 );
 select_kernel!(
     /// Merges a tile into the running k by a bitonic sort of the candidates.
     knn_select_bitonic,
-    bitonic_sorted
+    false
 );
 
 /// k rounds of a block-wide minimum over `total` keys: round r writes the smallest key greater
 /// than round r − 1's to `out[r]`.
+///
+/// # Safety
+/// As for [`select`]; `scratch` holds `SELECT_BLOCK + SELECT_PER_THREAD + 1` keys.
 #[inline(always)]
-unsafe fn kmin(keys: *mut u64, total: usize, k: usize, scratch: *mut u64, out: *mut u64) {
-    let t = gpu::thread();
+pub unsafe fn kmin<E: Exec>(
+    x: E,
+    keys: *mut u64,
+    total: usize,
+    k: usize,
+    scratch: *mut u64,
+    out: *mut u64,
+) {
+    let t = x.thread();
     let mut mine = [NO_KEY; SELECT_PER_THREAD];
     for (s, m) in mine.iter_mut().enumerate() {
         let e = t + s * B;
@@ -144,6 +169,7 @@ unsafe fn kmin(keys: *mut u64, total: usize, k: usize, scratch: *mut u64, out: *
     }
     let partial = unsafe { scratch.add(B) };
     let result = unsafe { partial.add(SELECT_PER_THREAD) };
+    const GROUP: usize = B / SELECT_PER_THREAD;
     let mut lo = 0u64;
     for r in 0..k {
         let mut m = NO_KEY;
@@ -153,16 +179,16 @@ unsafe fn kmin(keys: *mut u64, total: usize, k: usize, scratch: *mut u64, out: *
             }
         }
         unsafe { *scratch.add(t) = m };
-        sync_threads();
+        x.sync();
         if t < SELECT_PER_THREAD {
             let mut m = NO_KEY;
-            for u in 0..B / SELECT_PER_THREAD {
-                let v = unsafe { *scratch.add(t * (B / SELECT_PER_THREAD) + u) };
+            for u in 0..GROUP {
+                let v = unsafe { *scratch.add(t * GROUP + u) };
                 m = if v < m { v } else { m };
             }
             unsafe { *partial.add(t) = m };
         }
-        sync_threads();
+        x.sync();
         if t == 0 {
             let mut m = NO_KEY;
             for u in 0..SELECT_PER_THREAD {
@@ -174,30 +200,27 @@ unsafe fn kmin(keys: *mut u64, total: usize, k: usize, scratch: *mut u64, out: *
                 *out.add(r) = m;
             }
         }
-        sync_threads();
+        x.sync();
         lo = unsafe { *result }.saturating_add(1);
     }
 }
 
 /// Sorts the first `total` keys (padded with `NO_KEY` to a power of two) and writes the first
 /// `k` to `out`.
+///
+/// # Safety
+/// As for [`select`].
 #[inline(always)]
-unsafe fn bitonic_sorted(
-    keys: *mut u64,
-    total: usize,
-    k: usize,
-    _scratch: *mut u64,
-    out: *mut u64,
-) {
-    let t = gpu::thread();
+pub unsafe fn bitonic_sorted<E: Exec>(x: E, keys: *mut u64, total: usize, k: usize, out: *mut u64) {
+    let t = x.thread();
     let len = total.next_power_of_two().min(SELECT_CAP);
     let mut e = total + t;
     while e < len {
         unsafe { *keys.add(e) = NO_KEY };
         e += B;
     }
-    sync_threads();
-    unsafe { sort_shared(keys, len, 0, len, 2) };
+    x.sync();
+    unsafe { sort_shared(x, keys, len, 0, len, 2) };
     let mut e = t;
     while e < k {
         unsafe { *out.add(e) = *keys.add(e) };
@@ -205,14 +228,21 @@ unsafe fn bitonic_sorted(
     }
 }
 
-/// Runs the bitonic network on `len` keys in shared memory (a power of two): stages
-/// `first_size..=len` when `first_size ≤ len`. `base` is the keys' index in rows of `row_len`
-/// keys, which sets the directions. Ends with a barrier.
+/// Runs stages `first_size..=len` of the bitonic network on `len` keys in shared memory (a power
+/// of two). `base` is the keys' index in rows of `row_len` keys, which sets the directions. Ends
+/// with a barrier.
 #[inline(always)]
-unsafe fn sort_shared(keys: *mut u64, len: usize, base: usize, row_len: usize, first_size: usize) {
+unsafe fn sort_shared<E: Exec>(
+    x: E,
+    keys: *mut u64,
+    len: usize,
+    base: usize,
+    row_len: usize,
+    first_size: usize,
+) {
     let mut size = first_size;
     while size <= len {
-        unsafe { merge_shared(keys, len, base, row_len, size, size / 2) };
+        unsafe { merge_shared(x, keys, len, base, row_len, size, size / 2) };
         size *= 2;
     }
 }
@@ -220,7 +250,8 @@ unsafe fn sort_shared(keys: *mut u64, len: usize, base: usize, row_len: usize, f
 /// The steps `stride = first_stride, …, 1` of stage `size` on `len` keys in shared memory
 /// (global index `base + i`, rows of `row_len`). Ends with a barrier.
 #[inline(always)]
-unsafe fn merge_shared(
+unsafe fn merge_shared<E: Exec>(
+    x: E,
     keys: *mut u64,
     len: usize,
     base: usize,
@@ -228,7 +259,7 @@ unsafe fn merge_shared(
     size: usize,
     first_stride: usize,
 ) {
-    let t = gpu::thread();
+    let t = x.thread();
     let mut stride = first_stride;
     while stride > 0 {
         let mut p = t;
@@ -242,37 +273,38 @@ unsafe fn merge_shared(
             }
             p += B;
         }
-        sync_threads();
+        x.sync();
         stride /= 2;
     }
 }
 
-/// Builds the keys of `SELECT_CAP`-key chunks of rows of `2^row_log2` keys from a distance
-/// matrix (`rows × n`, row stride `ld`; columns past `n` are `NO_KEY`) and sorts every chunk:
-/// stages `2..=SELECT_CAP` of the network over whole rows.
+/// Body of `knn_sort_chunks`: builds the keys of one `SELECT_CAP`-key chunk of rows of
+/// `2^row_log2` keys from a distance matrix (row stride `ld`, `n` columns; past `n`: `NO_KEY`)
+/// and sorts it: stages `2..=SELECT_CAP` of the network over whole rows.
 ///
 /// # Safety
 /// `rows · 2^row_log2 / SELECT_CAP` blocks of `SELECT_BLOCK` threads, `SELECT_CAP · 8` bytes of
-/// dynamic shared memory, `2^row_log2 ≥ SELECT_CAP`; `keys` holds `rows · 2^row_log2` keys.
-#[unsafe(no_mangle)]
-pub unsafe extern "gpu-kernel" fn knn_sort_chunks(
+/// shared memory, `2^row_log2 ≥ SELECT_CAP`; `keys` holds `rows · 2^row_log2` keys.
+#[inline(always)]
+pub unsafe fn sort_chunks<E: Exec>(
+    x: E,
     dist: *const f32,
-    ld: u64,
-    n: u32,
+    ld: usize,
+    n: usize,
     row_log2: u32,
     keys: *mut u64,
 ) {
-    let t = gpu::thread();
+    let t = x.thread();
     let row_len = 1usize << (row_log2 & 63);
-    let base = gpu::block() * SELECT_CAP;
+    let base = x.block() * SELECT_CAP;
     let row = base >> (row_log2 & 63);
     let c0 = base & (row_len - 1);
-    let sh = shared::<u64>();
-    let drow = unsafe { dist.add(row * ld as usize) };
+    let sh = x.shared::<u64>();
+    let drow = unsafe { dist.add(row * ld) };
     let mut e = t;
     while e < SELECT_CAP {
         let c = c0 + e;
-        let kk = if c < n as usize {
+        let kk = if c < n {
             unsafe { key(*drow.add(c), c as u32) }
         } else {
             NO_KEY
@@ -280,8 +312,8 @@ pub unsafe extern "gpu-kernel" fn knn_sort_chunks(
         unsafe { *sh.add(e) = kk };
         e += B;
     }
-    sync_threads();
-    unsafe { sort_shared(sh, SELECT_CAP, base, row_len, 2) };
+    x.sync();
+    unsafe { sort_shared(x, sh, SELECT_CAP, base, row_len, 2) };
     let mut e = t;
     while e < SELECT_CAP {
         unsafe { *keys.add(base + e) = *sh.add(e) };
@@ -289,24 +321,26 @@ pub unsafe extern "gpu-kernel" fn knn_sort_chunks(
     }
 }
 
-/// One step (`stride ≥ SELECT_CAP`) of stage `size` of the network over `pairs` pairs of the
-/// global key buffer (rows of `2^row_log2` keys); one thread per pair.
+/// Body of `knn_bitonic_merge_global`: one step (`stride ≥ SELECT_CAP`) of stage `size` of the
+/// network over `pairs` pairs of the global key buffer (rows of `2^row_log2` keys); one thread
+/// per pair.
 ///
 /// # Safety
 /// `ceil(pairs / SELECT_BLOCK)` blocks of `SELECT_BLOCK` threads; `keys` holds `2 · pairs` keys.
-#[unsafe(no_mangle)]
-pub unsafe extern "gpu-kernel" fn knn_bitonic_merge_global(
+#[inline(always)]
+pub unsafe fn merge_global<E: Exec>(
+    x: E,
     keys: *mut u64,
-    pairs: u64,
+    pairs: usize,
     row_log2: u32,
-    size: u64,
-    stride: u64,
+    size: usize,
+    stride: usize,
 ) {
-    let p = gpu::block() * B + gpu::thread();
-    if p < pairs as usize {
+    let p = x.block() * B + x.thread();
+    if p < pairs {
         let row_len = 1usize << (row_log2 & 63);
-        let (i, j) = pair(p, (stride as usize).max(1));
-        let up = ascending(i, size as usize, row_len);
+        let (i, j) = pair(p, stride.max(1));
+        let up = ascending(i, size, row_len);
         unsafe {
             let (a, b) = compare_exchange(*keys.add(i), *keys.add(j), up);
             *keys.add(i) = a;
@@ -315,28 +349,24 @@ pub unsafe extern "gpu-kernel" fn knn_bitonic_merge_global(
     }
 }
 
-/// The steps `stride = SELECT_CAP / 2, …, 1` of stage `size` inside every `SELECT_CAP`-key chunk
-/// of the global key buffer (rows of `2^row_log2` keys).
+/// Body of `knn_bitonic_merge_local`: the steps `stride = SELECT_CAP / 2, …, 1` of stage `size`
+/// inside one `SELECT_CAP`-key chunk of the global key buffer (rows of `2^row_log2` keys).
 ///
 /// # Safety
-/// As for [`knn_sort_chunks`].
-#[unsafe(no_mangle)]
-pub unsafe extern "gpu-kernel" fn knn_bitonic_merge_local(
-    keys: *mut u64,
-    row_log2: u32,
-    size: u64,
-) {
-    let t = gpu::thread();
+/// As for [`sort_chunks`].
+#[inline(always)]
+pub unsafe fn merge_local<E: Exec>(x: E, keys: *mut u64, row_log2: u32, size: usize) {
+    let t = x.thread();
     let row_len = 1usize << (row_log2 & 63);
-    let base = gpu::block() * SELECT_CAP;
-    let sh = shared::<u64>();
+    let base = x.block() * SELECT_CAP;
+    let sh = x.shared::<u64>();
     let mut e = t;
     while e < SELECT_CAP {
         unsafe { *sh.add(e) = *keys.add(base + e) };
         e += B;
     }
-    sync_threads();
-    unsafe { merge_shared(sh, SELECT_CAP, base, row_len, size as usize, SELECT_CAP / 2) };
+    x.sync();
+    unsafe { merge_shared(x, sh, SELECT_CAP, base, row_len, size, SELECT_CAP / 2) };
     let mut e = t;
     while e < SELECT_CAP {
         unsafe { *keys.add(base + e) = *sh.add(e) };
@@ -344,10 +374,98 @@ pub unsafe extern "gpu-kernel" fn knn_bitonic_merge_local(
     }
 }
 
-/// `best[r · k + j] = keys[r · 2^row_log2 + j]` for `r < rows`, `j < k`; one thread per value.
+/// Body of `knn_take`: `best[r · k + j] = keys[r · 2^row_log2 + j]` for `r < rows`, `j < k`;
+/// one thread per value.
 ///
 /// # Safety
 /// `ceil(rows · k / SELECT_BLOCK)` blocks of `SELECT_BLOCK` threads; sizes as named.
+#[inline(always)]
+pub unsafe fn take<E: Exec>(
+    x: E,
+    keys: *const u64,
+    row_log2: u32,
+    rows: usize,
+    k: usize,
+    best: *mut u64,
+) {
+    let e = x.block() * B + x.thread();
+    let k = k.max(1);
+    if e < rows * k {
+        let (r, j) = (e / k, e % k);
+        unsafe { *best.add(e) = *keys.add((r << (row_log2 & 63)) + j) };
+    }
+}
+
+/// Builds `rows · 2^row_log2 / SELECT_CAP` sorted chunks of keys from distance rows; see
+/// [`sort_chunks`].
+///
+/// # Safety
+/// As for [`sort_chunks`].
+#[cfg(target_arch = "nvptx64")]
+#[unsafe(no_mangle)]
+pub unsafe extern "gpu-kernel" fn knn_sort_chunks(
+    dist: *const f32,
+    ld: u64,
+    n: u32,
+    row_log2: u32,
+    keys: *mut u64,
+) {
+    unsafe {
+        sort_chunks(
+            crate::exec::Gpu,
+            dist,
+            ld as usize,
+            n as usize,
+            row_log2,
+            keys,
+        )
+    }
+}
+
+/// One global-memory step of the row sort; see [`merge_global`].
+///
+/// # Safety
+/// As for [`merge_global`].
+#[cfg(target_arch = "nvptx64")]
+#[unsafe(no_mangle)]
+pub unsafe extern "gpu-kernel" fn knn_bitonic_merge_global(
+    keys: *mut u64,
+    pairs: u64,
+    row_log2: u32,
+    size: u64,
+    stride: u64,
+) {
+    unsafe {
+        merge_global(
+            crate::exec::Gpu,
+            keys,
+            pairs as usize,
+            row_log2,
+            size as usize,
+            stride as usize,
+        )
+    }
+}
+
+/// The in-chunk steps of a stage of the row sort; see [`merge_local`].
+///
+/// # Safety
+/// As for [`merge_local`].
+#[cfg(target_arch = "nvptx64")]
+#[unsafe(no_mangle)]
+pub unsafe extern "gpu-kernel" fn knn_bitonic_merge_local(
+    keys: *mut u64,
+    row_log2: u32,
+    size: u64,
+) {
+    unsafe { merge_local(crate::exec::Gpu, keys, row_log2, size as usize) }
+}
+
+/// Keeps the first k keys of every sorted row; see [`take`].
+///
+/// # Safety
+/// As for [`take`].
+#[cfg(target_arch = "nvptx64")]
 #[unsafe(no_mangle)]
 pub unsafe extern "gpu-kernel" fn knn_take(
     keys: *const u64,
@@ -356,10 +474,140 @@ pub unsafe extern "gpu-kernel" fn knn_take(
     k: u32,
     best: *mut u64,
 ) {
-    let e = gpu::block() * B + gpu::thread();
-    let k = (k as usize).max(1);
-    if e < rows as usize * k {
-        let (r, j) = (e / k, e % k);
-        unsafe { *best.add(e) = *keys.add((r << (row_log2 & 63)) + j) };
+    unsafe {
+        take(
+            crate::exec::Gpu,
+            keys,
+            row_log2,
+            rows as usize,
+            k as usize,
+            best,
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::exec::emu::{P, launch};
+    use crate::knn::{select_shared_bytes, stream_tile};
+
+    /// Distances with many exact ties (a few levels) and their reference keys, sorted per row.
+    fn rows_of(rows: usize, n: usize, levels: u32) -> (Vec<f32>, Vec<Vec<u64>>) {
+        let dist: Vec<f32> = (0..rows * n)
+            .map(|i| ((i as u32).wrapping_mul(2_654_435_761) >> 7) % levels)
+            .map(|v| v as f32 * 0.5)
+            .collect();
+        let sorted = dist
+            .chunks(n)
+            .map(|r| {
+                let mut keys: Vec<u64> = r
+                    .iter()
+                    .enumerate()
+                    .map(|(j, &d)| key(d, j as u32))
+                    .collect();
+                keys.sort_unstable();
+                keys
+            })
+            .collect();
+        (dist, sorted)
+    }
+
+    /// Streams the rows tile by tile through the selection body, as the host does.
+    fn stream(kmin: bool, rows: usize, n: usize, k: usize, levels: u32) {
+        let (dist, want) = rows_of(rows, n, levels);
+        let tile = stream_tile(k);
+        let mut best = vec![0x1234u64; rows * k]; // garbage: the first tile must not read it
+        let mut tile_buf = vec![0f32; rows * tile];
+        let mut t0 = 0;
+        while t0 < n {
+            let cols = tile.min(n - t0);
+            for r in 0..rows {
+                tile_buf[r * tile..r * tile + cols]
+                    .copy_from_slice(&dist[r * n + t0..r * n + t0 + cols]);
+            }
+            let a = Tile {
+                dist: tile_buf.as_ptr(),
+                ld: tile,
+                cols,
+                first_index: t0 as u32,
+                best: best.as_mut_ptr(),
+                k,
+                fresh: t0 == 0,
+            };
+            let a = P(&a as *const Tile as *mut Tile);
+            launch(rows, B, select_shared_bytes(), |x| unsafe {
+                let a = *a.get();
+                if kmin {
+                    select::<true, _>(x, a)
+                } else {
+                    select::<false, _>(x, a)
+                }
+            });
+            t0 += cols;
+        }
+        for r in 0..rows {
+            assert_eq!(
+                &best[r * k..(r + 1) * k],
+                &want[r][..k],
+                "kmin={kmin} n={n} k={k} row {r}"
+            );
+        }
+    }
+
+    #[test]
+    fn emulated_streaming_selection_keeps_the_k_smallest() {
+        for kmin in [true, false] {
+            stream(kmin, 2, 1, 1, 3);
+            stream(kmin, 3, 9000, 1, 5);
+            stream(kmin, 2, 5000, 37, 4);
+            stream(kmin, 2, 300, 300, 2);
+        }
+        // The streaming limit (k = MAX_STREAM_K: the tile is as wide as k); k rounds of barriers
+        // are slow in the emulator, so k-min gets a smaller k over two tiles.
+        stream(false, 2, 4500, crate::knn::MAX_STREAM_K, 50);
+        stream(true, 1, 4100, 200, 50);
+    }
+
+    /// The large-k path: chunk sorts, global and in-chunk merges, then the first k of each row.
+    #[test]
+    fn emulated_row_sort_keeps_the_k_smallest() {
+        let (rows, n, k) = (2, 9000, 2500);
+        let (dist, want) = rows_of(rows, n, 40);
+        let row_len = n.next_power_of_two();
+        let row_log2 = row_len.trailing_zeros();
+        let total = rows * row_len;
+        let mut keys = vec![7u64; total];
+        let (pk, pd) = (P::of(&mut keys), P(dist.as_ptr() as *mut f32));
+        launch(total / SELECT_CAP, B, SELECT_CAP * 8, |x| unsafe {
+            sort_chunks(x, pd.get(), n, n, row_log2, pk.get())
+        });
+        let mut size = 2 * SELECT_CAP;
+        while size <= row_len {
+            let mut stride = size / 2;
+            while stride >= SELECT_CAP {
+                launch((total / 2).div_ceil(B), B, 0, |x| unsafe {
+                    merge_global(x, pk.get(), total / 2, row_log2, size, stride)
+                });
+                stride /= 2;
+            }
+            launch(total / SELECT_CAP, B, SELECT_CAP * 8, |x| unsafe {
+                merge_local(x, pk.get(), row_log2, size)
+            });
+            size *= 2;
+        }
+        let mut best = vec![0u64; rows * k];
+        let pb = P::of(&mut best);
+        launch((rows * k).div_ceil(B), B, 0, |x| unsafe {
+            take(x, pk.get(), row_log2, rows, k, pb.get())
+        });
+        for r in 0..rows {
+            assert_eq!(
+                &keys[r * row_len..r * row_len + n],
+                &want[r][..],
+                "row {r} sorted"
+            );
+            assert_eq!(&best[r * k..(r + 1) * k], &want[r][..k], "row {r}");
+        }
     }
 }

@@ -6,21 +6,39 @@
 //! thread per query picks the class with the most votes, ties going to the class whose nearest
 //! member ranks first ([`vote_better`]), and the block writes the probabilities.
 
-use crate::gpu::{self, shared, sync_threads};
+use crate::exec::Exec;
 use crate::knn::{
     VOTE_BLOCK, key_distance, key_index, vote_better, vote_block_bytes, vote_share, vote_weight,
 };
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-/// Votes of `rows` queries whose `k` neighbour keys (sorted) are rows of `best`; `labels` holds
-/// the class (`< classes`) of every training point. Writes the winning class to `pred` and, when
-/// `proba` is not null, `rows × classes` shares of the vote. `weighted` ≠ 0 weighs votes by
-/// distance with the fixed-point `scale`. The histograms live in dynamic shared memory, or in
-/// `scratch` (`vote_block_bytes(per_block, classes)` bytes per block) when it is not null.
+/// Arguments of the vote kernel: `rows` queries whose `k` neighbour keys (ascending) are rows of
+/// `best`; `labels` holds the class (`< classes`) of every training row. The winning class goes
+/// to `pred` and, when `proba` is not null, `rows × classes` shares of the vote. `weighted`
+/// weighs votes by distance with the fixed-point `scale`. The histograms live in dynamic shared
+/// memory, or in `scratch` (`vote_block_bytes(per_block, classes)` bytes per block) when it is
+/// not null.
+#[derive(Clone, Copy)]
+pub struct Vote {
+    pub best: *const u64,
+    pub rows: usize,
+    pub k: usize,
+    pub labels: *const u32,
+    pub classes: usize,
+    pub weighted: bool,
+    pub scale: f32,
+    pub per_block: usize,
+    pub pred: *mut u32,
+    pub proba: *mut f32,
+    pub scratch: *mut u64,
+}
+
+/// The votes of a batch of queries; see [`Vote`] (`weighted ≠ 0` for distance weights).
 ///
 /// # Safety
 /// `ceil(rows / per_block)` blocks of `VOTE_BLOCK` threads; `vote_block_bytes(per_block,
 /// classes)` bytes of dynamic shared memory unless `scratch` is given; sizes as named.
+#[cfg(target_arch = "nvptx64")]
 #[unsafe(no_mangle)]
 pub unsafe extern "gpu-kernel" fn knn_vote(
     best: *const u64,
@@ -35,19 +53,37 @@ pub unsafe extern "gpu-kernel" fn knn_vote(
     proba: *mut f32,
     scratch: *mut u64,
 ) {
-    let t = gpu::thread();
+    let v = Vote {
+        best,
+        rows: rows as usize,
+        k: k as usize,
+        labels,
+        classes: classes as usize,
+        weighted: weighted != 0,
+        scale,
+        per_block: per_block as usize,
+        pred,
+        proba,
+        scratch,
+    };
+    unsafe { vote(crate::exec::Gpu, v) }
+}
+
+/// The body of `knn_vote`.
+///
+/// # Safety
+/// As for `knn_vote`.
+#[inline(always)]
+pub unsafe fn vote<E: Exec>(x: E, v: Vote) {
+    let t = x.thread();
     let threads = VOTE_BLOCK as usize;
-    let (rows, k, c) = (
-        rows as usize,
-        (k as usize).max(1),
-        (classes as usize).max(1),
-    );
-    let q_n = (per_block as usize).max(1);
-    let q0 = gpu::block() * q_n;
-    let base = if scratch.is_null() {
-        shared::<u64>()
+    let (rows, k, c) = (v.rows, v.k.max(1), v.classes.max(1));
+    let q_n = v.per_block.max(1);
+    let q0 = x.block() * q_n;
+    let base = if v.scratch.is_null() {
+        x.shared::<u64>()
     } else {
-        unsafe { scratch.add(gpu::block() * vote_block_bytes(q_n, c) / 8) }
+        unsafe { v.scratch.add(x.block() * vote_block_bytes(q_n, c) / 8) }
     };
     let totals = base;
     let votes = unsafe { base.add(q_n) };
@@ -61,19 +97,18 @@ pub unsafe extern "gpu-kernel" fn knn_vote(
         }
         e += threads;
     }
-    sync_threads();
+    x.sync();
 
-    let weighted = weighted != 0;
     let mut e = t;
     while e < q_n * k {
         let (q, r) = (e / k, e % k);
         let qi = q0 + q;
         if qi < rows {
-            let row = unsafe { best.add(qi * k) };
+            let row = unsafe { v.best.add(qi * k) };
             let kk = unsafe { *row.add(r) };
             let nearest = key_distance(unsafe { *row });
-            let w = vote_weight(weighted, nearest, key_distance(kk), scale);
-            let class = unsafe { *labels.add(key_index(kk) as usize) } as usize;
+            let w = vote_weight(v.weighted, nearest, key_distance(kk), v.scale);
+            let class = unsafe { *v.labels.add(key_index(kk) as usize) } as usize;
             if class < c {
                 unsafe {
                     AtomicU64::from_ptr(votes.add(q * c + class)).fetch_add(w, Ordering::Relaxed);
@@ -84,7 +119,7 @@ pub unsafe extern "gpu-kernel" fn knn_vote(
         }
         e += threads;
     }
-    sync_threads();
+    x.sync();
 
     let mut q = t;
     while q < q_n {
@@ -93,34 +128,144 @@ pub unsafe extern "gpu-kernel" fn knn_vote(
             let (mut best_class, mut best_votes, mut best_first) = (0u32, 0u64, u32::MAX);
             let mut total = 0u64;
             for class in 0..c {
-                let (v, f) = unsafe { (*votes.add(q * c + class), *first.add(q * c + class)) };
-                total += v;
-                if vote_better(v, f, best_votes, best_first) {
+                let (n, f) = unsafe { (*votes.add(q * c + class), *first.add(q * c + class)) };
+                total += n;
+                if vote_better(n, f, best_votes, best_first) {
                     best_class = class as u32;
-                    best_votes = v;
+                    best_votes = n;
                     best_first = f;
                 }
             }
             unsafe {
-                *pred.add(qi) = best_class;
+                *v.pred.add(qi) = best_class;
                 *totals.add(q) = total;
             }
         }
         q += threads;
     }
-    sync_threads();
+    x.sync();
 
-    if !proba.is_null() {
+    if !v.proba.is_null() {
         let mut e = t;
         while e < q_n * c {
             let (q, class) = (e / c, e % c);
             let qi = q0 + q;
             if qi < rows {
                 unsafe {
-                    *proba.add(qi * c + class) = vote_share(*votes.add(e), *totals.add(q));
+                    *v.proba.add(qi * c + class) = vote_share(*votes.add(e), *totals.add(q));
                 }
             }
             e += threads;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::exec::emu::{P, launch};
+    use crate::fixed::pow2_f32;
+    use crate::knn::{VOTE_MAX_QUERIES, key, vote_scale_exponent};
+
+    /// The vote of one query, written out plainly.
+    fn reference(
+        keys: &[u64],
+        labels: &[u32],
+        c: usize,
+        weighted: bool,
+        scale: f32,
+    ) -> (u32, Vec<f32>) {
+        let mut votes = vec![0u64; c];
+        let mut first = vec![u32::MAX; c];
+        for (r, &kk) in keys.iter().enumerate() {
+            let cl = labels[key_index(kk) as usize] as usize;
+            votes[cl] += vote_weight(weighted, key_distance(keys[0]), key_distance(kk), scale);
+            first[cl] = first[cl].min(r as u32);
+        }
+        let total: u64 = votes.iter().sum();
+        let mut best = 0;
+        for cl in 1..c {
+            if vote_better(votes[cl], first[cl], votes[best], first[best]) {
+                best = cl;
+            }
+        }
+        // Class 0 with no member loses to any class that has one.
+        if first[best] == u32::MAX {
+            best = labels[key_index(keys[0]) as usize] as usize;
+        }
+        (
+            best as u32,
+            votes.iter().map(|&v| vote_share(v, total)).collect(),
+        )
+    }
+
+    fn check(rows: usize, k: usize, c: usize, per_block: usize, global: bool, weighted: bool) {
+        let n = 3 * k + 5;
+        let labels: Vec<u32> = (0..n).map(|i| ((i * 7) % c) as u32).collect();
+        // Sorted keys per row with ties and a zero distance in every third row.
+        let mut best = Vec::new();
+        for r in 0..rows {
+            let mut keys: Vec<u64> = (0..n)
+                .map(|j| {
+                    let d = if r % 3 == 0 && j == r % n {
+                        0.0
+                    } else {
+                        ((j * 13 + r * 5) % 11) as f32 * 0.25 + 0.5
+                    };
+                    key(d, j as u32)
+                })
+                .collect();
+            keys.sort_unstable();
+            best.extend_from_slice(&keys[..k]);
+        }
+        let scale = pow2_f32(vote_scale_exponent(k));
+        let grid = rows.div_ceil(per_block);
+        let mut pred = vec![u32::MAX; rows];
+        let mut proba = vec![f32::NAN; rows * c];
+        let mut scratch = vec![0x5a5au64; grid * vote_block_bytes(per_block, c) / 8];
+        let v = Vote {
+            best: best.as_ptr(),
+            rows,
+            k,
+            labels: labels.as_ptr(),
+            classes: c,
+            weighted,
+            scale,
+            per_block,
+            pred: pred.as_mut_ptr(),
+            proba: proba.as_mut_ptr(),
+            scratch: if global {
+                scratch.as_mut_ptr()
+            } else {
+                core::ptr::null_mut()
+            },
+        };
+        let v = P(&v as *const Vote as *mut Vote);
+        let shared = if global {
+            0
+        } else {
+            vote_block_bytes(per_block, c)
+        };
+        launch(grid, VOTE_BLOCK as usize, shared, |x| unsafe {
+            vote(x, *v.get())
+        });
+        for r in 0..rows {
+            let (want, shares) = reference(&best[r * k..(r + 1) * k], &labels, c, weighted, scale);
+            let case = format!(
+                "rows={rows} k={k} c={c} per_block={per_block} global={global} weighted={weighted} row {r}"
+            );
+            assert_eq!(pred[r], want, "{case}");
+            assert_eq!(&proba[r * c..(r + 1) * c], &shares[..], "{case}");
+        }
+    }
+
+    #[test]
+    fn emulated_votes_match_the_reference() {
+        for weighted in [false, true] {
+            check(5, 1, 3, 2, false, weighted);
+            check(37, 9, 4, VOTE_MAX_QUERIES, false, weighted);
+            check(10, 20, 3, 3, true, weighted);
+            check(4, 6, 13, 1, false, weighted);
         }
     }
 }

@@ -1,0 +1,124 @@
+//! The execution context of the kNN kernel bodies: thread and block index, the block barrier and
+//! dynamic shared memory.
+//!
+//! On nvptx64 [`Gpu`] reads the special registers (everything inlines to the same PTX as direct
+//! calls). In the host's unit tests, [`emu`] runs the very same bodies with one OS thread per GPU
+//! thread and a real barrier, so the kernels' indexing, barriers and shared-memory use are
+//! exercised without a GPU.
+
+/// What a kernel body needs from the machine it runs on.
+pub trait Exec: Copy {
+    /// Thread index in the block (x).
+    fn thread(self) -> usize;
+    /// Block index in the grid (x).
+    fn block(self) -> usize;
+    /// Block-wide barrier; every thread of the block calls it.
+    fn sync(self);
+    /// The launch's dynamic shared memory, viewed as `T`.
+    fn shared<T>(self) -> *mut T;
+}
+
+/// The GPU itself.
+#[cfg(target_arch = "nvptx64")]
+#[derive(Clone, Copy)]
+pub struct Gpu;
+
+#[cfg(target_arch = "nvptx64")]
+impl Exec for Gpu {
+    #[inline(always)]
+    fn thread(self) -> usize {
+        crate::gpu::thread()
+    }
+    #[inline(always)]
+    fn block(self) -> usize {
+        crate::gpu::block()
+    }
+    #[inline(always)]
+    fn sync(self) {
+        crate::gpu::sync_threads()
+    }
+    #[inline(always)]
+    fn shared<T>(self) -> *mut T {
+        crate::gpu::shared::<T>()
+    }
+}
+
+/// A host emulator of kernel launches for unit tests: blocks run one after the other, the
+/// threads of a block run concurrently as OS threads that meet at a real barrier, and shared
+/// memory starts filled with a garbage pattern so that reading it before writing shows.
+#[cfg(all(test, not(target_arch = "nvptx64")))]
+pub(crate) mod emu {
+    use super::Exec;
+    use std::sync::Barrier;
+
+    /// One emulated GPU thread.
+    #[derive(Clone, Copy)]
+    pub(crate) struct Emu<'a> {
+        thread: usize,
+        block: usize,
+        barrier: &'a Barrier,
+        shared: *mut u8,
+    }
+
+    impl Exec for Emu<'_> {
+        fn thread(self) -> usize {
+            self.thread
+        }
+        fn block(self) -> usize {
+            self.block
+        }
+        fn sync(self) {
+            self.barrier.wait();
+        }
+        fn shared<T>(self) -> *mut T {
+            self.shared.cast()
+        }
+    }
+
+    /// A pointer that may cross threads (the kernels synchronise their own accesses).
+    #[derive(Clone, Copy)]
+    pub(crate) struct P<T>(pub *mut T);
+    unsafe impl<T> Send for P<T> {}
+    unsafe impl<T> Sync for P<T> {}
+
+    impl<T> P<T> {
+        pub(crate) fn of(v: &mut [T]) -> Self {
+            P(v.as_mut_ptr())
+        }
+        pub(crate) fn get(self) -> *mut T {
+            self.0
+        }
+    }
+
+    /// Runs `body` as `grid` blocks of `threads` threads with `shared_bytes` of shared memory.
+    pub(crate) fn launch(
+        grid: usize,
+        threads: usize,
+        shared_bytes: usize,
+        body: impl Fn(Emu<'_>) + Sync,
+    ) {
+        for block in 0..grid {
+            // u128 keeps the shared memory 16-byte aligned, as the vector loads need.
+            let mut mem = vec![
+                0x5a5a_5a5a_5a5a_5a5a_5a5a_5a5a_5a5a_5a5au128;
+                shared_bytes.div_ceil(16).max(1)
+            ];
+            let shared = P(mem.as_mut_ptr().cast::<u8>());
+            let barrier = Barrier::new(threads);
+            std::thread::scope(|s| {
+                for thread in 0..threads {
+                    let (barrier, body) = (&barrier, &body);
+                    s.spawn(move || {
+                        let shared = shared;
+                        body(Emu {
+                            thread,
+                            block,
+                            barrier,
+                            shared: shared.get(),
+                        })
+                    });
+                }
+            });
+        }
+    }
+}
