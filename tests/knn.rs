@@ -630,6 +630,7 @@ fn gpu_pairwise_output_past_2_pow_31() {
     let a: Vec<f32> = (0..m).map(|i| (i % 1000) as f32 * 0.5).collect();
     let b: Vec<f32> = (0..n).map(|j| (j % 777) as f32 * -0.25).collect();
     let mut checked = 0;
+    let mut largest = 0usize;
     pairwise_distances_blocks(
         view(&a, 1),
         view(&b, 1),
@@ -638,6 +639,7 @@ fn gpu_pairwise_output_past_2_pow_31() {
         None,
         |first, block| {
             let rows = block.nrows();
+            largest = largest.max(block.len());
             // The last rows of the block sit past 2^31 elements when the block is large enough.
             for i in [0, rows / 2, rows - 1] {
                 for j in [0, n / 3, n - 1] {
@@ -651,6 +653,11 @@ fn gpu_pairwise_output_past_2_pow_31() {
     )
     .unwrap();
     assert!(checked > 0);
+    // With the 8 GiB block (and its copy) in memory, the one block passes 2^31 elements.
+    let (free, _) = kmeans_knn::gpu_memory(0).unwrap();
+    if free > 24 << 30 {
+        assert!(largest > 1 << 31, "largest block {largest} elements");
+    }
 }
 
 fn search_against_cpu(device: Device, small: bool) {

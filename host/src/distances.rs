@@ -168,6 +168,33 @@ pub fn pairwise_distances_blocks<'a, 'b>(
     backend.pairwise(&a, &b, metric.kernel(), max_bytes, &mut on_block)
 }
 
+/// Writes the distance matrix of [`pairwise_distances`] to `out` as raw little-endian f32,
+/// row-major and without a header (`a.rows() × b.rows()` values), block by block as
+/// [`pairwise_distances_blocks`] computes it; returns the number of bytes written. For `.npy` or
+/// CSV output use the command line's `distances` command.
+pub fn pairwise_distances_to_writer<'a, 'b>(
+    a: impl Into<MatrixView<'a>>,
+    b: impl Into<MatrixView<'b>>,
+    metric: DistanceMetric,
+    device: Device,
+    max_bytes: Option<usize>,
+    mut out: impl std::io::Write,
+) -> Result<u64> {
+    let mut written = 0u64;
+    let mut bytes = Vec::new();
+    pairwise_distances_blocks(a, b, metric, device, max_bytes, |_, block| {
+        bytes.clear();
+        bytes.extend(block.iter().flat_map(|v| v.to_le_bytes()));
+        out.write_all(&bytes)
+            .map_err(|e| Error::invalid("output", format!("writing the distances failed: {e}")))?;
+        written += bytes.len() as u64;
+        Ok(())
+    })?;
+    out.flush()
+        .map_err(|e| Error::invalid("output", format!("writing the distances failed: {e}")))?;
+    Ok(written)
+}
+
 /// Rows per block: `max_bytes` (or `default_bytes`) of `cols` f32 each, at least 1, at most
 /// `rows`.
 pub(crate) fn rows_per_block(
@@ -249,6 +276,32 @@ mod tests {
         )
         .unwrap();
         assert_eq!(next, 37);
+    }
+
+    #[test]
+    fn writer_gets_the_matrix_row_major() {
+        let a = [0.0f32, 1.0, 2.0];
+        let b = [0.5f32, -1.0];
+        let (av, bv) = (
+            MatrixView::new(&a, 3, 1).unwrap(),
+            MatrixView::new(&b, 2, 1).unwrap(),
+        );
+        let mut out = Vec::new();
+        let n = pairwise_distances_to_writer(
+            &av,
+            &bv,
+            DistanceMetric::L1,
+            Device::Cpu,
+            Some(8),
+            &mut out,
+        )
+        .unwrap();
+        assert_eq!(n, 24);
+        let values: Vec<f32> = out
+            .chunks(4)
+            .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+            .collect();
+        assert_eq!(values, vec![0.5, 1.0, 0.5, 2.0, 1.5, 3.0]);
     }
 
     #[test]

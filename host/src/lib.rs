@@ -26,7 +26,9 @@ pub mod matrix;
 
 pub use backend::cuda::GpuInfo;
 pub use device::Device;
-pub use distances::{DistanceMetric, pairwise_distances, pairwise_distances_blocks};
+pub use distances::{
+    DistanceMetric, pairwise_distances, pairwise_distances_blocks, pairwise_distances_to_writer,
+};
 pub use error::{Error, Result};
 pub use kmeans::{EmptyClusters, Init, Iteration, KMeans, KMeansModel, KMeansParams, Metric};
 pub use knn::{FittedScaler, KnnClassifier, KnnIndex, KnnResult, Scaler, Selection, Weights};
