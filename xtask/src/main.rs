@@ -43,9 +43,12 @@ fn run() -> Result<()> {
     }
 }
 
-/// The workspace root (xtask lives one level below it).
+/// The workspace root (xtask lives one level below it). Read at run time (`cargo run` sets it)
+/// so that a binary built from another checkout sharing the target folder cannot point there.
 fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    let manifest = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from);
+    manifest
         .parent()
         .expect("xtask sits inside the workspace")
         .to_path_buf()
