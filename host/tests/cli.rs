@@ -779,3 +779,502 @@ fn outputs_replace_old_files_only_on_success() {
         10
     );
 }
+
+// ---------------------------------------------------------------- knn / classify / distances
+
+/// Training points on a line at 0, 1, …, n−1 (column 2 zero) and queries near some of them.
+fn line_points(n: usize) -> String {
+    (0..n).map(|i| format!("{i},0\n")).collect()
+}
+
+#[test]
+fn knn_finds_the_nearest_rows() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path();
+    write(d, "train.csv", &line_points(10));
+    write(d, "query.csv", "2.1,0\n8.8,0\n");
+    let r = ok(
+        d,
+        &[
+            "knn",
+            "--train",
+            "train.csv",
+            "--query",
+            "query.csv",
+            "--k",
+            "3",
+        ],
+    );
+    let rows: Vec<&str> = r.stdout.lines().collect();
+    assert_eq!(rows, vec!["2,3,1", "9,8,7"]);
+
+    for select in ["auto", "kmin", "bitonic"] {
+        let r = ok(
+            d,
+            &[
+                "knn",
+                "--train",
+                "train.csv",
+                "--query",
+                "query.csv",
+                "--k",
+                "2",
+                "--select",
+                select,
+                "--indices-out",
+                "i.npy",
+                "--distances-out",
+                "dist.csv",
+                "--json",
+            ],
+        );
+        let j = json(&r);
+        for key in ["k", "queries", "device", "seconds", "selection"] {
+            assert!(j.get(key).is_some(), "missing {key}: {j}");
+        }
+        assert_eq!((j["k"].as_u64(), j["queries"].as_u64()), (Some(2), Some(2)));
+        if select != "auto" {
+            assert_eq!(j["selection"], select);
+        }
+        let (descr, shape, body) = read_npy(&d.join("i.npy"));
+        assert_eq!((descr.as_str(), shape), ("<u4", vec![2, 2]));
+        let idx: Vec<u32> = body
+            .chunks(4)
+            .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
+            .collect();
+        assert_eq!(idx, vec![2, 3, 9, 8]);
+        let dist: Vec<f32> = std::fs::read_to_string(d.join("dist.csv"))
+            .unwrap()
+            .lines()
+            .flat_map(|l| {
+                l.split(',')
+                    .map(|v| v.parse::<f32>().unwrap())
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        let want = [0.1, 0.9, 0.2, 0.8];
+        assert!(
+            dist.iter().zip(want).all(|(a, b)| (a - b).abs() < 1e-4),
+            "{dist:?}"
+        );
+    }
+    ok(
+        d,
+        &[
+            "knn",
+            "--train",
+            "train.csv",
+            "--query",
+            "query.csv",
+            "--k",
+            "1",
+            "--metric",
+            "l1",
+        ],
+    );
+
+    write(d, "wide.csv", "1,2,3\n");
+    fails(
+        d,
+        &[
+            "knn",
+            "--train",
+            "train.csv",
+            "--query",
+            "wide.csv",
+            "--k",
+            "1",
+            "--indices-out",
+            "x.csv",
+        ],
+        2,
+        &["wide.csv", "3 columns", "train.csv"],
+    );
+    fails(
+        d,
+        &[
+            "knn",
+            "--train",
+            "train.csv",
+            "--query",
+            "query.csv",
+            "--k",
+            "11",
+        ],
+        2,
+        &["--k 11", "train.csv"],
+    );
+    fails(
+        d,
+        &[
+            "knn",
+            "--train",
+            "train.csv",
+            "--query",
+            "query.csv",
+            "--k",
+            "1",
+            "--metric",
+            "hamming",
+        ],
+        2,
+        &["hamming"],
+    );
+    fails(
+        d,
+        &[
+            "knn",
+            "--train",
+            "train.csv",
+            "--query",
+            "query.csv",
+            "--k",
+            "1",
+            "--select",
+            "heap",
+        ],
+        2,
+        &["heap"],
+    );
+}
+
+fn labelled_groups() -> String {
+    let mut s = String::from("f1,f2,kind\n");
+    for i in 0..12 {
+        let t = i as f32 * 0.1;
+        s += &format!("{t},{},normal.\n", 100.0 + t);
+        s += &format!("{},{},smurf.\n", 5.0 + t, 300.0 - t);
+        s += &format!("{},{},neptune.\n", 10.0 + t, 100.0 + t);
+    }
+    s
+}
+
+#[test]
+fn classify_maps_text_labels_and_reports_accuracy() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path();
+    write(d, "train.csv", &labelled_groups());
+    write(
+        d,
+        "query.csv",
+        "f1,f2\n0.55,100.4\n5.3,299\n10.2,100.1\n0.1,100\n",
+    );
+    write(d, "truth.csv", "kind\nnormal.\nsmurf.\nneptune.\nsmurf.\n");
+
+    for select in ["auto", "kmin", "bitonic"] {
+        let r = ok(
+            d,
+            &[
+                "classify",
+                "--train",
+                "train.csv",
+                "--query",
+                "query.csv",
+                "--k",
+                "3",
+                "--select",
+                select,
+            ],
+        );
+        assert_eq!(
+            r.stdout.lines().collect::<Vec<_>>(),
+            vec!["normal.", "smurf.", "neptune.", "normal."]
+        );
+    }
+
+    for scale in ["none", "zscore", "minmax"] {
+        let r = ok(
+            d,
+            &[
+                "classify",
+                "--train",
+                "train.csv",
+                "--query",
+                "query.csv",
+                "--k",
+                "3",
+                "--scale",
+                scale,
+                "--truth",
+                "truth.csv",
+                "--json",
+            ],
+        );
+        let j = json(&r);
+        assert_eq!(j["accuracy"], 0.75, "{scale}: {j}");
+        assert_eq!(j["queries"], 4);
+        assert!(j.get("device").is_some() && j.get("seconds").is_some());
+    }
+
+    let r = ok(
+        d,
+        &[
+            "classify",
+            "--train",
+            "train.csv",
+            "--query",
+            "query.csv",
+            "--k",
+            "5",
+            "--weights",
+            "distance",
+            "--truth",
+            "truth.csv",
+            "--out",
+            "pred.csv",
+        ],
+    );
+    assert!(r.stdout.contains("75.00%"), "{}", r.stdout);
+    assert!(r.stdout.contains("confusion"), "{}", r.stdout);
+    assert!(r.stdout.contains("neptune."), "{}", r.stdout);
+    let pred = std::fs::read_to_string(d.join("pred.csv")).unwrap();
+    assert_eq!(pred, "normal.\nsmurf.\nneptune.\nnormal.\n");
+
+    // The label in the first column, numeric labels, NPY output.
+    let first: String = labelled_groups()
+        .lines()
+        .skip(1)
+        .map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            let id = match f[2] {
+                "normal." => 0,
+                "smurf." => 1,
+                _ => 2,
+            };
+            format!("{id},{},{}\n", f[0], f[1])
+        })
+        .collect();
+    write(d, "first.csv", &first);
+    ok(
+        d,
+        &[
+            "classify",
+            "--train",
+            "first.csv",
+            "--label-column",
+            "first",
+            "--query",
+            "query.csv",
+            "--k",
+            "3",
+            "--out",
+            "p.npy",
+        ],
+    );
+    let (descr, shape, body) = read_npy(&d.join("p.npy"));
+    assert_eq!((descr.as_str(), shape), ("<i8", vec![4]));
+    let got: Vec<i64> = body
+        .chunks(8)
+        .map(|c| i64::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    assert_eq!(got, vec![0, 1, 2, 0]);
+}
+
+#[test]
+fn classify_errors_name_the_problem() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path();
+    write(d, "train.csv", &labelled_groups());
+    write(d, "query.csv", "0.5,100\n");
+    write(d, "labelled_query.csv", "0.5,100,normal.\n");
+    fails(
+        d,
+        &[
+            "classify",
+            "--train",
+            "train.csv",
+            "--query",
+            "labelled_query.csv",
+            "--k",
+            "3",
+            "--out",
+            "p.csv",
+        ],
+        2,
+        &["labelled_query.csv", "must not carry a label"],
+    );
+    write(d, "truth.csv", "normal.\nsmurf.\nneptune.\n");
+    fails(
+        d,
+        &[
+            "classify",
+            "--train",
+            "train.csv",
+            "--query",
+            "query.csv",
+            "--k",
+            "3",
+            "--truth",
+            "truth.csv",
+            "--out",
+            "p.csv",
+        ],
+        2,
+        &["truth.csv", "3 labels", "1 query rows"],
+    );
+    fails(
+        d,
+        &[
+            "classify",
+            "--train",
+            "train.csv",
+            "--query",
+            "query.csv",
+            "--k",
+            "3",
+            "--label-column",
+            "7",
+        ],
+        2,
+        &["train.csv", "label column is 7"],
+    );
+    fails(
+        d,
+        &[
+            "classify",
+            "--train",
+            "train.csv",
+            "--query",
+            "query.csv",
+            "--k",
+            "3",
+            "--scale",
+            "log",
+        ],
+        2,
+        &["log"],
+    );
+    fails(
+        d,
+        &[
+            "classify",
+            "--train",
+            "train.csv",
+            "--query",
+            "query.csv",
+            "--k",
+            "3",
+            "--out",
+            "p.npy",
+        ],
+        2,
+        &["p.npy", "text"],
+    );
+    write(d, "bad_train.csv", "1,2,a\n3,x,b\n");
+    fails(
+        d,
+        &[
+            "classify",
+            "--train",
+            "bad_train.csv",
+            "--query",
+            "query.csv",
+            "--k",
+            "1",
+            "--out",
+            "p.csv",
+        ],
+        2,
+        &["bad_train.csv", "line 2", "column 2"],
+    );
+}
+
+#[test]
+fn distances_writes_the_matrix_in_blocks() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path();
+    write(d, "a.csv", "0,0\n3,4\n1,1\n");
+    write(d, "b.csv", "0,0\n0,4\n");
+    ok(d, &["distances", "a.csv", "b.csv", "-o", "d.csv"]);
+    let rows: Vec<Vec<f32>> = std::fs::read_to_string(d.join("d.csv"))
+        .unwrap()
+        .lines()
+        .map(|l| l.split(',').map(|v| v.parse().unwrap()).collect())
+        .collect();
+    assert_eq!(rows.len(), 3);
+    assert!((rows[1][0] - 5.0).abs() < 1e-5 && (rows[1][1] - 3.0).abs() < 1e-5);
+
+    ok(
+        d,
+        &[
+            "distances",
+            "a.csv",
+            "b.csv",
+            "--metric",
+            "l1",
+            "-o",
+            "d.npy",
+        ],
+    );
+    let (descr, shape, body) = read_npy(&d.join("d.npy"));
+    assert_eq!((descr.as_str(), shape), ("<f4", vec![3, 2]));
+    let v: Vec<f32> = body
+        .chunks(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    assert_eq!(v, vec![0.0, 4.0, 7.0, 3.0, 2.0, 4.0]);
+
+    // Many small blocks give the same matrix as one.
+    let big: String = (0..600)
+        .map(|i| format!("{},{}\n", i % 17, i / 17))
+        .collect();
+    write(d, "big.csv", &big);
+    let j = json(&ok(
+        d,
+        &[
+            "distances",
+            "big.csv",
+            "big.csv",
+            "--metric",
+            "sqeuclidean",
+            "--block-mib",
+            "1",
+            "-o",
+            "one.npy",
+            "--json",
+        ],
+    ));
+    assert_eq!(
+        (j["rows"].as_u64(), j["cols"].as_u64()),
+        (Some(600), Some(600))
+    );
+    let (_, shape, body) = read_npy(&d.join("one.npy"));
+    assert_eq!(shape, vec![600, 600]);
+    let at =
+        |i: usize, j: usize| f32::from_le_bytes(body[4 * (i * 600 + j)..][..4].try_into().unwrap());
+    assert_eq!(at(0, 0), 0.0);
+    assert_eq!(at(1, 0), 1.0);
+    assert_eq!(
+        at(599, 0),
+        ((599 % 17) * (599 % 17) + (599 / 17) * (599 / 17)) as f32
+    );
+
+    for metric in ["ip", "cosine"] {
+        ok(
+            d,
+            &[
+                "distances",
+                "a.csv",
+                "b.csv",
+                "--metric",
+                metric,
+                "-o",
+                "m.csv",
+            ],
+        );
+    }
+    write(d, "c.csv", "1,2,3\n");
+    fails(
+        d,
+        &["distances", "a.csv", "c.csv", "-o", "x.npy"],
+        2,
+        &["c.csv", "3 columns"],
+    );
+    fails(
+        d,
+        &["distances", "a.csv", "missing.csv", "-o", "x.npy"],
+        2,
+        &["missing.csv"],
+    );
+    fails(d, &["distances", "a.csv", "b.csv"], 2, &["--output"]);
+}

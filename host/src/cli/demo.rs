@@ -15,10 +15,14 @@ Examples:
   kmeans-knn demo -o /tmp/demo --device cpu
 
 Writes, into the folder:
-  blobs.csv, blobs_labels.csv, blobs_centroids.csv, blobs_model.json   k-means on 3 generated blobs
-  chelsea.png, chelsea_segmented.png, chelsea_palette.png              8-colour segmentation
-  chelsea_patches.png, chelsea_patch_sizes.csv                         5×5 patch clustering
-  blobs_train.csv, blobs_query.csv, blobs_truth.csv                    files for knn / classify
+  k-means on 3 generated blobs:
+    blobs.csv, blobs_labels.csv, blobs_centroids.csv, blobs_model.json
+  8-colour segmentation of the photo (L1):
+    chelsea.png, chelsea_segmented.png, chelsea_palette.png
+  5×5 patch clustering, k = 16:
+    chelsea_patches.png, chelsea_patch_sizes.csv
+  kNN classification of a train / query split of the blobs:
+    blobs_train.csv, blobs_query.csv, blobs_truth.csv, blobs_predicted.csv
 
 The photo is Chelsea the cat by Stefan van der Walt (CC0), from scikit-image's sample data.";
 

@@ -11,7 +11,8 @@ use std::time::Instant;
 pub const EXAMPLES: &str = "\
 Examples:
   kmeans-knn kmeans points.csv --k 8
-  kmeans-knn kmeans points.npy --k 80 --n-init 3 --seed 7 --labels-out labels.npy --centroids-out centroids.npy
+  kmeans-knn kmeans points.npy --k 80 --n-init 3 --seed 7 \\
+      --labels-out labels.npy --centroids-out centroids.npy
   kmeans-knn kmeans pixels.csv --k 16 --metric l1 --save-model model.json --json
   kmeans-knn kmeans data.tsv --k 4 --device cpu --quiet
 

@@ -25,7 +25,7 @@ const ABOUT: &str = "k-means clustering and exact k-nearest-neighbour search on 
 
 const EXAMPLES: &str = "\
 Examples:
-  kmeans-knn demo                                   # sample data built in; writes ./kmeans-knn-demo/
+  kmeans-knn demo                  # built-in sample data; writes ./kmeans-knn-demo/
   kmeans-knn kmeans points.csv --k 8 --labels-out labels.csv --save-model model.json
   kmeans-knn predict --model model.json new.csv --labels-out new_labels.csv
   kmeans-knn knn --train train.npy --query query.npy --k 10 --indices-out nn.npy
@@ -41,7 +41,7 @@ Exit codes: 0 success, 2 bad usage or bad input, 1 other failures.";
 
 /// The command line.
 #[derive(Parser, Debug)]
-#[command(name = "kmeans-knn", version, about = ABOUT, after_help = EXAMPLES)]
+#[command(name = "kmeans-knn", version, about = ABOUT, after_help = EXAMPLES, max_term_width = 100)]
 pub struct Cli {
     /// No progress bars and no summaries on stderr.
     #[arg(short, long, global = true)]
@@ -160,6 +160,7 @@ impl From<kmeans_knn::Error> for CliError {
             | ShapeMismatch { .. }
             | NonFinite { .. }
             | DimensionMismatch { .. }
+            | LabelCount { .. }
             | InvalidParameter { .. } => 2,
             _ => 1,
         };
@@ -170,9 +171,13 @@ impl From<kmeans_knn::Error> for CliError {
     }
 }
 
-/// Result of a library call about input file `path`: errors name the file.
+/// Result of a library call about input file `path`: errors about the input name the file
+/// (others, such as an unusable GPU, are not the file's fault).
 pub fn about<T>(path: &Path, r: kmeans_knn::Result<T>) -> Result<T, CliError> {
-    r.map_err(|e| CliError::from(e).in_file(path))
+    r.map_err(|e| {
+        let e = CliError::from(e);
+        if e.code == 2 { e.in_file(path) } else { e }
+    })
 }
 
 /// Options of commands that read CSV.
@@ -280,18 +285,15 @@ impl Ui {
             ProgressDrawTarget::stderr(),
         );
         bar.set_style(
-            ProgressStyle::with_template(
-                "{prefix} [{bar:30}] iteration {pos}/{len} {msg} ({elapsed})",
-            )
-            .expect("template")
-            .progress_chars("=> "),
+            ProgressStyle::with_template("{prefix} [{bar:16}] {pos}/{len} {msg} {elapsed}")
+                .expect("template")
+                .progress_chars("=> "),
         );
         bar.set_prefix("k-means");
         bar
     }
 
     /// A spinner for work without steps.
-    #[allow(dead_code)]
     pub fn spinner(&self, message: &str) -> ProgressBar {
         if !self.bars() {
             return ProgressBar::hidden();
@@ -306,14 +308,13 @@ impl Ui {
     }
 
     /// A bar over `len` items.
-    #[allow(dead_code)]
     pub fn counter(&self, message: &str, len: u64) -> ProgressBar {
         if !self.bars() {
             return ProgressBar::hidden();
         }
         let bar = ProgressBar::with_draw_target(Some(len), ProgressDrawTarget::stderr());
         bar.set_style(
-            ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len} ({elapsed}, eta {eta})")
+            ProgressStyle::with_template("{msg} [{bar:20}] {pos}/{len} rows, eta {eta}")
                 .expect("template")
                 .progress_chars("=> "),
         );
@@ -342,12 +343,12 @@ pub fn fit_with_progress<'a>(
     let params = opts.params(metric).on_iteration(move |it| {
         b.set_position(it.iteration as u64);
         let run = if n_init > 1 {
-            format!("run {}/{n_init}, ", it.run + 1)
+            format!("run {}/{n_init} ", it.run + 1)
         } else {
             String::new()
         };
         b.set_message(format!(
-            "({run}inertia {:.6e}, {} changed)",
+            "{run}inertia {:.4e}, {} moved",
             it.inertia, it.changed
         ));
     });

@@ -313,3 +313,80 @@ impl MatrixWriter {
         Ok(self.file)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("kmk-atomic-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    fn names(dir: &Path) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn nothing_appears_until_commit_and_nothing_stays_on_drop() {
+        let dir = scratch("drop");
+        let mut outputs = Outputs::new();
+        outputs.text(&dir.join("a.csv"), "1\n").unwrap();
+        outputs
+            .matrix(&dir.join("b.npy"), 2, 2, &[1f32, 2.0, 3.0, 4.0], None)
+            .unwrap();
+        assert!(!dir.join("a.csv").exists() && !dir.join("b.npy").exists());
+        assert_eq!(names(&dir).len(), 2, "two temporary files");
+        drop(outputs);
+        assert!(names(&dir).is_empty(), "{:?}", names(&dir));
+
+        let mut outputs = Outputs::new();
+        outputs.text(&dir.join("a.csv"), "1\n").unwrap();
+        outputs.vector(&dir.join("c.npy"), &[7u32, 8]).unwrap();
+        outputs.commit().unwrap();
+        assert_eq!(names(&dir), vec!["a.csv", "c.npy"]);
+        assert_eq!(std::fs::read_to_string(dir.join("a.csv")).unwrap(), "1\n");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn formats_follow_the_extension() {
+        let dir = scratch("fmt");
+        let mut outputs = Outputs::new();
+        let header = ["x".to_string(), "y".to_string()];
+        let m = [1.5f32, -2.0, 0.25, 4.0];
+        outputs
+            .matrix(&dir.join("m.csv"), 2, 2, &m, Some(&header))
+            .unwrap();
+        outputs.matrix(&dir.join("m.tsv"), 2, 2, &m, None).unwrap();
+        outputs.matrix(&dir.join("m.json"), 2, 2, &m, None).unwrap();
+        outputs.commit().unwrap();
+        let csv = std::fs::read_to_string(dir.join("m.csv")).unwrap();
+        assert_eq!(csv, "x,y\n1.5,-2\n0.25,4\n");
+        let tsv = std::fs::read_to_string(dir.join("m.tsv")).unwrap();
+        assert_eq!(tsv, "1.5\t-2\n0.25\t4\n");
+        let json: Vec<Vec<f32>> =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("m.json")).unwrap()).unwrap();
+        assert_eq!(json, vec![vec![1.5, -2.0], vec![0.25, 4.0]]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_missing_directory_is_named() {
+        let e = AtomicFile::create(Path::new("/no/such/dir/x.csv"))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            e.contains("/no/such/dir") && e.contains("does not exist"),
+            "{e}"
+        );
+    }
+}

@@ -50,16 +50,6 @@ pub struct Header {
     pub shape: Vec<usize>,
 }
 
-/// An NPY array's values, converted to `f64` (exact for every supported type but 64-bit
-/// integers beyond 2^53).
-#[derive(Clone, Debug)]
-pub struct Array {
-    /// The header.
-    pub header: Header,
-    /// The values, in file order.
-    pub values: Vec<f64>,
-}
-
 /// Parses the header of an NPY stream.
 pub fn read_header(r: &mut impl Read) -> std::result::Result<Header, String> {
     let mut pre = [0u8; 8];
@@ -166,17 +156,54 @@ fn dtype_name(descr: &str) -> String {
     format!("{name} ('{descr}')")
 }
 
+/// An NPY array as read: its header and the raw bytes of its values.
+struct Raw {
+    header: Header,
+    bytes: Vec<u8>,
+    offset: usize,
+    kind: String,
+    big: bool,
+}
+
+impl Raw {
+    /// The values in file order, converted with `f`.
+    fn values<T>(&self, f: impl Fn(f64) -> T) -> Vec<T> {
+        let size: usize = self.kind[1..].parse().expect("size digit");
+        let count = self.header.shape.iter().product::<usize>();
+        let body = &self.bytes[self.offset..self.offset + count * size];
+        match (self.kind.as_str(), self.big) {
+            // The common case without a detour through f64.
+            ("f4", false) => body
+                .chunks_exact(4)
+                .map(|c| {
+                    f(f64::from(f32::from_le_bytes(
+                        c.try_into().expect("4 bytes"),
+                    )))
+                })
+                .collect(),
+            _ => body
+                .chunks_exact(size)
+                .map(|c| f(decode(&self.kind, self.big, c)))
+                .collect(),
+        }
+    }
+}
+
 /// Reads a whole NPY file; `allowed` lists the accepted type kinds (`f4`, `i8`, ...).
-fn read_array(path: &Path, allowed: &[&str], wanted: &str) -> Result<Array> {
+fn read_array(path: &Path, allowed: &[&str], wanted: &str) -> Result<Raw> {
     let bytes = std::fs::read(path).map_err(|e| IoError::read(path, &e))?;
     if bytes.is_empty() {
         return Err(IoError::input(path, "the file is empty"));
     }
     let mut cursor = io::Cursor::new(&bytes[..]);
     let header = read_header(&mut cursor).map_err(|m| IoError::input(path, m))?;
-    let kind = header.descr.trim_start_matches(['<', '>', '|', '=']);
+    let offset = cursor.position() as usize;
+    let kind = header
+        .descr
+        .trim_start_matches(['<', '>', '|', '='])
+        .to_string();
     let big = header.descr.starts_with('>');
-    if !allowed.contains(&kind) {
+    if !allowed.contains(&kind.as_str()) {
         return Err(IoError::input(
             path,
             format!(
@@ -198,23 +225,25 @@ fn read_array(path: &Path, allowed: &[&str], wanted: &str) -> Result<Array> {
         .iter()
         .try_fold(1usize, |a, &s| a.checked_mul(s))
         .ok_or_else(|| IoError::input(path, "the NPY shape is too large"))?;
-    let body = &bytes[cursor.position() as usize..];
-    if body.len() < count * size {
+    let body = bytes.len() - offset;
+    if body < count * size {
         return Err(IoError::input(
             path,
             format!(
                 "the NPY data is truncated: shape {:?} needs {} bytes, the file holds {}",
                 header.shape,
                 count * size,
-                body.len()
+                body
             ),
         ));
     }
-    let values = body[..count * size]
-        .chunks_exact(size)
-        .map(|c| decode(kind, big, c))
-        .collect();
-    Ok(Array { header, values })
+    Ok(Raw {
+        header,
+        bytes,
+        offset,
+        kind,
+        big,
+    })
 }
 
 fn decode(kind: &str, big: bool, c: &[u8]) -> f64 {
@@ -246,7 +275,7 @@ fn decode(kind: &str, big: bool, c: &[u8]) -> f64 {
 /// Reads a 2-D `f32` or `f64` NPY matrix in C order; every value must be finite.
 pub fn read_matrix(path: &Path) -> Result<Table> {
     let a = read_array(path, &["f4", "f8"], "float32 or float64")?;
-    let shape = &a.header.shape;
+    let shape = a.header.shape.clone();
     if shape.len() != 2 {
         return Err(IoError::input(
             path,
@@ -265,21 +294,18 @@ pub fn read_matrix(path: &Path) -> Result<Table> {
     if cols == 0 {
         return Err(IoError::input(path, "the NPY array has no columns"));
     }
-    let mut data = Vec::with_capacity(rows * cols);
-    for (i, &v) in a.values.iter().enumerate() {
-        let f = v as f32;
-        if !f.is_finite() {
-            return Err(IoError::input(
-                path,
-                format!(
-                    "the value at row {}, column {} (counting from 1) is {v}, not a finite \
-                     32-bit number",
-                    i / cols + 1,
-                    i % cols + 1
-                ),
-            ));
-        }
-        data.push(f);
+    let data: Vec<f32> = a.values(|v| v as f32);
+    if let Some(i) = data.iter().position(|v| !v.is_finite()) {
+        return Err(IoError::input(
+            path,
+            format!(
+                "the value at row {}, column {} (counting from 1) is {}, not a finite 32-bit \
+                 number",
+                i / cols + 1,
+                i % cols + 1,
+                data[i]
+            ),
+        ));
     }
     Ok(Table {
         data,
@@ -300,7 +326,7 @@ pub fn read_labels(path: &Path) -> Result<Vec<String>> {
             format!("a label file needs shape (n,) or (n, 1), this NPY array has {shape:?}"),
         ));
     }
-    Ok(a.values.into_iter().map(format_number).collect())
+    Ok(a.values(format_number))
 }
 
 /// Writes an NPY header, then values.
