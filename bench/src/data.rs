@@ -67,6 +67,45 @@ pub const CASES: &[Case] = &[
     },
 ];
 
+/// One kNN benchmark shape: `m` queries against `n` training points of `d` dimensions.
+#[derive(Clone, Copy, Debug)]
+pub struct KnnCase {
+    pub name: &'static str,
+    pub m: usize,
+    pub n: usize,
+    pub d: usize,
+    pub k: usize,
+    pub origin: &'static str,
+}
+
+/// The kNN cases: seed 004's shape at its k and at a k past its crossover, and a large one.
+pub const KNN_CASES: &[KnnCase] = &[
+    KnnCase {
+        name: "S",
+        m: 1200,
+        n: 32_768,
+        d: 256,
+        k: 25,
+        origin: "seed 004 (KDD-sized)",
+    },
+    KnnCase {
+        name: "S512",
+        m: 1200,
+        n: 32_768,
+        d: 256,
+        k: 512,
+        origin: "seed 004, k = 512",
+    },
+    KnnCase {
+        name: "F",
+        m: 10_000,
+        n: 1_000_000,
+        d: 128,
+        k: 100,
+        origin: "large",
+    },
+];
+
 /// The case called `name`.
 pub fn case(name: &str) -> Option<&'static Case> {
     CASES.iter().find(|c| c.name == name)
