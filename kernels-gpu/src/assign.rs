@@ -11,6 +11,7 @@
 use crate::gpu::{self, atomic_add_u32, block_sum_f64, shared, sync_threads};
 use crate::launch::{ASSIGN_JC, ASSIGN_NARROW, ASSIGN_WIDE, AssignTile, BLOCK};
 use crate::math::{AssignMetric, assign_distance, assign_score, assign_step, better};
+use crate::tile::{load_transposed, load_vec4s};
 
 /// Arguments shared by the assign entry points.
 #[derive(Clone, Copy)]
@@ -100,11 +101,27 @@ unsafe fn run<const TP: usize, const TC: usize>(a: Assign, metric: AssignMetric,
             let width = ASSIGN_JC.min(a.d - j0);
             sync_threads();
             unsafe {
-                load_transposed(a.x, a.n, a.d, first_point, pb, j0, width, xs, xs_stride);
-                load_transposed(
-                    a.centroids,
-                    a.k,
-                    a.d,
+                let (x, c, bt) = (a.x, a.centroids, BLOCK as usize);
+                let (n, k, d) = (a.n, a.k, a.d);
+                load_transposed::<ASSIGN_JC>(
+                    t,
+                    bt,
+                    x,
+                    n,
+                    d,
+                    first_point,
+                    pb,
+                    j0,
+                    width,
+                    xs,
+                    xs_stride,
+                );
+                load_transposed::<ASSIGN_JC>(
+                    t,
+                    bt,
+                    c,
+                    k,
+                    d,
                     first_centroid,
                     cb,
                     j0,
@@ -206,59 +223,5 @@ unsafe fn run<const TP: usize, const TC: usize>(a: Assign, metric: AssignMetric,
         if t == 0 {
             unsafe { *a.block_inertia.add(gpu::block()) = total };
         }
-    }
-}
-
-/// Four f32 that load as one 16-byte shared-memory access.
-#[repr(C, align(16))]
-#[derive(Clone, Copy)]
-struct Vec4([f32; 4]);
-
-/// `N` consecutive f32 from `p` as `N / 4` vector loads.
-///
-/// # Safety
-/// `p` is 16-byte aligned and valid for `N` values; `N` is a multiple of 4.
-#[inline(always)]
-unsafe fn load_vec4s<const N: usize>(p: *const f32) -> [f32; N] {
-    let mut out = [0f32; N];
-    let v = p.cast::<Vec4>();
-    for h in 0..N / 4 {
-        let Vec4(q) = unsafe { *v.add(h) };
-        out[4 * h..4 * h + 4].copy_from_slice(&q);
-    }
-    out
-}
-
-/// Copies rows `first..first + rows` (clipped to `total`), columns `j0..j0 + width` of a
-/// row-major `total × d` matrix into shared memory transposed (`dst[jj * stride + r]`), zeros
-/// past the last row. Consecutive threads read consecutive columns of a row.
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-unsafe fn load_transposed(
-    src: *const f32,
-    total: usize,
-    d: usize,
-    first: usize,
-    rows: usize,
-    j0: usize,
-    width: usize,
-    dst: *mut f32,
-    stride: usize,
-) {
-    // Chunks are ASSIGN_JC columns wide (a power of two, so no division); columns past
-    // `width` are skipped.
-    let mut e = gpu::thread();
-    while e < rows * ASSIGN_JC {
-        let (r, jj) = (e / ASSIGN_JC, e % ASSIGN_JC);
-        if jj < width {
-            let row = first + r;
-            let v = if row < total {
-                unsafe { *src.add(row * d + j0 + jj) }
-            } else {
-                0.0
-            };
-            unsafe { *dst.add(jj * stride + r) = v };
-        }
-        e += BLOCK as usize;
     }
 }

@@ -7,6 +7,7 @@
 
 use crate::exec::Exec;
 use crate::knn::{DIST_BLOCK, DIST_JC, DIST_STRIDE, DIST_TILE, PairMetric, finish, pair_step};
+use crate::tile::{load_transposed, load_vec4s};
 
 /// Arguments of the distance kernels `pairwise_dot` and `pairwise_l1`.
 #[derive(Clone, Copy)]
@@ -99,8 +100,33 @@ pub unsafe fn pairwise<const L1: bool, E: Exec>(e: E, p: Pair) {
         let width = DIST_JC.min(p.d - j0);
         e.sync();
         unsafe {
-            load_transposed(t, p.a, p.a_rows, p.d, row0, j0, width, a_tile);
-            load_transposed(t, b, p.b_cols, p.d, col0, j0, width, b_tile);
+            let threads = DIST_BLOCK as usize;
+            load_transposed::<DIST_JC>(
+                t,
+                threads,
+                p.a,
+                p.a_rows,
+                p.d,
+                row0,
+                DIST_TILE,
+                j0,
+                width,
+                a_tile,
+                DIST_STRIDE,
+            );
+            load_transposed::<DIST_JC>(
+                t,
+                threads,
+                b,
+                p.b_cols,
+                p.d,
+                col0,
+                DIST_TILE,
+                j0,
+                width,
+                b_tile,
+                DIST_STRIDE,
+            );
         }
         e.sync();
         for jj in 0..width {
@@ -141,56 +167,6 @@ pub unsafe fn pairwise<const L1: bool, E: Exec>(e: E, p: Pair) {
                 }
             }
         }
-    }
-}
-
-/// Four f32 that load as one 16-byte shared-memory access.
-#[repr(C, align(16))]
-#[derive(Clone, Copy)]
-struct Vec4([f32; 4]);
-
-/// `N` consecutive f32 from `p` as `N / 4` vector loads.
-///
-/// # Safety
-/// `p` is 16-byte aligned and valid for `N` values; `N` is a multiple of 4.
-#[inline(always)]
-unsafe fn load_vec4s<const N: usize>(p: *const f32) -> [f32; N] {
-    let mut out = [0f32; N];
-    let v = p.cast::<Vec4>();
-    for h in 0..N / 4 {
-        let Vec4(q) = unsafe { *v.add(h) };
-        out[4 * h..4 * h + 4].copy_from_slice(&q);
-    }
-    out
-}
-
-/// Copies rows `first..first + DIST_TILE` (clipped to `total`), columns `j0..j0 + width` of a
-/// row-major `total × d` matrix into shared memory transposed (`dst[jj · DIST_STRIDE + r]`),
-/// zeros past the last row. Consecutive threads read consecutive columns of a row.
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-unsafe fn load_transposed(
-    thread: usize,
-    src: *const f32,
-    total: usize,
-    d: usize,
-    first: usize,
-    j0: usize,
-    width: usize,
-    dst: *mut f32,
-) {
-    let width = width.max(1);
-    let mut e = thread;
-    while e < DIST_TILE * width {
-        let (r, jj) = (e / width, e % width);
-        let row = first + r;
-        let v = if row < total {
-            unsafe { *src.add(row * d + j0 + jj) }
-        } else {
-            0.0
-        };
-        unsafe { *dst.add(jj * DIST_STRIDE + r) = v };
-        e += DIST_BLOCK as usize;
     }
 }
 

@@ -26,6 +26,7 @@ pub mod knn;
 pub mod launch;
 pub mod math;
 pub mod select;
+pub mod tile;
 pub mod vote;
 
 #[cfg(target_arch = "nvptx64")]

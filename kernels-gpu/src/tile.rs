@@ -1,0 +1,63 @@
+//! Shared-memory tile staging used by the register-tiled kernels (assign, distances): rows of a
+//! row-major matrix copied in transposed, then read back as 16-byte vectors. Plain Rust with the
+//! thread index passed in, so the host emulator runs the same code.
+
+/// Four f32 that load as one 16-byte shared-memory access.
+#[repr(C, align(16))]
+#[derive(Clone, Copy)]
+struct Vec4([f32; 4]);
+
+/// `N` consecutive f32 from `p` as `N / 4` vector loads.
+///
+/// # Safety
+/// `p` is 16-byte aligned and valid for `N` values; `N` is a multiple of 4.
+#[inline(always)]
+pub unsafe fn load_vec4s<const N: usize>(p: *const f32) -> [f32; N] {
+    let mut out = [0f32; N];
+    let v = p.cast::<Vec4>();
+    for h in 0..N / 4 {
+        let Vec4(q) = unsafe { *v.add(h) };
+        out[4 * h..4 * h + 4].copy_from_slice(&q);
+    }
+    out
+}
+
+/// Copies rows `first..first + rows` (clipped to `total`), columns `j0..j0 + width` of a
+/// row-major `total × d` matrix into `dst` transposed (`dst[jj * stride + r]`), zeros past the
+/// last row. Thread `thread` of `threads` takes every `threads`-th element; consecutive threads
+/// read consecutive columns of a row. `CHUNK` (a power of two, ≥ `width`) fixes the element →
+/// (row, column) split without a division.
+///
+/// # Safety
+/// `src` holds `total × d` values, `j0 + width ≤ d`; `dst` holds `width × stride` values with
+/// `stride ≥ rows`; every thread of the block calls this between the same barriers.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn load_transposed<const CHUNK: usize>(
+    thread: usize,
+    threads: usize,
+    src: *const f32,
+    total: usize,
+    d: usize,
+    first: usize,
+    rows: usize,
+    j0: usize,
+    width: usize,
+    dst: *mut f32,
+    stride: usize,
+) {
+    let mut e = thread;
+    while e < rows * CHUNK {
+        let (r, jj) = (e / CHUNK, e % CHUNK);
+        if jj < width {
+            let row = first + r;
+            let v = if row < total {
+                unsafe { *src.add(row * d + j0 + jj) }
+            } else {
+                0.0
+            };
+            unsafe { *dst.add(jj * stride + r) = v };
+        }
+        e += threads;
+    }
+}
