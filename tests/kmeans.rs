@@ -469,3 +469,46 @@ fn auto_device_runs_everywhere() {
     let model = KMeans::params(3).fit(&x).unwrap();
     assert_eq!(model.labels.len(), 100);
 }
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(48))]
+
+    /// On any small shape: labels are the nearest centroids, sizes count them, every non-empty
+    /// centroid is the mean of its points (the run stops only when no label changes), and
+    /// inertia is the sum of squared distances.
+    #[test]
+    fn fitted_models_are_self_consistent(
+        n in 1usize..200,
+        d in 1usize..6,
+        k_frac in 0.0f64..1.0,
+        seed in 0u64..1000,
+        l1 in proptest::bool::ANY,
+    ) {
+        let k = 1 + ((n.min(12) - 1) as f64 * k_frac) as usize;
+        let data = lattice(n, d, 5, seed);
+        let metric = if l1 { Metric::L1 } else { Metric::L2 };
+        let params = KMeans::params(k).seed(seed).tol(0.0).max_iter(500).metric(metric).device(Device::Cpu);
+        let model = fit(&data, n, d, &params);
+        let x = MatrixView::new(&data, n, d).unwrap();
+        proptest::prop_assert_eq!(model.predict_on(&x, Device::Cpu).unwrap(), model.labels.clone());
+        let mut sizes = vec![0u32; k];
+        for &l in &model.labels {
+            sizes[l as usize] += 1;
+        }
+        proptest::prop_assert_eq!(&sizes, &model.cluster_sizes);
+        if model.converged {
+            for c in (0..k).filter(|&c| sizes[c] > 0) {
+                for j in 0..d {
+                    let mean = (0..n).filter(|&i| model.labels[i] as usize == c).map(|i| data[i * d + j] as f64).sum::<f64>() / sizes[c] as f64;
+                    proptest::prop_assert!((model.centroid(c)[j] as f64 - mean).abs() <= 1e-5 * mean.abs().max(1.0));
+                }
+            }
+        }
+        let t = model.transform(&x).unwrap();
+        let expected: f64 = (0..n).map(|i| {
+            let v = t[[i, model.labels[i] as usize]] as f64;
+            if l1 { v } else { v * v }
+        }).sum();
+        proptest::prop_assert!((model.inertia - expected).abs() <= 1e-4 * expected.max(1.0));
+    }
+}

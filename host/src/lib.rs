@@ -7,6 +7,9 @@
 //! * [`KMeans`]: k-means++ / random / random-labels initialisation, Lloyd iterations with
 //!   squared-L2 or L1 assignment, tol and unchanged-label stopping, n_init restarts,
 //!   empty-cluster policy, `predict` and `transform`.
+//! * [`KnnIndex`], [`KnnClassifier`], [`pairwise_distances`]: exact kNN search (top-k by k
+//!   rounds of parallel minimum or bitonic sort, chosen by timing), majority or
+//!   distance-weighted votes, distance matrices in row blocks; [`Scaler`] for feature scaling.
 //! * [`Device`]: `Auto` picks the GPU when libcuda and a device are present, else the CPU.
 //!
 //! Results are reproducible: centroid sums are exact 64-bit fixed-point sums (see
