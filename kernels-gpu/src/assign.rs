@@ -131,13 +131,19 @@ unsafe fn run<const TP: usize, const TC: usize>(a: Assign, metric: AssignMetric,
                 );
             }
             sync_threads();
-            for jj in 0..width {
-                let xv: [f32; TP] = unsafe { load_vec4s(xs.add(jj * xs_stride + ty * TP)) };
-                let cv: [f32; TC] = unsafe { load_vec4s(cs.add(jj * cs_stride + tx * TC)) };
-                for i in 0..TP {
-                    for q in 0..TC {
-                        acc[i][q] = assign_step(metric, acc[i][q], xv[i], cv[q]);
-                    }
+            // A full chunk has a constant trip count, so it unrolls and the shared loads of one
+            // dimension overlap the multiply-adds of the previous one.
+            if width == ASSIGN_JC {
+                for jj in 0..ASSIGN_JC {
+                    unsafe {
+                        accumulate(metric, &mut acc, xs, cs, jj, xs_stride, cs_stride, tx, ty)
+                    };
+                }
+            } else {
+                for jj in 0..width {
+                    unsafe {
+                        accumulate(metric, &mut acc, xs, cs, jj, xs_stride, cs_stride, tx, ty)
+                    };
                 }
             }
             j0 += width;
@@ -222,6 +228,32 @@ unsafe fn run<const TP: usize, const TC: usize>(a: Assign, metric: AssignMetric,
         let total = unsafe { block_sum_f64(scratch.add(BLOCK as usize), dist_sum) };
         if t == 0 {
             unsafe { *a.block_inertia.add(gpu::block()) = total };
+        }
+    }
+}
+
+/// Adds dimension `jj` of the staged tiles to the thread's `TP × TC` accumulators.
+///
+/// # Safety
+/// The tiles hold dimension `jj` at the strides given; `xs`, `cs` are 16-byte aligned.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn accumulate<const TP: usize, const TC: usize>(
+    metric: AssignMetric,
+    acc: &mut [[f32; TC]; TP],
+    xs: *const f32,
+    cs: *const f32,
+    jj: usize,
+    xs_stride: usize,
+    cs_stride: usize,
+    tx: usize,
+    ty: usize,
+) {
+    let xv: [f32; TP] = unsafe { load_vec4s(xs.add(jj * xs_stride + ty * TP)) };
+    let cv: [f32; TC] = unsafe { load_vec4s(cs.add(jj * cs_stride + tx * TC)) };
+    for i in 0..TP {
+        for q in 0..TC {
+            acc[i][q] = assign_step(metric, acc[i][q], xv[i], cv[q]);
         }
     }
 }

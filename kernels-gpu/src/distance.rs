@@ -129,7 +129,9 @@ pub unsafe fn pairwise<const L1: bool, E: Exec>(e: E, p: Pair) {
             );
         }
         e.sync();
-        for jj in 0..width {
+        // A full chunk has a constant trip count, so it unrolls and the shared loads of one
+        // dimension overlap the multiply-adds of the previous one.
+        let step = |acc: &mut [[f32; TC]; TR], jj: usize| {
             let xv: [f32; TR] = unsafe { load_vec4s(a_tile.add(jj * DIST_STRIDE + ty * TR)) };
             let lo: [f32; 4] = unsafe { load_vec4s(b_tile.add(jj * DIST_STRIDE + tx * 4)) };
             let hi: [f32; 4] = unsafe { load_vec4s(b_tile.add(jj * DIST_STRIDE + 64 + tx * 4)) };
@@ -138,6 +140,15 @@ pub unsafe fn pairwise<const L1: bool, E: Exec>(e: E, p: Pair) {
                 for q in 0..TC {
                     acc[i][q] = pair_step(L1, acc[i][q], xv[i], yv[q]);
                 }
+            }
+        };
+        if width == DIST_JC {
+            for jj in 0..DIST_JC {
+                step(&mut acc, jj);
+            }
+        } else {
+            for jj in 0..width {
+                step(&mut acc, jj);
             }
         }
         j0 += width;
