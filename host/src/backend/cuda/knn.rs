@@ -2,9 +2,10 @@
 //!
 //! * Distances: the GEMM-style `pairwise_dot` / `pairwise_l1` kernels write row blocks of the
 //!   matrix (64-bit offsets), sized to the memory budget and copied back block by block.
-//! * Search, `k ≤ MAX_STREAM_K`: queries in batches; for every tile of training rows one
-//!   distance launch (batch × tile) and one selection launch (a block per query) that merges the
-//!   tile into the query's running k keys. The batch × n matrix is never stored.
+//! * Search, `k ≤ MAX_STREAM_K`: queries in batches; one distance launch per
+//!   `TILES_PER_LAUNCH` tiles of training rows (batch × span), then per tile one selection launch
+//!   (a block per query) that merges the tile into the query's running k keys. The batch × n
+//!   matrix is never stored.
 //! * Search, larger k: whole distance rows of a batch, sorted as keys by a bitonic network in
 //!   global memory (chunks of `SELECT_CAP` keys in shared memory, longer strides in global
 //!   memory); the first k of every row are kept.
@@ -16,7 +17,7 @@ use crate::distances::rows_per_block;
 use crate::error::{Error, Result};
 use crate::knn::Selection;
 use crate::matrix::MatrixView;
-use cudarc::driver::{CudaSlice, PushKernelArg};
+use cudarc::driver::{CudaSlice, CudaView, PushKernelArg};
 use kernels_gpu::fixed::pow2_f32;
 use kernels_gpu::knn::{
     DIST_BLOCK, MAX_STREAM_K, PairMetric, SELECT_BLOCK, SELECT_CAP, VOTE_BLOCK, VOTE_MAX_QUERIES,
@@ -32,6 +33,9 @@ use std::sync::{Arc, Mutex, OnceLock};
 const FREE_SHARE: f64 = 0.7;
 /// Most query rows per batch.
 const MAX_BATCH_ROWS: usize = 1 << 16;
+/// Selection tiles whose distances one launch computes: a wider launch fills the GPU with more
+/// blocks (one selection tile alone can leave most of the last wave empty).
+const TILES_PER_LAUNCH: usize = 4;
 /// Query rows that `Selection::Auto` times both selections on.
 const AUTO_SAMPLE_ROWS: usize = 128;
 
@@ -286,7 +290,7 @@ impl CudaKnn {
     fn bytes_per_row(&self, k: usize, method: Method, vote: Option<VoteJob>) -> usize {
         let fixed = 4 * (self.d + 1) + 8 * k;
         let work = match method {
-            Method::KMin | Method::Bitonic => 4 * stream_tile(k),
+            Method::KMin | Method::Bitonic => 4 * stream_tile(k) * TILES_PER_LAUNCH,
             Method::Sort => 4 * self.n + 8 * self.n.next_power_of_two(),
         };
         let votes = match vote {
@@ -322,7 +326,10 @@ impl CudaKnn {
         let tile = stream_tile(k);
         let row_len = n.next_power_of_two();
         let (mut dist, mut sort_keys) = match method {
-            Method::KMin | Method::Bitonic => (gpu.zeros::<f32>(rows * tile, "distances")?, None),
+            Method::KMin | Method::Bitonic => (
+                gpu.zeros::<f32>(rows * tile * TILES_PER_LAUNCH, "distances")?,
+                None,
+            ),
             Method::Sort => (
                 gpu.zeros::<f32>(rows * n, "distances")?,
                 Some(gpu.zeros::<u64>(rows * row_len, "sort keys")?),
@@ -351,9 +358,10 @@ impl CudaKnn {
             }
             match method {
                 Method::KMin | Method::Bitonic => {
+                    let span = tile * TILES_PER_LAUNCH;
                     let mut t0 = 0;
                     while t0 < n {
-                        let cols = tile.min(n - t0);
+                        let width = span.min(n - t0);
                         let a = Side {
                             x: &q,
                             norms: &q_norms,
@@ -364,11 +372,17 @@ impl CudaKnn {
                             x: &self.x,
                             norms: &self.norms,
                             first: t0,
-                            rows: cols,
+                            rows: width,
                         };
-                        distances(gpu, self.metric, a, b, d, &mut dist, tile)?;
-                        self.select(method, &dist, tile, cols, t0, &mut best, k, r)?;
-                        t0 += cols;
+                        distances(gpu, self.metric, a, b, d, &mut dist, span)?;
+                        let mut s = 0;
+                        while s < width {
+                            let cols = tile.min(width - s);
+                            let part = dist.slice(s..);
+                            self.select(method, &part, span, cols, t0 + s, &mut best, k, r)?;
+                            s += cols;
+                        }
+                        t0 += width;
                     }
                 }
                 Method::Sort => {
@@ -415,7 +429,7 @@ impl CudaKnn {
     fn select(
         &self,
         method: Method,
-        dist: &CudaSlice<f32>,
+        dist: &CudaView<'_, f32>,
         ld: usize,
         cols: usize,
         first_index: usize,
