@@ -4,6 +4,7 @@
 //! and the k smallest keys are one exact answer however they are selected.
 
 use super::CpuBackend;
+use super::kmeans::row_sq_norms;
 use crate::backend::{BlockSink, Distances, KnnSearch, Neighbours, Votes};
 use crate::distances::rows_per_block;
 use crate::error::Result;
@@ -56,7 +57,7 @@ impl Lanes {
 /// Squared norms of the rows of `x` (in dimension order, as the GPU's `row_sq_norms`), or zeros.
 fn row_norms(x: &[f32], d: usize, needed: bool) -> Vec<f32> {
     if needed {
-        x.par_chunks(d).map(sq_norm).collect()
+        row_sq_norms(x, d)
     } else {
         vec![0.0; x.len() / d]
     }

@@ -108,7 +108,7 @@ impl<'a> CudaLloyd<'a> {
                 &lloyd.x,
                 std::mem::replace(&mut lloyd.x_sq_norms, gpu.zeros(0, "")?),
             );
-            row_sq_norms(gpu, x, n, d, &mut norms)?;
+            gpu.row_sq_norms(x, n, d, &mut norms)?;
             lloyd.x_sq_norms = norms;
         }
         Ok(lloyd)
@@ -127,7 +127,7 @@ impl<'a> CudaLloyd<'a> {
     fn queue_assign(&mut self) -> Result<()> {
         let gpu = self.gpu;
         if self.metric == AssignMetric::SqL2 {
-            row_sq_norms(gpu, &self.centroids, self.k, self.d, &mut self.c_sq_norms)?;
+            gpu.row_sq_norms(&self.centroids, self.k, self.d, &mut self.c_sq_norms)?;
         }
         let name = self.assign_kernel();
         let f = gpu.function(name)?;
@@ -241,21 +241,6 @@ impl<'a> CudaLloyd<'a> {
             shift: s[3],
         })
     }
-}
-
-/// Queues `out[i] = ‖row i‖²` for the `rows × d` matrix `x`.
-fn row_sq_norms(
-    gpu: &CudaBackend,
-    x: &CudaSlice<f32>,
-    rows: usize,
-    d: usize,
-    out: &mut CudaSlice<f32>,
-) -> Result<()> {
-    let f = gpu.function("row_sq_norms")?;
-    let mut launch = gpu.launch("row_sq_norms", &f);
-    let (n, d) = (rows as u32, d as u32);
-    launch.args().arg(x).arg(&n).arg(&d).arg(out);
-    launch.run(rows.div_ceil(BLOCK as usize), BLOCK, 0)
 }
 
 impl Lloyd for CudaLloyd<'_> {

@@ -24,7 +24,7 @@ use kernels_gpu::knn::{
     dist_blocks, dist_shared_bytes, select_shared_bytes, stream_tile, vote_block_bytes,
     vote_scale_exponent,
 };
-use kernels_gpu::launch::{BLOCK, DEFAULT_SHARED_BYTES};
+use kernels_gpu::launch::DEFAULT_SHARED_BYTES;
 use ndarray::ArrayView2;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -50,21 +50,6 @@ impl CudaBackend {
             None => Ok((self.memory()?.0 as f64 * FREE_SHARE) as usize),
         }
     }
-}
-
-/// Queues `out[i] = ‖row i‖²` for the `rows × d` matrix `x` (the k-means `row_sq_norms` kernel).
-fn sq_norms(
-    gpu: &CudaBackend,
-    x: &CudaSlice<f32>,
-    rows: usize,
-    d: usize,
-    out: &mut CudaSlice<f32>,
-) -> Result<()> {
-    let (n, d32) = (rows as u32, d as u32);
-    let f = gpu.function("row_sq_norms")?;
-    let mut launch = gpu.launch("row_sq_norms", &f);
-    launch.args().arg(x).arg(&n).arg(&d32).arg(out);
-    launch.run(rows.div_ceil(BLOCK as usize), BLOCK, 0)
 }
 
 /// One side of a distance launch: rows of a device matrix and their squared norms.
@@ -126,7 +111,7 @@ impl Distances for CudaBackend {
         let b_dev = self.upload(b.as_slice(), "the second matrix")?;
         let mut b_norms = self.zeros::<f32>(n, "row norms")?;
         if metric.needs_norms() {
-            sq_norms(self, &b_dev, n, d, &mut b_norms)?;
+            self.row_sq_norms(&b_dev, n, d, &mut b_norms)?;
         }
         // A block fits the caller's limit and the device's free memory (rows of A, norms, out).
         let device_rows = self.budget(None)? / (4 * (n + d + 1));
@@ -145,7 +130,7 @@ impl Distances for CudaBackend {
                 "rows of the first matrix",
             )?;
             if metric.needs_norms() {
-                sq_norms(self, &a_dev, r, d, &mut a_norms)?;
+                self.row_sq_norms(&a_dev, r, d, &mut a_norms)?;
             }
             let a_side = Side {
                 x: &a_dev,
@@ -176,7 +161,7 @@ impl Distances for CudaBackend {
         let x = gpu.upload(train.as_slice(), "the training data")?;
         let mut norms = gpu.zeros::<f32>(n, "training norms")?;
         if metric.needs_norms() {
-            sq_norms(&gpu, &x, n, d, &mut norms)?;
+            gpu.row_sq_norms(&x, n, d, &mut norms)?;
         }
         Ok(Box::new(CudaKnn {
             gpu,
@@ -354,7 +339,7 @@ impl CudaKnn {
                 "query rows",
             )?;
             if self.metric.needs_norms() {
-                sq_norms(gpu, &q, r, d, &mut q_norms)?;
+                gpu.row_sq_norms(&q, r, d, &mut q_norms)?;
             }
             match method {
                 Method::KMin | Method::Bitonic => {

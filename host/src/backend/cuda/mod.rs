@@ -11,8 +11,9 @@ use crate::matrix::MatrixView;
 use cudarc::driver::sys::{CUdevice_attribute, CUevent_flags, CUresult};
 use cudarc::driver::{
     CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DeviceRepr, DriverError,
-    LaunchArgs, LaunchConfig, ValidAsZeroBits,
+    LaunchArgs, LaunchConfig, PushKernelArg, ValidAsZeroBits,
 };
+use kernels_gpu::launch::BLOCK;
 use kernels_gpu::math::AssignMetric;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -211,6 +212,24 @@ impl CudaBackend {
                 &mut dst.slice_mut(dst_at..dst_at + len),
             )
             .map_err(|e| cuda(&format!("copying {what} on the GPU"), e))
+    }
+
+    /// Queues `out[i] = ‖row i‖²` for the `rows × d` matrix `x` (the GEMM form's norms).
+    pub(crate) fn row_sq_norms(
+        &self,
+        x: &CudaSlice<f32>,
+        rows: usize,
+        d: usize,
+        out: &mut CudaSlice<f32>,
+    ) -> Result<()> {
+        let f = self.function("row_sq_norms")?;
+        let mut launch = self.launch("row_sq_norms", &f);
+        let (n, d) = (
+            arg_u32(rows, "number of rows")?,
+            arg_u32(d, "number of dimensions")?,
+        );
+        launch.args().arg(x).arg(&n).arg(&d).arg(out);
+        launch.run(rows.div_ceil(BLOCK as usize), BLOCK, 0)
     }
 
     /// Number of multiprocessors (sizes the grids of the reduction kernels).
