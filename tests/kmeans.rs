@@ -48,8 +48,9 @@ fn assert_backends_agree(
 }
 
 /// Shapes chosen to hit every kernel path: n not a multiple of the block, d = 1, d = 257, k = 1,
-/// k = n, per-block sums in shared memory and in global memory (k·d·8 > 48 KiB), centroids read
-/// from global memory (d too large for a shared tile), duplicates and exact ties.
+/// k = n, the fused small step for every dimension bucket, the register-tiled assign (narrow and
+/// wide, L2 and L1) with per-block sums in shared memory and in global memory (k·d·8 > 48 KiB),
+/// duplicates and exact ties.
 fn cross_cases() -> Vec<(&'static str, Vec<f32>, usize, usize, KMeansParams)> {
     let p = |k| KMeans::params(k).seed(3).max_iter(50);
     vec![
@@ -67,11 +68,46 @@ fn cross_cases() -> Vec<(&'static str, Vec<f32>, usize, usize, KMeansParams)> {
             p(10),
         ),
         (
-            "global sums k=100 d=80",
-            uniform(1500, 80, 7),
+            "global sums k=100 d=100",
+            uniform(1500, 100, 7),
             1500,
-            80,
+            100,
             p(100),
+        ),
+        (
+            "tiled, centroids too big for the small step k=700 d=20",
+            uniform(2000, 20, 14),
+            2000,
+            20,
+            p(700),
+        ),
+        (
+            "small d32 n=800 d=20 k=30",
+            uniform(800, 20, 15),
+            800,
+            20,
+            p(30),
+        ),
+        (
+            "small d96 l1 n=600 d=50 k=12",
+            uniform(600, 50, 16),
+            600,
+            50,
+            p(12).metric(Metric::L1),
+        ),
+        (
+            "l1 wide n=700 d=100 k=40",
+            uniform(700, 100, 17),
+            700,
+            100,
+            p(40).metric(Metric::L1),
+        ),
+        (
+            "l1 narrow n=500 d=120 k=5",
+            uniform(500, 120, 18),
+            500,
+            120,
+            p(5).metric(Metric::L1),
         ),
         (
             "global tile d=12000 k=3",
@@ -167,8 +203,13 @@ fn sanitize_kmeans_kernels() {
     let cases = cross_cases();
     let small = [
         "n=257 d=1 k=3",
-        "global sums k=100 d=80",
+        "k=1 n=777 d=9",
+        "small d32 n=800 d=20 k=30",
+        "small d96 l1 n=600 d=50 k=12",
+        "global sums k=100 d=100",
         "global tile d=12000 k=3",
+        "l1 wide n=700 d=100 k=40",
+        "l1 narrow n=500 d=120 k=5",
         "relocate empty n=400 d=2",
         "l1 n=1025 d=3 k=16",
         "random labels n=999 d=5",

@@ -30,7 +30,8 @@ fn lloyd(c: &mut Criterion) {
             b.iter_custom(|iters| {
                 let ms =
                     lloyd_iteration_ms(Device::Cpu, &x, &centroids, Metric::L2, 0, iters as usize)
-                        .expect("CPU Lloyd iteration");
+                        .expect("CPU Lloyd iteration")
+                        .ms;
                 Duration::from_secs_f64(ms.iter().sum::<f64>() / 1e3)
             })
         });

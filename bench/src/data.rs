@@ -20,6 +20,11 @@ impl Case {
         2.0 * (self.n * self.k * self.d) as f64
     }
 
+    /// Bytes of the data, the memory floor's count (`n·d·4`).
+    pub fn data_bytes(&self) -> f64 {
+        4.0 * (self.n * self.d) as f64
+    }
+
     /// The case's data (uniform in [0, 1), seed 1) and its initial centroids (the first `k` rows).
     pub fn data(&self) -> (Vec<f32>, Vec<f32>) {
         let data = uniform(self.n * self.d, 1);

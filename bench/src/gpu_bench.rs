@@ -33,8 +33,8 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     };
     println!("device: {}", device.describe()?);
     println!(
-        "{:<4} {:>10} {:>5} {:>5} {:>12} {:>12} {:>10}",
-        "case", "n", "d", "k", "median ms", "min ms", "GFLOP/s"
+        "{:<4} {:>10} {:>5} {:>5} {:>11} {:>11} {:>9} {:>8} {:>9}",
+        "case", "n", "d", "k", "median ms", "min ms", "TFLOP/s", "TB/s", "GPU MiB"
     );
     for case in CASES
         .iter()
@@ -42,25 +42,32 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     {
         let (data, centroids) = case.data();
         let x = MatrixView::new(&data, case.n, case.d)?;
-        let mut ms = lloyd_iteration_ms(device, &x, &centroids, Metric::L2, 3, reps)?;
+        let timing = lloyd_iteration_ms(device, &x, &centroids, Metric::L2, 3, reps)?;
+        let mut ms = timing.ms;
         ms.sort_by(f64::total_cmp);
         let median = ms[ms.len() / 2];
-        let flops = case.assign_flops();
+        // Achieved rates against the floor's two counts: 2·n·k·d flops, n·d·4 bytes.
+        let tflops = case.assign_flops() / median / 1e9;
+        let tbytes = case.data_bytes() / median / 1e9;
+        let mib = timing.device_bytes.map(|b| b as f64 / (1 << 20) as f64);
         println!(
-            "{:<4} {:>10} {:>5} {:>5} {:>12.3} {:>12.3} {:>10.0}   {}",
+            "{:<4} {:>10} {:>5} {:>5} {:>11.3} {:>11.3} {:>9.2} {:>8.3} {:>9}   {}",
             case.name,
             case.n,
             case.d,
             case.k,
             median,
             ms[0],
-            flops / median / 1e6,
+            tflops,
+            tbytes,
+            mib.map_or("-".into(), |m| format!("{m:.0}")),
             case.origin
         );
         if let Some(f) = json.as_mut() {
             let line = serde_json::json!({
                 "case": case.name, "n": case.n, "d": case.d, "k": case.k,
                 "median_ms": median, "min_ms": ms[0], "device": device.describe()?,
+                "tflops": tflops, "tbytes_per_s": tbytes, "device_mib": mib,
             });
             writeln!(f, "{line}")?;
         }

@@ -6,8 +6,18 @@ use crate::kmeans::Metric;
 use crate::matrix::MatrixView;
 use kernels_gpu::fixed::scale_exponent;
 
+/// What [`lloyd_iteration_ms`] measured.
+pub struct LloydTiming {
+    /// Milliseconds of every timed iteration.
+    pub ms: Vec<f64>,
+    /// Device memory the iterations held (data, centroids, labels, sums…), where the backend
+    /// has a device of its own: the growth of the memory in use from before the data was
+    /// uploaded to after the warm-up.
+    pub device_bytes: Option<usize>,
+}
+
 /// Times `reps` Lloyd iterations (assign + update) after `warmup` untimed ones, each starting
-/// from the same `centroids`; returns the milliseconds of every timed iteration.
+/// from the same `centroids`.
 pub fn lloyd_iteration_ms(
     device: Device,
     data: &MatrixView<'_>,
@@ -15,7 +25,7 @@ pub fn lloyd_iteration_ms(
     metric: Metric,
     warmup: usize,
     reps: usize,
-) -> Result<Vec<f64>> {
+) -> Result<LloydTiming> {
     let (n, d) = (data.rows(), data.cols());
     let k = centroids.len() / d;
     let backend = device.backend()?;
@@ -26,7 +36,9 @@ pub fn lloyd_iteration_ms(
         }
     }
     let scales: Vec<i32> = max_abs.iter().map(|&m| scale_exponent(m, n)).collect();
+    let before = backend.device_memory_in_use()?;
     let mut lloyd = backend.lloyd(data, k, metric.assign(), &scales)?;
+    let mut device_bytes = None;
     let mut times = Vec::with_capacity(reps);
     for rep in 0..warmup + reps {
         lloyd.set_centroids(centroids)?;
@@ -34,9 +46,18 @@ pub fn lloyd_iteration_ms(
             lloyd.step()?;
             Ok(())
         })?;
+        if rep + 1 == warmup.max(1) {
+            device_bytes = match (before, backend.device_memory_in_use()?) {
+                (Some(a), Some(b)) => Some(b.saturating_sub(a)),
+                _ => None,
+            };
+        }
         if rep >= warmup {
             times.push(ms);
         }
     }
-    Ok(times)
+    Ok(LloydTiming {
+        ms: times,
+        device_bytes,
+    })
 }

@@ -18,6 +18,32 @@ pub trait Exec: Copy {
     fn shared<T>(self) -> *mut T;
 }
 
+/// Sums one f64 per thread in a fixed tree order and returns the total to every thread, so the
+/// result is the same float run after run.
+///
+/// # Safety
+/// `scratch` holds `threads` f64 of shared memory, `threads` (the block size) is a power of two,
+/// and every thread of the block calls this.
+#[inline(always)]
+pub unsafe fn block_sum_f64<E: Exec>(e: E, threads: usize, scratch: *mut f64, value: f64) -> f64 {
+    let t = e.thread();
+    unsafe {
+        *scratch.add(t) = value;
+        e.sync();
+        let mut stride = threads / 2;
+        while stride > 0 {
+            if t < stride {
+                *scratch.add(t) += *scratch.add(t + stride);
+            }
+            e.sync();
+            stride /= 2;
+        }
+        let total = *scratch;
+        e.sync();
+        total
+    }
+}
+
 /// The GPU itself.
 #[cfg(target_arch = "nvptx64")]
 #[derive(Clone, Copy)]

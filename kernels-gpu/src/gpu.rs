@@ -39,29 +39,14 @@ pub fn shared<T>() -> *mut T {
     core::intrinsics::gpu::gpu_launch_sized_workgroup_mem::<T>()
 }
 
-/// Sums one f64 per thread in a fixed tree order; the total is valid in thread 0.
+/// Sums one f64 per thread in a fixed tree order; the total is valid in every thread.
 ///
 /// # Safety
 /// `scratch` holds `block_dim()` f64 of shared memory, `block_dim()` is a power of two, and all
 /// threads of the block call this.
 #[inline(always)]
 pub unsafe fn block_sum_f64(scratch: *mut f64, value: f64) -> f64 {
-    let t = thread();
-    unsafe {
-        *scratch.add(t) = value;
-        sync_threads();
-        let mut stride = block_dim() / 2;
-        while stride > 0 {
-            if t < stride {
-                *scratch.add(t) += *scratch.add(t + stride);
-            }
-            sync_threads();
-            stride /= 2;
-        }
-        let total = *scratch;
-        sync_threads();
-        total
-    }
+    unsafe { crate::exec::block_sum_f64(crate::exec::Gpu, block_dim(), scratch, value) }
 }
 
 /// Integer add into shared or global memory; integer sums do not depend on the order.

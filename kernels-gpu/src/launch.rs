@@ -79,6 +79,89 @@ impl AssignTile {
     }
 }
 
+/// Shape of a small-shape Lloyd step kernel ([`crate::small`]): every thread holds `points`
+/// points of up to `max_d` dimensions in registers while all `k` centroids sit in shared memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SmallStep {
+    /// Most dimensions the kernel holds per point (a multiple of 4).
+    pub max_d: usize,
+    /// Points per thread.
+    pub points: usize,
+}
+
+/// The small-step kernels, narrowest first: fewer dimensions leave registers for more points.
+pub const SMALL_STEPS: [SmallStep; 4] = [
+    SmallStep {
+        max_d: 4,
+        points: 8,
+    },
+    SmallStep {
+        max_d: 16,
+        points: 4,
+    },
+    SmallStep {
+        max_d: 32,
+        points: 2,
+    },
+    SmallStep {
+        max_d: 96,
+        points: 1,
+    },
+];
+
+/// Byte offsets of the small step's dynamic shared memory: centroids (rows padded to a multiple
+/// of 4), their squared norms, per-cluster counts and offsets of the block's points, the block's
+/// points ordered by cluster, and scratch for the fixed-order reductions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SmallLayout {
+    pub centroids: usize,
+    pub norms: usize,
+    pub counts: usize,
+    pub offsets: usize,
+    pub order: usize,
+    pub scratch: usize,
+    pub bytes: usize,
+}
+
+impl SmallStep {
+    /// The kernel for `d` dimensions, if any holds them.
+    pub fn for_d(d: usize) -> Option<Self> {
+        SMALL_STEPS.into_iter().find(|s| d <= s.max_d)
+    }
+
+    /// Points per block.
+    pub const fn block_points(self) -> usize {
+        BLOCK as usize * self.points
+    }
+
+    /// Where everything goes in shared memory for `k` centroids of `d` dimensions.
+    pub const fn layout(self, k: usize, d: usize) -> SmallLayout {
+        let d4 = d.div_ceil(4) * 4;
+        let centroids = 0;
+        let norms = centroids + k * d4 * 4;
+        let counts = norms + k * 4;
+        let offsets = counts + k * 4;
+        let order = offsets + k * 4;
+        // f64 scratch, 8-byte aligned.
+        let scratch = (order + self.block_points() * 4).div_ceil(8) * 8;
+        let bytes = scratch + BLOCK as usize * 8;
+        SmallLayout {
+            centroids,
+            norms,
+            counts,
+            offsets,
+            order,
+            scratch,
+            bytes,
+        }
+    }
+
+    /// Whether `k` centroids of `d` dimensions fit this kernel's shared memory.
+    pub const fn fits(self, k: usize, d: usize) -> bool {
+        d <= self.max_d && self.layout(k, d).bytes <= DEFAULT_SHARED_BYTES
+    }
+}
+
 /// Whether per-block fixed-point sums of `k × d` values (plus `k` counts) fit in shared memory.
 pub fn sums_fit_shared(k: usize, d: usize) -> bool {
     k.checked_mul(d)

@@ -26,6 +26,7 @@ pub mod knn;
 pub mod launch;
 pub mod math;
 pub mod select;
+pub mod small;
 pub mod tile;
 pub mod vote;
 

@@ -32,6 +32,11 @@ pub(crate) trait Backend: Send + Sync + Distances {
     /// Milliseconds that the work queued by `work` takes on this backend (CUDA events on the
     /// GPU, wall clock on the CPU); for benchmarks.
     fn time_ms(&self, work: &mut dyn FnMut() -> Result<()>) -> Result<f64>;
+
+    /// Bytes of device memory in use on this backend's device, where it has one of its own.
+    fn device_memory_in_use(&self) -> Result<Option<usize>> {
+        Ok(None)
+    }
 }
 
 /// What an assignment reports.

@@ -1,5 +1,8 @@
-//! Lloyd iterations on the GPU: the data stays resident; a step launches five kernels (centroid
-//! norms, assign, accumulate, finalize, summary) and copies back four numbers.
+//! Lloyd iterations on the GPU: the data stays resident and a step copies back four numbers.
+//! Small shapes (few dimensions, centroids that fit in shared memory) take the fused path of
+//! `kernels_gpu::small`: one kernel assigns and accumulates, one finalizes and summarizes. Other
+//! shapes launch five kernels: centroid norms, the register-tiled assign, accumulate, finalize
+//! and summary.
 
 use super::{CudaBackend, arg_u32};
 use crate::backend::{AssignStats, Lloyd, StepStats};
@@ -7,8 +10,11 @@ use crate::error::Result;
 use crate::matrix::MatrixView;
 use cudarc::driver::{CudaSlice, PushKernelArg};
 use kernels_gpu::fixed::{inv_pow2_f64, pow2_f32};
-use kernels_gpu::launch::{ASSIGN_WIDE, AssignTile, BLOCK, REDUCE_BLOCK, sums_fit_shared};
+use kernels_gpu::launch::{
+    ASSIGN_WIDE, AssignTile, BLOCK, REDUCE_BLOCK, SmallStep, sums_fit_shared,
+};
 use kernels_gpu::math::AssignMetric;
+use kernels_gpu::small::{MODE_ACCUMULATE, MODE_ASSIGN};
 
 pub(crate) struct CudaLloyd<'a> {
     gpu: &'a CudaBackend,
@@ -17,6 +23,10 @@ pub(crate) struct CudaLloyd<'a> {
     k: usize,
     metric: AssignMetric,
     tile: AssignTile,
+    /// The fused small-shape path, when the shape allows it.
+    small: Option<SmallPath>,
+    /// Blocks of the assign kernel in use (one inertia partial each).
+    assign_blocks: usize,
     x: CudaSlice<f32>,
     x_sq_norms: CudaSlice<f32>,
     scales: CudaSlice<f32>,
@@ -43,6 +53,14 @@ struct Sums {
     counts: CudaSlice<u32>,
 }
 
+/// The small-shape path's kernel and its global fixed-point sums, which its finalize kernel
+/// zeroes after use (so they start every step at zero without a memset).
+struct SmallPath {
+    shape: SmallStep,
+    sums: CudaSlice<i64>,
+    counts: CudaSlice<u32>,
+}
+
 /// What [`CudaLloyd::summarize`] reads back.
 struct Summary {
     changed: u64,
@@ -64,10 +82,25 @@ impl<'a> CudaLloyd<'a> {
         arg_u32(d, "number of dimensions")?;
         arg_u32(k, "k")?;
         let tile = AssignTile::for_k(k);
-        let assign_blocks = n.div_ceil(tile.points());
+        let small_shape = SmallStep::for_d(d).filter(|s| s.fits(k, d));
+        let assign_blocks = match small_shape {
+            Some(shape) => n.div_ceil(shape.block_points()),
+            None => n.div_ceil(tile.points()),
+        };
+        let small = match small_shape {
+            Some(shape) => Some(SmallPath {
+                shape,
+                sums: gpu.zeros(k * d, "cluster sums")?,
+                counts: gpu.zeros(k, "cluster counts")?,
+            }),
+            None => None,
+        };
         let shared = sums_fit_shared(k, d);
-        // Two blocks per multiprocessor, fewer when there are fewer points than that.
-        let parts = if shared {
+        // Two blocks per multiprocessor, fewer when there are fewer points than that; none on
+        // the small path, which keeps its own sums.
+        let parts = if small.is_some() {
+            0
+        } else if shared {
             n.div_ceil(BLOCK as usize)
                 .min(2 * gpu.multiprocessors())
                 .max(1)
@@ -83,6 +116,8 @@ impl<'a> CudaLloyd<'a> {
             k,
             metric,
             tile,
+            small,
+            assign_blocks,
             x: gpu.upload(data.as_slice(), "the data")?,
             x_sq_norms: gpu.zeros(n, "point norms")?,
             scales: gpu.upload(&f32_scales, "fixed-point scales")?,
@@ -215,13 +250,91 @@ impl<'a> CudaLloyd<'a> {
         launch.run(grid, BLOCK, 12 * BLOCK as usize)
     }
 
+    fn small_shape(&self) -> Option<SmallStep> {
+        self.small.as_ref().map(|s| s.shape)
+    }
+
+    fn small_kernel(&self, shape: SmallStep) -> &'static str {
+        match (self.metric, shape.max_d) {
+            (AssignMetric::SqL2, 4) => "kmeans_small_l2_d4",
+            (AssignMetric::SqL2, 16) => "kmeans_small_l2_d16",
+            (AssignMetric::SqL2, 32) => "kmeans_small_l2_d32",
+            (AssignMetric::SqL2, _) => "kmeans_small_l2_d96",
+            (AssignMetric::L1, 4) => "kmeans_small_l1_d4",
+            (AssignMetric::L1, 16) => "kmeans_small_l1_d16",
+            (AssignMetric::L1, 32) => "kmeans_small_l1_d32",
+            (AssignMetric::L1, _) => "kmeans_small_l1_d96",
+        }
+    }
+
+    /// Queues the fused small step: `MODE_ASSIGN` and/or `MODE_ACCUMULATE`.
+    fn queue_small(&mut self, shape: SmallStep, mode: u32) -> Result<()> {
+        let gpu = self.gpu;
+        let name = self.small_kernel(shape);
+        let Some(small) = self.small.as_mut() else {
+            unreachable!("only called on the small path")
+        };
+        let f = gpu.function(name)?;
+        let mut launch = gpu.launch(name, &f);
+        let (n, d, k) = (self.n as u32, self.d as u32, self.k as u32);
+        launch
+            .args()
+            .arg(&self.x)
+            .arg(&self.x_sq_norms)
+            .arg(&n)
+            .arg(&d)
+            .arg(&self.centroids)
+            .arg(&k)
+            .arg(&mut self.labels)
+            .arg(&mut self.min_dist)
+            .arg(&mut self.counters)
+            .arg(&mut self.block_inertia)
+            .arg(&self.scales)
+            .arg(&mut small.sums)
+            .arg(&mut small.counts)
+            .arg(&mode);
+        launch.run(
+            self.assign_blocks,
+            BLOCK,
+            shape.layout(self.k, self.d).bytes,
+        )
+    }
+
+    /// Queues the small path's finalize: next centroids, sizes and the four summary numbers,
+    /// then copies those back.
+    fn finalize_small(&mut self) -> Result<Summary> {
+        let gpu = self.gpu;
+        let Some(small) = self.small.as_mut() else {
+            unreachable!("only called on the small path")
+        };
+        let f = gpu.function("kmeans_finalize_small")?;
+        let mut launch = gpu.launch("kmeans_finalize_small", &f);
+        let (k, d, blocks) = (self.k as u32, self.d as u32, self.assign_blocks as u32);
+        launch
+            .args()
+            .arg(&mut small.sums)
+            .arg(&mut small.counts)
+            .arg(&k)
+            .arg(&d)
+            .arg(&self.inv_scales)
+            .arg(&self.centroids)
+            .arg(&mut self.next)
+            .arg(&mut self.sizes)
+            .arg(&self.counters)
+            .arg(&self.block_inertia)
+            .arg(&blocks)
+            .arg(&mut self.summary);
+        launch.run(1, REDUCE_BLOCK, REDUCE_BLOCK as usize * 8)?;
+        self.read_summary()
+    }
+
     /// Reduces the counters, inertia partials and (with `shift`) the centroid shift in one
     /// block, and copies the four numbers back: the step's only synchronisation.
     fn summarize(&mut self, shift: bool) -> Result<Summary> {
         let gpu = self.gpu;
         let f = gpu.function("kmeans_summary")?;
         let mut launch = gpu.launch("kmeans_summary", &f);
-        let blocks = self.n.div_ceil(self.tile.points()) as u32;
+        let blocks = self.assign_blocks as u32;
         let len = if shift { (self.k * self.d) as u32 } else { 0 };
         launch
             .args()
@@ -233,7 +346,11 @@ impl<'a> CudaLloyd<'a> {
             .arg(&len)
             .arg(&mut self.summary);
         launch.run(1, REDUCE_BLOCK, REDUCE_BLOCK as usize * 8)?;
-        let s = gpu.download(&self.summary, 4, "the step summary")?;
+        self.read_summary()
+    }
+
+    fn read_summary(&self) -> Result<Summary> {
+        let s = self.gpu.download(&self.summary, 4, "the step summary")?;
         Ok(Summary {
             changed: s[0] as u64,
             empty: s[1] as usize,
@@ -254,7 +371,10 @@ impl Lloyd for CudaLloyd<'_> {
 
     fn assign(&mut self) -> Result<AssignStats> {
         self.gpu.clear(&mut self.counters, "counters")?;
-        self.queue_assign()?;
+        match self.small_shape() {
+            Some(shape) => self.queue_small(shape, MODE_ASSIGN)?,
+            None => self.queue_assign()?,
+        }
         let s = self.summarize(false)?;
         Ok(AssignStats {
             changed: s.changed,
@@ -264,9 +384,17 @@ impl Lloyd for CudaLloyd<'_> {
 
     fn step(&mut self) -> Result<StepStats> {
         self.gpu.clear(&mut self.counters, "counters")?;
-        self.queue_assign()?;
-        self.queue_update()?;
-        let s = self.summarize(true)?;
+        let s = match self.small_shape() {
+            Some(shape) => {
+                self.queue_small(shape, MODE_ASSIGN | MODE_ACCUMULATE)?;
+                self.finalize_small()?
+            }
+            None => {
+                self.queue_assign()?;
+                self.queue_update()?;
+                self.summarize(true)?
+            }
+        };
         Ok(StepStats {
             assign: AssignStats {
                 changed: s.changed,
@@ -279,8 +407,17 @@ impl Lloyd for CudaLloyd<'_> {
 
     fn update(&mut self) -> Result<usize> {
         self.gpu.clear(&mut self.counters, "counters")?;
-        self.queue_update()?;
-        Ok(self.summarize(false)?.empty)
+        let s = match self.small_shape() {
+            Some(shape) => {
+                self.queue_small(shape, MODE_ACCUMULATE)?;
+                self.finalize_small()?
+            }
+            None => {
+                self.queue_update()?;
+                self.summarize(false)?
+            }
+        };
+        Ok(s.empty)
     }
 
     fn relocate(&mut self, cluster: usize, point: usize) -> Result<()> {

@@ -270,6 +270,11 @@ impl Backend for CudaBackend {
             .map_err(|e| cuda("timing with events", e))?;
         Ok(ms as f64)
     }
+
+    fn device_memory_in_use(&self) -> Result<Option<usize>> {
+        let (free, total) = self.memory()?;
+        Ok(Some(total - free))
+    }
 }
 
 /// A kernel launch being assembled.
