@@ -75,11 +75,11 @@ fn cross_cases() -> Vec<(&'static str, Vec<f32>, usize, usize, KMeansParams)> {
             p(100),
         ),
         (
-            "tiled, centroids too big for the small step k=700 d=20",
-            uniform(2000, 20, 14),
-            2000,
-            20,
-            p(700),
+            "tiled, centroids too big for the small step k=1500 d=30",
+            uniform(3000, 30, 14),
+            3000,
+            30,
+            p(1500),
         ),
         (
             "small d32 n=800 d=20 k=30",

@@ -93,11 +93,11 @@ pub struct SmallStep {
 pub const SMALL_STEPS: [SmallStep; 4] = [
     SmallStep {
         max_d: 4,
-        points: 8,
+        points: 4,
     },
     SmallStep {
         max_d: 16,
-        points: 4,
+        points: 2,
     },
     SmallStep {
         max_d: 32,
@@ -110,11 +110,16 @@ pub const SMALL_STEPS: [SmallStep; 4] = [
 ];
 
 /// Byte offsets of the small step's dynamic shared memory: centroids (rows padded to a multiple
-/// of 4), their squared norms, per-cluster counts and offsets of the block's points, the block's
-/// points ordered by cluster, and scratch for the fixed-order reductions.
+/// of 4), the block's points (rows padded to an odd length, so that threads reading one row each
+/// hit different banks), the centroids' squared norms, per-cluster counts and offsets of the
+/// block's points, the block's points ordered by cluster, and scratch for the fixed-order
+/// reductions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SmallLayout {
     pub centroids: usize,
+    pub points: usize,
+    /// Row stride of the staged points, in f32.
+    pub point_stride: usize,
     pub norms: usize,
     pub counts: usize,
     pub offsets: usize,
@@ -124,9 +129,9 @@ pub struct SmallLayout {
 }
 
 impl SmallStep {
-    /// The kernel for `d` dimensions, if any holds them.
-    pub fn for_d(d: usize) -> Option<Self> {
-        SMALL_STEPS.into_iter().find(|s| d <= s.max_d)
+    /// The index in [`SMALL_STEPS`] of the kernel for `d` dimensions, if any holds them.
+    pub fn for_d(d: usize) -> Option<usize> {
+        SMALL_STEPS.iter().position(|s| d <= s.max_d)
     }
 
     /// Points per block.
@@ -137,8 +142,10 @@ impl SmallStep {
     /// Where everything goes in shared memory for `k` centroids of `d` dimensions.
     pub const fn layout(self, k: usize, d: usize) -> SmallLayout {
         let d4 = d.div_ceil(4) * 4;
+        let point_stride = d | 1;
         let centroids = 0;
-        let norms = centroids + k * d4 * 4;
+        let points = centroids + k * d4 * 4;
+        let norms = points + self.block_points() * point_stride * 4;
         let counts = norms + k * 4;
         let offsets = counts + k * 4;
         let order = offsets + k * 4;
@@ -147,6 +154,8 @@ impl SmallStep {
         let bytes = scratch + BLOCK as usize * 8;
         SmallLayout {
             centroids,
+            points,
+            point_stride,
             norms,
             counts,
             offsets,
@@ -156,9 +165,10 @@ impl SmallStep {
         }
     }
 
-    /// Whether `k` centroids of `d` dimensions fit this kernel's shared memory.
-    pub const fn fits(self, k: usize, d: usize) -> bool {
-        d <= self.max_d && self.layout(k, d).bytes <= DEFAULT_SHARED_BYTES
+    /// Whether `k` centroids of `d` dimensions fit this kernel, given `max_shared` bytes of
+    /// shared memory per block.
+    pub const fn fits(self, k: usize, d: usize, max_shared: usize) -> bool {
+        d <= self.max_d && self.layout(k, d).bytes <= max_shared
     }
 }
 

@@ -71,21 +71,34 @@ pub unsafe fn step<const MAXD: usize, const P: usize, E: Exec>(e: E, s: Step) {
     let (t, threads) = (e.thread(), BLOCK as usize);
     let first = e.block() * shape.block_points();
     let d4 = s.d.div_ceil(4) * 4;
-    // Thread t holds points first + t + p·BLOCK: each load instruction of a warp reads
-    // neighbouring rows.
+    // Thread t holds points first + t + p·BLOCK, rows t + p·BLOCK of the staged block.
     let point = |p: usize| first + t + p * threads;
 
+    let rows = s.n.saturating_sub(first).min(shape.block_points());
+    unsafe { stage_points(e, &s, first, rows, m.points, m.point_stride) };
     let mut label = [0u32; P];
     if s.assign {
         unsafe { stage_centroids(e, &s, cs, cn, d4) };
         let mut xr = [[0f32; MAXD]; P];
         for (p, row) in xr.iter_mut().enumerate() {
-            let i = point(p);
-            if i < s.n {
+            let r = t + p * threads;
+            if r < rows {
                 for (j, v) in row.iter_mut().enumerate() {
                     if j < s.d {
-                        *v = unsafe { *s.x.add(i * s.d + j) };
+                        *v = unsafe { *m.points.add(r * m.point_stride + j) };
                     }
+                }
+            }
+        }
+        // Loaded now so that their latency hides behind the centroid loop.
+        let mut x_sq = [0f32; P];
+        let mut old = [0u32; P];
+        for p in 0..P {
+            let i = point(p);
+            if i < s.n {
+                old[p] = unsafe { *s.labels.add(i) };
+                if s.metric == AssignMetric::SqL2 {
+                    x_sq[p] = unsafe { *s.x_sq_norms.add(i) };
                 }
             }
         }
@@ -114,7 +127,13 @@ pub unsafe fn step<const MAXD: usize, const P: usize, E: Exec>(e: E, s: Step) {
                 }
             }
         }
-        unsafe { finish_assign(e, &s, &best, &label, m.scratch, point) };
+        let found = Found {
+            best,
+            label,
+            x_sq,
+            old,
+        };
+        unsafe { finish_assign(e, &s, &found, m.scratch, point) };
     } else {
         for (p, l) in label.iter_mut().enumerate() {
             let i = point(p);
@@ -131,6 +150,8 @@ pub unsafe fn step<const MAXD: usize, const P: usize, E: Exec>(e: E, s: Step) {
 /// The small step's shared memory (see [`SmallStep::layout`]).
 struct Smem {
     centroids: *mut f32,
+    points: *mut f32,
+    point_stride: usize,
     norms: *mut f32,
     counts: *mut u32,
     offsets: *mut u32,
@@ -147,6 +168,8 @@ impl Smem {
         unsafe {
             Smem {
                 centroids: base.add(layout.centroids).cast(),
+                points: base.add(layout.points).cast(),
+                point_stride: layout.point_stride,
                 norms: base.add(layout.norms).cast(),
                 counts: base.add(layout.counts).cast(),
                 offsets: base.add(layout.offsets).cast(),
@@ -155,6 +178,36 @@ impl Smem {
             }
         }
     }
+}
+
+/// Copies the block's `rows` points (a contiguous run of `x`) into shared memory, row `r` at
+/// `xs[r · stride..]`: consecutive threads read consecutive values, so the loads coalesce.
+#[inline(always)]
+unsafe fn stage_points<E: Exec>(
+    e: E,
+    s: &Step,
+    first: usize,
+    rows: usize,
+    xs: *mut f32,
+    stride: usize,
+) {
+    let (t, threads, d) = (e.thread(), BLOCK as usize, s.d);
+    let src = unsafe { s.x.add(first * d) };
+    // Element i = r·d + j; stepping i by `threads` steps (r, j) by (threads / d, threads % d).
+    let (dr, dj) = (threads / d, threads % d);
+    let (mut r, mut j) = (t / d, t % d);
+    let mut i = t;
+    while i < rows * d {
+        unsafe { *xs.add(r * stride + j) = *src.add(i) };
+        i += threads;
+        r += dr;
+        j += dj;
+        if j >= d {
+            j -= d;
+            r += 1;
+        }
+    }
+    e.sync();
 }
 
 /// Copies the centroids into shared memory (rows padded with zeros to `d4`) and computes their
@@ -187,13 +240,20 @@ unsafe fn stage_centroids<E: Exec>(e: E, s: &Step, cs: *mut f32, cn: *mut f32, d
     e.sync();
 }
 
+/// What the centroid scan found for a thread's points, with their squared norms and old labels.
+struct Found<const P: usize> {
+    best: [f32; P],
+    label: [u32; P],
+    x_sq: [f32; P],
+    old: [u32; P],
+}
+
 /// Writes labels and distances, counts the changed labels and writes the block's inertia.
 #[inline(always)]
 unsafe fn finish_assign<const P: usize, E: Exec>(
     e: E,
     s: &Step,
-    best: &[f32; P],
-    label: &[u32; P],
+    f: &Found<P>,
     scratch: *mut f64,
     point: impl Fn(usize) -> usize,
 ) {
@@ -202,14 +262,10 @@ unsafe fn finish_assign<const P: usize, E: Exec>(
     for p in 0..P {
         let i = point(p);
         if i < s.n {
-            let x_sq = match s.metric {
-                AssignMetric::SqL2 => unsafe { *s.x_sq_norms.add(i) },
-                AssignMetric::L1 => 0.0,
-            };
-            let dist = assign_distance(s.metric, x_sq, best[p]);
+            let dist = assign_distance(s.metric, f.x_sq[p], f.best[p]);
+            moved += (f.old[p] != f.label[p]) as u32;
             unsafe {
-                moved += (*s.labels.add(i) != label[p]) as u32;
-                *s.labels.add(i) = label[p];
+                *s.labels.add(i) = f.label[p];
                 *s.min_dist.add(i) = dist;
             }
             dist_sum += dist as f64;
@@ -261,7 +317,7 @@ unsafe fn accumulate<const P: usize, E: Exec>(
         }
     }
     e.sync();
-    // One thread per (cluster, dimension); the points of a block are rows of one chunk of x.
+    // One thread per (cluster, dimension), reading the staged points.
     let mut cell = t;
     while cell < s.k * s.d {
         let (c, j) = (cell / s.d, cell % s.d);
@@ -270,8 +326,8 @@ unsafe fn accumulate<const P: usize, E: Exec>(
             let scale = unsafe { *s.scales.add(j) };
             let mut sum = 0i64;
             for q in from..from + count {
-                let i = first + unsafe { *order.add(q as usize) } as usize;
-                sum += to_fixed(unsafe { *s.x.add(i * s.d + j) }, scale);
+                let r = unsafe { *order.add(q as usize) } as usize;
+                sum += to_fixed(unsafe { *m.points.add(r * m.point_stride + j) }, scale);
             }
             let total = unsafe { AtomicU64::from_ptr(s.sums.add(cell).cast::<u64>()) };
             total.fetch_add(sum as u64, Ordering::Relaxed);
@@ -415,16 +471,31 @@ pub const MODE_ASSIGN: u32 = 1;
 /// See [`MODE_ASSIGN`].
 pub const MODE_ACCUMULATE: u32 = 2;
 
+/// Kernel names of the small step, per metric, in the order of [`crate::launch::SMALL_STEPS`].
+pub const SMALL_L2_KERNELS: [&str; 4] = [
+    "kmeans_small_l2_0",
+    "kmeans_small_l2_1",
+    "kmeans_small_l2_2",
+    "kmeans_small_l2_3",
+];
+/// See [`SMALL_L2_KERNELS`].
+pub const SMALL_L1_KERNELS: [&str; 4] = [
+    "kmeans_small_l1_0",
+    "kmeans_small_l1_1",
+    "kmeans_small_l1_2",
+    "kmeans_small_l1_3",
+];
+
 macro_rules! small_kernel {
-    ($name:ident, $metric:expr, $maxd:literal, $p:literal) => {
-        /// One small Lloyd step (see the module comment) for points of at most
-        /// `$maxd` dimensions: with `mode & MODE_ASSIGN` labels every point (counting changed
+    ($name:ident, $metric:expr, $shape:literal) => {
+        /// One small Lloyd step (see the module comment) with the shape `launch::SMALL_STEPS[i]` its
+        /// name ends in: with `mode & MODE_ASSIGN` labels every point (counting changed
         /// labels, writing distances and per-block inertia), else reads the labels; with
         /// `mode & MODE_ACCUMULATE` adds the points to `sums` / `counts`.
         ///
         /// # Safety
-        /// As for [`step`]: `BLOCK` threads, `ceil(n / (BLOCK · points))` blocks,
-        /// `SmallStep::layout(k, d).bytes` of dynamic shared memory.
+        /// As for [`step`]: `BLOCK` threads, `ceil(n / block_points())` blocks,
+        /// `layout(k, d).bytes` of dynamic shared memory, `d ≤ max_d`.
         #[cfg(target_arch = "nvptx64")]
         #[unsafe(no_mangle)]
         pub unsafe extern "gpu-kernel" fn $name(
@@ -443,11 +514,12 @@ macro_rules! small_kernel {
             counts: *mut u32,
             mode: u32,
         ) {
+            const SHAPE: SmallStep = crate::launch::SMALL_STEPS[$shape];
             let s = Step {
                 x,
                 x_sq_norms,
                 n: n as usize,
-                d: (d as usize).clamp(1, $maxd),
+                d: (d as usize).clamp(1, SHAPE.max_d),
                 centroids,
                 k: k as usize,
                 metric: $metric,
@@ -461,19 +533,19 @@ macro_rules! small_kernel {
                 assign: mode & MODE_ASSIGN != 0,
                 accumulate: mode & MODE_ACCUMULATE != 0,
             };
-            unsafe { step::<$maxd, $p, _>(crate::exec::Gpu, s) }
+            unsafe { step::<{ SHAPE.max_d }, { SHAPE.points }, _>(crate::exec::Gpu, s) }
         }
     };
 }
 
-small_kernel!(kmeans_small_l2_d4, AssignMetric::SqL2, 4, 8);
-small_kernel!(kmeans_small_l2_d16, AssignMetric::SqL2, 16, 4);
-small_kernel!(kmeans_small_l2_d32, AssignMetric::SqL2, 32, 2);
-small_kernel!(kmeans_small_l2_d96, AssignMetric::SqL2, 96, 1);
-small_kernel!(kmeans_small_l1_d4, AssignMetric::L1, 4, 8);
-small_kernel!(kmeans_small_l1_d16, AssignMetric::L1, 16, 4);
-small_kernel!(kmeans_small_l1_d32, AssignMetric::L1, 32, 2);
-small_kernel!(kmeans_small_l1_d96, AssignMetric::L1, 96, 1);
+small_kernel!(kmeans_small_l2_0, AssignMetric::SqL2, 0);
+small_kernel!(kmeans_small_l2_1, AssignMetric::SqL2, 1);
+small_kernel!(kmeans_small_l2_2, AssignMetric::SqL2, 2);
+small_kernel!(kmeans_small_l2_3, AssignMetric::SqL2, 3);
+small_kernel!(kmeans_small_l1_0, AssignMetric::L1, 0);
+small_kernel!(kmeans_small_l1_1, AssignMetric::L1, 1);
+small_kernel!(kmeans_small_l1_2, AssignMetric::L1, 2);
+small_kernel!(kmeans_small_l1_3, AssignMetric::L1, 3);
 
 /// Finishes a small step (see [`finalize`]) in one block of `REDUCE_BLOCK` threads with
 /// `8 · REDUCE_BLOCK` bytes of dynamic shared memory.
@@ -677,11 +749,13 @@ mod tests {
     #[test]
     fn emulated_small_step_matches_the_cpu() {
         for metric in [AssignMetric::SqL2, AssignMetric::L1] {
-            run::<4, 8>(2100, 3, 7, metric);
-            run::<4, 8>(5, 1, 5, metric);
-            run::<16, 4>(1030, 9, 16, metric);
-            run::<32, 2>(600, 17, 40, metric);
-            run::<96, 1>(300, 75, 80, metric);
+            // The shapes the kernels are built with.
+            const S: [SmallStep; 4] = crate::launch::SMALL_STEPS;
+            run::<{ S[0].max_d }, { S[0].points }>(2100, 3, 7, metric);
+            run::<{ S[0].max_d }, { S[0].points }>(5, 1, 5, metric);
+            run::<{ S[1].max_d }, { S[1].points }>(1030, 9, 16, metric);
+            run::<{ S[2].max_d }, { S[2].points }>(600, 17, 40, metric);
+            run::<{ S[3].max_d }, { S[3].points }>(300, 75, 80, metric);
         }
     }
 

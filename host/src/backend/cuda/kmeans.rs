@@ -11,10 +11,10 @@ use crate::matrix::MatrixView;
 use cudarc::driver::{CudaSlice, PushKernelArg};
 use kernels_gpu::fixed::{inv_pow2_f64, pow2_f32};
 use kernels_gpu::launch::{
-    ASSIGN_WIDE, AssignTile, BLOCK, REDUCE_BLOCK, SmallStep, sums_fit_shared,
+    ASSIGN_WIDE, AssignTile, BLOCK, REDUCE_BLOCK, SMALL_STEPS, SmallStep, sums_fit_shared,
 };
 use kernels_gpu::math::AssignMetric;
-use kernels_gpu::small::{MODE_ACCUMULATE, MODE_ASSIGN};
+use kernels_gpu::small::{MODE_ACCUMULATE, MODE_ASSIGN, SMALL_L1_KERNELS, SMALL_L2_KERNELS};
 
 pub(crate) struct CudaLloyd<'a> {
     gpu: &'a CudaBackend,
@@ -56,7 +56,8 @@ struct Sums {
 /// The small-shape path's kernel and its global fixed-point sums, which its finalize kernel
 /// zeroes after use (so they start every step at zero without a memset).
 struct SmallPath {
-    shape: SmallStep,
+    /// Index of the kernel in `SMALL_STEPS`.
+    kernel: usize,
     sums: CudaSlice<i64>,
     counts: CudaSlice<u32>,
 }
@@ -82,14 +83,16 @@ impl<'a> CudaLloyd<'a> {
         arg_u32(d, "number of dimensions")?;
         arg_u32(k, "k")?;
         let tile = AssignTile::for_k(k);
-        let small_shape = SmallStep::for_d(d).filter(|s| s.fits(k, d));
+        // The small step when two of its blocks fit on a multiprocessor (fewer hide no latency).
+        let small_shape = SmallStep::for_d(d)
+            .filter(|&i| SMALL_STEPS[i].fits(k, d, gpu.max_shared_per_block() / 2));
         let assign_blocks = match small_shape {
-            Some(shape) => n.div_ceil(shape.block_points()),
+            Some(i) => n.div_ceil(SMALL_STEPS[i].block_points()),
             None => n.div_ceil(tile.points()),
         };
         let small = match small_shape {
-            Some(shape) => Some(SmallPath {
-                shape,
+            Some(i) => Some(SmallPath {
+                kernel: i,
                 sums: gpu.zeros(k * d, "cluster sums")?,
                 counts: gpu.zeros(k, "cluster counts")?,
             }),
@@ -250,27 +253,17 @@ impl<'a> CudaLloyd<'a> {
         launch.run(grid, BLOCK, 12 * BLOCK as usize)
     }
 
-    fn small_shape(&self) -> Option<SmallStep> {
-        self.small.as_ref().map(|s| s.shape)
-    }
-
-    fn small_kernel(&self, shape: SmallStep) -> &'static str {
-        match (self.metric, shape.max_d) {
-            (AssignMetric::SqL2, 4) => "kmeans_small_l2_d4",
-            (AssignMetric::SqL2, 16) => "kmeans_small_l2_d16",
-            (AssignMetric::SqL2, 32) => "kmeans_small_l2_d32",
-            (AssignMetric::SqL2, _) => "kmeans_small_l2_d96",
-            (AssignMetric::L1, 4) => "kmeans_small_l1_d4",
-            (AssignMetric::L1, 16) => "kmeans_small_l1_d16",
-            (AssignMetric::L1, 32) => "kmeans_small_l1_d32",
-            (AssignMetric::L1, _) => "kmeans_small_l1_d96",
-        }
+    fn small_kernel(&self) -> Option<usize> {
+        self.small.as_ref().map(|s| s.kernel)
     }
 
     /// Queues the fused small step: `MODE_ASSIGN` and/or `MODE_ACCUMULATE`.
-    fn queue_small(&mut self, shape: SmallStep, mode: u32) -> Result<()> {
+    fn queue_small(&mut self, kernel: usize, mode: u32) -> Result<()> {
         let gpu = self.gpu;
-        let name = self.small_kernel(shape);
+        let (name, shape) = match self.metric {
+            AssignMetric::SqL2 => (SMALL_L2_KERNELS[kernel], SMALL_STEPS[kernel]),
+            AssignMetric::L1 => (SMALL_L1_KERNELS[kernel], SMALL_STEPS[kernel]),
+        };
         let Some(small) = self.small.as_mut() else {
             unreachable!("only called on the small path")
         };
@@ -371,8 +364,8 @@ impl Lloyd for CudaLloyd<'_> {
 
     fn assign(&mut self) -> Result<AssignStats> {
         self.gpu.clear(&mut self.counters, "counters")?;
-        match self.small_shape() {
-            Some(shape) => self.queue_small(shape, MODE_ASSIGN)?,
+        match self.small_kernel() {
+            Some(kernel) => self.queue_small(kernel, MODE_ASSIGN)?,
             None => self.queue_assign()?,
         }
         let s = self.summarize(false)?;
@@ -384,9 +377,9 @@ impl Lloyd for CudaLloyd<'_> {
 
     fn step(&mut self) -> Result<StepStats> {
         self.gpu.clear(&mut self.counters, "counters")?;
-        let s = match self.small_shape() {
-            Some(shape) => {
-                self.queue_small(shape, MODE_ASSIGN | MODE_ACCUMULATE)?;
+        let s = match self.small_kernel() {
+            Some(kernel) => {
+                self.queue_small(kernel, MODE_ASSIGN | MODE_ACCUMULATE)?;
                 self.finalize_small()?
             }
             None => {
@@ -407,9 +400,9 @@ impl Lloyd for CudaLloyd<'_> {
 
     fn update(&mut self) -> Result<usize> {
         self.gpu.clear(&mut self.counters, "counters")?;
-        let s = match self.small_shape() {
-            Some(shape) => {
-                self.queue_small(shape, MODE_ACCUMULATE)?;
+        let s = match self.small_kernel() {
+            Some(kernel) => {
+                self.queue_small(kernel, MODE_ACCUMULATE)?;
                 self.finalize_small()?
             }
             None => {

@@ -8,7 +8,7 @@ mod knn;
 use crate::backend::{Backend, Lloyd};
 use crate::error::{Error, Result};
 use crate::matrix::MatrixView;
-use cudarc::driver::sys::{CUdevice_attribute, CUevent_flags, CUresult};
+use cudarc::driver::sys::{CUdevice_attribute, CUevent_flags, CUfunction_attribute, CUresult};
 use cudarc::driver::{
     CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DeviceRepr, DriverError,
     LaunchArgs, LaunchConfig, PushKernelArg, ValidAsZeroBits,
@@ -38,6 +38,8 @@ pub struct GpuInfo {
     pub compute_capability: (i32, i32),
     pub total_memory: usize,
     pub multiprocessors: usize,
+    /// Dynamic shared memory one block may have when its kernel opts in, in bytes.
+    pub max_shared_per_block: usize,
     pub driver_version: i32,
 }
 
@@ -85,6 +87,9 @@ impl CudaBackend {
             total_memory: ctx.total_mem().map_err(|e| cuda("querying memory", e))?,
             multiprocessors: attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?
                 as usize,
+            max_shared_per_block: attr(
+                CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+            )? as usize,
             driver_version: driver_version()?,
         };
         let stream = ctx.default_stream();
@@ -119,6 +124,13 @@ impl CudaBackend {
             .module
             .load_function(name)
             .map_err(|e| cuda(&format!("loading kernel {name}"), e))?;
+        // Kernels may use all the shared memory a block can have, not only the default 48 KiB.
+        let max_shared = i32::try_from(self.info.max_shared_per_block).unwrap_or(i32::MAX);
+        f.set_attribute(
+            CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            max_shared,
+        )
+        .map_err(|e| cuda(&format!("configuring kernel {name}"), e))?;
         functions.insert(name, f.clone());
         Ok(f)
     }
@@ -230,6 +242,11 @@ impl CudaBackend {
         );
         launch.args().arg(x).arg(&n).arg(&d).arg(out);
         launch.run(rows.div_ceil(BLOCK as usize), BLOCK, 0)
+    }
+
+    /// Shared memory one block may use, in bytes.
+    pub(crate) fn max_shared_per_block(&self) -> usize {
+        self.info.max_shared_per_block
     }
 
     /// Number of multiprocessors (sizes the grids of the reduction kernels).
