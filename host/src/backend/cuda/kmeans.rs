@@ -3,11 +3,15 @@
 
 use super::{CudaBackend, arg_u32};
 use crate::backend::{AssignStats, Lloyd, StepStats};
+use crate::error::Error;
 use crate::error::Result;
+use crate::kmeans::Precision;
 use crate::matrix::MatrixView;
 use cudarc::driver::{CudaSlice, PushKernelArg};
 use kernels_gpu::fixed::{inv_pow2_f64, pow2_f32};
-use kernels_gpu::launch::{ASSIGN_WIDE, AssignTile, BLOCK, REDUCE_BLOCK, sums_fit_shared};
+use kernels_gpu::launch::{
+    ASSIGN_WIDE, AssignTile, BLOCK, REDUCE_BLOCK, TF32_POINTS, sums_fit_shared, tf32_shared_bytes,
+};
 use kernels_gpu::math::AssignMetric;
 
 pub(crate) struct CudaLloyd<'a> {
@@ -17,6 +21,8 @@ pub(crate) struct CudaLloyd<'a> {
     k: usize,
     metric: AssignMetric,
     tile: AssignTile,
+    /// Whether the assignment runs on TF32 tensor cores (`kmeans_assign_l2_tf32`).
+    tf32: bool,
     x: CudaSlice<f32>,
     x_sq_norms: CudaSlice<f32>,
     scales: CudaSlice<f32>,
@@ -57,14 +63,37 @@ impl<'a> CudaLloyd<'a> {
         data: &MatrixView<'_>,
         k: usize,
         metric: AssignMetric,
+        precision: Precision,
         scales: &[i32],
     ) -> Result<Self> {
         let (n, d) = (data.rows(), data.cols());
         arg_u32(n, "number of points")?;
         arg_u32(d, "number of dimensions")?;
         arg_u32(k, "k")?;
+        let tf32 = precision == Precision::Tf32;
+        if tf32 {
+            if metric != AssignMetric::SqL2 {
+                return Err(Error::invalid(
+                    "precision",
+                    "precision tf32 needs metric l2",
+                ));
+            }
+            let (major, minor) = gpu.info().compute_capability;
+            if major < 8 {
+                return Err(Error::invalid(
+                    "precision",
+                    format!(
+                        "precision tf32 needs a GPU of compute capability 8.0 or later (TF32 \
+                         tensor cores); {} has {major}.{minor}",
+                        gpu.info().name
+                    ),
+                ));
+            }
+            gpu.allow_shared("kmeans_assign_l2_tf32", tf32_shared_bytes())?;
+        }
         let tile = AssignTile::for_k(k);
-        let assign_blocks = n.div_ceil(tile.points());
+        let assign_points = if tf32 { TF32_POINTS } else { tile.points() };
+        let assign_blocks = n.div_ceil(assign_points);
         let shared = sums_fit_shared(k, d);
         // Two blocks per multiprocessor, fewer when there are fewer points than that.
         let parts = if shared {
@@ -83,6 +112,7 @@ impl<'a> CudaLloyd<'a> {
             k,
             metric,
             tile,
+            tf32,
             x: gpu.upload(data.as_slice(), "the data")?,
             x_sq_norms: gpu.zeros(n, "point norms")?,
             scales: gpu.upload(&f32_scales, "fixed-point scales")?,
@@ -114,7 +144,19 @@ impl<'a> CudaLloyd<'a> {
         Ok(lloyd)
     }
 
+    /// Points per block of the assign kernel (and inertia partials per block).
+    fn assign_points(&self) -> usize {
+        if self.tf32 {
+            TF32_POINTS
+        } else {
+            self.tile.points()
+        }
+    }
+
     fn assign_kernel(&self) -> &'static str {
+        if self.tf32 {
+            return "kmeans_assign_l2_tf32";
+        }
         match (self.metric, self.tile == ASSIGN_WIDE) {
             (AssignMetric::SqL2, true) => "kmeans_assign_l2_wide",
             (AssignMetric::SqL2, false) => "kmeans_assign_l2_narrow",
@@ -130,6 +172,12 @@ impl<'a> CudaLloyd<'a> {
             gpu.row_sq_norms(&self.centroids, self.k, self.d, &mut self.c_sq_norms)?;
         }
         let name = self.assign_kernel();
+        let grid = self.n.div_ceil(self.assign_points());
+        let shared = if self.tf32 {
+            tf32_shared_bytes()
+        } else {
+            self.tile.shared_bytes()
+        };
         let f = gpu.function(name)?;
         let mut launch = gpu.launch(name, &f);
         let (n, d, k) = (self.n as u32, self.d as u32, self.k as u32);
@@ -146,11 +194,7 @@ impl<'a> CudaLloyd<'a> {
             .arg(&mut self.min_dist)
             .arg(&mut self.counters)
             .arg(&mut self.block_inertia);
-        launch.run(
-            self.n.div_ceil(self.tile.points()),
-            BLOCK,
-            self.tile.shared_bytes(),
-        )
+        launch.run(grid, BLOCK, shared)
     }
 
     /// Queues the means of the current labels into `next` (empty clusters keep theirs and are
@@ -221,7 +265,7 @@ impl<'a> CudaLloyd<'a> {
         let gpu = self.gpu;
         let f = gpu.function("kmeans_summary")?;
         let mut launch = gpu.launch("kmeans_summary", &f);
-        let blocks = self.n.div_ceil(self.tile.points()) as u32;
+        let blocks = self.n.div_ceil(self.assign_points()) as u32;
         let len = if shift { (self.k * self.d) as u32 } else { 0 };
         launch
             .args()
