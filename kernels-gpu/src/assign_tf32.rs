@@ -105,6 +105,8 @@ unsafe fn run<const VEC: bool>(a: Assign) {
 
     let xs = shared::<u32>();
     let cs = unsafe { xs.add(BP * XS) };
+    // Squared norms of the centroids of two consecutive tiles (tile parity).
+    let norms = unsafe { cs.add(2 * BC * CS) }.cast::<f32>();
 
     let dp = d.next_multiple_of(KC);
     let chunks = dp / KC; // centroid chunks per tile
@@ -118,8 +120,10 @@ unsafe fn run<const VEC: bool>(a: Assign) {
     let mut i2 = [u32::MAX; 4];
 
     let (xs_addr, cs_addr) = (shared_addr(xs), shared_addr(cs));
+    let norms_addr = cs_addr + (4 * 2 * BC * CS) as u32;
     unsafe {
         stage_points(t, vec, x, n, d, first_point, 0, dp, xs_addr);
+        stage_norms(t, c_sq_norms, k, 0, norms_addr);
         stage_chunk(t, vec, centroids, k, d, 0, 0, cs_addr);
         cp_async_wait_all();
         round_points(t, vec, dp, 0, xs);
@@ -137,6 +141,12 @@ unsafe fn run<const VEC: bool>(a: Assign) {
         if next < steps {
             // The next chunk lands while this one is multiplied.
             let (first, j0) = ((next / chunks) * BC, (next % chunks) * KC);
+            if j0 == 0 {
+                // A new tile: its norms go to the other half (read at the tile's end, after a
+                // barrier; the half is free since the previous tile's end).
+                let at = norms_addr + (4 * BC * ((next / chunks) % 2)) as u32;
+                unsafe { stage_norms(t, c_sq_norms, k, first, at) };
+            }
             unsafe {
                 stage_chunk(
                     t,
@@ -182,32 +192,37 @@ unsafe fn run<const VEC: bool>(a: Assign) {
             // The tile is done: rank its centroids for this thread's four point rows. A thread
             // sees each row's centroids in increasing index order, so a strict `<` keeps the
             // lower index on ties.
-            let c0 = tile * BC + wn * 64 + 2 * q;
+            let local = wn * 64 + 2 * q;
+            let tile_norms = unsafe { norms.add(BC * (tile % 2)) };
             for nt in 0..8 {
                 for h in 0..2 {
-                    let c = c0 + nt * 8 + h;
+                    let c = tile * BC + local + nt * 8 + h;
                     let valid = c < k;
-                    let c_sq = if valid {
-                        unsafe { *c_sq_norms.add(c) }
-                    } else {
-                        0.0
-                    };
+                    let c_sq = unsafe { *tile_norms.add(local + nt * 8 + h) };
                     for mt in 0..2 {
                         for half in 0..2 {
                             let r = mt * 2 + half;
                             let score = l2_score(acc[mt][nt][half * 2 + h], c_sq);
+                            // Branch-free: selects only.
+                            let lt1 = valid & (score < s1[r]);
+                            let lt2 = valid & (score < s2[r]);
                             let c = c as u32;
-                            if valid && score < s2[r] {
-                                if score < s1[r] {
-                                    s2[r] = s1[r];
-                                    i2[r] = i1[r];
-                                    s1[r] = score;
-                                    i1[r] = c;
-                                } else {
-                                    s2[r] = score;
-                                    i2[r] = c;
-                                }
-                            }
+                            s2[r] = if lt1 {
+                                s1[r]
+                            } else if lt2 {
+                                score
+                            } else {
+                                s2[r]
+                            };
+                            i2[r] = if lt1 {
+                                i1[r]
+                            } else if lt2 {
+                                c
+                            } else {
+                                i2[r]
+                            };
+                            s1[r] = if lt1 { score } else { s1[r] };
+                            i1[r] = if lt1 { c } else { i1[r] };
                         }
                     }
                 }
@@ -416,6 +431,24 @@ unsafe fn stage_points(
         e += BLOCK as usize;
     }
     cp_async_commit();
+}
+
+/// Starts copying the squared norms of centroids `first..first + BC` (zeros past `k`) to shared
+/// address `dst`, in the group of the next [`stage_chunk`].
+///
+/// # Safety
+/// `c_sq_norms` holds `k` values; `dst` holds `BC` words.
+#[inline(always)]
+unsafe fn stage_norms(t: usize, c_sq_norms: *const f32, k: usize, first: usize, dst: u32) {
+    if t < BC {
+        let ok = first + t < k;
+        let src = if ok {
+            unsafe { c_sq_norms.add(first + t) }
+        } else {
+            c_sq_norms
+        };
+        unsafe { cp_async_4(dst + 4 * t as u32, src, if ok { 4 } else { 0 }) };
+    }
 }
 
 /// Rounds to TF32, in place, the point-tile words this thread copied in [`stage_points`].

@@ -99,9 +99,10 @@ pub const TF32_X_STRIDE: usize = TF32_XC + 4;
 pub const TF32_C_STRIDE: usize = TF32_KC + 4;
 
 /// Dynamic shared memory of one block of the TF32 assign kernel, in bytes: the point tile (after
-/// the sweep it holds the candidate merge and the reduction scratch) and two centroid chunks.
+/// the sweep it holds the candidate merge and the reduction scratch), two centroid chunks and
+/// the centroid norms of two tiles.
 pub const fn tf32_shared_bytes() -> usize {
-    (TF32_POINTS * TF32_X_STRIDE + 2 * TF32_CENTROIDS * TF32_C_STRIDE) * 4
+    (TF32_POINTS * TF32_X_STRIDE + 2 * TF32_CENTROIDS * TF32_C_STRIDE + 2 * TF32_CENTROIDS) * 4
 }
 
 /// Whether per-block fixed-point sums of `k × d` values (plus `k` counts) fit in shared memory.
