@@ -3,6 +3,8 @@
 CUDA events after warm-up (median). With --ours FILE (gpu-bench --json output) it prints speed-ups.
 
 usage: python3 torch_baseline.py [--cases A,B,...] [--reps N] [--ours gpu-bench.jsonl]
+                                 [--out results.json]
+--out writes every row (times, floor, speed-up) as JSON for bench/chart.py.
 """
 import argparse
 import json
@@ -82,7 +84,9 @@ def main():
     ap.add_argument("--cases", default="A,B,C,D,E,S,S512,F")
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--ours")
+    ap.add_argument("--out")
     args = ap.parse_args()
+    results = {"kmeans": [], "knn": []}
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     ours = {}
@@ -93,6 +97,8 @@ def main():
                 ours[r["case"]] = r
     print(f"torch {torch.__version__} on {torch.cuda.get_device_name()}")
     fp32, bandwidth = measured_rates()
+    results["fp32_flops"], results["bandwidth"] = fp32, bandwidth
+    results["gpu"] = torch.cuda.get_device_name()
     print(f"measured: FP32 {fp32 / 1e12:.1f} TFLOP/s, copy {bandwidth / 1e12:.2f} TB/s")
     print("floor = max(2·n·k·d / FP32 rate, n·d·4 bytes / bandwidth)")
     print(f"{'case':<4} {'torch ms':>10} {'ours ms':>10} {'speed-up':>9} {'floor ms':>9} {'ours/floor':>10}")
@@ -121,6 +127,8 @@ def main():
         o_str = f"{o:10.3f}" if o else f"{'-':>10}"
         vs_floor = f"{o / floor:10.2f}" if o else f"{'-':>10}"
         print(f"{name:<4} {t:10.3f} {o_str} {ratio} {floor:9.3f} {vs_floor}")
+        results["kmeans"].append(
+            {"case": name, "n": n, "d": d, "k": k, "torch_ms": t, "ours_ms": o, "floor_ms": floor})
         del x, x2, c
         torch.cuda.empty_cache()
 
@@ -150,8 +158,13 @@ def main():
         ratio = f"{t / o:9.2f}" if o else f"{'-':>9}"
         o_str = f"{o:10.3f}" if o else f"{'-':>10}"
         print(f"{name:<5} {t:10.3f} {o_str} {ratio}")
+        results["knn"].append({"case": name, "m": m, "n": n, "d": d, "k": k, "torch_ms": t, "ours_ms": o})
         del x, q, x2
         torch.cuda.empty_cache()
+
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(results, f, indent=1)
 
 
 if __name__ == "__main__":

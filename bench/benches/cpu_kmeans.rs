@@ -8,7 +8,7 @@ use criterion::{
     BenchmarkId, Criterion, SamplingMode, Throughput, criterion_group, criterion_main,
 };
 use kmeans_knn::bench::lloyd_iteration_ms;
-use kmeans_knn::{Device, MatrixView, Metric};
+use kmeans_knn::{Device, MatrixView, Metric, Precision};
 use kmeans_knn_bench::data::case;
 use std::time::Duration;
 
@@ -28,10 +28,17 @@ fn lloyd(c: &mut Criterion) {
         let id = BenchmarkId::new(name, format!("n{}_d{}_k{}", case.n, case.d, case.k));
         group.bench_function(id, |b| {
             b.iter_custom(|iters| {
-                let ms =
-                    lloyd_iteration_ms(Device::Cpu, &x, &centroids, Metric::L2, 0, iters as usize)
-                        .expect("CPU Lloyd iteration")
-                        .ms;
+                let ms = lloyd_iteration_ms(
+                    Device::Cpu,
+                    &x,
+                    &centroids,
+                    Metric::L2,
+                    Precision::Exact,
+                    0,
+                    iters as usize,
+                )
+                .expect("CPU Lloyd iteration")
+                .ms;
                 Duration::from_secs_f64(ms.iter().sum::<f64>() / 1e3)
             })
         });

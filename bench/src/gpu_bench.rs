@@ -3,9 +3,14 @@
 //! `torch_baseline.py` to compare against.
 //!
 //! usage: gpu-bench [--cases A,B,C,D,E,S,S512,F] [--reps N] [--json FILE] [--device gpu|cpu]
+//!                  [--precision tf32]
+//!
+//! With `--precision tf32`, every k-means case is also timed with `Precision::Tf32` (a `-tf32`
+//! row after the exact one) with its speed-up over exact and the share of labels identical to
+//! exact's after one assignment from the same centroids.
 
 use kmeans_knn::bench::lloyd_iteration_ms;
-use kmeans_knn::{Device, DistanceMetric, KnnIndex, MatrixView, Metric};
+use kmeans_knn::{Device, DistanceMetric, KnnIndex, MatrixView, Metric, Precision};
 use kmeans_knn_bench::data::{CASES, KNN_CASES, uniform};
 use std::io::Write;
 
@@ -27,6 +32,11 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     let reps: usize = opt("--reps").map_or(Ok(10), |r| r.parse())?;
     let device: Device = opt("--device").unwrap_or_else(|| "gpu".into()).parse()?;
     let json_path = opt("--json");
+    let tf32 = match opt("--precision").as_deref() {
+        None | Some("exact") => false,
+        Some("tf32") => true,
+        Some(other) => return Err(format!("--precision {other}: exact or tf32").into()),
+    };
     let mut json = match &json_path {
         Some(p) => Some(std::fs::File::create(p)?),
         None => None,
@@ -42,8 +52,16 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     {
         let (data, centroids) = case.data();
         let x = MatrixView::new(&data, case.n, case.d)?;
-        let timing = lloyd_iteration_ms(device, &x, &centroids, Metric::L2, 3, reps)?;
-        let mut ms = timing.ms;
+        let timing = lloyd_iteration_ms(
+            device,
+            &x,
+            &centroids,
+            Metric::L2,
+            Precision::Exact,
+            3,
+            reps,
+        )?;
+        let (mut ms, exact_labels) = (timing.ms, timing.labels);
         ms.sort_by(f64::total_cmp);
         let median = ms[ms.len() / 2];
         // Achieved rates against the floor's two counts: 2·n·k·d flops, n·d·4 bytes.
@@ -70,6 +88,48 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
                 "tflops": tflops, "tbytes_per_s": tbytes, "device_mib": mib,
             });
             writeln!(f, "{line}")?;
+        }
+        if tf32 {
+            let with_tf32 =
+                lloyd_iteration_ms(device, &x, &centroids, Metric::L2, Precision::Tf32, 3, reps)?;
+            let mut ms = with_tf32.ms.clone();
+            let labels = &with_tf32.labels;
+            ms.sort_by(f64::total_cmp);
+            let tf32_median = ms[ms.len() / 2];
+            let same = labels
+                .iter()
+                .zip(&exact_labels)
+                .filter(|(a, b)| a == b)
+                .count();
+            let agreement = same as f64 / case.n as f64;
+            let name = format!("{}-tf32", case.name);
+            println!(
+                "{:<4} {:>10} {:>5} {:>5} {:>11.3} {:>11.3} {:>9.2} {:>8.3} {:>9}   {:.2}× exact, labels {:.5} identical ({} differ)",
+                name,
+                case.n,
+                case.d,
+                case.k,
+                tf32_median,
+                ms[0],
+                case.assign_flops() / tf32_median / 1e9,
+                case.data_bytes() / tf32_median / 1e9,
+                with_tf32.device_bytes.map_or("-".into(), |b| format!(
+                    "{:.0}",
+                    b as f64 / (1 << 20) as f64
+                )),
+                median / tf32_median,
+                agreement,
+                case.n - same
+            );
+            if let Some(f) = json.as_mut() {
+                let line = serde_json::json!({
+                    "case": name, "n": case.n, "d": case.d, "k": case.k,
+                    "median_ms": tf32_median, "min_ms": ms[0], "device": device.describe()?,
+                    "precision": "tf32", "speedup_over_exact": median / tf32_median,
+                    "label_agreement": agreement,
+                });
+                writeln!(f, "{line}")?;
+            }
         }
     }
     let knn: Vec<_> = KNN_CASES

@@ -2,7 +2,7 @@
 
 use crate::device::Device;
 use crate::error::Result;
-use crate::kmeans::Metric;
+use crate::kmeans::{Metric, Precision};
 use crate::matrix::MatrixView;
 use kernels_gpu::fixed::scale_exponent;
 
@@ -14,15 +14,18 @@ pub struct LloydTiming {
     /// has a device of its own: the growth of the memory in use from before the data was
     /// uploaded to after the warm-up.
     pub device_bytes: Option<usize>,
+    /// The labels of the last iteration's assignment (from `centroids`).
+    pub labels: Vec<u32>,
 }
 
-/// Times `reps` Lloyd iterations (assign + update) after `warmup` untimed ones, each starting
-/// from the same `centroids`.
+/// Times `reps` Lloyd iterations (assign + update) with the assignment's `precision` after
+/// `warmup` untimed ones, each starting from the same `centroids`.
 pub fn lloyd_iteration_ms(
     device: Device,
     data: &MatrixView<'_>,
     centroids: &[f32],
     metric: Metric,
+    precision: Precision,
     warmup: usize,
     reps: usize,
 ) -> Result<LloydTiming> {
@@ -37,7 +40,7 @@ pub fn lloyd_iteration_ms(
     }
     let scales: Vec<i32> = max_abs.iter().map(|&m| scale_exponent(m, n)).collect();
     let before = backend.device_memory_in_use()?;
-    let mut lloyd = backend.lloyd(data, k, metric.assign(), &scales)?;
+    let mut lloyd = backend.lloyd(data, k, metric.assign(), precision, &scales)?;
     let mut device_bytes = None;
     let mut times = Vec::with_capacity(reps);
     for rep in 0..warmup + reps {
@@ -59,5 +62,26 @@ pub fn lloyd_iteration_ms(
     Ok(LloydTiming {
         ms: times,
         device_bytes,
+        labels: lloyd.labels()?,
     })
+}
+
+/// One assignment of every point of `data` to its nearest of `centroids` (`k × d`) with
+/// `precision`: the labels and each point's distance to its centroid (for tests and the
+/// benchmark's agreement figures).
+pub fn assign_once(
+    device: Device,
+    data: &MatrixView<'_>,
+    centroids: &[f32],
+    metric: Metric,
+    precision: Precision,
+) -> Result<(Vec<u32>, Vec<f32>)> {
+    let (n, d) = (data.rows(), data.cols());
+    let k = centroids.len() / d;
+    let backend = device.backend()?;
+    let scales = vec![scale_exponent(1.0, n); d];
+    let mut lloyd = backend.lloyd(data, k, metric.assign(), precision, &scales)?;
+    lloyd.set_centroids(centroids)?;
+    lloyd.assign()?;
+    Ok((lloyd.labels()?, lloyd.min_distances()?))
 }

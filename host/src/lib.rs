@@ -33,7 +33,9 @@ pub use distances::{
     DistanceMetric, pairwise_distances, pairwise_distances_blocks, pairwise_distances_to_writer,
 };
 pub use error::{Error, Result};
-pub use kmeans::{EmptyClusters, Init, Iteration, KMeans, KMeansModel, KMeansParams, Metric};
+pub use kmeans::{
+    EmptyClusters, Init, Iteration, KMeans, KMeansModel, KMeansParams, Metric, Precision,
+};
 pub use knn::{FittedScaler, KnnClassifier, KnnIndex, KnnResult, Scaler, Selection, Weights};
 pub use matrix::MatrixView;
 

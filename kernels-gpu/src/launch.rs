@@ -172,6 +172,32 @@ impl SmallStep {
     }
 }
 
+/// Shape of the TF32 tensor-core assign kernel (`kmeans_assign_l2_tf32`, sm_80 and later):
+/// `BLOCK` threads (8 warps as 4 point rows × 2 centroid columns, each warp 32 points × 64
+/// centroids of `m16n8k8` tiles) own `TF32_POINTS` points and sweep the centroids in tiles of
+/// `TF32_CENTROIDS`. Dimensions are zero-padded to a multiple of `TF32_KC`; the point tile holds
+/// `TF32_XC` of them (all of them when `d ≤ TF32_XC`, so it is staged once per block) and the
+/// centroid tile streams `TF32_KC` at a time through two buffers.
+pub const TF32_POINTS: usize = 128;
+/// Centroids per tile of the TF32 assign kernel.
+pub const TF32_CENTROIDS: usize = 128;
+/// Dimensions per staged centroid chunk of the TF32 assign kernel.
+pub const TF32_KC: usize = 32;
+/// Dimensions of the staged point tile of the TF32 assign kernel.
+pub const TF32_XC: usize = 128;
+/// Row strides (in words) of the TF32 tiles: ≡ 4 (mod 32), so the `mma` fragment loads of a
+/// warp (8 rows × 4 columns) fall in 32 distinct banks.
+pub const TF32_X_STRIDE: usize = TF32_XC + 4;
+/// See [`TF32_X_STRIDE`].
+pub const TF32_C_STRIDE: usize = TF32_KC + 4;
+
+/// Dynamic shared memory of one block of the TF32 assign kernel, in bytes: the point tile (after
+/// the sweep it holds the candidate merge and the reduction scratch), two centroid chunks and
+/// the centroid norms of two tiles.
+pub const fn tf32_shared_bytes() -> usize {
+    (TF32_POINTS * TF32_X_STRIDE + 2 * TF32_CENTROIDS * TF32_C_STRIDE + 2 * TF32_CENTROIDS) * 4
+}
+
 /// Whether per-block fixed-point sums of `k × d` values (plus `k` counts) fit in shared memory.
 pub fn sums_fit_shared(k: usize, d: usize) -> bool {
     k.checked_mul(d)
@@ -193,5 +219,24 @@ mod tests {
         }
         assert_eq!(AssignTile::for_k(16), ASSIGN_NARROW);
         assert_eq!(AssignTile::for_k(17), ASSIGN_WIDE);
+    }
+
+    #[test]
+    fn tf32_tile_fits() {
+        // Two blocks per multiprocessor on sm_80 / sm_90 (164 / 228 KiB per SM).
+        assert!(2 * (tf32_shared_bytes() + 1024) <= 228 * 1024);
+        // The point tile is reused for the merge (128 points × 2 warp columns × 2 candidates ×
+        // (score, index)) and the reduction scratch (2 f64 per thread).
+        assert!(
+            TF32_POINTS * 2 * 2 * 8 + 2 * BLOCK as usize * 8 <= TF32_POINTS * TF32_X_STRIDE * 4
+        );
+        assert_eq!(TF32_X_STRIDE % 32, 4);
+        assert_eq!(TF32_C_STRIDE % 32, 4);
+        assert_eq!(TF32_XC % TF32_KC, 0);
+        assert_eq!(
+            TF32_POINTS,
+            ASSIGN_WIDE.points(),
+            "same inertia partials as the exact kernel"
+        );
     }
 }

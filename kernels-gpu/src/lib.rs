@@ -17,6 +17,11 @@
         core_intrinsics
     )
 )]
+// Inline PTX (`mma`, `cvt.rna.tf32`, `shfl`) only in the sm_80 build's tensor-core kernels.
+#![cfg_attr(
+    all(target_arch = "nvptx64", target_feature = "sm_80"),
+    feature(asm_experimental_arch)
+)]
 
 pub mod bitonic;
 pub mod distance;
@@ -35,6 +40,8 @@ mod gpu;
 
 #[cfg(target_arch = "nvptx64")]
 pub mod assign;
+#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
+pub mod assign_tf32;
 #[cfg(target_arch = "nvptx64")]
 pub mod norms;
 #[cfg(target_arch = "nvptx64")]

@@ -5,7 +5,8 @@
 //!                       GPU tests, then the benchmark; exits non-zero on any failure
 //!   tests/<name>        release test executables (the PTX is embedded in them)
 //!   bin/<name>          the command-line tool and the GPU benchmark
-//!   kernels.ptx         the PTX they embed, for inspection (ptxas -v, cuobjdump)
+//!   kernels.ptx         the PTX they embed (sm_70, and kernels_sm80.ptx for compute capability
+//!                       8.0+), for inspection (ptxas -v, cuobjdump)
 //!   torch_baseline.py   the PyTorch version of the benchmark's cases, for the speed-up
 
 use anyhow::{Context, Result, bail};
@@ -36,7 +37,9 @@ pub fn write() -> Result<()> {
             copy(&exe, &out.join("bin").join(name))?;
         }
     }
-    std::fs::copy(crate::ptx::committed_path(), out.join("kernels.ptx"))?;
+    for path in crate::ptx::committed_paths() {
+        copy(&path, &out.join(path.file_name().unwrap()))?;
+    }
     std::fs::write(out.join("run.sh"), RUN_SH)?;
     copy(
         &root.join("bench/torch_baseline.py"),

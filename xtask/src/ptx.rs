@@ -1,4 +1,6 @@
-//! Builds `kernels-gpu` for nvptx64 on the pinned nightly and keeps `host/ptx/kernels.ptx`.
+//! Builds `kernels-gpu` for nvptx64 on the pinned nightly and keeps `host/ptx/kernels.ptx`
+//! (sm_70, every GPU from Volta on) and `host/ptx/kernels_sm80.ptx` (sm_80: the same kernels
+//! plus the tensor-core ones, loaded on compute capability 8.0 and later).
 
 use anyhow::{Context, Result, bail};
 use std::path::{Path, PathBuf};
@@ -6,44 +8,57 @@ use std::process::Command;
 
 /// The nightly that compiles the device crate (also in kernels-gpu/rust-toolchain.toml).
 pub const NIGHTLY: &str = "nightly-2026-05-20";
-/// Oldest architecture the PTX targets; the driver JIT-compiles it for every later GPU.
-pub const TARGET_CPU: &str = "sm_70";
+/// The PTX builds: target-cpu and the file (under `host/ptx/`) the host embeds. The first is the
+/// oldest architecture supported (the driver JIT-compiles it for every later GPU); the second
+/// adds the kernels that need `mma` on TF32 (`cfg(target_feature = "sm_80")`).
+pub const TARGETS: [(&str, &str); 2] = [("sm_70", "kernels.ptx"), ("sm_80", "kernels_sm80.ptx")];
 
-/// Where the host embeds the PTX from.
-pub fn committed_path() -> PathBuf {
-    crate::root().join("host/ptx/kernels.ptx")
+/// Where the host embeds PTX file `file` from.
+pub fn committed_path(file: &str) -> PathBuf {
+    crate::root().join("host/ptx").join(file)
 }
 
-/// `cargo xtask ptx`: regenerate the committed PTX.
+/// Every committed PTX file.
+pub fn committed_paths() -> Vec<PathBuf> {
+    TARGETS.iter().map(|(_, f)| committed_path(f)).collect()
+}
+
+/// `cargo xtask ptx`: regenerate the committed PTX files.
 pub fn build() -> Result<()> {
-    let ptx = compile()?;
-    let path = committed_path();
-    std::fs::create_dir_all(path.parent().unwrap())?;
-    std::fs::write(&path, ptx).with_context(|| format!("writing {}", path.display()))?;
-    eprintln!("xtask: wrote {}", path.display());
-    Ok(())
-}
-
-/// `cargo xtask ptx --check`: fail when the committed PTX differs from a fresh build.
-pub fn check() -> Result<()> {
-    let fresh = compile()?;
-    let path = committed_path();
-    let committed = std::fs::read_to_string(&path)
-        .with_context(|| format!("reading {} (run `cargo xtask ptx`)", path.display()))?;
-    if committed != fresh {
-        bail!(
-            "{} is stale: the kernels changed; run `cargo xtask ptx` and commit the result",
-            path.display()
-        );
+    for (cpu, file) in TARGETS {
+        let ptx = compile(cpu)?;
+        let path = committed_path(file);
+        std::fs::create_dir_all(path.parent().unwrap())?;
+        std::fs::write(&path, ptx).with_context(|| format!("writing {}", path.display()))?;
+        eprintln!("xtask: wrote {}", path.display());
     }
-    eprintln!("xtask: {} is up to date", path.display());
     Ok(())
 }
 
-fn compile() -> Result<String> {
+/// `cargo xtask ptx --check`: fail when a committed PTX file differs from a fresh build.
+pub fn check() -> Result<()> {
+    for (cpu, file) in TARGETS {
+        let fresh = compile(cpu)?;
+        let path = committed_path(file);
+        let committed = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading {} (run `cargo xtask ptx`)", path.display()))?;
+        if committed != fresh {
+            bail!(
+                "{} is stale: the kernels changed; run `cargo xtask ptx` and commit the result",
+                path.display()
+            );
+        }
+        eprintln!("xtask: {} is up to date", path.display());
+    }
+    Ok(())
+}
+
+fn compile(target_cpu: &str) -> Result<String> {
     ensure_nightly()?;
     let root = crate::root();
-    let target_dir = root.join("target/ptx");
+    // One target directory per architecture, so the two builds never share (or race for) the
+    // emitted `.s` file.
+    let target_dir = root.join("target/ptx").join(target_cpu);
     let status = rustup_cargo()
         .current_dir(root.join("kernels-gpu"))
         .args([
@@ -62,7 +77,7 @@ fn compile() -> Result<String> {
         .args([
             "--",
             "-C",
-            &format!("target-cpu={TARGET_CPU}"),
+            &format!("target-cpu={target_cpu}"),
             "--emit=asm",
             // Register tiles are arrays indexed in loops that must unroll fully to stay in
             // registers rather than local memory.
@@ -75,7 +90,34 @@ fn compile() -> Result<String> {
         bail!("building the kernels for nvptx64 failed ({status})");
     }
     let out = newest_asm(&target_dir.join("nvptx64-nvidia-cuda/ptx/deps"))?;
-    std::fs::read_to_string(&out).with_context(|| format!("reading {}", out.display()))
+    let ptx =
+        std::fs::read_to_string(&out).with_context(|| format!("reading {}", out.display()))?;
+    let mut ptx = ptx;
+    for (kernel, directives) in LAUNCH_BOUNDS {
+        ptx = with_directives(&ptx, kernel, directives)?;
+    }
+    Ok(ptx)
+}
+
+/// Performance directives for kernels that Rust cannot annotate (no `__launch_bounds__`): the
+/// TF32 assign kernel runs 256 threads and is meant to keep two blocks per multiprocessor, so
+/// ptxas must fit it in 128 registers.
+const LAUNCH_BOUNDS: [(&str, &str); 1] = [(
+    "kmeans_assign_l2_tf32",
+    ".maxntid 256, 1, 1\n.minnctapersm 2\n",
+)];
+
+/// `ptx` with `directives` between the parameter list and the body of entry `kernel` (left
+/// unchanged when the build has no such entry, e.g. sm_70).
+fn with_directives(ptx: &str, kernel: &str, directives: &str) -> Result<String> {
+    let Some(entry) = ptx.find(&format!(".entry {kernel}(")) else {
+        return Ok(ptx.to_string());
+    };
+    let body = ptx[entry..]
+        .find(")\n{")
+        .with_context(|| format!("no body after .entry {kernel} in the PTX"))?;
+    let at = entry + body + 2;
+    Ok(format!("{}{directives}{}", &ptx[..at], &ptx[at..]))
 }
 
 /// `rustup run NIGHTLY cargo`, with the variables of the outer (stable) cargo removed so that

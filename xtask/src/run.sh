@@ -37,7 +37,7 @@ if [ "${BENCH:-1}" = 1 ] && [ -x bin/gpu-bench ]; then
   ./bin/gpu-bench --json "$log_dir/gpu-bench.jsonl" ${BENCH_ARGS:-} 2>&1 | tee "$log_dir/gpu-bench.txt"
   [ "${PIPESTATUS[0]}" -eq 0 ] || failed+=("gpu-bench")
   echo "=== PyTorch baseline (same iteration, exact FP32)"
-  python3 torch_baseline.py --ours "$log_dir/gpu-bench.jsonl" ${TORCH_ARGS:-} 2>&1 | tee "$log_dir/torch-baseline.txt"
+  python3 torch_baseline.py --ours "$log_dir/gpu-bench.jsonl" --out "$log_dir/results.json" ${TORCH_ARGS:-} 2>&1 | tee "$log_dir/torch-baseline.txt"
   [ "${PIPESTATUS[0]}" -eq 0 ] || failed+=("torch baseline")
 fi
 

@@ -8,6 +8,7 @@ pub mod cpu;
 pub mod cuda;
 
 use crate::error::Result;
+use crate::kmeans::Precision;
 use crate::matrix::MatrixView;
 use kernels_gpu::math::AssignMetric;
 // Pairwise distances and kNN.
@@ -19,13 +20,16 @@ pub(crate) trait Backend: Send + Sync + Distances {
     /// Human-readable name, e.g. `cpu (2 threads)` or `cuda:0 (NVIDIA H100 80GB HBM3)`.
     fn describe(&self) -> String;
 
-    /// Holds `data` for Lloyd iterations with `k` centroids under `metric`.
-    /// `scales` are the per-dimension fixed-point exponents of [`kernels_gpu::fixed`].
+    /// Holds `data` for Lloyd iterations with `k` centroids under `metric`, assigning with
+    /// `precision` (validated against the metric; a backend without a faster path computes
+    /// [`Precision::Tf32`] exactly). `scales` are the per-dimension fixed-point exponents of
+    /// [`kernels_gpu::fixed`].
     fn lloyd<'a>(
         &'a self,
         data: &'a MatrixView<'a>,
         k: usize,
         metric: AssignMetric,
+        precision: Precision,
         scales: &[i32],
     ) -> Result<Box<dyn Lloyd + 'a>>;
 

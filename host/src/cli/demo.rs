@@ -4,7 +4,7 @@ use super::{CliError, FitOpts, Ui, about, fit_with_progress};
 use kmeans_knn::image_ops::Pixels;
 use kmeans_knn::io::Outputs;
 use kmeans_knn::io::image::decode_image;
-use kmeans_knn::{Device, Init, Metric};
+use kmeans_knn::{Device, Init, Metric, Precision};
 use rand::{Rng, SeedableRng};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -113,7 +113,7 @@ pub fn run(a: Args, ui: Ui) -> Result<(), CliError> {
     let fit = fit_opts(3, a.device);
     let model = about(
         Path::new("blobs"),
-        fit_with_progress(ui, &fit, Metric::L2, &data),
+        fit_with_progress(ui, &fit, Metric::L2, Precision::Exact, &data),
     )?;
     let secs = start.elapsed().as_secs_f64();
     let mut outputs = Outputs::new();

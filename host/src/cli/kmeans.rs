@@ -2,7 +2,7 @@
 
 use super::{CliError, CsvOpts, FitOpts, Ui, about, check_outputs, fit_with_progress};
 use kmeans_knn::io::{IoError, Outputs, read_matrix};
-use kmeans_knn::{KMeansModel, Metric};
+use kmeans_knn::{KMeansModel, Metric, Precision};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use std::path::{Path, PathBuf};
@@ -15,6 +15,7 @@ Examples:
       --labels-out labels.npy --centroids-out centroids.npy
   kmeans-knn kmeans pixels.csv --k 16 --metric l1 --save-model model.json --json
   kmeans-knn kmeans data.tsv --k 4 --device cpu --quiet
+  kmeans-knn kmeans embeddings.npy --k 1024 --precision tf32 --device gpu
 
 Labels are written one per row (cluster ids from 0), centroids k × d. --json prints
 {k, n, d, iterations, inertia, converged, device, seconds, ...} on stdout.";
@@ -30,6 +31,12 @@ pub struct Args {
     /// Assignment distance: l2 (squared Euclidean) or l1 (Manhattan).
     #[arg(long, value_name = "METRIC", default_value = "l2")]
     metric: Metric,
+    /// Assignment arithmetic: exact (FP32, the same labels on CPU and GPU) or tf32 (distance
+    /// products on TF32 tensor cores, the two best candidates re-checked in FP32; l2 only, GPU
+    /// of compute capability 8.0+; labels agree with exact on all but rare near-ties, distances
+    /// and inertia stay exact; the CPU computes it exactly).
+    #[arg(long, value_name = "PRECISION", default_value = "exact")]
+    precision: Precision,
     /// Write the label of every row here (.npy or CSV).
     #[arg(long, value_name = "FILE")]
     labels_out: Option<PathBuf>,
@@ -144,7 +151,7 @@ pub fn run(a: Args, ui: Ui) -> Result<(), CliError> {
     let start = Instant::now();
     let model = about(
         &a.input,
-        fit_with_progress(ui, &a.fit, a.metric, table.view()),
+        fit_with_progress(ui, &a.fit, a.metric, a.precision, table.view()),
     )?;
     let secs = start.elapsed().as_secs_f64();
 
@@ -172,6 +179,7 @@ pub fn run(a: Args, ui: Ui) -> Result<(), CliError> {
         "device": model.device,
         "seconds": secs,
         "metric": a.metric.to_string(),
+        "precision": a.precision.to_string(),
         "cluster_sizes": cluster_sizes,
         "outputs": outs.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
     });

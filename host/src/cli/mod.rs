@@ -335,23 +335,27 @@ pub fn fit_with_progress<'a>(
     ui: Ui,
     opts: &FitOpts,
     metric: Metric,
+    precision: kmeans_knn::Precision,
     data: impl Into<kmeans_knn::MatrixView<'a>>,
 ) -> kmeans_knn::Result<kmeans_knn::KMeansModel> {
     let bar = ui.iterations_bar(opts);
     let n_init = opts.n_init;
     let b = bar.clone();
-    let params = opts.params(metric).on_iteration(move |it| {
-        b.set_position(it.iteration as u64);
-        let run = if n_init > 1 {
-            format!("run {}/{n_init} ", it.run + 1)
-        } else {
-            String::new()
-        };
-        b.set_message(format!(
-            "{run}inertia {:.4e}, {} moved",
-            it.inertia, it.changed
-        ));
-    });
+    let params = opts
+        .params(metric)
+        .precision(precision)
+        .on_iteration(move |it| {
+            b.set_position(it.iteration as u64);
+            let run = if n_init > 1 {
+                format!("run {}/{n_init} ", it.run + 1)
+            } else {
+                String::new()
+            };
+            b.set_message(format!(
+                "{run}inertia {:.4e}, {} moved",
+                it.inertia, it.changed
+            ));
+        });
     let result = params.fit(data);
     bar.finish_and_clear();
     result

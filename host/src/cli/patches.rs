@@ -4,7 +4,7 @@ use super::{CliError, FitOpts, Ui, about, check_outputs, fit_with_progress};
 use kmeans_knn::image_ops::{GridLayout, Pixels, order_by_size, patch_grid};
 use kmeans_knn::io::image::{output_format, read_image};
 use kmeans_knn::io::{Format, Outputs};
-use kmeans_knn::{KMeansModel, Metric};
+use kmeans_knn::{KMeansModel, Metric, Precision};
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -70,7 +70,7 @@ pub fn cluster_patches(
     let start = Instant::now();
     let model = about(
         name,
-        fit_with_progress(ui, fit, Metric::L2, patches.matrix()),
+        fit_with_progress(ui, fit, Metric::L2, Precision::Exact, patches.matrix()),
     )?;
     let seconds = start.elapsed().as_secs_f64();
     let order = order_by_size(&model.cluster_sizes);

@@ -4,7 +4,7 @@ use super::{CliError, FitOpts, Ui, about, check_outputs, fit_with_progress};
 use kmeans_knn::image_ops::{Pixels, palette_strip, recolor};
 use kmeans_knn::io::Outputs;
 use kmeans_knn::io::image::{output_format, read_image};
-use kmeans_knn::{KMeansModel, Metric};
+use kmeans_knn::{KMeansModel, Metric, Precision};
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -63,7 +63,10 @@ pub fn segment(
     name: &Path,
 ) -> Result<Segmented, CliError> {
     let start = Instant::now();
-    let model = about(name, fit_with_progress(ui, fit, metric, pixels.matrix()))?;
+    let model = about(
+        name,
+        fit_with_progress(ui, fit, metric, Precision::Exact, pixels.matrix()),
+    )?;
     let seconds = start.elapsed().as_secs_f64();
     let image = about(
         name,

@@ -34,7 +34,7 @@ pub(super) fn fit(params: &KMeansParams, data: &MatrixView<'_>) -> Result<KMeans
     let tol = params.tol * summary.mean_variance;
 
     let backend = params.device.backend()?;
-    let mut lloyd = backend.lloyd(data, k, params.metric.assign(), &scales)?;
+    let mut lloyd = backend.lloyd(data, k, params.metric.assign(), params.precision, &scales)?;
     let mut rng = ChaCha8Rng::seed_from_u64(params.seed);
     let mut best: Option<Run> = None;
     for run in 0..params.n_init {

@@ -43,6 +43,7 @@ impl KMeans {
             metric: Metric::L2,
             device: Device::Auto,
             empty_clusters: EmptyClusters::FarthestPoint,
+            precision: Precision::Exact,
             progress: None,
         }
     }
@@ -119,6 +120,45 @@ impl fmt::Display for Metric {
     }
 }
 
+/// Arithmetic of the assignment step.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Precision {
+    /// FP32 throughout, bit-identical on the CPU and the GPU.
+    #[default]
+    Exact,
+    /// The distance products on TF32 tensor cores (`mma.sync`, inputs rounded to 10-bit
+    /// mantissas, FP32 accumulation); each point's two best candidates are then re-checked in
+    /// exact FP32, so a label differs from [`Precision::Exact`]'s only when the true nearest
+    /// centroid is not among the two best TF32 candidates, and every reported distance (hence
+    /// inertia) is the exact FP32 distance to the chosen centroid. Squared L2 only, on a GPU of
+    /// compute capability 8.0 or later (an error on older GPUs); on the CPU backend the fit is
+    /// computed exactly (the same answer as [`Precision::Exact`]).
+    Tf32,
+}
+
+impl FromStr for Precision {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "exact" | "fp32" => Ok(Precision::Exact),
+            "tf32" => Ok(Precision::Tf32),
+            _ => Err(Error::invalid(
+                "precision",
+                format!("'{s}' is not one of exact, tf32"),
+            )),
+        }
+    }
+}
+
+impl fmt::Display for Precision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Precision::Exact => "exact",
+            Precision::Tf32 => "tf32",
+        })
+    }
+}
+
 /// What happens to a cluster that loses all its points.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum EmptyClusters {
@@ -159,6 +199,7 @@ pub struct KMeansParams {
     metric: Metric,
     device: Device,
     empty_clusters: EmptyClusters,
+    precision: Precision,
     progress: Option<Progress>,
 }
 
@@ -204,6 +245,12 @@ impl KMeansParams {
         self.empty_clusters = policy;
         self
     }
+    /// Assignment arithmetic (default [`Precision::Exact`]); see [`Precision::Tf32`] for the
+    /// tensor-core mode.
+    pub fn precision(mut self, precision: Precision) -> Self {
+        self.precision = precision;
+        self
+    }
     /// Calls `f` after every iteration (e.g. to drive a progress bar).
     pub fn on_iteration(mut self, f: impl Fn(&Iteration) + Send + Sync + 'static) -> Self {
         self.progress = Some(Arc::new(f));
@@ -233,6 +280,15 @@ impl KMeansParams {
             return Err(Error::invalid(
                 "tol",
                 format!("tol must be finite and ≥ 0, got {}", self.tol),
+            ));
+        }
+        if self.precision == Precision::Tf32 && self.metric != Metric::L2 {
+            return Err(Error::invalid(
+                "precision",
+                format!(
+                    "precision tf32 needs metric l2 (squared Euclidean), not {}",
+                    self.metric
+                ),
             ));
         }
         if self.n_init == 0 {

@@ -1,6 +1,6 @@
 //! A fitted k-means model.
 
-use super::Metric;
+use super::{Metric, Precision};
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::matrix::MatrixView;
@@ -52,7 +52,8 @@ impl KMeansModel {
         self.check_input(&x)?;
         let backend = device.backend()?;
         let scales = vec![0; self.d];
-        let mut lloyd = backend.lloyd(&x, self.k, self.metric.assign(), &scales)?;
+        let mut lloyd =
+            backend.lloyd(&x, self.k, self.metric.assign(), Precision::Exact, &scales)?;
         lloyd.set_centroids(&self.centroids)?;
         lloyd.assign()?;
         lloyd.labels()

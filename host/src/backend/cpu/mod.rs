@@ -6,6 +6,7 @@ mod knn;
 
 use crate::backend::{Backend, Lloyd};
 use crate::error::Result;
+use crate::kmeans::Precision;
 use crate::matrix::MatrixView;
 use kernels_gpu::math::AssignMetric;
 use std::sync::{Arc, OnceLock};
@@ -33,8 +34,10 @@ impl Backend for CpuBackend {
         data: &'a MatrixView<'a>,
         k: usize,
         metric: AssignMetric,
+        _precision: Precision,
         scales: &[i32],
     ) -> Result<Box<dyn Lloyd + 'a>> {
+        // Precision::Tf32 is a GPU speed-up; here the assignment stays exact.
         Ok(Box::new(kmeans::CpuLloyd::new(data, k, metric, scales)))
     }
 

@@ -6,12 +6,15 @@
 
 use super::{CudaBackend, arg_u32};
 use crate::backend::{AssignStats, Lloyd, StepStats};
+use crate::error::Error;
 use crate::error::Result;
+use crate::kmeans::Precision;
 use crate::matrix::MatrixView;
 use cudarc::driver::{CudaSlice, PushKernelArg};
 use kernels_gpu::fixed::{inv_pow2_f64, pow2_f32};
 use kernels_gpu::launch::{
-    ASSIGN_WIDE, AssignTile, BLOCK, REDUCE_BLOCK, SMALL_STEPS, SmallStep, sums_fit_shared,
+    ASSIGN_WIDE, AssignTile, BLOCK, REDUCE_BLOCK, SMALL_STEPS, SmallStep, TF32_POINTS,
+    sums_fit_shared, tf32_shared_bytes,
 };
 use kernels_gpu::math::AssignMetric;
 use kernels_gpu::small::{MODE_ACCUMULATE, MODE_ASSIGN, SMALL_L1_KERNELS, SMALL_L2_KERNELS};
@@ -27,6 +30,8 @@ pub(crate) struct CudaLloyd<'a> {
     small: Option<SmallPath>,
     /// Blocks of the assign kernel in use (one inertia partial each).
     assign_blocks: usize,
+    /// Whether the assignment runs on TF32 tensor cores (`kmeans_assign_l2_tf32`).
+    tf32: bool,
     x: CudaSlice<f32>,
     x_sq_norms: CudaSlice<f32>,
     scales: CudaSlice<f32>,
@@ -76,18 +81,41 @@ impl<'a> CudaLloyd<'a> {
         data: &MatrixView<'_>,
         k: usize,
         metric: AssignMetric,
+        precision: Precision,
         scales: &[i32],
     ) -> Result<Self> {
         let (n, d) = (data.rows(), data.cols());
         arg_u32(n, "number of points")?;
         arg_u32(d, "number of dimensions")?;
         arg_u32(k, "k")?;
+        let tf32 = precision == Precision::Tf32;
+        if tf32 {
+            if metric != AssignMetric::SqL2 {
+                return Err(Error::invalid(
+                    "precision",
+                    "precision tf32 needs metric l2",
+                ));
+            }
+            let (major, minor) = gpu.info().compute_capability;
+            if major < 8 {
+                return Err(Error::invalid(
+                    "precision",
+                    format!(
+                        "precision tf32 needs a GPU of compute capability 8.0 or later (TF32 \
+                         tensor cores); {} has {major}.{minor}",
+                        gpu.info().name
+                    ),
+                ));
+            }
+        }
         let tile = AssignTile::for_k(k);
-        // The small step when two of its blocks fit on a multiprocessor (fewer hide no latency).
+        // The small step when two of its blocks fit on a multiprocessor (fewer hide no latency);
+        // TF32 has a kernel of its own.
         let small_shape = SmallStep::for_d(d)
-            .filter(|&i| SMALL_STEPS[i].fits(k, d, gpu.max_shared_per_block() / 2));
+            .filter(|&i| !tf32 && SMALL_STEPS[i].fits(k, d, gpu.max_shared_per_block() / 2));
         let assign_blocks = match small_shape {
             Some(i) => n.div_ceil(SMALL_STEPS[i].block_points()),
+            None if tf32 => n.div_ceil(TF32_POINTS),
             None => n.div_ceil(tile.points()),
         };
         let small = match small_shape {
@@ -121,6 +149,7 @@ impl<'a> CudaLloyd<'a> {
             tile,
             small,
             assign_blocks,
+            tf32,
             x: gpu.upload(data.as_slice(), "the data")?,
             x_sq_norms: gpu.zeros(n, "point norms")?,
             scales: gpu.upload(&f32_scales, "fixed-point scales")?,
@@ -153,6 +182,9 @@ impl<'a> CudaLloyd<'a> {
     }
 
     fn assign_kernel(&self) -> &'static str {
+        if self.tf32 {
+            return "kmeans_assign_l2_tf32";
+        }
         match (self.metric, self.tile == ASSIGN_WIDE) {
             (AssignMetric::SqL2, true) => "kmeans_assign_l2_wide",
             (AssignMetric::SqL2, false) => "kmeans_assign_l2_narrow",
@@ -168,6 +200,12 @@ impl<'a> CudaLloyd<'a> {
             gpu.row_sq_norms(&self.centroids, self.k, self.d, &mut self.c_sq_norms)?;
         }
         let name = self.assign_kernel();
+        let grid = self.assign_blocks;
+        let shared = if self.tf32 {
+            tf32_shared_bytes()
+        } else {
+            self.tile.shared_bytes()
+        };
         let f = gpu.function(name)?;
         let mut launch = gpu.launch(name, &f);
         let (n, d, k) = (self.n as u32, self.d as u32, self.k as u32);
@@ -184,11 +222,7 @@ impl<'a> CudaLloyd<'a> {
             .arg(&mut self.min_dist)
             .arg(&mut self.counters)
             .arg(&mut self.block_inertia);
-        launch.run(
-            self.n.div_ceil(self.tile.points()),
-            BLOCK,
-            self.tile.shared_bytes(),
-        )
+        launch.run(grid, BLOCK, shared)
     }
 
     /// Queues the means of the current labels into `next` (empty clusters keep theirs and are

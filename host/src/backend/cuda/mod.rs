@@ -7,6 +7,7 @@ mod knn;
 
 use crate::backend::{Backend, Lloyd};
 use crate::error::{Error, Result};
+use crate::kmeans::Precision;
 use crate::matrix::MatrixView;
 use cudarc::driver::sys::{CUdevice_attribute, CUevent_flags, CUfunction_attribute, CUresult};
 use cudarc::driver::{
@@ -18,8 +19,12 @@ use kernels_gpu::math::AssignMetric;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
-/// The kernels, compiled from `kernels-gpu` by `cargo xtask ptx`.
+/// The kernels, compiled from `kernels-gpu` by `cargo xtask ptx` for sm_70 (every GPU from
+/// Volta on).
 pub const PTX: &str = include_str!("../../../ptx/kernels.ptx");
+/// The same kernels plus the tensor-core ones, compiled for sm_80; loaded on compute capability
+/// 8.0 and later.
+pub const PTX_SM80: &str = include_str!("../../../ptx/kernels_sm80.ptx");
 
 /// A CUDA GPU with the kernels loaded.
 pub struct CudaBackend {
@@ -71,17 +76,19 @@ impl CudaBackend {
             )));
         }
         let ctx = CudaContext::new(ordinal).map_err(|e| cuda("creating the CUDA context", e))?;
-        let module = ctx
-            .load_module(cudarc::nvrtc::Ptx::from_src(PTX))
-            .map_err(|e| cuda("loading the PTX module", e))?;
         let attr = |a| ctx.attribute(a).map_err(|e| cuda("querying the device", e));
+        let major = attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
+        let ptx = if major >= 8 { PTX_SM80 } else { PTX };
+        let module = ctx
+            .load_module(cudarc::nvrtc::Ptx::from_src(ptx))
+            .map_err(|e| cuda("loading the PTX module", e))?;
         let info = GpuInfo {
             ordinal,
             name: ctx
                 .name()
                 .map_err(|e| cuda("querying the device name", e))?,
             compute_capability: (
-                attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
+                major,
                 attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
             ),
             total_memory: ctx.total_mem().map_err(|e| cuda("querying memory", e))?,
@@ -265,10 +272,11 @@ impl Backend for CudaBackend {
         data: &'a MatrixView<'a>,
         k: usize,
         metric: AssignMetric,
+        precision: Precision,
         scales: &[i32],
     ) -> Result<Box<dyn Lloyd + 'a>> {
         Ok(Box::new(kmeans::CudaLloyd::new(
-            self, data, k, metric, scales,
+            self, data, k, metric, precision, scales,
         )?))
     }
 

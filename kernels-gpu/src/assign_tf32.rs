@@ -1,0 +1,666 @@
+//! Reduced-precision squared-L2 assignment on tensor cores (sm_80 and later), re-checked exactly.
+//!
+//! Same arguments and outputs as `kmeans_assign_l2_wide`. A block owns `TF32_POINTS` points and
+//! sweeps the centroids in tiles of `TF32_CENTROIDS`; point rows and centroid chunks are staged
+//! through shared memory already rounded to TF32 (`cvt.rna`), zero-padded past `n`, `k` and `d`,
+//! and multiplied with `mma.sync.m16n8k8` (FP32 accumulation). Every point keeps its two best
+//! approximate candidates `‖c‖² − 2·x·c` (ties by lower index); then both are re-scored exactly
+//! as the CPU does — a dimension-ordered chain of single-rounding FMAs on the unrounded rows —
+//! and the better wins. Labels therefore equal the exact ones unless the true nearest centroid
+//! is not among the two best TF32 candidates, and every distance is the exact FP32 distance to
+//! the chosen centroid.
+
+use crate::gpu::{self, atomic_add_u32, block_sum_f64, shared, sync_threads};
+use crate::launch::{
+    BLOCK, TF32_C_STRIDE as CS, TF32_CENTROIDS as BC, TF32_KC as KC, TF32_POINTS as BP,
+    TF32_X_STRIDE as XS, TF32_XC as XC,
+};
+use crate::math::{AssignMetric, assign_distance, assign_step, better, l2_score};
+use core::arch::asm;
+
+/// Labels each of the `n` points of `x` (row-major, `d` columns) with its nearest of the `k`
+/// centroids (TF32 candidates, exact FP32 re-check) and writes its exact distance. With
+/// `changed` non-null, adds the number of labels that differ from what `labels` held; with
+/// `block_inertia` non-null, writes each block's fixed-order sum of distances at its index.
+///
+/// # Safety
+/// Pointers valid for those sizes; `BLOCK` threads, `ceil(n / TF32_POINTS)` blocks and
+/// `tf32_shared_bytes()` of dynamic shared memory.
+#[unsafe(no_mangle)]
+pub unsafe extern "gpu-kernel" fn kmeans_assign_l2_tf32(
+    x: *const f32,
+    x_sq_norms: *const f32,
+    n: u32,
+    d: u32,
+    centroids: *const f32,
+    c_sq_norms: *const f32,
+    k: u32,
+    labels: *mut u32,
+    min_dist: *mut f32,
+    changed: *mut u32,
+    block_inertia: *mut f64,
+) {
+    let (n, d, k) = (n as usize, (d as usize).max(1), k as usize);
+    let a = Assign {
+        x,
+        x_sq_norms,
+        n,
+        d,
+        centroids,
+        c_sq_norms,
+        k,
+        labels,
+        min_dist,
+        changed,
+        block_inertia,
+    };
+    // Rows of `x` and `centroids` start 16-byte aligned when d is a multiple of 4: stage in
+    // 16-byte copies then, else one word at a time (two specialisations, so neither keeps the
+    // other's addresses live).
+    if d % 4 == 0 {
+        unsafe { run::<true>(a) }
+    } else {
+        unsafe { run::<false>(a) }
+    }
+}
+
+/// Arguments of [`kmeans_assign_l2_tf32`].
+#[derive(Clone, Copy)]
+struct Assign {
+    x: *const f32,
+    x_sq_norms: *const f32,
+    n: usize,
+    d: usize,
+    centroids: *const f32,
+    c_sq_norms: *const f32,
+    k: usize,
+    labels: *mut u32,
+    min_dist: *mut f32,
+    changed: *mut u32,
+    block_inertia: *mut f64,
+}
+
+#[inline(always)]
+unsafe fn run<const VEC: bool>(a: Assign) {
+    let Assign {
+        x,
+        x_sq_norms,
+        n,
+        d,
+        centroids,
+        c_sq_norms,
+        k,
+        labels,
+        min_dist,
+        changed,
+        block_inertia,
+    } = a;
+    let vec = VEC;
+    let t = gpu::thread();
+    let (warp, lane) = (t / 32, t % 32);
+    let (g, q) = (lane / 4, lane % 4);
+    // Warp (wm, wn) covers points wm·32.. and centroids wn·64.. of the block's tiles.
+    let (wm, wn) = (warp % 4, warp / 4);
+    let first_point = gpu::block() * BP;
+
+    let xs = shared::<u32>();
+    let cs = unsafe { xs.add(BP * XS) };
+    // Squared norms of the centroids of two consecutive tiles (tile parity).
+    let norms = unsafe { cs.add(2 * BC * CS) }.cast::<f32>();
+
+    let dp = d.next_multiple_of(KC);
+    let chunks = dp / KC; // centroid chunks per tile
+    let resident = dp <= XC; // the point tile holds every dimension
+    let tiles = k.div_ceil(BC);
+    let steps = tiles * chunks;
+
+    let mut s1 = [f32::INFINITY; 4];
+    let mut i1 = [u32::MAX; 4];
+    let mut s2 = [f32::INFINITY; 4];
+    let mut i2 = [u32::MAX; 4];
+
+    let (xs_addr, cs_addr) = (shared_addr(xs), shared_addr(cs));
+    let norms_addr = cs_addr + (4 * 2 * BC * CS) as u32;
+    unsafe {
+        stage_points(t, vec, x, n, d, first_point, 0, dp, xs_addr);
+        stage_norms(t, c_sq_norms, k, 0, norms_addr);
+        stage_chunk(t, vec, centroids, k, d, 0, 0, cs_addr);
+        cp_async_wait_all();
+        round_points(t, vec, dp, 0, xs);
+        round_chunk(t, vec, cs);
+    }
+    sync_threads();
+
+    let mut acc = [[[0f32; 4]; 8]; 2];
+    let mut s = 0;
+    while s < steps {
+        let (tile, kc) = (s / chunks, s % chunks);
+        let buf = unsafe { cs.add((s % 2) * BC * CS) };
+        let next = s + 1;
+        let next_buf = (next % 2) * BC * CS;
+        if next < steps {
+            // The next chunk lands while this one is multiplied.
+            let (first, j0) = ((next / chunks) * BC, (next % chunks) * KC);
+            if j0 == 0 {
+                // A new tile: its norms go to the other half (read at the tile's end, after a
+                // barrier; the half is free since the previous tile's end).
+                let at = norms_addr + (4 * BC * ((next / chunks) % 2)) as u32;
+                unsafe { stage_norms(t, c_sq_norms, k, first, at) };
+            }
+            unsafe {
+                stage_chunk(
+                    t,
+                    vec,
+                    centroids,
+                    k,
+                    d,
+                    first,
+                    j0,
+                    cs_addr + 4 * next_buf as u32,
+                )
+            };
+        }
+        // Column of this chunk inside the staged point tile.
+        let xcol = (kc * KC) % XC;
+        // The k slots of the mma are a relabelling of the dimensions (the same for points and
+        // centroids, so the products pair up): slot (step kk, lane column q, half h) holds
+        // dimension q·8 + kk·2 + h of the chunk. A lane's 8 values of a row are then contiguous
+        // and load as two 16-byte vectors, conflict-free with strides ≡ 4 (mod 32).
+        for half in 0..2 {
+            let col = xcol + q * 8 + half * 4;
+            let mut a = [[[0u32; 4]; 2]; 2];
+            for (mt, a) in a.iter_mut().enumerate() {
+                let row = wm * 32 + mt * 16 + g;
+                unsafe {
+                    a[0] = load4(xs.add(row * XS + col));
+                    a[1] = load4(xs.add((row + 8) * XS + col));
+                }
+            }
+            for nt in 0..8 {
+                let c = wn * 64 + nt * 8 + g;
+                let b = unsafe { load4(buf.add(c * CS + q * 8 + half * 4)) };
+                for kk in 0..2 {
+                    for mt in 0..2 {
+                        let (lo, hi) = (a[mt][0], a[mt][1]);
+                        let frag = [lo[2 * kk], hi[2 * kk], lo[2 * kk + 1], hi[2 * kk + 1]];
+                        mma(&mut acc[mt][nt], frag, [b[2 * kk], b[2 * kk + 1]]);
+                    }
+                }
+            }
+        }
+        if kc == chunks - 1 {
+            // The tile is done: rank its centroids for this thread's four point rows. A thread
+            // sees each row's centroids in increasing index order, so a strict `<` keeps the
+            // lower index on ties.
+            let local = wn * 64 + 2 * q;
+            let tile_norms = unsafe { norms.add(BC * (tile % 2)) };
+            for nt in 0..8 {
+                for h in 0..2 {
+                    let c = tile * BC + local + nt * 8 + h;
+                    let valid = c < k;
+                    let c_sq = unsafe { *tile_norms.add(local + nt * 8 + h) };
+                    for mt in 0..2 {
+                        for half in 0..2 {
+                            let r = mt * 2 + half;
+                            let score = l2_score(acc[mt][nt][half * 2 + h], c_sq);
+                            // Branch-free: selects only.
+                            let lt1 = valid & (score < s1[r]);
+                            let lt2 = valid & (score < s2[r]);
+                            let c = c as u32;
+                            s2[r] = if lt1 {
+                                s1[r]
+                            } else if lt2 {
+                                score
+                            } else {
+                                s2[r]
+                            };
+                            i2[r] = if lt1 {
+                                i1[r]
+                            } else if lt2 {
+                                c
+                            } else {
+                                i2[r]
+                            };
+                            s1[r] = if lt1 { score } else { s1[r] };
+                            i1[r] = if lt1 { c } else { i1[r] };
+                        }
+                    }
+                }
+            }
+            acc = [[[0f32; 4]; 8]; 2];
+        }
+        if next < steps {
+            unsafe {
+                cp_async_wait_all();
+                round_chunk(t, vec, cs.add(next_buf));
+            }
+            let j0 = (next % chunks) * KC;
+            if !resident && j0 % XC == 0 {
+                // The next step reads another slice of the dimensions: restage the points.
+                sync_threads();
+                unsafe {
+                    stage_points(t, vec, x, n, d, first_point, j0, dp, xs_addr);
+                    cp_async_wait_all();
+                    round_points(t, vec, dp, j0, xs);
+                }
+            }
+        }
+        sync_threads();
+        s = next;
+    }
+
+    // Merge the four lanes of a point row (they saw different centroids), then the two warp
+    // columns through shared memory (the point tile is free now).
+    for r in 0..4 {
+        merge_lanes(&mut s1[r], &mut i1[r], &mut s2[r], &mut i2[r], 1);
+        merge_lanes(&mut s1[r], &mut i1[r], &mut s2[r], &mut i2[r], 2);
+    }
+    let merge_score = xs.cast::<f32>();
+    let merge_index = unsafe { xs.add(BP * 4) };
+    let scratch = unsafe { xs.add(BP * 8) }.cast::<f64>();
+    if q == 0 {
+        for r in 0..4 {
+            let p = wm * 32 + (r / 2) * 16 + (r % 2) * 8 + g;
+            let at = p * 4 + wn * 2;
+            unsafe {
+                *merge_score.add(at) = s1[r];
+                *merge_index.add(at) = i1[r];
+                *merge_score.add(at + 1) = s2[r];
+                *merge_index.add(at + 1) = i2[r];
+            }
+        }
+    }
+    sync_threads();
+
+    // Exact re-check: two threads per point, one candidate each.
+    let (p, which) = (t / 2, t % 2);
+    let i = first_point + p;
+    let (mut b1, mut j1, mut b2, mut j2) = (f32::INFINITY, u32::MAX, f32::INFINITY, u32::MAX);
+    for e in 0..4 {
+        let (sc, ix) = unsafe { (*merge_score.add(p * 4 + e), *merge_index.add(p * 4 + e)) };
+        insert(&mut b1, &mut j1, &mut b2, &mut j2, sc, ix);
+    }
+    let cand = if which == 0 { j1 } else { j2 };
+    let mut score = f32::INFINITY;
+    if i < n && cand != u32::MAX {
+        let c = cand as usize;
+        let dot = unsafe { exact_dot(x.add(i * d), centroids.add(c * d), d) };
+        score = l2_score(dot, unsafe { *c_sq_norms.add(c) });
+    }
+    let (other_score, other) = (shfl_xor_f32(score, 1), shfl_xor_u32(cand, 1));
+    let (mut best, mut label) = (
+        score,
+        if score == f32::INFINITY {
+            u32::MAX
+        } else {
+            cand
+        },
+    );
+    let other = if other_score == f32::INFINITY {
+        u32::MAX
+    } else {
+        other
+    };
+    if better(other_score, other, best, label) {
+        best = other_score;
+        label = other;
+    }
+    let mut moved = 0.0;
+    let mut dist_sum = 0.0;
+    if which == 0 && i < n {
+        if label == u32::MAX {
+            // Every score was +inf (or NaN): the CPU's first-minimum scan keeps centroid 0.
+            label = 0;
+        }
+        let dist = assign_distance(AssignMetric::SqL2, unsafe { *x_sq_norms.add(i) }, best);
+        unsafe {
+            if *labels.add(i) != label {
+                moved = 1.0;
+            }
+            *labels.add(i) = label;
+            *min_dist.add(i) = dist;
+        }
+        dist_sum = dist as f64;
+    }
+    if !changed.is_null() {
+        let total = unsafe { block_sum_f64(scratch, moved) };
+        if t == 0 && total > 0.0 {
+            unsafe { atomic_add_u32(changed, total as u32) };
+        }
+    }
+    if !block_inertia.is_null() {
+        let total = unsafe { block_sum_f64(scratch.add(BLOCK as usize), dist_sum) };
+        if t == 0 {
+            unsafe { *block_inertia.add(gpu::block()) = total };
+        }
+    }
+}
+
+/// Puts `(score, index)` into the sorted pair `(s1, i1) ≤ (s2, i2)` if it beats either.
+#[inline(always)]
+fn insert(s1: &mut f32, i1: &mut u32, s2: &mut f32, i2: &mut u32, score: f32, index: u32) {
+    if better(score, index, *s1, *i1) {
+        *s2 = *s1;
+        *i2 = *i1;
+        *s1 = score;
+        *i1 = index;
+    } else if better(score, index, *s2, *i2) {
+        *s2 = score;
+        *i2 = index;
+    }
+}
+
+/// The CPU's dot product: dimension order, one single-rounding FMA per dimension.
+///
+/// # Safety
+/// `x` and `c` are valid for `d` values.
+#[inline(always)]
+unsafe fn exact_dot(x: *const f32, c: *const f32, d: usize) -> f32 {
+    #[repr(C, align(16))]
+    #[derive(Clone, Copy)]
+    struct V4([f32; 4]);
+    let mut acc = 0.0;
+    if d % 4 == 0 && (x as usize) % 16 == 0 && (c as usize) % 16 == 0 {
+        let (xv, cv) = (x.cast::<V4>(), c.cast::<V4>());
+        for h in 0..d / 4 {
+            let (V4(a), V4(b)) = unsafe { (*xv.add(h), *cv.add(h)) };
+            for j in 0..4 {
+                acc = assign_step(AssignMetric::SqL2, acc, a[j], b[j]);
+            }
+        }
+    } else {
+        for j in 0..d {
+            acc = assign_step(AssignMetric::SqL2, acc, unsafe { *x.add(j) }, unsafe {
+                *c.add(j)
+            });
+        }
+    }
+    acc
+}
+
+/// Merges the sorted candidate pair of lane `lane ^ mask` into this lane's.
+#[inline(always)]
+fn merge_lanes(s1: &mut f32, i1: &mut u32, s2: &mut f32, i2: &mut u32, mask: u32) {
+    let (ps1, pi1) = (shfl_xor_f32(*s1, mask), shfl_xor_u32(*i1, mask));
+    let (ps2, pi2) = (shfl_xor_f32(*s2, mask), shfl_xor_u32(*i2, mask));
+    insert(s1, i1, s2, i2, ps1, pi1);
+    insert(s1, i1, s2, i2, ps2, pi2);
+}
+
+/// Starts copying dimensions `j0..j0 + min(XC, dp − j0)` of the block's points into the point
+/// tile at shared address `xs` (row-major, stride `XS`), zeros past `n` and `d`. Thread `t`
+/// copies the elements (of 4 words with `vec`, else of 1) `t, t + BLOCK, …`;
+/// [`round_points`] rounds the same ones after the copies have landed.
+///
+/// # Safety
+/// `x` holds `n × d` values (16-byte aligned rows with `vec`); `xs` is the point tile.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn stage_points(
+    t: usize,
+    vec: bool,
+    x: *const f32,
+    n: usize,
+    d: usize,
+    first: usize,
+    j0: usize,
+    dp: usize,
+    xs: u32,
+) {
+    let width = XC.min(dp - j0);
+    let w = if vec { 4 } else { 1 };
+    let per_row = width / w;
+    let mut e = t;
+    while e < BP * per_row {
+        let (r, jj) = (e / per_row, (e % per_row) * w);
+        let (row, col) = (first + r, j0 + jj);
+        let ok = row < n && col < d;
+        let src = if ok {
+            unsafe { x.add(row * d + col) }
+        } else {
+            x
+        };
+        let dst = xs + 4 * (r * XS + jj) as u32;
+        unsafe {
+            if vec {
+                cp_async_16(dst, src, if ok { 16 } else { 0 });
+            } else {
+                cp_async_4(dst, src, if ok { 4 } else { 0 });
+            }
+        }
+        e += BLOCK as usize;
+    }
+    cp_async_commit();
+}
+
+/// Starts copying the squared norms of centroids `first..first + BC` (zeros past `k`) to shared
+/// address `dst`, in the group of the next [`stage_chunk`].
+///
+/// # Safety
+/// `c_sq_norms` holds `k` values; `dst` holds `BC` words.
+#[inline(always)]
+unsafe fn stage_norms(t: usize, c_sq_norms: *const f32, k: usize, first: usize, dst: u32) {
+    if t < BC {
+        let ok = first + t < k;
+        let src = if ok {
+            unsafe { c_sq_norms.add(first + t) }
+        } else {
+            c_sq_norms
+        };
+        unsafe { cp_async_4(dst + 4 * t as u32, src, if ok { 4 } else { 0 }) };
+    }
+}
+
+/// Rounds to TF32, in place, the point-tile words this thread copied in [`stage_points`].
+///
+/// # Safety
+/// The thread's copies have landed (`cp_async_wait_all`).
+#[inline(always)]
+unsafe fn round_points(t: usize, vec: bool, dp: usize, j0: usize, xs: *mut u32) {
+    let width = XC.min(dp - j0);
+    let w = if vec { 4 } else { 1 };
+    let per_row = width / w;
+    let mut e = t;
+    while e < BP * per_row {
+        let (r, jj) = (e / per_row, (e % per_row) * w);
+        for v in 0..w {
+            unsafe { round_in_place(xs.add(r * XS + jj + v)) };
+        }
+        e += BLOCK as usize;
+    }
+}
+
+/// Starts copying centroids `first..first + BC`, dimensions `j0..j0 + KC` into the centroid
+/// buffer at shared address `buf` (row-major, stride `CS`), zeros past `k` and `d`; the
+/// element split is [`round_chunk`]'s.
+///
+/// # Safety
+/// `c` holds `k × d` values (16-byte aligned rows with `vec`); `buf` is a centroid buffer.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn stage_chunk(
+    t: usize,
+    vec: bool,
+    c: *const f32,
+    k: usize,
+    d: usize,
+    first: usize,
+    j0: usize,
+    buf: u32,
+) {
+    if vec {
+        for u in 0..BC * KC / 4 / BLOCK as usize {
+            let e = t + u * BLOCK as usize;
+            let (r, jj) = (e / (KC / 4), (e % (KC / 4)) * 4);
+            let (row, col) = (first + r, j0 + jj);
+            let ok = row < k && col < d;
+            let src = if ok {
+                unsafe { c.add(row * d + col) }
+            } else {
+                c
+            };
+            unsafe { cp_async_16(buf + 4 * (r * CS + jj) as u32, src, if ok { 16 } else { 0 }) };
+        }
+    } else {
+        for u in 0..BC * KC / BLOCK as usize {
+            let e = t + u * BLOCK as usize;
+            let (r, jj) = (e / KC, e % KC);
+            let (row, col) = (first + r, j0 + jj);
+            let ok = row < k && col < d;
+            let src = if ok {
+                unsafe { c.add(row * d + col) }
+            } else {
+                c
+            };
+            unsafe { cp_async_4(buf + 4 * (r * CS + jj) as u32, src, if ok { 4 } else { 0 }) };
+        }
+    }
+    cp_async_commit();
+}
+
+/// Rounds to TF32, in place, the centroid-buffer words this thread copied in [`stage_chunk`].
+///
+/// # Safety
+/// The thread's copies have landed (`cp_async_wait_all`).
+#[inline(always)]
+unsafe fn round_chunk(t: usize, vec: bool, buf: *mut u32) {
+    if vec {
+        for u in 0..BC * KC / 4 / BLOCK as usize {
+            let e = t + u * BLOCK as usize;
+            let (r, jj) = (e / (KC / 4), (e % (KC / 4)) * 4);
+            for v in 0..4 {
+                unsafe { round_in_place(buf.add(r * CS + jj + v)) };
+            }
+        }
+    } else {
+        for u in 0..BC * KC / BLOCK as usize {
+            let e = t + u * BLOCK as usize;
+            unsafe { round_in_place(buf.add((e / KC) * CS + e % KC)) };
+        }
+    }
+}
+
+/// Replaces the f32 at `p` with its TF32 rounding.
+///
+/// # Safety
+/// `p` is valid shared memory.
+#[inline(always)]
+unsafe fn round_in_place(p: *mut u32) {
+    unsafe { *p = to_tf32(f32::from_bits(*p)) };
+}
+
+/// The shared-window address of a generic pointer into shared memory.
+#[inline(always)]
+fn shared_addr(p: *mut u32) -> u32 {
+    let a: u64;
+    // SAFETY: an address conversion in registers.
+    unsafe {
+        asm!("cvta.to.shared.u64 {a}, {p};", a = out(reg64) a, p = in(reg64) p,
+            options(pure, nomem, nostack))
+    };
+    a as u32
+}
+
+/// Starts an asynchronous copy of 16 bytes from global `src` to shared address `dst`, of which
+/// the first `bytes` (0 or 16) are read and the rest zero-filled.
+///
+/// # Safety
+/// `src` valid for `bytes`; both 16-byte aligned.
+#[inline(always)]
+unsafe fn cp_async_16(dst: u32, src: *const f32, bytes: u32) {
+    unsafe {
+        asm!("cp.async.cg.shared.global [{d}], [{s}], 16, {b};", d = in(reg32) dst,
+            s = in(reg64) src, b = in(reg32) bytes, options(nostack))
+    };
+}
+
+/// As [`cp_async_16`] for 4 bytes (`bytes` 0 or 4).
+///
+/// # Safety
+/// `src` valid for `bytes`; both 4-byte aligned.
+#[inline(always)]
+unsafe fn cp_async_4(dst: u32, src: *const f32, bytes: u32) {
+    unsafe {
+        asm!("cp.async.ca.shared.global [{d}], [{s}], 4, {b};", d = in(reg32) dst,
+            s = in(reg64) src, b = in(reg32) bytes, options(nostack))
+    };
+}
+
+/// Closes the group of copies started so far.
+#[inline(always)]
+fn cp_async_commit() {
+    // SAFETY: no operands.
+    unsafe { asm!("cp.async.commit_group;", options(nostack)) };
+}
+
+/// Waits until every copy this thread started has landed (visible to this thread).
+#[inline(always)]
+fn cp_async_wait_all() {
+    // SAFETY: no operands.
+    unsafe { asm!("cp.async.wait_all;", options(nostack)) };
+}
+
+/// Four words of shared memory as one 16-byte load.
+///
+/// # Safety
+/// `p` is 16-byte aligned shared memory.
+#[inline(always)]
+unsafe fn load4(p: *const u32) -> [u32; 4] {
+    #[repr(C, align(16))]
+    #[derive(Clone, Copy)]
+    struct U4([u32; 4]);
+    let U4(v) = unsafe { *p.cast::<U4>() };
+    v
+}
+
+/// `v` rounded to TF32 (round to nearest, ties away from zero), as its bits.
+#[inline(always)]
+fn to_tf32(v: f32) -> u32 {
+    let r: u32;
+    // SAFETY: a register-only conversion.
+    unsafe {
+        asm!("cvt.rna.tf32.f32 {r}, {v};", r = out(reg32) r, v = in(reg32) v,
+            options(pure, nomem, nostack))
+    };
+    r
+}
+
+/// `acc += a · b` for one 16 × 8 × 8 TF32 tile (FP32 accumulation), warp-wide.
+#[inline(always)]
+fn mma(acc: &mut [f32; 4], a: [u32; 4], b: [u32; 2]) {
+    // SAFETY: register-only; every lane of the warp executes it (no divergence around it).
+    unsafe {
+        asm!(
+            "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {{{0}, {1}, {2}, {3}}}, {{{4}, {5}, {6}, {7}}}, {{{8}, {9}}}, {{{0}, {1}, {2}, {3}}};",
+            inout(reg32) acc[0],
+            inout(reg32) acc[1],
+            inout(reg32) acc[2],
+            inout(reg32) acc[3],
+            in(reg32) a[0],
+            in(reg32) a[1],
+            in(reg32) a[2],
+            in(reg32) a[3],
+            in(reg32) b[0],
+            in(reg32) b[1],
+            options(nomem, nostack)
+        )
+    };
+}
+
+/// The value of lane `lane ^ mask`, warp-wide.
+#[inline(always)]
+fn shfl_xor_u32(v: u32, mask: u32) -> u32 {
+    let r: u32;
+    // SAFETY: register-only; every lane of the warp executes it.
+    unsafe {
+        asm!("shfl.sync.bfly.b32 {r}, {v}, {m}, 31, -1;", r = out(reg32) r, v = in(reg32) v,
+            m = in(reg32) mask, options(nomem, nostack))
+    };
+    r
+}
+
+/// See [`shfl_xor_u32`].
+#[inline(always)]
+fn shfl_xor_f32(v: f32, mask: u32) -> f32 {
+    f32::from_bits(shfl_xor_u32(v.to_bits(), mask))
+}
