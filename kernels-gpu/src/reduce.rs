@@ -3,7 +3,8 @@
 
 use crate::gpu::{self, block_sum_f64, shared};
 
-/// Writes `out = [counters[0], counters[1], Σ block_inertia, Σ (next − current)²]` as f64.
+/// Writes `out = [counters[0], counters[1], Σ block_inertia, Σ (next − current)²]` as f64 and
+/// zeroes the counters for the next step (so no step needs a memset before it).
 /// Thread `t` sums elements `t, t + B, …` in order, then a fixed tree combines the threads.
 ///
 /// # Safety
@@ -11,7 +12,7 @@ use crate::gpu::{self, block_sum_f64, shared};
 /// 2 values, `block_inertia` `blocks`, `next` and `current` `len`, `out` 4.
 #[unsafe(no_mangle)]
 pub unsafe extern "gpu-kernel" fn kmeans_summary(
-    counters: *const u32,
+    counters: *mut u32,
     block_inertia: *const f64,
     blocks: u32,
     next: *const f32,
@@ -40,6 +41,8 @@ pub unsafe extern "gpu-kernel" fn kmeans_summary(
         unsafe {
             *out = *counters as f64;
             *out.add(1) = *counters.add(1) as f64;
+            *counters = 0;
+            *counters.add(1) = 0;
             *out.add(2) = inertia;
             *out.add(3) = shift;
         }

@@ -391,8 +391,8 @@ unsafe fn exclusive_scan<E: Exec>(
 
 /// The summary of a small step, in one block of `REDUCE_BLOCK` threads: means of the sums (an
 /// empty cluster keeps its centroid), cluster sizes, `out = [changed, empty clusters, inertia,
-/// squared shift]` with the same fixed-order reductions as `kmeans_summary`; then zeroes the sums
-/// and counts for the next step.
+/// squared shift]` with the same fixed-order reductions as `kmeans_summary`; then zeroes the sums,
+/// counts and the changed-label counter for the next step.
 #[derive(Clone, Copy)]
 pub struct Finalize {
     pub sums: *mut i64,
@@ -403,7 +403,8 @@ pub struct Finalize {
     pub current: *const f32,
     pub next: *mut f32,
     pub sizes: *mut u32,
-    pub changed: *const u32,
+    /// The changed-label counter; read, then zeroed for the next step.
+    pub changed: *mut u32,
     pub block_inertia: *const f64,
     pub blocks: usize,
     pub out: *mut f64,
@@ -459,6 +460,7 @@ pub unsafe fn finalize<E: Exec>(e: E, threads: usize, f: Finalize) {
     if t == 0 {
         unsafe {
             *f.out = *f.changed as f64;
+            *f.changed = 0;
             *f.out.add(1) = empty;
             *f.out.add(2) = inertia;
             *f.out.add(3) = shift;
@@ -564,7 +566,7 @@ pub unsafe extern "gpu-kernel" fn kmeans_finalize_small(
     current: *const f32,
     next: *mut f32,
     sizes: *mut u32,
-    changed: *const u32,
+    changed: *mut u32,
     block_inertia: *const f64,
     blocks: u32,
     out: *mut f64,
@@ -720,7 +722,7 @@ mod tests {
             current: c.as_ptr(),
             next: next.as_mut_ptr(),
             sizes: sizes.as_mut_ptr(),
-            changed: changed.as_ptr(),
+            changed: changed.as_mut_ptr(),
             block_inertia: inertia.as_ptr(),
             blocks,
             out: out.as_mut_ptr(),
@@ -744,6 +746,10 @@ mod tests {
         assert_eq!(out[1] as usize, empty);
         assert!((out[2] - want).abs() <= 1e-9 * want.max(1.0), "{case}");
         assert!(sums.iter().all(|&v| v == 0) && counts.iter().all(|&v| v == 0));
+        assert_eq!(
+            changed[0], 0,
+            "the counter is left at zero for the next step"
+        );
     }
 
     #[test]

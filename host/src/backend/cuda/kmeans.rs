@@ -42,7 +42,8 @@ pub(crate) struct CudaLloyd<'a> {
     labels: CudaSlice<u32>,
     min_dist: CudaSlice<f32>,
     block_inertia: CudaSlice<f64>,
-    /// `[changed labels, empty clusters]`, zeroed before each step.
+    /// `[changed labels, empty clusters]`; zero at the start of every step (the summary kernels
+    /// zero them after reading).
     counters: CudaSlice<u32>,
     /// `[changed, empty, inertia, shift]`: what comes back per step.
     summary: CudaSlice<f64>,
@@ -347,7 +348,7 @@ impl<'a> CudaLloyd<'a> {
             .arg(&self.centroids)
             .arg(&mut self.next)
             .arg(&mut self.sizes)
-            .arg(&self.counters)
+            .arg(&mut self.counters)
             .arg(&self.block_inertia)
             .arg(&blocks)
             .arg(&mut self.summary);
@@ -365,7 +366,7 @@ impl<'a> CudaLloyd<'a> {
         let len = if shift { (self.k * self.d) as u32 } else { 0 };
         launch
             .args()
-            .arg(&self.counters)
+            .arg(&mut self.counters)
             .arg(&self.block_inertia)
             .arg(&blocks)
             .arg(&self.next)
@@ -397,7 +398,6 @@ impl Lloyd for CudaLloyd<'_> {
     }
 
     fn assign(&mut self) -> Result<AssignStats> {
-        self.gpu.clear(&mut self.counters, "counters")?;
         match self.small_kernel() {
             Some(kernel) => self.queue_small(kernel, MODE_ASSIGN)?,
             None => self.queue_assign()?,
@@ -410,7 +410,6 @@ impl Lloyd for CudaLloyd<'_> {
     }
 
     fn step(&mut self) -> Result<StepStats> {
-        self.gpu.clear(&mut self.counters, "counters")?;
         let s = match self.small_kernel() {
             Some(kernel) => {
                 self.queue_small(kernel, MODE_ASSIGN | MODE_ACCUMULATE)?;
@@ -433,7 +432,6 @@ impl Lloyd for CudaLloyd<'_> {
     }
 
     fn update(&mut self) -> Result<usize> {
-        self.gpu.clear(&mut self.counters, "counters")?;
         let s = match self.small_kernel() {
             Some(kernel) => {
                 self.queue_small(kernel, MODE_ACCUMULATE)?;
