@@ -22,25 +22,48 @@ pub trait Exec: Copy {
 /// result is the same float run after run.
 ///
 /// # Safety
-/// `scratch` holds `threads` f64 of shared memory, `threads` (the block size) is a power of two,
-/// and every thread of the block calls this.
+/// As for [`block_sums`] with one value.
 #[inline(always)]
 pub unsafe fn block_sum_f64<E: Exec>(e: E, threads: usize, scratch: *mut f64, value: f64) -> f64 {
+    unsafe { block_sums(e, threads, scratch, [value])[0] }
+}
+
+/// [`block_sum_f64`] of `N` values per thread at once: one barrier per tree level for all of
+/// them, and each total is the same float as its own `block_sum_f64` would give.
+///
+/// # Safety
+/// `scratch` holds `N · threads` f64 of shared memory, `threads` (the block size) is a power of
+/// two, and every thread of the block calls this.
+#[inline(always)]
+pub unsafe fn block_sums<const N: usize, E: Exec>(
+    e: E,
+    threads: usize,
+    scratch: *mut f64,
+    values: [f64; N],
+) -> [f64; N] {
     let t = e.thread();
+    let slot = |v: usize, i: usize| unsafe { scratch.add(v * threads + i) };
     unsafe {
-        *scratch.add(t) = value;
+        for (v, &value) in values.iter().enumerate() {
+            *slot(v, t) = value;
+        }
         e.sync();
         let mut stride = threads / 2;
         while stride > 0 {
             if t < stride {
-                *scratch.add(t) += *scratch.add(t + stride);
+                for v in 0..N {
+                    *slot(v, t) += *slot(v, t + stride);
+                }
             }
             e.sync();
             stride /= 2;
         }
-        let total = *scratch;
+        let mut totals = [0.0; N];
+        for (v, total) in totals.iter_mut().enumerate() {
+            *total = *slot(v, 0);
+        }
         e.sync();
-        total
+        totals
     }
 }
 

@@ -14,7 +14,7 @@
 //! the order of the additions, so the centroids stay reproducible. [`kmeans_finalize_small`] turns
 //! the sums into means, reduces the step's summary and zeroes the sums for the next step.
 
-use crate::exec::{Exec, block_sum_f64};
+use crate::exec::{Exec, block_sum_f64, block_sums};
 use crate::fixed::{mean, to_fixed};
 use crate::launch::{BLOCK, SmallLayout, SmallStep};
 use crate::math::{AssignMetric, assign_distance, assign_score, assign_step, sq_norm};
@@ -413,8 +413,8 @@ pub struct Finalize {
 /// The body of [`kmeans_finalize_small`].
 ///
 /// # Safety
-/// One block of `threads` (a power of two) threads with `8 · threads` bytes of dynamic shared
-/// memory; pointers valid for the sizes.
+/// One block of `threads` (a power of two) threads with `FINALIZE_SCRATCH · 8 · threads` bytes of
+/// dynamic shared memory; pointers valid for the sizes.
 #[inline(always)]
 pub unsafe fn finalize<E: Exec>(e: E, threads: usize, f: Finalize) {
     let t = e.thread();
@@ -448,9 +448,8 @@ pub unsafe fn finalize<E: Exec>(e: E, threads: usize, f: Finalize) {
         inertia += unsafe { *f.block_inertia.add(b) };
         b += threads;
     }
-    let inertia = unsafe { block_sum_f64(e, threads, scratch, inertia) };
-    let shift = unsafe { block_sum_f64(e, threads, scratch, shift) };
-    let empty = unsafe { block_sum_f64(e, threads, scratch, empty) };
+    let [inertia, shift, empty] =
+        unsafe { block_sums(e, threads, scratch, [inertia, shift, empty]) };
     // Every thread has read the counts (the barriers above); clear them for the next step.
     let mut c = t;
     while c < f.k {
@@ -467,6 +466,9 @@ pub unsafe fn finalize<E: Exec>(e: E, threads: usize, f: Finalize) {
         }
     }
 }
+
+/// f64 values per thread that [`finalize`] reduces at once (inertia, shift, empty clusters).
+pub const FINALIZE_SCRATCH: usize = 3;
 
 /// `mode` bits of the small-step kernels.
 pub const MODE_ASSIGN: u32 = 1;
@@ -550,7 +552,7 @@ small_kernel!(kmeans_small_l1_2, AssignMetric::L1, 2);
 small_kernel!(kmeans_small_l1_3, AssignMetric::L1, 3);
 
 /// Finishes a small step (see [`finalize`]) in one block of `REDUCE_BLOCK` threads with
-/// `8 · REDUCE_BLOCK` bytes of dynamic shared memory.
+/// `FINALIZE_SCRATCH · 8 · REDUCE_BLOCK` bytes of dynamic shared memory.
 ///
 /// # Safety
 /// `sums`: `k × d`; `counts`, `sizes`: `k`; `inv_scales`: `d`; `current`, `next`: `k × d`;
@@ -728,7 +730,9 @@ mod tests {
             out: out.as_mut_ptr(),
         };
         let f = P(&f as *const Finalize as *mut Finalize);
-        launch(1, 64, 64 * 8, |e| unsafe { finalize(e, 64, *f.get()) });
+        launch(1, 64, FINALIZE_SCRATCH * 64 * 8, |e| unsafe {
+            finalize(e, 64, *f.get())
+        });
         let mut empty = 0;
         for cl in 0..k {
             for q in 0..d {

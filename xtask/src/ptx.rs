@@ -99,13 +99,25 @@ fn compile(target_cpu: &str) -> Result<String> {
     Ok(ptx)
 }
 
-/// Performance directives for kernels that Rust cannot annotate (no `__launch_bounds__`): the
-/// TF32 assign kernel runs 256 threads and is meant to keep two blocks per multiprocessor, so
-/// ptxas must fit it in 128 registers.
-const LAUNCH_BOUNDS: [(&str, &str); 1] = [(
-    "kmeans_assign_l2_tf32",
-    ".maxntid 256, 1, 1\n.minnctapersm 2\n",
-)];
+/// Performance directives for kernels that Rust cannot annotate (no `__launch_bounds__`): they
+/// run 256 threads, and ptxas must fit them in the registers that let the given number of blocks
+/// share a multiprocessor. The TF32 assign kernel keeps two; the small Lloyd steps of few
+/// dimensions are chains of short phases separated by barriers and need several blocks per
+/// multiprocessor to overlap them.
+const LAUNCH_BOUNDS: [(&str, &str); 9] = [
+    ("kmeans_assign_l2_tf32", TWO_BLOCKS),
+    ("kmeans_small_l2_0", FOUR_BLOCKS),
+    ("kmeans_small_l1_0", FOUR_BLOCKS),
+    ("kmeans_small_l2_1", FOUR_BLOCKS),
+    ("kmeans_small_l1_1", FOUR_BLOCKS),
+    ("kmeans_small_l2_2", THREE_BLOCKS),
+    ("kmeans_small_l1_2", THREE_BLOCKS),
+    ("kmeans_small_l2_3", TWO_BLOCKS),
+    ("kmeans_small_l1_3", TWO_BLOCKS),
+];
+const TWO_BLOCKS: &str = ".maxntid 256, 1, 1\n.minnctapersm 2\n";
+const THREE_BLOCKS: &str = ".maxntid 256, 1, 1\n.minnctapersm 3\n";
+const FOUR_BLOCKS: &str = ".maxntid 256, 1, 1\n.minnctapersm 4\n";
 
 /// `ptx` with `directives` between the parameter list and the body of entry `kernel` (left
 /// unchanged when the build has no such entry, e.g. sm_70).

@@ -17,7 +17,9 @@ use kernels_gpu::launch::{
     sums_fit_shared, tf32_shared_bytes,
 };
 use kernels_gpu::math::AssignMetric;
-use kernels_gpu::small::{MODE_ACCUMULATE, MODE_ASSIGN, SMALL_L1_KERNELS, SMALL_L2_KERNELS};
+use kernels_gpu::small::{
+    FINALIZE_SCRATCH, MODE_ACCUMULATE, MODE_ASSIGN, SMALL_L1_KERNELS, SMALL_L2_KERNELS,
+};
 
 pub(crate) struct CudaLloyd<'a> {
     gpu: &'a CudaBackend,
@@ -352,7 +354,11 @@ impl<'a> CudaLloyd<'a> {
             .arg(&self.block_inertia)
             .arg(&blocks)
             .arg(&mut self.summary);
-        launch.run(1, REDUCE_BLOCK, REDUCE_BLOCK as usize * 8)?;
+        launch.run(
+            1,
+            REDUCE_BLOCK,
+            FINALIZE_SCRATCH * REDUCE_BLOCK as usize * 8,
+        )?;
         self.read_summary()
     }
 
