@@ -244,8 +244,8 @@ impl Lloyd for CpuLloyd<'_> {
     fn assign(&mut self) -> Result<AssignStats> {
         let (x, d, metric) = (self.x, self.d, self.metric);
         let x_sq = &self.x_sq_norms;
-        if let Some(w) = tiled::width() {
-            let panels = tiled::Panels::new(&self.centroids, d, w);
+        if let Some(w) = super::simd::width() {
+            let panels = super::simd::Panels::new(&self.centroids, d, w);
             let per_chunk: Vec<(u64, f64)> = self
                 .labels
                 .par_chunks_mut(CHUNK)

@@ -5,6 +5,9 @@
 
 use super::CpuBackend;
 use super::kmeans::row_sq_norms;
+use super::simd::{self, Panels};
+#[cfg(target_arch = "x86_64")]
+use super::simd::{Avx2, Avx512, Simd};
 use crate::backend::{BlockSink, Distances, KnnSearch, Neighbours, Votes};
 use crate::distances::rows_per_block;
 use crate::error::Result;
@@ -13,46 +16,19 @@ use crate::knn::classify::vote_one;
 use crate::matrix::MatrixView;
 use kernels_gpu::fixed::pow2_f32;
 use kernels_gpu::knn::{PairMetric, finish, key, pair_step, vote_scale_exponent};
-use kernels_gpu::math::sq_norm;
 use ndarray::ArrayView2;
 use rayon::prelude::*;
 use std::collections::BinaryHeap;
 
-/// Rows per SIMD block (one AVX register of f32).
-const LANES: usize = 8;
 /// Bytes of distances per block when the caller sets no limit.
 const DEFAULT_BLOCK_BYTES: usize = 256 << 20;
-/// Query rows per rayon task.
-const QUERY_CHUNK: usize = 16;
+/// Query rows per rayon task: every training row loaded into the cache serves all of them.
+const QUERY_CHUNK: usize = 48;
+/// Training rows per cache block of the search (their panels stay in the core's L2 while every
+/// query of the task is scored against them).
+const BLOCK_ROWS: usize = 512;
 /// `Selection::Auto` keeps a heap up to this k, else selects and sorts.
 const AUTO_HEAP_K: usize = 64;
-
-/// Rows of a matrix regrouped for SIMD: blocks of `LANES` rows, each `d × LANES` (dimension
-/// major), zero-padded past the last row; plus the squared norms (zeros when not needed).
-pub(crate) struct Lanes {
-    blocks: Vec<[f32; LANES]>,
-    norms: Vec<f32>,
-    n: usize,
-    d: usize,
-}
-
-impl Lanes {
-    pub(crate) fn new(x: &[f32], d: usize, norms: bool) -> Self {
-        let n = x.len() / d;
-        let mut blocks = vec![[0f32; LANES]; n.div_ceil(LANES) * d];
-        for (i, row) in x.chunks_exact(d).enumerate() {
-            for (j, &v) in row.iter().enumerate() {
-                blocks[(i / LANES) * d + j][i % LANES] = v;
-            }
-        }
-        Lanes {
-            blocks,
-            norms: row_norms(x, d, norms),
-            n,
-            d,
-        }
-    }
-}
 
 /// Squared norms of the rows of `x` (in dimension order, as the GPU's `row_sq_norms`), or zeros.
 fn row_norms(x: &[f32], d: usize, needed: bool) -> Vec<f32> {
@@ -63,58 +39,205 @@ fn row_norms(x: &[f32], d: usize, needed: bool) -> Vec<f32> {
     }
 }
 
+/// Training (or right-hand) rows in SIMD panels of this CPU's width.
+fn panels(x: &[f32], d: usize) -> Panels {
+    Panels::new(x, d, simd::width().unwrap_or(PORTABLE_WIDTH))
+}
+
+/// Panel width where the CPU has no SIMD kernel.
+const PORTABLE_WIDTH: usize = 8;
+
+/// Writes the finished distances of the accumulator tile `acc` (`P` rows × panels
+/// `b .. b + L`) into `out` (row `p` at `p · ld`, panel row `r` at column `r − b0 · w`).
+///
+/// # Safety
+/// As for [`simd::accumulate`]; `out` holds `P` rows of `ld ≥ (b + L − b0) · w` values.
+#[cfg(target_arch = "x86_64")]
 #[inline(always)]
-fn row_generic<const L1: bool>(
+#[allow(clippy::too_many_arguments)]
+unsafe fn emit<S: Simd, const P: usize, const L: usize>(
+    metric: PairMetric,
+    acc: &[[S::V; L]; P],
+    xn: &[f32],
+    pn: &Panels,
+    b: usize,
+    b0: usize,
+    out: &mut [f32],
+    ld: usize,
+) {
+    let w = S::W;
+    let mut lanes = [0f32; 16];
+    for (p, acc) in acc.iter().enumerate() {
+        for (l, &v) in acc.iter().enumerate() {
+            unsafe { S::store(lanes.as_mut_ptr(), v) };
+            let first = (b + l) * w;
+            let valid = w.min(pn.k - first);
+            let row = &mut out[p * ld + first - b0 * w..][..valid];
+            let norms = &pn.sq_norms[first..first + valid];
+            for ((o, &a), &yn) in row.iter_mut().zip(&lanes).zip(norms) {
+                *o = finish(metric, a, xn[p], yn);
+            }
+        }
+    }
+}
+
+/// Distances of the `x.len() / d` rows of `x` (squared norms `xn`) to the rows of panels
+/// `b0 .. b1` of `pn`, into `out` (see [`emit`]): tiles of `P` rows × `L` panels.
+///
+/// # Safety
+/// The CPU has `S`'s instruction set; `pn.w == S::W`; `b1 ≤ pn.nb`; `out` holds
+/// `rows × ld` values with `ld ≥ (b1 − b0) · w`.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn tiled_rows<S: Simd, const P: usize, const L: usize, const L1: bool>(
     metric: PairMetric,
     x: &[f32],
-    xn: f32,
-    ys: &Lanes,
+    xn: &[f32],
+    pn: &Panels,
+    b0: usize,
+    b1: usize,
     out: &mut [f32],
+    ld: usize,
 ) {
-    for (b, block) in ys.blocks.chunks_exact(ys.d).enumerate() {
-        let mut acc = [0f32; LANES];
-        for (&v, lane) in x.iter().zip(block) {
-            for l in 0..LANES {
-                acc[l] = pair_step(L1, acc[l], v, lane[l]);
+    let d = pn.d;
+    let rows = xn.len();
+    let mut r = 0;
+    unsafe {
+        while r < rows {
+            let (xr, nr) = (&x[r * d..], &xn[r..]);
+            let o = &mut out[r * ld..];
+            if r + P <= rows {
+                let mut b = b0;
+                while b + L <= b1 {
+                    let acc = simd::accumulate::<S, P, L, L1>(xr, pn, b);
+                    emit::<S, P, L>(metric, &acc, nr, pn, b, b0, o, ld);
+                    b += L;
+                }
+                while b < b1 {
+                    let acc = simd::accumulate::<S, P, 1, L1>(xr, pn, b);
+                    emit::<S, P, 1>(metric, &acc, nr, pn, b, b0, o, ld);
+                    b += 1;
+                }
+                r += P;
+            } else {
+                for b in b0..b1 {
+                    let acc = simd::accumulate::<S, 1, 1, L1>(xr, pn, b);
+                    emit::<S, 1, 1>(metric, &acc, nr, pn, b, b0, o, ld);
+                }
+                r += 1;
             }
-        }
-        let first = b * LANES;
-        let valid = LANES.min(ys.n - first);
-        for l in 0..valid {
-            out[first + l] = finish(metric, acc[l], xn, ys.norms[first + l]);
         }
     }
 }
 
-/// [`row_generic`] compiled with AVX2 and FMA, for CPUs that have them.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[allow(clippy::too_many_arguments)]
+fn tiled_rows_avx512(
+    metric: PairMetric,
+    x: &[f32],
+    xn: &[f32],
+    pn: &Panels,
+    b0: usize,
+    b1: usize,
+    out: &mut [f32],
+    ld: usize,
+) {
+    // 6 × 4 accumulators + 4 panel vectors + 1 broadcast of the 32 zmm registers.
+    unsafe {
+        if metric.is_l1() {
+            tiled_rows::<Avx512, 4, 4, true>(metric, x, xn, pn, b0, b1, out, ld)
+        } else {
+            tiled_rows::<Avx512, 6, 4, false>(metric, x, xn, pn, b0, b1, out, ld)
+        }
+    }
+}
+
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-fn row_fma<const L1: bool>(metric: PairMetric, x: &[f32], xn: f32, ys: &Lanes, out: &mut [f32]) {
-    row_generic::<L1>(metric, x, xn, ys, out)
+#[allow(clippy::too_many_arguments)]
+fn tiled_rows_avx2(
+    metric: PairMetric,
+    x: &[f32],
+    xn: &[f32],
+    pn: &Panels,
+    b0: usize,
+    b1: usize,
+    out: &mut [f32],
+    ld: usize,
+) {
+    // 4 × 2 accumulators + 2 panel vectors + 1 broadcast of the 16 ymm registers.
+    unsafe {
+        if metric.is_l1() {
+            tiled_rows::<Avx2, 3, 2, true>(metric, x, xn, pn, b0, b1, out, ld)
+        } else {
+            tiled_rows::<Avx2, 4, 2, false>(metric, x, xn, pn, b0, b1, out, ld)
+        }
+    }
 }
 
-/// `out[j] = dist(x, row j of ys)` for every row of `ys`; `xn` is `‖x‖²` when the metric needs
-/// it. Without hardware FMA, `mul_add` falls back to the C library's exact `fmaf`: slower, same
-/// bits.
-pub(crate) fn row_distances(metric: PairMetric, x: &[f32], xn: f32, ys: &Lanes, out: &mut [f32]) {
-    let l1 = metric.is_l1();
-    #[cfg(target_arch = "x86_64")]
-    if std::is_x86_feature_detected!("fma") && std::is_x86_feature_detected!("avx2") {
-        // SAFETY: the features were just detected.
-        unsafe {
-            if l1 {
-                row_fma::<true>(metric, x, xn, ys, out)
-            } else {
-                row_fma::<false>(metric, x, xn, ys, out)
+/// [`panel_distances`] without SIMD: one row at a time, one accumulator per panel lane.
+#[allow(clippy::too_many_arguments)]
+fn portable_rows(
+    metric: PairMetric,
+    x: &[f32],
+    xn: &[f32],
+    pn: &Panels,
+    b0: usize,
+    b1: usize,
+    out: &mut [f32],
+    ld: usize,
+) {
+    let (d, w, l1) = (pn.d, pn.w, metric.is_l1());
+    for (r, (row, &n)) in x.chunks_exact(d).zip(xn).enumerate() {
+        for b in b0..b1 {
+            let mut acc = vec![0f32; w];
+            let panel = &pn.data[b * d * w..(b + 1) * d * w];
+            for (&v, lanes) in row.iter().zip(panel.chunks_exact(w)) {
+                for (a, &y) in acc.iter_mut().zip(lanes) {
+                    *a = pair_step(l1, *a, v, y);
+                }
+            }
+            let first = b * w;
+            let valid = w.min(pn.k - first);
+            for (lane, &a) in acc[..valid].iter().enumerate() {
+                out[r * ld + first - b0 * w + lane] =
+                    finish(metric, a, n, pn.sq_norms[first + lane]);
             }
         }
-        return;
     }
-    if l1 {
-        row_generic::<true>(metric, x, xn, ys, out)
-    } else {
-        row_generic::<false>(metric, x, xn, ys, out)
+}
+
+/// Distances of the rows of `x` (squared norms `xn`, zeros when the metric needs none) to the
+/// rows of panels `b0 .. b1` of `pn`: row `r` of `x` into `out[r · ld ..]`, panel row `i` at
+/// column `i − b0 · w`. Every distance is the same float as the GPU's (see the module comment).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn panel_distances(
+    metric: PairMetric,
+    x: &[f32],
+    xn: &[f32],
+    pn: &Panels,
+    b0: usize,
+    b1: usize,
+    out: &mut [f32],
+    ld: usize,
+) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if pn.w == Avx512::W && std::is_x86_feature_detected!("avx512f") {
+            // SAFETY: the feature was just detected.
+            return unsafe { tiled_rows_avx512(metric, x, xn, pn, b0, b1, out, ld) };
+        }
+        if pn.w == Avx2::W
+            && std::is_x86_feature_detected!("avx2")
+            && std::is_x86_feature_detected!("fma")
+        {
+            // SAFETY: the features were just detected.
+            return unsafe { tiled_rows_avx2(metric, x, xn, pn, b0, b1, out, ld) };
+        }
     }
+    portable_rows(metric, x, xn, pn, b0, b1, out, ld)
 }
 
 impl Distances for CpuBackend {
@@ -127,21 +250,21 @@ impl Distances for CpuBackend {
         on_block: &mut BlockSink<'_>,
     ) -> Result<()> {
         let (m, n, d) = (a.rows(), b.rows(), a.cols());
-        let ys = Lanes::new(b.as_slice(), d, metric.needs_norms());
+        let pn = panels(b.as_slice(), d);
         let a_norms = row_norms(a.as_slice(), d, metric.needs_norms());
         let rows = rows_per_block(m, n, max_bytes, DEFAULT_BLOCK_BYTES);
         let mut buf = vec![0f32; rows * n];
         let mut first = 0;
         while first < m {
             let r = rows.min(m - first);
-            let block = &mut buf[..r * n];
-            block
-                .par_chunks_mut(n)
-                .with_min_len(4)
+            buf[..r * n]
+                .par_chunks_mut(QUERY_CHUNK * n)
                 .enumerate()
-                .for_each(|(i, out)| {
-                    let row = first + i;
-                    row_distances(metric, a.row(row), a_norms[row], &ys, out)
+                .for_each(|(t, out)| {
+                    let from = first + t * QUERY_CHUNK;
+                    let to = from + out.len() / n;
+                    let x = &a.as_slice()[from * d..to * d];
+                    panel_distances(metric, x, &a_norms[from..to], &pn, 0, pn.nb, out, n);
                 });
             let view = ArrayView2::from_shape((r, n), &buf[..r * n]).expect("r × n block");
             on_block(first, view)?;
@@ -152,7 +275,7 @@ impl Distances for CpuBackend {
 
     fn knn_index(&self, train: &MatrixView<'_>, metric: PairMetric) -> Result<Box<dyn KnnSearch>> {
         Ok(Box::new(CpuKnn {
-            ys: Lanes::new(train.as_slice(), train.cols(), metric.needs_norms()),
+            pn: panels(train.as_slice(), train.cols()),
             metric,
             labels: Vec::new(),
             classes: 0,
@@ -160,9 +283,9 @@ impl Distances for CpuBackend {
     }
 }
 
-/// A kNN index on the CPU.
+/// A kNN index on the CPU: the training rows in SIMD panels.
 pub(crate) struct CpuKnn {
-    ys: Lanes,
+    pn: Panels,
     metric: PairMetric,
     labels: Vec<u32>,
     classes: usize,
@@ -177,59 +300,93 @@ fn cpu_selection(selection: Selection, k: usize) -> Selection {
     }
 }
 
-/// Per-task scratch of the CPU search.
-struct Scratch {
-    dist: Vec<f32>,
-    keys: Vec<u64>,
-    heap: BinaryHeap<u64>,
+/// The running k smallest keys of one query: a max-heap of k (`KMin`), or a pool that is cut
+/// back to its k smallest whenever it grows past a bound (any other selection).
+enum Nearest {
+    Heap(BinaryHeap<u64>),
+    Pool(Vec<u64>),
 }
 
-impl CpuKnn {
-    fn scratch(&self) -> Scratch {
-        Scratch {
-            dist: vec![0.0; self.ys.n],
-            keys: Vec::new(),
-            heap: BinaryHeap::new(),
+impl Nearest {
+    fn new(method: Selection) -> Self {
+        match method {
+            Selection::KMin => Nearest::Heap(BinaryHeap::new()),
+            _ => Nearest::Pool(Vec::new()),
         }
     }
 
-    /// The `k` smallest keys of query `x`, ascending, into `out`.
-    fn nearest(&self, x: &[f32], k: usize, method: Selection, s: &mut Scratch, out: &mut [u64]) {
-        let xn = if self.metric.needs_norms() {
-            sq_norm(x)
-        } else {
-            0.0
-        };
-        row_distances(self.metric, x, xn, &self.ys, &mut s.dist);
-        match method {
-            Selection::KMin => {
-                s.heap.clear();
-                for (j, &dist) in s.dist.iter().enumerate() {
-                    let kk = key(dist, j as u32);
-                    if s.heap.len() < k {
-                        s.heap.push(kk);
-                    } else if let Some(mut top) = s.heap.peek_mut()
+    /// Offers the training rows `first ..` at distances `dists`.
+    fn offer(&mut self, k: usize, first: usize, dists: &[f32]) {
+        match self {
+            Nearest::Heap(heap) => {
+                for (j, &dist) in dists.iter().enumerate() {
+                    let kk = key(dist, (first + j) as u32);
+                    if heap.len() < k {
+                        heap.push(kk);
+                    } else if let Some(mut top) = heap.peek_mut()
                         && kk < *top
                     {
                         *top = kk;
                     }
                 }
-                s.keys.clear();
-                s.keys.extend(s.heap.drain());
-                s.keys.sort_unstable();
             }
-            _ => {
-                s.keys.clear();
-                s.keys
-                    .extend(s.dist.iter().enumerate().map(|(j, &dd)| key(dd, j as u32)));
-                if k < s.keys.len() {
-                    s.keys.select_nth_unstable(k - 1);
+            Nearest::Pool(pool) => {
+                pool.extend(
+                    dists
+                        .iter()
+                        .enumerate()
+                        .map(|(j, &dist)| key(dist, (first + j) as u32)),
+                );
+                if pool.len() >= 2 * k.max(BLOCK_ROWS) {
+                    pool.select_nth_unstable(k - 1);
+                    pool.truncate(k);
                 }
-                s.keys.truncate(k);
-                s.keys.sort_unstable();
             }
         }
-        out.copy_from_slice(&s.keys[..k]);
+    }
+
+    /// The k smallest keys, ascending, into `out` (keys are unique, so this is one answer).
+    fn finish(self, k: usize, out: &mut [u64]) {
+        let mut keys = match self {
+            Nearest::Heap(heap) => heap.into_vec(),
+            Nearest::Pool(mut pool) => {
+                if k < pool.len() {
+                    pool.select_nth_unstable(k - 1);
+                    pool.truncate(k);
+                }
+                pool
+            }
+        };
+        keys.sort_unstable();
+        out.copy_from_slice(&keys[..k]);
+    }
+}
+
+impl CpuKnn {
+    /// The `k` smallest keys of every row of `xs`, ascending, `k` per row into `out`: the
+    /// training panels are visited in blocks that stay in cache while every row is scored.
+    fn nearest(&self, xs: &[f32], k: usize, method: Selection, out: &mut [u64]) {
+        let pn = &self.pn;
+        let rows = out.len() / k;
+        let xn = row_norms(xs, pn.d, self.metric.needs_norms());
+        let per_block = BLOCK_ROWS.div_ceil(pn.w);
+        let ld = per_block * pn.w;
+        let mut dist = vec![0f32; rows * ld];
+        let mut nearest: Vec<Nearest> = (0..rows).map(|_| Nearest::new(method)).collect();
+        let mut b0 = 0;
+        while b0 < pn.nb {
+            let b1 = (b0 + per_block).min(pn.nb);
+            panel_distances(self.metric, xs, &xn, pn, b0, b1, &mut dist, ld);
+            let first = b0 * pn.w;
+            let cols = (b1 * pn.w).min(pn.k) - first;
+            for (near, row) in nearest.iter_mut().zip(dist.chunks_exact(ld)) {
+                near.offer(k, first, &row[..cols]);
+            }
+            b0 = b1;
+        }
+        for (near, o) in nearest.into_iter().zip(out.chunks_exact_mut(k)) {
+            near.finish(k, o);
+        }
     }
 }
 
@@ -246,12 +403,7 @@ impl KnnSearch for CpuKnn {
         let mut keys = vec![0u64; queries.rows() * k];
         keys.par_chunks_mut(QUERY_CHUNK * k)
             .zip(queries.as_slice().par_chunks(QUERY_CHUNK * d))
-            .for_each(|(out, xs)| {
-                let mut s = self.scratch();
-                for (o, x) in out.chunks_exact_mut(k).zip(xs.chunks_exact(d)) {
-                    self.nearest(x, k, method, &mut s, o);
-                }
-            });
+            .for_each(|(out, xs)| self.nearest(xs, k, method, out));
         Ok(Neighbours {
             keys,
             selection: method,
@@ -286,18 +438,17 @@ impl KnnSearch for CpuKnn {
             .zip(queries.as_slice().par_chunks(QUERY_CHUNK * d))
             .zip(share_chunks.into_par_iter())
             .for_each(|((out, xs), shares)| {
-                let mut s = self.scratch();
-                let mut keys = vec![0u64; k];
+                let mut keys = vec![0u64; out.len() * k];
+                self.nearest(xs, k, method, &mut keys);
                 let (mut votes, mut first) = (vec![0u64; c], vec![0u32; c]);
-                for (i, (o, x)) in out.iter_mut().zip(xs.chunks_exact(d)).enumerate() {
-                    self.nearest(x, k, method, &mut s, &mut keys);
+                for (i, (o, keys)) in out.iter_mut().zip(keys.chunks_exact(k)).enumerate() {
                     let p = if proba {
                         &mut shares[i * c..(i + 1) * c]
                     } else {
                         &mut [][..]
                     };
                     *o = vote_one(
-                        &keys,
+                        keys,
                         &self.labels,
                         c,
                         weighted,

@@ -3,6 +3,7 @@
 
 mod kmeans;
 mod knn;
+mod simd;
 
 use crate::backend::{Backend, Lloyd};
 use crate::error::Result;
