@@ -100,12 +100,16 @@ fn compile(target_cpu: &str) -> Result<String> {
 }
 
 /// Performance directives for kernels that Rust cannot annotate (no `__launch_bounds__`): the
-/// TF32 assign kernel runs 256 threads and is meant to keep two blocks per multiprocessor, so
-/// ptxas must fit it in 128 registers.
-const LAUNCH_BOUNDS: [(&str, &str); 1] = [(
-    "kmeans_assign_l2_tf32",
-    ".maxntid 256, 1, 1\n.minnctapersm 2\n",
-)];
+/// register-tiled assign kernels run 256 threads and are meant to keep two blocks per
+/// multiprocessor, so ptxas must fit them in 128 registers.
+const LAUNCH_BOUNDS: [(&str, &str); 3] = [
+    ("kmeans_assign_l2_tf32", TWO_BLOCKS_OF_256),
+    ("kmeans_assign_l2_wide", TWO_BLOCKS_OF_256),
+    ("kmeans_assign_l1_wide", TWO_BLOCKS_OF_256),
+];
+
+/// 256 threads per block, two blocks per multiprocessor.
+const TWO_BLOCKS_OF_256: &str = ".maxntid 256, 1, 1\n.minnctapersm 2\n";
 
 /// `ptx` with `directives` between the parameter list and the body of entry `kernel` (left
 /// unchanged when the build has no such entry, e.g. sm_70).
