@@ -9,9 +9,13 @@
 //! lower-index tie rule, so labels match the CPU bit for bit.
 
 use crate::gpu::{self, atomic_add_u32, block_sum_f64, shared, sync_threads};
+#[cfg(target_feature = "sm_80")]
+use crate::launch::ASSIGN_STAGES;
 use crate::launch::{ASSIGN_JC, ASSIGN_NARROW, ASSIGN_WIDE, AssignTile, BLOCK};
 use crate::math::{AssignMetric, assign_distance, assign_score, assign_step, better};
-use crate::tile::{load_transposed, load_vec4s};
+#[cfg(not(target_feature = "sm_80"))]
+use crate::tile::load_transposed;
+use crate::tile::load_vec4s;
 
 /// Arguments shared by the assign entry points.
 #[derive(Clone, Copy)]
@@ -67,7 +71,16 @@ macro_rules! assign_kernel {
                 changed,
                 block_inertia,
             };
-            unsafe { run::<{ $tile.tp }, { $tile.tc }>(args, $metric, $tile) }
+            #[cfg(target_feature = "sm_80")]
+            unsafe {
+                run_async::<{ $tile.tp }, { $tile.tc }, { $tile.points() }, { $tile.centroids() }>(
+                    args, $metric, $tile,
+                )
+            }
+            #[cfg(not(target_feature = "sm_80"))]
+            unsafe {
+                run::<{ $tile.tp }, { $tile.tc }>(args, $metric, $tile)
+            }
         }
     };
 }
@@ -77,6 +90,7 @@ assign_kernel!(kmeans_assign_l2_narrow, AssignMetric::SqL2, ASSIGN_NARROW);
 assign_kernel!(kmeans_assign_l1_wide, AssignMetric::L1, ASSIGN_WIDE);
 assign_kernel!(kmeans_assign_l1_narrow, AssignMetric::L1, ASSIGN_NARROW);
 
+#[cfg(not(target_feature = "sm_80"))]
 #[inline(always)]
 unsafe fn run<const TP: usize, const TC: usize>(a: Assign, metric: AssignMetric, tile: AssignTile) {
     let t = gpu::thread();
@@ -170,6 +184,291 @@ unsafe fn run<const TP: usize, const TC: usize>(a: Assign, metric: AssignMetric,
         first_centroid += cb;
     }
 
+    unsafe {
+        finish::<TP>(
+            a,
+            metric,
+            tile,
+            best_score,
+            best_index,
+            merge_score,
+            merge_index,
+            scratch,
+        )
+    };
+}
+
+/// The sm_80 sweep: chunk `s + 1` of both tiles is copied with `cp.async` (transposed, one f32
+/// per copy) into the other shared buffer while chunk `s` is multiplied, so a chunk costs one
+/// barrier and no exposed load latency. The centroid norms of a tile come with its first chunk.
+/// Thread `(tx, ty)` keeps points `ty·TP + i` and centroids `h·4·ct + tx·4 + r` (`q = 4h + r`),
+/// so the 16 centroid groups of a warp read 64 consecutive words per 16-byte load (no bank
+/// conflicts). Accumulation order per (point, centroid) and the candidate order (score, then
+/// index) are those of [`run`].
+#[cfg(target_feature = "sm_80")]
+#[inline(always)]
+unsafe fn run_async<const TP: usize, const TC: usize, const PB: usize, const CB: usize>(
+    a: Assign,
+    metric: AssignMetric,
+    tile: AssignTile,
+) {
+    use crate::cp_async::{commit, shared_addr, wait_group};
+    const S: usize = ASSIGN_STAGES;
+    let t = gpu::thread();
+    let (tx, ty) = (t % tile.ct, t / tile.ct);
+    let (xs_stride, cs_stride) = (tile.x_stride(), tile.c_stride());
+    let stage = tile.stage_len();
+    let first_point = gpu::block() * PB;
+    let l2 = metric == AssignMetric::SqL2;
+
+    let scratch = shared::<f64>();
+    let bufs = unsafe { scratch.add(2 * BLOCK as usize) }.cast::<f32>();
+    let norms = unsafe { bufs.add(S * stage) };
+    let (bufs_addr, norms_addr) = (shared_addr(bufs), shared_addr(norms));
+
+    let chunks = a.d.div_ceil(ASSIGN_JC);
+    let steps = a.k.div_ceil(CB) * chunks;
+
+    // Issues the copies of step `(tile, kc)` into buffer `slot` (and the tile's norms into norms
+    // slot `slot_n` when `kc` is 0), as one group.
+    let issue = |tile_i: usize, kc: usize, slot: usize, slot_n: usize| {
+        let j0 = kc * ASSIGN_JC;
+        let width = ASSIGN_JC.min(a.d - j0);
+        let buf = bufs_addr + (4 * slot * stage) as u32;
+        let first_c = tile_i * CB;
+        unsafe {
+            stage_chunk::<PB>(t, a.x, a.n, a.d, first_point, j0, width, buf, xs_stride);
+            let cbuf = buf + (4 * ASSIGN_JC * xs_stride) as u32;
+            stage_chunk::<CB>(
+                t,
+                a.centroids,
+                a.k,
+                a.d,
+                first_c,
+                j0,
+                width,
+                cbuf,
+                cs_stride,
+            );
+            if l2 && kc == 0 && t < CB {
+                let ok = first_c + t < a.k;
+                let src = if ok {
+                    a.c_sq_norms.add(first_c + t)
+                } else {
+                    a.c_sq_norms
+                };
+                let dst = norms_addr + (4 * (slot_n * CB + t)) as u32;
+                crate::cp_async::copy_4(dst, src, if ok { 4 } else { 0 });
+            }
+        }
+        commit();
+    };
+
+    // Next step to issue, as (tile, chunk) and its buffer / norms slots.
+    let (mut it, mut ikc, mut islot, mut inorm) = (0, 0, 0, 0);
+    let mut issued = 0;
+    while issued < S - 1 {
+        if issued < steps {
+            issue(it, ikc, islot, inorm);
+            ikc += 1;
+            if ikc == chunks {
+                (it, ikc, inorm) = (it + 1, 0, (inorm + 1) % S);
+            }
+            islot = (islot + 1) % S;
+        } else {
+            commit();
+        }
+        issued += 1;
+    }
+
+    let mut best_score = [f32::INFINITY; TP];
+    let mut best_index = [u32::MAX; TP];
+    let mut acc = [[0f32; TC]; TP];
+    let (mut tile_i, mut kc, mut slot, mut norm_slot) = (0, 0, 0, 0);
+    let mut s = 0;
+    while s < steps {
+        // This thread's copies of step `s` have landed; after the barrier everybody's have, and
+        // every thread is done with the buffer of step `s - 1`, which the next issue refills.
+        wait_group::<{ S - 2 }>();
+        sync_threads();
+        if s + S - 1 < steps {
+            issue(it, ikc, islot, inorm);
+            ikc += 1;
+            if ikc == chunks {
+                (it, ikc, inorm) = (it + 1, 0, (inorm + 1) % S);
+            }
+            islot = (islot + 1) % S;
+        } else {
+            commit();
+        }
+        let xs = unsafe { bufs.add(slot * stage) };
+        let cs = unsafe { xs.add(ASSIGN_JC * xs_stride) };
+        let width = ASSIGN_JC.min(a.d - kc * ASSIGN_JC);
+        if width == ASSIGN_JC {
+            for jj in 0..ASSIGN_JC {
+                unsafe {
+                    accumulate_split(
+                        metric, &mut acc, xs, cs, jj, xs_stride, cs_stride, tile.ct, tx, ty,
+                    )
+                };
+            }
+        } else {
+            for jj in 0..width {
+                unsafe {
+                    accumulate_split(
+                        metric, &mut acc, xs, cs, jj, xs_stride, cs_stride, tile.ct, tx, ty,
+                    )
+                };
+            }
+        }
+        if kc == chunks - 1 {
+            // The tile is done: rank its centroids for this thread's points.
+            let first_c = tile_i * CB;
+            let tile_norms = unsafe { norms.add(norm_slot * CB) };
+            let mut c_sq = [0f32; TC];
+            let mut index = [0u32; TC];
+            let mut valid = [false; TC];
+            for q in 0..TC {
+                let local = (q / 4) * 4 * tile.ct + tx * 4 + q % 4;
+                index[q] = (first_c + local) as u32;
+                valid[q] = first_c + local < a.k;
+                if l2 {
+                    c_sq[q] = unsafe { *tile_norms.add(local) };
+                }
+            }
+            for i in 0..TP {
+                for q in 0..TC {
+                    let score = assign_score(metric, acc[i][q], c_sq[q]);
+                    let take = valid[q] && better(score, index[q], best_score[i], best_index[i]);
+                    best_score[i] = if take { score } else { best_score[i] };
+                    best_index[i] = if take { index[q] } else { best_index[i] };
+                }
+            }
+            acc = [[0f32; TC]; TP];
+            (tile_i, kc, norm_slot) = (tile_i + 1, 0, (norm_slot + 1) % S);
+        } else {
+            kc += 1;
+        }
+        slot = (slot + 1) % S;
+        s += 1;
+    }
+    // Only empty groups can be in flight; the buffers become the merge area.
+    wait_group::<0>();
+    sync_threads();
+    let merge_score = bufs;
+    let merge_index = unsafe { bufs.add(PB * tile.ct) }.cast::<u32>();
+    unsafe {
+        finish::<TP>(
+            a,
+            metric,
+            tile,
+            best_score,
+            best_index,
+            merge_score,
+            merge_index,
+            scratch,
+        )
+    };
+}
+
+/// Starts copying rows `first..first + ROWS` (zeros past `total`), columns `j0..j0 + width` of a
+/// row-major `total × d` matrix, transposed, to shared address `dst` (`dst[jj * stride + r]`).
+/// Thread `t` copies column `t % ASSIGN_JC` of every `BLOCK / ASSIGN_JC`-th row, so consecutive
+/// threads read consecutive words of a row.
+///
+/// # Safety
+/// `src` holds `total × d` values, `j0 + width ≤ d`; `dst` holds `ASSIGN_JC × stride` words
+/// with `stride ≥ ROWS`.
+#[cfg(target_feature = "sm_80")]
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn stage_chunk<const ROWS: usize>(
+    t: usize,
+    src: *const f32,
+    total: usize,
+    d: usize,
+    first: usize,
+    j0: usize,
+    width: usize,
+    dst: u32,
+    stride: usize,
+) {
+    const PER_PASS: usize = BLOCK as usize / ASSIGN_JC;
+    let (r0, jj) = (t / ASSIGN_JC, t % ASSIGN_JC);
+    if jj < width {
+        for u in 0..ROWS.div_ceil(PER_PASS) {
+            let r = r0 + u * PER_PASS;
+            if ROWS % PER_PASS == 0 || r < ROWS {
+                let row = first + r;
+                let ok = row < total;
+                let p = if ok {
+                    unsafe { src.add(row * d + j0 + jj) }
+                } else {
+                    src
+                };
+                let at = dst + (4 * (jj * stride + r)) as u32;
+                unsafe { crate::cp_async::copy_4(at, p, if ok { 4 } else { 0 }) };
+            }
+        }
+    }
+}
+
+/// As [`accumulate`], with the centroid mapping of [`run_async`]: centroid slot `q = 4h + r` of
+/// thread `tx` is column `h·4·ct + tx·4 + r` of the tile.
+///
+/// # Safety
+/// As for [`accumulate`].
+#[cfg(target_feature = "sm_80")]
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn accumulate_split<const TP: usize, const TC: usize>(
+    metric: AssignMetric,
+    acc: &mut [[f32; TC]; TP],
+    xs: *const f32,
+    cs: *const f32,
+    jj: usize,
+    xs_stride: usize,
+    cs_stride: usize,
+    ct: usize,
+    tx: usize,
+    ty: usize,
+) {
+    let xv: [f32; TP] = unsafe { load_vec4s(xs.add(jj * xs_stride + ty * TP)) };
+    let mut cv = [0f32; TC];
+    for h in 0..TC / 4 {
+        let v: [f32; 4] = unsafe { load_vec4s(cs.add(jj * cs_stride + h * 4 * ct + tx * 4)) };
+        cv[4 * h..4 * h + 4].copy_from_slice(&v);
+    }
+    for i in 0..TP {
+        for q in 0..TC {
+            acc[i][q] = assign_step(metric, acc[i][q], xv[i], cv[q]);
+        }
+    }
+}
+
+/// Merges the centroid groups' candidates per point (lowest score, then lowest index), writes
+/// labels and distances, counts moved labels and the block's inertia.
+///
+/// # Safety
+/// Every thread of the block calls this after its sweep; `merge_score` and `merge_index` hold
+/// `points() × ct` words of shared memory that no thread reads or writes any more, `scratch`
+/// `2 × BLOCK` f64.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn finish<const TP: usize>(
+    a: Assign,
+    metric: AssignMetric,
+    tile: AssignTile,
+    best_score: [f32; TP],
+    best_index: [u32; TP],
+    merge_score: *mut f32,
+    merge_index: *mut u32,
+    scratch: *mut f64,
+) {
+    let t = gpu::thread();
+    let (tx, ty) = (t % tile.ct, t / tile.ct);
+    let pb = tile.points();
+    let first_point = gpu::block() * pb;
     // Merge the centroid groups' candidates per point, in group order.
     for i in 0..TP {
         let p = ty * TP + i;
@@ -236,6 +535,7 @@ unsafe fn run<const TP: usize, const TC: usize>(a: Assign, metric: AssignMetric,
 ///
 /// # Safety
 /// The tiles hold dimension `jj` at the strides given; `xs`, `cs` are 16-byte aligned.
+#[cfg(not(target_feature = "sm_80"))]
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn accumulate<const TP: usize, const TC: usize>(

@@ -25,6 +25,10 @@ pub struct AssignTile {
 /// Dimensions per shared-memory chunk of the assign kernels.
 pub const ASSIGN_JC: usize = 16;
 
+/// Shared-memory buffers of the sm_80 assign kernels, which copy chunks ahead with `cp.async`
+/// while the current one is multiplied.
+pub const ASSIGN_STAGES: usize = 2;
+
 /// For many centroids: 128 points × 128 centroids per block, 8 × 8 per thread.
 pub const ASSIGN_WIDE: AssignTile = AssignTile {
     ct: 16,
@@ -69,13 +73,23 @@ impl AssignTile {
         self.centroids() + 4
     }
 
-    /// Dynamic shared memory of one block, in bytes: reduction scratch (2 f64 per thread), the
-    /// two tiles, and the per-point candidates of every centroid group (score, index).
+    /// Floats of one staged chunk: the point tile, then the centroid tile.
+    pub const fn stage_len(self) -> usize {
+        ASSIGN_JC * (self.x_stride() + self.c_stride())
+    }
+
+    /// Dynamic shared memory of one block, in bytes: reduction scratch (2 f64 per thread), then
+    /// the larger of the two kernel layouts. The sm_70 kernel keeps one staged chunk and the
+    /// per-point candidates of every centroid group (score, index); the sm_80 kernel keeps
+    /// `ASSIGN_STAGES` chunks and as many slots of centroid norms, and merges the candidates in
+    /// the chunk buffers once the sweep is over.
     pub const fn shared_bytes(self) -> usize {
         let scratch = 2 * BLOCK as usize * 8;
-        let tiles = ASSIGN_JC * (self.x_stride() + self.c_stride()) * 4;
         let merge = self.points() * self.ct * 8;
-        scratch + tiles + merge
+        let single = (self.stage_len() * 4) + merge;
+        let staged = ASSIGN_STAGES * (self.stage_len() + self.centroids()) * 4;
+        let staged = if staged > merge { staged } else { merge };
+        scratch + if single > staged { single } else { staged }
     }
 }
 

@@ -42,6 +42,8 @@ mod gpu;
 pub mod assign;
 #[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
 pub mod assign_tf32;
+#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
+mod cp_async;
 #[cfg(target_arch = "nvptx64")]
 pub mod norms;
 #[cfg(target_arch = "nvptx64")]

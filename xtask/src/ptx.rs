@@ -101,11 +101,13 @@ fn compile(target_cpu: &str) -> Result<String> {
 
 /// Performance directives for kernels that Rust cannot annotate (no `__launch_bounds__`): they
 /// run 256 threads, and ptxas must fit them in the registers that let the given number of blocks
-/// share a multiprocessor. The TF32 assign kernel keeps two; the small Lloyd steps of few
-/// dimensions are chains of short phases separated by barriers and need several blocks per
-/// multiprocessor to overlap them.
-const LAUNCH_BOUNDS: [(&str, &str); 9] = [
+/// share a multiprocessor. The register-tiled assign kernels (exact and TF32) keep two; the small
+/// Lloyd steps of few dimensions are chains of short phases separated by barriers and need
+/// several blocks per multiprocessor to overlap them.
+const LAUNCH_BOUNDS: [(&str, &str); 11] = [
     ("kmeans_assign_l2_tf32", TWO_BLOCKS),
+    ("kmeans_assign_l2_wide", TWO_BLOCKS),
+    ("kmeans_assign_l1_wide", TWO_BLOCKS),
     ("kmeans_small_l2_0", FOUR_BLOCKS),
     ("kmeans_small_l1_0", FOUR_BLOCKS),
     ("kmeans_small_l2_1", FOUR_BLOCKS),
@@ -115,9 +117,15 @@ const LAUNCH_BOUNDS: [(&str, &str); 9] = [
     ("kmeans_small_l2_3", TWO_BLOCKS),
     ("kmeans_small_l1_3", TWO_BLOCKS),
 ];
-const TWO_BLOCKS: &str = ".maxntid 256, 1, 1\n.minnctapersm 2\n";
-const THREE_BLOCKS: &str = ".maxntid 256, 1, 1\n.minnctapersm 3\n";
-const FOUR_BLOCKS: &str = ".maxntid 256, 1, 1\n.minnctapersm 4\n";
+const TWO_BLOCKS: &str = ".maxntid 256, 1, 1
+.minnctapersm 2
+";
+const THREE_BLOCKS: &str = ".maxntid 256, 1, 1
+.minnctapersm 3
+";
+const FOUR_BLOCKS: &str = ".maxntid 256, 1, 1
+.minnctapersm 4
+";
 
 /// `ptx` with `directives` between the parameter list and the body of entry `kernel` (left
 /// unchanged when the build has no such entry, e.g. sm_70).

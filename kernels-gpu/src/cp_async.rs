@@ -1,0 +1,42 @@
+//! Asynchronous global → shared copies (`cp.async`, sm_80 and later) for the FP32 kernels.
+
+use core::arch::asm;
+
+/// The shared-window address of a generic pointer into shared memory.
+#[inline(always)]
+pub fn shared_addr<T>(p: *mut T) -> u32 {
+    let a: u64;
+    // SAFETY: an address conversion in registers.
+    unsafe {
+        asm!("cvta.to.shared.u64 {a}, {p};", a = out(reg64) a, p = in(reg64) p,
+            options(pure, nomem, nostack))
+    };
+    a as u32
+}
+
+/// Starts an asynchronous copy of the f32 at global `src` to shared address `dst`; with `bytes`
+/// 0 nothing is read and `dst` gets zero.
+///
+/// # Safety
+/// `src` valid for `bytes` (0 or 4); both 4-byte aligned.
+#[inline(always)]
+pub unsafe fn copy_4(dst: u32, src: *const f32, bytes: u32) {
+    unsafe {
+        asm!("cp.async.ca.shared.global [{d}], [{s}], 4, {b};", d = in(reg32) dst,
+            s = in(reg64) src, b = in(reg32) bytes, options(nostack))
+    };
+}
+
+/// Closes the group of copies this thread started so far.
+#[inline(always)]
+pub fn commit() {
+    // SAFETY: no operands.
+    unsafe { asm!("cp.async.commit_group;", options(nostack)) };
+}
+
+/// Waits until at most `N` of this thread's most recent groups are still in flight.
+#[inline(always)]
+pub fn wait_group<const N: usize>() {
+    // SAFETY: no operands.
+    unsafe { asm!("cp.async.wait_group {n};", n = const N, options(nostack)) };
+}
