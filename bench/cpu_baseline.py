@@ -1,7 +1,8 @@
-"""CPU baselines for the criterion benches (benches/cpu_kmeans.rs): one Lloyd iteration of
-scikit-learn and of faiss-cpu on the shapes of cases A-D, same data distribution (uniform [0, 1),
-float32), initial centroids = the first k rows, same thread count. Prints the median over --reps
-timed runs after one warm-up; with --ours it puts our criterion medians beside them.
+"""CPU baselines for the criterion benches (benches/cpu_kmeans.rs, benches/cpu_knn.rs): one Lloyd
+iteration of scikit-learn and of faiss-cpu on the shapes of cases A-D, and an exact kNN search of
+case S, same data distribution (uniform [0, 1), float32), initial centroids = the first k rows,
+same thread count. Prints the median over --reps timed runs after one warm-up; with --ours it puts
+our criterion medians beside them.
 
 What is timed (wall clock, nothing subtracted):
   sklearn  KMeans(n_clusters=k, init=first k rows, n_init=1, max_iter=1, tol=0,
@@ -14,6 +15,9 @@ What is timed (wall clock, nothing subtracted):
   faiss    faiss.Kmeans(d, k, niter=1, max_points_per_centroid=n (no subsampling),
            spherical=False).train(x, init_centroids=first k rows): one exhaustive assign
            (IndexFlatL2 search, BLAS sgemm) + centroid update, plus faiss' own setup.
+  kNN S    sklearn: NearestNeighbors(n_neighbors=k, algorithm="brute") fitted once,
+           .kneighbors(queries) timed; faiss: IndexFlatL2 built (add) once, .search(queries, k)
+           timed. Ours (cpu_knn): KnnIndex built once, .search timed.
 
 usage: python3 bench/cpu_baseline.py [--cases A,B,C,D] [--reps N] [--threads T]
            [--ours target/criterion | gpu-bench.jsonl] [--json OUT]
@@ -33,6 +37,7 @@ CASES = {
     "C": (1_048_576, 3, 255),
     "D": (200_000, 128, 1024),
 }
+KNN_CASES = {"S": (1200, 32_768, 256, 25)}
 
 
 def median_ms(f, reps):
@@ -86,12 +91,28 @@ def faiss_train(x, init, k):
     return run
 
 
+def sklearn_knn(x, q, k):
+    from sklearn.neighbors import NearestNeighbors
+
+    nn = NearestNeighbors(n_neighbors=k, algorithm="brute").fit(x)
+    return lambda: nn.kneighbors(q)
+
+
+def faiss_knn(x, q, k):
+    import faiss
+
+    index = faiss.IndexFlatL2(x.shape[1])
+    index.add(x)
+    return lambda: index.search(q, k)
+
+
 def load_ours(path):
     """Medians in ms by case: criterion's estimates.json under PATH (a target/criterion folder)
     or gpu-bench --json lines."""
     ours = {}
     if os.path.isdir(path):
-        for f in glob.glob(os.path.join(path, "cpu_lloyd", "*", "*", "new", "estimates.json")):
+        pattern = os.path.join(path, "cpu_*", "*", "*", "new", "estimates.json")
+        for f in glob.glob(pattern):
             case = f.split(os.sep)[-4]
             with open(f) as fh:
                 ours[case] = json.load(fh)["median"]["point_estimate"] / 1e6
@@ -106,7 +127,7 @@ def load_ours(path):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--cases", default="A,B,C,D")
+    p.add_argument("--cases", default="A,B,C,D,S")
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--threads", type=int, default=os.cpu_count())
     p.add_argument("--ours", help="target/criterion folder or gpu-bench --device cpu --json file")
@@ -135,7 +156,7 @@ def main():
     print(header)
     out = open(args.json, "w") if args.json else None
     rng = np.random.default_rng(1)
-    for name in args.cases.split(","):
+    for name in [c for c in args.cases.split(",") if c in CASES]:
         n, d, k = CASES[name]
         x = rng.random((n, d), dtype=np.float32)
         init = np.ascontiguousarray(x[:k])
@@ -151,6 +172,24 @@ def main():
         if out:
             out.write(json.dumps({"case": name, "n": n, "d": d, "k": k, "threads": args.threads,
                                   "sklearn_ms": sk, "sklearn_iter_ms": sk_iter, "faiss_ms": fa,
+                                  "ours_ms": mine}) + "\n")
+    knn = [c for c in args.cases.split(",") if c in KNN_CASES]
+    if knn:
+        print(f"{'knn':<4} {'m':>6} {'n':>7} {'d':>4} {'k':>4} {'sklearn ms':>11} {'faiss ms':>9} "
+              f"{'ours ms':>8} {'ours/best':>9}")
+    for name in knn:
+        m, n, d, k = KNN_CASES[name]
+        x = rng.random((n, d), dtype=np.float32)
+        q = rng.random((m, d), dtype=np.float32)
+        with threadpool_limits(limits=args.threads):
+            sk = median_ms(sklearn_knn(x, q, k), args.reps)
+            fa = median_ms(faiss_knn(x, q, k), args.reps)
+        mine = ours.get(name, float("nan"))
+        print(f"{name:<4} {m:>6} {n:>7} {d:>4} {k:>4} {sk:>11.1f} {fa:>9.1f} {mine:>8.1f} "
+              f"{mine / min(sk, fa):>9.2f}", flush=True)
+        if out:
+            out.write(json.dumps({"case": name, "m": m, "n": n, "d": d, "k": k,
+                                  "threads": args.threads, "sklearn_ms": sk, "faiss_ms": fa,
                                   "ours_ms": mine}) + "\n")
     if out:
         out.close()
