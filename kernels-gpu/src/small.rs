@@ -366,12 +366,13 @@ unsafe fn exclusive_scan<E: Exec>(
         unsafe { *offsets.add(c) = running };
         running += unsafe { *counts.add(c) };
     }
-    // Hillis–Steele inclusive scan of the segment totals.
+    // Hillis–Steele inclusive scan of the segment totals, over the segments that exist.
+    let segments = k.div_ceil(per.max(1));
     let totals = scratch.cast::<u32>();
     unsafe { *totals.add(t) = running };
     e.sync();
     let mut step = 1;
-    while step < threads {
+    while step < segments {
         let add = if t >= step {
             unsafe { *totals.add(t - step) }
         } else {
