@@ -105,7 +105,7 @@ unsafe fn run<const VEC: bool>(a: Assign) {
     let first_point = gpu::block() * BP;
 
     let xs = shared::<u32>();
-    let cs = unsafe { xs.add(BP * XS) };
+    let cs = unsafe { xs.add(BP / 2 * XS) };
 
     let dp = d.next_multiple_of(KC);
     let chunks = dp / KC; // centroid chunks per tile
@@ -118,10 +118,9 @@ unsafe fn run<const VEC: bool>(a: Assign) {
     let mut s2 = [f32::INFINITY; 4];
     let mut i2 = [u32::MAX; 4];
 
-    let (xs_addr, cs_addr) = (shared_addr(xs), shared_addr(cs));
-    // Prologue: the point tile, then the first STAGES − 1 centroid chunks, one group each
-    // (empty groups past the last step keep the group count per step uniform).
-    unsafe { stage_points(t, vec, x, n, d, first_point, 0, dp, xs_addr) };
+    let cs_addr = shared_addr(cs);
+    // Prologue: the first STAGES − 1 centroid chunks, one group each (empty groups past the
+    // last step keep the group count per step uniform), then the point tile through registers.
     // (tile, chunk) of the next step to prefetch.
     let (mut pt, mut pk) = (0, 0);
     for p in 0..STAGES - 1 {
@@ -147,6 +146,7 @@ unsafe fn run<const VEC: bool>(a: Assign) {
         }
         cp_async_commit();
     }
+    unsafe { stage_points(t, vec, x, n, d, first_point, 0, dp, xs) };
 
     let mut acc = [[[0f32; 4]; 8]; 2];
     // (tile, chunk) of step s.
@@ -156,18 +156,11 @@ unsafe fn run<const VEC: bool>(a: Assign) {
         // This step's chunk (and at s = 0 the point tile) has landed for this thread's copies;
         // the barrier makes everyone's visible and frees the buffer of step s − 1.
         cp_async_wait_group::<{ STAGES - 2 }>();
-        if s == 0 {
-            unsafe { round_points(t, vec, dp, 0, xs) };
-        }
         sync_threads();
         let j0 = kc * KC;
         if !resident && s > 0 && j0 % XC == 0 {
             // This step reads another slice of the dimensions: restage the points.
-            unsafe {
-                stage_points(t, vec, x, n, d, first_point, j0, dp, xs_addr);
-                cp_async_wait_all();
-                round_points(t, vec, dp, j0, xs);
-            }
+            unsafe { stage_points(t, vec, x, n, d, first_point, j0, dp, xs) };
             sync_threads();
         }
         // The chunk STAGES − 1 steps ahead lands while this one is multiplied.
@@ -199,16 +192,16 @@ unsafe fn run<const VEC: bool>(a: Assign) {
         let xcol = j0 % XC;
         // The k slots of the mma are a relabelling of the chunk's 16 dimensions (the same for
         // points and centroids, so the products pair up): slot (step kk, lane column q, half h)
-        // holds dimension q·4 + kk·2 + h. A lane's 4 values of a row are then contiguous and
-        // load as one 16-byte vector, conflict-free with strides ≡ 16 (mod 32). Centroids go
-        // in as raw f32 bits (the tensor cores read the TF32 bits, i.e. truncate); points were
-        // rounded (`cvt.rna`) when staged.
+        // holds dimension q·4 + kk·2 + h. A lane's 4 centroid values of a row are then
+        // contiguous and load as one 16-byte vector (its two B fragments), and the point tile
+        // interleaves rows g and g + 8 of each 16-row group so that one 16-byte load is exactly
+        // an A fragment; both conflict-free. Centroids go in as raw f32 bits (the tensor cores
+        // read the TF32 bits, i.e. truncate); points were rounded (`cvt.rna`) when staged.
         let mut af = [[[0u32; 4]; 2]; 2];
         for (mt, af) in af.iter_mut().enumerate() {
-            let row = wm * 32 + mt * 16 + g;
-            unsafe {
-                af[0] = load4(xs.add(row * XS + xcol + q * 4));
-                af[1] = load4(xs.add((row + 8) * XS + xcol + q * 4));
+            let pair = (wm * 2 + mt) * 8 + g;
+            for (kk, af) in af.iter_mut().enumerate() {
+                *af = unsafe { load4(xs.add(pair * XS + 2 * (xcol + q * 4) + 4 * kk)) };
             }
         }
         for nt in 0..8 {
@@ -216,9 +209,7 @@ unsafe fn run<const VEC: bool>(a: Assign) {
             let b = unsafe { load4(buf.add(c * CS + q * 4)) };
             for kk in 0..2 {
                 for mt in 0..2 {
-                    let (lo, hi) = (af[mt][0], af[mt][1]);
-                    let frag = [lo[2 * kk], hi[2 * kk], lo[2 * kk + 1], hi[2 * kk + 1]];
-                    mma(&mut acc[mt][nt], frag, [b[2 * kk], b[2 * kk + 1]]);
+                    mma(&mut acc[mt][nt], af[mt][kk], [b[2 * kk], b[2 * kk + 1]]);
                 }
             }
         }
@@ -410,10 +401,10 @@ fn merge_lanes(s1: &mut f32, i1: &mut u32, s2: &mut f32, i2: &mut u32, mask: u32
     insert(s1, i1, s2, i2, ps2, pi2);
 }
 
-/// Starts copying dimensions `j0..j0 + min(XC, dp − j0)` of the block's points into the point
-/// tile at shared address `xs` (row-major, stride `XS`), zeros past `n` and `d`. Thread `t`
-/// copies the elements (of 4 words with `vec`, else of 1) `t, t + BLOCK, …`;
-/// [`round_points`] rounds the same ones after the copies have landed.
+/// Stages dimensions `j0..j0 + min(XC, dp − j0)` of the block's points, rounded to TF32, into
+/// the point tile `xs` (zeros past `n` and `d`): row `r` goes to pair row
+/// `(r / 16)·8 + r % 8` (stride `XS`) at word `2·j + (r / 8) % 2`, so that rows g and g + 8 of
+/// each 16-row group alternate. Loads through registers (16 bytes at a time with `vec`).
 ///
 /// # Safety
 /// `x` holds `n × d` values (16-byte aligned rows with `vec`); `xs` is the point tile.
@@ -428,8 +419,11 @@ unsafe fn stage_points(
     first: usize,
     j0: usize,
     dp: usize,
-    xs: u32,
+    xs: *mut u32,
 ) {
+    #[repr(C, align(16))]
+    #[derive(Clone, Copy)]
+    struct V4([f32; 4]);
     let width = XC.min(dp - j0);
     let w = if vec { 4 } else { 1 };
     let per_row = width / w;
@@ -438,38 +432,23 @@ unsafe fn stage_points(
         let (r, jj) = (e / per_row, (e % per_row) * w);
         let (row, col) = (first + r, j0 + jj);
         let ok = row < n && col < d;
-        let src = if ok {
-            unsafe { x.add(row * d + col) }
-        } else {
-            x
-        };
-        let dst = xs + 4 * (r * XS + jj) as u32;
-        unsafe {
-            if vec {
-                cp_async_16(dst, src, if ok { 16 } else { 0 });
+        let at = ((r / 16) * 8 + r % 8) * XS + 2 * jj + (r / 8) % 2;
+        if vec {
+            let V4(v) = if ok {
+                unsafe { *x.add(row * d + col).cast::<V4>() }
             } else {
-                cp_async_4(dst, src, if ok { 4 } else { 0 });
+                V4([0.0; 4])
+            };
+            for (i, v) in v.into_iter().enumerate() {
+                unsafe { *xs.add(at + 2 * i) = to_tf32(v) };
             }
-        }
-        e += BLOCK as usize;
-    }
-    cp_async_commit();
-}
-
-/// Rounds to TF32, in place, the point-tile words this thread copied in [`stage_points`].
-///
-/// # Safety
-/// The thread's copies have landed (`cp_async_wait_all`).
-#[inline(always)]
-unsafe fn round_points(t: usize, vec: bool, dp: usize, j0: usize, xs: *mut u32) {
-    let width = XC.min(dp - j0);
-    let w = if vec { 4 } else { 1 };
-    let per_row = width / w;
-    let mut e = t;
-    while e < BP * per_row {
-        let (r, jj) = (e / per_row, (e % per_row) * w);
-        for v in 0..w {
-            unsafe { round_in_place(xs.add(r * XS + jj + v)) };
+        } else {
+            let v = if ok {
+                unsafe { *x.add(row * d + col) }
+            } else {
+                0.0
+            };
+            unsafe { *xs.add(at) = to_tf32(v) };
         }
         e += BLOCK as usize;
     }
@@ -533,15 +512,6 @@ unsafe fn stage_chunk(
         let dst = buf + 4 * (BC * CS + t) as u32;
         unsafe { cp_async_4(dst, src, if ok { 4 } else { 0 }) };
     }
-}
-
-/// Replaces the f32 at `p` with its TF32 rounding.
-///
-/// # Safety
-/// `p` is valid shared memory.
-#[inline(always)]
-unsafe fn round_in_place(p: *mut u32) {
-    unsafe { *p = to_tf32(f32::from_bits(*p)) };
 }
 
 /// The shared-window address of a generic pointer into shared memory.

@@ -187,11 +187,16 @@ pub const TF32_KC: usize = 16;
 pub const TF32_XC: usize = 128;
 /// Centroid chunks in flight (`cp.async` groups) plus the one being multiplied.
 pub const TF32_STAGES: usize = 4;
-const _: () = assert!(TF32_STAGES >= 2, "a chunk in flight while one is multiplied");
-/// Row strides (in words) of the TF32 tiles: ≡ 16 (mod 32), so the 16-byte `mma` fragment
-/// loads of each quarter warp (2 rows × 4 lanes) fall in 32 distinct banks.
-pub const TF32_X_STRIDE: usize = TF32_XC + 16;
-/// See [`TF32_X_STRIDE`] (a centroid chunk row is exactly 16 words).
+const _: () = assert!(
+    TF32_STAGES >= 2,
+    "a chunk in flight while one is multiplied"
+);
+/// Stride (in words) of the point tile's pair rows (two point rows interleaved): ≡ 4 (mod 32),
+/// so the 16-byte A-fragment loads of each quarter warp (2 pair rows × 4 lanes, 8 words apart)
+/// fall in 32 distinct banks.
+pub const TF32_X_STRIDE: usize = 2 * TF32_XC + 4;
+/// Row stride (in words) of a centroid chunk: ≡ 16 (mod 32), so the 16-byte B-fragment loads of
+/// each quarter warp (2 rows × 4 lanes) fall in 32 distinct banks.
 pub const TF32_C_STRIDE: usize = TF32_KC;
 /// Words of one centroid stage: the chunk, then the squared norms of its tile's centroids
 /// (staged with the tile's last chunk, whose step ranks the tile).
@@ -200,7 +205,7 @@ pub const TF32_STAGE_WORDS: usize = TF32_CENTROIDS * TF32_C_STRIDE + TF32_CENTRO
 /// Dynamic shared memory of one block of the TF32 assign kernel, in bytes: the point tile (after
 /// the sweep it holds the candidate merge and the reduction scratch) and the centroid stages.
 pub const fn tf32_shared_bytes() -> usize {
-    (TF32_POINTS * TF32_X_STRIDE + TF32_STAGES * TF32_STAGE_WORDS) * 4
+    (TF32_POINTS / 2 * TF32_X_STRIDE + TF32_STAGES * TF32_STAGE_WORDS) * 4
 }
 
 /// Whether per-block fixed-point sums of `k × d` values (plus `k` counts) fit in shared memory.
@@ -233,9 +238,9 @@ mod tests {
         // The point tile is reused for the merge (128 points × 2 warp columns × 2 candidates ×
         // (score, index)) and the reduction scratch (2 f64 per thread).
         assert!(
-            TF32_POINTS * 2 * 2 * 8 + 2 * BLOCK as usize * 8 <= TF32_POINTS * TF32_X_STRIDE * 4
+            TF32_POINTS * 2 * 2 * 8 + 2 * BLOCK as usize * 8 <= TF32_POINTS / 2 * TF32_X_STRIDE * 4
         );
-        assert_eq!(TF32_X_STRIDE % 32, 16);
+        assert_eq!(TF32_X_STRIDE % 32, 4);
         assert_eq!(TF32_C_STRIDE % 32, 16);
         assert_eq!(TF32_KC, 16, "one 16-byte fragment load per row and chunk");
         assert_eq!(TF32_XC % TF32_KC, 0);
