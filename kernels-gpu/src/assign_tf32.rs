@@ -1,9 +1,10 @@
 //! Reduced-precision squared-L2 assignment on tensor cores (sm_80 and later), re-checked exactly.
 //!
 //! Same arguments and outputs as `kmeans_assign_l2_wide`. A block owns `TF32_POINTS` points and
-//! sweeps the centroids in tiles of `TF32_CENTROIDS`; point rows and centroid chunks are staged
-//! through shared memory already rounded to TF32 (`cvt.rna`), zero-padded past `n`, `k` and `d`,
-//! and multiplied with `mma.sync.m16n8k8` (FP32 accumulation). Every point keeps its two best
+//! sweeps the centroids in tiles of `TF32_CENTROIDS`; point rows (rounded to TF32 with
+//! `cvt.rna` once staged) and centroid chunks (raw f32, which the tensor cores truncate to TF32,
+//! streamed through a `TF32_STAGES`-deep `cp.async` ring with one barrier per chunk) are
+//! zero-padded past `n`, `k` and `d` and multiplied with `mma.sync.m16n8k8` (FP32 accumulation). Every point keeps its two best
 //! approximate candidates `‖c‖² − 2·x·c` (ties by lower index); then both are re-scored exactly
 //! as the CPU does — a dimension-ordered chain of single-rounding FMAs on the unrounded rows —
 //! and the better wins. Labels therefore equal the exact ones unless the true nearest centroid
@@ -13,7 +14,7 @@
 use crate::gpu::{self, atomic_add_u32, block_sum_f64, shared, sync_threads};
 use crate::launch::{
     BLOCK, TF32_C_STRIDE as CS, TF32_CENTROIDS as BC, TF32_KC as KC, TF32_POINTS as BP,
-    TF32_X_STRIDE as XS, TF32_XC as XC,
+    TF32_STAGE_WORDS as SW, TF32_STAGES as STAGES, TF32_X_STRIDE as XS, TF32_XC as XC,
 };
 use crate::math::{AssignMetric, assign_distance, assign_step, better, l2_score};
 use core::arch::asm;
@@ -104,9 +105,7 @@ unsafe fn run<const VEC: bool>(a: Assign) {
     let first_point = gpu::block() * BP;
 
     let xs = shared::<u32>();
-    let cs = unsafe { xs.add(BP * XS) };
-    // Squared norms of the centroids of two consecutive tiles (tile parity).
-    let norms = unsafe { cs.add(2 * BC * CS) }.cast::<f32>();
+    let cs = unsafe { xs.add(BP / 2 * XS) };
 
     let dp = d.next_multiple_of(KC);
     let chunks = dp / KC; // centroid chunks per tile
@@ -119,81 +118,107 @@ unsafe fn run<const VEC: bool>(a: Assign) {
     let mut s2 = [f32::INFINITY; 4];
     let mut i2 = [u32::MAX; 4];
 
-    let (xs_addr, cs_addr) = (shared_addr(xs), shared_addr(cs));
-    let norms_addr = cs_addr + (4 * 2 * BC * CS) as u32;
-    unsafe {
-        stage_points(t, vec, x, n, d, first_point, 0, dp, xs_addr);
-        stage_norms(t, c_sq_norms, k, 0, norms_addr);
-        stage_chunk(t, vec, centroids, k, d, 0, 0, cs_addr);
-        cp_async_wait_all();
-        round_points(t, vec, dp, 0, xs);
-        round_chunk(t, vec, cs);
-    }
-    sync_threads();
-
-    let mut acc = [[[0f32; 4]; 8]; 2];
-    let mut s = 0;
-    while s < steps {
-        let (tile, kc) = (s / chunks, s % chunks);
-        let buf = unsafe { cs.add((s % 2) * BC * CS) };
-        let next = s + 1;
-        let next_buf = (next % 2) * BC * CS;
-        if next < steps {
-            // The next chunk lands while this one is multiplied.
-            let (first, j0) = ((next / chunks) * BC, (next % chunks) * KC);
-            if j0 == 0 {
-                // A new tile: its norms go to the other half (read at the tile's end, after a
-                // barrier; the half is free since the previous tile's end).
-                let at = norms_addr + (4 * BC * ((next / chunks) % 2)) as u32;
-                unsafe { stage_norms(t, c_sq_norms, k, first, at) };
-            }
+    let cs_addr = shared_addr(cs);
+    // Prologue: the first STAGES − 1 centroid chunks, one group each (empty groups past the
+    // last step keep the group count per step uniform), then the point tile through registers.
+    // (tile, chunk) of the next step to prefetch.
+    let (mut pt, mut pk) = (0, 0);
+    for p in 0..STAGES - 1 {
+        if p < steps {
             unsafe {
                 stage_chunk(
                     t,
                     vec,
                     centroids,
+                    c_sq_norms,
                     k,
                     d,
-                    first,
-                    j0,
-                    cs_addr + 4 * next_buf as u32,
+                    pt * BC,
+                    pk * KC,
+                    pk == chunks - 1,
+                    cs_addr + (4 * p * SW) as u32,
                 )
             };
-        }
-        // Column of this chunk inside the staged point tile.
-        let xcol = (kc * KC) % XC;
-        // The k slots of the mma are a relabelling of the dimensions (the same for points and
-        // centroids, so the products pair up): slot (step kk, lane column q, half h) holds
-        // dimension q·8 + kk·2 + h of the chunk. A lane's 8 values of a row are then contiguous
-        // and load as two 16-byte vectors, conflict-free with strides ≡ 4 (mod 32).
-        for half in 0..2 {
-            let col = xcol + q * 8 + half * 4;
-            let mut a = [[[0u32; 4]; 2]; 2];
-            for (mt, a) in a.iter_mut().enumerate() {
-                let row = wm * 32 + mt * 16 + g;
-                unsafe {
-                    a[0] = load4(xs.add(row * XS + col));
-                    a[1] = load4(xs.add((row + 8) * XS + col));
-                }
+            pk += 1;
+            if pk == chunks {
+                (pt, pk) = (pt + 1, 0);
             }
-            for nt in 0..8 {
-                let c = wn * 64 + nt * 8 + g;
-                let b = unsafe { load4(buf.add(c * CS + q * 8 + half * 4)) };
-                for kk in 0..2 {
-                    for mt in 0..2 {
-                        let (lo, hi) = (a[mt][0], a[mt][1]);
-                        let frag = [lo[2 * kk], hi[2 * kk], lo[2 * kk + 1], hi[2 * kk + 1]];
-                        mma(&mut acc[mt][nt], frag, [b[2 * kk], b[2 * kk + 1]]);
-                    }
+        }
+        cp_async_commit();
+    }
+    unsafe { stage_points(t, vec, x, n, d, first_point, 0, dp, xs) };
+
+    let mut acc = [[[0f32; 4]; 8]; 2];
+    // (tile, chunk) of step s.
+    let (mut tile, mut kc) = (0, 0);
+    let mut s = 0;
+    while s < steps {
+        // This step's chunk (and at s = 0 the point tile) has landed for this thread's copies;
+        // the barrier makes everyone's visible and frees the buffer of step s − 1.
+        cp_async_wait_group::<{ STAGES - 2 }>();
+        sync_threads();
+        let j0 = kc * KC;
+        if !resident && s > 0 && j0 % XC == 0 {
+            // This step reads another slice of the dimensions: restage the points.
+            unsafe { stage_points(t, vec, x, n, d, first_point, j0, dp, xs) };
+            sync_threads();
+        }
+        // The chunk STAGES − 1 steps ahead lands while this one is multiplied.
+        let ahead = s + STAGES - 1;
+        if ahead < steps {
+            unsafe {
+                stage_chunk(
+                    t,
+                    vec,
+                    centroids,
+                    c_sq_norms,
+                    k,
+                    d,
+                    pt * BC,
+                    pk * KC,
+                    pk == chunks - 1,
+                    cs_addr + (4 * (ahead % STAGES) * SW) as u32,
+                )
+            };
+            pk += 1;
+            if pk == chunks {
+                (pt, pk) = (pt + 1, 0);
+            }
+        }
+        cp_async_commit();
+
+        let buf = unsafe { cs.add((s % STAGES) * SW) };
+        // Column of this chunk inside the staged point tile.
+        let xcol = j0 % XC;
+        // The k slots of the mma are a relabelling of the chunk's 16 dimensions (the same for
+        // points and centroids, so the products pair up): slot (step kk, lane column q, half h)
+        // holds dimension q·4 + kk·2 + h. A lane's 4 centroid values of a row are then
+        // contiguous and load as one 16-byte vector (its two B fragments), and the point tile
+        // interleaves rows g and g + 8 of each 16-row group so that one 16-byte load is exactly
+        // an A fragment; both conflict-free. Centroids go in as raw f32 bits (the tensor cores
+        // read the TF32 bits, i.e. truncate); points were rounded (`cvt.rna`) when staged.
+        let mut af = [[[0u32; 4]; 2]; 2];
+        for (mt, af) in af.iter_mut().enumerate() {
+            let pair = (wm * 2 + mt) * 8 + g;
+            for (kk, af) in af.iter_mut().enumerate() {
+                *af = unsafe { load4(xs.add(pair * XS + 2 * (xcol + q * 4) + 4 * kk)) };
+            }
+        }
+        for nt in 0..8 {
+            let c = wn * 64 + nt * 8 + g;
+            let b = unsafe { load4(buf.add(c * CS + q * 4)) };
+            for kk in 0..2 {
+                for mt in 0..2 {
+                    mma(&mut acc[mt][nt], af[mt][kk], [b[2 * kk], b[2 * kk + 1]]);
                 }
             }
         }
         if kc == chunks - 1 {
             // The tile is done: rank its centroids for this thread's four point rows. A thread
             // sees each row's centroids in increasing index order, so a strict `<` keeps the
-            // lower index on ties.
+            // lower index on ties. The tile's norms came with this chunk.
             let local = wn * 64 + 2 * q;
-            let tile_norms = unsafe { norms.add(BC * (tile % 2)) };
+            let tile_norms = unsafe { buf.add(BC * CS) }.cast::<f32>();
             for nt in 0..8 {
                 for h in 0..2 {
                     let c = tile * BC + local + nt * 8 + h;
@@ -228,26 +253,15 @@ unsafe fn run<const VEC: bool>(a: Assign) {
                 }
             }
             acc = [[[0f32; 4]; 8]; 2];
+            (tile, kc) = (tile + 1, 0);
+        } else {
+            kc += 1;
         }
-        if next < steps {
-            unsafe {
-                cp_async_wait_all();
-                round_chunk(t, vec, cs.add(next_buf));
-            }
-            let j0 = (next % chunks) * KC;
-            if !resident && j0 % XC == 0 {
-                // The next step reads another slice of the dimensions: restage the points.
-                sync_threads();
-                unsafe {
-                    stage_points(t, vec, x, n, d, first_point, j0, dp, xs_addr);
-                    cp_async_wait_all();
-                    round_points(t, vec, dp, j0, xs);
-                }
-            }
-        }
-        sync_threads();
-        s = next;
+        s += 1;
     }
+    // Only empty groups can be pending; the barrier frees the point tile for the merge.
+    cp_async_wait_all();
+    sync_threads();
 
     // Merge the four lanes of a point row (they saw different centroids), then the two warp
     // columns through shared memory (the point tile is free now).
@@ -387,10 +401,10 @@ fn merge_lanes(s1: &mut f32, i1: &mut u32, s2: &mut f32, i2: &mut u32, mask: u32
     insert(s1, i1, s2, i2, ps2, pi2);
 }
 
-/// Starts copying dimensions `j0..j0 + min(XC, dp − j0)` of the block's points into the point
-/// tile at shared address `xs` (row-major, stride `XS`), zeros past `n` and `d`. Thread `t`
-/// copies the elements (of 4 words with `vec`, else of 1) `t, t + BLOCK, …`;
-/// [`round_points`] rounds the same ones after the copies have landed.
+/// Stages dimensions `j0..j0 + min(XC, dp − j0)` of the block's points, rounded to TF32, into
+/// the point tile `xs` (zeros past `n` and `d`): row `r` goes to pair row
+/// `(r / 16)·8 + r % 8` (stride `XS`) at word `2·j + (r / 8) % 2`, so that rows g and g + 8 of
+/// each 16-row group alternate. Loads through registers (16 bytes at a time with `vec`).
 ///
 /// # Safety
 /// `x` holds `n × d` values (16-byte aligned rows with `vec`); `xs` is the point tile.
@@ -405,8 +419,11 @@ unsafe fn stage_points(
     first: usize,
     j0: usize,
     dp: usize,
-    xs: u32,
+    xs: *mut u32,
 ) {
+    #[repr(C, align(16))]
+    #[derive(Clone, Copy)]
+    struct V4([f32; 4]);
     let width = XC.min(dp - j0);
     let w = if vec { 4 } else { 1 };
     let per_row = width / w;
@@ -415,77 +432,47 @@ unsafe fn stage_points(
         let (r, jj) = (e / per_row, (e % per_row) * w);
         let (row, col) = (first + r, j0 + jj);
         let ok = row < n && col < d;
-        let src = if ok {
-            unsafe { x.add(row * d + col) }
-        } else {
-            x
-        };
-        let dst = xs + 4 * (r * XS + jj) as u32;
-        unsafe {
-            if vec {
-                cp_async_16(dst, src, if ok { 16 } else { 0 });
+        let at = ((r / 16) * 8 + r % 8) * XS + 2 * jj + (r / 8) % 2;
+        if vec {
+            let V4(v) = if ok {
+                unsafe { *x.add(row * d + col).cast::<V4>() }
             } else {
-                cp_async_4(dst, src, if ok { 4 } else { 0 });
+                V4([0.0; 4])
+            };
+            for (i, v) in v.into_iter().enumerate() {
+                unsafe { *xs.add(at + 2 * i) = to_tf32(v) };
             }
-        }
-        e += BLOCK as usize;
-    }
-    cp_async_commit();
-}
-
-/// Starts copying the squared norms of centroids `first..first + BC` (zeros past `k`) to shared
-/// address `dst`, in the group of the next [`stage_chunk`].
-///
-/// # Safety
-/// `c_sq_norms` holds `k` values; `dst` holds `BC` words.
-#[inline(always)]
-unsafe fn stage_norms(t: usize, c_sq_norms: *const f32, k: usize, first: usize, dst: u32) {
-    if t < BC {
-        let ok = first + t < k;
-        let src = if ok {
-            unsafe { c_sq_norms.add(first + t) }
         } else {
-            c_sq_norms
-        };
-        unsafe { cp_async_4(dst + 4 * t as u32, src, if ok { 4 } else { 0 }) };
-    }
-}
-
-/// Rounds to TF32, in place, the point-tile words this thread copied in [`stage_points`].
-///
-/// # Safety
-/// The thread's copies have landed (`cp_async_wait_all`).
-#[inline(always)]
-unsafe fn round_points(t: usize, vec: bool, dp: usize, j0: usize, xs: *mut u32) {
-    let width = XC.min(dp - j0);
-    let w = if vec { 4 } else { 1 };
-    let per_row = width / w;
-    let mut e = t;
-    while e < BP * per_row {
-        let (r, jj) = (e / per_row, (e % per_row) * w);
-        for v in 0..w {
-            unsafe { round_in_place(xs.add(r * XS + jj + v)) };
+            let v = if ok {
+                unsafe { *x.add(row * d + col) }
+            } else {
+                0.0
+            };
+            unsafe { *xs.add(at) = to_tf32(v) };
         }
         e += BLOCK as usize;
     }
 }
 
 /// Starts copying centroids `first..first + BC`, dimensions `j0..j0 + KC` into the centroid
-/// buffer at shared address `buf` (row-major, stride `CS`), zeros past `k` and `d`; the
-/// element split is [`round_chunk`]'s.
+/// stage at shared address `buf` (row-major, stride `CS`), zeros past `k` and `d`; with
+/// `norms`, also their squared norms after the chunk. Commits nothing.
 ///
 /// # Safety
-/// `c` holds `k × d` values (16-byte aligned rows with `vec`); `buf` is a centroid buffer.
+/// `c` holds `k × d` values (16-byte aligned rows with `vec`), `c_sq_norms` `k`; `buf` is a
+/// centroid stage.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn stage_chunk(
     t: usize,
     vec: bool,
     c: *const f32,
+    c_sq_norms: *const f32,
     k: usize,
     d: usize,
     first: usize,
     j0: usize,
+    norms: bool,
     buf: u32,
 ) {
     if vec {
@@ -515,38 +502,16 @@ unsafe fn stage_chunk(
             unsafe { cp_async_4(buf + 4 * (r * CS + jj) as u32, src, if ok { 4 } else { 0 }) };
         }
     }
-    cp_async_commit();
-}
-
-/// Rounds to TF32, in place, the centroid-buffer words this thread copied in [`stage_chunk`].
-///
-/// # Safety
-/// The thread's copies have landed (`cp_async_wait_all`).
-#[inline(always)]
-unsafe fn round_chunk(t: usize, vec: bool, buf: *mut u32) {
-    if vec {
-        for u in 0..BC * KC / 4 / BLOCK as usize {
-            let e = t + u * BLOCK as usize;
-            let (r, jj) = (e / (KC / 4), (e % (KC / 4)) * 4);
-            for v in 0..4 {
-                unsafe { round_in_place(buf.add(r * CS + jj + v)) };
-            }
-        }
-    } else {
-        for u in 0..BC * KC / BLOCK as usize {
-            let e = t + u * BLOCK as usize;
-            unsafe { round_in_place(buf.add((e / KC) * CS + e % KC)) };
-        }
+    if norms && t < BC {
+        let ok = first + t < k;
+        let src = if ok {
+            unsafe { c_sq_norms.add(first + t) }
+        } else {
+            c_sq_norms
+        };
+        let dst = buf + 4 * (BC * CS + t) as u32;
+        unsafe { cp_async_4(dst, src, if ok { 4 } else { 0 }) };
     }
-}
-
-/// Replaces the f32 at `p` with its TF32 rounding.
-///
-/// # Safety
-/// `p` is valid shared memory.
-#[inline(always)]
-unsafe fn round_in_place(p: *mut u32) {
-    unsafe { *p = to_tf32(f32::from_bits(*p)) };
 }
 
 /// The shared-window address of a generic pointer into shared memory.
@@ -591,6 +556,13 @@ unsafe fn cp_async_4(dst: u32, src: *const f32, bytes: u32) {
 fn cp_async_commit() {
     // SAFETY: no operands.
     unsafe { asm!("cp.async.commit_group;", options(nostack)) };
+}
+
+/// Waits until at most the `N` most recent groups of this thread's copies are pending.
+#[inline(always)]
+fn cp_async_wait_group<const N: usize>() {
+    // SAFETY: no operands.
+    unsafe { asm!("cp.async.wait_group {n};", n = const N, options(nostack)) };
 }
 
 /// Waits until every copy this thread started has landed (visible to this thread).

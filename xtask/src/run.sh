@@ -34,7 +34,7 @@ fi
 
 if [ "${BENCH:-1}" = 1 ] && [ -x bin/gpu-bench ]; then
   echo "=== gpu-bench"
-  ./bin/gpu-bench --json "$log_dir/gpu-bench.jsonl" ${BENCH_ARGS:-} 2>&1 | tee "$log_dir/gpu-bench.txt"
+  ./bin/gpu-bench --json "$log_dir/gpu-bench.jsonl" ${BENCH_ARGS:---precision tf32} 2>&1 | tee "$log_dir/gpu-bench.txt"
   [ "${PIPESTATUS[0]}" -eq 0 ] || failed+=("gpu-bench")
   echo "=== PyTorch baseline (same iteration, exact FP32)"
   python3 torch_baseline.py --ours "$log_dir/gpu-bench.jsonl" --out "$log_dir/results.json" ${TORCH_ARGS:-} 2>&1 | tee "$log_dir/torch-baseline.txt"

@@ -126,13 +126,13 @@ pub enum Precision {
     /// FP32 throughout, bit-identical on the CPU and the GPU.
     #[default]
     Exact,
-    /// The distance products on TF32 tensor cores (`mma.sync`, inputs rounded to 10-bit
-    /// mantissas, FP32 accumulation); each point's two best candidates are then re-checked in
-    /// exact FP32, so a label differs from [`Precision::Exact`]'s only when the true nearest
-    /// centroid is not among the two best TF32 candidates, and every reported distance (hence
-    /// inertia) is the exact FP32 distance to the chosen centroid. Squared L2 only, on a GPU of
-    /// compute capability 8.0 or later (an error on older GPUs); on the CPU backend the fit is
-    /// computed exactly (the same answer as [`Precision::Exact`]).
+    /// The distance products on TF32 tensor cores (`mma.sync`, inputs cut to 10-bit mantissas:
+    /// points rounded, centroids truncated; FP32 accumulation); each point's two best candidates
+    /// are then re-checked in exact FP32, so a label differs from [`Precision::Exact`]'s only
+    /// when the true nearest centroid is not among the two best TF32 candidates, and every
+    /// reported distance (hence inertia) is the exact FP32 distance to the chosen centroid.
+    /// Squared L2 only, on a GPU of compute capability 8.0 or later (an error on older GPUs); on
+    /// the CPU backend the fit is computed exactly (the same answer as [`Precision::Exact`]).
     Tf32,
 }
 
