@@ -47,83 +47,82 @@ fn panels(x: &[f32], d: usize) -> Panels {
 /// Panel width where the CPU has no SIMD kernel.
 const PORTABLE_WIDTH: usize = 8;
 
-/// Writes the finished distances of the accumulator tile `acc` (`P` rows × panels
-/// `b .. b + L`) into `out` (row `p` at `p · ld`, panel row `r` at column `r − b0 · w`).
+/// What a distance block computes: the rows of `x` (squared norms `xn`, zeros when the metric
+/// needs none) against the rows of panels `b0 .. b1` of `pn`; row `r` of `x` goes to
+/// `out[r · ld ..]`, panel row `i` at column `i − b0 · w`.
+#[derive(Clone, Copy)]
+struct Block<'a> {
+    metric: PairMetric,
+    x: &'a [f32],
+    xn: &'a [f32],
+    pn: &'a Panels,
+    b0: usize,
+    b1: usize,
+    ld: usize,
+}
+
+/// Writes the finished distances of the accumulator tile `acc` (`P` rows from row `r`, panels
+/// `b .. b + L`) into `out` as [`Block`] says.
 ///
 /// # Safety
-/// As for [`simd::accumulate`]; `out` holds `P` rows of `ld ≥ (b + L − b0) · w` values.
+/// As for [`simd::accumulate`].
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
 unsafe fn emit<S: Simd, const P: usize, const L: usize>(
-    metric: PairMetric,
+    blk: &Block<'_>,
     acc: &[[S::V; L]; P],
-    xn: &[f32],
-    pn: &Panels,
+    r: usize,
     b: usize,
-    b0: usize,
     out: &mut [f32],
-    ld: usize,
 ) {
-    let w = S::W;
+    let (w, pn) = (S::W, blk.pn);
     let mut lanes = [0f32; 16];
     for (p, acc) in acc.iter().enumerate() {
         for (l, &v) in acc.iter().enumerate() {
             unsafe { S::store(lanes.as_mut_ptr(), v) };
             let first = (b + l) * w;
             let valid = w.min(pn.k - first);
-            let row = &mut out[p * ld + first - b0 * w..][..valid];
+            let row = &mut out[(r + p) * blk.ld + first - blk.b0 * w..][..valid];
             let norms = &pn.sq_norms[first..first + valid];
             for ((o, &a), &yn) in row.iter_mut().zip(&lanes).zip(norms) {
-                *o = finish(metric, a, xn[p], yn);
+                *o = finish(blk.metric, a, blk.xn[r + p], yn);
             }
         }
     }
 }
 
-/// Distances of the `x.len() / d` rows of `x` (squared norms `xn`) to the rows of panels
-/// `b0 .. b1` of `pn`, into `out` (see [`emit`]): tiles of `P` rows × `L` panels.
+/// [`panel_distances`] in tiles of `P` rows × `L` panels.
 ///
 /// # Safety
-/// The CPU has `S`'s instruction set; `pn.w == S::W`; `b1 ≤ pn.nb`; `out` holds
-/// `rows × ld` values with `ld ≥ (b1 − b0) · w`.
+/// The CPU has `S`'s instruction set; `pn.w == S::W`.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
 unsafe fn tiled_rows<S: Simd, const P: usize, const L: usize, const L1: bool>(
-    metric: PairMetric,
-    x: &[f32],
-    xn: &[f32],
-    pn: &Panels,
-    b0: usize,
-    b1: usize,
+    blk: &Block<'_>,
     out: &mut [f32],
-    ld: usize,
 ) {
-    let d = pn.d;
-    let rows = xn.len();
+    let (d, rows) = (blk.pn.d, blk.xn.len());
     let mut r = 0;
     unsafe {
         while r < rows {
-            let (xr, nr) = (&x[r * d..], &xn[r..]);
-            let o = &mut out[r * ld..];
+            let x = &blk.x[r * d..];
             if r + P <= rows {
-                let mut b = b0;
-                while b + L <= b1 {
-                    let acc = simd::accumulate::<S, P, L, L1>(xr, pn, b);
-                    emit::<S, P, L>(metric, &acc, nr, pn, b, b0, o, ld);
+                let mut b = blk.b0;
+                while b + L <= blk.b1 {
+                    let acc = simd::accumulate::<S, P, L, L1>(x, blk.pn, b);
+                    emit::<S, P, L>(blk, &acc, r, b, out);
                     b += L;
                 }
-                while b < b1 {
-                    let acc = simd::accumulate::<S, P, 1, L1>(xr, pn, b);
-                    emit::<S, P, 1>(metric, &acc, nr, pn, b, b0, o, ld);
+                while b < blk.b1 {
+                    let acc = simd::accumulate::<S, P, 1, L1>(x, blk.pn, b);
+                    emit::<S, P, 1>(blk, &acc, r, b, out);
                     b += 1;
                 }
                 r += P;
             } else {
-                for b in b0..b1 {
-                    let acc = simd::accumulate::<S, 1, 1, L1>(xr, pn, b);
-                    emit::<S, 1, 1>(metric, &acc, nr, pn, b, b0, o, ld);
+                for b in blk.b0..blk.b1 {
+                    let acc = simd::accumulate::<S, 1, 1, L1>(x, blk.pn, b);
+                    emit::<S, 1, 1>(blk, &acc, r, b, out);
                 }
                 r += 1;
             }
@@ -133,65 +132,36 @@ unsafe fn tiled_rows<S: Simd, const P: usize, const L: usize, const L1: bool>(
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-#[allow(clippy::too_many_arguments)]
-fn tiled_rows_avx512(
-    metric: PairMetric,
-    x: &[f32],
-    xn: &[f32],
-    pn: &Panels,
-    b0: usize,
-    b1: usize,
-    out: &mut [f32],
-    ld: usize,
-) {
+fn tiled_rows_avx512(blk: &Block<'_>, out: &mut [f32]) {
     // 6 × 4 accumulators + 4 panel vectors + 1 broadcast of the 32 zmm registers.
     unsafe {
-        if metric.is_l1() {
-            tiled_rows::<Avx512, 4, 4, true>(metric, x, xn, pn, b0, b1, out, ld)
+        if blk.metric.is_l1() {
+            tiled_rows::<Avx512, 4, 4, true>(blk, out)
         } else {
-            tiled_rows::<Avx512, 6, 4, false>(metric, x, xn, pn, b0, b1, out, ld)
+            tiled_rows::<Avx512, 6, 4, false>(blk, out)
         }
     }
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-#[allow(clippy::too_many_arguments)]
-fn tiled_rows_avx2(
-    metric: PairMetric,
-    x: &[f32],
-    xn: &[f32],
-    pn: &Panels,
-    b0: usize,
-    b1: usize,
-    out: &mut [f32],
-    ld: usize,
-) {
+fn tiled_rows_avx2(blk: &Block<'_>, out: &mut [f32]) {
     // 4 × 2 accumulators + 2 panel vectors + 1 broadcast of the 16 ymm registers.
     unsafe {
-        if metric.is_l1() {
-            tiled_rows::<Avx2, 3, 2, true>(metric, x, xn, pn, b0, b1, out, ld)
+        if blk.metric.is_l1() {
+            tiled_rows::<Avx2, 3, 2, true>(blk, out)
         } else {
-            tiled_rows::<Avx2, 4, 2, false>(metric, x, xn, pn, b0, b1, out, ld)
+            tiled_rows::<Avx2, 4, 2, false>(blk, out)
         }
     }
 }
 
 /// [`panel_distances`] without SIMD: one row at a time, one accumulator per panel lane.
-#[allow(clippy::too_many_arguments)]
-fn portable_rows(
-    metric: PairMetric,
-    x: &[f32],
-    xn: &[f32],
-    pn: &Panels,
-    b0: usize,
-    b1: usize,
-    out: &mut [f32],
-    ld: usize,
-) {
-    let (d, w, l1) = (pn.d, pn.w, metric.is_l1());
-    for (r, (row, &n)) in x.chunks_exact(d).zip(xn).enumerate() {
-        for b in b0..b1 {
+fn portable_rows(blk: &Block<'_>, out: &mut [f32]) {
+    let pn = blk.pn;
+    let (d, w, l1) = (pn.d, pn.w, blk.metric.is_l1());
+    for (r, (row, &n)) in blk.x.chunks_exact(d).zip(blk.xn).enumerate() {
+        for b in blk.b0..blk.b1 {
             let mut acc = vec![0f32; w];
             let panel = &pn.data[b * d * w..(b + 1) * d * w];
             for (&v, lanes) in row.iter().zip(panel.chunks_exact(w)) {
@@ -201,43 +171,32 @@ fn portable_rows(
             }
             let first = b * w;
             let valid = w.min(pn.k - first);
-            for (lane, &a) in acc[..valid].iter().enumerate() {
-                out[r * ld + first - b0 * w + lane] =
-                    finish(metric, a, n, pn.sq_norms[first + lane]);
+            let o = &mut out[r * blk.ld + first - blk.b0 * w..][..valid];
+            for ((o, &a), &yn) in o.iter_mut().zip(&acc).zip(&pn.sq_norms[first..]) {
+                *o = finish(blk.metric, a, n, yn);
             }
         }
     }
 }
 
-/// Distances of the rows of `x` (squared norms `xn`, zeros when the metric needs none) to the
-/// rows of panels `b0 .. b1` of `pn`: row `r` of `x` into `out[r · ld ..]`, panel row `i` at
-/// column `i − b0 · w`. Every distance is the same float as the GPU's (see the module comment).
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn panel_distances(
-    metric: PairMetric,
-    x: &[f32],
-    xn: &[f32],
-    pn: &Panels,
-    b0: usize,
-    b1: usize,
-    out: &mut [f32],
-    ld: usize,
-) {
+/// Computes a distance [`Block`] into `out`. Every distance is the same float as the GPU's (see
+/// the module comment).
+fn panel_distances(blk: &Block<'_>, out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     {
-        if pn.w == Avx512::W && std::is_x86_feature_detected!("avx512f") {
+        if blk.pn.w == Avx512::W && std::is_x86_feature_detected!("avx512f") {
             // SAFETY: the feature was just detected.
-            return unsafe { tiled_rows_avx512(metric, x, xn, pn, b0, b1, out, ld) };
+            return unsafe { tiled_rows_avx512(blk, out) };
         }
-        if pn.w == Avx2::W
+        if blk.pn.w == Avx2::W
             && std::is_x86_feature_detected!("avx2")
             && std::is_x86_feature_detected!("fma")
         {
             // SAFETY: the features were just detected.
-            return unsafe { tiled_rows_avx2(metric, x, xn, pn, b0, b1, out, ld) };
+            return unsafe { tiled_rows_avx2(blk, out) };
         }
     }
-    portable_rows(metric, x, xn, pn, b0, b1, out, ld)
+    portable_rows(blk, out)
 }
 
 impl Distances for CpuBackend {
@@ -263,8 +222,16 @@ impl Distances for CpuBackend {
                 .for_each(|(t, out)| {
                     let from = first + t * QUERY_CHUNK;
                     let to = from + out.len() / n;
-                    let x = &a.as_slice()[from * d..to * d];
-                    panel_distances(metric, x, &a_norms[from..to], &pn, 0, pn.nb, out, n);
+                    let blk = Block {
+                        metric,
+                        x: &a.as_slice()[from * d..to * d],
+                        xn: &a_norms[from..to],
+                        pn: &pn,
+                        b0: 0,
+                        b1: pn.nb,
+                        ld: n,
+                    };
+                    panel_distances(&blk, out);
                 });
             let view = ArrayView2::from_shape((r, n), &buf[..r * n]).expect("r × n block");
             on_block(first, view)?;
@@ -376,7 +343,16 @@ impl CpuKnn {
         let mut b0 = 0;
         while b0 < pn.nb {
             let b1 = (b0 + per_block).min(pn.nb);
-            panel_distances(self.metric, xs, &xn, pn, b0, b1, &mut dist, ld);
+            let blk = Block {
+                metric: self.metric,
+                x: xs,
+                xn: &xn,
+                pn,
+                b0,
+                b1,
+                ld,
+            };
+            panel_distances(&blk, &mut dist);
             let first = b0 * pn.w;
             let cols = (b1 * pn.w).min(pn.k) - first;
             for (near, row) in nearest.iter_mut().zip(dist.chunks_exact(ld)) {
