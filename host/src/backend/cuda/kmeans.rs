@@ -196,6 +196,23 @@ impl<'a> CudaLloyd<'a> {
         }
     }
 
+    /// Dynamic shared memory of the exact assign kernel. On sm_80 and later the wide tile gets
+    /// the memory that keeps its point tile resident (see
+    /// [`AssignTile::resident_shared_bytes`]) as long as two blocks still fit on a
+    /// multiprocessor, which has 1 KiB more than a block may opt in to and reserves 1 KiB per
+    /// block.
+    fn assign_shared_bytes(&self) -> usize {
+        let streaming = self.tile.shared_bytes();
+        let resident = self.tile.resident_shared_bytes(self.d);
+        let per_sm = self.gpu.max_shared_per_block() + 1024;
+        let sm80 = self.gpu.info().compute_capability.0 >= 8;
+        if sm80 && self.tile == ASSIGN_WIDE && 2 * (resident + 1024) <= per_sm {
+            streaming.max(resident)
+        } else {
+            streaming
+        }
+    }
+
     /// Queues the assignment of every point to its nearest current centroid.
     fn queue_assign(&mut self) -> Result<()> {
         let gpu = self.gpu;
@@ -207,7 +224,7 @@ impl<'a> CudaLloyd<'a> {
         let shared = if self.tf32 {
             tf32_shared_bytes()
         } else {
-            self.tile.shared_bytes()
+            self.assign_shared_bytes()
         };
         let f = gpu.function(name)?;
         let mut launch = gpu.launch(name, &f);
