@@ -300,9 +300,14 @@ impl<'a> CudaLloyd<'a> {
             .arg(&mut self.next)
             .arg(&mut self.sizes)
             .arg(&mut empty);
-        // One warp per centroid coordinate.
+        // One warp per centroid coordinate; with one part, one thread.
+        let per_block = if s.parts == 1 {
+            BLOCK as usize
+        } else {
+            BLOCK as usize / 32
+        };
         let grid = (self.k * self.d)
-            .div_ceil(BLOCK as usize / 32)
+            .div_ceil(per_block)
             .min(16 * gpu.multiprocessors());
         launch.run(grid, BLOCK, 12 * BLOCK as usize)
     }
