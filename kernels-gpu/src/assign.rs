@@ -8,7 +8,8 @@
 //! the dimensions in order 0..d, exactly as the CPU twin, and candidates merge with the
 //! lower-index tie rule, so labels match the CPU bit for bit.
 
-use crate::gpu::{self, atomic_add_u32, block_sum_f64, shared, sync_threads};
+use crate::fixed::to_fixed;
+use crate::gpu::{self, atomic_add_i64, atomic_add_u32, block_sum_f64, shared, sync_threads};
 #[cfg(target_feature = "sm_80")]
 use crate::launch::ASSIGN_STAGES;
 use crate::launch::{ASSIGN_JC, ASSIGN_NARROW, ASSIGN_WIDE, AssignTile, BLOCK};
@@ -31,6 +32,9 @@ struct Assign {
     min_dist: *mut f32,
     changed: *mut u32,
     block_inertia: *mut f64,
+    scales: *const f32,
+    sums: *mut i64,
+    counts: *mut u32,
 }
 
 macro_rules! assign_kernel {
@@ -39,7 +43,9 @@ macro_rules! assign_kernel {
         /// `k` centroids and writes its distance. Squared norms of points and centroids are
         /// inputs (ignored by L1). With `changed` non-null, adds the number of labels that
         /// differ from what `labels` held; with `block_inertia` non-null, writes each block's
-        /// fixed-order sum of distances at its index.
+        /// fixed-order sum of distances at its index. With `sums` non-null, also adds every point's
+        /// fixed-point coordinates (under `scales`, one per dimension) to its cluster's row of
+        /// `sums` (`k × d`) and 1 to its `counts` entry, as `kmeans_accumulate_global` would.
         ///
         /// # Safety
         /// Pointers valid for those sizes; `BLOCK` threads, `ceil(n / points())` blocks and
@@ -57,6 +63,9 @@ macro_rules! assign_kernel {
             min_dist: *mut f32,
             changed: *mut u32,
             block_inertia: *mut f64,
+            scales: *const f32,
+            sums: *mut i64,
+            counts: *mut u32,
         ) {
             let args = Assign {
                 x,
@@ -70,6 +79,9 @@ macro_rules! assign_kernel {
                 min_dist,
                 changed,
                 block_inertia,
+                scales,
+                sums,
+                counts,
             };
             #[cfg(target_feature = "sm_80")]
             unsafe {
@@ -518,8 +530,36 @@ unsafe fn finish<const TP: usize>(
                 *a.min_dist.add(i) = dist;
             }
             dist_sum += dist as f64;
+            // Thread `p` alone reads row `p` of the merge area, and is done with it.
+            unsafe { *merge_index.add(p * tile.ct) = label };
         }
         p += BLOCK as usize;
+    }
+    if !a.sums.is_null() {
+        // The update's sums, a warp per point (integer sums: the same in any order). The rows
+        // were just read by this block, so they come from L2, and the atomics overlap the other
+        // blocks' sweeps.
+        sync_threads();
+        let (warp, lane) = (t / 32, t % 32);
+        let mut p = warp;
+        while p < pb {
+            let i = first_point + p;
+            if i < a.n {
+                unsafe {
+                    let label = *merge_index.add(p * tile.ct) as usize;
+                    let mut j = lane;
+                    while j < a.d {
+                        let q = to_fixed(*a.x.add(i * a.d + j), *a.scales.add(j));
+                        atomic_add_i64(a.sums.add(label * a.d + j), q);
+                        j += 32;
+                    }
+                    if lane == 0 {
+                        atomic_add_u32(a.counts.add(label), 1);
+                    }
+                }
+            }
+            p += BLOCK as usize / 32;
+        }
     }
     if !a.changed.is_null() {
         let total = unsafe { block_sum_f64(scratch, moved) };

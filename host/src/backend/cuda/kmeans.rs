@@ -2,7 +2,7 @@
 //! Small shapes (few dimensions, centroids that fit in shared memory) take the fused path of
 //! `kernels_gpu::small`: one kernel assigns and accumulates, one finalizes and summarizes. Other
 //! shapes launch five kernels: centroid norms, the register-tiled assign, accumulate, finalize
-//! and summary.
+//! and summary (four when the sums are global: the exact assign kernel then accumulates too).
 
 use super::{CudaBackend, arg_u32};
 use crate::backend::{AssignStats, Lloyd, StepStats};
@@ -20,6 +20,9 @@ use kernels_gpu::math::AssignMetric;
 use kernels_gpu::small::{
     FINALIZE_SCRATCH, MODE_ACCUMULATE, MODE_ASSIGN, SMALL_L1_KERNELS, SMALL_L2_KERNELS,
 };
+
+/// A null pointer kernel argument.
+static NULL: u64 = 0;
 
 pub(crate) struct CudaLloyd<'a> {
     gpu: &'a CudaBackend,
@@ -213,8 +216,10 @@ impl<'a> CudaLloyd<'a> {
         }
     }
 
-    /// Queues the assignment of every point to its nearest current centroid.
-    fn queue_assign(&mut self) -> Result<()> {
+    /// Queues the assignment of every point to its nearest current centroid; with `accumulate`
+    /// (the exact kernels, global sums only) the assign kernel also adds the points to the
+    /// cluster sums, which are zeroed first, so [`Self::queue_update`] only finalizes.
+    fn queue_assign(&mut self, accumulate: bool) -> Result<()> {
         let gpu = self.gpu;
         if self.metric == AssignMetric::SqL2 {
             gpu.row_sq_norms(&self.centroids, self.k, self.d, &mut self.c_sq_norms)?;
@@ -226,6 +231,11 @@ impl<'a> CudaLloyd<'a> {
         } else {
             self.assign_shared_bytes()
         };
+        debug_assert!(!accumulate || (!self.tf32 && !self.sums.shared));
+        if accumulate {
+            gpu.clear(&mut self.sums.sums, "cluster sums")?;
+            gpu.clear(&mut self.sums.counts, "cluster counts")?;
+        }
         let f = gpu.function(name)?;
         let mut launch = gpu.launch(name, &f);
         let (n, d, k) = (self.n as u32, self.d as u32, self.k as u32);
@@ -242,16 +252,33 @@ impl<'a> CudaLloyd<'a> {
             .arg(&mut self.min_dist)
             .arg(&mut self.counters)
             .arg(&mut self.block_inertia);
+        if !self.tf32 {
+            launch.args().arg(&self.scales);
+            if accumulate {
+                let s = &mut self.sums;
+                launch.args().arg(&mut s.sums).arg(&mut s.counts);
+            } else {
+                launch.args().arg(&NULL).arg(&NULL);
+            }
+        }
         launch.run(grid, BLOCK, shared)
     }
 
+    /// Whether the assign kernel of a step also accumulates the update's sums (global sums on
+    /// the exact kernels: the atomics overlap the assignment instead of a pass of their own).
+    fn fused_accumulate(&self) -> bool {
+        !self.tf32 && !self.sums.shared
+    }
+
     /// Queues the means of the current labels into `next` (empty clusters keep theirs and are
-    /// counted in `counters[1]`).
-    fn queue_update(&mut self) -> Result<()> {
+    /// counted in `counters[1]`); with `accumulated`, the sums are already there.
+    fn queue_update(&mut self, accumulated: bool) -> Result<()> {
         let gpu = self.gpu;
         let (n, d, k) = (self.n as u32, self.d as u32, self.k as u32);
         let s = &mut self.sums;
-        if s.shared {
+        if accumulated {
+            // The assign kernel added the points.
+        } else if s.shared {
             let f = gpu.function("kmeans_accumulate_shared")?;
             let mut launch = gpu.launch("kmeans_accumulate_shared", &f);
             launch
@@ -428,7 +455,7 @@ impl Lloyd for CudaLloyd<'_> {
     fn assign(&mut self) -> Result<AssignStats> {
         match self.small_kernel() {
             Some(kernel) => self.queue_small(kernel, MODE_ASSIGN)?,
-            None => self.queue_assign()?,
+            None => self.queue_assign(false)?,
         }
         let s = self.summarize(false)?;
         Ok(AssignStats {
@@ -444,8 +471,9 @@ impl Lloyd for CudaLloyd<'_> {
                 self.finalize_small()?
             }
             None => {
-                self.queue_assign()?;
-                self.queue_update()?;
+                let fused = self.fused_accumulate();
+                self.queue_assign(fused)?;
+                self.queue_update(fused)?;
                 self.summarize(true)?
             }
         };
@@ -466,7 +494,7 @@ impl Lloyd for CudaLloyd<'_> {
                 self.finalize_small()?
             }
             None => {
-                self.queue_update()?;
+                self.queue_update(false)?;
                 self.summarize(false)?
             }
         };
