@@ -124,6 +124,14 @@ fn cross_cases() -> Vec<(&'static str, Vec<f32>, usize, usize, KMeansParams)> {
             p(5).metric(Metric::L1),
         ),
         (
+            // d > 176: too many dimensions for a resident point tile (two blocks per SM).
+            "wide streamed n=300 d=200 k=40",
+            uniform(300, 200, 21),
+            300,
+            200,
+            p(40),
+        ),
+        (
             "global tile d=12000 k=3",
             uniform(40, 12000, 8),
             40,
@@ -224,6 +232,7 @@ fn sanitize_kmeans_kernels() {
         "small d96 l1 n=600 d=50 k=12",
         "global sums k=100 d=100",
         "global tile d=12000 k=3",
+        "wide streamed n=300 d=200 k=40",
         "l1 wide n=700 d=100 k=40",
         "l1 narrow n=500 d=120 k=5",
         "relocate empty n=400 d=2",

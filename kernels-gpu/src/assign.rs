@@ -8,7 +8,8 @@
 //! the dimensions in order 0..d, exactly as the CPU twin, and candidates merge with the
 //! lower-index tie rule, so labels match the CPU bit for bit.
 
-use crate::gpu::{self, atomic_add_u32, block_sum_f64, shared, sync_threads};
+use crate::fixed::to_fixed;
+use crate::gpu::{self, atomic_add_i64, atomic_add_u32, block_sum_f64, shared, sync_threads};
 #[cfg(target_feature = "sm_80")]
 use crate::launch::ASSIGN_STAGES;
 use crate::launch::{ASSIGN_JC, ASSIGN_NARROW, ASSIGN_WIDE, AssignTile, BLOCK};
@@ -31,6 +32,9 @@ struct Assign {
     min_dist: *mut f32,
     changed: *mut u32,
     block_inertia: *mut f64,
+    scales: *const f32,
+    sums: *mut i64,
+    counts: *mut u32,
 }
 
 macro_rules! assign_kernel {
@@ -39,7 +43,9 @@ macro_rules! assign_kernel {
         /// `k` centroids and writes its distance. Squared norms of points and centroids are
         /// inputs (ignored by L1). With `changed` non-null, adds the number of labels that
         /// differ from what `labels` held; with `block_inertia` non-null, writes each block's
-        /// fixed-order sum of distances at its index.
+        /// fixed-order sum of distances at its index. With `sums` non-null, also adds every point's
+        /// fixed-point coordinates (under `scales`, one per dimension) to its cluster's row of
+        /// `sums` (`k × d`) and 1 to its `counts` entry, as `kmeans_accumulate_global` would.
         ///
         /// # Safety
         /// Pointers valid for those sizes; `BLOCK` threads, `ceil(n / points())` blocks and
@@ -57,6 +63,9 @@ macro_rules! assign_kernel {
             min_dist: *mut f32,
             changed: *mut u32,
             block_inertia: *mut f64,
+            scales: *const f32,
+            sums: *mut i64,
+            counts: *mut u32,
         ) {
             let args = Assign {
                 x,
@@ -70,6 +79,9 @@ macro_rules! assign_kernel {
                 min_dist,
                 changed,
                 block_inertia,
+                scales,
+                sums,
+                counts,
             };
             #[cfg(target_feature = "sm_80")]
             unsafe {
@@ -198,9 +210,12 @@ unsafe fn run<const TP: usize, const TC: usize>(a: Assign, metric: AssignMetric,
     };
 }
 
-/// The sm_80 sweep: chunk `s + 1` of both tiles is copied with `cp.async` (transposed, one f32
-/// per copy) into the other shared buffer while chunk `s` is multiplied, so a chunk costs one
-/// barrier and no exposed load latency. The centroid norms of a tile come with its first chunk.
+/// The sm_80 sweep: the copies of step `s + 1` (a centroid tile's chunk, with the point tile's
+/// chunk) go out with `cp.async` (transposed, one f32 per copy) into the other shared buffer while
+/// step `s` is multiplied, so a step costs one barrier and no exposed load latency. The centroid
+/// norms of a tile come with its first chunk. When the launch gives the shared memory of
+/// [`AssignTile::resident_shared_bytes`], the point tile is staged whole during the first
+/// centroid tile and stays, so later tiles only stream centroids.
 /// Thread `(tx, ty)` keeps points `ty·TP + i` and centroids `h·4·ct + tx·4 + r` (`q = 4h + r`),
 /// so the 16 centroid groups of a warp read 64 consecutive words per 16-byte load (no bank
 /// conflicts). Accumulation order per (point, centroid) and the candidate order (score, then
@@ -212,33 +227,48 @@ unsafe fn run_async<const TP: usize, const TC: usize, const PB: usize, const CB:
     metric: AssignMetric,
     tile: AssignTile,
 ) {
-    use crate::cp_async::{commit, shared_addr, wait_group};
-    const S: usize = ASSIGN_STAGES;
+    use crate::cp_async::{commit, dynamic_shared_bytes, shared_addr, wait_group};
+    // Two buffers: step `s` reads buffer `s % 2` and norms slot `tile % 2`.
+    const _: () = assert!(ASSIGN_STAGES == 2);
     let t = gpu::thread();
     let (tx, ty) = (t % tile.ct, t / tile.ct);
     let (xs_stride, cs_stride) = (tile.x_stride(), tile.c_stride());
-    let stage = tile.stage_len();
     let first_point = gpu::block() * PB;
     let l2 = metric == AssignMetric::SqL2;
+    let resident = dynamic_shared_bytes() as usize >= tile.resident_shared_bytes(a.d);
 
+    // Streaming: two stages of (point chunk, centroid chunk), then the norms. Resident: two
+    // centroid chunks, the norms, then the whole point tile (chunk after chunk).
+    let x_chunk = ASSIGN_JC * xs_stride;
+    let c_chunk = ASSIGN_JC * cs_stride;
+    let stage = if resident { c_chunk } else { x_chunk + c_chunk };
+    let c_off = if resident { 0 } else { x_chunk };
     let scratch = shared::<f64>();
     let bufs = unsafe { scratch.add(2 * BLOCK as usize) }.cast::<f32>();
-    let norms = unsafe { bufs.add(S * stage) };
-    let (bufs_addr, norms_addr) = (shared_addr(bufs), shared_addr(norms));
+    let norms = unsafe { bufs.add(ASSIGN_STAGES * stage) };
+    let x_tile = unsafe { norms.add(ASSIGN_STAGES * CB) };
+    let (bufs_addr, norms_addr, x_tile_addr) =
+        (shared_addr(bufs), shared_addr(norms), shared_addr(x_tile));
 
     let chunks = a.d.div_ceil(ASSIGN_JC);
     let steps = a.k.div_ceil(CB) * chunks;
 
-    // Issues the copies of step `(tile, kc)` into buffer `slot` (and the tile's norms into norms
-    // slot `slot_n` when `kc` is 0), as one group.
-    let issue = |tile_i: usize, kc: usize, slot: usize, slot_n: usize| {
+    // Issues the copies of step `s` = (tile `tile_i`, chunk `kc`) as one group.
+    let issue = |s: usize, tile_i: usize, kc: usize| {
         let j0 = kc * ASSIGN_JC;
         let width = ASSIGN_JC.min(a.d - j0);
-        let buf = bufs_addr + (4 * slot * stage) as u32;
+        let buf = bufs_addr + (4 * (s % 2) * stage) as u32;
         let first_c = tile_i * CB;
         unsafe {
-            stage_chunk::<PB>(t, a.x, a.n, a.d, first_point, j0, width, buf, xs_stride);
-            let cbuf = buf + (4 * ASSIGN_JC * xs_stride) as u32;
+            if !resident || tile_i == 0 {
+                let xbuf = if resident {
+                    x_tile_addr + (4 * kc * x_chunk) as u32
+                } else {
+                    buf
+                };
+                stage_chunk::<PB>(t, a.x, a.n, a.d, first_point, j0, width, xbuf, xs_stride);
+            }
+            let cbuf = buf + (4 * c_off) as u32;
             stage_chunk::<CB>(
                 t,
                 a.centroids,
@@ -257,52 +287,40 @@ unsafe fn run_async<const TP: usize, const TC: usize, const PB: usize, const CB:
                 } else {
                     a.c_sq_norms
                 };
-                let dst = norms_addr + (4 * (slot_n * CB + t)) as u32;
+                let dst = norms_addr + (4 * ((tile_i % 2) * CB + t)) as u32;
                 crate::cp_async::copy_4(dst, src, if ok { 4 } else { 0 });
             }
         }
         commit();
     };
 
-    // Next step to issue, as (tile, chunk) and its buffer / norms slots.
-    let (mut it, mut ikc, mut islot, mut inorm) = (0, 0, 0, 0);
-    let mut issued = 0;
-    while issued < S - 1 {
-        if issued < steps {
-            issue(it, ikc, islot, inorm);
-            ikc += 1;
-            if ikc == chunks {
-                (it, ikc, inorm) = (it + 1, 0, (inorm + 1) % S);
-            }
-            islot = (islot + 1) % S;
-        } else {
-            commit();
-        }
-        issued += 1;
+    if steps > 0 {
+        issue(0, 0, 0);
     }
-
     let mut best_score = [f32::INFINITY; TP];
     let mut best_index = [u32::MAX; TP];
     let mut acc = [[0f32; TC]; TP];
-    let (mut tile_i, mut kc, mut slot, mut norm_slot) = (0, 0, 0, 0);
+    let (mut tile_i, mut kc) = (0, 0);
     let mut s = 0;
     while s < steps {
         // This thread's copies of step `s` have landed; after the barrier everybody's have, and
         // every thread is done with the buffer of step `s - 1`, which the next issue refills.
-        wait_group::<{ S - 2 }>();
+        wait_group::<0>();
         sync_threads();
-        if s + S - 1 < steps {
-            issue(it, ikc, islot, inorm);
-            ikc += 1;
-            if ikc == chunks {
-                (it, ikc, inorm) = (it + 1, 0, (inorm + 1) % S);
+        let last_chunk = kc + 1 == chunks;
+        if s + 1 < steps {
+            if last_chunk {
+                issue(s + 1, tile_i + 1, 0);
+            } else {
+                issue(s + 1, tile_i, kc + 1);
             }
-            islot = (islot + 1) % S;
-        } else {
-            commit();
         }
-        let xs = unsafe { bufs.add(slot * stage) };
-        let cs = unsafe { xs.add(ASSIGN_JC * xs_stride) };
+        let xs = if resident {
+            unsafe { x_tile.add(kc * x_chunk) }
+        } else {
+            unsafe { bufs.add((s % 2) * stage) }
+        };
+        let cs = unsafe { bufs.add((s % 2) * stage + c_off) };
         let width = ASSIGN_JC.min(a.d - kc * ASSIGN_JC);
         if width == ASSIGN_JC {
             for jj in 0..ASSIGN_JC {
@@ -321,10 +339,10 @@ unsafe fn run_async<const TP: usize, const TC: usize, const PB: usize, const CB:
                 };
             }
         }
-        if kc == chunks - 1 {
+        if last_chunk {
             // The tile is done: rank its centroids for this thread's points.
             let first_c = tile_i * CB;
-            let tile_norms = unsafe { norms.add(norm_slot * CB) };
+            let tile_norms = unsafe { norms.add((tile_i % 2) * CB) };
             let mut c_sq = [0f32; TC];
             let mut index = [0u32; TC];
             let mut valid = [false; TC];
@@ -345,15 +363,13 @@ unsafe fn run_async<const TP: usize, const TC: usize, const PB: usize, const CB:
                 }
             }
             acc = [[0f32; TC]; TP];
-            (tile_i, kc, norm_slot) = (tile_i + 1, 0, (norm_slot + 1) % S);
+            (tile_i, kc) = (tile_i + 1, 0);
         } else {
             kc += 1;
         }
-        slot = (slot + 1) % S;
         s += 1;
     }
-    // Only empty groups can be in flight; the buffers become the merge area.
-    wait_group::<0>();
+    // Nothing is in flight; the buffers become the merge area.
     sync_threads();
     let merge_score = bufs;
     let merge_index = unsafe { bufs.add(PB * tile.ct) }.cast::<u32>();
@@ -514,8 +530,36 @@ unsafe fn finish<const TP: usize>(
                 *a.min_dist.add(i) = dist;
             }
             dist_sum += dist as f64;
+            // Thread `p` alone reads row `p` of the merge area, and is done with it.
+            unsafe { *merge_index.add(p * tile.ct) = label };
         }
         p += BLOCK as usize;
+    }
+    if !a.sums.is_null() {
+        // The update's sums, a warp per point (integer sums: the same in any order). The rows
+        // were just read by this block, so they come from L2, and the atomics overlap the other
+        // blocks' sweeps.
+        sync_threads();
+        let (warp, lane) = (t / 32, t % 32);
+        let mut p = warp;
+        while p < pb {
+            let i = first_point + p;
+            if i < a.n {
+                unsafe {
+                    let label = *merge_index.add(p * tile.ct) as usize;
+                    let mut j = lane;
+                    while j < a.d {
+                        let q = to_fixed(*a.x.add(i * a.d + j), *a.scales.add(j));
+                        atomic_add_i64(a.sums.add(label * a.d + j), q);
+                        j += 32;
+                    }
+                    if lane == 0 {
+                        atomic_add_u32(a.counts.add(label), 1);
+                    }
+                }
+            }
+            p += BLOCK as usize / 32;
+        }
     }
     if !a.changed.is_null() {
         let total = unsafe { block_sum_f64(scratch, moved) };

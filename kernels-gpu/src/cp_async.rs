@@ -40,3 +40,15 @@ pub fn wait_group<const N: usize>() {
     // SAFETY: no operands.
     unsafe { asm!("cp.async.wait_group {n};", n = const N, options(nostack)) };
 }
+
+/// The dynamic shared memory of this launch, in bytes (`%dynamic_smem_size`).
+#[inline(always)]
+pub fn dynamic_shared_bytes() -> u32 {
+    let n: u32;
+    // SAFETY: reads a special register.
+    unsafe {
+        asm!("mov.u32 {n}, %dynamic_smem_size;", n = out(reg32) n,
+            options(pure, nomem, nostack))
+    };
+    n
+}

@@ -91,6 +91,21 @@ impl AssignTile {
         let staged = if staged > merge { staged } else { merge };
         scratch + if single > staged { single } else { staged }
     }
+
+    /// Dynamic shared memory of one block of the sm_80 kernel when the point tile of `d`
+    /// dimensions stays resident (staged once, not once per centroid tile), in bytes: reduction
+    /// scratch, `ASSIGN_STAGES` centroid chunks and norm slots, then the point tile. Given at
+    /// least this much (which at few dimensions is no more than [`Self::shared_bytes`]), the sm_80
+    /// kernel keeps the tile resident; otherwise it streams it with the centroids.
+    pub const fn resident_shared_bytes(self, d: usize) -> usize {
+        let scratch = 2 * BLOCK as usize * 8;
+        let merge = self.points() * self.ct * 8;
+        let chunks = if d == 0 { 1 } else { d.div_ceil(ASSIGN_JC) };
+        let centroids = ASSIGN_STAGES * (ASSIGN_JC * self.c_stride() + self.centroids()) * 4;
+        let points = chunks * ASSIGN_JC * self.x_stride() * 4;
+        let resident = centroids + points;
+        scratch + if resident > merge { resident } else { merge }
+    }
 }
 
 /// Shape of a small-shape Lloyd step kernel ([`crate::small`]): every thread holds `points`
@@ -243,6 +258,16 @@ mod tests {
         }
         assert_eq!(AssignTile::for_k(16), ASSIGN_NARROW);
         assert_eq!(AssignTile::for_k(17), ASSIGN_WIDE);
+    }
+
+    #[test]
+    fn resident_point_tile_fits_two_blocks() {
+        // d = 128 with two blocks per multiprocessor on sm_90 (228 KiB, 1 KiB reserved per block).
+        assert!(2 * (ASSIGN_WIDE.resident_shared_bytes(128) + 1024) <= 228 * 1024);
+        // Few dimensions: the resident layout fits in the streaming one's memory (the kernel then
+        // keeps the tile resident at no cost).
+        assert!(ASSIGN_WIDE.resident_shared_bytes(16) <= ASSIGN_WIDE.shared_bytes());
+        assert!(ASSIGN_WIDE.resident_shared_bytes(129) > ASSIGN_WIDE.resident_shared_bytes(128));
     }
 
     #[test]

@@ -31,7 +31,21 @@ pub unsafe extern "gpu-kernel" fn kmeans_summary(
     let inertia = unsafe { block_sum_f64(scratch, inertia) };
     let mut shift = 0.0;
     let mut e = t;
-    while e < len as usize {
+    let (len, bd) = (len as usize, gpu::block_dim());
+    // Eight loads in flight before their (in-order) adds: the same sum, without a memory round
+    // trip per element.
+    while e + 7 * bd < len {
+        let mut v = [0f64; 8];
+        for (u, v) in v.iter_mut().enumerate() {
+            let at = e + u * bd;
+            *v = unsafe { *next.add(at) as f64 - *current.add(at) as f64 };
+        }
+        for v in v {
+            shift += v * v;
+        }
+        e += 8 * bd;
+    }
+    while e < len {
         let diff = unsafe { *next.add(e) as f64 - *current.add(e) as f64 };
         shift += diff * diff;
         e += gpu::block_dim();

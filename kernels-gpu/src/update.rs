@@ -92,6 +92,28 @@ pub unsafe extern "gpu-kernel" fn kmeans_accumulate_global(
     let (n, d) = (n as usize, (d as usize).max(1));
     let stride = gpu::grid_dim() * gpu::block_dim();
     let first = gpu::block() * gpu::block_dim() + gpu::thread();
+    if d >= WARP {
+        // A warp per row: its label is read once, the row's values coalesced, and no division
+        // per value (integer sums: any order gives the same result).
+        let (lane, warps) = (first % WARP, stride / WARP);
+        let mut i = first / WARP;
+        while i < n {
+            unsafe {
+                let label = *labels.add(i) as usize;
+                let mut j = lane;
+                while j < d {
+                    let q = to_fixed(*x.add(i * d + j), *scales.add(j));
+                    atomic_add_i64(sums.add(label * d + j), q);
+                    j += WARP;
+                }
+                if lane == 0 {
+                    atomic_add_u32(counts.add(label), 1);
+                }
+            }
+            i += warps;
+        }
+        return;
+    }
     unsafe {
         let mut e = first;
         while e < n * d {
@@ -115,7 +137,8 @@ const WARP: usize = 32;
 /// Combines the `parts` partial sums and writes the means to `new_centroids`; an empty cluster
 /// keeps its `old_centroids` row and is counted in `empty`. Writes each cluster's size to
 /// `sizes`. One warp per centroid coordinate: lanes add every 32nd part, then lane 0 adds the
-/// lanes' totals in lane order (integer sums: exact in any order, so reproducible).
+/// lanes' totals in lane order (integer sums: exact in any order, so reproducible). With one
+/// part, one thread per coordinate.
 ///
 /// # Safety
 /// `part_sums`: `parts × k × d`; `part_counts`: `parts × k`; `inv_scales`: `d`; centroid
@@ -138,6 +161,30 @@ pub unsafe extern "gpu-kernel" fn kmeans_finalize(
     let (t, threads) = (gpu::thread(), gpu::block_dim());
     let (warp, lane) = (t / WARP, t % WARP);
     let warps_per_block = threads / WARP;
+    if parts == 1 {
+        // One part (the global sums): a thread per coordinate, no cross-lane combining.
+        let stride = gpu::grid_dim() * threads;
+        let mut e = gpu::block() * threads + t;
+        while e < k * d {
+            let (c, j) = (e / d, e % d);
+            unsafe {
+                let count = *part_counts.add(c);
+                *new_centroids.add(e) = if count > 0 {
+                    mean(*part_sums.add(e), *inv_scales.add(j), count)
+                } else {
+                    *old_centroids.add(e)
+                };
+                if j == 0 {
+                    *sizes.add(c) = count;
+                    if count == 0 {
+                        atomic_add_u32(empty, 1);
+                    }
+                }
+            }
+            e += stride;
+        }
+        return;
+    }
     let lane_sums = shared::<i64>();
     let lane_counts = unsafe { lane_sums.add(threads) }.cast::<u32>();
     // Uniform trip count across the block, so the barriers below are reached by every thread.

@@ -2,7 +2,7 @@
 //! Small shapes (few dimensions, centroids that fit in shared memory) take the fused path of
 //! `kernels_gpu::small`: one kernel assigns and accumulates, one finalizes and summarizes. Other
 //! shapes launch five kernels: centroid norms, the register-tiled assign, accumulate, finalize
-//! and summary.
+//! and summary (four when the sums are global: the exact assign kernel then accumulates too).
 
 use super::{CudaBackend, arg_u32};
 use crate::backend::{AssignStats, Lloyd, StepStats};
@@ -20,6 +20,9 @@ use kernels_gpu::math::AssignMetric;
 use kernels_gpu::small::{
     FINALIZE_SCRATCH, MODE_ACCUMULATE, MODE_ASSIGN, SMALL_L1_KERNELS, SMALL_L2_KERNELS,
 };
+
+/// A null pointer kernel argument.
+static NULL: u64 = 0;
 
 pub(crate) struct CudaLloyd<'a> {
     gpu: &'a CudaBackend,
@@ -196,8 +199,27 @@ impl<'a> CudaLloyd<'a> {
         }
     }
 
-    /// Queues the assignment of every point to its nearest current centroid.
-    fn queue_assign(&mut self) -> Result<()> {
+    /// Dynamic shared memory of the exact assign kernel. On sm_80 and later the wide tile gets
+    /// the memory that keeps its point tile resident (see
+    /// [`AssignTile::resident_shared_bytes`]) as long as two blocks still fit on a
+    /// multiprocessor, which has 1 KiB more than a block may opt in to and reserves 1 KiB per
+    /// block.
+    fn assign_shared_bytes(&self) -> usize {
+        let streaming = self.tile.shared_bytes();
+        let resident = self.tile.resident_shared_bytes(self.d);
+        let per_sm = self.gpu.max_shared_per_block() + 1024;
+        let sm80 = self.gpu.info().compute_capability.0 >= 8;
+        if sm80 && self.tile == ASSIGN_WIDE && 2 * (resident + 1024) <= per_sm {
+            streaming.max(resident)
+        } else {
+            streaming
+        }
+    }
+
+    /// Queues the assignment of every point to its nearest current centroid; with `accumulate`
+    /// (the exact kernels, global sums only) the assign kernel also adds the points to the
+    /// cluster sums, which are zeroed first, so [`Self::queue_update`] only finalizes.
+    fn queue_assign(&mut self, accumulate: bool) -> Result<()> {
         let gpu = self.gpu;
         if self.metric == AssignMetric::SqL2 {
             gpu.row_sq_norms(&self.centroids, self.k, self.d, &mut self.c_sq_norms)?;
@@ -207,8 +229,13 @@ impl<'a> CudaLloyd<'a> {
         let shared = if self.tf32 {
             tf32_shared_bytes()
         } else {
-            self.tile.shared_bytes()
+            self.assign_shared_bytes()
         };
+        debug_assert!(!accumulate || (!self.tf32 && !self.sums.shared));
+        if accumulate {
+            gpu.clear(&mut self.sums.sums, "cluster sums")?;
+            gpu.clear(&mut self.sums.counts, "cluster counts")?;
+        }
         let f = gpu.function(name)?;
         let mut launch = gpu.launch(name, &f);
         let (n, d, k) = (self.n as u32, self.d as u32, self.k as u32);
@@ -225,16 +252,33 @@ impl<'a> CudaLloyd<'a> {
             .arg(&mut self.min_dist)
             .arg(&mut self.counters)
             .arg(&mut self.block_inertia);
+        if !self.tf32 {
+            launch.args().arg(&self.scales);
+            if accumulate {
+                let s = &mut self.sums;
+                launch.args().arg(&mut s.sums).arg(&mut s.counts);
+            } else {
+                launch.args().arg(&NULL).arg(&NULL);
+            }
+        }
         launch.run(grid, BLOCK, shared)
     }
 
+    /// Whether the assign kernel of a step also accumulates the update's sums (global sums on
+    /// the exact kernels: the atomics overlap the assignment instead of a pass of their own).
+    fn fused_accumulate(&self) -> bool {
+        !self.tf32 && !self.sums.shared
+    }
+
     /// Queues the means of the current labels into `next` (empty clusters keep theirs and are
-    /// counted in `counters[1]`).
-    fn queue_update(&mut self) -> Result<()> {
+    /// counted in `counters[1]`); with `accumulated`, the sums are already there.
+    fn queue_update(&mut self, accumulated: bool) -> Result<()> {
         let gpu = self.gpu;
         let (n, d, k) = (self.n as u32, self.d as u32, self.k as u32);
         let s = &mut self.sums;
-        if s.shared {
+        if accumulated {
+            // The assign kernel added the points.
+        } else if s.shared {
             let f = gpu.function("kmeans_accumulate_shared")?;
             let mut launch = gpu.launch("kmeans_accumulate_shared", &f);
             launch
@@ -283,9 +327,14 @@ impl<'a> CudaLloyd<'a> {
             .arg(&mut self.next)
             .arg(&mut self.sizes)
             .arg(&mut empty);
-        // One warp per centroid coordinate.
+        // One warp per centroid coordinate; with one part, one thread.
+        let per_block = if s.parts == 1 {
+            BLOCK as usize
+        } else {
+            BLOCK as usize / 32
+        };
         let grid = (self.k * self.d)
-            .div_ceil(BLOCK as usize / 32)
+            .div_ceil(per_block)
             .min(16 * gpu.multiprocessors());
         launch.run(grid, BLOCK, 12 * BLOCK as usize)
     }
@@ -406,7 +455,7 @@ impl Lloyd for CudaLloyd<'_> {
     fn assign(&mut self) -> Result<AssignStats> {
         match self.small_kernel() {
             Some(kernel) => self.queue_small(kernel, MODE_ASSIGN)?,
-            None => self.queue_assign()?,
+            None => self.queue_assign(false)?,
         }
         let s = self.summarize(false)?;
         Ok(AssignStats {
@@ -422,8 +471,9 @@ impl Lloyd for CudaLloyd<'_> {
                 self.finalize_small()?
             }
             None => {
-                self.queue_assign()?;
-                self.queue_update()?;
+                let fused = self.fused_accumulate();
+                self.queue_assign(fused)?;
+                self.queue_update(fused)?;
                 self.summarize(true)?
             }
         };
@@ -444,7 +494,7 @@ impl Lloyd for CudaLloyd<'_> {
                 self.finalize_small()?
             }
             None => {
-                self.queue_update()?;
+                self.queue_update(false)?;
                 self.summarize(false)?
             }
         };
