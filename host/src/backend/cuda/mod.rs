@@ -297,6 +297,24 @@ impl Backend for CudaBackend {
     }
 
     fn device_memory_in_use(&self) -> Result<Option<usize>> {
+        // Freed buffers stay in the stream-ordered allocator's pool; hand them back first so
+        // that the figure is what live buffers hold.
+        self.stream
+            .synchronize()
+            .map_err(|e| cuda("waiting for the GPU", e))?;
+        let mut pool = std::ptr::null_mut();
+        // SAFETY: the context is current on this thread (synchronize bound it); the pool handle
+        // is only passed back to the driver.
+        unsafe {
+            use cudarc::driver::sys::{cuDeviceGetDefaultMemPool, cuMemPoolTrimTo};
+            let rc = cuDeviceGetDefaultMemPool(&mut pool, self.ctx.cu_device());
+            if rc == CUresult::CUDA_SUCCESS {
+                let rc = cuMemPoolTrimTo(pool, 0);
+                if rc != CUresult::CUDA_SUCCESS {
+                    return Err(cuda("trimming the memory pool", DriverError(rc)));
+                }
+            }
+        }
         let (free, total) = self.memory()?;
         Ok(Some(total - free))
     }
