@@ -253,6 +253,7 @@ impl KnnSearch for CpuKnn {
                 }
             });
         Ok(Neighbours {
+            prefilter: None,
             keys,
             selection: method,
         })
