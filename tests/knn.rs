@@ -937,3 +937,292 @@ fn gpu_bad_input_gets_typed_errors() {
         })
     ));
 }
+
+// ---- TF32 prefilter --------------------------------------------------------------------------
+
+/// Whether the GPU has tensor cores for the prefilter (compute capability ≥ 8.0).
+fn tensor_cores() -> bool {
+    kmeans_knn::gpu_info(0).is_ok_and(|i| i.compute_capability.0 >= 8)
+}
+
+/// Whether the prefilter should run for `n` training rows, `k` and `metric` on such a GPU.
+fn prefilter_applies(n: usize, k: usize, metric: DistanceMetric) -> bool {
+    matches!(
+        metric,
+        DistanceMetric::SqEuclidean | DistanceMetric::Euclidean
+    ) && k <= 2048
+        && n.div_ceil(16) >= 2 * k
+}
+
+/// Rows scaled by powers of ten from 10^-3 to 10^3: very different norms.
+fn mixed_norms(n: usize, d: usize, seed: u64) -> Vec<f32> {
+    let mut v = uniform(n, d, seed);
+    for (i, row) in v.chunks_mut(d).enumerate() {
+        let s = 10f32.powi((i % 7) as i32 - 3);
+        row.iter_mut().for_each(|x| *x *= s);
+    }
+    v
+}
+
+fn prefilter_cases(small: bool) -> Vec<Case> {
+    let mut cases = vec![
+        case(
+            "d=1 n=1000 k=1",
+            uniform(1000, 1, 61),
+            uniform(37, 1, 62),
+            1,
+            1,
+        ),
+        case(
+            "d=3 n=1111 k=5",
+            uniform(1111, 3, 63),
+            uniform(50, 3, 64),
+            3,
+            5,
+        ),
+        case(
+            "lattice ties d=2 n=1500 k=20",
+            lattice(1500, 2, 4, 65),
+            lattice(40, 2, 4, 66),
+            2,
+            20,
+        ),
+        case(
+            "mixed norms d=9 n=900 k=3",
+            mixed_norms(900, 9, 67),
+            mixed_norms(30, 9, 68),
+            9,
+            3,
+        ),
+        case(
+            "k=n=300 d=4",
+            uniform(300, 4, 69),
+            uniform(9, 4, 70),
+            4,
+            300,
+        ),
+    ];
+    if small {
+        cases.push(case(
+            "d=129 n=700 k=7",
+            uniform(700, 129, 71),
+            uniform(20, 129, 72),
+            129,
+            7,
+        ));
+    } else {
+        cases.extend([
+            case(
+                "d=129 n=20000 k=100",
+                uniform(20_000, 129, 73),
+                uniform(300, 129, 74),
+                129,
+                100,
+            ),
+            case(
+                "d=256 n=33001 k=25 (query tile restaged)",
+                uniform(33_001, 256, 75),
+                uniform(500, 256, 76),
+                256,
+                25,
+            ),
+            case(
+                "d=300 n=9000 k=10",
+                uniform(9000, 300, 77),
+                uniform(130, 300, 78),
+                300,
+                10,
+            ),
+            case(
+                "k=512 n=20000 d=64",
+                uniform(20_000, 64, 79),
+                uniform(200, 64, 80),
+                64,
+                512,
+            ),
+            case(
+                "duplicates and ties n=30000 d=3 k=100",
+                lattice(30_000, 3, 40, 81),
+                lattice(300, 3, 40, 82),
+                3,
+                100,
+            ),
+            case(
+                "mixed norms n=10007 d=33 k=64",
+                mixed_norms(10_007, 33, 83),
+                mixed_norms(257, 33, 84),
+                33,
+                64,
+            ),
+            case(
+                "positive data n=50000 d=128 k=2048",
+                uniform(50_000, 128, 85).iter().map(|v| v + 1.0).collect(),
+                uniform(70, 128, 86).iter().map(|v| v + 1.0).collect(),
+                128,
+                2048,
+            ),
+        ]);
+    }
+    cases
+}
+
+/// The prefiltered search returns exactly the CPU's keys (indices and distance bits), with
+/// both selections, with and without query batches; the exact GPU path agrees too.
+fn prefilter_against_cpu(device: Device, small: bool) {
+    let tc = tensor_cores();
+    for c in prefilter_cases(small) {
+        let n = c.train.len() / c.d;
+        for metric in [DistanceMetric::SqEuclidean, DistanceMetric::Euclidean] {
+            let cpu = KnnIndex::new(view(&c.train, c.d), metric, Device::Cpu)
+                .unwrap()
+                .search(view(&c.queries, c.d), c.k)
+                .unwrap();
+            let m = c.queries.len() / c.d;
+            let limits = [None, Some(((m / 3).max(1)) * (20 << 10))];
+            for sel in [Selection::KMin, Selection::Bitonic] {
+                for limit in limits {
+                    let index = KnnIndex::new(view(&c.train, c.d), metric, device)
+                        .unwrap()
+                        .with_selection(sel)
+                        .with_memory_limit(limit);
+                    let r = index.search(view(&c.queries, c.d), c.k).unwrap();
+                    let case = format!("{} {metric} {sel} limit {limit:?}", c.name);
+                    assert_eq!(r.indices, cpu.indices, "{case}: indices");
+                    assert_eq!(
+                        r.distances.mapv(f32::to_bits),
+                        cpu.distances.mapv(f32::to_bits),
+                        "{case}: distance bits"
+                    );
+                    assert_eq!(r.selection, sel, "{case}");
+                    let expect = tc && prefilter_applies(n, c.k, metric);
+                    assert_eq!(r.prefilter.is_some(), expect, "{case}: {:?}", r.prefilter);
+                    if let Some(p) = r.prefilter {
+                        assert_eq!(p.queries, m, "{case}");
+                    }
+                }
+            }
+            let exact = KnnIndex::new(view(&c.train, c.d), metric, device)
+                .unwrap()
+                .with_prefilter(false)
+                .search(view(&c.queries, c.d), c.k)
+                .unwrap();
+            assert!(exact.prefilter.is_none());
+            assert_eq!(exact.indices, cpu.indices, "{} exact path", c.name);
+        }
+    }
+}
+
+#[test]
+fn gpu_prefilter_matches_cpu() {
+    if let Some(device) = gpu("gpu_prefilter_matches_cpu") {
+        prefilter_against_cpu(device, false);
+    }
+}
+
+#[test]
+fn sanitize_prefilter_matches_cpu() {
+    if let Some(device) = gpu("sanitize_prefilter_matches_cpu") {
+        prefilter_against_cpu(device, true);
+    }
+}
+
+/// Thousands of copies of one point: a query on it has more candidates than the re-rank holds
+/// and takes the exact path; the others do not; the answer is the CPU's either way.
+fn prefilter_fallback(device: Device, small: bool) {
+    let (n, dup, d) = if small {
+        (6000, 4500, 3)
+    } else {
+        (40_000, 20_000, 16)
+    };
+    let mut train = uniform(n, d, 91);
+    let p: Vec<f32> = (0..d).map(|j| 0.25 + j as f32 * 0.01).collect();
+    for row in train.chunks_mut(d).skip(7).take(dup) {
+        row.copy_from_slice(&p);
+    }
+    let mut queries = uniform(6, d, 92);
+    queries[..d].copy_from_slice(&p); // on the duplicates
+    queries[2 * d..3 * d]
+        .iter_mut()
+        .zip(&p)
+        .for_each(|(q, v)| *q = v + 1e-4); // next to them
+    for metric in [DistanceMetric::SqEuclidean, DistanceMetric::Euclidean] {
+        for k in [1, 10] {
+            let cpu = KnnIndex::new(view(&train, d), metric, Device::Cpu)
+                .unwrap()
+                .search(view(&queries, d), k)
+                .unwrap();
+            let r = KnnIndex::new(view(&train, d), metric, device)
+                .unwrap()
+                .search(view(&queries, d), k)
+                .unwrap();
+            assert_eq!(r.indices, cpu.indices, "{metric} k={k}");
+            assert_eq!(
+                r.distances.mapv(f32::to_bits),
+                cpu.distances.mapv(f32::to_bits)
+            );
+            if tensor_cores() {
+                let p = r.prefilter.expect("the prefilter ran");
+                // The query on the duplicates at least (a random one may reach them too).
+                assert!(p.exact_fallbacks >= 1, "{metric} k={k}: {p:?}");
+            }
+        }
+    }
+}
+
+#[test]
+fn gpu_prefilter_falls_back_on_duplicates() {
+    if let Some(device) = gpu("gpu_prefilter_falls_back_on_duplicates") {
+        prefilter_fallback(device, false);
+    }
+}
+
+#[test]
+fn sanitize_prefilter_falls_back_on_duplicates() {
+    if let Some(device) = gpu("sanitize_prefilter_falls_back_on_duplicates") {
+        prefilter_fallback(device, true);
+    }
+}
+
+/// Classification through the prefilter: the same predictions and probabilities as the CPU.
+fn prefilter_classify(device: Device, small: bool) {
+    let (n, nq, d) = if small {
+        (2000, 30, 5)
+    } else {
+        (40_000, 2000, 24)
+    };
+    let train = uniform(n, d, 95);
+    let labels: Vec<u32> = (0..n as u32).map(|i| (i * 7 + i / 3) % 5).collect();
+    let queries = uniform(nq, d, 96);
+    for metric in [DistanceMetric::SqEuclidean, DistanceMetric::Euclidean] {
+        for weights in [Weights::Uniform, Weights::Distance] {
+            for k in [1, 25] {
+                let fit = |dev| {
+                    KnnClassifier::fit(view(&train, d), &labels, k, weights, metric, dev).unwrap()
+                };
+                let (cpu, dev) = (fit(Device::Cpu), fit(device));
+                let q = view(&queries, d);
+                let case = format!("{metric} {weights} k={k}");
+                assert_eq!(dev.predict(&q).unwrap(), cpu.predict(&q).unwrap(), "{case}");
+                assert_eq!(
+                    dev.predict_proba(&q).unwrap(),
+                    cpu.predict_proba(&q).unwrap(),
+                    "{case}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn gpu_prefilter_classify_matches_cpu() {
+    if let Some(device) = gpu("gpu_prefilter_classify_matches_cpu") {
+        prefilter_classify(device, false);
+    }
+}
+
+#[test]
+fn sanitize_prefilter_classify_matches_cpu() {
+    if let Some(device) = gpu("sanitize_prefilter_classify_matches_cpu") {
+        prefilter_classify(device, true);
+    }
+}

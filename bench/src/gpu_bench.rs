@@ -3,13 +3,17 @@
 //! `torch_baseline.py` to compare against.
 //!
 //! usage: gpu-bench [--cases A,B,C,D,E,S,S512,F] [--reps N] [--json FILE] [--device gpu|cpu]
-//!                  [--precision tf32]
+//!                  [--precision tf32] [--knn-exact]
+//!
+//! kNN cases are timed with CUDA events around `KnnIndex::search` (query upload, every kernel,
+//! key download; the wall clock of the whole call is printed next to it). `--knn-exact` adds a
+//! `-fp32` row per kNN case with the TF32 prefilter off (every distance exact FP32).
 //!
 //! With `--precision tf32`, every k-means case is also timed with `Precision::Tf32` (a `-tf32`
 //! row after the exact one) with its speed-up over exact and the share of labels identical to
 //! exact's after one assignment from the same centroids.
 
-use kmeans_knn::bench::lloyd_iteration_ms;
+use kmeans_knn::bench::{knn_search_ms, lloyd_iteration_ms};
 use kmeans_knn::{Device, DistanceMetric, KnnIndex, MatrixView, Metric, Precision};
 use kmeans_knn_bench::data::{CASES, KNN_CASES, uniform};
 use std::io::Write;
@@ -32,6 +36,8 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     let reps: usize = opt("--reps").map_or(Ok(10), |r| r.parse())?;
     let device: Device = opt("--device").unwrap_or_else(|| "gpu".into()).parse()?;
     let json_path = opt("--json");
+    // `--knn-exact`: also time every kNN case with the prefilter off (`-fp32` rows).
+    let exact_too = args.iter().any(|a| a == "--knn-exact");
     let tf32 = match opt("--precision").as_deref() {
         None | Some("exact") => false,
         Some("tf32") => true,
@@ -138,44 +144,64 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         .collect();
     if !knn.is_empty() {
         println!(
-            "{:<5} {:>7} {:>9} {:>5} {:>5} {:>12} {:>12} {:>10}",
-            "knn", "m", "n", "d", "k", "median ms", "min ms", "selection"
+            "{:<5} {:>7} {:>9} {:>5} {:>5} {:>10} {:>10} {:>10} {:>10}  path",
+            "knn", "m", "n", "d", "k", "median ms", "min ms", "wall ms", "selection"
         );
     }
     for case in knn {
         let train = uniform(case.n * case.d, 2);
         let queries = uniform(case.m * case.d, 3);
-        let index = KnnIndex::new(
-            MatrixView::new(&train, case.n, case.d)?,
-            DistanceMetric::SqEuclidean,
-            device,
-        )?;
         let q = MatrixView::new(&queries, case.m, case.d)?;
-        // Wall clock of the whole synchronous search (queries up, results down), after the
-        // first call has made the automatic selection choice.
-        let mut ms = Vec::new();
-        let mut selection = String::new();
-        for rep in 0..2 + reps.min(5) {
-            let start = std::time::Instant::now();
-            let found = index.search(&q, case.k)?;
-            if rep >= 2 {
-                ms.push(start.elapsed().as_secs_f64() * 1e3);
+        for prefilter in [true, false] {
+            if !prefilter && !exact_too {
+                continue;
             }
-            selection = format!("{:?}", found.selection).to_lowercase();
-        }
-        ms.sort_by(f64::total_cmp);
-        let median = ms[ms.len() / 2];
-        println!(
-            "{:<5} {:>7} {:>9} {:>5} {:>5} {:>12.3} {:>12.3} {:>10}   {}",
-            case.name, case.m, case.n, case.d, case.k, median, ms[0], selection, case.origin
-        );
-        if let Some(f) = json.as_mut() {
-            let line = serde_json::json!({
-                "case": case.name, "m": case.m, "n": case.n, "d": case.d, "k": case.k,
-                "median_ms": median, "min_ms": ms[0], "selection": selection,
-                "device": device.describe()?,
-            });
-            writeln!(f, "{line}")?;
+            let index = KnnIndex::new(
+                MatrixView::new(&train, case.n, case.d)?,
+                DistanceMetric::SqEuclidean,
+                device,
+            )?
+            .with_prefilter(prefilter);
+            // CUDA-event time of `search` (query upload, kernels, key download; see
+            // `KnnTiming`), after two searches that warm up and make the selection choice.
+            let timing = knn_search_ms(&index, &q, case.k, 2, reps.min(5))?;
+            let (mut ms, mut wall) = (timing.ms.clone(), timing.wall_ms.clone());
+            ms.sort_by(f64::total_cmp);
+            wall.sort_by(f64::total_cmp);
+            let (median, wall_median) = (ms[ms.len() / 2], wall[wall.len() / 2]);
+            let selection = timing.result.selection.to_string();
+            let path = match timing.result.prefilter {
+                Some(p) => format!("tf32 prefilter ({} exact fallbacks)", p.exact_fallbacks),
+                None => "exact fp32".to_string(),
+            };
+            let name = if prefilter {
+                case.name.to_string()
+            } else {
+                format!("{}-fp32", case.name)
+            };
+            println!(
+                "{:<5} {:>7} {:>9} {:>5} {:>5} {:>10.3} {:>10.3} {:>10.3} {:>10}  {}; {}",
+                name,
+                case.m,
+                case.n,
+                case.d,
+                case.k,
+                median,
+                ms[0],
+                wall_median,
+                selection,
+                path,
+                case.origin
+            );
+            if let Some(f) = json.as_mut() {
+                let line = serde_json::json!({
+                    "case": name, "m": case.m, "n": case.n, "d": case.d, "k": case.k,
+                    "median_ms": median, "min_ms": ms[0], "wall_median_ms": wall_median,
+                    "selection": selection, "path": path, "device": device.describe()?,
+                    "timing": "cuda events around KnnIndex::search: query upload + kernels + key download",
+                });
+                writeln!(f, "{line}")?;
+            }
         }
     }
     Ok(())

@@ -85,3 +85,50 @@ pub fn assign_once(
     lloyd.assign()?;
     Ok((lloyd.labels()?, lloyd.min_distances()?))
 }
+
+/// What [`knn_search_ms`] measured.
+pub struct KnnTiming {
+    /// Per timed search, milliseconds between CUDA events recorded on the search's stream just
+    /// before and just after `KnnIndex::search` (on the CPU: wall clock). The span holds the
+    /// query upload, every kernel, the download of the keys and any host gaps between them
+    /// (buffer allocations, launches); it leaves out only the host-side input validation before
+    /// the first copy and the conversion of keys into index and distance arrays after the last.
+    pub ms: Vec<f64>,
+    /// Wall clock of the same searches, whole calls, in milliseconds.
+    pub wall_ms: Vec<f64>,
+    /// The last search's result.
+    pub result: crate::knn::KnnResult,
+}
+
+/// Times `reps` searches of `queries` for `k` neighbours after `warmup` untimed ones (the first
+/// makes the automatic selection's choice).
+pub fn knn_search_ms(
+    index: &crate::knn::KnnIndex,
+    queries: &MatrixView<'_>,
+    k: usize,
+    warmup: usize,
+    reps: usize,
+) -> Result<KnnTiming> {
+    let backend = index.device().backend()?;
+    let (mut ms, mut wall_ms) = (Vec::new(), Vec::new());
+    let mut result = None;
+    for rep in 0..warmup + reps {
+        let start = std::time::Instant::now();
+        let mut found = None;
+        let t = backend.time_ms(&mut || {
+            found = Some(index.search(queries, k)?);
+            Ok(())
+        })?;
+        let wall = start.elapsed().as_secs_f64() * 1e3;
+        if rep >= warmup {
+            ms.push(t);
+            wall_ms.push(wall);
+        }
+        result = found;
+    }
+    Ok(KnnTiming {
+        ms,
+        wall_ms,
+        result: result.expect("at least one search"),
+    })
+}

@@ -36,7 +36,9 @@ pub use error::{Error, Result};
 pub use kmeans::{
     EmptyClusters, Init, Iteration, KMeans, KMeansModel, KMeansParams, Metric, Precision,
 };
-pub use knn::{FittedScaler, KnnClassifier, KnnIndex, KnnResult, Scaler, Selection, Weights};
+pub use knn::{
+    FittedScaler, KnnClassifier, KnnIndex, KnnResult, PrefilterReport, Scaler, Selection, Weights,
+};
 pub use matrix::MatrixView;
 
 /// What the driver reports about GPU `ordinal`, or why it is not usable.

@@ -28,6 +28,7 @@ pub mod distance;
 pub mod exec;
 pub mod fixed;
 pub mod knn;
+pub mod knn_tf32;
 pub mod launch;
 pub mod math;
 pub mod select;
@@ -44,6 +45,8 @@ pub mod assign;
 pub mod assign_tf32;
 #[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
 mod cp_async;
+#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
+pub mod mma;
 #[cfg(target_arch = "nvptx64")]
 pub mod norms;
 #[cfg(target_arch = "nvptx64")]

@@ -26,10 +26,12 @@ const B: usize = SELECT_BLOCK as usize;
 /// Arguments of a streaming selection: `dist` holds the tile's distances, query row `q` at
 /// `q · ld`, `cols` of them, column `c` being training row `first_index + c`; `best` holds
 /// `rows × k` running keys (ascending), updated in place; with `fresh` (the first tile) they are
-/// not read but taken as empty.
+/// not read but taken as empty. With `keys` non-null the tile is made of ready keys instead
+/// (`keys[q · ld + c]`, any training indices; `dist` and `first_index` are not read).
 #[derive(Clone, Copy)]
 pub struct Tile {
     pub dist: *const f32,
+    pub keys: *const u64,
     pub ld: usize,
     pub cols: usize,
     pub first_index: u32,
@@ -69,17 +71,27 @@ pub unsafe fn select<const KMIN: bool, E: Exec>(x: E, a: Tile) {
         unsafe { *counter = 0 };
     }
     x.sync();
-    let drow = unsafe { a.dist.add(row * a.ld) };
+    // One of the two sources is null: offsets are taken without assuming either is valid.
+    let drow = a.dist.wrapping_add(row * a.ld);
+    let krow = a.keys.wrapping_add(row * a.ld);
+    let ready = !a.keys.is_null();
+    let key_at = |c: usize| unsafe {
+        if ready {
+            *krow.add(c)
+        } else {
+            key(*drow.add(c), a.first_index + c as u32)
+        }
+    };
     let mut c = t;
     if threshold == NO_KEY {
         // The first tile: every candidate joins, in column order.
         while c < cols {
-            unsafe { *keys.add(k + c) = key(*drow.add(c), a.first_index + c as u32) };
+            unsafe { *keys.add(k + c) = key_at(c) };
             c += B;
         }
     } else {
         while c < cols {
-            let kk = unsafe { key(*drow.add(c), a.first_index + c as u32) };
+            let kk = key_at(c);
             if kk < threshold {
                 let at = unsafe { AtomicU32::from_ptr(counter) }.fetch_add(1, Ordering::Relaxed);
                 unsafe { *keys.add(k + at as usize) = kk };
@@ -122,6 +134,7 @@ macro_rules! select_kernel {
         ) {
             let tile = Tile {
                 dist,
+                keys: core::ptr::null(),
                 ld: ld as usize,
                 cols: cols as usize,
                 first_index,
@@ -142,6 +155,49 @@ select_kernel!(
 select_kernel!(
     /// Merges a tile into the running k by a bitonic sort of the candidates.
     knn_select_bitonic,
+    false
+);
+
+macro_rules! select_keys_kernel {
+    ($(#[$doc:meta])* $name:ident, $kmin:expr) => {
+        $(#[$doc])*
+        ///
+        /// # Safety
+        /// One block of `SELECT_BLOCK` threads per query row, `select_shared_bytes()` of dynamic
+        /// shared memory; `1 ≤ k`, `k + cols ≤ SELECT_CAP`; `keys` holds `rows × ld` keys.
+        #[cfg(target_arch = "nvptx64")]
+        #[unsafe(no_mangle)]
+        pub unsafe extern "gpu-kernel" fn $name(
+            keys: *const u64,
+            ld: u64,
+            cols: u32,
+            best: *mut u64,
+            k: u32,
+            fresh: u32,
+        ) {
+            let tile = Tile {
+                dist: core::ptr::null(),
+                keys,
+                ld: ld as usize,
+                cols: cols as usize,
+                first_index: 0,
+                best,
+                k: k as usize,
+                fresh: fresh != 0,
+            };
+            unsafe { select::<$kmin, _>(crate::exec::Gpu, tile) }
+        }
+    };
+}
+
+select_keys_kernel!(
+    /// Merges a tile of ready keys into the running k by k rounds of a parallel minimum.
+    knn_select_keys_kmin,
+    true
+);
+select_keys_kernel!(
+    /// Merges a tile of ready keys into the running k by a bitonic sort of the candidates.
+    knn_select_keys_bitonic,
     false
 );
 
@@ -528,6 +584,7 @@ mod tests {
             }
             let a = Tile {
                 dist: tile_buf.as_ptr(),
+                keys: std::ptr::null(),
                 ld: tile,
                 cols,
                 first_index: t0 as u32,

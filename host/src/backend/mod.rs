@@ -128,6 +128,10 @@ pub(crate) trait KnnSearch: Send + Sync {
         max_bytes: Option<usize>,
     ) -> Result<Neighbours>;
 
+    /// Allows (the default) or forbids the TF32 tensor-core prefilter where the backend has one
+    /// (CUDA, compute capability ≥ 8.0, the L2 family); the answer is the same either way.
+    fn set_prefilter(&mut self, _allowed: bool) {}
+
     /// Sets the class (`< classes`) of every training row, for [`KnnSearch::vote`].
     fn set_labels(&mut self, class_ids: &[u32], classes: usize) -> Result<()>;
 
@@ -150,6 +154,9 @@ pub(crate) struct Neighbours {
     pub keys: Vec<u64>,
     /// The selection that ran.
     pub selection: Selection,
+    /// Queries that went through the TF32 prefilter and, of those, how many fell back to the
+    /// exact path (too many candidates); `None` when the prefilter did not run.
+    pub prefilter: Option<crate::knn::PrefilterReport>,
 }
 
 /// What a kNN vote returns.

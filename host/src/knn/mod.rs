@@ -91,6 +91,17 @@ pub struct KnnResult {
     pub distances: Array2<f32>,
     /// The selection that actually ran (never `Auto`).
     pub selection: Selection,
+    /// What the TF32 prefilter did, when it ran (see [`KnnIndex::with_prefilter`]).
+    pub prefilter: Option<PrefilterReport>,
+}
+
+/// What the TF32 tensor-core prefilter did in a search: it ran for `queries` query rows, and
+/// `exact_fallbacks` of them had more candidates than the re-rank holds and were searched by the
+/// exact path instead. Either way every answer is the exact one.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PrefilterReport {
+    pub queries: usize,
+    pub exact_fallbacks: usize,
 }
 
 /// An exact kNN index over a set of training vectors, resident on its device.
@@ -102,6 +113,7 @@ pub struct KnnIndex {
     device: Device,
     selection: Selection,
     max_bytes: Option<usize>,
+    prefilter: bool,
 }
 
 impl fmt::Debug for KnnIndex {
@@ -113,6 +125,7 @@ impl fmt::Debug for KnnIndex {
             .field("device", &self.device)
             .field("selection", &self.selection)
             .field("max_bytes", &self.max_bytes)
+            .field("prefilter", &self.prefilter)
             .finish()
     }
 }
@@ -142,7 +155,20 @@ impl KnnIndex {
             device,
             selection: Selection::Auto,
             max_bytes: None,
+            prefilter: true,
         })
+    }
+
+    /// Allows (default) or forbids the TF32 tensor-core prefilter. Where it applies (GPU of
+    /// compute capability ≥ 8.0, squared Euclidean or Euclidean, `k ≤ 2048` and `n` well above
+    /// `k`), tensor cores compute approximate distances with a rigorous error bound, only the
+    /// training rows that may be among the k nearest get an exact distance, and the answer is
+    /// identical to the exact path's (indices and distance bits). Off: every distance is exact
+    /// FP32 (the path of every other metric and GPU).
+    pub fn with_prefilter(mut self, allowed: bool) -> KnnIndex {
+        self.prefilter = allowed;
+        self.inner.set_prefilter(allowed);
+        self
     }
 
     /// Uses `selection` for the top-k (default [`Selection::Auto`]).
@@ -209,6 +235,7 @@ impl KnnIndex {
             indices: Array2::from_shape_vec((m, k), indices).expect("m × k indices"),
             distances: Array2::from_shape_vec((m, k), distances).expect("m × k distances"),
             selection: found.selection,
+            prefilter: found.prefilter,
         })
     }
 

@@ -381,6 +381,7 @@ impl KnnSearch for CpuKnn {
             .zip(queries.as_slice().par_chunks(QUERY_CHUNK * d))
             .for_each(|(out, xs)| self.nearest(xs, k, method, out));
         Ok(Neighbours {
+            prefilter: None,
             keys,
             selection: method,
         })

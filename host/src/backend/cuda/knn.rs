@@ -15,7 +15,7 @@ use super::{CudaBackend, arg_u32};
 use crate::backend::{Backend, BlockSink, Distances, KnnSearch, Neighbours, Votes};
 use crate::distances::rows_per_block;
 use crate::error::{Error, Result};
-use crate::knn::Selection;
+use crate::knn::{PrefilterReport, Selection};
 use crate::matrix::MatrixView;
 use cudarc::driver::{CudaSlice, CudaView, PushKernelArg};
 use kernels_gpu::fixed::pow2_f32;
@@ -23,6 +23,10 @@ use kernels_gpu::knn::{
     DIST_BLOCK, MAX_STREAM_K, PairMetric, SELECT_BLOCK, SELECT_CAP, VOTE_BLOCK, VOTE_MAX_QUERIES,
     dist_blocks, dist_shared_bytes, select_shared_bytes, stream_tile, vote_block_bytes,
     vote_scale_exponent,
+};
+use kernels_gpu::knn_tf32::{
+    SCAN_CANDIDATES, SCAN_GROUPS, TF32_BLOCK, TF32_CAP, TF32_COLS, TF32_ROWS, bound_coefficient,
+    tf32_group, tf32_groups_per_row, tf32_metric, tf32_scan_shared_bytes, tf32_xc,
 };
 use kernels_gpu::launch::DEFAULT_SHARED_BYTES;
 use ndarray::ArrayView2;
@@ -163,6 +167,7 @@ impl Distances for CudaBackend {
         if metric.needs_norms() {
             gpu.row_sq_norms(&x, n, d, &mut norms)?;
         }
+        let tensor_cores = gpu.info().compute_capability.0 >= 8;
         Ok(Box::new(CudaKnn {
             gpu,
             n,
@@ -172,6 +177,7 @@ impl Distances for CudaBackend {
             norms,
             labels: None,
             classes: 0,
+            prefilter: tensor_cores,
         }))
     }
 }
@@ -186,6 +192,8 @@ pub(crate) struct CudaKnn {
     norms: CudaSlice<f32>,
     labels: Option<CudaSlice<u32>>,
     classes: usize,
+    /// Whether the TF32 prefilter may run (tensor cores present and not forbidden).
+    prefilter: bool,
 }
 
 /// How a search selects.
@@ -221,10 +229,35 @@ struct Output {
     keys: Vec<u64>,
     classes: Vec<u32>,
     proba: Vec<f32>,
+    prefilter: Option<PrefilterReport>,
 }
 
-/// `Selection::Auto`'s choices, per (GPU, n, d, k, metric).
-type Choices = Mutex<HashMap<(usize, usize, usize, usize, u32), Method>>;
+/// `Selection::Auto`'s choices, per (GPU, n, d, k, metric, prefilter).
+type Choices = Mutex<HashMap<(usize, usize, usize, usize, u32, bool), Method>>;
+
+/// Launch plan of the TF32 prefilter for one index and k.
+#[derive(Clone, Copy, Debug)]
+struct Tf32Plan {
+    /// Training rows per group of the first scan (16 or 64).
+    group: usize,
+    /// Groups per query row.
+    ldg: usize,
+    /// Dimensions of the staged query tile.
+    xc: usize,
+    /// Dynamic shared memory of a scan block.
+    shared: usize,
+    /// Training tiles per scan block.
+    tiles: usize,
+}
+
+/// Device buffers of the prefilter for a batch of `rows` queries.
+struct Tf32Buffers {
+    gkeys: CudaSlice<u64>,
+    t_sq: CudaSlice<f32>,
+    counts: CudaSlice<u32>,
+    cand: CudaSlice<u32>,
+    overflow: CudaSlice<u32>,
+}
 
 fn choices() -> &'static Choices {
     static CHOICES: OnceLock<Choices> = OnceLock::new();
@@ -249,7 +282,14 @@ impl CudaKnn {
             Selection::Bitonic => return Ok(Method::Bitonic),
             Selection::Auto => {}
         }
-        let shape = (self.gpu.info().ordinal, self.n, self.d, k, self.metric.id());
+        let shape = (
+            self.gpu.info().ordinal,
+            self.n,
+            self.d,
+            k,
+            self.metric.id(),
+            self.prefilter,
+        );
         if let Some(&m) = choices().lock().unwrap().get(&shape) {
             return Ok(m);
         }
@@ -259,9 +299,10 @@ impl CudaKnn {
         // The first round warms both paths up; the second is timed.
         for round in 0..2 {
             for method in [Method::KMin, Method::Bitonic] {
-                let ms = self
-                    .gpu
-                    .time_ms(&mut || self.run(&sample, k, method, max_bytes, None).map(|_| ()))?;
+                let ms = self.gpu.time_ms(&mut || {
+                    self.run(&sample, k, method, max_bytes, None, true)
+                        .map(|_| ())
+                })?;
                 if round == 1 && ms < best.0 {
                     best = (ms, method);
                 }
@@ -271,12 +312,50 @@ impl CudaKnn {
         Ok(best.1)
     }
 
+    /// The prefilter's plan for `k` with `method`, when it applies.
+    fn tf32_plan(&self, k: usize, method: Method) -> Option<Tf32Plan> {
+        if !self.prefilter || !tf32_metric(self.metric) || method == Method::Sort {
+            return None;
+        }
+        let group = tf32_group(self.n, k)?;
+        let max_shared = self.gpu.max_shared_per_block();
+        let xc = [256, 128, 64, 32]
+            .into_iter()
+            .map(|c| tf32_xc(self.d, c))
+            .find(|&c| tf32_scan_shared_bytes(c) <= max_shared)?;
+        let shared = tf32_scan_shared_bytes(xc);
+        Some(Tf32Plan {
+            group,
+            ldg: tf32_groups_per_row(self.n, group),
+            xc,
+            shared,
+            tiles: 1,
+        })
+    }
+
+    /// Training tiles per scan block for a batch of `rows` queries: the fewest waves × tiles
+    /// (plus one for staging the queries) over the multiprocessors.
+    fn tf32_tiles(&self, plan: &Tf32Plan, rows: usize) -> usize {
+        let per_sm = ((self.gpu.max_shared_per_block() + 1024) / (plan.shared + 1024)).clamp(1, 2);
+        let slots = self.gpu.multiprocessors().max(1) * per_sm;
+        let (row_tiles, col_tiles) = (rows.div_ceil(TF32_ROWS), self.n.div_ceil(TF32_COLS));
+        let cost = |t: usize| (row_tiles * col_tiles.div_ceil(t)).div_ceil(slots) * (t + 1);
+        (1..=col_tiles).min_by_key(|&t| (cost(t), t)).unwrap_or(1)
+    }
+
     /// Device bytes per query row of a batch.
-    fn bytes_per_row(&self, k: usize, method: Method, vote: Option<VoteJob>) -> usize {
+    fn bytes_per_row(
+        &self,
+        k: usize,
+        method: Method,
+        vote: Option<VoteJob>,
+        plan: Option<&Tf32Plan>,
+    ) -> usize {
         let fixed = 4 * (self.d + 1) + 8 * k;
-        let work = match method {
-            Method::KMin | Method::Bitonic => 4 * stream_tile(k) * TILES_PER_LAUNCH,
-            Method::Sort => 4 * self.n + 8 * self.n.next_power_of_two(),
+        let work = match (plan, method) {
+            (Some(p), _) => 8 * p.ldg + 4 * TF32_CAP + 12,
+            (None, Method::KMin | Method::Bitonic) => 4 * stream_tile(k) * TILES_PER_LAUNCH,
+            (None, Method::Sort) => 4 * self.n + 8 * self.n.next_power_of_two(),
         };
         let votes = match vote {
             None => 0,
@@ -289,7 +368,8 @@ impl CudaKnn {
     }
 
     /// Searches `queries` in batches that fit the budget; with `vote`, votes on the device and
-    /// brings back classes (and shares) instead of keys.
+    /// brings back classes (and shares) instead of keys. With `tf32` the prefilter runs where
+    /// it applies ([`CudaKnn::tf32_plan`]).
     fn run(
         &self,
         queries: &MatrixView<'_>,
@@ -297,13 +377,35 @@ impl CudaKnn {
         method: Method,
         max_bytes: Option<usize>,
         vote: Option<VoteJob>,
+        tf32: bool,
     ) -> Result<Output> {
         let gpu = &*self.gpu;
         let (m, d, n) = (queries.rows(), self.d, self.n);
         arg_u32(k, "k")?;
+        let plan = if tf32 {
+            self.tf32_plan(k, method)
+        } else {
+            None
+        };
         let budget = gpu.budget(max_bytes)?;
-        let rows = (budget / self.bytes_per_row(k, method, vote)).clamp(1, m.min(MAX_BATCH_ROWS));
+        let rows = (budget / self.bytes_per_row(k, method, vote, plan.as_ref()))
+            .clamp(1, m.min(MAX_BATCH_ROWS));
+        let plan = plan.map(|p| Tf32Plan {
+            tiles: self.tf32_tiles(&p, rows),
+            ..p
+        });
         let c = self.classes.max(1);
+        let mut tf32_bufs = match &plan {
+            Some(p) => Some(Tf32Buffers {
+                gkeys: gpu.zeros::<u64>(rows * p.ldg, "group keys")?,
+                t_sq: gpu.zeros::<f32>(rows, "thresholds")?,
+                counts: gpu.zeros::<u32>(rows, "candidate counts")?,
+                cand: gpu.zeros::<u32>(rows * TF32_CAP, "candidates")?,
+                overflow: gpu.zeros::<u32>(rows, "overflow flags")?,
+            }),
+            None => None,
+        };
+        let mut report = plan.map(|_| PrefilterReport::default());
 
         let mut q = gpu.zeros::<f32>(rows * d, "query rows")?;
         let mut q_norms = gpu.zeros::<f32>(rows, "query norms")?;
@@ -311,6 +413,7 @@ impl CudaKnn {
         let tile = stream_tile(k);
         let row_len = n.next_power_of_two();
         let (mut dist, mut sort_keys) = match method {
+            _ if plan.is_some() => (gpu.zeros::<f32>(1, "distances")?, None),
             Method::KMin | Method::Bitonic => (
                 gpu.zeros::<f32>(rows * tile * TILES_PER_LAUNCH, "distances")?,
                 None,
@@ -342,6 +445,36 @@ impl CudaKnn {
                 gpu.row_sq_norms(&q, r, d, &mut q_norms)?;
             }
             match method {
+                _ if plan.is_some() => {
+                    let (p, bufs) = (
+                        plan.as_ref().expect("plan"),
+                        tf32_bufs.as_mut().expect("buffers"),
+                    );
+                    self.tf32_batch(p, bufs, &q, &q_norms, r, k, method, &mut best)?;
+                    let flags = gpu.download(&bufs.overflow, r, "overflow flags")?;
+                    let over: Vec<usize> = (0..r).filter(|&i| flags[i] != 0).collect();
+                    if !over.is_empty() {
+                        // Too many candidates: these queries take the exact path.
+                        let rows_of = queries.as_slice();
+                        let mut sub = Vec::with_capacity(over.len() * d);
+                        for &i in &over {
+                            sub.extend_from_slice(&rows_of[(first + i) * d..(first + i + 1) * d]);
+                        }
+                        let view = MatrixView::new(&sub, over.len(), d)?;
+                        let exact = self.run(&view, k, method, max_bytes, None, false)?;
+                        for (e, &i) in over.iter().enumerate() {
+                            gpu.write_at(
+                                &exact.keys[e * k..(e + 1) * k],
+                                &mut best,
+                                i * k,
+                                "neighbour keys",
+                            )?;
+                        }
+                    }
+                    let rep = report.as_mut().expect("report");
+                    rep.queries += r;
+                    rep.exact_fallbacks += over.len();
+                }
                 Method::KMin | Method::Bitonic => {
                     let span = tile * TILES_PER_LAUNCH;
                     let mut t0 = 0;
@@ -405,7 +538,116 @@ impl CudaKnn {
             }
             first += r;
         }
+        output.prefilter = report;
         Ok(output)
+    }
+
+    /// Queues the prefilter for a batch of `rows` queries (`q`, `q_norms`): group minima, their
+    /// k smallest, the exact threshold, the candidates, the exact re-rank into `best`, and the
+    /// overflow flags.
+    #[allow(clippy::too_many_arguments)]
+    fn tf32_batch(
+        &self,
+        plan: &Tf32Plan,
+        bufs: &mut Tf32Buffers,
+        q: &CudaSlice<f32>,
+        q_norms: &CudaSlice<f32>,
+        rows: usize,
+        k: usize,
+        method: Method,
+        best: &mut CudaSlice<u64>,
+    ) -> Result<()> {
+        let gpu = &*self.gpu;
+        let (m32, n32, d32) = (rows as u32, self.n as u32, self.d as u32);
+        let (xc32, group32, ldg64) = (plan.xc as u32, plan.group as u32, plan.ldg as u64);
+        let tiles32 = plan.tiles as u32;
+        let c1 = bound_coefficient(self.d);
+        let grid = rows.div_ceil(TF32_ROWS) * self.n.div_ceil(TF32_COLS).div_ceil(plan.tiles);
+        let (id, k32) = (self.metric.id(), k as u32);
+        let scan = gpu.function("knn_tf32_scan")?;
+        for mode in [SCAN_GROUPS, SCAN_CANDIDATES] {
+            if mode == SCAN_CANDIDATES {
+                // The k smallest group keys (k distinct training rows), then their exact
+                // distances → the threshold; clears the candidate counts.
+                let name = match method {
+                    Method::KMin => "knn_select_keys_kmin",
+                    _ => "knn_select_keys_bitonic",
+                };
+                let f = gpu.function(name)?;
+                let tile = stream_tile(k);
+                let mut s = 0;
+                while s < plan.ldg {
+                    let cols = tile.min(plan.ldg - s);
+                    let (cols32, fresh) = (cols as u32, u32::from(s == 0));
+                    let part = bufs.gkeys.slice(s..);
+                    let mut launch = gpu.launch(name, &f);
+                    launch
+                        .args()
+                        .arg(&part)
+                        .arg(&ldg64)
+                        .arg(&cols32)
+                        .arg(&mut *best)
+                        .arg(&k32)
+                        .arg(&fresh);
+                    launch.run(rows, SELECT_BLOCK, select_shared_bytes())?;
+                    s += cols;
+                }
+                let f = gpu.function("knn_tf32_threshold")?;
+                let mut launch = gpu.launch("knn_tf32_threshold", &f);
+                launch
+                    .args()
+                    .arg(q)
+                    .arg(q_norms)
+                    .arg(&self.x)
+                    .arg(&self.norms)
+                    .arg(&d32)
+                    .arg(&id)
+                    .arg(&k32)
+                    .arg(&mut *best)
+                    .arg(&mut bufs.t_sq)
+                    .arg(&mut bufs.counts);
+                launch.run(rows, SELECT_BLOCK, 8)?;
+            }
+            let mut launch = gpu.launch("knn_tf32_scan", &scan);
+            launch
+                .args()
+                .arg(q)
+                .arg(q_norms)
+                .arg(&m32)
+                .arg(&self.x)
+                .arg(&self.norms)
+                .arg(&n32)
+                .arg(&d32)
+                .arg(&xc32)
+                .arg(&tiles32)
+                .arg(&mode)
+                .arg(&group32)
+                .arg(&mut bufs.gkeys)
+                .arg(&ldg64)
+                .arg(&bufs.t_sq)
+                .arg(&mut bufs.counts)
+                .arg(&mut bufs.cand)
+                .arg(&c1);
+            launch.run(grid, TF32_BLOCK, plan.shared)?;
+        }
+        let kmin = u32::from(method == Method::KMin);
+        let f = gpu.function("knn_tf32_rerank")?;
+        let mut launch = gpu.launch("knn_tf32_rerank", &f);
+        launch
+            .args()
+            .arg(q)
+            .arg(q_norms)
+            .arg(&self.x)
+            .arg(&self.norms)
+            .arg(&d32)
+            .arg(&id)
+            .arg(&k32)
+            .arg(&mut *best)
+            .arg(&mut bufs.counts)
+            .arg(&bufs.cand)
+            .arg(&mut bufs.overflow)
+            .arg(&kmin);
+        launch.run(rows, SELECT_BLOCK, select_shared_bytes())
     }
 
     /// Queues the merge of a tile's distances (`rows × cols`, row stride `ld`, training rows
@@ -582,11 +824,16 @@ impl KnnSearch for CudaKnn {
         max_bytes: Option<usize>,
     ) -> Result<Neighbours> {
         let method = self.method(queries, k, selection, max_bytes)?;
-        let out = self.run(queries, k, method, max_bytes, None)?;
+        let out = self.run(queries, k, method, max_bytes, None, true)?;
         Ok(Neighbours {
             keys: out.keys,
             selection: method.reported(),
+            prefilter: out.prefilter,
         })
+    }
+
+    fn set_prefilter(&mut self, allowed: bool) {
+        self.prefilter = allowed && self.gpu.info().compute_capability.0 >= 8;
     }
 
     fn set_labels(&mut self, class_ids: &[u32], classes: usize) -> Result<()> {
@@ -606,7 +853,7 @@ impl KnnSearch for CudaKnn {
     ) -> Result<Votes> {
         let method = self.method(queries, k, selection, max_bytes)?;
         let job = VoteJob { weighted, proba };
-        let out = self.run(queries, k, method, max_bytes, Some(job))?;
+        let out = self.run(queries, k, method, max_bytes, Some(job), true)?;
         Ok(Votes {
             classes: out.classes,
             proba: out.proba,

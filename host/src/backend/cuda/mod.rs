@@ -188,6 +188,19 @@ impl CudaBackend {
             .map_err(|e| cuda(&format!("copying {what} to the GPU"), e))
     }
 
+    /// Copies `host` into `dev[at..at + host.len()]`.
+    pub(crate) fn write_at<T: DeviceRepr>(
+        &self,
+        host: &[T],
+        dev: &mut CudaSlice<T>,
+        at: usize,
+        what: &str,
+    ) -> Result<()> {
+        self.stream
+            .memcpy_htod(host, &mut dev.slice_mut(at..at + host.len()))
+            .map_err(|e| cuda(&format!("copying {what} to the GPU"), e))
+    }
+
     /// Zeroes `dev`.
     pub(crate) fn clear<T: DeviceRepr + ValidAsZeroBits>(
         &self,
