@@ -99,6 +99,12 @@ impl CudaBackend {
             )? as usize,
             driver_version: driver_version()?,
         };
+        keep_freed_memory(&ctx)?;
+        // One stream only: cudarc's per-buffer events (two made per allocation) order work
+        // across streams, which never happens here.
+        // SAFETY: called before any buffer of this context exists; the backend never creates a
+        // second stream.
+        unsafe { ctx.disable_event_tracking() };
         let stream = ctx.default_stream();
         Ok(CudaBackend {
             ctx,
@@ -114,11 +120,37 @@ impl CudaBackend {
         &self.info
     }
 
-    /// Free and total device memory in bytes.
+    /// Free and total device memory in bytes; free includes what the allocator's pool holds for
+    /// reuse (freed buffers it keeps, see `keep_freed_memory`).
     pub fn memory(&self) -> Result<(usize, usize)> {
-        self.ctx
+        let (free, total) = self
+            .ctx
             .mem_get_info()
-            .map_err(|e| cuda("querying free memory", e))
+            .map_err(|e| cuda("querying free memory", e))?;
+        Ok(((free + self.pool_unused()).min(total), total))
+    }
+
+    /// Bytes the default memory pool has reserved but no live buffer uses.
+    fn pool_unused(&self) -> usize {
+        use cudarc::driver::sys::{CUmemPool_attribute as A, cuDeviceGetDefaultMemPool};
+        let mut pool = std::ptr::null_mut();
+        // SAFETY: the handle is only passed back to the driver.
+        if unsafe { cuDeviceGetDefaultMemPool(&mut pool, self.ctx.cu_device()) }
+            != CUresult::CUDA_SUCCESS
+        {
+            return 0;
+        }
+        let attr = |a: A| {
+            let mut v = 0u64;
+            // SAFETY: writes one u64 for these attributes.
+            let rc = unsafe {
+                cudarc::driver::sys::cuMemPoolGetAttribute(pool, a, (&mut v as *mut u64).cast())
+            };
+            if rc == CUresult::CUDA_SUCCESS { v } else { 0 }
+        };
+        let reserved = attr(A::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT);
+        let used = attr(A::CU_MEMPOOL_ATTR_USED_MEM_CURRENT);
+        reserved.saturating_sub(used) as usize
     }
 
     /// The kernel `name` of the loaded module.
@@ -331,6 +363,34 @@ impl Backend for CudaBackend {
         let (free, total) = self.memory()?;
         Ok(Some(total - free))
     }
+}
+
+/// Lets the stream-ordered allocator keep freed memory instead of returning it to the driver at
+/// every synchronisation (its default): without this every search or fit maps its buffers anew,
+/// which costs milliseconds for tens of megabytes.
+fn keep_freed_memory(ctx: &CudaContext) -> Result<()> {
+    use cudarc::driver::sys::{
+        CUmemPool_attribute, cuDeviceGetDefaultMemPool, cuMemPoolSetAttribute,
+    };
+    let mut pool = std::ptr::null_mut();
+    let mut threshold = u64::MAX;
+    // SAFETY: the context is current (it was just made); the pool handle and the u64 attribute
+    // value are only passed to the driver.
+    unsafe {
+        if cuDeviceGetDefaultMemPool(&mut pool, ctx.cu_device()) != CUresult::CUDA_SUCCESS {
+            // No stream-ordered allocator on this device: cudarc allocates synchronously.
+            return Ok(());
+        }
+        let rc = cuMemPoolSetAttribute(
+            pool,
+            CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+            (&mut threshold as *mut u64).cast(),
+        );
+        if rc != CUresult::CUDA_SUCCESS {
+            return Err(cuda("configuring the memory pool", DriverError(rc)));
+        }
+    }
+    Ok(())
 }
 
 /// A kernel launch being assembled.
