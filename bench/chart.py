@@ -55,7 +55,7 @@ def main():
         b.annotate(f"{v:.2g}", (bar.get_x() + bar.get_width() / 2, v), ha="center",
                    va="bottom", fontsize=8)
     fig.suptitle(f"{r.get('gpu', 'GPU')}: FP32 {r['fp32_flops'] / 1e12:.1f} TFLOP/s, "
-                 f"copy {r['bandwidth'] / 1e12:.2f} TB/s measured in the same run; "
+                 f"copy {r['bandwidth'] / 1e12:.2f} TB/s measured by PyTorch on this GPU; "
                  "black dashes: the targets of the speed issue", fontsize=9)
     fig.tight_layout()
     fig.savefig(dst, dpi=110)
