@@ -11,13 +11,14 @@
 //! is not among the two best TF32 candidates, and every distance is the exact FP32 distance to
 //! the chosen centroid.
 
+use crate::cp_async::{commit, copy_4, copy_16, shared_addr, wait_all, wait_group};
 use crate::gpu::{self, atomic_add_u32, block_sum_f64, shared, sync_threads};
 use crate::launch::{
     BLOCK, TF32_C_STRIDE as CS, TF32_CENTROIDS as BC, TF32_KC as KC, TF32_POINTS as BP,
     TF32_STAGE_WORDS as SW, TF32_STAGES as STAGES, TF32_X_STRIDE as XS, TF32_XC as XC,
 };
 use crate::math::{AssignMetric, assign_distance, assign_step, better, l2_score};
-use core::arch::asm;
+use crate::mma::{load4, mma, shfl_xor_u32, to_tf32};
 
 /// Labels each of the `n` points of `x` (row-major, `d` columns) with its nearest of the `k`
 /// centroids (TF32 candidates, exact FP32 re-check) and writes its exact distance. With
@@ -144,7 +145,7 @@ unsafe fn run<const VEC: bool>(a: Assign) {
                 (pt, pk) = (pt + 1, 0);
             }
         }
-        cp_async_commit();
+        commit();
     }
     unsafe { stage_points(t, vec, x, n, d, first_point, 0, dp, xs) };
 
@@ -155,7 +156,7 @@ unsafe fn run<const VEC: bool>(a: Assign) {
     while s < steps {
         // This step's chunk (and at s = 0 the point tile) has landed for this thread's copies;
         // the barrier makes everyone's visible and frees the buffer of step s − 1.
-        cp_async_wait_group::<{ STAGES - 2 }>();
+        wait_group::<{ STAGES - 2 }>();
         sync_threads();
         let j0 = kc * KC;
         if !resident && s > 0 && j0 % XC == 0 {
@@ -185,7 +186,7 @@ unsafe fn run<const VEC: bool>(a: Assign) {
                 (pt, pk) = (pt + 1, 0);
             }
         }
-        cp_async_commit();
+        commit();
 
         let buf = unsafe { cs.add((s % STAGES) * SW) };
         // Column of this chunk inside the staged point tile.
@@ -260,7 +261,7 @@ unsafe fn run<const VEC: bool>(a: Assign) {
         s += 1;
     }
     // Only empty groups can be pending; the barrier frees the point tile for the merge.
-    cp_async_wait_all();
+    wait_all();
     sync_threads();
 
     // Merge the four lanes of a point row (they saw different centroids), then the two warp
@@ -486,7 +487,7 @@ unsafe fn stage_chunk(
             } else {
                 c
             };
-            unsafe { cp_async_16(buf + 4 * (r * CS + jj) as u32, src, if ok { 16 } else { 0 }) };
+            unsafe { copy_16(buf + 4 * (r * CS + jj) as u32, src, if ok { 16 } else { 0 }) };
         }
     } else {
         for u in 0..BC * KC / BLOCK as usize {
@@ -499,7 +500,7 @@ unsafe fn stage_chunk(
             } else {
                 c
             };
-            unsafe { cp_async_4(buf + 4 * (r * CS + jj) as u32, src, if ok { 4 } else { 0 }) };
+            unsafe { copy_4(buf + 4 * (r * CS + jj) as u32, src, if ok { 4 } else { 0 }) };
         }
     }
     if norms && t < BC {
@@ -510,125 +511,8 @@ unsafe fn stage_chunk(
             c_sq_norms
         };
         let dst = buf + 4 * (BC * CS + t) as u32;
-        unsafe { cp_async_4(dst, src, if ok { 4 } else { 0 }) };
+        unsafe { copy_4(dst, src, if ok { 4 } else { 0 }) };
     }
-}
-
-/// The shared-window address of a generic pointer into shared memory.
-#[inline(always)]
-fn shared_addr(p: *mut u32) -> u32 {
-    let a: u64;
-    // SAFETY: an address conversion in registers.
-    unsafe {
-        asm!("cvta.to.shared.u64 {a}, {p};", a = out(reg64) a, p = in(reg64) p,
-            options(pure, nomem, nostack))
-    };
-    a as u32
-}
-
-/// Starts an asynchronous copy of 16 bytes from global `src` to shared address `dst`, of which
-/// the first `bytes` (0 or 16) are read and the rest zero-filled.
-///
-/// # Safety
-/// `src` valid for `bytes`; both 16-byte aligned.
-#[inline(always)]
-unsafe fn cp_async_16(dst: u32, src: *const f32, bytes: u32) {
-    unsafe {
-        asm!("cp.async.cg.shared.global [{d}], [{s}], 16, {b};", d = in(reg32) dst,
-            s = in(reg64) src, b = in(reg32) bytes, options(nostack))
-    };
-}
-
-/// As [`cp_async_16`] for 4 bytes (`bytes` 0 or 4).
-///
-/// # Safety
-/// `src` valid for `bytes`; both 4-byte aligned.
-#[inline(always)]
-unsafe fn cp_async_4(dst: u32, src: *const f32, bytes: u32) {
-    unsafe {
-        asm!("cp.async.ca.shared.global [{d}], [{s}], 4, {b};", d = in(reg32) dst,
-            s = in(reg64) src, b = in(reg32) bytes, options(nostack))
-    };
-}
-
-/// Closes the group of copies started so far.
-#[inline(always)]
-fn cp_async_commit() {
-    // SAFETY: no operands.
-    unsafe { asm!("cp.async.commit_group;", options(nostack)) };
-}
-
-/// Waits until at most the `N` most recent groups of this thread's copies are pending.
-#[inline(always)]
-fn cp_async_wait_group<const N: usize>() {
-    // SAFETY: no operands.
-    unsafe { asm!("cp.async.wait_group {n};", n = const N, options(nostack)) };
-}
-
-/// Waits until every copy this thread started has landed (visible to this thread).
-#[inline(always)]
-fn cp_async_wait_all() {
-    // SAFETY: no operands.
-    unsafe { asm!("cp.async.wait_all;", options(nostack)) };
-}
-
-/// Four words of shared memory as one 16-byte load.
-///
-/// # Safety
-/// `p` is 16-byte aligned shared memory.
-#[inline(always)]
-unsafe fn load4(p: *const u32) -> [u32; 4] {
-    #[repr(C, align(16))]
-    #[derive(Clone, Copy)]
-    struct U4([u32; 4]);
-    let U4(v) = unsafe { *p.cast::<U4>() };
-    v
-}
-
-/// `v` rounded to TF32 (round to nearest, ties away from zero), as its bits.
-#[inline(always)]
-fn to_tf32(v: f32) -> u32 {
-    let r: u32;
-    // SAFETY: a register-only conversion.
-    unsafe {
-        asm!("cvt.rna.tf32.f32 {r}, {v};", r = out(reg32) r, v = in(reg32) v,
-            options(pure, nomem, nostack))
-    };
-    r
-}
-
-/// `acc += a · b` for one 16 × 8 × 8 TF32 tile (FP32 accumulation), warp-wide.
-#[inline(always)]
-fn mma(acc: &mut [f32; 4], a: [u32; 4], b: [u32; 2]) {
-    // SAFETY: register-only; every lane of the warp executes it (no divergence around it).
-    unsafe {
-        asm!(
-            "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {{{0}, {1}, {2}, {3}}}, {{{4}, {5}, {6}, {7}}}, {{{8}, {9}}}, {{{0}, {1}, {2}, {3}}};",
-            inout(reg32) acc[0],
-            inout(reg32) acc[1],
-            inout(reg32) acc[2],
-            inout(reg32) acc[3],
-            in(reg32) a[0],
-            in(reg32) a[1],
-            in(reg32) a[2],
-            in(reg32) a[3],
-            in(reg32) b[0],
-            in(reg32) b[1],
-            options(nomem, nostack)
-        )
-    };
-}
-
-/// The value of lane `lane ^ mask`, warp-wide.
-#[inline(always)]
-fn shfl_xor_u32(v: u32, mask: u32) -> u32 {
-    let r: u32;
-    // SAFETY: register-only; every lane of the warp executes it.
-    unsafe {
-        asm!("shfl.sync.bfly.b32 {r}, {v}, {m}, 31, -1;", r = out(reg32) r, v = in(reg32) v,
-            m = in(reg32) mask, options(nomem, nostack))
-    };
-    r
 }
 
 /// See [`shfl_xor_u32`].

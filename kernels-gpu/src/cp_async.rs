@@ -1,4 +1,5 @@
-//! Asynchronous global → shared copies (`cp.async`, sm_80 and later) for the FP32 kernels.
+//! Asynchronous global → shared copies (`cp.async`, sm_80 and later), for every kernel that
+//! stages tiles with them (FP32 assign, TF32 assign, TF32 kNN scan).
 
 use core::arch::asm;
 
@@ -27,6 +28,18 @@ pub unsafe fn copy_4(dst: u32, src: *const f32, bytes: u32) {
     };
 }
 
+/// As [`copy_4`] for 16 bytes (`bytes` 0 or 16; the rest of the 16 zero-filled).
+///
+/// # Safety
+/// `src` valid for `bytes`; both 16-byte aligned.
+#[inline(always)]
+pub unsafe fn copy_16(dst: u32, src: *const f32, bytes: u32) {
+    unsafe {
+        asm!("cp.async.cg.shared.global [{d}], [{s}], 16, {b};", d = in(reg32) dst,
+            s = in(reg64) src, b = in(reg32) bytes, options(nostack))
+    };
+}
+
 /// Closes the group of copies this thread started so far.
 #[inline(always)]
 pub fn commit() {
@@ -39,6 +52,13 @@ pub fn commit() {
 pub fn wait_group<const N: usize>() {
     // SAFETY: no operands.
     unsafe { asm!("cp.async.wait_group {n};", n = const N, options(nostack)) };
+}
+
+/// Waits until every copy this thread started has landed (visible to this thread).
+#[inline(always)]
+pub fn wait_all() {
+    // SAFETY: no operands.
+    unsafe { asm!("cp.async.wait_all;", options(nostack)) };
 }
 
 /// The dynamic shared memory of this launch, in bytes (`%dynamic_smem_size`).

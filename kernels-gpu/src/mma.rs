@@ -1,5 +1,5 @@
-//! Inline-PTX helpers of the tensor-core kernels (sm_80 and later): `cp.async` staging into
-//! shared memory, TF32 rounding, the `m16n8k8` TF32 `mma` and warp shuffles.
+//! Inline-PTX helpers of the tensor-core kernels (sm_80 and later): TF32 rounding, the `m16n8k8`
+//! TF32 `mma`, 16-byte shared loads and warp shuffles (copies are in `cp_async`).
 //!
 //! Fragment layout of [`mma`] (PTX ISA, `mma.m16n8k8` with `.tf32`), for lane `l`, `g = l / 4`,
 //! `q = l % 4`: A (16 × 8, row major) `a = [A[g][q], A[g + 8][q], A[g][q + 4], A[g + 8][q + 4]]`;
@@ -8,57 +8,6 @@
 //! over, so any relabelling of it that A and B share gives the same products.
 
 use core::arch::asm;
-
-/// The shared-window address of a generic pointer into shared memory.
-#[inline(always)]
-pub fn shared_addr<T>(p: *mut T) -> u32 {
-    let a: u64;
-    // SAFETY: an address conversion in registers.
-    unsafe {
-        asm!("cvta.to.shared.u64 {a}, {p};", a = out(reg64) a, p = in(reg64) p,
-            options(pure, nomem, nostack))
-    };
-    a as u32
-}
-
-/// Starts an asynchronous copy of 16 bytes from global `src` to shared address `dst`, of which
-/// the first `bytes` (0 or 16) are read and the rest zero-filled.
-///
-/// # Safety
-/// `src` valid for `bytes`; both 16-byte aligned.
-#[inline(always)]
-pub unsafe fn cp_async_16(dst: u32, src: *const f32, bytes: u32) {
-    unsafe {
-        asm!("cp.async.cg.shared.global [{d}], [{s}], 16, {b};", d = in(reg32) dst,
-            s = in(reg64) src, b = in(reg32) bytes, options(nostack))
-    };
-}
-
-/// As [`cp_async_16`] for 4 bytes (`bytes` 0 or 4).
-///
-/// # Safety
-/// `src` valid for `bytes`; both 4-byte aligned.
-#[inline(always)]
-pub unsafe fn cp_async_4(dst: u32, src: *const f32, bytes: u32) {
-    unsafe {
-        asm!("cp.async.ca.shared.global [{d}], [{s}], 4, {b};", d = in(reg32) dst,
-            s = in(reg64) src, b = in(reg32) bytes, options(nostack))
-    };
-}
-
-/// Closes the group of copies started so far.
-#[inline(always)]
-pub fn cp_async_commit() {
-    // SAFETY: no operands.
-    unsafe { asm!("cp.async.commit_group;", options(nostack)) };
-}
-
-/// Waits until every copy this thread started has landed (visible to this thread).
-#[inline(always)]
-pub fn cp_async_wait_all() {
-    // SAFETY: no operands.
-    unsafe { asm!("cp.async.wait_all;", options(nostack)) };
-}
 
 /// Four words of shared memory as one 16-byte load.
 ///
@@ -135,11 +84,4 @@ pub fn shfl_xor_u64(v: u64, mask: u32) -> u64 {
     let lo = shfl_xor_u32(v as u32, mask) as u64;
     let hi = shfl_xor_u32((v >> 32) as u32, mask) as u64;
     (hi << 32) | lo
-}
-
-/// Waits until at most `N` of this thread's committed copy groups are still in flight.
-#[inline(always)]
-pub fn cp_async_wait_group<const N: u32>() {
-    // SAFETY: no operands.
-    unsafe { asm!("cp.async.wait_group {n};", n = const N, options(nostack)) };
 }

@@ -7,12 +7,10 @@
 //! 2 × 8 `m16n8k8` tiles (the fragment layout of `kmeans_assign_l2_tf32`).
 
 use super::*;
+use crate::cp_async::{commit, copy_4, copy_16, shared_addr, wait_all, wait_group};
 use crate::gpu::{self, shared, sync_threads};
 use crate::knn::{NO_KEY, key};
-use crate::mma::{
-    cp_async_4, cp_async_16, cp_async_commit, cp_async_wait_all, cp_async_wait_group, load4, mma,
-    round_in_place, shared_addr, shfl_xor_u64,
-};
+use crate::mma::{load4, mma, round_in_place, shfl_xor_u64};
 
 const BQ: usize = TF32_ROWS;
 const BT: usize = TF32_COLS;
@@ -167,10 +165,10 @@ unsafe fn run<const VEC: bool>(a: Scan) {
                 )
             };
         } else {
-            cp_async_commit();
+            commit();
         }
     }
-    cp_async_wait_group::<{ STAGES as u32 - 1 }>();
+    wait_group::<{ STAGES - 1 }>();
     unsafe { round_rows(t, vec, dp, 0, xc, xs) };
 
     let mut acc = [[[0f32; 4]; 8]; 2];
@@ -180,7 +178,7 @@ unsafe fn run<const VEC: bool>(a: Scan) {
         let buf = unsafe { cs.add((s % STAGES) * BT * CS) };
         // Chunk s has landed (at most STAGES − 2 later groups in flight); round this thread's
         // words of it.
-        cp_async_wait_group::<{ STAGES as u32 - 2 }>();
+        wait_group::<{ STAGES - 2 }>();
         unsafe { round_chunk(t, vec, buf) };
         let xcol = (kc * KC) % xc;
         if !resident && s > 0 && xcol == 0 {
@@ -188,7 +186,7 @@ unsafe fn run<const VEC: bool>(a: Scan) {
             sync_threads();
             unsafe {
                 stage_rows(t, vec, a.q, a.m, d, first_row, kc * KC, dp, xc, xs_addr);
-                cp_async_wait_all();
+                wait_all();
                 round_rows(t, vec, dp, kc * KC, xc, xs);
             }
         }
@@ -200,7 +198,7 @@ unsafe fn run<const VEC: bool>(a: Scan) {
             let at = cs_addr + 4 * ((ahead % STAGES) * BT * CS) as u32;
             unsafe { stage_chunk(t, vec, a.x, a.n, d, first, j0, at) };
         } else {
-            cp_async_commit();
+            commit();
         }
         // k slot (step kk, lane column q, half h) ↔ dimension q·8 + kk·2 + h of the chunk, for
         // queries and training rows alike.
@@ -358,14 +356,14 @@ unsafe fn stage_rows(
         let dst = xs + 4 * (r * (xc + 4) + jj) as u32;
         unsafe {
             if vec {
-                cp_async_16(dst, p, if ok { 16 } else { 0 });
+                copy_16(dst, p, if ok { 16 } else { 0 });
             } else {
-                cp_async_4(dst, p, if ok { 4 } else { 0 });
+                copy_4(dst, p, if ok { 4 } else { 0 });
             }
         }
         e += THREADS;
     }
-    cp_async_commit();
+    commit();
 }
 
 /// Rounds to TF32 the query-tile words this thread copied in [`stage_rows`].
@@ -415,7 +413,7 @@ unsafe fn stage_chunk(
             } else {
                 x
             };
-            unsafe { cp_async_16(buf + 4 * (r * CS + jj) as u32, p, if ok { 16 } else { 0 }) };
+            unsafe { copy_16(buf + 4 * (r * CS + jj) as u32, p, if ok { 16 } else { 0 }) };
         }
     } else {
         for u in 0..BT * KC / THREADS {
@@ -428,10 +426,10 @@ unsafe fn stage_chunk(
             } else {
                 x
             };
-            unsafe { cp_async_4(buf + 4 * (r * CS + jj) as u32, p, if ok { 4 } else { 0 }) };
+            unsafe { copy_4(buf + 4 * (r * CS + jj) as u32, p, if ok { 4 } else { 0 }) };
         }
     }
-    cp_async_commit();
+    commit();
 }
 
 /// Rounds to TF32 the chunk words this thread copied in [`stage_chunk`].
