@@ -346,9 +346,10 @@ impl<'a> CudaLloyd<'a> {
     /// Queues the fused small step: `MODE_ASSIGN` and/or `MODE_ACCUMULATE`.
     fn queue_small(&mut self, kernel: usize, mode: u32) -> Result<()> {
         let gpu = self.gpu;
-        let (name, shape) = match self.metric {
-            AssignMetric::SqL2 => (SMALL_L2_KERNELS[kernel], SMALL_STEPS[kernel]),
-            AssignMetric::L1 => (SMALL_L1_KERNELS[kernel], SMALL_STEPS[kernel]),
+        let shape = SMALL_STEPS[kernel];
+        let name = match self.metric {
+            AssignMetric::SqL2 => SMALL_L2_KERNELS[kernel],
+            AssignMetric::L1 => SMALL_L1_KERNELS[kernel],
         };
         let Some(small) = self.small.as_mut() else {
             unreachable!("only called on the small path")
