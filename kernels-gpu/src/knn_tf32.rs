@@ -78,7 +78,38 @@ pub const fn tf32_xc(d: usize, xc_max: usize) -> usize {
 
 /// Dynamic shared memory of a scan block whose query tile holds `xc` dimensions, in bytes.
 pub const fn tf32_scan_shared_bytes(xc: usize) -> usize {
-    (TF32_ROWS * (xc + 4) + TF32_STAGES * TF32_COLS * TF32_CS) * 4
+    (TF32_ROWS * xc + TF32_STAGES * TF32_COLS * TF32_CS) * 4
+}
+
+/// Words of one A fragment group of the staged query tile: 32 lanes × 4.
+const FRAGMENT_WORDS: usize = 128;
+
+/// First word of the `mma` A fragment that lane `lane` loads for 16-row tile `rt`, chunk `chunk`
+/// of the query slice (`xc` dimensions), half `half` of the chunk and k step `kk`.
+///
+/// The query tile is stored in fragment order, so that this is one conflict-free 16-byte load
+/// (a row-major tile needs four register moves per fragment). Word `w` of it is row
+/// `16·rt + 8·(w % 2) + lane / 4` and dimension `32·chunk + 8·(lane % 4) + 4·half + 2·kk + w / 2`
+/// of the slice: `[A[g][q], A[g + 8][q], A[g][q + 4], A[g + 8][q + 4]]` (see `mma`) with k slot
+/// `q` ↔ dimension `… + 2·kk` and `q + 4` ↔ `… + 2·kk + 1`, as the training chunk's B fragments.
+pub const fn query_fragment(
+    rt: usize,
+    chunk: usize,
+    half: usize,
+    kk: usize,
+    lane: usize,
+    xc: usize,
+) -> usize {
+    (((rt * (xc / TF32_KC) + chunk) * 2 + half) * 2 + kk) * FRAGMENT_WORDS + lane * 4
+}
+
+/// The word of the staged query tile (see [`query_fragment`]) that holds row `row` of the tile
+/// and dimension `dim` of the slice.
+pub const fn query_word(row: usize, dim: usize, xc: usize) -> usize {
+    let (rt, g, top) = (row / 16, row % 8, (row % 16) / 8);
+    let (chunk, q, half) = (dim / TF32_KC, (dim % TF32_KC) / 8, (dim % 8) / 4);
+    let (kk, h) = ((dim % 4) / 2, dim % 2);
+    query_fragment(rt, chunk, half, kk, g * 4 + q, xc) + top + 2 * h
 }
 
 /// `v` rounded to TF32 as `cvt.rna.tf32.f32` does: to nearest with 10 mantissa bits, ties away
@@ -471,6 +502,42 @@ mod tests {
     use crate::exec::emu::{P, launch};
     use crate::knn::{NO_KEY, SELECT_BLOCK, distance, key, select_shared_bytes};
     use crate::math::sq_norm;
+
+    #[test]
+    fn query_fragments_hold_the_mma_layout() {
+        let xc = 64;
+        let mut seen = vec![false; TF32_ROWS * xc];
+        for row in 0..TF32_ROWS {
+            for dim in 0..xc {
+                let w = query_word(row, dim, xc);
+                assert!(!seen[w], "word {w} twice");
+                seen[w] = true;
+            }
+        }
+        assert!(seen.iter().all(|&s| s));
+        // Fragment words as `mma` reads A: row g / g + 8, k slot q / q + 4.
+        for rt in 0..TF32_ROWS / 16 {
+            for chunk in 0..xc / TF32_KC {
+                for (half, kk, lane) in
+                    (0..2).flat_map(|h| (0..2).flat_map(move |k| (0..32).map(move |l| (h, k, l))))
+                {
+                    let (g, q) = (lane / 4, lane % 4);
+                    let dim = chunk * TF32_KC + q * 8 + half * 4 + 2 * kk;
+                    let first = query_fragment(rt, chunk, half, kk, lane, xc);
+                    assert_eq!(first % 4, 0);
+                    let want = [
+                        (16 * rt + g, dim),
+                        (16 * rt + g + 8, dim),
+                        (16 * rt + g, dim + 1),
+                        (16 * rt + g + 8, dim + 1),
+                    ];
+                    for (w, (row, dim)) in want.into_iter().enumerate() {
+                        assert_eq!(query_word(row, dim, xc), first + w);
+                    }
+                }
+            }
+        }
+    }
 
     #[test]
     fn tf32_rounding_is_nearest_ties_away() {

@@ -1,16 +1,16 @@
 //! `knn_tf32_scan`: the tensor-core pass of the prefilter (steps 1 and 4 of [`super`]).
 //!
 //! A block owns `TF32_ROWS` queries and a run of `tiles` consecutive tiles of `TF32_COLS`
-//! training rows. The query tile is staged once (TF32-rounded, `xc` dimensions; restaged per
-//! slice when `d > xc`), training chunks of `TF32_KC` dimensions stream through two buffers with
-//! `cp.async`. Warp `(wm, wn)` of the 8 owns queries `wm·32..` × training rows `wn·64..` as
+//! training rows. The query tile is staged once (TF32-rounded, `xc` dimensions, in fragment order
+//! [`query_fragment`]; restaged per slice when `d > xc`), training chunks of `TF32_KC` dimensions
+//! stream through `TF32_STAGES` buffers with `cp.async`. Warp `(wm, wn)` of the 8 owns queries `wm·32..` × training rows `wn·64..` as
 //! 2 × 8 `m16n8k8` tiles (the fragment layout of `kmeans_assign_l2_tf32`).
 
 use super::*;
-use crate::cp_async::{commit, copy_4, copy_16, shared_addr, wait_all, wait_group};
+use crate::cp_async::{commit, copy_4, copy_16, shared_addr, wait_group};
 use crate::gpu::{self, shared, sync_threads};
 use crate::knn::{NO_KEY, key};
-use crate::mma::{load4, mma, round_in_place, shfl_xor_u64};
+use crate::mma::{load4, mma, round_in_place, round4_in_place, shfl_xor_u64, to_tf32};
 
 const BQ: usize = TF32_ROWS;
 const BT: usize = TF32_COLS;
@@ -117,11 +117,10 @@ unsafe fn run<const VEC: bool>(a: Scan) {
     }
     let tile1 = col_tiles.min(tile0 + a.tiles);
     let (xc, d) = (a.xc, a.d);
-    let xs_stride = xc + 4;
 
     let xs = shared::<u32>();
-    let cs = unsafe { xs.add(BQ * xs_stride) };
-    let (xs_addr, cs_addr) = (shared_addr(xs), shared_addr(cs));
+    let cs = unsafe { xs.add(BQ * xc) };
+    let cs_addr = shared_addr(cs);
 
     let dp = d.next_multiple_of(KC);
     let chunks = dp / KC;
@@ -146,9 +145,9 @@ unsafe fn run<const VEC: bool>(a: Scan) {
         }
     }
 
-    // Prologue: the query slice, then the first STAGES − 1 training chunks, one copy group each
-    // (empty groups past the end keep the group count of `cp_async_wait_group` uniform).
-    unsafe { stage_rows(t, vec, a.q, a.m, d, first_row, 0, dp, xc, xs_addr) };
+    // Prologue: the first STAGES − 1 training chunks, one copy group each (empty groups past the
+    // end keep the group count of `cp_async_wait_group` uniform), then the query slice while they
+    // are in flight.
     for p in 0..STAGES - 1 {
         if p < steps {
             let (first, j0) = ((tile0 + p / chunks) * BT, (p % chunks) * KC);
@@ -168,65 +167,69 @@ unsafe fn run<const VEC: bool>(a: Scan) {
             commit();
         }
     }
-    wait_group::<{ STAGES - 1 }>();
-    unsafe { round_rows(t, vec, dp, 0, xc, xs) };
+    unsafe { stage_queries(t, vec, a.q, a.m, d, first_row, 0, dp, xc, xs) };
 
+    // Positions advance by one chunk per step (no 64-bit divisions in the loop): step `s` is
+    // chunk `kc` of tile `tile`, dimension chunk `slice_chunk` of the staged query slice; the
+    // prefetch runs `STAGES − 1` chunks ahead.
+    let (mut tile, mut kc, mut slice_chunk) = (tile0, 0, 0);
+    let (slice_chunks, ahead0) = (xc / KC, STAGES - 1);
+    let (mut ahead_tile, mut ahead_kc) = (tile0 + ahead0 / chunks, ahead0 % chunks);
     let mut acc = [[[0f32; 4]; 8]; 2];
     let mut s = 0;
     while s < steps {
-        let (tile, kc) = (tile0 + s / chunks, s % chunks);
         let buf = unsafe { cs.add((s % STAGES) * BT * CS) };
         // Chunk s has landed (at most STAGES − 2 later groups in flight); round this thread's
         // words of it.
         wait_group::<{ STAGES - 2 }>();
         unsafe { round_chunk(t, vec, buf) };
-        let xcol = (kc * KC) % xc;
-        if !resident && s > 0 && xcol == 0 {
+        if !resident && s > 0 && slice_chunk == 0 {
             // The next slice of the query dimensions: once every warp is done with this one.
             sync_threads();
-            unsafe {
-                stage_rows(t, vec, a.q, a.m, d, first_row, kc * KC, dp, xc, xs_addr);
-                wait_all();
-                round_rows(t, vec, dp, kc * KC, xc, xs);
-            }
+            unsafe { stage_queries(t, vec, a.q, a.m, d, first_row, kc * KC, dp, xc, xs) };
         }
         sync_threads();
         // The buffer of chunk s − 1 is free now: prefetch chunk s + STAGES − 1 into it.
-        let ahead = s + STAGES - 1;
-        if ahead < steps {
-            let (first, j0) = ((tile0 + ahead / chunks) * BT, (ahead % chunks) * KC);
-            let at = cs_addr + 4 * ((ahead % STAGES) * BT * CS) as u32;
+        if ahead_tile < tile1 {
+            let (first, j0) = (ahead_tile * BT, ahead_kc * KC);
+            let at = cs_addr + 4 * (((s + STAGES - 1) % STAGES) * BT * CS) as u32;
             unsafe { stage_chunk(t, vec, a.x, a.n, d, first, j0, at) };
+            ahead_kc += 1;
+            if ahead_kc == chunks {
+                (ahead_tile, ahead_kc) = (ahead_tile + 1, 0);
+            }
         } else {
             commit();
         }
         // k slot (step kk, lane column q, half h) ↔ dimension q·8 + kk·2 + h of the chunk, for
         // queries and training rows alike.
         for half in 0..2 {
-            let col = xcol + qq * 8 + half * 4;
             let mut fa = [[[0u32; 4]; 2]; 2];
             for (mt, fa) in fa.iter_mut().enumerate() {
-                let row = wm * 32 + mt * 16 + g;
-                unsafe {
-                    fa[0] = load4(xs.add(row * xs_stride + col));
-                    fa[1] = load4(xs.add((row + 8) * xs_stride + col));
+                for (kk, f) in fa.iter_mut().enumerate() {
+                    let at = query_fragment(wm * 2 + mt, slice_chunk, half, kk, lane, xc);
+                    *f = unsafe { load4(xs.add(at)) };
                 }
             }
             for nt in 0..8 {
-                let c = wn * 64 + nt * 8 + g;
-                let fb = unsafe { load4(buf.add(c * CS + qq * 8 + half * 4)) };
+                let col = wn * 64 + nt * 8 + g;
+                let fb = unsafe { load4(buf.add(col * CS + qq * 8 + half * 4)) };
                 for kk in 0..2 {
                     for mt in 0..2 {
-                        let (lo, hi) = (fa[mt][0], fa[mt][1]);
-                        let frag = [lo[2 * kk], hi[2 * kk], lo[2 * kk + 1], hi[2 * kk + 1]];
-                        mma(&mut acc[mt][nt], frag, [fb[2 * kk], fb[2 * kk + 1]]);
+                        mma(&mut acc[mt][nt], fa[mt][kk], [fb[2 * kk], fb[2 * kk + 1]]);
                     }
                 }
             }
         }
-        if kc == chunks - 1 {
+        kc += 1;
+        slice_chunk += 1;
+        if slice_chunk == slice_chunks {
+            slice_chunk = 0;
+        }
+        if kc == chunks {
             unsafe { epilogue(&a, tile, wn, qq, &acc, &rows, &row_ok, &nq, &c1q, &tsq) };
             acc = [[[0f32; 4]; 8]; 2];
+            (tile, kc, slice_chunk) = (tile + 1, 0, 0);
         }
         s += 1;
     }
@@ -250,13 +253,12 @@ unsafe fn epilogue(
     tsq: &[f32; 4],
 ) {
     let base = tile * BT + wn * 64 + 2 * qq;
+    // Rows past `n` read the last norm (no branch per value); their values are never taken.
     let mut nx = [0f32; 16];
     for nt in 0..8 {
         for h in 0..2 {
-            let j = base + nt * 8 + h;
-            if j < a.n {
-                nx[nt * 2 + h] = unsafe { *a.x_norms.add(j) };
-            }
+            let j = (base + nt * 8 + h).min(a.n - 1);
+            nx[nt * 2 + h] = unsafe { *a.x_norms.add(j) };
         }
     }
     if a.mode == SCAN_GROUPS {
@@ -321,14 +323,15 @@ unsafe fn epilogue(
     }
 }
 
-/// Starts copying dimensions `j0..j0 + min(xc, dp − j0)` of rows `first..first + BQ` of `src`
-/// into the query tile at shared address `xs` (stride `xc + 4`), zeros past `total` and `d`.
+/// Stores dimensions `j0..j0 + min(xc, dp − j0)` of query rows `first..first + BQ` of `src`,
+/// rounded to TF32, into the tile `xs` in fragment order ([`query_word`]); zeros past `total`
+/// and `d`. Plain loads and stores: the tile is staged once per block (or per slice).
 ///
 /// # Safety
-/// `src` holds `total × d` values (16-byte aligned rows with `vec`).
+/// `src` holds `total × d` values (16-byte aligned rows with `vec`); `xs` holds `BQ × xc` words.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn stage_rows(
+unsafe fn stage_queries(
     t: usize,
     vec: bool,
     src: *const f32,
@@ -338,8 +341,11 @@ unsafe fn stage_rows(
     j0: usize,
     dp: usize,
     xc: usize,
-    xs: u32,
+    xs: *mut u32,
 ) {
+    #[repr(C, align(16))]
+    #[derive(Clone, Copy)]
+    struct V4([f32; 4]);
     let width = xc.min(dp - j0);
     let w = if vec { 4 } else { 1 };
     let per_row = width / w;
@@ -347,39 +353,17 @@ unsafe fn stage_rows(
     while e < BQ * per_row {
         let (r, jj) = (e / per_row, (e % per_row) * w);
         let (row, col) = (first + r, j0 + jj);
-        let ok = row < total && col < d;
-        let p = if ok {
-            unsafe { src.add(row * d + col) }
-        } else {
-            src
-        };
-        let dst = xs + 4 * (r * (xc + 4) + jj) as u32;
-        unsafe {
+        let mut v = [0f32; 4];
+        if row < total && col < d {
+            let p = unsafe { src.add(row * d + col) };
             if vec {
-                copy_16(dst, p, if ok { 16 } else { 0 });
+                v = unsafe { (*p.cast::<V4>()).0 };
             } else {
-                copy_4(dst, p, if ok { 4 } else { 0 });
+                v[0] = unsafe { *p };
             }
         }
-        e += THREADS;
-    }
-    commit();
-}
-
-/// Rounds to TF32 the query-tile words this thread copied in [`stage_rows`].
-///
-/// # Safety
-/// The thread's copies have landed.
-#[inline(always)]
-unsafe fn round_rows(t: usize, vec: bool, dp: usize, j0: usize, xc: usize, xs: *mut u32) {
-    let width = xc.min(dp - j0);
-    let w = if vec { 4 } else { 1 };
-    let per_row = width / w;
-    let mut e = t;
-    while e < BQ * per_row {
-        let (r, jj) = (e / per_row, (e % per_row) * w);
-        for v in 0..w {
-            unsafe { round_in_place(xs.add(r * (xc + 4) + jj + v)) };
+        for (i, &v) in v.iter().enumerate().take(w) {
+            unsafe { *xs.add(query_word(r, jj + i, xc)) = to_tf32(v) };
         }
         e += THREADS;
     }
@@ -442,9 +426,7 @@ unsafe fn round_chunk(t: usize, vec: bool, buf: *mut u32) {
         for u in 0..BT * KC / 4 / THREADS {
             let e = t + u * THREADS;
             let (r, jj) = (e / (KC / 4), (e % (KC / 4)) * 4);
-            for v in 0..4 {
-                unsafe { round_in_place(buf.add(r * CS + jj + v)) };
-            }
+            unsafe { round4_in_place(buf.add(r * CS + jj)) };
         }
     } else {
         for u in 0..BT * KC / THREADS {
