@@ -396,11 +396,13 @@ impl CudaKnn {
         });
         let c = self.classes.max(1);
         let mut tf32_bufs = match &plan {
+            // SAFETY: the first scan writes every group key of a batch's rows, and the second
+            // writes the candidates that the re-rank reads (the first `counts` of each row).
             Some(p) => Some(Tf32Buffers {
-                gkeys: gpu.zeros::<u64>(rows * p.ldg, "group keys")?,
+                gkeys: unsafe { gpu.uninit::<u64>(rows * p.ldg, "group keys")? },
                 t_sq: gpu.zeros::<f32>(rows, "thresholds")?,
                 counts: gpu.zeros::<u32>(rows, "candidate counts")?,
-                cand: gpu.zeros::<u32>(rows * TF32_CAP, "candidates")?,
+                cand: unsafe { gpu.uninit::<u32>(rows * TF32_CAP, "candidates")? },
                 overflow: gpu.zeros::<u32>(rows, "overflow flags")?,
             }),
             None => None,

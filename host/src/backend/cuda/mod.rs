@@ -11,8 +11,8 @@ use crate::kmeans::Precision;
 use crate::matrix::MatrixView;
 use cudarc::driver::sys::{CUdevice_attribute, CUevent_flags, CUfunction_attribute, CUresult};
 use cudarc::driver::{
-    CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DeviceRepr, DriverError,
-    LaunchArgs, LaunchConfig, PushKernelArg, ValidAsZeroBits,
+    CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, DeviceRepr,
+    DriverError, LaunchArgs, LaunchConfig, PinnedHostSlice, PushKernelArg, ValidAsZeroBits,
 };
 use kernels_gpu::launch::BLOCK;
 use kernels_gpu::math::AssignMetric;
@@ -26,12 +26,19 @@ pub const PTX: &str = include_str!("../../../ptx/kernels.ptx");
 /// 8.0 and later.
 pub const PTX_SM80: &str = include_str!("../../../ptx/kernels_sm80.ptx");
 
+/// Most bytes of page-locked memory that downloads stage through.
+const STAGING_BYTES: usize = 64 << 20;
+
 /// A CUDA GPU with the kernels loaded.
 pub struct CudaBackend {
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
     module: Arc<CudaModule>,
     functions: Mutex<HashMap<&'static str, CudaFunction>>,
+    /// Page-locked memory that downloads land in before they are copied out (made on first use,
+    /// grown up to `STAGING_BYTES`): a copy straight into pageable memory runs at ~1 GB/s
+    /// (8 MB of kNN keys took 8 ms).
+    staging: Mutex<Option<PinnedHostSlice<u8>>>,
     info: GpuInfo,
 }
 
@@ -111,6 +118,7 @@ impl CudaBackend {
             stream,
             module,
             functions: Mutex::default(),
+            staging: Mutex::default(),
             info,
         })
     }
@@ -205,7 +213,20 @@ impl CudaBackend {
 
     fn zeros_raw<T: DeviceRepr>(&self, what: &str) -> Result<CudaSlice<T>> {
         // SAFETY: a one-element buffer that is never read before it is written.
-        unsafe { self.stream.alloc::<T>(1) }.map_err(|e| alloc_error(what, size_of::<T>(), e))
+        unsafe { self.uninit(1, what) }
+    }
+
+    /// `len` elements of device memory left as they are (no clearing pass).
+    ///
+    /// # Safety
+    /// Kernels write every element before anything reads it.
+    pub(crate) unsafe fn uninit<T: DeviceRepr>(
+        &self,
+        len: usize,
+        what: &str,
+    ) -> Result<CudaSlice<T>> {
+        unsafe { self.stream.alloc::<T>(len.max(1)) }
+            .map_err(|e| alloc_error(what, len * size_of::<T>(), e))
     }
 
     /// Copies `host` into the start of `dev`.
@@ -244,18 +265,50 @@ impl CudaBackend {
             .map_err(|e| cuda(&format!("clearing {what}"), e))
     }
 
-    /// Copies the first `len` elements of `dev` back to the host (waits for queued work).
-    pub(crate) fn download<T: DeviceRepr + Default + Clone>(
+    /// Copies the first `len` elements of `dev` back to the host (waits for queued work),
+    /// through the page-locked staging buffer, `STAGING_BYTES` at a time.
+    pub(crate) fn download<T: DeviceRepr + ValidAsZeroBits + Clone>(
         &self,
         dev: &CudaSlice<T>,
         len: usize,
         what: &str,
     ) -> Result<Vec<T>> {
-        let mut host = vec![T::default(); len];
-        if len > 0 {
-            self.stream
-                .memcpy_dtoh(&dev.slice(..len), &mut host)
-                .map_err(|e| cuda(&format!("copying {what} from the GPU"), e))?;
+        let mut host = Vec::with_capacity(len);
+        if len == 0 {
+            return Ok(host);
+        }
+        let err = |e| cuda(&format!("copying {what} from the GPU"), e);
+        let per_copy = (STAGING_BYTES / size_of::<T>()).clamp(1, len);
+        let bytes = per_copy * size_of::<T>();
+        let mut staging = self.staging.lock().unwrap();
+        if staging.as_ref().is_none_or(|s| s.num_bytes() < bytes) {
+            // Free the smaller buffer first; sizes grow by powers of two up to the cap.
+            *staging = None;
+            let size = bytes.next_power_of_two().min(STAGING_BYTES).max(bytes);
+            let pin_err = |e| cuda("allocating page-locked host memory", e);
+            // SAFETY: flags 0 (cached, fast to read from the CPU); zeroed before any use.
+            let mut buf =
+                unsafe { self.ctx.alloc_pinned_with_flags::<u8>(size, 0) }.map_err(pin_err)?;
+            buf.as_mut_slice().map_err(pin_err)?.fill(0);
+            *staging = Some(buf);
+        }
+        let buf = staging.as_mut().expect("staging buffer");
+        let ptr = buf.as_mut_ptr().map_err(err)?.cast::<T>();
+        let mut at = 0;
+        while at < len {
+            let count = per_copy.min(len - at);
+            // SAFETY: the buffer holds at least `per_copy` page-aligned values of T, each zero
+            // bits (valid for `ValidAsZeroBits`) or a T copied from the GPU; nothing else uses
+            // it while the lock is held.
+            let dst = unsafe { std::slice::from_raw_parts_mut(ptr, count) };
+            let view = dev.slice(at..at + count);
+            let (src, _read) = view.device_ptr(&self.stream);
+            // SAFETY: `dst` and `src` both hold `count` values; the copy is waited for below.
+            unsafe { cudarc::driver::result::memcpy_dtoh_async(dst, src, self.stream.cu_stream()) }
+                .map_err(err)?;
+            self.stream.synchronize().map_err(err)?;
+            host.extend_from_slice(dst);
+            at += count;
         }
         Ok(host)
     }
