@@ -4,7 +4,8 @@
 //! cores only decide which training rows are *worth* an exact distance:
 //!
 //! 1. `knn_tf32_scan` (mode [`SCAN_GROUPS`]): `A_ij = ‖q_i‖² + ‖x_j‖² − 2·dot_tf32(q_i, x_j)` with
-//!    `mma.m16n8k8` on TF32-rounded operands; per query and per group of `g` training rows (16
+//!    `mma.m16n8k8` on TF32-rounded queries and raw training rows (which the tensor cores read
+//!    at TF32 precision); per query and per group of `g` training rows (16
 //!    or 64) it writes the key ([`crate::knn::key`]) of the group's smallest `A`.
 //! 2. The streaming selection (`knn_select_keys_*`) keeps the `k` smallest group keys per query:
 //!    `k` distinct training rows.
@@ -30,21 +31,26 @@
 //! * Exact path: `dot` is an FMA chain in dimension order, `|dot − q·x| ≤ γ_d·s` with
 //!   `γ_d = d·u / (1 − d·u)`; then `D = fl(nq + fl(nx − 2·dot))` (clamped at 0, which only
 //!   raises it) adds at most `2u·(nq + nx + 2·|dot|)`.
-//! * TF32 path: `cvt.rna` rounds each operand with relative error ≤ 2^-11, so each product is
-//!   off by at most `(2^-10 + 2^-22)·|q_k·x_k|`; tensor-core products are exact and the FP32
-//!   accumulation (which may truncate instead of rounding, and align inside each k-step) adds at
-//!   most `d·2u` relative to the running magnitudes: `|dot_tf32 − q·x| ≤ (2^-10 + 2^-22 +
-//!   2·d·u·(1 + 2^-10))·s`. `A = fl(nq + fl(nx − 2·dot_tf32))` adds `2u·(nq + nx + 2·|dot_tf32|)`.
-//! * Hence `|A − D| ≤ 2·(2^-10 + 2^-22 + 3·d·u)·s + 8u·(nq + nx)` (using `2|dot| ≤ nq + nx`
+//! * TF32 path: `cvt.rna` rounds each query value with relative error ≤ 2^-11; training values
+//!   go in as raw f32 bits, which the tensor cores read at TF32 precision — truncated (or
+//!   rounded) to at least 10 mantissa bits, relative error < 2^-10 either way. Each product is
+//!   then off by at most `(3·2^-11 + 2^-21)·|q_k·x_k|`; tensor-core products are exact and the
+//!   FP32 accumulation (which may truncate instead of rounding, and align inside each k-step)
+//!   adds at most `d·2u` relative to the running magnitudes: `|dot_tf32 − q·x| ≤ (3·2^-11 +
+//!   2^-21 + 2·d·u·(1 + 2^-10))·s`. `A = fl(nq + fl(nx − 2·dot_tf32))` adds
+//!   `2u·(nq + nx + 2·|dot_tf32|)`.
+//! * Hence `|A − D| ≤ 2·(3·2^-11 + 2^-21 + 3·d·u)·s + 8u·(nq + nx)` (using `2|dot| ≤ nq + nx`
 //!   up to the same small terms), plus `≤ 2^-100` per operation for subnormal results (tensor
 //!   cores may flush them). `s ≤ ‖q‖·‖x‖ ≤ sqrt(nq)·sqrt(nx)·(1 + d·u)`.
 //! * [`error_bound`] takes twice every term: `E = c1·sqrt(nq)·sqrt(nx) + 2^-19·(nq + nx) +
-//!   2^-90` with `c1 = (2^-8 + 12·d·u)·(1 + d·2^-23)` ([`bound_coefficient`], rounded up), and
-//!   the margins also absorb the few roundings of evaluating `E` and `A − E` in f32. Non-finite
+//!   2^-90` with `c1 = (3·2^-9 + 12·d·u)·(1 + d·2^-23)` ([`bound_coefficient`], rounded up;
+//!   `3·2^-9` is twice `3·2^-10 + 2^-20`), and the margins also absorb the few roundings of
+//!   evaluating `E` and `A − E` in f32. Non-finite
 //!   values compare as "maybe near" (`!(L > T)`), so they end as candidates or as a fallback.
 //!
 //! The host tests check the bound against brute force with an emulated TF32 product
-//! ([`tf32_round`], truncating and rounding accumulations in several orders).
+//! ([`tf32_round`] queries, truncated or rounded training values, truncating and rounding
+//! accumulations in several orders).
 
 use crate::knn::{PairMetric, finish, sqrt};
 use crate::math::fma;
@@ -126,7 +132,7 @@ pub fn tf32_round(v: f32) -> f32 {
 /// `c1` of [`error_bound`] for `d` dimensions, rounded up to f32.
 pub fn bound_coefficient(d: usize) -> f32 {
     let u = 1.0 / 16_777_216.0; // 2^-24
-    let c = (1.0 / 256.0 + 12.0 * d as f64 * u) * (1.0 + d as f64 * 2.0 * u);
+    let c = (3.0 / 512.0 + 12.0 * d as f64 * u) * (1.0 + d as f64 * 2.0 * u);
     let f = c as f32;
     if (f as f64) < c {
         f32::from_bits(f.to_bits() + 1)
@@ -604,9 +610,19 @@ mod tests {
         }
     }
 
-    /// A TF32 dot product as a tensor core might form it: rounded operands, exact products,
-    /// f32 sums of k-steps of 8 in one of several orders, rounding or truncating.
-    fn tf32_dot(q: &[f32], x: &[f32], order: u32) -> f32 {
+    /// The TF32 value a tensor core may read for a raw f32: truncated (`true`) or rounded.
+    fn tf32_read(v: f32, truncate: bool) -> f32 {
+        if truncate {
+            f32::from_bits(v.to_bits() & !0x1fff)
+        } else {
+            tf32_round(v)
+        }
+    }
+
+    /// A TF32 dot product as a tensor core might form it: rounded queries, truncated or rounded
+    /// training values, exact products, f32 sums of k-steps of 8 in one of several orders,
+    /// rounding or truncating.
+    fn tf32_dot(q: &[f32], x: &[f32], order: u32, x_truncated: bool) -> f32 {
         let truncate = |v: f64| {
             let f = v as f32;
             if (f as f64).abs() > v.abs() {
@@ -620,7 +636,7 @@ mod tests {
             let prods: Vec<f64> = qc
                 .iter()
                 .zip(xc)
-                .map(|(&a, &b)| tf32_round(a) as f64 * tf32_round(b) as f64)
+                .map(|(&a, &b)| tf32_round(a) as f64 * tf32_read(b, x_truncated) as f64)
                 .collect();
             match order {
                 // Each product added to the running sum, rounded.
@@ -674,8 +690,8 @@ mod tests {
             let exact = distance(PairMetric::SqEuclidean, &q, &x);
             let c1 = bound_coefficient(d);
             let e = error_bound(c1 * nq.sqrt(), nx.sqrt(), nq, nx);
-            for order in 0..3 {
-                let a = approx_sq(tf32_dot(&q, &x, order), nq, nx);
+            for (order, x_truncated) in (0..3).flat_map(|o| [(o, true), (o, false)]) {
+                let a = approx_sq(tf32_dot(&q, &x, order, x_truncated), nq, nx);
                 let gap = (a as f64 - exact as f64).abs();
                 assert!(
                     gap <= e as f64,
@@ -687,7 +703,7 @@ mod tests {
                 cases += 1;
             }
         }
-        assert!(cases > 10_000);
+        assert!(cases > 20_000);
         eprintln!("largest |A − D| / E over {cases} cases: {worst:.3}");
     }
 

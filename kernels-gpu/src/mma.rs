@@ -35,28 +35,6 @@ pub fn to_tf32(v: f32) -> u32 {
     r
 }
 
-/// Replaces the f32 at `p` with its TF32 rounding.
-///
-/// # Safety
-/// `p` is valid shared memory.
-#[inline(always)]
-pub unsafe fn round_in_place(p: *mut u32) {
-    unsafe { *p = to_tf32(f32::from_bits(*p)) };
-}
-
-/// Replaces the four f32 at `p` with their TF32 roundings (16-byte load and store).
-///
-/// # Safety
-/// `p` is 16-byte aligned shared memory.
-#[inline(always)]
-pub unsafe fn round4_in_place(p: *mut u32) {
-    #[repr(C, align(16))]
-    #[derive(Clone, Copy)]
-    struct U4([u32; 4]);
-    let v = unsafe { load4(p) };
-    unsafe { *p.cast::<U4>() = U4(v.map(|w| to_tf32(f32::from_bits(w)))) };
-}
-
 /// `acc += a · b` for one 16 × 8 × 8 TF32 tile (FP32 accumulation), warp-wide.
 #[inline(always)]
 pub fn mma(acc: &mut [f32; 4], a: [u32; 4], b: [u32; 2]) {

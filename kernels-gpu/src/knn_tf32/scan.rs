@@ -3,14 +3,15 @@
 //! A block owns `TF32_ROWS` queries and a run of `tiles` consecutive tiles of `TF32_COLS`
 //! training rows. The query tile is staged once (TF32-rounded, `xc` dimensions, in fragment order
 //! [`query_fragment`]; restaged per slice when `d > xc`), training chunks of `TF32_KC` dimensions
-//! stream through `TF32_STAGES` buffers with `cp.async`. Warp `(wm, wn)` of the 8 owns queries `wm·32..` × training rows `wn·64..` as
+//! stream through `TF32_STAGES` buffers with `cp.async` as raw f32 (the tensor cores read them at
+//! TF32 precision; the bound of [`super`] allows for it). Warp `(wm, wn)` of the 8 owns queries `wm·32..` × training rows `wn·64..` as
 //! 2 × 8 `m16n8k8` tiles (the fragment layout of `kmeans_assign_l2_tf32`).
 
 use super::*;
 use crate::cp_async::{commit, copy_4, copy_16, shared_addr, wait_group};
 use crate::gpu::{self, shared, sync_threads};
 use crate::knn::{NO_KEY, key};
-use crate::mma::{load4, mma, round_in_place, round4_in_place, shfl_xor_u64, to_tf32};
+use crate::mma::{load4, mma, shfl_xor_u64, to_tf32};
 
 const BQ: usize = TF32_ROWS;
 const BT: usize = TF32_COLS;
@@ -179,10 +180,8 @@ unsafe fn run<const VEC: bool>(a: Scan) {
     let mut s = 0;
     while s < steps {
         let buf = unsafe { cs.add((s % STAGES) * BT * CS) };
-        // Chunk s has landed (at most STAGES − 2 later groups in flight); round this thread's
-        // words of it.
+        // Chunk s has landed (at most STAGES − 2 later groups in flight).
         wait_group::<{ STAGES - 2 }>();
-        unsafe { round_chunk(t, vec, buf) };
         if !resident && s > 0 && slice_chunk == 0 {
             // The next slice of the query dimensions: once every warp is done with this one.
             sync_threads();
@@ -346,26 +345,38 @@ unsafe fn stage_queries(
     #[repr(C, align(16))]
     #[derive(Clone, Copy)]
     struct V4([f32; 4]);
+    // Loads in flight per thread before the first store (the loads of one pass are independent).
+    const UNROLL: usize = 8;
     let width = xc.min(dp - j0);
     let w = if vec { 4 } else { 1 };
     let per_row = width / w;
-    let mut e = t;
-    while e < BQ * per_row {
-        let (r, jj) = (e / per_row, (e % per_row) * w);
-        let (row, col) = (first + r, j0 + jj);
-        let mut v = [0f32; 4];
-        if row < total && col < d {
-            let p = unsafe { src.add(row * d + col) };
-            if vec {
-                v = unsafe { (*p.cast::<V4>()).0 };
-            } else {
-                v[0] = unsafe { *p };
+    let total_words = BQ * per_row;
+    let mut e0 = t;
+    while e0 < total_words {
+        let mut v = [[0f32; 4]; UNROLL];
+        for (u, v) in v.iter_mut().enumerate() {
+            let e = e0 + u * THREADS;
+            let (r, jj) = (e / per_row, (e % per_row) * w);
+            let (row, col) = (first + r, j0 + jj);
+            if e < total_words && row < total && col < d {
+                let p = unsafe { src.add(row * d + col) };
+                if vec {
+                    *v = unsafe { (*p.cast::<V4>()).0 };
+                } else {
+                    v[0] = unsafe { *p };
+                }
             }
         }
-        for (i, &v) in v.iter().enumerate().take(w) {
-            unsafe { *xs.add(query_word(r, jj + i, xc)) = to_tf32(v) };
+        for (u, v) in v.iter().enumerate() {
+            let e = e0 + u * THREADS;
+            if e < total_words {
+                let (r, jj) = (e / per_row, (e % per_row) * w);
+                for (i, &v) in v.iter().enumerate().take(w) {
+                    unsafe { *xs.add(query_word(r, jj + i, xc)) = to_tf32(v) };
+                }
+            }
         }
-        e += THREADS;
+        e0 += UNROLL * THREADS;
     }
 }
 
@@ -414,24 +425,4 @@ unsafe fn stage_chunk(
         }
     }
     commit();
-}
-
-/// Rounds to TF32 the chunk words this thread copied in [`stage_chunk`].
-///
-/// # Safety
-/// The thread's copies have landed.
-#[inline(always)]
-unsafe fn round_chunk(t: usize, vec: bool, buf: *mut u32) {
-    if vec {
-        for u in 0..BT * KC / 4 / THREADS {
-            let e = t + u * THREADS;
-            let (r, jj) = (e / (KC / 4), (e % (KC / 4)) * 4);
-            unsafe { round4_in_place(buf.add(r * CS + jj)) };
-        }
-    } else {
-        for u in 0..BT * KC / THREADS {
-            let e = t + u * THREADS;
-            unsafe { round_in_place(buf.add((e / KC) * CS + e % KC)) };
-        }
-    }
 }
