@@ -2,6 +2,11 @@
 
 use crate::gpu;
 use crate::math::fma;
+use crate::tile::load_vec4s;
+
+/// Values a thread loads before their multiply-adds (eight 16-byte loads in flight): a thread
+/// owns a whole row, and one load at a time leaves it waiting a memory round trip per value.
+const IN_FLIGHT: usize = 32;
 
 /// `out[i] = Σ_j x[i][j]²` over the `n` rows of row-major `x` (`d` columns), in dimension order.
 ///
@@ -10,13 +15,26 @@ use crate::math::fma;
 #[unsafe(no_mangle)]
 pub unsafe extern "gpu-kernel" fn row_sq_norms(x: *const f32, n: u32, d: u32, out: *mut f32) {
     let i = gpu::block() * gpu::block_dim() + gpu::thread();
-    if i < n as usize {
-        let d = d as usize;
-        let mut acc = 0.0;
-        for j in 0..d {
-            let v = unsafe { *x.add(i * d + j) };
-            acc = fma(v, v, acc);
-        }
-        unsafe { *out.add(i) = acc };
+    if i >= n as usize {
+        return;
     }
+    let d = d as usize;
+    let row = unsafe { x.add(i * d) };
+    let mut acc = 0.0;
+    let mut j = 0;
+    if (row as usize).is_multiple_of(16) {
+        while j + IN_FLIGHT <= d {
+            let v: [f32; IN_FLIGHT] = unsafe { load_vec4s(row.add(j)) };
+            for v in v {
+                acc = fma(v, v, acc);
+            }
+            j += IN_FLIGHT;
+        }
+    }
+    while j < d {
+        let v = unsafe { *row.add(j) };
+        acc = fma(v, v, acc);
+        j += 1;
+    }
+    unsafe { *out.add(i) = acc };
 }

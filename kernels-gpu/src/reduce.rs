@@ -2,10 +2,12 @@
 //! after run: changed labels, empty clusters, inertia and centroid shift, copied back together.
 
 use crate::gpu::{self, block_sum_f64, shared};
+use crate::tile::load_vec4s;
 
 /// Writes `out = [counters[0], counters[1], Σ block_inertia, Σ (next − current)²]` as f64 and
 /// zeroes the counters for the next step (so no step needs a memset before it).
-/// Thread `t` sums elements `t, t + B, …` in order, then a fixed tree combines the threads.
+/// Every thread sums a fixed set of elements in a fixed order, then a fixed tree combines the
+/// threads.
 ///
 /// # Safety
 /// One block of a power-of-two size `B`, `8·B` bytes of dynamic shared memory; `counters` holds
@@ -30,20 +32,43 @@ pub unsafe extern "gpu-kernel" fn kmeans_summary(
     }
     let inertia = unsafe { block_sum_f64(scratch, inertia) };
     let mut shift = 0.0;
-    let mut e = t;
     let (len, bd) = (len as usize, gpu::block_dim());
-    // Eight loads in flight before their (in-order) adds: the same sum, without a memory round
-    // trip per element.
-    while e + 7 * bd < len {
-        let mut v = [0f64; 8];
-        for (u, v) in v.iter_mut().enumerate() {
-            let at = e + u * bd;
-            *v = unsafe { *next.add(at) as f64 - *current.add(at) as f64 };
+    // One block reads all k × d values of both matrices, so what bounds it is the bytes in
+    // flight: with 16-byte alignment, thread t takes the quads t, t + B, … (four quads of each
+    // matrix loaded before their in-order adds), the rest one value at a time.
+    let mut e = t;
+    if (next as usize).is_multiple_of(16) && (current as usize).is_multiple_of(16) {
+        let quads = len / 4;
+        let mut qd = t;
+        while qd + 3 * bd < quads {
+            let mut diff = [0f64; 16];
+            for u in 0..4 {
+                let at = 4 * (qd + u * bd);
+                let (a, b): ([f32; 4], [f32; 4]) =
+                    unsafe { (load_vec4s(next.add(at)), load_vec4s(current.add(at))) };
+                for w in 0..4 {
+                    diff[4 * u + w] = a[w] as f64 - b[w] as f64;
+                }
+            }
+            for v in diff {
+                shift += v * v;
+            }
+            qd += 4 * bd;
         }
-        for v in v {
-            shift += v * v;
+        while qd < quads {
+            let (a, b): ([f32; 4], [f32; 4]) = unsafe {
+                (
+                    load_vec4s(next.add(4 * qd)),
+                    load_vec4s(current.add(4 * qd)),
+                )
+            };
+            for w in 0..4 {
+                let v = a[w] as f64 - b[w] as f64;
+                shift += v * v;
+            }
+            qd += bd;
         }
-        e += 8 * bd;
+        e = 4 * quads + t;
     }
     while e < len {
         let diff = unsafe { *next.add(e) as f64 - *current.add(e) as f64 };
