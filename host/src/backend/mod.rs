@@ -150,13 +150,22 @@ pub(crate) trait KnnSearch: Send + Sync {
 
 /// What a kNN search returns.
 pub(crate) struct Neighbours {
-    /// `rows × k` keys, each row ascending.
-    pub keys: Vec<u64>,
+    /// `rows × k` training row indices, each row nearest first.
+    pub indices: Vec<u32>,
+    /// The matching distances.
+    pub distances: Vec<f32>,
     /// The selection that ran.
     pub selection: Selection,
     /// Queries that went through the TF32 prefilter and, of those, how many fell back to the
     /// exact path (too many candidates); `None` when the prefilter did not run.
     pub prefilter: Option<crate::knn::PrefilterReport>,
+}
+
+/// Appends the training indices and distances of `keys` (see [`kernels_gpu::knn::key`]).
+pub(crate) fn split_keys(keys: &[u64], indices: &mut Vec<u32>, distances: &mut Vec<f32>) {
+    use kernels_gpu::knn::{key_distance, key_index};
+    indices.extend(keys.iter().map(|&key| key_index(key)));
+    distances.extend(keys.iter().map(|&key| key_distance(key)));
 }
 
 /// What a kNN vote returns.

@@ -33,7 +33,6 @@ use crate::device::Device;
 use crate::distances::DistanceMetric;
 use crate::error::{Error, Result};
 use crate::matrix::MatrixView;
-use kernels_gpu::knn::{key_distance, key_index};
 use ndarray::Array2;
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -229,11 +228,9 @@ impl KnnIndex {
             .inner
             .search(&queries, k, self.selection, self.max_bytes)?;
         let m = queries.rows();
-        let indices = found.keys.iter().map(|&key| key_index(key)).collect();
-        let distances = found.keys.iter().map(|&key| key_distance(key)).collect();
         Ok(KnnResult {
-            indices: Array2::from_shape_vec((m, k), indices).expect("m × k indices"),
-            distances: Array2::from_shape_vec((m, k), distances).expect("m × k distances"),
+            indices: Array2::from_shape_vec((m, k), found.indices).expect("m × k indices"),
+            distances: Array2::from_shape_vec((m, k), found.distances).expect("m × k distances"),
             selection: found.selection,
             prefilter: found.prefilter,
         })

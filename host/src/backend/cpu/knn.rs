@@ -8,7 +8,7 @@ use super::kmeans::row_sq_norms;
 use super::simd::{self, Panels};
 #[cfg(target_arch = "x86_64")]
 use super::simd::{Avx2, Avx512, Simd};
-use crate::backend::{BlockSink, Distances, KnnSearch, Neighbours, Votes};
+use crate::backend::{BlockSink, Distances, KnnSearch, Neighbours, Votes, split_keys};
 use crate::distances::rows_per_block;
 use crate::error::Result;
 use crate::knn::Selection;
@@ -380,10 +380,13 @@ impl KnnSearch for CpuKnn {
         keys.par_chunks_mut(QUERY_CHUNK * k)
             .zip(queries.as_slice().par_chunks(QUERY_CHUNK * d))
             .for_each(|(out, xs)| self.nearest(xs, k, method, out));
+        let (mut indices, mut distances) = (Vec::new(), Vec::new());
+        split_keys(&keys, &mut indices, &mut distances);
         Ok(Neighbours {
-            prefilter: None,
-            keys,
+            indices,
+            distances,
             selection: method,
+            prefilter: None,
         })
     }
 

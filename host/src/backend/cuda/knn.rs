@@ -12,7 +12,7 @@
 //! * Votes: `knn_vote` on the device-resident neighbour keys; only labels (and shares) come back.
 
 use super::{CudaBackend, arg_u32};
-use crate::backend::{Backend, BlockSink, Distances, KnnSearch, Neighbours, Votes};
+use crate::backend::{Backend, BlockSink, Distances, KnnSearch, Neighbours, Votes, split_keys};
 use crate::distances::rows_per_block;
 use crate::error::{Error, Result};
 use crate::knn::{PrefilterReport, Selection};
@@ -21,7 +21,7 @@ use cudarc::driver::{CudaSlice, CudaView, PushKernelArg};
 use kernels_gpu::fixed::pow2_f32;
 use kernels_gpu::knn::{
     DIST_BLOCK, MAX_STREAM_K, PairMetric, SELECT_BLOCK, SELECT_CAP, VOTE_BLOCK, VOTE_MAX_QUERIES,
-    dist_blocks, dist_shared_bytes, select_shared_bytes, stream_tile, vote_block_bytes,
+    dist_blocks, dist_shared_bytes, key, select_shared_bytes, stream_tile, vote_block_bytes,
     vote_scale_exponent,
 };
 use kernels_gpu::knn_tf32::{
@@ -226,7 +226,8 @@ struct VoteJob {
 /// What [`CudaKnn::run`] brings back.
 #[derive(Default)]
 struct Output {
-    keys: Vec<u64>,
+    indices: Vec<u32>,
+    distances: Vec<f32>,
     classes: Vec<u32>,
     proba: Vec<f32>,
     prefilter: Option<PrefilterReport>,
@@ -465,12 +466,10 @@ impl CudaKnn {
                         let view = MatrixView::new(&sub, over.len(), d)?;
                         let exact = self.run(&view, k, method, max_bytes, None, false)?;
                         for (e, &i) in over.iter().enumerate() {
-                            gpu.write_at(
-                                &exact.keys[e * k..(e + 1) * k],
-                                &mut best,
-                                i * k,
-                                "neighbour keys",
-                            )?;
+                            let keys: Vec<u64> = (e * k..(e + 1) * k)
+                                .map(|j| key(exact.distances[j], exact.indices[j]))
+                                .collect();
+                            gpu.write_at(&keys, &mut best, i * k, "neighbour keys")?;
                         }
                     }
                     let rep = report.as_mut().expect("report");
@@ -524,9 +523,10 @@ impl CudaKnn {
                 }
             }
             match vote {
-                None => output
-                    .keys
-                    .extend(gpu.download(&best, r * k, "neighbour keys")?),
+                // Split straight out of the page-locked buffer (no host copy of the keys).
+                None => gpu.download_each(&best, r * k, "neighbour keys", |keys| {
+                    split_keys(keys, &mut output.indices, &mut output.distances)
+                })?,
                 Some(v) => {
                     let pred = pred.as_mut().expect("prediction buffer");
                     self.vote_batch(&best, r, k, v, pred, shares.as_mut())?;
@@ -828,7 +828,8 @@ impl KnnSearch for CudaKnn {
         let method = self.method(queries, k, selection, max_bytes)?;
         let out = self.run(queries, k, method, max_bytes, None, true)?;
         Ok(Neighbours {
-            keys: out.keys,
+            indices: out.indices,
+            distances: out.distances,
             selection: method.reported(),
             prefilter: out.prefilter,
         })

@@ -265,8 +265,7 @@ impl CudaBackend {
             .map_err(|e| cuda(&format!("clearing {what}"), e))
     }
 
-    /// Copies the first `len` elements of `dev` back to the host (waits for queued work),
-    /// through the page-locked staging buffer, `STAGING_BYTES` at a time.
+    /// Copies the first `len` elements of `dev` back to the host (waits for queued work).
     pub(crate) fn download<T: DeviceRepr + ValidAsZeroBits + Clone>(
         &self,
         dev: &CudaSlice<T>,
@@ -274,8 +273,21 @@ impl CudaBackend {
         what: &str,
     ) -> Result<Vec<T>> {
         let mut host = Vec::with_capacity(len);
+        self.download_each(dev, len, what, |part| host.extend_from_slice(part))?;
+        Ok(host)
+    }
+
+    /// Copies the first `len` elements of `dev` into the page-locked staging buffer,
+    /// `STAGING_BYTES` at a time (waits for queued work), and hands each part to `each` in order.
+    pub(crate) fn download_each<T: DeviceRepr + ValidAsZeroBits>(
+        &self,
+        dev: &CudaSlice<T>,
+        len: usize,
+        what: &str,
+        mut each: impl FnMut(&[T]),
+    ) -> Result<()> {
         if len == 0 {
-            return Ok(host);
+            return Ok(());
         }
         let err = |e| cuda(&format!("copying {what} from the GPU"), e);
         let per_copy = (STAGING_BYTES / size_of::<T>()).clamp(1, len);
@@ -307,10 +319,10 @@ impl CudaBackend {
             unsafe { cudarc::driver::result::memcpy_dtoh_async(dst, src, self.stream.cu_stream()) }
                 .map_err(err)?;
             self.stream.synchronize().map_err(err)?;
-            host.extend_from_slice(dst);
+            each(dst);
             at += count;
         }
-        Ok(host)
+        Ok(())
     }
 
     /// Copies `len` elements from `src[src_at..]` to `dst[dst_at..]` on the device.
