@@ -397,22 +397,32 @@ impl CudaKnn {
         });
         let c = self.classes.max(1);
         let mut tf32_bufs = match &plan {
-            // SAFETY: the first scan writes every group key of a batch's rows, and the second
-            // writes the candidates that the re-rank reads (the first `counts` of each row).
-            Some(p) => Some(Tf32Buffers {
-                gkeys: unsafe { gpu.uninit::<u64>(rows * p.ldg, "group keys")? },
-                t_sq: gpu.zeros::<f32>(rows, "thresholds")?,
-                counts: gpu.zeros::<u32>(rows, "candidate counts")?,
-                cand: unsafe { gpu.uninit::<u32>(rows * TF32_CAP, "candidates")? },
-                overflow: gpu.zeros::<u32>(rows, "overflow flags")?,
+            // SAFETY: every buffer is written for a batch's rows before it is read: the group
+            // keys by the first scan, thresholds and (cleared) counts by the threshold kernel,
+            // the candidates that the re-rank reads (the first `counts` of a row) by the second
+            // scan, the overflow flags by the re-rank.
+            Some(p) => Some(unsafe {
+                Tf32Buffers {
+                    gkeys: gpu.uninit::<u64>(rows * p.ldg, "group keys")?,
+                    t_sq: gpu.uninit::<f32>(rows, "thresholds")?,
+                    counts: gpu.uninit::<u32>(rows, "candidate counts")?,
+                    cand: gpu.uninit::<u32>(rows * TF32_CAP, "candidates")?,
+                    overflow: gpu.uninit::<u32>(rows, "overflow flags")?,
+                }
             }),
             None => None,
         };
         let mut report = plan.map(|_| PrefilterReport::default());
 
-        let mut q = gpu.zeros::<f32>(rows * d, "query rows")?;
+        // SAFETY: each batch's query rows are copied in before use, and its keys are first
+        // written whole (the first selection starts fresh; the sort path's take).
+        let (mut q, mut best) = unsafe {
+            (
+                gpu.uninit::<f32>(rows * d, "query rows")?,
+                gpu.uninit::<u64>(rows * k, "neighbour keys")?,
+            )
+        };
         let mut q_norms = gpu.zeros::<f32>(rows, "query norms")?;
-        let mut best = gpu.zeros::<u64>(rows * k, "neighbour keys")?;
         let tile = stream_tile(k);
         let row_len = n.next_power_of_two();
         let (mut dist, mut sort_keys) = match method {
