@@ -215,8 +215,32 @@ pub unsafe fn kmin<E: Exec>(
     scratch: *mut u64,
     out: *mut u64,
 ) {
+    // Each thread holds `total / B` keys rounded up; the rounds scan only those registers (a few
+    // hundred candidates fill two or three of the sixteen), with the count known at compile time
+    // so the keys stay in registers.
+    unsafe {
+        match total.div_ceil(B) {
+            0 | 1 => kmin_held::<1, E>(x, keys, total, k, scratch, out),
+            2 => kmin_held::<2, E>(x, keys, total, k, scratch, out),
+            3 | 4 => kmin_held::<4, E>(x, keys, total, k, scratch, out),
+            5..=8 => kmin_held::<8, E>(x, keys, total, k, scratch, out),
+            _ => kmin_held::<SELECT_PER_THREAD, E>(x, keys, total, k, scratch, out),
+        }
+    }
+}
+
+/// [`kmin`] with `HELD` keys per thread (`total ≤ HELD · B`).
+#[inline(always)]
+unsafe fn kmin_held<const HELD: usize, E: Exec>(
+    x: E,
+    keys: *mut u64,
+    total: usize,
+    k: usize,
+    scratch: *mut u64,
+    out: *mut u64,
+) {
     let t = x.thread();
-    let mut mine = [NO_KEY; SELECT_PER_THREAD];
+    let mut mine = [NO_KEY; HELD];
     for (s, m) in mine.iter_mut().enumerate() {
         let e = t + s * B;
         if e < total {
@@ -619,6 +643,10 @@ mod tests {
             stream(kmin, 3, 9000, 1, 5);
             stream(kmin, 2, 5000, 37, 4);
             stream(kmin, 2, 300, 300, 2);
+            // Candidates per thread of every k-min specialisation (1, 2, 4, 8, 16 held keys).
+            for (n, k) in [(100, 20), (200, 100), (700, 100), (1500, 1), (3000, 1)] {
+                stream(kmin, 2, n, k, 6);
+            }
         }
         // The streaming limit (k = MAX_STREAM_K: the tile is as wide as k); k rounds of barriers
         // are slow in the emulator, so k-min gets a smaller k over two tiles.
