@@ -28,6 +28,7 @@ struct Scan {
     m: usize,
     x: *const f32,
     x_norms: *const f32,
+    x_roots: *const f32,
     n: usize,
     d: usize,
     xc: usize,
@@ -43,7 +44,7 @@ struct Scan {
 }
 
 /// The TF32 scan of queries `q` (`m × d`) against training rows `x` (`n × d`), with their
-/// squared norms. Block `b` takes query tile `b % ceil(m / 128)` and training tiles
+/// squared norms (and, for the bound, `x_roots[j] = sqrt(x_norms[j])`). Block `b` takes query tile `b % ceil(m / 128)` and training tiles
 /// `(b / ceil(m / 128))·tiles ..` (at most `tiles`). Mode `SCAN_GROUPS`: writes
 /// `gkeys[i · ldg + group]`, the key of the group's smallest approximate distance (`NO_KEY`
 /// when the group has no row), groups of `group` (16 or 64) training rows numbered
@@ -62,6 +63,7 @@ pub unsafe extern "gpu-kernel" fn knn_tf32_scan(
     m: u32,
     x: *const f32,
     x_norms: *const f32,
+    x_roots: *const f32,
     n: u32,
     d: u32,
     xc: u32,
@@ -81,6 +83,7 @@ pub unsafe extern "gpu-kernel" fn knn_tf32_scan(
         m: m as usize,
         x,
         x_norms,
+        x_roots,
         n: n as usize,
         d: (d as usize).max(1),
         xc: (xc as usize).max(KC),
@@ -291,9 +294,13 @@ unsafe fn epilogue(
             }
         }
     } else {
+        // The roots come precomputed (a square root is a dozen instructions and a branch).
         let mut sx = [0f32; 16];
-        for (s, &v) in sx.iter_mut().zip(&nx) {
-            *s = crate::knn::sqrt(v);
+        for nt in 0..8 {
+            for h in 0..2 {
+                let j = (base + nt * 8 + h).min(a.n - 1);
+                sx[nt * 2 + h] = unsafe { *a.x_roots.add(j) };
+            }
         }
         for r in 0..4 {
             if !row_ok[r] {

@@ -170,6 +170,18 @@ impl Distances for CudaBackend {
             gpu.row_sq_norms(&x, n, d, &mut norms)?;
         }
         let tensor_cores = gpu.info().compute_capability.0 >= 8;
+        // The prefilter's bound takes the training norms' square roots: computed once here
+        // (the same correctly rounded root on both targets).
+        let roots = if tensor_cores && tf32_metric(metric) {
+            let roots: Vec<f32> = gpu
+                .download(&norms, n, "training norms")?
+                .into_iter()
+                .map(kernels_gpu::knn::sqrt)
+                .collect();
+            gpu.upload(&roots, "training norm roots")?
+        } else {
+            gpu.zeros::<f32>(1, "training norm roots")?
+        };
         Ok(Box::new(CudaKnn {
             gpu,
             n,
@@ -177,6 +189,7 @@ impl Distances for CudaBackend {
             metric,
             x,
             norms,
+            roots,
             labels: None,
             classes: 0,
             prefilter: tensor_cores,
@@ -192,6 +205,8 @@ pub(crate) struct CudaKnn {
     metric: PairMetric,
     x: CudaSlice<f32>,
     norms: CudaSlice<f32>,
+    /// `sqrt(norms)` when the prefilter can run (one value otherwise).
+    roots: CudaSlice<f32>,
     labels: Option<CudaSlice<u32>>,
     classes: usize,
     /// Whether the TF32 prefilter may run (tensor cores present and not forbidden).
@@ -631,6 +646,7 @@ impl CudaKnn {
                 .arg(&m32)
                 .arg(&self.x)
                 .arg(&self.norms)
+                .arg(&self.roots)
                 .arg(&n32)
                 .arg(&d32)
                 .arg(&xc32)
