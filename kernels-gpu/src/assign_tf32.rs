@@ -11,7 +11,7 @@
 //! is not among the two best TF32 candidates, and every distance is the exact FP32 distance to
 //! the chosen centroid.
 
-use crate::cp_async::{commit, copy_4, copy_16, shared_addr, wait_all, wait_group};
+use crate::cp_async::{commit, copy_4, copy_rows, shared_addr, wait_all, wait_group};
 use crate::gpu::{self, atomic_add_u32, block_sum_f64, shared, sync_threads};
 use crate::launch::{
     BLOCK, TF32_C_STRIDE as CS, TF32_CENTROIDS as BC, TF32_KC as KC, TF32_POINTS as BP,
@@ -476,33 +476,7 @@ unsafe fn stage_chunk(
     norms: bool,
     buf: u32,
 ) {
-    if vec {
-        for u in 0..BC * KC / 4 / BLOCK as usize {
-            let e = t + u * BLOCK as usize;
-            let (r, jj) = (e / (KC / 4), (e % (KC / 4)) * 4);
-            let (row, col) = (first + r, j0 + jj);
-            let ok = row < k && col < d;
-            let src = if ok {
-                unsafe { c.add(row * d + col) }
-            } else {
-                c
-            };
-            unsafe { copy_16(buf + 4 * (r * CS + jj) as u32, src, if ok { 16 } else { 0 }) };
-        }
-    } else {
-        for u in 0..BC * KC / BLOCK as usize {
-            let e = t + u * BLOCK as usize;
-            let (r, jj) = (e / KC, e % KC);
-            let (row, col) = (first + r, j0 + jj);
-            let ok = row < k && col < d;
-            let src = if ok {
-                unsafe { c.add(row * d + col) }
-            } else {
-                c
-            };
-            unsafe { copy_4(buf + 4 * (r * CS + jj) as u32, src, if ok { 4 } else { 0 }) };
-        }
-    }
+    unsafe { copy_rows::<BC, KC, CS, { BLOCK as usize }>(t, vec, c, k, d, first, j0, buf) };
     if norms && t < BC {
         let ok = first + t < k;
         let src = if ok {

@@ -40,6 +40,53 @@ pub unsafe fn copy_16(dst: u32, src: *const f32, bytes: u32) {
     };
 }
 
+/// Starts copying rows `first..first + ROWS`, columns `j0..j0 + COLS` of a row-major `total × d`
+/// matrix to shared address `dst` (row-major, `STRIDE` words a row), zeros past `total` and `d`:
+/// 16 bytes a copy with `vec`, else 4. Thread `t` of `THREADS` takes every `THREADS`-th copy, so
+/// consecutive threads read consecutive words of a row. Commits nothing.
+///
+/// # Safety
+/// `src` holds `total × d` values (16-byte aligned rows with `vec`, `COLS` then a multiple of 4);
+/// `dst` holds `ROWS × STRIDE` words.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn copy_rows<
+    const ROWS: usize,
+    const COLS: usize,
+    const STRIDE: usize,
+    const THREADS: usize,
+>(
+    t: usize,
+    vec: bool,
+    src: *const f32,
+    total: usize,
+    d: usize,
+    first: usize,
+    j0: usize,
+    dst: u32,
+) {
+    let w = if vec { 4 } else { 1 };
+    for u in 0..ROWS * COLS / w / THREADS {
+        let e = t + u * THREADS;
+        let (r, jj) = (e / (COLS / w), (e % (COLS / w)) * w);
+        let (row, col) = (first + r, j0 + jj);
+        let ok = row < total && col < d;
+        let p = if ok {
+            unsafe { src.add(row * d + col) }
+        } else {
+            src
+        };
+        let at = dst + 4 * (r * STRIDE + jj) as u32;
+        unsafe {
+            if vec {
+                copy_16(at, p, if ok { 16 } else { 0 });
+            } else {
+                copy_4(at, p, if ok { 4 } else { 0 });
+            }
+        }
+    }
+}
+
 /// Closes the group of copies this thread started so far.
 #[inline(always)]
 pub fn commit() {

@@ -8,7 +8,7 @@
 //! 2 × 8 `m16n8k8` tiles (the fragment layout of `kmeans_assign_l2_tf32`).
 
 use super::*;
-use crate::cp_async::{commit, copy_4, copy_16, shared_addr, wait_group};
+use crate::cp_async::{commit, copy_rows, shared_addr, wait_group};
 use crate::gpu::{self, shared, sync_threads};
 use crate::knn::{NO_KEY, key};
 use crate::mma::{load4, mma, shfl_xor_u64, to_tf32};
@@ -404,32 +404,6 @@ unsafe fn stage_chunk(
     j0: usize,
     buf: u32,
 ) {
-    if vec {
-        for u in 0..BT * KC / 4 / THREADS {
-            let e = t + u * THREADS;
-            let (r, jj) = (e / (KC / 4), (e % (KC / 4)) * 4);
-            let (row, col) = (first + r, j0 + jj);
-            let ok = row < n && col < d;
-            let p = if ok {
-                unsafe { x.add(row * d + col) }
-            } else {
-                x
-            };
-            unsafe { copy_16(buf + 4 * (r * CS + jj) as u32, p, if ok { 16 } else { 0 }) };
-        }
-    } else {
-        for u in 0..BT * KC / THREADS {
-            let e = t + u * THREADS;
-            let (r, jj) = (e / KC, e % KC);
-            let (row, col) = (first + r, j0 + jj);
-            let ok = row < n && col < d;
-            let p = if ok {
-                unsafe { x.add(row * d + col) }
-            } else {
-                x
-            };
-            unsafe { copy_4(buf + 4 * (r * CS + jj) as u32, p, if ok { 4 } else { 0 }) };
-        }
-    }
+    unsafe { copy_rows::<BT, KC, CS, THREADS>(t, vec, x, n, d, first, j0, buf) };
     commit();
 }
