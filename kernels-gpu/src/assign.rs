@@ -184,15 +184,16 @@ unsafe fn run<const TP: usize, const TC: usize>(a: Assign, metric: AssignMetric,
                 c_sq[q] = unsafe { *a.c_sq_norms.add(c) };
             }
         }
-        for i in 0..TP {
-            for q in 0..TC {
-                let c = (first_centroid + tx * TC + q) as u32;
-                let score = assign_score(metric, acc[i][q], c_sq[q]);
-                let take = valid[q] && better(score, c, best_score[i], best_index[i]);
-                best_score[i] = if take { score } else { best_score[i] };
-                best_index[i] = if take { c } else { best_index[i] };
-            }
-        }
+        let index: [u32; TC] = core::array::from_fn(|q| (first_centroid + tx * TC + q) as u32);
+        rank(
+            metric,
+            &acc,
+            &c_sq,
+            &index,
+            &valid,
+            &mut best_score,
+            &mut best_index,
+        );
         first_centroid += cb;
     }
 
@@ -354,14 +355,15 @@ unsafe fn run_async<const TP: usize, const TC: usize, const PB: usize, const CB:
                     c_sq[q] = unsafe { *tile_norms.add(local) };
                 }
             }
-            for i in 0..TP {
-                for q in 0..TC {
-                    let score = assign_score(metric, acc[i][q], c_sq[q]);
-                    let take = valid[q] && better(score, index[q], best_score[i], best_index[i]);
-                    best_score[i] = if take { score } else { best_score[i] };
-                    best_index[i] = if take { index[q] } else { best_index[i] };
-                }
-            }
+            rank(
+                metric,
+                &acc,
+                &c_sq,
+                &index,
+                &valid,
+                &mut best_score,
+                &mut best_index,
+            );
             acc = [[0f32; TC]; TP];
             (tile_i, kc) = (tile_i + 1, 0);
         } else {
@@ -385,6 +387,30 @@ unsafe fn run_async<const TP: usize, const TC: usize, const PB: usize, const CB:
             scratch,
         )
     };
+}
+
+/// Merges a finished tile's candidates into each point's best: `acc[i][q]` is point `i` against
+/// centroid `index[q]` (`c_sq` its squared norm, `valid` whether it exists). Branch-free, so the
+/// loops unroll and `acc` stays in registers; `better` keeps the lower index on ties.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn rank<const TP: usize, const TC: usize>(
+    metric: AssignMetric,
+    acc: &[[f32; TC]; TP],
+    c_sq: &[f32; TC],
+    index: &[u32; TC],
+    valid: &[bool; TC],
+    best_score: &mut [f32; TP],
+    best_index: &mut [u32; TP],
+) {
+    for i in 0..TP {
+        for q in 0..TC {
+            let score = assign_score(metric, acc[i][q], c_sq[q]);
+            let take = valid[q] && better(score, index[q], best_score[i], best_index[i]);
+            best_score[i] = if take { score } else { best_score[i] };
+            best_index[i] = if take { index[q] } else { best_index[i] };
+        }
+    }
 }
 
 /// Starts copying rows `first..first + ROWS` (zeros past `total`), columns `j0..j0 + width` of a
