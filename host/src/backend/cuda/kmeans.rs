@@ -4,10 +4,9 @@
 //! shapes launch five kernels: centroid norms, the register-tiled assign, accumulate, finalize
 //! and summary (four when the sums are global: the exact assign kernel then accumulates too).
 
-use super::{CudaBackend, arg_u32};
+use super::{CudaBackend, NULL, arg_u32};
 use crate::backend::{AssignStats, Lloyd, StepStats};
-use crate::error::Error;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::kmeans::Precision;
 use crate::matrix::MatrixView;
 use cudarc::driver::{CudaSlice, PushKernelArg};
@@ -20,9 +19,6 @@ use kernels_gpu::math::AssignMetric;
 use kernels_gpu::small::{
     FINALIZE_SCRATCH, MODE_ACCUMULATE, MODE_ASSIGN, SMALL_L1_KERNELS, SMALL_L2_KERNELS,
 };
-
-/// A null pointer kernel argument.
-static NULL: u64 = 0;
 
 pub(crate) struct CudaLloyd<'a> {
     gpu: &'a CudaBackend,

@@ -11,7 +11,7 @@
 //!   memory); the first k of every row are kept.
 //! * Votes: `knn_vote` on the device-resident neighbour keys; only labels (and shares) come back.
 
-use super::{CudaBackend, arg_u32};
+use super::{CudaBackend, NULL, arg_u32};
 use crate::backend::{Backend, BlockSink, Distances, KnnSearch, Neighbours, Votes, split_keys};
 use crate::distances::rows_per_block;
 use crate::error::{Error, Result};
@@ -44,9 +44,6 @@ const TILES_PER_LAUNCH: usize = 4;
 const AUTO_SAMPLE_ROWS: usize = 128;
 /// Timed rounds (after one warm-up) of each selection for `Selection::Auto`.
 const AUTO_TIMED_ROUNDS: usize = 3;
-
-/// A null pointer kernel argument.
-static NULL: u64 = 0;
 
 impl CudaBackend {
     /// Bytes a call may use: `max_bytes`, else a share of what the driver reports free.

@@ -26,6 +26,9 @@ pub const PTX: &str = include_str!("../../../ptx/kernels.ptx");
 /// 8.0 and later.
 pub const PTX_SM80: &str = include_str!("../../../ptx/kernels_sm80.ptx");
 
+/// A null pointer kernel argument (an optional output the kernel skips).
+static NULL: u64 = 0;
+
 /// Most bytes of page-locked memory that downloads stage through.
 const STAGING_BYTES: usize = 64 << 20;
 
