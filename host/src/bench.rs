@@ -89,10 +89,10 @@ pub fn assign_once(
 /// What [`knn_search_ms`] measured.
 pub struct KnnTiming {
     /// Per timed search, milliseconds between CUDA events recorded on the search's stream just
-    /// before and just after `KnnIndex::search` (on the CPU: wall clock). The span holds the
-    /// query upload, every kernel, the download of the keys and any host gaps between them
-    /// (buffer allocations, launches); it leaves out only the host-side input validation before
-    /// the first copy and the conversion of keys into index and distance arrays after the last.
+    /// before and just after `KnnIndex::search` (on the CPU: wall clock). The stream idles while
+    /// the host works, so the span holds the whole call: the input check, the query upload,
+    /// every kernel, the download of the results and their split into index and distance
+    /// arrays, and the host's gaps between them (buffer allocations, launches).
     pub ms: Vec<f64>,
     /// Wall clock of the same searches, whole calls, in milliseconds.
     pub wall_ms: Vec<f64>,
