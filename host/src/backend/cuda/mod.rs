@@ -143,14 +143,10 @@ impl CudaBackend {
 
     /// Bytes the default memory pool has reserved but no live buffer uses.
     fn pool_unused(&self) -> usize {
-        use cudarc::driver::sys::{CUmemPool_attribute as A, cuDeviceGetDefaultMemPool};
-        let mut pool = std::ptr::null_mut();
-        // SAFETY: the handle is only passed back to the driver.
-        if unsafe { cuDeviceGetDefaultMemPool(&mut pool, self.ctx.cu_device()) }
-            != CUresult::CUDA_SUCCESS
-        {
+        use cudarc::driver::sys::CUmemPool_attribute as A;
+        let Some(pool) = default_pool(&self.ctx) else {
             return 0;
-        }
+        };
         let attr = |a: A| {
             let mut v = 0u64;
             // SAFETY: writes one u64 for these attributes.
@@ -415,17 +411,11 @@ impl Backend for CudaBackend {
         self.stream
             .synchronize()
             .map_err(|e| cuda("waiting for the GPU", e))?;
-        let mut pool = std::ptr::null_mut();
-        // SAFETY: the context is current on this thread (synchronize bound it); the pool handle
-        // is only passed back to the driver.
-        unsafe {
-            use cudarc::driver::sys::{cuDeviceGetDefaultMemPool, cuMemPoolTrimTo};
-            let rc = cuDeviceGetDefaultMemPool(&mut pool, self.ctx.cu_device());
-            if rc == CUresult::CUDA_SUCCESS {
-                let rc = cuMemPoolTrimTo(pool, 0);
-                if rc != CUresult::CUDA_SUCCESS {
-                    return Err(cuda("trimming the memory pool", DriverError(rc)));
-                }
+        if let Some(pool) = default_pool(&self.ctx) {
+            // SAFETY: the pool handle is only passed back to the driver.
+            let rc = unsafe { cudarc::driver::sys::cuMemPoolTrimTo(pool, 0) };
+            if rc != CUresult::CUDA_SUCCESS {
+                return Err(cuda("trimming the memory pool", DriverError(rc)));
             }
         }
         let (free, total) = self.memory()?;
@@ -437,18 +427,14 @@ impl Backend for CudaBackend {
 /// every synchronisation (its default): without this every search or fit maps its buffers anew,
 /// which costs milliseconds for tens of megabytes.
 fn keep_freed_memory(ctx: &CudaContext) -> Result<()> {
-    use cudarc::driver::sys::{
-        CUmemPool_attribute, cuDeviceGetDefaultMemPool, cuMemPoolSetAttribute,
+    use cudarc::driver::sys::{CUmemPool_attribute, cuMemPoolSetAttribute};
+    // No stream-ordered allocator on this device: cudarc allocates synchronously.
+    let Some(pool) = default_pool(ctx) else {
+        return Ok(());
     };
-    let mut pool = std::ptr::null_mut();
     let mut threshold = u64::MAX;
-    // SAFETY: the context is current (it was just made); the pool handle and the u64 attribute
-    // value are only passed to the driver.
+    // SAFETY: the pool handle and the u64 attribute value are only passed to the driver.
     unsafe {
-        if cuDeviceGetDefaultMemPool(&mut pool, ctx.cu_device()) != CUresult::CUDA_SUCCESS {
-            // No stream-ordered allocator on this device: cudarc allocates synchronously.
-            return Ok(());
-        }
         let rc = cuMemPoolSetAttribute(
             pool,
             CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
@@ -459,6 +445,15 @@ fn keep_freed_memory(ctx: &CudaContext) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The device's stream-ordered allocator pool, if it has one.
+fn default_pool(ctx: &CudaContext) -> Option<cudarc::driver::sys::CUmemoryPool> {
+    let mut pool = std::ptr::null_mut();
+    // SAFETY: a device-level query that writes one handle, which is only passed back to the
+    // driver.
+    let rc = unsafe { cudarc::driver::sys::cuDeviceGetDefaultMemPool(&mut pool, ctx.cu_device()) };
+    (rc == CUresult::CUDA_SUCCESS).then_some(pool)
 }
 
 /// A kernel launch being assembled.
