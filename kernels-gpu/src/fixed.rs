@@ -50,9 +50,16 @@ pub fn inv_pow2_f64(s: i32) -> f64 {
 #[inline(always)]
 pub fn to_fixed(x: f32, scale: f32) -> i64 {
     // x · 2^s is exact; rounding to the nearest integer (ties to even) is the only rounding.
+    // On the GPU one `cvt.rni` rounds and converts, saturating with NaN → 0 as `as i64` does;
+    // the Rust spelling of the same costs a rounding and seven compares and selects.
     #[cfg(target_arch = "nvptx64")]
     {
-        core::f32::math::round_ties_even(x * scale) as i64
+        let q: i64;
+        unsafe {
+            core::arch::asm!("cvt.rni.s64.f32 {q}, {v};", q = out(reg64) q, v = in(reg32) x * scale,
+                options(pure, nomem, nostack));
+        }
+        q
     }
     #[cfg(not(target_arch = "nvptx64"))]
     {

@@ -6,6 +6,9 @@ pub const BLOCK: u32 = 256;
 /// Threads of the single-block fixed-order reduction kernels.
 pub const REDUCE_BLOCK: u32 = 1024;
 
+/// Centroid coordinates per block of `kmeans_shift_parts` (`BLOCK` threads, four quads each).
+pub const SHIFT_PART: usize = 16 * BLOCK as usize;
+
 /// Dynamic shared memory the host is willing to give one block without opting in (48 KiB).
 pub const DEFAULT_SHARED_BYTES: usize = 48 * 1024;
 
@@ -116,6 +119,8 @@ pub struct SmallStep {
     pub max_d: usize,
     /// Points per thread.
     pub points: usize,
+    /// Centroids scanned together: independent multiply-add chains for a thread with few points.
+    pub unroll: usize,
 }
 
 /// The small-step kernels, narrowest first: fewer dimensions leave registers for more points.
@@ -123,26 +128,35 @@ pub const SMALL_STEPS: [SmallStep; 4] = [
     SmallStep {
         max_d: 4,
         points: 4,
+        unroll: 2,
     },
     SmallStep {
         max_d: 16,
         points: 2,
+        unroll: 2,
     },
     SmallStep {
         max_d: 32,
         points: 2,
+        unroll: 2,
     },
     SmallStep {
         max_d: 96,
         points: 1,
+        unroll: 8,
     },
 ];
 
+/// Widest dimension count whose points a small step holds in registers; wider points are read
+/// from their staged rows in shared memory, which leaves the registers to independent
+/// multiply-add chains over `unroll` centroids.
+pub const SMALL_REGISTER_D: usize = 32;
+
 /// Byte offsets of the small step's dynamic shared memory: centroids (rows padded to a multiple
-/// of 4), the block's points (rows padded to an odd length, so that threads reading one row each
-/// hit different banks), the centroids' squared norms, per-cluster counts and offsets of the
-/// block's points, the block's points ordered by cluster, and scratch for the fixed-order
-/// reductions.
+/// of 4), the block's points (rows padded so that threads reading one row each hit different
+/// banks, see [`SmallStep::layout`]), the centroids' squared norms, the fixed-point scales,
+/// per-cluster counts and offsets of the block's points, the block's points ordered by cluster,
+/// and scratch for the fixed-order reductions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SmallLayout {
     pub centroids: usize,
@@ -150,6 +164,7 @@ pub struct SmallLayout {
     /// Row stride of the staged points, in f32.
     pub point_stride: usize,
     pub norms: usize,
+    pub scales: usize,
     pub counts: usize,
     pub offsets: usize,
     pub order: usize,
@@ -168,14 +183,28 @@ impl SmallStep {
         BLOCK as usize * self.points
     }
 
+    /// Whether the points are read from shared memory rather than held in registers.
+    pub const fn rows_in_shared(self) -> bool {
+        self.max_d > SMALL_REGISTER_D
+    }
+
     /// Where everything goes in shared memory for `k` centroids of `d` dimensions.
     pub const fn layout(self, k: usize, d: usize) -> SmallLayout {
         let d4 = d.div_ceil(4) * 4;
-        let point_stride = d | 1;
+        // Rows read a quad at a time: an odd number of quads apart, so the eight 16-byte loads
+        // of a quarter warp hit different banks. Rows read a word at a time: an odd stride.
+        let point_stride = if !self.rows_in_shared() {
+            d | 1
+        } else if (d4 / 4) % 2 == 1 {
+            d4
+        } else {
+            d4 + 4
+        };
         let centroids = 0;
         let points = centroids + k * d4 * 4;
         let norms = points + self.block_points() * point_stride * 4;
-        let counts = norms + k * 4;
+        let scales = norms + k * 4;
+        let counts = scales + d * 4;
         let offsets = counts + k * 4;
         let order = offsets + k * 4;
         // f64 scratch, 8-byte aligned.
@@ -186,6 +215,7 @@ impl SmallStep {
             points,
             point_stride,
             norms,
+            scales,
             counts,
             offsets,
             order,

@@ -14,13 +14,11 @@
         gpu_intrinsics,
         gpu_launch_sized_workgroup_mem,
         core_float_math,
-        core_intrinsics
+        core_intrinsics,
+        // Inline PTX: `cvt.rni` in `fixed`, and `mma`, `cvt.rna.tf32`, `shfl`, `cp.async` in
+        // the sm_80 build's tensor-core kernels.
+        asm_experimental_arch
     )
-)]
-// Inline PTX (`mma`, `cvt.rna.tf32`, `shfl`) only in the sm_80 build's tensor-core kernels.
-#![cfg_attr(
-    all(target_arch = "nvptx64", target_feature = "sm_80"),
-    feature(asm_experimental_arch)
 )]
 
 pub mod bitonic;

@@ -17,8 +17,8 @@
 use crate::exec::{Exec, block_sum_f64, block_sums};
 use crate::fixed::{mean, to_fixed};
 use crate::launch::{BLOCK, SmallLayout, SmallStep};
-use crate::math::{AssignMetric, assign_distance, assign_score, assign_step, sq_norm};
-use crate::tile::load_vec4s;
+use crate::math::{AssignMetric, assign_distance, assign_score, assign_step, fma, sq_norm};
+use crate::tile::{load_vec4s, store_vec4};
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// Arguments of the small step.
@@ -26,8 +26,6 @@ use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 pub struct Step {
     /// `n × d` points, row-major.
     pub x: *const f32,
-    /// Squared norms of the points (read for squared L2 only).
-    pub x_sq_norms: *const f32,
     pub n: usize,
     pub d: usize,
     /// `k × d` current centroids, row-major.
@@ -54,79 +52,119 @@ pub struct Step {
 }
 
 /// The body of the small-step kernels: `S.points` points per thread of up to `S.max_d`
-/// dimensions (`MAXD` = `S.max_d`, `P` = `S.points`, spelled out for the register arrays).
+/// dimensions, `S.unroll` centroids at a time (`MAXD`, `P`, `CU` spelled out for the register
+/// arrays).
 ///
 /// # Safety
 /// `BLOCK` threads, `ceil(n / (BLOCK · P))` blocks, `SmallStep::layout(k, d).bytes` of 16-byte
 /// aligned dynamic shared memory; `d ≤ MAXD`; pointers valid for the sizes; labels `< k` when
 /// read.
 #[inline(always)]
-pub unsafe fn step<const MAXD: usize, const P: usize, E: Exec>(e: E, s: Step) {
+pub unsafe fn step<const MAXD: usize, const P: usize, const CU: usize, E: Exec>(e: E, s: Step) {
     let shape = SmallStep {
         max_d: MAXD,
         points: P,
+        unroll: CU,
     };
     let m = unsafe { Smem::new(e, shape.layout(s.k, s.d)) };
-    let (cs, cn) = (m.centroids, m.norms);
     let (t, threads) = (e.thread(), BLOCK as usize);
     let first = e.block() * shape.block_points();
-    let d4 = s.d.div_ceil(4) * 4;
     // Thread t holds points first + t + p·BLOCK, rows t + p·BLOCK of the staged block.
     let point = |p: usize| first + t + p * threads;
 
     let rows = s.n.saturating_sub(first).min(shape.block_points());
-    unsafe { stage_points(e, &s, first, rows, m.points, m.point_stride) };
+    let d4 = s.d.div_ceil(4) * 4;
+    unsafe {
+        stage_rows(e, s.x.add(first * s.d), rows, s.d, m.points, m.point_stride);
+        if s.assign {
+            stage_rows(e, s.centroids, s.k, s.d, m.centroids, d4);
+        }
+    }
+    e.sync();
     let mut label = [0u32; P];
     if s.assign {
-        unsafe { stage_centroids(e, &s, cs, cn, d4) };
-        let mut xr = [[0f32; MAXD]; P];
-        for (p, row) in xr.iter_mut().enumerate() {
-            let r = t + p * threads;
-            if r < rows {
-                for (j, v) in row.iter_mut().enumerate() {
-                    if j < s.d {
-                        *v = unsafe { *m.points.add(r * m.point_stride + j) };
-                    }
-                }
-            }
+        if s.metric == AssignMetric::SqL2 {
+            let norm_in_padding = MAXD == 4 && s.d < 4;
+            unsafe { centroid_norms(e, &s, m.centroids, m.norms, d4, norm_in_padding) };
         }
+        e.sync();
         // Loaded now so that their latency hides behind the centroid loop.
-        let mut x_sq = [0f32; P];
         let mut old = [0u32; P];
-        for p in 0..P {
+        for (p, o) in old.iter_mut().enumerate() {
             let i = point(p);
             if i < s.n {
-                old[p] = unsafe { *s.labels.add(i) };
-                if s.metric == AssignMetric::SqL2 {
-                    x_sq[p] = unsafe { *s.x_sq_norms.add(i) };
-                }
+                *o = unsafe { *s.labels.add(i) };
             }
         }
-        // First minimum in centroid order: strict `<`, starting from centroid 0 as the CPU does.
-        let mut best = [f32::INFINITY; P];
-        for c in 0..s.k {
-            let row = unsafe { cs.add(c * d4) };
-            let mut acc = [0f32; P];
-            // Padding dimensions are 0 in both operands and leave the accumulators unchanged.
-            for j4 in 0..MAXD / 4 {
-                if 4 * j4 < s.d {
-                    let v: [f32; 4] = unsafe { load_vec4s(row.add(4 * j4)) };
-                    for (q, &cv) in v.iter().enumerate() {
-                        for p in 0..P {
-                            acc[p] = assign_step(s.metric, acc[p], xr[p][4 * j4 + q], cv);
+        let scan = Scan {
+            metric: s.metric,
+            centroids: m.centroids,
+            norms: m.norms,
+            k: s.k as u32,
+            d4: d4 as u32,
+        };
+        let quads = s.d.div_ceil(4);
+        let mut x_sq = [0f32; P];
+        let (best, found) = if shape.rows_in_shared() {
+            // Rows are zero-padded to whole quads; the padding leaves the norms unchanged.
+            let xrows: [*const f32; P] = core::array::from_fn(|p| unsafe {
+                m.points
+                    .add((t + p * threads) * m.point_stride)
+                    .cast_const()
+            });
+            if s.metric == AssignMetric::SqL2 {
+                for p in 0..P {
+                    for j4 in 0..quads {
+                        let v: [f32; 4] = unsafe { load_vec4s(xrows[p].add(4 * j4)) };
+                        for q in 0..4 {
+                            x_sq[p] = fma(v[q], v[q], x_sq[p]);
                         }
                     }
                 }
             }
-            let c_sq = unsafe { *cn.add(c) };
-            for p in 0..P {
-                let score = assign_score(s.metric, acc[p], c_sq);
-                if score < best[p] {
-                    best[p] = score;
-                    label[p] = c as u32;
+            unsafe { scan.run_rows::<P, CU>(&xrows, quads) }
+        } else {
+            let mut xr = [[0f32; MAXD]; P];
+            for (p, row) in xr.iter_mut().enumerate() {
+                let r = (t + p * threads) as u32;
+                if (r as usize) < rows {
+                    for (j, v) in row.iter_mut().enumerate() {
+                        if j < s.d {
+                            *v = unsafe { *m.points.add((r * m.point_stride as u32) as usize + j) };
+                        }
+                    }
                 }
             }
-        }
+            // The points' squared norms as `row_sq_norms` computes them (dimension order).
+            if s.metric == AssignMetric::SqL2 {
+                for p in 0..P {
+                    for j in 0..MAXD {
+                        if j < s.d {
+                            x_sq[p] = fma(xr[p][j], xr[p][j], x_sq[p]);
+                        }
+                    }
+                }
+            }
+            // Exact dimensions for d ≤ 4 (pixels: d = 3 costs 3 multiply-adds, not 4),
+            // otherwise whole quads, specialised per quad count.
+            unsafe {
+                match (MAXD, s.d) {
+                    (4, 1) => scan.run::<MAXD, P, CU, 4, 1>(&xr, 1),
+                    (4, 2) => scan.run::<MAXD, P, CU, 4, 2>(&xr, 1),
+                    (4, 3) => scan.run::<MAXD, P, CU, 4, 3>(&xr, 1),
+                    (4, _) => scan.run::<MAXD, P, CU, 4, 4>(&xr, 1),
+                    (16, ..=8) => scan.run::<MAXD, P, CU, 8, 4>(&xr, 2),
+                    (16, ..=12) => scan.run::<MAXD, P, CU, 12, 4>(&xr, 3),
+                    (16, _) => scan.run::<MAXD, P, CU, 16, 4>(&xr, 4),
+                    (32, ..=20) => scan.run::<MAXD, P, CU, 20, 4>(&xr, 5),
+                    (32, ..=24) => scan.run::<MAXD, P, CU, 24, 4>(&xr, 6),
+                    (32, ..=28) => scan.run::<MAXD, P, CU, 28, 4>(&xr, 7),
+                    (32, _) => scan.run::<MAXD, P, CU, 32, 4>(&xr, 8),
+                    (_, _) => scan.run::<MAXD, P, CU, MAXD, 4>(&xr, quads),
+                }
+            }
+        };
+        label = found;
         let found = Found {
             best,
             label,
@@ -147,12 +185,215 @@ pub unsafe fn step<const MAXD: usize, const P: usize, E: Exec>(e: E, s: Step) {
     }
 }
 
+/// The centroid scan of one thread: staged centroids (rows of `d4` words, zero-padded) and,
+/// for squared L2, their squared norms.
+#[derive(Clone, Copy)]
+struct Scan {
+    metric: AssignMetric,
+    centroids: *const f32,
+    norms: *const f32,
+    k: u32,
+    d4: u32,
+}
+
+impl Scan {
+    /// Each point's best score and its centroid: every centroid in order, `CU` at a time, over
+    /// the dimensions `0..WD` of the first `quads` quads (`LAST` of the last quad's lanes), in
+    /// the CPU's order per (point, centroid); the first minimum in centroid order wins (strict
+    /// `<`, from centroid 0). Padding dimensions are 0 in both operands and leave the
+    /// accumulators unchanged.
+    ///
+    /// # Safety
+    /// `WD ≤ MAXD`, `quads ≤ WD / 4`, `4 · quads ≤ d4`; the staged rows hold `k × d4` words.
+    #[inline(always)]
+    unsafe fn run<
+        const MAXD: usize,
+        const P: usize,
+        const CU: usize,
+        const WD: usize,
+        const LAST: usize,
+    >(
+        self,
+        xr: &[[f32; MAXD]; P],
+        quads: usize,
+    ) -> ([f32; P], [u32; P]) {
+        let mut best = [f32::INFINITY; P];
+        let mut label = [0u32; P];
+        // Rows of whole quads are `WD` words apart: constant offsets from a running pointer.
+        let d4 = if 4 * quads == WD {
+            WD
+        } else {
+            self.d4 as usize
+        };
+        let grouped = self.k - self.k % CU as u32;
+        let (mut c, mut row) = (0, self.centroids);
+        while c < grouped {
+            unsafe {
+                self.group::<MAXD, P, CU, WD, LAST>(xr, quads, c, row, d4, &mut best, &mut label)
+            };
+            c += CU as u32;
+            row = unsafe { row.add(CU * d4) };
+        }
+        while c < self.k {
+            unsafe {
+                self.group::<MAXD, P, 1, WD, LAST>(xr, quads, c, row, d4, &mut best, &mut label)
+            };
+            c += 1;
+            row = unsafe { row.add(d4) };
+        }
+        (best, label)
+    }
+
+    /// Scores centroids `c..c + G` (staged from `row`, `d4` words apart) against the thread's
+    /// points and keeps the better ones. With fewer than four dimensions the squared norm is
+    /// the last word of the centroid's quad (see [`centroid_norms`]).
+    ///
+    /// # Safety
+    /// As for [`Scan::run`], with `c + G ≤ k`.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn group<
+        const MAXD: usize,
+        const P: usize,
+        const G: usize,
+        const WD: usize,
+        const LAST: usize,
+    >(
+        self,
+        xr: &[[f32; MAXD]; P],
+        quads: usize,
+        c: u32,
+        row: *const f32,
+        d4: usize,
+        best: &mut [f32; P],
+        label: &mut [u32; P],
+    ) {
+        let mut acc = [[0f32; G]; P];
+        let mut c_sq = [0f32; G];
+        for j4 in 0..WD / 4 {
+            if j4 < quads {
+                let lanes = if j4 + 1 == WD / 4 { LAST } else { 4 };
+                for u in 0..G {
+                    let v: [f32; 4] = unsafe { load_vec4s(row.add(u * d4 + 4 * j4)) };
+                    for q in 0..4 {
+                        if q < lanes {
+                            for p in 0..P {
+                                acc[p][u] =
+                                    assign_step(self.metric, acc[p][u], xr[p][4 * j4 + q], v[q]);
+                            }
+                        }
+                    }
+                    if WD == 4 && LAST < 4 {
+                        c_sq[u] = v[3];
+                    }
+                }
+            }
+        }
+        if !(WD == 4 && LAST < 4) && self.metric == AssignMetric::SqL2 {
+            for (u, c_sq) in c_sq.iter_mut().enumerate() {
+                *c_sq = unsafe { *self.norms.add(c as usize + u) };
+            }
+        }
+        unsafe { self.keep_better(&acc, &c_sq, c, best, label) };
+    }
+
+    /// As [`Scan::run`], reading each point's row (zero-padded to whole quads) from shared
+    /// memory a quad at a time instead of holding it in registers.
+    ///
+    /// # Safety
+    /// `xrows` are 16-byte aligned rows of `4 · quads ≤ d4` words.
+    #[inline(always)]
+    unsafe fn run_rows<const P: usize, const CU: usize>(
+        self,
+        xrows: &[*const f32; P],
+        quads: usize,
+    ) -> ([f32; P], [u32; P]) {
+        let mut best = [f32::INFINITY; P];
+        let mut label = [0u32; P];
+        let grouped = self.k - self.k % CU as u32;
+        let mut c = 0;
+        while c < grouped {
+            unsafe { self.group_rows::<P, CU>(xrows, quads, c, &mut best, &mut label) };
+            c += CU as u32;
+        }
+        while c < self.k {
+            unsafe { self.group_rows::<P, 1>(xrows, quads, c, &mut best, &mut label) };
+            c += 1;
+        }
+        (best, label)
+    }
+
+    /// As [`Scan::group`], with the points' rows in shared memory.
+    ///
+    /// # Safety
+    /// As for [`Scan::run_rows`], with `c + G ≤ k`.
+    #[inline(always)]
+    unsafe fn group_rows<const P: usize, const G: usize>(
+        self,
+        xrows: &[*const f32; P],
+        quads: usize,
+        c: u32,
+        best: &mut [f32; P],
+        label: &mut [u32; P],
+    ) {
+        let mut acc = [[0f32; G]; P];
+        let crows: [*const f32; G] = core::array::from_fn(|u| unsafe {
+            self.centroids.add(((c + u as u32) * self.d4) as usize)
+        });
+        for j4 in 0..quads {
+            let xv: [[f32; 4]; P] =
+                core::array::from_fn(|p| unsafe { load_vec4s(xrows[p].add(4 * j4)) });
+            for (u, row) in crows.iter().enumerate() {
+                let v: [f32; 4] = unsafe { load_vec4s(row.add(4 * j4)) };
+                for q in 0..4 {
+                    for p in 0..P {
+                        acc[p][u] = assign_step(self.metric, acc[p][u], xv[p][q], v[q]);
+                    }
+                }
+            }
+        }
+        let mut c_sq = [0f32; G];
+        if self.metric == AssignMetric::SqL2 {
+            for (u, c_sq) in c_sq.iter_mut().enumerate() {
+                *c_sq = unsafe { *self.norms.add(c as usize + u) };
+            }
+        }
+        unsafe { self.keep_better(&acc, &c_sq, c, best, label) };
+    }
+
+    /// Ranks centroids `c..c + G` (squared norms `c_sq`) by their finished accumulators, in
+    /// centroid order, keeping each point's first minimum.
+    ///
+    /// # Safety
+    /// `c + G ≤ k`.
+    #[inline(always)]
+    unsafe fn keep_better<const P: usize, const G: usize>(
+        self,
+        acc: &[[f32; G]; P],
+        c_sq: &[f32; G],
+        c: u32,
+        best: &mut [f32; P],
+        label: &mut [u32; P],
+    ) {
+        for u in 0..G {
+            for p in 0..P {
+                let score = assign_score(self.metric, acc[p][u], c_sq[u]);
+                if score < best[p] {
+                    best[p] = score;
+                    label[p] = c + u as u32;
+                }
+            }
+        }
+    }
+}
+
 /// The small step's shared memory (see [`SmallStep::layout`]).
 struct Smem {
     centroids: *mut f32,
     points: *mut f32,
     point_stride: usize,
     norms: *mut f32,
+    scales: *mut f32,
     counts: *mut u32,
     offsets: *mut u32,
     order: *mut u32,
@@ -171,6 +412,7 @@ impl Smem {
                 points: base.add(layout.points).cast(),
                 point_stride: layout.point_stride,
                 norms: base.add(layout.norms).cast(),
+                scales: base.add(layout.scales).cast(),
                 counts: base.add(layout.counts).cast(),
                 offsets: base.add(layout.offsets).cast(),
                 order: base.add(layout.order).cast(),
@@ -180,64 +422,122 @@ impl Smem {
     }
 }
 
-/// Copies the block's `rows` points (a contiguous run of `x`) into shared memory, row `r` at
-/// `xs[r · stride..]`: consecutive threads read consecutive values, so the loads coalesce.
+/// Copies `rows` rows of `d` values (a contiguous run at `src`) into shared memory, row `r` at
+/// `dst[r · stride..]`, and zeroes the rows' padding; consecutive threads read consecutive
+/// values, so the loads coalesce. With `src` 16-byte aligned the run is read a quad at a time,
+/// four loads in flight per thread (a quad spans at most two rows when `d ≥ 4`). No barrier.
 #[inline(always)]
-unsafe fn stage_points<E: Exec>(
+unsafe fn stage_rows<E: Exec>(
     e: E,
-    s: &Step,
-    first: usize,
+    src: *const f32,
     rows: usize,
-    xs: *mut f32,
+    d: usize,
+    dst: *mut f32,
     stride: usize,
 ) {
-    let (t, threads, d) = (e.thread(), BLOCK as usize, s.d);
-    let src = unsafe { s.x.add(first * d) };
-    // Element i = r·d + j; stepping i by `threads` steps (r, j) by (threads / d, threads % d).
-    let (dr, dj) = (threads / d, threads % d);
-    let (mut r, mut j) = (t / d, t % d);
-    let mut i = t;
-    while i < rows * d {
-        unsafe { *xs.add(r * stride + j) = *src.add(i) };
-        i += threads;
-        r += dr;
-        j += dj;
-        if j >= d {
-            j -= d;
-            r += 1;
+    let (t, threads, d, stride) = (e.thread() as u32, BLOCK, d as u32, stride as u32);
+    let len = rows as u32 * d;
+    let at = |r: u32, j: u32| (r * stride + j) as usize;
+    if (src as usize).is_multiple_of(16) && (stride == d || d >= 4) {
+        let quads = len / 4;
+        // Quad q starts at element 4q = r·d + j; stepping q by `threads` steps (r, j) by
+        // (4·threads / d, 4·threads % d).
+        let (dr, dj) = (4 * threads / d, 4 * threads % d);
+        let (mut r, mut j) = (4 * t / d, 4 * t % d);
+        let mut q = t;
+        while q < quads {
+            let mut v = [[0f32; 4]; 4];
+            for (u, v) in v.iter_mut().enumerate() {
+                let qu = q + u as u32 * threads;
+                if qu < quads {
+                    *v = unsafe { load_vec4s(src.add(4 * qu as usize)) };
+                }
+            }
+            for v in &v {
+                if q < quads {
+                    if stride == d {
+                        unsafe { store_vec4(dst.add(4 * q as usize), *v) };
+                    } else {
+                        for l in 0..4 {
+                            let jl = j + l;
+                            let to = if jl < d { at(r, jl) } else { at(r + 1, jl - d) };
+                            unsafe { *dst.add(to) = v[l as usize] };
+                        }
+                    }
+                }
+                q += threads;
+                r += dr;
+                j += dj;
+                if j >= d {
+                    j -= d;
+                    r += 1;
+                }
+            }
+        }
+        let i = 4 * quads + t;
+        if i < len {
+            unsafe { *dst.add(at(i / d, i % d)) = *src.add(i as usize) };
+        }
+    } else {
+        // Element i = r·d + j; stepping i by `threads` steps (r, j) by (threads / d, threads % d).
+        let (dr, dj) = (threads / d, threads % d);
+        let (mut r, mut j) = (t / d, t % d);
+        let mut i = t;
+        while i < len {
+            unsafe { *dst.add(at(r, j)) = *src.add(i as usize) };
+            i += threads;
+            r += dr;
+            j += dj;
+            if j >= d {
+                j -= d;
+                r += 1;
+            }
         }
     }
-    e.sync();
+    if stride > d {
+        let mut r = t;
+        while r < rows as u32 {
+            for j in d..stride {
+                unsafe { *dst.add(at(r, j)) = 0.0 };
+            }
+            r += threads;
+        }
+    }
 }
 
-/// Copies the centroids into shared memory (rows padded with zeros to `d4`) and computes their
-/// squared norms there, in dimension order as `row_sq_norms` does.
+/// The staged centroids' squared norms (squared L2 only), in dimension order as `row_sq_norms`
+/// computes them: a quad at a time, the zero padding leaving the sums unchanged. With
+/// `norm_in_padding` (the 4-dimension kernel's exact scans of fewer than four dimensions) each
+/// norm also goes to its row's padding word, which the scan reads with the coordinates (one
+/// shared load per centroid instead of two).
+///
+/// # Safety
+/// The centroids are staged (rows of `d4` words) and a barrier has passed.
 #[inline(always)]
-unsafe fn stage_centroids<E: Exec>(e: E, s: &Step, cs: *mut f32, cn: *mut f32, d4: usize) {
-    let (t, threads) = (e.thread(), BLOCK as usize);
-    let mut i = t;
-    while i < s.k * d4 {
-        let (c, j) = (i / d4, i % d4);
-        let v = if j < s.d {
-            unsafe { *s.centroids.add(c * s.d + j) }
-        } else {
-            0.0
-        };
-        unsafe { *cs.add(i) = v };
-        i += threads;
-    }
-    e.sync();
-    let mut c = t;
+unsafe fn centroid_norms<E: Exec>(
+    e: E,
+    s: &Step,
+    cs: *mut f32,
+    cn: *mut f32,
+    d4: usize,
+    norm_in_padding: bool,
+) {
+    let mut c = e.thread();
     while c < s.k {
-        let row = unsafe { core::slice::from_raw_parts(cs.add(c * d4), s.d) };
-        let norm = match s.metric {
-            AssignMetric::SqL2 => sq_norm(row),
-            AssignMetric::L1 => 0.0,
-        };
+        let mut norm = 0.0;
+        for j4 in 0..d4 / 4 {
+            let v: [f32; 4] = unsafe { load_vec4s(cs.add(c * d4 + 4 * j4)) };
+            for q in 0..4 {
+                norm = fma(v[q], v[q], norm);
+            }
+        }
         unsafe { *cn.add(c) = norm };
-        c += threads;
+        if norm_in_padding {
+            // The padding word of the centroid's only quad, read with its coordinates.
+            unsafe { *cs.add(c * d4 + 3) = norm };
+        }
+        c += BLOCK as usize;
     }
-    e.sync();
 }
 
 /// What the centroid scan found for a thread's points, with their squared norms and old labels.
@@ -297,6 +597,9 @@ unsafe fn accumulate<const P: usize, E: Exec>(
         unsafe { *counts.add(c) = 0 };
         c += threads;
     }
+    if t < s.d {
+        unsafe { *m.scales.add(t) = *s.scales.add(t) };
+    }
     e.sync();
     // Counting sort by label; the order within a cluster does not matter for integer sums.
     let mut slot = [0u32; P];
@@ -323,7 +626,7 @@ unsafe fn accumulate<const P: usize, E: Exec>(
         let (c, j) = (cell / s.d, cell % s.d);
         let (from, count) = unsafe { (*offsets.add(c), *counts.add(c)) };
         if count > 0 {
-            let scale = unsafe { *s.scales.add(j) };
+            let scale = unsafe { *m.scales.add(j) };
             let mut sum = 0i64;
             for q in from..from + count {
                 let r = unsafe { *order.add(q as usize) } as usize;
@@ -505,7 +808,6 @@ macro_rules! small_kernel {
         #[unsafe(no_mangle)]
         pub unsafe extern "gpu-kernel" fn $name(
             x: *const f32,
-            x_sq_norms: *const f32,
             n: u32,
             d: u32,
             centroids: *const f32,
@@ -522,7 +824,6 @@ macro_rules! small_kernel {
             const SHAPE: SmallStep = crate::launch::SMALL_STEPS[$shape];
             let s = Step {
                 x,
-                x_sq_norms,
                 n: n as usize,
                 d: (d as usize).clamp(1, SHAPE.max_d),
                 centroids,
@@ -538,7 +839,9 @@ macro_rules! small_kernel {
                 assign: mode & MODE_ASSIGN != 0,
                 accumulate: mode & MODE_ACCUMULATE != 0,
             };
-            unsafe { step::<{ SHAPE.max_d }, { SHAPE.points }, _>(crate::exec::Gpu, s) }
+            unsafe {
+                step::<{ SHAPE.max_d }, { SHAPE.points }, { SHAPE.unroll }, _>(crate::exec::Gpu, s)
+            }
         }
     };
 }
@@ -648,19 +951,36 @@ mod tests {
         (labels, dists, sums, counts)
     }
 
-    fn run<const MAXD: usize, const PTS: usize>(
+    /// 16-byte aligned storage for the points, so that both staging paths run.
+    #[repr(C, align(16))]
+    #[derive(Clone, Copy)]
+    struct Quad([f32; 4]);
+
+    /// `x` copied to 16-byte aligned memory, or to one word past it when `misalign`.
+    fn placed(x: &[f32], misalign: bool) -> (Vec<Quad>, usize) {
+        let skip = misalign as usize;
+        let mut buf = vec![Quad([0.0; 4]); (x.len() + skip).div_ceil(4)];
+        let words = buf.as_mut_ptr().cast::<f32>();
+        let dst = unsafe { core::slice::from_raw_parts_mut(words.add(skip), x.len()) };
+        dst.copy_from_slice(x);
+        (buf, skip)
+    }
+
+    fn run<const MAXD: usize, const PTS: usize, const CU: usize>(
         n: usize,
         d: usize,
         k: usize,
         metric: AssignMetric,
+        misalign: bool,
     ) {
         let shape = SmallStep {
             max_d: MAXD,
             points: PTS,
+            unroll: CU,
         };
         let x = grid(n * d, 1);
         let c = x[..k * d].to_vec();
-        let x_sq: Vec<f32> = x.chunks(d).map(sq_norm).collect();
+        let (x_buf, skip) = placed(&x, misalign);
         let exps: Vec<i32> = (0..d).map(|_| scale_exponent(2.0, n)).collect();
         let scales: Vec<f32> = exps.iter().map(|&s| pow2_f32(s)).collect();
         let (want_labels, want_dist, want_sums, want_counts) =
@@ -674,8 +994,7 @@ mod tests {
         let mut sums = vec![0i64; k * d];
         let mut counts = vec![0u32; k];
         let args = Step {
-            x: x.as_ptr(),
-            x_sq_norms: x_sq.as_ptr(),
+            x: unsafe { x_buf.as_ptr().cast::<f32>().add(skip) },
             n,
             d,
             centroids: c.as_ptr(),
@@ -694,9 +1013,9 @@ mod tests {
         let args = P(&args as *const Step as *mut Step);
         let bytes = shape.layout(k, d).bytes;
         launch(blocks, BLOCK as usize, bytes, |e| unsafe {
-            step::<MAXD, PTS, _>(e, *args.get())
+            step::<MAXD, PTS, CU, _>(e, *args.get())
         });
-        let case = format!("{metric:?} n={n} d={d} k={k} {shape:?}");
+        let case = format!("{metric:?} n={n} d={d} k={k} {shape:?} misaligned {misalign}");
         assert_eq!(labels, want_labels, "{case}");
         assert_eq!(
             min_dist.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
@@ -759,14 +1078,51 @@ mod tests {
 
     #[test]
     fn emulated_small_step_matches_the_cpu() {
+        // The shapes the kernels are built with, each with the dimension counts of its
+        // specialised scans, odd and even d (contiguous and padded staging), k = 1, k = n, k not
+        // a multiple of the unroll, n not a multiple of the block.
+        const S: [SmallStep; 4] = crate::launch::SMALL_STEPS;
         for metric in [AssignMetric::SqL2, AssignMetric::L1] {
-            // The shapes the kernels are built with.
-            const S: [SmallStep; 4] = crate::launch::SMALL_STEPS;
-            run::<{ S[0].max_d }, { S[0].points }>(2100, 3, 7, metric);
-            run::<{ S[0].max_d }, { S[0].points }>(5, 1, 5, metric);
-            run::<{ S[1].max_d }, { S[1].points }>(1030, 9, 16, metric);
-            run::<{ S[2].max_d }, { S[2].points }>(600, 17, 40, metric);
-            run::<{ S[3].max_d }, { S[3].points }>(300, 75, 80, metric);
+            for misalign in [false, true] {
+                let s0 = |n, d, k| {
+                    run::<{ S[0].max_d }, { S[0].points }, { S[0].unroll }>(
+                        n, d, k, metric, misalign,
+                    )
+                };
+                s0(2100, 3, 7);
+                s0(5, 1, 5);
+                s0(777, 2, 9);
+                s0(1500, 4, 255);
+                s0(64, 3, 1);
+                let s1 = |n, d, k| {
+                    run::<{ S[1].max_d }, { S[1].points }, { S[1].unroll }>(
+                        n, d, k, metric, misalign,
+                    )
+                };
+                s1(1030, 9, 16);
+                s1(600, 6, 5);
+                s1(300, 16, 3);
+                s1(90, 13, 90);
+                let s2 = |n, d, k| {
+                    run::<{ S[2].max_d }, { S[2].points }, { S[2].unroll }>(
+                        n, d, k, metric, misalign,
+                    )
+                };
+                s2(600, 17, 40);
+                s2(300, 32, 7);
+                s2(200, 24, 33);
+                s2(150, 27, 1);
+                let s3 = |n, d, k| {
+                    run::<{ S[3].max_d }, { S[3].points }, { S[3].unroll }>(
+                        n, d, k, metric, misalign,
+                    )
+                };
+                s3(300, 75, 80);
+                s3(100, 96, 5);
+                s3(70, 33, 6);
+                s3(40, 50, 40);
+                s3(120, 44, 9);
+            }
         }
     }
 
@@ -775,7 +1131,6 @@ mod tests {
         let (n, d, k) = (700, 5, 6);
         let x = grid(n * d, 3);
         let c = x[..k * d].to_vec();
-        let x_sq: Vec<f32> = x.chunks(d).map(sq_norm).collect();
         let scales = vec![pow2_f32(scale_exponent(2.0, n)); d];
         let (want_labels, _, want_sums, want_counts) =
             reference(&x, &c, d, AssignMetric::SqL2, &scales);
@@ -786,7 +1141,6 @@ mod tests {
         let mut counts = vec![0u32; k];
         let base = Step {
             x: x.as_ptr(),
-            x_sq_norms: x_sq.as_ptr(),
             n,
             d,
             centroids: c.as_ptr(),
@@ -811,7 +1165,7 @@ mod tests {
             };
             let args = P(&args as *const Step as *mut Step);
             launch(1, BLOCK as usize, bytes, |e| unsafe {
-                step::<8, 4, _>(e, *args.get())
+                step::<8, 4, 2, _>(e, *args.get())
             });
         }
         // Labels already right: none changed; the sums come from the labels read back.
@@ -824,5 +1178,6 @@ mod tests {
     const SMALL_STEP_8: SmallStep = SmallStep {
         max_d: 8,
         points: 4,
+        unroll: 2,
     };
 }

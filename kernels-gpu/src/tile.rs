@@ -22,6 +22,15 @@ pub unsafe fn load_vec4s<const N: usize>(p: *const f32) -> [f32; N] {
     out
 }
 
+/// Stores four f32 at `p` as one 16-byte access.
+///
+/// # Safety
+/// `p` is 16-byte aligned and valid for 4 values.
+#[inline(always)]
+pub unsafe fn store_vec4(p: *mut f32, v: [f32; 4]) {
+    unsafe { *p.cast::<Vec4>() = Vec4(v) };
+}
+
 /// Copies rows `first..first + rows` (clipped to `total`), columns `j0..j0 + width` of a
 /// row-major `total × d` matrix into `dst` transposed (`dst[jj * stride + r]`), zeros past the
 /// last row. Thread `thread` of `threads` takes every `threads`-th element; consecutive threads

@@ -12,7 +12,7 @@ use crate::matrix::MatrixView;
 use cudarc::driver::{CudaSlice, PushKernelArg};
 use kernels_gpu::fixed::{inv_pow2_f64, pow2_f32};
 use kernels_gpu::launch::{
-    ASSIGN_WIDE, AssignTile, BLOCK, REDUCE_BLOCK, SMALL_STEPS, SmallStep, TF32_POINTS,
+    ASSIGN_WIDE, AssignTile, BLOCK, REDUCE_BLOCK, SHIFT_PART, SMALL_STEPS, SmallStep, TF32_POINTS,
     sums_fit_shared, tf32_shared_bytes,
 };
 use kernels_gpu::math::AssignMetric;
@@ -43,6 +43,9 @@ pub(crate) struct CudaLloyd<'a> {
     labels: CudaSlice<u32>,
     min_dist: CudaSlice<f32>,
     block_inertia: CudaSlice<f64>,
+    /// The centroid shift's per-block parts (`kmeans_shift_parts`), one per `SHIFT_PART`
+    /// coordinates.
+    shift_parts: CudaSlice<f64>,
     /// `[changed labels, empty clusters]`; zero at the start of every step (the summary kernels
     /// zero them after reading).
     counters: CudaSlice<u32>,
@@ -142,6 +145,8 @@ impl<'a> CudaLloyd<'a> {
         };
         let f32_scales: Vec<f32> = scales.iter().map(|&s| pow2_f32(s)).collect();
         let f64_inv: Vec<f64> = scales.iter().map(|&s| inv_pow2_f64(s)).collect();
+        // The small step computes the points' norms itself.
+        let norms_len = if small.is_some() { 0 } else { n };
         let mut lloyd = CudaLloyd {
             gpu,
             n,
@@ -153,7 +158,7 @@ impl<'a> CudaLloyd<'a> {
             assign_blocks,
             tf32,
             x: gpu.upload(data.as_slice(), "the data")?,
-            x_sq_norms: gpu.zeros(n, "point norms")?,
+            x_sq_norms: gpu.zeros(norms_len, "point norms")?,
             scales: gpu.upload(&f32_scales, "fixed-point scales")?,
             inv_scales: gpu.upload(&f64_inv, "fixed-point scales")?,
             centroids: gpu.zeros(k * d, "centroids")?,
@@ -162,6 +167,7 @@ impl<'a> CudaLloyd<'a> {
             labels: gpu.zeros(n, "labels")?,
             min_dist: gpu.zeros(n, "distances")?,
             block_inertia: gpu.zeros(assign_blocks, "inertia partials")?,
+            shift_parts: gpu.zeros((k * d).div_ceil(SHIFT_PART), "shift partials")?,
             counters: gpu.zeros(2, "counters")?,
             summary: gpu.zeros(4, "the step summary")?,
             sizes: gpu.zeros(k, "cluster sizes")?,
@@ -172,7 +178,7 @@ impl<'a> CudaLloyd<'a> {
                 counts: gpu.zeros(parts * k, "cluster counts")?,
             },
         };
-        if metric == AssignMetric::SqL2 {
+        if metric == AssignMetric::SqL2 && norms_len > 0 {
             let (x, mut norms) = (
                 &lloyd.x,
                 std::mem::replace(&mut lloyd.x_sq_norms, gpu.zeros(0, "")?),
@@ -356,7 +362,6 @@ impl<'a> CudaLloyd<'a> {
         launch
             .args()
             .arg(&self.x)
-            .arg(&self.x_sq_norms)
             .arg(&n)
             .arg(&d)
             .arg(&self.centroids)
@@ -408,22 +413,35 @@ impl<'a> CudaLloyd<'a> {
         self.read_summary()
     }
 
-    /// Reduces the counters, inertia partials and (with `shift`) the centroid shift in one
-    /// block, and copies the four numbers back: the step's only synchronisation.
+    /// Reduces the counters, inertia partials and (with `shift`) the centroid shift's parts in
+    /// one block, and copies the four numbers back: the step's only synchronisation.
     fn summarize(&mut self, shift: bool) -> Result<Summary> {
         let gpu = self.gpu;
+        let parts = if shift {
+            let (len, parts) = ((self.k * self.d) as u32, self.shift_parts.len());
+            let f = gpu.function("kmeans_shift_parts")?;
+            let mut launch = gpu.launch("kmeans_shift_parts", &f);
+            launch
+                .args()
+                .arg(&self.next)
+                .arg(&self.centroids)
+                .arg(&len)
+                .arg(&mut self.shift_parts);
+            launch.run(parts, BLOCK, BLOCK as usize * 8)?;
+            parts as u32
+        } else {
+            0
+        };
         let f = gpu.function("kmeans_summary")?;
         let mut launch = gpu.launch("kmeans_summary", &f);
         let blocks = self.assign_blocks as u32;
-        let len = if shift { (self.k * self.d) as u32 } else { 0 };
         launch
             .args()
             .arg(&mut self.counters)
             .arg(&self.block_inertia)
             .arg(&blocks)
-            .arg(&self.next)
-            .arg(&self.centroids)
-            .arg(&len)
+            .arg(&self.shift_parts)
+            .arg(&parts)
             .arg(&mut self.summary);
         launch.run(1, REDUCE_BLOCK, REDUCE_BLOCK as usize * 8)?;
         self.read_summary()
