@@ -25,6 +25,8 @@ struct Assign {
     x_sq_norms: *const f32,
     n: usize,
     d: usize,
+    /// Row-major `k × d` (read by the sm_70 sweep).
+    #[cfg_attr(target_feature = "sm_80", allow(dead_code))]
     centroids: *const f32,
     c_sq_norms: *const f32,
     k: usize,
@@ -35,6 +37,12 @@ struct Assign {
     scales: *const f32,
     sums: *mut i64,
     counts: *mut u32,
+    /// The centroids by dimension (`d × kp`, `kmeans_centroids_by_dimension`), read by the
+    /// sm_80 sweep.
+    #[cfg_attr(not(target_feature = "sm_80"), allow(dead_code))]
+    centroids_t: *const f32,
+    #[cfg_attr(not(target_feature = "sm_80"), allow(dead_code))]
+    kp: usize,
 }
 
 macro_rules! assign_kernel {
@@ -46,6 +54,8 @@ macro_rules! assign_kernel {
         /// fixed-order sum of distances at its index. With `sums` non-null, also adds every point's
         /// fixed-point coordinates (under `scales`, one per dimension) to its cluster's row of
         /// `sums` (`k × d`) and 1 to its `counts` entry, as `kmeans_accumulate_global` would.
+        /// `centroids_t` holds the centroids by dimension (`d × kp`, `kp ≥ k` a multiple of 4;
+        /// read on sm_80 and later).
         ///
         /// # Safety
         /// Pointers valid for those sizes; `BLOCK` threads, `ceil(n / points())` blocks and
@@ -66,6 +76,8 @@ macro_rules! assign_kernel {
             scales: *const f32,
             sums: *mut i64,
             counts: *mut u32,
+            centroids_t: *const f32,
+            kp: u32,
         ) {
             let args = Assign {
                 x,
@@ -82,12 +94,18 @@ macro_rules! assign_kernel {
                 scales,
                 sums,
                 counts,
+                centroids_t,
+                kp: kp as usize,
             };
             #[cfg(target_feature = "sm_80")]
             unsafe {
-                run_async::<{ $tile.tp }, { $tile.tc }, { $tile.points() }, { $tile.centroids() }>(
-                    args, $metric, $tile,
-                )
+                run_async::<
+                    { $tile.tp },
+                    { $tile.tc },
+                    { $tile.points() },
+                    { $tile.centroids() },
+                    { $tile.c_stride() },
+                >(args, $metric, $tile)
             }
             #[cfg(not(target_feature = "sm_80"))]
             unsafe {
@@ -223,7 +241,13 @@ unsafe fn run<const TP: usize, const TC: usize>(a: Assign, metric: AssignMetric,
 /// index) are those of [`run`].
 #[cfg(target_feature = "sm_80")]
 #[inline(always)]
-unsafe fn run_async<const TP: usize, const TC: usize, const PB: usize, const CB: usize>(
+unsafe fn run_async<
+    const TP: usize,
+    const TC: usize,
+    const PB: usize,
+    const CB: usize,
+    const CS: usize,
+>(
     a: Assign,
     metric: AssignMetric,
     tile: AssignTile,
@@ -269,17 +293,19 @@ unsafe fn run_async<const TP: usize, const TC: usize, const PB: usize, const CB:
                 };
                 stage_chunk::<PB>(t, a.x, a.n, a.d, first_point, j0, width, xbuf, xs_stride);
             }
+            // Rows j0.. of the centroids by dimension, columns first_c..: 16-byte copies when
+            // they divide among the threads (the wide tile), else one word each.
             let cbuf = buf + (4 * c_off) as u32;
-            stage_chunk::<CB>(
+            let vec = (ASSIGN_JC * CB / 4).is_multiple_of(BLOCK as usize);
+            crate::cp_async::copy_rows::<ASSIGN_JC, CB, CS, { BLOCK as usize }>(
                 t,
-                a.centroids,
-                a.k,
+                vec,
+                a.centroids_t,
                 a.d,
-                first_c,
+                a.kp,
                 j0,
-                width,
+                first_c,
                 cbuf,
-                cs_stride,
             );
             if l2 && kc == 0 && t < CB {
                 let ok = first_c + t < a.k;
@@ -391,7 +417,9 @@ unsafe fn run_async<const TP: usize, const TC: usize, const PB: usize, const CB:
 
 /// Merges a finished tile's candidates into each point's best: `acc[i][q]` is point `i` against
 /// centroid `index[q]` (`c_sq` its squared norm, `valid` whether it exists). Branch-free, so the
-/// loops unroll and `acc` stays in registers; `better` keeps the lower index on ties.
+/// loops unroll and `acc` stays in registers. A thread meets its candidates in increasing index
+/// order (tile after tile, `index` increasing in `q`), so a strict `<` keeps the lower index on
+/// ties, as `better` would.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 fn rank<const TP: usize, const TC: usize>(
@@ -406,7 +434,7 @@ fn rank<const TP: usize, const TC: usize>(
     for i in 0..TP {
         for q in 0..TC {
             let score = assign_score(metric, acc[i][q], c_sq[q]);
-            let take = valid[q] && better(score, index[q], best_score[i], best_index[i]);
+            let take = valid[q] && score < best_score[i];
             best_score[i] = if take { score } else { best_score[i] };
             best_index[i] = if take { index[q] } else { best_index[i] };
         }

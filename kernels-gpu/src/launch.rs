@@ -6,6 +6,11 @@ pub const BLOCK: u32 = 256;
 /// Threads of the single-block fixed-order reduction kernels.
 pub const REDUCE_BLOCK: u32 = 1024;
 
+/// Centroids per block of `kmeans_centroids_by_dimension`.
+pub const CENTROID_LAYOUT_ROWS: usize = 32;
+/// Dimensions that block stages at a time.
+pub const CENTROID_LAYOUT_COLS: usize = 64;
+
 /// Centroid coordinates per block of `kmeans_shift_parts` (`BLOCK` threads, four quads each).
 pub const SHIFT_PART: usize = 16 * BLOCK as usize;
 

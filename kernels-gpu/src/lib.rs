@@ -41,6 +41,8 @@ mod gpu;
 pub mod assign;
 #[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
 pub mod assign_tf32;
+#[cfg(target_arch = "nvptx64")]
+pub mod centroids;
 #[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
 mod cp_async;
 #[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]

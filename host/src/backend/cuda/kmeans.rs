@@ -12,8 +12,8 @@ use crate::matrix::MatrixView;
 use cudarc::driver::{CudaSlice, PushKernelArg};
 use kernels_gpu::fixed::{inv_pow2_f64, pow2_f32};
 use kernels_gpu::launch::{
-    ASSIGN_WIDE, AssignTile, BLOCK, REDUCE_BLOCK, SHIFT_PART, SMALL_STEPS, SmallStep, TF32_POINTS,
-    sums_fit_shared, tf32_shared_bytes,
+    ASSIGN_WIDE, AssignTile, BLOCK, CENTROID_LAYOUT_COLS, CENTROID_LAYOUT_ROWS, REDUCE_BLOCK,
+    SHIFT_PART, SMALL_STEPS, SmallStep, TF32_POINTS, sums_fit_shared, tf32_shared_bytes,
 };
 use kernels_gpu::math::AssignMetric;
 use kernels_gpu::small::{
@@ -39,6 +39,9 @@ pub(crate) struct CudaLloyd<'a> {
     inv_scales: CudaSlice<f64>,
     centroids: CudaSlice<f32>,
     c_sq_norms: CudaSlice<f32>,
+    /// The centroids by dimension, `d × kp` (`kp`: `k` rounded up to 4; the padding columns
+    /// stay zero), for the exact assign kernels.
+    centroids_t: CudaSlice<f32>,
     next: CudaSlice<f32>,
     labels: CudaSlice<u32>,
     min_dist: CudaSlice<f32>,
@@ -147,6 +150,11 @@ impl<'a> CudaLloyd<'a> {
         let f64_inv: Vec<f64> = scales.iter().map(|&s| inv_pow2_f64(s)).collect();
         // The small step computes the points' norms itself.
         let norms_len = if small.is_some() { 0 } else { n };
+        let by_dimension_len = if small.is_some() || tf32 {
+            0
+        } else {
+            d * k.next_multiple_of(4)
+        };
         let mut lloyd = CudaLloyd {
             gpu,
             n,
@@ -163,6 +171,7 @@ impl<'a> CudaLloyd<'a> {
             inv_scales: gpu.upload(&f64_inv, "fixed-point scales")?,
             centroids: gpu.zeros(k * d, "centroids")?,
             c_sq_norms: gpu.zeros(k, "centroid norms")?,
+            centroids_t: gpu.zeros(by_dimension_len, "centroids by dimension")?,
             next: gpu.zeros(k * d, "centroids")?,
             labels: gpu.zeros(n, "labels")?,
             min_dist: gpu.zeros(n, "distances")?,
@@ -223,7 +232,11 @@ impl<'a> CudaLloyd<'a> {
     /// cluster sums, which are zeroed first, so [`Self::queue_update`] only finalizes.
     fn queue_assign(&mut self, accumulate: bool) -> Result<()> {
         let gpu = self.gpu;
-        if self.metric == AssignMetric::SqL2 {
+        let kp = self.centroids_t.len() / self.d;
+        let kp_arg = kp as u32;
+        if !self.tf32 {
+            self.queue_centroids_by_dimension(kp)?;
+        } else if self.metric == AssignMetric::SqL2 {
             gpu.row_sq_norms(&self.centroids, self.k, self.d, &mut self.c_sq_norms)?;
         }
         let name = self.assign_kernel();
@@ -262,8 +275,33 @@ impl<'a> CudaLloyd<'a> {
             } else {
                 launch.args().arg(&NULL).arg(&NULL);
             }
+            launch.args().arg(&self.centroids_t).arg(&kp_arg);
         }
         launch.run(grid, BLOCK, shared)
+    }
+
+    /// Queues the copy of the centroids by dimension (`d × kp`) that the exact assign kernels
+    /// stream from, with the centroids' squared norms for squared L2.
+    fn queue_centroids_by_dimension(&mut self, kp: usize) -> Result<()> {
+        let gpu = self.gpu;
+        let name = "kmeans_centroids_by_dimension";
+        let f = gpu.function(name)?;
+        let mut launch = gpu.launch(name, &f);
+        let (k, d, kp) = (self.k as u32, self.d as u32, kp as u32);
+        launch
+            .args()
+            .arg(&self.centroids)
+            .arg(&k)
+            .arg(&d)
+            .arg(&kp)
+            .arg(&mut self.centroids_t);
+        if self.metric == AssignMetric::SqL2 {
+            launch.args().arg(&mut self.c_sq_norms);
+        } else {
+            launch.args().arg(&NULL);
+        }
+        let shared = CENTROID_LAYOUT_ROWS * (CENTROID_LAYOUT_COLS + 1) * 4;
+        launch.run(self.k.div_ceil(CENTROID_LAYOUT_ROWS), BLOCK, shared)
     }
 
     /// Whether the assign kernel of a step also accumulates the update's sums (global sums on

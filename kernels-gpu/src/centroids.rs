@@ -1,0 +1,70 @@
+//! The centroids as the exact assign kernels read them: transposed (`d × kp`, a row per
+//! dimension), so that a chunk of dimensions for a tile of centroids is a run of 16-byte rows,
+//! with their squared norms computed in the same pass.
+
+use crate::gpu::{self, shared, sync_threads};
+use crate::launch::{CENTROID_LAYOUT_COLS, CENTROID_LAYOUT_ROWS};
+use crate::math::fma;
+
+/// Row stride (in f32) of the staged block: odd, so that reading a column hits distinct banks.
+const STRIDE: usize = CENTROID_LAYOUT_COLS + 1;
+
+/// `out[j · kp + c] = centroids[c · d + j]` for `c < k` (columns `k..kp` are left as they are)
+/// and, with `norms` non-null, `norms[c] = Σ_j centroids[c][j]²` in dimension order, as
+/// `row_sq_norms` computes it. Block `b` handles centroids `b · CENTROID_LAYOUT_ROWS..`, staging
+/// `CENTROID_LAYOUT_COLS` dimensions at a time so both the reads and the writes coalesce.
+///
+/// # Safety
+/// `ceil(k / CENTROID_LAYOUT_ROWS)` blocks of `BLOCK` threads with
+/// `CENTROID_LAYOUT_ROWS · (CENTROID_LAYOUT_COLS + 1) · 4` bytes of dynamic shared memory;
+/// `centroids` holds `k × d`, `out` `d × kp` (`kp ≥ k`), `norms` `k` values.
+#[unsafe(no_mangle)]
+pub unsafe extern "gpu-kernel" fn kmeans_centroids_by_dimension(
+    centroids: *const f32,
+    k: u32,
+    d: u32,
+    kp: u32,
+    out: *mut f32,
+    norms: *mut f32,
+) {
+    const ROWS: usize = CENTROID_LAYOUT_ROWS;
+    const COLS: usize = CENTROID_LAYOUT_COLS;
+    let (t, threads) = (gpu::thread(), gpu::block_dim());
+    let (k, d, kp) = (k as usize, d as usize, kp as usize);
+    let first = gpu::block() * ROWS;
+    let rows = k.saturating_sub(first).min(ROWS);
+    let staged = shared::<f32>();
+    let mut norm = 0.0;
+    let mut j0 = 0;
+    while j0 < d {
+        let width = COLS.min(d - j0);
+        let mut e = t;
+        while e < ROWS * COLS {
+            let (r, jj) = (e / COLS, e % COLS);
+            if r < rows && jj < width {
+                unsafe { *staged.add(r * STRIDE + jj) = *centroids.add((first + r) * d + j0 + jj) };
+            }
+            e += threads;
+        }
+        sync_threads();
+        let mut e = t;
+        while e < ROWS * COLS {
+            let (jj, r) = (e / ROWS, e % ROWS);
+            if r < rows && jj < width {
+                unsafe { *out.add((j0 + jj) * kp + first + r) = *staged.add(r * STRIDE + jj) };
+            }
+            e += threads;
+        }
+        if !norms.is_null() && t < rows {
+            for jj in 0..width {
+                let v = unsafe { *staged.add(t * STRIDE + jj) };
+                norm = fma(v, v, norm);
+            }
+        }
+        sync_threads();
+        j0 += width;
+    }
+    if !norms.is_null() && t < rows {
+        unsafe { *norms.add(first + t) = norm };
+    }
+}
