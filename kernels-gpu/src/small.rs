@@ -113,11 +113,11 @@ pub unsafe fn step<const MAXD: usize, const P: usize, const CU: usize, E: Exec>(
                     .cast_const()
             });
             if s.metric == AssignMetric::SqL2 {
-                for p in 0..P {
+                for (sq, row) in x_sq.iter_mut().zip(&xrows) {
                     for j4 in 0..quads {
-                        let v: [f32; 4] = unsafe { load_vec4s(xrows[p].add(4 * j4)) };
-                        for q in 0..4 {
-                            x_sq[p] = fma(v[q], v[q], x_sq[p]);
+                        let v: [f32; 4] = unsafe { load_vec4s(row.add(4 * j4)) };
+                        for &w in &v {
+                            *sq = fma(w, w, *sq);
                         }
                     }
                 }
@@ -137,10 +137,10 @@ pub unsafe fn step<const MAXD: usize, const P: usize, const CU: usize, E: Exec>(
             }
             // The points' squared norms as `row_sq_norms` computes them (dimension order).
             if s.metric == AssignMetric::SqL2 {
-                for p in 0..P {
-                    for j in 0..MAXD {
+                for (sq, row) in x_sq.iter_mut().zip(&xr) {
+                    for (j, &w) in row.iter().enumerate() {
                         if j < s.d {
-                            x_sq[p] = fma(xr[p][j], xr[p][j], x_sq[p]);
+                            *sq = fma(w, w, *sq);
                         }
                     }
                 }
@@ -527,8 +527,8 @@ unsafe fn centroid_norms<E: Exec>(
         let mut norm = 0.0;
         for j4 in 0..d4 / 4 {
             let v: [f32; 4] = unsafe { load_vec4s(cs.add(c * d4 + 4 * j4)) };
-            for q in 0..4 {
-                norm = fma(v[q], v[q], norm);
+            for &w in &v {
+                norm = fma(w, w, norm);
             }
         }
         unsafe { *cn.add(c) = norm };
