@@ -1104,46 +1104,52 @@ mod tests {
         // specialised scans, odd and even d (contiguous and padded staging), k = 1, k = n, k not
         // a multiple of the unroll, n not a multiple of the block.
         const S: [SmallStep; 4] = crate::launch::SMALL_STEPS;
+        // Runs shape `SMALL_STEPS[$i]` on each (n, d, k).
+        macro_rules! shape {
+            ($i:literal, $metric:expr, $misalign:expr, [$(($n:expr, $d:expr, $k:expr)),*]) => {
+                $(run::<{ S[$i].max_d }, { S[$i].points }, { S[$i].unroll }>(
+                    $n, $d, $k, $metric, $misalign,
+                );)*
+            };
+        }
         for metric in [AssignMetric::SqL2, AssignMetric::L1] {
             for misalign in [false, true] {
-                let s0 = |n, d, k| {
-                    run::<{ S[0].max_d }, { S[0].points }, { S[0].unroll }>(
-                        n, d, k, metric, misalign,
-                    )
-                };
-                s0(2100, 3, 7);
-                s0(5, 1, 5);
-                s0(777, 2, 9);
-                s0(1500, 4, 255);
-                s0(64, 3, 1);
-                let s1 = |n, d, k| {
-                    run::<{ S[1].max_d }, { S[1].points }, { S[1].unroll }>(
-                        n, d, k, metric, misalign,
-                    )
-                };
-                s1(1030, 9, 16);
-                s1(600, 6, 5);
-                s1(300, 16, 3);
-                s1(90, 13, 90);
-                let s2 = |n, d, k| {
-                    run::<{ S[2].max_d }, { S[2].points }, { S[2].unroll }>(
-                        n, d, k, metric, misalign,
-                    )
-                };
-                s2(600, 17, 40);
-                s2(300, 32, 7);
-                s2(200, 24, 33);
-                s2(150, 27, 1);
-                let s3 = |n, d, k| {
-                    run::<{ S[3].max_d }, { S[3].points }, { S[3].unroll }>(
-                        n, d, k, metric, misalign,
-                    )
-                };
-                s3(300, 75, 80);
-                s3(100, 96, 5);
-                s3(70, 33, 6);
-                s3(40, 50, 40);
-                s3(120, 44, 9);
+                shape!(
+                    0,
+                    metric,
+                    misalign,
+                    [
+                        (2100, 3, 7),
+                        (5, 1, 5),
+                        (777, 2, 9),
+                        (1500, 4, 255),
+                        (64, 3, 1)
+                    ]
+                );
+                shape!(
+                    1,
+                    metric,
+                    misalign,
+                    [(1030, 9, 16), (600, 6, 5), (300, 16, 3), (90, 13, 90)]
+                );
+                shape!(
+                    2,
+                    metric,
+                    misalign,
+                    [(600, 17, 40), (300, 32, 7), (200, 24, 33), (150, 27, 1)]
+                );
+                shape!(
+                    3,
+                    metric,
+                    misalign,
+                    [
+                        (300, 75, 80),
+                        (100, 96, 5),
+                        (70, 33, 6),
+                        (40, 50, 40),
+                        (120, 44, 9)
+                    ]
+                );
             }
         }
     }
