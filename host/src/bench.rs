@@ -18,8 +18,20 @@ pub struct LloydTiming {
     pub labels: Vec<u32>,
 }
 
+/// Untimed work before the timed runs: at least this long, so that the GPU has left its idle
+/// clocks (a few warm-up iterations of a 0.1 ms step took under a millisecond, and the medians
+/// of the small cases then moved by up to 40 % from run to run).
+const WARMUP: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// Whether warm-up iteration `rep` (counted from 0) is the last: `warmup` done and [`WARMUP`]
+/// elapsed since `start`.
+fn warmed_up(rep: usize, warmup: usize, start: std::time::Instant) -> bool {
+    rep + 1 >= warmup && start.elapsed() >= WARMUP
+}
+
 /// Times `reps` Lloyd iterations (assign + update) with the assignment's `precision` after
-/// `warmup` untimed ones, each starting from the same `centroids`.
+/// `warmup` untimed ones (and at least [`WARMUP`] of them), each starting from the same
+/// `centroids`.
 pub fn lloyd_iteration_ms(
     device: Device,
     data: &MatrixView<'_>,
@@ -41,24 +53,27 @@ pub fn lloyd_iteration_ms(
     let scales: Vec<i32> = max_abs.iter().map(|&m| scale_exponent(m, n)).collect();
     let before = backend.device_memory_in_use()?;
     let mut lloyd = backend.lloyd(data, k, metric.assign(), precision, &scales)?;
-    let mut device_bytes = None;
-    let mut times = Vec::with_capacity(reps);
-    for rep in 0..warmup + reps {
+    let mut step = || -> Result<f64> {
         lloyd.set_centroids(centroids)?;
-        let ms = backend.time_ms(&mut || {
+        backend.time_ms(&mut || {
             lloyd.step()?;
             Ok(())
-        })?;
-        if rep + 1 == warmup.max(1) {
-            device_bytes = match (before, backend.device_memory_in_use()?) {
-                (Some(a), Some(b)) => Some(b.saturating_sub(a)),
-                _ => None,
-            };
+        })
+    };
+    let start = std::time::Instant::now();
+    let mut rep = 0;
+    loop {
+        step()?;
+        if warmed_up(rep, warmup, start) {
+            break;
         }
-        if rep >= warmup {
-            times.push(ms);
-        }
+        rep += 1;
     }
+    let device_bytes = match (before, backend.device_memory_in_use()?) {
+        (Some(a), Some(b)) => Some(b.saturating_sub(a)),
+        _ => None,
+    };
+    let times = (0..reps).map(|_| step()).collect::<Result<Vec<f64>>>()?;
     Ok(LloydTiming {
         ms: times,
         device_bytes,
@@ -100,8 +115,8 @@ pub struct KnnTiming {
     pub result: crate::knn::KnnResult,
 }
 
-/// Times `reps` searches of `queries` for `k` neighbours after `warmup` untimed ones (the first
-/// makes the automatic selection's choice).
+/// Times `reps` searches of `queries` for `k` neighbours after `warmup` untimed ones (and at
+/// least [`WARMUP`] of them; the first makes the automatic selection's choice).
 pub fn knn_search_ms(
     index: &crate::knn::KnnIndex,
     queries: &MatrixView<'_>,
@@ -112,19 +127,29 @@ pub fn knn_search_ms(
     let backend = index.device().backend()?;
     let (mut ms, mut wall_ms) = (Vec::new(), Vec::new());
     let mut result = None;
-    for rep in 0..warmup + reps {
+    let mut search = || -> Result<(f64, f64)> {
         let start = std::time::Instant::now();
         let mut found = None;
         let t = backend.time_ms(&mut || {
             found = Some(index.search(queries, k)?);
             Ok(())
         })?;
-        let wall = start.elapsed().as_secs_f64() * 1e3;
-        if rep >= warmup {
-            ms.push(t);
-            wall_ms.push(wall);
-        }
         result = found;
+        Ok((t, start.elapsed().as_secs_f64() * 1e3))
+    };
+    let start = std::time::Instant::now();
+    let mut rep = 0;
+    loop {
+        search()?;
+        if warmed_up(rep, warmup, start) {
+            break;
+        }
+        rep += 1;
+    }
+    for _ in 0..reps {
+        let (t, wall) = search()?;
+        ms.push(t);
+        wall_ms.push(wall);
     }
     Ok(KnnTiming {
         ms,

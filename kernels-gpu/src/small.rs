@@ -2,11 +2,15 @@
 //! into one kernel: assignment and the block's share of the centroid sums.
 //!
 //! The register-tiled [`crate::assign`] kernels pay for their tiles with barriers and merges that
-//! a shape like 10^6 × 9, k = 16 never earns back. Here every thread keeps its points in registers
-//! and scans all `k` centroids from shared memory (each row read as broadcast 16-byte loads), so
-//! the step is a single pass over the data. The distance of every (point, centroid) pair runs over
-//! the dimensions in order 0..d with the same steps as the CPU twin, and the first minimum in
-//! centroid order wins, so labels are the CPU's bit for bit.
+//! a shape like 10^6 × 9, k = 16 never earns back. Here the block stages its points and all `k`
+//! centroids in shared memory, and every thread scans all centroids for its points (each
+//! centroid row read as broadcast 16-byte loads, `unroll` centroids at a time), so the step is a
+//! single pass over the data. Points of up to [`crate::launch::SMALL_REGISTER_D`] dimensions are
+//! held in registers and scanned with the quad count (or, below four, the exact dimension count)
+//! fixed at compile time; wider points are read from their staged rows a quad at a time. The
+//! distance of every (point, centroid) pair runs over the dimensions in order 0..d with the same
+//! steps as the CPU twin, and the first minimum in centroid order wins, so labels are the CPU's
+//! bit for bit.
 //!
 //! The sums: the block sorts its points by label in shared memory (a counting sort), then one
 //! thread per (cluster, dimension) adds that cluster's fixed-point coordinates in registers and

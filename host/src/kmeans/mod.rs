@@ -133,6 +133,9 @@ pub enum Precision {
     /// reported distance (hence inertia) is the exact FP32 distance to the chosen centroid.
     /// Squared L2 only, on a GPU of compute capability 8.0 or later (an error on older GPUs); on
     /// the CPU backend the fit is computed exactly (the same answer as [`Precision::Exact`]).
+    /// Shapes that the GPU's fused small-shape step serves (up to 96 dimensions with the
+    /// centroids in shared memory) are also computed exactly: that step is faster than the
+    /// tensor cores there.
     Tf32,
 }
 

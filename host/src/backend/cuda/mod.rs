@@ -29,6 +29,22 @@ pub const PTX_SM80: &str = include_str!("../../../ptx/kernels_sm80.ptx");
 /// A null pointer kernel argument (an optional output the kernel skips).
 static NULL: u64 = 0;
 
+/// Page-locked host memory mapped into the GPU's address space: a kernel writes a few result
+/// values straight into it, and the host reads them after a synchronisation, with no copy
+/// command in between (the k-means step's summary).
+pub(crate) struct Mapped<T> {
+    host: PinnedHostSlice<T>,
+    /// The address kernels write to.
+    device: u64,
+}
+
+impl<T> Mapped<T> {
+    /// The device address, as a kernel pointer argument.
+    pub(crate) fn device(&self) -> &u64 {
+        &self.device
+    }
+}
+
 /// Most bytes of page-locked memory that downloads stage through.
 const STAGING_BYTES: usize = 64 << 20;
 
@@ -274,6 +290,46 @@ impl CudaBackend {
         let mut host = Vec::with_capacity(len);
         self.download_each(dev, len, what, |part| host.extend_from_slice(part))?;
         Ok(host)
+    }
+
+    /// `len` zeroed values of mapped page-locked host memory; `what` names it in errors.
+    pub(crate) fn mapped<T: DeviceRepr + ValidAsZeroBits + Copy + Default>(
+        &self,
+        len: usize,
+        what: &str,
+    ) -> Result<Mapped<T>> {
+        let err = |e| cuda(&format!("allocating mapped host memory for {what}"), e);
+        let flags = cudarc::driver::sys::CU_MEMHOSTALLOC_DEVICEMAP;
+        // SAFETY: zeroed before any use.
+        let mut host =
+            unsafe { self.ctx.alloc_pinned_with_flags::<T>(len.max(1), flags) }.map_err(err)?;
+        host.as_mut_slice().map_err(err)?.fill(T::default());
+        let mut device = 0;
+        let p = host.as_mut_ptr().map_err(err)?.cast();
+        // SAFETY: `p` is a live DEVICEMAP allocation; the driver writes one address.
+        let rc = unsafe { cudarc::driver::sys::cuMemHostGetDevicePointer_v2(&mut device, p, 0) };
+        if rc != CUresult::CUDA_SUCCESS {
+            return Err(err(DriverError(rc)));
+        }
+        Ok(Mapped { host, device })
+    }
+
+    /// Waits for the queued work, then reads `mapped` (which kernels have written).
+    pub(crate) fn read_mapped<T: Copy + ValidAsZeroBits>(
+        &self,
+        mapped: &Mapped<T>,
+        what: &str,
+    ) -> Result<Vec<T>> {
+        self.stream
+            .synchronize()
+            .map_err(|e| cuda(&format!("waiting for {what}"), e))?;
+        let err = |e| cuda(&format!("reading {what}"), e);
+        let p = mapped.host.as_ptr().map_err(err)?;
+        // SAFETY: `len` values of live memory; volatile, as the GPU wrote them behind the
+        // compiler's back.
+        Ok((0..mapped.host.len())
+            .map(|i| unsafe { p.add(i).read_volatile() })
+            .collect())
     }
 
     /// Copies the first `len` elements of `dev` into the page-locked staging buffer,
