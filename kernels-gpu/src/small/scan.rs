@@ -1,0 +1,207 @@
+//! The centroid scan of the small step: every thread scores all centroids for its points, a few
+//! centroids at a time, keeping each point's first minimum in centroid order.
+
+use crate::math::{AssignMetric, assign_score, assign_step};
+use crate::tile::load_vec4s;
+
+/// The centroid scan of one thread: staged centroids (rows of `d4` words, zero-padded) and,
+/// for squared L2, their squared norms.
+#[derive(Clone, Copy)]
+pub(super) struct Scan {
+    pub(super) metric: AssignMetric,
+    pub(super) centroids: *const f32,
+    pub(super) norms: *const f32,
+    pub(super) k: u32,
+    pub(super) d4: u32,
+}
+
+impl Scan {
+    /// Each point's best score and its centroid: every centroid in order, `CU` at a time, over
+    /// the dimensions `0..WD` of the first `quads` quads (`LAST` of the last quad's lanes), in
+    /// the CPU's order per (point, centroid); the first minimum in centroid order wins (strict
+    /// `<`, from centroid 0). Padding dimensions are 0 in both operands and leave the
+    /// accumulators unchanged.
+    ///
+    /// # Safety
+    /// `WD ≤ MAXD`, `quads ≤ WD / 4`, `4 · quads ≤ d4`; the staged rows hold `k × d4` words.
+    #[inline(always)]
+    pub(super) unsafe fn run<
+        const MAXD: usize,
+        const P: usize,
+        const CU: usize,
+        const WD: usize,
+        const LAST: usize,
+    >(
+        self,
+        xr: &[[f32; MAXD]; P],
+        quads: usize,
+    ) -> ([f32; P], [u32; P]) {
+        let mut best = [f32::INFINITY; P];
+        let mut label = [0u32; P];
+        // Rows of whole quads are `WD` words apart: constant offsets from a running pointer.
+        let d4 = if 4 * quads == WD {
+            WD
+        } else {
+            self.d4 as usize
+        };
+        let grouped = self.k - self.k % CU as u32;
+        let (mut c, mut row) = (0, self.centroids);
+        while c < grouped {
+            unsafe {
+                self.group::<MAXD, P, CU, WD, LAST>(xr, quads, c, row, d4, &mut best, &mut label)
+            };
+            c += CU as u32;
+            row = unsafe { row.add(CU * d4) };
+        }
+        while c < self.k {
+            unsafe {
+                self.group::<MAXD, P, 1, WD, LAST>(xr, quads, c, row, d4, &mut best, &mut label)
+            };
+            c += 1;
+            row = unsafe { row.add(d4) };
+        }
+        (best, label)
+    }
+
+    /// Scores centroids `c..c + G` (staged from `row`, `d4` words apart) against the thread's
+    /// points and keeps the better ones. With fewer than four dimensions the squared norm is
+    /// the last word of the centroid's quad (see [`centroid_norms`]).
+    ///
+    /// # Safety
+    /// As for [`Scan::run`], with `c + G ≤ k`.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn group<
+        const MAXD: usize,
+        const P: usize,
+        const G: usize,
+        const WD: usize,
+        const LAST: usize,
+    >(
+        self,
+        xr: &[[f32; MAXD]; P],
+        quads: usize,
+        c: u32,
+        row: *const f32,
+        d4: usize,
+        best: &mut [f32; P],
+        label: &mut [u32; P],
+    ) {
+        let mut acc = [[0f32; G]; P];
+        let mut c_sq = [0f32; G];
+        for j4 in 0..WD / 4 {
+            if j4 < quads {
+                let lanes = if j4 + 1 == WD / 4 { LAST } else { 4 };
+                for u in 0..G {
+                    let v: [f32; 4] = unsafe { load_vec4s(row.add(u * d4 + 4 * j4)) };
+                    for q in 0..4 {
+                        if q < lanes {
+                            for p in 0..P {
+                                acc[p][u] =
+                                    assign_step(self.metric, acc[p][u], xr[p][4 * j4 + q], v[q]);
+                            }
+                        }
+                    }
+                    if WD == 4 && LAST < 4 {
+                        c_sq[u] = v[3];
+                    }
+                }
+            }
+        }
+        if !(WD == 4 && LAST < 4) && self.metric == AssignMetric::SqL2 {
+            for (u, c_sq) in c_sq.iter_mut().enumerate() {
+                *c_sq = unsafe { *self.norms.add(c as usize + u) };
+            }
+        }
+        unsafe { self.keep_better(&acc, &c_sq, c, best, label) };
+    }
+
+    /// As [`Scan::run`], reading each point's row (zero-padded to whole quads) from shared
+    /// memory a quad at a time instead of holding it in registers.
+    ///
+    /// # Safety
+    /// `xrows` are 16-byte aligned rows of `4 · quads ≤ d4` words.
+    #[inline(always)]
+    pub(super) unsafe fn run_rows<const P: usize, const CU: usize>(
+        self,
+        xrows: &[*const f32; P],
+        quads: usize,
+    ) -> ([f32; P], [u32; P]) {
+        let mut best = [f32::INFINITY; P];
+        let mut label = [0u32; P];
+        let grouped = self.k - self.k % CU as u32;
+        let mut c = 0;
+        while c < grouped {
+            unsafe { self.group_rows::<P, CU>(xrows, quads, c, &mut best, &mut label) };
+            c += CU as u32;
+        }
+        while c < self.k {
+            unsafe { self.group_rows::<P, 1>(xrows, quads, c, &mut best, &mut label) };
+            c += 1;
+        }
+        (best, label)
+    }
+
+    /// As [`Scan::group`], with the points' rows in shared memory.
+    ///
+    /// # Safety
+    /// As for [`Scan::run_rows`], with `c + G ≤ k`.
+    #[inline(always)]
+    unsafe fn group_rows<const P: usize, const G: usize>(
+        self,
+        xrows: &[*const f32; P],
+        quads: usize,
+        c: u32,
+        best: &mut [f32; P],
+        label: &mut [u32; P],
+    ) {
+        let mut acc = [[0f32; G]; P];
+        let crows: [*const f32; G] = core::array::from_fn(|u| unsafe {
+            self.centroids.add(((c + u as u32) * self.d4) as usize)
+        });
+        for j4 in 0..quads {
+            let xv: [[f32; 4]; P] =
+                core::array::from_fn(|p| unsafe { load_vec4s(xrows[p].add(4 * j4)) });
+            for (u, row) in crows.iter().enumerate() {
+                let v: [f32; 4] = unsafe { load_vec4s(row.add(4 * j4)) };
+                for q in 0..4 {
+                    for p in 0..P {
+                        acc[p][u] = assign_step(self.metric, acc[p][u], xv[p][q], v[q]);
+                    }
+                }
+            }
+        }
+        let mut c_sq = [0f32; G];
+        if self.metric == AssignMetric::SqL2 {
+            for (u, c_sq) in c_sq.iter_mut().enumerate() {
+                *c_sq = unsafe { *self.norms.add(c as usize + u) };
+            }
+        }
+        unsafe { self.keep_better(&acc, &c_sq, c, best, label) };
+    }
+
+    /// Ranks centroids `c..c + G` (squared norms `c_sq`) by their finished accumulators, in
+    /// centroid order, keeping each point's first minimum.
+    ///
+    /// # Safety
+    /// `c + G ≤ k`.
+    #[inline(always)]
+    unsafe fn keep_better<const P: usize, const G: usize>(
+        self,
+        acc: &[[f32; G]; P],
+        c_sq: &[f32; G],
+        c: u32,
+        best: &mut [f32; P],
+        label: &mut [u32; P],
+    ) {
+        for u in 0..G {
+            for p in 0..P {
+                let score = assign_score(self.metric, acc[p][u], c_sq[u]);
+                if score < best[p] {
+                    best[p] = score;
+                    label[p] = c + u as u32;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,224 @@
+//! The update side of the small step: the block's points added to the global fixed-point sums,
+//! and the one-block finalize that turns the sums into means and the step's summary.
+
+use super::{Smem, Step};
+use crate::exec::{Exec, block_sums};
+use crate::fixed::{mean, to_fixed};
+use crate::launch::BLOCK;
+use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+/// Adds the block's points to the global cluster sums and counts (see the module comment).
+#[inline(always)]
+pub(super) unsafe fn accumulate<const P: usize, E: Exec>(
+    e: E,
+    s: &Step,
+    label: &[u32; P],
+    m: &Smem,
+    point: impl Fn(usize) -> usize,
+) {
+    let (counts, offsets, order) = (m.counts, m.offsets, m.order);
+    let (t, threads) = (e.thread(), BLOCK as usize);
+    let first = point(0) - t;
+    let mut c = t;
+    while c < s.k {
+        unsafe { *counts.add(c) = 0 };
+        c += threads;
+    }
+    if t < s.d {
+        unsafe { *m.scales.add(t) = *s.scales.add(t) };
+    }
+    e.sync();
+    // Counting sort by label; the order within a cluster does not matter for integer sums.
+    let mut slot = [0u32; P];
+    for p in 0..P {
+        if point(p) < s.n {
+            let count = unsafe { AtomicU32::from_ptr(counts.add(label[p] as usize)) };
+            slot[p] = count.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    e.sync();
+    unsafe { exclusive_scan(e, counts, offsets, s.k, m.scratch) };
+    for p in 0..P {
+        if point(p) < s.n {
+            unsafe {
+                let at = *offsets.add(label[p] as usize) + slot[p];
+                *order.add(at as usize) = (point(p) - first) as u32;
+            }
+        }
+    }
+    e.sync();
+    // One thread per (cluster, dimension), reading the staged points.
+    let mut cell = t;
+    while cell < s.k * s.d {
+        let (c, j) = (cell / s.d, cell % s.d);
+        let (from, count) = unsafe { (*offsets.add(c), *counts.add(c)) };
+        if count > 0 {
+            let scale = unsafe { *m.scales.add(j) };
+            let mut sum = 0i64;
+            for q in from..from + count {
+                let r = unsafe { *order.add(q as usize) } as usize;
+                sum += to_fixed(unsafe { *m.points.add(r * m.point_stride + j) }, scale);
+            }
+            let total = unsafe { AtomicU64::from_ptr(s.sums.add(cell).cast::<u64>()) };
+            total.fetch_add(sum as u64, Ordering::Relaxed);
+        }
+        cell += threads;
+    }
+    let mut c = t;
+    while c < s.k {
+        let count = unsafe { *counts.add(c) };
+        if count > 0 {
+            unsafe { AtomicU32::from_ptr(s.counts.add(c)) }.fetch_add(count, Ordering::Relaxed);
+        }
+        c += threads;
+    }
+}
+
+/// `offsets[c] = counts[0] + … + counts[c − 1]` for `c < k`: each thread scans a contiguous
+/// segment of the counts, then the segment totals are scanned across the block.
+///
+/// # Safety
+/// `counts` and `offsets` hold `k` u32 and `scratch` `BLOCK` f64 of shared memory; every thread
+/// of the block calls this.
+#[inline(always)]
+unsafe fn exclusive_scan<E: Exec>(
+    e: E,
+    counts: *const u32,
+    offsets: *mut u32,
+    k: usize,
+    scratch: *mut f64,
+) {
+    let (t, threads) = (e.thread(), BLOCK as usize);
+    let per = k.div_ceil(threads);
+    let (from, to) = ((t * per).min(k), ((t + 1) * per).min(k));
+    let mut running = 0u32;
+    for c in from..to {
+        unsafe { *offsets.add(c) = running };
+        running += unsafe { *counts.add(c) };
+    }
+    // Hillis–Steele inclusive scan of the segment totals, over the segments that exist.
+    let segments = k.div_ceil(per.max(1));
+    let totals = scratch.cast::<u32>();
+    unsafe { *totals.add(t) = running };
+    e.sync();
+    let mut step = 1;
+    while step < segments {
+        let add = if t >= step {
+            unsafe { *totals.add(t - step) }
+        } else {
+            0
+        };
+        e.sync();
+        unsafe { *totals.add(t) += add };
+        e.sync();
+        step *= 2;
+    }
+    let start = unsafe { *totals.add(t) } - running;
+    for c in from..to {
+        unsafe { *offsets.add(c) += start };
+    }
+    e.sync();
+}
+
+/// The summary of a small step, in one block of `REDUCE_BLOCK` threads: means of the sums (an
+/// empty cluster keeps its centroid), cluster sizes, `out = [changed, empty clusters, inertia,
+/// squared shift]` with the same fixed-order reductions as `kmeans_summary`; then zeroes the sums,
+/// counts and the changed-label counter for the next step.
+#[derive(Clone, Copy)]
+pub struct Finalize {
+    pub sums: *mut i64,
+    pub counts: *mut u32,
+    pub k: usize,
+    pub d: usize,
+    pub inv_scales: *const f64,
+    pub current: *const f32,
+    pub next: *mut f32,
+    pub sizes: *mut u32,
+    /// The changed-label counter; read, then zeroed for the next step.
+    pub changed: *mut u32,
+    pub block_inertia: *const f64,
+    pub blocks: usize,
+    pub out: *mut f64,
+}
+
+/// The body of [`kmeans_finalize_small`].
+///
+/// # Safety
+/// One block of `threads` (a power of two) threads with `FINALIZE_SCRATCH · 8 · threads` bytes of
+/// dynamic shared memory; pointers valid for the sizes.
+#[inline(always)]
+pub unsafe fn finalize<E: Exec>(e: E, threads: usize, f: Finalize) {
+    let t = e.thread();
+    let scratch = e.shared::<f64>();
+    let (mut shift, mut empty) = (0.0, 0.0);
+    // Cells t, t + threads, … in order, their loads issued four cells at a time (one round trip
+    // per four instead of one per cell).
+    const BATCH: usize = 4;
+    let (cells, d, th) = ((f.k * f.d) as u32, f.d as u32, threads as u32);
+    let mut first = t as u32;
+    while first < cells {
+        let cell = |u: usize| first + u as u32 * th;
+        let mut loaded = [(0u32, 0f32, 0i64, 0f64); BATCH];
+        for (u, l) in loaded.iter_mut().enumerate() {
+            let i = cell(u);
+            if i < cells {
+                let (c, j) = (i / d, i % d);
+                *l = unsafe {
+                    (
+                        *f.counts.add(c as usize),
+                        *f.current.add(i as usize),
+                        *f.sums.add(i as usize),
+                        *f.inv_scales.add(j as usize),
+                    )
+                };
+            }
+        }
+        for (u, &(count, old, sum, inv_scale)) in loaded.iter().enumerate() {
+            let i = cell(u);
+            if i < cells {
+                let new = if count > 0 {
+                    mean(sum, inv_scale, count)
+                } else {
+                    old
+                };
+                unsafe {
+                    *f.next.add(i as usize) = new;
+                    *f.sums.add(i as usize) = 0;
+                }
+                let diff = new as f64 - old as f64;
+                shift += diff * diff;
+                if i % d == 0 {
+                    unsafe { *f.sizes.add((i / d) as usize) = count };
+                    empty += (count == 0) as u32 as f64;
+                }
+            }
+        }
+        first += BATCH as u32 * th;
+    }
+    let mut inertia = 0.0;
+    let mut b = t;
+    while b < f.blocks {
+        inertia += unsafe { *f.block_inertia.add(b) };
+        b += threads;
+    }
+    let [inertia, shift, empty] =
+        unsafe { block_sums(e, threads, scratch, [inertia, shift, empty]) };
+    // Every thread has read the counts (the barriers above); clear them for the next step.
+    let mut c = t;
+    while c < f.k {
+        unsafe { *f.counts.add(c) = 0 };
+        c += threads;
+    }
+    if t == 0 {
+        unsafe {
+            *f.out = *f.changed as f64;
+            *f.changed = 0;
+            *f.out.add(1) = empty;
+            *f.out.add(2) = inertia;
+            *f.out.add(3) = shift;
+        }
+    }
+}
+
+/// f64 values per thread that [`finalize`] reduces at once (inertia, shift, empty clusters).
+pub const FINALIZE_SCRATCH: usize = 3;

@@ -1,0 +1,289 @@
+use super::*;
+use crate::exec::emu::{P, launch};
+use crate::fixed::{inv_pow2_f64, mean, pow2_f32, scale_exponent, to_fixed};
+use crate::math::{assign_score, assign_step, distance, sq_norm};
+
+/// Values on a coarse grid, so that exact distance ties between centroids happen.
+fn grid(len: usize, seed: u32) -> Vec<f32> {
+    (0..len)
+        .map(|i| {
+            let h = (i as u32 ^ seed).wrapping_mul(2_654_435_761) >> 7;
+            (h % 9) as f32 * 0.5 - 2.0
+        })
+        .collect()
+}
+
+/// The labels, distances, sums and counts the CPU twin computes.
+fn reference(
+    x: &[f32],
+    c: &[f32],
+    d: usize,
+    metric: AssignMetric,
+    scales: &[f32],
+) -> (Vec<u32>, Vec<f32>, Vec<i64>, Vec<u32>) {
+    let k = c.len() / d;
+    let (mut labels, mut dists) = (vec![], vec![]);
+    let mut sums = vec![0i64; k * d];
+    let mut counts = vec![0u32; k];
+    for row in x.chunks(d) {
+        let x_sq = sq_norm(row);
+        let (mut best, mut label) = (f32::INFINITY, 0);
+        for (j, cr) in c.chunks(d).enumerate() {
+            let mut acc = 0.0;
+            for q in 0..d {
+                acc = assign_step(metric, acc, row[q], cr[q]);
+            }
+            let score = assign_score(metric, acc, sq_norm(cr));
+            if score < best {
+                (best, label) = (score, j);
+            }
+        }
+        let dist = assign_distance(metric, x_sq, best);
+        if metric == AssignMetric::SqL2 {
+            // The GEMM form recovers the direct distance up to rounding.
+            assert!((dist - distance(metric, row, &c[label * d..][..d])).abs() < 1e-3);
+        }
+        labels.push(label as u32);
+        dists.push(dist);
+        counts[label] += 1;
+        for q in 0..d {
+            sums[label * d + q] += to_fixed(row[q], scales[q]);
+        }
+    }
+    (labels, dists, sums, counts)
+}
+
+/// 16-byte aligned storage for the points, so that both staging paths run.
+#[repr(C, align(16))]
+#[derive(Clone, Copy)]
+struct Quad([f32; 4]);
+
+/// `x` copied to 16-byte aligned memory, or to one word past it when `misalign`.
+fn placed(x: &[f32], misalign: bool) -> (Vec<Quad>, usize) {
+    let skip = misalign as usize;
+    let mut buf = vec![Quad([0.0; 4]); (x.len() + skip).div_ceil(4)];
+    let words = buf.as_mut_ptr().cast::<f32>();
+    let dst = unsafe { core::slice::from_raw_parts_mut(words.add(skip), x.len()) };
+    dst.copy_from_slice(x);
+    (buf, skip)
+}
+
+fn run<const MAXD: usize, const PTS: usize, const CU: usize>(
+    n: usize,
+    d: usize,
+    k: usize,
+    metric: AssignMetric,
+    misalign: bool,
+) {
+    let shape = SmallStep {
+        max_d: MAXD,
+        points: PTS,
+        unroll: CU,
+    };
+    let x = grid(n * d, 1);
+    let c = x[..k * d].to_vec();
+    let (x_buf, skip) = placed(&x, misalign);
+    let exps: Vec<i32> = (0..d).map(|_| scale_exponent(2.0, n)).collect();
+    let scales: Vec<f32> = exps.iter().map(|&s| pow2_f32(s)).collect();
+    let (want_labels, want_dist, want_sums, want_counts) = reference(&x, &c, d, metric, &scales);
+
+    let blocks = n.div_ceil(shape.block_points());
+    let mut labels = vec![u32::MAX; n];
+    let mut min_dist = vec![f32::NAN; n];
+    let mut changed = vec![0u32];
+    let mut inertia = vec![0f64; blocks];
+    let mut sums = vec![0i64; k * d];
+    let mut counts = vec![0u32; k];
+    let args = Step {
+        x: unsafe { x_buf.as_ptr().cast::<f32>().add(skip) },
+        n,
+        d,
+        centroids: c.as_ptr(),
+        k,
+        metric,
+        labels: labels.as_mut_ptr(),
+        min_dist: min_dist.as_mut_ptr(),
+        changed: changed.as_mut_ptr(),
+        block_inertia: inertia.as_mut_ptr(),
+        scales: scales.as_ptr(),
+        sums: sums.as_mut_ptr(),
+        counts: counts.as_mut_ptr(),
+        assign: true,
+        accumulate: true,
+    };
+    let args = P(&args as *const Step as *mut Step);
+    let bytes = shape.layout(k, d).bytes;
+    launch(blocks, BLOCK as usize, bytes, |e| unsafe {
+        step::<MAXD, PTS, CU, _>(e, *args.get())
+    });
+    let case = format!("{metric:?} n={n} d={d} k={k} {shape:?} misaligned {misalign}");
+    assert_eq!(labels, want_labels, "{case}");
+    assert_eq!(
+        min_dist.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+        want_dist.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+        "{case}"
+    );
+    // Every old label was u32::MAX, so every point changed.
+    assert_eq!(changed[0] as usize, n, "{case}");
+    assert_eq!(sums, want_sums, "{case}");
+    assert_eq!(counts, want_counts, "{case}");
+    let total: f64 = inertia.iter().sum();
+    let want: f64 = want_dist.iter().map(|&v| v as f64).sum();
+    assert!((total - want).abs() <= 1e-9 * want.max(1.0), "{case}");
+
+    // The finalize kernel: means, sizes, summary; sums and counts cleared.
+    let inv: Vec<f64> = exps.iter().map(|&s| inv_pow2_f64(s)).collect();
+    let mut next = vec![f32::NAN; k * d];
+    let mut sizes = vec![0u32; k];
+    let mut out = vec![0f64; 4];
+    let f = Finalize {
+        sums: sums.as_mut_ptr(),
+        counts: counts.as_mut_ptr(),
+        k,
+        d,
+        inv_scales: inv.as_ptr(),
+        current: c.as_ptr(),
+        next: next.as_mut_ptr(),
+        sizes: sizes.as_mut_ptr(),
+        changed: changed.as_mut_ptr(),
+        block_inertia: inertia.as_ptr(),
+        blocks,
+        out: out.as_mut_ptr(),
+    };
+    let f = P(&f as *const Finalize as *mut Finalize);
+    launch(1, 64, FINALIZE_SCRATCH * 64 * 8, |e| unsafe {
+        finalize(e, 64, *f.get())
+    });
+    let mut empty = 0;
+    for cl in 0..k {
+        for q in 0..d {
+            let want = if want_counts[cl] > 0 {
+                mean(want_sums[cl * d + q], inv[q], want_counts[cl])
+            } else {
+                c[cl * d + q]
+            };
+            assert_eq!(next[cl * d + q].to_bits(), want.to_bits(), "{case}");
+        }
+        empty += (want_counts[cl] == 0) as usize;
+    }
+    assert_eq!(sizes, want_counts, "{case}");
+    assert_eq!(out[0] as usize, n);
+    assert_eq!(out[1] as usize, empty);
+    assert!((out[2] - want).abs() <= 1e-9 * want.max(1.0), "{case}");
+    assert!(sums.iter().all(|&v| v == 0) && counts.iter().all(|&v| v == 0));
+    assert_eq!(
+        changed[0], 0,
+        "the counter is left at zero for the next step"
+    );
+}
+
+#[test]
+fn emulated_small_step_matches_the_cpu() {
+    // The shapes the kernels are built with, each with the dimension counts of its
+    // specialised scans, odd and even d (contiguous and padded staging), k = 1, k = n, k not
+    // a multiple of the unroll, n not a multiple of the block.
+    const S: [SmallStep; 4] = crate::launch::SMALL_STEPS;
+    // Runs shape `SMALL_STEPS[$i]` on each (n, d, k).
+    macro_rules! shape {
+        ($i:literal, $metric:expr, $misalign:expr, [$(($n:expr, $d:expr, $k:expr)),*]) => {
+            $(run::<{ S[$i].max_d }, { S[$i].points }, { S[$i].unroll }>(
+                $n, $d, $k, $metric, $misalign,
+            );)*
+        };
+    }
+    for metric in [AssignMetric::SqL2, AssignMetric::L1] {
+        for misalign in [false, true] {
+            shape!(
+                0,
+                metric,
+                misalign,
+                [
+                    (2100, 3, 7),
+                    (5, 1, 5),
+                    (777, 2, 9),
+                    (1500, 4, 255),
+                    (64, 3, 1)
+                ]
+            );
+            shape!(
+                1,
+                metric,
+                misalign,
+                [(1030, 9, 16), (600, 6, 5), (300, 16, 3), (90, 13, 90)]
+            );
+            shape!(
+                2,
+                metric,
+                misalign,
+                [(600, 17, 40), (300, 32, 7), (200, 24, 33), (150, 27, 1)]
+            );
+            shape!(
+                3,
+                metric,
+                misalign,
+                [
+                    (300, 75, 80),
+                    (100, 96, 5),
+                    (70, 33, 6),
+                    (40, 50, 40),
+                    (120, 44, 9)
+                ]
+            );
+        }
+    }
+}
+
+#[test]
+fn labels_only_and_sums_only_modes() {
+    let (n, d, k) = (700, 5, 6);
+    let x = grid(n * d, 3);
+    let c = x[..k * d].to_vec();
+    let scales = vec![pow2_f32(scale_exponent(2.0, n)); d];
+    let (want_labels, _, want_sums, want_counts) =
+        reference(&x, &c, d, AssignMetric::SqL2, &scales);
+    let mut labels = want_labels.clone();
+    let (mut min_dist, mut changed) = (vec![0f32; n], vec![0u32]);
+    let mut inertia = vec![0f64; 1];
+    let mut sums = vec![0i64; k * d];
+    let mut counts = vec![0u32; k];
+    let base = Step {
+        x: x.as_ptr(),
+        n,
+        d,
+        centroids: c.as_ptr(),
+        k,
+        metric: AssignMetric::SqL2,
+        labels: labels.as_mut_ptr(),
+        min_dist: min_dist.as_mut_ptr(),
+        changed: changed.as_mut_ptr(),
+        block_inertia: inertia.as_mut_ptr(),
+        scales: scales.as_ptr(),
+        sums: sums.as_mut_ptr(),
+        counts: counts.as_mut_ptr(),
+        assign: true,
+        accumulate: false,
+    };
+    let bytes = SMALL_STEP_8.layout(k, d).bytes;
+    for (assign, accumulate) in [(true, false), (false, true)] {
+        let args = Step {
+            assign,
+            accumulate,
+            ..base
+        };
+        let args = P(&args as *const Step as *mut Step);
+        launch(1, BLOCK as usize, bytes, |e| unsafe {
+            step::<8, 4, 2, _>(e, *args.get())
+        });
+    }
+    // Labels already right: none changed; the sums come from the labels read back.
+    assert_eq!(labels, want_labels);
+    assert_eq!(changed[0], 0);
+    assert_eq!(sums, want_sums);
+    assert_eq!(counts, want_counts);
+}
+
+const SMALL_STEP_8: SmallStep = SmallStep {
+    max_d: 8,
+    points: 4,
+    unroll: 2,
+};
