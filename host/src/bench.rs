@@ -23,10 +23,15 @@ pub struct LloydTiming {
 /// of the small cases then moved by up to 40 % from run to run).
 const WARMUP: std::time::Duration = std::time::Duration::from_millis(250);
 
-/// Whether warm-up iteration `rep` (counted from 0) is the last: `warmup` done and [`WARMUP`]
-/// elapsed since `start`.
-fn warmed_up(rep: usize, warmup: usize, start: std::time::Instant) -> bool {
-    rep + 1 >= warmup && start.elapsed() >= WARMUP
+/// Runs `run` untimed, `warmup` times (at least once) and for at least [`WARMUP`].
+fn warm_up<T>(warmup: usize, mut run: impl FnMut() -> Result<T>) -> Result<()> {
+    let start = std::time::Instant::now();
+    let mut done = 0;
+    while done < warmup.max(1) || start.elapsed() < WARMUP {
+        run()?;
+        done += 1;
+    }
+    Ok(())
 }
 
 /// Times `reps` Lloyd iterations (assign + update) with the assignment's `precision` after
@@ -60,15 +65,7 @@ pub fn lloyd_iteration_ms(
             Ok(())
         })
     };
-    let start = std::time::Instant::now();
-    let mut rep = 0;
-    loop {
-        step()?;
-        if warmed_up(rep, warmup, start) {
-            break;
-        }
-        rep += 1;
-    }
+    warm_up(warmup, &mut step)?;
     let device_bytes = match (before, backend.device_memory_in_use()?) {
         (Some(a), Some(b)) => Some(b.saturating_sub(a)),
         _ => None,
@@ -137,15 +134,7 @@ pub fn knn_search_ms(
         result = found;
         Ok((t, start.elapsed().as_secs_f64() * 1e3))
     };
-    let start = std::time::Instant::now();
-    let mut rep = 0;
-    loop {
-        search()?;
-        if warmed_up(rep, warmup, start) {
-            break;
-        }
-        rep += 1;
-    }
+    warm_up(warmup, &mut search)?;
     for _ in 0..reps {
         let (t, wall) = search()?;
         ms.push(t);
