@@ -146,6 +146,13 @@ fn cross_cases() -> Vec<(&'static str, Vec<f32>, usize, usize, KMeansParams)> {
             p(16).metric(Metric::L1),
         ),
         (
+            "small d16 l1 n=900 d=9 k=16",
+            uniform(900, 9, 22),
+            900,
+            9,
+            p(16).metric(Metric::L1),
+        ),
+        (
             "random points n=999 d=5",
             uniform(999, 5, 10),
             999,
@@ -237,6 +244,7 @@ fn sanitize_kmeans_kernels() {
         "l1 narrow n=500 d=120 k=5",
         "relocate empty n=400 d=2",
         "l1 n=1025 d=3 k=16",
+        "small d16 l1 n=900 d=9 k=16",
         "random labels n=999 d=5",
     ];
     for (case, data, n, d, params) in cases.into_iter().filter(|c| small.contains(&c.0)) {
