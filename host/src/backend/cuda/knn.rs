@@ -17,7 +17,7 @@ use crate::distances::rows_per_block;
 use crate::error::{Error, Result};
 use crate::knn::{PrefilterReport, Selection};
 use crate::matrix::MatrixView;
-use cudarc::driver::{CudaSlice, CudaView, PushKernelArg};
+use cudarc::driver::{CudaSlice, CudaView, LaunchArgs, PushKernelArg};
 use kernels_gpu::fixed::pow2_f32;
 use kernels_gpu::knn::{
     DIST_BLOCK, MAX_STREAM_K, PairMetric, SELECT_BLOCK, SELECT_CAP, VOTE_BLOCK, VOTE_MAX_QUERIES,
@@ -590,7 +590,9 @@ impl CudaKnn {
         let tiles32 = plan.tiles as u32;
         let c1 = bound_coefficient(self.d);
         let grid = rows.div_ceil(TF32_ROWS) * self.n.div_ceil(TF32_COLS).div_ceil(plan.tiles);
-        let (id, k32) = (self.metric.id(), k as u32);
+        let k32 = k as u32;
+        // `d`, the metric and `k` for the threshold and the re-rank.
+        let shape = [d32, self.metric.id(), k32];
         let scan = gpu.function("knn_tf32_scan")?;
         for mode in [SCAN_GROUPS, SCAN_CANDIDATES] {
             if mode == SCAN_CANDIDATES {
@@ -621,16 +623,7 @@ impl CudaKnn {
                 }
                 let f = gpu.function("knn_tf32_threshold")?;
                 let mut launch = gpu.launch("knn_tf32_threshold", &f);
-                launch
-                    .args()
-                    .arg(q)
-                    .arg(q_norms)
-                    .arg(&self.x)
-                    .arg(&self.norms)
-                    .arg(&d32)
-                    .arg(&id)
-                    .arg(&k32)
-                    .arg(&mut *best)
+                self.push_exact_prefix(launch.args(), q, q_norms, &shape, &mut *best)
                     .arg(&mut bufs.t_sq)
                     .arg(&mut bufs.counts);
                 launch.run(rows, SELECT_BLOCK, 8)?;
@@ -661,21 +654,33 @@ impl CudaKnn {
         let kmin = u32::from(method == Method::KMin);
         let f = gpu.function("knn_tf32_rerank")?;
         let mut launch = gpu.launch("knn_tf32_rerank", &f);
-        launch
-            .args()
-            .arg(q)
-            .arg(q_norms)
-            .arg(&self.x)
-            .arg(&self.norms)
-            .arg(&d32)
-            .arg(&id)
-            .arg(&k32)
-            .arg(&mut *best)
+        self.push_exact_prefix(launch.args(), q, q_norms, &shape, best)
             .arg(&mut bufs.counts)
             .arg(&bufs.cand)
             .arg(&mut bufs.overflow)
             .arg(&kmin);
         launch.run(rows, SELECT_BLOCK, select_shared_bytes())
+    }
+
+    /// Pushes the arguments that `knn_tf32_threshold` and `knn_tf32_rerank` both lead with (the
+    /// prefix their `entry::exact` reads): the queries and their norms, this index's rows and
+    /// norms, `shape = [d, metric id, k]`, the batch's neighbour keys.
+    fn push_exact_prefix<'a, 'l>(
+        &'a self,
+        args: &'l mut LaunchArgs<'a>,
+        q: &'a CudaSlice<f32>,
+        q_norms: &'a CudaSlice<f32>,
+        shape: &'a [u32; 3],
+        best: &'a mut CudaSlice<u64>,
+    ) -> &'l mut LaunchArgs<'a> {
+        args.arg(q)
+            .arg(q_norms)
+            .arg(&self.x)
+            .arg(&self.norms)
+            .arg(&shape[0])
+            .arg(&shape[1])
+            .arg(&shape[2])
+            .arg(best)
     }
 
     /// Queues the merge of a tile's distances (`rows × cols`, row stride `ld`, training rows
