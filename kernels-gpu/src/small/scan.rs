@@ -65,7 +65,7 @@ impl Scan {
 
     /// Scores centroids `c..c + G` (staged from `row`, `d4` words apart) against the thread's
     /// points and keeps the better ones. With fewer than four dimensions the squared norm is
-    /// the last word of the centroid's quad (see [`centroid_norms`]).
+    /// the last word of the centroid's quad (see [`super::stage::centroid_norms`]).
     ///
     /// # Safety
     /// As for [`Scan::run`], with `c + G ≤ k`.
@@ -108,10 +108,8 @@ impl Scan {
                 }
             }
         }
-        if !(WD == 4 && LAST < 4) && self.metric == AssignMetric::SqL2 {
-            for (u, c_sq) in c_sq.iter_mut().enumerate() {
-                *c_sq = unsafe { *self.norms.add(c as usize + u) };
-            }
+        if !(WD == 4 && LAST < 4) {
+            c_sq = unsafe { self.norms::<G>(c) };
         }
         unsafe { self.keep_better(&acc, &c_sq, c, best, label) };
     }
@@ -171,13 +169,23 @@ impl Scan {
                 }
             }
         }
+        let c_sq = unsafe { self.norms::<G>(c) };
+        unsafe { self.keep_better(&acc, &c_sq, c, best, label) };
+    }
+
+    /// The squared norms of centroids `c..c + G` (zeros for L1, which does not use them).
+    ///
+    /// # Safety
+    /// `c + G ≤ k`.
+    #[inline(always)]
+    unsafe fn norms<const G: usize>(self, c: u32) -> [f32; G] {
         let mut c_sq = [0f32; G];
         if self.metric == AssignMetric::SqL2 {
             for (u, c_sq) in c_sq.iter_mut().enumerate() {
                 *c_sq = unsafe { *self.norms.add(c as usize + u) };
             }
         }
-        unsafe { self.keep_better(&acc, &c_sq, c, best, label) };
+        c_sq
     }
 
     /// Ranks centroids `c..c + G` (squared norms `c_sq`) by their finished accumulators, in
