@@ -156,7 +156,7 @@ impl<'a> CudaLloyd<'a> {
         let by_dimension_len = if small.is_some() || tf32 {
             0
         } else {
-            d * k.next_multiple_of(4)
+            d * by_dimension_cols(k)
         };
         let mut lloyd = CudaLloyd {
             gpu,
@@ -235,10 +235,9 @@ impl<'a> CudaLloyd<'a> {
     /// cluster sums, which are zeroed first, so [`Self::queue_update`] only finalizes.
     fn queue_assign(&mut self, accumulate: bool) -> Result<()> {
         let gpu = self.gpu;
-        let kp = self.centroids_t.len() / self.d;
-        let kp_arg = kp as u32;
+        let kp = by_dimension_cols(self.k) as u32;
         if !self.tf32 {
-            self.queue_centroids_by_dimension(kp)?;
+            self.queue_centroids_by_dimension()?;
         } else if self.metric == AssignMetric::SqL2 {
             gpu.row_sq_norms(&self.centroids, self.k, self.d, &mut self.c_sq_norms)?;
         }
@@ -278,19 +277,23 @@ impl<'a> CudaLloyd<'a> {
             } else {
                 launch.args().arg(&NULL).arg(&NULL);
             }
-            launch.args().arg(&self.centroids_t).arg(&kp_arg);
+            launch.args().arg(&self.centroids_t).arg(&kp);
         }
         launch.run(grid, BLOCK, shared)
     }
 
     /// Queues the copy of the centroids by dimension (`d × kp`) that the exact assign kernels
     /// stream from, with the centroids' squared norms for squared L2.
-    fn queue_centroids_by_dimension(&mut self, kp: usize) -> Result<()> {
+    fn queue_centroids_by_dimension(&mut self) -> Result<()> {
         let gpu = self.gpu;
         let name = "kmeans_centroids_by_dimension";
         let f = gpu.function(name)?;
         let mut launch = gpu.launch(name, &f);
-        let (k, d, kp) = (self.k as u32, self.d as u32, kp as u32);
+        let (k, d, kp) = (
+            self.k as u32,
+            self.d as u32,
+            by_dimension_cols(self.k) as u32,
+        );
         launch
             .args()
             .arg(&self.centroids)
@@ -497,6 +500,12 @@ impl<'a> CudaLloyd<'a> {
             shift: s[3],
         })
     }
+}
+
+/// Columns of the centroids-by-dimension copy for `k` centroids: `k` rounded up to 4, so that
+/// its rows are 16-byte aligned for the assign kernels' 16-byte copies.
+fn by_dimension_cols(k: usize) -> usize {
+    k.next_multiple_of(4)
 }
 
 impl Lloyd for CudaLloyd<'_> {
