@@ -27,10 +27,9 @@ pub use sums::{FINALIZE_SCRATCH, Finalize, finalize};
 use crate::exec::{Exec, block_sum_f64};
 use crate::launch::{BLOCK, SmallLayout, SmallStep};
 use crate::math::{AssignMetric, assign_distance, fma};
-use crate::tile::load_vec4s;
 use core::sync::atomic::{AtomicU32, Ordering};
 use scan::Scan;
-use stage::{centroid_norms, stage_rows};
+use stage::{centroid_norms, quads_sq_norm, stage_rows};
 use sums::accumulate;
 
 /// Arguments of the small step.
@@ -126,12 +125,7 @@ pub unsafe fn step<const MAXD: usize, const P: usize, const CU: usize, E: Exec>(
             });
             if s.metric == AssignMetric::SqL2 {
                 for (sq, row) in x_sq.iter_mut().zip(&xrows) {
-                    for j4 in 0..quads {
-                        let v: [f32; 4] = unsafe { load_vec4s(row.add(4 * j4)) };
-                        for &w in &v {
-                            *sq = fma(w, w, *sq);
-                        }
-                    }
+                    *sq = unsafe { quads_sq_norm(*row, quads) };
                 }
             }
             unsafe { scan.run_rows::<P, CU>(&xrows, quads) }

@@ -109,13 +109,7 @@ pub(super) unsafe fn centroid_norms<E: Exec>(
 ) {
     let mut c = e.thread();
     while c < s.k {
-        let mut norm = 0.0;
-        for j4 in 0..d4 / 4 {
-            let v: [f32; 4] = unsafe { load_vec4s(cs.add(c * d4 + 4 * j4)) };
-            for &w in &v {
-                norm = fma(w, w, norm);
-            }
-        }
+        let norm = unsafe { quads_sq_norm(cs.add(c * d4), d4 / 4) };
         unsafe { *cn.add(c) = norm };
         if norm_in_padding {
             // The padding word of the centroid's only quad, read with its coordinates.
@@ -123,4 +117,21 @@ pub(super) unsafe fn centroid_norms<E: Exec>(
         }
         c += BLOCK as usize;
     }
+}
+
+/// The squared norm of a staged row's first `quads` quads, in dimension order as `row_sq_norms`
+/// computes it (zero padding leaves it unchanged), read 16 bytes at a time.
+///
+/// # Safety
+/// `row` is 16-byte aligned and holds `4 · quads` words.
+#[inline(always)]
+pub(super) unsafe fn quads_sq_norm(row: *const f32, quads: usize) -> f32 {
+    let mut norm = 0.0;
+    for j4 in 0..quads {
+        let v: [f32; 4] = unsafe { load_vec4s(row.add(4 * j4)) };
+        for &w in &v {
+            norm = fma(w, w, norm);
+        }
+    }
+    norm
 }
