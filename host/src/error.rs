@@ -46,6 +46,10 @@ pub enum Error {
     /// The GPU was asked for and is not usable.
     #[error("no usable CUDA GPU: {0}")]
     NoGpu(String),
+    /// The CUDA driver is missing, older than CUDA 12.0 or lacks an entry point the library
+    /// calls; the message says what to install.
+    #[error("unsupported CUDA driver: {0}")]
+    UnsupportedDriver(String),
     /// The GPU ran out of memory.
     #[error("out of GPU memory while {context} ({bytes} bytes requested)")]
     GpuOutOfMemory { context: String, bytes: usize },

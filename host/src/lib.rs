@@ -28,6 +28,10 @@ pub mod knn;
 pub mod matrix;
 
 pub use backend::cuda::GpuInfo;
+pub use backend::cuda::driver::{ENTRY_POINTS as DRIVER_ENTRY_POINTS, MIN_DRIVER_VERSION};
+/// Fault injection for tests: see the module's documentation.
+#[cfg(feature = "fault-injection")]
+pub use backend::cuda::faults;
 pub use device::Device;
 pub use distances::{
     DistanceMetric, pairwise_distances, pairwise_distances_blocks, pairwise_distances_to_writer,

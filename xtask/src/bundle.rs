@@ -4,7 +4,8 @@
 //!   run.sh              runs every test with KMEANS_KNN_REQUIRE_GPU=1, compute-sanitizer over the
 //!                       GPU tests, then the benchmark; exits non-zero on any failure
 //!   tests/<name>        release test executables (the PTX is embedded in them)
-//!   bin/<name>          the command-line tool and the GPU benchmark
+//!   bin/<name>          the command-line tool and the GPU benchmark; kmeans-knn-faults is the tool
+//!                       with test fault injection, for the driver tests
 //!   kernels.ptx         the PTX they embed (sm_70, and kernels_sm80.ptx for compute capability
 //!                       8.0+), for inspection (ptxas -v, cuobjdump)
 //!   torch_baseline.py   the PyTorch version of the benchmark's cases, for the speed-up
@@ -26,10 +27,13 @@ pub fn write() -> Result<()> {
     std::fs::create_dir_all(out.join("bin"))?;
 
     for (name, kind, exe) in built_executables(&["test", "--release", "--workspace", "--no-run"])? {
-        // Binaries' own test harnesses hold no tests; the command-line tests run the binary at
-        // its build path, which does not travel (they need no GPU).
-        if kind != "bin" && name != "cli" {
-            copy(&exe, &out.join("tests").join(name))?;
+        // The command-line tests run the binary at its build path, which does not travel (they
+        // need no GPU). The binary built with the tests has fault injection (the tests crate
+        // turns the feature on): the driver tests run it as `KMEANS_KNN_BIN`.
+        match (kind.as_str(), name.as_str()) {
+            ("bin", "kmeans-knn") => copy(&exe, &out.join("bin/kmeans-knn-faults"))?,
+            ("bin", _) | (_, "cli") => {}
+            _ => copy(&exe, &out.join("tests").join(name))?,
         }
     }
     for (name, _, exe) in built_executables(&["build", "--release", "--workspace", "--bins"])? {

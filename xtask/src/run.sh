@@ -6,6 +6,8 @@
 set -u
 cd "$(dirname "$0")"
 export KMEANS_KNN_REQUIRE_GPU=1
+# The driver tests run the tool built with fault injection.
+export KMEANS_KNN_BIN=$PWD/bin/kmeans-knn-faults
 log_dir=${OUT:-.}
 failed=()
 
@@ -16,6 +18,34 @@ for t in tests/*; do
   "./$t" --test-threads=1 2>&1 | tail -n 25
   [ "${PIPESTATUS[0]}" -eq 0 ] || failed+=("test $(basename "$t")")
 done
+
+if [ "${ENTRY_POINTS:-1}" = 1 ]; then
+  # Every libcuda symbol a GPU run resolves must be in the library's list of entry points (which
+  # `driver::check` looks up before the first call, and which all exist in CUDA 12.0).
+  echo "=== driver entry points resolved by the GPU tests"
+  ld=$(mktemp -d)
+  for t in tests/kmeans tests/knn tests/faults tests/concurrency; do
+    LD_DEBUG=bindings LD_DEBUG_OUTPUT="$ld/$(basename "$t")" "./$t" --test-threads=1 >/dev/null 2>&1
+  done
+  LD_DEBUG=bindings LD_DEBUG_OUTPUT="$ld/info" ./bin/kmeans-knn info >/dev/null 2>&1
+  ./bin/kmeans-knn info --json >"$ld/info.json"
+  python3 - "$ld" <<'PY' || failed+=("driver entry points")
+import glob, json, re, sys
+d = sys.argv[1]
+listed = {e["name"] for e in json.load(open(f"{d}/info.json"))["driver_entry_points"]}
+used = set()
+for f in glob.glob(f"{d}/*.*"):
+    for line in open(f, errors="replace"):
+        m = re.search(r"to \S*libcuda\.so\S* \[\d+\]: normal symbol `(cu\w+)'", line)
+        if m:
+            used.add(m.group(1))
+print(f"{len(used)} libcuda symbols resolved, {len(listed)} listed")
+print("resolved:", " ".join(sorted(used)))
+missing = sorted(used - listed)
+if missing or not used:
+    sys.exit(f"resolved but not listed: {missing}")
+PY
+fi
 
 if [ "${SANITIZE:-1}" = 1 ]; then
   # Every kernel runs in the tests whose names start with `sanitize_` (small shapes).

@@ -78,6 +78,11 @@ pub fn run(a: Args, _ui: Ui) -> Result<(), CliError> {
             "ptx_target": ptx_target(),
             "ptx_version": ptx_version(),
             "cpu_threads": threads,
+            "min_driver": driver(kmeans_knn::MIN_DRIVER_VERSION),
+            "driver_entry_points": kmeans_knn::DRIVER_ENTRY_POINTS
+                .iter()
+                .map(|&(name, since)| json!({ "name": name, "since": driver(since) }))
+                .collect::<Vec<_>>(),
             "version": env!("CARGO_PKG_VERSION"),
         }));
     }
@@ -101,7 +106,11 @@ pub fn run(a: Args, _ui: Ui) -> Result<(), CliError> {
                 }
                 Err(_) => s += &format!("  memory         {:.1} GiB\n", gib(g.total_memory)),
             }
-            s += &format!("  driver         CUDA {}\n", driver(g.driver_version));
+            s += &format!(
+                "  driver         CUDA {} (CUDA {}+ supported)\n",
+                driver(g.driver_version),
+                driver(kmeans_knn::MIN_DRIVER_VERSION)
+            );
         }
         Err(e) => s += &format!("  GPU            none — {e}\n"),
     }

@@ -2,6 +2,8 @@
 //! allocates device memory, copies and launches kernels (so every driver error says what it was
 //! doing, and out-of-memory becomes [`Error::GpuOutOfMemory`]).
 
+pub mod driver;
+pub mod faults;
 mod kmeans;
 mod knn;
 
@@ -78,24 +80,34 @@ impl CudaBackend {
     /// The backend for GPU `ordinal`, made on first use and shared afterwards.
     pub fn shared(ordinal: usize) -> Result<Arc<CudaBackend>> {
         static CACHE: OnceLock<Mutex<HashMap<usize, Arc<CudaBackend>>>> = OnceLock::new();
-        let mut cache = CACHE.get_or_init(Default::default).lock().unwrap();
+        let mut cache = CACHE
+            .get_or_init(Default::default)
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         if let Some(gpu) = cache.get(&ordinal) {
             return Ok(gpu.clone());
         }
-        let gpu = Arc::new(CudaBackend::new(ordinal)?);
+        // `driver::check` keeps cudarc's missing-symbol panics from happening; this catches any
+        // other panic of the driver layer during start-up, so that it too is an error.
+        let gpu =
+            std::panic::catch_unwind(|| CudaBackend::new(ordinal)).unwrap_or_else(|panic| {
+                let what = panic
+                    .downcast_ref::<String>()
+                    .map(String::as_str)
+                    .or_else(|| panic.downcast_ref::<&str>().copied())
+                    .unwrap_or("unknown failure");
+                Err(Error::UnsupportedDriver(format!(
+                    "starting the CUDA driver failed: {what}"
+                )))
+            })?;
+        let gpu = Arc::new(gpu);
         cache.insert(ordinal, gpu.clone());
         Ok(gpu)
     }
 
     fn new(ordinal: usize) -> Result<Self> {
-        // SAFETY: only probes whether the driver library can be loaded.
-        if !unsafe { cudarc::driver::sys::is_culib_present() } {
-            return Err(Error::NoGpu(
-                "the CUDA driver library (libcuda) is not installed".into(),
-            ));
-        }
-        let count = CudaContext::device_count()
-            .map_err(|e| Error::NoGpu(format!("the CUDA driver did not start: {}", describe(e))))?;
+        let driver_version = driver::check()?;
+        let count = CudaContext::device_count().map_err(no_device)?;
         if ordinal >= count.max(0) as usize {
             return Err(Error::NoGpu(format!(
                 "GPU {ordinal} was asked for but {count} CUDA device(s) are present"
@@ -123,7 +135,7 @@ impl CudaBackend {
             max_shared_per_block: attr(
                 CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
             )? as usize,
-            driver_version: driver_version()?,
+            driver_version,
         };
         keep_freed_memory(&ctx)?;
         // One stream only: cudarc's per-buffer events (two made per allocation) order work
@@ -211,6 +223,7 @@ impl CudaBackend {
         len: usize,
         what: &str,
     ) -> Result<CudaSlice<T>> {
+        injected_oom(what, len * size_of::<T>())?;
         self.stream
             .alloc_zeros::<T>(len.max(1))
             .map_err(|e| alloc_error(what, len * size_of::<T>(), e))
@@ -221,6 +234,7 @@ impl CudaBackend {
         if host.is_empty() {
             return self.zeros_raw(what);
         }
+        injected_oom(what, std::mem::size_of_val(host))?;
         self.stream
             .clone_htod(host)
             .map_err(|e| alloc_error(what, std::mem::size_of_val(host), e))
@@ -240,6 +254,7 @@ impl CudaBackend {
         len: usize,
         what: &str,
     ) -> Result<CudaSlice<T>> {
+        injected_oom(what, len * size_of::<T>())?;
         unsafe { self.stream.alloc::<T>(len.max(1)) }
             .map_err(|e| alloc_error(what, len * size_of::<T>(), e))
     }
@@ -299,6 +314,7 @@ impl CudaBackend {
         what: &str,
     ) -> Result<Mapped<T>> {
         let err = |e| cuda(&format!("allocating mapped host memory for {what}"), e);
+        injected_oom(what, len * size_of::<T>())?;
         let flags = cudarc::driver::sys::CU_MEMHOSTALLOC_DEVICEMAP;
         // SAFETY: zeroed before any use.
         let mut host =
@@ -352,6 +368,7 @@ impl CudaBackend {
             // Free the smaller buffer first; sizes grow by powers of two up to the cap.
             *staging = None;
             let size = bytes.next_power_of_two().min(STAGING_BYTES).max(bytes);
+            injected_oom("the download staging buffer", size)?;
             let pin_err = |e| cuda("allocating page-locked host memory", e);
             // SAFETY: flags 0 (cached, fast to read from the CPU); zeroed before any use.
             let mut buf =
@@ -533,6 +550,10 @@ impl<'a> Launch<'a> {
             block_dim: (block, 1, 1),
             shared_mem_bytes: shared as u32,
         };
+        if faults::launch_fails() {
+            let injected = DriverError(CUresult::CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES);
+            return Err(cuda(&format!("launching kernel {}", self.name), injected));
+        }
         // SAFETY: each caller pushes the arguments its kernel declares, with buffers of the sizes
         // the kernel's documentation requires.
         unsafe { self.args.launch(cfg) }
@@ -551,14 +572,16 @@ pub(crate) fn arg_u32(value: usize, what: &'static str) -> Result<u32> {
     })
 }
 
-fn driver_version() -> Result<i32> {
-    let mut version = 0;
-    // SAFETY: writes one int.
-    let rc = unsafe { cudarc::driver::sys::cuDriverGetVersion(&mut version) };
-    if rc != CUresult::CUDA_SUCCESS {
-        return Err(cuda("querying the driver version", DriverError(rc)));
+/// Why the driver, which loaded, offers no device.
+fn no_device(e: DriverError) -> Error {
+    if e.0 == CUresult::CUDA_ERROR_NO_DEVICE {
+        let visible = std::env::var("CUDA_VISIBLE_DEVICES")
+            .map(|v| format!(" (CUDA_VISIBLE_DEVICES is '{v}')"))
+            .unwrap_or_default();
+        Error::NoGpu(format!("the CUDA driver sees no device{visible}"))
+    } else {
+        Error::NoGpu(format!("the CUDA driver did not start: {}", describe(e)))
     }
-    Ok(version)
 }
 
 pub(crate) fn cuda(context: &str, e: DriverError) -> Error {
@@ -577,6 +600,18 @@ fn describe(e: DriverError) -> String {
     } else {
         format!("{:?}", e.0)
     }
+}
+
+/// The out-of-memory error of an allocation that a test armed to fail (see [`faults`]).
+fn injected_oom(what: &str, bytes: usize) -> Result<()> {
+    if faults::alloc_fails() {
+        return Err(alloc_error(
+            what,
+            bytes,
+            DriverError(CUresult::CUDA_ERROR_OUT_OF_MEMORY),
+        ));
+    }
+    Ok(())
 }
 
 fn alloc_error(what: &str, bytes: usize, e: DriverError) -> Error {
