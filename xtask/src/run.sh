@@ -24,8 +24,8 @@ if [ "${ENTRY_POINTS:-1}" = 1 ]; then
   # `driver::check` looks up before the first call, and which all exist in CUDA 12.0).
   echo "=== driver entry points resolved by the GPU tests"
   ld=$(mktemp -d)
-  for t in tests/kmeans tests/knn tests/faults tests/concurrency; do
-    LD_DEBUG=bindings LD_DEBUG_OUTPUT="$ld/$(basename "$t")" "./$t" --test-threads=1 >/dev/null 2>&1
+  for t in kmeans knn faults concurrency; do
+    LD_DEBUG=bindings LD_DEBUG_OUTPUT="$ld/$t" "./tests/$t" --test-threads=1 >/dev/null 2>&1
   done
   LD_DEBUG=bindings LD_DEBUG_OUTPUT="$ld/info" ./bin/kmeans-knn info >/dev/null 2>&1
   ./bin/kmeans-knn info --json >"$ld/info.json"
