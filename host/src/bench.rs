@@ -23,7 +23,7 @@ pub struct LloydTiming {
 /// of the small cases then moved by up to 40 % from run to run).
 const WARMUP: std::time::Duration = std::time::Duration::from_millis(250);
 
-/// Runs `run` untimed, `warmup` times (at least once) and for at least [`WARMUP`].
+/// Runs `run` untimed, `warmup` times (at least once) and for at least `WARMUP`.
 fn warm_up<T>(warmup: usize, mut run: impl FnMut() -> Result<T>) -> Result<()> {
     let start = std::time::Instant::now();
     let mut done = 0;
@@ -35,7 +35,7 @@ fn warm_up<T>(warmup: usize, mut run: impl FnMut() -> Result<T>) -> Result<()> {
 }
 
 /// Times `reps` Lloyd iterations (assign + update) with the assignment's `precision` after
-/// `warmup` untimed ones (and at least [`WARMUP`] of them), each starting from the same
+/// `warmup` untimed ones (and at least `WARMUP` of them), each starting from the same
 /// `centroids`.
 pub fn lloyd_iteration_ms(
     device: Device,
@@ -113,7 +113,7 @@ pub struct KnnTiming {
 }
 
 /// Times `reps` searches of `queries` for `k` neighbours after `warmup` untimed ones (and at
-/// least [`WARMUP`] of them; the first makes the automatic selection's choice).
+/// least `WARMUP` of them; the first makes the automatic selection's choice).
 pub fn knn_search_ms(
     index: &crate::knn::KnnIndex,
     queries: &MatrixView<'_>,

@@ -12,6 +12,16 @@
 //!   distance-weighted votes, distance matrices in row blocks; [`Scaler`] for feature scaling.
 //! * [`Device`]: `Auto` picks the GPU when libcuda and a device are present, else the CPU.
 //!
+//! **Threads.** [`KMeansParams`], [`KMeansModel`], [`KnnIndex`], [`KnnClassifier`] and [`Device`]
+//! are `Send + Sync`: fit, predict and search from as many threads as you like, each result equal
+//! bit for bit to the same call made alone. On a GPU every thread shares one CUDA context and
+//! stream per device (the work is queued in turn); on the CPU, one rayon pool.
+//!
+//! **Drivers.** The GPU path needs a driver for CUDA 12.0 or later ([`MIN_DRIVER_VERSION`]); it
+//! checks the version and every entry point it calls ([`DRIVER_ENTRY_POINTS`]) before the first
+//! call, so a missing or older driver is an [`Error`], never a panic, and [`Device::Auto`] falls
+//! back to the CPU.
+//!
 //! Results are reproducible: centroid sums are exact 64-bit fixed-point sums (see
 //! [`kernels_gpu::fixed`]) and distances are accumulated in the same order on both backends.
 
