@@ -1,8 +1,8 @@
 //! `kmeans-knn kmeans`: cluster a CSV/NPY file.
 
 use super::{CliError, CsvOpts, FitOpts, Ui, about, check_outputs, fit_with_progress};
-use kmeans_knn::io::{IoError, Outputs, read_matrix};
-use kmeans_knn::{KMeansModel, Metric, Precision};
+use crate::io::{IoError, Outputs, read_matrix};
+use crate::{KMeansModel, Metric, Precision};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use std::path::{Path, PathBuf};
@@ -93,10 +93,10 @@ impl SavedModel {
             model,
             params: Some(SavedParams {
                 init: match &fit.init {
-                    kmeans_knn::Init::KMeansPlusPlus => "kmeans++".into(),
-                    kmeans_knn::Init::RandomPoints => "random".into(),
-                    kmeans_knn::Init::RandomLabels => "random-labels".into(),
-                    kmeans_knn::Init::Centroids(_) => "centroids".into(),
+                    crate::Init::KMeansPlusPlus => "kmeans++".into(),
+                    crate::Init::RandomPoints => "random".into(),
+                    crate::Init::RandomLabels => "random-labels".into(),
+                    crate::Init::Centroids(_) => "centroids".into(),
                 },
                 seed: fit.seed,
                 max_iter: fit.max_iter,
@@ -111,19 +111,25 @@ impl SavedModel {
     /// Reads and checks a model file.
     pub fn load(path: &Path) -> Result<SavedModel, IoError> {
         let text = std::fs::read_to_string(path).map_err(|e| IoError::read(path, &e))?;
+        SavedModel::parse(&text, path)
+    }
+
+    /// Parses and checks the text of a model file; `path` names it in errors.
+    pub fn parse(text: &str, path: &Path) -> Result<SavedModel, IoError> {
         if text.trim().is_empty() {
             return Err(IoError::input(path, "the file is empty"));
         }
-        let saved: SavedModel = serde_json::from_str(&text)
+        let saved: SavedModel = serde_json::from_str(text)
             .map_err(|e| IoError::input(path, format!("not a kmeans-knn model file: {e}")))?;
         let m = &saved.model;
         let problem = if m.k == 0 || m.d == 0 {
             Some("k and d must be at least 1".to_string())
-        } else if m.centroids.len() != m.k * m.d {
+        } else if m.k.checked_mul(m.d) != Some(m.centroids.len()) {
             Some(format!(
-                "it holds {} centroid values, k × d = {}",
+                "it holds {} centroid values, k × d = {} × {}",
                 m.centroids.len(),
-                m.k * m.d
+                m.k,
+                m.d
             ))
         } else if m.centroids.iter().any(|v| !v.is_finite()) {
             Some("a centroid value is not finite".into())
