@@ -413,4 +413,21 @@ mod tests {
         assert_eq!(img.get_pixel(0, 0), &Rgb([255; 3]));
         assert_eq!(img.get_pixel(2 + 26, 2), &Rgb([150; 3]));
     }
+
+    #[test]
+    fn palettes_and_grids_too_large_to_draw_are_refused() {
+        let sizes = vec![1u32; 300_000];
+        let centroids = vec![0f32; 3 * sizes.len()];
+        let e = palette_strip(&centroids, 3, &sizes, 1024).unwrap_err();
+        assert!(e.to_string().contains("use a smaller swatch"), "{e}");
+        assert!(palette_strip(&centroids[..3], 3, &sizes[..1], 1024).is_ok());
+        let layout = GridLayout {
+            columns: 100,
+            rows: 100,
+            zoom: 64,
+            gap: 2,
+        };
+        let e = patch_grid(&vec![0f32; 1000 * 1000], 1000, 1, &[0], layout).unwrap_err();
+        assert!(e.to_string().contains("use a smaller zoom"), "{e}");
+    }
 }

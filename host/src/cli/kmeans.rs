@@ -23,7 +23,8 @@ Labels are written one per row (cluster ids from 0), centroids k × d. --json pr
 /// Arguments of `kmeans`.
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Points to cluster, one per row: CSV (header detected) or NPY (2-D float32/float64).
+    /// Points to cluster, one per row: CSV (header detected) or NPY (2-D, any float or int
+    /// dtype).
     #[arg(value_name = "INPUT")]
     input: PathBuf,
     #[command(flatten)]
@@ -229,4 +230,43 @@ fn summary_text(a: &Args, m: &KMeansModel, n: usize, secs: f64, outs: &[&Path]) 
         s += &format!("  wrote       {}\n", super::list_paths(outs));
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> String {
+        SavedModel::parse(text, Path::new("m.json"))
+            .map(|_| "ok".into())
+            .unwrap_or_else(|e| e.to_string())
+    }
+
+    #[test]
+    fn model_files_are_checked_before_use() {
+        let model = |k: &str, d: &str, c: &str| {
+            format!(
+                r#"{{"k":{k},"d":{d},"metric":"L2","centroids":{c},"cluster_sizes":[1],
+                "inertia":0,"n_iter":1,"converged":true,"device":"cpu"}}"#
+            )
+        };
+        assert_eq!(parse(&model("1", "2", "[0.5,1]")), "ok");
+        assert_eq!(parse(" \n"), "m.json: the file is empty");
+        assert!(parse("{").starts_with("m.json: not a kmeans-knn model file: EOF"));
+        assert!(parse(&model("-1", "2", "[]")).contains("not a kmeans-knn model file"));
+        assert_eq!(
+            parse(&model("0", "2", "[]")),
+            "m.json: the model is inconsistent: k and d must be at least 1"
+        );
+        assert_eq!(
+            parse(&model("2", "2", "[1,2,3]")),
+            "m.json: the model is inconsistent: it holds 3 centroid values, k × d = 2 × 2"
+        );
+        // k × d overflows: the check must not (it panicked with debug assertions).
+        assert!(parse(&model("4294967296", "4294967296", "[1]")).contains("k × d = 4294967296 × "));
+        assert_eq!(
+            parse(&model("1", "1", "[1e39]")),
+            "m.json: the model is inconsistent: a centroid value is not finite"
+        );
+    }
 }

@@ -37,7 +37,7 @@ Examples:
   kmeans-knn patches photo.png --patch 5 --stride 1 --k 80 -o centroids.png
   kmeans-knn info
 
-Inputs: CSV (header detected; --delimiter), NPY (2-D float32/float64), PNG/JPEG images.
+Inputs: CSV (header detected; --delimiter), NPY (2-D, any float or int dtype), PNG/JPEG images.
 Outputs: .npy is NPY, .json JSON, anything else CSV; written whole or not at all.
 Exit codes: 0 success, 2 bad usage or bad input, 1 other failures.";
 
