@@ -87,6 +87,19 @@ impl Pixels {
         }
         let (nx, ny) = ((w - p) / stride + 1, (h - p) / stride + 1);
         let d = p * p * c;
+        let bytes = (nx * ny) as u64 * d as u64 * 4;
+        if let Some(free) = crate::io::memory::available().filter(|&free| bytes > free) {
+            return Err(Error::invalid(
+                "patch",
+                format!(
+                    "{} patches of {p}×{p} pixels need {} but only {} of memory is available; \
+                     use a larger stride",
+                    nx * ny,
+                    crate::io::memory::bytes(bytes),
+                    crate::io::memory::bytes(free)
+                ),
+            ));
+        }
         let mut data = Vec::with_capacity(nx * ny * d);
         for py in 0..ny {
             for px in 0..nx {
@@ -187,6 +200,10 @@ pub fn order_by_size(sizes: &[u32]) -> Vec<usize> {
     order
 }
 
+/// The largest image drawn (2^28 pixels, 768 MiB of RGB): beyond it a palette or a patch grid
+/// is a mistake in the options, not a picture.
+const MAX_OUTPUT_PIXELS: u64 = 1 << 28;
+
 /// A strip of `swatch × swatch` squares, one per non-empty cluster, largest cluster first:
 /// `swatch · clusters` wide and `swatch` high.
 pub fn palette_strip(
@@ -202,7 +219,18 @@ pub fn palette_strip(
         .filter(|&c| sizes[c] > 0)
         .collect();
     let n = order.len().max(1) as u32;
-    Ok(RgbImage::from_fn(swatch * n, swatch, |x, _| {
+    let width = swatch
+        .checked_mul(n)
+        .filter(|&w| u64::from(w) * u64::from(swatch) <= MAX_OUTPUT_PIXELS)
+        .ok_or_else(|| {
+            Error::invalid(
+                "swatch",
+                format!(
+                    "{n} swatches of {swatch} pixels make too large an image; use a smaller swatch"
+                ),
+            )
+        })?;
+    Ok(RgbImage::from_fn(width, swatch, |x, _| {
         order.get((x / swatch) as usize).map_or(Rgb([0; 3]), |&c| {
             colour(&centroids[c * channels..(c + 1) * channels])
         })
@@ -237,13 +265,16 @@ impl GridLayout {
         }
     }
 
-    /// The size of the grid image for patches of side `p`.
+    /// The size of the grid image for patches of side `p` (saturating at `u32::MAX`).
     pub fn size(&self, p: usize) -> (u32, u32) {
-        let cell = p as u32 * self.zoom;
-        (
-            self.columns * (cell + self.gap) + self.gap,
-            self.rows * (cell + self.gap) + self.gap,
-        )
+        let cell = u32::try_from(p)
+            .unwrap_or(u32::MAX)
+            .saturating_mul(self.zoom);
+        let side = |n: u32| {
+            n.saturating_mul(cell.saturating_add(self.gap))
+                .saturating_add(self.gap)
+        };
+        (side(self.columns), side(self.rows))
     }
 }
 
@@ -275,6 +306,12 @@ pub fn patch_grid(
         ));
     }
     let (w, h) = layout.size(p);
+    if u64::from(w) * u64::from(h) > MAX_OUTPUT_PIXELS {
+        return Err(Error::invalid(
+            "zoom",
+            format!("the grid of {k} patches would be {w}×{h} pixels; use a smaller zoom"),
+        ));
+    }
     let mut img = RgbImage::from_pixel(w, h, Rgb([255; 3]));
     let cell = p as u32 * layout.zoom;
     for (slot, &c) in order.iter().enumerate() {
@@ -375,5 +412,22 @@ mod tests {
         assert_eq!(img.get_pixel(2, 2), &Rgb([200; 3]));
         assert_eq!(img.get_pixel(0, 0), &Rgb([255; 3]));
         assert_eq!(img.get_pixel(2 + 26, 2), &Rgb([150; 3]));
+    }
+
+    #[test]
+    fn palettes_and_grids_too_large_to_draw_are_refused() {
+        let sizes = vec![1u32; 300_000];
+        let centroids = vec![0f32; 3 * sizes.len()];
+        let e = palette_strip(&centroids, 3, &sizes, 1024).unwrap_err();
+        assert!(e.to_string().contains("use a smaller swatch"), "{e}");
+        assert!(palette_strip(&centroids[..3], 3, &sizes[..1], 1024).is_ok());
+        let layout = GridLayout {
+            columns: 100,
+            rows: 100,
+            zoom: 64,
+            gap: 2,
+        };
+        let e = patch_grid(&vec![0f32; 1000 * 1000], 1000, 1, &[0], layout).unwrap_err();
+        assert!(e.to_string().contains("use a smaller zoom"), "{e}");
     }
 }

@@ -28,6 +28,9 @@
 mod backend;
 #[doc(hidden)]
 pub mod bench;
+/// The `kmeans-knn` command line (the binary's body), public only for its fuzz tests.
+#[doc(hidden)]
+pub mod cli;
 pub mod device;
 pub mod distances;
 pub mod error;

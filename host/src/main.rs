@@ -2,9 +2,8 @@
 //! to exit codes (0 success, 2 bad usage or bad input, 1 anything else) and prints errors as one
 //! sentence on stderr.
 
-mod cli;
-
 use clap::Parser;
+use kmeans_knn::cli;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {

@@ -600,20 +600,42 @@ fn bad_text_input_names_file_line_and_column() {
 fn bad_npy_input_is_named() {
     let t = tempfile::tempdir().unwrap();
     let d = t.path();
-    let body: Vec<u8> = (0..6i32).flat_map(|v| v.to_le_bytes()).collect();
-    std::fs::write(d.join("ints.npy"), npy("<i4", "(3, 2)", &body)).unwrap();
+    std::fs::write(
+        d.join("flags.npy"),
+        npy("|b1", "(3, 2)", &[1, 0, 1, 1, 0, 0]),
+    )
+    .unwrap();
     fails(
         d,
-        &["kmeans", "ints.npy", "--k", "1", "--labels-out", "l.npy"],
+        &["kmeans", "flags.npy", "--k", "1", "--labels-out", "l.npy"],
         2,
-        &["ints.npy", "dtype", "int32"],
+        &["flags.npy", "dtype is bool", "X.astype(numpy.float32)"],
+    );
+    std::fs::write(d.join("z.npy"), npy("<c8", "(3, 1)", &[0; 24])).unwrap();
+    fails(
+        d,
+        &["kmeans", "z.npy", "--k", "1"],
+        2,
+        &["z.npy", "complex", "X.real"],
+    );
+    std::fs::write(d.join("obj.npy"), npy("|O", "(3, 1)", &[0; 24])).unwrap();
+    fails(
+        d,
+        &["kmeans", "obj.npy", "--k", "1"],
+        2,
+        &["obj.npy", "Python objects"],
     );
     std::fs::write(d.join("vec.npy"), npy("<f8", "(6,)", &f64_bytes(&[0.0; 6]))).unwrap();
     fails(
         d,
         &["kmeans", "vec.npy", "--k", "1", "--labels-out", "l.npy"],
         2,
-        &["vec.npy", "1 dimension", "expected 2"],
+        &[
+            "vec.npy",
+            "1-D (shape (6,))",
+            "X.reshape(-1, 1)",
+            "X.reshape(1, -1)",
+        ],
     );
     std::fs::write(
         d.join("short.npy"),
@@ -1277,4 +1299,421 @@ fn distances_writes_the_matrix_in_blocks() {
         &["missing.csv"],
     );
     fails(d, &["distances", "a.csv", "b.csv"], 2, &["--output"]);
+}
+
+/// Labels of `kmeans --k 2` on the CPU for input file `name` in `dir`.
+fn cpu_labels(dir: &Path, name: &str) -> String {
+    ok(
+        dir,
+        &[
+            "kmeans",
+            name,
+            "--k",
+            "2",
+            "--device",
+            "cpu",
+            "--labels-out",
+            "l.csv",
+        ],
+    );
+    std::fs::read_to_string(dir.join("l.csv")).unwrap()
+}
+
+#[test]
+fn npy_of_every_numeric_dtype_byte_order_and_layout_clusters_the_same() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path();
+    // Two groups of three rows, two columns, small integers: exact in every dtype.
+    let rows = [[0i64, 1], [1, 0], [0, 0], [20, 21], [21, 20], [20, 20]];
+    let flat: Vec<i64> = rows.iter().flatten().copied().collect();
+    let fortran: Vec<i64> = (0..2)
+        .flat_map(|j| rows.iter().map(move |r| r[j]))
+        .collect();
+    std::fs::write(
+        d.join("f4.npy"),
+        npy(
+            "<f4",
+            "(6, 2)",
+            &flat
+                .iter()
+                .flat_map(|&v| (v as f32).to_le_bytes())
+                .collect::<Vec<_>>(),
+        ),
+    )
+    .unwrap();
+    let want = cpu_labels(d, "f4.npy");
+    assert_two_groups(&want, 3);
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        ("|u1", flat.iter().map(|&v| v as u8).collect()),
+        ("|i1", flat.iter().map(|&v| v as i8 as u8).collect()),
+        (
+            ">i2",
+            flat.iter()
+                .flat_map(|&v| (v as i16).to_be_bytes())
+                .collect(),
+        ),
+        (
+            "<u4",
+            flat.iter()
+                .flat_map(|&v| (v as u32).to_le_bytes())
+                .collect(),
+        ),
+        ("<i8", flat.iter().flat_map(|&v| v.to_le_bytes()).collect()),
+        (
+            ">u8",
+            flat.iter()
+                .flat_map(|&v| (v as u64).to_be_bytes())
+                .collect(),
+        ),
+        (
+            "<f2",
+            flat.iter()
+                .flat_map(|&v| half_bits(v).to_le_bytes())
+                .collect(),
+        ),
+        (
+            ">f4",
+            flat.iter()
+                .flat_map(|&v| (v as f32).to_be_bytes())
+                .collect(),
+        ),
+        (
+            ">f8",
+            flat.iter()
+                .flat_map(|&v| (v as f64).to_be_bytes())
+                .collect(),
+        ),
+    ];
+    for (descr, body) in cases {
+        std::fs::write(d.join("x.npy"), npy(descr, "(6, 2)", &body)).unwrap();
+        assert_eq!(cpu_labels(d, "x.npy"), want, "{descr}");
+    }
+    let body: Vec<u8> = fortran
+        .iter()
+        .flat_map(|&v| (v as f64).to_le_bytes())
+        .collect();
+    let mut f = npy("<f8", "(6, 2)", &body);
+    let at = f.windows(5).position(|w| w == b"False").unwrap();
+    f[at..at + 5].copy_from_slice(b"True ");
+    std::fs::write(d.join("fortran.npy"), f).unwrap();
+    assert_eq!(cpu_labels(d, "fortran.npy"), want);
+}
+
+/// Asserts that `labels` (one per line) put the first `n` rows in one cluster, the rest in
+/// the other.
+#[track_caller]
+fn assert_two_groups(labels: &str, n: usize) {
+    let l: Vec<&str> = labels.lines().collect();
+    assert!(l[..n].iter().all(|&x| x == l[0]), "{l:?}");
+    assert!(l[n..].iter().all(|&x| x == l[n] && x != l[0]), "{l:?}");
+}
+
+/// The float16 bits of a small whole number (exact: |v| < 2048).
+fn half_bits(v: i64) -> u16 {
+    if v == 0 {
+        return 0;
+    }
+    let (sign, m) = (u16::from(v < 0) << 15, v.unsigned_abs());
+    let e = 63 - m.leading_zeros() as u16;
+    sign | ((e + 15) << 10) | (((m << 10 >> e) & 0x3ff) as u16)
+}
+
+#[test]
+fn csv_nan_inf_and_missing_spellings_name_line_and_column() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path();
+    for (field, needle) in [
+        ("NaN", "(NaN)"),
+        ("-Infinity", "(infinite)"),
+        ("NA", "missing value"),
+    ] {
+        write(d, "m.csv", &format!("a,b\n1,2\n3,{field}\n"));
+        fails(
+            d,
+            &["kmeans", "m.csv", "--k", "1", "--labels-out", "l.csv"],
+            2,
+            &["m.csv, line 3, column 2", "not a finite", needle],
+        );
+    }
+    write(d, "q.csv", "a,b\n\"1,000.5\",\"2\"\n\"1,001.5\",3\n");
+    ok(
+        d,
+        &[
+            "kmeans",
+            "q.csv",
+            "--k",
+            "1",
+            "--device",
+            "cpu",
+            "--centroids-out",
+            "c.csv",
+        ],
+    );
+    assert_eq!(
+        std::fs::read_to_string(d.join("c.csv")).unwrap(),
+        "a,b\n1001,2.5\n"
+    );
+}
+
+#[test]
+fn rows_of_100000_columns_cluster_and_search_on_the_cpu() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path();
+    const D: usize = 100_000;
+    let rows: Vec<Vec<f32>> = (0..4)
+        .map(|r| {
+            (0..D)
+                .map(|c| (r / 2 * 10) as f32 + (c % 7) as f32 * 0.25 + r as f32 * 0.5)
+                .collect()
+        })
+        .collect();
+    let text: String = rows
+        .iter()
+        .map(|r| {
+            r.iter()
+                .map(|v| v.to_string())
+                .collect::<Vec<_>>()
+                .join(",")
+                + "\n"
+        })
+        .collect();
+    write(d, "wide.csv", &text);
+    let body: Vec<u8> = rows
+        .iter()
+        .flatten()
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
+    std::fs::write(d.join("wide.npy"), npy("<f4", &format!("(4, {D})"), &body)).unwrap();
+    for name in ["wide.csv", "wide.npy"] {
+        assert_two_groups(&cpu_labels(d, name), 2);
+        ok(
+            d,
+            &[
+                "knn",
+                "--train",
+                name,
+                "--query",
+                name,
+                "--k",
+                "2",
+                "--device",
+                "cpu",
+                "--indices-out",
+                "nn.csv",
+            ],
+        );
+        assert_eq!(
+            std::fs::read_to_string(d.join("nn.csv")).unwrap(),
+            "0,1\n1,0\n2,3\n3,2\n",
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn k_1_and_k_equal_to_n_on_the_cpu() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path();
+    write(d, "p.csv", "0,0\n2,0\n0,4\n2,4\n7,9\n");
+    ok(
+        d,
+        &[
+            "kmeans",
+            "p.csv",
+            "--k",
+            "1",
+            "--device",
+            "cpu",
+            "--labels-out",
+            "l.csv",
+            "--centroids-out",
+            "c.csv",
+        ],
+    );
+    assert_eq!(
+        std::fs::read_to_string(d.join("l.csv")).unwrap(),
+        "0\n0\n0\n0\n0\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(d.join("c.csv")).unwrap(),
+        "2.2,3.4\n"
+    );
+    let r = ok(
+        d,
+        &[
+            "kmeans",
+            "p.csv",
+            "--k",
+            "5",
+            "--device",
+            "cpu",
+            "--labels-out",
+            "l.csv",
+            "--json",
+        ],
+    );
+    assert_eq!(json(&r)["inertia"], 0.0);
+    let labels: BTreeSet<String> = std::fs::read_to_string(d.join("l.csv"))
+        .unwrap()
+        .lines()
+        .map(String::from)
+        .collect();
+    assert_eq!(labels.len(), 5, "every point its own cluster");
+    fails(
+        d,
+        &["kmeans", "p.csv", "--k", "6", "--device", "cpu"],
+        2,
+        &["k = 6 is larger than the number of points (5)"],
+    );
+    ok(
+        d,
+        &[
+            "knn",
+            "--train",
+            "p.csv",
+            "--query",
+            "p.csv",
+            "--k",
+            "5",
+            "--device",
+            "cpu",
+            "--indices-out",
+            "nn.csv",
+        ],
+    );
+    let first: Vec<String> = std::fs::read_to_string(d.join("nn.csv"))
+        .unwrap()
+        .lines()
+        .map(|l| l.split(',').next().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        first,
+        ["0", "1", "2", "3", "4"],
+        "each row is its own nearest neighbour"
+    );
+}
+
+#[test]
+fn inputs_larger_than_memory_are_refused_naming_their_size() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path();
+    // Sparse files: their size exists without taking disk or memory.
+    let huge = 1u64 << 43;
+    let header = npy("<f4", &format!("({}, 16)", huge / 64), &[]);
+    std::fs::write(d.join("big.npy"), &header).unwrap();
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(d.join("big.npy"))
+        .unwrap();
+    f.set_len(header.len() as u64 + huge).unwrap();
+    fails(
+        d,
+        &["kmeans", "big.npy", "--k", "2"],
+        2,
+        &[
+            "big.npy: its values (mapped from the file) need 8.0 TiB but only",
+            "of memory is available",
+        ],
+    );
+    write(d, "big.csv", "1,2\n");
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(d.join("big.csv"))
+        .unwrap();
+    f.set_len(huge).unwrap();
+    fails(
+        d,
+        &["kmeans", "big.csv", "--k", "2"],
+        2,
+        &["big.csv: the file is 8.0 TiB and its values would need about as much memory"],
+    );
+}
+
+#[test]
+fn numeric_options_out_of_range_are_usage_errors() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path();
+    write(d, "p.csv", "0,0\n1,1\n");
+    for (args, needle) in [
+        (
+            &[
+                "segment", "x.png", "--k", "2", "-o", "o.png", "--swatch", "0",
+            ][..],
+            "--swatch",
+        ),
+        (
+            &[
+                "segment",
+                "x.png",
+                "--k",
+                "2",
+                "-o",
+                "o.png",
+                "--swatch",
+                "99999999999",
+            ][..],
+            "--swatch",
+        ),
+        (
+            &[
+                "patches",
+                "x.png",
+                "--k",
+                "2",
+                "-o",
+                "o.png",
+                "--zoom",
+                "4294967295",
+            ][..],
+            "--zoom",
+        ),
+        (
+            &[
+                "distances",
+                "p.csv",
+                "p.csv",
+                "-o",
+                "d.csv",
+                "--block-mib",
+                "0",
+            ][..],
+            "--block-mib",
+        ),
+        (
+            &[
+                "distances",
+                "p.csv",
+                "p.csv",
+                "-o",
+                "d.csv",
+                "--block-mib",
+                "18446744073709551615",
+            ][..],
+            "--block-mib",
+        ),
+        (&["kmeans", "p.csv", "--k", "-1"][..], "--k"),
+        (
+            &["kmeans", "p.csv", "--k", "1", "--max-iter", "1e3"][..],
+            "--max-iter",
+        ),
+        (
+            &[
+                "kmeans", "p.csv", "--k", "1", "--tol", "nan", "--device", "cpu",
+            ][..],
+            "tol must be finite",
+        ),
+        (
+            &[
+                "kmeans",
+                "p.csv",
+                "--k",
+                "1",
+                "--device",
+                "gpu:99999999999999999999999",
+            ][..],
+            "--device",
+        ),
+    ] {
+        fails(d, args, 2, &[needle]);
+    }
 }

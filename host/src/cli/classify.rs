@@ -3,8 +3,8 @@
 
 use super::knn::{check_k, device_name, metric_name, same_columns};
 use super::{CliError, CsvOpts, Ui, about, check_outputs};
-use kmeans_knn::io::{Format, LabelColumn, Outputs, read_labelled, read_labels, read_matrix};
-use kmeans_knn::{Device, DistanceMetric, KnnClassifier, MatrixView, Scaler, Selection, Weights};
+use crate::io::{Format, LabelColumn, Outputs, read_labelled, read_labels, read_matrix};
+use crate::{Device, DistanceMetric, KnnClassifier, MatrixView, Scaler, Selection, Weights};
 use serde_json::json;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -173,7 +173,7 @@ fn scaled(
     scale: Scale,
     train: MatrixView<'_>,
     query: MatrixView<'_>,
-) -> kmeans_knn::Result<Option<(Vec<f32>, Vec<f32>)>> {
+) -> crate::Result<Option<(Vec<f32>, Vec<f32>)>> {
     let scaler = match scale {
         Scale::None => return Ok(None),
         Scale::Zscore => Scaler::ZScore,
@@ -187,7 +187,7 @@ fn scaled(
 fn first_line_fields(path: &Path, delimiter: Option<u8>) -> Option<usize> {
     let text = std::fs::read_to_string(path).ok()?;
     let line = text.lines().find(|l| !l.trim().is_empty())?;
-    let d = kmeans_knn::io::delimiter_for(path, delimiter) as char;
+    let d = crate::io::delimiter_for(path, delimiter) as char;
     Some(line.split(d).count())
 }
 

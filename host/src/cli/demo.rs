@@ -1,10 +1,10 @@
 //! `kmeans-knn demo`: every kind of work on sample data built into the binary.
 
 use super::{CliError, FitOpts, Ui, about, fit_with_progress};
-use kmeans_knn::image_ops::Pixels;
-use kmeans_knn::io::Outputs;
-use kmeans_knn::io::image::decode_image;
-use kmeans_knn::{Device, Init, Metric, Precision};
+use crate::image_ops::Pixels;
+use crate::io::Outputs;
+use crate::io::image::decode_image;
+use crate::{Device, Init, Metric, Precision};
 use rand::{Rng, SeedableRng};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -89,7 +89,7 @@ pub fn run(a: Args, ui: Ui) -> Result<(), CliError> {
         CliError::failure(format!(
             "{}: cannot create the folder: {}",
             dir.display(),
-            kmeans_knn::io::describe_io(&e)
+            crate::io::describe_io(&e)
         ))
     })?;
     let total = Instant::now();
@@ -105,10 +105,7 @@ pub fn run(a: Args, ui: Ui) -> Result<(), CliError> {
     // 1. k-means on generated blobs.
     let n = 3000;
     let (points, ids) = blobs(n, 42);
-    let data = about(
-        Path::new("blobs"),
-        kmeans_knn::MatrixView::new(&points, n, 2),
-    )?;
+    let data = about(Path::new("blobs"), crate::MatrixView::new(&points, n, 2))?;
     let start = Instant::now();
     let fit = fit_opts(3, a.device);
     let model = about(

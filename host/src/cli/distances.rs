@@ -2,9 +2,9 @@
 
 use super::knn::{device_name, metric_name};
 use super::{CliError, CsvOpts, Ui, about, check_outputs};
-use kmeans_knn::io::atomic::MatrixWriter;
-use kmeans_knn::io::{IoError, Outputs, read_matrix};
-use kmeans_knn::{Device, DistanceMetric, pairwise_distances_blocks};
+use crate::io::atomic::MatrixWriter;
+use crate::io::{IoError, Outputs, read_matrix};
+use crate::{Device, DistanceMetric, pairwise_distances_blocks};
 use serde_json::json;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -35,7 +35,8 @@ pub struct Args {
     #[arg(short, long, value_name = "FILE")]
     output: PathBuf,
     /// Most MiB of distances computed at once.
-    #[arg(long, value_name = "MIB", default_value_t = 256)]
+    #[arg(long, value_name = "MIB", default_value_t = 256,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1 << 30))]
     block_mib: usize,
     /// Where to compute: auto, cpu, gpu, gpu:N.
     #[arg(long, value_name = "DEVICE", default_value = "auto")]
@@ -49,9 +50,6 @@ pub struct Args {
 
 pub fn run(a: Args, ui: Ui) -> Result<(), CliError> {
     check_outputs([a.output.as_path()])?;
-    if a.block_mib == 0 {
-        return Err(CliError::usage("--block-mib must be at least 1"));
-    }
     let opts = a.csv.read();
     let ta = read_matrix(&a.a, &opts)?;
     let tb = read_matrix(&a.b, &opts)?;
@@ -78,7 +76,7 @@ pub fn run(a: Args, ui: Ui) -> Result<(), CliError> {
             written.map_err(|e| {
                 let reason = e.to_string();
                 write_error = Some(e);
-                kmeans_knn::Error::InvalidParameter {
+                crate::Error::InvalidParameter {
                     name: "output",
                     reason,
                 }

@@ -1,7 +1,7 @@
 //! `kmeans-knn info`: what this machine offers.
 
 use super::{CliError, Ui};
-use kmeans_knn::Device;
+use crate::Device;
 use serde_json::json;
 
 pub const EXAMPLES: &str = "\
@@ -23,7 +23,7 @@ pub struct Args {
 
 /// The `.target` line of the embedded PTX, e.g. `sm_70`.
 pub fn ptx_target() -> String {
-    kmeans_knn::ptx()
+    crate::ptx()
         .lines()
         .find_map(|l| l.trim().strip_prefix(".target "))
         .map(|t| t.trim().to_string())
@@ -31,7 +31,7 @@ pub fn ptx_target() -> String {
 }
 
 fn ptx_version() -> String {
-    kmeans_knn::ptx()
+    crate::ptx()
         .lines()
         .find_map(|l| l.trim().strip_prefix(".version "))
         .map(|t| t.trim().to_string())
@@ -51,8 +51,8 @@ pub fn run(a: Args, _ui: Ui) -> Result<(), CliError> {
         Device::Cpu => Ok(Device::Cpu),
         d => d.resolve(),
     };
-    let gpu = kmeans_knn::gpu_info(ordinal);
-    let memory = kmeans_knn::gpu_memory(ordinal);
+    let gpu = crate::gpu_info(ordinal);
+    let memory = crate::gpu_memory(ordinal);
     let threads = rayon::current_num_threads();
     let chosen = match &backend {
         Ok(d) => d.describe().unwrap_or_else(|_| d.to_string()),

@@ -1,8 +1,8 @@
 //! `kmeans-knn kmeans`: cluster a CSV/NPY file.
 
 use super::{CliError, CsvOpts, FitOpts, Ui, about, check_outputs, fit_with_progress};
-use kmeans_knn::io::{IoError, Outputs, read_matrix};
-use kmeans_knn::{KMeansModel, Metric, Precision};
+use crate::io::{IoError, Outputs, read_matrix};
+use crate::{KMeansModel, Metric, Precision};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use std::path::{Path, PathBuf};
@@ -23,7 +23,8 @@ Labels are written one per row (cluster ids from 0), centroids k × d. --json pr
 /// Arguments of `kmeans`.
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Points to cluster, one per row: CSV (header detected) or NPY (2-D float32/float64).
+    /// Points to cluster, one per row: CSV (header detected) or NPY (2-D, any float or int
+    /// dtype).
     #[arg(value_name = "INPUT")]
     input: PathBuf,
     #[command(flatten)]
@@ -93,10 +94,10 @@ impl SavedModel {
             model,
             params: Some(SavedParams {
                 init: match &fit.init {
-                    kmeans_knn::Init::KMeansPlusPlus => "kmeans++".into(),
-                    kmeans_knn::Init::RandomPoints => "random".into(),
-                    kmeans_knn::Init::RandomLabels => "random-labels".into(),
-                    kmeans_knn::Init::Centroids(_) => "centroids".into(),
+                    crate::Init::KMeansPlusPlus => "kmeans++".into(),
+                    crate::Init::RandomPoints => "random".into(),
+                    crate::Init::RandomLabels => "random-labels".into(),
+                    crate::Init::Centroids(_) => "centroids".into(),
                 },
                 seed: fit.seed,
                 max_iter: fit.max_iter,
@@ -111,19 +112,25 @@ impl SavedModel {
     /// Reads and checks a model file.
     pub fn load(path: &Path) -> Result<SavedModel, IoError> {
         let text = std::fs::read_to_string(path).map_err(|e| IoError::read(path, &e))?;
+        SavedModel::parse(&text, path)
+    }
+
+    /// Parses and checks the text of a model file; `path` names it in errors.
+    pub fn parse(text: &str, path: &Path) -> Result<SavedModel, IoError> {
         if text.trim().is_empty() {
             return Err(IoError::input(path, "the file is empty"));
         }
-        let saved: SavedModel = serde_json::from_str(&text)
+        let saved: SavedModel = serde_json::from_str(text)
             .map_err(|e| IoError::input(path, format!("not a kmeans-knn model file: {e}")))?;
         let m = &saved.model;
         let problem = if m.k == 0 || m.d == 0 {
             Some("k and d must be at least 1".to_string())
-        } else if m.centroids.len() != m.k * m.d {
+        } else if m.k.checked_mul(m.d) != Some(m.centroids.len()) {
             Some(format!(
-                "it holds {} centroid values, k × d = {}",
+                "it holds {} centroid values, k × d = {} × {}",
                 m.centroids.len(),
-                m.k * m.d
+                m.k,
+                m.d
             ))
         } else if m.centroids.iter().any(|v| !v.is_finite()) {
             Some("a centroid value is not finite".into())
@@ -223,4 +230,43 @@ fn summary_text(a: &Args, m: &KMeansModel, n: usize, secs: f64, outs: &[&Path]) 
         s += &format!("  wrote       {}\n", super::list_paths(outs));
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> String {
+        SavedModel::parse(text, Path::new("m.json"))
+            .map(|_| "ok".into())
+            .unwrap_or_else(|e| e.to_string())
+    }
+
+    #[test]
+    fn model_files_are_checked_before_use() {
+        let model = |k: &str, d: &str, c: &str| {
+            format!(
+                r#"{{"k":{k},"d":{d},"metric":"L2","centroids":{c},"cluster_sizes":[1],
+                "inertia":0,"n_iter":1,"converged":true,"device":"cpu"}}"#
+            )
+        };
+        assert_eq!(parse(&model("1", "2", "[0.5,1]")), "ok");
+        assert_eq!(parse(" \n"), "m.json: the file is empty");
+        assert!(parse("{").starts_with("m.json: not a kmeans-knn model file: EOF"));
+        assert!(parse(&model("-1", "2", "[]")).contains("not a kmeans-knn model file"));
+        assert_eq!(
+            parse(&model("0", "2", "[]")),
+            "m.json: the model is inconsistent: k and d must be at least 1"
+        );
+        assert_eq!(
+            parse(&model("2", "2", "[1,2,3]")),
+            "m.json: the model is inconsistent: it holds 3 centroid values, k × d = 2 × 2"
+        );
+        // k × d overflows: the check must not (it panicked with debug assertions).
+        assert!(parse(&model("4294967296", "4294967296", "[1]")).contains("k × d = 4294967296 × "));
+        assert_eq!(
+            parse(&model("1", "1", "[1e39]")),
+            "m.json: the model is inconsistent: a centroid value is not finite"
+        );
+    }
 }

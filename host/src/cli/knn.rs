@@ -1,8 +1,8 @@
 //! `kmeans-knn knn`: exact k nearest neighbours.
 
 use super::{CliError, CsvOpts, Ui, about, check_outputs};
-use kmeans_knn::io::{Outputs, Table, read_matrix};
-use kmeans_knn::{Device, DistanceMetric, KnnIndex, Selection};
+use crate::io::{Outputs, Table, read_matrix};
+use crate::{Device, DistanceMetric, KnnIndex, Selection};
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::time::Instant;

@@ -11,10 +11,12 @@ mod patches;
 mod predict;
 mod segment;
 
+pub use kmeans::SavedModel;
+
+use crate::io::{Blame, IoError, ReadOptions};
+use crate::{Device, Init, KMeans, KMeansParams, Metric};
 use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use kmeans_knn::io::{Blame, IoError, ReadOptions};
-use kmeans_knn::{Device, Init, KMeans, KMeansParams, Metric};
 use std::fmt;
 use std::io::{IsTerminal, Write};
 use std::path::Path;
@@ -35,7 +37,7 @@ Examples:
   kmeans-knn patches photo.png --patch 5 --stride 1 --k 80 -o centroids.png
   kmeans-knn info
 
-Inputs: CSV (header detected; --delimiter), NPY (2-D float32/float64), PNG/JPEG images.
+Inputs: CSV (header detected; --delimiter), NPY (2-D, any float or int dtype), PNG/JPEG images.
 Outputs: .npy is NPY, .json JSON, anything else CSV; written whole or not at all.
 Exit codes: 0 success, 2 bad usage or bad input, 1 other failures.";
 
@@ -151,9 +153,9 @@ impl From<IoError> for CliError {
     }
 }
 
-impl From<kmeans_knn::Error> for CliError {
-    fn from(e: kmeans_knn::Error) -> Self {
-        use kmeans_knn::Error::*;
+impl From<crate::Error> for CliError {
+    fn from(e: crate::Error) -> Self {
+        use crate::Error::*;
         let code = match e {
             EmptyData
             | ZeroDimension
@@ -173,7 +175,7 @@ impl From<kmeans_knn::Error> for CliError {
 
 /// Result of a library call about input file `path`: errors about the input name the file
 /// (others, such as an unusable GPU, are not the file's fault).
-pub fn about<T>(path: &Path, r: kmeans_knn::Result<T>) -> Result<T, CliError> {
+pub fn about<T>(path: &Path, r: crate::Result<T>) -> Result<T, CliError> {
     r.map_err(|e| {
         let e = CliError::from(e);
         if e.code == 2 { e.in_file(path) } else { e }
@@ -335,9 +337,9 @@ pub fn fit_with_progress<'a>(
     ui: Ui,
     opts: &FitOpts,
     metric: Metric,
-    precision: kmeans_knn::Precision,
-    data: impl Into<kmeans_knn::MatrixView<'a>>,
-) -> kmeans_knn::Result<kmeans_knn::KMeansModel> {
+    precision: crate::Precision,
+    data: impl Into<crate::MatrixView<'a>>,
+) -> crate::Result<crate::KMeansModel> {
     let bar = ui.iterations_bar(opts);
     let n_init = opts.n_init;
     let b = bar.clone();
@@ -387,7 +389,7 @@ pub fn list_paths(paths: &[&Path]) -> String {
 
 /// Cluster sizes for a summary: the largest first, at most `max` shown.
 pub fn sizes_line(sizes: &[u32], max: usize) -> String {
-    let order = kmeans_knn::image_ops::order_by_size(sizes);
+    let order = crate::image_ops::order_by_size(sizes);
     let mut parts: Vec<String> = order
         .iter()
         .take(max)

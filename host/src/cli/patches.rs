@@ -1,10 +1,10 @@
 //! `kmeans-knn patches`: cluster the p×p×c patches of an image.
 
 use super::{CliError, FitOpts, Ui, about, check_outputs, fit_with_progress};
-use kmeans_knn::image_ops::{GridLayout, Pixels, order_by_size, patch_grid};
-use kmeans_knn::io::image::{output_format, read_image};
-use kmeans_knn::io::{Format, Outputs};
-use kmeans_knn::{KMeansModel, Metric, Precision};
+use crate::image_ops::{GridLayout, Pixels, order_by_size, patch_grid};
+use crate::io::image::{output_format, read_image};
+use crate::io::{Format, Outputs};
+use crate::{KMeansModel, Metric, Precision};
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -39,7 +39,7 @@ pub struct Args {
     #[arg(long, value_name = "FILE")]
     sizes_out: Option<PathBuf>,
     /// Pixels per patch pixel in the grid [default: enough for 40-pixel patches].
-    #[arg(long, value_name = "Z")]
+    #[arg(long, value_name = "Z", value_parser = clap::value_parser!(u32).range(1..=64))]
     zoom: Option<u32>,
     /// Print one JSON object on stdout instead of the summary.
     #[arg(long)]

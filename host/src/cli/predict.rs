@@ -2,8 +2,8 @@
 
 use super::kmeans::SavedModel;
 use super::{CliError, CsvOpts, Ui, about, check_outputs};
-use kmeans_knn::Device;
-use kmeans_knn::io::{Outputs, read_matrix};
+use crate::Device;
+use crate::io::{Outputs, read_matrix};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 

@@ -1,10 +1,10 @@
 //! `kmeans-knn segment`: k-means colour segmentation of a photo.
 
 use super::{CliError, FitOpts, Ui, about, check_outputs, fit_with_progress};
-use kmeans_knn::image_ops::{Pixels, palette_strip, recolor};
-use kmeans_knn::io::Outputs;
-use kmeans_knn::io::image::{output_format, read_image};
-use kmeans_knn::{KMeansModel, Metric, Precision};
+use crate::image_ops::{Pixels, palette_strip, recolor};
+use crate::io::Outputs;
+use crate::io::image::{output_format, read_image};
+use crate::{KMeansModel, Metric, Precision};
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -37,7 +37,8 @@ pub struct Args {
     #[arg(long, value_name = "FILE")]
     palette_out: Option<PathBuf>,
     /// Side of one palette square in pixels.
-    #[arg(long, value_name = "PX", default_value_t = 32)]
+    #[arg(long, value_name = "PX", default_value_t = 32,
+          value_parser = clap::value_parser!(u32).range(1..=1024))]
     swatch: u32,
     /// Print one JSON object on stdout instead of the summary.
     #[arg(long)]

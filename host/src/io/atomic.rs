@@ -240,8 +240,15 @@ impl MatrixWriter {
             Format::Json => file.write_all(b"[").map_err(|e| IoError::write(path, &e))?,
             Format::Csv => {
                 if let Some(h) = header {
-                    let sep = (delimiter as char).to_string();
-                    writeln!(file, "{}", h.join(&sep)).map_err(|e| IoError::write(path, &e))?;
+                    // Quoted where a name holds the delimiter, a quote or a line break, so the
+                    // header reads back as the same columns.
+                    let mut w = ::csv::WriterBuilder::new()
+                        .delimiter(delimiter)
+                        .terminator(::csv::Terminator::Any(b'\n'))
+                        .from_writer(file.writer());
+                    w.write_record(h)
+                        .and_then(|()| w.flush().map_err(::csv::Error::from))
+                        .map_err(|e| IoError::output(path, format!("cannot write it: {e}")))?;
                 }
             }
         }
@@ -375,6 +382,27 @@ mod tests {
         let json: Vec<Vec<f32>> =
             serde_json::from_str(&std::fs::read_to_string(dir.join("m.json")).unwrap()).unwrap();
         assert_eq!(json, vec![vec![1.5, -2.0], vec![0.25, 4.0]]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn header_names_holding_the_delimiter_read_back_as_one_column_each() {
+        // Found by fuzz/csv: the tab-separated header "\0,2" was written to CSV unquoted and
+        // read back as two columns.
+        let dir = scratch("hdr");
+        let header = ["\0,2".to_string(), "say \"hi\"".to_string()];
+        let mut outputs = Outputs::new();
+        outputs
+            .matrix(&dir.join("h.csv"), 1, 2, &[3f32, 4.0], Some(&header))
+            .unwrap();
+        outputs.commit().unwrap();
+        let opts = crate::io::ReadOptions {
+            delimiter: None,
+            header: Some(true),
+        };
+        let t = crate::io::csv::read_matrix(&dir.join("h.csv"), &opts).unwrap();
+        assert_eq!(t.header.as_deref(), Some(&header[..]));
+        assert_eq!(*t.data, [3.0, 4.0]);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -1,7 +1,8 @@
 //! Reading and writing the files the command-line tool works with: CSV and NPY matrices, label
 //! columns, PNG/JPEG images, and outputs that appear only when a run succeeds.
 //!
-//! * Inputs: [`read_matrix`] (CSV with header detection or 2-D `f32`/`f64` NPY),
+//! * Inputs: [`read_matrix`] (CSV with header detection, or 2-D NPY of any plain numeric dtype,
+//!   memory-mapped),
 //!   [`read_labelled`] (a matrix with one label column split off), [`read_labels`] (one column),
 //!   [`image::read_image`].
 //! * Outputs go through [`Outputs`]: every file is written to a temporary file in its target's
@@ -9,16 +10,19 @@
 //!   The format follows the extension: `.npy` is NPY, `.json` JSON (where it makes sense),
 //!   anything else CSV.
 //!
-//! Every error is an [`IoError`] naming the file and, for text, the line and column.
+//! Every error is an [`IoError`] naming the file and, for text, the line and column. Inputs
+//! that cannot fit in memory are refused before anything is allocated for them ([`memory`]).
 
 pub mod atomic;
 pub mod csv;
 pub mod image;
+pub mod memory;
 pub mod npy;
 
 pub use atomic::{AtomicFile, Outputs};
 
 use std::fmt;
+use std::ops::Deref;
 use std::path::{Path, PathBuf};
 
 /// Result alias of this module.
@@ -168,11 +172,46 @@ pub struct ReadOptions {
     pub header: Option<bool>,
 }
 
+/// The values of a [`Table`]: read into memory, or mapped in place from an NPY file.
+#[derive(Clone)]
+pub enum Values {
+    /// Parsed or converted values.
+    Owned(Vec<f32>),
+    /// A little-endian `float32` NPY file's values, not copied.
+    Mapped(npy::MappedValues),
+}
+
+impl Deref for Values {
+    type Target = [f32];
+    fn deref(&self) -> &[f32] {
+        match self {
+            Values::Owned(v) => v,
+            Values::Mapped(m) => m.as_slice(),
+        }
+    }
+}
+
+impl fmt::Debug for Values {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let how = match self {
+            Values::Owned(_) => "owned",
+            Values::Mapped(_) => "mapped",
+        };
+        write!(f, "{} {how} values", self.len())
+    }
+}
+
+impl PartialEq for Values {
+    fn eq(&self, other: &Values) -> bool {
+        **self == **other
+    }
+}
+
 /// A dense row-major `f32` matrix read from a file.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Table {
     /// `rows × cols` values, row-major.
-    pub data: Vec<f32>,
+    pub data: Values,
     /// Number of rows.
     pub rows: usize,
     /// Number of columns.
@@ -182,7 +221,7 @@ pub struct Table {
 }
 
 impl Table {
-    /// A view for the library.
+    /// A view for the library (borrowing the values, mapped or not).
     pub fn view(&self) -> crate::MatrixView<'_> {
         crate::MatrixView::new(&self.data, self.rows, self.cols).expect("rows × cols values")
     }
@@ -240,7 +279,8 @@ pub struct Labelled {
     pub labels: Vec<String>,
 }
 
-/// Reads a 2-D matrix: NPY (`f32`/`f64`, C order) by the `.npy` extension, else CSV.
+/// Reads a 2-D matrix: NPY (any plain numeric dtype, memory-mapped) by the `.npy` extension,
+/// else CSV.
 pub fn read_matrix(path: &Path, opts: &ReadOptions) -> Result<Table> {
     if extension(path) == "npy" {
         npy::read_matrix(path)
@@ -278,7 +318,7 @@ pub fn read_labelled(path: &Path, opts: &ReadOptions, label: LabelColumn) -> Res
         });
         Ok(Labelled {
             features: Table {
-                data,
+                data: Values::Owned(data),
                 rows: t.rows,
                 cols: t.cols - 1,
                 header,

@@ -1,12 +1,18 @@
-//! NPY files (NumPy's `.npy`, format versions 1–3): 2-D `f32`/`f64` matrices in C order, label
-//! vectors of integers or floats, and a streaming writer.
+//! NPY files (NumPy's `.npy`, format versions 1–3): 2-D matrices of any plain numeric dtype
+//! (float16/32/64, signed and unsigned integers of 8–64 bits, either byte order, C or Fortran
+//! order) read as row-major `f32`, label vectors, and a streaming writer.
+//!
+//! Files are memory-mapped. A little-endian `float32` matrix in C order is handed to the
+//! library in place ([`MappedValues`], no copy); every other layout is converted into one
+//! `f32` buffer straight from the map, so a file never sits in memory twice.
 
-use super::{IoError, Result, Table, format_number};
-use std::io::{self, Read, Write};
+use super::{IoError, Result, Table, Values, format_number, memory};
+use memmap2::Mmap;
+use std::io::{self, Write};
 use std::path::Path;
+use std::sync::Arc;
 
 const MAGIC: &[u8] = b"\x93NUMPY";
-
 /// A value type that can be written to NPY and CSV.
 pub trait Element: Copy {
     /// NPY type descriptor, e.g. `<f4`.
@@ -50,37 +56,33 @@ pub struct Header {
     pub shape: Vec<usize>,
 }
 
-/// Parses the header of an NPY stream.
-pub fn read_header(r: &mut impl Read) -> std::result::Result<Header, String> {
-    let mut pre = [0u8; 8];
-    r.read_exact(&mut pre)
-        .map_err(|_| "it is not an NPY file (too short)".to_string())?;
-    if &pre[..6] != MAGIC {
+/// Parses the header at the start of an NPY file; returns it with the offset of the data.
+pub fn split_header(bytes: &[u8]) -> std::result::Result<(Header, usize), String> {
+    if bytes.len() < 8 {
+        return Err("it is not an NPY file (too short)".into());
+    }
+    if &bytes[..6] != MAGIC {
         return Err("it is not an NPY file (the magic string \\x93NUMPY is missing)".into());
     }
-    let len = match pre[6] {
+    let truncated = || "its NPY header is truncated".to_string();
+    let (len, start) = match bytes[6] {
         1 => {
-            let mut b = [0u8; 2];
-            r.read_exact(&mut b)
-                .map_err(|_| "its NPY header is truncated".to_string())?;
-            u16::from_le_bytes(b) as usize
+            let b = bytes.get(8..10).ok_or_else(truncated)?;
+            (usize::from(u16::from_le_bytes([b[0], b[1]])), 10usize)
         }
         2 | 3 => {
-            let mut b = [0u8; 4];
-            r.read_exact(&mut b)
-                .map_err(|_| "its NPY header is truncated".to_string())?;
-            u32::from_le_bytes(b) as usize
+            let b = bytes.get(8..12).ok_or_else(truncated)?;
+            (u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize, 12)
         }
         v => return Err(format!("NPY format version {v} is not supported")),
     };
-    if len > 1 << 20 {
-        return Err("its NPY header is implausibly long".into());
-    }
-    let mut text = vec![0u8; len];
-    r.read_exact(&mut text)
-        .map_err(|_| "its NPY header is truncated".to_string())?;
-    let text = String::from_utf8_lossy(&text);
-    parse_header(&text)
+    // The claimed length is checked against the file before any of it is read.
+    let end = start
+        .checked_add(len)
+        .filter(|&e| e <= bytes.len())
+        .ok_or_else(truncated)?;
+    let text = String::from_utf8_lossy(&bytes[start..end]);
+    Ok((parse_header(&text)?, end))
 }
 
 fn value_after<'a>(text: &'a str, key: &str) -> std::result::Result<&'a str, String> {
@@ -134,169 +136,356 @@ fn parse_header(text: &str) -> std::result::Result<Header, String> {
     })
 }
 
-fn dtype_name(descr: &str) -> String {
-    let kind = descr.trim_start_matches(['<', '>', '|', '=']);
-    let name = match kind {
-        "f2" => "float16",
-        "f4" => "float32",
-        "f8" => "float64",
-        "i1" => "int8",
-        "i2" => "int16",
-        "i4" => "int32",
-        "i8" => "int64",
-        "u1" => "uint8",
-        "u2" => "uint16",
-        "u4" => "uint32",
-        "u8" => "uint64",
-        "b1" => "bool",
-        _ if kind.starts_with('U') || kind.starts_with('S') => "string",
-        _ if kind.starts_with('O') => "object",
-        _ => kind,
-    };
-    format!("{name} ('{descr}')")
+/// The number kinds NPY files hold that convert to `f32`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Float,
+    Int,
+    Uint,
 }
 
-/// An NPY array as read: its header and the raw bytes of its values.
-struct Raw {
-    header: Header,
-    bytes: Vec<u8>,
-    offset: usize,
-    kind: String,
-    big: bool,
+/// A plain numeric dtype: kind, bytes per value and byte order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Dtype {
+    kind: Kind,
+    size: usize,
+    big_endian: bool,
 }
 
-impl Raw {
-    /// The values in file order, converted with `f`.
-    fn values<T>(&self, f: impl Fn(f64) -> T) -> Vec<T> {
-        let size: usize = self.kind[1..].parse().expect("size digit");
-        let count = self.header.shape.iter().product::<usize>();
-        let body = &self.bytes[self.offset..self.offset + count * size];
-        match (self.kind.as_str(), self.big) {
-            // The common case without a detour through f64.
-            ("f4", false) => body
-                .chunks_exact(4)
-                .map(|c| {
-                    f(f64::from(f32::from_le_bytes(
-                        c.try_into().expect("4 bytes"),
-                    )))
+impl Dtype {
+    /// The dtype of descriptor `descr`, or why it is not read (with how to convert it).
+    fn parse(descr: &str) -> std::result::Result<Dtype, String> {
+        let (big_endian, code) = match descr.as_bytes().first() {
+            Some(b'>') => (true, &descr[1..]),
+            // '=' (native) is little-endian on every platform NumPy writes files from.
+            Some(b'<' | b'|' | b'=') => (false, &descr[1..]),
+            _ => (false, descr),
+        };
+        let (kind, size) = match code {
+            "f2" => (Kind::Float, 2),
+            "f4" => (Kind::Float, 4),
+            "f8" => (Kind::Float, 8),
+            "i1" => (Kind::Int, 1),
+            "i2" => (Kind::Int, 2),
+            "i4" => (Kind::Int, 4),
+            "i8" => (Kind::Int, 8),
+            "u1" => (Kind::Uint, 1),
+            "u2" => (Kind::Uint, 2),
+            "u4" => (Kind::Uint, 4),
+            "u8" => (Kind::Uint, 8),
+            "b1" | "?" => {
+                return Err(format!(
+                    "the NPY dtype is bool ('{descr}'), not numbers; save X.astype(numpy.float32) \
+                     if true/false should count as 1/0"
+                ));
+            }
+            c if c.starts_with('c') => {
+                return Err(format!(
+                    "the NPY dtype is complex ('{descr}'); save the part to cluster as real \
+                     numbers, e.g. X.real.astype(numpy.float32) or numpy.abs(X)"
+                ));
+            }
+            c if c.starts_with('O') => {
+                return Err(
+                    "the NPY array holds Python objects (dtype object), which are read only \
+                     through pickle; save a numeric array, e.g. numpy.asarray(X, dtype=numpy.float32)"
+                        .into(),
+                );
+            }
+            c if c.starts_with('U') || c.starts_with('S') => {
+                return Err(format!(
+                    "the NPY array holds text ('{descr}'); convert it to numbers first, e.g. \
+                     X.astype(numpy.float32)"
+                ));
+            }
+            _ => {
+                return Err(format!(
+                    "the NPY dtype '{descr}' is not a plain number type (float16/32/64, int or \
+                     uint of 8 to 64 bits); convert it with X.astype(numpy.float32)"
+                ));
+            }
+        };
+        Ok(Dtype {
+            kind,
+            size,
+            big_endian,
+        })
+    }
+
+    /// The value in `c` (`size` bytes) as `f32`, rounded once to nearest as NumPy's
+    /// `astype(numpy.float32)` does (float16 converts exactly).
+    fn to_f32(self, c: &[u8]) -> f32 {
+        macro_rules! num {
+            ($t:ty) => {{
+                let b = c.try_into().expect("element size");
+                (if self.big_endian {
+                    <$t>::from_be_bytes(b)
+                } else {
+                    <$t>::from_le_bytes(b)
+                }) as f32
+            }};
+        }
+        match (self.kind, self.size) {
+            (Kind::Float, 2) => {
+                let b = c.try_into().expect("element size");
+                let bits = if self.big_endian {
+                    u16::from_be_bytes(b)
+                } else {
+                    u16::from_le_bytes(b)
+                };
+                half::f16::from_bits(bits).to_f32()
+            }
+            (Kind::Float, 4) => num!(f32),
+            (Kind::Float, _) => num!(f64),
+            (Kind::Int, 1) => num!(i8),
+            (Kind::Int, 2) => num!(i16),
+            (Kind::Int, 4) => num!(i32),
+            (Kind::Int, _) => num!(i64),
+            (Kind::Uint, 1) => num!(u8),
+            (Kind::Uint, 2) => num!(u16),
+            (Kind::Uint, 4) => num!(u32),
+            (Kind::Uint, _) => num!(u64),
+        }
+    }
+
+    /// The value in `c` as label text: integers exactly, floats as [`format_number`].
+    fn label(self, c: &[u8]) -> String {
+        macro_rules! int {
+            ($t:ty) => {{
+                let b = c.try_into().expect("element size");
+                (if self.big_endian {
+                    <$t>::from_be_bytes(b)
+                } else {
+                    <$t>::from_le_bytes(b)
                 })
-                .collect(),
-            _ => body
-                .chunks_exact(size)
-                .map(|c| f(decode(&self.kind, self.big, c)))
-                .collect(),
+                .to_string()
+            }};
+        }
+        match (self.kind, self.size) {
+            (Kind::Float, 8) => {
+                let b = c.try_into().expect("element size");
+                format_number(if self.big_endian {
+                    f64::from_be_bytes(b)
+                } else {
+                    f64::from_le_bytes(b)
+                })
+            }
+            (Kind::Float, _) => format_number(f64::from(self.to_f32(c))),
+            (Kind::Int, 1) => int!(i8),
+            (Kind::Int, 2) => int!(i16),
+            (Kind::Int, 4) => int!(i32),
+            (Kind::Int, _) => int!(i64),
+            (Kind::Uint, 1) => int!(u8),
+            (Kind::Uint, 2) => int!(u16),
+            (Kind::Uint, 4) => int!(u32),
+            (Kind::Uint, _) => int!(u64),
         }
     }
 }
 
-/// Reads a whole NPY file; `allowed` lists the accepted type kinds (`f4`, `i8`, ...).
-fn read_array(path: &Path, allowed: &[&str], wanted: &str) -> Result<Raw> {
-    let bytes = std::fs::read(path).map_err(|e| IoError::read(path, &e))?;
-    if bytes.is_empty() {
+/// Where an NPY array's values lie in its file, every length checked against the file.
+struct Layout {
+    dtype: Dtype,
+    fortran_order: bool,
+    shape: Vec<usize>,
+    /// Offset of the first value.
+    offset: usize,
+    /// Number of values.
+    count: usize,
+}
+
+impl Layout {
+    fn of(bytes: &[u8], path: &Path) -> Result<Layout> {
+        let (header, offset) = split_header(bytes).map_err(|m| IoError::input(path, m))?;
+        let dtype = Dtype::parse(&header.descr).map_err(|m| IoError::input(path, m))?;
+        let too_large = || {
+            IoError::input(
+                path,
+                format!("the NPY shape {:?} is too large", header.shape),
+            )
+        };
+        let count = header
+            .shape
+            .iter()
+            .try_fold(1usize, |a, &s| a.checked_mul(s))
+            .ok_or_else(too_large)?;
+        let needed = count.checked_mul(dtype.size).ok_or_else(too_large)?;
+        let held = bytes.len() - offset;
+        if held < needed {
+            return Err(IoError::input(
+                path,
+                format!(
+                    "the NPY data is truncated: shape {:?} needs {needed} bytes, the file holds \
+                     {held}",
+                    header.shape
+                ),
+            ));
+        }
+        Ok(Layout {
+            dtype,
+            fortran_order: header.fortran_order,
+            shape: header.shape,
+            offset,
+            count,
+        })
+    }
+
+    /// The bytes of the values.
+    fn body<'b>(&self, bytes: &'b [u8]) -> &'b [u8] {
+        &bytes[self.offset..self.offset + self.count * self.dtype.size]
+    }
+
+    /// Rows and columns of a matrix, or why the array is not one.
+    fn matrix_shape(&self, path: &Path) -> Result<(usize, usize)> {
+        let (rows, cols) = match self.shape[..] {
+            [rows, cols] => (rows, cols),
+            [n] => {
+                return Err(IoError::input(
+                    path,
+                    format!(
+                        "the NPY array is 1-D (shape ({n},)), expected 2-D rows × columns; save \
+                         X.reshape(-1, 1) if it is one feature of {n} samples, or \
+                         X.reshape(1, -1) if it is one sample of {n} features"
+                    ),
+                ));
+            }
+            _ => {
+                return Err(IoError::input(
+                    path,
+                    format!(
+                        "the NPY array has {} dimensions (shape {:?}), expected 2 (rows × \
+                         columns); save X.reshape(len(X), -1) to flatten each sample",
+                        self.shape.len(),
+                        self.shape
+                    ),
+                ));
+            }
+        };
+        if rows == 0 {
+            return Err(IoError::input(path, "the NPY array has no rows"));
+        }
+        if cols == 0 {
+            return Err(IoError::input(path, "the NPY array has no columns"));
+        }
+        Ok((rows, cols))
+    }
+
+    /// Whether the values can be used in place: little-endian `float32` in row-major order.
+    fn is_native_f32(&self) -> bool {
+        let row_major = !self.fortran_order || self.shape.iter().filter(|&&s| s > 1).count() <= 1;
+        cfg!(target_endian = "little")
+            && self.dtype.kind == Kind::Float
+            && self.dtype.size == 4
+            && !self.dtype.big_endian
+            && row_major
+    }
+
+    /// The values of a `rows × cols` matrix as row-major `f32` (one buffer, no intermediate).
+    fn decode(&self, bytes: &[u8], rows: usize, cols: usize) -> Vec<f32> {
+        let body = self.body(bytes);
+        let size = self.dtype.size;
+        if self.fortran_order {
+            // Column-major: value (i, j) is the (j·rows + i)-th.
+            (0..self.count)
+                .map(|r| {
+                    let e = (r % cols) * rows + r / cols;
+                    self.dtype.to_f32(&body[e * size..(e + 1) * size])
+                })
+                .collect()
+        } else {
+            body.chunks_exact(size)
+                .map(|c| self.dtype.to_f32(c))
+                .collect()
+        }
+    }
+}
+
+/// The `f32` values of a little-endian, row-major `float32` NPY file, read in place from its
+/// memory map (shared by clones).
+#[derive(Clone)]
+pub struct MappedValues {
+    map: Arc<Mmap>,
+    offset: usize,
+    len: usize,
+}
+
+impl MappedValues {
+    /// The values, row-major.
+    pub fn as_slice(&self) -> &[f32] {
+        bytemuck::cast_slice(&self.map[self.offset..self.offset + 4 * self.len])
+    }
+}
+
+/// Maps `path` for reading.
+fn map(path: &Path) -> Result<Mmap> {
+    let file = std::fs::File::open(path).map_err(|e| IoError::read(path, &e))?;
+    let meta = file.metadata().map_err(|e| IoError::read(path, &e))?;
+    if meta.is_dir() {
+        return Err(IoError::input(path, "cannot read it: it is a directory"));
+    }
+    if meta.len() == 0 {
         return Err(IoError::input(path, "the file is empty"));
     }
-    let mut cursor = io::Cursor::new(&bytes[..]);
-    let header = read_header(&mut cursor).map_err(|m| IoError::input(path, m))?;
-    let offset = cursor.position() as usize;
-    let kind = header
-        .descr
-        .trim_start_matches(['<', '>', '|', '='])
-        .to_string();
-    let big = header.descr.starts_with('>');
-    if !allowed.contains(&kind.as_str()) {
-        return Err(IoError::input(
-            path,
-            format!(
-                "the NPY dtype is {}, expected {wanted}",
-                dtype_name(&header.descr)
-            ),
-        ));
+    // SAFETY: the map is only read. Another process truncating the file while it is mapped
+    // would fault (SIGBUS) — the price of not copying inputs larger than half the memory.
+    unsafe { Mmap::map(&file) }.map_err(|e| IoError::read(path, &e))
+}
+
+/// Reads a 2-D NPY matrix of any plain numeric dtype as row-major `f32`; every value must be
+/// finite. A little-endian `float32` matrix in C order stays in its memory map.
+pub fn read_matrix(path: &Path) -> Result<Table> {
+    let map = map(path)?;
+    let layout = Layout::of(&map, path)?;
+    let (rows, cols) = layout.matrix_shape(path)?;
+    let available = memory::available();
+    let bytes = (layout.count as u64).saturating_mul(4);
+    // numpy pads headers so the data starts on a 64-byte boundary; a file that does not
+    // (another writer) is copied instead of read unaligned.
+    let in_place =
+        layout.is_native_f32() && bytemuck::try_cast_slice::<u8, f32>(layout.body(&map)).is_ok();
+    if !in_place {
+        // The map holds the file; only the converted values are allocated.
+        return table_from_bytes(&map, path, available);
     }
-    if header.fortran_order && header.shape.iter().filter(|&&s| s > 1).count() > 1 {
-        return Err(IoError::input(
-            path,
-            "the NPY array is in Fortran (column-major) order; save it with \
-             numpy.ascontiguousarray first",
-        ));
-    }
-    let size: usize = kind[1..].parse().expect("size digit");
-    let count = header
-        .shape
-        .iter()
-        .try_fold(1usize, |a, &s| a.checked_mul(s))
-        .ok_or_else(|| IoError::input(path, "the NPY shape is too large"))?;
-    let body = bytes.len() - offset;
-    if body < count * size {
-        return Err(IoError::input(
-            path,
-            format!(
-                "the NPY data is truncated: shape {:?} needs {} bytes, the file holds {}",
-                header.shape,
-                count * size,
-                body
-            ),
-        ));
-    }
-    Ok(Raw {
-        header,
-        bytes,
-        offset,
-        kind,
-        big,
+    memory::check(path, "its values (mapped from the file)", bytes, available)?;
+    let values = MappedValues {
+        offset: layout.offset,
+        len: layout.count,
+        map: Arc::new(map),
+    };
+    check_finite(path, values.as_slice(), cols)?;
+    Ok(Table {
+        data: Values::Mapped(values),
+        rows,
+        cols,
+        header: None,
     })
 }
 
-fn decode(kind: &str, big: bool, c: &[u8]) -> f64 {
-    macro_rules! num {
-        ($t:ty) => {{
-            let b = c.try_into().expect("element size");
-            (if big {
-                <$t>::from_be_bytes(b)
-            } else {
-                <$t>::from_le_bytes(b)
-            }) as f64
-        }};
-    }
-    match kind {
-        "f4" => num!(f32),
-        "f8" => num!(f64),
-        "i1" => num!(i8),
-        "i2" => num!(i16),
-        "i4" => num!(i32),
-        "i8" => num!(i64),
-        "u1" => num!(u8),
-        "u2" => num!(u16),
-        "u4" => num!(u32),
-        "u8" => num!(u64),
-        _ => unreachable!("checked kind"),
-    }
+/// Reads a 2-D NPY matrix held in `bytes` as row-major `f32` (copied and converted); `path`
+/// names it in errors. Fails when the values need more than `available` bytes of memory.
+pub fn table_from_bytes(bytes: &[u8], path: &Path, available: Option<u64>) -> Result<Table> {
+    let layout = Layout::of(bytes, path)?;
+    let (rows, cols) = layout.matrix_shape(path)?;
+    memory::check(
+        path,
+        "its values as 32-bit floats",
+        (layout.count as u64).saturating_mul(4),
+        available,
+    )?;
+    let data = layout.decode(bytes, rows, cols);
+    check_finite(path, &data, cols)?;
+    Ok(Table {
+        data: Values::Owned(data),
+        rows,
+        cols,
+        header: None,
+    })
 }
 
-/// Reads a 2-D `f32` or `f64` NPY matrix in C order; every value must be finite.
-pub fn read_matrix(path: &Path) -> Result<Table> {
-    let a = read_array(path, &["f4", "f8"], "float32 or float64")?;
-    let shape = a.header.shape.clone();
-    if shape.len() != 2 {
-        return Err(IoError::input(
-            path,
-            format!(
-                "the NPY array has {} dimension{} (shape {:?}), expected 2 (rows × columns)",
-                shape.len(),
-                if shape.len() == 1 { "" } else { "s" },
-                shape
-            ),
-        ));
-    }
-    let (rows, cols) = (shape[0], shape[1]);
-    if rows == 0 {
-        return Err(IoError::input(path, "the NPY array has no rows"));
-    }
-    if cols == 0 {
-        return Err(IoError::input(path, "the NPY array has no columns"));
-    }
-    let data: Vec<f32> = a.values(|v| v as f32);
-    if let Some(i) = data.iter().position(|v| !v.is_finite()) {
-        return Err(IoError::input(
+fn check_finite(path: &Path, data: &[f32], cols: usize) -> Result<()> {
+    match data.iter().position(|v| !v.is_finite()) {
+        Some(i) => Err(IoError::input(
             path,
             format!(
                 "the value at row {}, column {} (counting from 1) is {}, not a finite 32-bit \
@@ -305,28 +494,31 @@ pub fn read_matrix(path: &Path) -> Result<Table> {
                 i % cols + 1,
                 data[i]
             ),
-        ));
+        )),
+        None => Ok(()),
     }
-    Ok(Table {
-        data,
-        rows,
-        cols,
-        header: None,
-    })
 }
 
 /// Reads labels from a 1-D or `n × 1` NPY array of integers or floats.
 pub fn read_labels(path: &Path) -> Result<Vec<String>> {
-    let kinds = ["f4", "f8", "i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8"];
-    let a = read_array(path, &kinds, "an integer or float type")?;
-    let shape = &a.header.shape;
+    labels_from_bytes(&map(path)?, path)
+}
+
+/// Reads labels from an NPY file held in `bytes`; `path` names it in errors.
+pub fn labels_from_bytes(bytes: &[u8], path: &Path) -> Result<Vec<String>> {
+    let layout = Layout::of(bytes, path)?;
+    let shape = &layout.shape;
     if !(shape.len() == 1 || (shape.len() == 2 && shape[1] == 1)) {
         return Err(IoError::input(
             path,
             format!("a label file needs shape (n,) or (n, 1), this NPY array has {shape:?}"),
         ));
     }
-    Ok(a.values(format_number))
+    Ok(layout
+        .body(bytes)
+        .chunks_exact(layout.dtype.size)
+        .map(|c| layout.dtype.label(c))
+        .collect())
 }
 
 /// Writes an NPY header, then values.
@@ -373,6 +565,7 @@ impl<'w, W: Write> NpyWriter<'w, W> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     fn npy(descr: &str, shape: &[usize], body: &[u8]) -> Vec<u8> {
         let mut v = Vec::new();
@@ -382,15 +575,38 @@ mod tests {
         v
     }
 
+    /// `header` as an NPY version-1 file with its dictionary unpadded, then `body`.
+    fn raw_npy(header: &str, body: &[u8]) -> Vec<u8> {
+        let mut v = MAGIC.to_vec();
+        v.extend_from_slice(&[1, 0]);
+        v.extend_from_slice(&(header.len() as u16).to_le_bytes());
+        v.extend_from_slice(header.as_bytes());
+        v.extend_from_slice(body);
+        v
+    }
+
+    fn table(bytes: &[u8]) -> Result<Table> {
+        table_from_bytes(bytes, Path::new("m.npy"), None)
+    }
+
+    fn scratch(name: &str, bytes: &[u8]) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("kmk-npy-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join(name);
+        std::fs::write(&p, bytes).unwrap();
+        p
+    }
+
     #[test]
     fn header_round_trips() {
         let v = npy("<f4", &[3, 2], &[]);
-        let h = read_header(&mut &v[..]).unwrap();
+        let (h, offset) = split_header(&v).unwrap();
         assert_eq!(h.descr, "<f4");
         assert!(!h.fortran_order);
         assert_eq!(h.shape, vec![3, 2]);
+        assert_eq!(offset % 64, 0);
         let v = npy("<u4", &[5], &[]);
-        assert_eq!(read_header(&mut &v[..]).unwrap().shape, vec![5]);
+        assert_eq!(split_header(&v).unwrap().0.shape, vec![5]);
     }
 
     #[test]
@@ -406,38 +622,268 @@ mod tests {
     }
 
     #[test]
+    fn a_header_longer_than_the_file_is_truncated_not_allocated() {
+        let mut v = MAGIC.to_vec();
+        v.extend_from_slice(&[2, 0]);
+        v.extend_from_slice(&u32::MAX.to_le_bytes());
+        assert_eq!(split_header(&v).unwrap_err(), "its NPY header is truncated");
+    }
+
+    #[test]
+    fn every_integer_and_float_dtype_converts_as_numpy_astype_float32() {
+        let cases: Vec<(&str, Vec<u8>, [f32; 2])> = vec![
+            (
+                "|i1",
+                [-128i8, 127].iter().flat_map(|v| v.to_le_bytes()).collect(),
+                [-128.0, 127.0],
+            ),
+            ("|u1", vec![0, 255], [0.0, 255.0]),
+            (
+                "<i2",
+                [-3i16, 300].iter().flat_map(|v| v.to_le_bytes()).collect(),
+                [-3.0, 300.0],
+            ),
+            (
+                ">u2",
+                [7u16, 65535].iter().flat_map(|v| v.to_be_bytes()).collect(),
+                [7.0, 65535.0],
+            ),
+            (
+                ">i4",
+                [-5i32, 16777217]
+                    .iter()
+                    .flat_map(|v| v.to_be_bytes())
+                    .collect(),
+                [-5.0, 16777216.0],
+            ),
+            (
+                "<u4",
+                [1u32, u32::MAX]
+                    .iter()
+                    .flat_map(|v| v.to_le_bytes())
+                    .collect(),
+                [1.0, 4294967296.0],
+            ),
+            // 2^53 + 2^29 + 1 rounds once to 2^53 + 2^30 (through f64 it would tie to 2^53).
+            (
+                "<i8",
+                [-1i64, (1 << 53) + (1 << 29) + 1]
+                    .iter()
+                    .flat_map(|v| v.to_le_bytes())
+                    .collect(),
+                [-1.0, 9007200328482816.0],
+            ),
+            (
+                ">u8",
+                [2u64, u64::MAX]
+                    .iter()
+                    .flat_map(|v| v.to_be_bytes())
+                    .collect(),
+                [2.0, 18446744073709551616.0],
+            ),
+            (
+                "<f2",
+                [0x3c00u16, 0xc100]
+                    .iter()
+                    .flat_map(|v| v.to_le_bytes())
+                    .collect(),
+                [1.0, -2.5],
+            ),
+            (
+                ">f2",
+                [0x0001u16, 0x7bff]
+                    .iter()
+                    .flat_map(|v| v.to_be_bytes())
+                    .collect(),
+                [5.960_464_5e-8, 65504.0],
+            ),
+            (
+                ">f4",
+                [1.5f32, -0.25]
+                    .iter()
+                    .flat_map(|v| v.to_be_bytes())
+                    .collect(),
+                [1.5, -0.25],
+            ),
+            (
+                ">f8",
+                [0.1f64, 1e30]
+                    .iter()
+                    .flat_map(|v| v.to_be_bytes())
+                    .collect(),
+                [0.1, 1e30],
+            ),
+        ];
+        for (descr, body, want) in cases {
+            let t = table(&npy(descr, &[1, 2], &body)).unwrap();
+            assert_eq!(*t.data, want, "{descr}");
+        }
+    }
+
+    #[test]
+    fn fortran_order_is_transposed_into_rows() {
+        // numpy.asfortranarray([[1, 2, 3], [4, 5, 6]]) stores 1 4 2 5 3 6.
+        let body: Vec<u8> = [1.0f32, 4.0, 2.0, 5.0, 3.0, 6.0]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        let header = "{'descr': '<f4', 'fortran_order': True, 'shape': (2, 3), }";
+        let t = table(&raw_npy(header, &body)).unwrap();
+        assert_eq!((t.rows, t.cols), (2, 3));
+        assert_eq!(*t.data, [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+        let t = read_matrix(&scratch("fortran.npy", &raw_npy(header, &body))).unwrap();
+        assert!(matches!(t.data, Values::Owned(_)));
+        assert_eq!(*t.data, [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+    }
+
+    #[test]
+    fn arrays_that_are_not_numeric_matrices_say_how_to_convert() {
+        let e = table(&npy("<f8", &[6], &[0; 48])).unwrap_err().to_string();
+        assert!(
+            e.contains("1-D") && e.contains("X.reshape(-1, 1)") && e.contains("X.reshape(1, -1)"),
+            "{e}"
+        );
+        let e = table(&npy("<f4", &[2, 2, 2], &[0; 32]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("3 dimensions") && e.contains("reshape"), "{e}");
+        for (descr, needle) in [
+            ("|b1", "bool"),
+            ("<c8", "complex"),
+            ("|O", "Python objects"),
+            ("<U5", "text"),
+            ("<M8[ns]", "not a plain number type"),
+        ] {
+            let e = table(&npy(descr, &[1, 1], &[0; 16]))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(needle) && e.contains("m.npy"), "{descr}: {e}");
+        }
+    }
+
+    #[test]
+    fn shapes_beyond_the_file_or_the_address_space_are_refused_before_allocating() {
+        let e = table(&npy("<f8", &[3, 3], &[0; 48]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("truncated") && e.contains("needs 72 bytes, the file holds 48"),
+            "{e}"
+        );
+        let huge = raw_npy(
+            "{'descr': '<f8', 'fortran_order': False, 'shape': (4611686018427387904, 4), }",
+            &[],
+        );
+        assert!(table(&huge).unwrap_err().to_string().contains("too large"));
+        // Claims that fit in the file but not in memory name both sizes.
+        let e = table_from_bytes(&npy("<f4", &[4, 4], &[0; 64]), Path::new("m.npy"), Some(32))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("need 64 bytes but only 32 bytes"), "{e}");
+    }
+
+    #[test]
+    fn a_file_larger_than_memory_is_refused_naming_its_size() {
+        let Some(free) = memory::available() else {
+            return;
+        };
+        // A sparse file: its claimed size exists without taking disk or memory.
+        let rows = free / 16 + 1; // twice the memory: room for it to grow meanwhile
+        let header = npy("<f4", &[rows as usize, 8], &[]);
+        let p = scratch("huge.npy", &header);
+        let f = std::fs::OpenOptions::new().write(true).open(&p).unwrap();
+        f.set_len(header.len() as u64 + rows * 32).unwrap();
+        let e = read_matrix(&p).unwrap_err().to_string();
+        assert!(
+            e.contains("huge.npy")
+                && e.contains("mapped from the file")
+                && e.contains("of memory is available"),
+            "{e}"
+        );
+        std::fs::remove_file(&p).unwrap();
+    }
+
+    #[test]
+    fn aligned_float32_is_mapped_and_misaligned_is_copied() {
+        let body: Vec<u8> = [1.0f32, 2.0, 3.0, 4.0]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        let t = read_matrix(&scratch("mapped.npy", &npy("<f4", &[2, 2], &body))).unwrap();
+        assert!(matches!(t.data, Values::Mapped(_)));
+        assert_eq!(*t.data, [1.0, 2.0, 3.0, 4.0]);
+        // 10 + 60 header bytes: the data starts at 70, not a multiple of 4.
+        let header = format!(
+            "{:<59}\n",
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 2), }"
+        );
+        let bytes = raw_npy(&header, &body);
+        assert_eq!(split_header(&bytes).unwrap().1 % 4, 2);
+        let t = read_matrix(&scratch("odd.npy", &bytes)).unwrap();
+        assert!(matches!(t.data, Values::Owned(_)));
+        assert_eq!(*t.data, [1.0, 2.0, 3.0, 4.0]);
+    }
+
+    #[test]
     fn reads_matrices_and_rejects_bad_ones() {
-        let dir = std::env::temp_dir().join(format!("kmk-npy-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
         let body: Vec<u8> = [1.0f64, 2.0, 3.0, 4.0, 5.0, 6.0]
             .iter()
             .flat_map(|v| v.to_le_bytes())
             .collect();
-        let p = dir.join("m.npy");
-        std::fs::write(&p, npy("<f8", &[2, 3], &body)).unwrap();
+        let p = scratch("m.npy", &npy("<f8", &[2, 3], &body));
         let t = read_matrix(&p).unwrap();
         assert_eq!((t.rows, t.cols), (2, 3));
-        assert_eq!(t.data, vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+        assert_eq!(*t.data, [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+        let e = read_matrix(&scratch("n.npy", b"hello"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not an NPY file") && e.contains("n.npy"), "{e}");
+        let nan = [f32::NAN.to_le_bytes(), 1f32.to_le_bytes()].concat();
+        let e = table(&npy("<f4", &[1, 2], &nan)).unwrap_err().to_string();
+        assert!(e.contains("row 1, column 1") && e.contains("NaN"), "{e}");
+        let e = table(&npy("<f8", &[1, 1], &1e300f64.to_le_bytes()))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not a finite 32-bit number"), "{e}");
+    }
 
-        std::fs::write(&p, npy("<f8", &[6], &body)).unwrap();
-        let e = read_matrix(&p).unwrap_err().to_string();
-        assert!(e.contains("1 dimension") && e.contains("m.npy"), "{e}");
+    #[test]
+    fn labels_keep_integers_exact() {
+        let labels: Vec<u8> = [3i64, 1, (1 << 60) + 1]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        let p = Path::new("l.npy");
+        assert_eq!(
+            labels_from_bytes(&npy("<i8", &[3], &labels), p).unwrap(),
+            vec!["3", "1", "1152921504606846977"]
+        );
+        let floats: Vec<u8> = [2.0f64, 0.5].iter().flat_map(|v| v.to_be_bytes()).collect();
+        assert_eq!(
+            labels_from_bytes(&npy(">f8", &[2, 1], &floats), p).unwrap(),
+            vec!["2", "0.5"]
+        );
+        let e = labels_from_bytes(&npy("<i8", &[1, 3], &labels), p)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("(n,) or (n, 1)"), "{e}");
+    }
 
-        std::fs::write(&p, npy("<i4", &[2, 3], &body[..24])).unwrap();
-        let e = read_matrix(&p).unwrap_err().to_string();
-        assert!(e.contains("int32"), "{e}");
-
-        std::fs::write(&p, npy("<f8", &[3, 3], &body)).unwrap();
-        let e = read_matrix(&p).unwrap_err().to_string();
-        assert!(e.contains("truncated"), "{e}");
-
-        std::fs::write(&p, b"hello").unwrap();
-        let e = read_matrix(&p).unwrap_err().to_string();
-        assert!(e.contains("not an NPY file"), "{e}");
-
-        let labels: Vec<u8> = [3i64, 1, 2].iter().flat_map(|v| v.to_le_bytes()).collect();
-        std::fs::write(&p, npy("<i8", &[3], &labels)).unwrap();
-        assert_eq!(read_labels(&p).unwrap(), vec!["3", "1", "2"]);
-        std::fs::remove_dir_all(&dir).unwrap();
+    proptest! {
+        #[test]
+        fn written_matrices_read_back_bit_for_bit(
+            rows in 1usize..6,
+            cols in 1usize..6,
+            seed in proptest::collection::vec(-1e30f32..1e30, 36),
+        ) {
+            let values = &seed[..rows * cols];
+            let mut bytes = Vec::new();
+            let mut w = NpyWriter::new(&mut bytes, &[rows, cols], f32::DESCR).unwrap();
+            w.write_values(values).unwrap();
+            let t = table(&bytes).unwrap();
+            prop_assert_eq!((t.rows, t.cols), (rows, cols));
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            prop_assert_eq!(bits(&t.data), bits(values));
+        }
     }
 }
