@@ -78,8 +78,8 @@ pub fn run(a: Args, _ui: Ui) -> Result<(), CliError> {
             "ptx_target": ptx_target(),
             "ptx_version": ptx_version(),
             "cpu_threads": threads,
-            "min_driver": driver(kmeans_knn::MIN_DRIVER_VERSION),
-            "driver_entry_points": kmeans_knn::DRIVER_ENTRY_POINTS
+            "min_driver": driver(crate::MIN_DRIVER_VERSION),
+            "driver_entry_points": crate::DRIVER_ENTRY_POINTS
                 .iter()
                 .map(|&(name, since)| json!({ "name": name, "since": driver(since) }))
                 .collect::<Vec<_>>(),
@@ -109,7 +109,7 @@ pub fn run(a: Args, _ui: Ui) -> Result<(), CliError> {
             s += &format!(
                 "  driver         CUDA {} (CUDA {}+ supported)\n",
                 driver(g.driver_version),
-                driver(kmeans_knn::MIN_DRIVER_VERSION)
+                driver(crate::MIN_DRIVER_VERSION)
             );
         }
         Err(e) => s += &format!("  GPU            none — {e}\n"),
