@@ -122,8 +122,11 @@ fn an_invalid_device_ordinal_is_a_typed_error() {
         .fit(MatrixView::new(&data, 100, 3).unwrap())
         .unwrap_err();
     match err {
-        Error::NoGpu(msg) => assert!(msg.contains("GPU 999 was asked for"), "{msg}"),
-        Error::UnsupportedDriver(msg) => assert!(msg.contains("R525"), "{msg}"),
+        // With a driver: the device count; without one: what to install.
+        Error::NoGpu(msg) => assert!(
+            msg.contains("GPU 999 was asked for") || msg.contains("R525"),
+            "{msg}"
+        ),
         other => panic!("expected NoGpu, got {other}"),
     }
 }

@@ -46,8 +46,8 @@ pub enum Error {
     /// The GPU was asked for and is not usable.
     #[error("no usable CUDA GPU: {0}")]
     NoGpu(String),
-    /// The CUDA driver is missing, older than CUDA 12.0 or lacks an entry point the library
-    /// calls; the message says what to install.
+    /// The CUDA driver is older than CUDA 12.0 or lacks an entry point the library calls; the
+    /// message says what to install. (No driver at all is [`Error::NoGpu`].)
     #[error("unsupported CUDA driver: {0}")]
     UnsupportedDriver(String),
     /// The GPU ran out of memory.

@@ -3,7 +3,7 @@
 //! cudarc (built with its `cuda-12000` bindings and dynamic loading) resolves each driver
 //! function on its first call and panics when the symbol is missing. So before any of them runs,
 //! [`check`] loads libcuda, asks its version, and looks up every entry point in
-//! [`ENTRY_POINTS`]: a driver that is missing, too old or incomplete becomes
+//! [`ENTRY_POINTS`]: a missing driver becomes [`Error::NoGpu`], one too old or incomplete
 //! [`Error::UnsupportedDriver`] (and `Device::Auto` falls back to the CPU), never a panic.
 
 use crate::error::{Error, Result};
@@ -75,7 +75,7 @@ pub fn version_text(version: i32) -> String {
 /// Loads libcuda and checks that it can run the library; returns its CUDA version.
 pub(super) fn check() -> Result<i32> {
     if !libcuda_present() {
-        return Err(Error::UnsupportedDriver(format!(
+        return Err(Error::NoGpu(format!(
             "the CUDA driver library (libcuda.so) is not installed; {INSTALL}"
         )));
     }
