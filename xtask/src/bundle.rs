@@ -7,7 +7,8 @@
 //!   bin/<name>          the command-line tool and the GPU benchmark; kmeans-knn-faults is the tool
 //!                       with test fault injection, for the driver tests
 //!   kernels.ptx         the PTX they embed (sm_70, and kernels_sm80.ptx for compute capability
-//!                       8.0+), for inspection (ptxas -v, cuobjdump)
+//!                       8.0+) and the cubins compiled from it (kernels_sm*.cubin), for
+//!                       inspection (ptxas -v, cuobjdump)
 //!   torch_baseline.py   the PyTorch version of the benchmark's cases, for the speed-up
 
 use anyhow::{Context, Result, bail};

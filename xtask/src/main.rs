@@ -1,6 +1,7 @@
 //! Developer tasks: `cargo xtask ptx [--check]`, `build`, `test`, `gpu-bundle`.
 
 mod bundle;
+mod cubin;
 mod ptx;
 
 use anyhow::{Result, bail};
@@ -10,7 +11,8 @@ use std::process::Command;
 const USAGE: &str = "usage: cargo xtask <command>
 
 commands:
-  ptx [--check]   build the device kernels to host/ptx/kernels.ptx (--check: fail if it is stale)
+  ptx [--check]   build the device kernels to host/ptx/ (PTX, and cubins with the pinned ptxas)
+                  (--check: fail if a committed file is stale)
   build           ptx, then the host library and command-line tool in release
   test            ptx --check, then the workspace tests (GPU tests run where a GPU is present)
   gpu-bundle      write gpu-bundle/: test and benchmark executables, the PTX and run.sh";

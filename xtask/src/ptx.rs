@@ -1,6 +1,7 @@
 //! Builds `kernels-gpu` for nvptx64 on the pinned nightly and keeps `host/ptx/kernels.ptx`
 //! (sm_70, every GPU from Volta on) and `host/ptx/kernels_sm80.ptx` (sm_80: the same kernels
-//! plus the tensor-core ones, loaded on compute capability 8.0 and later).
+//! plus the tensor-core ones, loaded on compute capability 8.0 and later), then compiles them
+//! to the committed cubins (`crate::cubin`).
 
 use anyhow::{Context, Result, bail};
 use std::path::{Path, PathBuf};
@@ -18,12 +19,16 @@ pub fn committed_path(file: &str) -> PathBuf {
     crate::root().join("host/ptx").join(file)
 }
 
-/// Every committed PTX file.
+/// Every committed PTX file and cubin.
 pub fn committed_paths() -> Vec<PathBuf> {
-    TARGETS.iter().map(|(_, f)| committed_path(f)).collect()
+    let ptx = TARGETS.iter().map(|(_, f)| committed_path(f));
+    let cubins = crate::cubin::CUBINS
+        .iter()
+        .map(|(arch, _)| crate::cubin::committed_path(arch));
+    ptx.chain(cubins).collect()
 }
 
-/// `cargo xtask ptx`: regenerate the committed PTX files.
+/// `cargo xtask ptx`: regenerate the committed PTX files and the cubins made from them.
 pub fn build() -> Result<()> {
     for (cpu, file) in TARGETS {
         let ptx = compile(cpu)?;
@@ -32,10 +37,10 @@ pub fn build() -> Result<()> {
         std::fs::write(&path, ptx).with_context(|| format!("writing {}", path.display()))?;
         eprintln!("xtask: wrote {}", path.display());
     }
-    Ok(())
+    crate::cubin::build()
 }
 
-/// `cargo xtask ptx --check`: fail when a committed PTX file differs from a fresh build.
+/// `cargo xtask ptx --check`: fail when a committed PTX file or cubin differs from a fresh build.
 pub fn check() -> Result<()> {
     for (cpu, file) in TARGETS {
         let fresh = compile(cpu)?;
@@ -50,7 +55,8 @@ pub fn check() -> Result<()> {
         }
         eprintln!("xtask: {} is up to date", path.display());
     }
-    Ok(())
+    // The committed PTX now equals a fresh build, so the cubins are checked against it.
+    crate::cubin::check()
 }
 
 fn compile(target_cpu: &str) -> Result<String> {
