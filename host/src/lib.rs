@@ -22,6 +22,11 @@
 //! call, so a missing or older driver is an [`Error`], never a panic, and [`Device::Auto`] falls
 //! back to the CPU.
 //!
+//! **Kernels.** The library embeds SASS (cubins from ptxas [`PTXAS_VERSION`]) for sm_70, 75, 80,
+//! 86, 89 and 90, and PTX for every other GPU of compute capability 7.0 or later, which the
+//! driver JIT-compiles on first use. [`GpuInfo::kernels`] says which was loaded;
+//! `KMEANS_KNN_FORCE_PTX=1` ([`FORCE_PTX_VAR`]) makes the backend load the PTX everywhere.
+//!
 //! Results are reproducible: centroid sums are exact 64-bit fixed-point sums (see
 //! [`kernels_gpu::fixed`]) and distances are accumulated in the same order on both backends.
 
@@ -45,6 +50,7 @@ pub use backend::cuda::driver::{ENTRY_POINTS as DRIVER_ENTRY_POINTS, MIN_DRIVER_
 /// Fault injection for tests: see the module's documentation.
 #[cfg(feature = "fault-injection")]
 pub use backend::cuda::faults;
+pub use backend::cuda::image::{FORCE_PTX_VAR, ImageKind, KernelImage, PTXAS_VERSION};
 pub use device::Device;
 pub use distances::{
     DistanceMetric, pairwise_distances, pairwise_distances_blocks, pairwise_distances_to_writer,
@@ -68,7 +74,7 @@ pub fn gpu_memory(ordinal: usize) -> Result<(usize, usize)> {
     backend::cuda::CudaBackend::shared(ordinal)?.memory()
 }
 
-/// The PTX the GPU backend loads (for `info` and inspection).
+/// The sm_70 PTX the GPU backend falls back to (for `info` and inspection).
 pub fn ptx() -> &'static str {
-    backend::cuda::PTX
+    backend::cuda::image::PTX
 }

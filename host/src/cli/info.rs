@@ -2,6 +2,7 @@
 
 use super::{CliError, Ui};
 use crate::Device;
+use crate::backend::cuda::image;
 use serde_json::json;
 
 pub const EXAMPLES: &str = "\
@@ -68,6 +69,8 @@ pub fn run(a: Args, _ui: Ui) -> Result<(), CliError> {
                 "free_memory": memory.as_ref().ok().map(|m| m.0),
                 "multiprocessors": g.multiprocessors,
                 "driver_version": driver(g.driver_version),
+                "kernels": g.kernels,
+                "kernels_text": g.kernels.to_string(),
             }),
             Err(e) => json!({ "error": e.to_string() }),
         };
@@ -77,6 +80,8 @@ pub fn run(a: Args, _ui: Ui) -> Result<(), CliError> {
             "gpu": gpu_json,
             "ptx_target": ptx_target(),
             "ptx_version": ptx_version(),
+            "cubins": image::cubin_archs(),
+            "ptxas_version": image::PTXAS_VERSION,
             "cpu_threads": threads,
             "min_driver": driver(crate::MIN_DRIVER_VERSION),
             "driver_entry_points": crate::DRIVER_ENTRY_POINTS
@@ -106,6 +111,7 @@ pub fn run(a: Args, _ui: Ui) -> Result<(), CliError> {
                 }
                 Err(_) => s += &format!("  memory         {:.1} GiB\n", gib(g.total_memory)),
             }
+            s += &format!("  kernels        {}\n", g.kernels);
             s += &format!(
                 "  driver         CUDA {} (CUDA {}+ supported)\n",
                 driver(g.driver_version),
@@ -115,7 +121,12 @@ pub fn run(a: Args, _ui: Ui) -> Result<(), CliError> {
         Err(e) => s += &format!("  GPU            none — {e}\n"),
     }
     s += &format!(
-        "  PTX target     {} (PTX ISA {}; JIT-compiled for newer GPUs)\n",
+        "  cubins         {} (ptxas {})\n",
+        image::cubin_archs().join(" "),
+        image::PTXAS_VERSION
+    );
+    s += &format!(
+        "  PTX target     {} and sm_80 (PTX ISA {}; JIT-compiled where no cubin fits)\n",
         ptx_target(),
         ptx_version()
     );

@@ -77,7 +77,7 @@ pub enum Command {
     /// Cluster the p×p patches of an image and draw the centroid patches as a grid.
     #[command(after_help = patches::EXAMPLES)]
     Patches(patches::Args),
-    /// Which backend runs the work: GPU name, compute capability, memory, driver, PTX target.
+    /// Which backend runs the work: GPU name, compute capability, memory, driver, kernel image.
     #[command(after_help = info::EXAMPLES)]
     Info(info::Args),
     /// Run k-means, segmentation and patch clustering on built-in sample data.

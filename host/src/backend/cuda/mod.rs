@@ -1,9 +1,10 @@
-//! The CUDA backend: one context, stream and loaded PTX module per GPU, and the only place that
+//! The CUDA backend: one context, stream and loaded kernel module (SASS or PTX) per GPU, and the only place that
 //! allocates device memory, copies and launches kernels (so every driver error says what it was
 //! doing, and out-of-memory becomes [`Error::GpuOutOfMemory`]).
 
 pub mod driver;
 pub mod faults;
+pub mod image;
 mod kmeans;
 mod knn;
 
@@ -20,13 +21,6 @@ use kernels_gpu::launch::BLOCK;
 use kernels_gpu::math::AssignMetric;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
-
-/// The kernels, compiled from `kernels-gpu` by `cargo xtask ptx` for sm_70 (every GPU from
-/// Volta on).
-pub const PTX: &str = include_str!("../../../ptx/kernels.ptx");
-/// The same kernels plus the tensor-core ones, compiled for sm_80; loaded on compute capability
-/// 8.0 and later.
-pub const PTX_SM80: &str = include_str!("../../../ptx/kernels_sm80.ptx");
 
 /// A null pointer kernel argument (an optional output the kernel skips).
 static NULL: u64 = 0;
@@ -74,6 +68,8 @@ pub struct GpuInfo {
     /// Dynamic shared memory one block may have when its kernel opts in, in bytes.
     pub max_shared_per_block: usize,
     pub driver_version: i32,
+    /// The kernel image loaded: SASS for this architecture, or PTX the driver JIT-compiled.
+    pub kernels: image::KernelImage,
 }
 
 impl CudaBackend {
@@ -116,19 +112,14 @@ impl CudaBackend {
         let ctx = CudaContext::new(ordinal).map_err(|e| cuda("creating the CUDA context", e))?;
         let attr = |a| ctx.attribute(a).map_err(|e| cuda("querying the device", e));
         let major = attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
-        let ptx = if major >= 8 { PTX_SM80 } else { PTX };
-        let module = ctx
-            .load_module(cudarc::nvrtc::Ptx::from_src(ptx))
-            .map_err(|e| cuda("loading the PTX module", e))?;
+        let minor = attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
+        let (module, kernels) = image::load(&ctx, major, minor)?;
         let info = GpuInfo {
             ordinal,
             name: ctx
                 .name()
                 .map_err(|e| cuda("querying the device name", e))?,
-            compute_capability: (
-                major,
-                attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
-            ),
+            compute_capability: (major, minor),
             total_memory: ctx.total_mem().map_err(|e| cuda("querying memory", e))?,
             multiprocessors: attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?
                 as usize,
@@ -136,6 +127,7 @@ impl CudaBackend {
                 CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
             )? as usize,
             driver_version,
+            kernels,
         };
         keep_freed_memory(&ctx)?;
         // One stream only: cudarc's per-buffer events (two made per allocation) order work
