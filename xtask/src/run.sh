@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the kmeans-knn GPU bundle on a machine with an NVIDIA GPU (written by `cargo xtask gpu-bundle`).
 #   bash run.sh            tests (GPU required), compute-sanitizer memcheck + racecheck, benchmark
-#   SANITIZE=0 bash run.sh skip compute-sanitizer;  BENCH=0 skip the benchmark
+#   SANITIZE=0 bash run.sh skip compute-sanitizer;  BENCH=0 skip the benchmark;  COLD_START=0 skip the
+#   cold-start timings
 # Results also go to $OUT when it is set (the device tool's output folder).
 set -u
 cd "$(dirname "$0")"
@@ -18,6 +19,46 @@ for t in tests/*; do
   "./$t" --test-threads=1 2>&1 | tail -n 25
   [ "${PIPESTATUS[0]}" -eq 0 ] || failed+=("test $(basename "$t")")
 done
+
+# The same binary on a GPU it has no cubin for: the backend loads the PTX (JIT) instead.
+echo "=== test ptx_fallback with KMEANS_KNN_FORCE_PTX=1"
+KMEANS_KNN_FORCE_PTX=1 ./tests/ptx_fallback --test-threads=1 2>&1 | tail -n 25
+[ "${PIPESTATUS[0]}" -eq 0 ] || failed+=("test ptx_fallback (forced PTX)")
+
+if [ "${COLD_START:-1}" = 1 ]; then
+  # A new machine or container: `info` and a first small fit, each a fresh process with an empty
+  # CUDA JIT cache (a new CUDA_CACHE_PATH, or none at all), loading the cubin or the forced PTX.
+  echo "=== cold start (seconds; each command from a fresh process and an empty JIT cache)"
+  cold=$(mktemp -d)
+  awk 'BEGIN { srand(1); for (i = 0; i < 20000; i++) { for (j = 0; j < 8; j++) printf "%s%.6f", (j ? "," : ""), rand(); print "" } }' >"$cold/points.csv"
+  seconds() { # seconds COMMAND...: wall time of COMMAND, its stdout in $cold/stdout
+    local start end
+    start=$(date +%s.%N)
+    "$@" >"$cold/stdout" 2>"$cold/stderr" || { cat "$cold/stderr" >&2; return 1; }
+    end=$(date +%s.%N)
+    awk -v a="$start" -v b="$end" 'BEGIN { printf "%.2f", b - a }'
+  }
+  cold() { # cold FORCE CACHE COMMAND...: `seconds COMMAND` with KMEANS_KNN_FORCE_PTX=FORCE and a
+    # new empty JIT cache (CACHE=empty) or none (CACHE=disabled)
+    local vars=(KMEANS_KNN_FORCE_PTX="$1")
+    if [ "$2" = empty ]; then vars+=(CUDA_CACHE_PATH="$(mktemp -d -p "$cold")"); else vars+=(CUDA_CACHE_DISABLE=1); fi
+    shift 2
+    seconds env "${vars[@]}" "$@"
+  }
+  printf '%-6s %-9s %7s %7s %7s  %s\n' image cache info fit total kernels | tee "$log_dir/cold-start.txt"
+  for force in 0 1; do
+    for cache in empty disabled; do
+      t_info=$(cold $force $cache ./bin/kmeans-knn info --device gpu) || failed+=("cold-start info")
+      kernels=$(sed -n 's/^  kernels *//p' "$cold/stdout")
+      t_fit=$(cold $force $cache ./bin/kmeans-knn kmeans "$cold/points.csv" --k 8 --device gpu --quiet) || failed+=("cold-start fit")
+      total=$(awk -v a="$t_info" -v b="$t_fit" 'BEGIN { printf "%.2f", a + b }')
+      image=$([ $force = 1 ] && echo PTX || echo SASS)
+      printf '%-6s %-9s %7s %7s %7s  %s\n' "$image" "$cache" "$t_info" "$t_fit" "$total" "$kernels" | tee -a "$log_dir/cold-start.txt"
+    done
+  done
+  echo "(target: info + fit <= 1 s with the cubin and an empty cache)"
+  rm -rf "$cold"
+fi
 
 if [ "${ENTRY_POINTS:-1}" = 1 ]; then
   # Every libcuda symbol a GPU run resolves must be in the library's list of entry points (which
