@@ -14,10 +14,10 @@ use std::sync::Arc;
 
 /// The kernels, compiled from `kernels-gpu` by `cargo xtask ptx` for sm_70 (every GPU from
 /// Volta on).
-pub const PTX: &str = include_str!("../../../ptx/kernels.ptx");
+pub static PTX: &str = include_str!("../../../ptx/kernels.ptx");
 /// The same kernels plus the tensor-core ones, compiled for sm_80; loaded on compute capability
 /// 8.0 and later.
-pub const PTX_SM80: &str = include_str!("../../../ptx/kernels_sm80.ptx");
+pub static PTX_SM80: &str = include_str!("../../../ptx/kernels_sm80.ptx");
 /// The ptxas release that compiled the cubins (pinned for `cargo xtask ptx`).
 pub const PTXAS_VERSION: &str = include_str!("../../../ptx/ptxas-version").trim_ascii();
 /// Set to `1` to load the PTX even where a cubin matches (tests the JIT path on any GPU).
@@ -30,7 +30,8 @@ struct Cubin {
 }
 
 /// The cubins, compiled by `cargo xtask ptx` (sm_7x from the sm_70 PTX, the rest from sm_80's).
-const CUBINS: [Cubin; 6] = [
+/// A static, not a const: one copy of the 8 MB in the binary, whatever uses it.
+static CUBINS: [Cubin; 6] = [
     cubin(70, include_bytes!("../../../ptx/kernels_sm70.cubin")),
     cubin(75, include_bytes!("../../../ptx/kernels_sm75.cubin")),
     cubin(80, include_bytes!("../../../ptx/kernels_sm80.cubin")),
