@@ -1,7 +1,9 @@
 //! The kernel image the GPU backend loads: the cubin of the GPU's architecture by default, the
 //! PTX (JIT-compiled by the driver) with `KMEANS_KNN_FORCE_PTX=1` — and either computes what the
-//! CPU does. The backend, and so its image, is made once per process: the GPU bundle's run.sh
-//! runs this binary both ways, which proves the same binary runs on a GPU it has no cubin for.
+//! CPU does; and the PTX too when the driver rejects the cubin (`KMEANS_KNN_FAULTS=wrong-cubin`
+//! hands it another architecture's). The backend, and so its image, is made once per process:
+//! the GPU bundle's run.sh runs this binary all three ways, which proves the same binary runs on
+//! a GPU it has no usable cubin for.
 
 use kmeans_knn::{Device, DistanceMetric, FORCE_PTX_VAR, ImageKind, KMeans, KnnIndex, MatrixView};
 use kmeans_knn_tests::{blobs, gpu, uniform};
@@ -19,9 +21,13 @@ fn loads_the_cubin_or_the_forced_ptx() {
     );
     let major = info.compute_capability.0;
     let forced = std::env::var(FORCE_PTX_VAR).is_ok_and(|v| v == "1");
+    let rejected = std::env::var("KMEANS_KNN_FAULTS").is_ok_and(|v| v.contains("wrong-cubin"));
     if forced {
         assert_eq!(image.kind, ImageKind::Ptx, "{image}");
         assert!(image.detail.contains(FORCE_PTX_VAR), "{image}");
+    } else if rejected && (7..=9).contains(&major) {
+        assert_eq!(image.kind, ImageKind::Ptx, "{image}");
+        assert!(image.detail.contains("rejected"), "{image}");
     } else if (7..=9).contains(&major) {
         // Every major from Volta to Hopper has a cubin.
         assert_eq!(image.kind, ImageKind::Sass, "{image}");

@@ -20,10 +20,13 @@ for t in tests/*; do
   [ "${PIPESTATUS[0]}" -eq 0 ] || failed+=("test $(basename "$t")")
 done
 
-# The same binary on a GPU it has no cubin for: the backend loads the PTX (JIT) instead.
-echo "=== test ptx_fallback with KMEANS_KNN_FORCE_PTX=1"
-KMEANS_KNN_FORCE_PTX=1 ./tests/ptx_fallback --test-threads=1 2>&1 | tail -n 25
-[ "${PIPESTATUS[0]}" -eq 0 ] || failed+=("test ptx_fallback (forced PTX)")
+# The same binary on a GPU it has no usable cubin for: the backend loads the PTX (JIT) instead,
+# when told to and when the driver rejects the cubin.
+for fallback in KMEANS_KNN_FORCE_PTX=1 KMEANS_KNN_FAULTS=wrong-cubin; do
+  echo "=== test ptx_fallback with $fallback"
+  env "$fallback" ./tests/ptx_fallback --test-threads=1 --nocapture 2>&1 | tail -n 25
+  [ "${PIPESTATUS[0]}" -eq 0 ] || failed+=("test ptx_fallback ($fallback)")
+done
 
 if [ "${COLD_START:-1}" = 1 ]; then
   # A new machine or container: `info` and a first small fit, each a fresh process with an empty

@@ -1,9 +1,11 @@
 //! Fault injection for tests (cargo feature `fault-injection`, off in every release build): makes
-//! the nth device allocation or kernel launch from now fail, or libcuda look absent, so that tests
-//! can check that each fault becomes a typed error and leaves the GPU usable.
+//! the nth device allocation or kernel launch from now fail, libcuda look absent, or the driver
+//! reject the cubin, so that tests can check that each fault becomes a typed error (or the PTX
+//! fallback) and leaves the GPU usable.
 //!
 //! Set from code with [`inject`], or for a whole process with `KMEANS_KNN_FAULTS`, a
-//! comma-separated list of `no-libcuda`, `alloc:N` and `launch:N` (N counts from 1).
+//! comma-separated list of `no-libcuda`, `wrong-cubin`, `alloc:N` and `launch:N` (N counts
+//! from 1).
 //! Without the feature every check is a constant `false`.
 
 #[cfg(feature = "fault-injection")]
@@ -20,11 +22,15 @@ mod armed {
         Launch(u64),
         /// libcuda looks absent to backends made from now on.
         NoLibcuda,
+        /// Backends made from now on hand the driver the cubin of another architecture, which it
+        /// rejects (as it would a cubin it cannot run), so they load the PTX.
+        WrongCubin,
     }
 
     static ALLOC_IN: AtomicU64 = AtomicU64::new(0);
     static LAUNCH_IN: AtomicU64 = AtomicU64::new(0);
     static NO_LIBCUDA: AtomicBool = AtomicBool::new(false);
+    static WRONG_CUBIN: AtomicBool = AtomicBool::new(false);
     static FROM_ENV: Mutex<bool> = Mutex::new(false);
 
     /// Arms `fault` (replacing any armed fault of the same kind).
@@ -34,6 +40,7 @@ mod armed {
             Fault::Alloc(n) => ALLOC_IN.store(n, Ordering::SeqCst),
             Fault::Launch(n) => LAUNCH_IN.store(n, Ordering::SeqCst),
             Fault::NoLibcuda => NO_LIBCUDA.store(true, Ordering::SeqCst),
+            Fault::WrongCubin => WRONG_CUBIN.store(true, Ordering::SeqCst),
         }
     }
 
@@ -43,6 +50,7 @@ mod armed {
         ALLOC_IN.store(0, Ordering::SeqCst);
         LAUNCH_IN.store(0, Ordering::SeqCst);
         NO_LIBCUDA.store(false, Ordering::SeqCst);
+        WRONG_CUBIN.store(false, Ordering::SeqCst);
     }
 
     /// Arms the faults of `KMEANS_KNN_FAULTS`, once per process.
@@ -57,6 +65,7 @@ mod armed {
             let count = |n: &str| n.parse::<u64>().ok().filter(|&n| n > 0);
             let fault = match item.split_once(':') {
                 None if item == "no-libcuda" => Some(Fault::NoLibcuda),
+                None if item == "wrong-cubin" => Some(Fault::WrongCubin),
                 Some(("alloc", n)) => count(n).map(Fault::Alloc),
                 Some(("launch", n)) => count(n).map(Fault::Launch),
                 _ => None,
@@ -65,9 +74,10 @@ mod armed {
                 Some(Fault::Alloc(n)) => ALLOC_IN.store(n, Ordering::SeqCst),
                 Some(Fault::Launch(n)) => LAUNCH_IN.store(n, Ordering::SeqCst),
                 Some(Fault::NoLibcuda) => NO_LIBCUDA.store(true, Ordering::SeqCst),
-                None => {
-                    panic!("KMEANS_KNN_FAULTS: '{item}' is not no-libcuda, alloc:N or launch:N")
-                }
+                Some(Fault::WrongCubin) => WRONG_CUBIN.store(true, Ordering::SeqCst),
+                None => panic!(
+                    "KMEANS_KNN_FAULTS: '{item}' is not no-libcuda, wrong-cubin, alloc:N or launch:N"
+                ),
             }
         }
     }
@@ -92,12 +102,17 @@ mod armed {
         read_env();
         NO_LIBCUDA.load(Ordering::SeqCst)
     }
+
+    pub(crate) fn wrong_cubin() -> bool {
+        read_env();
+        WRONG_CUBIN.load(Ordering::SeqCst)
+    }
 }
 
 #[cfg(feature = "fault-injection")]
 pub use armed::{Fault, clear, inject};
 #[cfg(feature = "fault-injection")]
-pub(crate) use armed::{alloc_fails, launch_fails, libcuda_hidden};
+pub(crate) use armed::{alloc_fails, launch_fails, libcuda_hidden, wrong_cubin};
 
 #[cfg(not(feature = "fault-injection"))]
 pub(crate) const fn alloc_fails() -> bool {
@@ -111,5 +126,10 @@ pub(crate) const fn launch_fails() -> bool {
 
 #[cfg(not(feature = "fault-injection"))]
 pub(crate) const fn libcuda_hidden() -> bool {
+    false
+}
+
+#[cfg(not(feature = "fault-injection"))]
+pub(crate) const fn wrong_cubin() -> bool {
     false
 }

@@ -4,7 +4,8 @@
 //!
 //! A GPU of compute capability X.Y loads the sm_XY cubin, or else the cubin of major X with the
 //! highest minor below Y (SASS runs on any GPU of its major with an equal or higher minor), or
-//! else the PTX. When the driver rejects a cubin, or `KMEANS_KNN_FORCE_PTX=1`, the PTX is loaded.
+//! else the PTX. When the driver rejects a cubin, or `KMEANS_KNN_FORCE_PTX=1`, the PTX is loaded
+//! (test builds make the driver reject it with `KMEANS_KNN_FAULTS=wrong-cubin`).
 
 use super::{cuda, describe};
 use crate::error::Result;
@@ -83,7 +84,17 @@ pub(super) fn load(
     let why_ptx = if std::env::var(FORCE_PTX_VAR).is_ok_and(|v| v == "1") {
         format!("{FORCE_PTX_VAR}=1")
     } else if let Some(cubin) = cubin_for(major, minor) {
-        match ctx.load_module(Ptx::from_binary(cubin.bytes.to_vec())) {
+        // A test build may hand over another major's cubin, for the driver to reject.
+        let bytes = if super::faults::wrong_cubin() {
+            CUBINS
+                .iter()
+                .find(|c| c.sm / 10 != major)
+                .unwrap_or(cubin)
+                .bytes
+        } else {
+            cubin.bytes
+        };
+        match ctx.load_module(Ptx::from_binary(bytes.to_vec())) {
             Ok(module) => {
                 let image = KernelImage {
                     kind: ImageKind::Sass,
