@@ -86,9 +86,10 @@ class KNeighborsClassifier(ClassifierMixin, ResidentModel, BaseEstimator):
         self._fit_X, self._fit_codes = X, codes.astype(np.uint32)
         self.n_samples_fit_ = X.shape[0]
         self._engine_model = None
-        # Sent to the device now, unless n_neighbors > n_samples: scikit-learn accepts that in
-        # fit and fails in predict, and so does this (the engine raises then).
-        if self.n_neighbors <= self.n_samples_fit_:
+        # Sent to the device now (the engine also rejects empty data here), except when
+        # n_neighbors > n_samples > 0: scikit-learn accepts that in fit and fails in predict,
+        # and so does this (the engine raises then).
+        if not 0 < self.n_samples_fit_ < self.n_neighbors:
             self._model()
         return self
 
