@@ -2,6 +2,7 @@
 
 mod bundle;
 mod ptx;
+mod python;
 
 use anyhow::{Result, bail};
 use std::path::PathBuf;
@@ -12,7 +13,8 @@ const USAGE: &str = "usage: cargo xtask <command>
 commands:
   ptx [--check]   build the device kernels to host/ptx/kernels.ptx (--check: fail if it is stale)
   build           ptx, then the host library and command-line tool in release
-  test            ptx --check, then the workspace tests (GPU tests run where a GPU is present)
+  test            ptx --check, the workspace tests (GPU tests run where a GPU is present), then
+                  the Python package: wheel built into target/py-venv, pytest over python/tests
   gpu-bundle      write gpu-bundle/: test and benchmark executables, the PTX and run.sh";
 
 fn main() {
@@ -36,7 +38,8 @@ fn run() -> Result<()> {
             ptx::check()?;
             let mut cmd = vec!["test", "--workspace"];
             cmd.extend_from_slice(rest);
-            cargo(&cmd)
+            cargo(&cmd)?;
+            python::test()
         }
         ["gpu-bundle"] => bundle::write(),
         _ => bail!("{USAGE}"),
