@@ -83,7 +83,8 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin, Ba
             self.device,
         )
         self.cluster_centers_ = centers
-        self.labels_ = labels.astype(np.int32)
+        # Labels are below k ≤ 2^31, so the engine's u32 reads as int32 without a copy.
+        self.labels_ = labels.view(np.int32)
         self.inertia_ = inertia
         self.n_iter_ = n_iter
         self.device_ = device
@@ -118,7 +119,7 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin, Ba
         """Index of the nearest centroid of every row of X."""
         centers = self._centers()
         X = engine_data(self, X, reset=False)
-        return _engine.kmeans_predict(centers, X, self.metric, self.device).astype(np.int32)
+        return _engine.kmeans_predict(centers, X, self.metric, self.device).view(np.int32)
 
     def transform(self, X):
         """Distance of every row of X to every centroid (Euclidean, or Manhattan for metric
