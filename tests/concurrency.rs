@@ -29,7 +29,7 @@ fn public_types_are_send_and_sync() {
 /// Small, so that the test also finishes under compute-sanitizer's racecheck.
 fn job(i: usize) -> (usize, usize, usize, KMeansParams) {
     let (n, d, k) = (300 + 37 * i, 1 + (i * 5) % 40, 1 + (i * 7) % 33);
-    (n, d, k, KMeans::params(k).seed(i as u64).max_iter(12))
+    (n, d, k, KMeans::params(k).seed(i as u64).max_iter(5))
 }
 
 fn fit(i: usize, device: Device) -> KMeansModel {

@@ -10,6 +10,8 @@
 //!                       8.0+) and the cubins compiled from it (kernels_sm*.cubin), for
 //!                       inspection (ptxas -v, cuobjdump)
 //!   torch_baseline.py   the PyTorch version of the benchmark's cases, for the speed-up
+//!   python/             the kmeans_knn wheel, its pytest suite (tests/) and bench.py; run.sh
+//!                       installs the wheel offline (pip --no-index) into a temporary folder
 
 use anyhow::{Context, Result, bail};
 use std::path::{Path, PathBuf};
@@ -50,11 +52,26 @@ pub fn write() -> Result<()> {
         &root.join("bench/torch_baseline.py"),
         &out.join("torch_baseline.py"),
     )?;
+    write_python(&root, &out.join("python"))?;
     eprintln!(
         "xtask: wrote {}; run it there with `bash gpu-bundle/run.sh`",
         out.display()
     );
     Ok(())
+}
+
+/// The wheel, the Python tests and the Python benchmark.
+fn write_python(root: &Path, out: &Path) -> Result<()> {
+    let wheel = crate::python::build_wheel(&crate::python::venv()?)?;
+    std::fs::create_dir_all(out.join("tests"))?;
+    copy(&wheel, &out.join(wheel.file_name().expect("a wheel file")))?;
+    for entry in std::fs::read_dir(root.join("python/tests"))? {
+        let path = entry?.path();
+        if path.extension().is_some_and(|e| e == "py") {
+            copy(&path, &out.join("tests").join(path.file_name().unwrap()))?;
+        }
+    }
+    copy(&root.join("python/bench/bench.py"), &out.join("bench.py"))
 }
 
 /// Runs cargo with `--message-format=json`; returns (name, target kind, executable) triples.

@@ -3,6 +3,7 @@
 mod bundle;
 mod cubin;
 mod ptx;
+mod python;
 
 use anyhow::{Result, bail};
 use std::path::PathBuf;
@@ -14,7 +15,8 @@ commands:
   ptx [--check]   build the device kernels to host/ptx/ (PTX, and cubins with the pinned ptxas)
                   (--check: fail if a committed file is stale)
   build           ptx, then the host library and command-line tool in release
-  test            ptx --check, then the workspace tests (GPU tests run where a GPU is present)
+  test            ptx --check, the workspace tests (GPU tests run where a GPU is present), then
+                  the Python package: wheel built into target/py-venv, pytest over python/tests
   gpu-bundle      write gpu-bundle/: test and benchmark executables, the PTX and run.sh";
 
 fn main() {
@@ -38,7 +40,8 @@ fn run() -> Result<()> {
             ptx::check()?;
             let mut cmd = vec!["test", "--workspace"];
             cmd.extend_from_slice(rest);
-            cargo(&cmd)
+            cargo(&cmd)?;
+            python::test()
         }
         ["gpu-bundle"] => bundle::write(),
         _ => bail!("{USAGE}"),

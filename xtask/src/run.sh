@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs the kmeans-knn GPU bundle on a machine with an NVIDIA GPU (written by `cargo xtask gpu-bundle`).
 #   bash run.sh            tests (GPU required), compute-sanitizer memcheck + racecheck, benchmark
-#   SANITIZE=0 bash run.sh skip compute-sanitizer;  BENCH=0 skip the benchmark;  COLD_START=0 skip the
-#   cold-start timings
+#   SANITIZE=0 bash run.sh skip compute-sanitizer;  BENCH=0 skip the benchmarks;  PYTEST=0 skip
+#   the Python tests (the kmeans_knn wheel needs python3 with numpy, scipy, scikit-learn, pytest);
+#   COLD_START=0 skip the cold-start timings
 # Results also go to $OUT when it is set (the device tool's output folder).
 set -u
 cd "$(dirname "$0")"
@@ -106,6 +107,19 @@ if [ "${SANITIZE:-1}" = 1 ]; then
   done
 fi
 
+# The Python package, installed offline into a temporary folder.
+site=$(mktemp -d)
+python3 -m pip install -q --no-index --no-deps --target "$site" python/*.whl || failed+=("python wheel install")
+
+if [ "${PYTEST:-1}" = 1 ]; then
+  echo "=== python tests (GPU required: GPU results must equal CPU results bit for bit)"
+  PYTHONPATH="$site" KMEANS_KNN_CLI="$PWD/bin/kmeans-knn" python3 -m pytest -p no:cacheprovider \
+    -rfEsxX python/tests >"$log_dir/pytest.txt" 2>&1
+  status=$?
+  tail -n 30 "$log_dir/pytest.txt"
+  [ $status -eq 0 ] || failed+=("python tests")
+fi
+
 if [ "${BENCH:-1}" = 1 ] && [ -x bin/gpu-bench ]; then
   echo "=== gpu-bench"
   ./bin/gpu-bench --json "$log_dir/gpu-bench.jsonl" ${BENCH_ARGS:---precision tf32} 2>&1 | tee "$log_dir/gpu-bench.txt"
@@ -113,6 +127,9 @@ if [ "${BENCH:-1}" = 1 ] && [ -x bin/gpu-bench ]; then
   echo "=== PyTorch baseline (same iteration, exact FP32)"
   python3 torch_baseline.py --ours "$log_dir/gpu-bench.jsonl" --out "$log_dir/results.json" ${TORCH_ARGS:-} 2>&1 | tee "$log_dir/torch-baseline.txt"
   [ "${PIPESTATUS[0]}" -eq 0 ] || failed+=("torch baseline")
+  echo "=== Python estimators: overhead over the engine, against PyTorch (from NumPy to NumPy)"
+  OUT="$log_dir" PYTHONPATH="$site" python3 python/bench.py --device cuda ${PY_BENCH_ARGS:-} 2>&1 | tee "$log_dir/python-bench.txt"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || failed+=("python bench")
 fi
 
 if [ ${#failed[@]} -gt 0 ]; then

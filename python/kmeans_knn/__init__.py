@@ -1,0 +1,21 @@
+"""scikit-learn-compatible k-means and exact kNN on the kmeans-knn engine.
+
+The estimators run on an NVIDIA GPU when libcuda and a device are present (``device="auto"``,
+the default), else on the CPU; both give bit-identical results. Swap the import::
+
+    from kmeans_knn import KMeans, NearestNeighbors, KNeighborsClassifier, pairwise_distances
+"""
+
+from ._engine import describe_device, last_engine_seconds
+from .cluster import KMeans
+from .metrics import pairwise_distances
+from .neighbors import KNeighborsClassifier, NearestNeighbors
+
+__all__ = [
+    "KMeans",
+    "KNeighborsClassifier",
+    "NearestNeighbors",
+    "describe_device",
+    "last_engine_seconds",
+    "pairwise_distances",
+]

@@ -1,0 +1,145 @@
+"""k-means with scikit-learn's KMeans interface."""
+
+import warnings
+
+import numpy as np
+from sklearn.base import (
+    BaseEstimator,
+    ClassNamePrefixFeaturesOutMixin,
+    ClusterMixin,
+    TransformerMixin,
+)
+from sklearn.utils import check_array
+from sklearn.utils.validation import check_is_fitted
+
+from . import _engine
+from ._validation import engine_data, engine_seed
+
+
+class KMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin, BaseEstimator):
+    """k-means clustering (Lloyd) on the GPU or the CPU, bit-identical on both.
+
+    Parameters
+    ----------
+    n_clusters : int, default 8
+    init : "k-means++", "random" (n_clusters distinct random points) or an array of shape
+        (n_clusters, n_features) of initial centroids.
+    n_init : int or "auto", default "auto" — runs from different initialisations, the lowest
+        inertia wins; "auto" is 10 for init="random" and 1 otherwise (as scikit-learn).
+    max_iter : int, default 300
+    tol : float, default 1e-4 — stop when the squared centroid shift is at most tol times the
+        mean per-feature variance; a run also stops when no label changes.
+    random_state : int, RandomState or None — an int is the engine's seed as is (the command
+        line's ``--seed``); None or a RandomState draws the seed from that generator.
+    metric : "euclidean" (squared-L2 assignment, as scikit-learn) or "manhattan" (L1 assignment,
+        mean centroids; inertia is then the sum of L1 distances).
+    precision : "exact" (FP32, the same labels on every backend) or "tf32" (tensor cores on GPUs
+        of compute capability 8.0+, the two best candidates re-checked in FP32).
+    device : "auto", "cpu", "cuda" or "cuda:N".
+
+    The computation is in float32: cluster_centers_ and transform's output are float32.
+    """
+
+    def __init__(
+        self,
+        n_clusters=8,
+        *,
+        init="k-means++",
+        n_init="auto",
+        max_iter=300,
+        tol=1e-4,
+        random_state=None,
+        metric="euclidean",
+        precision="exact",
+        device="auto",
+    ):
+        self.n_clusters = n_clusters
+        self.init = init
+        self.n_init = n_init
+        self.max_iter = max_iter
+        self.tol = tol
+        self.random_state = random_state
+        self.metric = metric
+        self.precision = precision
+        self.device = device
+
+    def fit(self, X, y=None):
+        """Clusters X; returns self."""
+        X = engine_data(self, X, reset=True)
+        if X.shape[0] < self.n_clusters:
+            raise ValueError(f"n_samples={X.shape[0]} should be >= n_clusters={self.n_clusters}.")
+        init, init_centroids, n_init = self._init_and_runs(X.shape[1])
+        centers, labels, inertia, n_iter, device = _engine.kmeans_fit(
+            X,
+            self.n_clusters,
+            init,
+            init_centroids,
+            n_init,
+            self.max_iter,
+            self.tol,
+            engine_seed(self.random_state),
+            self.metric,
+            self.precision,
+            self.device,
+        )
+        self.cluster_centers_ = centers
+        # Labels are below k ≤ 2^31, so the engine's u32 reads as int32 without a copy.
+        self.labels_ = labels.view(np.int32)
+        self.inertia_ = inertia
+        self.n_iter_ = n_iter
+        self.device_ = device
+        self._n_features_out = centers.shape[0]
+        return self
+
+    def _init_and_runs(self, n_features):
+        """The engine's init name, the initial centroids (or None) and the number of runs."""
+        if isinstance(self.init, str):
+            runs = 10 if self.init == "random" else 1
+            return self.init, None, runs if self.n_init == "auto" else self.n_init
+        centroids = check_array(self.init, dtype=np.float32, order="C", copy=True)
+        if centroids.shape != (self.n_clusters, n_features):
+            raise ValueError(
+                f"init has shape {centroids.shape}; (n_clusters, n_features) = "
+                f"{(self.n_clusters, n_features)} is expected"
+            )
+        if self.n_init not in ("auto", 1):
+            warnings.warn(
+                f"init is an array of centroids, so one run is made (n_init={self.n_init} "
+                "asks for more)",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+        return "centroids", centroids, 1
+
+    def _centers(self):
+        check_is_fitted(self)
+        return np.ascontiguousarray(self.cluster_centers_, dtype=np.float32)
+
+    def predict(self, X):
+        """Index of the nearest centroid of every row of X."""
+        centers = self._centers()
+        X = engine_data(self, X, reset=False)
+        return _engine.kmeans_predict(centers, X, self.metric, self.device).view(np.int32)
+
+    def transform(self, X):
+        """Distance of every row of X to every centroid (Euclidean, or Manhattan for metric
+        "manhattan"), float32."""
+        centers = self._centers()
+        X = engine_data(self, X, reset=False)
+        return _engine.kmeans_transform(centers, X, self.metric)
+
+    def score(self, X, y=None):
+        """Minus the inertia of X under the fitted centroids (squared Euclidean, or L1 for
+        metric "manhattan"), summed in float64."""
+        labels = self.predict(X)
+        X = engine_data(self, X, reset=False)
+        offsets = X.astype(np.float64) - self.cluster_centers_[labels]
+        if _engine.kmeans_metric(self.metric) == "l1":
+            return -float(np.abs(offsets).sum())
+        return -float(np.square(offsets).sum())
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        # The engine computes in float32, so only float32 comes out as it went in.
+        tags.transformer_tags.preserves_dtype = ["float32"]
+        return tags

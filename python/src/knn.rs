@@ -1,0 +1,123 @@
+//! kNN: an index and a classifier that keep the training rows resident on their device between
+//! calls, and the pairwise distance matrix.
+
+use crate::{engine, matrix, parse_device, value_error};
+use kmeans_knn::{DistanceMetric, KnnClassifier, KnnIndex, Weights};
+use numpy::{IntoPyArray, PyArray1, PyArray2, PyReadonlyArray1, PyReadonlyArray2};
+use pyo3::prelude::*;
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<Index>()?;
+    m.add_class::<Classifier>()?;
+    m.add_function(wrap_pyfunction!(pairwise_distances, m)?)
+}
+
+fn parse_metric(metric: &str) -> PyResult<DistanceMetric> {
+    metric.parse().map_err(value_error)
+}
+
+/// What a search returns: distances and training row indices, queries × k.
+type Neighbours<'py> = (Bound<'py, PyArray2<f32>>, Bound<'py, PyArray2<u32>>);
+
+/// An exact kNN index over training rows.
+#[pyclass(frozen, module = "kmeans_knn._engine")]
+struct Index {
+    index: KnnIndex,
+}
+
+#[pymethods]
+impl Index {
+    #[new]
+    fn new(
+        py: Python<'_>,
+        train: PyReadonlyArray2<'_, f32>,
+        metric: &str,
+        device: &str,
+    ) -> PyResult<Self> {
+        let (metric, device) = (parse_metric(metric)?, parse_device(device)?);
+        let train = matrix(&train)?;
+        let index = engine(py, || KnnIndex::new(&train, metric, device))?;
+        Ok(Index { index })
+    }
+
+    /// The `k` nearest training rows of every query: (distances, indices), nearest first.
+    fn search<'py>(
+        &self,
+        py: Python<'py>,
+        queries: PyReadonlyArray2<'py, f32>,
+        k: usize,
+    ) -> PyResult<Neighbours<'py>> {
+        let queries = matrix(&queries)?;
+        let found = engine(py, || self.index.search(&queries, k))?;
+        Ok((
+            found.distances.into_pyarray(py),
+            found.indices.into_pyarray(py),
+        ))
+    }
+}
+
+/// A kNN classifier over training rows labelled 0..C−1.
+#[pyclass(frozen, module = "kmeans_knn._engine")]
+struct Classifier {
+    classifier: KnnClassifier,
+}
+
+#[pymethods]
+impl Classifier {
+    #[new]
+    fn new(
+        py: Python<'_>,
+        train: PyReadonlyArray2<'_, f32>,
+        labels: PyReadonlyArray1<'_, u32>,
+        k: usize,
+        weights: &str,
+        metric: &str,
+        device: &str,
+    ) -> PyResult<Self> {
+        let weights: Weights = weights.parse().map_err(value_error)?;
+        let (metric, device) = (parse_metric(metric)?, parse_device(device)?);
+        let train = matrix(&train)?;
+        let labels = labels.as_slice()?;
+        let classifier = engine(py, || {
+            KnnClassifier::fit(&train, labels, k, weights, metric, device)
+        })?;
+        Ok(Classifier { classifier })
+    }
+
+    /// The winning label of every query.
+    fn predict<'py>(
+        &self,
+        py: Python<'py>,
+        queries: PyReadonlyArray2<'py, f32>,
+    ) -> PyResult<Bound<'py, PyArray1<u32>>> {
+        let queries = matrix(&queries)?;
+        Ok(engine(py, || self.classifier.predict(&queries))?.into_pyarray(py))
+    }
+
+    /// Every query's share of the vote per label (queries × labels).
+    fn predict_proba<'py>(
+        &self,
+        py: Python<'py>,
+        queries: PyReadonlyArray2<'py, f32>,
+    ) -> PyResult<Bound<'py, PyArray2<f32>>> {
+        let queries = matrix(&queries)?;
+        Ok(engine(py, || self.classifier.predict_proba(&queries))?.into_pyarray(py))
+    }
+}
+
+/// The `a.rows × b.rows` distance matrix.
+#[pyfunction]
+fn pairwise_distances<'py>(
+    py: Python<'py>,
+    a: PyReadonlyArray2<'py, f32>,
+    b: PyReadonlyArray2<'py, f32>,
+    metric: &str,
+    device: &str,
+) -> PyResult<Bound<'py, PyArray2<f32>>> {
+    let (metric, device) = (parse_metric(metric)?, parse_device(device)?);
+    let (a, b) = (matrix(&a)?, matrix(&b)?);
+    Ok(engine(py, || {
+        kmeans_knn::pairwise_distances(&a, &b, metric, device)
+    })?
+    .into_pyarray(py))
+}

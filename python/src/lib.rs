@@ -1,0 +1,80 @@
+//! `kmeans_knn._engine`: the thin layer between the Python estimators (`python/kmeans_knn/`) and
+//! the `kmeans_knn` library. Arrays come in as float32 (a C-contiguous one is borrowed, never
+//! copied), every computation runs with the GIL released, and library errors become Python
+//! exceptions: bad parameters or data → `ValueError`, GPU trouble → `RuntimeError`.
+
+mod kmeans;
+mod knn;
+
+use kmeans_knn::{Device, Error, MatrixView};
+use numpy::{PyReadonlyArray2, PyUntypedArrayMethods};
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+/// Seconds of the last engine call, as f64 bits (for the benchmark's overhead figure).
+static LAST_ENGINE_SECONDS: AtomicU64 = AtomicU64::new(0);
+
+#[pymodule]
+fn _engine(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(last_engine_seconds, m)?)?;
+    m.add_function(wrap_pyfunction!(describe_device, m)?)?;
+    kmeans::register(m)?;
+    knn::register(m)
+}
+
+/// Wall-clock seconds that the last engine call spent in the library, GIL released.
+#[pyfunction]
+fn last_engine_seconds() -> f64 {
+    f64::from_bits(LAST_ENGINE_SECONDS.load(Ordering::Relaxed))
+}
+
+/// The backend a device string runs on, e.g. `cpu (16 threads)` or `cuda:0 (NVIDIA H100 …)`.
+#[pyfunction]
+fn describe_device(py: Python<'_>, device: &str) -> PyResult<String> {
+    let device = parse_device(device)?;
+    engine(py, || device.describe())
+}
+
+/// Runs `f` with the GIL released, records its duration, and maps its error.
+fn engine<T: Send>(
+    py: Python<'_>,
+    f: impl FnOnce() -> kmeans_knn::Result<T> + Send,
+) -> PyResult<T> {
+    let result = py.detach(|| {
+        let start = Instant::now();
+        let result = f();
+        let seconds = start.elapsed().as_secs_f64();
+        LAST_ENGINE_SECONDS.store(seconds.to_bits(), Ordering::Relaxed);
+        result
+    });
+    result.map_err(to_py_err)
+}
+
+fn to_py_err(e: Error) -> PyErr {
+    match e {
+        Error::NoGpu(_) | Error::GpuOutOfMemory { .. } | Error::Cuda { .. } => {
+            PyRuntimeError::new_err(e.to_string())
+        }
+        _ => PyValueError::new_err(e.to_string()),
+    }
+}
+
+fn value_error(e: Error) -> PyErr {
+    PyValueError::new_err(e.to_string())
+}
+
+fn parse_device(device: &str) -> PyResult<Device> {
+    device.parse().map_err(value_error)
+}
+
+/// A 2-D float32 array as the library's matrix: borrowed when C-contiguous, else copied in row
+/// order (the Python side hands over C-contiguous arrays, so the copy is a safety net).
+fn matrix<'a>(a: &'a PyReadonlyArray2<'_, f32>) -> PyResult<MatrixView<'a>> {
+    let [rows, cols] = [a.shape()[0], a.shape()[1]];
+    match a.as_slice() {
+        Ok(values) => MatrixView::new(values, rows, cols).map_err(value_error),
+        Err(_) => Ok(MatrixView::from(a.as_array())),
+    }
+}

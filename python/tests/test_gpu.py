@@ -1,0 +1,81 @@
+"""On a GPU the estimators give the CPU's results bit for bit. Without a GPU this module is
+skipped (visibly), unless KMEANS_KNN_REQUIRE_GPU=1, where that is a failure."""
+
+import os
+
+import numpy as np
+import pytest
+from sklearn.datasets import load_digits, make_blobs
+
+from kmeans_knn import (
+    KMeans,
+    KNeighborsClassifier,
+    NearestNeighbors,
+    describe_device,
+    pairwise_distances,
+)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def gpu():
+    try:
+        return describe_device("cuda")
+    except RuntimeError as e:
+        if os.environ.get("KMEANS_KNN_REQUIRE_GPU") == "1":
+            pytest.fail(f"KMEANS_KNN_REQUIRE_GPU=1, but {e}")
+        pytest.skip(f"SKIPPED (no GPU): {e}")
+
+
+def bits(a):
+    return np.ascontiguousarray(a).view(np.uint32)
+
+
+# Shapes for the GPU's fused small-shape step and for its tiled assignment (d > 96).
+@pytest.mark.parametrize("n, d, k", [(20000, 3, 16), (5000, 40, 100), (3000, 200, 20)])
+@pytest.mark.parametrize("metric", ["euclidean", "manhattan"])
+def test_kmeans_gpu_equals_cpu(n, d, k, metric):
+    X = make_blobs(n, n_features=d, centers=k, random_state=d)[0].astype(np.float32)
+    fits = [
+        KMeans(k, metric=metric, n_init=2, random_state=9, device=device).fit(X)
+        for device in ("cpu", "cuda")
+    ]
+    cpu, gpu = fits
+    assert gpu.device_.startswith("cuda") and cpu.device_.startswith("cpu")
+    assert np.array_equal(cpu.labels_, gpu.labels_)
+    assert np.array_equal(bits(cpu.cluster_centers_), bits(gpu.cluster_centers_))
+    assert cpu.inertia_ == gpu.inertia_ and cpu.n_iter_ == gpu.n_iter_
+    assert np.array_equal(cpu.predict(X[:999]), gpu.predict(X[:999]))
+
+
+def digits():
+    X, y = load_digits(return_X_y=True)
+    return X.astype(np.float32), y
+
+
+@pytest.mark.parametrize("metric", ["euclidean", "sqeuclidean", "manhattan", "cosine"])
+@pytest.mark.parametrize("k", [1, 10, 100])
+def test_kneighbors_gpu_equals_cpu(metric, k):
+    X, _ = digits()
+    cpu, gpu = (
+        NearestNeighbors(n_neighbors=k, metric=metric, device=device).fit(X[:1500]).kneighbors(X)
+        for device in ("cpu", "cuda")
+    )
+    assert np.array_equal(cpu[1], gpu[1])
+    assert np.array_equal(bits(cpu[0]), bits(gpu[0]))
+
+
+@pytest.mark.parametrize("weights", ["uniform", "distance"])
+def test_classifier_gpu_equals_cpu(weights):
+    X, y = digits()
+    cpu, gpu = (
+        KNeighborsClassifier(n_neighbors=25, weights=weights, device=device).fit(X[::2], y[::2])
+        for device in ("cpu", "cuda")
+    )
+    assert np.array_equal(cpu.predict(X[1::2]), gpu.predict(X[1::2]))
+    assert np.array_equal(bits(cpu.predict_proba(X[1::2])), bits(gpu.predict_proba(X[1::2])))
+
+
+def test_pairwise_distances_gpu_equals_cpu():
+    X, _ = digits()
+    cpu, gpu = (pairwise_distances(X[:700], X, device=device) for device in ("cpu", "cuda"))
+    assert np.array_equal(bits(cpu), bits(gpu))
