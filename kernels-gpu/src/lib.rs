@@ -29,6 +29,7 @@ pub mod knn;
 pub mod knn_tf32;
 pub mod launch;
 pub mod math;
+pub mod seeding;
 pub mod select;
 pub mod small;
 pub mod tile;
@@ -47,6 +48,8 @@ pub mod centroids;
 mod cp_async;
 #[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
 pub mod mma;
+#[cfg(target_arch = "nvptx64")]
+pub mod init;
 #[cfg(target_arch = "nvptx64")]
 pub mod norms;
 #[cfg(target_arch = "nvptx64")]

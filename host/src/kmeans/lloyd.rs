@@ -32,6 +32,7 @@ pub(super) fn fit(params: &KMeansParams, data: &MatrixView<'_>) -> Result<KMeans
         .map(|&m| scale_exponent(m, n))
         .collect();
     let tol = params.tol * summary.mean_variance;
+    let weights = init::weight_scale(&summary.max_abs, n, params.metric);
 
     let backend = params.device.backend()?;
     let mut lloyd = backend.lloyd(data, k, params.metric.assign(), params.precision, &scales)?;
@@ -40,7 +41,14 @@ pub(super) fn fit(params: &KMeansParams, data: &MatrixView<'_>) -> Result<KMeans
     for run in 0..params.n_init {
         let start = match &params.init {
             Init::KMeansPlusPlus => {
-                Start::Centroids(init::kmeans_plus_plus(data, k, params.metric, &mut rng))
+                let rows = init::kmeans_plus_plus(lloyd.as_mut(), n, k, weights, &mut rng)?;
+                Start::Centroids(init::gather(data, &rows))
+            }
+            Init::KMeansParallel => {
+                let seeding = lloyd.as_mut();
+                let rows =
+                    init::kmeans_parallel(seeding, data, k, params.metric, weights, &mut rng)?;
+                Start::Centroids(init::gather(data, &rows))
             }
             Init::RandomPoints => Start::Centroids(init::random_points(data, k, &mut rng)),
             Init::RandomLabels => Start::Labels(init::random_labels(n, k, &mut rng)),

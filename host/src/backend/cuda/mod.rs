@@ -4,6 +4,7 @@
 
 pub mod driver;
 pub mod faults;
+mod init;
 mod kmeans;
 mod knn;
 
