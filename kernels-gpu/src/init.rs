@@ -66,7 +66,11 @@ unsafe fn add_to_block(slot: *mut u64, v: u64) {
 /// The block sums after the candidate tile.
 #[inline(always)]
 fn block_slots() -> *mut u64 {
-    unsafe { shared::<f32>().add(SEED_CANDIDATES * SEED_DIMS).cast::<u64>() }
+    unsafe {
+        shared::<f32>()
+            .add(SEED_CANDIDATES * SEED_DIMS)
+            .cast::<u64>()
+    }
 }
 
 /// One k-means++ step: first lowers `min_dist` to the previous winner `pending` (unless
@@ -103,10 +107,18 @@ unsafe fn trials<const M: u32>(
     }
     let acc = unsafe {
         distances::<M>(x, d as usize, i, live, count, |c| {
-            if c < trials { *candidates.add(c) } else { pending }
+            if c < trials {
+                *candidates.add(c)
+            } else {
+                pending
+            }
         })
     };
-    let mut old = if live { unsafe { *min_dist.add(i) } } else { 0.0 };
+    let mut old = if live {
+        unsafe { *min_dist.add(i) }
+    } else {
+        0.0
+    };
     if live && pending != NO_ROW {
         // A loop, not `acc[trials]`: a dynamic index would move `acc` to local memory.
         for (c, &a) in acc.iter().enumerate() {
@@ -118,7 +130,11 @@ unsafe fn trials<const M: u32>(
     }
     for (c, &a) in acc.iter().enumerate() {
         if c < trials {
-            let w = if live { ws.weight(metric, if a < old { a } else { old }) } else { 0 };
+            let w = if live {
+                ws.weight(metric, if a < old { a } else { old })
+            } else {
+                0
+            };
             unsafe { add_to_block(slots.add(c), w) };
         }
     }

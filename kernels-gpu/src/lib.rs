@@ -46,10 +46,10 @@ pub mod assign_tf32;
 pub mod centroids;
 #[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
 mod cp_async;
-#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
-pub mod mma;
 #[cfg(target_arch = "nvptx64")]
 pub mod init;
+#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
+pub mod mma;
 #[cfg(target_arch = "nvptx64")]
 pub mod norms;
 #[cfg(target_arch = "nvptx64")]

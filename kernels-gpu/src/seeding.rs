@@ -90,7 +90,10 @@ mod tests {
         let a = w.weight(AssignMetric::SqL2, 1.0);
         let b = w.weight(AssignMetric::SqL2, 1.0 + f32::EPSILON);
         assert!(b > a);
-        assert_eq!(w.weight(AssignMetric::L1, 2.0), w.weight(AssignMetric::SqL2, 4.0));
+        assert_eq!(
+            w.weight(AssignMetric::L1, 2.0),
+            w.weight(AssignMetric::SqL2, 4.0)
+        );
     }
 
     #[test]

@@ -37,7 +37,10 @@ pub(super) fn random_labels(n: usize, k: usize, rng: &mut ChaCha8Rng) -> Vec<u32
 /// no seeding distance exceeds the distance across that bounding box.
 pub(super) fn weight_scale(max_abs: &[f32], n: usize, metric: Metric) -> WeightScale {
     let bound = match metric {
-        Metric::L2 => max_abs.iter().map(|&m| 4.0 * m as f64 * m as f64).sum::<f64>(),
+        Metric::L2 => max_abs
+            .iter()
+            .map(|&m| 4.0 * m as f64 * m as f64)
+            .sum::<f64>(),
         Metric::L1 => max_abs.iter().map(|&m| 2.0 * m as f64).sum::<f64>().powi(2),
     };
     WeightScale::new(bound, n)

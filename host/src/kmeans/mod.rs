@@ -317,6 +317,12 @@ impl KMeansParams {
         Ok(())
     }
 
+    /// The `k × d` centroids the (first) run of [`KMeansParams::fit`] starts from, computed on
+    /// the chosen device; an error for [`Init::RandomLabels`], which starts from labels.
+    pub fn initial_centroids<'a>(&self, data: impl Into<MatrixView<'a>>) -> Result<Vec<f32>> {
+        lloyd::initial_centroids(self, &data.into())
+    }
+
     /// Clusters `data` (validated first: non-empty, finite, `k ≤ n`).
     pub fn fit<'a>(&self, data: impl Into<MatrixView<'a>>) -> Result<KMeansModel> {
         lloyd::fit(self, &data.into())

@@ -135,7 +135,12 @@ fn block_distances_generic(
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-fn block_distances_fma(metric: AssignMetric, point: &[f32], blocks: &[[f32; LANES]], out: &mut [f32]) {
+fn block_distances_fma(
+    metric: AssignMetric,
+    point: &[f32],
+    blocks: &[[f32; LANES]],
+    out: &mut [f32],
+) {
     block_distances_generic(metric, point, blocks, out)
 }
 
@@ -272,7 +277,12 @@ impl Seeding for Seeder<'_> {
                 (0..mins.len())
                     .filter(|&r| {
                         let i = (ci * CHUNK + r) as u32;
-                        sampled(uniform32(seed, round, i), ws.weight(metric, mins[r]), ell, phi)
+                        sampled(
+                            uniform32(seed, round, i),
+                            ws.weight(metric, mins[r]),
+                            ell,
+                            phi,
+                        )
                     })
                     .map(|r| (ci * CHUNK + r) as u32)
                     .collect()

@@ -6,8 +6,8 @@ use crate::backend::{AssignStats, Lloyd, Picks, Seeding, StepStats, Trials};
 use crate::error::Result;
 use crate::matrix::MatrixView;
 use kernels_gpu::fixed::{inv_pow2_f64, mean, pow2_f32, to_fixed};
-use kernels_gpu::seeding::WeightScale;
 use kernels_gpu::math::{AssignMetric, assign_distance, assign_score, assign_step, sq_norm};
+use kernels_gpu::seeding::WeightScale;
 use rayon::prelude::*;
 
 mod tiled;
@@ -62,8 +62,7 @@ impl<'a> CpuLloyd<'a> {
 
     fn seeder(&mut self) -> &mut Seeder<'a> {
         let (x, d, metric) = (self.x, self.d, self.metric);
-        self.seeder
-            .get_or_insert_with(|| Seeder::new(x, d, metric))
+        self.seeder.get_or_insert_with(|| Seeder::new(x, d, metric))
     }
 
     /// Means of the current labels into `next`; returns the number of empty clusters.

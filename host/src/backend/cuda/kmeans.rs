@@ -4,10 +4,9 @@
 //! shapes launch five kernels: centroid norms, the register-tiled assign, accumulate, finalize
 //! and summary (four when the sums are global: the exact assign kernel then accumulates too).
 
-use super::{CudaBackend, Mapped, NULL, arg_u32};
 use super::init::{CudaSeeder, Rows};
+use super::{CudaBackend, Mapped, NULL, arg_u32};
 use crate::backend::{AssignStats, Lloyd, Picks, Seeding, StepStats, Trials};
-use kernels_gpu::seeding::WeightScale;
 use crate::error::{Error, Result};
 use crate::kmeans::Precision;
 use crate::matrix::MatrixView;
@@ -18,6 +17,7 @@ use kernels_gpu::launch::{
     SHIFT_PART, SMALL_STEPS, SmallStep, TF32_POINTS, sums_fit_shared, tf32_shared_bytes,
 };
 use kernels_gpu::math::AssignMetric;
+use kernels_gpu::seeding::WeightScale;
 use kernels_gpu::small::{
     FINALIZE_SCRATCH, MODE_ACCUMULATE, MODE_ASSIGN, SMALL_L1_KERNELS, SMALL_L2_KERNELS,
 };
