@@ -19,8 +19,13 @@ What is timed (wall clock, nothing subtracted):
            .kneighbors(queries) timed; faiss: IndexFlatL2 built (add) once, .search(queries, k)
            timed. Ours (cpu_knn): KnnIndex built once, .search timed.
 
+  --seeding  (scikit-learn only) on 200,000 x 128 uniform points, k = 256: the seeding alone,
+           sklearn.cluster.kmeans_plusplus(x, 256, random_state=0) (greedy, 2 + ln k trials), and a
+           whole KMeans(256, n_init=1, random_state=0).fit(x) (k-means++ then Lloyd to
+           convergence, tol 1e-4), beside ours (benches/cpu_kmeans.rs, group cpu_seeding).
+
 usage: python3 bench/cpu_baseline.py [--cases A,B,C,D] [--reps N] [--threads T]
-           [--ours target/criterion | gpu-bench.jsonl] [--json OUT]
+           [--ours target/criterion | gpu-bench.jsonl] [--json OUT] [--seeding]
 """
 import argparse
 import glob
@@ -125,6 +130,23 @@ def load_ours(path):
     return ours
 
 
+def seeding(args):
+    import sklearn
+    from sklearn.cluster import KMeans, kmeans_plusplus
+    from threadpoolctl import threadpool_limits
+
+    n, d, k = 200_000, 128, 256
+    x = np.random.default_rng(1).random((n, d), dtype=np.float32)
+    print(f"scikit-learn {sklearn.__version__}, threads: {args.threads}; {n} x {d}, k = {k}")
+    with threadpool_limits(limits=args.threads):
+        pp = median_ms(lambda: kmeans_plusplus(x, k, random_state=0), args.reps)
+        t = time.perf_counter()
+        model = KMeans(k, n_init=1, random_state=0).fit(x)
+        fit = (time.perf_counter() - t) * 1e3
+    print(f"kmeans_plusplus {pp:.0f} ms; KMeans.fit {fit:.0f} ms ({model.n_iter_} iterations, "
+          f"inertia {model.inertia_:.6e}, init {100 * pp / fit:.1f} % of it)")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--cases", default="A,B,C,D,S")
@@ -132,7 +154,10 @@ def main():
     p.add_argument("--threads", type=int, default=os.cpu_count())
     p.add_argument("--ours", help="target/criterion folder or gpu-bench --device cpu --json file")
     p.add_argument("--json", help="write the results here (JSON lines)")
+    p.add_argument("--seeding", action="store_true", help="k-means++ seeding and a whole fit")
     args = p.parse_args()
+    if args.seeding:
+        return seeding(args)
 
     import faiss
     import sklearn

@@ -2,12 +2,19 @@
 (||x||^2 - 2 x c^T + ||c||^2, argmin, index_add_ / bincount), exact FP32 (TF32 off), timed with
 CUDA events after warm-up (at least 0.25 s of untimed runs; median). With --ours FILE (gpu-bench --json output) it prints speed-ups.
 
+With --whole, the whole job as a PyTorch user writes it, for the k-means cases: greedy
+k-means++ with the 2 + ln k trials of a step batched (one [trials, n] distance matrix per step,
+torch.multinomial for the draws), then Lloyd to convergence (tol 1e-4 x mean variance, as ours)
+and with 20 fixed iterations; wall clock with torch.cuda.synchronize, beside gpu-bench --whole's
+rows (--ours) with the inertia of both.
+
 usage: python3 torch_baseline.py [--cases A,B,...] [--reps N] [--ours gpu-bench.jsonl]
-                                 [--out results.json]
+                                 [--out results.json] [--whole]
 --out writes every row (times, floor, speed-up) as JSON for bench/chart.py.
 """
 import argparse
 import json
+import math
 import time
 
 import torch
@@ -92,28 +99,99 @@ def knn_search(q, x, x2, k, chunk):
     return torch.cat(out_d), torch.cat(out_i)
 
 
+def kmeans_plus_plus(x, k, gen):
+    """Greedy k-means++ with each step's trials batched: sklearn's algorithm on the GPU."""
+    n = x.shape[0]
+    trials = 2 + int(math.log(k))
+    first = torch.randint(n, (1,), device=x.device, generator=gen)
+    centres = [first]
+    closest = ((x - x[first]) ** 2).sum(1)
+    x2 = (x * x).sum(1)
+    for _ in range(1, k):
+        cand = torch.multinomial(closest, trials, replacement=True, generator=gen)
+        d = x2[None, :] - 2.0 * (x[cand] @ x.T) + x2[cand][:, None]
+        d = torch.minimum(d.clamp_min_(0), closest[None, :])
+        best = d.sum(1).argmin()
+        closest = d[best]
+        centres.append(cand[best:best + 1])
+    return x[torch.cat(centres)].clone()
+
+
+def lloyd(x, c, max_iter, tol, chunk):
+    x2 = (x * x).sum(1)
+    for it in range(1, max_iter + 1):
+        new = lloyd_iteration(x, x2, c, chunk)
+        shift = ((new - c) ** 2).sum().item()
+        c = new
+        if shift <= tol:
+            break
+    c2 = (c * c).sum(1)
+    inertia = 0.0
+    for s in range(0, x.shape[0], chunk):
+        xs = x[s:s + chunk]
+        d = x2[s:s + chunk, None] - 2.0 * (xs @ c.T) + c2[None, :]
+        inertia += d.min(1).values.clamp_min(0).sum().item()
+    return c, it, inertia
+
+
+def whole_jobs(args, whole_ours):
+    print(f"{'case':<4} {'whole job':<28} {'torch init ms':>13} {'torch fit ms':>12} "
+          f"{'torch inertia':>14} {'ours init ms':>12} {'ours fit ms':>11} {'ours inertia':>13}")
+    for name in [c for c in args.cases.split(",") if c in CASES]:
+        n, d, k = CASES[name]
+        g = torch.Generator(device="cuda").manual_seed(1)
+        x = torch.rand(n, d, device="cuda", generator=g)
+        chunk = max(1, min(n, (2 << 30) // (4 * k)))
+        tol = 1e-4 * x.var(0).mean().item()
+        for label, max_iter, t in [("to convergence", 300, tol), ("20 iterations", 20, 0.0)]:
+            gen = torch.Generator(device="cuda").manual_seed(0)
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            c = kmeans_plus_plus(x, k, gen)
+            torch.cuda.synchronize()
+            t1 = time.perf_counter()
+            _, iters, inertia = lloyd(x, c, max_iter, t, chunk)
+            torch.cuda.synchronize()
+            t2 = time.perf_counter()
+            ours_row = next((r for (case, job), r in whole_ours.items()
+                             if case == name and job.startswith("fit") and label.split()[0] in job), {})
+            oi, of, oin = (ours_row.get("init_ms"), ours_row.get("fit_ms"), ours_row.get("inertia"))
+            fmt = lambda v, w, p: f"{v:{w}.{p}f}" if v is not None else f"{'-':>{w}}"
+            print(f"{name:<4} {'kmeans++, ' + label:<28} {1e3 * (t1 - t0):13.1f} "
+                  f"{1e3 * (t2 - t0):12.1f} {inertia:14.6e} {fmt(oi, 12, 1)} {fmt(of, 11, 1)} "
+                  f"{oin if oin is not None else '-':>13}", flush=True)
+        del x
+        torch.cuda.empty_cache()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--cases", default="A,B,C,D,E,S,S512,F")
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--ours")
     ap.add_argument("--out")
+    ap.add_argument("--whole", action="store_true")
     args = ap.parse_args()
     results = {"kmeans": [], "knn": []}
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    ours = {}
+    ours, whole_ours = {}, {}
     if args.ours:
         with open(args.ours) as f:
             for line in f:
                 r = json.loads(line)
-                ours[r["case"]] = r
+                if "whole_job" in r:
+                    whole_ours[(r["case"], r["whole_job"])] = r
+                else:
+                    ours[r["case"]] = r
     print(f"torch {torch.__version__} on {torch.cuda.get_device_name()}")
     fp32, bandwidth = measured_rates()
     results["fp32_flops"], results["bandwidth"] = fp32, bandwidth
     results["gpu"] = torch.cuda.get_device_name()
     print(f"measured: FP32 {fp32 / 1e12:.1f} TFLOP/s, copy {bandwidth / 1e12:.2f} TB/s")
     print("floor = max(2·n·k·d / FP32 rate, n·d·4 bytes / bandwidth)")
+    if args.whole:
+        whole_jobs(args, whole_ours)
     print(f"{'case':<4} {'torch ms':>10} {'ours ms':>10} {'speed-up':>9} {'floor ms':>9} {'ours/floor':>10}")
     for name in [c for c in args.cases.split(",") if c in CASES]:
         n, d, k = CASES[name]

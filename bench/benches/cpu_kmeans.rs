@@ -8,7 +8,7 @@ use criterion::{
     BenchmarkId, Criterion, SamplingMode, Throughput, criterion_group, criterion_main,
 };
 use kmeans_knn::bench::lloyd_iteration_ms;
-use kmeans_knn::{Device, MatrixView, Metric, Precision};
+use kmeans_knn::{Device, Init, KMeans, MatrixView, Metric, Precision};
 use kmeans_knn_bench::data::case;
 use std::time::Duration;
 
@@ -46,5 +46,32 @@ fn lloyd(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, lloyd);
+/// k-means++ seeding alone and a whole fit (k-means++ then Lloyd to convergence) on
+/// 200,000 × 128 uniform points (seed 1), k = 256: `bench/cpu_baseline.py --seeding` times
+/// scikit-learn's `kmeans_plusplus` and `KMeans.fit` on the same data.
+fn seeding(c: &mut Criterion) {
+    let (n, d, k) = (200_000, 128, 256);
+    let data = kmeans_knn_bench::data::uniform(n * d, 1);
+    let x = || MatrixView::new(&data, n, d).expect("valid shape");
+    let params = KMeans::params(k).seed(0).device(Device::Cpu);
+    let mut group = c.benchmark_group("cpu_seeding");
+    group.sampling_mode(SamplingMode::Flat);
+    group.sample_size(10);
+    group.warm_up_time(Duration::from_secs(1));
+    group.measurement_time(Duration::from_secs(20));
+    let id = format!("n{n}_d{d}_k{k}");
+    group.bench_function(BenchmarkId::new("kmeans++", &id), |b| {
+        b.iter(|| params.initial_centroids(x()).expect("seeding"))
+    });
+    let parallel = params.clone().init(Init::KMeansParallel);
+    group.bench_function(BenchmarkId::new("kmeans||", &id), |b| {
+        b.iter(|| parallel.initial_centroids(x()).expect("seeding"))
+    });
+    group.bench_function(BenchmarkId::new("fit", &id), |b| {
+        b.iter(|| params.fit(x()).expect("fit"))
+    });
+    group.finish();
+}
+
+criterion_group!(benches, lloyd, seeding);
 criterion_main!(benches);

@@ -3,7 +3,7 @@
 //! `torch_baseline.py` to compare against.
 //!
 //! usage: gpu-bench [--cases A,B,C,D,E,S,S512,F] [--reps N] [--json FILE] [--device gpu|cpu]
-//!                  [--precision tf32] [--knn-exact]
+//!                  [--precision tf32] [--knn-exact] [--whole]
 //!
 //! `--reps` (default 30) timed runs per case after warm-up; kNN cases of 10^9 distances or more
 //! take at most 5.
@@ -12,13 +12,20 @@
 //! key download; the wall clock of the whole call is printed next to it). `--knn-exact` adds a
 //! `-fp32` row per kNN case with the TF32 prefilter off (every distance exact FP32).
 //!
+//! `--whole` adds whole-job rows per k-means case (wall clock around the public API): the
+//! seeding alone (`init ms`, k-means++ and, for D and E, k-means‖) and a whole `fit` from the
+//! default init to convergence and with 20 fixed iterations (`fit ms`, with the init's share);
+//! E runs k-means‖. `--reps` applies (at most 3 for D and E).
+//!
 //! With `--precision tf32`, every k-means case is also timed with `Precision::Tf32` (a `-tf32`
 //! row after the exact one) with its speed-up over exact and the share of labels identical to
 //! exact's after one assignment from the same centroids.
 
 use kmeans_knn::bench::{knn_search_ms, lloyd_iteration_ms};
 use kmeans_knn::{Device, DistanceMetric, KnnIndex, MatrixView, Metric, Precision};
+use kmeans_knn::{Init, KMeans};
 use kmeans_knn_bench::data::{CASES, KNN_CASES, uniform};
+use kmeans_knn_bench::whole;
 use std::io::Write;
 
 fn main() {
@@ -41,6 +48,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     let json_path = opt("--json");
     // `--knn-exact`: also time every kNN case with the prefilter off (`-fp32` rows).
     let exact_too = args.iter().any(|a| a == "--knn-exact");
+    let whole_jobs = args.iter().any(|a| a == "--whole");
     let tf32 = match opt("--precision").as_deref() {
         None | Some("exact") => false,
         Some("tf32") => true,
@@ -141,6 +149,9 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
             }
         }
     }
+    if whole_jobs {
+        whole_job_rows(&cases, reps, device, json.as_mut())?;
+    }
     let knn: Vec<_> = KNN_CASES
         .iter()
         .filter(|c| cases.split(',').any(|n| n == c.name))
@@ -210,6 +221,68 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
                     "median_ms": median, "min_ms": ms[0], "wall_median_ms": wall_median,
                     "selection": selection, "path": path, "device": device.describe()?,
                     "timing": "cuda events around KnnIndex::search: query upload + kernels + key download",
+                });
+                writeln!(f, "{line}")?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The `--whole` rows: seeding alone and whole fits (see the module documentation).
+fn whole_job_rows(
+    cases: &str,
+    reps: usize,
+    device: Device,
+    mut json: Option<&mut std::fs::File>,
+) -> Result<(), Box<dyn std::error::Error>> {
+    println!(
+        "{:<4} {:<32} {:>10} {:>10} {:>7} {:>6} {:>14}",
+        "case", "whole job", "init ms", "fit ms", "init %", "iters", "inertia"
+    );
+    for case in CASES
+        .iter()
+        .filter(|c| cases.split(',').any(|n| n == c.name))
+    {
+        let (data, _) = case.data();
+        let x = MatrixView::new(&data, case.n, case.d)?;
+        let reps = if case.n * case.k >= 200_000 * 1024 {
+            reps.min(3)
+        } else {
+            reps.min(10)
+        };
+        let mut jobs = vec![];
+        if matches!(case.name, "D" | "E") {
+            for (name, init) in [
+                ("init kmeans++ alone", Init::KMeansPlusPlus),
+                ("init kmeans|| alone", Init::KMeansParallel),
+            ] {
+                let p = KMeans::params(case.k).init(init).device(device).max_iter(1);
+                let job = whole::measure(name, &x, &p, reps)?;
+                jobs.push(whole::WholeJob {
+                    fit_ms: f64::NAN,
+                    inertia: f64::NAN,
+                    n_iter: 0,
+                    ..job
+                });
+            }
+        }
+        for (name, params) in whole::runs(case, device) {
+            jobs.push(whole::measure(&name, &x, &params, reps)?);
+        }
+        for job in jobs {
+            let share = 100.0 * job.init_ms / job.fit_ms;
+            println!(
+                "{:<4} {:<32} {:>10.1} {:>10.1} {:>7.1} {:>6} {:>14.6e}",
+                case.name, job.what, job.init_ms, job.fit_ms, share, job.n_iter, job.inertia
+            );
+            if let Some(f) = json.as_mut() {
+                let line = serde_json::json!({
+                    "case": case.name, "whole_job": job.what, "n": case.n, "d": case.d,
+                    "k": case.k, "init_ms": job.init_ms,
+                    "fit_ms": if job.fit_ms.is_nan() { None } else { Some(job.fit_ms) },
+                    "n_iter": job.n_iter, "inertia": job.inertia, "device": device.describe()?,
+                    "timing": "wall clock: initial_centroids (seeding, with data upload) and fit",
                 });
                 writeln!(f, "{line}")?;
             }

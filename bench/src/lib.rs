@@ -1,3 +1,4 @@
 //! Shared pieces of the kmeans-knn benchmarks (`gpu-bench`, `benches/cpu_kmeans.rs`).
 
 pub mod data;
+pub mod whole;

@@ -66,3 +66,45 @@ pub unsafe fn atomic_add_i64(p: *mut i64, v: i64) {
 pub unsafe fn atomic_add_u32(p: *mut u32, v: u32) {
     unsafe { AtomicU32::from_ptr(p) }.fetch_add(v, Ordering::Relaxed);
 }
+
+/// Adds `v` to the u64 at `p` and returns nothing; integer sums do not depend on the order.
+///
+/// # Safety
+/// As for [`atomic_add_i64`].
+#[inline(always)]
+pub unsafe fn atomic_add_u64(p: *mut u64, v: u64) {
+    unsafe { AtomicU64::from_ptr(p) }.fetch_add(v, Ordering::Relaxed);
+}
+
+/// Adds `v` to the u32 at `p` and returns the value it held (a slot in an output list).
+///
+/// # Safety
+/// As for [`atomic_add_i64`].
+#[inline(always)]
+pub unsafe fn atomic_fetch_add_u32(p: *mut u32, v: u32) -> u32 {
+    unsafe { AtomicU32::from_ptr(p) }.fetch_add(v, Ordering::Relaxed)
+}
+
+/// The sum of `v` over the 32 lanes of the warp (every lane gets it); all lanes call this.
+#[inline(always)]
+pub fn warp_sum_u64(mut v: u64) -> u64 {
+    let mut mask = 16;
+    while mask > 0 {
+        let (lo, hi) = (v as u32, (v >> 32) as u32);
+        let other = (shfl_xor(lo, mask) as u64) | ((shfl_xor(hi, mask) as u64) << 32);
+        v = v.wrapping_add(other);
+        mask /= 2;
+    }
+    v
+}
+
+#[inline(always)]
+fn shfl_xor(v: u32, mask: u32) -> u32 {
+    let r: u32;
+    // SAFETY: every lane of the warp executes this (full member mask).
+    unsafe {
+        core::arch::asm!("shfl.sync.bfly.b32 {r}, {v}, {m}, 31, -1;", r = out(reg32) r,
+            v = in(reg32) v, m = in(reg32) mask, options(nomem, nostack));
+    }
+    r
+}

@@ -14,6 +14,15 @@ pub const CENTROID_LAYOUT_COLS: usize = 64;
 /// Centroid coordinates per block of `kmeans_shift_parts` (`BLOCK` threads, four quads each).
 pub const SHIFT_PART: usize = 16 * BLOCK as usize;
 
+/// Most candidate rows one seeding pass compares every point with (k-means++: the trials of a
+/// step plus the previous step's winner; k-means‖: a group of a round's new candidates).
+pub const SEED_CANDIDATES: usize = 32;
+/// Dimensions of the candidates a seeding block stages in shared memory at a time.
+pub const SEED_DIMS: usize = 32;
+/// Dynamic shared memory of the seeding kernels: the staged candidates, then one u64 sum per
+/// candidate.
+pub const SEED_SHARED_BYTES: usize = SEED_CANDIDATES * SEED_DIMS * 4 + SEED_CANDIDATES * 8;
+
 /// Dynamic shared memory the host is willing to give one block without opting in (48 KiB).
 pub const DEFAULT_SHARED_BYTES: usize = 48 * 1024;
 

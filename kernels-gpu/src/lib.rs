@@ -29,6 +29,7 @@ pub mod knn;
 pub mod knn_tf32;
 pub mod launch;
 pub mod math;
+pub mod seeding;
 pub mod select;
 pub mod small;
 pub mod tile;
@@ -45,6 +46,8 @@ pub mod assign_tf32;
 pub mod centroids;
 #[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
 mod cp_async;
+#[cfg(target_arch = "nvptx64")]
+pub mod init;
 #[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
 pub mod mma;
 #[cfg(target_arch = "nvptx64")]

@@ -11,6 +11,7 @@ use crate::error::Result;
 use crate::kmeans::Precision;
 use crate::matrix::MatrixView;
 use kernels_gpu::math::AssignMetric;
+use kernels_gpu::seeding::WeightScale;
 // Pairwise distances and kNN.
 use crate::knn::Selection;
 use kernels_gpu::knn::PairMetric;
@@ -63,9 +64,59 @@ pub(crate) struct StepStats {
     pub shift: f64,
 }
 
+/// Where the candidates of a k-means++ step come from.
+pub(crate) enum Picks<'p> {
+    /// Located in the cumulative integer weights: each draw `r < total` picks the first point
+    /// whose cumulative weight exceeds `r`.
+    Draws(&'p [u64]),
+    /// These rows (when every weight is zero).
+    Rows(&'p [u32]),
+}
+
+/// What the trials of a k-means++ step report.
+pub(crate) struct Trials {
+    /// The row of every trial.
+    pub candidates: Vec<u32>,
+    /// Σ over points of the weight after adding that trial's row as a seed.
+    pub potentials: Vec<u64>,
+}
+
+/// Seeding (k-means++ and k-means‖, driven by `kmeans::init`) over resident rows. Every point
+/// has a seeding distance (to its nearest seed so far) and the integer weight of
+/// [`WeightScale::weight`]; all sums are exact integers, so every backend decides alike.
+pub(crate) trait Seeding {
+    /// Lowers every point's seeding distance (from +∞ with `fresh`) to its distance to each of
+    /// `rows`, recording `first_id + position` as its nearest seed where a row is strictly
+    /// nearer (ties keep the earlier seed); returns the total weight. Drops a pending accept.
+    fn seed_nearest(
+        &mut self,
+        rows: &[u32],
+        first_id: u32,
+        fresh: bool,
+        ws: WeightScale,
+    ) -> Result<u64>;
+    /// One k-means++ step in one pass: applies the accepted trial of the last step, picks the
+    /// candidates and returns each one's potential.
+    fn seed_trials(&mut self, picks: Picks<'_>, ws: WeightScale) -> Result<Trials>;
+    /// Makes trial `trial` of the last step a seed (applied by the next step's pass).
+    fn seed_accept(&mut self, trial: usize);
+    /// k-means‖: the points sampled with probability `min(1, ell · weight / phi)` by their
+    /// uniforms `uniform32(seed, round, row)`, ascending.
+    fn seed_sample(
+        &mut self,
+        seed: u64,
+        round: u32,
+        ell: u64,
+        phi: u64,
+        ws: WeightScale,
+    ) -> Result<Vec<u32>>;
+    /// Points whose nearest seed is each of the ids `0..ids`.
+    fn seed_owner_counts(&mut self, ids: usize) -> Result<Vec<u32>>;
+}
+
 /// Lloyd iterations over resident data. Centroid buffers are `k × d`, row-major; a step writes
 /// the *next* centroids, which [`Lloyd::commit`] makes current.
-pub(crate) trait Lloyd {
+pub(crate) trait Lloyd: Seeding {
     /// Sets the current centroids.
     fn set_centroids(&mut self, centroids: &[f32]) -> Result<()>;
     /// Sets the current labels (random-labels initialisation).

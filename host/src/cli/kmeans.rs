@@ -95,6 +95,7 @@ impl SavedModel {
             params: Some(SavedParams {
                 init: match &fit.init {
                     crate::Init::KMeansPlusPlus => "kmeans++".into(),
+                    crate::Init::KMeansParallel => "kmeans||".into(),
                     crate::Init::RandomPoints => "random".into(),
                     crate::Init::RandomLabels => "random-labels".into(),
                     crate::Init::Centroids(_) => "centroids".into(),

@@ -230,7 +230,7 @@ pub struct FitOpts {
     /// Number of clusters.
     #[arg(short = 'k', long = "k", value_name = "K")]
     pub k: usize,
-    /// Initialisation: kmeans++, random (k distinct points) or random-labels.
+    /// Initialisation: kmeans++, kmeans|| (k-means‖), random (k distinct points) or random-labels.
     #[arg(long, value_name = "METHOD", default_value = "kmeans++")]
     pub init: Init,
     /// Seed of every random choice; the same seed gives the same result on CPU and GPU.

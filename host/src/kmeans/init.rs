@@ -1,14 +1,21 @@
-//! Initial centroids or labels. Runs on the host for both backends, so a seed gives the same
-//! start on the CPU and the GPU.
+//! Initial centroids or labels. k-means++ and k-means‖ run on the backend, on the data the
+//! [`Lloyd`](crate::backend::Lloyd) object holds, through [`Seeding`]; the random numbers come
+//! from the host's ChaCha8 stream, and every choice is made on exact integer weights
+//! ([`WeightScale`]), so a seed gives the same start on the CPU and the GPU.
 
 use super::Metric;
-use crate::backend::cpu::CHUNK;
+use crate::backend::cpu::Seeder;
+use crate::backend::{Picks, Seeding};
+use crate::error::Result;
 use crate::matrix::MatrixView;
-use kernels_gpu::math::distance;
+use kernels_gpu::launch::SEED_CANDIDATES;
+use kernels_gpu::seeding::WeightScale;
 use rand::Rng;
 use rand::seq::index::sample;
 use rand_chacha::ChaCha8Rng;
-use rayon::prelude::*;
+
+/// Rounds of k-means‖ (as Spark and cuML).
+pub(super) const PARALLEL_ROUNDS: u32 = 5;
 
 /// Where a run starts.
 pub(super) enum Start {
@@ -26,92 +33,111 @@ pub(super) fn random_labels(n: usize, k: usize, rng: &mut ChaCha8Rng) -> Vec<u32
     (0..n).map(|_| rng.random_range(0..k as u32)).collect()
 }
 
-/// Greedy k-means++: each new centroid is the best of `2 + ⌊ln k⌋` candidates drawn with
-/// probability proportional to the squared distance to the nearest chosen centroid.
+/// The weight scale for `n` points of data whose coordinates are at most `max_abs` per column:
+/// no seeding distance exceeds the distance across that bounding box.
+pub(super) fn weight_scale(max_abs: &[f32], n: usize, metric: Metric) -> WeightScale {
+    let bound = match metric {
+        Metric::L2 => max_abs
+            .iter()
+            .map(|&m| 4.0 * m as f64 * m as f64)
+            .sum::<f64>(),
+        Metric::L1 => max_abs.iter().map(|&m| 2.0 * m as f64).sum::<f64>().powi(2),
+    };
+    WeightScale::new(bound, n)
+}
+
+/// Trials per greedy k-means++ step: `2 + ⌊ln k⌋` (as scikit-learn), within one pass's
+/// candidates (the previous winner takes a slot).
+fn trials_for(k: usize) -> usize {
+    (2 + (k as f64).ln().floor() as usize).min(SEED_CANDIDATES - 1)
+}
+
+/// Greedy k-means++ over the `n` rows of `seeding`: the first seed uniform, then each seed the
+/// best of `2 + ⌊ln k⌋` candidates drawn with probability proportional to their integer weight
+/// (draws uniform in `[0, total)`, located in the cumulative weights); the lowest potential
+/// wins, ties to the earliest trial. Returns the chosen rows.
 pub(super) fn kmeans_plus_plus(
+    seeding: &mut dyn Seeding,
+    n: usize,
+    k: usize,
+    ws: WeightScale,
+    rng: &mut ChaCha8Rng,
+) -> Result<Vec<usize>> {
+    let trials = trials_for(k);
+    let first = rng.random_range(0..n);
+    let mut chosen = vec![first];
+    let mut total = seeding.seed_nearest(&[first as u32], 0, true, ws)?;
+    while chosen.len() < k {
+        let step = if total > 0 {
+            let draws: Vec<u64> = (0..trials).map(|_| rng.random_range(0..total)).collect();
+            seeding.seed_trials(Picks::Draws(&draws), ws)?
+        } else {
+            // Every point sits on a seed: any point is as good.
+            let rows: Vec<u32> = (0..trials).map(|_| rng.random_range(0..n) as u32).collect();
+            seeding.seed_trials(Picks::Rows(&rows), ws)?
+        };
+        let best = (0..trials)
+            .min_by_key(|&t| (step.potentials[t], t))
+            .expect("at least two trials");
+        seeding.seed_accept(best);
+        chosen.push(step.candidates[best] as usize);
+        total = step.potentials[best];
+    }
+    Ok(chosen)
+}
+
+/// k-means‖ (Bahmani et al. 2012): a uniform first seed, then [`PARALLEL_ROUNDS`] rounds that
+/// each sample every point independently with probability `min(1, ℓ·weight/φ)`, ℓ = 2k, by a
+/// counter-based uniform of (seed, round, row); the candidates, weighted by the points nearest
+/// to each, are then reduced to `k` by weighted greedy k-means++ on the host's CPU. Returns the
+/// chosen rows.
+pub(super) fn kmeans_parallel(
+    seeding: &mut dyn Seeding,
     data: &MatrixView<'_>,
     k: usize,
     metric: Metric,
+    ws: WeightScale,
     rng: &mut ChaCha8Rng,
-) -> Vec<f32> {
+) -> Result<Vec<usize>> {
     let n = data.rows();
-    let trials = 2 + (k as f64).ln().floor() as usize;
-    let first = rng.random_range(0..n);
-    let mut chosen = vec![first];
-    let mut closest = weights_to(data, first, metric, None);
-    while chosen.len() < k {
-        let cumulative = prefix_sums(&closest);
-        let total = *cumulative.last().unwrap();
-        let mut best: Option<(f64, usize, Vec<f64>)> = None;
-        for _ in 0..trials {
-            let candidate = if total > 0.0 {
-                let r = rng.random::<f64>() * total;
-                cumulative.partition_point(|&c| c <= r).min(n - 1)
-            } else {
-                // Every point coincides with a chosen centroid: any point is as good.
-                rng.random_range(0..n)
-            };
-            let updated = weights_to(data, candidate, metric, Some(&closest));
-            let potential = ordered_sum(&updated);
-            if best.as_ref().is_none_or(|(p, _, _)| potential < *p) {
-                best = Some((potential, candidate, updated));
-            }
+    let first = rng.random_range(0..n) as u32;
+    let stream: u64 = rng.random();
+    let ell = 2 * k as u64;
+    let mut candidates = vec![first];
+    let mut phi = seeding.seed_nearest(&candidates, 0, true, ws)?;
+    for round in 0..PARALLEL_ROUNDS {
+        if phi == 0 {
+            break;
         }
-        let (_, candidate, updated) = best.expect("at least two trials");
-        chosen.push(candidate);
-        closest = updated;
+        // A candidate has weight 0, so it is never sampled again.
+        let new = seeding.seed_sample(stream, round, ell, phi, ws)?;
+        if !new.is_empty() {
+            phi = seeding.seed_nearest(&new, candidates.len() as u32, false, ws)?;
+            candidates.extend(new);
+        }
     }
-    gather(data, &chosen)
-}
-
-/// The k-means++ weight of every point towards point `p` (squared L2, or squared L1), lowered to
-/// `current` where that is smaller.
-fn weights_to(
-    data: &MatrixView<'_>,
-    p: usize,
-    metric: Metric,
-    current: Option<&[f64]>,
-) -> Vec<f64> {
-    let centre = data.row(p);
-    let mut out = vec![0.0; data.rows()];
-    out.par_chunks_mut(CHUNK)
-        .enumerate()
-        .for_each(|(ci, chunk)| {
-            for (r, w) in chunk.iter_mut().enumerate() {
-                let i = ci * CHUNK + r;
-                let dist = distance(metric.assign(), data.row(i), centre) as f64;
-                let weight = match metric {
-                    Metric::L2 => dist,
-                    Metric::L1 => dist * dist,
-                };
-                *w = current.map_or(weight, |c| weight.min(c[i]));
-            }
-        });
-    out
-}
-
-fn prefix_sums(values: &[f64]) -> Vec<f64> {
-    let mut acc = 0.0;
-    values
-        .iter()
-        .map(|v| {
-            acc += v;
-            acc
-        })
-        .collect()
-}
-
-/// Σ values in chunk order: the same float whatever the thread count.
-fn ordered_sum(values: &[f64]) -> f64 {
-    let partial: Vec<f64> = values
-        .par_chunks(CHUNK)
-        .map(|c| c.iter().sum::<f64>())
-        .collect();
-    partial.iter().sum()
+    if candidates.len() < k {
+        // Too few points with weight (duplicates): distinct random others make up the number.
+        let mut taken = vec![false; n];
+        candidates.iter().for_each(|&c| taken[c as usize] = true);
+        let free: Vec<u32> = (0..n as u32).filter(|&i| !taken[i as usize]).collect();
+        let extra: Vec<u32> = sample(rng, free.len(), k - candidates.len())
+            .into_iter()
+            .map(|i| free[i])
+            .collect();
+        seeding.seed_nearest(&extra, candidates.len() as u32, false, ws)?;
+        candidates.extend(extra);
+    }
+    let counts = seeding.seed_owner_counts(candidates.len())?;
+    let rows: Vec<usize> = candidates.iter().map(|&c| c as usize).collect();
+    let local = gather(data, &rows);
+    let mut weighted = Seeder::new(&local, data.cols(), metric.assign()).weighted(counts);
+    let picked = kmeans_plus_plus(&mut weighted, rows.len(), k, ws, rng)?;
+    Ok(picked.into_iter().map(|p| rows[p]).collect())
 }
 
 /// The rows at `indices`, row-major.
-fn gather(data: &MatrixView<'_>, indices: &[usize]) -> Vec<f32> {
+pub(super) fn gather(data: &MatrixView<'_>, indices: &[usize]) -> Vec<f32> {
     indices
         .iter()
         .flat_map(|&i| data.row(i).iter().copied())

@@ -4,9 +4,10 @@
 use super::init::{self, Start};
 use super::{EmptyClusters, Init, Iteration, KMeansModel, KMeansParams};
 use crate::backend::{AssignStats, Lloyd};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::matrix::MatrixView;
 use kernels_gpu::fixed::scale_exponent;
+use kernels_gpu::seeding::WeightScale;
 use rand::SeedableRng;
 use rand::seq::index::sample;
 use rand_chacha::ChaCha8Rng;
@@ -32,20 +33,14 @@ pub(super) fn fit(params: &KMeansParams, data: &MatrixView<'_>) -> Result<KMeans
         .map(|&m| scale_exponent(m, n))
         .collect();
     let tol = params.tol * summary.mean_variance;
+    let weights = init::weight_scale(&summary.max_abs, n, params.metric);
 
     let backend = params.device.backend()?;
     let mut lloyd = backend.lloyd(data, k, params.metric.assign(), params.precision, &scales)?;
     let mut rng = ChaCha8Rng::seed_from_u64(params.seed);
     let mut best: Option<Run> = None;
     for run in 0..params.n_init {
-        let start = match &params.init {
-            Init::KMeansPlusPlus => {
-                Start::Centroids(init::kmeans_plus_plus(data, k, params.metric, &mut rng))
-            }
-            Init::RandomPoints => Start::Centroids(init::random_points(data, k, &mut rng)),
-            Init::RandomLabels => Start::Labels(init::random_labels(n, k, &mut rng)),
-            Init::Centroids(c) => Start::Centroids(c.clone()),
-        };
+        let start = start(params, lloyd.as_mut(), data, weights, &mut rng)?;
         let result = run_once(lloyd.as_mut(), start, params, tol, run, &mut rng)?;
         if best.as_ref().is_none_or(|b| result.inertia < b.inertia) {
             best = Some(result);
@@ -64,6 +59,50 @@ pub(super) fn fit(params: &KMeansParams, data: &MatrixView<'_>) -> Result<KMeans
         converged: best.converged,
         device: backend.describe(),
     })
+}
+
+/// Where the next run starts (the next numbers of `rng`).
+fn start(
+    params: &KMeansParams,
+    lloyd: &mut dyn Lloyd,
+    data: &MatrixView<'_>,
+    weights: WeightScale,
+    rng: &mut ChaCha8Rng,
+) -> Result<Start> {
+    let (n, k) = (data.rows(), params.k);
+    Ok(match &params.init {
+        Init::KMeansPlusPlus => {
+            let rows = init::kmeans_plus_plus(lloyd, n, k, weights, rng)?;
+            Start::Centroids(init::gather(data, &rows))
+        }
+        Init::KMeansParallel => {
+            let rows = init::kmeans_parallel(lloyd, data, k, params.metric, weights, rng)?;
+            Start::Centroids(init::gather(data, &rows))
+        }
+        Init::RandomPoints => Start::Centroids(init::random_points(data, k, rng)),
+        Init::RandomLabels => Start::Labels(init::random_labels(n, k, rng)),
+        Init::Centroids(c) => Start::Centroids(c.clone()),
+    })
+}
+
+/// The centroids that the first run of a fit starts from (validated as `fit` does).
+pub(super) fn initial_centroids(params: &KMeansParams, data: &MatrixView<'_>) -> Result<Vec<f32>> {
+    data.validate("the data")?;
+    let (n, d, k) = (data.rows(), data.cols(), params.k);
+    params.check(n, d)?;
+    let summary = ColumnSummary::of(data);
+    let weights = init::weight_scale(&summary.max_abs, n, params.metric);
+    let backend = params.device.backend()?;
+    let scales = vec![0; d];
+    let mut lloyd = backend.lloyd(data, k, params.metric.assign(), params.precision, &scales)?;
+    let mut rng = ChaCha8Rng::seed_from_u64(params.seed);
+    match start(params, lloyd.as_mut(), data, weights, &mut rng)? {
+        Start::Centroids(c) => Ok(c),
+        Start::Labels(_) => Err(Error::invalid(
+            "init",
+            "random-labels starts from labels, not centroids",
+        )),
+    }
 }
 
 fn run_once(

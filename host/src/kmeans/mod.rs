@@ -55,6 +55,9 @@ pub enum Init {
     /// Greedy k-means++ (as scikit-learn: 2 + ⌊ln k⌋ candidates per centroid, the one that
     /// lowers the potential most wins).
     KMeansPlusPlus,
+    /// k-means‖ (Bahmani et al. 2012, cuML's default): 5 rounds that each sample about 2k
+    /// points independently, then weighted greedy k-means++ over those candidates.
+    KMeansParallel,
     /// `k` distinct points drawn uniformly at random.
     RandomPoints,
     /// Every point gets a random label; the first centroids are the label means.
@@ -68,11 +71,12 @@ impl FromStr for Init {
     fn from_str(s: &str) -> Result<Self> {
         match s {
             "kmeans++" | "k-means++" => Ok(Init::KMeansPlusPlus),
+            "kmeans||" | "k-means||" => Ok(Init::KMeansParallel),
             "random" => Ok(Init::RandomPoints),
             "random-labels" => Ok(Init::RandomLabels),
             _ => Err(Error::invalid(
                 "init",
-                format!("'{s}' is not one of kmeans++, random, random-labels"),
+                format!("'{s}' is not one of kmeans++, kmeans||, random, random-labels"),
             )),
         }
     }
@@ -311,6 +315,12 @@ impl KMeansParams {
             MatrixView::new(c, self.k, d)?.validate("the initial centroids")?;
         }
         Ok(())
+    }
+
+    /// The `k × d` centroids the (first) run of [`KMeansParams::fit`] starts from, computed on
+    /// the chosen device; an error for [`Init::RandomLabels`], which starts from labels.
+    pub fn initial_centroids<'a>(&self, data: impl Into<MatrixView<'a>>) -> Result<Vec<f32>> {
+        lloyd::initial_centroids(self, &data.into())
     }
 
     /// Clusters `data` (validated first: non-empty, finite, `k ≤ n`).

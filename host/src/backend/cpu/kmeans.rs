@@ -1,11 +1,13 @@
 //! Lloyd iterations on the CPU: the twin of the GPU's assign / accumulate / finalize kernels.
 
 use super::CHUNK;
-use crate::backend::{AssignStats, Lloyd, StepStats};
+use super::Seeder;
+use crate::backend::{AssignStats, Lloyd, Picks, Seeding, StepStats, Trials};
 use crate::error::Result;
 use crate::matrix::MatrixView;
 use kernels_gpu::fixed::{inv_pow2_f64, mean, pow2_f32, to_fixed};
 use kernels_gpu::math::{AssignMetric, assign_distance, assign_score, assign_step, sq_norm};
+use kernels_gpu::seeding::WeightScale;
 use rayon::prelude::*;
 
 mod tiled;
@@ -27,6 +29,8 @@ pub(crate) struct CpuLloyd<'a> {
     labels: Vec<u32>,
     min_dist: Vec<f32>,
     sizes: Vec<u32>,
+    /// Seeding state, made on first use.
+    seeder: Option<Seeder<'a>>,
 }
 
 impl<'a> CpuLloyd<'a> {
@@ -52,7 +56,13 @@ impl<'a> CpuLloyd<'a> {
             labels: vec![0; n],
             min_dist: vec![0.0; n],
             sizes: vec![0; k],
+            seeder: None,
         }
+    }
+
+    fn seeder(&mut self) -> &mut Seeder<'a> {
+        let (x, d, metric) = (self.x, self.d, self.metric);
+        self.seeder.get_or_insert_with(|| Seeder::new(x, d, metric))
     }
 
     /// Means of the current labels into `next`; returns the number of empty clusters.
@@ -228,6 +238,41 @@ pub(crate) fn nearest(
         return unsafe { nearest_fma(metric, row, x_sq, cb) };
     }
     nearest_generic(metric, row, x_sq, cb)
+}
+
+impl Seeding for CpuLloyd<'_> {
+    fn seed_nearest(
+        &mut self,
+        rows: &[u32],
+        first_id: u32,
+        fresh: bool,
+        ws: WeightScale,
+    ) -> Result<u64> {
+        self.seeder().seed_nearest(rows, first_id, fresh, ws)
+    }
+
+    fn seed_trials(&mut self, picks: Picks<'_>, ws: WeightScale) -> Result<Trials> {
+        self.seeder().seed_trials(picks, ws)
+    }
+
+    fn seed_accept(&mut self, trial: usize) {
+        self.seeder().seed_accept(trial)
+    }
+
+    fn seed_sample(
+        &mut self,
+        seed: u64,
+        round: u32,
+        ell: u64,
+        phi: u64,
+        ws: WeightScale,
+    ) -> Result<Vec<u32>> {
+        self.seeder().seed_sample(seed, round, ell, phi, ws)
+    }
+
+    fn seed_owner_counts(&mut self, ids: usize) -> Result<Vec<u32>> {
+        self.seeder().seed_owner_counts(ids)
+    }
 }
 
 impl Lloyd for CpuLloyd<'_> {

@@ -1,6 +1,7 @@
 //! The CPU backend: rayon over fixed chunks, with the same distance steps, tie-break and
 //! fixed-point sums as the GPU kernels, so both give the same labels and centroids.
 
+mod init;
 mod kmeans;
 mod knn;
 mod simd;
@@ -11,6 +12,8 @@ use crate::kmeans::Precision;
 use crate::matrix::MatrixView;
 use kernels_gpu::math::AssignMetric;
 use std::sync::{Arc, OnceLock};
+
+pub(crate) use init::Seeder;
 
 /// Points per rayon task; fixed, so the order of float sums does not depend on the thread count.
 pub(crate) const CHUNK: usize = 1024;

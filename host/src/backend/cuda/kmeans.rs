@@ -4,8 +4,9 @@
 //! shapes launch five kernels: centroid norms, the register-tiled assign, accumulate, finalize
 //! and summary (four when the sums are global: the exact assign kernel then accumulates too).
 
+use super::init::{CudaSeeder, Rows};
 use super::{CudaBackend, Mapped, NULL, arg_u32};
-use crate::backend::{AssignStats, Lloyd, StepStats};
+use crate::backend::{AssignStats, Lloyd, Picks, Seeding, StepStats, Trials};
 use crate::error::{Error, Result};
 use crate::kmeans::Precision;
 use crate::matrix::MatrixView;
@@ -16,6 +17,7 @@ use kernels_gpu::launch::{
     SHIFT_PART, SMALL_STEPS, SmallStep, TF32_POINTS, sums_fit_shared, tf32_shared_bytes,
 };
 use kernels_gpu::math::AssignMetric;
+use kernels_gpu::seeding::WeightScale;
 use kernels_gpu::small::{
     FINALIZE_SCRATCH, MODE_ACCUMULATE, MODE_ASSIGN, SMALL_L1_KERNELS, SMALL_L2_KERNELS,
 };
@@ -57,6 +59,8 @@ pub(crate) struct CudaLloyd<'a> {
     summary: Mapped<f64>,
     sizes: CudaSlice<u32>,
     sums: Sums,
+    /// Seeding buffers, made on first use.
+    seeder: Option<CudaSeeder>,
 }
 
 /// Where the update accumulates: per-block partials (shared memory) or one global set.
@@ -189,6 +193,7 @@ impl<'a> CudaLloyd<'a> {
                 sums: gpu.zeros(parts * k * d, "cluster sums")?,
                 counts: gpu.zeros(parts * k, "cluster counts")?,
             },
+            seeder: None,
         };
         if metric == AssignMetric::SqL2 && norms_len > 0 {
             let (x, mut norms) = (
@@ -506,6 +511,64 @@ impl<'a> CudaLloyd<'a> {
 /// its rows are 16-byte aligned for the assign kernels' 16-byte copies.
 fn by_dimension_cols(k: usize) -> usize {
     k.next_multiple_of(4)
+}
+
+impl CudaLloyd<'_> {
+    /// The resident rows and the seeding buffers (made on first use).
+    fn seeding(&mut self) -> Result<(Rows<'_>, &mut CudaSeeder)> {
+        let rows = Rows {
+            gpu: self.gpu,
+            x: &self.x,
+            n: self.n,
+            d: self.d,
+            metric: self.metric,
+        };
+        if self.seeder.is_none() {
+            self.seeder = Some(CudaSeeder::new(&rows)?);
+        }
+        Ok((rows, self.seeder.as_mut().expect("just made")))
+    }
+}
+
+impl Seeding for CudaLloyd<'_> {
+    fn seed_nearest(
+        &mut self,
+        rows: &[u32],
+        first_id: u32,
+        fresh: bool,
+        ws: WeightScale,
+    ) -> Result<u64> {
+        let (r, s) = self.seeding()?;
+        s.nearest(&r, rows, first_id, fresh, ws)
+    }
+
+    fn seed_trials(&mut self, picks: Picks<'_>, ws: WeightScale) -> Result<Trials> {
+        let (r, s) = self.seeding()?;
+        s.trials(&r, picks, ws)
+    }
+
+    fn seed_accept(&mut self, trial: usize) {
+        if let Some(s) = self.seeder.as_mut() {
+            s.accept(trial);
+        }
+    }
+
+    fn seed_sample(
+        &mut self,
+        seed: u64,
+        round: u32,
+        ell: u64,
+        phi: u64,
+        ws: WeightScale,
+    ) -> Result<Vec<u32>> {
+        let (r, s) = self.seeding()?;
+        s.sample(&r, seed, round, ell, phi, ws)
+    }
+
+    fn seed_owner_counts(&mut self, ids: usize) -> Result<Vec<u32>> {
+        let (r, s) = self.seeding()?;
+        s.owner_counts(&r, ids)
+    }
 }
 
 impl Lloyd for CudaLloyd<'_> {

@@ -5,6 +5,7 @@
 pub mod driver;
 pub mod faults;
 pub mod image;
+mod init;
 mod kmeans;
 mod knn;
 

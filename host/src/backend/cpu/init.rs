@@ -1,0 +1,301 @@
+//! Seeding on the CPU: the twins of `kernels_gpu::init` (k-means++ trials batched in one pass,
+//! the located draws, k-means‖ nearest-row updates, sampling and owner counts). Rayon over fixed
+//! chunks of points; distances in dimension order with `kernels_gpu::math::step`, eight
+//! candidates per SIMD register; sums are exact integers, so they equal the GPU's.
+
+use super::CHUNK;
+use crate::backend::{Picks, Seeding, Trials};
+use crate::error::Result;
+use kernels_gpu::math::{AssignMetric, step};
+use kernels_gpu::seeding::{WeightScale, sampled, uniform32};
+use rayon::prelude::*;
+
+/// Candidates per SIMD block.
+const LANES: usize = 8;
+
+/// Seeding state over a row-major matrix: each point's distance to its nearest seed, that
+/// seed's id, and (k-means++) the per-chunk weight sums of every trial of the last step.
+pub(crate) struct Seeder<'a> {
+    x: &'a [f32],
+    d: usize,
+    metric: AssignMetric,
+    /// Points that each row stands for (k-means‖'s weighted candidates); `None`: one each.
+    multiplicity: Option<Vec<u32>>,
+    min_dist: Vec<f32>,
+    owner: Vec<u32>,
+    /// `trials × chunks` weight sums of the last [`Seeding::seed_trials`] (after `seed_nearest`:
+    /// one row, of the current weights).
+    chunk_sums: Vec<u64>,
+    /// The last step's candidates, and the accepted one not yet applied to `min_dist`.
+    candidates: Vec<u32>,
+    pending: Option<usize>,
+}
+
+impl<'a> Seeder<'a> {
+    pub(crate) fn new(x: &'a [f32], d: usize, metric: AssignMetric) -> Self {
+        let n = x.len() / d;
+        Seeder {
+            x,
+            d,
+            metric,
+            multiplicity: None,
+            min_dist: vec![f32::INFINITY; n],
+            owner: vec![0; n],
+            chunk_sums: vec![],
+            candidates: vec![],
+            pending: None,
+        }
+    }
+
+    /// Weights every row by `counts` (points it stands for).
+    pub(crate) fn weighted(mut self, counts: Vec<u32>) -> Self {
+        self.multiplicity = Some(counts);
+        self
+    }
+
+    fn rows(&self) -> usize {
+        self.min_dist.len()
+    }
+
+    fn weight(&self, ws: WeightScale, i: usize, dist: f32) -> u64 {
+        let w = ws.weight(self.metric, dist);
+        self.multiplicity.as_ref().map_or(w, |m| w * m[i] as u64)
+    }
+
+    /// `rows` regrouped dimension-major in blocks of `LANES` (zero-padded).
+    fn blocks(&self, rows: &[u32]) -> Vec<[f32; LANES]> {
+        let d = self.d;
+        let mut out = vec![[0f32; LANES]; rows.len().div_ceil(LANES) * d];
+        for (c, &r) in rows.iter().enumerate() {
+            let row = &self.x[r as usize * d..(r as usize + 1) * d];
+            for j in 0..d {
+                out[(c / LANES) * d + j][c % LANES] = row[j];
+            }
+        }
+        out
+    }
+
+    /// The point where draw `r` falls in the cumulative weights (chunk sums `sums`), with the
+    /// pending row applied to the weights.
+    fn locate(&self, r: u64, sums: &[u64], pending: Option<u32>, ws: WeightScale) -> u32 {
+        let mut rest = r;
+        let mut chunk = 0;
+        while chunk + 1 < sums.len() && rest >= sums[chunk] {
+            rest -= sums[chunk];
+            chunk += 1;
+        }
+        let (d, n) = (self.d, self.rows());
+        let end = ((chunk + 1) * CHUNK).min(n);
+        for i in chunk * CHUNK..end {
+            let mut m = self.min_dist[i];
+            if let Some(p) = pending {
+                let c = &self.x[p as usize * d..(p as usize + 1) * d];
+                let dist = distance(self.metric, &self.x[i * d..(i + 1) * d], c);
+                if dist < m {
+                    m = dist;
+                }
+            }
+            let w = self.weight(ws, i, m);
+            if rest < w {
+                return i as u32;
+            }
+            rest -= w;
+        }
+        (end - 1) as u32
+    }
+}
+
+/// Distance in dimension order, as the GPU kernels accumulate it.
+fn distance(metric: AssignMetric, x: &[f32], c: &[f32]) -> f32 {
+    x.iter()
+        .zip(c)
+        .fold(0.0, |acc, (&a, &b)| step(metric, acc, a, b))
+}
+
+/// Distances from `point` to the `LANES` candidates of each block of `blocks` (`d` entries
+/// each), written to `out` in candidate order.
+#[inline(always)]
+fn block_distances_generic(
+    metric: AssignMetric,
+    point: &[f32],
+    blocks: &[[f32; LANES]],
+    out: &mut [f32],
+) {
+    let d = point.len();
+    for (b, block) in blocks.chunks_exact(d).enumerate() {
+        let mut acc = [0f32; LANES];
+        for (&v, cs) in point.iter().zip(block) {
+            for l in 0..LANES {
+                acc[l] = step(metric, acc[l], v, cs[l]);
+            }
+        }
+        out[b * LANES..(b + 1) * LANES].copy_from_slice(&acc);
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn block_distances_fma(
+    metric: AssignMetric,
+    point: &[f32],
+    blocks: &[[f32; LANES]],
+    out: &mut [f32],
+) {
+    block_distances_generic(metric, point, blocks, out)
+}
+
+/// [`block_distances_generic`], with AVX2 and FMA where the CPU has them (same bits).
+fn block_distances(metric: AssignMetric, point: &[f32], blocks: &[[f32; LANES]], out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("fma") && std::is_x86_feature_detected!("avx2") {
+        // SAFETY: the features were just detected.
+        return unsafe { block_distances_fma(metric, point, blocks, out) };
+    }
+    block_distances_generic(metric, point, blocks, out)
+}
+
+impl Seeding for Seeder<'_> {
+    fn seed_nearest(
+        &mut self,
+        rows: &[u32],
+        first_id: u32,
+        fresh: bool,
+        ws: WeightScale,
+    ) -> Result<u64> {
+        self.pending = None;
+        let (d, metric, x) = (self.d, self.metric, self.x);
+        let blocks = self.blocks(rows);
+        let count = rows.len();
+        let multiplicity = self.multiplicity.as_deref();
+        let sums: Vec<u64> = self
+            .min_dist
+            .par_chunks_mut(CHUNK)
+            .zip(self.owner.par_chunks_mut(CHUNK))
+            .enumerate()
+            .map(|(ci, (mins, owners))| {
+                let mut dist = vec![0f32; blocks.len() / d.max(1) * LANES];
+                let mut sum = 0u64;
+                for (r, (m, o)) in mins.iter_mut().zip(owners.iter_mut()).enumerate() {
+                    let i = ci * CHUNK + r;
+                    if fresh {
+                        (*m, *o) = (f32::INFINITY, first_id);
+                    }
+                    block_distances(metric, &x[i * d..(i + 1) * d], &blocks, &mut dist);
+                    for (c, &v) in dist[..count].iter().enumerate() {
+                        if v < *m {
+                            (*m, *o) = (v, first_id + c as u32);
+                        }
+                    }
+                    let w = ws.weight(metric, *m);
+                    sum += multiplicity.map_or(w, |mult| w * mult[i] as u64);
+                }
+                sum
+            })
+            .collect();
+        let total = sums.iter().sum();
+        self.chunk_sums = sums;
+        self.candidates.clear();
+        Ok(total)
+    }
+
+    fn seed_trials(&mut self, picks: Picks<'_>, ws: WeightScale) -> Result<Trials> {
+        let chunks = self.rows().div_ceil(CHUNK);
+        let accepted = self.pending.take();
+        let pending = accepted.map(|t| self.candidates[t]);
+        let candidates: Vec<u32> = match picks {
+            Picks::Rows(rows) => rows.to_vec(),
+            Picks::Draws(draws) => {
+                // The chunk sums of the accepted trial are those of the weights to draw from.
+                let row = accepted.unwrap_or(0);
+                let sums = &self.chunk_sums[row * chunks..(row + 1) * chunks];
+                draws
+                    .iter()
+                    .map(|&r| self.locate(r, sums, pending, ws))
+                    .collect()
+            }
+        };
+        let trials = candidates.len();
+        let mut all = candidates.clone();
+        all.extend(pending);
+        let blocks = self.blocks(&all);
+        let (d, metric, x) = (self.d, self.metric, self.x);
+        let multiplicity = self.multiplicity.as_deref();
+        let per_chunk: Vec<Vec<u64>> = self
+            .min_dist
+            .par_chunks_mut(CHUNK)
+            .enumerate()
+            .map(|(ci, mins)| {
+                let mut dist = vec![0f32; blocks.len() / d.max(1) * LANES];
+                let mut sums = vec![0u64; trials];
+                for (r, m) in mins.iter_mut().enumerate() {
+                    let i = ci * CHUNK + r;
+                    block_distances(metric, &x[i * d..(i + 1) * d], &blocks, &mut dist);
+                    if pending.is_some() && dist[trials] < *m {
+                        *m = dist[trials];
+                    }
+                    let mult = multiplicity.map_or(1, |mult| mult[i] as u64);
+                    for (s, &v) in sums.iter_mut().zip(&dist[..trials]) {
+                        *s += ws.weight(metric, if v < *m { v } else { *m }) * mult;
+                    }
+                }
+                sums
+            })
+            .collect();
+        let mut potentials = vec![0u64; trials];
+        self.chunk_sums = vec![0; trials * chunks];
+        for (ci, sums) in per_chunk.iter().enumerate() {
+            for (t, &s) in sums.iter().enumerate() {
+                potentials[t] += s;
+                self.chunk_sums[t * chunks + ci] = s;
+            }
+        }
+        self.candidates = candidates.clone();
+        Ok(Trials {
+            candidates,
+            potentials,
+        })
+    }
+
+    fn seed_accept(&mut self, trial: usize) {
+        self.pending = Some(trial);
+    }
+
+    fn seed_sample(
+        &mut self,
+        seed: u64,
+        round: u32,
+        ell: u64,
+        phi: u64,
+        ws: WeightScale,
+    ) -> Result<Vec<u32>> {
+        let metric = self.metric;
+        let picked: Vec<Vec<u32>> = self
+            .min_dist
+            .par_chunks(CHUNK)
+            .enumerate()
+            .map(|(ci, mins)| {
+                (0..mins.len())
+                    .filter(|&r| {
+                        let i = (ci * CHUNK + r) as u32;
+                        sampled(
+                            uniform32(seed, round, i),
+                            ws.weight(metric, mins[r]),
+                            ell,
+                            phi,
+                        )
+                    })
+                    .map(|r| (ci * CHUNK + r) as u32)
+                    .collect()
+            })
+            .collect();
+        Ok(picked.concat())
+    }
+
+    fn seed_owner_counts(&mut self, ids: usize) -> Result<Vec<u32>> {
+        let mut counts = vec![0u32; ids];
+        for &o in &self.owner {
+            counts[o as usize] += 1;
+        }
+        Ok(counts)
+    }
+}

@@ -1,0 +1,108 @@
+//! Arithmetic of k-means++ and k-means‖ seeding shared by the GPU kernels (`init`) and the CPU
+//! backend: exact integer weights and the per-point uniforms of k-means‖.
+//!
+//! A point's weight is its seeding distance (squared L2, or the square of the L1 distance)
+//! scaled by a power of two and truncated to an integer, capped so that `n` weights cannot
+//! overflow a u64. Sums of weights (trial potentials, prefix sums for sampling) are then exact
+//! and independent of the order in which threads, blocks or rayon tasks add them, so both
+//! backends make the same choices.
+
+use crate::math::AssignMetric;
+
+/// No row: the seeding kernels' argument for an absent pending winner.
+pub const NO_ROW: u32 = u32::MAX;
+
+/// The fixed-point scale of seeding weights: `weight = min(⌊w · scale⌋, cap)`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct WeightScale {
+    /// A power of two.
+    pub scale: f64,
+    /// `⌊2^63 / n⌋`: no sum of `n` weights exceeds 2^63.
+    pub cap: u64,
+}
+
+impl WeightScale {
+    /// The scale for `n` points whose weights are at most about `bound`: `2^s` with
+    /// `n · bound · 2^s ≤ 2^62`, leaving a factor two for rounding in the distances.
+    #[cfg(not(target_arch = "nvptx64"))]
+    pub fn new(bound: f64, n: usize) -> Self {
+        let log = if bound > 0.0 && bound.is_finite() {
+            bound.log2()
+        } else {
+            0.0
+        };
+        let s = (62.0 - (n.max(1) as f64).log2() - log)
+            .floor()
+            .clamp(-1000.0, 1000.0) as i32;
+        WeightScale {
+            scale: 2f64.powi(s),
+            cap: (1u64 << 63) / n.max(1) as u64,
+        }
+    }
+
+    /// The integer weight of a point at seeding distance `dist` (as `distance` computes it).
+    #[inline(always)]
+    pub fn weight(self, metric: AssignMetric, dist: f32) -> u64 {
+        let w = match metric {
+            AssignMetric::SqL2 => dist as f64,
+            AssignMetric::L1 => dist as f64 * dist as f64,
+        };
+        // Exact scaling by a power of two, then truncation (saturating; NaN → 0).
+        ((w * self.scale) as u64).min(self.cap)
+    }
+}
+
+/// The uniform 32-bit number of k-means‖ for (`seed`, `round`, `row`): a counter-based hash
+/// (SplitMix64's finaliser), so every backend draws the same number for a point without state.
+#[inline(always)]
+pub fn uniform32(seed: u64, round: u32, row: u32) -> u32 {
+    let mut z = seed
+        ^ (round as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        ^ (row as u64).wrapping_mul(0xD1B5_4A32_D192_ED03);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    ((z ^ (z >> 31)) >> 32) as u32
+}
+
+/// Whether k-means‖ samples a point of weight `weight` with probability `min(1, ell·weight/phi)`
+/// given its uniform `u` (`u / 2^32 < ell·weight/phi`, in exact integers; `phi > 0`).
+#[inline(always)]
+pub fn sampled(u: u32, weight: u64, ell: u64, phi: u64) -> bool {
+    let want = ell as u128 * weight as u128;
+    want >= phi as u128 || ((u as u128) * (phi as u128)) < (want << 32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn n_capped_weights_cannot_overflow() {
+        let w = WeightScale::new(1e6, 1000);
+        assert!(w.weight(AssignMetric::SqL2, f32::INFINITY) == w.cap);
+        assert!(w.cap as u128 * 1000 <= 1u128 << 63);
+        assert_eq!(w.weight(AssignMetric::SqL2, f32::NAN), 0);
+    }
+
+    #[test]
+    fn weights_are_monotone_and_fine() {
+        let w = WeightScale::new(4.0, 1 << 20);
+        let a = w.weight(AssignMetric::SqL2, 1.0);
+        let b = w.weight(AssignMetric::SqL2, 1.0 + f32::EPSILON);
+        assert!(b > a);
+        assert_eq!(
+            w.weight(AssignMetric::L1, 2.0),
+            w.weight(AssignMetric::SqL2, 4.0)
+        );
+    }
+
+    #[test]
+    fn sampling_probability_is_respected() {
+        let hits = (0..100_000u32)
+            .filter(|&r| sampled(uniform32(7, 1, r), 1, 1, 4))
+            .count();
+        assert!((23_000..27_000).contains(&hits), "{hits}");
+        assert!(sampled(u32::MAX, 5, 2, 10));
+        assert!(!sampled(0, 0, 2, 10));
+    }
+}
