@@ -35,7 +35,7 @@ pub fn write() -> Result<()> {
         // turns the feature on): the driver tests run it as `KMEANS_KNN_BIN`.
         match (kind.as_str(), name.as_str()) {
             ("bin", "kmeans-knn") => copy(&exe, &out.join("bin/kmeans-knn-faults"))?,
-            ("bin", _) | (_, "cli") => {}
+            ("bin" | "bin-test", _) | (_, "cli") => {}
             _ => copy(&exe, &out.join("tests").join(name))?,
         }
     }
@@ -97,6 +97,12 @@ fn built_executables(args: &[&str]) -> Result<Vec<(String, String, PathBuf)>> {
         if let Some(exe) = msg["executable"].as_str() {
             let name = msg["target"]["name"].as_str().unwrap_or("unnamed");
             let kind = msg["target"]["kind"][0].as_str().unwrap_or("");
+            // A binary's own test harness shares the binary's name and kind; keep them apart.
+            let kind = if kind == "bin" && msg["profile"]["test"] == true {
+                "bin-test"
+            } else {
+                kind
+            };
             // Unit-test executables of libraries share their crate's name; keep them apart.
             let name = if kind == "lib" {
                 format!("{name}-unit")
