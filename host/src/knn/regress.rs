@@ -118,7 +118,7 @@ impl KnnRegressor {
     /// One query's weighted mean of its neighbours' targets, nearest first, in `f64`.
     fn average(&self, indices: &[u32], distances: &[f32], out: &mut [f32]) {
         let t = self.outputs;
-        let exact = self.weights == Weights::Distance && distances.iter().any(|&d| d == 0.0);
+        let exact = self.weights == Weights::Distance && distances.contains(&0.0);
         let mut sum = vec![0f64; t];
         let mut total = 0f64;
         for (&i, &d) in indices.iter().zip(distances) {
