@@ -1,7 +1,7 @@
 """Exact kNN search, classification and regression with scikit-learn's interfaces."""
 
 import numpy as np
-from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
+from sklearn.base import BaseEstimator, ClassifierMixin, MultiOutputMixin, RegressorMixin
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
@@ -111,13 +111,14 @@ class KNeighborsClassifier(ClassifierMixin, ResidentModel, BaseEstimator):
         return self._model().predict_proba(X).astype(np.float64)
 
 
-class KNeighborsRegressor(RegressorMixin, ResidentModel, BaseEstimator):
+class KNeighborsRegressor(MultiOutputMixin, RegressorMixin, ResidentModel, BaseEstimator):
     """kNN regression; the training rows stay resident on the device, the targets on the host.
 
     weights : "uniform" (the mean of the k nearest targets) or "distance" (weighted by
     1/distance; at distance 0 only the exact matches count). metric and device as
     NearestNeighbors. y of shape (n,) gives predictions of shape (m,), y of shape (n, t) gives
-    (m, t). Predictions are float32 averages taken in float64, identical on CPU and GPU.
+    (m, t). Predictions are the engine's float32 averages (taken in float64, identical on CPU and
+    GPU) as float64.
     """
 
     def __init__(self, n_neighbors=5, *, weights="uniform", metric="euclidean", device="auto"):
@@ -150,5 +151,5 @@ class KNeighborsRegressor(RegressorMixin, ResidentModel, BaseEstimator):
         """The predicted target(s) of every row of X."""
         check_is_fitted(self)
         X = engine_data(self, X, reset=False)
-        y = self._model().predict(X)
+        y = self._model().predict(X).astype(np.float64)  # scikit-learn's regressors give float64
         return y[:, 0] if self._y_1d else y
