@@ -40,6 +40,9 @@ pub enum Error {
     /// A label vector does not hold one label per training row.
     #[error("{labels} labels were given for {rows} training rows (one label per row is needed)")]
     LabelCount { labels: usize, rows: usize },
+    /// A target matrix does not hold one row of targets per training row.
+    #[error("{targets} target rows were given for {rows} training rows (one per row is needed)")]
+    TargetCount { targets: usize, rows: usize },
     /// A parameter is out of its range.
     #[error("invalid parameter {name}: {reason}")]
     InvalidParameter { name: &'static str, reason: String },

@@ -60,7 +60,8 @@ pub use kmeans::{
     EmptyClusters, Init, Iteration, KMeans, KMeansModel, KMeansParams, Metric, Precision,
 };
 pub use knn::{
-    FittedScaler, KnnClassifier, KnnIndex, KnnResult, PrefilterReport, Scaler, Selection, Weights,
+    FittedScaler, KnnClassifier, KnnIndex, KnnRegressor, KnnResult, PrefilterReport, Scaler,
+    Selection, Weights,
 };
 pub use matrix::MatrixView;
 

@@ -540,6 +540,7 @@ fn help_has_examples_for_every_subcommand() {
         "predict",
         "knn",
         "classify",
+        "regress",
         "distances",
         "segment",
         "patches",
@@ -1717,4 +1718,79 @@ fn numeric_options_out_of_range_are_usage_errors() {
     ] {
         fails(d, args, 2, &[needle]);
     }
+}
+
+// ---------------------------------------------------------------- regress
+
+/// y = 10·x on x = 0..6, target in the last column.
+fn line_targets() -> String {
+    (0..6).map(|i| format!("{i},{}\n", 10 * i)).collect()
+}
+
+#[test]
+fn regress_averages_neighbour_targets_and_reports_rmse_r2() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path();
+    write(d, "train.csv", &line_targets());
+    write(d, "query.csv", "0.4\n2.6\n");
+    write(d, "truth.csv", "y\n5\n25\n");
+    // k = 2: neighbours {0, 1} → 5 and {3, 2} → 25, exactly the truth.
+    let args = [
+        "regress",
+        "--train",
+        "train.csv",
+        "--query",
+        "query.csv",
+        "--k",
+        "2",
+        "--truth",
+        "truth.csv",
+        "--out",
+        "pred.csv",
+    ];
+    let r = ok(d, &args);
+    assert!(r.stdout.contains("rmse"), "{}", r.stdout);
+    assert_eq!(
+        std::fs::read_to_string(d.join("pred.csv")).unwrap(),
+        "5\n25\n"
+    );
+    let mut with_json = args.to_vec();
+    with_json.push("--json");
+    let j = json(&ok(d, &with_json));
+    assert_eq!(j["rmse"], 0.0);
+    assert_eq!(j["r2"], 1.0);
+    // Predictions go to stdout without --out and --truth.
+    let r = ok(d, &args[..7]);
+    assert_eq!(r.stdout, "5\n25\n");
+}
+
+#[test]
+fn regress_bad_target_column_exits_2_and_writes_nothing() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path();
+    write(d, "train.csv", &line_targets());
+    write(d, "text.csv", "0,low\n1,high\n");
+    write(d, "query.csv", "0.4\n");
+    let base = [
+        "regress",
+        "--query",
+        "query.csv",
+        "--k",
+        "1",
+        "--out",
+        "p.csv",
+    ];
+    let with = |extra: &[&'static str]| [&base[..], extra].concat();
+    fails(
+        d,
+        &with(&["--train", "train.csv", "--target-column", "3"]),
+        2,
+        &["train.csv", "column"],
+    );
+    fails(
+        d,
+        &with(&["--train", "text.csv"]),
+        2,
+        &["text.csv", "'low'", "not a finite number"],
+    );
 }

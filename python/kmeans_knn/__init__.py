@@ -4,16 +4,18 @@ The estimators run on an NVIDIA GPU when libcuda and a device are present (``dev
 the default), else on the CPU; both give bit-identical results. Swap the import::
 
     from kmeans_knn import KMeans, NearestNeighbors, KNeighborsClassifier, pairwise_distances
+    from kmeans_knn import KNeighborsRegressor
 """
 
 from ._engine import describe_device, last_engine_seconds
 from .cluster import KMeans
 from .metrics import pairwise_distances
-from .neighbors import KNeighborsClassifier, NearestNeighbors
+from .neighbors import KNeighborsClassifier, KNeighborsRegressor, NearestNeighbors
 
 __all__ = [
     "KMeans",
     "KNeighborsClassifier",
+    "KNeighborsRegressor",
     "NearestNeighbors",
     "describe_device",
     "last_engine_seconds",

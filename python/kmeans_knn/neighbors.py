@@ -1,7 +1,7 @@
-"""Exact kNN search and classification with scikit-learn's interfaces."""
+"""Exact kNN search, classification and regression with scikit-learn's interfaces."""
 
 import numpy as np
-from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.base import BaseEstimator, ClassifierMixin, MultiOutputMixin, RegressorMixin
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
@@ -109,3 +109,47 @@ class KNeighborsClassifier(ClassifierMixin, ResidentModel, BaseEstimator):
         check_is_fitted(self)
         X = engine_data(self, X, reset=False)
         return self._model().predict_proba(X).astype(np.float64)
+
+
+class KNeighborsRegressor(MultiOutputMixin, RegressorMixin, ResidentModel, BaseEstimator):
+    """kNN regression; the training rows stay resident on the device, the targets on the host.
+
+    weights : "uniform" (the mean of the k nearest targets) or "distance" (weighted by
+    1/distance; at distance 0 only the exact matches count). metric and device as
+    NearestNeighbors. y of shape (n,) gives predictions of shape (m,), y of shape (n, t) gives
+    (m, t). Predictions are the engine's float32 averages (taken in float64, identical on CPU and
+    GPU) as float64.
+    """
+
+    def __init__(self, n_neighbors=5, *, weights="uniform", metric="euclidean", device="auto"):
+        self.n_neighbors = n_neighbors
+        self.weights = weights
+        self.metric = metric
+        self.device = device
+
+    def fit(self, X, y):
+        """Keeps X and y; returns self."""
+        X, y = validate_data(
+            self, X, y, reset=True, multi_output=True, y_numeric=True, **ENGINE_ARRAY
+        )
+        self._y_1d = y.ndim == 1
+        self._fit_X = X
+        self._fit_y = np.ascontiguousarray(y.reshape(len(y), -1), dtype=np.float32)
+        self.n_samples_fit_ = X.shape[0]
+        self._engine_model = None
+        # As KNeighborsClassifier: n_neighbors > n_samples > 0 fails in predict, not in fit.
+        if not 0 < self.n_samples_fit_ < self.n_neighbors:
+            self._model()
+        return self
+
+    def _build_engine_model(self):
+        return _engine.Regressor(
+            self._fit_X, self._fit_y, self.n_neighbors, self.weights, self.metric, self.device
+        )
+
+    def predict(self, X):
+        """The predicted target(s) of every row of X."""
+        check_is_fitted(self)
+        X = engine_data(self, X, reset=False)
+        y = self._model().predict(X).astype(np.float64)  # scikit-learn's regressors give float64
+        return y[:, 0] if self._y_1d else y

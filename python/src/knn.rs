@@ -1,14 +1,15 @@
-//! kNN: an index and a classifier that keep the training rows resident on their device between
+//! kNN: an index, a classifier and a regressor that keep the training rows resident on their device between
 //! calls, and the pairwise distance matrix.
 
 use crate::{engine, matrix, parse_device, value_error};
-use kmeans_knn::{DistanceMetric, KnnClassifier, KnnIndex, Weights};
+use kmeans_knn::{DistanceMetric, KnnClassifier, KnnIndex, KnnRegressor, Weights};
 use numpy::{IntoPyArray, PyArray1, PyArray2, PyReadonlyArray1, PyReadonlyArray2};
 use pyo3::prelude::*;
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Index>()?;
     m.add_class::<Classifier>()?;
+    m.add_class::<Regressor>()?;
     m.add_function(wrap_pyfunction!(pairwise_distances, m)?)
 }
 
@@ -102,6 +103,44 @@ impl Classifier {
     ) -> PyResult<Bound<'py, PyArray2<f32>>> {
         let queries = matrix(&queries)?;
         Ok(engine(py, || self.classifier.predict_proba(&queries))?.into_pyarray(py))
+    }
+}
+
+/// A kNN regressor over training rows with a row of targets each.
+#[pyclass(frozen, module = "kmeans_knn._engine")]
+struct Regressor {
+    regressor: KnnRegressor,
+}
+
+#[pymethods]
+impl Regressor {
+    #[new]
+    fn new(
+        py: Python<'_>,
+        train: PyReadonlyArray2<'_, f32>,
+        targets: PyReadonlyArray2<'_, f32>,
+        k: usize,
+        weights: &str,
+        metric: &str,
+        device: &str,
+    ) -> PyResult<Self> {
+        let weights: Weights = weights.parse().map_err(value_error)?;
+        let (metric, device) = (parse_metric(metric)?, parse_device(device)?);
+        let (train, targets) = (matrix(&train)?, matrix(&targets)?);
+        let regressor = engine(py, || {
+            KnnRegressor::fit(&train, &targets, k, weights, metric, device)
+        })?;
+        Ok(Regressor { regressor })
+    }
+
+    /// The predicted targets of every query (queries × outputs).
+    fn predict<'py>(
+        &self,
+        py: Python<'py>,
+        queries: PyReadonlyArray2<'py, f32>,
+    ) -> PyResult<Bound<'py, PyArray2<f32>>> {
+        let queries = matrix(&queries)?;
+        Ok(engine(py, || self.regressor.predict(&queries))?.into_pyarray(py))
     }
 }
 

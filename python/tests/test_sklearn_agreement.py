@@ -1,13 +1,13 @@
-"""The estimators agree with scikit-learn's on iris, digits and blobs."""
+"""The estimators agree with scikit-learn's on iris, digits, blobs and diabetes."""
 
 import numpy as np
 import pytest
 import sklearn.cluster
 import sklearn.neighbors
 from scipy.spatial.distance import cdist
-from sklearn.datasets import load_digits, load_iris, make_blobs
+from sklearn.datasets import load_diabetes, load_digits, load_iris, make_blobs
 
-from kmeans_knn import KMeans, KNeighborsClassifier, NearestNeighbors
+from kmeans_knn import KMeans, KNeighborsClassifier, KNeighborsRegressor, NearestNeighbors
 
 
 def blobs():
@@ -75,3 +75,32 @@ def test_classifier_agrees_with_sklearn(name, weights):
     np.testing.assert_allclose(
         ours.predict_proba(X[test])[clear], theirs.predict_proba(X[test])[clear], atol=1e-4
     )
+
+
+def diabetes_split():
+    X, y = load_diabetes(return_X_y=True)
+    X = X.astype(np.float32)
+    return X[:300], y[:300], X[300:], y[300:]
+
+
+@pytest.mark.parametrize("weights", ["uniform", "distance"])
+@pytest.mark.parametrize("k", [1, 5, 20])
+def test_regressor_agrees_with_sklearn_on_diabetes(weights, k):
+    X, y, Q, _ = diabetes_split()
+    _, clear = no_tie_at_kth(Q, X, k)
+    ours = KNeighborsRegressor(k, weights=weights, device="cpu").fit(X, y).predict(Q)
+    theirs = sklearn.neighbors.KNeighborsRegressor(n_neighbors=k, weights=weights).fit(X, y)
+    assert ours.shape == (len(Q),)
+    np.testing.assert_allclose(ours[clear], theirs.predict(Q)[clear], rtol=1e-5)
+    assert clear.mean() > 0.85  # near-ties at the k-th neighbour are left out, few of them
+
+
+def test_regressor_multi_output_and_score():
+    X, y, Q, yq = diabetes_split()
+    Y = np.column_stack([y, -2 * y])
+    ours = KNeighborsRegressor(5, device="cpu").fit(X, Y)
+    theirs = sklearn.neighbors.KNeighborsRegressor(5).fit(X, Y)
+    assert ours.predict(Q).shape == (len(Q), 2)
+    np.testing.assert_allclose(ours.predict(Q), theirs.predict(Q), rtol=1e-5)
+    one = KNeighborsRegressor(5, device="cpu").fit(X, y)
+    assert one.score(Q, yq) == pytest.approx(theirs.fit(X, y).score(Q, yq), rel=1e-5)

@@ -9,6 +9,7 @@ mod kmeans;
 mod knn;
 mod patches;
 mod predict;
+mod regress;
 mod segment;
 
 pub use kmeans::SavedModel;
@@ -32,6 +33,7 @@ Examples:
   kmeans-knn predict --model model.json new.csv --labels-out new_labels.csv
   kmeans-knn knn --train train.npy --query query.npy --k 10 --indices-out nn.npy
   kmeans-knn classify --train train.csv --query test.csv --k 25 --scale zscore --truth truth.csv
+  kmeans-knn regress --train train.csv --query test.csv --k 10 --weights distance --truth y.csv
   kmeans-knn distances a.csv b.csv --metric cosine -o d.npy
   kmeans-knn segment photo.jpg --k 16 -o segmented.png --palette-out palette.png
   kmeans-knn patches photo.png --patch 5 --stride 1 --k 80 -o centroids.png
@@ -68,6 +70,9 @@ pub enum Command {
     /// kNN classification: predict labels of query rows from labelled training rows.
     #[command(after_help = classify::EXAMPLES)]
     Classify(classify::Args),
+    /// kNN regression: predict a numeric target of query rows from training rows.
+    #[command(after_help = regress::EXAMPLES)]
+    Regress(regress::Args),
     /// The distance matrix between the rows of two files, written in row blocks.
     #[command(after_help = distances::EXAMPLES)]
     Distances(distances::Args),
@@ -93,6 +98,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
         Command::Predict(a) => predict::run(a, ui),
         Command::Knn(a) => knn::run(a, ui),
         Command::Classify(a) => classify::run(a, ui),
+        Command::Regress(a) => regress::run(a, ui),
         Command::Distances(a) => distances::run(a, ui),
         Command::Segment(a) => segment::run(a, ui),
         Command::Patches(a) => patches::run(a, ui),
@@ -163,6 +169,7 @@ impl From<crate::Error> for CliError {
             | NonFinite { .. }
             | DimensionMismatch { .. }
             | LabelCount { .. }
+            | TargetCount { .. }
             | InvalidParameter { .. } => 2,
             _ => 1,
         };

@@ -1,5 +1,5 @@
-//! Exact k-nearest-neighbour search ([`KnnIndex`]), classification ([`KnnClassifier`]) and
-//! feature scaling ([`Scaler`]).
+//! Exact k-nearest-neighbour search ([`KnnIndex`]), classification ([`KnnClassifier`]),
+//! regression ([`KnnRegressor`]) and feature scaling ([`Scaler`]).
 //!
 //! # Order of the neighbours
 //! Every query's neighbours come sorted by distance, nearest first ([`DistanceMetric`] turns the
@@ -23,9 +23,11 @@
 //! `k ≤ 64`. All give the same answer.
 
 pub(crate) mod classify;
+mod regress;
 mod scale;
 
 pub use classify::{KnnClassifier, Weights};
+pub use regress::KnnRegressor;
 pub use scale::{FittedScaler, Scaler};
 
 use crate::backend::KnnSearch;
