@@ -1,7 +1,7 @@
 //! `kmeans-knn classify`: kNN classification with text labels, scaling, accuracy and a
 //! confusion matrix.
 
-use super::knn::{check_k, device_name, metric_name, same_columns};
+use super::knn::{NeighbourWeights, check_k, device_name, metric_name, same_columns};
 use super::{CliError, CsvOpts, Ui, about, check_outputs};
 use crate::io::{Format, LabelColumn, Outputs, read_labelled, read_labels, read_matrix};
 use crate::{Device, DistanceMetric, KnnClassifier, MatrixView, Scaler, Selection, Weights};
@@ -34,15 +34,6 @@ pub enum Scale {
     Minmax,
 }
 
-/// How the neighbours vote.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum Vote {
-    /// One vote each.
-    Uniform,
-    /// Votes weighted by 1 / distance.
-    Distance,
-}
-
 /// Arguments of `classify`.
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -60,7 +51,7 @@ pub struct Args {
     label_column: LabelColumn,
     /// Neighbour votes: uniform or distance-weighted.
     #[arg(long, value_enum, value_name = "WEIGHTS", default_value = "uniform")]
-    weights: Vote,
+    weights: NeighbourWeights,
     /// Feature scaling fitted on the training rows: none, zscore, minmax.
     #[arg(long, value_enum, value_name = "SCALE", default_value = "none")]
     scale: Scale,
@@ -301,10 +292,7 @@ pub fn run(a: Args, ui: Ui) -> Result<(), CliError> {
             ),
             None => (train.features.view(), query.view()),
         };
-        let weights = match a.weights {
-            Vote::Uniform => Weights::Uniform,
-            Vote::Distance => Weights::Distance,
-        };
+        let weights = Weights::from(a.weights);
         let clf = about(
             &a.train,
             KnnClassifier::fit(train_view, &ids, a.k, weights, a.metric, a.device),

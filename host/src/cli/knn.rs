@@ -187,3 +187,21 @@ pub fn metric_name(m: DistanceMetric) -> String {
     }
     .to_string()
 }
+
+/// How `classify` and `regress` weigh the k neighbours.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum NeighbourWeights {
+    /// Each neighbour counts the same.
+    Uniform,
+    /// Weighted by 1 / distance.
+    Distance,
+}
+
+impl From<NeighbourWeights> for crate::Weights {
+    fn from(w: NeighbourWeights) -> Self {
+        match w {
+            NeighbourWeights::Uniform => crate::Weights::Uniform,
+            NeighbourWeights::Distance => crate::Weights::Distance,
+        }
+    }
+}

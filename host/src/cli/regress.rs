@@ -1,6 +1,6 @@
 //! `kmeans-knn regress`: kNN regression of one numeric target column, with RMSE and R².
 
-use super::knn::{check_k, device_name, metric_name, same_columns};
+use super::knn::{NeighbourWeights, check_k, device_name, metric_name, same_columns};
 use super::{CliError, CsvOpts, Ui, about, check_outputs};
 use crate::io::{LabelColumn, Outputs, read_labelled, read_labels, read_matrix};
 use crate::{Device, DistanceMetric, KnnRegressor, MatrixView, Selection, Weights};
@@ -20,15 +20,6 @@ prediction is the mean of the k nearest targets (--weights distance: weighted by
 --truth is a file with one number per query row (an optional header line is skipped); it adds
 the RMSE and R².";
 
-/// How the neighbours' targets are averaged.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum Average {
-    /// The plain mean.
-    Uniform,
-    /// Weighted by 1 / distance.
-    Distance,
-}
-
 /// Arguments of `regress`.
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -46,7 +37,7 @@ pub struct Args {
     target_column: LabelColumn,
     /// Average of the neighbours' targets: uniform or distance-weighted.
     #[arg(long, value_enum, value_name = "WEIGHTS", default_value = "uniform")]
-    weights: Average,
+    weights: NeighbourWeights,
     /// The true target of every query row: prints the RMSE and R².
     #[arg(long, value_name = "FILE")]
     truth: Option<PathBuf>,
@@ -153,10 +144,7 @@ pub fn run(a: Args, ui: Ui) -> Result<(), CliError> {
         "predicting {} queries from {} training points",
         query.rows, train.features.rows
     ));
-    let weights = match a.weights {
-        Average::Uniform => Weights::Uniform,
-        Average::Distance => Weights::Distance,
-    };
+    let weights = Weights::from(a.weights);
     let result = (|| {
         let targets = MatrixView::new(&targets, targets.len(), 1)?;
         let reg = about(
