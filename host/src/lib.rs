@@ -45,6 +45,7 @@ pub mod kmeans;
 pub mod knn;
 pub mod matrix;
 
+pub use backend::cpu::{SIMD_ENV as CPU_SIMD_VAR, SimdLevel};
 pub use backend::cuda::GpuInfo;
 pub use backend::cuda::driver::{ENTRY_POINTS as DRIVER_ENTRY_POINTS, MIN_DRIVER_VERSION};
 /// Fault injection for tests: see the module's documentation.

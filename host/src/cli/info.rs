@@ -55,6 +55,11 @@ pub fn run(a: Args, _ui: Ui) -> Result<(), CliError> {
     let gpu = crate::gpu_info(ordinal);
     let memory = crate::gpu_memory(ordinal);
     let threads = rayon::current_num_threads();
+    let simd = crate::SimdLevel::active();
+    let simd_text = match &simd {
+        Ok(l) => l.name().to_string(),
+        Err(e) => format!("none ({e})"),
+    };
     let chosen = match &backend {
         Ok(d) => d.describe().unwrap_or_else(|_| d.to_string()),
         Err(e) => format!("none ({e})"),
@@ -83,6 +88,8 @@ pub fn run(a: Args, _ui: Ui) -> Result<(), CliError> {
             "cubins": image::cubin_archs(),
             "ptxas_version": image::PTXAS_VERSION,
             "cpu_threads": threads,
+            "cpu_simd": simd_text,
+            "cpu_simd_detected": crate::SimdLevel::detected().name(),
             "min_driver": driver(crate::MIN_DRIVER_VERSION),
             "driver_entry_points": crate::DRIVER_ENTRY_POINTS
                 .iter()
@@ -131,5 +138,10 @@ pub fn run(a: Args, _ui: Ui) -> Result<(), CliError> {
         ptx_version()
     );
     s += &format!("  CPU threads    {threads} (rayon; set RAYON_NUM_THREADS to change)\n");
+    s += &format!(
+        "  CPU SIMD       {simd_text} (detected {}; set {} to lower it)\n",
+        crate::SimdLevel::detected().name(),
+        crate::CPU_SIMD_VAR
+    );
     super::print_stdout(&s)
 }

@@ -147,8 +147,8 @@ fn block_distances_fma(
 /// [`block_distances_generic`], with AVX2 and FMA where the CPU has them (same bits).
 fn block_distances(metric: AssignMetric, point: &[f32], blocks: &[[f32; LANES]], out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
-    if std::is_x86_feature_detected!("fma") && std::is_x86_feature_detected!("avx2") {
-        // SAFETY: the features were just detected.
+    if super::simd::level() >= super::simd::SimdLevel::Avx2 {
+        // SAFETY: the active level is never above the detected one.
         return unsafe { block_distances_fma(metric, point, blocks, out) };
     }
     block_distances_generic(metric, point, blocks, out)

@@ -7,7 +7,7 @@ use super::CpuBackend;
 use super::kmeans::row_sq_norms;
 use super::simd::{self, Panels};
 #[cfg(target_arch = "x86_64")]
-use super::simd::{Avx2, Avx512, Simd};
+use super::simd::{Avx2, Avx512, Simd, SimdLevel};
 use crate::backend::{BlockSink, Distances, KnnSearch, Neighbours, Votes, split_keys};
 use crate::distances::rows_per_block;
 use crate::error::Result;
@@ -184,15 +184,13 @@ fn portable_rows(blk: &Block<'_>, out: &mut [f32]) {
 fn panel_distances(blk: &Block<'_>, out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     {
-        if blk.pn.w == Avx512::W && std::is_x86_feature_detected!("avx512f") {
-            // SAFETY: the feature was just detected.
+        let level = simd::level();
+        if blk.pn.w == Avx512::W && level == SimdLevel::Avx512 {
+            // SAFETY: the active level is never above the detected one.
             return unsafe { tiled_rows_avx512(blk, out) };
         }
-        if blk.pn.w == Avx2::W
-            && std::is_x86_feature_detected!("avx2")
-            && std::is_x86_feature_detected!("fma")
-        {
-            // SAFETY: the features were just detected.
+        if blk.pn.w == Avx2::W && level >= SimdLevel::Avx2 {
+            // SAFETY: the active level is never above the detected one.
             return unsafe { tiled_rows_avx2(blk, out) };
         }
     }

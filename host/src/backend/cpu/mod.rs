@@ -6,6 +6,8 @@ mod kmeans;
 mod knn;
 mod simd;
 
+pub use simd::{SIMD_ENV, SimdLevel};
+
 use crate::backend::{Backend, Lloyd};
 use crate::error::Result;
 use crate::kmeans::Precision;
@@ -22,15 +24,21 @@ pub(crate) const CHUNK: usize = 1024;
 pub struct CpuBackend;
 
 impl CpuBackend {
-    pub(crate) fn shared() -> Arc<dyn Backend> {
+    /// The one CPU backend; an error where [`SIMD_ENV`] asks for a level this CPU cannot run.
+    pub(crate) fn shared() -> Result<Arc<dyn Backend>> {
         static CPU: OnceLock<Arc<CpuBackend>> = OnceLock::new();
-        CPU.get_or_init(|| Arc::new(CpuBackend)).clone()
+        SimdLevel::active()?;
+        Ok(CPU.get_or_init(|| Arc::new(CpuBackend)).clone())
     }
 }
 
 impl Backend for CpuBackend {
     fn describe(&self) -> String {
-        format!("cpu ({} threads)", rayon::current_num_threads())
+        format!(
+            "cpu ({} threads, {})",
+            rayon::current_num_threads(),
+            simd::level().name()
+        )
     }
 
     fn lloyd<'a>(
