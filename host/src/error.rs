@@ -53,6 +53,10 @@ pub enum Error {
     /// message says what to install. (No driver at all is [`Error::NoGpu`].)
     #[error("unsupported CUDA driver: {0}")]
     UnsupportedDriver(String),
+    /// NCCL (for several GPUs) is missing, too old or incomplete; the message lists the files
+    /// tried and what to install.
+    #[error("NCCL is not usable: {0}")]
+    NoNccl(String),
     /// The GPU ran out of memory.
     #[error("out of GPU memory while {context} ({bytes} bytes requested)")]
     GpuOutOfMemory { context: String, bytes: usize },

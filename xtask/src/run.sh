@@ -10,6 +10,8 @@ cd "$(dirname "$0")"
 export KMEANS_KNN_REQUIRE_GPU=1
 # The driver tests run the tool built with fault injection.
 export KMEANS_KNN_BIN=$PWD/bin/kmeans-knn-faults
+# The GPU machines have NCCL (system-wide and in PyTorch's packages): tests/nccl must load it.
+export KMEANS_KNN_REQUIRE_NCCL=1
 log_dir=${OUT:-.}
 failed=()
 

@@ -8,6 +8,7 @@ pub mod image;
 mod init;
 mod kmeans;
 mod knn;
+pub mod nccl;
 
 use crate::backend::{Backend, Lloyd};
 use crate::error::{Error, Result};
