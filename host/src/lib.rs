@@ -81,3 +81,8 @@ pub fn gpu_memory(ordinal: usize) -> Result<(usize, usize)> {
 pub fn ptx() -> &'static str {
     backend::cuda::image::PTX
 }
+
+/// The README's Rust examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+struct ReadmeExamples;

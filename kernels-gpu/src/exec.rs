@@ -1,8 +1,8 @@
 //! The execution context of the kNN kernel bodies: thread and block index, the block barrier and
 //! dynamic shared memory.
 //!
-//! On nvptx64 [`Gpu`] reads the special registers (everything inlines to the same PTX as direct
-//! calls). In the host's unit tests, [`emu`] runs the very same bodies with one OS thread per GPU
+//! On nvptx64 `Gpu` reads the special registers (everything inlines to the same PTX as direct
+//! calls). In the host's unit tests, `emu` (test builds) runs the very same bodies with one OS thread per GPU
 //! thread and a real barrier, so the kernels' indexing, barriers and shared-memory use are
 //! exercised without a GPU.
 

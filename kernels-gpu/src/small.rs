@@ -1,7 +1,7 @@
 //! One Lloyd step for small shapes (few dimensions, centroids that fit in shared memory), fused
 //! into one kernel: assignment and the block's share of the centroid sums.
 //!
-//! The register-tiled [`crate::assign`] kernels pay for their tiles with barriers and merges that
+//! The register-tiled `assign` kernels (GPU builds) pay for their tiles with barriers and merges that
 //! a shape like 10^6 × 9, k = 16 never earns back. Here the block stages its points and all `k`
 //! centroids in shared memory, and every thread scans all centroids for its points (each
 //! centroid row read as broadcast 16-byte loads, `unroll` centroids at a time), so the step is a
@@ -15,7 +15,7 @@
 //! The sums: the block sorts its points by label in shared memory (a counting sort), then one
 //! thread per (cluster, dimension) adds that cluster's fixed-point coordinates in registers and
 //! adds the total to the global sums with one 64-bit integer atomic. Integer sums do not depend on
-//! the order of the additions, so the centroids stay reproducible. [`kmeans_finalize_small`] turns
+//! the order of the additions, so the centroids stay reproducible. `kmeans_finalize_small` turns
 //! the sums into means, reduces the step's summary and zeroes the sums for the next step.
 
 mod scan;

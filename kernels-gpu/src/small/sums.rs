@@ -141,7 +141,7 @@ pub struct Finalize {
     pub out: *mut f64,
 }
 
-/// The body of [`kmeans_finalize_small`].
+/// The body of `kmeans_finalize_small` (the kernel).
 ///
 /// # Safety
 /// One block of `threads` (a power of two) threads with `FINALIZE_SCRATCH · 8 · threads` bytes of
