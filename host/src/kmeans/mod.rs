@@ -88,7 +88,8 @@ pub enum Metric {
     /// Squared Euclidean distance; inertia is the sum of squared distances.
     #[default]
     L2,
-    /// Manhattan distance (as seed 003's colour segmentation); inertia is the sum of L1 distances.
+    /// Manhattan distance (robust to outliers; the usual choice for colour segmentation);
+    /// inertia is the sum of L1 distances.
     L1,
 }
 
