@@ -109,11 +109,11 @@ fn check(n: usize, d: usize, k: usize, rows: &[u32], metric: AssignMetric, threa
     let u = P(&u as *const BatchUpdate as *mut BatchUpdate);
     launch(k, 4, 0, |e| unsafe { update(e, 4, *u.get()) });
     for c in 0..k {
-        for j in 0..d {
+        for (j, &inv_scale) in inv_scales.iter().enumerate() {
             let i = c * d + j;
             let want = match want_counts[c] {
                 0 => centroids[i],
-                b => learning_rate_update(centroids[i], seen[c], want_sums[i], inv_scales[j], b),
+                b => learning_rate_update(centroids[i], seen[c], want_sums[i], inv_scale, b),
             };
             assert_eq!(
                 next[i].to_bits(),
