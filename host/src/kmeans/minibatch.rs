@@ -249,8 +249,8 @@ impl MiniBatchParams {
         size.min(n)
     }
 
-    /// Initialisations to try.
-    fn runs(&self) -> usize {
+    /// Initialisations a fit tries (`n_init`, or what "auto" makes of it).
+    pub fn runs(&self) -> usize {
         match (&self.init, self.n_init) {
             (Init::Centroids(_), _) => 1,
             (_, Some(runs)) => runs,
