@@ -364,6 +364,12 @@ fn bad_parameters_and_data_are_typed_errors() {
     let mut broken = model.clone();
     broken.counts.pop();
     assert!(p().partial_fit(Some(&broken), &x).is_err());
+    let mut overflowing = model.clone();
+    overflowing.counts[0] = u64::MAX;
+    overflowing.since_reassign = usize::MAX;
+    assert!(p().partial_fit(Some(&overflowing), &x).is_err());
+    overflowing.counts[0] = 1 << 53;
+    assert!(p().partial_fit(Some(&overflowing), &x).is_ok());
     let one_row = MatrixView::new(&data[..3], 1, 3).unwrap();
     assert!(p().partial_fit(Some(&model), &one_row).is_ok());
     assert!(matches!(

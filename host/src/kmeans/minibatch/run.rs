@@ -102,7 +102,7 @@ pub(super) fn partial_fit(
     online.step(steps.as_mut(), &rows, ratio, false, &mut rng)?;
     Ok(MiniBatchKMeansModel {
         kmeans: finish(steps.as_mut(), params, d, backend.describe())?,
-        n_steps: n_steps + 1,
+        n_steps: n_steps.saturating_add(1),
         counts: online.counts,
         since_reassign: online.since_reassign,
     })
@@ -141,8 +141,18 @@ fn check_continues(
             "the model's centroids or counts do not hold k × d and k values",
         ));
     }
+    if prev.counts.iter().any(|&c| c > MAX_COUNT) {
+        return Err(Error::invalid(
+            "model",
+            "a count of the model exceeds 2^53 rows (exact in f64)",
+        ));
+    }
     MatrixView::new(&prev.centroids, prev.k, prev.d)?.validate("the model's centroids")
 }
+
+/// The largest count a model may bring to `partial_fit`: exact in the f64 learning-rate update,
+/// and far from overflowing as batches add to it.
+const MAX_COUNT: u64 = 1 << 53;
 
 /// Fixed-point exponents with room for `batch` addends.
 fn scales(max_abs: &[f32], batch: usize) -> Vec<i32> {
@@ -239,7 +249,7 @@ impl Online {
     /// Whether this step reassigns (as scikit-learn: while a centroid has no rows, and every
     /// `10·k` rows).
     fn reassignment_due(&mut self, rows: usize) -> bool {
-        self.since_reassign += rows;
+        self.since_reassign = self.since_reassign.saturating_add(rows);
         if self.counts.contains(&0) || self.since_reassign >= 10 * self.counts.len() {
             self.since_reassign = 0;
             return true;
