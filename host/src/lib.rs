@@ -7,6 +7,8 @@
 //! * [`KMeans`]: k-means++ / random / random-labels initialisation, Lloyd iterations with
 //!   squared-L2 or L1 assignment, tol and unchanged-label stopping, n_init restarts,
 //!   empty-cluster policy, `predict` and `transform`.
+//! * [`MiniBatchKMeans`]: mini-batch k-means (Sculley 2010, as scikit-learn) with
+//!   `partial_fit` for data in pieces; the same centroids on the CPU and the GPU.
 //! * [`KnnIndex`], [`KnnClassifier`], [`pairwise_distances`]: exact kNN search (top-k by k
 //!   rounds of parallel minimum or bitonic sort, chosen by timing), majority or
 //!   distance-weighted votes, distance matrices in row blocks; [`Scaler`] for feature scaling.
@@ -59,7 +61,8 @@ pub use distances::{
 };
 pub use error::{Error, Result};
 pub use kmeans::{
-    EmptyClusters, Init, Iteration, KMeans, KMeansModel, KMeansParams, Metric, Precision,
+    EmptyClusters, Init, Iteration, KMeans, KMeansModel, KMeansParams, Metric, MiniBatchKMeans,
+    MiniBatchKMeansModel, MiniBatchParams, MiniBatchStep, Precision,
 };
 pub use knn::{
     FittedScaler, KnnClassifier, KnnIndex, KnnRegressor, KnnResult, PrefilterReport, Scaler,

@@ -537,6 +537,7 @@ fn help_has_examples_for_every_subcommand() {
     assert!(r.stdout.contains("Examples:"));
     for sub in [
         "kmeans",
+        "minibatch",
         "predict",
         "knn",
         "classify",
@@ -1792,5 +1793,84 @@ fn regress_bad_target_column_exits_2_and_writes_nothing() {
         &with(&["--train", "text.csv"]),
         2,
         &["text.csv", "'low'", "not a finite number"],
+    );
+}
+
+#[test]
+fn minibatch_writes_the_outputs_of_kmeans_and_its_model_predicts() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path();
+    write(d, "pts.csv", &two_groups(200));
+    let args = [
+        "minibatch",
+        "pts.csv",
+        "--k",
+        "2",
+        "--batch-size",
+        "50",
+        "--seed",
+        "3",
+        "--labels-out",
+        "labels.csv",
+        "--centroids-out",
+        "centroids.npy",
+        "--save-model",
+        "model.json",
+        "--json",
+    ];
+    let j = json(&ok(d, &args));
+    for key in [
+        "iterations",
+        "steps",
+        "batch_size",
+        "inertia",
+        "converged",
+        "device",
+    ] {
+        assert!(j.get(key).is_some(), "missing {key}: {j}");
+    }
+    assert_eq!(
+        (j["n"].as_u64(), j["batch_size"].as_u64()),
+        (Some(400), Some(50))
+    );
+    let labels = std::fs::read_to_string(d.join("labels.csv")).unwrap();
+    let labels: Vec<&str> = labels.lines().collect();
+    assert_eq!(labels.len(), 400);
+    assert!(labels.chunks(2).all(|p| p[0] != p[1]));
+    let (descr, shape, _) = read_npy(&d.join("centroids.npy"));
+    assert_eq!((descr.as_str(), shape), ("<f4", vec![2, 2]));
+
+    write(d, "new.csv", "0.05,0.4\n10.02,9.9\n");
+    let r = ok(d, &["predict", "--model", "model.json", "new.csv"]);
+    assert_eq!(r.stdout.lines().collect::<Vec<_>>(), labels[..2]);
+
+    let r = ok(d, &["minibatch", "pts.csv", "--k", "2", "--device", "cpu"]);
+    for word in ["steps", "epochs", "inertia", "device"] {
+        assert!(r.stdout.contains(word), "{}", r.stdout);
+    }
+    fails(
+        d,
+        &["minibatch", "pts.csv", "--k", "2", "--batch-size", "0"],
+        2,
+        &["pts.csv", "batch_size"],
+    );
+    fails(
+        d,
+        &[
+            "minibatch",
+            "pts.csv",
+            "--k",
+            "2",
+            "--init",
+            "random-labels",
+        ],
+        2,
+        &["init"],
+    );
+    fails(
+        d,
+        &["minibatch", "pts.csv", "--k", "401"],
+        2,
+        &["larger than the number of points"],
     );
 }

@@ -5,6 +5,7 @@
 
 mod kmeans;
 mod knn;
+mod minibatch;
 
 use kmeans_knn::{Device, Error, MatrixView};
 use numpy::{PyReadonlyArray2, PyUntypedArrayMethods};
@@ -21,6 +22,7 @@ fn _engine(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(last_engine_seconds, m)?)?;
     m.add_function(wrap_pyfunction!(describe_device, m)?)?;
     kmeans::register(m)?;
+    minibatch::register(m)?;
     knn::register(m)
 }
 

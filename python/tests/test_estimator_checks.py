@@ -2,7 +2,13 @@
 
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from kmeans_knn import KMeans, KNeighborsClassifier, KNeighborsRegressor, NearestNeighbors
+from kmeans_knn import (
+    KMeans,
+    KNeighborsClassifier,
+    KNeighborsRegressor,
+    MiniBatchKMeans,
+    NearestNeighbors,
+)
 
 # Checks expected to fail, per estimator, with why; parametrize_with_checks marks them xfail.
 EXPECTED_FAILED_CHECKS = {
@@ -17,7 +23,13 @@ EXPECTED_FAILED_CHECKS = {
 
 
 @parametrize_with_checks(
-    [KMeans(), NearestNeighbors(), KNeighborsClassifier(), KNeighborsRegressor()],
+    [
+        KMeans(),
+        MiniBatchKMeans(),
+        NearestNeighbors(),
+        KNeighborsClassifier(),
+        KNeighborsRegressor(),
+    ],
     expected_failed_checks=lambda est: EXPECTED_FAILED_CHECKS.get(type(est).__name__, {}),
 )
 def test_sklearn_estimator_checks(estimator, check):

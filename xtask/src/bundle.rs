@@ -10,7 +10,7 @@
 //!                       8.0+) and the cubins compiled from it (kernels_sm*.cubin), for
 //!                       inspection (ptxas -v, cuobjdump)
 //!   torch_baseline.py   the PyTorch version of the benchmark's cases, for the speed-up
-//!   python/             the kmeans_knn wheel, its pytest suite (tests/) and bench.py; run.sh
+//!   python/             the kmeans_knn wheel, its pytest suite (tests/), bench.py and minibatch.py; run.sh
 //!                       installs the wheel offline (pip --no-index) into a temporary folder
 
 use anyhow::{Context, Result, bail};
@@ -71,7 +71,10 @@ fn write_python(root: &Path, out: &Path) -> Result<()> {
             copy(&path, &out.join("tests").join(path.file_name().unwrap()))?;
         }
     }
-    copy(&root.join("python/bench/bench.py"), &out.join("bench.py"))
+    for bench in ["bench.py", "minibatch.py"] {
+        copy(&root.join("python/bench").join(bench), &out.join(bench))?;
+    }
+    Ok(())
 }
 
 /// Runs cargo with `--message-format=json`; returns (name, target kind, executable) triples.

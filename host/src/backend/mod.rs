@@ -34,6 +34,16 @@ pub(crate) trait Backend: Send + Sync + Distances {
         scales: &[i32],
     ) -> Result<Box<dyn Lloyd + 'a>>;
 
+    /// Holds `data` for mini-batch k-means steps with `k` centroids under `metric`; `scales`
+    /// are fixed-point exponents with room for the largest batch the steps will pass.
+    fn minibatch<'a>(
+        &'a self,
+        data: &'a MatrixView<'a>,
+        k: usize,
+        metric: AssignMetric,
+        scales: &[i32],
+    ) -> Result<Box<dyn MiniBatch + 'a>>;
+
     /// Milliseconds that the work queued by `work` takes on this backend (CUDA events on the
     /// GPU, wall clock on the CPU); for benchmarks.
     fn time_ms(&self, work: &mut dyn FnMut() -> Result<()>) -> Result<f64>;
@@ -142,6 +152,41 @@ pub(crate) trait Lloyd: Seeding {
     fn centroids(&self) -> Result<Vec<f32>>;
     /// The current labels.
     fn labels(&self) -> Result<Vec<u32>>;
+}
+
+/// What a mini-batch step reports, in one round trip.
+pub(crate) struct BatchReport {
+    /// Every batch row's distance to its nearest centroid (before the update), in batch order.
+    pub distances: Vec<f32>,
+    /// Rows of the batch that went to each centroid.
+    pub counts: Vec<u32>,
+}
+
+/// Mini-batch k-means steps over resident rows (driven by `kmeans::minibatch`; kernels and
+/// arithmetic in [`kernels_gpu::minibatch`]). Every centroid has a count of the rows it has
+/// received, which sets its learning rate; centroid buffers are `k × d`, row-major, and a step
+/// writes the *next* centroids, which [`MiniBatch::commit`] makes current.
+pub(crate) trait MiniBatch {
+    /// Sets the current centroids.
+    fn set_centroids(&mut self, centroids: &[f32]) -> Result<()>;
+    /// Sets every centroid's count.
+    fn set_counts(&mut self, counts: &[u64]) -> Result<()>;
+    /// Assigns the resident rows `rows` (repeats allowed, at most the batch size the scales were
+    /// made for) to their nearest current centroid; the next centroids are the current ones
+    /// moved by [`kernels_gpu::minibatch::learning_rate_update`], and the counts grow by the
+    /// batch's.
+    fn step(&mut self, rows: &[u32]) -> Result<BatchReport>;
+    /// Sets next centroid `cluster` to resident row `row` (reassignment).
+    fn relocate(&mut self, cluster: usize, row: usize) -> Result<()>;
+    /// Each centroid's squared shift between the next and current centroids
+    /// ([`kernels_gpu::minibatch::row_shift`]).
+    fn shifts(&mut self) -> Result<Vec<f64>>;
+    /// Makes the next centroids current.
+    fn commit(&mut self);
+    /// The current centroids.
+    fn centroids(&self) -> Result<Vec<f32>>;
+    /// The nearest current centroid of every resident row and the distance to it.
+    fn assign_all(&mut self) -> Result<(Vec<u32>, Vec<f32>)>;
 }
 
 // ---- Pairwise distances and kNN -------------------------------------------------------------

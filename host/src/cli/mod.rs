@@ -7,6 +7,7 @@ mod distances;
 mod info;
 mod kmeans;
 mod knn;
+mod minibatch;
 mod patches;
 mod predict;
 mod regress;
@@ -30,6 +31,7 @@ const EXAMPLES: &str = "\
 Examples:
   kmeans-knn demo                  # built-in sample data; writes ./kmeans-knn-demo/
   kmeans-knn kmeans points.csv --k 8 --labels-out labels.csv --save-model model.json
+  kmeans-knn minibatch big.npy --k 1024 --batch-size 4096 --labels-out labels.npy
   kmeans-knn predict --model model.json new.csv --labels-out new_labels.csv
   kmeans-knn knn --train train.npy --query query.npy --k 10 --indices-out nn.npy
   kmeans-knn classify --train train.csv --query test.csv --k 25 --scale zscore --truth truth.csv
@@ -61,6 +63,10 @@ pub enum Command {
     /// Cluster the rows of a CSV/NPY file with k-means.
     #[command(after_help = kmeans::EXAMPLES)]
     Kmeans(kmeans::Args),
+    /// Cluster the rows of a CSV/NPY file with mini-batch k-means (random batches of rows: for
+    /// data too large for many full passes).
+    #[command(after_help = minibatch::EXAMPLES)]
+    Minibatch(minibatch::Args),
     /// Label new rows with a saved k-means model.
     #[command(after_help = predict::EXAMPLES)]
     Predict(predict::Args),
@@ -95,6 +101,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
     let ui = Ui { quiet: cli.quiet };
     match cli.command {
         Command::Kmeans(a) => kmeans::run(a, ui),
+        Command::Minibatch(a) => minibatch::run(a, ui),
         Command::Predict(a) => predict::run(a, ui),
         Command::Knn(a) => knn::run(a, ui),
         Command::Classify(a) => classify::run(a, ui),

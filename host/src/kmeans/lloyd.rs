@@ -220,13 +220,13 @@ fn relocate_random(lloyd: &mut dyn Lloyd, n: usize, rng: &mut ChaCha8Rng) -> Res
 }
 
 /// Per-column largest magnitude (for the fixed-point scales) and mean variance (for tol).
-struct ColumnSummary {
-    max_abs: Vec<f32>,
-    mean_variance: f64,
+pub(super) struct ColumnSummary {
+    pub(super) max_abs: Vec<f32>,
+    pub(super) mean_variance: f64,
 }
 
 impl ColumnSummary {
-    fn of(data: &MatrixView<'_>) -> Self {
+    pub(super) fn of(data: &MatrixView<'_>) -> Self {
         let (n, d) = (data.rows(), data.cols());
         let zero = || (vec![0f32; d], vec![0f64; d], vec![0f64; d]);
         let (max_abs, sum, sum_sq) = data

@@ -13,8 +13,10 @@
 
 mod init;
 mod lloyd;
+mod minibatch;
 mod model;
 
+pub use minibatch::{MiniBatchKMeans, MiniBatchKMeansModel, MiniBatchParams, MiniBatchStep};
 pub use model::KMeansModel;
 
 use crate::device::Device;

@@ -10,7 +10,7 @@ use kernels_gpu::math::{AssignMetric, assign_distance, assign_score, assign_step
 use kernels_gpu::seeding::WeightScale;
 use rayon::prelude::*;
 
-mod tiled;
+pub(super) mod tiled;
 
 /// Centroids per SIMD block of the CPU assign (one AVX register of f32).
 const LANES: usize = 8;

@@ -4,11 +4,12 @@
 mod init;
 mod kmeans;
 mod knn;
+mod minibatch;
 mod simd;
 
 pub use simd::{SIMD_ENV, SimdLevel};
 
-use crate::backend::{Backend, Lloyd};
+use crate::backend::{Backend, Lloyd, MiniBatch};
 use crate::error::Result;
 use crate::kmeans::Precision;
 use crate::matrix::MatrixView;
@@ -51,6 +52,18 @@ impl Backend for CpuBackend {
     ) -> Result<Box<dyn Lloyd + 'a>> {
         // Precision::Tf32 is a GPU speed-up; here the assignment stays exact.
         Ok(Box::new(kmeans::CpuLloyd::new(data, k, metric, scales)))
+    }
+
+    fn minibatch<'a>(
+        &'a self,
+        data: &'a MatrixView<'a>,
+        k: usize,
+        metric: AssignMetric,
+        scales: &[i32],
+    ) -> Result<Box<dyn MiniBatch + 'a>> {
+        Ok(Box::new(minibatch::CpuMiniBatch::new(
+            data, k, metric, scales,
+        )))
     }
 
     fn time_ms(&self, work: &mut dyn FnMut() -> Result<()>) -> Result<f64> {

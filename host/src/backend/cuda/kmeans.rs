@@ -206,6 +206,11 @@ impl<'a> CudaLloyd<'a> {
         Ok(lloyd)
     }
 
+    /// The resident rows (shared with the mini-batch steps).
+    pub(super) fn rows(&self) -> &CudaSlice<f32> {
+        &self.x
+    }
+
     fn assign_kernel(&self) -> &'static str {
         if self.tf32 {
             return "kmeans_assign_l2_tf32";

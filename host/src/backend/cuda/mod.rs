@@ -8,9 +8,10 @@ pub mod image;
 mod init;
 mod kmeans;
 mod knn;
+mod minibatch;
 pub mod nccl;
 
-use crate::backend::{Backend, Lloyd};
+use crate::backend::{Backend, Lloyd, MiniBatch};
 use crate::error::{Error, Result};
 use crate::kmeans::Precision;
 use crate::matrix::MatrixView;
@@ -453,6 +454,18 @@ impl Backend for CudaBackend {
     ) -> Result<Box<dyn Lloyd + 'a>> {
         Ok(Box::new(kmeans::CudaLloyd::new(
             self, data, k, metric, precision, scales,
+        )?))
+    }
+
+    fn minibatch<'a>(
+        &'a self,
+        data: &'a MatrixView<'a>,
+        k: usize,
+        metric: AssignMetric,
+        scales: &[i32],
+    ) -> Result<Box<dyn MiniBatch + 'a>> {
+        Ok(Box::new(minibatch::CudaMiniBatch::new(
+            self, data, k, metric, scales,
         )?))
     }
 

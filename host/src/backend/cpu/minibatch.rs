@@ -1,0 +1,164 @@
+//! Mini-batch k-means steps on the CPU: the twin of `kernels_gpu::minibatch`'s assign, update
+//! and shift kernels (same distances, tie rule, fixed-point sums and learning-rate update).
+
+use super::CHUNK;
+use super::kmeans::{CentroidBlocks, CpuLloyd, nearest, row_sq_norms, tiled};
+use super::simd::{self, Panels};
+use crate::backend::{BatchReport, Lloyd, MiniBatch};
+use crate::error::Result;
+use crate::matrix::MatrixView;
+use kernels_gpu::fixed::{inv_pow2_f64, pow2_f32, to_fixed};
+use kernels_gpu::math::AssignMetric;
+use kernels_gpu::minibatch::{learning_rate_update, row_shift};
+use rayon::prelude::*;
+
+pub(crate) struct CpuMiniBatch<'a> {
+    /// The resident rows, and the assignment of all of them at the end of a fit.
+    lloyd: CpuLloyd<'a>,
+    x: &'a [f32],
+    d: usize,
+    k: usize,
+    metric: AssignMetric,
+    scales: Vec<f32>,
+    inv_scales: Vec<f64>,
+    current: Vec<f32>,
+    next: Vec<f32>,
+    counts: Vec<u64>,
+}
+
+impl<'a> CpuMiniBatch<'a> {
+    pub(crate) fn new(
+        data: &'a MatrixView<'a>,
+        k: usize,
+        metric: AssignMetric,
+        scales: &[i32],
+    ) -> Self {
+        let d = data.cols();
+        CpuMiniBatch {
+            lloyd: CpuLloyd::new(data, k, metric, &vec![0; d]),
+            x: data.as_slice(),
+            d,
+            k,
+            metric,
+            scales: scales.iter().map(|&s| pow2_f32(s)).collect(),
+            inv_scales: scales.iter().map(|&s| inv_pow2_f64(s)).collect(),
+            current: vec![0.0; k * d],
+            next: vec![0.0; k * d],
+            counts: vec![0; k],
+        }
+    }
+}
+
+/// Labels and distances of the contiguous rows `x` (squared norms `x_sq`) against `centroids`,
+/// as the Lloyd assignment computes them.
+fn assign_rows(
+    metric: AssignMetric,
+    x: &[f32],
+    x_sq: &[f32],
+    centroids: &[f32],
+    d: usize,
+) -> (Vec<u32>, Vec<f32>) {
+    let n = x_sq.len();
+    let (mut labels, mut dists) = (vec![0u32; n], vec![0f32; n]);
+    // Rows are independent: any split gives the same answer, so a batch uses every thread.
+    let per_task = n
+        .div_ceil(4 * rayon::current_num_threads())
+        .clamp(16, CHUNK);
+    let tasks = labels
+        .par_chunks_mut(per_task)
+        .zip(dists.par_chunks_mut(per_task))
+        .enumerate();
+    if let Some(w) = simd::width() {
+        let panels = Panels::new(centroids, d, w);
+        tasks.for_each(|(t, (labels, dists))| {
+            let rows = t * per_task..t * per_task + labels.len();
+            let xs = &x[rows.start * d..rows.end * d];
+            tiled::assign_rows(metric, xs, &x_sq[rows], &panels, labels, dists);
+        });
+    } else {
+        let blocks = CentroidBlocks::new(centroids, d);
+        tasks.for_each(|(t, (labels, dists))| {
+            for (r, (label, dist)) in labels.iter_mut().zip(dists).enumerate() {
+                let i = t * per_task + r;
+                (*label, *dist) = nearest(metric, &x[i * d..(i + 1) * d], x_sq[i], &blocks);
+            }
+        });
+    }
+    (labels, dists)
+}
+
+impl MiniBatch for CpuMiniBatch<'_> {
+    fn set_centroids(&mut self, centroids: &[f32]) -> Result<()> {
+        self.current.copy_from_slice(centroids);
+        Ok(())
+    }
+
+    fn set_counts(&mut self, counts: &[u64]) -> Result<()> {
+        self.counts.copy_from_slice(counts);
+        Ok(())
+    }
+
+    fn step(&mut self, rows: &[u32]) -> Result<BatchReport> {
+        let d = self.d;
+        let batch: Vec<f32> = rows
+            .iter()
+            .flat_map(|&r| &self.x[r as usize * d..(r as usize + 1) * d])
+            .copied()
+            .collect();
+        let norms = row_sq_norms(&batch, d);
+        let (labels, distances) = assign_rows(self.metric, &batch, &norms, &self.current, d);
+        let (mut sums, mut counts) = (vec![0i64; self.k * d], vec![0u32; self.k]);
+        for (row, &label) in batch.chunks_exact(d).zip(&labels) {
+            let c = label as usize;
+            counts[c] += 1;
+            for ((sum, &v), &scale) in sums[c * d..].iter_mut().zip(row).zip(&self.scales) {
+                *sum += to_fixed(v, scale);
+            }
+        }
+        for (c, &batch) in counts.iter().enumerate() {
+            let row = c * d..(c + 1) * d;
+            let (next, current) = (&mut self.next[row.clone()], &self.current[row.clone()]);
+            if batch == 0 {
+                next.copy_from_slice(current);
+                continue;
+            }
+            let seen = self.counts[c];
+            let per_dim = current.iter().zip(&sums[row]).zip(&self.inv_scales);
+            for (next, ((&current, &sum), &inv_scale)) in next.iter_mut().zip(per_dim) {
+                *next = learning_rate_update(current, seen, sum, inv_scale, batch);
+            }
+            self.counts[c] += u64::from(batch);
+        }
+        Ok(BatchReport { distances, counts })
+    }
+
+    fn relocate(&mut self, cluster: usize, row: usize) -> Result<()> {
+        let d = self.d;
+        self.next[cluster * d..(cluster + 1) * d].copy_from_slice(&self.x[row * d..(row + 1) * d]);
+        Ok(())
+    }
+
+    fn shifts(&mut self) -> Result<Vec<f64>> {
+        let d = self.d;
+        Ok(self
+            .next
+            .chunks_exact(d)
+            .zip(self.current.chunks_exact(d))
+            .map(|(next, current)| row_shift(next, current))
+            .collect())
+    }
+
+    fn commit(&mut self) {
+        std::mem::swap(&mut self.current, &mut self.next);
+    }
+
+    fn centroids(&self) -> Result<Vec<f32>> {
+        Ok(self.current.clone())
+    }
+
+    fn assign_all(&mut self) -> Result<(Vec<u32>, Vec<f32>)> {
+        self.lloyd.set_centroids(&self.current)?;
+        self.lloyd.assign()?;
+        Ok((self.lloyd.labels()?, self.lloyd.min_distances()?))
+    }
+}
