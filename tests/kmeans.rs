@@ -343,7 +343,7 @@ fn predict_and_transform_agree_with_fit() {
     let (n, d) = (800, 4);
     let data = uniform(n, d, 21);
     let x = MatrixView::new(&data, n, d).unwrap();
-    for metric in [Metric::L2, Metric::L1] {
+    for metric in [Metric::L2, Metric::L1, Metric::Cosine] {
         let model = KMeans::params(5)
             .metric(metric)
             .device(Device::Cpu)
@@ -365,6 +365,11 @@ fn predict_and_transform_agree_with_fit() {
                 .sum::<f32>()
                 .sqrt(),
             Metric::L1 => p.iter().zip(&c).map(|(a, b)| (a - b).abs()).sum::<f32>(),
+            Metric::Cosine => {
+                let norm = |v: &[f32]| v.iter().map(|a| a * a).sum::<f32>().sqrt();
+                let dot: f32 = p.iter().zip(&c).map(|(a, b)| a * b).sum();
+                1.0 - dot / (norm(&p) * norm(&c))
+            }
         };
         approx::assert_relative_eq!(t[[0, 0]], expected, max_relative = 1e-5);
     }

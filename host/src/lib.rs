@@ -4,12 +4,13 @@
 //! written in Rust and compiled to PTX — or on the CPU with rayon. Both backends give the same
 //! labels for the same input and seed.
 //!
-//! * [`KMeans`]: k-means++ / random / random-labels initialisation, Lloyd iterations with
-//!   squared-L2 or L1 assignment, tol and unchanged-label stopping, n_init restarts,
-//!   empty-cluster policy, `predict` and `transform`.
-//! * [`KnnIndex`], [`KnnClassifier`], [`pairwise_distances`]: exact kNN search (top-k by k
-//!   rounds of parallel minimum or bitonic sort, chosen by timing), majority or
-//!   distance-weighted votes, distance matrices in row blocks; [`Scaler`] for feature scaling.
+//! * [`KMeans`]: k-means++ / k-means‖ / random / random-labels initialisation, Lloyd iterations
+//!   with squared-L2, L1 or cosine (spherical) assignment, sample weights, tol and
+//!   unchanged-label stopping, n_init restarts, empty-cluster policy, `predict` and `transform`.
+//! * [`KnnIndex`], [`KnnClassifier`], [`KnnRegressor`], [`pairwise_distances`]: exact kNN search
+//!   (top-k by k rounds of parallel minimum or bitonic sort, chosen by timing), majority or
+//!   distance-weighted votes and averages (optionally with sample weights), distance matrices in
+//!   row blocks; [`Scaler`] for feature scaling.
 //! * [`Device`]: `Auto` picks the GPU when libcuda and a device are present, else the CPU.
 //!
 //! **Threads.** [`KMeansParams`], [`KMeansModel`], [`KnnIndex`], [`KnnClassifier`] and [`Device`]
@@ -44,6 +45,7 @@ pub mod io;
 pub mod kmeans;
 pub mod knn;
 pub mod matrix;
+mod sample_weight;
 
 pub use backend::cuda::GpuInfo;
 pub use backend::cuda::driver::{ENTRY_POINTS as DRIVER_ENTRY_POINTS, MIN_DRIVER_VERSION};

@@ -6,11 +6,9 @@ mod kmeans;
 mod knn;
 mod simd;
 
-use crate::backend::{Backend, Lloyd};
+use crate::backend::{Backend, Lloyd, LloydSpec};
 use crate::error::Result;
-use crate::kmeans::Precision;
 use crate::matrix::MatrixView;
-use kernels_gpu::math::AssignMetric;
 use std::sync::{Arc, OnceLock};
 
 pub(crate) use init::Seeder;
@@ -36,13 +34,10 @@ impl Backend for CpuBackend {
     fn lloyd<'a>(
         &'a self,
         data: &'a MatrixView<'a>,
-        k: usize,
-        metric: AssignMetric,
-        _precision: Precision,
-        scales: &[i32],
+        spec: &LloydSpec<'a>,
     ) -> Result<Box<dyn Lloyd + 'a>> {
         // Precision::Tf32 is a GPU speed-up; here the assignment stays exact.
-        Ok(Box::new(kmeans::CpuLloyd::new(data, k, metric, scales)))
+        Ok(Box::new(kmeans::CpuLloyd::new(data, spec)))
     }
 
     fn time_ms(&self, work: &mut dyn FnMut() -> Result<()>) -> Result<f64> {

@@ -9,9 +9,8 @@ mod init;
 mod kmeans;
 mod knn;
 
-use crate::backend::{Backend, Lloyd};
+use crate::backend::{Backend, Lloyd, LloydSpec};
 use crate::error::{Error, Result};
-use crate::kmeans::Precision;
 use crate::matrix::MatrixView;
 use cudarc::driver::sys::{CUdevice_attribute, CUevent_flags, CUfunction_attribute, CUresult};
 use cudarc::driver::{
@@ -19,7 +18,6 @@ use cudarc::driver::{
     DriverError, LaunchArgs, LaunchConfig, PinnedHostSlice, PushKernelArg, ValidAsZeroBits,
 };
 use kernels_gpu::launch::BLOCK;
-use kernels_gpu::math::AssignMetric;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -445,14 +443,9 @@ impl Backend for CudaBackend {
     fn lloyd<'a>(
         &'a self,
         data: &'a MatrixView<'a>,
-        k: usize,
-        metric: AssignMetric,
-        precision: Precision,
-        scales: &[i32],
+        spec: &LloydSpec<'a>,
     ) -> Result<Box<dyn Lloyd + 'a>> {
-        Ok(Box::new(kmeans::CudaLloyd::new(
-            self, data, k, metric, precision, scales,
-        )?))
+        Ok(Box::new(kmeans::CudaLloyd::new(self, data, spec)?))
     }
 
     fn time_ms(&self, work: &mut dyn FnMut() -> Result<()>) -> Result<f64> {
