@@ -6,7 +6,7 @@
 //! make every weight exact (0 for integer weights, so a weight of 3 is 3 units: what three copies
 //! of the row count for), unless the total would then pass 2^40 units: `shift` is then lowered
 //! until it does not, and weights are rounded to the nearest unit (a weight below half a unit
-//! then counts as zero). Scaling every weight by a power of two changes nothing else.
+//! then counts as zero).
 
 use crate::error::{Error, Result};
 use rand::Rng;
@@ -125,10 +125,12 @@ impl Weighting {
     }
 
     /// `k ≤ positive()` distinct rows drawn one after the other with probability proportional to
-    /// their units among the rows not drawn yet (as NumPy's `choice(replace=False, p=…)`).
+    /// their units among the rows not drawn yet (as NumPy's `choice(replace=False, p=…)`); with
+    /// equal weights, uniformly and the same rows as without weights.
     pub(crate) fn draw_distinct(&self, k: usize, rng: &mut ChaCha8Rng) -> Vec<usize> {
-        let Some(units) = &self.units else {
-            return rand::seq::index::sample(rng, self.total as usize, k).into_vec();
+        let units = match &self.units {
+            Some(units) if units.iter().any(|&u| u != units[0]) => units,
+            _ => return rand::seq::index::sample(rng, self.positive, k).into_vec(),
         };
         let mut tree = Fenwick::new(units.iter().map(|&u| u as u64));
         let mut left = self.total;
@@ -220,7 +222,7 @@ mod tests {
     }
 
     #[test]
-    fn dyadic_fractions_are_exact_and_powers_of_two_change_nothing() {
+    fn dyadic_fractions_are_exact() {
         let w = Weighting::new(&[0.5, 1.25, 2.0], 3).unwrap();
         assert_eq!(w.units(), Some(&[2.0, 5.0, 8.0][..]));
         assert_eq!(w.shift(), 2);
