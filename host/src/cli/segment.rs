@@ -66,7 +66,7 @@ pub fn segment(
     let start = Instant::now();
     let model = about(
         name,
-        fit_with_progress(ui, fit, metric, Precision::Exact, pixels.matrix()),
+        fit_with_progress(ui, fit, metric, Precision::Exact, pixels.matrix(), None),
     )?;
     let seconds = start.elapsed().as_secs_f64();
     let image = about(
