@@ -712,9 +712,9 @@ fn bad_usage_exits_2_and_writes_nothing() {
     );
     fails(
         d,
-        &["kmeans", "pts.csv", "--k", "2", "--metric", "cosine"],
+        &["kmeans", "pts.csv", "--k", "2", "--metric", "chebyshev"],
         2,
-        &["cosine"],
+        &["chebyshev", "l2, l1, cosine"],
     );
     fails(
         d,
