@@ -11,7 +11,9 @@ use super::{Init, KMeansParams, Metric, init};
 use crate::backend::LloydSpec;
 use crate::error::{Error, Result};
 use crate::matrix::MatrixView;
-use kernels_gpu::fixed::{inertia_exponent, inv_pow2_f64, pow2_f32, scale_exponent, to_fixed};
+use kernels_gpu::fixed::{
+    inertia_exponent, inv_pow2_f64, pow2_f32, scale_exponent, to_fixed, weight_units,
+};
 use kernels_gpu::seeding::WeightScale;
 use rayon::prelude::*;
 
@@ -164,41 +166,82 @@ fn mean_variance(data: &MatrixView<'_>, weights: &Weighting, scales: &[i32]) -> 
     let d = data.cols();
     let chunk = crate::backend::cpu::CHUNK;
     let factors: Vec<f32> = scales.iter().map(|&s| pow2_f32(s)).collect();
-    let zero = || (vec![0i128; d], vec![0i128; d]);
-    let (first, second) = data
+    let zero = || Moments {
+        first: vec![0; d],
+        second: vec![0; d],
+    };
+    let sums = data
         .as_slice()
         .par_chunks(chunk * d)
         .enumerate()
         .map(|(ci, rows)| {
-            let (mut s1, mut s2) = zero();
-            for (r, row) in rows.chunks_exact(d).enumerate() {
-                let i = ci * chunk + r;
-                if !weights.is_positive(i) {
-                    continue;
-                }
-                let units = weights.units().map_or(1, |u| u[i] as i128);
-                for j in 0..d {
-                    let q = to_fixed(row[j], factors[j]) as i128;
-                    s1[j] += units * q;
-                    s2[j] += units * q * q;
-                }
-            }
-            (s1, s2)
+            let mut m = zero();
+            let units = weights
+                .units()
+                .map(|u| &u[ci * chunk..ci * chunk + rows.len() / d]);
+            m.add_rows(rows, units, &factors);
+            m
         })
-        .reduce(zero, |(mut a1, mut a2), (b1, b2)| {
-            a1.iter_mut().zip(&b1).for_each(|(a, b)| *a += b);
-            a2.iter_mut().zip(&b2).for_each(|(a, b)| *a += b);
-            (a1, a2)
+        .reduce(zero, |mut a, b| {
+            a.first.iter_mut().zip(&b.first).for_each(|(a, b)| *a += b);
+            a.second
+                .iter_mut()
+                .zip(&b.second)
+                .for_each(|(a, b)| *a += b);
+            a
         });
     let total = weights.total() as f64;
     let variance: f64 = (0..d)
         .map(|j| {
-            let mean = first[j] as f64 / total;
+            let mean = sums.first[j] as f64 / total;
             let unit = inv_pow2_f64(scales[j]);
-            ((second[j] as f64 / total - mean * mean) * unit * unit).max(0.0)
+            ((sums.second[j] as f64 / total - mean * mean) * unit * unit).max(0.0)
         })
         .sum();
     variance / d as f64
+}
+
+/// Per-column `Σ units · q` and `Σ units · q²`.
+struct Moments {
+    first: Vec<i128>,
+    second: Vec<i128>,
+}
+
+impl Moments {
+    /// Adds the rows of `rows` with units (`None`: one each; rows without units are skipped).
+    fn add_rows(&mut self, rows: &[f32], units: Option<&[f32]>, factors: &[f32]) {
+        #[cfg(target_arch = "x86_64")]
+        if std::is_x86_feature_detected!("sse4.1") {
+            // SAFETY: the feature was just detected.
+            return unsafe { self.add_rows_sse41(rows, units, factors) };
+        }
+        self.add_rows_generic(rows, units, factors)
+    }
+
+    /// [`Moments::add_rows_generic`] with SSE4.1's one-instruction rounding (see
+    /// `backend::cpu::kmeans::accumulate`).
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "sse4.1")]
+    fn add_rows_sse41(&mut self, rows: &[f32], units: Option<&[f32]>, factors: &[f32]) {
+        self.add_rows_generic(rows, units, factors)
+    }
+
+    #[inline(always)]
+    fn add_rows_generic(&mut self, rows: &[f32], units: Option<&[f32]>, factors: &[f32]) {
+        for (r, row) in rows.chunks_exact(factors.len()).enumerate() {
+            let u = weight_units(units.map(|u| u[r]));
+            if u == 0 {
+                continue;
+            }
+            for (j, (&v, &f)) in row.iter().zip(factors).enumerate() {
+                let q = to_fixed(v, f);
+                // |u·q| ≤ 2^61: the bound of the centroid sums.
+                let uq = (u * q) as i128;
+                self.first[j] += uq;
+                self.second[j] += uq * q as i128;
+            }
+        }
+    }
 }
 
 #[cfg(test)]
