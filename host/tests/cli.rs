@@ -1796,6 +1796,21 @@ fn regress_bad_target_column_exits_2_and_writes_nothing() {
 }
 
 #[test]
+fn segment_refuses_the_cosine_metric() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path();
+    quadrants(8, 8).save(d.join("q.png")).unwrap();
+    fails(
+        d,
+        &[
+            "segment", "q.png", "--k", "2", "--metric", "cosine", "-o", "out.png",
+        ],
+        2,
+        &["cosine", "not a colour distance"],
+    );
+}
+
+#[test]
 fn kmeans_sample_weight_is_repeated_rows() {
     let t = tempfile::tempdir().unwrap();
     let d = t.path();
