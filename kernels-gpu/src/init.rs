@@ -76,8 +76,8 @@ fn block_slots() -> *mut u64 {
 
 /// One k-means++ step: first lowers `min_dist` to the previous winner `pending` (unless
 /// [`NO_ROW`]), then for each trial `t` writes the potential `Σ_i weight_of(min(min_dist_i,
-/// dist(i, candidates[t])), units_i)` of this block to `block_sums[t · gridDim + block]` and adds it to
-/// `potentials[t]` (zeroed by the host). CPU twin: `cpu::init::trials`.
+/// dist(i, candidates[t])), units_i)` of this block to `block_sums[t · gridDim + block]` and
+/// adds it to `potentials[t]` (zeroed by the host). CPU twin: `cpu::init::trials`.
 ///
 /// # Safety
 /// `ceil(n / BLOCK)` blocks of `BLOCK` threads, `SEED_SHARED_BYTES` of dynamic shared memory;

@@ -4,9 +4,9 @@
 //! A point's weight is its seeding distance (squared L2, or the square of the L1 distance)
 //! scaled by a power of two and truncated to an integer, capped so that `n` weights cannot
 //! overflow a u64, then multiplied by the point's sample-weight units (see [`crate::fixed`]; the
-//! cap is then for the total units in place of `n`). Sums of weights (trial potentials, prefix sums for sampling) are then exact
-//! and independent of the order in which threads, blocks or rayon tasks add them, so both
-//! backends make the same choices.
+//! cap is then for the total units in place of `n`). Sums of weights (trial potentials, prefix
+//! sums for sampling) are then exact and independent of the order in which threads, blocks or
+//! rayon tasks add them, so both backends make the same choices.
 
 use crate::math::AssignMetric;
 

@@ -333,7 +333,7 @@ pub fn run(a: Args, ui: Ui) -> Result<(), CliError> {
             "d": query.cols,
             "classes": classes,
             "metric": metric_name(a.metric),
-            "sample_weight": a.sample_weight.sample_weight.as_ref().map(|p| p.display().to_string()),
+            "sample_weight": a.sample_weight.name(),
             "device": device,
             "seconds": secs,
         });

@@ -199,7 +199,7 @@ pub fn run(a: Args, ui: Ui) -> Result<(), CliError> {
         "metric": a.metric.to_string(),
         "precision": a.precision.to_string(),
         "cluster_sizes": cluster_sizes,
-        "sample_weight": a.weights.sample_weight.as_ref().map(|p| p.display().to_string()),
+        "sample_weight": a.weights.name(),
         "outputs": outs.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
     });
     let text = summary_text(&a, &model, table.rows, secs, &outs);

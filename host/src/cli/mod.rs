@@ -388,6 +388,11 @@ pub struct SampleWeightOpts {
 }
 
 impl SampleWeightOpts {
+    /// The weights file as given, for summaries.
+    pub fn name(&self) -> Option<String> {
+        self.sample_weight.as_ref().map(|p| p.display().to_string())
+    }
+
     /// The weights of the `rows` rows of `data` (checked: count, values), if asked for.
     pub fn read(
         &self,

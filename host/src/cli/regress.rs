@@ -188,7 +188,7 @@ pub fn run(a: Args, ui: Ui) -> Result<(), CliError> {
             "train": train.features.rows,
             "d": query.cols,
             "weights": weights.to_string(),
-            "sample_weight": a.sample_weight.sample_weight.as_ref().map(|p| p.display().to_string()),
+            "sample_weight": a.sample_weight.name(),
             "metric": metric_name(a.metric),
             "device": device,
             "seconds": secs,
