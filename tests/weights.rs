@@ -110,6 +110,31 @@ fn integer_weights_equal_repeated_rows_on_the_gpu() {
     }
 }
 
+/// Two clusters start empty and the farthest point weighs 3: like its three copies, it takes
+/// both of them in turn.
+#[test]
+fn a_heavy_farthest_point_takes_several_empty_clusters_like_its_copies() {
+    let mut data = uniform(60, 2, 14);
+    data[..2].copy_from_slice(&[9.0, 9.0]);
+    let mut w = vec![1.0f32; 60];
+    w[0] = 3.0;
+    let start = vec![-0.5, 0.0, 0.5, 0.0, 1000.0, 1000.0, 2000.0, 2000.0];
+    for device in [Device::Cpu].into_iter().chain(gpu(
+        "a_heavy_farthest_point_takes_several_empty_clusters_like_its_copies",
+    )) {
+        let params = KMeans::params(4)
+            .init(Init::Centroids(start.clone()))
+            .max_iter(1)
+            .device(device);
+        let weighted = fit(&data, 2, &params, Some(&w));
+        let plain = fit(&repeat_rows(&data, 2, &w), 2, &params, None);
+        let bits = |m: &KMeansModel| m.centroids.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&weighted), bits(&plain), "{device:?}");
+        assert_eq!(weighted.centroid(2), &[9.0, 9.0]);
+        assert_eq!(weighted.centroid(3), &[9.0, 9.0]);
+    }
+}
+
 #[test]
 fn weights_of_one_are_the_unweighted_fit() {
     let (n, d) = (700, 4);

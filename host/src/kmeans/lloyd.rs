@@ -186,7 +186,8 @@ fn run_once(
 }
 
 /// Moves each cluster without weight to the point with weight farthest from its centroid (ties:
-/// lowest index).
+/// lowest index); a point of weight w > 1 takes up to ⌈w⌉ of them in turn, as w copies of it
+/// would.
 fn relocate_farthest(lloyd: &mut dyn Lloyd, weights: &Weighting) -> Result<()> {
     let sizes = lloyd.cluster_weights()?;
     let dist = lloyd.min_distances()?;
@@ -201,7 +202,10 @@ fn relocate_farthest(lloyd: &mut dyn Lloyd, weights: &Weighting) -> Result<()> {
     }
     order.truncate(take);
     order.sort_by(by_distance_desc);
-    for (&cluster, &point) in empty.iter().zip(&order) {
+    let targets = order
+        .iter()
+        .flat_map(|&i| std::iter::repeat_n(i, weights.copies(i)));
+    for (&cluster, point) in empty.iter().zip(targets) {
         lloyd.relocate(cluster, point)?;
     }
     Ok(())

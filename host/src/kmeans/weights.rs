@@ -99,6 +99,15 @@ impl Weighting {
         self.units.as_ref().is_none_or(|u| u[i] > 0.0)
     }
 
+    /// How many copies of row `i` its weight stands for: `⌈w⌉` (the weight itself when it is an
+    /// integer), at least 1.
+    pub(crate) fn copies(&self, i: usize) -> usize {
+        self.units.as_ref().map_or(1, |u| {
+            let weight = u[i] as f64 * 2f64.powi(-self.shift);
+            (weight.ceil() as usize).max(1)
+        })
+    }
+
     /// The `p`-th row with at least one unit (`p < positive()`).
     pub(crate) fn positive_row(&self, p: usize) -> usize {
         match &self.units {
@@ -219,6 +228,14 @@ mod tests {
         assert_eq!((w.total(), w.shift(), w.positive()), (6, 0, 3));
         let rows: Vec<usize> = (0..6).map(|r| w.row_of(r)).collect();
         assert_eq!(rows, [0, 0, 0, 2, 3, 3]);
+    }
+
+    #[test]
+    fn copies_are_whole_weights_rounded_up() {
+        let w = Weighting::new(&[3.0, 0.25, 1.5, 0.0], 4).unwrap();
+        let copies: Vec<usize> = (0..4).map(|i| w.copies(i)).collect();
+        assert_eq!(copies, [3, 1, 2, 1]);
+        assert_eq!(Weighting::uniform(2).copies(1), 1);
     }
 
     #[test]
