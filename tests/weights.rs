@@ -309,7 +309,7 @@ fn gpu_cases() -> Vec<Case> {
         ("n=1000 d=3 k=5", uniform(1000, 3, 1), 3, p(5)),
         ("n=1 d=1 k=1", vec![4.5], 1, p(1)),
         ("n=257 d=1 k=3", uniform(257, 1, 2), 1, p(3)),
-        ("k=n=97 d=4", uniform(97, 4, 4), 4, p(70)),
+        ("k=n=97 d=4", uniform(97, 4, 4), 4, p(97)),
         (
             "lattice ties n=2000 d=2 k=10",
             lattice(2000, 2, 4, 6),
@@ -409,7 +409,7 @@ fn check_gpu_matches_cpu(test: &str, cases: Vec<Case>, integer: bool) {
         let n = data.len() / d;
         for integer in [false].into_iter().chain(integer.then_some(true)) {
             let mut w = sample_weights(n, integer, 3);
-            // At least k rows of weight.
+            // At least k rows of weight (every row when k = n).
             w.iter_mut().take(params.k()).for_each(|v| *v += 1.0);
             let case = format!("{case} integer weights {integer}");
             let cpu = fit(&data, d, &params.clone().device(Device::Cpu), Some(&w));
