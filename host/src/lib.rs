@@ -4,14 +4,15 @@
 //! written in Rust and compiled to PTX — or on the CPU with rayon. Both backends give the same
 //! labels for the same input and seed.
 //!
-//! * [`KMeans`]: k-means++ / random / random-labels initialisation, Lloyd iterations with
-//!   squared-L2 or L1 assignment, tol and unchanged-label stopping, n_init restarts,
-//!   empty-cluster policy, `predict` and `transform`.
+//! * [`KMeans`]: k-means++ / k-means‖ / random / random-labels initialisation, Lloyd iterations
+//!   with squared-L2, L1 or cosine (spherical) assignment, sample weights, tol and
+//!   unchanged-label stopping, n_init restarts, empty-cluster policy, `predict` and `transform`.
 //! * [`MiniBatchKMeans`]: mini-batch k-means (Sculley 2010, as scikit-learn) with
 //!   `partial_fit` for data in pieces; the same centroids on the CPU and the GPU.
-//! * [`KnnIndex`], [`KnnClassifier`], [`pairwise_distances`]: exact kNN search (top-k by k
-//!   rounds of parallel minimum or bitonic sort, chosen by timing), majority or
-//!   distance-weighted votes, distance matrices in row blocks; [`Scaler`] for feature scaling.
+//! * [`KnnIndex`], [`KnnClassifier`], [`KnnRegressor`], [`pairwise_distances`]: exact kNN search
+//!   (top-k by k rounds of parallel minimum or bitonic sort, chosen by timing), majority or
+//!   distance-weighted votes and averages (optionally with sample weights), distance matrices in
+//!   row blocks; [`Scaler`] for feature scaling.
 //! * [`Device`]: `Auto` picks the GPU when libcuda and a device are present, else the CPU.
 //!
 //! **Threads.** [`KMeansParams`], [`KMeansModel`], [`KnnIndex`], [`KnnClassifier`] and [`Device`]
@@ -46,6 +47,7 @@ pub mod io;
 pub mod kmeans;
 pub mod knn;
 pub mod matrix;
+mod sample_weight;
 
 pub use backend::cpu::{SIMD_ENV as CPU_SIMD_VAR, SimdLevel};
 pub use backend::cuda::GpuInfo;

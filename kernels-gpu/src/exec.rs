@@ -67,6 +67,32 @@ pub unsafe fn block_sums<const N: usize, E: Exec>(
     }
 }
 
+/// Sums one i64 per thread (wrapping, like the GPU's integer adds) and returns the total to every
+/// thread; integer sums are the same in any order. `scratch` is f64 scratch reused as i64.
+///
+/// # Safety
+/// As for [`block_sums`] with one value.
+#[inline(always)]
+pub unsafe fn block_sum_i64<E: Exec>(e: E, threads: usize, scratch: *mut f64, value: i64) -> i64 {
+    let t = e.thread();
+    let slots = scratch.cast::<i64>();
+    unsafe {
+        *slots.add(t) = value;
+        e.sync();
+        let mut stride = threads / 2;
+        while stride > 0 {
+            if t < stride {
+                *slots.add(t) = (*slots.add(t)).wrapping_add(*slots.add(t + stride));
+            }
+            e.sync();
+            stride /= 2;
+        }
+        let total = *slots;
+        e.sync();
+        total
+    }
+}
+
 /// The GPU itself.
 #[cfg(target_arch = "nvptx64")]
 #[derive(Clone, Copy)]

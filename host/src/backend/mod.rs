@@ -8,9 +8,8 @@ pub mod cpu;
 pub mod cuda;
 
 use crate::error::Result;
-use crate::kmeans::Precision;
+use crate::kmeans::{Metric, Precision};
 use crate::matrix::MatrixView;
-use kernels_gpu::math::AssignMetric;
 use kernels_gpu::seeding::WeightScale;
 // Pairwise distances and kNN.
 use crate::knn::Selection;
@@ -21,17 +20,12 @@ pub(crate) trait Backend: Send + Sync + Distances {
     /// Human-readable name, e.g. `cpu (2 threads)` or `cuda:0 (NVIDIA H100 80GB HBM3)`.
     fn describe(&self) -> String;
 
-    /// Holds `data` for Lloyd iterations with `k` centroids under `metric`, assigning with
-    /// `precision` (validated against the metric; a backend without a faster path computes
-    /// [`Precision::Tf32`] exactly). `scales` are the per-dimension fixed-point exponents of
-    /// [`kernels_gpu::fixed`].
+    /// Holds `data` for Lloyd iterations as `spec` says (its precision validated against the
+    /// metric; a backend without a faster path computes [`Precision::Tf32`] exactly).
     fn lloyd<'a>(
         &'a self,
         data: &'a MatrixView<'a>,
-        k: usize,
-        metric: AssignMetric,
-        precision: Precision,
-        scales: &[i32],
+        spec: &LloydSpec<'a>,
     ) -> Result<Box<dyn Lloyd + 'a>>;
 
     /// Holds `data` for mini-batch k-means steps with `k` centroids under `metric`; `scales`
@@ -40,7 +34,7 @@ pub(crate) trait Backend: Send + Sync + Distances {
         &'a self,
         data: &'a MatrixView<'a>,
         k: usize,
-        metric: AssignMetric,
+        metric: Metric,
         scales: &[i32],
     ) -> Result<Box<dyn MiniBatch + 'a>>;
 
@@ -54,12 +48,58 @@ pub(crate) trait Backend: Send + Sync + Distances {
     }
 }
 
+/// How Lloyd iterations run, besides the data.
+pub(crate) struct LloydSpec<'w> {
+    /// Clusters.
+    pub k: usize,
+    /// L2 and L1 assign with their own kernels. Cosine (spherical k-means, on unit rows) runs the
+    /// squared-L2 kernels with every centroid's squared norm taken as 0 and every point's as 2:
+    /// a centroid then scores `−2·x·c` (exactly, so the largest inner product wins, ties to the
+    /// lowest index) and a point's distance is `2 − 2·x·c = 2·(1 − cos)`; after every update each
+    /// centroid with weight is scaled back to unit norm.
+    pub metric: Metric,
+    pub precision: Precision,
+    /// The per-dimension fixed-point exponents of [`kernels_gpu::fixed`].
+    pub scales: Vec<i32>,
+    /// Distances are added to the inertia as integers under `2^inertia_exponent`
+    /// ([`kernels_gpu::fixed::inertia_exponent`]); the integer total times `inertia_unit` is the
+    /// reported inertia.
+    pub inertia_exponent: i32,
+    pub inertia_unit: f64,
+    /// Every point's units ([`kernels_gpu::fixed::weight_units`]); `None`: one each.
+    pub weights: Option<&'w [f32]>,
+}
+
+impl LloydSpec<'_> {
+    /// For labelling points of `d` dimensions against given centroids (nothing is summed).
+    pub(crate) fn predict(k: usize, d: usize, metric: Metric) -> Self {
+        LloydSpec {
+            k,
+            metric,
+            precision: Precision::Exact,
+            scales: vec![0; d],
+            inertia_exponent: 0,
+            inertia_unit: 1.0,
+            weights: None,
+        }
+    }
+
+    /// Whether this is spherical k-means (see [`LloydSpec::metric`]).
+    pub(crate) fn spherical(&self) -> bool {
+        self.metric == Metric::Cosine
+    }
+}
+
+/// The squared norm that spherical k-means gives every point (see [`LloydSpec::metric`]).
+pub(crate) const SPHERICAL_POINT_SQ_NORM: f32 = 2.0;
+
 /// What an assignment reports.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct AssignStats {
-    /// Points whose label differs from the label they held before.
+    /// Points with weight whose label differs from the label they held before.
     pub changed: u64,
-    /// Sum of every point's distance to its centroid.
+    /// Sum of every point's weighted distance to its centroid (in the metric's terms: `1 − cos`
+    /// for cosine).
     pub inertia: f64,
 }
 
@@ -68,7 +108,8 @@ pub(crate) struct AssignStats {
 pub(crate) struct StepStats {
     /// The assignment's report.
     pub assign: AssignStats,
-    /// Clusters left empty by the new labels (they keep their centroid until relocated).
+    /// Clusters left without weight by the new labels (they keep their centroid until
+    /// relocated).
     pub empty: usize,
     /// Squared shift Σ‖next − current‖² of the centroids.
     pub shift: f64,
@@ -93,7 +134,8 @@ pub(crate) struct Trials {
 
 /// Seeding (k-means++ and k-means‖, driven by `kmeans::init`) over resident rows. Every point
 /// has a seeding distance (to its nearest seed so far) and the integer weight of
-/// [`WeightScale::weight`]; all sums are exact integers, so every backend decides alike.
+/// [`WeightScale::weight_of`] (its sample weight's units included); all sums are exact
+/// integers, so every backend decides alike.
 pub(crate) trait Seeding {
     /// Lowers every point's seeding distance (from +∞ with `fresh`) to its distance to each of
     /// `rows`, recording `first_id + position` as its nearest seed where a row is strictly
@@ -120,8 +162,8 @@ pub(crate) trait Seeding {
         phi: u64,
         ws: WeightScale,
     ) -> Result<Vec<u32>>;
-    /// Points whose nearest seed is each of the ids `0..ids`.
-    fn seed_owner_counts(&mut self, ids: usize) -> Result<Vec<u32>>;
+    /// The units of the points whose nearest seed is each of the ids `0..ids`.
+    fn seed_owner_weights(&mut self, ids: usize) -> Result<Vec<u64>>;
 }
 
 /// Lloyd iterations over resident data. Centroid buffers are `k × d`, row-major; a step writes
@@ -135,8 +177,8 @@ pub(crate) trait Lloyd: Seeding {
     fn assign(&mut self) -> Result<AssignStats>;
     /// Assigns, then computes the means of the new labels as the next centroids.
     fn step(&mut self) -> Result<StepStats>;
-    /// Computes the means of the current labels as the next centroids; returns the number of
-    /// empty clusters.
+    /// Computes the (weighted) means of the current labels as the next centroids; returns the
+    /// number of clusters without weight.
     fn update(&mut self) -> Result<usize>;
     /// Sets next centroid `cluster` to point `point` (empty-cluster relocation).
     fn relocate(&mut self, cluster: usize, point: usize) -> Result<()>;
@@ -146,8 +188,8 @@ pub(crate) trait Lloyd: Seeding {
     fn commit(&mut self);
     /// Each point's distance to its centroid, from the last assignment.
     fn min_distances(&self) -> Result<Vec<f32>>;
-    /// Cluster sizes from the last update.
-    fn sizes(&self) -> Result<Vec<u32>>;
+    /// Every cluster's weight (units) from the last update.
+    fn cluster_weights(&self) -> Result<Vec<u64>>;
     /// The current centroids.
     fn centroids(&self) -> Result<Vec<f32>>;
     /// The current labels.
@@ -230,6 +272,10 @@ pub(crate) trait KnnSearch: Send + Sync {
 
     /// Sets the class (`< classes`) of every training row, for [`KnnSearch::vote`].
     fn set_labels(&mut self, class_ids: &[u32], classes: usize) -> Result<()>;
+
+    /// Sets every training row's sample weight over the largest (in `[0, 1]`), which scales its
+    /// votes (see `kernels_gpu::knn::vote_weight`).
+    fn set_row_weights(&mut self, relative: &[f32]) -> Result<()>;
 
     /// The winning class of every query row among its `k` nearest, and with `proba` the share of
     /// the vote of every class (`rows × classes`).

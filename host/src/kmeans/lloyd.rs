@@ -2,16 +2,15 @@
 //! the centroid shift drops under tol, or max_iter; keep the best of n_init runs.
 
 use super::init::{self, Start};
+use super::prepare::Prepared;
+use super::weights::Weighting;
 use super::{EmptyClusters, Init, Iteration, KMeansModel, KMeansParams};
 use crate::backend::{AssignStats, Lloyd};
 use crate::error::{Error, Result};
 use crate::matrix::MatrixView;
-use kernels_gpu::fixed::scale_exponent;
-use kernels_gpu::seeding::WeightScale;
 use rand::SeedableRng;
 use rand::seq::index::sample;
 use rand_chacha::ChaCha8Rng;
-use rayon::prelude::*;
 
 struct Run {
     centroids: Vec<f32>,
@@ -22,26 +21,20 @@ struct Run {
     converged: bool,
 }
 
-pub(super) fn fit(params: &KMeansParams, data: &MatrixView<'_>) -> Result<KMeansModel> {
-    data.validate("the data")?;
-    let (n, d, k) = (data.rows(), data.cols(), params.k);
-    params.check(n, d)?;
-    let summary = ColumnSummary::of(data);
-    let scales: Vec<i32> = summary
-        .max_abs
-        .iter()
-        .map(|&m| scale_exponent(m, n))
-        .collect();
-    let tol = params.tol * summary.mean_variance;
-    let weights = init::weight_scale(&summary.max_abs, n, params.metric);
-
+pub(super) fn fit(
+    params: &KMeansParams,
+    data: &MatrixView<'_>,
+    sample_weight: Option<&[f32]>,
+) -> Result<KMeansModel> {
+    let (d, k) = (data.cols(), params.k);
+    let prepared = Prepared::new(params, data, sample_weight)?;
     let backend = params.device.backend()?;
-    let mut lloyd = backend.lloyd(data, k, params.metric.assign(), params.precision, &scales)?;
+    let mut lloyd = backend.lloyd(&prepared.data, &prepared.spec(params))?;
     let mut rng = ChaCha8Rng::seed_from_u64(params.seed);
     let mut best: Option<Run> = None;
     for run in 0..params.n_init {
-        let start = start(params, lloyd.as_mut(), data, weights, &mut rng)?;
-        let result = run_once(lloyd.as_mut(), start, params, tol, run, &mut rng)?;
+        let start = start(params, lloyd.as_mut(), &prepared, &mut rng)?;
+        let result = run_once(lloyd.as_mut(), start, params, &prepared, run, &mut rng)?;
         if best.as_ref().is_none_or(|b| result.inertia < b.inertia) {
             best = Some(result);
         }
@@ -65,38 +58,39 @@ pub(super) fn fit(params: &KMeansParams, data: &MatrixView<'_>) -> Result<KMeans
 fn start(
     params: &KMeansParams,
     lloyd: &mut dyn Lloyd,
-    data: &MatrixView<'_>,
-    weights: WeightScale,
+    prepared: &Prepared<'_>,
     rng: &mut ChaCha8Rng,
 ) -> Result<Start> {
+    let (data, weights, ws) = (&prepared.data, &prepared.weights, prepared.seeding);
     let (n, k) = (data.rows(), params.k);
     Ok(match &params.init {
         Init::KMeansPlusPlus => {
-            let rows = init::kmeans_plus_plus(lloyd, n, k, weights, rng)?;
+            let draw = |rng: &mut ChaCha8Rng| weights.draw(rng);
+            let rows = init::kmeans_plus_plus(lloyd, &draw, k, ws, rng)?;
             Start::Centroids(init::gather(data, &rows))
         }
         Init::KMeansParallel => {
-            let rows = init::kmeans_parallel(lloyd, data, k, params.metric, weights, rng)?;
+            let rows = init::kmeans_parallel(lloyd, data, k, params.metric, ws, weights, rng)?;
             Start::Centroids(init::gather(data, &rows))
         }
-        Init::RandomPoints => Start::Centroids(init::random_points(data, k, rng)),
+        Init::RandomPoints => Start::Centroids(init::random_points(data, k, weights, rng)),
         Init::RandomLabels => Start::Labels(init::random_labels(n, k, rng)),
-        Init::Centroids(c) => Start::Centroids(c.clone()),
+        Init::Centroids(_) => Start::Centroids(
+            prepared
+                .init_centroids
+                .clone()
+                .expect("prepared with the initial centroids"),
+        ),
     })
 }
 
 /// The centroids that the first run of a fit starts from (validated as `fit` does).
 pub(super) fn initial_centroids(params: &KMeansParams, data: &MatrixView<'_>) -> Result<Vec<f32>> {
-    data.validate("the data")?;
-    let (n, d, k) = (data.rows(), data.cols(), params.k);
-    params.check(n, d)?;
-    let summary = ColumnSummary::of(data);
-    let weights = init::weight_scale(&summary.max_abs, n, params.metric);
+    let prepared = Prepared::new(params, data, None)?;
     let backend = params.device.backend()?;
-    let scales = vec![0; d];
-    let mut lloyd = backend.lloyd(data, k, params.metric.assign(), params.precision, &scales)?;
+    let mut lloyd = backend.lloyd(&prepared.data, &prepared.spec(params))?;
     let mut rng = ChaCha8Rng::seed_from_u64(params.seed);
-    match start(params, lloyd.as_mut(), data, weights, &mut rng)? {
+    match start(params, lloyd.as_mut(), &prepared, &mut rng)? {
         Start::Centroids(c) => Ok(c),
         Start::Labels(_) => Err(Error::invalid(
             "init",
@@ -109,10 +103,11 @@ fn run_once(
     lloyd: &mut dyn Lloyd,
     start: Start,
     params: &KMeansParams,
-    tol: f64,
+    prepared: &Prepared<'_>,
     run: usize,
     rng: &mut ChaCha8Rng,
 ) -> Result<Run> {
+    let (tol, weights) = (prepared.tol, &prepared.weights);
     // With labels to start from, the first assignment can already confirm them; with centroids,
     // the label buffer holds nothing meaningful before the first assignment.
     let labels_known = match start {
@@ -124,7 +119,7 @@ fn run_once(
             lloyd.set_labels(&labels)?;
             let empty = lloyd.update()?;
             if empty > 0 {
-                relocate_random(lloyd, labels.len(), rng)?;
+                relocate_random(lloyd, weights, rng)?;
             }
             lloyd.commit();
             true
@@ -144,14 +139,15 @@ fn run_once(
         let step = lloyd.step()?;
         stats = step.assign;
         if stats.changed == 0 && (n_iter > 0 || labels_known) {
-            // The current centroids are the means of exactly these labels: a fixed point.
+            // The current centroids are the means of exactly these labels (points without weight
+            // count for nothing in them): a fixed point.
             converged = true;
             consistent = true;
             break;
         }
         let mut shift = step.shift;
         if step.empty > 0 && params.empty_clusters == EmptyClusters::FarthestPoint {
-            relocate_farthest(lloyd)?;
+            relocate_farthest(lloyd, weights)?;
             shift = lloyd.shift()?;
         }
         lloyd.commit();
@@ -189,12 +185,16 @@ fn run_once(
     })
 }
 
-/// Moves each empty cluster to the point farthest from its centroid (ties: lowest index).
-fn relocate_farthest(lloyd: &mut dyn Lloyd) -> Result<()> {
-    let sizes = lloyd.sizes()?;
+/// Moves each cluster without weight to the point with weight farthest from its centroid (ties:
+/// lowest index); a point of weight w > 1 takes up to ⌈w⌉ of them in turn, as w copies of it
+/// would.
+fn relocate_farthest(lloyd: &mut dyn Lloyd, weights: &Weighting) -> Result<()> {
+    let sizes = lloyd.cluster_weights()?;
     let dist = lloyd.min_distances()?;
     let empty: Vec<usize> = (0..sizes.len()).filter(|&c| sizes[c] == 0).collect();
-    let mut order: Vec<usize> = (0..dist.len()).collect();
+    let mut order: Vec<usize> = (0..dist.len())
+        .filter(|&i| weights.is_positive(i))
+        .collect();
     let by_distance_desc = |&a: &usize, &b: &usize| dist[b].total_cmp(&dist[a]).then(a.cmp(&b));
     let take = empty.len().min(order.len());
     if take < order.len() {
@@ -202,67 +202,24 @@ fn relocate_farthest(lloyd: &mut dyn Lloyd) -> Result<()> {
     }
     order.truncate(take);
     order.sort_by(by_distance_desc);
-    for (&cluster, &point) in empty.iter().zip(&order) {
+    let targets = order
+        .iter()
+        .flat_map(|&i| std::iter::repeat_n(i, weights.copies(i)));
+    for (&cluster, point) in empty.iter().zip(targets) {
         lloyd.relocate(cluster, point)?;
     }
     Ok(())
 }
 
-/// Before any assignment there are no distances: empty clusters take distinct random points.
-fn relocate_random(lloyd: &mut dyn Lloyd, n: usize, rng: &mut ChaCha8Rng) -> Result<()> {
-    let sizes = lloyd.sizes()?;
+/// Before any assignment there are no distances: clusters without weight take distinct random
+/// points with weight (uniformly).
+fn relocate_random(lloyd: &mut dyn Lloyd, weights: &Weighting, rng: &mut ChaCha8Rng) -> Result<()> {
+    let sizes = lloyd.cluster_weights()?;
     let empty: Vec<usize> = (0..sizes.len()).filter(|&c| sizes[c] == 0).collect();
-    let points = sample(rng, n, empty.len().min(n));
-    for (&cluster, point) in empty.iter().zip(points) {
-        lloyd.relocate(cluster, point)?;
+    let positive = weights.positive();
+    let points = sample(rng, positive, empty.len().min(positive));
+    for (&cluster, p) in empty.iter().zip(points) {
+        lloyd.relocate(cluster, weights.positive_row(p))?;
     }
     Ok(())
-}
-
-/// Per-column largest magnitude (for the fixed-point scales) and mean variance (for tol).
-pub(super) struct ColumnSummary {
-    pub(super) max_abs: Vec<f32>,
-    pub(super) mean_variance: f64,
-}
-
-impl ColumnSummary {
-    pub(super) fn of(data: &MatrixView<'_>) -> Self {
-        let (n, d) = (data.rows(), data.cols());
-        let zero = || (vec![0f32; d], vec![0f64; d], vec![0f64; d]);
-        let (max_abs, sum, sum_sq) = data
-            .as_slice()
-            .par_chunks(crate::backend::cpu::CHUNK * d)
-            .map(|rows| {
-                let (mut m, mut s, mut q) = zero();
-                for row in rows.chunks_exact(d) {
-                    for j in 0..d {
-                        let v = row[j];
-                        m[j] = m[j].max(v.abs());
-                        s[j] += v as f64;
-                        q[j] += v as f64 * v as f64;
-                    }
-                }
-                (m, s, q)
-            })
-            .collect::<Vec<_>>()
-            .into_iter()
-            .fold(zero(), |(mut m, mut s, mut q), (m2, s2, q2)| {
-                for j in 0..d {
-                    m[j] = m[j].max(m2[j]);
-                    s[j] += s2[j];
-                    q[j] += q2[j];
-                }
-                (m, s, q)
-            });
-        let variance: f64 = (0..d)
-            .map(|j| {
-                let mean = sum[j] / n as f64;
-                (sum_sq[j] / n as f64 - mean * mean).max(0.0)
-            })
-            .sum();
-        ColumnSummary {
-            max_abs,
-            mean_variance: variance / d as f64,
-        }
-    }
 }

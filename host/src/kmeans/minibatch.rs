@@ -185,6 +185,12 @@ impl MiniBatchParams {
         if self.k == 0 {
             return Err(Error::invalid("k", "k must be at least 1"));
         }
+        if self.metric == Metric::Cosine {
+            return Err(Error::invalid(
+                "metric",
+                "mini-batch k-means runs with l2 or l1; for spherical (cosine) k-means use KMeans",
+            ));
+        }
         if self.batch_size == 0 {
             return Err(Error::invalid(
                 "batch_size",

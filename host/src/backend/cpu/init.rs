@@ -1,5 +1,5 @@
 //! Seeding on the CPU: the twins of `kernels_gpu::init` (k-means++ trials batched in one pass,
-//! the located draws, k-means‖ nearest-row updates, sampling and owner counts). Rayon over fixed
+//! the located draws, k-means‖ nearest-row updates, sampling and owner weights). Rayon over fixed
 //! chunks of points; distances in dimension order with `kernels_gpu::math::step`, eight
 //! candidates per SIMD register; sums are exact integers, so they equal the GPU's.
 
@@ -19,8 +19,9 @@ pub(crate) struct Seeder<'a> {
     x: &'a [f32],
     d: usize,
     metric: AssignMetric,
-    /// Points that each row stands for (k-means‖'s weighted candidates); `None`: one each.
-    multiplicity: Option<Vec<u32>>,
+    /// Units that each row stands for (its sample weight, or the weight of the points a k-means‖
+    /// candidate stands for); `None`: one each.
+    multiplicity: Option<Vec<u64>>,
     min_dist: Vec<f32>,
     owner: Vec<u32>,
     /// `trials × chunks` weight sums of the last [`Seeding::seed_trials`] (after `seed_nearest`:
@@ -47,10 +48,15 @@ impl<'a> Seeder<'a> {
         }
     }
 
-    /// Weights every row by `counts` (points it stands for).
-    pub(crate) fn weighted(mut self, counts: Vec<u32>) -> Self {
-        self.multiplicity = Some(counts);
+    /// Weights every row by `units` (what it stands for).
+    pub(crate) fn weighted(mut self, units: Vec<u64>) -> Self {
+        self.multiplicity = Some(units);
         self
+    }
+
+    /// The units of row `i`.
+    fn units(&self, i: usize) -> u64 {
+        self.multiplicity.as_ref().map_or(1, |m| m[i])
     }
 
     fn rows(&self) -> usize {
@@ -58,8 +64,7 @@ impl<'a> Seeder<'a> {
     }
 
     fn weight(&self, ws: WeightScale, i: usize, dist: f32) -> u64 {
-        let w = ws.weight(self.metric, dist);
-        self.multiplicity.as_ref().map_or(w, |m| w * m[i] as u64)
+        ws.weight_of(self.metric, dist, self.units(i))
     }
 
     /// `rows` regrouped dimension-major in blocks of `LANES` (zero-padded).
@@ -186,8 +191,7 @@ impl Seeding for Seeder<'_> {
                             (*m, *o) = (v, first_id + c as u32);
                         }
                     }
-                    let w = ws.weight(metric, *m);
-                    sum += multiplicity.map_or(w, |mult| w * mult[i] as u64);
+                    sum += ws.weight_of(metric, *m, multiplicity.map_or(1, |mult| mult[i]));
                 }
                 sum
             })
@@ -233,9 +237,9 @@ impl Seeding for Seeder<'_> {
                     if pending.is_some() && dist[trials] < *m {
                         *m = dist[trials];
                     }
-                    let mult = multiplicity.map_or(1, |mult| mult[i] as u64);
+                    let units = multiplicity.map_or(1, |mult| mult[i]);
                     for (s, &v) in sums.iter_mut().zip(&dist[..trials]) {
-                        *s += ws.weight(metric, if v < *m { v } else { *m }) * mult;
+                        *s += ws.weight_of(metric, if v < *m { v } else { *m }, units);
                     }
                 }
                 sums
@@ -268,7 +272,6 @@ impl Seeding for Seeder<'_> {
         phi: u64,
         ws: WeightScale,
     ) -> Result<Vec<u32>> {
-        let metric = self.metric;
         let picked: Vec<Vec<u32>> = self
             .min_dist
             .par_chunks(CHUNK)
@@ -276,13 +279,9 @@ impl Seeding for Seeder<'_> {
             .map(|(ci, mins)| {
                 (0..mins.len())
                     .filter(|&r| {
-                        let i = (ci * CHUNK + r) as u32;
-                        sampled(
-                            uniform32(seed, round, i),
-                            ws.weight(metric, mins[r]),
-                            ell,
-                            phi,
-                        )
+                        let i = ci * CHUNK + r;
+                        let weight = self.weight(ws, i, mins[r]);
+                        sampled(uniform32(seed, round, i as u32), weight, ell, phi)
                     })
                     .map(|r| (ci * CHUNK + r) as u32)
                     .collect()
@@ -291,11 +290,11 @@ impl Seeding for Seeder<'_> {
         Ok(picked.concat())
     }
 
-    fn seed_owner_counts(&mut self, ids: usize) -> Result<Vec<u32>> {
-        let mut counts = vec![0u32; ids];
-        for &o in &self.owner {
-            counts[o as usize] += 1;
+    fn seed_owner_weights(&mut self, ids: usize) -> Result<Vec<u64>> {
+        let mut totals = vec![0u64; ids];
+        for (i, &o) in self.owner.iter().enumerate() {
+            totals[o as usize] += self.units(i);
         }
-        Ok(counts)
+        Ok(totals)
     }
 }

@@ -243,6 +243,7 @@ impl Distances for CpuBackend {
             pn: panels(train.as_slice(), train.cols()),
             metric,
             labels: Vec::new(),
+            row_weights: None,
             classes: 0,
         }))
     }
@@ -253,6 +254,8 @@ pub(crate) struct CpuKnn {
     pn: Panels,
     metric: PairMetric,
     labels: Vec<u32>,
+    /// Every training row's sample weight over the largest; `None`: no sample weights.
+    row_weights: Option<Vec<f32>>,
     classes: usize,
 }
 
@@ -394,6 +397,11 @@ impl KnnSearch for CpuKnn {
         Ok(())
     }
 
+    fn set_row_weights(&mut self, relative: &[f32]) -> Result<()> {
+        self.row_weights = Some(relative.to_vec());
+        Ok(())
+    }
+
     fn vote(
         &self,
         queries: &MatrixView<'_>,
@@ -428,6 +436,7 @@ impl KnnSearch for CpuKnn {
                     *o = vote_one(
                         keys,
                         &self.labels,
+                        self.row_weights.as_deref(),
                         c,
                         weighted,
                         scale,

@@ -4,8 +4,9 @@
 use super::CHUNK;
 use super::kmeans::{CentroidBlocks, CpuLloyd, nearest, row_sq_norms, tiled};
 use super::simd::{self, Panels};
-use crate::backend::{BatchReport, Lloyd, MiniBatch};
+use crate::backend::{BatchReport, Lloyd, LloydSpec, MiniBatch};
 use crate::error::Result;
+use crate::kmeans::Metric;
 use crate::matrix::MatrixView;
 use kernels_gpu::fixed::{inv_pow2_f64, pow2_f32, to_fixed};
 use kernels_gpu::math::AssignMetric;
@@ -27,19 +28,14 @@ pub(crate) struct CpuMiniBatch<'a> {
 }
 
 impl<'a> CpuMiniBatch<'a> {
-    pub(crate) fn new(
-        data: &'a MatrixView<'a>,
-        k: usize,
-        metric: AssignMetric,
-        scales: &[i32],
-    ) -> Self {
+    pub(crate) fn new(data: &'a MatrixView<'a>, k: usize, metric: Metric, scales: &[i32]) -> Self {
         let d = data.cols();
         CpuMiniBatch {
-            lloyd: CpuLloyd::new(data, k, metric, &vec![0; d]),
+            lloyd: CpuLloyd::new(data, &LloydSpec::predict(k, d, metric)),
             x: data.as_slice(),
             d,
             k,
-            metric,
+            metric: metric.assign(),
             scales: scales.iter().map(|&s| pow2_f32(s)).collect(),
             inv_scales: scales.iter().map(|&s| inv_pow2_f64(s)).collect(),
             current: vec![0.0; k * d],

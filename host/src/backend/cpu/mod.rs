@@ -9,11 +9,10 @@ mod simd;
 
 pub use simd::{SIMD_ENV, SimdLevel};
 
-use crate::backend::{Backend, Lloyd, MiniBatch};
+use crate::backend::{Backend, Lloyd, LloydSpec, MiniBatch};
 use crate::error::Result;
-use crate::kmeans::Precision;
+use crate::kmeans::Metric;
 use crate::matrix::MatrixView;
-use kernels_gpu::math::AssignMetric;
 use std::sync::{Arc, OnceLock};
 
 pub(crate) use init::Seeder;
@@ -45,20 +44,17 @@ impl Backend for CpuBackend {
     fn lloyd<'a>(
         &'a self,
         data: &'a MatrixView<'a>,
-        k: usize,
-        metric: AssignMetric,
-        _precision: Precision,
-        scales: &[i32],
+        spec: &LloydSpec<'a>,
     ) -> Result<Box<dyn Lloyd + 'a>> {
         // Precision::Tf32 is a GPU speed-up; here the assignment stays exact.
-        Ok(Box::new(kmeans::CpuLloyd::new(data, k, metric, scales)))
+        Ok(Box::new(kmeans::CpuLloyd::new(data, spec)))
     }
 
     fn minibatch<'a>(
         &'a self,
         data: &'a MatrixView<'a>,
         k: usize,
-        metric: AssignMetric,
+        metric: Metric,
         scales: &[i32],
     ) -> Result<Box<dyn MiniBatch + 'a>> {
         Ok(Box::new(minibatch::CpuMiniBatch::new(

@@ -5,9 +5,9 @@
 
 use super::kmeans::CudaLloyd;
 use super::{CudaBackend, NULL, arg_u32};
-use crate::backend::{BatchReport, Lloyd, MiniBatch};
+use crate::backend::{BatchReport, Lloyd, LloydSpec, MiniBatch};
 use crate::error::{Error, Result};
-use crate::kmeans::Precision;
+use crate::kmeans::Metric;
 use crate::matrix::MatrixView;
 use cudarc::driver::{CudaSlice, PushKernelArg};
 use kernels_gpu::fixed::{inv_pow2_f64, pow2_f32};
@@ -47,11 +47,11 @@ impl<'a> CudaMiniBatch<'a> {
         gpu: &'a CudaBackend,
         data: &MatrixView<'_>,
         k: usize,
-        metric: AssignMetric,
+        metric: Metric,
         scales: &[i32],
     ) -> Result<Self> {
         let d = data.cols();
-        let lloyd = CudaLloyd::new(gpu, data, k, metric, Precision::Exact, &vec![0; d])?;
+        let lloyd = CudaLloyd::new(gpu, data, &LloydSpec::predict(k, d, metric))?;
         let f32_scales: Vec<f32> = scales.iter().map(|&s| pow2_f32(s)).collect();
         let f64_inv: Vec<f64> = scales.iter().map(|&s| inv_pow2_f64(s)).collect();
         Ok(CudaMiniBatch {
@@ -59,7 +59,7 @@ impl<'a> CudaMiniBatch<'a> {
             lloyd,
             d,
             k,
-            metric,
+            metric: metric.assign(),
             scales: gpu.upload(&f32_scales, "fixed-point scales")?,
             inv_scales: gpu.upload(&f64_inv, "fixed-point scales")?,
             current: gpu.zeros(k * d, "centroids")?,

@@ -11,9 +11,9 @@ mod knn;
 mod minibatch;
 pub mod nccl;
 
-use crate::backend::{Backend, Lloyd, MiniBatch};
+use crate::backend::{Backend, Lloyd, LloydSpec, MiniBatch};
 use crate::error::{Error, Result};
-use crate::kmeans::Precision;
+use crate::kmeans::Metric;
 use crate::matrix::MatrixView;
 use cudarc::driver::sys::{CUdevice_attribute, CUevent_flags, CUfunction_attribute, CUresult};
 use cudarc::driver::{
@@ -21,7 +21,6 @@ use cudarc::driver::{
     DriverError, LaunchArgs, LaunchConfig, PinnedHostSlice, PushKernelArg, ValidAsZeroBits,
 };
 use kernels_gpu::launch::BLOCK;
-use kernels_gpu::math::AssignMetric;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -447,21 +446,16 @@ impl Backend for CudaBackend {
     fn lloyd<'a>(
         &'a self,
         data: &'a MatrixView<'a>,
-        k: usize,
-        metric: AssignMetric,
-        precision: Precision,
-        scales: &[i32],
+        spec: &LloydSpec<'a>,
     ) -> Result<Box<dyn Lloyd + 'a>> {
-        Ok(Box::new(kmeans::CudaLloyd::new(
-            self, data, k, metric, precision, scales,
-        )?))
+        Ok(Box::new(kmeans::CudaLloyd::new(self, data, spec)?))
     }
 
     fn minibatch<'a>(
         &'a self,
         data: &'a MatrixView<'a>,
         k: usize,
-        metric: AssignMetric,
+        metric: Metric,
         scales: &[i32],
     ) -> Result<Box<dyn MiniBatch + 'a>> {
         Ok(Box::new(minibatch::CudaMiniBatch::new(

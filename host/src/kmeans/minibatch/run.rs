@@ -6,10 +6,11 @@
 
 use super::{MiniBatchKMeansModel, MiniBatchParams, MiniBatchStep};
 use crate::backend::cpu::CHUNK;
-use crate::backend::{Backend, MiniBatch};
+use crate::backend::{Backend, LloydSpec, MiniBatch};
 use crate::error::{Error, Result};
-use crate::kmeans::lloyd::ColumnSummary;
-use crate::kmeans::{Init, KMeansModel, Precision, init};
+use crate::kmeans::prepare::ColumnSummary;
+use crate::kmeans::weights::Weighting;
+use crate::kmeans::{Init, KMeansModel, init};
 use crate::matrix::MatrixView;
 use kernels_gpu::fixed::scale_exponent;
 use rand::seq::index::sample;
@@ -28,7 +29,7 @@ pub(super) fn fit(params: &MiniBatchParams, data: &MatrixView<'_>) -> Result<Min
     let backend = params.device.backend()?;
     let mut rng = ChaCha8Rng::seed_from_u64(params.seed);
     let start = initial_centroids(params, backend.as_ref(), data, &summary.max_abs, &mut rng)?;
-    let metric = params.metric.assign();
+    let metric = params.metric;
     let mut steps = backend.minibatch(data, k, metric, &scales(&summary.max_abs, batch))?;
     steps.set_centroids(&start)?;
 
@@ -94,7 +95,7 @@ pub(super) fn partial_fit(
             (prev.centroids.clone(), online, prev.n_steps)
         }
     };
-    let metric = params.metric.assign();
+    let metric = params.metric;
     let mut steps = backend.minibatch(piece, k, metric, &scales(&summary.max_abs, m))?;
     steps.set_centroids(&start)?;
     steps.set_counts(&online.counts)?;
@@ -371,8 +372,7 @@ fn initial_centroids(
     }
     let held_out = subsample(data, size, rng);
     let held_out = MatrixView::new(&held_out, size, d)?;
-    let metric = params.metric.assign();
-    let mut scorer = backend.lloyd(&held_out, params.k, metric, Precision::Exact, &vec![0; d])?;
+    let mut scorer = backend.lloyd(&held_out, &LloydSpec::predict(params.k, d, params.metric))?;
     let mut best: Option<(f64, Vec<f32>)> = None;
     for _ in 0..runs {
         let rows = subsample(data, size, rng);
@@ -411,15 +411,21 @@ fn seed(
     rng: &mut ChaCha8Rng,
 ) -> Result<Vec<f32>> {
     let (size, k, metric) = (sample.rows(), params.k, params.metric);
+    let weights = Weighting::uniform(size);
     if params.init == Init::RandomPoints {
-        return Ok(init::random_points(sample, k, rng));
+        return Ok(init::random_points(sample, k, &weights, rng));
     }
-    let ws = init::weight_scale(max_abs, size, metric);
-    let zero_scales = vec![0; sample.cols()];
-    let mut lloyd = backend.lloyd(sample, k, metric.assign(), Precision::Exact, &zero_scales)?;
+    let ws = init::weight_scale(max_abs, size as u64, metric);
+    let spec = LloydSpec::predict(k, sample.cols(), metric);
+    let mut lloyd = backend.lloyd(sample, &spec)?;
     let rows = match params.init {
-        Init::KMeansPlusPlus => init::kmeans_plus_plus(lloyd.as_mut(), size, k, ws, rng)?,
-        Init::KMeansParallel => init::kmeans_parallel(lloyd.as_mut(), sample, k, metric, ws, rng)?,
+        Init::KMeansPlusPlus => {
+            let draw = |rng: &mut ChaCha8Rng| weights.draw(rng);
+            init::kmeans_plus_plus(lloyd.as_mut(), &draw, k, ws, rng)?
+        }
+        Init::KMeansParallel => {
+            init::kmeans_parallel(lloyd.as_mut(), sample, k, metric, ws, &weights, rng)?
+        }
         _ => {
             return Err(Error::invalid(
                 "init",
