@@ -1,15 +1,22 @@
 //! The CPU kernels at every SIMD level this CPU has (forced lower with `KMEANS_KNN_CPU_SIMD`)
 //! give the same files, byte for byte: a k-means fit (k-means++, then Lloyd, squared L2 and L1)
 //! and a kNN search. A level the CPU lacks, or an unknown name, is a clear error.
+//!
+//! `KMEANS_KNN_BIN` points the tests at another build of the binary (as in `driver.rs`).
 
 use kmeans_knn::{CPU_SIMD_VAR, SimdLevel};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const BIN: &str = env!("CARGO_BIN_EXE_kmeans-knn");
+fn bin() -> PathBuf {
+    std::env::var_os("KMEANS_KNN_BIN").map_or_else(
+        || PathBuf::from(env!("CARGO_BIN_EXE_kmeans-knn")),
+        PathBuf::from,
+    )
+}
 
 fn run(dir: &Path, level: &str, args: &[&str]) -> std::process::Output {
-    Command::new(BIN)
+    Command::new(bin())
         .args(args)
         .current_dir(dir)
         .env("RAYON_NUM_THREADS", "2")

@@ -83,6 +83,21 @@ class MiniBatchKMeans(KMeans):
         self.n_iter_ = fitted[3]
         return self
 
+    # The engine's mini-batch steps take no sample weights: these keep KMeans' methods without
+    # the `sample_weight` parameter, so scikit-learn's checks do not pass one.
+    def fit_predict(self, X, y=None):
+        """Clusters X and returns its labels."""
+        return self.fit(X).labels_
+
+    def fit_transform(self, X, y=None):
+        """Clusters X and returns its distances to the centroids."""
+        return self.fit(X).transform(X)
+
+    def score(self, X, y=None):
+        """Minus the inertia of X under the fitted centroids (squared Euclidean, or L1 for
+        metric "manhattan"), summed in float64."""
+        return super().score(X)
+
     def partial_fit(self, X, y=None):
         """One step on X (every row of it is the batch), continuing the fitted state; the first
         call initialises the centroids from X (at least n_clusters rows). Returns self."""
