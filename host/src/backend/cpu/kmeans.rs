@@ -60,6 +60,11 @@ impl<'a> CpuLloyd<'a> {
         }
     }
 
+    /// The squared norm of every row (shared with the mini-batch steps).
+    pub(super) fn row_norms(&self) -> &[f32] {
+        &self.x_sq_norms
+    }
+
     fn seeder(&mut self) -> &mut Seeder<'a> {
         let (x, d, metric) = (self.x, self.d, self.metric);
         self.seeder.get_or_insert_with(|| Seeder::new(x, d, metric))
@@ -134,7 +139,13 @@ fn accumulate_sse41(
     accumulate_generic(xs, labels, scales, sums, counts)
 }
 
-fn accumulate(xs: &[f32], labels: &[u32], scales: &[f32], sums: &mut [i64], counts: &mut [u32]) {
+pub(super) fn accumulate(
+    xs: &[f32],
+    labels: &[u32],
+    scales: &[f32],
+    sums: &mut [i64],
+    counts: &mut [u32],
+) {
     #[cfg(target_arch = "x86_64")]
     if std::is_x86_feature_detected!("sse4.1") {
         // SAFETY: the feature was just detected.
