@@ -159,12 +159,33 @@ pub(crate) fn row_sq_norms(x: &[f32], d: usize) -> Vec<f32> {
     let mut out = vec![0f32; x.len() / d];
     out.par_chunks_mut(CHUNK)
         .zip(x.par_chunks(CHUNK * d))
-        .for_each(|(o, rows)| {
-            o.iter_mut()
-                .zip(rows.chunks_exact(d))
-                .for_each(|(v, r)| *v = sq_norm(r))
-        });
+        .for_each(|(o, rows)| chunk_sq_norms(rows, o));
     out
+}
+
+#[inline(always)]
+fn chunk_sq_norms_generic(rows: &[f32], out: &mut [f32]) {
+    let d = rows.len() / out.len().max(1);
+    for (v, r) in out.iter_mut().zip(rows.chunks_exact(d.max(1))) {
+        *v = sq_norm(r);
+    }
+}
+
+/// [`chunk_sq_norms_generic`] with the FMA instruction (without it `mul_add` is a call into the
+/// C library's `fmaf` per value: same bits, about 10 ns each).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "fma")]
+fn chunk_sq_norms_fma(rows: &[f32], out: &mut [f32]) {
+    chunk_sq_norms_generic(rows, out)
+}
+
+fn chunk_sq_norms(rows: &[f32], out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("fma") {
+        // SAFETY: the feature was just detected.
+        return unsafe { chunk_sq_norms_fma(rows, out) };
+    }
+    chunk_sq_norms_generic(rows, out)
 }
 
 /// Centroids regrouped for SIMD: blocks of `LANES` centroids, each block `d × LANES`
