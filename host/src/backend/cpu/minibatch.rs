@@ -2,13 +2,13 @@
 //! and shift kernels (same distances, tie rule, fixed-point sums and learning-rate update).
 
 use super::CHUNK;
-use super::kmeans::{CentroidBlocks, CpuLloyd, nearest, row_sq_norms, tiled};
+use super::kmeans::{CentroidBlocks, CpuLloyd, accumulate, nearest, tiled};
 use super::simd::{self, Panels};
 use crate::backend::{BatchReport, Lloyd, LloydSpec, MiniBatch};
 use crate::error::Result;
 use crate::kmeans::Metric;
 use crate::matrix::MatrixView;
-use kernels_gpu::fixed::{inv_pow2_f64, pow2_f32, to_fixed};
+use kernels_gpu::fixed::{inv_pow2_f64, pow2_f32};
 use kernels_gpu::math::AssignMetric;
 use kernels_gpu::minibatch::{learning_rate_update, row_shift};
 use rayon::prelude::*;
@@ -83,6 +83,58 @@ fn assign_rows(
     (labels, dists)
 }
 
+/// `next` = centroid `current` after a batch of `batch` rows summing to `sums` (unchanged when the
+/// batch has none of its rows), by [`learning_rate_update`].
+#[inline(always)]
+fn update_row_generic(
+    next: &mut [f32],
+    current: &[f32],
+    sums: &[i64],
+    inv_scales: &[f64],
+    seen: u64,
+    batch: u32,
+) {
+    if batch == 0 {
+        next.copy_from_slice(current);
+        return;
+    }
+    let per_dim = current.iter().zip(sums).zip(inv_scales);
+    for (next, ((&current, &sum), &inv_scale)) in next.iter_mut().zip(per_dim) {
+        *next = learning_rate_update(current, seen, sum, inv_scale, batch);
+    }
+}
+
+/// [`update_row_generic`] with the FMA instruction (else `mul_add` calls the C library's `fma`:
+/// slower, same bits).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "fma")]
+fn update_row_fma(
+    next: &mut [f32],
+    current: &[f32],
+    sums: &[i64],
+    inv_scales: &[f64],
+    seen: u64,
+    batch: u32,
+) {
+    update_row_generic(next, current, sums, inv_scales, seen, batch)
+}
+
+fn update_row(
+    next: &mut [f32],
+    current: &[f32],
+    sums: &[i64],
+    inv_scales: &[f64],
+    seen: u64,
+    batch: u32,
+) {
+    #[cfg(target_arch = "x86_64")]
+    if super::simd::level() >= super::simd::SimdLevel::Avx2 {
+        // SAFETY: the active level (AVX2 includes FMA and SSE4.1) is never above the detected one.
+        return unsafe { update_row_fma(next, current, sums, inv_scales, seen, batch) };
+    }
+    update_row_generic(next, current, sums, inv_scales, seen, batch)
+}
+
 impl MiniBatch for CpuMiniBatch<'_> {
     fn set_centroids(&mut self, centroids: &[f32]) -> Result<()> {
         self.current.copy_from_slice(centroids);
@@ -96,35 +148,25 @@ impl MiniBatch for CpuMiniBatch<'_> {
 
     fn step(&mut self, rows: &[u32]) -> Result<BatchReport> {
         let d = self.d;
-        let batch: Vec<f32> = rows
-            .iter()
-            .flat_map(|&r| &self.x[r as usize * d..(r as usize + 1) * d])
-            .copied()
-            .collect();
-        let norms = row_sq_norms(&batch, d);
+        let mut batch = Vec::with_capacity(rows.len() * d);
+        for &r in rows {
+            batch.extend_from_slice(&self.x[r as usize * d..(r as usize + 1) * d]);
+        }
+        let all_norms = self.lloyd.row_norms();
+        let norms: Vec<f32> = rows.iter().map(|&r| all_norms[r as usize]).collect();
         let (labels, distances) = assign_rows(self.metric, &batch, &norms, &self.current, d);
-        let (mut sums, mut counts) = (vec![0i64; self.k * d], vec![0u32; self.k]);
-        for (row, &label) in batch.chunks_exact(d).zip(&labels) {
-            let c = label as usize;
-            counts[c] += 1;
-            for ((sum, &v), &scale) in sums[c * d..].iter_mut().zip(row).zip(&self.scales) {
-                *sum += to_fixed(v, scale);
-            }
-        }
-        for (c, &batch) in counts.iter().enumerate() {
-            let row = c * d..(c + 1) * d;
-            let (next, current) = (&mut self.next[row.clone()], &self.current[row.clone()]);
-            if batch == 0 {
-                next.copy_from_slice(current);
-                continue;
-            }
-            let seen = self.counts[c];
-            let per_dim = current.iter().zip(&sums[row]).zip(&self.inv_scales);
-            for (next, ((&current, &sum), &inv_scale)) in next.iter_mut().zip(per_dim) {
-                *next = learning_rate_update(current, seen, sum, inv_scale, batch);
-            }
-            self.counts[c] += u64::from(batch);
-        }
+        let (mut sums, mut weights) = (vec![0i64; self.k * d], vec![0u64; self.k]);
+        accumulate(&batch, &labels, None, &self.scales, &mut sums, &mut weights);
+        // Unweighted: each cluster's weight is its row count, at most the batch's.
+        let counts: Vec<u32> = weights.iter().map(|&w| w as u32).collect();
+        let rows = self.next.par_chunks_mut(d).zip(self.current.par_chunks(d));
+        let per_centroid = sums.par_chunks(d).zip(&counts).zip(&mut self.counts);
+        let inv_scales = &self.inv_scales;
+        rows.zip(per_centroid)
+            .for_each(|((next, current), ((sums, &batch), seen))| {
+                update_row(next, current, sums, inv_scales, *seen, batch);
+                *seen += u64::from(batch);
+            });
         Ok(BatchReport { distances, counts })
     }
 
