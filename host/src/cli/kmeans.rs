@@ -233,14 +233,7 @@ fn summary_text(a: &Args, m: &KMeansModel, n: usize, secs: f64, outs: &[&Path]) 
             " (stopped at --max-iter)"
         }
     );
-    s += &format!("  inertia     {:.6e}\n", m.inertia);
-    s += &format!("  elapsed     {}\n", super::seconds(secs));
-    s += &format!("  sizes       {}\n", super::sizes_line(&m.cluster_sizes, 8));
-    if outs.is_empty() {
-        s += "  (nothing written: add --labels-out, --centroids-out or --save-model)\n";
-    } else {
-        s += &format!("  wrote       {}\n", super::list_paths(outs));
-    }
+    s += &super::fit_summary_tail(m, secs, outs);
     s
 }
 

@@ -462,6 +462,19 @@ pub fn sizes_line(sizes: &[u32], max: usize) -> String {
     parts.join(", ")
 }
 
+/// The end of a k-means summary: inertia, time, cluster sizes and the files written.
+pub fn fit_summary_tail(m: &crate::KMeansModel, secs: f64, outs: &[&Path]) -> String {
+    let mut s = format!("  inertia     {:.6e}\n", m.inertia);
+    s += &format!("  elapsed     {}\n", seconds(secs));
+    s += &format!("  sizes       {}\n", sizes_line(&m.cluster_sizes, 8));
+    if outs.is_empty() {
+        s += "  (nothing written: add --labels-out, --centroids-out or --save-model)\n";
+    } else {
+        s += &format!("  wrote       {}\n", list_paths(outs));
+    }
+    s
+}
+
 /// Formats seconds for people.
 pub fn seconds(s: f64) -> String {
     if s < 1.0 {
