@@ -4,10 +4,10 @@
 //! ([`WeightScale`]), so a seed gives the same start on the CPU and the GPU.
 
 use super::Metric;
+use super::lloyd::Setup;
 use crate::backend::cpu::Seeder;
-use crate::backend::{Picks, Seeding};
+use crate::backend::{Lloyd, Picks, Seeding, Seeds};
 use crate::error::Result;
-use crate::matrix::MatrixView;
 use kernels_gpu::launch::SEED_CANDIDATES;
 use kernels_gpu::seeding::WeightScale;
 use rand::Rng;
@@ -23,9 +23,9 @@ pub(super) enum Start {
     Labels(Vec<u32>),
 }
 
-/// `k` distinct points drawn uniformly.
-pub(super) fn random_points(data: &MatrixView<'_>, k: usize, rng: &mut ChaCha8Rng) -> Vec<f32> {
-    gather(data, &sample(rng, data.rows(), k).into_vec())
+/// `k` distinct rows of `n` drawn uniformly.
+pub(super) fn random_rows(n: usize, k: usize, rng: &mut ChaCha8Rng) -> Vec<usize> {
+    sample(rng, n, k).into_vec()
 }
 
 /// A uniformly random label for every point.
@@ -66,7 +66,7 @@ pub(super) fn kmeans_plus_plus(
     let trials = trials_for(k);
     let first = rng.random_range(0..n);
     let mut chosen = vec![first];
-    let mut total = seeding.seed_nearest(&[first as u32], 0, true, ws)?;
+    let mut total = seeding.seed_nearest(Seeds::Rows(&[first as u32]), 0, true, ws)?;
     while chosen.len() < k {
         let step = if total > 0 {
             let draws: Vec<u64> = (0..trials).map(|_| rng.random_range(0..total)).collect();
@@ -74,7 +74,7 @@ pub(super) fn kmeans_plus_plus(
         } else {
             // Every point sits on a seed: any point is as good.
             let rows: Vec<u32> = (0..trials).map(|_| rng.random_range(0..n) as u32).collect();
-            seeding.seed_trials(Picks::Rows(&rows), ws)?
+            seeding.seed_trials(Picks::Seeds(Seeds::Rows(&rows)), ws)?
         };
         let best = (0..trials)
             .min_by_key(|&t| (step.potentials[t], t))
@@ -92,19 +92,18 @@ pub(super) fn kmeans_plus_plus(
 /// to each, are then reduced to `k` by weighted greedy k-means++ on the host's CPU. Returns the
 /// chosen rows.
 pub(super) fn kmeans_parallel(
-    seeding: &mut dyn Seeding,
-    data: &MatrixView<'_>,
+    seeding: &mut dyn Lloyd,
+    setup: &Setup,
     k: usize,
     metric: Metric,
-    ws: WeightScale,
     rng: &mut ChaCha8Rng,
 ) -> Result<Vec<usize>> {
-    let n = data.rows();
+    let (n, d, ws) = (setup.n, setup.d, setup.weights);
     let first = rng.random_range(0..n) as u32;
     let stream: u64 = rng.random();
     let ell = 2 * k as u64;
     let mut candidates = vec![first];
-    let mut phi = seeding.seed_nearest(&candidates, 0, true, ws)?;
+    let mut phi = seeding.seed_nearest(Seeds::Rows(&candidates), 0, true, ws)?;
     for round in 0..PARALLEL_ROUNDS {
         if phi == 0 {
             break;
@@ -112,7 +111,7 @@ pub(super) fn kmeans_parallel(
         // A candidate has weight 0, so it is never sampled again.
         let new = seeding.seed_sample(stream, round, ell, phi, ws)?;
         if !new.is_empty() {
-            phi = seeding.seed_nearest(&new, candidates.len() as u32, false, ws)?;
+            phi = seeding.seed_nearest(Seeds::Rows(&new), candidates.len() as u32, false, ws)?;
             candidates.extend(new);
         }
     }
@@ -125,21 +124,13 @@ pub(super) fn kmeans_parallel(
             .into_iter()
             .map(|i| free[i])
             .collect();
-        seeding.seed_nearest(&extra, candidates.len() as u32, false, ws)?;
+        seeding.seed_nearest(Seeds::Rows(&extra), candidates.len() as u32, false, ws)?;
         candidates.extend(extra);
     }
     let counts = seeding.seed_owner_counts(candidates.len())?;
     let rows: Vec<usize> = candidates.iter().map(|&c| c as usize).collect();
-    let local = gather(data, &rows);
-    let mut weighted = Seeder::new(&local, data.cols(), metric.assign()).weighted(counts);
+    let local = seeding.gather(&rows)?;
+    let mut weighted = Seeder::new(&local, d, metric.assign(), 0).weighted(counts);
     let picked = kmeans_plus_plus(&mut weighted, rows.len(), k, ws, rng)?;
     Ok(picked.into_iter().map(|p| rows[p]).collect())
-}
-
-/// The rows at `indices`, row-major.
-pub(super) fn gather(data: &MatrixView<'_>, indices: &[usize]) -> Vec<f32> {
-    indices
-        .iter()
-        .flat_map(|&i| data.row(i).iter().copied())
-        .collect()
 }

@@ -1,85 +1,129 @@
 //! The backend-agnostic Lloyd loop: initialise, then assign → update until labels stop changing,
-//! the centroid shift drops under tol, or max_iter; keep the best of n_init runs.
+//! the centroid shift drops under tol, or max_iter; keep the best of n_init runs. The same loop
+//! drives a fit over one backend's rows ([`fit`]) and over shards (`super::shard`).
 
 use super::init::{self, Start};
+use super::shard::{Moments, column_max_abs, scale_exponents};
 use super::{EmptyClusters, Init, Iteration, KMeansModel, KMeansParams};
-use crate::backend::{AssignStats, Lloyd};
+use crate::backend::Lloyd;
 use crate::error::{Error, Result};
 use crate::matrix::MatrixView;
-use kernels_gpu::fixed::scale_exponent;
 use kernels_gpu::seeding::WeightScale;
 use rand::SeedableRng;
 use rand::seq::index::sample;
 use rand_chacha::ChaCha8Rng;
-use rayon::prelude::*;
 
-struct Run {
-    centroids: Vec<f32>,
-    labels: Vec<u32>,
-    sizes: Vec<u32>,
-    inertia: f64,
-    n_iter: usize,
-    converged: bool,
+/// What a fit knows before its first step, from all of its rows.
+pub(super) struct Setup {
+    pub n: usize,
+    pub d: usize,
+    /// `params.tol` × the mean per-feature variance.
+    pub tol: f64,
+    /// The seeding weights' scale.
+    pub weights: WeightScale,
+}
+
+impl Setup {
+    /// The setup of a fit over `n` rows of `d` columns whose column maxima are `max_abs` and
+    /// whose moments under `scales` are `moments`.
+    pub fn new(params: &KMeansParams, max_abs: &[f32], scales: &[i32], moments: &Moments) -> Self {
+        let n = moments.rows as usize;
+        Setup {
+            n,
+            d: max_abs.len(),
+            tol: params.tol * moments.mean_variance(scales),
+            weights: init::weight_scale(max_abs, n, params.metric),
+        }
+    }
+}
+
+/// The best run of a fit (its labels stay where the rows are).
+pub(super) struct Fitted {
+    pub centroids: Vec<f32>,
+    pub sizes: Vec<u32>,
+    pub inertia: f64,
+    pub n_iter: usize,
+    pub converged: bool,
+}
+
+impl Fitted {
+    pub fn into_model(
+        self,
+        params: &KMeansParams,
+        labels: Vec<u32>,
+        device: String,
+    ) -> KMeansModel {
+        KMeansModel {
+            k: params.k,
+            d: self.centroids.len() / params.k,
+            metric: params.metric,
+            centroids: self.centroids,
+            labels,
+            cluster_sizes: self.sizes,
+            inertia: self.inertia,
+            n_iter: self.n_iter,
+            converged: self.converged,
+            device,
+        }
+    }
 }
 
 pub(super) fn fit(params: &KMeansParams, data: &MatrixView<'_>) -> Result<KMeansModel> {
     data.validate("the data")?;
     let (n, d, k) = (data.rows(), data.cols(), params.k);
     params.check(n, d)?;
-    let summary = ColumnSummary::of(data);
-    let scales: Vec<i32> = summary
-        .max_abs
-        .iter()
-        .map(|&m| scale_exponent(m, n))
-        .collect();
-    let tol = params.tol * summary.mean_variance;
-    let weights = init::weight_scale(&summary.max_abs, n, params.metric);
-
+    let max_abs = column_max_abs(data);
+    let scales = scale_exponents(&max_abs, n);
+    let setup = Setup::new(params, &max_abs, &scales, &Moments::of(data, &scales));
     let backend = params.device.backend()?;
     let mut lloyd = backend.lloyd(data, k, params.metric.assign(), params.precision, &scales)?;
+    let fitted = drive(params, lloyd.as_mut(), &setup)?;
+    Ok(fitted.into_model(params, lloyd.labels()?, backend.describe()))
+}
+
+/// The `n_init` runs of a fit over `lloyd`, which holds all of its rows (here, or spread over
+/// shards): returns the run of lowest inertia (the earliest of equals), whose labels `lloyd`
+/// holds at the end.
+pub(super) fn drive(params: &KMeansParams, lloyd: &mut dyn Lloyd, setup: &Setup) -> Result<Fitted> {
     let mut rng = ChaCha8Rng::seed_from_u64(params.seed);
-    let mut best: Option<Run> = None;
+    let mut best: Option<(usize, Fitted)> = None;
     for run in 0..params.n_init {
-        let start = start(params, lloyd.as_mut(), data, weights, &mut rng)?;
-        let result = run_once(lloyd.as_mut(), start, params, tol, run, &mut rng)?;
-        if best.as_ref().is_none_or(|b| result.inertia < b.inertia) {
-            best = Some(result);
+        let start = start(params, lloyd, setup, &mut rng)?;
+        let result = run_once(lloyd, start, params, setup.tol, run, &mut rng)?;
+        if best
+            .as_ref()
+            .is_none_or(|(_, b)| result.inertia < b.inertia)
+        {
+            best = Some((run, result));
         }
     }
-    let best = best.expect("n_init ≥ 1");
-    Ok(KMeansModel {
-        k,
-        d,
-        metric: params.metric,
-        centroids: best.centroids,
-        labels: best.labels,
-        cluster_sizes: best.sizes,
-        inertia: best.inertia,
-        n_iter: best.n_iter,
-        converged: best.converged,
-        device: backend.describe(),
-    })
+    let (run, best) = best.expect("n_init ≥ 1");
+    if run + 1 < params.n_init {
+        // The labels are the last run's: assign to the best run's centroids again.
+        lloyd.set_centroids(&best.centroids)?;
+        lloyd.assign()?;
+    }
+    Ok(best)
 }
 
 /// Where the next run starts (the next numbers of `rng`).
 fn start(
     params: &KMeansParams,
     lloyd: &mut dyn Lloyd,
-    data: &MatrixView<'_>,
-    weights: WeightScale,
+    setup: &Setup,
     rng: &mut ChaCha8Rng,
 ) -> Result<Start> {
-    let (n, k) = (data.rows(), params.k);
+    let (n, k, ws) = (setup.n, params.k, setup.weights);
     Ok(match &params.init {
         Init::KMeansPlusPlus => {
-            let rows = init::kmeans_plus_plus(lloyd, n, k, weights, rng)?;
-            Start::Centroids(init::gather(data, &rows))
+            let rows = init::kmeans_plus_plus(lloyd, n, k, ws, rng)?;
+            Start::Centroids(lloyd.gather(&rows)?)
         }
         Init::KMeansParallel => {
-            let rows = init::kmeans_parallel(lloyd, data, k, params.metric, weights, rng)?;
-            Start::Centroids(init::gather(data, &rows))
+            let rows = init::kmeans_parallel(lloyd, setup, k, params.metric, rng)?;
+            Start::Centroids(lloyd.gather(&rows)?)
         }
-        Init::RandomPoints => Start::Centroids(init::random_points(data, k, rng)),
+        Init::RandomPoints => Start::Centroids(lloyd.gather(&init::random_rows(n, k, rng))?),
         Init::RandomLabels => Start::Labels(init::random_labels(n, k, rng)),
         Init::Centroids(c) => Start::Centroids(c.clone()),
     })
@@ -90,13 +134,17 @@ pub(super) fn initial_centroids(params: &KMeansParams, data: &MatrixView<'_>) ->
     data.validate("the data")?;
     let (n, d, k) = (data.rows(), data.cols(), params.k);
     params.check(n, d)?;
-    let summary = ColumnSummary::of(data);
-    let weights = init::weight_scale(&summary.max_abs, n, params.metric);
+    let setup = Setup {
+        n,
+        d,
+        tol: 0.0,
+        weights: init::weight_scale(&column_max_abs(data), n, params.metric),
+    };
     let backend = params.device.backend()?;
     let scales = vec![0; d];
     let mut lloyd = backend.lloyd(data, k, params.metric.assign(), params.precision, &scales)?;
     let mut rng = ChaCha8Rng::seed_from_u64(params.seed);
-    match start(params, lloyd.as_mut(), data, weights, &mut rng)? {
+    match start(params, lloyd.as_mut(), &setup, &mut rng)? {
         Start::Centroids(c) => Ok(c),
         Start::Labels(_) => Err(Error::invalid(
             "init",
@@ -112,7 +160,7 @@ fn run_once(
     tol: f64,
     run: usize,
     rng: &mut ChaCha8Rng,
-) -> Result<Run> {
+) -> Result<Fitted> {
     // With labels to start from, the first assignment can already confirm them; with centroids,
     // the label buffer holds nothing meaningful before the first assignment.
     let labels_known = match start {
@@ -131,18 +179,17 @@ fn run_once(
         }
     };
 
-    let mut stats: AssignStats;
     let mut n_iter = 0;
     let mut converged = false;
     let mut consistent = false;
     loop {
         if n_iter == params.max_iter {
-            stats = lloyd.assign()?;
+            lloyd.assign()?;
             consistent = true;
             break;
         }
         let step = lloyd.step()?;
-        stats = step.assign;
+        let stats = step.assign;
         if stats.changed == 0 && (n_iter > 0 || labels_known) {
             // The current centroids are the means of exactly these labels: a fixed point.
             converged = true;
@@ -165,45 +212,45 @@ fn run_once(
                 shift,
             });
         }
-        if shift <= tol {
+        if within_tol(lloyd, shift, tol)? {
             converged = true;
             break;
         }
     }
     if !consistent {
         // Labels and inertia must belong to the centroids that are returned.
-        stats = lloyd.assign()?;
+        lloyd.assign()?;
     }
-    let labels = lloyd.labels()?;
-    let mut sizes = vec![0u32; params.k];
-    for &l in &labels {
-        sizes[l as usize] += 1;
-    }
-    Ok(Run {
+    let tally = lloyd.tally()?;
+    Ok(Fitted {
         centroids: lloyd.centroids()?,
-        labels,
-        sizes,
-        inertia: stats.inertia,
+        sizes: tally.sizes,
+        inertia: tally.inertia.value(),
         n_iter,
         converged,
     })
 }
 
+/// Whether a squared shift `shift` reported by `lloyd` is at most `tol`. A backend may sum the
+/// shift's terms in an order of its own (the GPU does); where that order could decide otherwise
+/// than the host's (within 10⁻⁶ of tol, far beyond the rounding of any order), the host's
+/// [`Lloyd::exact_shift`] decides, so that every backend and every split of the rows stops at
+/// the same iteration.
+fn within_tol(lloyd: &mut dyn Lloyd, shift: f64, tol: f64) -> Result<bool> {
+    if (shift - tol).abs() <= 1e-6 * tol {
+        Ok(lloyd.exact_shift()? <= tol)
+    } else {
+        Ok(shift <= tol)
+    }
+}
+
 /// Moves each empty cluster to the point farthest from its centroid (ties: lowest index).
 fn relocate_farthest(lloyd: &mut dyn Lloyd) -> Result<()> {
     let sizes = lloyd.sizes()?;
-    let dist = lloyd.min_distances()?;
     let empty: Vec<usize> = (0..sizes.len()).filter(|&c| sizes[c] == 0).collect();
-    let mut order: Vec<usize> = (0..dist.len()).collect();
-    let by_distance_desc = |&a: &usize, &b: &usize| dist[b].total_cmp(&dist[a]).then(a.cmp(&b));
-    let take = empty.len().min(order.len());
-    if take < order.len() {
-        order.select_nth_unstable_by(take, by_distance_desc);
-    }
-    order.truncate(take);
-    order.sort_by(by_distance_desc);
-    for (&cluster, &point) in empty.iter().zip(&order) {
-        lloyd.relocate(cluster, point)?;
+    let farthest = lloyd.farthest(empty.len())?;
+    for (&cluster, point) in empty.iter().zip(&farthest) {
+        lloyd.relocate(cluster, point.row as usize)?;
     }
     Ok(())
 }
@@ -217,52 +264,4 @@ fn relocate_random(lloyd: &mut dyn Lloyd, n: usize, rng: &mut ChaCha8Rng) -> Res
         lloyd.relocate(cluster, point)?;
     }
     Ok(())
-}
-
-/// Per-column largest magnitude (for the fixed-point scales) and mean variance (for tol).
-struct ColumnSummary {
-    max_abs: Vec<f32>,
-    mean_variance: f64,
-}
-
-impl ColumnSummary {
-    fn of(data: &MatrixView<'_>) -> Self {
-        let (n, d) = (data.rows(), data.cols());
-        let zero = || (vec![0f32; d], vec![0f64; d], vec![0f64; d]);
-        let (max_abs, sum, sum_sq) = data
-            .as_slice()
-            .par_chunks(crate::backend::cpu::CHUNK * d)
-            .map(|rows| {
-                let (mut m, mut s, mut q) = zero();
-                for row in rows.chunks_exact(d) {
-                    for j in 0..d {
-                        let v = row[j];
-                        m[j] = m[j].max(v.abs());
-                        s[j] += v as f64;
-                        q[j] += v as f64 * v as f64;
-                    }
-                }
-                (m, s, q)
-            })
-            .collect::<Vec<_>>()
-            .into_iter()
-            .fold(zero(), |(mut m, mut s, mut q), (m2, s2, q2)| {
-                for j in 0..d {
-                    m[j] = m[j].max(m2[j]);
-                    s[j] += s2[j];
-                    q[j] += q2[j];
-                }
-                (m, s, q)
-            });
-        let variance: f64 = (0..d)
-            .map(|j| {
-                let mean = sum[j] / n as f64;
-                (sum_sq[j] / n as f64 - mean * mean).max(0.0)
-            })
-            .sum();
-        ColumnSummary {
-            max_abs,
-            mean_variance: variance / d as f64,
-        }
-    }
 }

@@ -14,6 +14,7 @@
 mod init;
 mod lloyd;
 mod model;
+pub mod shard;
 
 pub use model::KMeansModel;
 
@@ -326,5 +327,14 @@ impl KMeansParams {
     /// Clusters `data` (validated first: non-empty, finite, `k ≤ n`).
     pub fn fit<'a>(&self, data: impl Into<MatrixView<'a>>) -> Result<KMeansModel> {
         lloyd::fit(self, &data.into())
+    }
+
+    /// Clusters rows held by [`shard::Shard`]s, reached through `transport`: the same model
+    /// as [`KMeansParams::fit`] on the concatenated rows, bit for bit, however they are split
+    /// (see [`shard`]). The labels stay on the shards ([`shard::Request::Labels`]): the model's
+    /// `labels` is empty. Each shard computes on its own device; this parameter set's device
+    /// is not used.
+    pub fn fit_sharded(&self, transport: &mut dyn shard::Transport) -> Result<KMeansModel> {
+        shard::fit(self, transport)
     }
 }

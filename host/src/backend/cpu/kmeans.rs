@@ -2,10 +2,11 @@
 
 use super::CHUNK;
 use super::Seeder;
-use crate::backend::{AssignStats, Lloyd, Picks, Seeding, StepStats, Trials};
+use crate::backend::{AssignStats, Lloyd, Picks, Seeding, Seeds, StepStats, Trials};
 use crate::error::Result;
+use crate::kmeans::shard::{Partial, squared_shift};
 use crate::matrix::MatrixView;
-use kernels_gpu::fixed::{inv_pow2_f64, mean, pow2_f32, to_fixed};
+use kernels_gpu::fixed::{inv_pow2_f64, pow2_f32, to_fixed};
 use kernels_gpu::math::{AssignMetric, assign_distance, assign_score, assign_step, sq_norm};
 use kernels_gpu::seeding::WeightScale;
 use rayon::prelude::*;
@@ -29,6 +30,8 @@ pub(crate) struct CpuLloyd<'a> {
     labels: Vec<u32>,
     min_dist: Vec<f32>,
     sizes: Vec<u32>,
+    /// The row of the whole data set that row 0 is.
+    first_row: u32,
     /// Seeding state, made on first use.
     seeder: Option<Seeder<'a>>,
 }
@@ -39,6 +42,7 @@ impl<'a> CpuLloyd<'a> {
         k: usize,
         metric: AssignMetric,
         scales: &[i32],
+        first_row: u32,
     ) -> Self {
         let (n, d) = (data.rows(), data.cols());
         let x = data.as_slice();
@@ -56,17 +60,27 @@ impl<'a> CpuLloyd<'a> {
             labels: vec![0; n],
             min_dist: vec![0.0; n],
             sizes: vec![0; k],
+            first_row,
             seeder: None,
         }
     }
 
     fn seeder(&mut self) -> &mut Seeder<'a> {
-        let (x, d, metric) = (self.x, self.d, self.metric);
-        self.seeder.get_or_insert_with(|| Seeder::new(x, d, metric))
+        let (x, d, metric, first_row) = (self.x, self.d, self.metric, self.first_row);
+        self.seeder
+            .get_or_insert_with(|| Seeder::new(x, d, metric, first_row))
     }
 
     /// Means of the current labels into `next`; returns the number of empty clusters.
     fn means(&mut self) -> usize {
+        let partial = self.sums();
+        let empty = partial.finish(&self.centroids, &self.inv_scales, &mut self.next);
+        self.sizes = partial.counts;
+        empty
+    }
+
+    /// The exact fixed-point sums and counts of the current labels.
+    fn sums(&self) -> Partial {
         let (d, k) = (self.d, self.k);
         let rows_per_task = CHUNK.max(self.n.div_ceil(4 * rayon::current_num_threads()));
         let scales = &self.scales;
@@ -84,20 +98,12 @@ impl<'a> CpuLloyd<'a> {
                 c1.iter_mut().zip(&c2).for_each(|(a, b)| *a += b);
                 (s1, c1)
             });
-        let mut empty = 0;
-        for c in 0..k {
-            let row = c * d..(c + 1) * d;
-            if counts[c] == 0 {
-                empty += 1;
-                self.next[row.clone()].copy_from_slice(&self.centroids[row]);
-            } else {
-                for j in 0..d {
-                    self.next[c * d + j] = mean(sums[c * d + j], self.inv_scales[j], counts[c]);
-                }
-            }
+        Partial {
+            sums,
+            counts,
+            changed: 0,
+            inertia: 0.0,
         }
-        self.sizes = counts;
-        empty
     }
 }
 
@@ -243,16 +249,20 @@ pub(crate) fn nearest(
 impl Seeding for CpuLloyd<'_> {
     fn seed_nearest(
         &mut self,
-        rows: &[u32],
+        seeds: Seeds<'_>,
         first_id: u32,
         fresh: bool,
         ws: WeightScale,
     ) -> Result<u64> {
-        self.seeder().seed_nearest(rows, first_id, fresh, ws)
+        self.seeder().seed_nearest(seeds, first_id, fresh, ws)
     }
 
     fn seed_trials(&mut self, picks: Picks<'_>, ws: WeightScale) -> Result<Trials> {
         self.seeder().seed_trials(picks, ws)
+    }
+
+    fn seed_locate(&mut self, draws: &[u64], ws: WeightScale) -> Result<Vec<u32>> {
+        self.seeder().seed_locate(draws, ws)
     }
 
     fn seed_accept(&mut self, trial: usize) {
@@ -366,19 +376,32 @@ impl Lloyd for CpuLloyd<'_> {
     }
 
     fn shift(&mut self) -> Result<f64> {
-        Ok(self
-            .next
-            .iter()
-            .zip(&self.centroids)
-            .map(|(&a, &b)| {
-                let diff = a as f64 - b as f64;
-                diff * diff
-            })
-            .sum())
+        Ok(squared_shift(&self.next, &self.centroids))
+    }
+
+    fn exact_shift(&mut self) -> Result<f64> {
+        self.shift()
     }
 
     fn commit(&mut self) {
         std::mem::swap(&mut self.centroids, &mut self.next);
+    }
+
+    fn accumulate(&mut self, assign: bool) -> Result<Partial> {
+        let stats = if assign {
+            self.assign()?
+        } else {
+            AssignStats {
+                changed: 0,
+                inertia: 0.0,
+            }
+        };
+        let partial = self.sums();
+        Ok(Partial {
+            changed: stats.changed,
+            inertia: stats.inertia,
+            ..partial
+        })
     }
 
     fn min_distances(&self) -> Result<Vec<f32>> {
@@ -395,5 +418,18 @@ impl Lloyd for CpuLloyd<'_> {
 
     fn labels(&self) -> Result<Vec<u32>> {
         Ok(self.labels.clone())
+    }
+
+    fn gather(&self, rows: &[usize]) -> Result<Vec<f32>> {
+        let d = self.d;
+        Ok(rows
+            .iter()
+            .flat_map(|&r| &self.x[r * d..(r + 1) * d])
+            .copied()
+            .collect())
+    }
+
+    fn k(&self) -> usize {
+        self.k
     }
 }

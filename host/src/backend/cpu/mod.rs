@@ -6,7 +6,7 @@ mod kmeans;
 mod knn;
 mod simd;
 
-use crate::backend::{Backend, Lloyd};
+use crate::backend::{Backend, Layout, Lloyd};
 use crate::error::Result;
 use crate::kmeans::Precision;
 use crate::matrix::MatrixView;
@@ -33,16 +33,18 @@ impl Backend for CpuBackend {
         format!("cpu ({} threads)", rayon::current_num_threads())
     }
 
-    fn lloyd<'a>(
+    fn lloyd_at<'a>(
         &'a self,
         data: &'a MatrixView<'a>,
+        layout: Layout,
         k: usize,
         metric: AssignMetric,
         _precision: Precision,
         scales: &[i32],
-    ) -> Result<Box<dyn Lloyd + 'a>> {
+    ) -> Result<Box<dyn Lloyd + Send + 'a>> {
         // Precision::Tf32 is a GPU speed-up; here the assignment stays exact.
-        Ok(Box::new(kmeans::CpuLloyd::new(data, k, metric, scales)))
+        let lloyd = kmeans::CpuLloyd::new(data, k, metric, scales, layout.first_row);
+        Ok(Box::new(lloyd))
     }
 
     fn time_ms(&self, work: &mut dyn FnMut() -> Result<()>) -> Result<f64> {

@@ -9,7 +9,7 @@ mod init;
 mod kmeans;
 mod knn;
 
-use crate::backend::{Backend, Lloyd};
+use crate::backend::{Backend, Layout, Lloyd};
 use crate::error::{Error, Result};
 use crate::kmeans::Precision;
 use crate::matrix::MatrixView;
@@ -442,16 +442,17 @@ impl Backend for CudaBackend {
         format!("cuda:{} ({})", self.info.ordinal, self.info.name)
     }
 
-    fn lloyd<'a>(
+    fn lloyd_at<'a>(
         &'a self,
         data: &'a MatrixView<'a>,
+        layout: Layout,
         k: usize,
         metric: AssignMetric,
         precision: Precision,
         scales: &[i32],
-    ) -> Result<Box<dyn Lloyd + 'a>> {
+    ) -> Result<Box<dyn Lloyd + Send + 'a>> {
         Ok(Box::new(kmeans::CudaLloyd::new(
-            self, data, k, metric, precision, scales,
+            self, data, layout, k, metric, precision, scales,
         )?))
     }
 
