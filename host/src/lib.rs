@@ -70,6 +70,12 @@ pub fn gpu_info(ordinal: usize) -> Result<GpuInfo> {
     Ok(backend::cuda::CudaBackend::shared(ordinal)?.info().clone())
 }
 
+/// CUDA devices this process sees (after `CUDA_VISIBLE_DEVICES`); 0 without a usable driver.
+/// Makes no CUDA context.
+pub fn gpu_count() -> usize {
+    backend::cuda::device_count()
+}
+
 /// Free and total memory of GPU `ordinal`, in bytes.
 pub fn gpu_memory(ordinal: usize) -> Result<(usize, usize)> {
     backend::cuda::CudaBackend::shared(ordinal)?.memory()

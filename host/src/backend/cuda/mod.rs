@@ -73,6 +73,14 @@ pub struct GpuInfo {
     pub kernels: image::KernelImage,
 }
 
+/// CUDA devices this process sees (`CUDA_VISIBLE_DEVICES` applies); 0 without a usable driver.
+pub(crate) fn device_count() -> usize {
+    if driver::check().is_err() {
+        return 0;
+    }
+    CudaContext::device_count().map_or(0, |count| count.max(0) as usize)
+}
+
 impl CudaBackend {
     /// The backend for GPU `ordinal`, made on first use and shared afterwards.
     pub fn shared(ordinal: usize) -> Result<Arc<CudaBackend>> {
