@@ -10,6 +10,8 @@
 //! * [`KnnIndex`], [`KnnClassifier`], [`pairwise_distances`]: exact kNN search (top-k by k
 //!   rounds of parallel minimum or bitonic sort, chosen by timing), majority or
 //!   distance-weighted votes, distance matrices in row blocks; [`Scaler`] for feature scaling.
+//! * [`kmeans::shard`]: k-means over rows split into shards (Dask partitions, GPUs, batches),
+//!   equal bit for bit to [`KMeans`] on the concatenated rows however they are split.
 //! * [`Device`]: `Auto` picks the GPU when libcuda and a device are present, else the CPU.
 //!
 //! **Threads.** [`KMeansParams`], [`KMeansModel`], [`KnnIndex`], [`KnnClassifier`] and [`Device`]

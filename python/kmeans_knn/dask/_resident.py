@@ -11,6 +11,7 @@ tasks costs several times that), and run in the worker's thread pool.
 
 import asyncio
 import threading
+import time
 import uuid
 
 import numpy as np
@@ -54,11 +55,14 @@ def _call(token, part, method, *args):
 
 
 async def _call_many(token, method, parts, calls, dask_worker):
-    """`_call` for this worker's partitions (`parts[address]`), in its thread pool."""
+    """`_call` for this worker's partitions (`parts[address]`), in its thread pool; with the
+    seconds the calls took."""
     mine = parts[dask_worker.address]
 
     def work():
-        return {part: _call(token, part, method, *calls[part]) for part in mine}
+        start = time.perf_counter()
+        results = {part: _call(token, part, method, *calls[part]) for part in mine}
+        return results, time.perf_counter() - start
 
     return await asyncio.get_running_loop().run_in_executor(dask_worker.executor, work)
 
@@ -67,12 +71,14 @@ class Resident:
     """Engine objects, one per partition of a row-chunked Dask array, resident on its workers.
 
     `make(block, first_row)` builds the object on the worker (a picklable callable). Use as a
-    context manager, or call `release()`, to free them.
+    context manager, or call `release()`, to free them. `timings` holds, for every `map`, its
+    seconds on the client and the seconds the busiest worker spent in the calls.
     """
 
     def __init__(self, client, blocks, rows, make):
         self.client = client
         self.token = f"kmeans-knn-{uuid.uuid4().hex}"
+        self.timings = []
         self.rows = list(rows)
         self.starts = np.concatenate([[0], np.cumsum(self.rows)]).astype(np.int64)
         made = [
@@ -103,10 +109,13 @@ class Resident:
         for part, worker in enumerate(self.workers):
             parts.setdefault(worker, []).append(part)
         calls = dict(enumerate(args_per_part))
+        start = time.perf_counter()
         replies = self.client.run(_call_many, self.token, method, parts, calls, workers=list(parts))
-        results = {}
-        for reply in replies.values():
+        results, busiest = {}, 0.0
+        for reply, seconds in replies.values():
             results.update(reply)
+            busiest = max(busiest, seconds)
+        self.timings.append((time.perf_counter() - start, busiest))
         return [results[part] for part in range(len(self.workers))]
 
     def release(self):

@@ -83,6 +83,8 @@ class KMeans(_KMeans):
             )
             labels = [shards.submit(i, "labels") for i in range(len(rows))]
             wait(labels)
+        # Per round of the fit: seconds on the client, and in the busiest worker's engine calls.
+        self._timings = shards.timings
         self.cluster_centers_ = centers
         self.labels_ = _labels(labels, rows, X.chunks[0])
         self.inertia_ = inertia
