@@ -44,44 +44,13 @@ impl Transport for Vec<super::Shard> {
 
 /// Fits k-means over the shards behind `transport`; see [`KMeansParams::fit_sharded`].
 pub(crate) fn fit(params: &KMeansParams, transport: &mut dyn Transport) -> Result<KMeansModel> {
-    let columns = transport.broadcast(&Request::Columns)?;
-    let (mut starts, mut max_abs, mut devices) = (vec![0u64], None::<Vec<f32>>, Vec::new());
-    for (i, reply) in columns.into_iter().enumerate() {
-        let Reply::Columns {
-            first_row,
-            rows,
-            max_abs: m,
-            device,
-        } = reply
-        else {
-            return Err(unexpected(i, "Columns"));
-        };
-        let end = *starts.last().expect("a start");
-        if first_row != end || rows == 0 {
-            return Err(Error::Shard(format!(
-                "shard {i} holds rows {first_row}..{}, but rows {end}.. were expected next",
-                first_row + rows
-            )));
-        }
-        if max_abs.as_ref().is_some_and(|a| a.len() != m.len()) {
-            return Err(Error::Shard(format!(
-                "shard {i} has {} columns, shard 0 has {}",
-                m.len(),
-                max_abs.as_ref().map_or(0, Vec::len)
-            )));
-        }
-        max_abs = Some(match max_abs {
-            Some(a) => merge_max_abs(a, &m),
-            None => m,
-        });
-        starts.push(end + rows);
-        if !devices.contains(&device) {
-            devices.push(device);
-        }
-    }
-    let max_abs = max_abs.ok_or_else(|| Error::Shard("no shards".into()))?;
-    let (n, d) = (*starts.last().expect("a start") as usize, max_abs.len());
+    let survey = Survey::of(transport)?;
+    let (n, d) = (
+        *survey.starts.last().expect("a start") as usize,
+        survey.max_abs.len(),
+    );
     params.check(n, d)?;
+    let (starts, max_abs, devices) = (survey.starts, survey.max_abs, survey.devices);
     let scales = scale_exponents(&max_abs, n);
     let mut moments = Moments::zeros(d);
     let replies = transport.broadcast(&Request::Moments {
@@ -92,6 +61,12 @@ pub(crate) fn fit(params: &KMeansParams, transport: &mut dyn Transport) -> Resul
             Reply::Moments(m) if m.sums.len() == d => moments.merge(&m),
             _ => return Err(unexpected(i, "Moments")),
         }
+    }
+    if moments.rows != n as u64 {
+        return Err(Error::Shard(format!(
+            "the shards' moments count {} rows, their columns {n}",
+            moments.rows
+        )));
     }
     let setup = Setup::new(params, &max_abs, &scales, &moments);
     let seeds_at_once = match params.init {
@@ -121,6 +96,66 @@ pub(crate) fn fit(params: &KMeansParams, transport: &mut dyn Transport) -> Resul
     let fitted = drive(params, &mut shards, &setup)?;
     let device = format!("{} shards on {}", shards.shards(), devices.join(", "));
     Ok(fitted.into_model(params, Vec::new(), device))
+}
+
+/// Where the shards' rows are, their column maxima and their backends.
+struct Survey {
+    /// The first row of every shard, then the number of rows.
+    starts: Vec<u64>,
+    max_abs: Vec<f32>,
+    devices: Vec<String>,
+}
+
+impl Survey {
+    fn of(transport: &mut dyn Transport) -> Result<Self> {
+        let mut survey = Survey {
+            starts: vec![0],
+            max_abs: vec![],
+            devices: vec![],
+        };
+        for (i, reply) in transport
+            .broadcast(&Request::Columns)?
+            .into_iter()
+            .enumerate()
+        {
+            let Reply::Columns {
+                first_row,
+                rows,
+                max_abs,
+                device,
+            } = reply
+            else {
+                return Err(unexpected(i, "Columns"));
+            };
+            let end = *survey.starts.last().expect("a start");
+            if first_row != end || rows == 0 {
+                return Err(Error::Shard(format!(
+                    "shard {i} holds rows {first_row}..{}, but rows {end}.. were expected next",
+                    first_row + rows
+                )));
+            }
+            if i > 0 && max_abs.len() != survey.max_abs.len() {
+                return Err(Error::Shard(format!(
+                    "shard {i} has {} columns, shard 0 has {}",
+                    max_abs.len(),
+                    survey.max_abs.len()
+                )));
+            }
+            survey.max_abs = if i == 0 {
+                max_abs
+            } else {
+                merge_max_abs(survey.max_abs, &max_abs)
+            };
+            survey.starts.push(end + rows);
+            if !survey.devices.contains(&device) {
+                survey.devices.push(device);
+            }
+        }
+        if survey.starts.len() == 1 {
+            return Err(Error::Shard("no shards".into()));
+        }
+        Ok(survey)
+    }
 }
 
 /// The reply of shard `i` to a request was not what that request returns.
