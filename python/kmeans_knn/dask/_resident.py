@@ -33,8 +33,7 @@ def _get(token, part):
             return _REGISTRY[token][part]
         except KeyError:
             raise RuntimeError(
-                f"partition {part} is no longer resident on worker {get_worker().address} "
-                "(was the worker restarted?)"
+                f"partition {part} is no longer resident on its worker (was it restarted?)"
             ) from None
 
 
