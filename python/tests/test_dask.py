@@ -5,6 +5,7 @@ With KMEANS_KNN_DASK_GPUS=1 the cluster is `local_gpu_cluster()` (one worker per
 two GPUs) and the fits must run on the GPUs; otherwise three CPU worker processes (device "auto"
 there: a GPU when the machine has one)."""
 
+import gc
 import os
 import pickle
 
@@ -100,8 +101,22 @@ def test_dataframe_input_and_predict_transform_score(client):
     assert np.array_equal(km.fit_predict(dX).compute(), ref.labels_)
 
 
-def test_kmeans_errors(client):
+def resident_objects(client):
+    """Engine objects resident on the workers, in all (after collecting the estimators of
+    earlier tests, whose finalizers free theirs)."""
+    gc.collect()
+
+    def count():
+        from kmeans_knn.dask import _resident
+
+        return sum(len(parts) for parts in _resident._REGISTRY.values())
+
+    return sum(client.run(count).values())
+
+
+def test_kmeans_errors_and_release(client):
     X = da.from_array(data(n=20), chunks=7)
+    before = resident_objects(client)
     with pytest.raises(ValueError, match="should be >= n_clusters"):
         kd.KMeans(21).fit(X)
     bad = data(n=20)
@@ -109,6 +124,8 @@ def test_kmeans_errors(client):
     with pytest.raises(ValueError, match="row 13, column 2"):
         kd.KMeans(2).fit(da.from_array(bad, chunks=7))
     km = kd.KMeans(2, random_state=0).fit(X)
+    # Neither the failed fit's partitions nor the fitted one's stay behind.
+    assert resident_objects(client) == before
     with pytest.raises(ValueError, match="expecting 5 features"):
         km.predict(da.from_array(np.zeros((3, 4), np.float32)))
 

@@ -86,7 +86,11 @@ class Resident:
             )
             for i, block in enumerate(blocks)
         ]
-        self.workers = client.gather(made)
+        try:
+            self.workers = client.gather(made)
+        except BaseException:
+            client.run(_drop, self.token)
+            raise
 
     def submit(self, part, method, *args):
         """A future of `obj.method(*args)` on partition `part`'s object, run where it lives."""
@@ -118,9 +122,10 @@ class Resident:
         return [results[part] for part in range(len(self.workers))]
 
     def release(self):
-        """Frees the objects on every worker that holds one."""
+        """Frees the objects on every worker that holds one (nothing to do once the client has
+        closed: the workers are its cluster's, or no longer reachable)."""
         workers = sorted(set(self.workers))
-        if workers:
+        if workers and self.client.status == "running":
             self.client.run(_drop, self.token, workers=workers)
         self.workers = []
 
