@@ -2,23 +2,23 @@
 and two workers (GPUs) against one.
 
 Data: uniform [0, 1) float32, --rows × --dims, made on the workers, one partition per worker;
-k = --k, init = the first k rows, n_init = 1, tol = 0 (so a fit runs exactly max_iter steps).
+k = --k, init = the first k rows, n_init = 1, tol = 0 (so a fit runs exactly --iters steps).
 
-Per Lloyd step (medians of --reps fits; "per step" = (fit with --iters steps − fit with 1
-step) / (--iters − 1), which leaves out the setup, the upload and the labels), measured inside
-the fits:
-- step: the distributed fit's wall time.
+Per Lloyd step, medians over every step of --reps fits, measured inside the fits (the fit's
+rounds of requests are timed on the client, and each worker times its engine calls):
+- step: from sending a step's request to sending the next request.
 - engine: the time the busiest worker spent in the engine (its partitions' assignment and
-  exact sums, on its GPU or CPU), measured on the worker.
+  exact sums, on its GPU or CPU).
 - messaging: the step's round trip to the workers beyond that (scheduling, moving the messages,
   decoding, the worker's thread pool).
-- client: the step's time outside its round trip (the merge and finish of the k × d sums,
+- client: from the step's replies to the next request (the merge and finish of the k × d sums,
   Python ↔ engine glue).
 and, alone, the two parts of messaging that do not depend on the engine:
 - scheduling: a round trip of Client.run to every worker with a tiny payload (how each step
   reaches the partitions).
 - transfer: the same round trip carrying one step's messages (k × d float32 centroids out;
   k × d int64 sums and k uint32 counts back from each worker) minus the tiny one.
+"fit s" is the whole fit's wall time (setup, upload to the devices, the steps, the labels).
 With two or more workers it also times the same shape on one worker (the first GPU) and
 reports the speed-up.
 
@@ -49,7 +49,7 @@ def parse_args():
     ap.add_argument("--rows", type=int, default=40_000_000)
     ap.add_argument("--dims", type=int, default=128)
     ap.add_argument("--k", type=int, default=1024)
-    ap.add_argument("--iters", type=int, default=6, help="Lloyd steps of the long fit")
+    ap.add_argument("--iters", type=int, default=10, help="Lloyd steps per fit")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--threads", type=int, help="threads per worker (default: cores / workers)")
     ap.add_argument("--out")
@@ -88,24 +88,20 @@ def partitioned_data(client, rows, dims):
 
 
 def per_step(fit, iters, reps):
-    """Per step by the two-fit difference of medians: (wall, round trips, busiest worker's
-    engine) seconds; and the long fit's median wall seconds."""
-
-    def run(steps):
+    """Medians over the steps of `reps` fits of `iters` steps: (step, engine, messaging,
+    client) seconds; and the fits' median wall seconds."""
+    fit(2)  # warm-up: imports, CUDA contexts, kernels
+    steps, walls = [], []
+    for _ in range(reps):
         start = time.perf_counter()
-        timings = fit(steps)
-        wall = time.perf_counter() - start
-        return wall, sum(t for t, _ in timings), sum(e for _, e in timings)
-
-    run(1)  # warm-up: imports, CUDA contexts, kernels
-    short = [run(1) for _ in range(reps)]
-    long = [run(iters) for _ in range(reps)]
-
-    def median(runs, i):
-        return statistics.median(r[i] for r in runs)
-
-    per = tuple((median(long, i) - median(short, i)) / (iters - 1) for i in range(3))
-    return per, median(long, 0)
+        rounds = fit(iters)
+        walls.append(time.perf_counter() - start)
+        for r, after in zip(rounds, rounds[1:]):
+            if r.label == "Step":
+                trip, client = r.end - r.start, after.start - r.end
+                steps.append((trip + client, r.busiest, trip - r.busiest, client))
+    per = tuple(statistics.median(s[i] for s in steps) for i in range(4))
+    return per, statistics.median(walls)
 
 
 def round_trip(client, send_bytes, reply_bytes, reps=30):
@@ -138,20 +134,20 @@ def measure(args, workers):
             devices.append(km.device_)
             return km._timings
 
-        (step, rounds, engine), long_fit = per_step(fit, args.iters, args.reps)
+        (step, engine, messaging, glue), fit_s = per_step(fit, args.iters, args.reps)
         kd_values = args.k * args.dims
         tiny = round_trip(client, 8, 8)
         sized = round_trip(client, 4 * kd_values, 8 * kd_values + 4 * args.k)
     return {
         "workers": workers,
         "device": devices[-1],
-        "fit_s": long_fit,
+        "fit_s": fit_s,
         "step_ms": 1e3 * step,
         "engine_ms": 1e3 * engine,
+        "messaging_ms": 1e3 * messaging,
+        "client_ms": 1e3 * glue,
         "scheduling_ms": 1e3 * tiny,
         "transfer_ms": 1e3 * (sized - tiny),
-        "messaging_ms": 1e3 * (rounds - engine),
-        "client_ms": 1e3 * (step - rounds),
     }
 
 

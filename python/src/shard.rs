@@ -13,7 +13,14 @@ use std::sync::Mutex;
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Shard>()?;
     m.add_function(wrap_pyfunction!(kmeans_fit_sharded, m)?)?;
+    m.add_function(wrap_pyfunction!(request_name, m)?)?;
     m.add_function(wrap_pyfunction!(gpu_count, m)?)
+}
+
+/// The name of the request in `request` bytes (e.g. "Step"); None for bytes that are not one.
+#[pyfunction]
+fn request_name(request: &[u8]) -> Option<&'static str> {
+    Request::name_of(request)
 }
 
 /// CUDA devices this process sees (0 without a usable driver); makes no CUDA context.

@@ -13,6 +13,7 @@ import asyncio
 import threading
 import time
 import uuid
+from typing import NamedTuple
 
 import numpy as np
 from distributed import get_worker
@@ -66,12 +67,22 @@ async def _call_many(token, method, parts, calls, dask_worker):
     return await asyncio.get_running_loop().run_in_executor(dask_worker.executor, work)
 
 
+class Round(NamedTuple):
+    """One `Resident.map`: its label, when it started and ended on the client
+    (`time.perf_counter()`), and the seconds the busiest worker spent in its calls."""
+
+    label: str
+    start: float
+    end: float
+    busiest: float
+
+
 class Resident:
     """Engine objects, one per partition of a row-chunked Dask array, resident on its workers.
 
     `make(block, first_row)` builds the object on the worker (a picklable callable). Use as a
-    context manager, or call `release()`, to free them. `timings` holds, for every `map`, its
-    seconds on the client and the seconds the busiest worker spent in the calls.
+    context manager, or call `release()`, to free them. `timings` holds a `Round` for every
+    `map`.
     """
 
     def __init__(self, client, blocks, rows, make):
@@ -105,9 +116,10 @@ class Resident:
             pure=False,
         )
 
-    def map(self, method, args_per_part):
+    def map(self, method, args_per_part, label=None):
         """`obj.method(*args)` on every partition (`args_per_part[i]` for partition i), one
-        out-of-band call per worker; the results in partition order."""
+        out-of-band call per worker; the results in partition order. The round's timing is
+        recorded under `label`."""
         parts = {}
         for part, worker in enumerate(self.workers):
             parts.setdefault(worker, []).append(part)
@@ -118,7 +130,7 @@ class Resident:
         for reply, seconds in replies.values():
             results.update(reply)
             busiest = max(busiest, seconds)
-        self.timings.append((time.perf_counter() - start, busiest))
+        self.timings.append(Round(label, start, time.perf_counter(), busiest))
         return [results[part] for part in range(len(self.workers))]
 
     def release(self):

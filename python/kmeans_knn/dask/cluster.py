@@ -83,7 +83,7 @@ class KMeans(_KMeans):
             )
             labels = [shards.submit(i, "labels") for i in range(len(rows))]
             wait(labels)
-        # Per round of the fit: seconds on the client, and in the busiest worker's engine calls.
+        # The fit's rounds (the requests to the partitions) and their timings.
         self._timings = shards.timings
         self.cluster_centers_ = centers
         self.labels_ = _labels(labels, rows, X.chunks[0])
@@ -149,10 +149,12 @@ class _Transport:
         self.shards = shards
 
     def broadcast(self, request):
-        return self.shards.map("handle", [(request,)] * len(self.shards.rows))
+        label = _engine.request_name(request)
+        return self.shards.map("handle", [(request,)] * len(self.shards.rows), label)
 
     def scatter(self, requests):
-        return self.shards.map("handle", [(r,) for r in requests])
+        label = _engine.request_name(requests[0])
+        return self.shards.map("handle", [(r,) for r in requests], label)
 
 
 def _labels(futures, rows, chunks):

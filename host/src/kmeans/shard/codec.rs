@@ -122,7 +122,34 @@ fn precision_id(p: Precision) -> u8 {
     }
 }
 
+/// The requests' names, by tag.
+const REQUESTS: [&str; 17] = [
+    "Columns",
+    "Moments",
+    "Prepare",
+    "Assign",
+    "Step",
+    "Accumulate",
+    "SetLabels",
+    "Farthest",
+    "Tally",
+    "Labels",
+    "Distances",
+    "Gather",
+    "SeedNearest",
+    "SeedLocate",
+    "SeedTrials",
+    "SeedSample",
+    "SeedOwnerCounts",
+];
+
 impl Request {
+    /// The name of the request (its variant) that `bytes` from [`Request::to_bytes`] hold, read
+    /// from its first byte alone (for logs and timings).
+    pub fn name_of(bytes: &[u8]) -> Option<&'static str> {
+        REQUESTS.get(usize::from(*bytes.first()?)).copied()
+    }
+
     /// The request as bytes.
     pub fn to_bytes(&self) -> Vec<u8> {
         let mut w = Writer::default();
@@ -411,6 +438,8 @@ mod tests {
         for request in requests {
             let bytes = request.to_bytes();
             assert_eq!(Request::from_bytes(&bytes).unwrap(), request);
+            let name = Request::name_of(&bytes).unwrap();
+            assert!(format!("{request:?}").starts_with(name), "{name}");
             assert!(Request::from_bytes(&bytes[..bytes.len() - 1]).is_err());
         }
     }
