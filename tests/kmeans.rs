@@ -1,10 +1,10 @@
-//! k-means: CPU and GPU agree bit for bit on labels and centroids; fits are reproducible; bad
-//! input gets typed errors.
+//! k-means: CPU and GPU agree bit for bit on labels, centroids and inertia; fits are
+//! reproducible; bad input gets typed errors.
 
 use kmeans_knn::{
     Device, EmptyClusters, Error, Init, KMeans, KMeansModel, KMeansParams, MatrixView, Metric,
 };
-use kmeans_knn_tests::{blobs, gpu, lattice, same_partition, uniform};
+use kmeans_knn_tests::{assert_same_fit, blobs, gpu, lattice, same_partition, uniform};
 
 // In this test binary rather than its own: every test binary embeds the kernels (~12 MB), and
 // the GPU bundle carries each one.
@@ -14,8 +14,8 @@ fn fit(data: &[f32], n: usize, d: usize, params: &KMeansParams) -> KMeansModel {
     params.fit(MatrixView::new(data, n, d).unwrap()).unwrap()
 }
 
-/// Fits on the CPU and on `gpu`; labels, centroids and iteration counts must be identical,
-/// inertia within 1e-5 relative.
+/// Fits on the CPU and on `gpu`; labels, centroids, inertia (an exact fixed-point sum on both),
+/// iteration counts and sizes must be identical.
 fn assert_backends_agree(
     case: &str,
     data: &[f32],
@@ -31,24 +31,7 @@ fn assert_backends_agree(
         "{case}: ran on {}",
         dev.device
     );
-    let mismatches = cpu
-        .labels
-        .iter()
-        .zip(&dev.labels)
-        .filter(|(a, b)| a != b)
-        .count();
-    assert_eq!(mismatches, 0, "{case}: {mismatches} label mismatches");
-    assert_eq!(cpu.centroids, dev.centroids, "{case}: centroids differ");
-    assert_eq!(cpu.n_iter, dev.n_iter, "{case}: iteration counts differ");
-    assert_eq!(cpu.converged, dev.converged, "{case}");
-    assert_eq!(cpu.cluster_sizes, dev.cluster_sizes, "{case}");
-    let rel = (cpu.inertia - dev.inertia).abs() / cpu.inertia.abs().max(f64::MIN_POSITIVE);
-    assert!(
-        rel <= 1e-5,
-        "{case}: inertia {} vs {} (rel {rel:e})",
-        cpu.inertia,
-        dev.inertia
-    );
+    assert_same_fit(case, &cpu, &dev);
 }
 
 /// Shapes chosen to hit every kernel path: n not a multiple of the block, d = 1, d = 257, k = 1,
@@ -347,7 +330,7 @@ fn predict_and_transform_agree_with_fit() {
     let (n, d) = (800, 4);
     let data = uniform(n, d, 21);
     let x = MatrixView::new(&data, n, d).unwrap();
-    for metric in [Metric::L2, Metric::L1] {
+    for metric in [Metric::L2, Metric::L1, Metric::Cosine] {
         let model = KMeans::params(5)
             .metric(metric)
             .device(Device::Cpu)
@@ -369,6 +352,11 @@ fn predict_and_transform_agree_with_fit() {
                 .sum::<f32>()
                 .sqrt(),
             Metric::L1 => p.iter().zip(&c).map(|(a, b)| (a - b).abs()).sum::<f32>(),
+            Metric::Cosine => {
+                let norm = |v: &[f32]| v.iter().map(|a| a * a).sum::<f32>().sqrt();
+                let dot: f32 = p.iter().zip(&c).map(|(a, b)| a * b).sum();
+                1.0 - dot / (norm(&p) * norm(&c))
+            }
         };
         approx::assert_relative_eq!(t[[0, 0]], expected, max_relative = 1e-5);
     }

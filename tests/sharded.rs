@@ -227,3 +227,38 @@ fn bad_shards_are_typed_errors() {
     assert!(shard.handle(&locate).is_err(), "seeding out of order");
     assert!(shard.handle(&Request::Moments { scales: vec![1] }).is_err());
 }
+
+/// Cosine (spherical k-means) is refused by the client and by a shard asked to prepare for it,
+/// with a typed error, before anything is computed.
+#[test]
+fn sharded_cosine_is_refused() {
+    let data = uniform(40, 3, 5);
+    let mut parts = shards(&data, 3, &[15, 25], Device::Cpu);
+    let err = KMeans::params(3)
+        .metric(Metric::Cosine)
+        .fit_sharded(&mut parts)
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            kmeans_knn::Error::InvalidParameter { name: "metric", .. }
+        ),
+        "{err}"
+    );
+    let prepare = Request::Prepare(kmeans_knn::kmeans::shard::Prepare {
+        k: 3,
+        metric: Metric::Cosine,
+        precision: kmeans_knn::Precision::Exact,
+        scales: vec![0; 3],
+        seeds_at_once: 0,
+        inertia_exponent: 0,
+    });
+    let err = parts[0].handle(&prepare).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            kmeans_knn::Error::InvalidParameter { name: "metric", .. }
+        ),
+        "{err}"
+    );
+}

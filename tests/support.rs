@@ -1,6 +1,6 @@
 //! Helpers of the cross-backend tests: the GPU-or-skip gate and reproducible test data.
 
-use kmeans_knn::Device;
+use kmeans_knn::{Device, KMeansModel};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::io::Write;
@@ -64,4 +64,58 @@ pub fn same_partition(a: &[u32], b: &[u32]) -> bool {
     a.iter()
         .zip(b)
         .all(|(&x, &y)| *ab.entry(x).or_insert(y) == y && *ba.entry(y).or_insert(x) == x)
+}
+
+/// Asserts that two fits are the same bit for bit: labels, centroids, inertia, iterations,
+/// convergence and cluster sizes.
+pub fn assert_same_fit(case: &str, a: &KMeansModel, b: &KMeansModel) {
+    let mismatches = a
+        .labels
+        .iter()
+        .zip(&b.labels)
+        .filter(|(x, y)| x != y)
+        .count();
+    assert_eq!(
+        a.labels.len(),
+        b.labels.len(),
+        "{case}: label counts differ"
+    );
+    assert_eq!(mismatches, 0, "{case}: {mismatches} label mismatches");
+    let bits = |m: &KMeansModel| m.centroids.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(a), bits(b), "{case}: centroids differ");
+    assert_eq!(
+        a.inertia.to_bits(),
+        b.inertia.to_bits(),
+        "{case}: inertia {} vs {}",
+        a.inertia,
+        b.inertia
+    );
+    assert_eq!(a.n_iter, b.n_iter, "{case}: iteration counts differ");
+    assert_eq!(a.converged, b.converged, "{case}");
+    assert_eq!(a.cluster_sizes, b.cluster_sizes, "{case}");
+}
+
+/// Sample weights for `n` rows: integers 0..=3 (every fourth row or so weighs nothing) when
+/// `integer`, else fractions that no power of two makes exact, with zeros too.
+pub fn sample_weights(n: usize, integer: bool, seed: u64) -> Vec<f32> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    (0..n)
+        .map(|_| {
+            let w = rng.random_range(0..4u32) as f32;
+            if integer || w == 0.0 {
+                w
+            } else {
+                w * 0.3 + rng.random_range(0.0..0.1f32)
+            }
+        })
+        .collect()
+}
+
+/// The rows of `data` (`d` columns) repeated as many times as their integer weights say, in
+/// order: what integer sample weights stand for.
+pub fn repeat_rows(data: &[f32], d: usize, weights: &[f32]) -> Vec<f32> {
+    data.chunks_exact(d)
+        .zip(weights)
+        .flat_map(|(row, &w)| std::iter::repeat_n(row, w as usize).flatten().copied())
+        .collect()
 }

@@ -1,5 +1,5 @@
 //! CPU criterion bench: kNN search (squared L2) on `Device::Cpu` for case S of `gpu-bench`
-//! (seed 004's shape: 1,200 queries, 32,768 training rows, d = 256, k = 25; uniform [0, 1),
+//! (a mid-sized search: 1,200 queries, 32,768 training rows, d = 256, k = 25; uniform [0, 1),
 //! training seed 2, query seed 3). The index is built once, outside the timing, as a FAISS
 //! user's `IndexFlatL2.add` would be.
 //!

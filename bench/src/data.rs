@@ -40,21 +40,21 @@ pub const CASES: &[Case] = &[
         n: 63_504,
         d: 75,
         k: 80,
-        origin: "seed 000 patches",
+        origin: "image patches, 5 × 5 × 3",
     },
     Case {
         name: "B",
         n: 1_000_000,
         d: 9,
         k: 16,
-        origin: "seed 001 color",
+        origin: "colour quantisation",
     },
     Case {
         name: "C",
         n: 1_048_576,
         d: 3,
         k: 255,
-        origin: "seed 003 pixels",
+        origin: "pixels, L1 segmentation",
     },
     Case {
         name: "D",
@@ -83,7 +83,7 @@ pub struct KnnCase {
     pub origin: &'static str,
 }
 
-/// The kNN cases: seed 004's shape at its k and at a k past its crossover, and a large one.
+/// The kNN cases: a mid-sized search (1,200 queries × 32,768 × 256) at its k and at a k past its crossover, and a large one.
 pub const KNN_CASES: &[KnnCase] = &[
     KnnCase {
         name: "S",
@@ -91,7 +91,7 @@ pub const KNN_CASES: &[KnnCase] = &[
         n: 32_768,
         d: 256,
         k: 25,
-        origin: "seed 004 (KDD-sized)",
+        origin: "intrusion-detection sized",
     },
     KnnCase {
         name: "S512",
@@ -99,7 +99,7 @@ pub const KNN_CASES: &[KnnCase] = &[
         n: 32_768,
         d: 256,
         k: 512,
-        origin: "seed 004, k = 512",
+        origin: "the same, k = 512",
     },
     KnnCase {
         name: "F",

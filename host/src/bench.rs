@@ -1,5 +1,6 @@
 //! Timing hooks for the benchmarks (not part of the stable API).
 
+use crate::backend::LloydSpec;
 use crate::device::Device;
 use crate::error::Result;
 use crate::kmeans::{Metric, Precision};
@@ -55,9 +56,13 @@ pub fn lloyd_iteration_ms(
             *m = m.max(v.abs());
         }
     }
-    let scales: Vec<i32> = max_abs.iter().map(|&m| scale_exponent(m, n)).collect();
+    let spec = LloydSpec {
+        precision,
+        scales: max_abs.iter().map(|&m| scale_exponent(m, n)).collect(),
+        ..LloydSpec::predict(k, d, metric)
+    };
     let before = backend.device_memory_in_use()?;
-    let mut lloyd = backend.lloyd(data, k, metric.assign(), precision, &scales)?;
+    let mut lloyd = backend.lloyd(data, &spec)?;
     let mut step = || -> Result<f64> {
         lloyd.set_centroids(centroids)?;
         backend.time_ms(&mut || {
@@ -91,8 +96,12 @@ pub fn assign_once(
     let (n, d) = (data.rows(), data.cols());
     let k = centroids.len() / d;
     let backend = device.backend()?;
-    let scales = vec![scale_exponent(1.0, n); d];
-    let mut lloyd = backend.lloyd(data, k, metric.assign(), precision, &scales)?;
+    let spec = LloydSpec {
+        precision,
+        scales: vec![scale_exponent(1.0, n); d],
+        ..LloydSpec::predict(k, d, metric)
+    };
+    let mut lloyd = backend.lloyd(data, &spec)?;
     lloyd.set_centroids(centroids)?;
     lloyd.assign()?;
     Ok((lloyd.labels()?, lloyd.min_distances()?))

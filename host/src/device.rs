@@ -23,11 +23,11 @@ impl Device {
     /// The backend for this choice; the CUDA context and module are made once per GPU.
     pub(crate) fn backend(self) -> Result<Arc<dyn Backend>> {
         match self {
-            Device::Cpu => Ok(CpuBackend::shared()),
+            Device::Cpu => CpuBackend::shared(),
             Device::Cuda(ordinal) => Ok(cuda::CudaBackend::shared(ordinal)?),
             Device::Auto => match cuda::CudaBackend::shared(0) {
                 Ok(gpu) => Ok(gpu),
-                Err(_) => Ok(CpuBackend::shared()),
+                Err(_) => CpuBackend::shared(),
             },
         }
     }

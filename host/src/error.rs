@@ -43,6 +43,24 @@ pub enum Error {
     /// A target matrix does not hold one row of targets per training row.
     #[error("{targets} target rows were given for {rows} training rows (one per row is needed)")]
     TargetCount { targets: usize, rows: usize },
+    /// A sample-weight vector does not hold one weight per row.
+    #[error("{weights} sample weights were given for {rows} rows (one weight per row is needed)")]
+    SampleWeightCount { weights: usize, rows: usize },
+    /// A sample weight is negative, NaN or infinite.
+    #[error(
+        "sample weight {value} at row {row} (counting from 0) is invalid: weights must be finite \
+         and ≥ 0"
+    )]
+    InvalidSampleWeight { row: usize, value: f32 },
+    /// Every sample weight is zero.
+    #[error("every sample weight is zero: at least one weight must be positive")]
+    ZeroSampleWeights,
+    /// A row that must have a direction (cosine) has norm 0 (in f32).
+    #[error(
+        "{what} has a row of norm 0 at row {row} (counting from 0): the cosine metric needs a \
+         non-zero vector"
+    )]
+    ZeroVector { what: &'static str, row: usize },
     /// A parameter is out of its range.
     #[error("invalid parameter {name}: {reason}")]
     InvalidParameter { name: &'static str, reason: String },
@@ -53,6 +71,10 @@ pub enum Error {
     /// message says what to install. (No driver at all is [`Error::NoGpu`].)
     #[error("unsupported CUDA driver: {0}")]
     UnsupportedDriver(String),
+    /// NCCL (for several GPUs) is missing, too old or incomplete; the message lists the files
+    /// tried and what to install.
+    #[error("NCCL is not usable: {0}")]
+    NoNccl(String),
     /// The GPU ran out of memory.
     #[error("out of GPU memory while {context} ({bytes} bytes requested)")]
     GpuOutOfMemory { context: String, bytes: usize },

@@ -4,12 +4,15 @@
 //! written in Rust and compiled to PTX — or on the CPU with rayon. Both backends give the same
 //! labels for the same input and seed.
 //!
-//! * [`KMeans`]: k-means++ / random / random-labels initialisation, Lloyd iterations with
-//!   squared-L2 or L1 assignment, tol and unchanged-label stopping, n_init restarts,
-//!   empty-cluster policy, `predict` and `transform`.
-//! * [`KnnIndex`], [`KnnClassifier`], [`pairwise_distances`]: exact kNN search (top-k by k
-//!   rounds of parallel minimum or bitonic sort, chosen by timing), majority or
-//!   distance-weighted votes, distance matrices in row blocks; [`Scaler`] for feature scaling.
+//! * [`KMeans`]: k-means++ / k-means‖ / random / random-labels initialisation, Lloyd iterations
+//!   with squared-L2, L1 or cosine (spherical) assignment, sample weights, tol and
+//!   unchanged-label stopping, n_init restarts, empty-cluster policy, `predict` and `transform`.
+//! * [`MiniBatchKMeans`]: mini-batch k-means (Sculley 2010, as scikit-learn) with
+//!   `partial_fit` for data in pieces; the same centroids on the CPU and the GPU.
+//! * [`KnnIndex`], [`KnnClassifier`], [`KnnRegressor`], [`pairwise_distances`]: exact kNN search
+//!   (top-k by k rounds of parallel minimum or bitonic sort, chosen by timing), majority or
+//!   distance-weighted votes and averages (optionally with sample weights), distance matrices in
+//!   row blocks; [`Scaler`] for feature scaling.
 //! * [`kmeans::shard`]: k-means over rows split into shards (Dask partitions, GPUs, batches),
 //!   equal bit for bit to [`KMeans`] on the concatenated rows however they are split.
 //! * [`Device`]: `Auto` picks the GPU when libcuda and a device are present, else the CPU.
@@ -46,20 +49,24 @@ pub mod io;
 pub mod kmeans;
 pub mod knn;
 pub mod matrix;
+mod sample_weight;
 
+pub use backend::cpu::{SIMD_ENV as CPU_SIMD_VAR, SimdLevel};
 pub use backend::cuda::GpuInfo;
 pub use backend::cuda::driver::{ENTRY_POINTS as DRIVER_ENTRY_POINTS, MIN_DRIVER_VERSION};
 /// Fault injection for tests: see the module's documentation.
 #[cfg(feature = "fault-injection")]
 pub use backend::cuda::faults;
 pub use backend::cuda::image::{FORCE_PTX_VAR, ImageKind, KernelImage, PTXAS_VERSION};
+pub use backend::cuda::nccl::{MIN_NCCL_VERSION, NCCL_VAR, Nccl};
 pub use device::Device;
 pub use distances::{
     DistanceMetric, pairwise_distances, pairwise_distances_blocks, pairwise_distances_to_writer,
 };
 pub use error::{Error, Result};
 pub use kmeans::{
-    EmptyClusters, Init, Iteration, KMeans, KMeansModel, KMeansParams, Metric, Precision,
+    EmptyClusters, Init, Iteration, KMeans, KMeansModel, KMeansParams, Metric, MiniBatchKMeans,
+    MiniBatchKMeansModel, MiniBatchParams, MiniBatchStep, Precision,
 };
 pub use knn::{
     FittedScaler, KnnClassifier, KnnIndex, KnnRegressor, KnnResult, PrefilterReport, Scaler,
@@ -87,3 +94,8 @@ pub fn gpu_memory(ordinal: usize) -> Result<(usize, usize)> {
 pub fn ptx() -> &'static str {
     backend::cuda::image::PTX
 }
+
+/// The README's Rust examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+struct ReadmeExamples;

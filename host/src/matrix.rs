@@ -110,6 +110,26 @@ impl<'a> MatrixView<'a> {
         Ok(())
     }
 
+    /// A copy with every row scaled to unit L2 norm ([`kernels_gpu::math::normalize`], the same
+    /// bits on every backend), for the cosine metric; a row of norm 0 is an
+    /// [`Error::ZeroVector`] naming `what` and the row.
+    pub(crate) fn normalized(&self, what: &'static str) -> Result<MatrixView<'static>> {
+        let mut data = self.data.to_vec();
+        let zero = data
+            .par_chunks_mut(self.cols.max(1))
+            .enumerate()
+            .filter_map(|(row, values)| {
+                let zero = kernels_gpu::math::sq_norm(values) == 0.0;
+                kernels_gpu::math::normalize(values);
+                zero.then_some(row)
+            })
+            .min();
+        match zero {
+            Some(row) => Err(Error::ZeroVector { what, row }),
+            None => MatrixView::from_vec(data, self.rows, self.cols),
+        }
+    }
+
     /// Checks the column count against `expected`.
     pub(crate) fn expect_cols(&self, what: &'static str, expected: usize) -> Result<()> {
         if self.cols != expected {
@@ -197,6 +217,20 @@ mod tests {
                 other => panic!("{other:?}"),
             }
         }
+    }
+
+    #[test]
+    fn normalized_rows_have_unit_norm_and_zero_rows_are_named() {
+        let m = MatrixView::new(&[3.0, 4.0, 0.0, 2.0], 2, 2).unwrap();
+        assert_eq!(m.normalized("x").unwrap().as_slice(), &[0.6, 0.8, 0.0, 1.0]);
+        let z = MatrixView::new(&[1.0, 0.0, 0.0, 0.0, 0.0, 0.0], 3, 2).unwrap();
+        assert!(matches!(
+            z.normalized("the data"),
+            Err(Error::ZeroVector {
+                what: "the data",
+                row: 1
+            })
+        ));
     }
 
     #[test]

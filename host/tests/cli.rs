@@ -537,6 +537,7 @@ fn help_has_examples_for_every_subcommand() {
     assert!(r.stdout.contains("Examples:"));
     for sub in [
         "kmeans",
+        "minibatch",
         "predict",
         "knn",
         "classify",
@@ -712,9 +713,9 @@ fn bad_usage_exits_2_and_writes_nothing() {
     );
     fails(
         d,
-        &["kmeans", "pts.csv", "--k", "2", "--metric", "cosine"],
+        &["kmeans", "pts.csv", "--k", "2", "--metric", "chebyshev"],
         2,
-        &["cosine"],
+        &["chebyshev", "l2, l1, cosine"],
     );
     fails(
         d,
@@ -1793,4 +1794,331 @@ fn regress_bad_target_column_exits_2_and_writes_nothing() {
         2,
         &["text.csv", "'low'", "not a finite number"],
     );
+}
+
+#[test]
+fn minibatch_writes_the_outputs_of_kmeans_and_its_model_predicts() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path();
+    write(d, "pts.csv", &two_groups(200));
+    let args = [
+        "minibatch",
+        "pts.csv",
+        "--k",
+        "2",
+        "--batch-size",
+        "50",
+        "--seed",
+        "3",
+        "--labels-out",
+        "labels.csv",
+        "--centroids-out",
+        "centroids.npy",
+        "--save-model",
+        "model.json",
+        "--json",
+    ];
+    let j = json(&ok(d, &args));
+    for key in [
+        "iterations",
+        "steps",
+        "batch_size",
+        "inertia",
+        "converged",
+        "device",
+    ] {
+        assert!(j.get(key).is_some(), "missing {key}: {j}");
+    }
+    assert_eq!(
+        (j["n"].as_u64(), j["batch_size"].as_u64()),
+        (Some(400), Some(50))
+    );
+    let labels = std::fs::read_to_string(d.join("labels.csv")).unwrap();
+    let labels: Vec<&str> = labels.lines().collect();
+    assert_eq!(labels.len(), 400);
+    assert!(labels.chunks(2).all(|p| p[0] != p[1]));
+    let (descr, shape, _) = read_npy(&d.join("centroids.npy"));
+    assert_eq!((descr.as_str(), shape), ("<f4", vec![2, 2]));
+
+    write(d, "new.csv", "0.05,0.4\n10.02,9.9\n");
+    let r = ok(d, &["predict", "--model", "model.json", "new.csv"]);
+    assert_eq!(r.stdout.lines().collect::<Vec<_>>(), labels[..2]);
+
+    let r = ok(d, &["minibatch", "pts.csv", "--k", "2", "--device", "cpu"]);
+    for word in ["steps", "epochs", "inertia", "device"] {
+        assert!(r.stdout.contains(word), "{}", r.stdout);
+    }
+    fails(
+        d,
+        &["minibatch", "pts.csv", "--k", "2", "--batch-size", "0"],
+        2,
+        &["pts.csv", "batch_size"],
+    );
+    fails(
+        d,
+        &[
+            "minibatch",
+            "pts.csv",
+            "--k",
+            "2",
+            "--init",
+            "random-labels",
+        ],
+        2,
+        &["init"],
+    );
+    fails(
+        d,
+        &["minibatch", "pts.csv", "--k", "401"],
+        2,
+        &["larger than the number of points"],
+    );
+}
+
+#[test]
+fn segment_refuses_the_cosine_metric() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path();
+    quadrants(8, 8).save(d.join("q.png")).unwrap();
+    fails(
+        d,
+        &[
+            "segment", "q.png", "--k", "2", "--metric", "cosine", "-o", "out.png",
+        ],
+        2,
+        &["cosine", "not a colour distance"],
+    );
+}
+
+#[test]
+fn kmeans_sample_weight_is_repeated_rows() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path();
+    let points: Vec<(f32, f32)> = (0..20)
+        .map(|i| ((i % 7) as f32 * 0.3 + (i / 10) as f32 * 9.0, (i % 3) as f32))
+        .collect();
+    let weights: Vec<u32> = (0..20).map(|i| (i * 5 + 1) % 4).collect();
+    let csv = |rows: &mut dyn Iterator<Item = &(f32, f32)>| {
+        rows.map(|(x, y)| format!("{x},{y}\n")).collect::<String>()
+    };
+    write(d, "points.csv", &csv(&mut points.iter()));
+    let w: String = weights.iter().map(|w| format!("{w}\n")).collect();
+    write(d, "w.csv", &format!("weight\n{w}"));
+    let mut repeated = points
+        .iter()
+        .zip(&weights)
+        .flat_map(|(p, &w)| std::iter::repeat_n(p, w as usize));
+    write(d, "repeated.csv", &csv(&mut repeated));
+    let fit = |input: &str, extra: &[&str], out: &str| {
+        let labels = format!("{out}-labels.csv");
+        let centroids = format!("{out}-centroids.csv");
+        let mut args = vec![
+            "kmeans",
+            input,
+            "--k",
+            "3",
+            "--seed",
+            "2",
+            "--device",
+            "cpu",
+            "--json",
+            "--labels-out",
+            &labels,
+            "--centroids-out",
+            &centroids,
+        ];
+        args.extend_from_slice(extra);
+        let j = json(&ok(d, &args));
+        let read = |f: &str| std::fs::read_to_string(d.join(f)).unwrap();
+        (j, read(&labels), read(&centroids))
+    };
+    let (jw, lw, cw) = fit("points.csv", &["--sample-weight", "w.csv"], "weighted");
+    let (jr, lr, cr) = fit("repeated.csv", &[], "repeated");
+    assert_eq!(cw, cr, "centroids");
+    assert_eq!(jw["inertia"], jr["inertia"]);
+    assert_eq!(jw["iterations"], jr["iterations"]);
+    assert_eq!(jw["sample_weight"], "w.csv");
+    let expanded: String = lw
+        .lines()
+        .zip(&weights)
+        .flat_map(|(l, &w)| std::iter::repeat_n(format!("{l}\n"), w as usize))
+        .collect();
+    assert_eq!(expanded, lr, "labels");
+}
+
+#[test]
+fn kmeans_cosine_clusters_directions_and_predict_normalises() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path();
+    // Two directions at every length: cosine groups by direction, not by distance.
+    let mut s = String::new();
+    for i in 1..=10 {
+        let r = i as f32;
+        s += &format!("{},{}\n", r, 0.1 * r);
+        s += &format!("{},{}\n", -0.1 * r, r);
+    }
+    write(d, "dirs.csv", &s);
+    let j = json(&ok(
+        d,
+        &[
+            "kmeans",
+            "dirs.csv",
+            "--k",
+            "2",
+            "--metric",
+            "cosine",
+            "--device",
+            "cpu",
+            "--json",
+            "--labels-out",
+            "labels.csv",
+            "--save-model",
+            "m.json",
+        ],
+    ));
+    assert_eq!(j["metric"], "cosine");
+    let labels = std::fs::read_to_string(d.join("labels.csv")).unwrap();
+    let labels: Vec<&str> = labels.lines().collect();
+    for pair in labels.chunks(2) {
+        assert_ne!(pair[0], pair[1]);
+        assert_eq!(pair[0], labels[0]);
+    }
+    assert!(j["inertia"].as_f64().unwrap() < 1e-6, "{j}");
+    write(d, "q.csv", "1000,100\n-1,10\n");
+    ok(
+        d,
+        &[
+            "predict",
+            "--model",
+            "m.json",
+            "q.csv",
+            "--labels-out",
+            "q-labels.csv",
+        ],
+    );
+    let q = std::fs::read_to_string(d.join("q-labels.csv")).unwrap();
+    assert_eq!(q, format!("{}\n{}\n", labels[0], labels[1]));
+    write(d, "zero.csv", "1,2\n0,0\n3,1\n");
+    fails(
+        d,
+        &[
+            "kmeans", "zero.csv", "--k", "2", "--metric", "cosine", "--device", "cpu",
+        ],
+        2,
+        &["zero.csv", "row 1", "norm 0"],
+    );
+}
+
+#[test]
+fn sample_weights_scale_votes_and_averages() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path();
+    write(d, "train.csv", &line_targets());
+    write(d, "query.csv", "0.4\n");
+    // Neighbours 0 (target 0) and 1 (target 10) weigh 3 and 1.
+    write(d, "w.csv", "3\n1\n1\n1\n1\n1\n");
+    let r = ok(
+        d,
+        &[
+            "regress",
+            "--train",
+            "train.csv",
+            "--query",
+            "query.csv",
+            "--k",
+            "2",
+            "--sample-weight",
+            "w.csv",
+            "--device",
+            "cpu",
+        ],
+    );
+    assert_eq!(r.stdout, "2.5\n");
+    write(d, "labelled.csv", "0,a\n1,b\n2,b\n");
+    write(d, "heavy.csv", "5\n1\n1\n");
+    let vote = |extra: &[&str]| {
+        let mut args = vec![
+            "classify",
+            "--train",
+            "labelled.csv",
+            "--query",
+            "query.csv",
+            "--k",
+            "3",
+            "--device",
+            "cpu",
+        ];
+        args.extend_from_slice(extra);
+        ok(d, &args).stdout
+    };
+    assert_eq!(vote(&[]), "b\n");
+    assert_eq!(vote(&["--sample-weight", "heavy.csv"]), "a\n");
+}
+
+#[test]
+fn bad_sample_weights_exit_2_naming_the_file() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path();
+    write(d, "points.csv", &two_groups(5));
+    write(d, "train.csv", &line_targets());
+    write(d, "labelled.csv", "0,a\n1,b\n2,b\n3,a\n4,a\n5,b\n");
+    write(d, "query.csv", "0.4\n");
+    write(d, "short.csv", "1\n2\n");
+    write(d, "negative.csv", "1\n1\n1\n-2\n1\n1\n1\n1\n1\n1\n");
+    write(d, "zeros.csv", "0\n0\n0\n0\n0\n0\n0\n0\n0\n0\n");
+    write(d, "text.csv", "1\n1\nheavy\n1\n1\n1\n");
+    let kmeans = |w: &'static str| {
+        vec![
+            "kmeans",
+            "points.csv",
+            "--k",
+            "2",
+            "--device",
+            "cpu",
+            "--labels-out",
+            "l.csv",
+            "--sample-weight",
+            w,
+        ]
+    };
+    fails(
+        d,
+        &kmeans("short.csv"),
+        2,
+        &["short.csv", "2 weights", "10 rows"],
+    );
+    fails(
+        d,
+        &kmeans("negative.csv"),
+        2,
+        &["negative.csv", "-2", "row 3"],
+    );
+    fails(d, &kmeans("zeros.csv"), 2, &["zeros.csv", "weight is zero"]);
+    fails(d, &kmeans("missing.csv"), 2, &["missing.csv"]);
+    for (cmd, train) in [("regress", "train.csv"), ("classify", "labelled.csv")] {
+        let args = |w: &'static str| {
+            vec![
+                cmd,
+                "--train",
+                train,
+                "--query",
+                "query.csv",
+                "--k",
+                "2",
+                "--device",
+                "cpu",
+                "--out",
+                "p.csv",
+                "--sample-weight",
+                w,
+            ]
+        };
+        fails(d, &args("short.csv"), 2, &["short.csv", "6 rows"]);
+        fails(
+            d,
+            &args("text.csv"),
+            2,
+            &["text.csv", "'heavy'", "not a number"],
+        );
+    }
 }

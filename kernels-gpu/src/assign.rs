@@ -8,8 +8,11 @@
 //! the dimensions in order 0..d, exactly as the CPU twin, and candidates merge with the
 //! lower-index tie rule, so labels match the CPU bit for bit.
 
-use crate::fixed::to_fixed;
-use crate::gpu::{self, atomic_add_i64, atomic_add_u32, block_sum_f64, shared, sync_threads};
+use crate::fixed::{inertia_term, to_fixed, units_at, weighted};
+use crate::gpu::{
+    self, atomic_add_i64, atomic_add_u32, atomic_add_u64, block_sum_f64, block_sum_i64, shared,
+    sync_threads,
+};
 #[cfg(target_feature = "sm_80")]
 use crate::launch::ASSIGN_STAGES;
 use crate::launch::{ASSIGN_JC, ASSIGN_NARROW, ASSIGN_WIDE, AssignTile, BLOCK};
@@ -33,10 +36,12 @@ struct Assign {
     labels: *mut u32,
     min_dist: *mut f32,
     changed: *mut u32,
-    block_inertia: *mut f64,
+    block_inertia: *mut i64,
+    inertia_scale: f32,
+    weights: *const f32,
     scales: *const f32,
     sums: *mut i64,
-    counts: *mut u32,
+    counts: *mut u64,
     /// The centroids by dimension (`d × kp`, `kmeans_centroids_by_dimension`), read by the
     /// sm_80 sweep.
     #[cfg_attr(not(target_feature = "sm_80"), allow(dead_code))]
@@ -49,11 +54,13 @@ macro_rules! assign_kernel {
     ($name:ident, $metric:expr, $tile:expr) => {
         /// Labels each of the `n` points of `x` (row-major, `d` columns) with its nearest of the
         /// `k` centroids and writes its distance. Squared norms of points and centroids are
-        /// inputs (ignored by L1). With `changed` non-null, adds the number of labels that
+        /// inputs (ignored by L1). `weights` (null: one unit each) holds every point's integer
+        /// units. With `changed` non-null, adds the number of labels of points with weight that
         /// differ from what `labels` held; with `block_inertia` non-null, writes each block's
-        /// fixed-order sum of distances at its index. With `sums` non-null, also adds every point's
-        /// fixed-point coordinates (under `scales`, one per dimension) to its cluster's row of
-        /// `sums` (`k × d`) and 1 to its `counts` entry, as `kmeans_accumulate_global` would.
+        /// fixed-point inertia `Σ units · round(dist · inertia_scale)` at its index. With `sums`
+        /// non-null, also adds every point's fixed-point coordinates (under `scales`, one per
+        /// dimension) times its units to its cluster's row of `sums` (`k × d`) and its units to
+        /// its `counts` entry, as `kmeans_accumulate_global` would.
         /// `centroids_t` holds the centroids by dimension (`d × kp`, `kp ≥ k` a multiple of 4;
         /// read on sm_80 and later).
         ///
@@ -72,10 +79,12 @@ macro_rules! assign_kernel {
             labels: *mut u32,
             min_dist: *mut f32,
             changed: *mut u32,
-            block_inertia: *mut f64,
+            block_inertia: *mut i64,
+            inertia_scale: f32,
+            weights: *const f32,
             scales: *const f32,
             sums: *mut i64,
-            counts: *mut u32,
+            counts: *mut u64,
             centroids_t: *const f32,
             kp: u32,
         ) {
@@ -91,6 +100,8 @@ macro_rules! assign_kernel {
                 min_dist,
                 changed,
                 block_inertia,
+                inertia_scale,
+                weights,
                 scales,
                 sums,
                 counts,
@@ -517,7 +528,8 @@ unsafe fn accumulate_split<const TP: usize, const TC: usize>(
 }
 
 /// Merges the centroid groups' candidates per point (lowest score, then lowest index), writes
-/// labels and distances, counts moved labels and the block's inertia.
+/// labels and distances, counts moved labels (of points with weight) and the block's fixed-point
+/// inertia.
 ///
 /// # Safety
 /// Every thread of the block calls this after its sweep; `merge_score` and `merge_index` hold
@@ -549,7 +561,7 @@ unsafe fn finish<const TP: usize>(
     }
     sync_threads();
     let mut moved = 0.0;
-    let mut dist_sum = 0.0;
+    let mut dist_sum = 0i64;
     let mut p = t;
     while p < pb {
         let i = first_point + p;
@@ -576,14 +588,15 @@ unsafe fn finish<const TP: usize>(
                 AssignMetric::L1 => 0.0,
             };
             let dist = assign_distance(metric, x_sq, score);
+            let units = unsafe { units_at(a.weights, i) };
             unsafe {
-                if *a.labels.add(i) != label {
+                if *a.labels.add(i) != label && units != 0 {
                     moved += 1.0;
                 }
                 *a.labels.add(i) = label;
                 *a.min_dist.add(i) = dist;
             }
-            dist_sum += dist as f64;
+            dist_sum = dist_sum.wrapping_add(inertia_term(dist, a.inertia_scale, units));
             // Thread `p` alone reads row `p` of the merge area, and is done with it.
             unsafe { *merge_index.add(p * tile.ct) = label };
         }
@@ -601,14 +614,20 @@ unsafe fn finish<const TP: usize>(
             if i < a.n {
                 unsafe {
                     let label = *merge_index.add(p * tile.ct) as usize;
+                    let units = units_at(a.weights, i);
                     let mut j = lane;
                     while j < a.d {
                         let q = to_fixed(*a.x.add(i * a.d + j), *a.scales.add(j));
+                        let q = if a.weights.is_null() {
+                            q
+                        } else {
+                            weighted(q, units)
+                        };
                         atomic_add_i64(a.sums.add(label * a.d + j), q);
                         j += 32;
                     }
                     if lane == 0 {
-                        atomic_add_u32(a.counts.add(label), 1);
+                        atomic_add_u64(a.counts.add(label), units as u64);
                     }
                 }
             }
@@ -622,7 +641,7 @@ unsafe fn finish<const TP: usize>(
         }
     }
     if !a.block_inertia.is_null() {
-        let total = unsafe { block_sum_f64(scratch.add(BLOCK as usize), dist_sum) };
+        let total = unsafe { block_sum_i64(scratch.add(BLOCK as usize), dist_sum) };
         if t == 0 {
             unsafe { *a.block_inertia.add(gpu::block()) = total };
         }

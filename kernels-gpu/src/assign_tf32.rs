@@ -12,7 +12,8 @@
 //! the chosen centroid.
 
 use crate::cp_async::{commit, copy_4, copy_rows, shared_addr, wait_all, wait_group};
-use crate::gpu::{self, atomic_add_u32, block_sum_f64, shared, sync_threads};
+use crate::fixed::{inertia_term, units_at};
+use crate::gpu::{self, atomic_add_u32, block_sum_f64, block_sum_i64, shared, sync_threads};
 use crate::launch::{
     BLOCK, TF32_C_STRIDE as CS, TF32_CENTROIDS as BC, TF32_KC as KC, TF32_POINTS as BP,
     TF32_STAGE_WORDS as SW, TF32_STAGES as STAGES, TF32_X_STRIDE as XS, TF32_XC as XC,
@@ -21,9 +22,11 @@ use crate::math::{AssignMetric, assign_distance, assign_step, better, l2_score};
 use crate::mma::{load4, mma, shfl_xor_u32, to_tf32};
 
 /// Labels each of the `n` points of `x` (row-major, `d` columns) with its nearest of the `k`
-/// centroids (TF32 candidates, exact FP32 re-check) and writes its exact distance. With
-/// `changed` non-null, adds the number of labels that differ from what `labels` held; with
-/// `block_inertia` non-null, writes each block's fixed-order sum of distances at its index.
+/// centroids (TF32 candidates, exact FP32 re-check) and writes its exact distance. `weights`
+/// (null: one unit each) holds every point's integer units. With `changed` non-null, adds the
+/// number of labels of points with weight that differ from what `labels` held; with
+/// `block_inertia` non-null, writes each block's fixed-point inertia `Σ units · round(dist ·
+/// inertia_scale)` at its index.
 ///
 /// # Safety
 /// Pointers valid for those sizes; `BLOCK` threads, `ceil(n / TF32_POINTS)` blocks and
@@ -40,7 +43,9 @@ pub unsafe extern "gpu-kernel" fn kmeans_assign_l2_tf32(
     labels: *mut u32,
     min_dist: *mut f32,
     changed: *mut u32,
-    block_inertia: *mut f64,
+    block_inertia: *mut i64,
+    inertia_scale: f32,
+    weights: *const f32,
 ) {
     let (n, d, k) = (n as usize, (d as usize).max(1), k as usize);
     let a = Assign {
@@ -55,6 +60,8 @@ pub unsafe extern "gpu-kernel" fn kmeans_assign_l2_tf32(
         min_dist,
         changed,
         block_inertia,
+        inertia_scale,
+        weights,
     };
     // Rows of `x` and `centroids` start 16-byte aligned when d is a multiple of 4: stage in
     // 16-byte copies then, else one word at a time (two specialisations, so neither keeps the
@@ -79,7 +86,9 @@ struct Assign {
     labels: *mut u32,
     min_dist: *mut f32,
     changed: *mut u32,
-    block_inertia: *mut f64,
+    block_inertia: *mut i64,
+    inertia_scale: f32,
+    weights: *const f32,
 }
 
 #[inline(always)]
@@ -96,6 +105,8 @@ unsafe fn run<const VEC: bool>(a: Assign) {
         min_dist,
         changed,
         block_inertia,
+        inertia_scale,
+        weights,
     } = a;
     let vec = VEC;
     let t = gpu::thread();
@@ -321,21 +332,22 @@ unsafe fn run<const VEC: bool>(a: Assign) {
         label = other;
     }
     let mut moved = 0.0;
-    let mut dist_sum = 0.0;
+    let mut dist_sum = 0i64;
     if which == 0 && i < n {
         if label == u32::MAX {
             // Every score was +inf (or NaN): the CPU's first-minimum scan keeps centroid 0.
             label = 0;
         }
         let dist = assign_distance(AssignMetric::SqL2, unsafe { *x_sq_norms.add(i) }, best);
+        let units = unsafe { units_at(weights, i) };
         unsafe {
-            if *labels.add(i) != label {
+            if *labels.add(i) != label && units != 0 {
                 moved = 1.0;
             }
             *labels.add(i) = label;
             *min_dist.add(i) = dist;
         }
-        dist_sum = dist as f64;
+        dist_sum = inertia_term(dist, inertia_scale, units);
     }
     if !changed.is_null() {
         let total = unsafe { block_sum_f64(scratch, moved) };
@@ -344,7 +356,7 @@ unsafe fn run<const VEC: bool>(a: Assign) {
         }
     }
     if !block_inertia.is_null() {
-        let total = unsafe { block_sum_f64(scratch.add(BLOCK as usize), dist_sum) };
+        let total = unsafe { block_sum_i64(scratch.add(BLOCK as usize), dist_sum) };
         if t == 0 {
             unsafe { *block_inertia.add(gpu::block()) = total };
         }

@@ -1,8 +1,8 @@
 //! The execution context of the kNN kernel bodies: thread and block index, the block barrier and
 //! dynamic shared memory.
 //!
-//! On nvptx64 [`Gpu`] reads the special registers (everything inlines to the same PTX as direct
-//! calls). In the host's unit tests, [`emu`] runs the very same bodies with one OS thread per GPU
+//! On nvptx64 `Gpu` reads the special registers (everything inlines to the same PTX as direct
+//! calls). In the host's unit tests, `emu` (test builds) runs the very same bodies with one OS thread per GPU
 //! thread and a real barrier, so the kernels' indexing, barriers and shared-memory use are
 //! exercised without a GPU.
 
@@ -64,6 +64,32 @@ pub unsafe fn block_sums<const N: usize, E: Exec>(
         }
         e.sync();
         totals
+    }
+}
+
+/// Sums one i64 per thread (wrapping, like the GPU's integer adds) and returns the total to every
+/// thread; integer sums are the same in any order. `scratch` is f64 scratch reused as i64.
+///
+/// # Safety
+/// As for [`block_sums`] with one value.
+#[inline(always)]
+pub unsafe fn block_sum_i64<E: Exec>(e: E, threads: usize, scratch: *mut f64, value: i64) -> i64 {
+    let t = e.thread();
+    let slots = scratch.cast::<i64>();
+    unsafe {
+        *slots.add(t) = value;
+        e.sync();
+        let mut stride = threads / 2;
+        while stride > 0 {
+            if t < stride {
+                *slots.add(t) = (*slots.add(t)).wrapping_add(*slots.add(t + stride));
+            }
+            e.sync();
+            stride /= 2;
+        }
+        let total = *slots;
+        e.sync();
+        total
     }
 }
 

@@ -8,6 +8,17 @@
 //! The scale leaves room for `n` addends: `|q| ≤ 2^(62 − ⌈log2 n⌉ − 1)`, so no sum can overflow.
 //! A coordinate is resolved to `2^−(61 − ⌈log2 n⌉)` of its dimension's largest magnitude — 44 bits
 //! for 10^5 points, 31 bits for 10^9 — finer than the 24 bits of an f32 accumulator.
+//!
+//! **Sample weights** are integers too: the host quantises every weight to an integer number of
+//! units ([`weight_units`]; an integer weight is its own number of units), and a point adds
+//! `units · q` to its cluster's sum and `units` to its cluster's weight. The scales are then
+//! chosen for the total number of units `Σw` in place of `n` (`Σ units · |q| ≤ Σw · 2^(61 − ⌈log2
+//! Σw⌉)`), so a point of weight 3 adds exactly what three copies of it add, and integer weights
+//! give the same centroids, bit for bit, as the data with rows repeated.
+//!
+//! **Inertia** is a fixed-point sum as well: every distance is scaled by `2^u`
+//! ([`inertia_exponent`]), rounded, multiplied by its point's units and added as an integer, so it
+//! too is independent of the order of the additions (and the same on every backend).
 
 /// Largest and smallest power-of-two exponent a scale may take (keeps `2^s` a normal f32).
 const MAX_SHIFT: i32 = 100;
@@ -67,10 +78,63 @@ pub fn to_fixed(x: f32, scale: f32) -> i64 {
     }
 }
 
-/// The mean of `count` fixed-point addends whose sum is `sum`, under `inv_scale = 2^−s`.
+/// The mean of fixed-point addends whose weighted sum is `sum` and whose weights (units, or the
+/// count without weights) add to `weight`, under `inv_scale = 2^−s`.
 #[inline(always)]
-pub fn mean(sum: i64, inv_scale: f64, count: u32) -> f32 {
-    ((sum as f64) * inv_scale / (count as f64)) as f32
+pub fn mean(sum: i64, inv_scale: f64, weight: u64) -> f32 {
+    ((sum as f64) * inv_scale / (weight as f64)) as f32
+}
+
+/// The units of a point whose quantised weight is `units` (an integer-valued f32, as the host
+/// makes them); without weights every point is one unit.
+#[inline(always)]
+pub fn weight_units(units: Option<f32>) -> i64 {
+    match units {
+        Some(w) => w as i64,
+        None => 1,
+    }
+}
+
+/// The units of point `i` of a kernel's weights argument: 1 when `weights` is null.
+///
+/// # Safety
+/// `weights` is null or holds more than `i` values.
+#[inline(always)]
+pub unsafe fn units_at(weights: *const f32, i: usize) -> i64 {
+    weight_units(if weights.is_null() {
+        None
+    } else {
+        Some(unsafe { *weights.add(i) })
+    })
+}
+
+/// A point's fixed-point addend `q` counted `units` times. Wrapping, like the GPU's integer
+/// arithmetic: within the bounds of the scales it never wraps, and a zero-weight point adds 0
+/// even when its coordinates lie outside them.
+#[inline(always)]
+pub fn weighted(q: i64, units: i64) -> i64 {
+    q.wrapping_mul(units)
+}
+
+/// The exponent `u` of the fixed-point inertia for distances up to about `bound` (f32 rounding may
+/// exceed it, up to twice) and `total` units of weight: `total · 2 · bound · 2^u < 2^62`, so the
+/// integer sum `Σ units · round(dist · 2^u)` cannot overflow an i64. A distance is then resolved to
+/// `2^−(60 − ⌈log2 total⌉)` of the bound: far below the rounding of the f32 distance itself.
+pub fn inertia_exponent(bound: f64, total: u64) -> i32 {
+    if bound <= 0.0 || !bound.is_finite() {
+        return 0;
+    }
+    let log_total = u64::BITS - total.max(1).saturating_sub(1).leading_zeros(); // ⌈log2 total⌉
+    // bound < 2^e
+    let e = ((bound.to_bits() >> 52) & 0x7ff) as i32 - 1023 + 1;
+    (60 - log_total as i32 - e).clamp(-MAX_SHIFT, MAX_SHIFT)
+}
+
+/// A point's term of the fixed-point inertia: its distance under `scale = 2^u`, rounded, times its
+/// units (see [`inertia_exponent`]).
+#[inline(always)]
+pub fn inertia_term(dist: f32, scale: f32, units: i64) -> i64 {
+    weighted(to_fixed(dist, scale), units)
 }
 
 #[cfg(test)]
@@ -114,6 +178,45 @@ mod tests {
             assert_eq!(pow2_f32(s) as f64, 2f64.powi(s));
             assert_eq!(inv_pow2_f64(s), 2f64.powi(-s));
         }
+    }
+
+    #[test]
+    fn inertia_leaves_room_for_the_total_weight() {
+        for &(bound, total) in &[
+            (1.0f64, 1u64),
+            (12.0, 1_000_000),
+            (1e30, 1 << 40),
+            (3e-9, 77),
+        ] {
+            let u = inertia_exponent(bound, total);
+            let q = to_fixed((2.0 * bound) as f32, pow2_f32(u)) as u128;
+            assert!(q * total as u128 <= 1u128 << 62, "{bound} {total} {u}");
+            assert!(
+                q * total as u128 > 1u128 << 58,
+                "{bound} {total} {u}: too coarse"
+            );
+        }
+        assert_eq!(inertia_exponent(0.0, 10), 0);
+    }
+
+    #[test]
+    fn weighted_terms_equal_repeated_terms() {
+        let scale = pow2_f32(scale_exponent(3.0, 12));
+        for x in [0.1f32, -2.75, 2.999] {
+            let q = to_fixed(x, scale);
+            assert_eq!(weighted(q, 3), q + q + q);
+            assert_eq!(
+                inertia_term(x.abs(), scale, 3),
+                3 * to_fixed(x.abs(), scale)
+            );
+        }
+        assert_eq!(
+            weighted(to_fixed(1e30, scale), 0),
+            0,
+            "zero weight, value out of range"
+        );
+        assert_eq!(weight_units(None), 1);
+        assert_eq!(weight_units(Some(7.0)), 7);
     }
 
     #[test]

@@ -49,6 +49,15 @@ pub unsafe fn block_sum_f64(scratch: *mut f64, value: f64) -> f64 {
     unsafe { crate::exec::block_sum_f64(crate::exec::Gpu, block_dim(), scratch, value) }
 }
 
+/// Sums one i64 per thread (order-free: integers); the total is valid in every thread.
+///
+/// # Safety
+/// As for [`block_sum_f64`].
+#[inline(always)]
+pub unsafe fn block_sum_i64(scratch: *mut f64, value: i64) -> i64 {
+    unsafe { crate::exec::block_sum_i64(crate::exec::Gpu, block_dim(), scratch, value) }
+}
+
 /// Integer add into shared or global memory; integer sums do not depend on the order.
 ///
 /// # Safety

@@ -2,9 +2,10 @@
 //! of k-means‖. One thread per point; the candidate rows are staged through shared memory
 //! `SEED_DIMS` dimensions at a time and every distance is accumulated in dimension order with
 //! [`crate::math::step`], as `kernels_gpu::math::distance` does on the CPU. Weights are the
-//! exact integers of [`crate::seeding`], so every sum is order-free. CPU twins:
-//! `host/src/backend/cpu/init.rs`.
+//! exact integers of [`crate::seeding`] times each point's sample-weight units (`weights`, null:
+//! one each), so every sum is order-free. CPU twins: `host/src/backend/cpu/init.rs`.
 
+use crate::fixed::units_at;
 use crate::gpu::{self, atomic_add_u64, atomic_fetch_add_u32, shared, sync_threads, warp_sum_u64};
 use crate::launch::{BLOCK, SEED_CANDIDATES, SEED_DIMS};
 use crate::math::{AssignMetric, step};
@@ -74,19 +75,21 @@ fn block_slots() -> *mut u64 {
 }
 
 /// One k-means++ step: first lowers `min_dist` to the previous winner `pending` (unless
-/// [`NO_ROW`]), then for each trial `t` writes the potential `Σ_i weight(min(min_dist_i,
-/// dist(i, candidates[t])))` of this block to `block_sums[t · gridDim + block]` and adds it to
-/// `potentials[t]` (zeroed by the host). CPU twin: `cpu::init::trials`.
+/// [`NO_ROW`]), then for each trial `t` writes the potential `Σ_i weight_of(min(min_dist_i,
+/// dist(i, candidates[t])), units_i)` of this block to `block_sums[t · gridDim + block]` and
+/// adds it to `potentials[t]` (zeroed by the host). CPU twin: `cpu::init::trials`.
 ///
 /// # Safety
 /// `ceil(n / BLOCK)` blocks of `BLOCK` threads, `SEED_SHARED_BYTES` of dynamic shared memory;
-/// `x` holds `n × d`, `min_dist` `n`, `candidates` `trials` row indices `< n`, `trials +
-/// (pending != NO_ROW) ≤ SEED_CANDIDATES`, `block_sums` `trials × gridDim`.
+/// `x` holds `n × d`, `weights` null or `n`, `min_dist` `n`, `candidates` `trials` row indices
+/// `< n`, `trials + (pending != NO_ROW) ≤ SEED_CANDIDATES`, `block_sums` `trials × gridDim`.
+#[allow(clippy::too_many_arguments)]
 #[inline(always)]
 unsafe fn trials<const M: u32>(
     x: *const f32,
     n: u32,
     d: u32,
+    weights: *const f32,
     min_dist: *mut f32,
     candidates: *const u32,
     trials: u32,
@@ -128,13 +131,14 @@ unsafe fn trials<const M: u32>(
         }
         unsafe { *min_dist.add(i) = old };
     }
+    let units = if live {
+        unsafe { units_at(weights, i) as u64 }
+    } else {
+        0
+    };
     for (c, &a) in acc.iter().enumerate() {
         if c < trials {
-            let w = if live {
-                ws.weight(metric, if a < old { a } else { old })
-            } else {
-                0
-            };
+            let w = ws.weight_of(metric, if a < old { a } else { old }, units);
             unsafe { add_to_block(slots.add(c), w) };
         }
     }
@@ -163,6 +167,7 @@ unsafe fn nearest<const M: u32>(
     x: *const f32,
     n: u32,
     d: u32,
+    weights: *const f32,
     min_dist: *mut f32,
     owner: *mut u32,
     rows: *const u32,
@@ -204,7 +209,11 @@ unsafe fn nearest<const M: u32>(
             *owner.add(i) = who;
         }
     }
-    let w = if live { ws.weight(metric, best) } else { 0 };
+    let w = if live {
+        ws.weight_of(metric, best, unsafe { units_at(weights, i) } as u64)
+    } else {
+        0
+    };
     unsafe { add_to_block(slots, w) };
     sync_threads();
     if t == 0 {
@@ -229,6 +238,7 @@ unsafe fn locate<const M: u32>(
     x: *const f32,
     n: u32,
     d: u32,
+    weights: *const f32,
     min_dist: *const f32,
     pending: u32,
     sums: *const u64,
@@ -286,7 +296,7 @@ unsafe fn locate<const M: u32>(
                 m = acc;
             }
         }
-        ws.weight(metric, m)
+        ws.weight_of(metric, m, unsafe { units_at(weights, i) } as u64)
     } else {
         0
     };
@@ -314,6 +324,7 @@ unsafe fn locate<const M: u32>(
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 unsafe fn sample<const M: u32>(
+    weights: *const f32,
     min_dist: *const f32,
     n: u32,
     seed: u64,
@@ -329,22 +340,32 @@ unsafe fn sample<const M: u32>(
     if i >= n as usize {
         return;
     }
-    let w = ws.weight(AssignMetric::from_id(M), unsafe { *min_dist.add(i) });
+    let units = unsafe { units_at(weights, i) } as u64;
+    let w = ws.weight_of(AssignMetric::from_id(M), unsafe { *min_dist.add(i) }, units);
     if sampled(uniform32(seed, round, first_row + i as u32), w, ell, phi) {
         unsafe { *out.add(atomic_fetch_add_u32(count, 1) as usize) = i as u32 };
     }
 }
 
-/// `counts[owner[i]] += 1` for every point (the k-means‖ candidate weights). CPU twin:
-/// `cpu::init::owner_counts`.
+/// `totals[owner[i]] += units_i` for every point (the k-means‖ candidate weights; `weights`
+/// null: one unit each). CPU twin: `cpu::init::seed_owner_weights`.
 ///
 /// # Safety
-/// `ceil(n / BLOCK)` blocks of `BLOCK` threads; every `owner` value indexes `counts` (zeroed).
+/// `ceil(n / BLOCK)` blocks of `BLOCK` threads; `weights` null or `n` values; every `owner` value
+/// indexes `totals` (zeroed).
 #[unsafe(no_mangle)]
-pub unsafe extern "gpu-kernel" fn seed_owner_counts(owner: *const u32, n: u32, counts: *mut u32) {
+pub unsafe extern "gpu-kernel" fn seed_owner_weights(
+    owner: *const u32,
+    n: u32,
+    weights: *const f32,
+    totals: *mut u64,
+) {
     let i = gpu::block() * BLOCK as usize + gpu::thread();
     if i < n as usize {
-        unsafe { gpu::atomic_add_u32(counts.add(*owner.add(i) as usize), 1) };
+        unsafe {
+            let units = units_at(weights, i) as u64;
+            atomic_add_u64(totals.add(*owner.add(i) as usize), units);
+        }
     }
 }
 
@@ -360,6 +381,7 @@ macro_rules! seeding_kernels {
             x: *const f32,
             n: u32,
             d: u32,
+            weights: *const f32,
             min_dist: *mut f32,
             candidates: *const u32,
             count: u32,
@@ -372,7 +394,8 @@ macro_rules! seeding_kernels {
             let ws = WeightScale { scale, cap };
             unsafe {
                 trials::<{ $m }>(
-                    x, n, d, min_dist, candidates, count, pending, ws, block_sums, potentials,
+                    x, n, d, weights, min_dist, candidates, count, pending, ws, block_sums,
+                    potentials,
                 )
             }
         }
@@ -387,6 +410,7 @@ macro_rules! seeding_kernels {
             x: *const f32,
             n: u32,
             d: u32,
+            weights: *const f32,
             min_dist: *mut f32,
             owner: *mut u32,
             rows: *const u32,
@@ -401,7 +425,8 @@ macro_rules! seeding_kernels {
             let ws = WeightScale { scale, cap };
             unsafe {
                 nearest::<{ $m }>(
-                    x, n, d, min_dist, owner, rows, count, first_id, fresh, ws, block_sums, total,
+                    x, n, d, weights, min_dist, owner, rows, count, first_id, fresh, ws,
+                    block_sums, total,
                 )
             }
         }
@@ -416,6 +441,7 @@ macro_rules! seeding_kernels {
             x: *const f32,
             n: u32,
             d: u32,
+            weights: *const f32,
             min_dist: *const f32,
             pending: u32,
             sums: *const u64,
@@ -426,7 +452,11 @@ macro_rules! seeding_kernels {
             out: *mut u32,
         ) {
             let ws = WeightScale { scale, cap };
-            unsafe { locate::<{ $m }>(x, n, d, min_dist, pending, sums, nb, draws, ws, out) }
+            unsafe {
+                locate::<{ $m }>(
+                    x, n, d, weights, min_dist, pending, sums, nb, draws, ws, out,
+                )
+            }
         }
 
         /// [`sample`] for this metric.
@@ -436,6 +466,7 @@ macro_rules! seeding_kernels {
         #[unsafe(no_mangle)]
         #[allow(clippy::too_many_arguments)]
         pub unsafe extern "gpu-kernel" fn $sample(
+            weights: *const f32,
             min_dist: *const f32,
             n: u32,
             seed: u64,
@@ -451,7 +482,7 @@ macro_rules! seeding_kernels {
             let ws = WeightScale { scale, cap };
             unsafe {
                 sample::<{ $m }>(
-                    min_dist, n, seed, round, first_row, ell, phi, ws, out, count,
+                    weights, min_dist, n, seed, round, first_row, ell, phi, ws, out, count,
                 )
             }
         }

@@ -241,18 +241,32 @@ pub const fn vote_scale_exponent(k: usize) -> i32 {
 /// The vote of a neighbour at distance `dist` when the query's nearest neighbour is at `nearest`:
 /// 1 for uniform votes; for distance weighting `nearest / dist` (∝ 1 / dist, at most 1) in fixed
 /// point under `scale = 2^vote_scale_exponent(k)`. When the nearest distance is 0 only the
-/// neighbours at distance 0 vote, with weight 1 each.
+/// neighbours at distance 0 vote, with weight 1 each. With a sample weight (`row_weight`, the
+/// neighbour's weight over the largest training weight, so at most 1) the vote is that weight
+/// times the above, in fixed point under `scale` for uniform votes too.
 #[inline(always)]
-pub fn vote_weight(weighted: bool, nearest: f32, dist: f32, scale: f32) -> u64 {
-    if !weighted {
-        return 1;
-    }
-    let w = if nearest > 0.0 {
+pub fn vote_weight(
+    weighted: bool,
+    nearest: f32,
+    dist: f32,
+    scale: f32,
+    row_weight: Option<f32>,
+) -> u64 {
+    let w = if !weighted {
+        match row_weight {
+            None => return 1,
+            Some(_) => 1.0,
+        }
+    } else if nearest > 0.0 {
         nearest / dist
     } else if dist == 0.0 {
         1.0
     } else {
         0.0
+    };
+    let w = match row_weight {
+        Some(r) => r * w,
+        None => w,
     };
     let q = to_fixed(w, scale);
     if q > 0 { q as u64 } else { 0 }
@@ -369,15 +383,33 @@ mod tests {
     fn vote_weights_sum_without_overflow() {
         for k in [1usize, 2, 3, 1000, 1 << 20, usize::MAX >> 4] {
             let s = vote_scale_exponent(k);
-            let one = vote_weight(true, 1.0, 1.0, crate::fixed::pow2_f32(s)) as u128;
-            assert!(one * k as u128 <= 1u128 << 61, "{k}");
+            let scale = crate::fixed::pow2_f32(s);
+            for rw in [None, Some(1.0)] {
+                let one = vote_weight(true, 1.0, 1.0, scale, rw) as u128;
+                assert!(one * k as u128 <= 1u128 << 61, "{k}");
+                let one = vote_weight(false, 1.0, 1.0, scale, rw) as u128;
+                assert!(one * k as u128 <= 1u128 << 61, "{k}");
+            }
         }
         let scale = crate::fixed::pow2_f32(vote_scale_exponent(5));
-        assert_eq!(vote_weight(false, 0.0, 7.0, scale), 1);
-        assert_eq!(vote_weight(true, 0.0, 0.0, scale), scale as u64);
-        assert_eq!(vote_weight(true, 0.0, 1.0, scale), 0);
-        assert_eq!(vote_weight(true, 2.0, 4.0, scale), (scale / 2.0) as u64);
-        assert_eq!(vote_weight(true, 2.0, f32::INFINITY, scale), 0);
+        assert_eq!(vote_weight(false, 0.0, 7.0, scale, None), 1);
+        assert_eq!(vote_weight(true, 0.0, 0.0, scale, None), scale as u64);
+        assert_eq!(vote_weight(true, 0.0, 1.0, scale, None), 0);
+        assert_eq!(
+            vote_weight(true, 2.0, 4.0, scale, None),
+            (scale / 2.0) as u64
+        );
+        assert_eq!(vote_weight(true, 2.0, f32::INFINITY, scale, None), 0);
+        // Sample weights scale the vote, uniform or by distance; weight 0 casts none.
+        assert_eq!(
+            vote_weight(false, 2.0, 4.0, scale, Some(0.25)),
+            (scale / 4.0) as u64
+        );
+        assert_eq!(
+            vote_weight(true, 2.0, 4.0, scale, Some(0.5)),
+            (scale / 4.0) as u64
+        );
+        assert_eq!(vote_weight(false, 2.0, 4.0, scale, Some(0.0)), 0);
         assert!(vote_better(3, 5, 2, 0));
         assert!(vote_better(3, 1, 3, 2));
         assert!(!vote_better(3, 2, 3, 1));

@@ -281,11 +281,12 @@ pub const fn tf32_shared_bytes() -> usize {
     (TF32_POINTS / 2 * TF32_X_STRIDE + TF32_STAGES * TF32_STAGE_WORDS) * 4
 }
 
-/// Whether per-block fixed-point sums of `k × d` values (plus `k` counts) fit in shared memory.
+/// Whether per-block fixed-point sums of `k × d` values (plus `k` u64 cluster weights) fit in
+/// shared memory: the `8·k·d + 8·k` bytes of `kmeans_accumulate_shared`.
 pub fn sums_fit_shared(k: usize, d: usize) -> bool {
-    k.checked_mul(d)
-        .and_then(|kd| kd.checked_mul(8))
-        .and_then(|b| b.checked_add(4 * k))
+    d.checked_add(1)
+        .and_then(|d1| k.checked_mul(d1))
+        .and_then(|cells| cells.checked_mul(8))
         .is_some_and(|b| b <= DEFAULT_SHARED_BYTES)
 }
 
@@ -312,6 +313,15 @@ mod tests {
         // keeps the tile resident at no cost).
         assert!(ASSIGN_WIDE.resident_shared_bytes(16) <= ASSIGN_WIDE.shared_bytes());
         assert!(ASSIGN_WIDE.resident_shared_bytes(129) > ASSIGN_WIDE.resident_shared_bytes(128));
+    }
+
+    #[test]
+    fn shared_sums_count_their_u64_weights() {
+        // 8·k·d + 8·k bytes: k = 1, d = 6143 fills 48 KiB exactly; one more dimension does not.
+        assert!(sums_fit_shared(1, 6143));
+        assert!(!sums_fit_shared(1, 6144));
+        assert!(sums_fit_shared(64, 95) && !sums_fit_shared(64, 96));
+        assert!(!sums_fit_shared(usize::MAX, 2));
     }
 
     #[test]

@@ -29,6 +29,7 @@ pub mod knn;
 pub mod knn_tf32;
 pub mod launch;
 pub mod math;
+pub mod minibatch;
 pub mod seeding;
 pub mod select;
 pub mod small;

@@ -85,6 +85,19 @@ pub fn sq_norm(x: &[f32]) -> f32 {
     acc
 }
 
+/// Scales `row` to unit L2 norm in place: divides every value by `sqrt` of its [`sq_norm`] (both
+/// correctly rounded on either target). A zero row stays as it is. The cosine points and the
+/// spherical k-means centroids are normalised this way on both backends.
+#[inline(always)]
+pub fn normalize(row: &mut [f32]) {
+    let norm = crate::knn::sqrt(sq_norm(row));
+    if norm > 0.0 {
+        for v in row {
+            *v /= norm;
+        }
+    }
+}
+
 /// The squared-L2 ranking score of a centroid: `‖c‖² − 2·x·c`, which orders centroids exactly
 /// as `‖x − c‖²` does but costs one multiply-add per dimension (the GEMM form).
 #[inline(always)]
@@ -178,6 +191,16 @@ mod tests {
             let via_score = assign_distance(AssignMetric::SqL2, x2, l2_score(dot, sq_norm(&c)));
             assert_eq!(via_score, distance(AssignMetric::SqL2, &x, &c));
         }
+    }
+
+    #[test]
+    fn normalize_gives_unit_rows_and_keeps_zero_rows() {
+        let mut row = [3.0, 4.0];
+        normalize(&mut row);
+        assert_eq!(row, [0.6, 0.8]);
+        let mut zero = [0.0, 0.0, 0.0];
+        normalize(&mut zero);
+        assert_eq!(zero, [0.0; 3]);
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! The per-step summary, reduced in a fixed order so it is the same float run after run:
-//! changed labels, empty clusters, inertia and centroid shift, copied back together.
+//! changed labels, empty clusters, fixed-point inertia and centroid shift, copied back together.
 
-use crate::gpu::{self, block_sum_f64, shared};
+use crate::gpu::{self, block_sum_f64, block_sum_i64, shared};
 use crate::launch::SHIFT_PART;
 use crate::tile::load_vec4s;
 
@@ -56,7 +56,8 @@ pub unsafe extern "gpu-kernel" fn kmeans_shift_parts(
 
 /// Writes `out = [counters[0], counters[1], Σ block_inertia, Σ shift_parts]` as f64 and zeroes
 /// the counters for the next step (so no step needs a memset before it). Every thread sums a
-/// fixed set of elements in a fixed order, then a fixed tree combines the threads.
+/// fixed set of elements in a fixed order, then a fixed tree combines the threads; the inertia
+/// partials are fixed-point integers (exact in any order), converted once at the end.
 ///
 /// # Safety
 /// One block of a power-of-two size `B`, `8·B` bytes of dynamic shared memory; `counters` holds
@@ -64,7 +65,7 @@ pub unsafe extern "gpu-kernel" fn kmeans_shift_parts(
 #[unsafe(no_mangle)]
 pub unsafe extern "gpu-kernel" fn kmeans_summary(
     counters: *mut u32,
-    block_inertia: *const f64,
+    block_inertia: *const i64,
     blocks: u32,
     shift_parts: *const f64,
     parts: u32,
@@ -72,24 +73,27 @@ pub unsafe extern "gpu-kernel" fn kmeans_summary(
 ) {
     let t = gpu::thread();
     let scratch = shared::<f64>();
-    let strided_sum = |values: *const f64, len: u32| {
-        let mut sum = 0.0;
-        let mut e = t;
-        while e < len as usize {
-            sum += unsafe { *values.add(e) };
-            e += gpu::block_dim();
-        }
-        sum
-    };
-    let inertia = unsafe { block_sum_f64(scratch, strided_sum(block_inertia, blocks)) };
-    let shift = unsafe { block_sum_f64(scratch, strided_sum(shift_parts, parts)) };
+    let mut inertia = 0i64;
+    let mut e = t;
+    while e < blocks as usize {
+        inertia = inertia.wrapping_add(unsafe { *block_inertia.add(e) });
+        e += gpu::block_dim();
+    }
+    let inertia = unsafe { block_sum_i64(scratch, inertia) };
+    let mut shift = 0.0;
+    let mut e = t;
+    while e < parts as usize {
+        shift += unsafe { *shift_parts.add(e) };
+        e += gpu::block_dim();
+    }
+    let shift = unsafe { block_sum_f64(scratch, shift) };
     if t == 0 {
         unsafe {
             *out = *counters as f64;
             *out.add(1) = *counters.add(1) as f64;
             *counters = 0;
             *counters.add(1) = 0;
-            *out.add(2) = inertia;
+            *out.add(2) = inertia as f64;
             *out.add(3) = shift;
         }
     }

@@ -3,9 +3,10 @@
 //!
 //! A point's weight is its seeding distance (squared L2, or the square of the L1 distance)
 //! scaled by a power of two and truncated to an integer, capped so that `n` weights cannot
-//! overflow a u64. Sums of weights (trial potentials, prefix sums for sampling) are then exact
-//! and independent of the order in which threads, blocks or rayon tasks add them, so both
-//! backends make the same choices.
+//! overflow a u64, then multiplied by the point's sample-weight units (see [`crate::fixed`]; the
+//! cap is then for the total units in place of `n`). Sums of weights (trial potentials, prefix
+//! sums for sampling) are then exact and independent of the order in which threads, blocks or
+//! rayon tasks add them, so both backends make the same choices.
 
 use crate::math::AssignMetric;
 
@@ -40,7 +41,8 @@ impl WeightScale {
         }
     }
 
-    /// The integer weight of a point at seeding distance `dist` (as `distance` computes it).
+    /// The integer weight of a point of one unit at seeding distance `dist` (as `distance`
+    /// computes it).
     #[inline(always)]
     pub fn weight(self, metric: AssignMetric, dist: f32) -> u64 {
         let w = match metric {
@@ -49,6 +51,13 @@ impl WeightScale {
         };
         // Exact scaling by a power of two, then truncation (saturating; NaN → 0).
         ((w * self.scale) as u64).min(self.cap)
+    }
+
+    /// The integer weight of a point of `units` units (its sample weight) at seeding distance
+    /// `dist`: what `units` copies of a one-unit point weigh together.
+    #[inline(always)]
+    pub fn weight_of(self, metric: AssignMetric, dist: f32, units: u64) -> u64 {
+        self.weight(metric, dist) * units
     }
 }
 

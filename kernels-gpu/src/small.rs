@@ -1,7 +1,7 @@
 //! One Lloyd step for small shapes (few dimensions, centroids that fit in shared memory), fused
 //! into one kernel: assignment and the block's share of the centroid sums.
 //!
-//! The register-tiled [`crate::assign`] kernels pay for their tiles with barriers and merges that
+//! The register-tiled `assign` kernels (GPU builds) pay for their tiles with barriers and merges that
 //! a shape like 10^6 × 9, k = 16 never earns back. Here the block stages its points and all `k`
 //! centroids in shared memory, and every thread scans all centroids for its points (each
 //! centroid row read as broadcast 16-byte loads, `unroll` centroids at a time), so the step is a
@@ -15,7 +15,7 @@
 //! The sums: the block sorts its points by label in shared memory (a counting sort), then one
 //! thread per (cluster, dimension) adds that cluster's fixed-point coordinates in registers and
 //! adds the total to the global sums with one 64-bit integer atomic. Integer sums do not depend on
-//! the order of the additions, so the centroids stay reproducible. [`kmeans_finalize_small`] turns
+//! the order of the additions, so the centroids stay reproducible. `kmeans_finalize_small` turns
 //! the sums into means, reduces the step's summary and zeroes the sums for the next step.
 
 mod scan;
@@ -24,7 +24,8 @@ mod sums;
 
 pub use sums::{FINALIZE_SCRATCH, Finalize, finalize};
 
-use crate::exec::{Exec, block_sum_f64};
+use crate::exec::{Exec, block_sum_i64};
+use crate::fixed::{inertia_term, units_at};
 use crate::launch::{BLOCK, SmallLayout, SmallStep};
 use crate::math::{AssignMetric, assign_distance, fma};
 use core::sync::atomic::{AtomicU32, Ordering};
@@ -47,15 +48,19 @@ pub struct Step {
     pub labels: *mut u32,
     /// Each point's distance to its centroid (written when assigning).
     pub min_dist: *mut f32,
-    /// Changed-label counter (added to when assigning).
+    /// Counter of changed labels of points with weight (added to when assigning).
     pub changed: *mut u32,
-    /// Each block's fixed-order sum of distances (written when assigning).
-    pub block_inertia: *mut f64,
+    /// Each block's fixed-point inertia (written when assigning): `Σ units · round(dist ·
+    /// inertia_scale)`, see [`crate::fixed::inertia_exponent`].
+    pub block_inertia: *mut i64,
+    pub inertia_scale: f32,
+    /// The points' quantised weights (units, [`crate::fixed::weight_units`]); null: one each.
+    pub weights: *const f32,
     /// Fixed-point scales of the dimensions, `2^s` ([`crate::fixed`]).
     pub scales: *const f32,
-    /// Global `k × d` fixed-point sums and `k` counts, added to when accumulating.
+    /// Global `k × d` fixed-point sums and `k` weights, added to when accumulating.
     pub sums: *mut i64,
-    pub counts: *mut u32,
+    pub counts: *mut u64,
     /// Label the points with their nearest centroid (else read the labels).
     pub assign: bool,
     /// Add the points to the cluster sums.
@@ -234,7 +239,8 @@ struct Found<const P: usize> {
     old: [u32; P],
 }
 
-/// Writes labels and distances, counts the changed labels and writes the block's inertia.
+/// Writes labels and distances, counts the changed labels of points with weight and writes the
+/// block's fixed-point inertia.
 #[inline(always)]
 unsafe fn finish_assign<const P: usize, E: Exec>(
     e: E,
@@ -244,23 +250,24 @@ unsafe fn finish_assign<const P: usize, E: Exec>(
     point: impl Fn(usize) -> usize,
 ) {
     let mut moved = 0u32;
-    let mut dist_sum = 0.0;
+    let mut dist_sum = 0i64;
     for p in 0..P {
         let i = point(p);
         if i < s.n {
             let dist = assign_distance(s.metric, f.x_sq[p], f.best[p]);
-            moved += (f.old[p] != f.label[p]) as u32;
+            let units = unsafe { units_at(s.weights, i) };
+            moved += (f.old[p] != f.label[p] && units != 0) as u32;
             unsafe {
                 *s.labels.add(i) = f.label[p];
                 *s.min_dist.add(i) = dist;
             }
-            dist_sum += dist as f64;
+            dist_sum = dist_sum.wrapping_add(inertia_term(dist, s.inertia_scale, units));
         }
     }
     if moved > 0 {
         unsafe { AtomicU32::from_ptr(s.changed) }.fetch_add(moved, Ordering::Relaxed);
     }
-    let total = unsafe { block_sum_f64(e, BLOCK as usize, scratch, dist_sum) };
+    let total = unsafe { block_sum_i64(e, BLOCK as usize, scratch, dist_sum) };
     if e.thread() == 0 {
         unsafe { *s.block_inertia.add(e.block()) = total };
     }
@@ -290,8 +297,9 @@ macro_rules! small_kernel {
     ($name:ident, $metric:expr, $shape:literal) => {
         /// One small Lloyd step (see the module comment) with the shape `launch::SMALL_STEPS[i]` its
         /// name ends in: with `mode & MODE_ASSIGN` labels every point (counting changed
-        /// labels, writing distances and per-block inertia), else reads the labels; with
-        /// `mode & MODE_ACCUMULATE` adds the points to `sums` / `counts`.
+        /// labels, writing distances and per-block fixed-point inertia under `inertia_scale`),
+        /// else reads the labels; with `mode & MODE_ACCUMULATE` adds the points to `sums` /
+        /// `counts`, weighted by `weights` (null: one unit each).
         ///
         /// # Safety
         /// As for [`step`]: `BLOCK` threads, `ceil(n / block_points())` blocks,
@@ -307,10 +315,12 @@ macro_rules! small_kernel {
             labels: *mut u32,
             min_dist: *mut f32,
             changed: *mut u32,
-            block_inertia: *mut f64,
+            block_inertia: *mut i64,
+            inertia_scale: f32,
+            weights: *const f32,
             scales: *const f32,
             sums: *mut i64,
-            counts: *mut u32,
+            counts: *mut u64,
             mode: u32,
         ) {
             const SHAPE: SmallStep = crate::launch::SMALL_STEPS[$shape];
@@ -325,6 +335,8 @@ macro_rules! small_kernel {
                 min_dist,
                 changed,
                 block_inertia,
+                inertia_scale,
+                weights,
                 scales,
                 sums,
                 counts,
@@ -357,15 +369,15 @@ small_kernel!(kmeans_small_l1_3, AssignMetric::L1, 3);
 #[unsafe(no_mangle)]
 pub unsafe extern "gpu-kernel" fn kmeans_finalize_small(
     sums: *mut i64,
-    counts: *mut u32,
+    counts: *mut u64,
     k: u32,
     d: u32,
     inv_scales: *const f64,
     current: *const f32,
     next: *mut f32,
-    sizes: *mut u32,
+    sizes: *mut u64,
     changed: *mut u32,
-    block_inertia: *const f64,
+    block_inertia: *const i64,
     blocks: u32,
     out: *mut f64,
 ) {

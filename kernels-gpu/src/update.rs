@@ -1,18 +1,22 @@
-//! Centroid update: fixed-point per-cluster sums and counts, then means.
+//! Centroid update: fixed-point per-cluster sums and weights, then means.
 //!
 //! Sums are 64-bit integers (see [`crate::fixed`]), so the result does not depend on which thread
 //! or block adds first: per-block partials live in shared memory and are combined across blocks
-//! in block order by [`kmeans_finalize`].
+//! in block order by [`kmeans_finalize`]. With sample weights (`weights` not null: each point's
+//! integer units) a point adds `units · q` to the sums and `units` to its cluster's weight;
+//! without them, `q` and 1 (the count).
 
-use crate::fixed::{mean, to_fixed};
-use crate::gpu::{self, atomic_add_i64, atomic_add_u32, shared, sync_threads};
+use crate::fixed::{mean, to_fixed, units_at, weighted};
+use crate::gpu::{self, atomic_add_i64, atomic_add_u64, shared, sync_threads};
+use crate::math::normalize;
 
-/// Per-block partial sums: block `b` sums the labels' coordinates of its contiguous chunk of points
-/// into shared memory (`k × d` i64 then `k` u32) and writes them to `part_sums[b]`, `part_counts[b]`.
+/// Per-block partial sums: block `b` sums the labels' (weighted) coordinates of its contiguous
+/// chunk of points into shared memory (`k × d` i64 then `k` u64 weights) and writes them to
+/// `part_sums[b]`, `part_counts[b]`.
 ///
 /// # Safety
-/// Pointers valid for `n × d` / `n` / `d` / `grid × k × d` / `grid × k` elements; labels `< k`;
-/// dynamic shared memory of `8·k·d + 4·k` bytes.
+/// Pointers valid for `n × d` / `n` / `d` / `grid × k × d` / `grid × k` elements, `weights` null
+/// or `n`; labels `< k`; dynamic shared memory of `8·k·d + 8·k` bytes.
 #[unsafe(no_mangle)]
 pub unsafe extern "gpu-kernel" fn kmeans_accumulate_shared(
     x: *const f32,
@@ -20,9 +24,10 @@ pub unsafe extern "gpu-kernel" fn kmeans_accumulate_shared(
     d: u32,
     labels: *const u32,
     k: u32,
+    weights: *const f32,
     scales: *const f32,
     part_sums: *mut i64,
-    part_counts: *mut u32,
+    part_counts: *mut u64,
 ) {
     // `max(1)` lets the compiler drop the division-by-zero panics; the host never passes 0.
     let (n, d, k) = (n as usize, (d as usize).max(1), k as usize);
@@ -31,7 +36,7 @@ pub unsafe extern "gpu-kernel" fn kmeans_accumulate_shared(
     let start = (b * chunk).min(n);
     let end = (start + chunk).min(n);
     let sums = shared::<i64>();
-    let counts = unsafe { sums.add(k * d) }.cast::<u32>();
+    let counts = unsafe { sums.add(k * d) }.cast::<u64>();
     unsafe {
         let mut e = t;
         while e < k * d {
@@ -51,12 +56,20 @@ pub unsafe extern "gpu-kernel" fn kmeans_accumulate_shared(
             let j = e % d;
             let label = *labels.add(i) as usize;
             let q = to_fixed(*x.add(start * d + e), *scales.add(j));
+            let q = if weights.is_null() {
+                q
+            } else {
+                weighted(q, units_at(weights, i))
+            };
             atomic_add_i64(sums.add(label * d + j), q);
             e += threads;
         }
         let mut i = start + t;
         while i < end {
-            atomic_add_u32(counts.add(*labels.add(i) as usize), 1);
+            atomic_add_u64(
+                counts.add(*labels.add(i) as usize),
+                units_at(weights, i) as u64,
+            );
             i += threads;
         }
         sync_threads();
@@ -74,8 +87,8 @@ pub unsafe extern "gpu-kernel" fn kmeans_accumulate_shared(
     }
 }
 
-/// Sums straight into global `sums` (`k × d`) and `counts` (`k`), zeroed by the host; for shapes
-/// whose per-block sums do not fit in shared memory. Grid-stride over all `n × d` values.
+/// Sums straight into global `sums` (`k × d`) and weights `counts` (`k`), zeroed by the host; for
+/// shapes whose per-block sums do not fit in shared memory. Grid-stride over all `n × d` values.
 ///
 /// # Safety
 /// As for [`kmeans_accumulate_shared`], with `sums`/`counts` of `k × d` / `k` elements.
@@ -85,9 +98,10 @@ pub unsafe extern "gpu-kernel" fn kmeans_accumulate_global(
     n: u32,
     d: u32,
     labels: *const u32,
+    weights: *const f32,
     scales: *const f32,
     sums: *mut i64,
-    counts: *mut u32,
+    counts: *mut u64,
 ) {
     let (n, d) = (n as usize, (d as usize).max(1));
     let stride = gpu::grid_dim() * gpu::block_dim();
@@ -100,14 +114,20 @@ pub unsafe extern "gpu-kernel" fn kmeans_accumulate_global(
         while i < n {
             unsafe {
                 let label = *labels.add(i) as usize;
+                let units = units_at(weights, i);
                 let mut j = lane;
                 while j < d {
                     let q = to_fixed(*x.add(i * d + j), *scales.add(j));
+                    let q = if weights.is_null() {
+                        q
+                    } else {
+                        weighted(q, units)
+                    };
                     atomic_add_i64(sums.add(label * d + j), q);
                     j += WARP;
                 }
                 if lane == 0 {
-                    atomic_add_u32(counts.add(label), 1);
+                    atomic_add_u64(counts.add(label), units as u64);
                 }
             }
             i += warps;
@@ -120,12 +140,21 @@ pub unsafe extern "gpu-kernel" fn kmeans_accumulate_global(
             let i = e / d;
             let j = e % d;
             let label = *labels.add(i) as usize;
-            atomic_add_i64(sums.add(label * d + j), to_fixed(*x.add(e), *scales.add(j)));
+            let q = to_fixed(*x.add(e), *scales.add(j));
+            let q = if weights.is_null() {
+                q
+            } else {
+                weighted(q, units_at(weights, i))
+            };
+            atomic_add_i64(sums.add(label * d + j), q);
             e += stride;
         }
         let mut i = first;
         while i < n {
-            atomic_add_u32(counts.add(*labels.add(i) as usize), 1);
+            atomic_add_u64(
+                counts.add(*labels.add(i) as usize),
+                units_at(weights, i) as u64,
+            );
             i += stride;
         }
     }
@@ -134,27 +163,27 @@ pub unsafe extern "gpu-kernel" fn kmeans_accumulate_global(
 /// Threads per warp; [`kmeans_finalize`] gives each centroid coordinate one warp.
 const WARP: usize = 32;
 
-/// Combines the `parts` partial sums and writes the means to `new_centroids`; an empty cluster
-/// keeps its `old_centroids` row and is counted in `empty`. Writes each cluster's size to
-/// `sizes`. One warp per centroid coordinate: lanes add every 32nd part, then lane 0 adds the
-/// lanes' totals in lane order (integer sums: exact in any order, so reproducible). With one
-/// part, one thread per coordinate.
+/// Combines the `parts` partial sums and weights and writes the means to `new_centroids`; a
+/// cluster without weight keeps its `old_centroids` row and is counted in `empty`. Writes each
+/// cluster's weight to `sizes`. One warp per centroid coordinate: lanes add every 32nd part, then
+/// lane 0 adds the lanes' totals in lane order (integer sums: exact in any order, so
+/// reproducible). With one part, one thread per coordinate.
 ///
 /// # Safety
 /// `part_sums`: `parts × k × d`; `part_counts`: `parts × k`; `inv_scales`: `d`; centroid
 /// buffers `k × d`; `sizes`: `k`; `empty`: one u32 zeroed by the host; blocks of a multiple of
-/// 32 threads with `12 × block size` bytes of dynamic shared memory.
+/// 32 threads with `16 × block size` bytes of dynamic shared memory.
 #[unsafe(no_mangle)]
 pub unsafe extern "gpu-kernel" fn kmeans_finalize(
     part_sums: *const i64,
-    part_counts: *const u32,
+    part_counts: *const u64,
     parts: u32,
     k: u32,
     d: u32,
     inv_scales: *const f64,
     old_centroids: *const f32,
     new_centroids: *mut f32,
-    sizes: *mut u32,
+    sizes: *mut u64,
     empty: *mut u32,
 ) {
     let (parts, k, d) = (parts as usize, k as usize, (d as usize).max(1));
@@ -177,7 +206,7 @@ pub unsafe extern "gpu-kernel" fn kmeans_finalize(
                 if j == 0 {
                     *sizes.add(c) = count;
                     if count == 0 {
-                        atomic_add_u32(empty, 1);
+                        gpu::atomic_add_u32(empty, 1);
                     }
                 }
             }
@@ -186,12 +215,12 @@ pub unsafe extern "gpu-kernel" fn kmeans_finalize(
         return;
     }
     let lane_sums = shared::<i64>();
-    let lane_counts = unsafe { lane_sums.add(threads) }.cast::<u32>();
+    let lane_counts = unsafe { lane_sums.add(threads) }.cast::<u64>();
     // Uniform trip count across the block, so the barriers below are reached by every thread.
     let mut base = gpu::block() * warps_per_block;
     while base < k * d {
         let e = base + warp;
-        let (mut sum, mut count) = (0i64, 0u32);
+        let (mut sum, mut count) = (0i64, 0u64);
         if e < k * d {
             let c = e / d;
             let mut p = lane;
@@ -210,7 +239,7 @@ pub unsafe extern "gpu-kernel" fn kmeans_finalize(
         sync_threads();
         if lane == 0 && e < k * d {
             let (c, j) = (e / d, e % d);
-            let (mut sum, mut count) = (0i64, 0u32);
+            let (mut sum, mut count) = (0i64, 0u64);
             for l in 0..WARP {
                 unsafe {
                     sum += *lane_sums.add(t + l);
@@ -226,12 +255,32 @@ pub unsafe extern "gpu-kernel" fn kmeans_finalize(
                 if j == 0 {
                     *sizes.add(c) = count;
                     if count == 0 {
-                        atomic_add_u32(empty, 1);
+                        gpu::atomic_add_u32(empty, 1);
                     }
                 }
             }
         }
         sync_threads();
         base += gpu::grid_dim() * warps_per_block;
+    }
+}
+
+/// Spherical k-means: scales every centroid row `c` with weight (`sizes[c] > 0`) to unit length
+/// with [`normalize`], as the CPU twin does after its update (rows without weight keep theirs).
+/// One thread per row.
+///
+/// # Safety
+/// `centroids` holds `k × d` values, `sizes` `k`; at least `k` threads in all.
+#[unsafe(no_mangle)]
+pub unsafe extern "gpu-kernel" fn kmeans_normalize_rows(
+    centroids: *mut f32,
+    sizes: *const u64,
+    k: u32,
+    d: u32,
+) {
+    let c = gpu::block() * gpu::block_dim() + gpu::thread();
+    let d = d as usize;
+    if c < k as usize && unsafe { *sizes.add(c) } > 0 {
+        normalize(unsafe { core::slice::from_raw_parts_mut(centroids.add(c * d), d) });
     }
 }

@@ -13,9 +13,10 @@ use crate::knn::{
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// Arguments of the vote kernel: `rows` queries whose `k` neighbour keys (ascending) are rows of
-/// `best`; `labels` holds the class (`< classes`) of every training row. The winning class goes
-/// to `pred` and, when `proba` is not null, `rows × classes` shares of the vote. `weighted`
-/// weighs votes by distance with the fixed-point `scale`. The histograms live in dynamic shared
+/// `best`; `labels` holds the class (`< classes`) of every training row and `row_weights`, when
+/// not null, its sample weight over the largest one. The winning class goes to `pred` and, when
+/// `proba` is not null, `rows × classes` shares of the vote. `weighted` weighs votes by distance
+/// with the fixed-point `scale` (see [`vote_weight`]). The histograms live in dynamic shared
 /// memory, or in `scratch` (`vote_block_bytes(per_block, classes)` bytes per block) when it is
 /// not null.
 #[derive(Clone, Copy)]
@@ -24,6 +25,7 @@ pub struct Vote {
     pub rows: usize,
     pub k: usize,
     pub labels: *const u32,
+    pub row_weights: *const f32,
     pub classes: usize,
     pub weighted: bool,
     pub scale: f32,
@@ -45,6 +47,7 @@ pub unsafe extern "gpu-kernel" fn knn_vote(
     rows: u32,
     k: u32,
     labels: *const u32,
+    row_weights: *const f32,
     classes: u32,
     weighted: u32,
     scale: f32,
@@ -58,6 +61,7 @@ pub unsafe extern "gpu-kernel" fn knn_vote(
         rows: rows as usize,
         k: k as usize,
         labels,
+        row_weights,
         classes: classes as usize,
         weighted: weighted != 0,
         scale,
@@ -107,8 +111,14 @@ pub unsafe fn vote<E: Exec>(x: E, v: Vote) {
             let row = unsafe { v.best.add(qi * k) };
             let kk = unsafe { *row.add(r) };
             let nearest = key_distance(unsafe { *row });
-            let w = vote_weight(v.weighted, nearest, key_distance(kk), v.scale);
-            let class = unsafe { *v.labels.add(key_index(kk) as usize) } as usize;
+            let at = key_index(kk) as usize;
+            let row_weight = if v.row_weights.is_null() {
+                None
+            } else {
+                Some(unsafe { *v.row_weights.add(at) })
+            };
+            let w = vote_weight(v.weighted, nearest, key_distance(kk), v.scale, row_weight);
+            let class = unsafe { *v.labels.add(at) } as usize;
             if class < c {
                 unsafe {
                     AtomicU64::from_ptr(votes.add(q * c + class)).fetch_add(w, Ordering::Relaxed);
@@ -171,6 +181,7 @@ mod tests {
     fn reference(
         keys: &[u64],
         labels: &[u32],
+        row_weights: Option<&[f32]>,
         c: usize,
         weighted: bool,
         scale: f32,
@@ -178,8 +189,10 @@ mod tests {
         let mut votes = vec![0u64; c];
         let mut first = vec![u32::MAX; c];
         for (r, &kk) in keys.iter().enumerate() {
-            let cl = labels[key_index(kk) as usize] as usize;
-            votes[cl] += vote_weight(weighted, key_distance(keys[0]), key_distance(kk), scale);
+            let at = key_index(kk) as usize;
+            let cl = labels[at] as usize;
+            let rw = row_weights.map(|w| w[at]);
+            votes[cl] += vote_weight(weighted, key_distance(keys[0]), key_distance(kk), scale, rw);
             first[cl] = first[cl].min(r as u32);
         }
         let total: u64 = votes.iter().sum();
@@ -200,6 +213,24 @@ mod tests {
     }
 
     fn check(rows: usize, k: usize, c: usize, per_block: usize, global: bool, weighted: bool) {
+        check_weights(rows, k, c, per_block, global, weighted, None);
+        let n = 3 * k + 5;
+        // Sample weights over the largest: zeros, and values that do not divide evenly.
+        let w: Vec<f32> = (0..n).map(|i| (i % 5) as f32 / 4.0 * 0.3).collect();
+        let max = w.iter().fold(0f32, |m, &v| m.max(v));
+        let w: Vec<f32> = w.iter().map(|v| v / max).collect();
+        check_weights(rows, k, c, per_block, global, weighted, Some(&w));
+    }
+
+    fn check_weights(
+        rows: usize,
+        k: usize,
+        c: usize,
+        per_block: usize,
+        global: bool,
+        weighted: bool,
+        row_weights: Option<&[f32]>,
+    ) {
         let n = 3 * k + 5;
         let labels: Vec<u32> = (0..n).map(|i| ((i * 7) % c) as u32).collect();
         // Sorted keys per row with ties and a zero distance in every third row.
@@ -228,6 +259,7 @@ mod tests {
             rows,
             k,
             labels: labels.as_ptr(),
+            row_weights: row_weights.map_or(core::ptr::null(), |w| w.as_ptr()),
             classes: c,
             weighted,
             scale,
@@ -250,9 +282,12 @@ mod tests {
             vote(x, *v.get())
         });
         for r in 0..rows {
-            let (want, shares) = reference(&best[r * k..(r + 1) * k], &labels, c, weighted, scale);
+            let keys = &best[r * k..(r + 1) * k];
+            let (want, shares) = reference(keys, &labels, row_weights, c, weighted, scale);
             let case = format!(
-                "rows={rows} k={k} c={c} per_block={per_block} global={global} weighted={weighted} row {r}"
+                "rows={rows} k={k} c={c} per_block={per_block} global={global} weighted={weighted} \
+                 sample weights {} row {r}",
+                row_weights.is_some()
             );
             assert_eq!(pred[r], want, "{case}");
             assert_eq!(&proba[r * c..(r + 1) * c], &shares[..], "{case}");

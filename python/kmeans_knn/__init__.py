@@ -4,7 +4,7 @@ The estimators run on an NVIDIA GPU when libcuda and a device are present (``dev
 the default), else on the CPU; both give bit-identical results. Swap the import::
 
     from kmeans_knn import KMeans, NearestNeighbors, KNeighborsClassifier, pairwise_distances
-    from kmeans_knn import KNeighborsRegressor
+    from kmeans_knn import KNeighborsRegressor, MiniBatchKMeans
 
 ``kmeans_knn.dask`` has KMeans and NearestNeighbors for Dask arrays across workers and hosts
 (``pip install kmeans-knn[dask]``).
@@ -13,12 +13,14 @@ the default), else on the CPU; both give bit-identical results. Swap the import:
 from ._engine import describe_device, last_engine_seconds
 from .cluster import KMeans
 from .metrics import pairwise_distances
+from .minibatch import MiniBatchKMeans
 from .neighbors import KNeighborsClassifier, KNeighborsRegressor, NearestNeighbors
 
 __all__ = [
     "KMeans",
     "KNeighborsClassifier",
     "KNeighborsRegressor",
+    "MiniBatchKMeans",
     "NearestNeighbors",
     "describe_device",
     "last_engine_seconds",

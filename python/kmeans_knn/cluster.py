@@ -10,7 +10,7 @@ from sklearn.base import (
     TransformerMixin,
 )
 from sklearn.utils import check_array
-from sklearn.utils.validation import check_is_fitted
+from sklearn.utils.validation import _check_sample_weight, check_is_fitted
 
 from . import _engine
 from ._validation import engine_data, engine_seed
@@ -31,13 +31,21 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin, Ba
         mean per-feature variance; a run also stops when no label changes.
     random_state : int, RandomState or None — an int is the engine's seed as is (the command
         line's ``--seed``); None or a RandomState draws the seed from that generator.
-    metric : "euclidean" (squared-L2 assignment, as scikit-learn) or "manhattan" (L1 assignment,
-        mean centroids; inertia is then the sum of L1 distances).
+    metric : "euclidean" (squared-L2 assignment, as scikit-learn), "manhattan" (L1 assignment,
+        mean centroids; inertia is then the sum of L1 distances) or "cosine" (spherical k-means:
+        rows scaled to unit length — a row of zeros is an error —, assigned to the centroid of
+        largest inner product, centroids renormalised after each update; inertia is the sum of
+        1 − cos, transform gives 1 − cos, predict normalises its rows).
     precision : "exact" (FP32, the same labels on every backend) or "tf32" (tensor cores on GPUs
         of compute capability 8.0+, the two best candidates re-checked in FP32).
     device : "auto", "cpu", "cuda" or "cuda:N".
 
     The computation is in float32: cluster_centers_ and transform's output are float32.
+
+    ``fit``, ``fit_predict``, ``fit_transform`` and ``score`` take ``sample_weight`` (one
+    finite weight ≥ 0 per row, not all zero): centroids are weighted means, inertia is the
+    weighted sum, seeding draws rows in proportion to their weight. Integer weights give the
+    model of the rows repeated that many times (rows in the same order), bit for bit.
     """
 
     def __init__(
@@ -63,11 +71,12 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin, Ba
         self.precision = precision
         self.device = device
 
-    def fit(self, X, y=None):
-        """Clusters X; returns self."""
+    def fit(self, X, y=None, sample_weight=None):
+        """Clusters X (with a weight per row when sample_weight is given); returns self."""
         X = engine_data(self, X, reset=True)
         if X.shape[0] < self.n_clusters:
             raise ValueError(f"n_samples={X.shape[0]} should be >= n_clusters={self.n_clusters}.")
+        weights = _engine_weights(sample_weight, X)
         init, init_centroids, n_init = self._init_and_runs(X.shape[1])
         centers, labels, inertia, n_iter, device = _engine.kmeans_fit(
             X,
@@ -81,6 +90,7 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin, Ba
             self.metric,
             self.precision,
             self.device,
+            weights,
         )
         self.cluster_centers_ = centers
         # Labels are below k ≤ 2^31, so the engine's u32 reads as int32 without a copy.
@@ -90,6 +100,14 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin, Ba
         self.device_ = device
         self._n_features_out = centers.shape[0]
         return self
+
+    def fit_predict(self, X, y=None, sample_weight=None):
+        """Clusters X and returns its labels."""
+        return self.fit(X, sample_weight=sample_weight).labels_
+
+    def fit_transform(self, X, y=None, sample_weight=None):
+        """Clusters X and returns its distances to the centroids."""
+        return self.fit(X, sample_weight=sample_weight).transform(X)
 
     def _init_and_runs(self, n_features):
         """The engine's init name, the initial centroids (or None) and the number of runs."""
@@ -122,24 +140,41 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin, Ba
         return _engine.kmeans_predict(centers, X, self.metric, self.device).view(np.int32)
 
     def transform(self, X):
-        """Distance of every row of X to every centroid (Euclidean, or Manhattan for metric
-        "manhattan"), float32."""
+        """Distance of every row of X to every centroid (Euclidean, Manhattan for metric
+        "manhattan", 1 − cos for "cosine"), float32."""
         centers = self._centers()
         X = engine_data(self, X, reset=False)
         return _engine.kmeans_transform(centers, X, self.metric)
 
-    def score(self, X, y=None):
-        """Minus the inertia of X under the fitted centroids (squared Euclidean, or L1 for
-        metric "manhattan"), summed in float64."""
+    def score(self, X, y=None, sample_weight=None):
+        """Minus the (weighted) inertia of X under the fitted centroids (squared Euclidean,
+        L1 for metric "manhattan", 1 − cos for "cosine"), summed in float64."""
         labels = self.predict(X)
-        X = engine_data(self, X, reset=False)
-        offsets = X.astype(np.float64) - self.cluster_centers_[labels]
-        if _engine.kmeans_metric(self.metric) == "l1":
-            return -float(np.abs(offsets).sum())
-        return -float(np.square(offsets).sum())
+        X = engine_data(self, X, reset=False).astype(np.float64)
+        centers = self.cluster_centers_[labels].astype(np.float64)
+        metric = _engine.kmeans_metric(self.metric)
+        if metric == "cosine":
+            X /= np.linalg.norm(X, axis=1, keepdims=True)
+            distances = 1.0 - np.einsum("ij,ij->i", X, centers)
+        elif metric == "l1":
+            distances = np.abs(X - centers).sum(axis=1)
+        else:
+            distances = np.square(X - centers).sum(axis=1)
+        if sample_weight is not None:
+            distances *= _check_sample_weight(sample_weight, X, dtype=np.float64)
+        return -float(distances.sum())
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         # The engine computes in float32, so only float32 comes out as it went in.
         tags.transformer_tags.preserves_dtype = ["float32"]
         return tags
+
+
+def _engine_weights(sample_weight, X):
+    """sample_weight as the engine takes it (C-contiguous float32, checked by scikit-learn: one
+    per row, finite, ≥ 0, not all zero), or None."""
+    if sample_weight is None:
+        return None
+    weights = _check_sample_weight(sample_weight, X, dtype=np.float32, ensure_non_negative=True)
+    return np.ascontiguousarray(weights, dtype=np.float32)

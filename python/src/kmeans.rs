@@ -3,7 +3,7 @@
 
 use crate::{engine, matrix, parse_device, value_error};
 use kmeans_knn::{Init, KMeans, KMeansModel, KMeansParams, Metric, Precision};
-use numpy::{IntoPyArray, PyArray1, PyArray2, PyReadonlyArray2};
+use numpy::{IntoPyArray, PyArray1, PyArray2, PyReadonlyArray1, PyReadonlyArray2};
 use pyo3::prelude::*;
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -13,7 +13,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(kmeans_metric, m)?)
 }
 
-/// The canonical name ("l2" or "l1") of a k-means metric name.
+/// The canonical name ("l2", "l1" or "cosine") of a k-means metric name.
 #[pyfunction]
 fn kmeans_metric(metric: &str) -> PyResult<String> {
     Ok(metric.parse::<Metric>().map_err(value_error)?.to_string())
@@ -29,8 +29,12 @@ type Fitted<'py> = (
 );
 
 /// Fits k-means. `init` is "k-means++" or "random" (k distinct points), or "centroids" with
-/// `init_centroids` (k × d).
+/// `init_centroids` (k × d); `sample_weight`, when given, holds one weight per row.
 #[pyfunction]
+#[pyo3(signature = (
+    x, k, init, init_centroids, n_init, max_iter, tol, seed, metric, precision, device,
+    sample_weight=None
+))]
 #[allow(clippy::too_many_arguments)]
 fn kmeans_fit<'py>(
     py: Python<'py>,
@@ -45,6 +49,7 @@ fn kmeans_fit<'py>(
     metric: &str,
     precision: &str,
     device: &str,
+    sample_weight: Option<PyReadonlyArray1<'py, f32>>,
 ) -> PyResult<Fitted<'py>> {
     let params = params(
         k,
@@ -59,7 +64,16 @@ fn kmeans_fit<'py>(
     )?
     .device(parse_device(device)?);
     let data = matrix(&x)?;
-    let model = engine(py, || params.fit(&data))?;
+    let weights = match &sample_weight {
+        Some(w) => Some(w.as_slice().map_err(|_| {
+            pyo3::exceptions::PyValueError::new_err("sample_weight must be C-contiguous")
+        })?),
+        None => None,
+    };
+    let model = engine(py, || match weights {
+        Some(w) => params.fit_weighted(&data, w),
+        None => params.fit(&data),
+    })?;
     let centroids = model.centroids_array().into_pyarray(py);
     Ok((
         centroids,
@@ -117,7 +131,8 @@ fn kmeans_predict<'py>(
     Ok(engine(py, || model.predict_on(&data, device))?.into_pyarray(py))
 }
 
-/// Distance of every row of `x` to every centroid (Euclidean for l2, Manhattan for l1).
+/// Distance of every row of `x` to every centroid (Euclidean for l2, Manhattan for l1, 1 − cos
+/// for cosine).
 #[pyfunction]
 fn kmeans_transform<'py>(
     py: Python<'py>,

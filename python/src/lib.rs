@@ -5,6 +5,7 @@
 
 mod kmeans;
 mod knn;
+mod minibatch;
 mod shard;
 
 use kmeans_knn::{Device, Error, MatrixView};
@@ -23,6 +24,7 @@ fn _engine(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(describe_device, m)?)?;
     kmeans::register(m)?;
     shard::register(m)?;
+    minibatch::register(m)?;
     knn::register(m)
 }
 

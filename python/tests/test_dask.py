@@ -128,6 +128,12 @@ def test_kmeans_errors_and_release(client):
     assert resident_objects(client) == before
     with pytest.raises(ValueError, match="expecting 5 features"):
         km.predict(da.from_array(np.zeros((3, 4), np.float32)))
+    # Sample weights and cosine are not taken across workers (yet): refused before any fit.
+    with pytest.raises(NotImplementedError, match="sample_weight"):
+        kd.KMeans(2).fit(X, sample_weight=np.ones(20))
+    with pytest.raises(ValueError, match="cosine"):
+        kd.KMeans(2, metric="cosine").fit(X)
+    assert resident_objects(client) == before
 
 
 @pytest.mark.parametrize("metric", ["euclidean", "cosine", "manhattan"])

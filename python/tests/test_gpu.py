@@ -47,6 +47,20 @@ def test_kmeans_gpu_equals_cpu(n, d, k, metric):
     assert np.array_equal(cpu.predict(X[:999]), gpu.predict(X[:999]))
 
 
+@pytest.mark.parametrize("metric", ["euclidean", "manhattan", "cosine"])
+def test_weighted_and_cosine_kmeans_gpu_equals_cpu(metric):
+    X = make_blobs(5000, n_features=12, centers=8, random_state=3)[0].astype(np.float32)
+    w = np.random.default_rng(4).uniform(0, 3, len(X))
+    cpu, gpu = (
+        KMeans(8, metric=metric, n_init=2, random_state=9, device=device).fit(X, sample_weight=w)
+        for device in ("cpu", "cuda")
+    )
+    assert gpu.device_.startswith("cuda")
+    assert np.array_equal(cpu.labels_, gpu.labels_)
+    assert np.array_equal(bits(cpu.cluster_centers_), bits(gpu.cluster_centers_))
+    assert cpu.inertia_ == gpu.inertia_ and cpu.n_iter_ == gpu.n_iter_
+
+
 def digits():
     X, y = load_digits(return_X_y=True)
     return X.astype(np.float32), y

@@ -10,11 +10,16 @@
 //!                       8.0+) and the cubins compiled from it (kernels_sm*.cubin), for
 //!                       inspection (ptxas -v, cuobjdump)
 //!   torch_baseline.py   the PyTorch version of the benchmark's cases, for the speed-up
-//!   python/             the kmeans_knn wheel, its pytest suite (tests/), bench.py and
-//!                       dask_bench.py, and wheels/: dask and distributed with their
+//!   python/             the kmeans_knn wheel, its pytest suite (tests/), bench.py,
+//!                       minibatch.py and dask_bench.py, and wheels/: dask and distributed with their
 //!                       dependencies for CPython KMEANS_KNN_BUNDLE_PYTHON (default 3.12) on
 //!                       x86-64 Linux (pure Python but for four small compiled ones); run.sh
-//!                       installs them offline (pip --no-index) into a temporary folder
+//!                       installs them offline (pip --no-index) into a temporary folder;
+//!                       KMEANS_KNN_BUNDLE_DASK=0 leaves the dask wheels out (run.sh then skips
+//!                       the Dask steps, as it does on fewer than two GPUs)
+//!
+//! Carry it compressed with `XZ_OPT="-9 -T1" tar cJf gpu-bundle.tar.xz gpu-bundle` (about 11 MB
+//! without the dask wheels; their size with them was not measured after the merge with main).
 
 use anyhow::{Context, Result, bail};
 use std::path::{Path, PathBuf};
@@ -67,7 +72,9 @@ pub fn write() -> Result<()> {
 fn write_python(root: &Path, out: &Path) -> Result<()> {
     let venv = crate::python::venv()?;
     let wheel = crate::python::build_wheel(&venv)?;
-    download_dask(&venv, &out.join("wheels"))?;
+    if std::env::var("KMEANS_KNN_BUNDLE_DASK").as_deref() != Ok("0") {
+        download_dask(&venv, &out.join("wheels"))?;
+    }
     std::fs::create_dir_all(out.join("tests"))?;
     copy(&wheel, &out.join(wheel.file_name().expect("a wheel file")))?;
     for entry in std::fs::read_dir(root.join("python/tests"))? {
@@ -76,11 +83,10 @@ fn write_python(root: &Path, out: &Path) -> Result<()> {
             copy(&path, &out.join("tests").join(path.file_name().unwrap()))?;
         }
     }
-    copy(&root.join("python/bench/bench.py"), &out.join("bench.py"))?;
-    copy(
-        &root.join("python/bench/dask_bench.py"),
-        &out.join("dask_bench.py"),
-    )
+    for bench in ["bench.py", "minibatch.py", "dask_bench.py"] {
+        copy(&root.join("python/bench").join(bench), &out.join(bench))?;
+    }
+    Ok(())
 }
 
 /// Downloads (from PyPI) the wheels of dask and distributed, at the versions

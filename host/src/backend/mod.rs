@@ -8,12 +8,11 @@ pub mod cpu;
 pub mod cuda;
 
 use crate::error::Result;
-use crate::kmeans::Precision;
+use crate::kmeans::{Metric, Precision};
 use crate::matrix::MatrixView;
-use kernels_gpu::math::AssignMetric;
 use kernels_gpu::seeding::WeightScale;
 // Pairwise distances and kNN.
-use crate::kmeans::shard::{Farthest, Partial, Tally, farthest};
+use crate::kmeans::shard::{Farthest, Partial, Tally};
 use crate::knn::Selection;
 use kernels_gpu::knn::PairMetric;
 
@@ -22,19 +21,14 @@ pub(crate) trait Backend: Send + Sync + Distances {
     /// Human-readable name, e.g. `cpu (2 threads)` or `cuda:0 (NVIDIA H100 80GB HBM3)`.
     fn describe(&self) -> String;
 
-    /// Holds `data` for Lloyd iterations with `k` centroids under `metric`, assigning with
-    /// `precision` (validated against the metric; a backend without a faster path computes
-    /// [`Precision::Tf32`] exactly). `scales` are the per-dimension fixed-point exponents of
-    /// [`kernels_gpu::fixed`].
+    /// Holds `data` for Lloyd iterations as `spec` says (its precision validated against the
+    /// metric; a backend without a faster path computes [`Precision::Tf32`] exactly).
     fn lloyd<'a>(
         &'a self,
         data: &'a MatrixView<'a>,
-        k: usize,
-        metric: AssignMetric,
-        precision: Precision,
-        scales: &[i32],
+        spec: &LloydSpec<'a>,
     ) -> Result<Box<dyn Lloyd + Send + 'a>> {
-        self.lloyd_at(data, Layout::default(), k, metric, precision, scales)
+        self.lloyd_at(data, Layout::default(), spec)
     }
 
     /// [`Backend::lloyd`] for rows that are part of a larger data set (a shard), as `layout`
@@ -43,11 +37,18 @@ pub(crate) trait Backend: Send + Sync + Distances {
         &'a self,
         data: &'a MatrixView<'a>,
         layout: Layout,
-        k: usize,
-        metric: AssignMetric,
-        precision: Precision,
-        scales: &[i32],
+        spec: &LloydSpec<'a>,
     ) -> Result<Box<dyn Lloyd + Send + 'a>>;
+
+    /// Holds `data` for mini-batch k-means steps with `k` centroids under `metric`; `scales`
+    /// are fixed-point exponents with room for the largest batch the steps will pass.
+    fn minibatch<'a>(
+        &'a self,
+        data: &'a MatrixView<'a>,
+        k: usize,
+        metric: Metric,
+        scales: &[i32],
+    ) -> Result<Box<dyn MiniBatch + 'a>>;
 
     /// Milliseconds that the work queued by `work` takes on this backend (CUDA events on the
     /// GPU, wall clock on the CPU); for benchmarks.
@@ -70,12 +71,59 @@ pub(crate) struct Layout {
     pub seeds_at_once: usize,
 }
 
+/// How Lloyd iterations run, besides the data.
+pub(crate) struct LloydSpec<'w> {
+    /// Clusters.
+    pub k: usize,
+    /// L2 and L1 assign with their own kernels. Cosine (spherical k-means, on unit rows) runs the
+    /// squared-L2 kernels with every centroid's squared norm taken as 0 and every point's as 2:
+    /// a centroid then scores `−2·x·c` (exactly, so the largest inner product wins, ties to the
+    /// lowest index) and a point's distance is `2 − 2·x·c = 2·(1 − cos)`; after every update each
+    /// centroid with weight is scaled back to unit norm.
+    pub metric: Metric,
+    pub precision: Precision,
+    /// The per-dimension fixed-point exponents of [`kernels_gpu::fixed`].
+    pub scales: Vec<i32>,
+    /// Distances are added to the inertia as integers under `2^inertia_exponent`
+    /// ([`kernels_gpu::fixed::inertia_exponent`]); the integer total times `inertia_unit` is the
+    /// reported inertia.
+    pub inertia_exponent: i32,
+    pub inertia_unit: f64,
+    /// Every point's units ([`kernels_gpu::fixed::weight_units`]); `None`: one each.
+    pub weights: Option<&'w [f32]>,
+}
+
+impl LloydSpec<'_> {
+    /// For labelling points of `d` dimensions against given centroids (nothing is summed).
+    pub(crate) fn predict(k: usize, d: usize, metric: Metric) -> Self {
+        LloydSpec {
+            k,
+            metric,
+            precision: Precision::Exact,
+            scales: vec![0; d],
+            inertia_exponent: 0,
+            inertia_unit: 1.0,
+            weights: None,
+        }
+    }
+
+    /// Whether this is spherical k-means (see [`LloydSpec::metric`]).
+    pub(crate) fn spherical(&self) -> bool {
+        self.metric == Metric::Cosine
+    }
+}
+
+/// The squared norm that spherical k-means gives every point (see [`LloydSpec::metric`]).
+pub(crate) const SPHERICAL_POINT_SQ_NORM: f32 = 2.0;
+
 /// What an assignment reports.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct AssignStats {
-    /// Points whose label differs from the label they held before.
+    /// Points with weight whose label differs from the label they held before.
     pub changed: u64,
-    /// Sum of every point's distance to its centroid.
+    /// Sum of every point's weighted distance to its centroid (in the metric's terms: `1 − cos`
+    /// for cosine): the fixed-point integer of [`Lloyd::fixed_inertia`] times the fit's
+    /// inertia unit.
     pub inertia: f64,
 }
 
@@ -84,7 +132,8 @@ pub(crate) struct AssignStats {
 pub(crate) struct StepStats {
     /// The assignment's report.
     pub assign: AssignStats,
-    /// Clusters left empty by the new labels (they keep their centroid until relocated).
+    /// Clusters left without weight by the new labels (they keep their centroid until
+    /// relocated).
     pub empty: usize,
     /// Squared shift Σ‖next − current‖² of the centroids.
     pub shift: f64,
@@ -118,7 +167,8 @@ pub(crate) struct Trials {
 
 /// Seeding (k-means++ and k-means‖, driven by `kmeans::init`) over resident rows. Every point
 /// has a seeding distance (to its nearest seed so far) and the integer weight of
-/// [`WeightScale::weight`]; all sums are exact integers, so every backend decides alike.
+/// [`WeightScale::weight_of`] (its sample weight's units included); all sums are exact
+/// integers, so every backend decides alike.
 pub(crate) trait Seeding {
     /// Lowers every point's seeding distance (from +∞ with `fresh`) to its distance to each of
     /// `seeds`, recording `first_id + position` as its nearest seed where a seed is strictly
@@ -150,8 +200,8 @@ pub(crate) trait Seeding {
         phi: u64,
         ws: WeightScale,
     ) -> Result<Vec<u32>>;
-    /// Points whose nearest seed is each of the ids `0..ids`.
-    fn seed_owner_counts(&mut self, ids: usize) -> Result<Vec<u32>>;
+    /// The units of the points whose nearest seed is each of the ids `0..ids`.
+    fn seed_owner_weights(&mut self, ids: usize) -> Result<Vec<u64>>;
 }
 
 /// Lloyd iterations over resident data. Centroid buffers are `k × d`, row-major; a step writes
@@ -165,8 +215,8 @@ pub(crate) trait Lloyd: Seeding {
     fn assign(&mut self) -> Result<AssignStats>;
     /// Assigns, then computes the means of the new labels as the next centroids.
     fn step(&mut self) -> Result<StepStats>;
-    /// Computes the means of the current labels as the next centroids; returns the number of
-    /// empty clusters.
+    /// Computes the (weighted) means of the current labels as the next centroids; returns the
+    /// number of clusters without weight.
     fn update(&mut self) -> Result<usize>;
     /// Sets next centroid `cluster` to point `point` (empty-cluster relocation).
     fn relocate(&mut self, cluster: usize, point: usize) -> Result<()>;
@@ -183,17 +233,19 @@ pub(crate) trait Lloyd: Seeding {
     fn accumulate(&mut self, assign: bool) -> Result<Partial>;
     /// Each point's distance to its centroid, from the last assignment.
     fn min_distances(&self) -> Result<Vec<f32>>;
-    /// The `count` points farthest from their centroids in the last assignment (rows counted
-    /// from 0 here), farthest first, ties by lowest row.
-    fn farthest(&self, count: usize) -> Result<Vec<Farthest>> {
-        Ok(farthest(&self.min_distances()?, 0, count))
+    /// The inertia of the last assignment as the exact integer the kernels sum (under
+    /// `2^`[`LloydSpec::inertia_exponent`]): the parts of rows split over shards add up to the
+    /// whole (wrapping, as the kernels add).
+    fn fixed_inertia(&self) -> Result<i64>;
+    /// The `count` points with weight farthest from their centroids in the last assignment
+    /// (rows counted from 0 here), farthest first, ties by lowest row.
+    fn farthest(&self, count: usize) -> Result<Vec<Farthest>>;
+    /// Every cluster's weight (units) from the last update.
+    fn cluster_weights(&self) -> Result<Vec<u64>>;
+    /// Rows per cluster in the last assignment (what a model reports as its cluster sizes).
+    fn sizes(&self) -> Result<Vec<u32>> {
+        Ok(Tally::of(&self.labels()?, self.k()).sizes)
     }
-    /// Cluster sizes and exact inertia of the last assignment.
-    fn tally(&self) -> Result<Tally> {
-        Ok(Tally::of(&self.labels()?, &self.min_distances()?, self.k()))
-    }
-    /// Cluster sizes from the last update.
-    fn sizes(&self) -> Result<Vec<u32>>;
     /// The current centroids.
     fn centroids(&self) -> Result<Vec<f32>>;
     /// The current labels.
@@ -202,6 +254,41 @@ pub(crate) trait Lloyd: Seeding {
     fn gather(&self, rows: &[usize]) -> Result<Vec<f32>>;
     /// The number of clusters.
     fn k(&self) -> usize;
+}
+
+/// What a mini-batch step reports, in one round trip.
+pub(crate) struct BatchReport {
+    /// Every batch row's distance to its nearest centroid (before the update), in batch order.
+    pub distances: Vec<f32>,
+    /// Rows of the batch that went to each centroid.
+    pub counts: Vec<u32>,
+}
+
+/// Mini-batch k-means steps over resident rows (driven by `kmeans::minibatch`; kernels and
+/// arithmetic in [`kernels_gpu::minibatch`]). Every centroid has a count of the rows it has
+/// received, which sets its learning rate; centroid buffers are `k × d`, row-major, and a step
+/// writes the *next* centroids, which [`MiniBatch::commit`] makes current.
+pub(crate) trait MiniBatch {
+    /// Sets the current centroids.
+    fn set_centroids(&mut self, centroids: &[f32]) -> Result<()>;
+    /// Sets every centroid's count.
+    fn set_counts(&mut self, counts: &[u64]) -> Result<()>;
+    /// Assigns the resident rows `rows` (repeats allowed, at most the batch size the scales were
+    /// made for) to their nearest current centroid; the next centroids are the current ones
+    /// moved by [`kernels_gpu::minibatch::learning_rate_update`], and the counts grow by the
+    /// batch's.
+    fn step(&mut self, rows: &[u32]) -> Result<BatchReport>;
+    /// Sets next centroid `cluster` to resident row `row` (reassignment).
+    fn relocate(&mut self, cluster: usize, row: usize) -> Result<()>;
+    /// Each centroid's squared shift between the next and current centroids
+    /// ([`kernels_gpu::minibatch::row_shift`]).
+    fn shifts(&mut self) -> Result<Vec<f64>>;
+    /// Makes the next centroids current.
+    fn commit(&mut self);
+    /// The current centroids.
+    fn centroids(&self) -> Result<Vec<f32>>;
+    /// The nearest current centroid of every resident row and the distance to it.
+    fn assign_all(&mut self) -> Result<(Vec<u32>, Vec<f32>)>;
 }
 
 // ---- Pairwise distances and kNN -------------------------------------------------------------
@@ -245,6 +332,10 @@ pub(crate) trait KnnSearch: Send + Sync {
 
     /// Sets the class (`< classes`) of every training row, for [`KnnSearch::vote`].
     fn set_labels(&mut self, class_ids: &[u32], classes: usize) -> Result<()>;
+
+    /// Sets every training row's sample weight over the largest (in `[0, 1]`), which scales its
+    /// votes (see `kernels_gpu::knn::vote_weight`).
+    fn set_row_weights(&mut self, relative: &[f32]) -> Result<()>;
 
     /// The winning class of every query row among its `k` nearest, and with `proba` the share of
     /// the vote of every class (`rows × classes`).

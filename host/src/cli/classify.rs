@@ -2,7 +2,7 @@
 //! confusion matrix.
 
 use super::knn::{NeighbourWeights, check_k, device_name, metric_name, same_columns};
-use super::{CliError, CsvOpts, Ui, about, check_outputs};
+use super::{CliError, CsvOpts, SampleWeightOpts, Ui, about, check_outputs};
 use crate::io::{Format, LabelColumn, Outputs, read_labelled, read_labels, read_matrix};
 use crate::{Device, DistanceMetric, KnnClassifier, MatrixView, Scaler, Selection, Weights};
 use serde_json::json;
@@ -17,9 +17,12 @@ Examples:
   kmeans-knn classify --train t.csv --label-column first --query q.csv --k 5 \\
       --weights distance --out pred.csv
   kmeans-knn classify --train t.npy --query q.npy --k 3 --truth y.npy --json
+  kmeans-knn classify --train t.csv --query q.csv --k 9 --sample-weight w.csv
 
 Training rows carry their label in the label column (any text, e.g. \"normal.\"; NPY: a number);
 query rows do not. --scale fits the scaler on the training features and applies it to both.
+--sample-weight is a file with one weight per training row: each neighbour's vote is scaled by
+its row's weight.
 --truth is a file with one label per query row (an optional header line is skipped); it adds
 the accuracy and a confusion matrix (rows: true label, columns: predicted).";
 
@@ -70,6 +73,8 @@ pub struct Args {
     /// Where to compute: auto, cpu, gpu, gpu:N.
     #[arg(long, value_name = "DEVICE", default_value = "auto")]
     device: Device,
+    #[command(flatten)]
+    sample_weight: SampleWeightOpts,
     /// Print one JSON object on stdout (adds accuracy and the confusion matrix with --truth).
     #[arg(long)]
     json: bool,
@@ -247,6 +252,7 @@ pub fn run(a: Args, ui: Ui) -> Result<(), CliError> {
     }
     same_columns((&a.train, &train.features), (&a.query, &query))?;
     check_k(a.k, train.features.rows, &a.train)?;
+    let sample_weight = a.sample_weight.read(&opts, train.features.rows, &a.train)?;
     let truth = match &a.truth {
         Some(p) => {
             let mut t = read_labels(p, &opts)?;
@@ -293,11 +299,14 @@ pub fn run(a: Args, ui: Ui) -> Result<(), CliError> {
             None => (train.features.view(), query.view()),
         };
         let weights = Weights::from(a.weights);
-        let clf = about(
+        let mut clf = about(
             &a.train,
             KnnClassifier::fit(train_view, &ids, a.k, weights, a.metric, a.device),
         )?
         .with_selection(a.selection);
+        if let Some(w) = &sample_weight {
+            clf = clf.with_sample_weight(w)?;
+        }
         about(&a.query, clf.predict(query_view))
     })();
     spinner.finish_and_clear();
@@ -324,6 +333,7 @@ pub fn run(a: Args, ui: Ui) -> Result<(), CliError> {
             "d": query.cols,
             "classes": classes,
             "metric": metric_name(a.metric),
+            "sample_weight": a.sample_weight.name(),
             "device": device,
             "seconds": secs,
         });

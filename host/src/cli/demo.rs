@@ -110,7 +110,7 @@ pub fn run(a: Args, ui: Ui) -> Result<(), CliError> {
     let fit = fit_opts(3, a.device);
     let model = about(
         Path::new("blobs"),
-        fit_with_progress(ui, &fit, Metric::L2, Precision::Exact, &data),
+        fit_with_progress(ui, &fit, Metric::L2, Precision::Exact, &data, None),
     )?;
     let secs = start.elapsed().as_secs_f64();
     let mut outputs = Outputs::new();

@@ -55,6 +55,18 @@ pub fn run(a: Args, _ui: Ui) -> Result<(), CliError> {
     let gpu = crate::gpu_info(ordinal);
     let memory = crate::gpu_memory(ordinal);
     let threads = rayon::current_num_threads();
+    let nccl = match crate::Nccl::shared() {
+        Ok(n) => Ok((
+            n.path.display().to_string(),
+            crate::Nccl::version_text(n.version),
+        )),
+        Err(e) => Err(e.to_string()),
+    };
+    let simd = crate::SimdLevel::active();
+    let simd_text = match &simd {
+        Ok(l) => l.name().to_string(),
+        Err(e) => format!("none ({e})"),
+    };
     let chosen = match &backend {
         Ok(d) => d.describe().unwrap_or_else(|_| d.to_string()),
         Err(e) => format!("none ({e})"),
@@ -83,6 +95,12 @@ pub fn run(a: Args, _ui: Ui) -> Result<(), CliError> {
             "cubins": image::cubin_archs(),
             "ptxas_version": image::PTXAS_VERSION,
             "cpu_threads": threads,
+            "cpu_simd": simd_text,
+            "nccl": match &nccl {
+                Ok((path, version)) => json!({ "path": path, "version": version }),
+                Err(e) => json!({ "error": e }),
+            },
+            "cpu_simd_detected": crate::SimdLevel::detected().name(),
             "min_driver": driver(crate::MIN_DRIVER_VERSION),
             "driver_entry_points": crate::DRIVER_ENTRY_POINTS
                 .iter()
@@ -130,6 +148,15 @@ pub fn run(a: Args, _ui: Ui) -> Result<(), CliError> {
         ptx_target(),
         ptx_version()
     );
+    match &nccl {
+        Ok((path, version)) => s += &format!("  NCCL           {version} ({path})\n"),
+        Err(e) => s += &format!("  NCCL           none — {e}\n"),
+    }
     s += &format!("  CPU threads    {threads} (rayon; set RAYON_NUM_THREADS to change)\n");
+    s += &format!(
+        "  CPU SIMD       {simd_text} (detected {}; set {} to lower it)\n",
+        crate::SimdLevel::detected().name(),
+        crate::CPU_SIMD_VAR
+    );
     super::print_stdout(&s)
 }

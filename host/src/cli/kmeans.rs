@@ -1,6 +1,8 @@
 //! `kmeans-knn kmeans`: cluster a CSV/NPY file.
 
-use super::{CliError, CsvOpts, FitOpts, Ui, about, check_outputs, fit_with_progress};
+use super::{
+    CliError, CsvOpts, FitOpts, SampleWeightOpts, Ui, about, check_outputs, fit_with_progress,
+};
 use crate::io::{IoError, Outputs, read_matrix};
 use crate::{KMeansModel, Metric, Precision};
 use serde::{Deserialize, Serialize};
@@ -16,9 +18,14 @@ Examples:
   kmeans-knn kmeans pixels.csv --k 16 --metric l1 --save-model model.json --json
   kmeans-knn kmeans data.tsv --k 4 --device cpu --quiet
   kmeans-knn kmeans embeddings.npy --k 1024 --precision tf32 --device gpu
+  kmeans-knn kmeans docs.npy --k 50 --metric cosine --labels-out topics.npy
+  kmeans-knn kmeans points.csv --k 8 --sample-weight weights.csv
 
 Labels are written one per row (cluster ids from 0), centroids k × d. --json prints
-{k, n, d, iterations, inertia, converged, device, seconds, ...} on stdout.";
+{k, n, d, iterations, inertia, converged, device, seconds, ...} on stdout. With
+--sample-weight, centroids are weighted means and inertia the weighted sum of distances
+(integer weights: the same result as rows repeated that many times). --metric cosine is
+spherical k-means: rows scaled to unit length, centroids renormalised, inertia Σ(1 − cos).";
 
 /// Arguments of `kmeans`.
 #[derive(clap::Args, Debug)]
@@ -29,7 +36,10 @@ pub struct Args {
     input: PathBuf,
     #[command(flatten)]
     fit: FitOpts,
-    /// Assignment distance: l2 (squared Euclidean) or l1 (Manhattan).
+    #[command(flatten)]
+    weights: SampleWeightOpts,
+    /// Assignment distance: l2 (squared Euclidean), l1 (Manhattan) or cosine (spherical
+    /// k-means: rows of norm 0 are an error).
     #[arg(long, value_name = "METRIC", default_value = "l2")]
     metric: Metric,
     /// Assignment arithmetic: exact (FP32, the same labels on CPU and GPU) or tf32 (distance
@@ -156,11 +166,11 @@ pub fn run(a: Args, ui: Ui) -> Result<(), CliError> {
         .collect();
     check_outputs(outs.iter().copied())?;
     let table = read_matrix(&a.input, &a.csv.read())?;
+    let weights = a.weights.read(&a.csv.read(), table.rows, &a.input)?;
     let start = Instant::now();
-    let model = about(
-        &a.input,
-        fit_with_progress(ui, &a.fit, a.metric, a.precision, table.view()),
-    )?;
+    let view = table.view();
+    let fitted = fit_with_progress(ui, &a.fit, a.metric, a.precision, view, weights.as_deref());
+    let model = about(&a.input, fitted)?;
     let secs = start.elapsed().as_secs_f64();
 
     let mut outputs = Outputs::new();
@@ -189,6 +199,7 @@ pub fn run(a: Args, ui: Ui) -> Result<(), CliError> {
         "metric": a.metric.to_string(),
         "precision": a.precision.to_string(),
         "cluster_sizes": cluster_sizes,
+        "sample_weight": a.weights.name(),
         "outputs": outs.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
     });
     let text = summary_text(&a, &model, table.rows, secs, &outs);

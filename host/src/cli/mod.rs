@@ -7,6 +7,7 @@ mod distances;
 mod info;
 mod kmeans;
 mod knn;
+mod minibatch;
 mod patches;
 mod predict;
 mod regress;
@@ -20,7 +21,7 @@ use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::fmt;
 use std::io::{IsTerminal, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 const ABOUT: &str = "k-means clustering and exact k-nearest-neighbour search on an NVIDIA GPU \
@@ -30,6 +31,7 @@ const EXAMPLES: &str = "\
 Examples:
   kmeans-knn demo                  # built-in sample data; writes ./kmeans-knn-demo/
   kmeans-knn kmeans points.csv --k 8 --labels-out labels.csv --save-model model.json
+  kmeans-knn minibatch big.npy --k 1024 --batch-size 4096 --labels-out labels.npy
   kmeans-knn predict --model model.json new.csv --labels-out new_labels.csv
   kmeans-knn knn --train train.npy --query query.npy --k 10 --indices-out nn.npy
   kmeans-knn classify --train train.csv --query test.csv --k 25 --scale zscore --truth truth.csv
@@ -61,6 +63,10 @@ pub enum Command {
     /// Cluster the rows of a CSV/NPY file with k-means.
     #[command(after_help = kmeans::EXAMPLES)]
     Kmeans(kmeans::Args),
+    /// Cluster the rows of a CSV/NPY file with mini-batch k-means (random batches of rows: for
+    /// data too large for many full passes).
+    #[command(after_help = minibatch::EXAMPLES)]
+    Minibatch(minibatch::Args),
     /// Label new rows with a saved k-means model.
     #[command(after_help = predict::EXAMPLES)]
     Predict(predict::Args),
@@ -95,6 +101,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
     let ui = Ui { quiet: cli.quiet };
     match cli.command {
         Command::Kmeans(a) => kmeans::run(a, ui),
+        Command::Minibatch(a) => minibatch::run(a, ui),
         Command::Predict(a) => predict::run(a, ui),
         Command::Knn(a) => knn::run(a, ui),
         Command::Classify(a) => classify::run(a, ui),
@@ -170,6 +177,10 @@ impl From<crate::Error> for CliError {
             | DimensionMismatch { .. }
             | LabelCount { .. }
             | TargetCount { .. }
+            | SampleWeightCount { .. }
+            | InvalidSampleWeight { .. }
+            | ZeroSampleWeights
+            | ZeroVector { .. }
             | InvalidParameter { .. } => 2,
             _ => 1,
         };
@@ -346,6 +357,7 @@ pub fn fit_with_progress<'a>(
     metric: Metric,
     precision: crate::Precision,
     data: impl Into<crate::MatrixView<'a>>,
+    sample_weight: Option<&[f32]>,
 ) -> crate::Result<crate::KMeansModel> {
     let bar = ui.iterations_bar(opts);
     let n_init = opts.n_init;
@@ -365,9 +377,51 @@ pub fn fit_with_progress<'a>(
                 it.inertia, it.changed
             ));
         });
-    let result = params.fit(data);
+    let result = match sample_weight {
+        Some(w) => params.fit_weighted(data, w),
+        None => params.fit(data),
+    };
     bar.finish_and_clear();
     result
+}
+
+/// Option of the commands that take sample weights.
+#[derive(Args, Debug, Clone, Default)]
+pub struct SampleWeightOpts {
+    /// One weight per (training) row, finite and ≥ 0 (CSV/text with an optional header line, or
+    /// a 1-D or n × 1 NPY array).
+    #[arg(long, value_name = "FILE")]
+    pub sample_weight: Option<PathBuf>,
+}
+
+impl SampleWeightOpts {
+    /// The weights file as given, for summaries.
+    pub fn name(&self) -> Option<String> {
+        self.sample_weight.as_ref().map(|p| p.display().to_string())
+    }
+
+    /// The weights of the `rows` rows of `data` (checked: count, values), if asked for.
+    pub fn read(
+        &self,
+        opts: &ReadOptions,
+        rows: usize,
+        data: &Path,
+    ) -> Result<Option<Vec<f32>>, CliError> {
+        let Some(path) = &self.sample_weight else {
+            return Ok(None);
+        };
+        let weights = crate::io::read_numbers(path, opts)?;
+        if weights.len() != rows {
+            return Err(CliError::usage(format!(
+                "{}: it has {} weights but {} has {rows} rows",
+                path.display(),
+                weights.len(),
+                data.display()
+            )));
+        }
+        about(path, crate::sample_weight::check(&weights, rows))?;
+        Ok(Some(weights))
+    }
 }
 
 /// Writes `text` to stdout; a closed pipe (`| head`) is not an error.

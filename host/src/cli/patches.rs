@@ -70,7 +70,14 @@ pub fn cluster_patches(
     let start = Instant::now();
     let model = about(
         name,
-        fit_with_progress(ui, fit, Metric::L2, Precision::Exact, patches.matrix()),
+        fit_with_progress(
+            ui,
+            fit,
+            Metric::L2,
+            Precision::Exact,
+            patches.matrix(),
+            None,
+        ),
     )?;
     let seconds = start.elapsed().as_secs_f64();
     let order = order_by_size(&model.cluster_sizes);

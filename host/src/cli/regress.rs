@@ -1,7 +1,7 @@
 //! `kmeans-knn regress`: kNN regression of one numeric target column, with RMSE and R².
 
 use super::knn::{NeighbourWeights, check_k, device_name, metric_name, same_columns};
-use super::{CliError, CsvOpts, Ui, about, check_outputs};
+use super::{CliError, CsvOpts, SampleWeightOpts, Ui, about, check_outputs};
 use crate::io::{LabelColumn, Outputs, read_labelled, read_labels, read_matrix};
 use crate::{Device, DistanceMetric, KnnRegressor, MatrixView, Selection, Weights};
 use serde_json::json;
@@ -14,9 +14,11 @@ Examples:
   kmeans-knn regress --train t.csv --target-column first --query q.csv --k 5 \\
       --weights distance --out pred.csv
   kmeans-knn regress --train t.npy --query q.npy --k 3 --truth y.npy --json
+  kmeans-knn regress --train t.csv --query q.csv --k 10 --sample-weight w.csv
 
 Training rows carry their numeric target in the target column; query rows do not. The
-prediction is the mean of the k nearest targets (--weights distance: weighted by 1 / distance).
+prediction is the mean of the k nearest targets (--weights distance: weighted by 1 / distance;
+--sample-weight FILE, one weight per training row: times each row's weight).
 --truth is a file with one number per query row (an optional header line is skipped); it adds
 the RMSE and R².";
 
@@ -53,6 +55,8 @@ pub struct Args {
     /// Where to compute: auto, cpu, gpu, gpu:N.
     #[arg(long, value_name = "DEVICE", default_value = "auto")]
     device: Device,
+    #[command(flatten)]
+    sample_weight: SampleWeightOpts,
     /// Print one JSON object on stdout (adds rmse and r2 with --truth).
     #[arg(long)]
     json: bool,
@@ -129,6 +133,7 @@ pub fn run(a: Args, ui: Ui) -> Result<(), CliError> {
     let query = read_matrix(&a.query, &opts)?;
     same_columns((&a.train, &train.features), (&a.query, &query))?;
     check_k(a.k, train.features.rows, &a.train)?;
+    let sample_weight = a.sample_weight.read(&opts, train.features.rows, &a.train)?;
     let targets: Vec<f32> = numbers(&a.train, "the target of row", &train.labels)?
         .into_iter()
         .map(|t| t as f32)
@@ -147,7 +152,7 @@ pub fn run(a: Args, ui: Ui) -> Result<(), CliError> {
     let weights = Weights::from(a.weights);
     let result = (|| {
         let targets = MatrixView::new(&targets, targets.len(), 1)?;
-        let reg = about(
+        let mut reg = about(
             &a.train,
             KnnRegressor::fit(
                 train.features.view(),
@@ -159,6 +164,9 @@ pub fn run(a: Args, ui: Ui) -> Result<(), CliError> {
             ),
         )?
         .with_selection(a.selection);
+        if let Some(w) = &sample_weight {
+            reg = reg.with_sample_weight(w)?;
+        }
         about(&a.query, reg.predict(query.view()))
     })();
     spinner.finish_and_clear();
@@ -180,6 +188,7 @@ pub fn run(a: Args, ui: Ui) -> Result<(), CliError> {
             "train": train.features.rows,
             "d": query.cols,
             "weights": weights.to_string(),
+            "sample_weight": a.sample_weight.name(),
             "metric": metric_name(a.metric),
             "device": device,
             "seconds": secs,

@@ -66,7 +66,7 @@ pub fn segment(
     let start = Instant::now();
     let model = about(
         name,
-        fit_with_progress(ui, fit, metric, Precision::Exact, pixels.matrix()),
+        fit_with_progress(ui, fit, metric, Precision::Exact, pixels.matrix(), None),
     )?;
     let seconds = start.elapsed().as_secs_f64();
     let image = about(
@@ -107,6 +107,12 @@ pub fn distinct_colours(img: &image::RgbImage) -> usize {
 }
 
 pub fn run(a: Args, ui: Ui) -> Result<(), CliError> {
+    if a.metric == Metric::Cosine {
+        // Unit-length centroids are directions, not colours to paint with.
+        return Err(CliError::usage(
+            "--metric cosine is not a colour distance: use l1 or l2",
+        ));
+    }
     output_format(&a.output)?;
     if let Some(p) = &a.palette_out {
         output_format(p)?;

@@ -340,6 +340,23 @@ pub fn read_labels(path: &Path, opts: &ReadOptions) -> Result<Vec<String>> {
     }
 }
 
+/// Reads one number per row (CSV/text with an optional header, or a 1-D or `n × 1` NPY array of
+/// numbers), e.g. sample weights; a value that is not a number is an error naming it.
+pub fn read_numbers(path: &Path, opts: &ReadOptions) -> Result<Vec<f32>> {
+    read_labels(path, opts)?
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            v.trim().parse::<f32>().map_err(|_| {
+                IoError::input(
+                    path,
+                    format!("value {} is '{v}', which is not a number", i + 1),
+                )
+            })
+        })
+        .collect()
+}
+
 /// `v` as text: integers without a fraction, others as Rust's shortest round-trip form.
 pub fn format_number(v: f64) -> String {
     if v.fract() == 0.0 && v.abs() < 1e15 {

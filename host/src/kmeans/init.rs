@@ -1,13 +1,17 @@
 //! Initial centroids or labels. k-means++ and k-means‖ run on the backend, on the data the
 //! [`Lloyd`](crate::backend::Lloyd) object holds, through [`Seeding`]; the random numbers come
 //! from the host's ChaCha8 stream, and every choice is made on exact integer weights
-//! ([`WeightScale`]), so a seed gives the same start on the CPU and the GPU.
+//! ([`WeightScale`], times the sample weights' units), so a seed gives the same start on the CPU
+//! and the GPU. Rows are drawn by their units (uniformly without sample weights): a row of
+//! weight 3 is as likely as three copies of it, and with integer weights k-means++ picks the
+//! same points as on the data with rows repeated.
 
 use super::Metric;
-use super::lloyd::Setup;
+use super::weights::Weighting;
 use crate::backend::cpu::Seeder;
 use crate::backend::{Lloyd, Picks, Seeding, Seeds};
 use crate::error::Result;
+use crate::matrix::MatrixView;
 use kernels_gpu::launch::SEED_CANDIDATES;
 use kernels_gpu::seeding::WeightScale;
 use rand::Rng;
@@ -23,9 +27,27 @@ pub(super) enum Start {
     Labels(Vec<u32>),
 }
 
-/// `k` distinct rows of `n` drawn uniformly.
-pub(super) fn random_rows(n: usize, k: usize, rng: &mut ChaCha8Rng) -> Vec<usize> {
-    sample(rng, n, k).into_vec()
+/// `k` distinct rows, drawn in proportion to their weights (uniformly without weights).
+pub(super) fn random_rows(k: usize, weights: &Weighting, rng: &mut ChaCha8Rng) -> Vec<usize> {
+    weights.draw_distinct(k, rng)
+}
+
+/// `k` distinct points of `data`, drawn as [`random_rows`] draws them.
+pub(super) fn random_points(
+    data: &MatrixView<'_>,
+    k: usize,
+    weights: &Weighting,
+    rng: &mut ChaCha8Rng,
+) -> Vec<f32> {
+    gather(data, &random_rows(k, weights, rng))
+}
+
+/// The rows at `indices`, row-major.
+pub(super) fn gather(data: &MatrixView<'_>, indices: &[usize]) -> Vec<f32> {
+    indices
+        .iter()
+        .flat_map(|&i| data.row(i).iter().copied())
+        .collect()
 }
 
 /// A uniformly random label for every point.
@@ -33,18 +55,23 @@ pub(super) fn random_labels(n: usize, k: usize, rng: &mut ChaCha8Rng) -> Vec<u32
     (0..n).map(|_| rng.random_range(0..k as u32)).collect()
 }
 
-/// The weight scale for `n` points of data whose coordinates are at most `max_abs` per column:
-/// no seeding distance exceeds the distance across that bounding box.
-pub(super) fn weight_scale(max_abs: &[f32], n: usize, metric: Metric) -> WeightScale {
+/// The weight scale for `total` units of weight on points whose coordinates are at most
+/// `max_abs` per column: no seeding distance exceeds the distance across that bounding box.
+/// Cosine seeds by squared L2 between unit rows (`2 − 2·cos`).
+pub(super) fn weight_scale(max_abs: &[f32], total: u64, metric: Metric) -> WeightScale {
     let bound = match metric {
-        Metric::L2 => max_abs
+        Metric::L2 | Metric::Cosine => max_abs
             .iter()
             .map(|&m| 4.0 * m as f64 * m as f64)
             .sum::<f64>(),
         Metric::L1 => max_abs.iter().map(|&m| 2.0 * m as f64).sum::<f64>().powi(2),
     };
-    WeightScale::new(bound, n)
+    WeightScale::new(bound, total as usize)
 }
+
+/// Where a row comes from when one is drawn without seeding weights: the first seed, and the
+/// trials of a step where every point already sits on a seed.
+pub(super) type DrawRow<'d> = &'d dyn Fn(&mut ChaCha8Rng) -> usize;
 
 /// Trials per greedy k-means++ step: `2 + ⌊ln k⌋` (as scikit-learn), within one pass's
 /// candidates (the previous winner takes a slot).
@@ -52,19 +79,20 @@ fn trials_for(k: usize) -> usize {
     (2 + (k as f64).ln().floor() as usize).min(SEED_CANDIDATES - 1)
 }
 
-/// Greedy k-means++ over the `n` rows of `seeding`: the first seed uniform, then each seed the
+/// Greedy k-means++ over the rows of `seeding`: the first seed from `draw`, then each seed the
 /// best of `2 + ⌊ln k⌋` candidates drawn with probability proportional to their integer weight
-/// (draws uniform in `[0, total)`, located in the cumulative weights); the lowest potential
-/// wins, ties to the earliest trial. Returns the chosen rows.
+/// (draws uniform in `[0, total)`, located in the cumulative weights; from `draw` when every
+/// weight is zero); the lowest potential wins, ties to the earliest trial. Returns the chosen
+/// rows.
 pub(super) fn kmeans_plus_plus(
     seeding: &mut dyn Seeding,
-    n: usize,
+    draw: DrawRow<'_>,
     k: usize,
     ws: WeightScale,
     rng: &mut ChaCha8Rng,
 ) -> Result<Vec<usize>> {
     let trials = trials_for(k);
-    let first = rng.random_range(0..n);
+    let first = draw(rng);
     let mut chosen = vec![first];
     let mut total = seeding.seed_nearest(Seeds::Rows(&[first as u32]), 0, true, ws)?;
     while chosen.len() < k {
@@ -73,7 +101,7 @@ pub(super) fn kmeans_plus_plus(
             seeding.seed_trials(Picks::Draws(&draws), ws)?
         } else {
             // Every point sits on a seed: any point is as good.
-            let rows: Vec<u32> = (0..trials).map(|_| rng.random_range(0..n) as u32).collect();
+            let rows: Vec<u32> = (0..trials).map(|_| draw(rng) as u32).collect();
             seeding.seed_trials(Picks::Seeds(Seeds::Rows(&rows)), ws)?
         };
         let best = (0..trials)
@@ -86,20 +114,23 @@ pub(super) fn kmeans_plus_plus(
     Ok(chosen)
 }
 
-/// k-means‖ (Bahmani et al. 2012): a uniform first seed, then [`PARALLEL_ROUNDS`] rounds that
-/// each sample every point independently with probability `min(1, ℓ·weight/φ)`, ℓ = 2k, by a
-/// counter-based uniform of (seed, round, row); the candidates, weighted by the points nearest
-/// to each, are then reduced to `k` by weighted greedy k-means++ on the host's CPU. Returns the
+/// k-means‖ (Bahmani et al. 2012): a first seed drawn by sample weight, then
+/// [`PARALLEL_ROUNDS`] rounds that each sample every point independently with probability
+/// `min(1, ℓ·weight/φ)`, ℓ = 2k, by a counter-based uniform of (seed, round, row); the
+/// candidates, weighted by the units of the points nearest to each, are then reduced to `k` by
+/// weighted greedy k-means++ on the host's CPU (its first seed uniform among them). Returns the
 /// chosen rows.
 pub(super) fn kmeans_parallel(
     seeding: &mut dyn Lloyd,
-    setup: &Setup,
     k: usize,
     metric: Metric,
+    d: usize,
+    ws: WeightScale,
+    weights: &Weighting,
     rng: &mut ChaCha8Rng,
 ) -> Result<Vec<usize>> {
-    let (n, d, ws) = (setup.n, setup.d, setup.weights);
-    let first = rng.random_range(0..n) as u32;
+    let n = weights.rows();
+    let first = weights.draw(rng) as u32;
     let stream: u64 = rng.random();
     let ell = 2 * k as u64;
     let mut candidates = vec![first];
@@ -116,10 +147,13 @@ pub(super) fn kmeans_parallel(
         }
     }
     if candidates.len() < k {
-        // Too few points with weight (duplicates): distinct random others make up the number.
+        // Too few points with seeding weight (duplicates): distinct random others with sample
+        // weight (there are at least k) make up the number.
         let mut taken = vec![false; n];
         candidates.iter().for_each(|&c| taken[c as usize] = true);
-        let free: Vec<u32> = (0..n as u32).filter(|&i| !taken[i as usize]).collect();
+        let free: Vec<u32> = (0..n as u32)
+            .filter(|&i| !taken[i as usize] && weights.is_positive(i as usize))
+            .collect();
         let extra: Vec<u32> = sample(rng, free.len(), k - candidates.len())
             .into_iter()
             .map(|i| free[i])
@@ -127,10 +161,12 @@ pub(super) fn kmeans_parallel(
         seeding.seed_nearest(Seeds::Rows(&extra), candidates.len() as u32, false, ws)?;
         candidates.extend(extra);
     }
-    let counts = seeding.seed_owner_counts(candidates.len())?;
+    let units = seeding.seed_owner_weights(candidates.len())?;
     let rows: Vec<usize> = candidates.iter().map(|&c| c as usize).collect();
     let local = seeding.gather(&rows)?;
-    let mut weighted = Seeder::new(&local, d, metric.assign(), 0).weighted(counts);
-    let picked = kmeans_plus_plus(&mut weighted, rows.len(), k, ws, rng)?;
+    let mut weighted = Seeder::new(&local, d, metric.assign(), 0).weighted(units);
+    let m = rows.len();
+    let uniform = |rng: &mut ChaCha8Rng| rng.random_range(0..m);
+    let picked = kmeans_plus_plus(&mut weighted, &uniform, k, ws, rng)?;
     Ok(picked.into_iter().map(|p| rows[p]).collect())
 }

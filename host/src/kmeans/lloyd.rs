@@ -3,9 +3,10 @@
 //! drives a fit over one backend's rows ([`fit`]) and over shards (`super::shard`).
 
 use super::init::{self, Start};
-use super::shard::{Moments, column_max_abs, scale_exponents};
+use super::prepare::Prepared;
+use super::weights::Weighting;
 use super::{EmptyClusters, Init, Iteration, KMeansModel, KMeansParams};
-use crate::backend::Lloyd;
+use crate::backend::{AssignStats, Lloyd};
 use crate::error::{Error, Result};
 use crate::matrix::MatrixView;
 use kernels_gpu::seeding::WeightScale;
@@ -13,26 +14,30 @@ use rand::SeedableRng;
 use rand::seq::index::sample;
 use rand_chacha::ChaCha8Rng;
 
-/// What a fit knows before its first step, from all of its rows.
-pub(super) struct Setup {
-    pub n: usize,
+/// What a fit knows before its first step, from all of its rows ([`Prepared`] for one
+/// process; the shards' survey for a sharded fit).
+pub(super) struct Setup<'a> {
+    /// Columns.
     pub d: usize,
-    /// `params.tol` × the mean per-feature variance.
+    /// `params.tol` times the weighted mean per-feature variance.
     pub tol: f64,
     /// The seeding weights' scale.
-    pub weights: WeightScale,
+    pub seeding: WeightScale,
+    /// The rows' weights in units.
+    pub weights: &'a Weighting,
+    /// The given initial centroids (unit rows for cosine), with [`Init::Centroids`].
+    pub init_centroids: Option<&'a [f32]>,
 }
 
-impl Setup {
-    /// The setup of a fit over `n` rows of `d` columns whose column maxima are `max_abs` and
-    /// whose moments under `scales` are `moments`.
-    pub fn new(params: &KMeansParams, max_abs: &[f32], scales: &[i32], moments: &Moments) -> Self {
-        let n = moments.rows as usize;
+impl Prepared<'_> {
+    /// What the Lloyd loop needs of this fit.
+    pub(super) fn setup(&self) -> Setup<'_> {
         Setup {
-            n,
-            d: max_abs.len(),
-            tol: params.tol * moments.mean_variance(scales),
-            weights: init::weight_scale(max_abs, n, params.metric),
+            d: self.data.cols(),
+            tol: self.tol,
+            seeding: self.seeding,
+            weights: &self.weights,
+            init_centroids: self.init_centroids.as_deref(),
         }
     }
 }
@@ -68,28 +73,31 @@ impl Fitted {
     }
 }
 
-pub(super) fn fit(params: &KMeansParams, data: &MatrixView<'_>) -> Result<KMeansModel> {
-    data.validate("the data")?;
-    let (n, d, k) = (data.rows(), data.cols(), params.k);
-    params.check(n, d)?;
-    let max_abs = column_max_abs(data);
-    let scales = scale_exponents(&max_abs, n);
-    let setup = Setup::new(params, &max_abs, &scales, &Moments::of(data, &scales));
+pub(super) fn fit(
+    params: &KMeansParams,
+    data: &MatrixView<'_>,
+    sample_weight: Option<&[f32]>,
+) -> Result<KMeansModel> {
+    let prepared = Prepared::new(params, data, sample_weight)?;
     let backend = params.device.backend()?;
-    let mut lloyd = backend.lloyd(data, k, params.metric.assign(), params.precision, &scales)?;
-    let fitted = drive(params, lloyd.as_mut(), &setup)?;
+    let mut lloyd = backend.lloyd(&prepared.data, &prepared.spec(params))?;
+    let fitted = drive(params, lloyd.as_mut(), &prepared.setup())?;
     Ok(fitted.into_model(params, lloyd.labels()?, backend.describe()))
 }
 
 /// The `n_init` runs of a fit over `lloyd`, which holds all of its rows (here, or spread over
 /// shards): returns the run of lowest inertia (the earliest of equals), whose labels `lloyd`
 /// holds at the end.
-pub(super) fn drive(params: &KMeansParams, lloyd: &mut dyn Lloyd, setup: &Setup) -> Result<Fitted> {
+pub(super) fn drive(
+    params: &KMeansParams,
+    lloyd: &mut dyn Lloyd,
+    setup: &Setup<'_>,
+) -> Result<Fitted> {
     let mut rng = ChaCha8Rng::seed_from_u64(params.seed);
     let mut best: Option<(usize, Fitted)> = None;
     for run in 0..params.n_init {
         let start = start(params, lloyd, setup, &mut rng)?;
-        let result = run_once(lloyd, start, params, setup.tol, run, &mut rng)?;
+        let result = run_once(lloyd, start, params, setup, run, &mut rng)?;
         if best
             .as_ref()
             .is_none_or(|(_, b)| result.inertia < b.inertia)
@@ -110,41 +118,38 @@ pub(super) fn drive(params: &KMeansParams, lloyd: &mut dyn Lloyd, setup: &Setup)
 fn start(
     params: &KMeansParams,
     lloyd: &mut dyn Lloyd,
-    setup: &Setup,
+    setup: &Setup<'_>,
     rng: &mut ChaCha8Rng,
 ) -> Result<Start> {
-    let (n, k, ws) = (setup.n, params.k, setup.weights);
+    let (weights, ws, k) = (setup.weights, setup.seeding, params.k);
     Ok(match &params.init {
         Init::KMeansPlusPlus => {
-            let rows = init::kmeans_plus_plus(lloyd, n, k, ws, rng)?;
+            let draw = |rng: &mut ChaCha8Rng| weights.draw(rng);
+            let rows = init::kmeans_plus_plus(lloyd, &draw, k, ws, rng)?;
             Start::Centroids(lloyd.gather(&rows)?)
         }
         Init::KMeansParallel => {
-            let rows = init::kmeans_parallel(lloyd, setup, k, params.metric, rng)?;
+            let rows = init::kmeans_parallel(lloyd, k, params.metric, setup.d, ws, weights, rng)?;
             Start::Centroids(lloyd.gather(&rows)?)
         }
-        Init::RandomPoints => Start::Centroids(lloyd.gather(&init::random_rows(n, k, rng))?),
-        Init::RandomLabels => Start::Labels(init::random_labels(n, k, rng)),
-        Init::Centroids(c) => Start::Centroids(c.clone()),
+        Init::RandomPoints => Start::Centroids(lloyd.gather(&init::random_rows(k, weights, rng))?),
+        Init::RandomLabels => Start::Labels(init::random_labels(weights.rows(), k, rng)),
+        Init::Centroids(_) => Start::Centroids(
+            setup
+                .init_centroids
+                .expect("prepared with the initial centroids")
+                .to_vec(),
+        ),
     })
 }
 
 /// The centroids that the first run of a fit starts from (validated as `fit` does).
 pub(super) fn initial_centroids(params: &KMeansParams, data: &MatrixView<'_>) -> Result<Vec<f32>> {
-    data.validate("the data")?;
-    let (n, d, k) = (data.rows(), data.cols(), params.k);
-    params.check(n, d)?;
-    let setup = Setup {
-        n,
-        d,
-        tol: 0.0,
-        weights: init::weight_scale(&column_max_abs(data), n, params.metric),
-    };
+    let prepared = Prepared::new(params, data, None)?;
     let backend = params.device.backend()?;
-    let scales = vec![0; d];
-    let mut lloyd = backend.lloyd(data, k, params.metric.assign(), params.precision, &scales)?;
+    let mut lloyd = backend.lloyd(&prepared.data, &prepared.spec(params))?;
     let mut rng = ChaCha8Rng::seed_from_u64(params.seed);
-    match start(params, lloyd.as_mut(), &setup, &mut rng)? {
+    match start(params, lloyd.as_mut(), &prepared.setup(), &mut rng)? {
         Start::Centroids(c) => Ok(c),
         Start::Labels(_) => Err(Error::invalid(
             "init",
@@ -157,10 +162,11 @@ fn run_once(
     lloyd: &mut dyn Lloyd,
     start: Start,
     params: &KMeansParams,
-    tol: f64,
+    setup: &Setup<'_>,
     run: usize,
     rng: &mut ChaCha8Rng,
 ) -> Result<Fitted> {
+    let (tol, weights) = (setup.tol, setup.weights);
     // With labels to start from, the first assignment can already confirm them; with centroids,
     // the label buffer holds nothing meaningful before the first assignment.
     let labels_known = match start {
@@ -172,33 +178,35 @@ fn run_once(
             lloyd.set_labels(&labels)?;
             let empty = lloyd.update()?;
             if empty > 0 {
-                relocate_random(lloyd, labels.len(), rng)?;
+                relocate_random(lloyd, weights, rng)?;
             }
             lloyd.commit();
             true
         }
     };
 
+    let mut stats: AssignStats;
     let mut n_iter = 0;
     let mut converged = false;
     let mut consistent = false;
     loop {
         if n_iter == params.max_iter {
-            lloyd.assign()?;
+            stats = lloyd.assign()?;
             consistent = true;
             break;
         }
         let step = lloyd.step()?;
-        let stats = step.assign;
+        stats = step.assign;
         if stats.changed == 0 && (n_iter > 0 || labels_known) {
-            // The current centroids are the means of exactly these labels: a fixed point.
+            // The current centroids are the means of exactly these labels (points without weight
+            // count for nothing in them): a fixed point.
             converged = true;
             consistent = true;
             break;
         }
         let mut shift = step.shift;
         if step.empty > 0 && params.empty_clusters == EmptyClusters::FarthestPoint {
-            relocate_farthest(lloyd)?;
+            relocate_farthest(lloyd, weights)?;
             shift = lloyd.shift()?;
         }
         lloyd.commit();
@@ -219,13 +227,12 @@ fn run_once(
     }
     if !consistent {
         // Labels and inertia must belong to the centroids that are returned.
-        lloyd.assign()?;
+        stats = lloyd.assign()?;
     }
-    let tally = lloyd.tally()?;
     Ok(Fitted {
         centroids: lloyd.centroids()?,
-        sizes: tally.sizes,
-        inertia: tally.inertia.value(),
+        sizes: lloyd.sizes()?,
+        inertia: stats.inertia,
         n_iter,
         converged,
     })
@@ -235,7 +242,8 @@ fn run_once(
 /// shift's terms in an order of its own (the GPU does); where that order could decide otherwise
 /// than the host's (within 10⁻⁶ of tol, far beyond the rounding of any order), the host's
 /// [`Lloyd::exact_shift`] decides, so that every backend and every split of the rows stops at
-/// the same iteration.
+/// the same iteration. (After the commit, the shift is between the current and the previous
+/// centroids; `exact_shift` is asked before the next step, so it compares the same pair.)
 fn within_tol(lloyd: &mut dyn Lloyd, shift: f64, tol: f64) -> Result<bool> {
     if (shift - tol).abs() <= 1e-6 * tol {
         Ok(lloyd.exact_shift()? <= tol)
@@ -244,24 +252,31 @@ fn within_tol(lloyd: &mut dyn Lloyd, shift: f64, tol: f64) -> Result<bool> {
     }
 }
 
-/// Moves each empty cluster to the point farthest from its centroid (ties: lowest index).
-fn relocate_farthest(lloyd: &mut dyn Lloyd) -> Result<()> {
-    let sizes = lloyd.sizes()?;
+/// Moves each cluster without weight to the point with weight farthest from its centroid (ties:
+/// lowest index); a point of weight w > 1 takes up to ⌈w⌉ of them in turn, as w copies of it
+/// would.
+fn relocate_farthest(lloyd: &mut dyn Lloyd, weights: &Weighting) -> Result<()> {
+    let sizes = lloyd.cluster_weights()?;
     let empty: Vec<usize> = (0..sizes.len()).filter(|&c| sizes[c] == 0).collect();
     let farthest = lloyd.farthest(empty.len())?;
-    for (&cluster, point) in empty.iter().zip(&farthest) {
-        lloyd.relocate(cluster, point.row as usize)?;
+    let targets = farthest
+        .iter()
+        .flat_map(|f| std::iter::repeat_n(f.row as usize, weights.copies(f.row as usize)));
+    for (&cluster, point) in empty.iter().zip(targets) {
+        lloyd.relocate(cluster, point)?;
     }
     Ok(())
 }
 
-/// Before any assignment there are no distances: empty clusters take distinct random points.
-fn relocate_random(lloyd: &mut dyn Lloyd, n: usize, rng: &mut ChaCha8Rng) -> Result<()> {
-    let sizes = lloyd.sizes()?;
+/// Before any assignment there are no distances: clusters without weight take distinct random
+/// points with weight (uniformly).
+fn relocate_random(lloyd: &mut dyn Lloyd, weights: &Weighting, rng: &mut ChaCha8Rng) -> Result<()> {
+    let sizes = lloyd.cluster_weights()?;
     let empty: Vec<usize> = (0..sizes.len()).filter(|&c| sizes[c] == 0).collect();
-    let points = sample(rng, n, empty.len().min(n));
-    for (&cluster, point) in empty.iter().zip(points) {
-        lloyd.relocate(cluster, point)?;
+    let positive = weights.positive();
+    let points = sample(rng, positive, empty.len().min(positive));
+    for (&cluster, p) in empty.iter().zip(points) {
+        lloyd.relocate(cluster, weights.positive_row(p))?;
     }
     Ok(())
 }

@@ -1,5 +1,6 @@
 //! k-means clustering: a params builder that validates before fitting, Lloyd iterations on the
-//! chosen backend, and a fitted model with `predict` and `transform`.
+//! chosen backend (optionally with sample weights), and a fitted model with `predict` and
+//! `transform`.
 //!
 //! ```
 //! use kmeans_knn::{KMeans, MatrixView, Device};
@@ -13,9 +14,13 @@
 
 mod init;
 mod lloyd;
+mod minibatch;
 mod model;
+mod prepare;
 pub mod shard;
+mod weights;
 
+pub use minibatch::{MiniBatchKMeans, MiniBatchKMeansModel, MiniBatchParams, MiniBatchStep};
 pub use model::KMeansModel;
 
 use crate::device::Device;
@@ -83,20 +88,31 @@ impl FromStr for Init {
     }
 }
 
-/// Distance that assigns points to centroids. Centroids are label means under both.
+/// Distance that assigns points to centroids. Centroids are (weighted) label means under every
+/// metric, scaled to unit norm under cosine.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Metric {
     /// Squared Euclidean distance; inertia is the sum of squared distances.
     #[default]
     L2,
-    /// Manhattan distance (as seed 003's colour segmentation); inertia is the sum of L1 distances.
+    /// Manhattan distance (robust to outliers; the usual choice for colour segmentation);
+    /// inertia is the sum of L1 distances.
     L1,
+    /// Spherical k-means: every point is scaled to unit L2 norm (a row of norm 0 is an
+    /// [`Error::ZeroVector`]), assigned to the centroid with the largest inner product (ties to
+    /// the lowest index), and every centroid is its cluster's mean scaled to unit norm after each
+    /// update (as FAISS's `spherical` option). Inertia is `Σ w·(1 − cos)` over the points, the
+    /// cosine distance to their centroid; `predict` normalises its queries and `transform` gives
+    /// `1 − cos`.
+    Cosine,
 }
 
 impl Metric {
+    /// The kernels' metric: cosine runs the squared-L2 kernels (see
+    /// [`crate::backend::LloydSpec::metric`]).
     pub(crate) fn assign(self) -> AssignMetric {
         match self {
-            Metric::L2 => AssignMetric::SqL2,
+            Metric::L2 | Metric::Cosine => AssignMetric::SqL2,
             Metric::L1 => AssignMetric::L1,
         }
     }
@@ -108,9 +124,10 @@ impl FromStr for Metric {
         match s {
             "l2" | "euclidean" | "sqeuclidean" => Ok(Metric::L2),
             "l1" | "manhattan" => Ok(Metric::L1),
+            "cosine" | "spherical" => Ok(Metric::Cosine),
             _ => Err(Error::invalid(
                 "metric",
-                format!("'{s}' is not one of l2, l1"),
+                format!("'{s}' is not one of l2, l1, cosine"),
             )),
         }
     }
@@ -121,6 +138,7 @@ impl fmt::Display for Metric {
         f.write_str(match self {
             Metric::L2 => "l2",
             Metric::L1 => "l1",
+            Metric::Cosine => "cosine",
         })
     }
 }
@@ -185,7 +203,7 @@ pub struct Iteration {
     pub run: usize,
     /// Iteration within the run (from 1).
     pub iteration: usize,
-    /// Labels that changed in this iteration's assignment.
+    /// Labels of points with weight that changed in this iteration's assignment.
     pub changed: u64,
     /// Inertia of this iteration's assignment.
     pub inertia: f64,
@@ -223,7 +241,8 @@ impl KMeansParams {
         self
     }
     /// Stop when the squared centroid shift is at most `tol` × the mean per-feature variance of
-    /// the data, as scikit-learn (default 1e-4). A run also stops when no label changes.
+    /// the data (weighted by the sample weights), as scikit-learn (default 1e-4). A run also stops
+    /// when no label of a point with weight changes.
     pub fn tol(mut self, tol: f64) -> Self {
         self.tol = tol;
         self
@@ -326,7 +345,26 @@ impl KMeansParams {
 
     /// Clusters `data` (validated first: non-empty, finite, `k ≤ n`).
     pub fn fit<'a>(&self, data: impl Into<MatrixView<'a>>) -> Result<KMeansModel> {
-        lloyd::fit(self, &data.into())
+        lloyd::fit(self, &data.into(), None)
+    }
+
+    /// Clusters `data` with a sample weight per row: centroids are weighted means, inertia is
+    /// the weighted sum of distances, seeding draws points in proportion to their weight times
+    /// their seeding distance, and `tol` is relative to the weighted variance.
+    ///
+    /// Weights must be finite and ≥ 0 (a weight of 0 leaves its row out of everything but the
+    /// labels), one per row, not all zero, and at least `k` of them positive; anything else is an
+    /// [`Error::SampleWeightCount`], [`Error::InvalidSampleWeight`] (naming the row),
+    /// [`Error::ZeroSampleWeights`] or an invalid `k`. Integer weights give the labels,
+    /// centroids and inertia, bit for bit, of the data with every row repeated that many times
+    /// (in the same order); other weights are held to 2^−40 of their total or better (see
+    /// `kernels_gpu::fixed`).
+    pub fn fit_weighted<'a>(
+        &self,
+        data: impl Into<MatrixView<'a>>,
+        sample_weight: &[f32],
+    ) -> Result<KMeansModel> {
+        lloyd::fit(self, &data.into(), Some(sample_weight))
     }
 
     /// Clusters rows held by [`shard::Shard`]s, reached through `transport`: the same model

@@ -1,6 +1,7 @@
 //! A fitted k-means model.
 
-use super::{Metric, Precision};
+use super::Metric;
+use crate::backend::{LloydSpec, SPHERICAL_POINT_SQ_NORM};
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::matrix::MatrixView;
@@ -23,9 +24,10 @@ pub struct KMeansModel {
     /// Label of every training point (not saved with the model).
     #[serde(skip)]
     pub labels: Vec<u32>,
-    /// Points per cluster.
+    /// Points per cluster (whatever their weight).
     pub cluster_sizes: Vec<u32>,
-    /// Sum of the points' distances to their centroids (squared for L2).
+    /// Sum of the points' (weighted) distances to their centroids: squared for L2, `1 − cos`
+    /// for cosine.
     pub inertia: f64,
     /// Lloyd iterations of the returned run.
     pub n_iter: usize,
@@ -46,14 +48,14 @@ impl KMeansModel {
         Array2::from_shape_vec((self.k, self.d), self.centroids.clone()).expect("k × d values")
     }
 
-    /// Nearest centroid of every row of `x`, computed on `device`.
+    /// Nearest centroid of every row of `x`, computed on `device` (for cosine: the centroid of
+    /// largest inner product with the row scaled to unit norm; a row of norm 0 is an
+    /// [`Error::ZeroVector`]).
     pub fn predict_on<'a>(&self, x: impl Into<MatrixView<'a>>, device: Device) -> Result<Vec<u32>> {
-        let x = x.into();
-        self.check_input(&x)?;
+        let x = self.input(x.into())?;
         let backend = device.backend()?;
-        let scales = vec![0; self.d];
-        let mut lloyd =
-            backend.lloyd(&x, self.k, self.metric.assign(), Precision::Exact, &scales)?;
+        let spec = LloydSpec::predict(self.k, self.d, self.metric);
+        let mut lloyd = backend.lloyd(&x, &spec)?;
         lloyd.set_centroids(&self.centroids)?;
         lloyd.assign()?;
         lloyd.labels()
@@ -65,18 +67,26 @@ impl KMeansModel {
     }
 
     /// Distance of every row of `x` to every centroid (`n × k`): Euclidean for an L2 model (as
-    /// scikit-learn's `transform`), Manhattan for an L1 model.
+    /// scikit-learn's `transform`), Manhattan for an L1 model, the cosine distance `1 − cos`
+    /// for a cosine model (rows of norm 0 are an [`Error::ZeroVector`]).
     pub fn transform<'a>(&self, x: impl Into<MatrixView<'a>>) -> Result<Array2<f32>> {
-        let x = x.into();
-        self.check_input(&x)?;
+        let x = self.input(x.into())?;
         let (n, k) = (x.rows(), self.k);
         let metric = self.metric.assign();
-        let c_sq: Vec<f32> = self.centroids.chunks_exact(self.d).map(sq_norm).collect();
+        let cosine = self.metric == Metric::Cosine;
+        let c_sq: Vec<f32> = match cosine {
+            true => vec![0.0; k],
+            false => self.centroids.chunks_exact(self.d).map(sq_norm).collect(),
+        };
         let mut out = vec![0f32; n * k];
-        // The same arithmetic as the assignment, so the smallest entry of a row is its label.
+        // The same arithmetic as the assignment, so the smallest entry of a row is its label
+        // (up to ties that rounding makes after the assignment's comparison).
         out.par_chunks_mut(k).enumerate().for_each(|(i, row)| {
             let x = x.row(i);
-            let x_sq = sq_norm(x);
+            let x_sq = match cosine {
+                true => SPHERICAL_POINT_SQ_NORM,
+                false => sq_norm(x),
+            };
             for (c, v) in row.iter_mut().enumerate() {
                 let acc = x
                     .iter()
@@ -86,13 +96,16 @@ impl KMeansModel {
                 *v = match self.metric {
                     Metric::L2 => dist.sqrt(),
                     Metric::L1 => dist,
+                    // 2·(1 − cos), halved exactly.
+                    Metric::Cosine => dist / 2.0,
                 };
             }
         });
         Ok(Array2::from_shape_vec((n, k), out).expect("n × k values"))
     }
 
-    fn check_input(&self, x: &MatrixView<'_>) -> Result<()> {
+    /// Validates `x` against the model; for cosine, its rows scaled to unit norm.
+    fn input<'a>(&self, x: MatrixView<'a>) -> Result<MatrixView<'a>> {
         x.validate("the input")?;
         x.expect_cols("the input", self.d)?;
         if self.centroids.len() != self.k * self.d {
@@ -101,6 +114,9 @@ impl KMeansModel {
                 "centroids do not hold k × d values",
             ));
         }
-        Ok(())
+        match self.metric {
+            Metric::Cosine => x.normalized("the input"),
+            _ => Ok(x),
+        }
     }
 }

@@ -9,6 +9,10 @@
 //!   exact and independent of the order in which the GPU's atomics land.
 //! * The class with the most votes wins; among tied classes, the one whose nearest member ranks
 //!   first among the neighbours (nearest distance, then lowest training index).
+//! * With sample weights ([`KnnClassifier::with_sample_weight`]) every vote above is multiplied
+//!   by the neighbour's weight over the largest training weight; a neighbour of weight 0 casts
+//!   none. (When no neighbour of a query has weight, every class has 0 votes: the class of the
+//!   nearest neighbour wins by the tie rule, and every probability is 0.)
 //! * [`KnnClassifier::predict_proba`] gives every class its share of the vote total.
 
 use super::{KnnIndex, Selection, check_k};
@@ -111,6 +115,16 @@ impl KnnClassifier {
         })
     }
 
+    /// Weighs every training row's vote by its sample weight (one per training row, finite,
+    /// ≥ 0, not all zero; else [`Error::SampleWeightCount`], [`Error::InvalidSampleWeight`]
+    /// naming the row, or [`Error::ZeroSampleWeights`]). See the module documentation.
+    pub fn with_sample_weight(mut self, sample_weight: &[f32]) -> Result<KnnClassifier> {
+        crate::sample_weight::check(sample_weight, self.index.len())?;
+        let relative = crate::sample_weight::relative(sample_weight);
+        self.index.inner_mut().set_row_weights(&relative)?;
+        Ok(self)
+    }
+
     /// Uses `selection` for the neighbour search (default [`Selection::Auto`]).
     pub fn with_selection(mut self, selection: Selection) -> KnnClassifier {
         self.index = self.index.with_selection(selection);
@@ -177,11 +191,13 @@ impl KnnClassifier {
 }
 
 /// The CPU twin of the GPU vote: the winning class of one query and, into `proba` when it is not
-/// empty, every class's share. `keys` are the query's k neighbour keys, sorted.
+/// empty, every class's share. `keys` are the query's k neighbour keys, sorted; `row_weights`
+/// the training rows' relative sample weights, if any.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn vote_one(
     keys: &[u64],
     class_ids: &[u32],
+    row_weights: Option<&[f32]>,
     classes: usize,
     weighted: bool,
     scale: f32,
@@ -194,8 +210,15 @@ pub(crate) fn vote_one(
     first.fill(u32::MAX);
     let nearest = key_distance(keys[0]);
     for (r, &kk) in keys.iter().enumerate() {
-        let w = vote_weight(weighted, nearest, key_distance(kk), scale);
-        let c = class_ids[key_index(kk) as usize] as usize;
+        let at = key_index(kk) as usize;
+        let w = vote_weight(
+            weighted,
+            nearest,
+            key_distance(kk),
+            scale,
+            row_weights.map(|r| r[at]),
+        );
+        let c = class_ids[at] as usize;
         votes[c] += w;
         first[c] = first[c].min(r as u32);
     }

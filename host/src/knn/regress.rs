@@ -4,6 +4,9 @@
 //! * [`Weights::Uniform`]: the plain mean of the k neighbours' targets.
 //! * [`Weights::Distance`]: a neighbour at distance `d` weighs `1 / d` (as scikit-learn). If any
 //!   neighbour is at distance 0, only the neighbours at distance 0 count, equally.
+//! * With sample weights ([`KnnRegressor::with_sample_weight`]) each neighbour's weight above is
+//!   multiplied by its sample weight; when that leaves a query no weight at all, its neighbours
+//!   count as without sample weights.
 //! * The neighbours come from [`KnnIndex::search`] (nearest first, equal distances by training
 //!   index), which is identical on both devices; the average is then taken on the host in that
 //!   order, accumulated in `f64` and rounded once to `f32`, so the predictions are identical too.
@@ -23,6 +26,8 @@ pub struct KnnRegressor {
     index: KnnIndex,
     /// `rows × outputs` targets, row-major.
     targets: Vec<f32>,
+    /// Every training row's sample weight; `None`: one each.
+    sample_weight: Option<Vec<f32>>,
     outputs: usize,
     k: usize,
     weights: Weights,
@@ -62,10 +67,20 @@ impl KnnRegressor {
         Ok(KnnRegressor {
             index: KnnIndex::new(&train, metric, device)?,
             targets: targets.as_slice().to_vec(),
+            sample_weight: None,
             outputs: targets.cols(),
             k,
             weights,
         })
+    }
+
+    /// Weighs every training row by its sample weight in the averages (one per training row,
+    /// finite, ≥ 0, not all zero; else [`Error::SampleWeightCount`],
+    /// [`Error::InvalidSampleWeight`] naming the row, or [`Error::ZeroSampleWeights`]).
+    pub fn with_sample_weight(mut self, sample_weight: &[f32]) -> Result<KnnRegressor> {
+        crate::sample_weight::check(sample_weight, self.index.len())?;
+        self.sample_weight = Some(sample_weight.to_vec());
+        Ok(self)
     }
 
     /// Uses `selection` for the neighbour search (default [`Selection::Auto`]).
@@ -117,6 +132,24 @@ impl KnnRegressor {
 
     /// One query's weighted mean of its neighbours' targets, nearest first, in `f64`.
     fn average(&self, indices: &[u32], distances: &[f32], out: &mut [f32]) {
+        let (mut sum, mut total) =
+            self.weighted_sum(indices, distances, self.sample_weight.as_deref());
+        if total == 0.0 {
+            // No neighbour that counts has weight: they count as without sample weights.
+            (sum, total) = self.weighted_sum(indices, distances, None);
+        }
+        for (o, s) in out.iter_mut().zip(sum) {
+            *o = (s / total) as f32;
+        }
+    }
+
+    /// The weighted sum of the neighbours' targets and the total weight.
+    fn weighted_sum(
+        &self,
+        indices: &[u32],
+        distances: &[f32],
+        sample: Option<&[f32]>,
+    ) -> (Vec<f64>, f64) {
         let t = self.outputs;
         let exact = self.weights == Weights::Distance && distances.contains(&0.0);
         let mut sum = vec![0f64; t];
@@ -126,16 +159,14 @@ impl KnnRegressor {
                 (Weights::Uniform, _) => 1.0,
                 (Weights::Distance, true) => f64::from(u8::from(d == 0.0)),
                 (Weights::Distance, false) => 1.0 / f64::from(d),
-            };
+            } * sample.map_or(1.0, |s| f64::from(s[i as usize]));
             let target = &self.targets[i as usize * t..][..t];
             for (s, &y) in sum.iter_mut().zip(target) {
                 *s += w * f64::from(y);
             }
             total += w;
         }
-        for (o, s) in out.iter_mut().zip(sum) {
-            *o = (s / total) as f32;
-        }
+        (sum, total)
     }
 }
 

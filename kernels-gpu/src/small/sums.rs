@@ -2,12 +2,13 @@
 //! and the one-block finalize that turns the sums into means and the step's summary.
 
 use super::{Smem, Step};
-use crate::exec::{Exec, block_sums};
-use crate::fixed::{mean, to_fixed};
+use crate::exec::{Exec, block_sum_i64, block_sums};
+use crate::fixed::{mean, to_fixed, units_at, weighted};
 use crate::launch::BLOCK;
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-/// Adds the block's points to the global cluster sums and counts (see the module comment).
+/// Adds the block's points to the global cluster sums and weights (see the module comment),
+/// each point counted as many times as its units.
 #[inline(always)]
 pub(super) unsafe fn accumulate<const P: usize, E: Exec>(
     e: E,
@@ -54,10 +55,23 @@ pub(super) unsafe fn accumulate<const P: usize, E: Exec>(
         let (from, count) = unsafe { (*offsets.add(c), *counts.add(c)) };
         if count > 0 {
             let scale = unsafe { *m.scales.add(j) };
-            let mut sum = 0i64;
-            for q in from..from + count {
+            let value = |q: u32| {
                 let r = unsafe { *order.add(q as usize) } as usize;
-                sum += to_fixed(unsafe { *m.points.add(r * m.point_stride + j) }, scale);
+                (
+                    r,
+                    to_fixed(unsafe { *m.points.add(r * m.point_stride + j) }, scale),
+                )
+            };
+            let mut sum = 0i64;
+            if s.weights.is_null() {
+                for q in from..from + count {
+                    sum += value(q).1;
+                }
+            } else {
+                for q in from..from + count {
+                    let (r, v) = value(q);
+                    sum = sum.wrapping_add(weighted(v, unsafe { units_at(s.weights, first + r) }));
+                }
             }
             let total = unsafe { AtomicU64::from_ptr(s.sums.add(cell).cast::<u64>()) };
             total.fetch_add(sum as u64, Ordering::Relaxed);
@@ -66,9 +80,19 @@ pub(super) unsafe fn accumulate<const P: usize, E: Exec>(
     }
     let mut c = t;
     while c < s.k {
-        let count = unsafe { *counts.add(c) };
-        if count > 0 {
-            unsafe { AtomicU32::from_ptr(s.counts.add(c)) }.fetch_add(count, Ordering::Relaxed);
+        let (from, count) = unsafe { (*offsets.add(c), *counts.add(c)) };
+        let weight = if s.weights.is_null() {
+            count as u64
+        } else {
+            let mut units = 0u64;
+            for q in from..from + count {
+                let r = unsafe { *order.add(q as usize) } as usize;
+                units += unsafe { units_at(s.weights, first + r) } as u64;
+            }
+            units
+        };
+        if weight > 0 {
+            unsafe { AtomicU64::from_ptr(s.counts.add(c)) }.fetch_add(weight, Ordering::Relaxed);
         }
         c += threads;
     }
@@ -120,28 +144,28 @@ unsafe fn exclusive_scan<E: Exec>(
     e.sync();
 }
 
-/// The summary of a small step, in one block of `REDUCE_BLOCK` threads: means of the sums (an
-/// empty cluster keeps its centroid), cluster sizes, `out = [changed, empty clusters, inertia,
-/// squared shift]` with the same fixed-order reductions as `kmeans_summary`; then zeroes the sums,
-/// counts and the changed-label counter for the next step.
+/// The summary of a small step, in one block of `REDUCE_BLOCK` threads: means of the sums (a
+/// cluster without weight keeps its centroid), cluster weights, `out = [changed, empty clusters,
+/// fixed-point inertia, squared shift]` with the same reductions as `kmeans_summary`; then zeroes
+/// the sums, weights and the changed-label counter for the next step.
 #[derive(Clone, Copy)]
 pub struct Finalize {
     pub sums: *mut i64,
-    pub counts: *mut u32,
+    pub counts: *mut u64,
     pub k: usize,
     pub d: usize,
     pub inv_scales: *const f64,
     pub current: *const f32,
     pub next: *mut f32,
-    pub sizes: *mut u32,
+    pub sizes: *mut u64,
     /// The changed-label counter; read, then zeroed for the next step.
     pub changed: *mut u32,
-    pub block_inertia: *const f64,
+    pub block_inertia: *const i64,
     pub blocks: usize,
     pub out: *mut f64,
 }
 
-/// The body of [`kmeans_finalize_small`].
+/// The body of `kmeans_finalize_small` (the kernel).
 ///
 /// # Safety
 /// One block of `threads` (a power of two) threads with `FINALIZE_SCRATCH · 8 · threads` bytes of
@@ -158,7 +182,7 @@ pub unsafe fn finalize<E: Exec>(e: E, threads: usize, f: Finalize) {
     let mut first = t as u32;
     while first < cells {
         let cell = |u: usize| first + u as u32 * th;
-        let mut loaded = [(0u32, 0f32, 0i64, 0f64); BATCH];
+        let mut loaded = [(0u64, 0f32, 0i64, 0f64); BATCH];
         for (u, l) in loaded.iter_mut().enumerate() {
             let i = cell(u);
             if i < cells {
@@ -195,14 +219,14 @@ pub unsafe fn finalize<E: Exec>(e: E, threads: usize, f: Finalize) {
         }
         first += BATCH as u32 * th;
     }
-    let mut inertia = 0.0;
+    let mut inertia = 0i64;
     let mut b = t;
     while b < f.blocks {
-        inertia += unsafe { *f.block_inertia.add(b) };
+        inertia = inertia.wrapping_add(unsafe { *f.block_inertia.add(b) });
         b += threads;
     }
-    let [inertia, shift, empty] =
-        unsafe { block_sums(e, threads, scratch, [inertia, shift, empty]) };
+    let inertia = unsafe { block_sum_i64(e, threads, scratch, inertia) };
+    let [shift, empty] = unsafe { block_sums(e, threads, scratch, [shift, empty]) };
     // Every thread has read the counts (the barriers above); clear them for the next step.
     let mut c = t;
     while c < f.k {
@@ -214,11 +238,12 @@ pub unsafe fn finalize<E: Exec>(e: E, threads: usize, f: Finalize) {
             *f.out = *f.changed as f64;
             *f.changed = 0;
             *f.out.add(1) = empty;
-            *f.out.add(2) = inertia;
+            *f.out.add(2) = inertia as f64;
             *f.out.add(3) = shift;
         }
     }
 }
 
-/// f64 values per thread that [`finalize`] reduces at once (inertia, shift, empty clusters).
-pub const FINALIZE_SCRATCH: usize = 3;
+/// f64 values per thread that [`finalize`] reduces at once (shift and empty clusters; the inertia
+/// reuses the first).
+pub const FINALIZE_SCRATCH: usize = 2;

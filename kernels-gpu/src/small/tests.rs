@@ -1,6 +1,9 @@
 use super::*;
 use crate::exec::emu::{P, launch};
-use crate::fixed::{inv_pow2_f64, mean, pow2_f32, scale_exponent, to_fixed};
+use crate::fixed::{
+    inertia_exponent, inertia_term, inv_pow2_f64, mean, pow2_f32, scale_exponent, to_fixed,
+    weight_units,
+};
 use crate::math::{assign_score, assign_step, distance, sq_norm};
 
 /// Values on a coarse grid, so that exact distance ties between centroids happen.
@@ -13,19 +16,37 @@ fn grid(len: usize, seed: u32) -> Vec<f32> {
         .collect()
 }
 
-/// The labels, distances, sums and counts the CPU twin computes.
+/// Quantised weights 0..=3 (a quarter of the points weigh nothing).
+fn units(n: usize) -> Vec<f32> {
+    (0..n).map(|i| ((i * 7 + i / 3) % 4) as f32).collect()
+}
+
+/// What the CPU twin computes.
+struct Want {
+    labels: Vec<u32>,
+    dists: Vec<f32>,
+    sums: Vec<i64>,
+    counts: Vec<u64>,
+    inertia: i64,
+}
+
+/// The labels, distances, weighted sums, weights and fixed-point inertia the CPU twin computes.
 fn reference(
     x: &[f32],
     c: &[f32],
     d: usize,
     metric: AssignMetric,
     scales: &[f32],
-) -> (Vec<u32>, Vec<f32>, Vec<i64>, Vec<u32>) {
+    weights: Option<&[f32]>,
+    inertia_scale: f32,
+) -> Want {
     let k = c.len() / d;
     let (mut labels, mut dists) = (vec![], vec![]);
     let mut sums = vec![0i64; k * d];
-    let mut counts = vec![0u32; k];
-    for row in x.chunks(d) {
+    let mut counts = vec![0u64; k];
+    let mut inertia = 0i64;
+    for (i, row) in x.chunks(d).enumerate() {
+        let w = weight_units(weights.map(|w| w[i]));
         let x_sq = sq_norm(row);
         let (mut best, mut label) = (f32::INFINITY, 0);
         for (j, cr) in c.chunks(d).enumerate() {
@@ -45,12 +66,19 @@ fn reference(
         }
         labels.push(label as u32);
         dists.push(dist);
-        counts[label] += 1;
+        inertia += inertia_term(dist, inertia_scale, w);
+        counts[label] += w as u64;
         for q in 0..d {
-            sums[label * d + q] += to_fixed(row[q], scales[q]);
+            sums[label * d + q] += w * to_fixed(row[q], scales[q]);
         }
     }
-    (labels, dists, sums, counts)
+    Want {
+        labels,
+        dists,
+        sums,
+        counts,
+        inertia,
+    }
 }
 
 /// 16-byte aligned storage for the points, so that both staging paths run.
@@ -75,6 +103,18 @@ fn run<const MAXD: usize, const PTS: usize, const CU: usize>(
     metric: AssignMetric,
     misalign: bool,
 ) {
+    run_weighted::<MAXD, PTS, CU>(n, d, k, metric, misalign, None);
+    run_weighted::<MAXD, PTS, CU>(n, d, k, metric, misalign, Some(units(n)));
+}
+
+fn run_weighted<const MAXD: usize, const PTS: usize, const CU: usize>(
+    n: usize,
+    d: usize,
+    k: usize,
+    metric: AssignMetric,
+    misalign: bool,
+    weights: Option<Vec<f32>>,
+) {
     let shape = SmallStep {
         max_d: MAXD,
         points: PTS,
@@ -83,17 +123,22 @@ fn run<const MAXD: usize, const PTS: usize, const CU: usize>(
     let x = grid(n * d, 1);
     let c = x[..k * d].to_vec();
     let (x_buf, skip) = placed(&x, misalign);
-    let exps: Vec<i32> = (0..d).map(|_| scale_exponent(2.0, n)).collect();
+    let total = weights
+        .as_ref()
+        .map_or(n, |w| w.iter().sum::<f32>() as usize);
+    let exps: Vec<i32> = (0..d).map(|_| scale_exponent(2.0, total)).collect();
     let scales: Vec<f32> = exps.iter().map(|&s| pow2_f32(s)).collect();
-    let (want_labels, want_dist, want_sums, want_counts) = reference(&x, &c, d, metric, &scales);
+    let inertia_scale = pow2_f32(inertia_exponent(16.0 * d as f64, total as u64));
+    let w = weights.as_deref();
+    let want = reference(&x, &c, d, metric, &scales, w, inertia_scale);
 
     let blocks = n.div_ceil(shape.block_points());
     let mut labels = vec![u32::MAX; n];
     let mut min_dist = vec![f32::NAN; n];
     let mut changed = vec![0u32];
-    let mut inertia = vec![0f64; blocks];
+    let mut inertia = vec![0i64; blocks];
     let mut sums = vec![0i64; k * d];
-    let mut counts = vec![0u32; k];
+    let mut counts = vec![0u64; k];
     let args = Step {
         x: unsafe { x_buf.as_ptr().cast::<f32>().add(skip) },
         n,
@@ -105,6 +150,8 @@ fn run<const MAXD: usize, const PTS: usize, const CU: usize>(
         min_dist: min_dist.as_mut_ptr(),
         changed: changed.as_mut_ptr(),
         block_inertia: inertia.as_mut_ptr(),
+        inertia_scale,
+        weights: w.map_or(core::ptr::null(), |w| w.as_ptr()),
         scales: scales.as_ptr(),
         sums: sums.as_mut_ptr(),
         counts: counts.as_mut_ptr(),
@@ -116,25 +163,27 @@ fn run<const MAXD: usize, const PTS: usize, const CU: usize>(
     launch(blocks, BLOCK as usize, bytes, |e| unsafe {
         step::<MAXD, PTS, CU, _>(e, *args.get())
     });
-    let case = format!("{metric:?} n={n} d={d} k={k} {shape:?} misaligned {misalign}");
-    assert_eq!(labels, want_labels, "{case}");
+    let case = format!(
+        "{metric:?} n={n} d={d} k={k} {shape:?} misaligned {misalign} weighted {}",
+        w.is_some()
+    );
+    assert_eq!(labels, want.labels, "{case}");
     assert_eq!(
         min_dist.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
-        want_dist.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+        want.dists.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
         "{case}"
     );
-    // Every old label was u32::MAX, so every point changed.
-    assert_eq!(changed[0] as usize, n, "{case}");
-    assert_eq!(sums, want_sums, "{case}");
-    assert_eq!(counts, want_counts, "{case}");
-    let total: f64 = inertia.iter().sum();
-    let want: f64 = want_dist.iter().map(|&v| v as f64).sum();
-    assert!((total - want).abs() <= 1e-9 * want.max(1.0), "{case}");
+    // Every old label was u32::MAX, so every point with weight changed.
+    let weighty = w.map_or(n, |w| w.iter().filter(|&&u| u > 0.0).count());
+    assert_eq!(changed[0] as usize, weighty, "{case}");
+    assert_eq!(sums, want.sums, "{case}");
+    assert_eq!(counts, want.counts, "{case}");
+    assert_eq!(inertia.iter().sum::<i64>(), want.inertia, "{case}");
 
     // The finalize kernel: means, sizes, summary; sums and counts cleared.
     let inv: Vec<f64> = exps.iter().map(|&s| inv_pow2_f64(s)).collect();
     let mut next = vec![f32::NAN; k * d];
-    let mut sizes = vec![0u32; k];
+    let mut sizes = vec![0u64; k];
     let mut out = vec![0f64; 4];
     let f = Finalize {
         sums: sums.as_mut_ptr(),
@@ -157,19 +206,19 @@ fn run<const MAXD: usize, const PTS: usize, const CU: usize>(
     let mut empty = 0;
     for cl in 0..k {
         for q in 0..d {
-            let want = if want_counts[cl] > 0 {
-                mean(want_sums[cl * d + q], inv[q], want_counts[cl])
+            let mean = if want.counts[cl] > 0 {
+                mean(want.sums[cl * d + q], inv[q], want.counts[cl])
             } else {
                 c[cl * d + q]
             };
-            assert_eq!(next[cl * d + q].to_bits(), want.to_bits(), "{case}");
+            assert_eq!(next[cl * d + q].to_bits(), mean.to_bits(), "{case}");
         }
-        empty += (want_counts[cl] == 0) as usize;
+        empty += (want.counts[cl] == 0) as usize;
     }
-    assert_eq!(sizes, want_counts, "{case}");
-    assert_eq!(out[0] as usize, n);
+    assert_eq!(sizes, want.counts, "{case}");
+    assert_eq!(out[0] as usize, weighty);
     assert_eq!(out[1] as usize, empty);
-    assert!((out[2] - want).abs() <= 1e-9 * want.max(1.0), "{case}");
+    assert_eq!(out[2], want.inertia as f64, "{case}");
     assert!(sums.iter().all(|&v| v == 0) && counts.iter().all(|&v| v == 0));
     assert_eq!(
         changed[0], 0,
@@ -239,13 +288,12 @@ fn labels_only_and_sums_only_modes() {
     let x = grid(n * d, 3);
     let c = x[..k * d].to_vec();
     let scales = vec![pow2_f32(scale_exponent(2.0, n)); d];
-    let (want_labels, _, want_sums, want_counts) =
-        reference(&x, &c, d, AssignMetric::SqL2, &scales);
-    let mut labels = want_labels.clone();
+    let want = reference(&x, &c, d, AssignMetric::SqL2, &scales, None, 1.0);
+    let mut labels = want.labels.clone();
     let (mut min_dist, mut changed) = (vec![0f32; n], vec![0u32]);
-    let mut inertia = vec![0f64; 1];
+    let mut inertia = vec![0i64; 1];
     let mut sums = vec![0i64; k * d];
-    let mut counts = vec![0u32; k];
+    let mut counts = vec![0u64; k];
     let base = Step {
         x: x.as_ptr(),
         n,
@@ -257,6 +305,8 @@ fn labels_only_and_sums_only_modes() {
         min_dist: min_dist.as_mut_ptr(),
         changed: changed.as_mut_ptr(),
         block_inertia: inertia.as_mut_ptr(),
+        inertia_scale: 1.0,
+        weights: core::ptr::null(),
         scales: scales.as_ptr(),
         sums: sums.as_mut_ptr(),
         counts: counts.as_mut_ptr(),
@@ -276,10 +326,10 @@ fn labels_only_and_sums_only_modes() {
         });
     }
     // Labels already right: none changed; the sums come from the labels read back.
-    assert_eq!(labels, want_labels);
+    assert_eq!(labels, want.labels);
     assert_eq!(changed[0], 0);
-    assert_eq!(sums, want_sums);
-    assert_eq!(counts, want_counts);
+    assert_eq!(sums, want.sums);
+    assert_eq!(counts, want.counts);
 }
 
 const SMALL_STEP_8: SmallStep = SmallStep {

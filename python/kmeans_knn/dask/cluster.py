@@ -59,8 +59,15 @@ class KMeans(_KMeans):
         )
         self.client = client
 
-    def fit(self, X, y=None):
-        """Clusters the rows of X (see the class docs); returns self."""
+    def fit(self, X, y=None, sample_weight=None):
+        """Clusters the rows of X (see the class docs); returns self. Sample weights and
+        ``metric="cosine"`` are not taken across workers yet (NotImplementedError and
+        ValueError): fit :class:`kmeans_knn.KMeans` on the computed rows instead."""
+        if sample_weight is not None:
+            raise NotImplementedError(
+                "kmeans_knn.dask.KMeans does not take sample_weight yet; "
+                "fit kmeans_knn.KMeans on the computed rows instead"
+            )
         client = self.client or default_client()
         X, blocks, rows = row_blocks(X)
         n, d = sum(rows), X.shape[1]

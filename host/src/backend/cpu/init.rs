@@ -1,5 +1,5 @@
 //! Seeding on the CPU: the twins of `kernels_gpu::init` (k-means++ trials batched in one pass,
-//! the located draws, k-means‖ nearest-row updates, sampling and owner counts). Rayon over fixed
+//! the located draws, k-means‖ nearest-row updates, sampling and owner weights). Rayon over fixed
 //! chunks of points; distances in dimension order with `kernels_gpu::math::step`, eight
 //! candidates per SIMD register; sums are exact integers, so they equal the GPU's.
 
@@ -22,8 +22,9 @@ pub(crate) struct Seeder<'a> {
     metric: AssignMetric,
     /// The row of the whole data set that row 0 is (k-means‖'s uniforms).
     first_row: u32,
-    /// Points that each row stands for (k-means‖'s weighted candidates); `None`: one each.
-    multiplicity: Option<Vec<u32>>,
+    /// Units that each row stands for (its sample weight, or the weight of the points a k-means‖
+    /// candidate stands for); `None`: one each.
+    multiplicity: Option<Vec<u64>>,
     min_dist: Vec<f32>,
     owner: Vec<u32>,
     /// `trials × chunks` weight sums of the last [`Seeding::seed_trials`] (after `seed_nearest`:
@@ -53,10 +54,15 @@ impl<'a> Seeder<'a> {
         }
     }
 
-    /// Weights every row by `counts` (points it stands for).
-    pub(crate) fn weighted(mut self, counts: Vec<u32>) -> Self {
-        self.multiplicity = Some(counts);
+    /// Weights every row by `units` (what it stands for).
+    pub(crate) fn weighted(mut self, units: Vec<u64>) -> Self {
+        self.multiplicity = Some(units);
         self
+    }
+
+    /// The units of row `i`.
+    fn units(&self, i: usize) -> u64 {
+        self.multiplicity.as_ref().map_or(1, |m| m[i])
     }
 
     fn rows(&self) -> usize {
@@ -64,8 +70,7 @@ impl<'a> Seeder<'a> {
     }
 
     fn weight(&self, ws: WeightScale, i: usize, dist: f32) -> u64 {
-        let w = ws.weight(self.metric, dist);
-        self.multiplicity.as_ref().map_or(w, |m| w * m[i] as u64)
+        ws.weight_of(self.metric, dist, self.units(i))
     }
 
     /// The coordinates of `seeds`, `count × d`.
@@ -145,10 +150,29 @@ impl<'a> Seeder<'a> {
 }
 
 /// Distance in dimension order, as the GPU kernels accumulate it.
-fn distance(metric: AssignMetric, x: &[f32], c: &[f32]) -> f32 {
+#[inline(always)]
+fn distance_generic(metric: AssignMetric, x: &[f32], c: &[f32]) -> f32 {
     x.iter()
         .zip(c)
         .fold(0.0, |acc, (&a, &b)| step(metric, acc, a, b))
+}
+
+/// [`distance_generic`] with the FMA instruction (without it every squared-L2 step is a call
+/// into the C library's `fmaf`: same bits, about 10 ns each, which made `locate` as slow as a
+/// whole pass over a few thousand rows).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "fma")]
+fn distance_fma(metric: AssignMetric, x: &[f32], c: &[f32]) -> f32 {
+    distance_generic(metric, x, c)
+}
+
+fn distance(metric: AssignMetric, x: &[f32], c: &[f32]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if super::simd::level() >= super::simd::SimdLevel::Avx2 {
+        // SAFETY: the active level (AVX2 includes FMA and SSE4.1) is never above the detected one.
+        return unsafe { distance_fma(metric, x, c) };
+    }
+    distance_generic(metric, x, c)
 }
 
 /// Distances from `point` to the `LANES` candidates of each block of `blocks` (`d` entries
@@ -186,8 +210,8 @@ fn block_distances_fma(
 /// [`block_distances_generic`], with AVX2 and FMA where the CPU has them (same bits).
 fn block_distances(metric: AssignMetric, point: &[f32], blocks: &[[f32; LANES]], out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
-    if std::is_x86_feature_detected!("fma") && std::is_x86_feature_detected!("avx2") {
-        // SAFETY: the features were just detected.
+    if super::simd::level() >= super::simd::SimdLevel::Avx2 {
+        // SAFETY: the active level is never above the detected one.
         return unsafe { block_distances_fma(metric, point, blocks, out) };
     }
     block_distances_generic(metric, point, blocks, out)
@@ -226,8 +250,7 @@ impl Seeding for Seeder<'_> {
                             (*m, *o) = (v, first_id + c as u32);
                         }
                     }
-                    let w = ws.weight(metric, *m);
-                    sum += multiplicity.map_or(w, |mult| w * mult[i] as u64);
+                    sum += ws.weight_of(metric, *m, multiplicity.map_or(1, |mult| mult[i]));
                 }
                 sum
             })
@@ -271,9 +294,9 @@ impl Seeding for Seeder<'_> {
                     if pending && dist[trials] < *m {
                         *m = dist[trials];
                     }
-                    let mult = multiplicity.map_or(1, |mult| mult[i] as u64);
+                    let units = multiplicity.map_or(1, |mult| mult[i]);
                     for (s, &v) in sums.iter_mut().zip(&dist[..trials]) {
-                        *s += ws.weight(metric, if v < *m { v } else { *m }) * mult;
+                        *s += ws.weight_of(metric, if v < *m { v } else { *m }, units);
                     }
                 }
                 sums
@@ -310,7 +333,7 @@ impl Seeding for Seeder<'_> {
         phi: u64,
         ws: WeightScale,
     ) -> Result<Vec<u32>> {
-        let (metric, first_row) = (self.metric, self.first_row);
+        let first_row = self.first_row;
         let picked: Vec<Vec<u32>> = self
             .min_dist
             .par_chunks(CHUNK)
@@ -318,10 +341,11 @@ impl Seeding for Seeder<'_> {
             .map(|(ci, mins)| {
                 (0..mins.len())
                     .filter(|&r| {
-                        let i = first_row + (ci * CHUNK + r) as u32;
+                        let i = ci * CHUNK + r;
+                        let weight = self.weight(ws, i, mins[r]);
                         sampled(
-                            uniform32(seed, round, i),
-                            ws.weight(metric, mins[r]),
+                            uniform32(seed, round, first_row + i as u32),
+                            weight,
                             ell,
                             phi,
                         )
@@ -333,11 +357,11 @@ impl Seeding for Seeder<'_> {
         Ok(picked.concat())
     }
 
-    fn seed_owner_counts(&mut self, ids: usize) -> Result<Vec<u32>> {
-        let mut counts = vec![0u32; ids];
-        for &o in &self.owner {
-            counts[o as usize] += 1;
+    fn seed_owner_weights(&mut self, ids: usize) -> Result<Vec<u64>> {
+        let mut totals = vec![0u64; ids];
+        for (i, &o) in self.owner.iter().enumerate() {
+            totals[o as usize] += self.units(i);
         }
-        Ok(counts)
+        Ok(totals)
     }
 }

@@ -2,16 +2,19 @@
 
 use super::CHUNK;
 use super::Seeder;
-use crate::backend::{AssignStats, Lloyd, Picks, Seeding, Seeds, StepStats, Trials};
+use crate::backend::{
+    AssignStats, Lloyd, LloydSpec, Picks, SPHERICAL_POINT_SQ_NORM, Seeding, Seeds, StepStats,
+    Trials,
+};
 use crate::error::Result;
-use crate::kmeans::shard::{Partial, squared_shift};
+use crate::kmeans::shard::{Farthest, Partial, farthest, squared_shift};
 use crate::matrix::MatrixView;
-use kernels_gpu::fixed::{inv_pow2_f64, pow2_f32, to_fixed};
+use kernels_gpu::fixed::{inertia_term, inv_pow2_f64, pow2_f32, to_fixed, weight_units, weighted};
 use kernels_gpu::math::{AssignMetric, assign_distance, assign_score, assign_step, sq_norm};
 use kernels_gpu::seeding::WeightScale;
 use rayon::prelude::*;
 
-mod tiled;
+pub(super) mod tiled;
 
 /// Centroids per SIMD block of the CPU assign (one AVX register of f32).
 const LANES: usize = 8;
@@ -23,59 +26,114 @@ pub(crate) struct CpuLloyd<'a> {
     d: usize,
     k: usize,
     metric: AssignMetric,
+    /// Spherical k-means (see [`LloydSpec::metric`]): centroid norms taken as 0, point norms as
+    /// 2, centroids renormalised after each update.
+    spherical: bool,
+    /// Every point's units; `None`: one each.
+    weights: Option<&'a [f32]>,
     scales: Vec<f32>,
     inv_scales: Vec<f64>,
+    inertia_scale: f32,
+    inertia_unit: f64,
     centroids: Vec<f32>,
     next: Vec<f32>,
     labels: Vec<u32>,
     min_dist: Vec<f32>,
-    sizes: Vec<u32>,
+    cluster_weights: Vec<u64>,
     /// The row of the whole data set that row 0 is.
     first_row: u32,
+    /// The fixed-point inertia of the last assignment.
+    fixed_inertia: i64,
     /// Seeding state, made on first use.
     seeder: Option<Seeder<'a>>,
 }
 
 impl<'a> CpuLloyd<'a> {
-    pub(crate) fn new(
-        data: &'a MatrixView<'a>,
-        k: usize,
-        metric: AssignMetric,
-        scales: &[i32],
-        first_row: u32,
-    ) -> Self {
-        let (n, d) = (data.rows(), data.cols());
+    pub(crate) fn new(data: &'a MatrixView<'a>, spec: &LloydSpec<'a>, first_row: u32) -> Self {
+        let (n, d, k) = (data.rows(), data.cols(), spec.k);
         let x = data.as_slice();
+        let spherical = spec.spherical();
         CpuLloyd {
             x,
-            x_sq_norms: row_sq_norms(x, d),
+            x_sq_norms: if spherical {
+                vec![SPHERICAL_POINT_SQ_NORM; n]
+            } else {
+                row_sq_norms(x, d)
+            },
             n,
             d,
             k,
-            metric,
-            scales: scales.iter().map(|&s| pow2_f32(s)).collect(),
-            inv_scales: scales.iter().map(|&s| inv_pow2_f64(s)).collect(),
+            metric: spec.metric.assign(),
+            spherical,
+            weights: spec.weights,
+            scales: spec.scales.iter().map(|&s| pow2_f32(s)).collect(),
+            inv_scales: spec.scales.iter().map(|&s| inv_pow2_f64(s)).collect(),
+            inertia_scale: pow2_f32(spec.inertia_exponent),
+            inertia_unit: spec.inertia_unit,
             centroids: vec![0.0; k * d],
             next: vec![0.0; k * d],
             labels: vec![0; n],
             min_dist: vec![0.0; n],
-            sizes: vec![0; k],
+            cluster_weights: vec![0; k],
             first_row,
+            fixed_inertia: 0,
             seeder: None,
         }
     }
 
-    fn seeder(&mut self) -> &mut Seeder<'a> {
-        let (x, d, metric, first_row) = (self.x, self.d, self.metric, self.first_row);
-        self.seeder
-            .get_or_insert_with(|| Seeder::new(x, d, metric, first_row))
+    /// The squared norm of every row (shared with the mini-batch steps).
+    pub(super) fn row_norms(&self) -> &[f32] {
+        &self.x_sq_norms
     }
 
-    /// Means of the current labels into `next`; returns the number of empty clusters.
+    fn seeder(&mut self) -> &mut Seeder<'a> {
+        let (x, d, metric, weights) = (self.x, self.d, self.metric, self.weights);
+        let first_row = self.first_row;
+        self.seeder.get_or_insert_with(|| {
+            let seeder = Seeder::new(x, d, metric, first_row);
+            match weights {
+                Some(w) => {
+                    seeder.weighted(w.iter().map(|&u| weight_units(Some(u)) as u64).collect())
+                }
+                None => seeder,
+            }
+        })
+    }
+
+    /// The changed labels (of points with weight) and the fixed-point inertia of the rows from
+    /// `first`, whose labels were `old` and are now `labels` at distances `dists`.
+    fn chunk_stats(&self, first: usize, old: &[u32], labels: &[u32], dists: &[f32]) -> (u64, i64) {
+        let (mut changed, mut inertia) = (0u64, 0i64);
+        for (r, ((&label, &old), &dist)) in labels.iter().zip(old).zip(dists).enumerate() {
+            let units = weight_units(self.weights.map(|w| w[first + r]));
+            changed += u64::from(label != old && units != 0);
+            inertia = inertia.wrapping_add(inertia_term(dist, self.inertia_scale, units));
+        }
+        (changed, inertia)
+    }
+
+    /// The stats of an assignment from its chunks' parts.
+    fn total(&mut self, parts: &[(u64, i64)]) -> AssignStats {
+        let changed = parts.iter().map(|p| p.0).sum();
+        let inertia = parts.iter().fold(0i64, |a, p| a.wrapping_add(p.1));
+        self.fixed_inertia = inertia;
+        AssignStats {
+            changed,
+            inertia: inertia as f64 * self.inertia_unit,
+        }
+    }
+
+    /// Means of the current labels into `next` (renormalised for spherical k-means); returns the
+    /// number of clusters without weight.
     fn means(&mut self) -> usize {
         let partial = self.sums();
-        let empty = partial.finish(&self.centroids, &self.inv_scales, &mut self.next);
-        self.sizes = partial.counts;
+        let empty = partial.finish(
+            &self.centroids,
+            &self.inv_scales,
+            self.spherical,
+            &mut self.next,
+        );
+        self.cluster_weights = partial.weights;
         empty
     }
 
@@ -83,14 +141,17 @@ impl<'a> CpuLloyd<'a> {
     fn sums(&self) -> Partial {
         let (d, k) = (self.d, self.k);
         let rows_per_task = CHUNK.max(self.n.div_ceil(4 * rayon::current_num_threads()));
-        let scales = &self.scales;
-        let zero = || (vec![0i64; k * d], vec![0u32; k]);
+        let (scales, weights) = (&self.scales, self.weights);
+        let zero = || (vec![0i64; k * d], vec![0u64; k]);
         let (sums, counts) = self
             .x
             .par_chunks(rows_per_task * d)
             .zip(self.labels.par_chunks(rows_per_task))
-            .fold(zero, |(mut sums, mut counts), (xs, labels)| {
-                accumulate(xs, labels, scales, &mut sums, &mut counts);
+            .enumerate()
+            .fold(zero, |(mut sums, mut counts), (task, (xs, labels))| {
+                let from = task * rows_per_task;
+                let w = weights.map(|w| &w[from..from + labels.len()]);
+                accumulate(xs, labels, w, scales, &mut sums, &mut counts);
                 (sums, counts)
             })
             .reduce(zero, |(mut s1, mut c1), (s2, c2)| {
@@ -100,29 +161,42 @@ impl<'a> CpuLloyd<'a> {
             });
         Partial {
             sums,
-            counts,
+            weights: counts,
             changed: 0,
-            inertia: 0.0,
+            inertia: 0,
         }
     }
 }
 
-/// Adds the fixed-point rows of `xs` to the sums of their labels, and counts them.
+/// Adds the fixed-point rows of `xs`, times their units (`weights`; `None`: one each), to the
+/// sums of their labels, and their units to the labels' weights.
 #[inline(always)]
 fn accumulate_generic(
     xs: &[f32],
     labels: &[u32],
+    weights: Option<&[f32]>,
     scales: &[f32],
     sums: &mut [i64],
-    counts: &mut [u32],
+    counts: &mut [u64],
 ) {
     let d = scales.len();
-    for (row, &label) in xs.chunks_exact(d).zip(labels) {
+    let Some(weights) = weights else {
+        for (row, &label) in xs.chunks_exact(d).zip(labels) {
+            let acc = &mut sums[label as usize * d..(label as usize + 1) * d];
+            for ((a, &v), &s) in acc.iter_mut().zip(row).zip(scales) {
+                *a += to_fixed(v, s);
+            }
+            counts[label as usize] += 1;
+        }
+        return;
+    };
+    for ((row, &label), &w) in xs.chunks_exact(d).zip(labels).zip(weights) {
+        let units = weight_units(Some(w));
         let acc = &mut sums[label as usize * d..(label as usize + 1) * d];
         for ((a, &v), &s) in acc.iter_mut().zip(row).zip(scales) {
-            *a += to_fixed(v, s);
+            *a = a.wrapping_add(weighted(to_fixed(v, s), units));
         }
-        counts[label as usize] += 1;
+        counts[label as usize] += units as u64;
     }
 }
 
@@ -133,20 +207,28 @@ fn accumulate_generic(
 fn accumulate_sse41(
     xs: &[f32],
     labels: &[u32],
+    weights: Option<&[f32]>,
     scales: &[f32],
     sums: &mut [i64],
-    counts: &mut [u32],
+    counts: &mut [u64],
 ) {
-    accumulate_generic(xs, labels, scales, sums, counts)
+    accumulate_generic(xs, labels, weights, scales, sums, counts)
 }
 
-fn accumulate(xs: &[f32], labels: &[u32], scales: &[f32], sums: &mut [i64], counts: &mut [u32]) {
+pub(super) fn accumulate(
+    xs: &[f32],
+    labels: &[u32],
+    weights: Option<&[f32]>,
+    scales: &[f32],
+    sums: &mut [i64],
+    counts: &mut [u64],
+) {
     #[cfg(target_arch = "x86_64")]
-    if std::is_x86_feature_detected!("sse4.1") {
-        // SAFETY: the feature was just detected.
-        return unsafe { accumulate_sse41(xs, labels, scales, sums, counts) };
+    if super::simd::level() >= super::simd::SimdLevel::Avx2 {
+        // SAFETY: the active level (AVX2 includes FMA and SSE4.1) is never above the detected one.
+        return unsafe { accumulate_sse41(xs, labels, weights, scales, sums, counts) };
     }
-    accumulate_generic(xs, labels, scales, sums, counts)
+    accumulate_generic(xs, labels, weights, scales, sums, counts)
 }
 
 /// Squared norm of every row (the GPU's `row_sq_norms`).
@@ -154,12 +236,33 @@ pub(crate) fn row_sq_norms(x: &[f32], d: usize) -> Vec<f32> {
     let mut out = vec![0f32; x.len() / d];
     out.par_chunks_mut(CHUNK)
         .zip(x.par_chunks(CHUNK * d))
-        .for_each(|(o, rows)| {
-            o.iter_mut()
-                .zip(rows.chunks_exact(d))
-                .for_each(|(v, r)| *v = sq_norm(r))
-        });
+        .for_each(|(o, rows)| chunk_sq_norms(rows, o));
     out
+}
+
+#[inline(always)]
+fn chunk_sq_norms_generic(rows: &[f32], out: &mut [f32]) {
+    let d = rows.len() / out.len().max(1);
+    for (v, r) in out.iter_mut().zip(rows.chunks_exact(d.max(1))) {
+        *v = sq_norm(r);
+    }
+}
+
+/// [`chunk_sq_norms_generic`] with the FMA instruction (without it `mul_add` is a call into the
+/// C library's `fmaf` per value: same bits, about 10 ns each).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "fma")]
+fn chunk_sq_norms_fma(rows: &[f32], out: &mut [f32]) {
+    chunk_sq_norms_generic(rows, out)
+}
+
+fn chunk_sq_norms(rows: &[f32], out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if super::simd::level() >= super::simd::SimdLevel::Avx2 {
+        // SAFETY: the active level (AVX2 includes FMA and SSE4.1) is never above the detected one.
+        return unsafe { chunk_sq_norms_fma(rows, out) };
+    }
+    chunk_sq_norms_generic(rows, out)
 }
 
 /// Centroids regrouped for SIMD: blocks of `LANES` centroids, each block `d × LANES`
@@ -239,8 +342,8 @@ pub(crate) fn nearest(
     cb: &CentroidBlocks,
 ) -> (u32, f32) {
     #[cfg(target_arch = "x86_64")]
-    if std::is_x86_feature_detected!("fma") && std::is_x86_feature_detected!("avx2") {
-        // SAFETY: the features were just detected.
+    if super::simd::level() >= super::simd::SimdLevel::Avx2 {
+        // SAFETY: the active level (AVX2 includes FMA) is never above the detected one.
         return unsafe { nearest_fma(metric, row, x_sq, cb) };
     }
     nearest_generic(metric, row, x_sq, cb)
@@ -280,8 +383,8 @@ impl Seeding for CpuLloyd<'_> {
         self.seeder().seed_sample(seed, round, ell, phi, ws)
     }
 
-    fn seed_owner_counts(&mut self, ids: usize) -> Result<Vec<u32>> {
-        self.seeder().seed_owner_counts(ids)
+    fn seed_owner_weights(&mut self, ids: usize) -> Result<Vec<u64>> {
+        self.seeder().seed_owner_weights(ids)
     }
 }
 
@@ -299,12 +402,17 @@ impl Lloyd for CpuLloyd<'_> {
     fn assign(&mut self) -> Result<AssignStats> {
         let (x, d, metric) = (self.x, self.d, self.metric);
         let x_sq = &self.x_sq_norms;
-        if let Some(w) = super::simd::width() {
-            let panels = super::simd::Panels::new(&self.centroids, d, w);
-            let per_chunk: Vec<(u64, f64)> = self
-                .labels
+        let mut labels = std::mem::take(&mut self.labels);
+        let mut min_dist = std::mem::take(&mut self.min_dist);
+        let this = &*self;
+        let parts: Vec<(u64, i64)> = if let Some(w) = super::simd::width() {
+            let mut panels = super::simd::Panels::new(&this.centroids, d, w);
+            if this.spherical {
+                panels.sq_norms.fill(0.0);
+            }
+            labels
                 .par_chunks_mut(CHUNK)
-                .zip(self.min_dist.par_chunks_mut(CHUNK))
+                .zip(min_dist.par_chunks_mut(CHUNK))
                 .enumerate()
                 .map(|(ci, (labels, dists))| {
                     let rows = ci * CHUNK..ci * CHUNK + labels.len();
@@ -313,45 +421,38 @@ impl Lloyd for CpuLloyd<'_> {
                     tiled::assign_rows(
                         metric,
                         &x[rows.start * d..rows.end * d],
-                        &x_sq[rows],
+                        &x_sq[rows.clone()],
                         &panels,
                         labels,
                         dists,
                     );
-                    let (mut changed, mut inertia) = (0u64, 0f64);
-                    for ((&label, &old), &dist) in labels.iter().zip(&old).zip(dists.iter()) {
-                        changed += u64::from(label != old);
-                        inertia += dist as f64;
-                    }
-                    (changed, inertia)
+                    this.chunk_stats(rows.start, &old, labels, dists)
                 })
-                .collect();
-            let changed = per_chunk.iter().map(|p| p.0).sum();
-            let inertia = per_chunk.iter().map(|p| p.1).sum();
-            return Ok(AssignStats { changed, inertia });
-        }
-        let cb = CentroidBlocks::new(&self.centroids, d);
-        let per_chunk: Vec<(u64, f64)> = self
-            .labels
-            .par_chunks_mut(CHUNK)
-            .zip(self.min_dist.par_chunks_mut(CHUNK))
-            .enumerate()
-            .map(|(ci, (labels, dists))| {
-                let (mut changed, mut inertia) = (0u64, 0f64);
-                for (r, (label, dist)) in labels.iter_mut().zip(dists.iter_mut()).enumerate() {
-                    let i = ci * CHUNK + r;
-                    let (best, best_dist) = nearest(metric, &x[i * d..(i + 1) * d], x_sq[i], &cb);
-                    changed += u64::from(*label != best);
-                    *label = best;
-                    *dist = best_dist;
-                    inertia += best_dist as f64;
-                }
-                (changed, inertia)
-            })
-            .collect();
-        let changed = per_chunk.iter().map(|p| p.0).sum();
-        let inertia = per_chunk.iter().map(|p| p.1).sum();
-        Ok(AssignStats { changed, inertia })
+                .collect()
+        } else {
+            let mut cb = CentroidBlocks::new(&this.centroids, d);
+            if this.spherical {
+                cb.sq_norms.fill(0.0);
+            }
+            labels
+                .par_chunks_mut(CHUNK)
+                .zip(min_dist.par_chunks_mut(CHUNK))
+                .enumerate()
+                .map(|(ci, (labels, dists))| {
+                    let first = ci * CHUNK;
+                    let old = labels.to_vec();
+                    for (r, (label, dist)) in labels.iter_mut().zip(dists.iter_mut()).enumerate() {
+                        let i = first + r;
+                        (*label, *dist) = nearest(metric, &x[i * d..(i + 1) * d], x_sq[i], &cb);
+                    }
+                    this.chunk_stats(first, &old, labels, dists)
+                })
+                .collect()
+        };
+        let stats = self.total(&parts);
+        self.labels = labels;
+        self.min_dist = min_dist;
+        Ok(stats)
     }
 
     fn step(&mut self) -> Result<StepStats> {
@@ -399,7 +500,7 @@ impl Lloyd for CpuLloyd<'_> {
         let partial = self.sums();
         Ok(Partial {
             changed: stats.changed,
-            inertia: stats.inertia,
+            inertia: if assign { self.fixed_inertia } else { 0 },
             ..partial
         })
     }
@@ -408,8 +509,16 @@ impl Lloyd for CpuLloyd<'_> {
         Ok(self.min_dist.clone())
     }
 
-    fn sizes(&self) -> Result<Vec<u32>> {
-        Ok(self.sizes.clone())
+    fn fixed_inertia(&self) -> Result<i64> {
+        Ok(self.fixed_inertia)
+    }
+
+    fn farthest(&self, count: usize) -> Result<Vec<Farthest>> {
+        Ok(farthest(&self.min_dist, self.weights, 0, count))
+    }
+
+    fn cluster_weights(&self) -> Result<Vec<u64>> {
+        Ok(self.cluster_weights.clone())
     }
 
     fn centroids(&self) -> Result<Vec<f32>> {

@@ -7,7 +7,7 @@ use super::CpuBackend;
 use super::kmeans::row_sq_norms;
 use super::simd::{self, Panels};
 #[cfg(target_arch = "x86_64")]
-use super::simd::{Avx2, Avx512, Simd};
+use super::simd::{Avx2, Avx512, Simd, SimdLevel};
 use crate::backend::{BlockSink, Distances, KnnSearch, Neighbours, Votes, split_keys};
 use crate::distances::rows_per_block;
 use crate::error::Result;
@@ -184,15 +184,13 @@ fn portable_rows(blk: &Block<'_>, out: &mut [f32]) {
 fn panel_distances(blk: &Block<'_>, out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     {
-        if blk.pn.w == Avx512::W && std::is_x86_feature_detected!("avx512f") {
-            // SAFETY: the feature was just detected.
+        let level = simd::level();
+        if blk.pn.w == Avx512::W && level == SimdLevel::Avx512 {
+            // SAFETY: the active level is never above the detected one.
             return unsafe { tiled_rows_avx512(blk, out) };
         }
-        if blk.pn.w == Avx2::W
-            && std::is_x86_feature_detected!("avx2")
-            && std::is_x86_feature_detected!("fma")
-        {
-            // SAFETY: the features were just detected.
+        if blk.pn.w == Avx2::W && level >= SimdLevel::Avx2 {
+            // SAFETY: the active level is never above the detected one.
             return unsafe { tiled_rows_avx2(blk, out) };
         }
     }
@@ -245,6 +243,7 @@ impl Distances for CpuBackend {
             pn: panels(train.as_slice(), train.cols()),
             metric,
             labels: Vec::new(),
+            row_weights: None,
             classes: 0,
         }))
     }
@@ -255,6 +254,8 @@ pub(crate) struct CpuKnn {
     pn: Panels,
     metric: PairMetric,
     labels: Vec<u32>,
+    /// Every training row's sample weight over the largest; `None`: no sample weights.
+    row_weights: Option<Vec<f32>>,
     classes: usize,
 }
 
@@ -396,6 +397,11 @@ impl KnnSearch for CpuKnn {
         Ok(())
     }
 
+    fn set_row_weights(&mut self, relative: &[f32]) -> Result<()> {
+        self.row_weights = Some(relative.to_vec());
+        Ok(())
+    }
+
     fn vote(
         &self,
         queries: &MatrixView<'_>,
@@ -430,6 +436,7 @@ impl KnnSearch for CpuKnn {
                     *o = vote_one(
                         keys,
                         &self.labels,
+                        self.row_weights.as_deref(),
                         c,
                         weighted,
                         scale,

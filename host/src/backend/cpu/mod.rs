@@ -4,13 +4,15 @@
 mod init;
 mod kmeans;
 mod knn;
+mod minibatch;
 mod simd;
 
-use crate::backend::{Backend, Layout, Lloyd};
+pub use simd::{SIMD_ENV, SimdLevel};
+
+use crate::backend::{Backend, Layout, Lloyd, LloydSpec, MiniBatch};
 use crate::error::Result;
-use crate::kmeans::Precision;
+use crate::kmeans::Metric;
 use crate::matrix::MatrixView;
-use kernels_gpu::math::AssignMetric;
 use std::sync::{Arc, OnceLock};
 
 pub(crate) use init::Seeder;
@@ -22,29 +24,47 @@ pub(crate) const CHUNK: usize = 1024;
 pub struct CpuBackend;
 
 impl CpuBackend {
-    pub(crate) fn shared() -> Arc<dyn Backend> {
+    /// The one CPU backend; an error where [`SIMD_ENV`] asks for a level this CPU cannot run.
+    pub(crate) fn shared() -> Result<Arc<dyn Backend>> {
         static CPU: OnceLock<Arc<CpuBackend>> = OnceLock::new();
-        CPU.get_or_init(|| Arc::new(CpuBackend)).clone()
+        SimdLevel::active()?;
+        Ok(CPU.get_or_init(|| Arc::new(CpuBackend)).clone())
     }
 }
 
 impl Backend for CpuBackend {
     fn describe(&self) -> String {
-        format!("cpu ({} threads)", rayon::current_num_threads())
+        format!(
+            "cpu ({} threads, {})",
+            rayon::current_num_threads(),
+            simd::level().name()
+        )
     }
 
     fn lloyd_at<'a>(
         &'a self,
         data: &'a MatrixView<'a>,
         layout: Layout,
-        k: usize,
-        metric: AssignMetric,
-        _precision: Precision,
-        scales: &[i32],
+        spec: &LloydSpec<'a>,
     ) -> Result<Box<dyn Lloyd + Send + 'a>> {
         // Precision::Tf32 is a GPU speed-up; here the assignment stays exact.
-        let lloyd = kmeans::CpuLloyd::new(data, k, metric, scales, layout.first_row);
-        Ok(Box::new(lloyd))
+        Ok(Box::new(kmeans::CpuLloyd::new(
+            data,
+            spec,
+            layout.first_row,
+        )))
+    }
+
+    fn minibatch<'a>(
+        &'a self,
+        data: &'a MatrixView<'a>,
+        k: usize,
+        metric: Metric,
+        scales: &[i32],
+    ) -> Result<Box<dyn MiniBatch + 'a>> {
+        Ok(Box::new(minibatch::CpuMiniBatch::new(
+            data, k, metric, scales,
+        )))
     }
 
     fn time_ms(&self, work: &mut dyn FnMut() -> Result<()>) -> Result<f64> {

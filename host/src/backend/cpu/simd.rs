@@ -2,8 +2,10 @@
 //! kNN distances): rows regrouped in SIMD-wide panels, the few vector operations the kernels
 //! need on AVX-512 and AVX2, and the accumulation of a tile of (row, panel lane) pairs.
 
+use crate::error::{Error, Result};
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
+use std::sync::OnceLock;
 
 /// Rows (centroids, or a kNN index's training rows) regrouped in panels of `w` (the SIMD
 /// width): panel `b` holds rows `b·w .. (b+1)·w` dimension-major (`d × w`), zero-padded past
@@ -308,17 +310,108 @@ pub(crate) unsafe fn accumulate<S: Simd, const P: usize, const L: usize, const L
     }
 }
 
-/// The SIMD width the tiled kernels use on this CPU, or `None` where they have no kernel (then
-/// the callers use their portable paths).
-pub(crate) fn width() -> Option<usize> {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if std::is_x86_feature_detected!("avx512f") {
-            return Some(Avx512::W);
-        }
-        if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
-            return Some(Avx2::W);
+/// The instruction sets the CPU kernels choose from, lowest first. Every level gives the same
+/// bits (the kernels round each operation as the portable path does); only the speed differs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum SimdLevel {
+    /// Plain Rust, any CPU.
+    Portable,
+    /// AVX2 with FMA.
+    Avx2,
+    /// AVX-512 (F).
+    Avx512,
+}
+
+/// The environment variable that lowers the level below the one detected, to measure or test
+/// another level's kernels on one machine: `portable`, `avx2` or `avx512`.
+pub const SIMD_ENV: &str = "KMEANS_KNN_CPU_SIMD";
+
+impl SimdLevel {
+    /// The name [`SIMD_ENV`] takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            SimdLevel::Portable => "portable",
+            SimdLevel::Avx2 => "avx2",
+            SimdLevel::Avx512 => "avx512",
         }
     }
-    None
+
+    /// The best level this CPU has.
+    pub fn detected() -> SimdLevel {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::is_x86_feature_detected!("avx512f") {
+                return SimdLevel::Avx512;
+            }
+            if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+                return SimdLevel::Avx2;
+            }
+        }
+        SimdLevel::Portable
+    }
+
+    /// The level the CPU kernels use: [`SimdLevel::detected`], or the lower one that
+    /// [`SIMD_ENV`] asks for (an error names a level that is unknown or above this CPU's).
+    /// Read once per process.
+    pub fn active() -> Result<SimdLevel> {
+        static ACTIVE: OnceLock<std::result::Result<SimdLevel, String>> = OnceLock::new();
+        ACTIVE
+            .get_or_init(|| choose(std::env::var(SIMD_ENV).ok().as_deref(), Self::detected()))
+            .clone()
+            .map_err(|reason| Error::invalid(SIMD_ENV, reason))
+    }
+}
+
+/// The level asked for by `requested` (the variable's value, if set) on a CPU whose best is
+/// `detected`.
+fn choose(requested: Option<&str>, detected: SimdLevel) -> std::result::Result<SimdLevel, String> {
+    let Some(requested) = requested.map(str::trim).filter(|r| !r.is_empty()) else {
+        return Ok(detected);
+    };
+    let level = [SimdLevel::Portable, SimdLevel::Avx2, SimdLevel::Avx512]
+        .into_iter()
+        .find(|l| l.name().eq_ignore_ascii_case(requested))
+        .ok_or_else(|| format!("'{requested}' is not one of portable, avx2, avx512"))?;
+    if level > detected {
+        return Err(format!(
+            "'{requested}' asks for more than this CPU has (its best is {})",
+            detected.name()
+        ));
+    }
+    Ok(level)
+}
+
+/// The active level; [`SimdLevel::Portable`] where [`SimdLevel::active`] is an error (the CPU
+/// backend refuses to start then, so the kernels never see that case).
+pub(crate) fn level() -> SimdLevel {
+    SimdLevel::active().unwrap_or(SimdLevel::Portable)
+}
+
+/// The SIMD width the tiled kernels use at the active level, or `None` where they have no
+/// kernel (then the callers use their portable paths).
+pub(crate) fn width() -> Option<usize> {
+    match level() {
+        #[cfg(target_arch = "x86_64")]
+        SimdLevel::Avx512 => Some(Avx512::W),
+        #[cfg(target_arch = "x86_64")]
+        SimdLevel::Avx2 => Some(Avx2::W),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod level_tests {
+    use super::{SimdLevel::*, choose};
+
+    #[test]
+    fn the_variable_only_lowers_the_level() {
+        assert_eq!(choose(None, Avx512), Ok(Avx512));
+        assert_eq!(choose(Some(""), Avx2), Ok(Avx2));
+        assert_eq!(choose(Some("AVX2"), Avx512), Ok(Avx2));
+        assert_eq!(choose(Some("portable"), Avx2), Ok(Portable));
+        let above = choose(Some("avx512"), Avx2).unwrap_err();
+        assert!(above.contains("its best is avx2"), "{above}");
+        let unknown = choose(Some("sse"), Avx512).unwrap_err();
+        assert!(unknown.contains("'sse' is not one of"), "{unknown}");
+    }
 }

@@ -3,10 +3,10 @@
 //! candidates and their potentials (O(trials) numbers); a k-means‖ round reads back its sampled
 //! rows. CPU twins: `backend/cpu/init.rs`.
 
-use super::{CudaBackend, arg_u32};
+use super::{CudaBackend, NULL, arg_u32};
 use crate::backend::{Picks, Seeds, Trials};
 use crate::error::Result;
-use cudarc::driver::{CudaSlice, PushKernelArg};
+use cudarc::driver::{CudaSlice, LaunchArgs, PushKernelArg};
 use kernels_gpu::launch::{BLOCK, SEED_CANDIDATES, SEED_SHARED_BYTES};
 use kernels_gpu::math::AssignMetric;
 use kernels_gpu::seeding::{NO_ROW, WeightScale};
@@ -15,6 +15,8 @@ use kernels_gpu::seeding::{NO_ROW, WeightScale};
 pub(crate) struct Rows<'r> {
     pub gpu: &'r CudaBackend,
     pub x: &'r CudaSlice<f32>,
+    /// Every row's units; `None`: one each.
+    pub weights: Option<&'r CudaSlice<f32>>,
     pub n: usize,
     pub d: usize,
     pub metric: AssignMetric,
@@ -30,6 +32,14 @@ impl Rows<'_> {
             AssignMetric::SqL2 => l2,
             AssignMetric::L1 => l1,
         }
+    }
+
+    /// Pushes the weights argument (null without weights).
+    fn push_weights<'l>(&'l self, args: &mut LaunchArgs<'l>) {
+        match self.weights {
+            Some(w) => args.arg(w),
+            None => args.arg(&NULL),
+        };
     }
 }
 
@@ -91,11 +101,10 @@ impl CudaSeeder {
         let (n, d) = (r.n as u32, r.d as u32);
         let count = arg_u32(rows.len(), "seeding candidates")?;
         let fresh = u32::from(fresh);
+        launch.args().arg(r.x).arg(&n).arg(&d);
+        r.push_weights(launch.args());
         launch
             .args()
-            .arg(r.x)
-            .arg(&n)
-            .arg(&d)
             .arg(&mut self.min_dist)
             .arg(&mut self.owner)
             .arg(&self.candidates)
@@ -138,11 +147,10 @@ impl CudaSeeder {
         let f = gpu.function(name)?;
         let mut launch = gpu.launch(name, &f);
         let count = trials as u32;
+        launch.args().arg(r.x).arg(&n).arg(&d);
+        r.push_weights(launch.args());
         launch
             .args()
-            .arg(r.x)
-            .arg(&n)
-            .arg(&d)
             .arg(&mut self.min_dist)
             .arg(&self.candidates)
             .arg(&count)
@@ -197,11 +205,10 @@ impl CudaSeeder {
         let f = gpu.function(name)?;
         let mut launch = gpu.launch(name, &f);
         let nb = nb as u32;
+        launch.args().arg(r.x).arg(&n).arg(&d);
+        r.push_weights(launch.args());
         launch
             .args()
-            .arg(r.x)
-            .arg(&n)
-            .arg(&d)
             .arg(&self.min_dist)
             .arg(&pending)
             .arg(&sums)
@@ -242,6 +249,7 @@ impl CudaSeeder {
         let f = gpu.function(name)?;
         let mut launch = gpu.launch(name, &f);
         let n = r.n as u32;
+        r.push_weights(launch.args());
         launch
             .args()
             .arg(&self.min_dist)
@@ -263,14 +271,16 @@ impl CudaSeeder {
         Ok(rows)
     }
 
-    pub(crate) fn owner_counts(&mut self, r: &Rows<'_>, ids: usize) -> Result<Vec<u32>> {
+    pub(crate) fn owner_weights(&mut self, r: &Rows<'_>, ids: usize) -> Result<Vec<u64>> {
         let gpu = r.gpu;
-        let mut counts = gpu.zeros::<u32>(ids, "k-means|| candidate weights")?;
-        let f = gpu.function("seed_owner_counts")?;
-        let mut launch = gpu.launch("seed_owner_counts", &f);
+        let mut totals = gpu.zeros::<u64>(ids, "k-means|| candidate weights")?;
+        let f = gpu.function("seed_owner_weights")?;
+        let mut launch = gpu.launch("seed_owner_weights", &f);
         let n = r.n as u32;
-        launch.args().arg(&self.owner).arg(&n).arg(&mut counts);
+        launch.args().arg(&self.owner).arg(&n);
+        r.push_weights(launch.args());
+        launch.args().arg(&mut totals);
         launch.run(r.blocks(), BLOCK, 0)?;
-        gpu.download(&counts, ids, "k-means|| candidate weights")
+        gpu.download(&totals, ids, "k-means|| candidate weights")
     }
 }

@@ -3,13 +3,18 @@
 //! `kernels_gpu::small`: one kernel assigns and accumulates, one finalizes and summarizes. Other
 //! shapes launch five kernels: centroid norms, the register-tiled assign, accumulate, finalize
 //! and summary (four when the sums are global: the exact assign kernel then accumulates too).
+//! Spherical k-means always takes the second path, with one more kernel after the finalize that
+//! scales the new centroids to unit norm.
 
 use super::init::{CudaSeeder, Rows};
 use super::{CudaBackend, Mapped, NULL, arg_u32};
-use crate::backend::{AssignStats, Layout, Lloyd, Picks, Seeding, Seeds, StepStats, Trials};
+use crate::backend::{
+    AssignStats, Layout, Lloyd, LloydSpec, Picks, SPHERICAL_POINT_SQ_NORM, Seeding, Seeds,
+    StepStats, Trials,
+};
 use crate::error::{Error, Result};
-use crate::kmeans::Precision;
-use crate::kmeans::shard::{Partial, squared_shift};
+use crate::kmeans::shard::{Farthest, Partial, farthest, squared_shift};
+use crate::kmeans::{Metric, Precision};
 use crate::matrix::MatrixView;
 use cudarc::driver::{CudaSlice, PushKernelArg};
 use kernels_gpu::fixed::{inv_pow2_f64, pow2_f32};
@@ -35,6 +40,8 @@ pub(crate) struct CudaLloyd<'a> {
     d: usize,
     k: usize,
     metric: AssignMetric,
+    /// Spherical k-means (see [`LloydSpec::metric`]).
+    spherical: bool,
     tile: AssignTile,
     /// The fused small-shape path, when the shape allows it.
     small: Option<SmallPath>,
@@ -44,9 +51,13 @@ pub(crate) struct CudaLloyd<'a> {
     tf32: bool,
     /// The points, then `scratch` rows.
     x: CudaSlice<f32>,
+    /// Every point's units; `None`: one each (the kernels get a null pointer).
+    weights: Option<CudaSlice<f32>>,
     x_sq_norms: CudaSlice<f32>,
     scales: CudaSlice<f32>,
     inv_scales: CudaSlice<f64>,
+    inertia_scale: f32,
+    inertia_unit: f64,
     centroids: CudaSlice<f32>,
     c_sq_norms: CudaSlice<f32>,
     /// The centroids by dimension, `d × kp` (`kp`: `k` rounded up to 4; the padding columns
@@ -55,7 +66,8 @@ pub(crate) struct CudaLloyd<'a> {
     next: CudaSlice<f32>,
     labels: CudaSlice<u32>,
     min_dist: CudaSlice<f32>,
-    block_inertia: CudaSlice<f64>,
+    /// The fixed-point inertia of every assign block.
+    block_inertia: CudaSlice<i64>,
     /// The centroid shift's per-block parts (`kmeans_shift_parts`), one per `SHIFT_PART`
     /// coordinates.
     shift_parts: CudaSlice<f64>,
@@ -63,9 +75,10 @@ pub(crate) struct CudaLloyd<'a> {
     /// zero them after reading).
     counters: CudaSlice<u32>,
     /// `[changed, empty, inertia, shift]`: what comes back per step, written by the summary
-    /// kernels straight into mapped host memory.
+    /// kernels straight into mapped host memory (the inertia as its fixed-point integer).
     summary: Mapped<f64>,
-    sizes: CudaSlice<u32>,
+    /// Every cluster's weight from the last update.
+    sizes: CudaSlice<u64>,
     sums: Sums,
     /// Seeding buffers, made on first use.
     seeder: Option<CudaSeeder>,
@@ -73,21 +86,22 @@ pub(crate) struct CudaLloyd<'a> {
     staged: Vec<f32>,
 }
 
-/// Where the update accumulates: per-block partials (shared memory) or one global set.
+/// Where the update accumulates: per-block partials (shared memory) or one global set; `counts`
+/// are the clusters' weights.
 struct Sums {
     parts: usize,
     shared: bool,
     sums: CudaSlice<i64>,
-    counts: CudaSlice<u32>,
+    counts: CudaSlice<u64>,
 }
 
-/// The small-shape path's kernel and its global fixed-point sums, which its finalize kernel
-/// zeroes after use (so they start every step at zero without a memset).
+/// The small-shape path's kernel and its global fixed-point sums and weights, which its finalize
+/// kernel zeroes after use (so they start every step at zero without a memset).
 struct SmallPath {
     /// Index of the kernel in `SMALL_STEPS`.
     kernel: usize,
     sums: CudaSlice<i64>,
-    counts: CudaSlice<u32>,
+    counts: CudaSlice<u64>,
 }
 
 /// What [`CudaLloyd::summarize`] reads back.
@@ -103,19 +117,17 @@ impl<'a> CudaLloyd<'a> {
         gpu: &'a CudaBackend,
         data: &'a MatrixView<'a>,
         layout: Layout,
-        k: usize,
-        metric: AssignMetric,
-        precision: Precision,
-        scales: &[i32],
+        spec: &LloydSpec<'a>,
     ) -> Result<Self> {
-        let (n, d) = (data.rows(), data.cols());
+        let (n, d, k) = (data.rows(), data.cols(), spec.k);
+        let (metric, spherical) = (spec.metric.assign(), spec.spherical());
         let scratch = layout.seeds_at_once.max(SEED_CANDIDATES);
         arg_u32(n + scratch, "number of points")?;
         arg_u32(d, "number of dimensions")?;
         arg_u32(k, "k")?;
-        let tf32 = precision == Precision::Tf32;
+        let tf32 = spec.precision == Precision::Tf32;
         if tf32 {
-            if metric != AssignMetric::SqL2 {
+            if spec.metric != Metric::L2 {
                 return Err(Error::invalid(
                     "precision",
                     "precision tf32 needs metric l2",
@@ -137,8 +149,11 @@ impl<'a> CudaLloyd<'a> {
         // The small step when two of its blocks fit on a multiprocessor (fewer hide no latency).
         // It also serves TF32 requests: for these shapes the exact step is faster than the
         // tensor-core kernel (measured 2.5–7× on the benchmark's A, B, C), and exact.
+        // Spherical k-means needs the tiled path: its point and centroid norms are given, not
+        // computed, and its centroids are renormalised between the finalize and the shift.
         let small_shape = SmallStep::for_d(d)
-            .filter(|&i| SMALL_STEPS[i].fits(k, d, gpu.max_shared_per_block() / 2));
+            .filter(|&i| SMALL_STEPS[i].fits(k, d, gpu.max_shared_per_block() / 2))
+            .filter(|_| !spherical);
         let tf32 = tf32 && small_shape.is_none();
         let assign_blocks = match small_shape {
             Some(i) => n.div_ceil(SMALL_STEPS[i].block_points()),
@@ -165,8 +180,8 @@ impl<'a> CudaLloyd<'a> {
         } else {
             1
         };
-        let f32_scales: Vec<f32> = scales.iter().map(|&s| pow2_f32(s)).collect();
-        let f64_inv: Vec<f64> = scales.iter().map(|&s| inv_pow2_f64(s)).collect();
+        let f32_scales: Vec<f32> = spec.scales.iter().map(|&s| pow2_f32(s)).collect();
+        let f64_inv: Vec<f64> = spec.scales.iter().map(|&s| inv_pow2_f64(s)).collect();
         // The small step computes the points' norms itself.
         let norms_len = if small.is_some() { 0 } else { n };
         let by_dimension_len = if small.is_some() || tf32 {
@@ -186,14 +201,25 @@ impl<'a> CudaLloyd<'a> {
             d,
             k,
             metric,
+            spherical,
             tile,
             small,
             assign_blocks,
             tf32,
             x,
-            x_sq_norms: gpu.zeros(norms_len, "point norms")?,
+            weights: match spec.weights {
+                Some(w) => Some(gpu.upload(w, "sample weights")?),
+                None => None,
+            },
+            x_sq_norms: if spherical {
+                gpu.upload(&vec![SPHERICAL_POINT_SQ_NORM; norms_len], "point norms")?
+            } else {
+                gpu.zeros(norms_len, "point norms")?
+            },
             scales: gpu.upload(&f32_scales, "fixed-point scales")?,
             inv_scales: gpu.upload(&f64_inv, "fixed-point scales")?,
+            inertia_scale: pow2_f32(spec.inertia_exponent),
+            inertia_unit: spec.inertia_unit,
             centroids: gpu.zeros(k * d, "centroids")?,
             c_sq_norms: gpu.zeros(k, "centroid norms")?,
             centroids_t: gpu.zeros(by_dimension_len, "centroids by dimension")?,
@@ -214,7 +240,7 @@ impl<'a> CudaLloyd<'a> {
             seeder: None,
             staged: vec![],
         };
-        if metric == AssignMetric::SqL2 && norms_len > 0 {
+        if metric == AssignMetric::SqL2 && norms_len > 0 && !spherical {
             let (x, mut norms) = (
                 &lloyd.x,
                 std::mem::replace(&mut lloyd.x_sq_norms, gpu.zeros(0, "")?),
@@ -223,6 +249,11 @@ impl<'a> CudaLloyd<'a> {
             lloyd.x_sq_norms = norms;
         }
         Ok(lloyd)
+    }
+
+    /// The resident rows (shared with the mini-batch steps).
+    pub(super) fn rows(&self) -> &CudaSlice<f32> {
+        &self.x
     }
 
     fn assign_kernel(&self) -> &'static str {
@@ -262,7 +293,7 @@ impl<'a> CudaLloyd<'a> {
         let kp = by_dimension_cols(self.k) as u32;
         if !self.tf32 {
             self.queue_centroids_by_dimension()?;
-        } else if self.metric == AssignMetric::SqL2 {
+        } else {
             gpu.row_sq_norms(&self.centroids, self.k, self.d, &mut self.c_sq_norms)?;
         }
         let name = self.assign_kernel();
@@ -293,7 +324,12 @@ impl<'a> CudaLloyd<'a> {
             .arg(&mut self.labels)
             .arg(&mut self.min_dist)
             .arg(&mut self.counters)
-            .arg(&mut self.block_inertia);
+            .arg(&mut self.block_inertia)
+            .arg(&self.inertia_scale);
+        match &self.weights {
+            Some(w) => launch.args().arg(w),
+            None => launch.args().arg(&NULL),
+        };
         if !self.tf32 {
             launch.args().arg(&self.scales);
             if accumulate {
@@ -308,7 +344,8 @@ impl<'a> CudaLloyd<'a> {
     }
 
     /// Queues the copy of the centroids by dimension (`d × kp`) that the exact assign kernels
-    /// stream from, with the centroids' squared norms for squared L2.
+    /// stream from, with the centroids' squared norms for squared L2 (not spherical k-means,
+    /// whose norms stay 0).
     fn queue_centroids_by_dimension(&mut self) -> Result<()> {
         let gpu = self.gpu;
         let name = "kmeans_centroids_by_dimension";
@@ -326,7 +363,7 @@ impl<'a> CudaLloyd<'a> {
             .arg(&d)
             .arg(&kp)
             .arg(&mut self.centroids_t);
-        if self.metric == AssignMetric::SqL2 {
+        if self.metric == AssignMetric::SqL2 && !self.spherical {
             launch.args().arg(&mut self.c_sq_norms);
         } else {
             launch.args().arg(&NULL);
@@ -341,8 +378,9 @@ impl<'a> CudaLloyd<'a> {
         !self.tf32 && !self.sums.shared
     }
 
-    /// Queues the means of the current labels into `next` (empty clusters keep theirs and are
-    /// counted in `counters[1]`); with `accumulated`, the sums are already there.
+    /// Queues the means of the current labels into `next` (clusters without weight keep theirs
+    /// and are counted in `counters[1]`; spherical k-means then renormalises the others); with
+    /// `accumulated`, the sums are already there.
     fn queue_update(&mut self, accumulated: bool) -> Result<()> {
         let gpu = self.gpu;
         let (n, d, k) = (self.n as u32, self.d as u32, self.k as u32);
@@ -358,11 +396,17 @@ impl<'a> CudaLloyd<'a> {
                 .arg(&n)
                 .arg(&d)
                 .arg(&self.labels)
-                .arg(&k)
+                .arg(&k);
+            match &self.weights {
+                Some(w) => launch.args().arg(w),
+                None => launch.args().arg(&NULL),
+            };
+            launch
+                .args()
                 .arg(&self.scales)
                 .arg(&mut s.sums)
                 .arg(&mut s.counts);
-            launch.run(s.parts, BLOCK, 8 * self.k * self.d + 4 * self.k)?;
+            launch.run(s.parts, BLOCK, 8 * self.k * self.d + 8 * self.k)?;
         } else {
             self.queue_accumulate_global()?;
         }
@@ -392,7 +436,19 @@ impl<'a> CudaLloyd<'a> {
         let grid = (self.k * self.d)
             .div_ceil(per_block)
             .min(16 * gpu.multiprocessors());
-        launch.run(grid, BLOCK, 12 * BLOCK as usize)
+        launch.run(grid, BLOCK, 16 * BLOCK as usize)?;
+        if self.spherical {
+            let f = gpu.function("kmeans_normalize_rows")?;
+            let mut launch = gpu.launch("kmeans_normalize_rows", &f);
+            launch
+                .args()
+                .arg(&mut self.next)
+                .arg(&self.sizes)
+                .arg(&k)
+                .arg(&d);
+            launch.run(self.k.div_ceil(BLOCK as usize), BLOCK, 0)?;
+        }
+        Ok(())
     }
 
     /// Queues the sums of the current labels into the first of the sums' parts, zeroed first.
@@ -404,12 +460,13 @@ impl<'a> CudaLloyd<'a> {
         gpu.clear(&mut s.counts, "cluster counts")?;
         let f = gpu.function("kmeans_accumulate_global")?;
         let mut launch = gpu.launch("kmeans_accumulate_global", &f);
+        launch.args().arg(&self.x).arg(&n).arg(&d).arg(&self.labels);
+        match &self.weights {
+            Some(w) => launch.args().arg(w),
+            None => launch.args().arg(&NULL),
+        };
         launch
             .args()
-            .arg(&self.x)
-            .arg(&n)
-            .arg(&d)
-            .arg(&self.labels)
             .arg(&self.scales)
             .arg(&mut s.sums)
             .arg(&mut s.counts);
@@ -448,6 +505,13 @@ impl<'a> CudaLloyd<'a> {
             .arg(&mut self.min_dist)
             .arg(&mut self.counters)
             .arg(&mut self.block_inertia)
+            .arg(&self.inertia_scale);
+        match &self.weights {
+            Some(w) => launch.args().arg(w),
+            None => launch.args().arg(&NULL),
+        };
+        launch
+            .args()
             .arg(&self.scales)
             .arg(&mut small.sums)
             .arg(&mut small.counts)
@@ -525,14 +589,14 @@ impl<'a> CudaLloyd<'a> {
         self.read_summary()
     }
 
-    /// The changed labels and inertia of the assignment just queued (with `assigned`), read
-    /// back; zeros without one.
-    fn assign_summary(&mut self, assigned: bool) -> Result<(u64, f64)> {
+    /// The changed labels and fixed-point inertia of the assignment just queued (with
+    /// `assigned`), read back; zeros without one.
+    fn assign_summary(&mut self, assigned: bool) -> Result<(u64, i64)> {
         if !assigned {
-            return Ok((0, 0.0));
+            return Ok((0, 0));
         }
         let s = self.summarize(false)?;
-        Ok((s.changed, s.inertia))
+        Ok((s.changed, self.fixed_inertia()?))
     }
 
     fn read_summary(&self) -> Result<Summary> {
@@ -540,7 +604,7 @@ impl<'a> CudaLloyd<'a> {
         Ok(Summary {
             changed: s[0] as u64,
             empty: s[1] as usize,
-            inertia: s[2],
+            inertia: s[2] * self.inertia_unit,
             shift: s[3],
         })
     }
@@ -558,6 +622,7 @@ impl CudaLloyd<'_> {
         let rows = Rows {
             gpu: self.gpu,
             x: &self.x,
+            weights: self.weights.as_ref(),
             n: self.n,
             d: self.d,
             metric: self.metric,
@@ -668,9 +733,9 @@ impl Seeding for CudaLloyd<'_> {
         s.sample(&r, seed, round, first_row, ell, phi, ws)
     }
 
-    fn seed_owner_counts(&mut self, ids: usize) -> Result<Vec<u32>> {
+    fn seed_owner_weights(&mut self, ids: usize) -> Result<Vec<u64>> {
         let (r, s) = self.seeding()?;
-        s.owner_counts(&r, ids)
+        s.owner_weights(&r, ids)
     }
 }
 
@@ -788,7 +853,7 @@ impl Lloyd for CudaLloyd<'_> {
         };
         Ok(Partial {
             sums,
-            counts,
+            weights: counts,
             changed,
             inertia,
         })
@@ -798,8 +863,25 @@ impl Lloyd for CudaLloyd<'_> {
         self.gpu.download(&self.min_dist, self.n, "distances")
     }
 
-    fn sizes(&self) -> Result<Vec<u32>> {
-        self.gpu.download(&self.sizes, self.k, "cluster sizes")
+    fn fixed_inertia(&self) -> Result<i64> {
+        // The summary kernel reduces the same block partials, also wrapping; its f64 copy of
+        // the total would round past 2^53.
+        let parts =
+            self.gpu
+                .download(&self.block_inertia, self.assign_blocks, "inertia partials")?;
+        Ok(parts.iter().fold(0i64, |a, &p| a.wrapping_add(p)))
+    }
+
+    fn farthest(&self, count: usize) -> Result<Vec<Farthest>> {
+        let units = match &self.weights {
+            Some(w) => Some(self.gpu.download(w, self.n, "sample weights")?),
+            None => None,
+        };
+        Ok(farthest(&self.min_distances()?, units.as_deref(), 0, count))
+    }
+
+    fn cluster_weights(&self) -> Result<Vec<u64>> {
+        self.gpu.download(&self.sizes, self.k, "cluster weights")
     }
 
     fn centroids(&self) -> Result<Vec<f32>> {

@@ -188,6 +188,7 @@ impl Distances for CudaBackend {
             norms,
             roots,
             labels: None,
+            row_weights: None,
             classes: 0,
             prefilter: tensor_cores,
         }))
@@ -205,6 +206,8 @@ pub(crate) struct CudaKnn {
     /// `sqrt(norms)` when the prefilter can run (one value otherwise).
     roots: CudaSlice<f32>,
     labels: Option<CudaSlice<u32>>,
+    /// Every training row's sample weight over the largest; `None`: no sample weights.
+    row_weights: Option<CudaSlice<f32>>,
     classes: usize,
     /// Whether the TF32 prefilter may run (tensor cores present and not forbidden).
     prefilter: bool,
@@ -822,11 +825,12 @@ impl CudaKnn {
         let f = gpu.function("knn_vote")?;
         let mut launch = gpu.launch("knn_vote", &f);
         let args = launch.args();
-        args.arg(best)
-            .arg(&rows32)
-            .arg(&k32)
-            .arg(labels)
-            .arg(&c32)
+        args.arg(best).arg(&rows32).arg(&k32).arg(labels);
+        match &self.row_weights {
+            Some(w) => args.arg(w),
+            None => args.arg(&NULL),
+        };
+        args.arg(&c32)
             .arg(&weighted)
             .arg(&scale)
             .arg(&per_block32)
@@ -873,6 +877,11 @@ impl KnnSearch for CudaKnn {
     fn set_labels(&mut self, class_ids: &[u32], classes: usize) -> Result<()> {
         self.labels = Some(self.gpu.upload(class_ids, "training labels")?);
         self.classes = classes;
+        Ok(())
+    }
+
+    fn set_row_weights(&mut self, relative: &[f32]) -> Result<()> {
+        self.row_weights = Some(self.gpu.upload(relative, "sample weights")?);
         Ok(())
     }
 

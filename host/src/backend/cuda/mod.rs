@@ -8,10 +8,12 @@ pub mod image;
 mod init;
 mod kmeans;
 mod knn;
+mod minibatch;
+pub mod nccl;
 
-use crate::backend::{Backend, Layout, Lloyd};
+use crate::backend::{Backend, Layout, Lloyd, LloydSpec, MiniBatch};
 use crate::error::{Error, Result};
-use crate::kmeans::Precision;
+use crate::kmeans::Metric;
 use crate::matrix::MatrixView;
 use cudarc::driver::sys::{CUdevice_attribute, CUevent_flags, CUfunction_attribute, CUresult};
 use cudarc::driver::{
@@ -19,7 +21,6 @@ use cudarc::driver::{
     DriverError, LaunchArgs, LaunchConfig, PinnedHostSlice, PushKernelArg, ValidAsZeroBits,
 };
 use kernels_gpu::launch::BLOCK;
-use kernels_gpu::math::AssignMetric;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -454,13 +455,20 @@ impl Backend for CudaBackend {
         &'a self,
         data: &'a MatrixView<'a>,
         layout: Layout,
-        k: usize,
-        metric: AssignMetric,
-        precision: Precision,
-        scales: &[i32],
+        spec: &LloydSpec<'a>,
     ) -> Result<Box<dyn Lloyd + Send + 'a>> {
-        Ok(Box::new(kmeans::CudaLloyd::new(
-            self, data, layout, k, metric, precision, scales,
+        Ok(Box::new(kmeans::CudaLloyd::new(self, data, layout, spec)?))
+    }
+
+    fn minibatch<'a>(
+        &'a self,
+        data: &'a MatrixView<'a>,
+        k: usize,
+        metric: Metric,
+        scales: &[i32],
+    ) -> Result<Box<dyn MiniBatch + 'a>> {
+        Ok(Box::new(minibatch::CudaMiniBatch::new(
+            self, data, k, metric, scales,
         )?))
     }
 

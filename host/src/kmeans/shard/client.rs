@@ -3,15 +3,18 @@
 //! [`KMeansParams::fit`] drives them and combines and finishes their partial results.
 
 use super::protocol::{Prepare, Reply, Request};
+use super::resident::cosine_refused;
 use super::{
     Moments, Partial, Tally, merge_farthest, merge_max_abs, scale_exponents, squared_shift,
 };
 use crate::backend::{AssignStats, Lloyd, Picks, Seeding, Seeds, StepStats, Trials};
 use crate::error::{Error, Result};
 use crate::kmeans::lloyd::{Setup, drive};
+use crate::kmeans::prepare::{distance_bound, init_centroids};
 use crate::kmeans::shard::Farthest;
-use crate::kmeans::{Init, KMeansModel, KMeansParams};
-use kernels_gpu::fixed::inv_pow2_f64;
+use crate::kmeans::weights::Weighting;
+use crate::kmeans::{Init, KMeansModel, KMeansParams, Metric, init};
+use kernels_gpu::fixed::{inertia_exponent, inv_pow2_f64};
 use kernels_gpu::seeding::WeightScale;
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -50,6 +53,9 @@ pub(crate) fn fit(params: &KMeansParams, transport: &mut dyn Transport) -> Resul
         survey.max_abs.len(),
     );
     params.check(n, d)?;
+    if params.metric == Metric::Cosine {
+        return Err(cosine_refused());
+    }
     let (starts, max_abs, devices) = (survey.starts, survey.max_abs, survey.devices);
     let scales = scale_exponents(&max_abs, n);
     let mut moments = Moments::zeros(d);
@@ -68,7 +74,27 @@ pub(crate) fn fit(params: &KMeansParams, transport: &mut dyn Transport) -> Resul
             moments.rows
         )));
     }
-    let setup = Setup::new(params, &max_abs, &scales, &moments);
+    // What `Prepared::new` derives from the rows, from the shards' exact summaries: every row
+    // has one unit (no sample weights), so the totals are the row count.
+    let weights = Weighting::uniform(n);
+    let init_centroids = init_centroids(params, d)?;
+    let mut reach = max_abs.clone();
+    if let Some(c) = &init_centroids {
+        for row in c.chunks_exact(d) {
+            reach
+                .iter_mut()
+                .zip(row)
+                .for_each(|(m, v)| *m = m.max(v.abs()));
+        }
+    }
+    let inertia_exponent = inertia_exponent(distance_bound(&reach, params.metric), n as u64);
+    let setup = Setup {
+        d,
+        tol: params.tol * moments.mean_variance(&scales),
+        seeding: init::weight_scale(&max_abs, n as u64, params.metric),
+        weights: &weights,
+        init_centroids: init_centroids.as_deref(),
+    };
     let seeds_at_once = match params.init {
         Init::KMeansParallel => 2 * params.k,
         _ => 0,
@@ -79,6 +105,7 @@ pub(crate) fn fit(params: &KMeansParams, transport: &mut dyn Transport) -> Resul
         precision: params.precision,
         scales: scales.clone(),
         seeds_at_once,
+        inertia_exponent,
     });
     expect_done(transport.broadcast(&prepare)?)?;
     let mut shards = Sharded {
@@ -87,10 +114,12 @@ pub(crate) fn fit(params: &KMeansParams, transport: &mut dyn Transport) -> Resul
         k: params.k,
         d,
         inv_scales: scales.iter().map(|&s| inv_pow2_f64(s)).collect(),
+        inertia_unit: inv_pow2_f64(inertia_exponent),
+        inertia: 0,
         current: vec![0.0; params.k * d],
         next: vec![0.0; params.k * d],
-        sizes: vec![0; params.k],
-        weights: vec![],
+        weights: vec![0; params.k],
+        seeding: vec![],
         accept: None,
     };
     let fitted = drive(params, &mut shards, &setup)?;
@@ -180,12 +209,17 @@ struct Sharded<'t> {
     k: usize,
     d: usize,
     inv_scales: Vec<f64>,
+    /// The value of one unit of the fixed-point inertia.
+    inertia_unit: f64,
+    /// The fixed-point inertia of the last assignment.
+    inertia: i64,
     current: Vec<f32>,
     next: Vec<f32>,
-    sizes: Vec<u32>,
+    /// Cluster weights of the last update.
+    weights: Vec<u64>,
     /// Every shard's seeding weight (`[shard][0]` after a nearest pass, `[shard][trial]` after
     /// a trials pass).
-    weights: Vec<Vec<u64>>,
+    seeding: Vec<Vec<u64>>,
     /// The accepted trial, until it is sent.
     accept: Option<usize>,
 }
@@ -193,6 +227,15 @@ struct Sharded<'t> {
 impl Sharded<'_> {
     fn shards(&self) -> usize {
         self.starts.len() - 1
+    }
+
+    /// An assignment's stats from its changed rows and fixed-point inertia, as a backend
+    /// reports them.
+    fn stats(&self, changed: u64, inertia: i64) -> AssignStats {
+        AssignStats {
+            changed,
+            inertia: inertia as f64 * self.inertia_unit,
+        }
     }
 
     fn broadcast(&self, request: &Request) -> Result<Vec<Reply>> {
@@ -243,7 +286,7 @@ impl Sharded<'_> {
         for (i, reply) in self.broadcast(&request)?.into_iter().enumerate() {
             match reply {
                 Reply::Partial(p)
-                    if p.sums.len() == total.sums.len() && p.counts.len() == self.k =>
+                    if p.sums.len() == total.sums.len() && p.weights.len() == self.k =>
                 {
                     total.merge(&p)
                 }
@@ -255,8 +298,8 @@ impl Sharded<'_> {
 
     /// Finishes a merged partial into the next centroids; returns the empty clusters.
     fn finish(&mut self, partial: &Partial) -> usize {
-        let empty = partial.finish(&self.current, &self.inv_scales, &mut self.next);
-        self.sizes.clone_from(&partial.counts);
+        let empty = partial.finish(&self.current, &self.inv_scales, false, &mut self.next);
+        self.weights.clone_from(&partial.weights);
         empty
     }
 
@@ -296,8 +339,8 @@ impl Sharded<'_> {
         for (j, &r) in draws.iter().enumerate() {
             let mut rest = r;
             let mut s = 0;
-            while s + 1 < shards && rest >= self.weights[s][trial] {
-                rest -= self.weights[s][trial];
+            while s + 1 < shards && rest >= self.seeding[s][trial] {
+                rest -= self.seeding[s][trial];
                 s += 1;
             }
             mine[s].push((j, rest));
@@ -333,10 +376,10 @@ impl Sharded<'_> {
             points,
             weights: ws,
         };
-        self.weights = self.weights_of(&request)?;
-        let trials = self.weights.first().map_or(0, Vec::len);
+        self.seeding = self.weights_of(&request)?;
+        let trials = self.seeding.first().map_or(0, Vec::len);
         Ok((0..trials)
-            .map(|t| self.weights.iter().map(|w| w[t]).sum())
+            .map(|t| self.seeding.iter().map(|w| w[t]).sum())
             .collect())
     }
 
@@ -385,8 +428,8 @@ impl Seeding for Sharded<'_> {
             fresh,
             weights: ws,
         };
-        self.weights = self.weights_of(&request)?;
-        Ok(self.weights.iter().flatten().sum())
+        self.seeding = self.weights_of(&request)?;
+        Ok(self.seeding.iter().flatten().sum())
     }
 
     fn seed_trials(&mut self, picks: Picks<'_>, ws: WeightScale) -> Result<Trials> {
@@ -444,8 +487,8 @@ impl Seeding for Sharded<'_> {
         Ok(sampled)
     }
 
-    fn seed_owner_counts(&mut self, ids: usize) -> Result<Vec<u32>> {
-        let mut counts = vec![0u32; ids];
+    fn seed_owner_weights(&mut self, ids: usize) -> Result<Vec<u64>> {
+        let mut counts = vec![0u64; ids];
         for (i, reply) in self
             .broadcast(&Request::SeedOwnerCounts { ids })?
             .into_iter()
@@ -483,28 +526,24 @@ impl Lloyd for Sharded<'_> {
         let request = Request::Assign {
             centroids: self.current.clone(),
         };
-        let mut stats = AssignStats {
-            changed: 0,
-            inertia: 0.0,
-        };
+        let (mut total_changed, mut total_inertia) = (0u64, 0i64);
         for (i, reply) in self.broadcast(&request)?.into_iter().enumerate() {
             let Reply::Assigned { changed, inertia } = reply else {
                 return Err(unexpected(i, "Assign"));
             };
-            stats.changed += changed;
-            stats.inertia += inertia;
+            total_changed += changed;
+            total_inertia = total_inertia.wrapping_add(inertia);
         }
-        Ok(stats)
+        self.inertia = total_inertia;
+        Ok(self.stats(total_changed, total_inertia))
     }
 
     fn step(&mut self) -> Result<StepStats> {
         let partial = self.partial(true)?;
+        self.inertia = partial.inertia;
         let empty = self.finish(&partial);
         Ok(StepStats {
-            assign: AssignStats {
-                changed: partial.changed,
-                inertia: partial.inertia,
-            },
+            assign: self.stats(partial.changed, partial.inertia),
             empty,
             shift: squared_shift(&self.next, &self.current),
         })
@@ -553,10 +592,13 @@ impl Lloyd for Sharded<'_> {
         Ok(merge_farthest(lists, count))
     }
 
-    fn tally(&self) -> Result<Tally> {
+    fn fixed_inertia(&self) -> Result<i64> {
+        Ok(self.inertia)
+    }
+
+    fn sizes(&self) -> Result<Vec<u32>> {
         let mut total = Tally {
             sizes: vec![0; self.k],
-            inertia: Default::default(),
         };
         for (i, reply) in self.broadcast(&Request::Tally)?.into_iter().enumerate() {
             match reply {
@@ -564,11 +606,11 @@ impl Lloyd for Sharded<'_> {
                 _ => return Err(unexpected(i, "Tally")),
             }
         }
-        Ok(total)
+        Ok(total.sizes)
     }
 
-    fn sizes(&self) -> Result<Vec<u32>> {
-        Ok(self.sizes.clone())
+    fn cluster_weights(&self) -> Result<Vec<u64>> {
+        Ok(self.weights.clone())
     }
 
     fn centroids(&self) -> Result<Vec<f32>> {

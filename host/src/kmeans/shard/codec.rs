@@ -3,7 +3,7 @@
 //! cost one copy each way.
 
 use super::protocol::{Prepare, Reply, Request};
-use super::{ExactSum, Farthest, Moments, Partial, Tally};
+use super::{Farthest, Moments, Partial, Tally};
 use crate::error::{Error, Result};
 use crate::kmeans::{Metric, Precision};
 use kernels_gpu::seeding::WeightScale;
@@ -112,6 +112,7 @@ fn metric_id(m: Metric) -> u8 {
     match m {
         Metric::L2 => 0,
         Metric::L1 => 1,
+        Metric::Cosine => 2,
     }
 }
 
@@ -162,7 +163,8 @@ impl Request {
                 .word(metric_id(p.metric))
                 .word(precision_id(p.precision))
                 .words(&p.scales)
-                .len(p.seeds_at_once),
+                .len(p.seeds_at_once)
+                .word(p.inertia_exponent),
             Request::Assign { centroids } => w.word(3u8).words(centroids),
             Request::Step { centroids } => w.word(4u8).words(centroids),
             Request::Accumulate => w.word(5u8),
@@ -222,6 +224,7 @@ impl Request {
                 metric: match r.word::<u8>()? {
                     0 => Metric::L2,
                     1 => Metric::L1,
+                    2 => Metric::Cosine,
                     _ => return Err(truncated()),
                 },
                 precision: match r.word::<u8>()? {
@@ -231,6 +234,7 @@ impl Request {
                 },
                 scales: r.words()?,
                 seeds_at_once: r.len()?,
+                inertia_exponent: r.word()?,
             }),
             3 => Request::Assign {
                 centroids: r.words()?,
@@ -297,7 +301,7 @@ impl Reply {
             Reply::Partial(p) => w
                 .word(4u8)
                 .words(&p.sums)
-                .words(&p.counts)
+                .words(&p.weights)
                 .word(p.changed)
                 .word(p.inertia),
             Reply::Farthest(f) => {
@@ -305,7 +309,7 @@ impl Reply {
                 let rows: Vec<u64> = f.iter().map(|f| f.row).collect();
                 w.word(5u8).words(&distances).words(&rows)
             }
-            Reply::Tally(t) => w.word(6u8).words(&t.sizes).words(t.inertia.buckets()),
+            Reply::Tally(t) => w.word(6u8).words(&t.sizes),
             Reply::Labels(l) => w.word(7u8).words(l),
             Reply::Distances(d) => w.word(8u8).words(d),
             Reply::Points { rows, points } => w.word(9u8).words(rows).words(points),
@@ -338,7 +342,7 @@ impl Reply {
             },
             4 => Reply::Partial(Partial {
                 sums: r.words()?,
-                counts: r.words()?,
+                weights: r.words()?,
                 changed: r.word()?,
                 inertia: r.word()?,
             }),
@@ -354,10 +358,7 @@ impl Reply {
                         .collect(),
                 )
             }
-            6 => Reply::Tally(Tally {
-                sizes: r.words()?,
-                inertia: ExactSum::from_buckets(r.words()?).ok_or_else(truncated)?,
-            }),
+            6 => Reply::Tally(Tally { sizes: r.words()? }),
             7 => Reply::Labels(r.words()?),
             8 => Reply::Distances(r.words()?),
             9 => Reply::Points {
@@ -394,6 +395,7 @@ mod tests {
                 precision: Precision::Tf32,
                 scales: vec![1, 2, 3],
                 seeds_at_once: 14,
+                inertia_exponent: -7,
             }),
             Request::Assign {
                 centroids: vec![1.5, -0.0],
@@ -461,22 +463,19 @@ mod tests {
             }),
             Reply::Assigned {
                 changed: 2,
-                inertia: 0.1,
+                inertia: -3,
             },
             Reply::Partial(Partial {
                 sums: vec![i64::MIN, i64::MAX],
-                counts: vec![1],
+                weights: vec![1],
                 changed: 9,
-                inertia: 1e300,
+                inertia: i64::MAX,
             }),
             Reply::Farthest(vec![Farthest {
                 distance: 3.0,
                 row: 77,
             }]),
-            Reply::Tally(Tally {
-                sizes: vec![4, 0],
-                inertia: ExactSum::of(&[1.0, 2.5]),
-            }),
+            Reply::Tally(Tally { sizes: vec![4, 0] }),
             Reply::Labels(vec![1, 0]),
             Reply::Distances(vec![0.5]),
             Reply::Points {

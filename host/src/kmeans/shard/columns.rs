@@ -4,7 +4,7 @@
 
 use crate::backend::cpu::CHUNK;
 use crate::matrix::MatrixView;
-use kernels_gpu::fixed::{inv_pow2_f64, pow2_f32, scale_exponent, to_fixed};
+use kernels_gpu::fixed::{pow2_f32, scale_exponent, to_fixed};
 use rayon::prelude::*;
 
 /// Each column's largest magnitude.
@@ -96,20 +96,13 @@ impl Moments {
             .for_each(|(a, b)| *a += b);
     }
 
-    /// The mean over columns of each column's population variance: per column
-    /// `(n·Σq² − (Σq)²) / n²` in exact integers, then scaled back by `2^−2s` in `f64`.
+    /// The mean over columns of each column's population variance, as a single-process fit
+    /// computes it from the same exact moments (`kmeans::prepare`): the same `f64` however the
+    /// rows are split.
     pub fn mean_variance(&self, scales: &[i32]) -> f64 {
-        let n = self.rows as u128;
-        let d = self.sums.len();
-        let total: f64 = (0..d)
-            .map(|j| {
-                let sum = self.sums[j].unsigned_abs() as u128;
-                // Non-negative by Cauchy–Schwarz; both terms are at most 2^122.
-                let spread = (n * self.squares[j]).saturating_sub(sum * sum);
-                spread as f64 * inv_pow2_f64(2 * scales[j]) / (n as f64 * n as f64)
-            })
-            .sum();
-        total / d as f64
+        let first: Vec<i128> = self.sums.iter().map(|&s| i128::from(s)).collect();
+        let second: Vec<i128> = self.squares.iter().map(|&s| s as i128).collect();
+        crate::kmeans::prepare::variance_of_moments(&first, &second, self.rows, scales)
     }
 }
 
@@ -138,14 +131,14 @@ mod tests {
     }
 
     #[test]
-    fn variance_is_exact_where_floats_cancel() {
-        // Values 1e4 ± 0.5: the float formula E[x²] − E[x]² loses the variance (0.25) to
-        // cancellation; the integer one keeps it.
+    fn variance_of_integer_moments() {
+        // Values 1e4 ± 0.5: the moments are exact integers, whatever the split.
         let values: Vec<f32> = (0..4096)
             .map(|i| 1e4 + if i % 2 == 0 { 0.5 } else { -0.5 })
             .collect();
         let data = MatrixView::new(&values, 4096, 1).unwrap();
         let scales = scale_exponents(&column_max_abs(&data), 4096);
-        assert_eq!(Moments::of(&data, &scales).mean_variance(&scales), 0.25);
+        let variance = Moments::of(&data, &scales).mean_variance(&scales);
+        assert!((variance - 0.25).abs() < 1e-5, "{variance}");
     }
 }

@@ -8,23 +8,30 @@
 //!
 //! * the fixed-point scales of the cluster sums, from the column maxima of all rows
 //!   ([`column_max_abs`], [`merge_max_abs`], [`scale_exponents`]);
-//! * `tol`, from exact integer column moments ([`Moments`]);
-//! * each step's cluster sums and counts ([`Partial`]: exact 64-bit fixed-point sums, added in
+//! * `tol`, from exact integer column moments ([`Moments`], added up, then the single-process
+//!   fit's formula);
+//! * each step's cluster sums and weights ([`Partial`]: exact 64-bit fixed-point sums, added in
 //!   any order), finished into the next centroids by [`Partial::finish`], the arithmetic of
 //!   every backend's update, and the squared shift by [`squared_shift`];
 //! * empty clusters, which take the rows farthest from their centroids ([`farthest`],
 //!   [`merge_farthest`]: ties by lowest row of the whole data set);
-//! * the inertia that picks the best of `n_init` runs and is reported, an exact sum of the
-//!   distances ([`ExactSum`], [`Tally`]);
+//! * the inertia that picks the best of `n_init` runs and is reported: the kernels' exact
+//!   fixed-point integer (its exponent chosen by the client from all rows and sent in
+//!   [`Prepare`]), which the shards' parts add up to;
 //! * seeding: k-means++ and k-means‖ draw on exact integer weights, and k-means‖'s per-row
 //!   uniforms are keyed by the row of the whole data set.
+//!
+//! A sharded fit takes no sample weights, and refuses cosine (spherical k-means) with
+//! [`Error::InvalidParameter`](crate::Error) before any shard computes: both need per-row units
+//! or unit rows that every shard derives alike, which the protocol does not carry yet.
 //!
 //! **Roles.** A [`Shard`] holds some rows on its backend for as long as it lives and answers
 //! [`Request`]s with [`Reply`]s (both have a byte form for a wire). The client,
 //! [`KMeansParams::fit_sharded`](super::KMeansParams::fit_sharded), runs the same Lloyd loop as
 //! a single-process fit over all shards at once, through a [`Transport`] that carries requests
 //! to the shards: per step it sends the `k × d` centroids to each shard and gets back `k × d`
-//! exact sums, `k` counts and two numbers ([`Partial`]), then finishes the step itself.
+//! exact sums, `k` cluster weights (units) and two numbers ([`Partial`]), then finishes the step
+//! itself.
 //!
 //! ```
 //! use kmeans_knn::{Device, KMeans, MatrixView, kmeans::shard::Shard};
@@ -46,7 +53,6 @@
 mod client;
 mod codec;
 mod columns;
-mod exact;
 mod partial;
 mod protocol;
 mod resident;
@@ -54,7 +60,6 @@ mod resident;
 pub use client::Transport;
 pub(crate) use client::fit;
 pub use columns::{Moments, column_max_abs, merge_max_abs, scale_exponents};
-pub use exact::ExactSum;
 /// The scale of seeding weights in [`Request`]s.
 pub use kernels_gpu::seeding::WeightScale;
 pub use partial::{Farthest, Partial, Tally, farthest, merge_farthest, squared_shift};

@@ -1,23 +1,24 @@
 //! One Lloyd step over some rows, as exact partial results that add up across shards, and the
 //! finishing step that turns the combined partials into the next centroids.
 
-use super::ExactSum;
 use kernels_gpu::fixed::mean;
+use kernels_gpu::math::normalize;
 use std::cmp::Ordering;
 
 /// What one shard's assignment and accumulation report: everything a step needs from it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Partial {
-    /// `k × d` fixed-point sums of the rows of each cluster (exact: any split adds up to the
-    /// same integers).
+    /// `k × d` fixed-point sums of the rows of each cluster, times their units (exact: any
+    /// split adds up to the same integers).
     pub sums: Vec<i64>,
-    /// Rows per cluster.
-    pub counts: Vec<u32>,
-    /// Rows whose label changed in this assignment.
+    /// Units of weight per cluster (rows, without sample weights).
+    pub weights: Vec<u64>,
+    /// Rows with weight whose label changed in this assignment.
     pub changed: u64,
-    /// Sum of the rows' distances to their centroids, in `f64` (for progress reports only: its
-    /// rounding depends on the split; the exact inertia comes from [`super::Tally`]).
-    pub inertia: f64,
+    /// The fixed-point inertia of the assignment (the kernels' integer, see
+    /// `kernels_gpu::fixed::inertia_exponent`): shards add up to the whole, wrapping as the
+    /// kernels add.
+    pub inertia: i64,
 }
 
 impl Partial {
@@ -25,9 +26,9 @@ impl Partial {
     pub fn zeros(k: usize, d: usize) -> Self {
         Partial {
             sums: vec![0; k * d],
-            counts: vec![0; k],
+            weights: vec![0; k],
             changed: 0,
-            inertia: 0.0,
+            inertia: 0,
         }
     }
 
@@ -37,29 +38,38 @@ impl Partial {
             .iter_mut()
             .zip(&other.sums)
             .for_each(|(a, b)| *a += b);
-        self.counts
+        self.weights
             .iter_mut()
-            .zip(&other.counts)
+            .zip(&other.weights)
             .for_each(|(a, b)| *a += b);
         self.changed += other.changed;
-        self.inertia += other.inertia;
+        self.inertia = self.inertia.wrapping_add(other.inertia);
     }
 
     /// The next centroids from the combined partials of every row, as every backend's update
     /// computes them: each cluster's mean (`kernels_gpu::fixed::mean`, with `inv_scales[j] =
-    /// 2^−s_j`), or for an empty cluster its `current` centroid. Returns the number of empty
-    /// clusters.
-    pub fn finish(&self, current: &[f32], inv_scales: &[f64], next: &mut [f32]) -> usize {
+    /// 2^−s_j`), scaled to unit norm for spherical k-means, or for a cluster without weight its
+    /// `current` centroid. Returns the number of clusters without weight.
+    pub fn finish(
+        &self,
+        current: &[f32],
+        inv_scales: &[f64],
+        spherical: bool,
+        next: &mut [f32],
+    ) -> usize {
         let d = inv_scales.len();
         let mut empty = 0;
-        for (c, &count) in self.counts.iter().enumerate() {
+        for (c, &weight) in self.weights.iter().enumerate() {
             let row = c * d..(c + 1) * d;
-            if count == 0 {
+            if weight == 0 {
                 empty += 1;
                 next[row.clone()].copy_from_slice(&current[row]);
             } else {
                 for j in 0..d {
-                    next[c * d + j] = mean(self.sums[c * d + j], inv_scales[j], count);
+                    next[c * d + j] = mean(self.sums[c * d + j], inv_scales[j], weight);
+                }
+                if spherical {
+                    normalize(&mut next[row]);
                 }
             }
         }
@@ -67,24 +77,19 @@ impl Partial {
     }
 }
 
-/// Cluster sizes and exact inertia of an assignment: what a run reports at its end.
+/// Cluster sizes of an assignment (rows per label): what a run reports at its end.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Tally {
     /// Points per cluster.
     pub sizes: Vec<u32>,
-    /// The exact sum of the points' distances to their centroids.
-    pub inertia: ExactSum,
 }
 
 impl Tally {
-    /// The tally of `labels` (below `k`) and their `distances`.
-    pub fn of(labels: &[u32], distances: &[f32], k: usize) -> Self {
+    /// The tally of `labels` (below `k`).
+    pub fn of(labels: &[u32], k: usize) -> Self {
         let mut sizes = vec![0u32; k];
         labels.iter().for_each(|&l| sizes[l as usize] += 1);
-        Tally {
-            sizes,
-            inertia: ExactSum::of(distances),
-        }
+        Tally { sizes }
     }
 
     /// Adds another shard's tally.
@@ -93,7 +98,6 @@ impl Tally {
             .iter_mut()
             .zip(&other.sizes)
             .for_each(|(a, b)| *a += b);
-        self.inertia.merge(&other.inertia);
     }
 }
 
@@ -124,12 +128,19 @@ fn farthest_first(a: &Farthest, b: &Farthest) -> Ordering {
     b.distance.total_cmp(&a.distance).then(a.row.cmp(&b.row))
 }
 
-/// The `count` rows of `distances` (row `i` being row `first_row + i` of the whole data set)
-/// farthest from their centroids, farthest first, equal distances by lowest row.
-pub fn farthest(distances: &[f32], first_row: u64, count: usize) -> Vec<Farthest> {
+/// The `count` rows with weight (`units`: every row's units, `None`: one each) of `distances`
+/// (row `i` being row `first_row + i` of the whole data set) farthest from their centroids,
+/// farthest first, equal distances by lowest row.
+pub fn farthest(
+    distances: &[f32],
+    units: Option<&[f32]>,
+    first_row: u64,
+    count: usize,
+) -> Vec<Farthest> {
     let mut all: Vec<Farthest> = distances
         .iter()
         .enumerate()
+        .filter(|&(i, _)| units.is_none_or(|u| u[i] > 0.0))
         .map(|(i, &distance)| Farthest {
             distance,
             row: first_row + i as u64,
@@ -164,12 +175,12 @@ mod tests {
     fn finish_takes_means_and_keeps_empty_clusters() {
         let p = Partial {
             sums: vec![6, 8, 0, 0],
-            counts: vec![2, 0],
+            weights: vec![2, 0],
             changed: 2,
-            inertia: 1.0,
+            inertia: 1,
         };
         let mut next = vec![0.0; 4];
-        let empty = p.finish(&[9.0, 9.0, 5.0, 6.0], &[0.5, 0.25], &mut next);
+        let empty = p.finish(&[9.0, 9.0, 5.0, 6.0], &[0.5, 0.25], false, &mut next);
         assert_eq!(empty, 1);
         assert_eq!(next, vec![1.5, 1.0, 5.0, 6.0]);
     }
@@ -177,11 +188,11 @@ mod tests {
     #[test]
     fn merged_farthest_equals_farthest_of_all_rows() {
         let distances: Vec<f32> = (0..500).map(|i| ((i * 7) % 5) as f32).collect();
-        let whole = farthest(&distances, 0, 9);
+        let whole = farthest(&distances, None, 0, 9);
         let lists = distances
             .chunks(33)
             .enumerate()
-            .map(|(s, part)| farthest(part, 33 * s as u64, 9));
+            .map(|(s, part)| farthest(part, None, 33 * s as u64, 9));
         assert_eq!(merge_farthest(lists, 9), whole);
         // 4 is the largest value, on every fifth row from row 2; ties go to the lowest rows.
         let rows: Vec<u64> = whole.iter().map(|f| f.row).collect();

@@ -20,6 +20,9 @@ pub struct Prepare {
     pub scales: Vec<i32>,
     /// Seeds that a seeding pass takes at once (a hint for staging them on a GPU).
     pub seeds_at_once: usize,
+    /// The exponent of the fixed-point inertia, from all rows
+    /// (`kernels_gpu::fixed::inertia_exponent`).
+    pub inertia_exponent: i32,
 }
 
 /// A request to a shard.
@@ -42,7 +45,7 @@ pub enum Request {
     SetLabels { labels: Vec<u32> },
     /// The `count` rows farthest from their centroids: [`Reply::Farthest`].
     Farthest { count: usize },
-    /// Cluster sizes and exact inertia of the last assignment: [`Reply::Tally`].
+    /// Cluster sizes of the last assignment: [`Reply::Tally`].
     Tally,
     /// The labels of the last assignment: [`Reply::Labels`].
     Labels,
@@ -81,7 +84,7 @@ pub enum Request {
         phi: u64,
         weights: WeightScale,
     },
-    /// Rows whose nearest seed is each of the ids `0..ids`: [`Reply::Counts`].
+    /// Units of the rows whose nearest seed is each of the ids `0..ids`: [`Reply::Counts`].
     SeedOwnerCounts { ids: usize },
 }
 
@@ -99,13 +102,13 @@ pub enum Reply {
     },
     /// Column moments.
     Moments(Moments),
-    /// Labels changed by an assignment and its `f64` inertia (for progress reports).
-    Assigned { changed: u64, inertia: f64 },
+    /// Labels changed by an assignment and its fixed-point inertia.
+    Assigned { changed: u64, inertia: i64 },
     /// Exact partial sums of a step.
     Partial(Partial),
     /// Rows farthest from their centroids.
     Farthest(Vec<Farthest>),
-    /// Sizes and exact inertia.
+    /// Sizes.
     Tally(Tally),
     /// Labels, one per row.
     Labels(Vec<u32>),
@@ -117,6 +120,6 @@ pub enum Reply {
     Weights(Vec<u64>),
     /// Rows, ascending.
     Rows(Vec<u64>),
-    /// Counts per id.
-    Counts(Vec<u32>),
+    /// Units per id.
+    Counts(Vec<u64>),
 }

@@ -1,11 +1,13 @@
 //! [`Shard`]: rows that stay on one backend (a GPU, or the CPU) for a whole fit and answer a
 //! sharded fit's [`Request`]s.
 
+use super::Tally;
 use super::protocol::{Prepare, Reply, Request};
 use super::{Moments, column_max_abs};
-use crate::backend::{Backend, Layout, Lloyd, Picks, Seeds};
+use crate::backend::{Backend, Layout, Lloyd, LloydSpec, Picks, Seeds};
 use crate::device::Device;
 use crate::error::{Error, Result};
+use crate::kmeans::Metric;
 use crate::matrix::MatrixView;
 use kernels_gpu::launch::SEED_CANDIDATES;
 use self_cell::self_cell;
@@ -148,6 +150,9 @@ impl Shard {
         if p.k == 0 {
             return Err(Error::invalid("k", "k must be at least 1"));
         }
+        if p.metric == Metric::Cosine {
+            return Err(cosine_refused());
+        }
         self.seeding = None;
         self.k = 0;
         self.cell.with_dependent_mut(|held, fit| {
@@ -156,10 +161,17 @@ impl Shard {
                 first_row: held.first_row as u32,
                 seeds_at_once: p.seeds_at_once,
             };
-            let metric = p.metric.assign();
-            let lloyd =
-                held.backend
-                    .lloyd_at(&held.data, layout, p.k, metric, p.precision, &p.scales)?;
+            // Without sample weights every row is one unit; the inertia's unit is the client's.
+            let spec = LloydSpec {
+                k: p.k,
+                metric: p.metric,
+                precision: p.precision,
+                scales: p.scales.clone(),
+                inertia_exponent: p.inertia_exponent,
+                inertia_unit: kernels_gpu::fixed::inv_pow2_f64(p.inertia_exponent),
+                weights: None,
+            };
+            let lloyd = held.backend.lloyd_at(&held.data, layout, &spec)?;
             *fit = Some(lloyd);
             Ok::<(), Error>(())
         })?;
@@ -268,7 +280,7 @@ fn serve(lloyd: &mut dyn Lloyd, held: &Held, k: usize, request: &Request) -> Res
             let stats = lloyd.assign()?;
             Reply::Assigned {
                 changed: stats.changed,
-                inertia: stats.inertia,
+                inertia: lloyd.fixed_inertia()?,
             }
         }
         Request::Step { centroids } => {
@@ -292,7 +304,7 @@ fn serve(lloyd: &mut dyn Lloyd, held: &Held, k: usize, request: &Request) -> Res
             far.iter_mut().for_each(|f| f.row += first_row);
             Reply::Farthest(far)
         }
-        Request::Tally => Reply::Tally(lloyd.tally()?),
+        Request::Tally => Reply::Tally(Tally::of(&lloyd.labels()?, k)),
         Request::Labels => Reply::Labels(lloyd.labels()?),
         Request::Distances => Reply::Distances(lloyd.min_distances()?),
         Request::SeedNearest {
@@ -337,7 +349,7 @@ fn serve(lloyd: &mut dyn Lloyd, held: &Held, k: usize, request: &Request) -> Res
         } => Reply::Rows(global(
             lloyd.seed_sample(*seed, *round, *ell, *phi, *weights)?,
         )),
-        Request::SeedOwnerCounts { ids } => Reply::Counts(lloyd.seed_owner_counts(*ids)?),
+        Request::SeedOwnerCounts { ids } => Reply::Counts(lloyd.seed_owner_weights(*ids)?),
         Request::Columns | Request::Moments { .. } | Request::Gather { .. } => {
             unreachable!("answered without the fit's state")
         }
@@ -372,4 +384,12 @@ fn expect_rows(what: &'static str, len: usize, d: usize) -> Result<usize> {
             format!("{len} values are not whole rows of {d}"),
         ))
     }
+}
+
+/// The error of a sharded fit asked for cosine.
+pub(super) fn cosine_refused() -> Error {
+    Error::invalid(
+        "metric",
+        "a sharded fit does not take cosine (spherical k-means) yet; fit the rows in one process",
+    )
 }

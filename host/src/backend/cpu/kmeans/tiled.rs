@@ -10,7 +10,7 @@
 
 use crate::backend::cpu::simd::Panels;
 #[cfg(target_arch = "x86_64")]
-use crate::backend::cpu::simd::{Avx2, Avx512, Simd, accumulate};
+use crate::backend::cpu::simd::{self, Avx2, Avx512, Simd, SimdLevel, accumulate};
 use kernels_gpu::math::{AssignMetric, assign_distance};
 
 /// Per-lane running minimum of `P` points against panels `b0 .. b0 + L`.
@@ -176,15 +176,13 @@ pub(crate) fn assign_rows(
 ) {
     #[cfg(target_arch = "x86_64")]
     {
-        if pn.w == Avx512::W && std::is_x86_feature_detected!("avx512f") {
-            // SAFETY: the feature was just detected.
+        let level = simd::level();
+        if pn.w == Avx512::W && level == SimdLevel::Avx512 {
+            // SAFETY: the active level is never above the detected one.
             return unsafe { all_rows_avx512(metric, x, x_sq, pn, labels, dists) };
         }
-        if pn.w == Avx2::W
-            && std::is_x86_feature_detected!("avx2")
-            && std::is_x86_feature_detected!("fma")
-        {
-            // SAFETY: the features were just detected.
+        if pn.w == Avx2::W && level >= SimdLevel::Avx2 {
+            // SAFETY: the active level is never above the detected one.
             return unsafe { all_rows_avx2(metric, x, x_sq, pn, labels, dists) };
         }
     }

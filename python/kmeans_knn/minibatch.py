@@ -1,0 +1,161 @@
+"""Mini-batch k-means with scikit-learn's MiniBatchKMeans interface."""
+
+import numpy as np
+from sklearn.utils import check_array
+
+from . import _engine
+from ._validation import engine_data, engine_seed
+from .cluster import KMeans
+
+
+class MiniBatchKMeans(KMeans):
+    """Mini-batch k-means (Sculley 2010, as scikit-learn) on the GPU or the CPU, bit-identical on
+    both for a given random_state. predict, transform and score are KMeans's.
+
+    Each step draws batch_size rows at random (with replacement), assigns them to their nearest
+    centroid, and moves every centroid that received rows to the mean of all the rows it has
+    received so far. Labels and inertia are those of every row under the final centroids.
+
+    Parameters
+    ----------
+    n_clusters : int, default 8
+    init : "k-means++", "k-means||", "random" (n_clusters distinct random rows) or an array of
+        shape (n_clusters, n_features); computed on init_size random rows.
+    max_iter : int, default 100 — most passes over the data (epochs).
+    batch_size : int, default 1024
+    random_state : int, RandomState or None — an int is the engine's seed as is (the command
+        line's ``--seed``); None or a RandomState draws the seed from that generator.
+    tol : float, default 0.0 — stop when a step's squared centroid shift is at most tol times the
+        mean per-feature variance (0: off).
+    max_no_improvement : int or None, default 10 — stop after that many steps without improvement
+        of the smoothed batch inertia (None: off).
+    init_size : int or None — rows drawn for the initialisation (None: 3 * batch_size, at least
+        3 * n_clusters).
+    n_init : int or "auto", default "auto" — initialisations tried, the one with the lowest
+        inertia on other random rows wins; "auto" is 3 for init="random", else 1.
+    reassignment_ratio : float in [0, 1], default 0.01 — every 10 * n_clusters rows, centroids
+        with fewer rows than this fraction of the largest count move to random rows of the batch.
+    metric : "euclidean" (squared-L2 assignment, as scikit-learn) or "manhattan" (L1 assignment,
+        mean centroids; inertia is then the sum of L1 distances).
+    device : "auto", "cpu", "cuda" or "cuda:N".
+
+    Attributes are scikit-learn's: cluster_centers_ (float32), labels_, inertia_, n_iter_
+    (epochs, rounded up), n_steps_, plus device_. Labels are always computed (no compute_labels),
+    fit takes no sample_weight, and verbose is not a parameter.
+    """
+
+    def __init__(
+        self,
+        n_clusters=8,
+        *,
+        init="k-means++",
+        max_iter=100,
+        batch_size=1024,
+        random_state=None,
+        tol=0.0,
+        max_no_improvement=10,
+        init_size=None,
+        n_init="auto",
+        reassignment_ratio=0.01,
+        metric="euclidean",
+        device="auto",
+    ):
+        self.n_clusters = n_clusters
+        self.init = init
+        self.max_iter = max_iter
+        self.batch_size = batch_size
+        self.random_state = random_state
+        self.tol = tol
+        self.max_no_improvement = max_no_improvement
+        self.init_size = init_size
+        self.n_init = n_init
+        self.reassignment_ratio = reassignment_ratio
+        self.metric = metric
+        self.device = device
+
+    def fit(self, X, y=None):
+        """Clusters X; returns self."""
+        X = engine_data(self, X, reset=True)
+        self._check_rows(X)
+        self._seed = engine_seed(self.random_state)
+        fitted = _engine.minibatch_fit(X, self._settings(X.shape[1]))
+        self._keep(fitted)
+        self.n_iter_ = fitted[3]
+        return self
+
+    # The engine's mini-batch steps take no sample weights: these keep KMeans' methods without
+    # the `sample_weight` parameter, so scikit-learn's checks do not pass one.
+    def fit_predict(self, X, y=None):
+        """Clusters X and returns its labels."""
+        return self.fit(X).labels_
+
+    def fit_transform(self, X, y=None):
+        """Clusters X and returns its distances to the centroids."""
+        return self.fit(X).transform(X)
+
+    def score(self, X, y=None):
+        """Minus the inertia of X under the fitted centroids (squared Euclidean, or L1 for
+        metric "manhattan"), summed in float64."""
+        return super().score(X)
+
+    def partial_fit(self, X, y=None):
+        """One step on X (every row of it is the batch), continuing the fitted state; the first
+        call initialises the centroids from X (at least n_clusters rows). Returns self."""
+        fitted = hasattr(self, "cluster_centers_")
+        X = engine_data(self, X, reset=not fitted)
+        if fitted:
+            state = (self._centers(), self._counts, self.n_steps_, self._since_reassign)
+        else:
+            self._check_rows(X)
+            self._seed = engine_seed(self.random_state)
+            state = None
+        self._keep(_engine.minibatch_partial_fit(X, state, self._settings(X.shape[1])))
+        return self
+
+    def _check_rows(self, X):
+        if X.shape[0] < self.n_clusters:
+            raise ValueError(f"n_samples={X.shape[0]} should be >= n_clusters={self.n_clusters}.")
+
+    def _settings(self, n_features):
+        init, init_centroids, n_init = self._init_and_runs(n_features)
+        return dict(
+            k=self.n_clusters,
+            init=init,
+            init_centroids=init_centroids,
+            n_init=n_init,
+            max_iter=self.max_iter,
+            batch_size=self.batch_size,
+            tol=self.tol,
+            max_no_improvement=self.max_no_improvement,
+            init_size=self.init_size,
+            reassignment_ratio=self.reassignment_ratio,
+            seed=self._seed,
+            metric=self.metric,
+            device=self.device,
+        )
+
+    def _init_and_runs(self, n_features):
+        """The engine's init name, the initial centroids (or None) and the number of runs (None:
+        the engine's "auto")."""
+        if isinstance(self.init, str):
+            return self.init, None, None if self.n_init == "auto" else self.n_init
+        centroids = check_array(self.init, dtype=np.float32, order="C", copy=True)
+        if centroids.shape != (self.n_clusters, n_features):
+            raise ValueError(
+                f"init has shape {centroids.shape}; (n_clusters, n_features) = "
+                f"{(self.n_clusters, n_features)} is expected"
+            )
+        return "centroids", centroids, None
+
+    def _keep(self, fitted):
+        """Stores what the engine returned: the state, then labels, inertia and device."""
+        (centers, counts, n_steps, since_reassign), labels, inertia, _, device = fitted
+        self.cluster_centers_ = centers
+        self._counts = counts
+        self.n_steps_ = n_steps
+        self._since_reassign = since_reassign
+        # Labels are below k ≤ 2^31, so the engine's u32 reads as int32 without a copy.
+        self.labels_ = labels.view(np.int32)
+        self.inertia_ = inertia
+        self.device_ = device
+        self._n_features_out = centers.shape[0]
