@@ -6,6 +6,10 @@ use kmeans_knn::{
 };
 use kmeans_knn_tests::{assert_same_fit, blobs, gpu, lattice, same_partition, uniform};
 
+// In this test binary rather than its own: every test binary embeds the kernels (~12 MB), and
+// the GPU bundle carries each one.
+mod sharded;
+
 fn fit(data: &[f32], n: usize, d: usize, params: &KMeansParams) -> KMeansModel {
     params.fit(MatrixView::new(data, n, d).unwrap()).unwrap()
 }

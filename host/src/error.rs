@@ -81,6 +81,9 @@ pub enum Error {
     /// Another CUDA driver error.
     #[error("CUDA error while {context}: {message}")]
     Cuda { context: String, message: String },
+    /// A sharded fit's shards or their transport failed, or sent what the fit cannot use.
+    #[error("sharded fit: {0}")]
+    Shard(String),
 }
 
 impl Error {

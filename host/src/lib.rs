@@ -13,6 +13,8 @@
 //!   (top-k by k rounds of parallel minimum or bitonic sort, chosen by timing), majority or
 //!   distance-weighted votes and averages (optionally with sample weights), distance matrices in
 //!   row blocks; [`Scaler`] for feature scaling.
+//! * [`kmeans::shard`]: k-means over rows split into shards (Dask partitions, GPUs, batches),
+//!   equal bit for bit to [`KMeans`] on the concatenated rows however they are split.
 //! * [`Device`]: `Auto` picks the GPU when libcuda and a device are present, else the CPU.
 //!
 //! **Threads.** [`KMeansParams`], [`KMeansModel`], [`KnnIndex`], [`KnnClassifier`] and [`Device`]
@@ -75,6 +77,12 @@ pub use matrix::MatrixView;
 /// What the driver reports about GPU `ordinal`, or why it is not usable.
 pub fn gpu_info(ordinal: usize) -> Result<GpuInfo> {
     Ok(backend::cuda::CudaBackend::shared(ordinal)?.info().clone())
+}
+
+/// CUDA devices this process sees (after `CUDA_VISIBLE_DEVICES`); 0 without a usable driver.
+/// Makes no CUDA context.
+pub fn gpu_count() -> usize {
+    backend::cuda::device_count()
 }
 
 /// Free and total memory of GPU `ordinal`, in bytes.

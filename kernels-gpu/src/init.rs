@@ -316,8 +316,8 @@ unsafe fn locate<const M: u32>(
 
 /// k-means‖ sampling: appends to `out` (slot from `count`, zeroed by the host) every point
 /// sampled with probability `min(1, ell · weight / phi)` by its uniform
-/// `uniform32(seed, round, i)`. The order of `out` varies; the set does not. CPU twin:
-/// `cpu::init::sample`.
+/// `uniform32(seed, round, first_row + i)` (`first_row`: the row of the whole data set that
+/// point 0 is). The order of `out` varies; the set does not. CPU twin: `cpu::init::sample`.
 ///
 /// # Safety
 /// `ceil(n / BLOCK)` blocks of `BLOCK` threads; `min_dist` holds `n`, `out` room for `n`.
@@ -329,6 +329,7 @@ unsafe fn sample<const M: u32>(
     n: u32,
     seed: u64,
     round: u32,
+    first_row: u32,
     ell: u64,
     phi: u64,
     ws: WeightScale,
@@ -341,7 +342,7 @@ unsafe fn sample<const M: u32>(
     }
     let units = unsafe { units_at(weights, i) } as u64;
     let w = ws.weight_of(AssignMetric::from_id(M), unsafe { *min_dist.add(i) }, units);
-    if sampled(uniform32(seed, round, i as u32), w, ell, phi) {
+    if sampled(uniform32(seed, round, first_row + i as u32), w, ell, phi) {
         unsafe { *out.add(atomic_fetch_add_u32(count, 1) as usize) = i as u32 };
     }
 }
@@ -470,6 +471,7 @@ macro_rules! seeding_kernels {
             n: u32,
             seed: u64,
             round: u32,
+            first_row: u32,
             ell: u64,
             phi: u64,
             scale: f64,
@@ -478,7 +480,11 @@ macro_rules! seeding_kernels {
             count: *mut u32,
         ) {
             let ws = WeightScale { scale, cap };
-            unsafe { sample::<{ $m }>(weights, min_dist, n, seed, round, ell, phi, ws, out, count) }
+            unsafe {
+                sample::<{ $m }>(
+                    weights, min_dist, n, seed, round, first_row, ell, phi, ws, out, count,
+                )
+            }
         }
     };
 }

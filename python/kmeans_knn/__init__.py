@@ -5,6 +5,9 @@ the default), else on the CPU; both give bit-identical results. Swap the import:
 
     from kmeans_knn import KMeans, NearestNeighbors, KNeighborsClassifier, pairwise_distances
     from kmeans_knn import KNeighborsRegressor, MiniBatchKMeans
+
+``kmeans_knn.dask`` has KMeans and NearestNeighbors for Dask arrays across workers and hosts
+(``pip install kmeans-knn[dask]``).
 """
 
 from ._engine import describe_device, last_engine_seconds

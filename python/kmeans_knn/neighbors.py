@@ -53,11 +53,12 @@ class NearestNeighbors(ResidentModel, BaseEstimator):
         return (distances, indices) if return_distance else indices
 
 
-def _leave_self_out(distances, indices):
-    """Drops each query's own row from its k + 1 neighbours (as scikit-learn: where duplicates
-    push the row itself out of the list, the first neighbour goes instead)."""
+def _leave_self_out(distances, indices, first=0):
+    """Drops each query's own row (query i being training row first + i) from its k + 1
+    neighbours (as scikit-learn: where duplicates push the row itself out of the list, the first
+    neighbour goes instead)."""
     n, k_plus_1 = indices.shape
-    keep = indices != np.arange(n)[:, None]
+    keep = indices != np.arange(first, first + n)[:, None]
     keep[np.all(keep, axis=1), 0] = False
     shape = (n, k_plus_1 - 1)
     return distances[keep].reshape(shape), indices[keep].reshape(shape)

@@ -2,7 +2,7 @@
 //! centroids as a NumPy array, so a fitted estimator pickles without any Rust object).
 
 use crate::{engine, matrix, parse_device, value_error};
-use kmeans_knn::{Init, KMeans, KMeansModel, Metric, Precision};
+use kmeans_knn::{Init, KMeans, KMeansModel, KMeansParams, Metric, Precision};
 use numpy::{IntoPyArray, PyArray1, PyArray2, PyReadonlyArray1, PyReadonlyArray2};
 use pyo3::prelude::*;
 
@@ -51,24 +51,18 @@ fn kmeans_fit<'py>(
     device: &str,
     sample_weight: Option<PyReadonlyArray1<'py, f32>>,
 ) -> PyResult<Fitted<'py>> {
-    let init = match (init, init_centroids) {
-        ("centroids", Some(c)) => Init::Centroids(c.as_array().iter().copied().collect()),
-        (name, None) => name.parse().map_err(value_error)?,
-        (name, Some(_)) => {
-            return Err(pyo3::exceptions::PyValueError::new_err(format!(
-                "init '{name}' takes no centroids"
-            )));
-        }
-    };
-    let params = KMeans::params(k)
-        .init(init)
-        .n_init(n_init)
-        .max_iter(max_iter)
-        .tol(tol)
-        .seed(seed)
-        .metric(metric.parse().map_err(value_error)?)
-        .precision(precision.parse::<Precision>().map_err(value_error)?)
-        .device(parse_device(device)?);
+    let params = params(
+        k,
+        init,
+        init_centroids,
+        n_init,
+        max_iter,
+        tol,
+        seed,
+        metric,
+        precision,
+    )?
+    .device(parse_device(device)?);
     let data = matrix(&x)?;
     let weights = match &sample_weight {
         Some(w) => Some(w.as_slice().map_err(|_| {
@@ -88,6 +82,38 @@ fn kmeans_fit<'py>(
         model.n_iter,
         model.device,
     ))
+}
+
+/// The library's parameters for the estimator's (see `kmeans_fit`).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn params(
+    k: usize,
+    init: &str,
+    init_centroids: Option<PyReadonlyArray2<'_, f32>>,
+    n_init: usize,
+    max_iter: usize,
+    tol: f64,
+    seed: u64,
+    metric: &str,
+    precision: &str,
+) -> PyResult<KMeansParams> {
+    let init = match (init, init_centroids) {
+        ("centroids", Some(c)) => Init::Centroids(c.as_array().iter().copied().collect()),
+        (name, None) => name.parse().map_err(value_error)?,
+        (name, Some(_)) => {
+            return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                "init '{name}' takes no centroids"
+            )));
+        }
+    };
+    Ok(KMeans::params(k)
+        .init(init)
+        .n_init(n_init)
+        .max_iter(max_iter)
+        .tol(tol)
+        .seed(seed)
+        .metric(metric.parse().map_err(value_error)?)
+        .precision(precision.parse::<Precision>().map_err(value_error)?))
 }
 
 /// Nearest centroid of every row of `x`, on `device`.

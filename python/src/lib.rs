@@ -6,6 +6,7 @@
 mod kmeans;
 mod knn;
 mod minibatch;
+mod shard;
 
 use kmeans_knn::{Device, Error, MatrixView};
 use numpy::{PyReadonlyArray2, PyUntypedArrayMethods};
@@ -22,6 +23,7 @@ fn _engine(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(last_engine_seconds, m)?)?;
     m.add_function(wrap_pyfunction!(describe_device, m)?)?;
     kmeans::register(m)?;
+    shard::register(m)?;
     minibatch::register(m)?;
     knn::register(m)
 }
@@ -56,7 +58,7 @@ fn engine<T: Send>(
 
 fn to_py_err(e: Error) -> PyErr {
     match e {
-        Error::NoGpu(_) | Error::GpuOutOfMemory { .. } | Error::Cuda { .. } => {
+        Error::NoGpu(_) | Error::GpuOutOfMemory { .. } | Error::Cuda { .. } | Error::Shard(_) => {
             PyRuntimeError::new_err(e.to_string())
         }
         _ => PyValueError::new_err(e.to_string()),

@@ -10,8 +10,16 @@
 //!                       8.0+) and the cubins compiled from it (kernels_sm*.cubin), for
 //!                       inspection (ptxas -v, cuobjdump)
 //!   torch_baseline.py   the PyTorch version of the benchmark's cases, for the speed-up
-//!   python/             the kmeans_knn wheel, its pytest suite (tests/), bench.py and minibatch.py; run.sh
-//!                       installs the wheel offline (pip --no-index) into a temporary folder
+//!   python/             the kmeans_knn wheel, its pytest suite (tests/), bench.py,
+//!                       minibatch.py and dask_bench.py, and wheels/: dask and distributed with their
+//!                       dependencies for CPython KMEANS_KNN_BUNDLE_PYTHON (default 3.12) on
+//!                       x86-64 Linux (pure Python but for four small compiled ones); run.sh
+//!                       installs them offline (pip --no-index) into a temporary folder;
+//!                       KMEANS_KNN_BUNDLE_DASK=0 leaves the dask wheels out (run.sh then skips
+//!                       the Dask steps, as it does on fewer than two GPUs)
+//!
+//! Carry it compressed with `XZ_OPT="-9 -T1" tar cJf gpu-bundle.tar.xz gpu-bundle` (about 11 MB
+//! without the dask wheels; their size with them was not measured after the merge with main).
 
 use anyhow::{Context, Result, bail};
 use std::path::{Path, PathBuf};
@@ -60,9 +68,13 @@ pub fn write() -> Result<()> {
     Ok(())
 }
 
-/// The wheel, the Python tests and the Python benchmark.
+/// The wheel, the Python tests and benchmarks, and the wheels of dask and distributed.
 fn write_python(root: &Path, out: &Path) -> Result<()> {
-    let wheel = crate::python::build_wheel(&crate::python::venv()?)?;
+    let venv = crate::python::venv()?;
+    let wheel = crate::python::build_wheel(&venv)?;
+    if std::env::var("KMEANS_KNN_BUNDLE_DASK").as_deref() != Ok("0") {
+        download_dask(&venv, &out.join("wheels"))?;
+    }
     std::fs::create_dir_all(out.join("tests"))?;
     copy(&wheel, &out.join(wheel.file_name().expect("a wheel file")))?;
     for entry in std::fs::read_dir(root.join("python/tests"))? {
@@ -71,8 +83,40 @@ fn write_python(root: &Path, out: &Path) -> Result<()> {
             copy(&path, &out.join("tests").join(path.file_name().unwrap()))?;
         }
     }
-    for bench in ["bench.py", "minibatch.py"] {
+    for bench in ["bench.py", "minibatch.py", "dask_bench.py"] {
         copy(&root.join("python/bench").join(bench), &out.join(bench))?;
+    }
+    Ok(())
+}
+
+/// Downloads (from PyPI) the wheels of dask and distributed, at the versions
+/// `python/requirements-dev.txt` pins, and of their dependencies, for the GPU machine's Python
+/// (`KMEANS_KNN_BUNDLE_PYTHON`, default 3.12), which has no network.
+fn download_dask(venv: &Path, out: &Path) -> Result<()> {
+    let requirements = std::fs::read_to_string(crate::root().join("python/requirements-dev.txt"))?;
+    let pins: Vec<&str> = requirements
+        .lines()
+        .filter(|l| l.starts_with("dask==") || l.starts_with("distributed=="))
+        .collect();
+    if pins.len() != 2 {
+        bail!("python/requirements-dev.txt must pin dask and distributed");
+    }
+    let python = std::env::var("KMEANS_KNN_BUNDLE_PYTHON").unwrap_or_else(|_| "3.12".into());
+    let abi = format!("cp{}", python.replace('.', ""));
+    let status = Command::new(venv.join("bin/python"))
+        .args(["-m", "pip", "download", "-q", "--disable-pip-version-check"])
+        .args(["--only-binary", ":all:", "--implementation", "cp"])
+        .args(["--python-version", &python, "--abi", &abi])
+        .args(["--platform", "manylinux2014_x86_64"])
+        .args(["--platform", "manylinux_2_17_x86_64"])
+        .args(["--platform", "manylinux_2_28_x86_64"])
+        .arg("-d")
+        .arg(out)
+        .args(&pins)
+        .status()
+        .context("running pip download")?;
+    if !status.success() {
+        bail!("pip download of {} failed ({status})", pins.join(" "));
     }
     Ok(())
 }

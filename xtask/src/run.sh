@@ -3,7 +3,8 @@
 #   bash run.sh            tests (GPU required), compute-sanitizer memcheck + racecheck, benchmark
 #   SANITIZE=0 bash run.sh skip compute-sanitizer;  BENCH=0 skip the benchmarks;  PYTEST=0 skip
 #   the Python tests (the kmeans_knn wheel needs python3 with numpy, scipy, scikit-learn, pytest);
-#   COLD_START=0 skip the cold-start timings
+#   COLD_START=0 skip the cold-start timings; DASK=0 skip the Dask tests and benchmark that run
+#   with one worker per GPU when there are two GPUs or more (DASK_BENCH_ARGS: dask_bench.py's)
 # Results also go to $OUT when it is set (the device tool's output folder).
 set -u
 cd "$(dirname "$0")"
@@ -119,6 +120,13 @@ fi
 # The Python package, installed offline into a temporary folder.
 site=$(mktemp -d)
 python3 -m pip install -q --no-index --no-deps --target "$site" python/*.whl || failed+=("python wheel install")
+# dask, distributed and their dependencies, for kmeans_knn.dask (wheels made for CPython 3.12).
+if [ -d python/wheels ]; then
+  python3 -m pip install -q --no-index --no-deps --target "$site" python/wheels/*.whl || failed+=("dask wheels install")
+else
+  DASK=0
+fi
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 
 if [ "${PYTEST:-1}" = 1 ]; then
   echo "=== python tests (GPU required: GPU results must equal CPU results bit for bit)"
@@ -127,6 +135,15 @@ if [ "${PYTEST:-1}" = 1 ]; then
   status=$?
   tail -n 30 "$log_dir/pytest.txt"
   [ $status -eq 0 ] || failed+=("python tests")
+fi
+
+if [ "${PYTEST:-1}" = 1 ] && [ "${DASK:-1}" = 1 ] && [ "$gpus" -ge 2 ]; then
+  echo "=== dask tests with one worker per GPU ($gpus GPUs): every fit and search equals the single-process CPU one"
+  KMEANS_KNN_DASK_GPUS=1 PYTHONPATH="$site" python3 -m pytest -p no:cacheprovider -rfEsxX \
+    python/tests/test_dask.py >"$log_dir/pytest-dask-gpus.txt" 2>&1
+  status=$?
+  tail -n 15 "$log_dir/pytest-dask-gpus.txt"
+  [ $status -eq 0 ] || failed+=("dask tests on $gpus GPUs")
 fi
 
 if [ ${#sanitizer_pids[@]} -gt 0 ]; then
@@ -150,6 +167,11 @@ if [ "${BENCH:-1}" = 1 ] && [ -x bin/gpu-bench ]; then
   echo "=== Python estimators: overhead over the engine, against PyTorch (from NumPy to NumPy)"
   OUT="$log_dir" PYTHONPATH="$site" python3 python/bench.py --device cuda ${PY_BENCH_ARGS:-} 2>&1 | tee "$log_dir/python-bench.txt"
   [ "${PIPESTATUS[0]}" -eq 0 ] || failed+=("python bench")
+  if [ "${DASK:-1}" = 1 ] && [ "$gpus" -ge 2 ]; then
+    echo "=== kmeans_knn.dask: a Lloyd step's overhead, two GPU workers against one"
+    OUT="$log_dir" PYTHONPATH="$site" python3 python/dask_bench.py --device cuda --workers 2 ${DASK_BENCH_ARGS:-} 2>&1 | tee "$log_dir/dask-bench.txt"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || failed+=("dask bench")
+  fi
 fi
 
 if [ ${#failed[@]} -gt 0 ]; then

@@ -12,6 +12,7 @@ use crate::kmeans::{Metric, Precision};
 use crate::matrix::MatrixView;
 use kernels_gpu::seeding::WeightScale;
 // Pairwise distances and kNN.
+use crate::kmeans::shard::{Farthest, Partial, Tally};
 use crate::knn::Selection;
 use kernels_gpu::knn::PairMetric;
 
@@ -26,7 +27,18 @@ pub(crate) trait Backend: Send + Sync + Distances {
         &'a self,
         data: &'a MatrixView<'a>,
         spec: &LloydSpec<'a>,
-    ) -> Result<Box<dyn Lloyd + 'a>>;
+    ) -> Result<Box<dyn Lloyd + Send + 'a>> {
+        self.lloyd_at(data, Layout::default(), spec)
+    }
+
+    /// [`Backend::lloyd`] for rows that are part of a larger data set (a shard), as `layout`
+    /// places them.
+    fn lloyd_at<'a>(
+        &'a self,
+        data: &'a MatrixView<'a>,
+        layout: Layout,
+        spec: &LloydSpec<'a>,
+    ) -> Result<Box<dyn Lloyd + Send + 'a>>;
 
     /// Holds `data` for mini-batch k-means steps with `k` centroids under `metric`; `scales`
     /// are fixed-point exponents with room for the largest batch the steps will pass.
@@ -46,6 +58,17 @@ pub(crate) trait Backend: Send + Sync + Distances {
     fn device_memory_in_use(&self) -> Result<Option<usize>> {
         Ok(None)
     }
+}
+
+/// Where resident rows sit in the whole data set.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Layout {
+    /// The row of the whole data set that resident row 0 is (k-means‖ draws each row's uniform
+    /// by its row in the whole set).
+    pub first_row: u32,
+    /// Seeds given as points ([`Seeds::Points`]) that a seeding pass takes at once (a hint: a
+    /// backend that stages them takes more passes when there are more).
+    pub seeds_at_once: usize,
 }
 
 /// How Lloyd iterations run, besides the data.
@@ -99,7 +122,8 @@ pub(crate) struct AssignStats {
     /// Points with weight whose label differs from the label they held before.
     pub changed: u64,
     /// Sum of every point's weighted distance to its centroid (in the metric's terms: `1 − cos`
-    /// for cosine).
+    /// for cosine): the fixed-point integer of [`Lloyd::fixed_inertia`] times the fit's
+    /// inertia unit.
     pub inertia: f64,
 }
 
@@ -115,18 +139,27 @@ pub(crate) struct StepStats {
     pub shift: f64,
 }
 
+/// Where the seeds of a seeding pass are.
+#[derive(Clone, Copy)]
+pub(crate) enum Seeds<'s> {
+    /// These resident rows.
+    Rows(&'s [u32]),
+    /// These points, `count × d` row-major (rows that other shards hold).
+    Points(&'s [f32]),
+}
+
 /// Where the candidates of a k-means++ step come from.
 pub(crate) enum Picks<'p> {
     /// Located in the cumulative integer weights: each draw `r < total` picks the first point
     /// whose cumulative weight exceeds `r`.
     Draws(&'p [u64]),
-    /// These rows (when every weight is zero).
-    Rows(&'p [u32]),
+    /// These seeds (when every weight is zero, or located by a sharded fit's shards).
+    Seeds(Seeds<'p>),
 }
 
 /// What the trials of a k-means++ step report.
 pub(crate) struct Trials {
-    /// The row of every trial.
+    /// The resident row of every trial (none for trials given as points).
     pub candidates: Vec<u32>,
     /// Σ over points of the weight after adding that trial's row as a seed.
     pub potentials: Vec<u64>,
@@ -138,11 +171,11 @@ pub(crate) struct Trials {
 /// integers, so every backend decides alike.
 pub(crate) trait Seeding {
     /// Lowers every point's seeding distance (from +∞ with `fresh`) to its distance to each of
-    /// `rows`, recording `first_id + position` as its nearest seed where a row is strictly
+    /// `seeds`, recording `first_id + position` as its nearest seed where a seed is strictly
     /// nearer (ties keep the earlier seed); returns the total weight. Drops a pending accept.
     fn seed_nearest(
         &mut self,
-        rows: &[u32],
+        seeds: Seeds<'_>,
         first_id: u32,
         fresh: bool,
         ws: WeightScale,
@@ -150,10 +183,15 @@ pub(crate) trait Seeding {
     /// One k-means++ step in one pass: applies the accepted trial of the last step, picks the
     /// candidates and returns each one's potential.
     fn seed_trials(&mut self, picks: Picks<'_>, ws: WeightScale) -> Result<Trials>;
+    /// The rows that `draws` pick as [`Picks::Draws`] does (within this data's weights, the
+    /// accepted trial applied), without a trials pass: the accept stays pending for the next
+    /// [`Seeding::seed_trials`].
+    fn seed_locate(&mut self, draws: &[u64], ws: WeightScale) -> Result<Vec<u32>>;
     /// Makes trial `trial` of the last step a seed (applied by the next step's pass).
     fn seed_accept(&mut self, trial: usize);
     /// k-means‖: the points sampled with probability `min(1, ell · weight / phi)` by their
-    /// uniforms `uniform32(seed, round, row)`, ascending.
+    /// uniforms `uniform32(seed, round, row)` (`row` in the whole data set, see [`Layout`]),
+    /// ascending.
     fn seed_sample(
         &mut self,
         seed: u64,
@@ -184,16 +222,38 @@ pub(crate) trait Lloyd: Seeding {
     fn relocate(&mut self, cluster: usize, point: usize) -> Result<()>;
     /// The squared shift between the next and current centroids (after relocations).
     fn shift(&mut self) -> Result<f64>;
+    /// The squared shift between the next and current centroids as
+    /// [`squared_shift`](crate::kmeans::shard::squared_shift) computes it on the host: the value
+    /// a fit compares with tol when [`Lloyd::shift`] is too close to call.
+    fn exact_shift(&mut self) -> Result<f64>;
     /// Makes the next centroids current.
     fn commit(&mut self);
+    /// Assigns (with `assign`) and accumulates the labels into exact partial sums, leaving the
+    /// centroids as they are: a shard's part of a step, which the caller combines and finishes.
+    fn accumulate(&mut self, assign: bool) -> Result<Partial>;
     /// Each point's distance to its centroid, from the last assignment.
     fn min_distances(&self) -> Result<Vec<f32>>;
+    /// The inertia of the last assignment as the exact integer the kernels sum (under
+    /// `2^`[`LloydSpec::inertia_exponent`]): the parts of rows split over shards add up to the
+    /// whole (wrapping, as the kernels add).
+    fn fixed_inertia(&self) -> Result<i64>;
+    /// The `count` points with weight farthest from their centroids in the last assignment
+    /// (rows counted from 0 here), farthest first, ties by lowest row.
+    fn farthest(&self, count: usize) -> Result<Vec<Farthest>>;
     /// Every cluster's weight (units) from the last update.
     fn cluster_weights(&self) -> Result<Vec<u64>>;
+    /// Rows per cluster in the last assignment (what a model reports as its cluster sizes).
+    fn sizes(&self) -> Result<Vec<u32>> {
+        Ok(Tally::of(&self.labels()?, self.k()).sizes)
+    }
     /// The current centroids.
     fn centroids(&self) -> Result<Vec<f32>>;
     /// The current labels.
     fn labels(&self) -> Result<Vec<u32>>;
+    /// The resident rows `rows`, `rows.len() × d` row-major.
+    fn gather(&self, rows: &[usize]) -> Result<Vec<f32>>;
+    /// The number of clusters.
+    fn k(&self) -> usize;
 }
 
 /// What a mini-batch step reports, in one round trip.

@@ -9,7 +9,7 @@
 use super::Metric;
 use super::weights::Weighting;
 use crate::backend::cpu::Seeder;
-use crate::backend::{Picks, Seeding};
+use crate::backend::{Lloyd, Picks, Seeding, Seeds};
 use crate::error::Result;
 use crate::matrix::MatrixView;
 use kernels_gpu::launch::SEED_CANDIDATES;
@@ -27,14 +27,27 @@ pub(super) enum Start {
     Labels(Vec<u32>),
 }
 
-/// `k` distinct points, drawn in proportion to their weights (uniformly without weights).
+/// `k` distinct rows, drawn in proportion to their weights (uniformly without weights).
+pub(super) fn random_rows(k: usize, weights: &Weighting, rng: &mut ChaCha8Rng) -> Vec<usize> {
+    weights.draw_distinct(k, rng)
+}
+
+/// `k` distinct points of `data`, drawn as [`random_rows`] draws them.
 pub(super) fn random_points(
     data: &MatrixView<'_>,
     k: usize,
     weights: &Weighting,
     rng: &mut ChaCha8Rng,
 ) -> Vec<f32> {
-    gather(data, &weights.draw_distinct(k, rng))
+    gather(data, &random_rows(k, weights, rng))
+}
+
+/// The rows at `indices`, row-major.
+pub(super) fn gather(data: &MatrixView<'_>, indices: &[usize]) -> Vec<f32> {
+    indices
+        .iter()
+        .flat_map(|&i| data.row(i).iter().copied())
+        .collect()
 }
 
 /// A uniformly random label for every point.
@@ -81,7 +94,7 @@ pub(super) fn kmeans_plus_plus(
     let trials = trials_for(k);
     let first = draw(rng);
     let mut chosen = vec![first];
-    let mut total = seeding.seed_nearest(&[first as u32], 0, true, ws)?;
+    let mut total = seeding.seed_nearest(Seeds::Rows(&[first as u32]), 0, true, ws)?;
     while chosen.len() < k {
         let step = if total > 0 {
             let draws: Vec<u64> = (0..trials).map(|_| rng.random_range(0..total)).collect();
@@ -89,7 +102,7 @@ pub(super) fn kmeans_plus_plus(
         } else {
             // Every point sits on a seed: any point is as good.
             let rows: Vec<u32> = (0..trials).map(|_| draw(rng) as u32).collect();
-            seeding.seed_trials(Picks::Rows(&rows), ws)?
+            seeding.seed_trials(Picks::Seeds(Seeds::Rows(&rows)), ws)?
         };
         let best = (0..trials)
             .min_by_key(|&t| (step.potentials[t], t))
@@ -108,20 +121,20 @@ pub(super) fn kmeans_plus_plus(
 /// weighted greedy k-means++ on the host's CPU (its first seed uniform among them). Returns the
 /// chosen rows.
 pub(super) fn kmeans_parallel(
-    seeding: &mut dyn Seeding,
-    data: &MatrixView<'_>,
+    seeding: &mut dyn Lloyd,
     k: usize,
     metric: Metric,
+    d: usize,
     ws: WeightScale,
     weights: &Weighting,
     rng: &mut ChaCha8Rng,
 ) -> Result<Vec<usize>> {
-    let n = data.rows();
+    let n = weights.rows();
     let first = weights.draw(rng) as u32;
     let stream: u64 = rng.random();
     let ell = 2 * k as u64;
     let mut candidates = vec![first];
-    let mut phi = seeding.seed_nearest(&candidates, 0, true, ws)?;
+    let mut phi = seeding.seed_nearest(Seeds::Rows(&candidates), 0, true, ws)?;
     for round in 0..PARALLEL_ROUNDS {
         if phi == 0 {
             break;
@@ -129,7 +142,7 @@ pub(super) fn kmeans_parallel(
         // A candidate has weight 0, so it is never sampled again.
         let new = seeding.seed_sample(stream, round, ell, phi, ws)?;
         if !new.is_empty() {
-            phi = seeding.seed_nearest(&new, candidates.len() as u32, false, ws)?;
+            phi = seeding.seed_nearest(Seeds::Rows(&new), candidates.len() as u32, false, ws)?;
             candidates.extend(new);
         }
     }
@@ -145,23 +158,15 @@ pub(super) fn kmeans_parallel(
             .into_iter()
             .map(|i| free[i])
             .collect();
-        seeding.seed_nearest(&extra, candidates.len() as u32, false, ws)?;
+        seeding.seed_nearest(Seeds::Rows(&extra), candidates.len() as u32, false, ws)?;
         candidates.extend(extra);
     }
     let units = seeding.seed_owner_weights(candidates.len())?;
     let rows: Vec<usize> = candidates.iter().map(|&c| c as usize).collect();
-    let local = gather(data, &rows);
-    let mut weighted = Seeder::new(&local, data.cols(), metric.assign()).weighted(units);
+    let local = seeding.gather(&rows)?;
+    let mut weighted = Seeder::new(&local, d, metric.assign(), 0).weighted(units);
     let m = rows.len();
     let uniform = |rng: &mut ChaCha8Rng| rng.random_range(0..m);
     let picked = kmeans_plus_plus(&mut weighted, &uniform, k, ws, rng)?;
     Ok(picked.into_iter().map(|p| rows[p]).collect())
-}
-
-/// The rows at `indices`, row-major.
-pub(super) fn gather(data: &MatrixView<'_>, indices: &[usize]) -> Vec<f32> {
-    indices
-        .iter()
-        .flat_map(|&i| data.row(i).iter().copied())
-        .collect()
 }

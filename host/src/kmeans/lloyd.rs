@@ -1,5 +1,6 @@
 //! The backend-agnostic Lloyd loop: initialise, then assign → update until labels stop changing,
-//! the centroid shift drops under tol, or max_iter; keep the best of n_init runs.
+//! the centroid shift drops under tol, or max_iter; keep the best of n_init runs. The same loop
+//! drives a fit over one backend's rows ([`fit`]) and over shards (`super::shard`).
 
 use super::init::{self, Start};
 use super::prepare::Prepared;
@@ -8,17 +9,68 @@ use super::{EmptyClusters, Init, Iteration, KMeansModel, KMeansParams};
 use crate::backend::{AssignStats, Lloyd};
 use crate::error::{Error, Result};
 use crate::matrix::MatrixView;
+use kernels_gpu::seeding::WeightScale;
 use rand::SeedableRng;
 use rand::seq::index::sample;
 use rand_chacha::ChaCha8Rng;
 
-struct Run {
-    centroids: Vec<f32>,
-    labels: Vec<u32>,
-    sizes: Vec<u32>,
-    inertia: f64,
-    n_iter: usize,
-    converged: bool,
+/// What a fit knows before its first step, from all of its rows ([`Prepared`] for one
+/// process; the shards' survey for a sharded fit).
+pub(super) struct Setup<'a> {
+    /// Columns.
+    pub d: usize,
+    /// `params.tol` times the weighted mean per-feature variance.
+    pub tol: f64,
+    /// The seeding weights' scale.
+    pub seeding: WeightScale,
+    /// The rows' weights in units.
+    pub weights: &'a Weighting,
+    /// The given initial centroids (unit rows for cosine), with [`Init::Centroids`].
+    pub init_centroids: Option<&'a [f32]>,
+}
+
+impl Prepared<'_> {
+    /// What the Lloyd loop needs of this fit.
+    pub(super) fn setup(&self) -> Setup<'_> {
+        Setup {
+            d: self.data.cols(),
+            tol: self.tol,
+            seeding: self.seeding,
+            weights: &self.weights,
+            init_centroids: self.init_centroids.as_deref(),
+        }
+    }
+}
+
+/// The best run of a fit (its labels stay where the rows are).
+pub(super) struct Fitted {
+    pub centroids: Vec<f32>,
+    pub sizes: Vec<u32>,
+    pub inertia: f64,
+    pub n_iter: usize,
+    pub converged: bool,
+}
+
+impl Fitted {
+    pub fn into_model(
+        self,
+        params: &KMeansParams,
+        labels: Vec<u32>,
+        device: String,
+    ) -> KMeansModel {
+        KMeansModel {
+            k: params.k,
+            d: self.centroids.len() / params.k,
+            metric: params.metric,
+            centroids: self.centroids,
+            labels,
+            cluster_sizes: self.sizes,
+            inertia: self.inertia,
+            n_iter: self.n_iter,
+            converged: self.converged,
+            device,
+        }
+    }
 }
 
 pub(super) fn fit(
@@ -26,60 +78,67 @@ pub(super) fn fit(
     data: &MatrixView<'_>,
     sample_weight: Option<&[f32]>,
 ) -> Result<KMeansModel> {
-    let (d, k) = (data.cols(), params.k);
     let prepared = Prepared::new(params, data, sample_weight)?;
     let backend = params.device.backend()?;
     let mut lloyd = backend.lloyd(&prepared.data, &prepared.spec(params))?;
+    let fitted = drive(params, lloyd.as_mut(), &prepared.setup())?;
+    Ok(fitted.into_model(params, lloyd.labels()?, backend.describe()))
+}
+
+/// The `n_init` runs of a fit over `lloyd`, which holds all of its rows (here, or spread over
+/// shards): returns the run of lowest inertia (the earliest of equals), whose labels `lloyd`
+/// holds at the end.
+pub(super) fn drive(
+    params: &KMeansParams,
+    lloyd: &mut dyn Lloyd,
+    setup: &Setup<'_>,
+) -> Result<Fitted> {
     let mut rng = ChaCha8Rng::seed_from_u64(params.seed);
-    let mut best: Option<Run> = None;
+    let mut best: Option<(usize, Fitted)> = None;
     for run in 0..params.n_init {
-        let start = start(params, lloyd.as_mut(), &prepared, &mut rng)?;
-        let result = run_once(lloyd.as_mut(), start, params, &prepared, run, &mut rng)?;
-        if best.as_ref().is_none_or(|b| result.inertia < b.inertia) {
-            best = Some(result);
+        let start = start(params, lloyd, setup, &mut rng)?;
+        let result = run_once(lloyd, start, params, setup, run, &mut rng)?;
+        if best
+            .as_ref()
+            .is_none_or(|(_, b)| result.inertia < b.inertia)
+        {
+            best = Some((run, result));
         }
     }
-    let best = best.expect("n_init ≥ 1");
-    Ok(KMeansModel {
-        k,
-        d,
-        metric: params.metric,
-        centroids: best.centroids,
-        labels: best.labels,
-        cluster_sizes: best.sizes,
-        inertia: best.inertia,
-        n_iter: best.n_iter,
-        converged: best.converged,
-        device: backend.describe(),
-    })
+    let (run, best) = best.expect("n_init ≥ 1");
+    if run + 1 < params.n_init {
+        // The labels are the last run's: assign to the best run's centroids again.
+        lloyd.set_centroids(&best.centroids)?;
+        lloyd.assign()?;
+    }
+    Ok(best)
 }
 
 /// Where the next run starts (the next numbers of `rng`).
 fn start(
     params: &KMeansParams,
     lloyd: &mut dyn Lloyd,
-    prepared: &Prepared<'_>,
+    setup: &Setup<'_>,
     rng: &mut ChaCha8Rng,
 ) -> Result<Start> {
-    let (data, weights, ws) = (&prepared.data, &prepared.weights, prepared.seeding);
-    let (n, k) = (data.rows(), params.k);
+    let (weights, ws, k) = (setup.weights, setup.seeding, params.k);
     Ok(match &params.init {
         Init::KMeansPlusPlus => {
             let draw = |rng: &mut ChaCha8Rng| weights.draw(rng);
             let rows = init::kmeans_plus_plus(lloyd, &draw, k, ws, rng)?;
-            Start::Centroids(init::gather(data, &rows))
+            Start::Centroids(lloyd.gather(&rows)?)
         }
         Init::KMeansParallel => {
-            let rows = init::kmeans_parallel(lloyd, data, k, params.metric, ws, weights, rng)?;
-            Start::Centroids(init::gather(data, &rows))
+            let rows = init::kmeans_parallel(lloyd, k, params.metric, setup.d, ws, weights, rng)?;
+            Start::Centroids(lloyd.gather(&rows)?)
         }
-        Init::RandomPoints => Start::Centroids(init::random_points(data, k, weights, rng)),
-        Init::RandomLabels => Start::Labels(init::random_labels(n, k, rng)),
+        Init::RandomPoints => Start::Centroids(lloyd.gather(&init::random_rows(k, weights, rng))?),
+        Init::RandomLabels => Start::Labels(init::random_labels(weights.rows(), k, rng)),
         Init::Centroids(_) => Start::Centroids(
-            prepared
+            setup
                 .init_centroids
-                .clone()
-                .expect("prepared with the initial centroids"),
+                .expect("prepared with the initial centroids")
+                .to_vec(),
         ),
     })
 }
@@ -90,7 +149,7 @@ pub(super) fn initial_centroids(params: &KMeansParams, data: &MatrixView<'_>) ->
     let backend = params.device.backend()?;
     let mut lloyd = backend.lloyd(&prepared.data, &prepared.spec(params))?;
     let mut rng = ChaCha8Rng::seed_from_u64(params.seed);
-    match start(params, lloyd.as_mut(), &prepared, &mut rng)? {
+    match start(params, lloyd.as_mut(), &prepared.setup(), &mut rng)? {
         Start::Centroids(c) => Ok(c),
         Start::Labels(_) => Err(Error::invalid(
             "init",
@@ -103,11 +162,11 @@ fn run_once(
     lloyd: &mut dyn Lloyd,
     start: Start,
     params: &KMeansParams,
-    prepared: &Prepared<'_>,
+    setup: &Setup<'_>,
     run: usize,
     rng: &mut ChaCha8Rng,
-) -> Result<Run> {
-    let (tol, weights) = (prepared.tol, &prepared.weights);
+) -> Result<Fitted> {
+    let (tol, weights) = (setup.tol, setup.weights);
     // With labels to start from, the first assignment can already confirm them; with centroids,
     // the label buffer holds nothing meaningful before the first assignment.
     let labels_known = match start {
@@ -161,7 +220,7 @@ fn run_once(
                 shift,
             });
         }
-        if shift <= tol {
+        if within_tol(lloyd, shift, tol)? {
             converged = true;
             break;
         }
@@ -170,19 +229,27 @@ fn run_once(
         // Labels and inertia must belong to the centroids that are returned.
         stats = lloyd.assign()?;
     }
-    let labels = lloyd.labels()?;
-    let mut sizes = vec![0u32; params.k];
-    for &l in &labels {
-        sizes[l as usize] += 1;
-    }
-    Ok(Run {
+    Ok(Fitted {
         centroids: lloyd.centroids()?,
-        labels,
-        sizes,
+        sizes: lloyd.sizes()?,
         inertia: stats.inertia,
         n_iter,
         converged,
     })
+}
+
+/// Whether a squared shift `shift` reported by `lloyd` is at most `tol`. A backend may sum the
+/// shift's terms in an order of its own (the GPU does); where that order could decide otherwise
+/// than the host's (within 10⁻⁶ of tol, far beyond the rounding of any order), the host's
+/// [`Lloyd::exact_shift`] decides, so that every backend and every split of the rows stops at
+/// the same iteration. (After the commit, the shift is between the current and the previous
+/// centroids; `exact_shift` is asked before the next step, so it compares the same pair.)
+fn within_tol(lloyd: &mut dyn Lloyd, shift: f64, tol: f64) -> Result<bool> {
+    if (shift - tol).abs() <= 1e-6 * tol {
+        Ok(lloyd.exact_shift()? <= tol)
+    } else {
+        Ok(shift <= tol)
+    }
 }
 
 /// Moves each cluster without weight to the point with weight farthest from its centroid (ties:
@@ -190,21 +257,11 @@ fn run_once(
 /// would.
 fn relocate_farthest(lloyd: &mut dyn Lloyd, weights: &Weighting) -> Result<()> {
     let sizes = lloyd.cluster_weights()?;
-    let dist = lloyd.min_distances()?;
     let empty: Vec<usize> = (0..sizes.len()).filter(|&c| sizes[c] == 0).collect();
-    let mut order: Vec<usize> = (0..dist.len())
-        .filter(|&i| weights.is_positive(i))
-        .collect();
-    let by_distance_desc = |&a: &usize, &b: &usize| dist[b].total_cmp(&dist[a]).then(a.cmp(&b));
-    let take = empty.len().min(order.len());
-    if take < order.len() {
-        order.select_nth_unstable_by(take, by_distance_desc);
-    }
-    order.truncate(take);
-    order.sort_by(by_distance_desc);
-    let targets = order
+    let farthest = lloyd.farthest(empty.len())?;
+    let targets = farthest
         .iter()
-        .flat_map(|&i| std::iter::repeat_n(i, weights.copies(i)));
+        .flat_map(|f| std::iter::repeat_n(f.row as usize, weights.copies(f.row as usize)));
     for (&cluster, point) in empty.iter().zip(targets) {
         lloyd.relocate(cluster, point)?;
     }

@@ -17,6 +17,7 @@ mod lloyd;
 mod minibatch;
 mod model;
 mod prepare;
+pub mod shard;
 mod weights;
 
 pub use minibatch::{MiniBatchKMeans, MiniBatchKMeansModel, MiniBatchParams, MiniBatchStep};
@@ -364,5 +365,14 @@ impl KMeansParams {
         sample_weight: &[f32],
     ) -> Result<KMeansModel> {
         lloyd::fit(self, &data.into(), Some(sample_weight))
+    }
+
+    /// Clusters rows held by [`shard::Shard`]s, reached through `transport`: the same model
+    /// as [`KMeansParams::fit`] on the concatenated rows, bit for bit, however they are split
+    /// (see [`shard`]). The labels stay on the shards ([`shard::Request::Labels`]): the model's
+    /// `labels` is empty. Each shard computes on its own device; this parameter set's device
+    /// is not used.
+    pub fn fit_sharded(&self, transport: &mut dyn shard::Transport) -> Result<KMeansModel> {
+        shard::fit(self, transport)
     }
 }

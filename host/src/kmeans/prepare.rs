@@ -64,16 +64,7 @@ impl<'a> Prepared<'a> {
         } else {
             data.clone()
         };
-        let init_centroids = match &params.init {
-            Init::Centroids(c) if cosine => Some(
-                MatrixView::new(c, params.k, d)?
-                    .normalized("the initial centroids")?
-                    .as_slice()
-                    .to_vec(),
-            ),
-            Init::Centroids(c) => Some(c.clone()),
-            _ => None,
-        };
+        let init_centroids = init_centroids(params, d)?;
         let total = weights.total();
         let max_abs = max_abs(&data, &weights);
         let scales: Vec<i32> = max_abs
@@ -145,10 +136,24 @@ impl ColumnSummary {
     }
 }
 
+/// The initial centroids of [`Init::Centroids`] (unit rows for cosine), `k × d`.
+pub(crate) fn init_centroids(params: &KMeansParams, d: usize) -> Result<Option<Vec<f32>>> {
+    Ok(match &params.init {
+        Init::Centroids(c) if params.metric == Metric::Cosine => Some(
+            MatrixView::new(c, params.k, d)?
+                .normalized("the initial centroids")?
+                .as_slice()
+                .to_vec(),
+        ),
+        Init::Centroids(c) => Some(c.clone()),
+        _ => None,
+    })
+}
+
 /// The largest distance (as the backend reports it) between points and centroids whose
 /// coordinates are at most `reach` per column; f32 rounding may add a little, which
 /// [`inertia_exponent`] leaves room for.
-fn distance_bound(reach: &[f32], metric: Metric) -> f64 {
+pub(crate) fn distance_bound(reach: &[f32], metric: Metric) -> f64 {
     match metric {
         Metric::L2 => reach.iter().map(|&m| 4.0 * m as f64 * m as f64).sum(),
         Metric::L1 => reach.iter().map(|&m| 2.0 * m as f64).sum(),
@@ -213,12 +218,25 @@ fn mean_variance(data: &MatrixView<'_>, weights: &Weighting, scales: &[i32]) -> 
                 .for_each(|(a, b)| *a += b);
             a
         });
-    let total = weights.total() as f64;
+    variance_of_moments(&sums.first, &sums.second, weights.total(), scales)
+}
+
+/// The mean over the columns of their variance from the exact moments `Σ units · q` (`first`)
+/// and `Σ units · q²` (`second`) of `total` units under `scales`: what [`Prepared::new`] makes
+/// `tol` from, and what a sharded fit makes it from with the moments its shards add up.
+pub(crate) fn variance_of_moments(
+    first: &[i128],
+    second: &[i128],
+    total: u64,
+    scales: &[i32],
+) -> f64 {
+    let d = first.len();
+    let total = total as f64;
     let variance: f64 = (0..d)
         .map(|j| {
-            let mean = sums.first[j] as f64 / total;
+            let mean = first[j] as f64 / total;
             let unit = inv_pow2_f64(scales[j]);
-            ((sums.second[j] as f64 / total - mean * mean) * unit * unit).max(0.0)
+            ((second[j] as f64 / total - mean * mean) * unit * unit).max(0.0)
         })
         .sum();
     variance / d as f64

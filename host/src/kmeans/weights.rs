@@ -79,6 +79,11 @@ impl Weighting {
         self.units.as_deref()
     }
 
+    /// The rows weighted.
+    pub(crate) fn rows(&self) -> usize {
+        self.units.as_ref().map_or(self.total as usize, Vec::len)
+    }
+
     /// The total units.
     pub(crate) fn total(&self) -> u64 {
         self.total

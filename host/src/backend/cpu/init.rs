@@ -4,11 +4,12 @@
 //! candidates per SIMD register; sums are exact integers, so they equal the GPU's.
 
 use super::CHUNK;
-use crate::backend::{Picks, Seeding, Trials};
+use crate::backend::{Picks, Seeding, Seeds, Trials};
 use crate::error::Result;
 use kernels_gpu::math::{AssignMetric, step};
 use kernels_gpu::seeding::{WeightScale, sampled, uniform32};
 use rayon::prelude::*;
+use std::borrow::Cow;
 
 /// Candidates per SIMD block.
 const LANES: usize = 8;
@@ -19,6 +20,8 @@ pub(crate) struct Seeder<'a> {
     x: &'a [f32],
     d: usize,
     metric: AssignMetric,
+    /// The row of the whole data set that row 0 is (k-means‖'s uniforms).
+    first_row: u32,
     /// Units that each row stands for (its sample weight, or the weight of the points a k-means‖
     /// candidate stands for); `None`: one each.
     multiplicity: Option<Vec<u64>>,
@@ -27,23 +30,26 @@ pub(crate) struct Seeder<'a> {
     /// `trials × chunks` weight sums of the last [`Seeding::seed_trials`] (after `seed_nearest`:
     /// one row, of the current weights).
     chunk_sums: Vec<u64>,
-    /// The last step's candidates, and the accepted one not yet applied to `min_dist`.
-    candidates: Vec<u32>,
+    /// The last step's candidates (`trials × d`), and the accepted one not yet applied to
+    /// `min_dist`.
+    last: Vec<f32>,
     pending: Option<usize>,
 }
 
 impl<'a> Seeder<'a> {
-    pub(crate) fn new(x: &'a [f32], d: usize, metric: AssignMetric) -> Self {
+    /// Seeding over the rows of `x`, row 0 being row `first_row` of the whole data set.
+    pub(crate) fn new(x: &'a [f32], d: usize, metric: AssignMetric, first_row: u32) -> Self {
         let n = x.len() / d;
         Seeder {
             x,
             d,
             metric,
+            first_row,
             multiplicity: None,
             min_dist: vec![f32::INFINITY; n],
             owner: vec![0; n],
             chunk_sums: vec![],
-            candidates: vec![],
+            last: vec![],
             pending: None,
         }
     }
@@ -67,12 +73,34 @@ impl<'a> Seeder<'a> {
         ws.weight_of(self.metric, dist, self.units(i))
     }
 
-    /// `rows` regrouped dimension-major in blocks of `LANES` (zero-padded).
-    fn blocks(&self, rows: &[u32]) -> Vec<[f32; LANES]> {
+    /// The coordinates of `seeds`, `count × d`.
+    fn points<'s>(&self, seeds: Seeds<'s>) -> Cow<'s, [f32]> {
+        match seeds {
+            Seeds::Points(p) => Cow::Borrowed(p),
+            Seeds::Rows(rows) => Cow::Owned(self.gather(rows)),
+        }
+    }
+
+    fn gather(&self, rows: &[u32]) -> Vec<f32> {
         let d = self.d;
-        let mut out = vec![[0f32; LANES]; rows.len().div_ceil(LANES) * d];
-        for (c, &r) in rows.iter().enumerate() {
-            let row = &self.x[r as usize * d..(r as usize + 1) * d];
+        rows.iter()
+            .flat_map(|&r| &self.x[r as usize * d..(r as usize + 1) * d])
+            .copied()
+            .collect()
+    }
+
+    /// The accepted trial of the last step (its coordinates), if any.
+    fn pending_point(&self) -> Option<&[f32]> {
+        let d = self.d;
+        self.pending.map(|t| &self.last[t * d..(t + 1) * d])
+    }
+
+    /// `points` (`count × d`) regrouped dimension-major in blocks of `LANES` (zero-padded).
+    fn blocks(&self, points: &[f32]) -> Vec<[f32; LANES]> {
+        let d = self.d;
+        let count = points.len() / d;
+        let mut out = vec![[0f32; LANES]; count.div_ceil(LANES) * d];
+        for (c, row) in points.chunks_exact(d).enumerate() {
             for j in 0..d {
                 out[(c / LANES) * d + j][c % LANES] = row[j];
             }
@@ -81,8 +109,8 @@ impl<'a> Seeder<'a> {
     }
 
     /// The point where draw `r` falls in the cumulative weights (chunk sums `sums`), with the
-    /// pending row applied to the weights.
-    fn locate(&self, r: u64, sums: &[u64], pending: Option<u32>, ws: WeightScale) -> u32 {
+    /// pending point applied to the weights.
+    fn locate(&self, r: u64, sums: &[u64], pending: Option<&[f32]>, ws: WeightScale) -> u32 {
         let mut rest = r;
         let mut chunk = 0;
         while chunk + 1 < sums.len() && rest >= sums[chunk] {
@@ -93,8 +121,7 @@ impl<'a> Seeder<'a> {
         let end = ((chunk + 1) * CHUNK).min(n);
         for i in chunk * CHUNK..end {
             let mut m = self.min_dist[i];
-            if let Some(p) = pending {
-                let c = &self.x[p as usize * d..(p as usize + 1) * d];
+            if let Some(c) = pending {
                 let dist = distance(self.metric, &self.x[i * d..(i + 1) * d], c);
                 if dist < m {
                     m = dist;
@@ -107,6 +134,18 @@ impl<'a> Seeder<'a> {
             rest -= w;
         }
         (end - 1) as u32
+    }
+
+    /// The rows `draws` pick in the weights of the accepted trial (or of the last nearest pass).
+    fn locate_all(&self, draws: &[u64], ws: WeightScale) -> Vec<u32> {
+        let chunks = self.rows().div_ceil(CHUNK);
+        let row = self.pending.unwrap_or(0);
+        let sums = &self.chunk_sums[row * chunks..(row + 1) * chunks];
+        let pending = self.pending_point();
+        draws
+            .iter()
+            .map(|&r| self.locate(r, sums, pending, ws))
+            .collect()
     }
 }
 
@@ -181,15 +220,16 @@ fn block_distances(metric: AssignMetric, point: &[f32], blocks: &[[f32; LANES]],
 impl Seeding for Seeder<'_> {
     fn seed_nearest(
         &mut self,
-        rows: &[u32],
+        seeds: Seeds<'_>,
         first_id: u32,
         fresh: bool,
         ws: WeightScale,
     ) -> Result<u64> {
         self.pending = None;
         let (d, metric, x) = (self.d, self.metric, self.x);
-        let blocks = self.blocks(rows);
-        let count = rows.len();
+        let points = self.points(seeds);
+        let blocks = self.blocks(&points);
+        let count = points.len() / d;
         let multiplicity = self.multiplicity.as_deref();
         let sums: Vec<u64> = self
             .min_dist
@@ -217,29 +257,27 @@ impl Seeding for Seeder<'_> {
             .collect();
         let total = sums.iter().sum();
         self.chunk_sums = sums;
-        self.candidates.clear();
+        self.last.clear();
         Ok(total)
     }
 
     fn seed_trials(&mut self, picks: Picks<'_>, ws: WeightScale) -> Result<Trials> {
         let chunks = self.rows().div_ceil(CHUNK);
-        let accepted = self.pending.take();
-        let pending = accepted.map(|t| self.candidates[t]);
-        let candidates: Vec<u32> = match picks {
-            Picks::Rows(rows) => rows.to_vec(),
-            Picks::Draws(draws) => {
-                // The chunk sums of the accepted trial are those of the weights to draw from.
-                let row = accepted.unwrap_or(0);
-                let sums = &self.chunk_sums[row * chunks..(row + 1) * chunks];
-                draws
-                    .iter()
-                    .map(|&r| self.locate(r, sums, pending, ws))
-                    .collect()
-            }
+        let candidates = match picks {
+            Picks::Draws(draws) => self.locate_all(draws, ws),
+            Picks::Seeds(Seeds::Rows(rows)) => rows.to_vec(),
+            Picks::Seeds(Seeds::Points(_)) => vec![],
         };
-        let trials = candidates.len();
-        let mut all = candidates.clone();
-        all.extend(pending);
+        let points = match picks {
+            Picks::Seeds(Seeds::Points(p)) => p.to_vec(),
+            _ => self.gather(&candidates),
+        };
+        let pending = self.pending_point().map(<[f32]>::to_vec);
+        self.pending = None;
+        let trials = points.len() / self.d;
+        let mut all = points.clone();
+        all.extend(pending.iter().flatten());
+        let pending = pending.is_some();
         let blocks = self.blocks(&all);
         let (d, metric, x) = (self.d, self.metric, self.x);
         let multiplicity = self.multiplicity.as_deref();
@@ -253,7 +291,7 @@ impl Seeding for Seeder<'_> {
                 for (r, m) in mins.iter_mut().enumerate() {
                     let i = ci * CHUNK + r;
                     block_distances(metric, &x[i * d..(i + 1) * d], &blocks, &mut dist);
-                    if pending.is_some() && dist[trials] < *m {
+                    if pending && dist[trials] < *m {
                         *m = dist[trials];
                     }
                     let units = multiplicity.map_or(1, |mult| mult[i]);
@@ -272,11 +310,15 @@ impl Seeding for Seeder<'_> {
                 self.chunk_sums[t * chunks + ci] = s;
             }
         }
-        self.candidates = candidates.clone();
+        self.last = points;
         Ok(Trials {
             candidates,
             potentials,
         })
+    }
+
+    fn seed_locate(&mut self, draws: &[u64], ws: WeightScale) -> Result<Vec<u32>> {
+        Ok(self.locate_all(draws, ws))
     }
 
     fn seed_accept(&mut self, trial: usize) {
@@ -291,6 +333,7 @@ impl Seeding for Seeder<'_> {
         phi: u64,
         ws: WeightScale,
     ) -> Result<Vec<u32>> {
+        let first_row = self.first_row;
         let picked: Vec<Vec<u32>> = self
             .min_dist
             .par_chunks(CHUNK)
@@ -300,7 +343,12 @@ impl Seeding for Seeder<'_> {
                     .filter(|&r| {
                         let i = ci * CHUNK + r;
                         let weight = self.weight(ws, i, mins[r]);
-                        sampled(uniform32(seed, round, i as u32), weight, ell, phi)
+                        sampled(
+                            uniform32(seed, round, first_row + i as u32),
+                            weight,
+                            ell,
+                            phi,
+                        )
                     })
                     .map(|r| (ci * CHUNK + r) as u32)
                     .collect()

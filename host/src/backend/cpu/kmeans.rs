@@ -3,16 +3,14 @@
 use super::CHUNK;
 use super::Seeder;
 use crate::backend::{
-    AssignStats, Lloyd, LloydSpec, Picks, SPHERICAL_POINT_SQ_NORM, Seeding, StepStats, Trials,
+    AssignStats, Lloyd, LloydSpec, Picks, SPHERICAL_POINT_SQ_NORM, Seeding, Seeds, StepStats,
+    Trials,
 };
 use crate::error::Result;
+use crate::kmeans::shard::{Farthest, Partial, farthest, squared_shift};
 use crate::matrix::MatrixView;
-use kernels_gpu::fixed::{
-    inertia_term, inv_pow2_f64, mean, pow2_f32, to_fixed, weight_units, weighted,
-};
-use kernels_gpu::math::{
-    AssignMetric, assign_distance, assign_score, assign_step, normalize, sq_norm,
-};
+use kernels_gpu::fixed::{inertia_term, inv_pow2_f64, pow2_f32, to_fixed, weight_units, weighted};
+use kernels_gpu::math::{AssignMetric, assign_distance, assign_score, assign_step, sq_norm};
 use kernels_gpu::seeding::WeightScale;
 use rayon::prelude::*;
 
@@ -42,12 +40,16 @@ pub(crate) struct CpuLloyd<'a> {
     labels: Vec<u32>,
     min_dist: Vec<f32>,
     cluster_weights: Vec<u64>,
+    /// The row of the whole data set that row 0 is.
+    first_row: u32,
+    /// The fixed-point inertia of the last assignment.
+    fixed_inertia: i64,
     /// Seeding state, made on first use.
     seeder: Option<Seeder<'a>>,
 }
 
 impl<'a> CpuLloyd<'a> {
-    pub(crate) fn new(data: &'a MatrixView<'a>, spec: &LloydSpec<'a>) -> Self {
+    pub(crate) fn new(data: &'a MatrixView<'a>, spec: &LloydSpec<'a>, first_row: u32) -> Self {
         let (n, d, k) = (data.rows(), data.cols(), spec.k);
         let x = data.as_slice();
         let spherical = spec.spherical();
@@ -73,6 +75,8 @@ impl<'a> CpuLloyd<'a> {
             labels: vec![0; n],
             min_dist: vec![0.0; n],
             cluster_weights: vec![0; k],
+            first_row,
+            fixed_inertia: 0,
             seeder: None,
         }
     }
@@ -84,8 +88,9 @@ impl<'a> CpuLloyd<'a> {
 
     fn seeder(&mut self) -> &mut Seeder<'a> {
         let (x, d, metric, weights) = (self.x, self.d, self.metric, self.weights);
+        let first_row = self.first_row;
         self.seeder.get_or_insert_with(|| {
-            let seeder = Seeder::new(x, d, metric);
+            let seeder = Seeder::new(x, d, metric, first_row);
             match weights {
                 Some(w) => {
                     seeder.weighted(w.iter().map(|&u| weight_units(Some(u)) as u64).collect())
@@ -108,9 +113,10 @@ impl<'a> CpuLloyd<'a> {
     }
 
     /// The stats of an assignment from its chunks' parts.
-    fn total(&self, parts: &[(u64, i64)]) -> AssignStats {
+    fn total(&mut self, parts: &[(u64, i64)]) -> AssignStats {
         let changed = parts.iter().map(|p| p.0).sum();
         let inertia = parts.iter().fold(0i64, |a, p| a.wrapping_add(p.1));
+        self.fixed_inertia = inertia;
         AssignStats {
             changed,
             inertia: inertia as f64 * self.inertia_unit,
@@ -120,6 +126,19 @@ impl<'a> CpuLloyd<'a> {
     /// Means of the current labels into `next` (renormalised for spherical k-means); returns the
     /// number of clusters without weight.
     fn means(&mut self) -> usize {
+        let partial = self.sums();
+        let empty = partial.finish(
+            &self.centroids,
+            &self.inv_scales,
+            self.spherical,
+            &mut self.next,
+        );
+        self.cluster_weights = partial.weights;
+        empty
+    }
+
+    /// The exact fixed-point sums and counts of the current labels.
+    fn sums(&self) -> Partial {
         let (d, k) = (self.d, self.k);
         let rows_per_task = CHUNK.max(self.n.div_ceil(4 * rayon::current_num_threads()));
         let (scales, weights) = (&self.scales, self.weights);
@@ -140,23 +159,12 @@ impl<'a> CpuLloyd<'a> {
                 c1.iter_mut().zip(&c2).for_each(|(a, b)| *a += b);
                 (s1, c1)
             });
-        let mut empty = 0;
-        for c in 0..k {
-            let row = c * d..(c + 1) * d;
-            if counts[c] == 0 {
-                empty += 1;
-                self.next[row.clone()].copy_from_slice(&self.centroids[row]);
-            } else {
-                for j in 0..d {
-                    self.next[c * d + j] = mean(sums[c * d + j], self.inv_scales[j], counts[c]);
-                }
-                if self.spherical {
-                    normalize(&mut self.next[row]);
-                }
-            }
+        Partial {
+            sums,
+            weights: counts,
+            changed: 0,
+            inertia: 0,
         }
-        self.cluster_weights = counts;
-        empty
     }
 }
 
@@ -344,16 +352,20 @@ pub(crate) fn nearest(
 impl Seeding for CpuLloyd<'_> {
     fn seed_nearest(
         &mut self,
-        rows: &[u32],
+        seeds: Seeds<'_>,
         first_id: u32,
         fresh: bool,
         ws: WeightScale,
     ) -> Result<u64> {
-        self.seeder().seed_nearest(rows, first_id, fresh, ws)
+        self.seeder().seed_nearest(seeds, first_id, fresh, ws)
     }
 
     fn seed_trials(&mut self, picks: Picks<'_>, ws: WeightScale) -> Result<Trials> {
         self.seeder().seed_trials(picks, ws)
+    }
+
+    fn seed_locate(&mut self, draws: &[u64], ws: WeightScale) -> Result<Vec<u32>> {
+        self.seeder().seed_locate(draws, ws)
     }
 
     fn seed_accept(&mut self, trial: usize) {
@@ -465,23 +477,44 @@ impl Lloyd for CpuLloyd<'_> {
     }
 
     fn shift(&mut self) -> Result<f64> {
-        Ok(self
-            .next
-            .iter()
-            .zip(&self.centroids)
-            .map(|(&a, &b)| {
-                let diff = a as f64 - b as f64;
-                diff * diff
-            })
-            .sum())
+        Ok(squared_shift(&self.next, &self.centroids))
+    }
+
+    fn exact_shift(&mut self) -> Result<f64> {
+        self.shift()
     }
 
     fn commit(&mut self) {
         std::mem::swap(&mut self.centroids, &mut self.next);
     }
 
+    fn accumulate(&mut self, assign: bool) -> Result<Partial> {
+        let stats = if assign {
+            self.assign()?
+        } else {
+            AssignStats {
+                changed: 0,
+                inertia: 0.0,
+            }
+        };
+        let partial = self.sums();
+        Ok(Partial {
+            changed: stats.changed,
+            inertia: if assign { self.fixed_inertia } else { 0 },
+            ..partial
+        })
+    }
+
     fn min_distances(&self) -> Result<Vec<f32>> {
         Ok(self.min_dist.clone())
+    }
+
+    fn fixed_inertia(&self) -> Result<i64> {
+        Ok(self.fixed_inertia)
+    }
+
+    fn farthest(&self, count: usize) -> Result<Vec<Farthest>> {
+        Ok(farthest(&self.min_dist, self.weights, 0, count))
     }
 
     fn cluster_weights(&self) -> Result<Vec<u64>> {
@@ -494,5 +527,18 @@ impl Lloyd for CpuLloyd<'_> {
 
     fn labels(&self) -> Result<Vec<u32>> {
         Ok(self.labels.clone())
+    }
+
+    fn gather(&self, rows: &[usize]) -> Result<Vec<f32>> {
+        let d = self.d;
+        Ok(rows
+            .iter()
+            .flat_map(|&r| &self.x[r * d..(r + 1) * d])
+            .copied()
+            .collect())
+    }
+
+    fn k(&self) -> usize {
+        self.k
     }
 }

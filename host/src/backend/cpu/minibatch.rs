@@ -31,7 +31,7 @@ impl<'a> CpuMiniBatch<'a> {
     pub(crate) fn new(data: &'a MatrixView<'a>, k: usize, metric: Metric, scales: &[i32]) -> Self {
         let d = data.cols();
         CpuMiniBatch {
-            lloyd: CpuLloyd::new(data, &LloydSpec::predict(k, d, metric)),
+            lloyd: CpuLloyd::new(data, &LloydSpec::predict(k, d, metric), 0),
             x: data.as_slice(),
             d,
             k,

@@ -9,7 +9,7 @@ mod simd;
 
 pub use simd::{SIMD_ENV, SimdLevel};
 
-use crate::backend::{Backend, Lloyd, LloydSpec, MiniBatch};
+use crate::backend::{Backend, Layout, Lloyd, LloydSpec, MiniBatch};
 use crate::error::Result;
 use crate::kmeans::Metric;
 use crate::matrix::MatrixView;
@@ -41,13 +41,18 @@ impl Backend for CpuBackend {
         )
     }
 
-    fn lloyd<'a>(
+    fn lloyd_at<'a>(
         &'a self,
         data: &'a MatrixView<'a>,
+        layout: Layout,
         spec: &LloydSpec<'a>,
-    ) -> Result<Box<dyn Lloyd + 'a>> {
+    ) -> Result<Box<dyn Lloyd + Send + 'a>> {
         // Precision::Tf32 is a GPU speed-up; here the assignment stays exact.
-        Ok(Box::new(kmeans::CpuLloyd::new(data, spec)))
+        Ok(Box::new(kmeans::CpuLloyd::new(
+            data,
+            spec,
+            layout.first_row,
+        )))
     }
 
     fn minibatch<'a>(

@@ -4,7 +4,7 @@
 //! rows. CPU twins: `backend/cpu/init.rs`.
 
 use super::{CudaBackend, NULL, arg_u32};
-use crate::backend::{Picks, Trials};
+use crate::backend::{Picks, Seeds, Trials};
 use crate::error::Result;
 use cudarc::driver::{CudaSlice, LaunchArgs, PushKernelArg};
 use kernels_gpu::launch::{BLOCK, SEED_CANDIDATES, SEED_SHARED_BYTES};
@@ -130,32 +130,15 @@ impl CudaSeeder {
         let pending = accepted.map_or(NO_ROW, |t| self.last[t]);
         let (n, d) = (r.n as u32, r.d as u32);
         let trials = match picks {
-            Picks::Rows(rows) => {
+            Picks::Seeds(Seeds::Rows(rows)) => {
                 gpu.write(rows, &mut self.candidates, "seeding candidates")?;
                 rows.len()
             }
+            Picks::Seeds(Seeds::Points(_)) => {
+                unreachable!("points are staged as rows by CudaLloyd")
+            }
             Picks::Draws(draws) => {
-                gpu.write(draws, &mut self.draws, "seeding draws")?;
-                let nb = r.blocks();
-                let row = accepted.unwrap_or(0);
-                let sums = self.block_sums.slice(row * nb..(row + 1) * nb);
-                let name = r.kernel("seed_locate_l2", "seed_locate_l1");
-                let f = gpu.function(name)?;
-                let mut launch = gpu.launch(name, &f);
-                let nb = nb as u32;
-                launch.args().arg(r.x).arg(&n).arg(&d);
-                r.push_weights(launch.args());
-                launch
-                    .args()
-                    .arg(&self.min_dist)
-                    .arg(&pending)
-                    .arg(&sums)
-                    .arg(&nb)
-                    .arg(&self.draws)
-                    .arg(&ws.scale)
-                    .arg(&ws.cap)
-                    .arg(&mut self.candidates);
-                launch.run(draws.len(), BLOCK, SEED_SHARED_BYTES)?;
+                self.queue_locate(r, draws, accepted, pending, ws)?;
                 draws.len()
             }
         };
@@ -186,15 +169,76 @@ impl CudaSeeder {
         })
     }
 
+    /// The rows `draws` pick, with the accepted trial applied but still pending.
+    pub(crate) fn locate(
+        &mut self,
+        r: &Rows<'_>,
+        draws: &[u64],
+        ws: WeightScale,
+    ) -> Result<Vec<u32>> {
+        if draws.is_empty() {
+            return Ok(vec![]);
+        }
+        let pending = self.pending.map_or(NO_ROW, |t| self.last[t]);
+        self.queue_locate(r, draws, self.pending, pending, ws)?;
+        r.gpu
+            .download(&self.candidates, draws.len(), "seeding candidates")
+    }
+
+    /// Queues the locate kernel: `draws` into `candidates`, in the weights of trial `accepted`
+    /// of the last pass (or of the last nearest pass) with row `pending` applied.
+    fn queue_locate(
+        &mut self,
+        r: &Rows<'_>,
+        draws: &[u64],
+        accepted: Option<usize>,
+        pending: u32,
+        ws: WeightScale,
+    ) -> Result<()> {
+        let gpu = r.gpu;
+        let (n, d) = (r.n as u32, r.d as u32);
+        gpu.write(draws, &mut self.draws, "seeding draws")?;
+        let nb = r.blocks();
+        let row = accepted.unwrap_or(0);
+        let sums = self.block_sums.slice(row * nb..(row + 1) * nb);
+        let name = r.kernel("seed_locate_l2", "seed_locate_l1");
+        let f = gpu.function(name)?;
+        let mut launch = gpu.launch(name, &f);
+        let nb = nb as u32;
+        launch.args().arg(r.x).arg(&n).arg(&d);
+        r.push_weights(launch.args());
+        launch
+            .args()
+            .arg(&self.min_dist)
+            .arg(&pending)
+            .arg(&sums)
+            .arg(&nb)
+            .arg(&self.draws)
+            .arg(&ws.scale)
+            .arg(&ws.cap)
+            .arg(&mut self.candidates);
+        launch.run(draws.len(), BLOCK, SEED_SHARED_BYTES)
+    }
+
     pub(crate) fn accept(&mut self, trial: usize) {
         self.pending = Some(trial);
     }
 
+    /// The row of the accepted trial of the last step, when one is pending.
+    pub(crate) fn pending_row_mut(&mut self) -> Option<&mut u32> {
+        match self.pending {
+            Some(t) => Some(&mut self.last[t]),
+            None => None,
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn sample(
         &mut self,
         r: &Rows<'_>,
         seed: u64,
         round: u32,
+        first_row: u32,
         ell: u64,
         phi: u64,
         ws: WeightScale,
@@ -212,6 +256,7 @@ impl CudaSeeder {
             .arg(&n)
             .arg(&seed)
             .arg(&round)
+            .arg(&first_row)
             .arg(&ell)
             .arg(&phi)
             .arg(&ws.scale)

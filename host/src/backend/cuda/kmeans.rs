@@ -9,16 +9,19 @@
 use super::init::{CudaSeeder, Rows};
 use super::{CudaBackend, Mapped, NULL, arg_u32};
 use crate::backend::{
-    AssignStats, Lloyd, LloydSpec, Picks, SPHERICAL_POINT_SQ_NORM, Seeding, StepStats, Trials,
+    AssignStats, Layout, Lloyd, LloydSpec, Picks, SPHERICAL_POINT_SQ_NORM, Seeding, Seeds,
+    StepStats, Trials,
 };
 use crate::error::{Error, Result};
+use crate::kmeans::shard::{Farthest, Partial, farthest, squared_shift};
 use crate::kmeans::{Metric, Precision};
 use crate::matrix::MatrixView;
 use cudarc::driver::{CudaSlice, PushKernelArg};
 use kernels_gpu::fixed::{inv_pow2_f64, pow2_f32};
 use kernels_gpu::launch::{
     ASSIGN_WIDE, AssignTile, BLOCK, CENTROID_LAYOUT_COLS, CENTROID_LAYOUT_ROWS, REDUCE_BLOCK,
-    SHIFT_PART, SMALL_STEPS, SmallStep, TF32_POINTS, sums_fit_shared, tf32_shared_bytes,
+    SEED_CANDIDATES, SHIFT_PART, SMALL_STEPS, SmallStep, TF32_POINTS, sums_fit_shared,
+    tf32_shared_bytes,
 };
 use kernels_gpu::math::AssignMetric;
 use kernels_gpu::seeding::WeightScale;
@@ -28,6 +31,11 @@ use kernels_gpu::small::{
 
 pub(crate) struct CudaLloyd<'a> {
     gpu: &'a CudaBackend,
+    /// The rows on the host (for [`Lloyd::gather`]).
+    host: &'a [f32],
+    layout: Layout,
+    /// Rows of `x` past the `n` points where seeds given as points are staged.
+    scratch: usize,
     n: usize,
     d: usize,
     k: usize,
@@ -41,6 +49,7 @@ pub(crate) struct CudaLloyd<'a> {
     assign_blocks: usize,
     /// Whether the assignment runs on TF32 tensor cores (`kmeans_assign_l2_tf32`).
     tf32: bool,
+    /// The points, then `scratch` rows.
     x: CudaSlice<f32>,
     /// Every point's units; `None`: one each (the kernels get a null pointer).
     weights: Option<CudaSlice<f32>>,
@@ -73,6 +82,8 @@ pub(crate) struct CudaLloyd<'a> {
     sums: Sums,
     /// Seeding buffers, made on first use.
     seeder: Option<CudaSeeder>,
+    /// The trials last given as points (staged in the scratch rows).
+    staged: Vec<f32>,
 }
 
 /// Where the update accumulates: per-block partials (shared memory) or one global set; `counts`
@@ -104,12 +115,14 @@ struct Summary {
 impl<'a> CudaLloyd<'a> {
     pub(crate) fn new(
         gpu: &'a CudaBackend,
-        data: &MatrixView<'_>,
-        spec: &LloydSpec<'_>,
+        data: &'a MatrixView<'a>,
+        layout: Layout,
+        spec: &LloydSpec<'a>,
     ) -> Result<Self> {
         let (n, d, k) = (data.rows(), data.cols(), spec.k);
         let (metric, spherical) = (spec.metric.assign(), spec.spherical());
-        arg_u32(n, "number of points")?;
+        let scratch = layout.seeds_at_once.max(SEED_CANDIDATES);
+        arg_u32(n + scratch, "number of points")?;
         arg_u32(d, "number of dimensions")?;
         arg_u32(k, "k")?;
         let tf32 = spec.precision == Precision::Tf32;
@@ -176,8 +189,14 @@ impl<'a> CudaLloyd<'a> {
         } else {
             d * by_dimension_cols(k)
         };
+        // SAFETY: the points are written now; a scratch row is written before a kernel reads it.
+        let mut x = unsafe { gpu.uninit((n + scratch) * d, "the data")? };
+        gpu.write(data.as_slice(), &mut x, "the data")?;
         let mut lloyd = CudaLloyd {
             gpu,
+            host: data.as_slice(),
+            layout,
+            scratch,
             n,
             d,
             k,
@@ -187,7 +206,7 @@ impl<'a> CudaLloyd<'a> {
             small,
             assign_blocks,
             tf32,
-            x: gpu.upload(data.as_slice(), "the data")?,
+            x,
             weights: match spec.weights {
                 Some(w) => Some(gpu.upload(w, "sample weights")?),
                 None => None,
@@ -219,6 +238,7 @@ impl<'a> CudaLloyd<'a> {
                 counts: gpu.zeros(parts * k, "cluster counts")?,
             },
             seeder: None,
+            staged: vec![],
         };
         if metric == AssignMetric::SqL2 && norms_len > 0 && !spherical {
             let (x, mut norms) = (
@@ -283,7 +303,8 @@ impl<'a> CudaLloyd<'a> {
         } else {
             self.assign_shared_bytes()
         };
-        debug_assert!(!accumulate || (!self.tf32 && !self.sums.shared));
+        // Accumulating, the kernel treats the sums as one global set: the first of the parts.
+        debug_assert!(!accumulate || !self.tf32);
         if accumulate {
             gpu.clear(&mut self.sums.sums, "cluster sums")?;
             gpu.clear(&mut self.sums.counts, "cluster counts")?;
@@ -387,25 +408,9 @@ impl<'a> CudaLloyd<'a> {
                 .arg(&mut s.counts);
             launch.run(s.parts, BLOCK, 8 * self.k * self.d + 8 * self.k)?;
         } else {
-            gpu.clear(&mut s.sums, "cluster sums")?;
-            gpu.clear(&mut s.counts, "cluster counts")?;
-            let f = gpu.function("kmeans_accumulate_global")?;
-            let mut launch = gpu.launch("kmeans_accumulate_global", &f);
-            launch.args().arg(&self.x).arg(&n).arg(&d).arg(&self.labels);
-            match &self.weights {
-                Some(w) => launch.args().arg(w),
-                None => launch.args().arg(&NULL),
-            };
-            launch
-                .args()
-                .arg(&self.scales)
-                .arg(&mut s.sums)
-                .arg(&mut s.counts);
-            let grid = (self.n * self.d)
-                .div_ceil(BLOCK as usize)
-                .min(8 * gpu.multiprocessors());
-            launch.run(grid, BLOCK, 0)?;
+            self.queue_accumulate_global()?;
         }
+        let s = &mut self.sums;
         let f = gpu.function("kmeans_finalize")?;
         let mut launch = gpu.launch("kmeans_finalize", &f);
         let parts = s.parts as u32;
@@ -444,6 +449,31 @@ impl<'a> CudaLloyd<'a> {
             launch.run(self.k.div_ceil(BLOCK as usize), BLOCK, 0)?;
         }
         Ok(())
+    }
+
+    /// Queues the sums of the current labels into the first of the sums' parts, zeroed first.
+    fn queue_accumulate_global(&mut self) -> Result<()> {
+        let gpu = self.gpu;
+        let (n, d) = (self.n as u32, self.d as u32);
+        let s = &mut self.sums;
+        gpu.clear(&mut s.sums, "cluster sums")?;
+        gpu.clear(&mut s.counts, "cluster counts")?;
+        let f = gpu.function("kmeans_accumulate_global")?;
+        let mut launch = gpu.launch("kmeans_accumulate_global", &f);
+        launch.args().arg(&self.x).arg(&n).arg(&d).arg(&self.labels);
+        match &self.weights {
+            Some(w) => launch.args().arg(w),
+            None => launch.args().arg(&NULL),
+        };
+        launch
+            .args()
+            .arg(&self.scales)
+            .arg(&mut s.sums)
+            .arg(&mut s.counts);
+        let grid = (self.n * self.d)
+            .div_ceil(BLOCK as usize)
+            .min(8 * gpu.multiprocessors());
+        launch.run(grid, BLOCK, 0)
     }
 
     fn small_kernel(&self) -> Option<usize> {
@@ -559,6 +589,16 @@ impl<'a> CudaLloyd<'a> {
         self.read_summary()
     }
 
+    /// The changed labels and fixed-point inertia of the assignment just queued (with
+    /// `assigned`), read back; zeros without one.
+    fn assign_summary(&mut self, assigned: bool) -> Result<(u64, i64)> {
+        if !assigned {
+            return Ok((0, 0));
+        }
+        let s = self.summarize(false)?;
+        Ok((s.changed, self.fixed_inertia()?))
+    }
+
     fn read_summary(&self) -> Result<Summary> {
         let s = self.gpu.read_mapped(&self.summary, "the step summary")?;
         Ok(Summary {
@@ -594,21 +634,84 @@ impl CudaLloyd<'_> {
     }
 }
 
+impl CudaLloyd<'_> {
+    /// Writes `points` (at most `scratch` rows) into the scratch rows from `at`; returns their
+    /// row indices.
+    fn stage(&mut self, points: &[f32], at: usize) -> Result<Vec<u32>> {
+        let (n, d) = (self.n, self.d);
+        let count = points.len() / d;
+        debug_assert!(at + count <= self.scratch);
+        let what = "seeding points";
+        self.gpu.write_at(points, &mut self.x, (n + at) * d, what)?;
+        Ok((n + at..n + at + count).map(|r| r as u32).collect())
+    }
+
+    /// Moves the accepted trial of the last step, when it is a staged point, to the last
+    /// scratch row, out of the way of the next trials (staged from the first).
+    fn park_pending(&mut self) -> Result<()> {
+        let (n, d, last) = (self.n, self.d, self.n + self.scratch - 1);
+        let t = match self.seeder.as_mut().and_then(CudaSeeder::pending_row_mut) {
+            Some(row) if *row as usize >= n && *row as usize != last => {
+                let t = *row as usize - n;
+                *row = last as u32;
+                t
+            }
+            _ => return Ok(()),
+        };
+        let point = self.staged[t * d..(t + 1) * d].to_vec();
+        let what = "the accepted seeding point";
+        self.gpu.write_at(&point, &mut self.x, last * d, what)
+    }
+}
+
 impl Seeding for CudaLloyd<'_> {
     fn seed_nearest(
         &mut self,
-        rows: &[u32],
+        seeds: Seeds<'_>,
         first_id: u32,
         fresh: bool,
         ws: WeightScale,
     ) -> Result<u64> {
-        let (r, s) = self.seeding()?;
-        s.nearest(&r, rows, first_id, fresh, ws)
+        let points = match seeds {
+            Seeds::Points(p) if !p.is_empty() => p,
+            Seeds::Points(_) => &[],
+            Seeds::Rows(rows) => {
+                let (r, s) = self.seeding()?;
+                return s.nearest(&r, rows, first_id, fresh, ws);
+            }
+        };
+        // Staged `scratch` at a time; later groups keep what earlier ones found, as one pass
+        // over all of them would.
+        let per = self.scratch * self.d;
+        let mut total = 0;
+        for (g, group) in points.chunks(per).enumerate() {
+            let rows = self.stage(group, 0)?;
+            let id = first_id + (g * self.scratch) as u32;
+            let (r, s) = self.seeding()?;
+            total = s.nearest(&r, &rows, id, fresh && g == 0, ws)?;
+        }
+        Ok(total)
     }
 
     fn seed_trials(&mut self, picks: Picks<'_>, ws: WeightScale) -> Result<Trials> {
+        let Picks::Seeds(Seeds::Points(points)) = picks else {
+            let (r, s) = self.seeding()?;
+            return s.trials(&r, picks, ws);
+        };
+        self.park_pending()?;
+        let rows = self.stage(points, 0)?;
+        self.staged = points.to_vec();
         let (r, s) = self.seeding()?;
-        s.trials(&r, picks, ws)
+        let trials = s.trials(&r, Picks::Seeds(Seeds::Rows(&rows)), ws)?;
+        Ok(Trials {
+            candidates: vec![],
+            ..trials
+        })
+    }
+
+    fn seed_locate(&mut self, draws: &[u64], ws: WeightScale) -> Result<Vec<u32>> {
+        let (r, s) = self.seeding()?;
+        s.locate(&r, draws, ws)
     }
 
     fn seed_accept(&mut self, trial: usize) {
@@ -625,8 +728,9 @@ impl Seeding for CudaLloyd<'_> {
         phi: u64,
         ws: WeightScale,
     ) -> Result<Vec<u32>> {
+        let first_row = self.layout.first_row;
         let (r, s) = self.seeding()?;
-        s.sample(&r, seed, round, ell, phi, ws)
+        s.sample(&r, seed, round, first_row, ell, phi, ws)
     }
 
     fn seed_owner_weights(&mut self, ids: usize) -> Result<Vec<u64>> {
@@ -704,12 +808,76 @@ impl Lloyd for CudaLloyd<'_> {
         Ok(self.summarize(true)?.shift)
     }
 
+    fn exact_shift(&mut self) -> Result<f64> {
+        let kd = self.k * self.d;
+        let next = self.gpu.download(&self.next, kd, "centroids")?;
+        Ok(squared_shift(&next, &self.centroids()?))
+    }
+
     fn commit(&mut self) {
         std::mem::swap(&mut self.centroids, &mut self.next);
     }
 
+    fn accumulate(&mut self, assign: bool) -> Result<Partial> {
+        let (changed, inertia) = match self.small_kernel() {
+            Some(kernel) => {
+                let mode = if assign { MODE_ASSIGN } else { 0 } | MODE_ACCUMULATE;
+                self.queue_small(kernel, mode)?;
+                self.assign_summary(assign)?
+            }
+            None => {
+                let fused = assign && !self.tf32;
+                if assign {
+                    self.queue_assign(fused)?;
+                }
+                if !fused {
+                    self.queue_accumulate_global()?;
+                }
+                self.assign_summary(assign)?
+            }
+        };
+        let (gpu, kd) = (self.gpu, self.k * self.d);
+        let (sums, counts) = match self.small.as_mut() {
+            Some(small) => {
+                let sums = gpu.download(&small.sums, kd, "cluster sums")?;
+                let counts = gpu.download(&small.counts, self.k, "cluster counts")?;
+                // The small path's sums start every step at zero (its finalize clears them).
+                gpu.clear(&mut small.sums, "cluster sums")?;
+                gpu.clear(&mut small.counts, "cluster counts")?;
+                (sums, counts)
+            }
+            None => (
+                gpu.download(&self.sums.sums, kd, "cluster sums")?,
+                gpu.download(&self.sums.counts, self.k, "cluster counts")?,
+            ),
+        };
+        Ok(Partial {
+            sums,
+            weights: counts,
+            changed,
+            inertia,
+        })
+    }
+
     fn min_distances(&self) -> Result<Vec<f32>> {
         self.gpu.download(&self.min_dist, self.n, "distances")
+    }
+
+    fn fixed_inertia(&self) -> Result<i64> {
+        // The summary kernel reduces the same block partials, also wrapping; its f64 copy of
+        // the total would round past 2^53.
+        let parts =
+            self.gpu
+                .download(&self.block_inertia, self.assign_blocks, "inertia partials")?;
+        Ok(parts.iter().fold(0i64, |a, &p| a.wrapping_add(p)))
+    }
+
+    fn farthest(&self, count: usize) -> Result<Vec<Farthest>> {
+        let units = match &self.weights {
+            Some(w) => Some(self.gpu.download(w, self.n, "sample weights")?),
+            None => None,
+        };
+        Ok(farthest(&self.min_distances()?, units.as_deref(), 0, count))
     }
 
     fn cluster_weights(&self) -> Result<Vec<u64>> {
@@ -723,5 +891,18 @@ impl Lloyd for CudaLloyd<'_> {
 
     fn labels(&self) -> Result<Vec<u32>> {
         self.gpu.download(&self.labels, self.n, "labels")
+    }
+
+    fn gather(&self, rows: &[usize]) -> Result<Vec<f32>> {
+        let d = self.d;
+        Ok(rows
+            .iter()
+            .flat_map(|&r| &self.host[r * d..(r + 1) * d])
+            .copied()
+            .collect())
+    }
+
+    fn k(&self) -> usize {
+        self.k
     }
 }

@@ -5,7 +5,7 @@
 
 use super::kmeans::CudaLloyd;
 use super::{CudaBackend, NULL, arg_u32};
-use crate::backend::{BatchReport, Lloyd, LloydSpec, MiniBatch};
+use crate::backend::{BatchReport, Layout, Lloyd, LloydSpec, MiniBatch};
 use crate::error::{Error, Result};
 use crate::kmeans::Metric;
 use crate::matrix::MatrixView;
@@ -45,13 +45,18 @@ pub(crate) struct CudaMiniBatch<'a> {
 impl<'a> CudaMiniBatch<'a> {
     pub(crate) fn new(
         gpu: &'a CudaBackend,
-        data: &MatrixView<'_>,
+        data: &'a MatrixView<'a>,
         k: usize,
         metric: Metric,
         scales: &[i32],
     ) -> Result<Self> {
         let d = data.cols();
-        let lloyd = CudaLloyd::new(gpu, data, &LloydSpec::predict(k, d, metric))?;
+        let lloyd = CudaLloyd::new(
+            gpu,
+            data,
+            Layout::default(),
+            &LloydSpec::predict(k, d, metric),
+        )?;
         let f32_scales: Vec<f32> = scales.iter().map(|&s| pow2_f32(s)).collect();
         let f64_inv: Vec<f64> = scales.iter().map(|&s| inv_pow2_f64(s)).collect();
         Ok(CudaMiniBatch {

@@ -11,7 +11,7 @@ mod knn;
 mod minibatch;
 pub mod nccl;
 
-use crate::backend::{Backend, Lloyd, LloydSpec, MiniBatch};
+use crate::backend::{Backend, Layout, Lloyd, LloydSpec, MiniBatch};
 use crate::error::{Error, Result};
 use crate::kmeans::Metric;
 use crate::matrix::MatrixView;
@@ -72,6 +72,14 @@ pub struct GpuInfo {
     pub driver_version: i32,
     /// The kernel image loaded: SASS for this architecture, or PTX the driver JIT-compiled.
     pub kernels: image::KernelImage,
+}
+
+/// CUDA devices this process sees (`CUDA_VISIBLE_DEVICES` applies); 0 without a usable driver.
+pub(crate) fn device_count() -> usize {
+    if driver::check().is_err() {
+        return 0;
+    }
+    CudaContext::device_count().map_or(0, |count| count.max(0) as usize)
 }
 
 impl CudaBackend {
@@ -443,12 +451,13 @@ impl Backend for CudaBackend {
         format!("cuda:{} ({})", self.info.ordinal, self.info.name)
     }
 
-    fn lloyd<'a>(
+    fn lloyd_at<'a>(
         &'a self,
         data: &'a MatrixView<'a>,
+        layout: Layout,
         spec: &LloydSpec<'a>,
-    ) -> Result<Box<dyn Lloyd + 'a>> {
-        Ok(Box::new(kmeans::CudaLloyd::new(self, data, spec)?))
+    ) -> Result<Box<dyn Lloyd + Send + 'a>> {
+        Ok(Box::new(kmeans::CudaLloyd::new(self, data, layout, spec)?))
     }
 
     fn minibatch<'a>(

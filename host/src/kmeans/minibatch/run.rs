@@ -424,7 +424,7 @@ fn seed(
             init::kmeans_plus_plus(lloyd.as_mut(), &draw, k, ws, rng)?
         }
         Init::KMeansParallel => {
-            init::kmeans_parallel(lloyd.as_mut(), sample, k, metric, ws, &weights, rng)?
+            init::kmeans_parallel(lloyd.as_mut(), k, metric, sample.cols(), ws, &weights, rng)?
         }
         _ => {
             return Err(Error::invalid(

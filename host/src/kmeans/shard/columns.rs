@@ -1,0 +1,144 @@
+//! The per-column quantities a fit needs before its first step, computed so that they do not
+//! depend on how the rows are split: the largest magnitudes (a max, in any order), then the
+//! fixed-point scales, then exact integer moments for `tol`.
+
+use crate::backend::cpu::CHUNK;
+use crate::matrix::MatrixView;
+use kernels_gpu::fixed::{pow2_f32, scale_exponent, to_fixed};
+use rayon::prelude::*;
+
+/// Each column's largest magnitude.
+pub fn column_max_abs(data: &MatrixView<'_>) -> Vec<f32> {
+    let d = data.cols();
+    data.as_slice()
+        .par_chunks(CHUNK * d)
+        .map(|rows| {
+            let mut m = vec![0f32; d];
+            for row in rows.chunks_exact(d) {
+                m.iter_mut().zip(row).for_each(|(m, v)| *m = m.max(v.abs()));
+            }
+            m
+        })
+        .reduce(|| vec![0f32; d], |a, b| merge_max_abs(a, &b))
+}
+
+/// The column maxima of two sets of rows, combined.
+pub fn merge_max_abs(mut a: Vec<f32>, b: &[f32]) -> Vec<f32> {
+    a.iter_mut().zip(b).for_each(|(a, &b)| *a = a.max(b));
+    a
+}
+
+/// The fixed-point exponents of the cluster sums ([`kernels_gpu::fixed`]) for `n` rows in all
+/// whose columns reach `max_abs`: a function of the whole data set, not of a shard.
+pub fn scale_exponents(max_abs: &[f32], n: usize) -> Vec<i32> {
+    max_abs.iter().map(|&m| scale_exponent(m, n)).collect()
+}
+
+/// Exact per-column sums of the rows' fixed-point values `q` (under the scales of
+/// [`scale_exponents`]) and of their squares: integers, so shards add up to the whole.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Moments {
+    /// Rows counted.
+    pub rows: u64,
+    /// `Σ q` per column (no overflow: `|q| ≤ 2^(61 − ⌈log₂ n⌉)` for `n` rows in all).
+    pub sums: Vec<i64>,
+    /// `Σ q²` per column.
+    pub squares: Vec<u128>,
+}
+
+impl Moments {
+    /// No rows, `d` columns.
+    pub fn zeros(d: usize) -> Self {
+        Moments {
+            rows: 0,
+            sums: vec![0; d],
+            squares: vec![0; d],
+        }
+    }
+
+    /// The moments of `data` under the exponents `scales`.
+    pub fn of(data: &MatrixView<'_>, scales: &[i32]) -> Self {
+        let d = data.cols();
+        let scale: Vec<f32> = scales.iter().map(|&s| pow2_f32(s)).collect();
+        data.as_slice()
+            .par_chunks(CHUNK * d)
+            .map(|rows| {
+                let mut m = Moments::zeros(d);
+                for row in rows.chunks_exact(d) {
+                    for j in 0..d {
+                        let q = to_fixed(row[j], scale[j]);
+                        m.sums[j] += q;
+                        m.squares[j] += (i128::from(q) * i128::from(q)) as u128;
+                    }
+                    m.rows += 1;
+                }
+                m
+            })
+            .reduce(
+                || Moments::zeros(d),
+                |mut a, b| {
+                    a.merge(&b);
+                    a
+                },
+            )
+    }
+
+    /// Adds the moments of other rows.
+    pub fn merge(&mut self, other: &Moments) {
+        self.rows += other.rows;
+        self.sums
+            .iter_mut()
+            .zip(&other.sums)
+            .for_each(|(a, b)| *a += b);
+        self.squares
+            .iter_mut()
+            .zip(&other.squares)
+            .for_each(|(a, b)| *a += b);
+    }
+
+    /// The mean over columns of each column's population variance, as a single-process fit
+    /// computes it from the same exact moments (`kmeans::prepare`): the same `f64` however the
+    /// rows are split.
+    pub fn mean_variance(&self, scales: &[i32]) -> f64 {
+        let first: Vec<i128> = self.sums.iter().map(|&s| i128::from(s)).collect();
+        let second: Vec<i128> = self.squares.iter().map(|&s| s as i128).collect();
+        crate::kmeans::prepare::variance_of_moments(&first, &second, self.rows, scales)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn moments_of_shards_add_up_to_the_whole() {
+        let values: Vec<f32> = (0..3000)
+            .map(|i| ((i * 37) % 101) as f32 * 0.37 - 9.0)
+            .collect();
+        let data = MatrixView::new(&values, 1000, 3).unwrap();
+        let max_abs = column_max_abs(&data);
+        let scales = scale_exponents(&max_abs, 1000);
+        let whole = Moments::of(&data, &scales);
+        let mut parts = Moments::zeros(3);
+        let mut maxes = vec![0f32; 3];
+        for rows in values.chunks(3 * 77) {
+            let part = MatrixView::new(rows, rows.len() / 3, 3).unwrap();
+            parts.merge(&Moments::of(&part, &scales));
+            maxes = merge_max_abs(maxes, &column_max_abs(&part));
+        }
+        assert_eq!(parts, whole);
+        assert_eq!(maxes, max_abs);
+    }
+
+    #[test]
+    fn variance_of_integer_moments() {
+        // Values 1e4 ± 0.5: the moments are exact integers, whatever the split.
+        let values: Vec<f32> = (0..4096)
+            .map(|i| 1e4 + if i % 2 == 0 { 0.5 } else { -0.5 })
+            .collect();
+        let data = MatrixView::new(&values, 4096, 1).unwrap();
+        let scales = scale_exponents(&column_max_abs(&data), 4096);
+        let variance = Moments::of(&data, &scales).mean_variance(&scales);
+        assert!((variance - 0.25).abs() < 1e-5, "{variance}");
+    }
+}

@@ -1,0 +1,395 @@
+//! [`Shard`]: rows that stay on one backend (a GPU, or the CPU) for a whole fit and answer a
+//! sharded fit's [`Request`]s.
+
+use super::Tally;
+use super::protocol::{Prepare, Reply, Request};
+use super::{Moments, column_max_abs};
+use crate::backend::{Backend, Layout, Lloyd, LloydSpec, Picks, Seeds};
+use crate::device::Device;
+use crate::error::{Error, Result};
+use crate::kmeans::Metric;
+use crate::matrix::MatrixView;
+use kernels_gpu::launch::SEED_CANDIDATES;
+use self_cell::self_cell;
+use std::sync::Arc;
+
+/// The rows and the backend they live on.
+struct Held {
+    backend: Arc<dyn Backend>,
+    data: MatrixView<'static>,
+    first_row: u64,
+}
+
+/// The resident state of the current fit, borrowing the rows.
+type Fit<'a> = Option<Box<dyn Lloyd + Send + 'a>>;
+
+self_cell!(
+    struct Cell {
+        owner: Held,
+        #[covariant]
+        dependent: Fit,
+    }
+);
+
+/// Where seeding stands, to refuse requests out of order.
+#[derive(Clone, Copy, Default)]
+struct Seeding {
+    /// Trials of the last `SeedTrials` (0 after `SeedNearest`).
+    trials: usize,
+    /// Seed ids handed out so far.
+    ids: usize,
+}
+
+/// One shard of a sharded k-means fit: rows `first_row..first_row + rows` of the whole data
+/// set, kept by the shard for as long as it lives, and on its backend (uploaded once per fit,
+/// at [`Request::Prepare`]) for the fit's every step.
+///
+/// ```
+/// use kmeans_knn::{Device, MatrixView, kmeans::shard::{Reply, Request, Shard}};
+/// let rows = MatrixView::from_vec(vec![0.0, 1.0, 2.0, 3.0], 2, 2)?;
+/// let mut shard = Shard::new(rows, 10, Device::Cpu)?;
+/// let Reply::Columns { first_row, max_abs, .. } = shard.handle(&Request::Columns)? else {
+///     unreachable!()
+/// };
+/// assert_eq!((first_row, max_abs), (10, vec![2.0, 3.0]));
+/// # Ok::<(), kmeans_knn::Error>(())
+/// ```
+pub struct Shard {
+    cell: Cell,
+    k: usize,
+    seeding: Option<Seeding>,
+}
+
+impl Shard {
+    /// Holds `data` (validated: non-empty, finite), rows `first_row..` of the whole data set,
+    /// for fits on `device`. Rows of the whole set are counted in 32 bits, as the backends do.
+    pub fn new(data: MatrixView<'static>, first_row: u64, device: Device) -> Result<Self> {
+        if let Err(e) = data.validate("the data") {
+            return Err(match e {
+                Error::NonFinite {
+                    what,
+                    row,
+                    col,
+                    value,
+                } => Error::NonFinite {
+                    what,
+                    row: row + first_row as usize,
+                    col,
+                    value,
+                },
+                e => e,
+            });
+        }
+        if first_row + data.rows() as u64 > u64::from(u32::MAX) {
+            return Err(Error::invalid(
+                "rows",
+                "a sharded fit takes at most 2^32 − 1 rows in all",
+            ));
+        }
+        let held = Held {
+            backend: device.backend()?,
+            data,
+            first_row,
+        };
+        Ok(Shard {
+            cell: Cell::new(held, |_| None),
+            k: 0,
+            seeding: None,
+        })
+    }
+
+    /// Rows held.
+    pub fn rows(&self) -> usize {
+        self.cell.borrow_owner().data.rows()
+    }
+
+    /// The row of the whole data set that the first row held is.
+    pub fn first_row(&self) -> u64 {
+        self.cell.borrow_owner().first_row
+    }
+
+    /// The backend the rows live on, e.g. `cuda:0 (NVIDIA H100 80GB HBM3)`.
+    pub fn device(&self) -> String {
+        self.cell.borrow_owner().backend.describe()
+    }
+
+    /// Answers `request` (see [`Request`] for what each one does and returns).
+    pub fn handle(&mut self, request: &Request) -> Result<Reply> {
+        let held = self.cell.borrow_owner();
+        let (d, first_row) = (held.data.cols(), held.first_row);
+        match request {
+            Request::Columns => Ok(Reply::Columns {
+                first_row,
+                rows: held.data.rows() as u64,
+                max_abs: column_max_abs(&held.data),
+                device: held.backend.describe(),
+            }),
+            Request::Moments { scales } => {
+                expect_len("scales", scales.len(), d)?;
+                Ok(Reply::Moments(Moments::of(&held.data, scales)))
+            }
+            Request::Gather { rows } => Ok(self.gather(rows)),
+            Request::Prepare(p) => self.prepare(p).map(|()| Reply::Done),
+            _ => {
+                self.check_seeding(request)?;
+                let k = self.k;
+                let reply = self.cell.with_dependent_mut(|held, fit| match fit {
+                    Some(lloyd) => serve(lloyd.as_mut(), held, k, request),
+                    None => Err(Error::Shard("no fit prepared on this shard".into())),
+                })?;
+                self.note_seeding(request);
+                Ok(reply)
+            }
+        }
+    }
+
+    /// Makes the resident state of a new fit (freeing the last one's first).
+    fn prepare(&mut self, p: &Prepare) -> Result<()> {
+        let d = self.cell.borrow_owner().data.cols();
+        expect_len("scales", p.scales.len(), d)?;
+        if p.k == 0 {
+            return Err(Error::invalid("k", "k must be at least 1"));
+        }
+        if p.metric == Metric::Cosine {
+            return Err(cosine_refused());
+        }
+        self.seeding = None;
+        self.k = 0;
+        self.cell.with_dependent_mut(|held, fit| {
+            *fit = None;
+            let layout = Layout {
+                first_row: held.first_row as u32,
+                seeds_at_once: p.seeds_at_once,
+            };
+            // Without sample weights every row is one unit; the inertia's unit is the client's.
+            let spec = LloydSpec {
+                k: p.k,
+                metric: p.metric,
+                precision: p.precision,
+                scales: p.scales.clone(),
+                inertia_exponent: p.inertia_exponent,
+                inertia_unit: kernels_gpu::fixed::inv_pow2_f64(p.inertia_exponent),
+                weights: None,
+            };
+            let lloyd = held.backend.lloyd_at(&held.data, layout, &spec)?;
+            *fit = Some(lloyd);
+            Ok::<(), Error>(())
+        })?;
+        self.k = p.k;
+        Ok(())
+    }
+
+    /// The rows of `rows` that this shard holds, with their values.
+    fn gather(&self, rows: &[u64]) -> Reply {
+        let held = self.cell.borrow_owner();
+        let range = held.first_row..held.first_row + held.data.rows() as u64;
+        let mine: Vec<u64> = rows.iter().copied().filter(|r| range.contains(r)).collect();
+        let points = mine
+            .iter()
+            .flat_map(|&r| held.data.row((r - held.first_row) as usize))
+            .copied()
+            .collect();
+        Reply::Points { rows: mine, points }
+    }
+
+    /// Refuses seeding requests that do not follow the ones before.
+    fn check_seeding(&self, request: &Request) -> Result<()> {
+        let d = self.cell.borrow_owner().data.cols();
+        let state = self.seeding;
+        let out_of_order = || Error::Shard("a seeding request out of order".into());
+        let accepted = |accept: &Option<usize>| match (accept, state) {
+            (Some(t), Some(s)) if *t >= s.trials => Err(out_of_order()),
+            _ => Ok(()),
+        };
+        match request {
+            Request::SeedNearest { points, fresh, .. } => {
+                expect_rows("seed points", points.len(), d)?;
+                if !fresh && state.is_none() {
+                    return Err(out_of_order());
+                }
+            }
+            Request::SeedLocate { accept, draws, .. } => {
+                state.ok_or_else(out_of_order)?;
+                accepted(accept)?;
+                if draws.len() >= SEED_CANDIDATES {
+                    return Err(Error::invalid("draws", "too many draws for one step"));
+                }
+            }
+            Request::SeedTrials { accept, points, .. } => {
+                state.ok_or_else(out_of_order)?;
+                accepted(accept)?;
+                let trials = expect_rows("trial points", points.len(), d)?;
+                if trials == 0 || trials >= SEED_CANDIDATES {
+                    return Err(Error::invalid("trials", "1 to 31 trials per step"));
+                }
+            }
+            Request::SeedSample { .. } => {
+                state.ok_or_else(out_of_order)?;
+            }
+            Request::SeedOwnerCounts { ids } if state.is_none_or(|s| *ids < s.ids) => {
+                return Err(out_of_order());
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Records where seeding stands after a request that was served.
+    fn note_seeding(&mut self, request: &Request) {
+        let d = self.cell.borrow_owner().data.cols();
+        match request {
+            Request::SeedNearest {
+                points,
+                first_id,
+                fresh,
+                ..
+            } => {
+                let ids = *first_id as usize + points.len() / d;
+                let before = if *fresh {
+                    0
+                } else {
+                    self.seeding.map_or(0, |s| s.ids)
+                };
+                self.seeding = Some(Seeding {
+                    trials: 0,
+                    ids: before.max(ids),
+                });
+            }
+            Request::SeedTrials { points, .. } => {
+                if let Some(s) = self.seeding.as_mut() {
+                    s.trials = points.len() / d;
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Answers a request that needs the fit's resident state.
+fn serve(lloyd: &mut dyn Lloyd, held: &Held, k: usize, request: &Request) -> Result<Reply> {
+    let (n, d, first_row) = (held.data.rows(), held.data.cols(), held.first_row);
+    let global = |rows: Vec<u32>| rows.into_iter().map(|r| first_row + u64::from(r)).collect();
+    let accept = |lloyd: &mut dyn Lloyd, accept: &Option<usize>| {
+        if let Some(t) = *accept {
+            lloyd.seed_accept(t);
+        }
+    };
+    Ok(match request {
+        Request::Assign { centroids } => {
+            set_centroids(lloyd, centroids, k, d)?;
+            let stats = lloyd.assign()?;
+            Reply::Assigned {
+                changed: stats.changed,
+                inertia: lloyd.fixed_inertia()?,
+            }
+        }
+        Request::Step { centroids } => {
+            set_centroids(lloyd, centroids, k, d)?;
+            Reply::Partial(lloyd.accumulate(true)?)
+        }
+        Request::Accumulate => Reply::Partial(lloyd.accumulate(false)?),
+        Request::SetLabels { labels } => {
+            expect_len("labels", labels.len(), n)?;
+            if labels.iter().any(|&l| l as usize >= k) {
+                return Err(Error::invalid(
+                    "labels",
+                    format!("a label is not below k = {k}"),
+                ));
+            }
+            lloyd.set_labels(labels)?;
+            Reply::Done
+        }
+        Request::Farthest { count } => {
+            let mut far = lloyd.farthest(*count)?;
+            far.iter_mut().for_each(|f| f.row += first_row);
+            Reply::Farthest(far)
+        }
+        Request::Tally => Reply::Tally(Tally::of(&lloyd.labels()?, k)),
+        Request::Labels => Reply::Labels(lloyd.labels()?),
+        Request::Distances => Reply::Distances(lloyd.min_distances()?),
+        Request::SeedNearest {
+            points,
+            first_id,
+            fresh,
+            weights,
+        } => {
+            let seeds = Seeds::Points(points);
+            Reply::Weights(vec![
+                lloyd.seed_nearest(seeds, *first_id, *fresh, *weights)?,
+            ])
+        }
+        Request::SeedLocate {
+            accept: a,
+            draws,
+            weights,
+        } => {
+            accept(lloyd, a);
+            let rows = lloyd.seed_locate(draws, *weights)?;
+            let local: Vec<usize> = rows.iter().map(|&r| r as usize).collect();
+            Reply::Points {
+                points: lloyd.gather(&local)?,
+                rows: global(rows),
+            }
+        }
+        Request::SeedTrials {
+            accept: a,
+            points,
+            weights,
+        } => {
+            accept(lloyd, a);
+            let picks = Picks::Seeds(Seeds::Points(points));
+            Reply::Weights(lloyd.seed_trials(picks, *weights)?.potentials)
+        }
+        Request::SeedSample {
+            seed,
+            round,
+            ell,
+            phi,
+            weights,
+        } => Reply::Rows(global(
+            lloyd.seed_sample(*seed, *round, *ell, *phi, *weights)?,
+        )),
+        Request::SeedOwnerCounts { ids } => Reply::Counts(lloyd.seed_owner_weights(*ids)?),
+        Request::Columns | Request::Moments { .. } | Request::Gather { .. } => {
+            unreachable!("answered without the fit's state")
+        }
+        Request::Prepare(_) => unreachable!("answered by Shard::prepare"),
+    })
+}
+
+fn set_centroids(lloyd: &mut dyn Lloyd, centroids: &[f32], k: usize, d: usize) -> Result<()> {
+    expect_len("centroids", centroids.len(), k * d)?;
+    MatrixView::new(centroids, k, d)?.validate("the centroids")?;
+    lloyd.set_centroids(centroids)
+}
+
+fn expect_len(what: &'static str, got: usize, expected: usize) -> Result<()> {
+    if got == expected {
+        Ok(())
+    } else {
+        Err(Error::invalid(
+            what,
+            format!("{got} values given, {expected} expected"),
+        ))
+    }
+}
+
+/// The rows in `len` values of `d` columns.
+fn expect_rows(what: &'static str, len: usize, d: usize) -> Result<usize> {
+    if len.is_multiple_of(d) {
+        Ok(len / d)
+    } else {
+        Err(Error::invalid(
+            what,
+            format!("{len} values are not whole rows of {d}"),
+        ))
+    }
+}
+
+/// The error of a sharded fit asked for cosine.
+pub(super) fn cosine_refused() -> Error {
+    Error::invalid(
+        "metric",
+        "a sharded fit does not take cosine (spherical k-means) yet; fit the rows in one process",
+    )
+}

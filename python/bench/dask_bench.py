@@ -1,0 +1,180 @@
+"""kmeans_knn.dask.KMeans on a local Dask cluster: what a Lloyd step costs beyond its compute,
+and two workers (GPUs) against one.
+
+Data: uniform [0, 1) float32, --rows × --dims, made on the workers, one partition per worker;
+k = --k, init = the first k rows, n_init = 1, tol = 0 (so a fit runs exactly --iters steps).
+
+Per Lloyd step, medians over every step of --reps fits, measured inside the fits (the fit's
+rounds of requests are timed on the client, and each worker times its engine calls):
+- step: from sending a step's request to sending the next request.
+- engine: the time the busiest worker spent in the engine (its partitions' assignment and
+  exact sums, on its GPU or CPU).
+- messaging: the step's round trip to the workers beyond that (scheduling, moving the messages,
+  decoding, the worker's thread pool).
+- client: from the step's replies to the next request (the merge and finish of the k × d sums,
+  Python ↔ engine glue).
+and, alone, the two parts of messaging that do not depend on the engine:
+- scheduling: a round trip of Client.run to every worker with a tiny payload (how each step
+  reaches the partitions).
+- transfer: the same round trip carrying one step's messages (k × d float32 centroids out;
+  k × d int64 sums and k uint32 counts back from each worker) minus the tiny one.
+"fit s" is the whole fit's wall time (setup, upload to the devices, the steps, the labels).
+With two or more workers it also times the same shape on one worker (the first GPU) and
+reports the speed-up.
+
+usage: python3 dask_bench.py [--device cpu|cuda] [--workers N] [--rows N] [--dims N] [--k N]
+                             [--iters N] [--reps N] [--threads N] [--out FILE]
+JSON goes to --out, else to $OUT/dask-bench-<device>.json when OUT is set.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import time
+
+import dask.array as da
+import numpy as np
+from distributed import Client, LocalCluster, wait
+
+from kmeans_knn import dask as kd
+
+
+def parse_args():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument(
+        "--device", default="cpu", help="cpu (CPU worker processes) or cuda (a worker per GPU)"
+    )
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--rows", type=int, default=40_000_000)
+    ap.add_argument("--dims", type=int, default=128)
+    ap.add_argument("--k", type=int, default=1024)
+    ap.add_argument("--iters", type=int, default=10, help="Lloyd steps per fit")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--threads", type=int, help="threads per worker (default: cores / workers)")
+    ap.add_argument("--out")
+    return ap.parse_args()
+
+
+def cluster(args, workers):
+    threads = args.threads or max(1, (os.cpu_count() or 1) // workers)
+    if args.device == "cuda":
+        return kd.local_gpu_cluster(kd.visible_gpus()[:workers], threads_per_worker=threads)
+    env = {"RAYON_NUM_THREADS": str(threads)}
+    return LocalCluster(
+        n_workers=workers,
+        threads_per_worker=threads,
+        processes=True,
+        dashboard_address=":0",
+        env=env,
+    )
+
+
+def make_block(rows, dims, seed):
+    return np.random.default_rng(seed).random((rows, dims), dtype=np.float32)
+
+
+def partitioned_data(client, rows, dims):
+    """One partition per worker, made there."""
+    workers = sorted(client.scheduler_info()["workers"])
+    sizes = [rows // len(workers) + (i < rows % len(workers)) for i in range(len(workers))]
+    futures = [
+        client.submit(make_block, r, dims, i, workers=[w], pure=False)
+        for i, (r, w) in enumerate(zip(sizes, workers))
+    ]
+    wait(futures)
+    parts = [da.from_delayed(f, (r, dims), dtype=np.float32) for f, r in zip(futures, sizes)]
+    return da.concatenate(parts)
+
+
+def per_step(fit, iters, reps):
+    """Medians over the steps of `reps` fits of `iters` steps: (step, engine, messaging,
+    client) seconds; and the fits' median wall seconds."""
+    fit(2)  # warm-up: imports, CUDA contexts, kernels
+    steps, walls = [], []
+    for _ in range(reps):
+        start = time.perf_counter()
+        rounds = fit(iters)
+        walls.append(time.perf_counter() - start)
+        for r, after in zip(rounds, rounds[1:]):
+            if r.label == "Step":
+                trip, client = r.end - r.start, after.start - r.end
+                steps.append((trip + client, r.busiest, trip - r.busiest, client))
+    per = tuple(statistics.median(s[i] for s in steps) for i in range(4))
+    return per, statistics.median(walls)
+
+
+def round_trip(client, send_bytes, reply_bytes, reps=30):
+    """Median seconds of Client.run to every worker sending and returning that many bytes."""
+    payload = bytes(send_bytes)
+    for _ in range(3):
+        client.run(_reply, payload, reply_bytes)
+    times = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        client.run(_reply, payload, reply_bytes)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def _reply(payload, size):
+    return bytes(size)
+
+
+def measure(args, workers):
+    device = "cpu" if args.device == "cpu" else "auto"
+    with cluster(args, workers) as c, Client(c) as client:
+        X = partitioned_data(client, args.rows, args.dims)
+        init = X[: args.k].compute()
+        devices = []
+
+        def fit(steps):
+            params = dict(init=init, n_init=1, max_iter=steps, tol=0.0, device=device)
+            km = kd.KMeans(args.k, **params).fit(X)
+            devices.append(km.device_)
+            return km._timings
+
+        (step, engine, messaging, glue), fit_s = per_step(fit, args.iters, args.reps)
+        kd_values = args.k * args.dims
+        tiny = round_trip(client, 8, 8)
+        sized = round_trip(client, 4 * kd_values, 8 * kd_values + 4 * args.k)
+    return {
+        "workers": workers,
+        "device": devices[-1],
+        "fit_s": fit_s,
+        "step_ms": 1e3 * step,
+        "engine_ms": 1e3 * engine,
+        "messaging_ms": 1e3 * messaging,
+        "client_ms": 1e3 * glue,
+        "scheduling_ms": 1e3 * tiny,
+        "transfer_ms": 1e3 * (sized - tiny),
+    }
+
+
+def main():
+    args = parse_args()
+    shape = f"{args.rows} × {args.dims}, k = {args.k}, {args.iters} steps"
+    results = [measure(args, args.workers)]
+    if args.workers > 1:
+        results.append(measure(args, 1))
+    print(f"kmeans_knn.dask.KMeans, {shape}, --device {args.device}")
+    columns = ("workers", "step ms", "engine", "messaging", "client", "sched.", "transfer", "fit s")
+    print(" ".join(f"{c:>9}" for c in columns) + "  device")
+    keys = ("step_ms", "engine_ms", "messaging_ms", "client_ms", "scheduling_ms", "transfer_ms")
+    keys += ("fit_s",)
+    for r in results:
+        print(f"{r['workers']:>9} " + " ".join(f"{r[k]:>9.2f}" for k in keys) + f"  {r['device']}")
+    report = {"shape": vars(args), "results": results}
+    if len(results) == 2:
+        speedup = report["speedup_per_step"] = results[1]["step_ms"] / results[0]["step_ms"]
+        print(f"speed-up per step, {args.workers} workers over 1: {speedup:.2f}×")
+    out = args.out
+    if out is None and os.environ.get("OUT"):
+        out = os.path.join(os.environ["OUT"], f"dask-bench-{args.device}.json")
+    if out:
+        with open(out, "w") as f:
+            json.dump(report, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,178 @@
+"""kmeans_knn.dask on a local cluster of worker processes: every result equals the
+single-process estimator's on the concatenated rows, bit for bit, for every partitioning.
+
+With KMEANS_KNN_DASK_GPUS=1 the cluster is `local_gpu_cluster()` (one worker per GPU, at least
+two GPUs) and the fits must run on the GPUs; otherwise three CPU worker processes (device "auto"
+there: a GPU when the machine has one)."""
+
+import gc
+import os
+import pickle
+
+import numpy as np
+import pytest
+
+da = pytest.importorskip("dask.array")
+distributed = pytest.importorskip("distributed")
+
+import kmeans_knn  # noqa: E402
+from kmeans_knn import dask as kd  # noqa: E402
+
+GPUS = os.environ.get("KMEANS_KNN_DASK_GPUS") == "1"
+
+
+@pytest.fixture(scope="module")
+def client():
+    if GPUS:
+        if len(kd.visible_gpus()) < 2:
+            pytest.fail("KMEANS_KNN_DASK_GPUS=1 needs at least two GPUs")
+        cluster = kd.local_gpu_cluster()
+    else:
+        cluster = distributed.LocalCluster(
+            n_workers=3, threads_per_worker=1, processes=True, dashboard_address=None
+        )
+    with cluster, distributed.Client(cluster) as c:
+        yield c
+
+
+def partitionings(n):
+    """One partition, uneven partitions, a partition of one row, many small ones."""
+    return [(n,), (n // 3, 1, n - n // 3 - 1), (1, n - 1), (37,) * (n // 37) + (n % 37,)]
+
+
+def data(n=740, d=5, seed=0):
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(scale=4.0, size=(6, d))
+    return (centres[rng.integers(6, size=n)] + rng.normal(size=(n, d))).astype(np.float32)
+
+
+def assert_same_fit(dask_km, ref, X_rows):
+    assert np.array_equal(dask_km.cluster_centers_, ref.cluster_centers_)
+    assert np.array_equal(dask_km.labels_.compute(), ref.labels_)
+    assert dask_km.inertia_ == ref.inertia_
+    assert dask_km.n_iter_ == ref.n_iter_
+    assert dask_km.labels_.chunks[0] == X_rows
+    if GPUS:
+        assert "cuda" in dask_km.device_, dask_km.device_
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        dict(n_clusters=6),
+        dict(n_clusters=9, init="k-means||", metric="manhattan"),
+        dict(n_clusters=5, init="random", n_init=3, max_iter=15),
+        dict(n_clusters=12, init="random-labels", tol=0.0, max_iter=8),
+    ],
+    ids=["k-means++", "k-means||-l1", "random-n_init3", "random-labels"],
+)
+def test_kmeans_equals_single_process_for_every_partitioning(client, params):
+    X = data()
+    ref = kmeans_knn.KMeans(random_state=7, device="cpu", **params).fit(X)
+    for rows in partitionings(len(X)):
+        km = kd.KMeans(random_state=7, **params).fit(da.from_array(X, chunks=(rows, 2)))
+        assert_same_fit(km, ref, rows)
+
+
+def test_empty_clusters_move_to_the_farthest_rows(client):
+    # Two duplicated values and a centroid far away: it loses every row and takes the farthest
+    # one, ties to the lowest row of the whole data set, whichever partition holds it.
+    X = np.repeat(np.array([[0.0], [1.0]], dtype=np.float32), 150, axis=0)
+    init = np.array([[0.0], [0.5], [100.0]], dtype=np.float32)
+    ref = kmeans_knn.KMeans(3, init=init, device="cpu").fit(X)
+    for rows in partitionings(len(X)):
+        km = kd.KMeans(3, init=init).fit(da.from_array(X, chunks=(rows, 1)))
+        assert_same_fit(km, ref, rows)
+
+
+def test_dataframe_input_and_predict_transform_score(client):
+    dd = pytest.importorskip("dask.dataframe")
+    pd = pytest.importorskip("pandas")
+    X = data(n=300, d=3, seed=1)
+    frame = dd.from_pandas(pd.DataFrame(X, columns=list("abc")), npartitions=4)
+    km = kd.KMeans(4, random_state=1).fit(frame)
+    ref = kmeans_knn.KMeans(4, random_state=1, device="cpu").fit(X)
+    assert np.array_equal(km.cluster_centers_, ref.cluster_centers_)
+    dX = da.from_array(X, chunks=70)
+    assert np.array_equal(km.predict(dX).compute(), ref.predict(X))
+    assert np.array_equal(km.predict(X), ref.predict(X))
+    assert np.array_equal(km.transform(dX).compute(), ref.transform(X))
+    assert km.score(dX) == pytest.approx(ref.score(X), rel=1e-12)
+    assert np.array_equal(km.fit_predict(dX).compute(), ref.labels_)
+
+
+def resident_objects(client):
+    """Engine objects resident on the workers, in all (after collecting the estimators of
+    earlier tests, whose finalizers free theirs)."""
+    gc.collect()
+
+    def count():
+        from kmeans_knn.dask import _resident
+
+        return sum(len(parts) for parts in _resident._REGISTRY.values())
+
+    return sum(client.run(count).values())
+
+
+def test_kmeans_errors_and_release(client):
+    X = da.from_array(data(n=20), chunks=7)
+    before = resident_objects(client)
+    with pytest.raises(ValueError, match="should be >= n_clusters"):
+        kd.KMeans(21).fit(X)
+    bad = data(n=20)
+    bad[13, 2] = np.nan
+    with pytest.raises(ValueError, match="row 13, column 2"):
+        kd.KMeans(2).fit(da.from_array(bad, chunks=7))
+    km = kd.KMeans(2, random_state=0).fit(X)
+    # Neither the failed fit's partitions nor the fitted one's stay behind.
+    assert resident_objects(client) == before
+    with pytest.raises(ValueError, match="expecting 5 features"):
+        km.predict(da.from_array(np.zeros((3, 4), np.float32)))
+    # Sample weights and cosine are not taken across workers (yet): refused before any fit.
+    with pytest.raises(NotImplementedError, match="sample_weight"):
+        kd.KMeans(2).fit(X, sample_weight=np.ones(20))
+    with pytest.raises(ValueError, match="cosine"):
+        kd.KMeans(2, metric="cosine").fit(X)
+    assert resident_objects(client) == before
+
+
+@pytest.mark.parametrize("metric", ["euclidean", "cosine", "manhattan"])
+def test_kneighbors_equals_single_process_for_every_partitioning(client, metric):
+    # Integer values: many distance ties, which go to the lowest training index.
+    X = np.random.default_rng(2).integers(0, 4, size=(300, 3)).astype(np.float32)
+    queries = np.random.default_rng(3).integers(0, 4, size=(40, 3)).astype(np.float32)
+    ref = kmeans_knn.NearestNeighbors(n_neighbors=7, metric=metric, device="cpu").fit(X)
+    want = ref.kneighbors(queries)
+    want_self = ref.kneighbors()
+    for rows in partitionings(len(X)):
+        nn = kd.NearestNeighbors(n_neighbors=7, metric=metric)
+        nn.fit(da.from_array(X, chunks=(rows, 3)))
+        for got in (nn.kneighbors(queries), nn.kneighbors(da.from_array(queries, chunks=13))):
+            distances, indices = (np.asarray(a) for a in got)
+            assert np.array_equal(distances, want[0]) and np.array_equal(indices, want[1])
+        distances, indices = (a.compute() for a in nn.kneighbors())
+        assert np.array_equal(distances, want_self[0]) and np.array_equal(indices, want_self[1])
+
+
+def test_kneighbors_errors_and_pickling(client):
+    X = da.from_array(data(n=30), chunks=9)
+    nn = kd.NearestNeighbors(n_neighbors=3).fit(X)
+    with pytest.raises(ValueError, match="n_neighbors <= n_samples_fit"):
+        nn.kneighbors(np.zeros((2, 5), np.float32), n_neighbors=31)
+    with pytest.raises(ValueError, match="n_neighbors < n_samples_fit"):
+        nn.kneighbors(n_neighbors=30)
+    copy = pickle.loads(pickle.dumps(nn))
+    queries = data(n=4, seed=5)
+    for a, b in zip(copy.kneighbors(queries), nn.kneighbors(queries)):
+        assert np.array_equal(a, b)
+
+
+def test_local_gpu_cluster_pins_one_gpu_per_worker(monkeypatch):
+    if not GPUS:
+        monkeypatch.setattr(kd.gpu._engine, "gpu_count", lambda: 0)
+        with pytest.raises(RuntimeError, match="no CUDA GPU"):
+            kd.local_gpu_cluster()
+    devices = kd.visible_gpus() if GPUS else ["3", "5"]
+    with kd.local_gpu_cluster(devices) as cluster, distributed.Client(cluster) as c:
+        seen = c.run(lambda: os.environ["CUDA_VISIBLE_DEVICES"])
+        assert sorted(seen.values()) == sorted(devices)

@@ -1,0 +1,264 @@
+//! Sharded k-means: a fit over shards equals the single-process fit on the concatenated rows,
+//! bit for bit (labels, centroids, inertia, iterations), however the rows are split; with a
+//! GPU, shards on the GPU equal the CPU's single-process fit.
+
+use kmeans_knn::kmeans::shard::{Reply, Request, Shard, WeightScale};
+use kmeans_knn::{
+    Device, EmptyClusters, Init, KMeans, KMeansModel, KMeansParams, MatrixView, Metric,
+};
+use kmeans_knn_tests::{blobs, gpu, lattice, uniform};
+
+/// The rows `data` (`n × d`) as shards of the given sizes, on `device`.
+fn shards(data: &[f32], d: usize, sizes: &[usize], device: Device) -> Vec<Shard> {
+    let mut first = 0;
+    sizes
+        .iter()
+        .map(|&rows| {
+            let part = data[first * d..(first + rows) * d].to_vec();
+            let shard = Shard::new(
+                MatrixView::from_vec(part, rows, d).unwrap(),
+                first as u64,
+                device,
+            );
+            first += rows;
+            shard.unwrap()
+        })
+        .collect()
+}
+
+/// Every shard's labels, in row order.
+fn labels(shards: &mut [Shard]) -> Vec<u32> {
+    shards
+        .iter_mut()
+        .flat_map(|s| match s.handle(&Request::Labels).unwrap() {
+            Reply::Labels(l) => l,
+            other => panic!("{other:?}"),
+        })
+        .collect()
+}
+
+/// Splits of `n` rows: one shard, uneven shards, a shard of one row, many small shards.
+fn splits(n: usize) -> Vec<Vec<usize>> {
+    let mut out = vec![vec![n]];
+    if n >= 3 {
+        out.push(vec![1, n - 1]);
+        out.push(vec![n / 3, 1, n - n / 3 - 1]);
+    }
+    if n >= 10 {
+        let mut small = vec![7; n / 7];
+        small.push(n % 7);
+        small.retain(|&s| s > 0);
+        out.push(small);
+    }
+    out
+}
+
+fn assert_same(case: &str, whole: &KMeansModel, sharded: &KMeansModel, labels: &[u32]) {
+    assert_eq!(sharded.centroids, whole.centroids, "{case}: centroids");
+    assert_eq!(labels, whole.labels.as_slice(), "{case}: labels");
+    assert_eq!(
+        sharded.inertia.to_bits(),
+        whole.inertia.to_bits(),
+        "{case}: inertia"
+    );
+    assert_eq!(sharded.n_iter, whole.n_iter, "{case}: iterations");
+    assert_eq!(sharded.converged, whole.converged, "{case}");
+    assert_eq!(sharded.cluster_sizes, whole.cluster_sizes, "{case}: sizes");
+}
+
+/// Fits `params` on the whole of `data` on the CPU and over every split on `device`.
+fn check(case: &str, data: &[f32], d: usize, params: KMeansParams, device: Device) {
+    let n = data.len() / d;
+    let whole = params
+        .clone()
+        .device(Device::Cpu)
+        .fit(MatrixView::new(data, n, d).unwrap())
+        .unwrap();
+    for sizes in splits(n) {
+        let mut shards = shards(data, d, &sizes, device);
+        let sharded = params.fit_sharded(&mut shards).unwrap();
+        let case = format!("{case}, shards of {sizes:?}");
+        assert_same(&case, &whole, &sharded, &labels(&mut shards));
+    }
+}
+
+fn cases() -> Vec<(&'static str, Vec<f32>, usize, KMeansParams)> {
+    let p = |k| KMeans::params(k).seed(5).max_iter(60);
+    vec![
+        ("k-means++ uniform d=3", uniform(900, 3, 1), 3, p(6)),
+        (
+            "k-means|| blobs d=5",
+            blobs(4, 120, 5, 2).0,
+            5,
+            p(4).init(Init::KMeansParallel),
+        ),
+        (
+            "k-means|| uniform k=40 L1",
+            uniform(700, 4, 3),
+            4,
+            p(40).init(Init::KMeansParallel).metric(Metric::L1),
+        ),
+        (
+            "random points n_init=3",
+            uniform(500, 2, 4),
+            2,
+            p(5).init(Init::RandomPoints).n_init(3),
+        ),
+        (
+            "random labels (empty clusters at the start)",
+            uniform(40, 2, 5),
+            2,
+            p(30).init(Init::RandomLabels),
+        ),
+        (
+            "lattice ties and duplicates, k-means++ n_init=2",
+            lattice(600, 2, 3, 6),
+            2,
+            p(12).n_init(2),
+        ),
+        (
+            "empty clusters relocated to the farthest rows",
+            lattice(300, 1, 2, 7),
+            1,
+            p(3).init(Init::Centroids(vec![0.0, 0.5, 100.0])),
+        ),
+        (
+            "empty clusters kept",
+            lattice(300, 1, 2, 7),
+            1,
+            p(3).init(Init::Centroids(vec![0.0, 0.5, 100.0]))
+                .empty_clusters(EmptyClusters::KeepPrevious),
+        ),
+        (
+            "tol 0, max_iter reached",
+            uniform(400, 6, 8),
+            6,
+            p(9).tol(0.0).max_iter(4),
+        ),
+        ("k = n", uniform(13, 2, 9), 2, p(13)),
+        (
+            "large tol stops on the shift",
+            uniform(800, 3, 10),
+            3,
+            p(7).tol(0.05),
+        ),
+    ]
+}
+
+#[test]
+fn sharded_fits_equal_the_single_process_fit_on_the_cpu() {
+    for (case, data, d, params) in cases() {
+        check(case, &data, d, params, Device::Cpu);
+    }
+}
+
+#[test]
+fn sharded_fits_on_the_gpu_equal_the_cpu_fit() {
+    let Some(gpu) = gpu("sharded_fits_on_the_gpu_equal_the_cpu_fit") else {
+        return;
+    };
+    for (case, data, d, params) in cases() {
+        check(case, &data, d, params, gpu);
+    }
+    // Shapes past the fused small step: the register-tiled assign with global sums, and TF32.
+    let data = uniform(3000, 40, 11);
+    check(
+        "tiled d=40 k=150",
+        &data,
+        40,
+        KMeans::params(150).seed(2).max_iter(8),
+        gpu,
+    );
+    let tf32 = KMeans::params(150)
+        .seed(2)
+        .max_iter(8)
+        .precision(kmeans_knn::Precision::Tf32);
+    let mut parts = shards(&data, 40, &[1000, 2000], gpu);
+    let whole = tf32
+        .clone()
+        .device(gpu)
+        .fit(MatrixView::new(&data, 3000, 40).unwrap())
+        .unwrap();
+    let sharded = tf32.fit_sharded(&mut parts).unwrap();
+    assert_same("tf32", &whole, &sharded, &labels(&mut parts));
+}
+
+#[test]
+fn bad_shards_are_typed_errors() {
+    let data = uniform(20, 2, 1);
+    // A gap between shards.
+    let mut gap = vec![
+        Shard::new(
+            MatrixView::from_vec(data[..10].to_vec(), 5, 2).unwrap(),
+            0,
+            Device::Cpu,
+        )
+        .unwrap(),
+        Shard::new(
+            MatrixView::from_vec(data[10..20].to_vec(), 5, 2).unwrap(),
+            6,
+            Device::Cpu,
+        )
+        .unwrap(),
+    ];
+    let err = KMeans::params(2).fit_sharded(&mut gap).unwrap_err();
+    assert!(err.to_string().contains("rows 5.. were expected"), "{err}");
+    // A non-finite value names its row in the whole data set.
+    let mut bad = data.clone();
+    bad[7] = f32::NAN;
+    let err = Shard::new(MatrixView::from_vec(bad, 20, 2).unwrap(), 100, Device::Cpu)
+        .err()
+        .unwrap();
+    assert!(err.to_string().contains("row 103"), "{err}");
+    // k above the number of rows of all shards.
+    let mut two = shards(&data, 2, &[4, 6], Device::Cpu);
+    assert!(KMeans::params(11).fit_sharded(&mut two).is_err());
+    // Requests a shard cannot serve.
+    let mut shard = shards(&data, 2, &[10], Device::Cpu).remove(0);
+    let step = Request::Step {
+        centroids: vec![0.0; 4],
+    };
+    assert!(shard.handle(&step).is_err(), "no fit prepared");
+    let locate = Request::SeedLocate {
+        accept: Some(3),
+        draws: vec![1],
+        weights: WeightScale::new(1.0, 10),
+    };
+    assert!(shard.handle(&locate).is_err(), "seeding out of order");
+    assert!(shard.handle(&Request::Moments { scales: vec![1] }).is_err());
+}
+
+/// Cosine (spherical k-means) is refused by the client and by a shard asked to prepare for it,
+/// with a typed error, before anything is computed.
+#[test]
+fn sharded_cosine_is_refused() {
+    let data = uniform(40, 3, 5);
+    let mut parts = shards(&data, 3, &[15, 25], Device::Cpu);
+    let err = KMeans::params(3)
+        .metric(Metric::Cosine)
+        .fit_sharded(&mut parts)
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            kmeans_knn::Error::InvalidParameter { name: "metric", .. }
+        ),
+        "{err}"
+    );
+    let prepare = Request::Prepare(kmeans_knn::kmeans::shard::Prepare {
+        k: 3,
+        metric: Metric::Cosine,
+        precision: kmeans_knn::Precision::Exact,
+        scales: vec![0; 3],
+        seeds_at_once: 0,
+        inertia_exponent: 0,
+    });
+    let err = parts[0].handle(&prepare).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            kmeans_knn::Error::InvalidParameter { name: "metric", .. }
+        ),
+        "{err}"
+    );
+}
