@@ -48,20 +48,55 @@ pub struct Args {
     /// and inertia stay exact; the CPU computes it exactly).
     #[arg(long, value_name = "PRECISION", default_value = "exact")]
     precision: Precision,
-    /// Write the label of every row here (.npy or CSV).
-    #[arg(long, value_name = "FILE")]
-    labels_out: Option<PathBuf>,
-    /// Write the k × d centroids here (.npy or CSV).
-    #[arg(long, value_name = "FILE")]
-    centroids_out: Option<PathBuf>,
-    /// Save the model (centroids and parameters, JSON) for `kmeans-knn predict`.
-    #[arg(long, value_name = "FILE")]
-    save_model: Option<PathBuf>,
-    /// Print one JSON object on stdout instead of the summary.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    out: FitOutputs,
     #[command(flatten)]
     csv: CsvOpts,
+}
+
+/// The files and format a k-means fit writes (`kmeans` and `minibatch`).
+#[derive(clap::Args, Debug)]
+pub struct FitOutputs {
+    /// Write the label of every row here (.npy or CSV).
+    #[arg(long, value_name = "FILE")]
+    pub labels_out: Option<PathBuf>,
+    /// Write the k × d centroids here (.npy or CSV).
+    #[arg(long, value_name = "FILE")]
+    pub centroids_out: Option<PathBuf>,
+    /// Save the model (centroids and parameters, JSON) for `kmeans-knn predict`.
+    #[arg(long, value_name = "FILE")]
+    pub save_model: Option<PathBuf>,
+    /// Print one JSON object on stdout instead of the summary.
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl FitOutputs {
+    /// The output files asked for.
+    pub fn paths(&self) -> Vec<&Path> {
+        [&self.labels_out, &self.centroids_out, &self.save_model]
+            .into_iter()
+            .flatten()
+            .map(PathBuf::as_path)
+            .collect()
+    }
+
+    /// Queues the labels and the centroids (with the input's column names) where asked; the
+    /// model file is the caller's, which knows the parameters.
+    pub fn write_fit(
+        &self,
+        outputs: &mut Outputs,
+        model: &KMeansModel,
+        header: Option<&[String]>,
+    ) -> Result<(), IoError> {
+        if let Some(p) = &self.labels_out {
+            outputs.vector(p, &model.labels)?;
+        }
+        if let Some(p) = &self.centroids_out {
+            outputs.matrix(p, model.k, model.d, &model.centroids, header)?;
+        }
+        Ok(())
+    }
 }
 
 /// The parameters a model was fitted with, saved beside it.
@@ -159,11 +194,7 @@ impl SavedModel {
 }
 
 pub fn run(a: Args, ui: Ui) -> Result<(), CliError> {
-    let outs: Vec<&Path> = [&a.labels_out, &a.centroids_out, &a.save_model]
-        .into_iter()
-        .flatten()
-        .map(PathBuf::as_path)
-        .collect();
+    let outs = a.out.paths();
     check_outputs(outs.iter().copied())?;
     let table = read_matrix(&a.input, &a.csv.read())?;
     let weights = a.weights.read(&a.csv.read(), table.rows, &a.input)?;
@@ -174,18 +205,8 @@ pub fn run(a: Args, ui: Ui) -> Result<(), CliError> {
     let secs = start.elapsed().as_secs_f64();
 
     let mut outputs = Outputs::new();
-    if let Some(p) = &a.labels_out {
-        outputs.vector(p, &model.labels)?;
-    }
-    if let Some(p) = &a.centroids_out {
-        outputs.matrix(
-            p,
-            model.k,
-            model.d,
-            &model.centroids,
-            table.header.as_deref(),
-        )?;
-    }
+    a.out
+        .write_fit(&mut outputs, &model, table.header.as_deref())?;
     let cluster_sizes = model.cluster_sizes.clone();
     let summary = json!({
         "k": model.k,
@@ -203,12 +224,12 @@ pub fn run(a: Args, ui: Ui) -> Result<(), CliError> {
         "outputs": outs.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
     });
     let text = summary_text(&a, &model, table.rows, secs, &outs);
-    if let Some(p) = &a.save_model {
+    if let Some(p) = &a.out.save_model {
         let saved = SavedModel::new(model, &a.fit, &a.input, table.header.clone());
         outputs.json(p, &saved)?;
     }
     outputs.commit()?;
-    if a.json {
+    if a.out.json {
         super::print_json(&summary)
     } else {
         super::print_stdout(&text)

@@ -2,7 +2,7 @@
 //! (its own subcommand because its options and their defaults are scikit-learn's
 //! `MiniBatchKMeans`', not Lloyd's).
 
-use super::kmeans::SavedModel;
+use super::kmeans::{FitOutputs, SavedModel};
 use super::{CliError, CsvOpts, FitOpts, Ui, about, check_outputs};
 use crate::io::{Outputs, read_matrix};
 use crate::{Device, Init, Metric, MiniBatchKMeans, MiniBatchKMeansModel, MiniBatchParams};
@@ -69,18 +69,8 @@ pub struct Args {
     /// Where to compute: auto (GPU when there is one, else CPU), cpu, gpu, gpu:N.
     #[arg(long, value_name = "DEVICE", default_value = "auto")]
     device: Device,
-    /// Write the label of every row here (.npy or CSV).
-    #[arg(long, value_name = "FILE")]
-    labels_out: Option<PathBuf>,
-    /// Write the k × d centroids here (.npy or CSV).
-    #[arg(long, value_name = "FILE")]
-    centroids_out: Option<PathBuf>,
-    /// Save the model (centroids and parameters, JSON) for `kmeans-knn predict`.
-    #[arg(long, value_name = "FILE")]
-    save_model: Option<PathBuf>,
-    /// Print one JSON object on stdout instead of the summary.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    out: FitOutputs,
     #[command(flatten)]
     csv: CsvOpts,
 }
@@ -116,11 +106,7 @@ impl Args {
 }
 
 pub fn run(a: Args, ui: Ui) -> Result<(), CliError> {
-    let outs: Vec<&Path> = [&a.labels_out, &a.centroids_out, &a.save_model]
-        .into_iter()
-        .flatten()
-        .map(PathBuf::as_path)
-        .collect();
+    let outs = a.out.paths();
     check_outputs(outs.iter().copied())?;
     let table = read_matrix(&a.input, &a.csv.read())?;
     let start = Instant::now();
@@ -128,13 +114,8 @@ pub fn run(a: Args, ui: Ui) -> Result<(), CliError> {
     let secs = start.elapsed().as_secs_f64();
 
     let mut outputs = Outputs::new();
-    if let Some(p) = &a.labels_out {
-        outputs.vector(p, &model.labels)?;
-    }
-    if let Some(p) = &a.centroids_out {
-        let header = table.header.as_deref();
-        outputs.matrix(p, model.k, model.d, &model.centroids, header)?;
-    }
+    a.out
+        .write_fit(&mut outputs, &model, table.header.as_deref())?;
     let summary = json!({
         "k": model.k,
         "n": table.rows,
@@ -151,13 +132,13 @@ pub fn run(a: Args, ui: Ui) -> Result<(), CliError> {
         "outputs": outs.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
     });
     let text = summary_text(&a, &model, table.rows, secs, &outs);
-    if let Some(p) = &a.save_model {
+    if let Some(p) = &a.out.save_model {
         let fit = a.saved_fit(&a.params());
         let saved = SavedModel::new(model.kmeans, &fit, &a.input, table.header.clone());
         outputs.json(p, &saved)?;
     }
     outputs.commit()?;
-    if a.json {
+    if a.out.json {
         super::print_json(&summary)
     } else {
         super::print_stdout(&text)
