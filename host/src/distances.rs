@@ -195,18 +195,6 @@ pub fn pairwise_distances_to_writer<'a, 'b>(
     Ok(written)
 }
 
-/// Rows per block: `max_bytes` (or `default_bytes`) of `cols` f32 each, at least 1, at most
-/// `rows`.
-pub(crate) fn rows_per_block(
-    rows: usize,
-    cols: usize,
-    max_bytes: Option<usize>,
-    default_bytes: usize,
-) -> usize {
-    let bytes = max_bytes.unwrap_or(default_bytes);
-    (bytes / (cols.max(1) * 4)).clamp(1, rows.max(1))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

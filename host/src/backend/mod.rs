@@ -6,15 +6,16 @@
 
 pub mod cpu;
 pub mod cuda;
+mod partial;
+pub(crate) mod vocab;
+
+pub use partial::{Farthest, Partial, Tally, farthest, merge_farthest, squared_shift};
 
 use crate::error::Result;
-use crate::kmeans::{Metric, Precision};
 use crate::matrix::MatrixView;
-use kernels_gpu::seeding::WeightScale;
-// Pairwise distances and kNN.
-use crate::kmeans::shard::{Farthest, Partial, Tally};
-use crate::knn::Selection;
 use kernels_gpu::knn::PairMetric;
+use kernels_gpu::seeding::WeightScale;
+use vocab::{Metric, Precision, Selection};
 
 /// A compute backend.
 pub(crate) trait Backend: Send + Sync + Distances {
@@ -223,7 +224,7 @@ pub(crate) trait Lloyd: Seeding {
     /// The squared shift between the next and current centroids (after relocations).
     fn shift(&mut self) -> Result<f64>;
     /// The squared shift between the next and current centroids as
-    /// [`squared_shift`](crate::kmeans::shard::squared_shift) computes it on the host: the value
+    /// [`squared_shift`](crate::backend::squared_shift) computes it on the host: the value
     /// a fit compares with tol when [`Lloyd::shift`] is too close to call.
     fn exact_shift(&mut self) -> Result<f64>;
     /// Makes the next centroids current.
@@ -360,7 +361,7 @@ pub(crate) struct Neighbours {
     pub selection: Selection,
     /// Queries that went through the TF32 prefilter and, of those, how many fell back to the
     /// exact path (too many candidates); `None` when the prefilter did not run.
-    pub prefilter: Option<crate::knn::PrefilterReport>,
+    pub prefilter: Option<vocab::PrefilterReport>,
 }
 
 /// Appends the training indices and distances of `keys` (see [`kernels_gpu::knn::key`]).

@@ -166,12 +166,12 @@ pub(crate) fn distance_bound(reach: &[f32], metric: Metric) -> f64 {
 fn max_abs(data: &MatrixView<'_>, weights: &Weighting) -> Vec<f32> {
     let d = data.cols();
     data.as_slice()
-        .par_chunks(crate::backend::cpu::CHUNK * d)
+        .par_chunks(crate::backend::vocab::CHUNK * d)
         .enumerate()
         .map(|(ci, rows)| {
             let mut m = vec![0f32; d];
             for (r, row) in rows.chunks_exact(d).enumerate() {
-                if weights.is_positive(ci * crate::backend::cpu::CHUNK + r) {
+                if weights.is_positive(ci * crate::backend::vocab::CHUNK + r) {
                     m.iter_mut().zip(row).for_each(|(m, v)| *m = m.max(v.abs()));
                 }
             }
@@ -192,7 +192,7 @@ fn max_abs(data: &MatrixView<'_>, weights: &Weighting) -> Vec<f32> {
 /// any order of the rows' additions, and for integer weights the same as for repeated rows.
 fn mean_variance(data: &MatrixView<'_>, weights: &Weighting, scales: &[i32]) -> f64 {
     let d = data.cols();
-    let chunk = crate::backend::cpu::CHUNK;
+    let chunk = crate::backend::vocab::CHUNK;
     let factors: Vec<f32> = scales.iter().map(|&s| pow2_f32(s)).collect();
     let zero = || Moments {
         first: vec![0; d],

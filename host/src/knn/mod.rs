@@ -22,10 +22,11 @@
 //! stream by and [`Selection::Bitonic`] selects and sorts all n keys; `Auto` takes the heap for
 //! `k ≤ 64`. All give the same answer.
 
-pub(crate) mod classify;
+mod classify;
 mod regress;
 mod scale;
 
+pub use crate::backend::vocab::{PrefilterReport, Selection};
 pub use classify::{KnnClassifier, Weights};
 pub use regress::KnnRegressor;
 pub use scale::{FittedScaler, Scaler};
@@ -36,52 +37,10 @@ use crate::distances::DistanceMetric;
 use crate::error::{Error, Result};
 use crate::matrix::MatrixView;
 use ndarray::Array2;
-use serde::{Deserialize, Serialize};
 use std::fmt;
-use std::str::FromStr;
 
 /// Largest k that the GPU selects while streaming distance tiles; larger k sort whole rows.
 pub const MAX_GPU_STREAM_K: usize = kernels_gpu::knn::MAX_STREAM_K;
-
-/// How the k smallest distances of a query are selected.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum Selection {
-    /// Pick per shape: on the GPU by timing both methods on a sample of the queries the first
-    /// time, remembered per (n, d, k, metric); on the CPU the heap for k ≤ 64, else the sort.
-    #[default]
-    Auto,
-    /// k rounds of a parallel minimum (GPU); a bounded heap (CPU).
-    KMin,
-    /// A bitonic sort of the candidates, padded to a power of two (GPU); select and sort (CPU).
-    Bitonic,
-}
-
-impl fmt::Display for Selection {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Selection::Auto => "auto",
-            Selection::KMin => "kmin",
-            Selection::Bitonic => "bitonic",
-        })
-    }
-}
-
-impl FromStr for Selection {
-    type Err = Error;
-
-    /// `auto`, `kmin` (also `k-min`), `bitonic`; case-insensitive.
-    fn from_str(s: &str) -> Result<Self> {
-        match s.trim().to_ascii_lowercase().as_str() {
-            "auto" => Ok(Selection::Auto),
-            "kmin" | "k-min" | "k_min" => Ok(Selection::KMin),
-            "bitonic" => Ok(Selection::Bitonic),
-            _ => Err(Error::invalid(
-                "selection",
-                format!("'{s}' is not one of auto, kmin, bitonic"),
-            )),
-        }
-    }
-}
 
 /// The k nearest training rows of every query row.
 #[derive(Clone, Debug, PartialEq)]
@@ -94,15 +53,6 @@ pub struct KnnResult {
     pub selection: Selection,
     /// What the TF32 prefilter did, when it ran (see [`KnnIndex::with_prefilter`]).
     pub prefilter: Option<PrefilterReport>,
-}
-
-/// What the TF32 tensor-core prefilter did in a search: it ran for `queries` query rows, and
-/// `exact_fallbacks` of them had more candidates than the re-rank holds and were searched by the
-/// exact path instead. Either way every answer is the exact one.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct PrefilterReport {
-    pub queries: usize,
-    pub exact_fallbacks: usize,
 }
 
 /// An exact kNN index over a set of training vectors, resident on its device.

@@ -3,7 +3,7 @@
 //! chunks of points; distances in dimension order with `kernels_gpu::math::step`, eight
 //! candidates per SIMD register; sums are exact integers, so they equal the GPU's.
 
-use super::CHUNK;
+use crate::backend::vocab::CHUNK;
 use crate::backend::{Picks, Seeding, Seeds, Trials};
 use crate::error::Result;
 use kernels_gpu::math::{AssignMetric, step};

@@ -1,13 +1,13 @@
 //! Lloyd iterations on the CPU: the twin of the GPU's assign / accumulate / finalize kernels.
 
-use super::CHUNK;
 use super::Seeder;
+use crate::backend::vocab::CHUNK;
 use crate::backend::{
     AssignStats, Lloyd, LloydSpec, Picks, SPHERICAL_POINT_SQ_NORM, Seeding, Seeds, StepStats,
     Trials,
 };
+use crate::backend::{Farthest, Partial, farthest, squared_shift};
 use crate::error::Result;
-use crate::kmeans::shard::{Farthest, Partial, farthest, squared_shift};
 use crate::matrix::MatrixView;
 use kernels_gpu::fixed::{inertia_term, inv_pow2_f64, pow2_f32, to_fixed, weight_units, weighted};
 use kernels_gpu::math::{AssignMetric, assign_distance, assign_score, assign_step, sq_norm};

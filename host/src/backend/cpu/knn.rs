@@ -8,11 +8,10 @@ use super::kmeans::row_sq_norms;
 use super::simd::{self, Panels};
 #[cfg(target_arch = "x86_64")]
 use super::simd::{Avx2, Avx512, Simd, SimdLevel};
+use super::vote::knn_vote;
+use crate::backend::vocab::{Selection, rows_per_block};
 use crate::backend::{BlockSink, Distances, KnnSearch, Neighbours, Votes, split_keys};
-use crate::distances::rows_per_block;
 use crate::error::Result;
-use crate::knn::Selection;
-use crate::knn::classify::vote_one;
 use crate::matrix::MatrixView;
 use kernels_gpu::fixed::pow2_f32;
 use kernels_gpu::knn::{PairMetric, finish, key, pair_step, vote_scale_exponent};
@@ -433,7 +432,7 @@ impl KnnSearch for CpuKnn {
                     } else {
                         &mut [][..]
                     };
-                    *o = vote_one(
+                    *o = knn_vote(
                         keys,
                         &self.labels,
                         self.row_weights.as_deref(),

@@ -1,12 +1,12 @@
 //! Mini-batch k-means steps on the CPU: the twin of `kernels_gpu::minibatch`'s assign, update
 //! and shift kernels (same distances, tie rule, fixed-point sums and learning-rate update).
 
-use super::CHUNK;
 use super::kmeans::{CentroidBlocks, CpuLloyd, accumulate, nearest, tiled};
 use super::simd::{self, Panels};
+use crate::backend::vocab::CHUNK;
+use crate::backend::vocab::Metric;
 use crate::backend::{BatchReport, Lloyd, LloydSpec, MiniBatch};
 use crate::error::Result;
-use crate::kmeans::Metric;
 use crate::matrix::MatrixView;
 use kernels_gpu::fixed::{inv_pow2_f64, pow2_f32};
 use kernels_gpu::math::AssignMetric;

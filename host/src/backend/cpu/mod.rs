@@ -6,19 +6,17 @@ mod kmeans;
 mod knn;
 mod minibatch;
 mod simd;
+mod vote;
 
 pub use simd::{SIMD_ENV, SimdLevel};
 
+use crate::backend::vocab::Metric;
 use crate::backend::{Backend, Layout, Lloyd, LloydSpec, MiniBatch};
 use crate::error::Result;
-use crate::kmeans::Metric;
 use crate::matrix::MatrixView;
 use std::sync::{Arc, OnceLock};
 
 pub(crate) use init::Seeder;
-
-/// Points per rayon task; fixed, so the order of float sums does not depend on the thread count.
-pub(crate) const CHUNK: usize = 1024;
 
 /// The rayon backend.
 pub struct CpuBackend;

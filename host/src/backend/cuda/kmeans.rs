@@ -8,13 +8,13 @@
 
 use super::init::{CudaSeeder, Rows};
 use super::{CudaBackend, Mapped, NULL, arg_u32};
+use crate::backend::vocab::{Metric, Precision};
 use crate::backend::{
     AssignStats, Layout, Lloyd, LloydSpec, Picks, SPHERICAL_POINT_SQ_NORM, Seeding, Seeds,
     StepStats, Trials,
 };
+use crate::backend::{Farthest, Partial, farthest, squared_shift};
 use crate::error::{Error, Result};
-use crate::kmeans::shard::{Farthest, Partial, farthest, squared_shift};
-use crate::kmeans::{Metric, Precision};
 use crate::matrix::MatrixView;
 use cudarc::driver::{CudaSlice, PushKernelArg};
 use kernels_gpu::fixed::{inv_pow2_f64, pow2_f32};

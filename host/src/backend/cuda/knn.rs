@@ -12,10 +12,9 @@
 //! * Votes: `knn_vote` on the device-resident neighbour keys; only labels (and shares) come back.
 
 use super::{CudaBackend, NULL, arg_u32};
+use crate::backend::vocab::{PrefilterReport, Selection, rows_per_block};
 use crate::backend::{Backend, BlockSink, Distances, KnnSearch, Neighbours, Votes, split_keys};
-use crate::distances::rows_per_block;
 use crate::error::{Error, Result};
-use crate::knn::{PrefilterReport, Selection};
 use crate::matrix::MatrixView;
 use cudarc::driver::{CudaSlice, CudaView, LaunchArgs, PushKernelArg};
 use kernels_gpu::fixed::pow2_f32;

@@ -5,9 +5,9 @@
 
 use super::kmeans::CudaLloyd;
 use super::{CudaBackend, NULL, arg_u32};
+use crate::backend::vocab::Metric;
 use crate::backend::{BatchReport, Layout, Lloyd, LloydSpec, MiniBatch};
 use crate::error::{Error, Result};
-use crate::kmeans::Metric;
 use crate::matrix::MatrixView;
 use cudarc::driver::{CudaSlice, PushKernelArg};
 use kernels_gpu::fixed::{inv_pow2_f64, pow2_f32};

@@ -11,9 +11,9 @@ mod knn;
 mod minibatch;
 pub mod nccl;
 
+use crate::backend::vocab::Metric;
 use crate::backend::{Backend, Layout, Lloyd, LloydSpec, MiniBatch};
 use crate::error::{Error, Result};
-use crate::kmeans::Metric;
 use crate::matrix::MatrixView;
 use cudarc::driver::sys::{CUdevice_attribute, CUevent_flags, CUfunction_attribute, CUresult};
 use cudarc::driver::{

@@ -5,7 +5,7 @@
 //! bit-identical numbers, in a fixed order.
 
 use super::{MiniBatchKMeansModel, MiniBatchParams, MiniBatchStep};
-use crate::backend::cpu::CHUNK;
+use crate::backend::vocab::CHUNK;
 use crate::backend::{Backend, LloydSpec, MiniBatch};
 use crate::error::{Error, Result};
 use crate::kmeans::prepare::ColumnSummary;

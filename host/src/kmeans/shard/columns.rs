@@ -2,7 +2,7 @@
 //! depend on how the rows are split: the largest magnitudes (a max, in any order), then the
 //! fixed-point scales, then exact integer moments for `tol`.
 
-use crate::backend::cpu::CHUNK;
+use crate::backend::vocab::CHUNK;
 use crate::matrix::MatrixView;
 use kernels_gpu::fixed::{pow2_f32, scale_exponent, to_fixed};
 use rayon::prelude::*;

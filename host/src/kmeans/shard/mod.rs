@@ -53,15 +53,14 @@
 mod client;
 mod codec;
 mod columns;
-mod partial;
 mod protocol;
 mod resident;
 
+pub use crate::backend::{Farthest, Partial, Tally, farthest, merge_farthest, squared_shift};
 pub use client::Transport;
 pub(crate) use client::fit;
 pub use columns::{Moments, column_max_abs, merge_max_abs, scale_exponents};
 /// The scale of seeding weights in [`Request`]s.
 pub use kernels_gpu::seeding::WeightScale;
-pub use partial::{Farthest, Partial, Tally, farthest, merge_farthest, squared_shift};
 pub use protocol::{Prepare, Reply, Request};
 pub use resident::Shard;

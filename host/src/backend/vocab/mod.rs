@@ -1,0 +1,12 @@
+//! The backends' vocabulary: the types and rules that the backends need and that the algorithm
+//! modules ([`crate::kmeans`], [`crate::knn`], [`crate::distances`]) drive them with. They live
+//! here, below both, so that the backends import nothing from the modules that drive them; the
+//! public ones are re-exported where users look for them (`kmeans::Metric`, `knn::Selection`).
+
+mod blocks;
+mod metric;
+mod selection;
+
+pub(crate) use blocks::{CHUNK, rows_per_block};
+pub use metric::{Metric, Precision};
+pub use selection::{PrefilterReport, Selection};

@@ -1,0 +1,55 @@
+//! How a kNN search selects each query's k nearest, and what its TF32 prefilter did.
+
+use crate::error::{Error, Result};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
+
+/// How the k smallest distances of a query are selected.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Selection {
+    /// Pick per shape: on the GPU by timing both methods on a sample of the queries the first
+    /// time, remembered per (n, d, k, metric); on the CPU the heap for k ≤ 64, else the sort.
+    #[default]
+    Auto,
+    /// k rounds of a parallel minimum (GPU); a bounded heap (CPU).
+    KMin,
+    /// A bitonic sort of the candidates, padded to a power of two (GPU); select and sort (CPU).
+    Bitonic,
+}
+
+impl fmt::Display for Selection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Selection::Auto => "auto",
+            Selection::KMin => "kmin",
+            Selection::Bitonic => "bitonic",
+        })
+    }
+}
+
+impl FromStr for Selection {
+    type Err = Error;
+
+    /// `auto`, `kmin` (also `k-min`), `bitonic`; case-insensitive.
+    fn from_str(s: &str) -> Result<Self> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "auto" => Ok(Selection::Auto),
+            "kmin" | "k-min" | "k_min" => Ok(Selection::KMin),
+            "bitonic" => Ok(Selection::Bitonic),
+            _ => Err(Error::invalid(
+                "selection",
+                format!("'{s}' is not one of auto, kmin, bitonic"),
+            )),
+        }
+    }
+}
+
+/// What the TF32 tensor-core prefilter did in a search: it ran for `queries` query rows, and
+/// `exact_fallbacks` of them had more candidates than the re-rank holds and were searched by the
+/// exact path instead. Either way every answer is the exact one.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PrefilterReport {
+    pub queries: usize,
+    pub exact_fallbacks: usize,
+}
