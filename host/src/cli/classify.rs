@@ -1,10 +1,11 @@
 //! `kmeans-knn classify`: kNN classification with text labels, scaling, accuracy and a
 //! confusion matrix.
 
-use super::knn::{NeighbourWeights, check_k, device_name, metric_name, same_columns};
-use super::{CliError, CsvOpts, SampleWeightOpts, Ui, about, check_outputs};
+use super::knn::{NeighbourWeights, device_name, metric_name};
+use super::supervised::{Loaded, NeighbourArgs, report};
+use super::{CliError, Ui, about, check_outputs};
 use crate::io::{Format, LabelColumn, Outputs, read_labelled, read_labels, read_matrix};
-use crate::{Device, DistanceMetric, KnnClassifier, MatrixView, Scaler, Selection, Weights};
+use crate::{Device, DistanceMetric, KnnClassifier, MatrixView, Scaler, Weights};
 use serde_json::json;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -37,24 +38,25 @@ pub enum Scale {
     Minmax,
 }
 
+impl Scale {
+    /// The name `--scale` takes.
+    fn name(self) -> &'static str {
+        match self {
+            Scale::None => "none",
+            Scale::Zscore => "zscore",
+            Scale::Minmax => "minmax",
+        }
+    }
+}
+
 /// Arguments of `classify`.
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Labelled training rows (CSV or NPY): features plus a label column.
-    #[arg(long, value_name = "FILE")]
-    train: PathBuf,
-    /// Query rows to classify (CSV or NPY): features only.
-    #[arg(long, value_name = "FILE")]
-    query: PathBuf,
-    /// Neighbours that vote.
-    #[arg(short = 'k', long = "k", value_name = "K")]
-    k: usize,
+    #[command(flatten)]
+    knn: NeighbourArgs,
     /// Which column of the training file holds the label: first, last, or N (from 1).
     #[arg(long, value_name = "COLUMN", default_value = "last")]
     label_column: LabelColumn,
-    /// Neighbour votes: uniform or distance-weighted.
-    #[arg(long, value_enum, value_name = "WEIGHTS", default_value = "uniform")]
-    weights: NeighbourWeights,
     /// Feature scaling fitted on the training rows: none, zscore, minmax.
     #[arg(long, value_enum, value_name = "SCALE", default_value = "none")]
     scale: Scale,
@@ -64,22 +66,6 @@ pub struct Args {
     /// Write the predicted labels here (CSV/text one per line, .json, or .npy for numeric labels).
     #[arg(long, value_name = "FILE")]
     out: Option<PathBuf>,
-    /// Distance: l2, sqeuclidean, l1, ip, cosine.
-    #[arg(long, value_name = "METRIC", default_value = "l2")]
-    metric: DistanceMetric,
-    /// Top-k selection: auto, kmin, bitonic.
-    #[arg(long = "select", value_name = "METHOD", default_value = "auto")]
-    selection: Selection,
-    /// Where to compute: auto, cpu, gpu, gpu:N.
-    #[arg(long, value_name = "DEVICE", default_value = "auto")]
-    device: Device,
-    #[command(flatten)]
-    sample_weight: SampleWeightOpts,
-    /// Print one JSON object on stdout (adds accuracy and the confusion matrix with --truth).
-    #[arg(long)]
-    json: bool,
-    #[command(flatten)]
-    csv: CsvOpts,
 }
 
 /// Distinct labels in a stable order: numerically when all are numbers, else as text.
@@ -179,14 +165,6 @@ fn scaled(
     Ok(Some((fitted.transform(&train)?, fitted.transform(&query)?)))
 }
 
-/// Number of fields on the first non-empty line of a CSV file.
-fn first_line_fields(path: &Path, delimiter: Option<u8>) -> Option<usize> {
-    let text = std::fs::read_to_string(path).ok()?;
-    let line = text.lines().find(|l| !l.trim().is_empty())?;
-    let d = crate::io::delimiter_for(path, delimiter) as char;
-    Some(line.split(d).count())
-}
-
 /// Writes predicted labels to `path`.
 fn write_predictions(
     outputs: &mut Outputs,
@@ -220,102 +198,26 @@ fn write_predictions(
 }
 
 pub fn run(a: Args, ui: Ui) -> Result<(), CliError> {
-    let outs: Vec<&Path> = a.out.iter().map(PathBuf::as_path).collect();
-    check_outputs(outs.iter().copied())?;
-    let opts = a.csv.read();
-    let train = read_labelled(&a.train, &opts, a.label_column)?;
-    let query = read_matrix(&a.query, &opts).map_err(|e| {
-        // A query file that carries a text label fails as "not a number": say why.
-        let fields = first_line_fields(&a.query, opts.delimiter);
-        if Format::of(&a.query) == Format::Csv && fields == Some(train.features.cols + 1) {
-            CliError::usage(format!(
-                "{}: the rows have {} fields, one more than the training features of {} ({}); \
-                 query rows must not carry a label",
-                a.query.display(),
-                train.features.cols + 1,
-                a.train.display(),
-                train.features.cols
-            ))
-        } else {
-            e.into()
-        }
-    })?;
-    if query.cols == train.features.cols + 1 {
-        return Err(CliError::usage(format!(
-            "{}: the rows have {} columns, one more than the training features of {} ({}); \
-             query rows must not carry a label",
-            a.query.display(),
-            query.cols,
-            a.train.display(),
-            train.features.cols
-        )));
-    }
-    same_columns((&a.train, &train.features), (&a.query, &query))?;
-    check_k(a.k, train.features.rows, &a.train)?;
-    let sample_weight = a.sample_weight.read(&opts, train.features.rows, &a.train)?;
+    check_outputs(a.out.iter().map(PathBuf::as_path))?;
+    let loaded = a.knn.load(a.label_column)?;
+    let (train, query) = (&loaded.train, &loaded.query);
     let truth = match &a.truth {
-        Some(p) => {
-            let mut t = read_labels(p, &opts)?;
-            if t.len() == query.rows + 1 {
-                t.remove(0);
-            }
-            if t.len() != query.rows {
-                return Err(CliError::usage(format!(
-                    "{}: it has {} labels but {} has {} query rows",
-                    p.display(),
-                    t.len(),
-                    a.query.display(),
-                    query.rows
-                )));
-            }
-            Some(t)
-        }
+        Some(p) => Some(a.knn.read_truth(p, &loaded.opts, query.rows, "labels")?),
         None => None,
     };
-
     let classes = sorted_classes(&train.labels);
-    let id: HashMap<&str, u32> = classes
-        .iter()
-        .enumerate()
-        .map(|(i, c)| (c.as_str(), i as u32))
-        .collect();
-    let ids: Vec<u32> = train.labels.iter().map(|l| id[l.as_str()]).collect();
-
     let start = Instant::now();
     let spinner = ui.spinner(&format!(
         "classifying {} queries with {} training points",
         query.rows, train.features.rows
     ));
-    let result = (|| {
-        let scaled = about(
-            &a.train,
-            scaled(a.scale, train.features.view(), query.view()),
-        )?;
-        let (train_view, query_view) = match &scaled {
-            Some((t, q)) => (
-                MatrixView::new(t, train.features.rows, train.features.cols)?,
-                MatrixView::new(q, query.rows, query.cols)?,
-            ),
-            None => (train.features.view(), query.view()),
-        };
-        let weights = Weights::from(a.weights);
-        let mut clf = about(
-            &a.train,
-            KnnClassifier::fit(train_view, &ids, a.k, weights, a.metric, a.device),
-        )?
-        .with_selection(a.selection);
-        if let Some(w) = &sample_weight {
-            clf = clf.with_sample_weight(w)?;
-        }
-        about(&a.query, clf.predict(query_view))
-    })();
+    let predicted_ids = predict(&a, &loaded, &classes);
     spinner.finish_and_clear();
-    let predicted_ids = result?;
-    let secs = start.elapsed().as_secs_f64();
-    let predicted: Vec<String> = predicted_ids
+    let predicted: Vec<String> = predicted_ids?
         .iter()
         .map(|&i| classes[i as usize].clone())
         .collect();
+    let secs = start.elapsed().as_secs_f64();
 
     let mut outputs = Outputs::new();
     if let Some(p) = &a.out {
@@ -324,69 +226,92 @@ pub fn run(a: Args, ui: Ui) -> Result<(), CliError> {
     outputs.commit()?;
 
     let confusion = truth.as_ref().map(|t| Confusion::new(t, &predicted));
-    let device = device_name(a.device);
-    if a.json {
-        let mut j = json!({
-            "k": a.k,
-            "queries": query.rows,
-            "train": train.features.rows,
-            "d": query.cols,
-            "classes": classes,
-            "metric": metric_name(a.metric),
-            "sample_weight": a.sample_weight.name(),
-            "device": device,
-            "seconds": secs,
-        });
-        if let Some(c) = &confusion {
-            j["accuracy"] = json!(c.accuracy);
-            j["confusion"] = json!({"labels": c.labels, "matrix": c.matrix});
-        }
-        if let Some(p) = &a.out {
-            j["output"] = json!(p.display().to_string());
-        }
-        return super::print_json(&j);
-    }
-    let mut summary = format!(
-        "classify: {} queries, {} training points ({} dimensions, {} classes), k = {}, {} metric, {:?} votes, scale {:?}\n  device      {device}\n  elapsed     {}\n",
-        query.rows,
-        train.features.rows,
-        query.cols,
-        classes.len(),
-        a.k,
-        metric_name(a.metric),
-        a.weights,
-        a.scale,
-        super::seconds(secs),
-    )
-    .replace("Uniform", "uniform")
-    .replace("Distance", "distance-weighted")
-    .replace("None", "none")
-    .replace("Zscore", "zscore")
-    .replace("Minmax", "minmax");
+    let mut j = a.knn.json(&loaded, secs);
+    j["classes"] = json!(classes);
     if let Some(c) = &confusion {
+        j["accuracy"] = json!(c.accuracy);
+        j["confusion"] = json!({"labels": c.labels, "matrix": c.matrix});
+    }
+    if let Some(p) = &a.out {
+        j["output"] = json!(p.display().to_string());
+    }
+    let summary = summary(&a, &loaded, classes.len(), secs, confusion.as_ref());
+    let lines = || predicted.iter().map(|l| format!("{l}\n")).collect();
+    report(
+        &a.knn,
+        ui,
+        j,
+        summary,
+        lines,
+        a.out.is_some() || confusion.is_some(),
+    )
+}
+
+/// The class (an index into `classes`) of every query row.
+fn predict(a: &Args, loaded: &Loaded, classes: &[String]) -> Result<Vec<u32>, CliError> {
+    let (k, train, query) = (&a.knn, &loaded.train, &loaded.query);
+    let id: HashMap<&str, u32> = classes
+        .iter()
+        .enumerate()
+        .map(|(i, c)| (c.as_str(), i as u32))
+        .collect();
+    let ids: Vec<u32> = train.labels.iter().map(|l| id[l.as_str()]).collect();
+    let scaled = about(
+        &k.train,
+        scaled(a.scale, train.features.view(), query.view()),
+    )?;
+    let (train_view, query_view) = match &scaled {
+        Some((t, q)) => (
+            MatrixView::new(t, train.features.rows, train.features.cols)?,
+            MatrixView::new(q, query.rows, query.cols)?,
+        ),
+        None => (train.features.view(), query.view()),
+    };
+    let fitted = KnnClassifier::fit(train_view, &ids, k.k, k.weights.into(), k.metric, k.device);
+    let mut clf = about(&k.train, fitted)?.with_selection(k.selection);
+    if let Some(w) = &loaded.sample_weight {
+        clf = clf.with_sample_weight(w)?;
+    }
+    about(&k.query, clf.predict(query_view))
+}
+
+/// The summary for people.
+fn summary(
+    a: &Args,
+    loaded: &Loaded,
+    classes: usize,
+    secs: f64,
+    confusion: Option<&Confusion>,
+) -> String {
+    let k = &a.knn;
+    let mut summary = format!(
+        "classify: {} queries, {} training points ({} dimensions, {classes} classes), k = {}, {} metric, {} votes, scale {}\n  device      {}\n  elapsed     {}\n",
+        loaded.query.rows,
+        loaded.train.features.rows,
+        loaded.query.cols,
+        k.k,
+        metric_name(k.metric),
+        match k.weights {
+            NeighbourWeights::Uniform => "uniform",
+            NeighbourWeights::Distance => "distance-weighted",
+        },
+        a.scale.name(),
+        device_name(k.device),
+        super::seconds(secs),
+    );
+    if let Some(c) = confusion {
         let right: usize = (0..c.labels.len()).map(|i| c.matrix[i][i]).sum();
         summary += &format!(
             "  accuracy    {:.2}% ({right} of {})\n  confusion matrix:\n{}",
             100.0 * c.accuracy,
-            query.rows,
+            loaded.query.rows,
             c.table()
         );
     }
     if let Some(p) = &a.out {
         summary += &format!("  wrote       {}\n", p.display());
     }
-    if a.out.is_none() && confusion.is_none() {
-        let mut text = String::new();
-        for l in &predicted {
-            text += l;
-            text.push('\n');
-        }
-        super::print_stdout(&text)?;
-        ui.note(summary.trim_end());
-        Ok(())
-    } else {
-        super::print_stdout(&summary)
-    }
+    summary
 }
 
 /// The demo's classification step: the blobs split written by `demo`.

@@ -12,6 +12,7 @@ mod patches;
 mod predict;
 mod regress;
 mod segment;
+mod supervised;
 
 pub use kmeans::SavedModel;
 

@@ -1,9 +1,10 @@
 //! `kmeans-knn regress`: kNN regression of one numeric target column, with RMSE and R².
 
-use super::knn::{NeighbourWeights, check_k, device_name, metric_name, same_columns};
-use super::{CliError, CsvOpts, SampleWeightOpts, Ui, about, check_outputs};
-use crate::io::{LabelColumn, Outputs, read_labelled, read_labels, read_matrix};
-use crate::{Device, DistanceMetric, KnnRegressor, MatrixView, Selection, Weights};
+use super::knn::{device_name, metric_name};
+use super::supervised::{Loaded, NeighbourArgs, report};
+use super::{CliError, Ui, about, check_outputs};
+use crate::io::{LabelColumn, Outputs};
+use crate::{KnnRegressor, MatrixView, Weights};
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -25,43 +26,17 @@ the RMSE and R².";
 /// Arguments of `regress`.
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Training rows (CSV or NPY): features plus a numeric target column.
-    #[arg(long, value_name = "FILE")]
-    train: PathBuf,
-    /// Query rows to predict (CSV or NPY): features only.
-    #[arg(long, value_name = "FILE")]
-    query: PathBuf,
-    /// Neighbours averaged per prediction.
-    #[arg(short = 'k', long = "k", value_name = "K")]
-    k: usize,
+    #[command(flatten)]
+    knn: NeighbourArgs,
     /// Which column of the training file holds the target: first, last, or N (from 1).
     #[arg(long, value_name = "COLUMN", default_value = "last")]
     target_column: LabelColumn,
-    /// Average of the neighbours' targets: uniform or distance-weighted.
-    #[arg(long, value_enum, value_name = "WEIGHTS", default_value = "uniform")]
-    weights: NeighbourWeights,
     /// The true target of every query row: prints the RMSE and R².
     #[arg(long, value_name = "FILE")]
     truth: Option<PathBuf>,
     /// Write the predictions here (CSV one per line, or .npy).
     #[arg(long, value_name = "FILE")]
     out: Option<PathBuf>,
-    /// Distance: l2, sqeuclidean, l1, ip, cosine.
-    #[arg(long, value_name = "METRIC", default_value = "l2")]
-    metric: DistanceMetric,
-    /// Top-k selection: auto, kmin, bitonic.
-    #[arg(long = "select", value_name = "METHOD", default_value = "auto")]
-    selection: Selection,
-    /// Where to compute: auto, cpu, gpu, gpu:N.
-    #[arg(long, value_name = "DEVICE", default_value = "auto")]
-    device: Device,
-    #[command(flatten)]
-    sample_weight: SampleWeightOpts,
-    /// Print one JSON object on stdout (adds rmse and r2 with --truth).
-    #[arg(long)]
-    json: bool,
-    #[command(flatten)]
-    csv: CsvOpts,
 }
 
 /// Root mean squared error and coefficient of determination of `predicted` against `truth`.
@@ -109,68 +84,30 @@ fn numbers(path: &Path, what: &str, values: &[String]) -> Result<Vec<f64>, CliEr
         .collect()
 }
 
-/// The true targets of the `rows` queries, skipping a header line.
-fn read_truth(path: &Path, a: &Args, rows: usize) -> Result<Vec<f64>, CliError> {
-    let mut t = read_labels(path, &a.csv.read())?;
-    if t.len() == rows + 1 {
-        t.remove(0);
-    }
-    if t.len() != rows {
-        return Err(CliError::usage(format!(
-            "{}: it has {} values but {} has {rows} query rows",
-            path.display(),
-            t.len(),
-            a.query.display(),
-        )));
-    }
-    numbers(path, "value", &t)
-}
-
 pub fn run(a: Args, ui: Ui) -> Result<(), CliError> {
     check_outputs(a.out.iter().map(PathBuf::as_path))?;
-    let opts = a.csv.read();
-    let train = read_labelled(&a.train, &opts, a.target_column)?;
-    let query = read_matrix(&a.query, &opts)?;
-    same_columns((&a.train, &train.features), (&a.query, &query))?;
-    check_k(a.k, train.features.rows, &a.train)?;
-    let sample_weight = a.sample_weight.read(&opts, train.features.rows, &a.train)?;
-    let targets: Vec<f32> = numbers(&a.train, "the target of row", &train.labels)?
+    let loaded = a.knn.load(a.target_column)?;
+    let (train, query) = (&loaded.train, &loaded.query);
+    let targets: Vec<f32> = numbers(&a.knn.train, "the target of row", &train.labels)?
         .into_iter()
         .map(|t| t as f32)
         .collect();
-    let truth = a
-        .truth
-        .as_ref()
-        .map(|p| read_truth(p, &a, query.rows))
-        .transpose()?;
+    let truth = match &a.truth {
+        Some(p) => {
+            let values = a.knn.read_truth(p, &loaded.opts, query.rows, "values")?;
+            Some(numbers(p, "value", &values)?)
+        }
+        None => None,
+    };
 
     let start = Instant::now();
     let spinner = ui.spinner(&format!(
         "predicting {} queries from {} training points",
         query.rows, train.features.rows
     ));
-    let weights = Weights::from(a.weights);
-    let result = (|| {
-        let targets = MatrixView::new(&targets, targets.len(), 1)?;
-        let mut reg = about(
-            &a.train,
-            KnnRegressor::fit(
-                train.features.view(),
-                targets,
-                a.k,
-                weights,
-                a.metric,
-                a.device,
-            ),
-        )?
-        .with_selection(a.selection);
-        if let Some(w) = &sample_weight {
-            reg = reg.with_sample_weight(w)?;
-        }
-        about(&a.query, reg.predict(query.view()))
-    })();
+    let result = predict(&a.knn, &loaded, &targets);
     spinner.finish_and_clear();
-    let predicted: Vec<f32> = result?.into_iter().collect();
+    let predicted = result?;
     let secs = start.elapsed().as_secs_f64();
 
     let mut outputs = Outputs::new();
@@ -180,35 +117,24 @@ pub fn run(a: Args, ui: Ui) -> Result<(), CliError> {
     outputs.commit()?;
 
     let fit = truth.as_ref().map(|t| Fit::new(t, &predicted));
-    let device = device_name(a.device);
-    if a.json {
-        let mut j = json!({
-            "k": a.k,
-            "queries": query.rows,
-            "train": train.features.rows,
-            "d": query.cols,
-            "weights": weights.to_string(),
-            "sample_weight": a.sample_weight.name(),
-            "metric": metric_name(a.metric),
-            "device": device,
-            "seconds": secs,
-        });
-        if let Some(f) = &fit {
-            j["rmse"] = json!(f.rmse);
-            j["r2"] = json!(f.r2);
-        }
-        if let Some(p) = &a.out {
-            j["output"] = json!(p.display().to_string());
-        }
-        return super::print_json(&j);
+    let weights = Weights::from(a.knn.weights);
+    let mut j = a.knn.json(&loaded, secs);
+    j["weights"] = json!(weights.to_string());
+    if let Some(f) = &fit {
+        j["rmse"] = json!(f.rmse);
+        j["r2"] = json!(f.r2);
+    }
+    if let Some(p) = &a.out {
+        j["output"] = json!(p.display().to_string());
     }
     let mut summary = format!(
-        "regress: {} queries, {} training points ({} dimensions), k = {}, {} metric, {weights} weights\n  device      {device}\n  elapsed     {}\n",
+        "regress: {} queries, {} training points ({} dimensions), k = {}, {} metric, {weights} weights\n  device      {}\n  elapsed     {}\n",
         query.rows,
         train.features.rows,
         query.cols,
-        a.k,
-        metric_name(a.metric),
+        a.knn.k,
+        metric_name(a.knn.metric),
+        device_name(a.knn.device),
         super::seconds(secs),
     );
     if let Some(f) = &fit {
@@ -217,14 +143,29 @@ pub fn run(a: Args, ui: Ui) -> Result<(), CliError> {
     if let Some(p) = &a.out {
         summary += &format!("  wrote       {}\n", p.display());
     }
-    if a.out.is_none() && fit.is_none() {
-        let text: String = predicted.iter().map(|v| format!("{v}\n")).collect();
-        super::print_stdout(&text)?;
-        ui.note(summary.trim_end());
-        Ok(())
-    } else {
-        super::print_stdout(&summary)
+    let lines = || predicted.iter().map(|v| format!("{v}\n")).collect();
+    report(
+        &a.knn,
+        ui,
+        j,
+        summary,
+        lines,
+        a.out.is_some() || fit.is_some(),
+    )
+}
+
+/// The prediction for every query row.
+fn predict(k: &NeighbourArgs, loaded: &Loaded, targets: &[f32]) -> Result<Vec<f32>, CliError> {
+    let targets = MatrixView::new(targets, targets.len(), 1)?;
+    let features = loaded.train.features.view();
+    let fitted = KnnRegressor::fit(features, targets, k.k, k.weights.into(), k.metric, k.device);
+    let mut reg = about(&k.train, fitted)?.with_selection(k.selection);
+    if let Some(w) = &loaded.sample_weight {
+        reg = reg.with_sample_weight(w)?;
     }
+    Ok(about(&k.query, reg.predict(loaded.query.view()))?
+        .into_iter()
+        .collect())
 }
 
 #[cfg(test)]
