@@ -2,7 +2,7 @@
 //! calls, and the pairwise distance matrix.
 
 use crate::{engine, matrix, parse_device, value_error};
-use kmeans_knn::{DistanceMetric, KnnClassifier, KnnIndex, KnnRegressor, Weights};
+use kmeans_knn::{Device, DistanceMetric, KnnClassifier, KnnIndex, KnnRegressor, Weights};
 use numpy::{IntoPyArray, PyArray1, PyArray2, PyReadonlyArray1, PyReadonlyArray2};
 use pyo3::prelude::*;
 
@@ -15,6 +15,16 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
 
 fn parse_metric(metric: &str) -> PyResult<DistanceMetric> {
     metric.parse().map_err(value_error)
+}
+
+/// The options a classifier or regressor is fitted with, parsed.
+fn neighbour_options(
+    weights: &str,
+    metric: &str,
+    device: &str,
+) -> PyResult<(Weights, DistanceMetric, Device)> {
+    let weights = weights.parse().map_err(value_error)?;
+    Ok((weights, parse_metric(metric)?, parse_device(device)?))
 }
 
 /// What a search returns: distances and training row indices, queries × k.
@@ -75,8 +85,7 @@ impl Classifier {
         metric: &str,
         device: &str,
     ) -> PyResult<Self> {
-        let weights: Weights = weights.parse().map_err(value_error)?;
-        let (metric, device) = (parse_metric(metric)?, parse_device(device)?);
+        let (weights, metric, device) = neighbour_options(weights, metric, device)?;
         let train = matrix(&train)?;
         let labels = labels.as_slice()?;
         let classifier = engine(py, || {
@@ -124,8 +133,7 @@ impl Regressor {
         metric: &str,
         device: &str,
     ) -> PyResult<Self> {
-        let weights: Weights = weights.parse().map_err(value_error)?;
-        let (metric, device) = (parse_metric(metric)?, parse_device(device)?);
+        let (weights, metric, device) = neighbour_options(weights, metric, device)?;
         let (train, targets) = (matrix(&train)?, matrix(&targets)?);
         let regressor = engine(py, || {
             KnnRegressor::fit(&train, &targets, k, weights, metric, device)
