@@ -4,7 +4,7 @@
 
 use kmeans_knn::kmeans::shard::{Reply, Request, Shard, WeightScale};
 use kmeans_knn::{
-    Device, EmptyClusters, Init, KMeans, KMeansModel, KMeansParams, MatrixView, Metric,
+    Device, EmptyClusters, GpuSet, Init, KMeans, KMeansModel, KMeansParams, MatrixView, Metric,
 };
 use kmeans_knn_tests::{blobs, gpu, lattice, uniform};
 
@@ -261,4 +261,70 @@ fn sharded_cosine_is_refused() {
         ),
         "{err}"
     );
+}
+
+/// `Device::Gpus`: the rows cut into one shard per GPU, each on its own thread. On one GPU the
+/// set repeats its ordinal, which runs the same path (shards, threads, exact sums) as several.
+#[test]
+fn fits_over_a_gpu_set_equal_one_gpu_and_the_cpu() {
+    let Some(gpu) = gpu("fits_over_a_gpu_set_equal_one_gpu_and_the_cpu") else {
+        return;
+    };
+    let Device::Cuda(ordinal) = gpu else {
+        unreachable!("the gate resolves to a GPU")
+    };
+    let sets = [vec![ordinal; 2], vec![ordinal; 3]];
+    let mut all = cases();
+    all.push((
+        "tiled d=40 k=150",
+        uniform(3000, 40, 11),
+        40,
+        KMeans::params(150).seed(2).max_iter(8),
+    ));
+    for (case, data, d, params) in all {
+        let n = data.len() / d;
+        let view = MatrixView::new(&data, n, d).unwrap();
+        let cpu = params.clone().device(Device::Cpu).fit(&view).unwrap();
+        let one = params.clone().device(gpu).fit(&view).unwrap();
+        assert_same(&format!("{case}: one GPU"), &cpu, &one, &one.labels);
+        for set in &sets {
+            let device = Device::Gpus(GpuSet::new(set).unwrap());
+            let several = params.clone().device(device).fit(&view).unwrap();
+            let case = format!("{case}: {device}");
+            assert_same(&case, &cpu, &several, &several.labels);
+        }
+    }
+}
+
+#[test]
+fn a_gpu_set_is_refused_where_it_cannot_serve() {
+    let pair = Device::Gpus(GpuSet::new(&[0, 1]).unwrap());
+    let data = uniform(100, 2, 1);
+    let view = MatrixView::new(&data, 50, 4).unwrap();
+    let weighted = KMeans::params(3)
+        .device(pair)
+        .fit_weighted(&view, &[1.0; 50]);
+    assert!(
+        matches!(
+            &weighted,
+            Err(kmeans_knn::Error::InvalidParameter {
+                name: "sample_weight",
+                ..
+            })
+        ),
+        "{weighted:?}"
+    );
+    let minibatch = kmeans_knn::MiniBatchKMeans::params(3)
+        .device(pair)
+        .fit(&view);
+    let Err(kmeans_knn::Error::InvalidParameter {
+        name: "device",
+        reason,
+    }) = minibatch
+    else {
+        panic!("{minibatch:?}")
+    };
+    assert!(reason.contains("gpu:0,1 names several GPUs"), "{reason}");
+    let knn = kmeans_knn::KnnIndex::new(&view, kmeans_knn::DistanceMetric::Euclidean, pair);
+    assert!(knn.is_err());
 }

@@ -17,6 +17,66 @@ pub enum Device {
     Cpu,
     /// The CUDA GPU with this ordinal; an error when it is not usable.
     Cuda(usize),
+    /// Several CUDA GPUs of this machine (`gpu:0,1`, `gpu:all`): a k-means fit shards its rows
+    /// over them (see [`KMeansParams::fit`](crate::KMeansParams::fit)); every other operation
+    /// takes one device and refuses a set of more than one GPU.
+    Gpus(GpuSet),
+}
+
+/// The GPUs of [`Device::Gpus`]: every visible one, or up to [`GpuSet::MAX`] ordinals in the
+/// order given (an ordinal may repeat: its GPU then holds several shards, which tests use to
+/// run the multi-GPU path on one GPU).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct GpuSet {
+    /// Ordinals in `ordinals[..len]`; `len == 0`: every visible GPU.
+    ordinals: [u8; GpuSet::MAX],
+    len: u8,
+}
+
+impl GpuSet {
+    /// The most GPUs a set names.
+    pub const MAX: usize = 16;
+
+    /// Every GPU the driver shows.
+    pub const ALL: GpuSet = GpuSet {
+        ordinals: [0; GpuSet::MAX],
+        len: 0,
+    };
+
+    /// These ordinals (1 to [`GpuSet::MAX`] of them, each below 256).
+    pub fn new(ordinals: &[usize]) -> Result<GpuSet> {
+        if ordinals.is_empty() || ordinals.len() > Self::MAX {
+            return Err(Error::invalid(
+                "device",
+                format!("a GPU set names 1 to {} GPUs", Self::MAX),
+            ));
+        }
+        let mut set = GpuSet {
+            ordinals: [0; Self::MAX],
+            len: ordinals.len() as u8,
+        };
+        for (slot, &o) in set.ordinals.iter_mut().zip(ordinals) {
+            *slot = u8::try_from(o)
+                .map_err(|_| Error::invalid("device", format!("GPU {o} is not an ordinal")))?;
+        }
+        Ok(set)
+    }
+
+    /// The ordinals: those given, or every visible GPU's (an error when there is none).
+    pub fn ordinals(self) -> Result<Vec<usize>> {
+        if self.len > 0 {
+            return Ok(self.ordinals[..self.len as usize]
+                .iter()
+                .map(|&o| o as usize)
+                .collect());
+        }
+        match cuda::device_count() {
+            0 => Err(cuda::CudaBackend::shared(0)
+                .err()
+                .unwrap_or_else(|| Error::invalid("device", "gpu:all found no GPU"))),
+            n => Ok((0..n).collect()),
+        }
+    }
 }
 
 impl Device {
@@ -29,6 +89,24 @@ impl Device {
                 Ok(gpu) => Ok(gpu),
                 Err(_) => CpuBackend::shared(),
             },
+            Device::Gpus(set) => match set.ordinals()?.as_slice() {
+                &[one] => Ok(cuda::CudaBackend::shared(one)?),
+                _ => Err(Error::invalid(
+                    "device",
+                    format!(
+                        "{self} names several GPUs, which only a k-means fit uses; \
+                         give this operation one device (gpu:N)"
+                    ),
+                )),
+            },
+        }
+    }
+
+    /// The GPUs a k-means fit shards its rows over: more than one, else `None` (one device).
+    pub(crate) fn several_gpus(self) -> Result<Option<Vec<usize>>> {
+        match self {
+            Device::Gpus(set) => Ok(Some(set.ordinals()?).filter(|o| o.len() > 1)),
+            _ => Ok(None),
         }
     }
 
@@ -42,12 +120,27 @@ impl Device {
             }),
             Device::Cuda(n) => cuda::CudaBackend::shared(n).map(|_| self),
             Device::Cpu => Ok(self),
+            Device::Gpus(set) => {
+                let ordinals = set.ordinals()?;
+                for &o in &ordinals {
+                    cuda::CudaBackend::shared(o)?;
+                }
+                GpuSet::new(&ordinals).map(Device::Gpus)
+            }
         }
     }
 
-    /// A description of the backend this choice runs on, e.g. `cuda:0 (NVIDIA H100 80GB HBM3)`.
+    /// A description of the backend this choice runs on, e.g. `cuda:0 (NVIDIA H100 80GB HBM3)`
+    /// (for several GPUs, each one's, joined by `; `).
     pub fn describe(self) -> Result<String> {
-        Ok(self.backend()?.describe())
+        match self.several_gpus()? {
+            Some(ordinals) => Ok(ordinals
+                .iter()
+                .map(|&o| Ok(cuda::CudaBackend::shared(o)?.describe()))
+                .collect::<Result<Vec<_>>>()?
+                .join("; ")),
+            None => Ok(self.backend()?.describe()),
+        }
     }
 }
 
@@ -57,6 +150,14 @@ impl fmt::Display for Device {
             Device::Auto => f.write_str("auto"),
             Device::Cpu => f.write_str("cpu"),
             Device::Cuda(n) => write!(f, "gpu:{n}"),
+            Device::Gpus(set) if set.len == 0 => f.write_str("gpu:all"),
+            Device::Gpus(set) => {
+                let names: Vec<String> = set.ordinals[..set.len as usize]
+                    .iter()
+                    .map(u8::to_string)
+                    .collect();
+                write!(f, "gpu:{}", names.join(","))
+            }
         }
     }
 }
@@ -64,25 +165,34 @@ impl fmt::Display for Device {
 impl FromStr for Device {
     type Err = Error;
 
-    /// `auto`, `cpu`, `gpu`, `gpu:N` (also `cuda`, `cuda:N`).
+    /// `auto`, `cpu`, `gpu`, `gpu:N`, `gpu:N,M,…`, `gpu:all` (also `cuda…`).
     fn from_str(s: &str) -> Result<Self> {
         let lower = s.trim().to_ascii_lowercase();
         match lower.as_str() {
             "auto" => return Ok(Device::Auto),
             "cpu" => return Ok(Device::Cpu),
             "gpu" | "cuda" => return Ok(Device::Cuda(0)),
+            "gpu:all" | "cuda:all" => return Ok(Device::Gpus(GpuSet::ALL)),
             _ => {}
         }
-        let ordinal = lower
-            .strip_prefix("gpu:")
-            .or_else(|| lower.strip_prefix("cuda:"))
-            .and_then(|n| n.parse().ok());
-        ordinal.map(Device::Cuda).ok_or_else(|| {
+        let not_one = || {
             Error::invalid(
                 "device",
-                format!("'{s}' is not one of auto, cpu, gpu, gpu:N"),
+                format!("'{s}' is not one of auto, cpu, gpu, gpu:N, gpu:N,M,…, gpu:all"),
             )
-        })
+        };
+        let list = lower
+            .strip_prefix("gpu:")
+            .or_else(|| lower.strip_prefix("cuda:"))
+            .ok_or_else(not_one)?;
+        let ordinals: Vec<usize> = list
+            .split(',')
+            .map(|n| n.trim().parse().map_err(|_| not_one()))
+            .collect::<Result<_>>()?;
+        match ordinals.as_slice() {
+            &[one] => Ok(Device::Cuda(one)),
+            _ => GpuSet::new(&ordinals).map(Device::Gpus),
+        }
     }
 }
 
@@ -97,7 +207,23 @@ mod tests {
         assert_eq!("gpu".parse::<Device>().unwrap(), Device::Cuda(0));
         assert_eq!("gpu:2".parse::<Device>().unwrap(), Device::Cuda(2));
         assert!("tpu".parse::<Device>().is_err());
-        for d in [Device::Auto, Device::Cpu, Device::Cuda(3)] {
+        assert!("gpu:1,x".parse::<Device>().is_err());
+        assert!("gpu:0,256".parse::<Device>().is_err());
+        let pair = Device::Gpus(GpuSet::new(&[1, 0]).unwrap());
+        assert_eq!("GPU:1, 0".parse::<Device>().unwrap(), pair);
+        assert_eq!(
+            "cuda:all".parse::<Device>().unwrap(),
+            Device::Gpus(GpuSet::ALL)
+        );
+        let seventeen = vec!["0"; GpuSet::MAX + 1].join(",");
+        assert!(format!("gpu:{seventeen}").parse::<Device>().is_err());
+        for d in [
+            Device::Auto,
+            Device::Cpu,
+            Device::Cuda(3),
+            pair,
+            Device::Gpus(GpuSet::ALL),
+        ] {
             assert_eq!(d.to_string().parse::<Device>().unwrap(), d);
         }
     }

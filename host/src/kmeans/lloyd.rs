@@ -78,6 +78,15 @@ pub(super) fn fit(
     data: &MatrixView<'_>,
     sample_weight: Option<&[f32]>,
 ) -> Result<KMeansModel> {
+    if let Some(ordinals) = params.device.several_gpus()? {
+        if sample_weight.is_some() {
+            return Err(Error::invalid(
+                "sample_weight",
+                "a fit over several GPUs takes no sample weights yet; fit on one GPU (gpu:N)",
+            ));
+        }
+        return super::shard::gpus::fit(params, data, &ordinals);
+    }
     let prepared = Prepared::new(params, data, sample_weight)?;
     let backend = params.device.backend()?;
     let mut lloyd = backend.lloyd(&prepared.data, &prepared.spec(params))?;

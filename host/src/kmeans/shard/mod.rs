@@ -53,6 +53,7 @@
 mod client;
 mod codec;
 mod columns;
+pub(crate) mod gpus;
 mod protocol;
 mod resident;
 
