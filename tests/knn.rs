@@ -1226,3 +1226,72 @@ fn sanitize_prefilter_classify_matches_cpu() {
         prefilter_classify(device, true);
     }
 }
+
+/// `Device::Gpus`: the training rows cut into a part per GPU, each query's candidates merged by
+/// (distance, index). On one GPU the set repeats its ordinal (the same path, parts on one GPU):
+/// searches, votes and averages equal one GPU's and the CPU's bit for bit, with ties across
+/// parts and k above a part's rows.
+#[test]
+fn a_gpu_set_answers_as_one_gpu_and_the_cpu() {
+    let Some(gpu) = gpu("a_gpu_set_answers_as_one_gpu_and_the_cpu") else {
+        return;
+    };
+    let Device::Cuda(o) = gpu else {
+        unreachable!("the gate resolves to a GPU")
+    };
+    let sets = [vec![o; 2], vec![o; 3]];
+    let (n, d) = (301, 3);
+    let cases = [
+        ("uniform", uniform(n, d, 91)),
+        ("lattice ties", lattice(n, d, 3, 92)),
+    ];
+    for (name, train) in &cases {
+        let queries = uniform(40, d, 93);
+        let classes: Vec<u32> = (0..n as u32).map(|i| i % 4).collect();
+        let targets: Vec<f32> = (0..n).map(|i| (i % 7) as f32).collect();
+        for metric in METRICS {
+            for k in [1, 7, 120, n] {
+                let answer = |device: Device| {
+                    let index = KnnIndex::new(view(train, d), metric, device).unwrap();
+                    let found = index.search(view(&queries, d), k).unwrap();
+                    let clf = KnnClassifier::fit(
+                        view(train, d),
+                        &classes,
+                        k,
+                        Weights::Distance,
+                        metric,
+                        device,
+                    )
+                    .unwrap();
+                    let proba = clf.predict_proba(view(&queries, d)).unwrap();
+                    let reg = kmeans_knn::KnnRegressor::fit(
+                        view(train, d),
+                        MatrixView::new(&targets, n, 1).unwrap(),
+                        k,
+                        Weights::Uniform,
+                        metric,
+                        device,
+                    )
+                    .unwrap();
+                    let mean = reg.predict(view(&queries, d)).unwrap();
+                    let bits: Vec<u32> = found.distances.iter().map(|v| v.to_bits()).collect();
+                    let proba: Vec<u32> = proba.iter().map(|v| v.to_bits()).collect();
+                    let mean: Vec<u32> = mean.iter().map(|v| v.to_bits()).collect();
+                    (
+                        found.indices,
+                        bits,
+                        clf.predict(view(&queries, d)).unwrap(),
+                        proba,
+                        mean,
+                    )
+                };
+                let cpu = answer(Device::Cpu);
+                assert!(cpu == answer(gpu), "{name} {metric} k={k}: one GPU");
+                for set in &sets {
+                    let device = Device::Gpus(kmeans_knn::GpuSet::new(set).unwrap());
+                    assert!(cpu == answer(device), "{name} {metric} k={k}: {device}");
+                }
+            }
+        }
+    }
+}

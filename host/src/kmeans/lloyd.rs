@@ -7,6 +7,7 @@ use super::prepare::Prepared;
 use super::weights::Weighting;
 use super::{EmptyClusters, Init, Iteration, KMeansModel, KMeansParams};
 use crate::backend::{AssignStats, Lloyd};
+use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::matrix::MatrixView;
 use kernels_gpu::seeding::WeightScale;
@@ -85,7 +86,8 @@ pub(super) fn fit(
                 "a fit over several GPUs takes no sample weights yet; fit on one GPU (gpu:N)",
             ));
         }
-        return super::shard::gpus::fit(params, data, &ordinals);
+        let gpus: Vec<Device> = ordinals.into_iter().map(Device::Cuda).collect();
+        return super::shard::gpus::fit(params, data, &gpus);
     }
     let prepared = Prepared::new(params, data, sample_weight)?;
     let backend = params.device.backend()?;

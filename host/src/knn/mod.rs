@@ -23,6 +23,7 @@
 //! `k ≤ 64`. All give the same answer.
 
 mod classify;
+mod gpus;
 mod regress;
 mod scale;
 
@@ -82,7 +83,10 @@ impl fmt::Debug for KnnIndex {
 }
 
 impl KnnIndex {
-    /// Copies `train` (non-empty, finite) to `device` (the GPU keeps it resident).
+    /// Copies `train` (non-empty, finite) to `device` (the GPU keeps it resident). With
+    /// [`Device::Gpus`] the rows are cut into a contiguous part per GPU, every search runs on all
+    /// of them at once and each query's candidates are merged by (distance, index): the same
+    /// answer as one GPU's.
     pub fn new<'a>(
         train: impl Into<MatrixView<'a>>,
         metric: DistanceMetric,
@@ -96,8 +100,13 @@ impl KnnIndex {
                 format!("{} rows; the index holds fewer than 2^32 − 1", train.rows()),
             ));
         }
-        let backend = device.backend()?;
-        let inner = backend.knn_index(&train, metric.kernel())?;
+        let inner: Box<dyn KnnSearch> = match device.several_gpus()? {
+            Some(ordinals) => {
+                let gpus: Vec<Device> = ordinals.into_iter().map(Device::Cuda).collect();
+                Box::new(gpus::GpuParts::new(&train, metric.kernel(), &gpus)?)
+            }
+            None => device.backend()?.knn_index(&train, metric.kernel())?,
+        };
         Ok(KnnIndex {
             inner,
             n: train.rows(),

@@ -5,10 +5,10 @@
 
 use super::CpuBackend;
 use super::kmeans::row_sq_norms;
+use super::knn_vote;
 use super::simd::{self, Panels};
 #[cfg(target_arch = "x86_64")]
 use super::simd::{Avx2, Avx512, Simd, SimdLevel};
-use super::vote::knn_vote;
 use crate::backend::vocab::{Selection, rows_per_block};
 use crate::backend::{BlockSink, Distances, KnnSearch, Neighbours, Votes, split_keys};
 use crate::error::Result;

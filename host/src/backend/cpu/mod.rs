@@ -17,6 +17,7 @@ use crate::matrix::MatrixView;
 use std::sync::{Arc, OnceLock};
 
 pub(crate) use init::Seeder;
+pub(crate) use vote::knn_vote;
 
 /// The rayon backend.
 pub struct CpuBackend;

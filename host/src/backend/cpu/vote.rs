@@ -6,7 +6,7 @@ use kernels_gpu::knn::{key_distance, key_index, vote_better, vote_share, vote_we
 /// empty, every class's share. `keys` are the query's k neighbour keys, sorted; `row_weights`
 /// the training rows' relative sample weights, if any.
 #[allow(clippy::too_many_arguments)]
-pub(super) fn knn_vote(
+pub(crate) fn knn_vote(
     keys: &[u64],
     class_ids: &[u32],
     row_weights: Option<&[f32]>,

@@ -11,17 +11,17 @@ use crate::kmeans::{KMeansModel, KMeansParams};
 use crate::matrix::MatrixView;
 use std::thread;
 
-/// Fits `data` (validated by the shards) over the GPUs `ordinals` (two or more; an ordinal may
+/// Fits `data` (validated by the shards) over `devices` (the GPUs of a set; a device may
 /// repeat) as [`KMeansParams::fit`] would on one of them.
 pub(crate) fn fit(
     params: &KMeansParams,
     data: &MatrixView<'_>,
-    ordinals: &[usize],
+    devices: &[Device],
 ) -> Result<KMeansModel> {
     let (n, d) = (data.rows(), data.cols());
-    let parts = ordinals.len().min(n).max(1);
+    let parts = devices.len().min(n).max(1);
     let mut shards = Vec::with_capacity(parts);
-    for (i, &ordinal) in ordinals.iter().take(parts).enumerate() {
+    for (i, &device) in devices.iter().take(parts).enumerate() {
         let (start, end) = (i * n / parts, (i + 1) * n / parts);
         let rows = MatrixView::new(&data.as_slice()[start * d..end * d], end - start, d)?;
         // SAFETY: the shards live in `shards`, which this function drops before it returns
@@ -29,7 +29,7 @@ pub(crate) fn fit(
         // reference to `data` outlives this call, although `Shard` asks for 'static rows (it
         // is also the long-lived shard of a Dask worker, which owns its rows).
         let rows: MatrixView<'static> = unsafe { std::mem::transmute(rows) };
-        shards.push(Shard::new(rows, start as u64, Device::Cuda(ordinal))?);
+        shards.push(Shard::new(rows, start as u64, device)?);
     }
     let mut transport = OnThreads(shards);
     let mut model = super::fit(params, &mut transport)?;
@@ -76,4 +76,34 @@ fn joined((i, running): (usize, thread::ScopedJoinHandle<'_, Result<Reply>>)) ->
     running
         .join()
         .unwrap_or_else(|_| Err(Error::Shard(format!("shard {i}'s thread panicked"))))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kmeans::{Init, KMeans};
+
+    /// Shards on threads (here CPU shards: the same code as on GPUs) equal one fit.
+    #[test]
+    fn shards_on_threads_fit_as_one() {
+        let (n, d) = (301, 3);
+        let rows: Vec<f32> = (0..n * d)
+            .map(|i| ((i * 7919) % 101) as f32 / 10.0)
+            .collect();
+        let data = MatrixView::new(&rows, n, d).unwrap();
+        for params in [
+            KMeans::params(9).seed(3),
+            KMeans::params(9)
+                .seed(3)
+                .init(Init::KMeansParallel)
+                .n_init(2),
+        ] {
+            let one = params.clone().device(Device::Cpu).fit(&data).unwrap();
+            let threads = fit(&params, &data, &[Device::Cpu; 4]).unwrap();
+            assert_eq!(threads.centroids, one.centroids);
+            assert_eq!(threads.labels, one.labels);
+            assert_eq!(threads.inertia.to_bits(), one.inertia.to_bits());
+            assert_eq!(threads.n_iter, one.n_iter);
+        }
+    }
 }
