@@ -5,14 +5,13 @@
 //! answer equals one GPU's and the CPU's bit for bit. Votes are counted on the host by the
 //! vote's CPU twin over the merged neighbours.
 
-use crate::backend::cpu::knn_vote;
+use super::parts::{TopK, VoteRows};
 use crate::backend::vocab::{PrefilterReport, Selection};
-use crate::backend::{KnnSearch, Neighbours, Votes, split_keys};
+use crate::backend::{KnnSearch, Neighbours, Votes};
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::matrix::MatrixView;
-use kernels_gpu::fixed::pow2_f32;
-use kernels_gpu::knn::{PairMetric, key, vote_scale_exponent};
+use kernels_gpu::knn::PairMetric;
 use std::thread;
 
 /// One GPU's part of the training rows.
@@ -25,9 +24,7 @@ struct Part {
 /// The parts, and what a vote needs of every training row.
 pub(crate) struct GpuParts {
     parts: Vec<Part>,
-    class_ids: Vec<u32>,
-    classes: usize,
-    row_weights: Option<Vec<f32>>,
+    vote_rows: VoteRows,
 }
 
 impl GpuParts {
@@ -53,20 +50,19 @@ impl GpuParts {
         }
         Ok(GpuParts {
             parts,
-            class_ids: Vec::new(),
-            classes: 0,
-            row_weights: None,
+            vote_rows: VoteRows::default(),
         })
     }
 
-    /// Every query's `k` nearest as keys (`key(distance, training row)`), merged over the parts.
+    /// Every query's `k` nearest, merged over the parts, with the selection and the prefilter
+    /// report of the parts' searches.
     fn merged(
         &self,
         queries: &MatrixView<'_>,
         k: usize,
         selection: Selection,
         max_bytes: Option<usize>,
-    ) -> Result<(Vec<u64>, Selection, Option<PrefilterReport>)> {
+    ) -> Result<(TopK, Selection, Option<PrefilterReport>)> {
         let found: Vec<Result<Neighbours>> = thread::scope(|scope| {
             let running: Vec<_> = (self.parts.iter())
                 .map(|p| {
@@ -80,29 +76,20 @@ impl GpuParts {
                 .collect()
         });
         let found = found.into_iter().collect::<Result<Vec<_>>>()?;
-        let mut keys = Vec::with_capacity(queries.rows() * k);
-        let mut candidates = Vec::new();
-        for q in 0..queries.rows() {
-            candidates.clear();
-            for (part, f) in self.parts.iter().zip(&found) {
-                let kp = k.min(part.rows);
-                let (indices, distances) = (&f.indices[q * kp..], &f.distances[q * kp..]);
-                candidates.extend(
-                    (indices.iter().zip(distances).take(kp))
-                        .map(|(&i, &dist)| key(dist, part.first_row + i)),
-                );
-            }
-            candidates.sort_unstable();
-            keys.extend_from_slice(&candidates[..k]);
+        let mut top = TopK::new(queries.rows(), k);
+        for (part, f) in self.parts.iter().zip(&found) {
+            top.merge(f, k.min(part.rows), part.first_row);
         }
-        let prefilter = found
-            .iter()
-            .filter_map(|f| f.prefilter)
-            .reduce(|a, b| PrefilterReport {
-                queries: a.queries + b.queries,
-                exact_fallbacks: a.exact_fallbacks + b.exact_fallbacks,
-            });
-        Ok((keys, found[0].selection, prefilter))
+        let prefilter = found.iter().filter_map(|f| f.prefilter).reduce(add_reports);
+        Ok((top, found[0].selection, prefilter))
+    }
+}
+
+/// Two prefilter reports as one.
+pub(crate) fn add_reports(a: PrefilterReport, b: PrefilterReport) -> PrefilterReport {
+    PrefilterReport {
+        queries: a.queries + b.queries,
+        exact_fallbacks: a.exact_fallbacks + b.exact_fallbacks,
     }
 }
 
@@ -114,9 +101,8 @@ impl KnnSearch for GpuParts {
         selection: Selection,
         max_bytes: Option<usize>,
     ) -> Result<Neighbours> {
-        let (keys, selection, prefilter) = self.merged(queries, k, selection, max_bytes)?;
-        let (mut indices, mut distances) = (Vec::new(), Vec::new());
-        split_keys(&keys, &mut indices, &mut distances);
+        let (top, selection, prefilter) = self.merged(queries, k, selection, max_bytes)?;
+        let (indices, distances) = top.indices_and_distances();
         Ok(Neighbours {
             indices,
             distances,
@@ -132,13 +118,13 @@ impl KnnSearch for GpuParts {
     }
 
     fn set_labels(&mut self, class_ids: &[u32], classes: usize) -> Result<()> {
-        self.class_ids = class_ids.to_vec();
-        self.classes = classes;
+        self.vote_rows.class_ids = class_ids.to_vec();
+        self.vote_rows.classes = classes;
         Ok(())
     }
 
     fn set_row_weights(&mut self, relative: &[f32]) -> Result<()> {
-        self.row_weights = Some(relative.to_vec());
+        self.vote_rows.row_weights = Some(relative.to_vec());
         Ok(())
     }
 
@@ -151,29 +137,8 @@ impl KnnSearch for GpuParts {
         weighted: bool,
         proba: bool,
     ) -> Result<Votes> {
-        let (keys, _, _) = self.merged(queries, k, selection, max_bytes)?;
-        let c = self.classes.max(1);
-        let scale = pow2_f32(vote_scale_exponent(k));
-        let (mut votes, mut first) = (vec![0u64; c], vec![0u32; c]);
-        let mut shares = vec![0f32; if proba { queries.rows() * c } else { 0 }];
-        let classes = (keys.chunks_exact(k).enumerate())
-            .map(|(q, keys)| {
-                let share = if proba {
-                    &mut shares[q * c..(q + 1) * c]
-                } else {
-                    &mut [][..]
-                };
-                let weights = self.row_weights.as_deref();
-                let ids = &self.class_ids;
-                knn_vote(
-                    keys, ids, weights, c, weighted, scale, &mut votes, &mut first, share,
-                )
-            })
-            .collect();
-        Ok(Votes {
-            classes,
-            proba: shares,
-        })
+        let (top, _, _) = self.merged(queries, k, selection, max_bytes)?;
+        Ok(self.vote_rows.vote(top.keys(), k, weighted, proba))
     }
 }
 

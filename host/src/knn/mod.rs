@@ -24,6 +24,7 @@
 
 mod classify;
 mod gpus;
+mod parts;
 mod regress;
 mod scale;
 

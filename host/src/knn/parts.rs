@@ -1,0 +1,102 @@
+//! What a kNN index over parts of its training rows (on several GPUs, or streamed through one)
+//! needs: every query's running k nearest, merged part by part in the order of a single index,
+//! and the vote over the merged neighbours.
+
+use crate::backend::cpu::knn_vote;
+use crate::backend::{Neighbours, Votes, split_keys};
+use kernels_gpu::fixed::pow2_f32;
+use kernels_gpu::knn::{key, vote_scale_exponent};
+
+/// No neighbour yet: above every real key (a real key's index is below `u32::MAX`).
+const EMPTY: u64 = u64::MAX;
+
+/// Every query's `k` nearest so far, as keys `key(distance, training row)`, ascending.
+pub(crate) struct TopK {
+    k: usize,
+    keys: Vec<u64>,
+    merged: Vec<u64>,
+}
+
+impl TopK {
+    /// Nothing yet for `queries` queries.
+    pub(crate) fn new(queries: usize, k: usize) -> TopK {
+        TopK {
+            k,
+            keys: vec![EMPTY; queries * k],
+            merged: Vec::with_capacity(k),
+        }
+    }
+
+    /// Merges a part's answer (`found`: its `kp` nearest per query, rows counted from the part's
+    /// first row `first_row`, nearest first). Within a part the order by (distance, row) is the
+    /// order by (distance, row + first_row), so a two-way merge keeps the keys sorted; keys are
+    /// unique, so the result is the single index's, whatever the parts.
+    pub(crate) fn merge(&mut self, found: &Neighbours, kp: usize, first_row: u32) {
+        let k = self.k;
+        for (q, running) in self.keys.chunks_exact_mut(k).enumerate() {
+            let part = (found.indices[q * kp..(q + 1) * kp].iter())
+                .zip(&found.distances[q * kp..(q + 1) * kp])
+                .map(|(&i, &d)| key(d, first_row + i));
+            let (mut old, mut new) = (running.iter().copied().peekable(), part.peekable());
+            self.merged.clear();
+            while self.merged.len() < k {
+                let next = match (old.peek(), new.peek()) {
+                    (Some(&a), Some(&b)) if b < a => new.next(),
+                    (Some(_), _) => old.next(),
+                    (None, _) => new.next(),
+                };
+                self.merged.push(next.unwrap_or(EMPTY));
+            }
+            running.copy_from_slice(&self.merged);
+        }
+    }
+
+    /// The keys, `queries × k`.
+    pub(crate) fn keys(&self) -> &[u64] {
+        &self.keys
+    }
+
+    /// The neighbours as a search returns them.
+    pub(crate) fn indices_and_distances(&self) -> (Vec<u32>, Vec<f32>) {
+        let (mut indices, mut distances) = (Vec::new(), Vec::new());
+        split_keys(&self.keys, &mut indices, &mut distances);
+        (indices, distances)
+    }
+}
+
+/// What a vote over merged neighbours needs of the training rows.
+#[derive(Default)]
+pub(crate) struct VoteRows {
+    pub class_ids: Vec<u32>,
+    pub classes: usize,
+    pub row_weights: Option<Vec<f32>>,
+}
+
+impl VoteRows {
+    /// The vote of every query over its `k` merged neighbours `keys`, by the vote's CPU twin
+    /// (the GPU's vote gives the same classes and shares).
+    pub(crate) fn vote(&self, keys: &[u64], k: usize, weighted: bool, proba: bool) -> Votes {
+        let c = self.classes.max(1);
+        let scale = pow2_f32(vote_scale_exponent(k));
+        let (mut votes, mut first) = (vec![0u64; c], vec![0u32; c]);
+        let queries = keys.len() / k;
+        let mut shares = vec![0f32; if proba { queries * c } else { 0 }];
+        let classes = (keys.chunks_exact(k).enumerate())
+            .map(|(q, keys)| {
+                let share = if proba {
+                    &mut shares[q * c..(q + 1) * c]
+                } else {
+                    &mut [][..]
+                };
+                let (ids, weights) = (&self.class_ids, self.row_weights.as_deref());
+                knn_vote(
+                    keys, ids, weights, c, weighted, scale, &mut votes, &mut first, share,
+                )
+            })
+            .collect();
+        Votes {
+            classes,
+            proba: shares,
+        }
+    }
+}
