@@ -1295,3 +1295,55 @@ fn a_gpu_set_answers_as_one_gpu_and_the_cpu() {
         }
     }
 }
+
+/// A training set above the memory budget stays in host memory and streams through the GPU at
+/// every search: the answer equals the resident index's and the CPU's, whatever the budget
+/// (parts of one row, of a few rows, and a budget that holds it all).
+#[test]
+fn streamed_training_sets_answer_as_resident_ones() {
+    let Some(gpu) = gpu("streamed_training_sets_answer_as_resident_ones") else {
+        return;
+    };
+    let (n, d) = (777, 5);
+    let queries = uniform(50, d, 95);
+    for (name, train) in [
+        ("uniform", uniform(n, d, 94)),
+        ("lattice", lattice(n, d, 3, 96)),
+    ] {
+        for metric in METRICS {
+            let cpu = KnnIndex::new(view(&train, d), metric, Device::Cpu).unwrap();
+            let row = 4 * (d + 4);
+            for budget in [2 * 37 * row, 2 * 400 * row, 4 * n * row] {
+                let index =
+                    KnnIndex::with_memory_budget(view(&train, d), metric, gpu, Some(budget))
+                        .unwrap();
+                assert_eq!(index.is_streamed(), budget < n * row, "budget {budget}");
+                for k in [1, 9, 150, n] {
+                    let (a, b) = (
+                        cpu.search(view(&queries, d), k).unwrap(),
+                        index.search(view(&queries, d), k).unwrap(),
+                    );
+                    let case = format!("{name} {metric} budget {budget} k={k}");
+                    assert_eq!(a.indices, b.indices, "{case}");
+                    let bits =
+                        |r: &KnnResult| r.distances.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(bits(&a), bits(&b), "{case}");
+                }
+            }
+        }
+    }
+    // Parts of one row.
+    let train = lattice(40, d, 2, 97);
+    let cpu = KnnIndex::new(view(&train, d), DistanceMetric::L1, Device::Cpu).unwrap();
+    let one_row = 2 * 4 * (d + 4);
+    let index =
+        KnnIndex::with_memory_budget(view(&train, d), DistanceMetric::L1, gpu, Some(one_row))
+            .unwrap();
+    for k in [1, 40] {
+        let (a, b) = (
+            cpu.search(view(&queries, d), k).unwrap(),
+            index.search(view(&queries, d), k).unwrap(),
+        );
+        assert_eq!((a.indices, a.distances), (b.indices, b.distances), "k={k}");
+    }
+}

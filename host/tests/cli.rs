@@ -2122,3 +2122,35 @@ fn bad_sample_weights_exit_2_naming_the_file() {
         );
     }
 }
+
+#[test]
+fn knn_streams_a_training_set_above_the_gpu_memory_budget() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path();
+    write(d, "train.csv", &line_points(10));
+    write(d, "query.csv", "2.1,0\n8.8,0\n");
+    // 10 rows take 240 bytes on a GPU: a budget of 100 streams them two rows at a time. On the
+    // CPU the budget does not apply. Either way the answer is the same.
+    let args = [
+        "knn",
+        "--train",
+        "train.csv",
+        "--query",
+        "query.csv",
+        "--k",
+        "3",
+    ];
+    let r = ok(d, &[&args[..], &["--gpu-memory", "100", "--json"]].concat());
+    let j = json(&r);
+    let on_gpu = j["device"].as_str().unwrap().starts_with("cuda");
+    assert_eq!(j["streamed"], on_gpu, "{j}");
+    let r = ok(d, &[&args[..], &["--gpu-memory", "0.1KiB"]].concat());
+    let rows: Vec<&str> = r.stdout.lines().collect();
+    assert_eq!(rows, vec!["2,3,1", "9,8,7"]);
+    fails(
+        d,
+        &[&args[..], &["--gpu-memory", "5X"]].concat(),
+        2,
+        &["--gpu-memory", "the unit is not one of"],
+    );
+}

@@ -59,6 +59,12 @@ pub(crate) trait Backend: Send + Sync + Distances {
     fn device_memory_in_use(&self) -> Result<Option<usize>> {
         Ok(None)
     }
+
+    /// Bytes of device memory free for new buffers, where the backend has a device of its own
+    /// (`None`: the data lives in host memory).
+    fn device_memory_free(&self) -> Result<Option<usize>> {
+        Ok(None)
+    }
 }
 
 /// Where resident rows sit in the whole data set.

@@ -43,10 +43,15 @@ pub struct Args {
     /// Write the queries × k neighbour distances here (.npy or CSV).
     #[arg(long, value_name = "FILE")]
     distances_out: Option<PathBuf>,
-    /// Where to compute: auto, cpu, gpu, gpu:N.
+    /// Where to compute: auto, cpu, gpu, gpu:N; or several GPUs, gpu:N,M,… or gpu:all, over
+    /// which the training rows are cut.
     #[arg(long, value_name = "DEVICE", default_value = "auto")]
     device: Device,
-    /// Print one JSON object on stdout (k, queries, device, seconds, selection).
+    /// GPU memory the index may use, e.g. 8GiB or 500M (default: 70 % of what is free); a
+    /// larger training set stays in host memory and streams through the GPU (same answer).
+    #[arg(long, value_name = "BYTES")]
+    gpu_memory: Option<super::Bytes>,
+    /// Print one JSON object on stdout (k, queries, device, seconds, selection, streamed).
     #[arg(long)]
     json: bool,
     #[command(flatten)]
@@ -104,13 +109,16 @@ pub fn run(a: Args, ui: Ui) -> Result<(), CliError> {
         "searching {} queries among {} points",
         query.rows, train.rows
     ));
-    let result =
-        about(&a.train, KnnIndex::new(train.view(), a.metric, a.device)).and_then(|index| {
-            about(
-                &a.query,
-                index.with_selection(a.selection).search(query.view(), a.k),
-            )
-        });
+    let budget = a.gpu_memory.map(|b| b.0);
+    let index = KnnIndex::with_memory_budget(train.view(), a.metric, a.device, budget);
+    let mut streamed = false;
+    let result = about(&a.train, index).and_then(|index| {
+        streamed = index.is_streamed();
+        about(
+            &a.query,
+            index.with_selection(a.selection).search(query.view(), a.k),
+        )
+    });
     spinner.finish_and_clear();
     let result = result?;
     let secs = start.elapsed().as_secs_f64();
@@ -139,14 +147,20 @@ pub fn run(a: Args, ui: Ui) -> Result<(), CliError> {
             "device": device,
             "seconds": secs,
             "selection": selection,
+            "streamed": streamed,
             "outputs": outs.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
         }));
     }
     let summary = format!(
-        "knn: {nq} queries × {} training points ({} dimensions), k = {k}, {} metric\n  device      {device}\n  selection   {selection}\n  elapsed     {}\n",
+        "knn: {nq} queries × {} training points ({} dimensions), k = {k}, {} metric\n  device      {device}{}\n  selection   {selection}\n  elapsed     {}\n",
         train.rows,
         train.cols,
         a.metric_name(),
+        if streamed {
+            " (training rows streamed: above --gpu-memory)"
+        } else {
+            ""
+        },
         super::seconds(secs),
     );
     if outs.is_empty() {

@@ -477,6 +477,41 @@ pub fn fit_summary_tail(m: &crate::KMeansModel, secs: f64, outs: &[&Path]) -> St
     s
 }
 
+/// A number of bytes as people write it: `123`, `500M`, `8GiB`, `1.5G` (K, M, G, T are powers of
+/// 1024, with or without `iB`/`B`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Bytes(pub usize);
+
+impl std::str::FromStr for Bytes {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let t = s.trim();
+        let split = t.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(t.len());
+        let (number, unit) = t.split_at(split);
+        let shift = match unit
+            .to_ascii_lowercase()
+            .trim_end_matches("ib")
+            .trim_end_matches('b')
+        {
+            "" => 0,
+            "k" => 10,
+            "m" => 20,
+            "g" => 30,
+            "t" => 40,
+            _ => {
+                return Err(format!(
+                    "'{s}': the unit is not one of K, M, G, T (or KiB, …)"
+                ));
+            }
+        };
+        match number.trim().parse::<f64>() {
+            Ok(v) if v.is_finite() && v >= 0.0 => Ok(Bytes((v * (1u64 << shift) as f64) as usize)),
+            _ => Err(format!("'{s}' is not a number of bytes, e.g. 500M or 8GiB")),
+        }
+    }
+}
+
 /// Formats seconds for people.
 pub fn seconds(s: f64) -> String {
     if s < 1.0 {

@@ -27,6 +27,7 @@ mod gpus;
 mod parts;
 mod regress;
 mod scale;
+mod stream;
 
 pub use crate::backend::vocab::{PrefilterReport, Selection};
 pub use classify::{KnnClassifier, Weights};
@@ -38,8 +39,12 @@ use crate::device::Device;
 use crate::distances::DistanceMetric;
 use crate::error::{Error, Result};
 use crate::matrix::MatrixView;
+use kernels_gpu::knn::PairMetric;
 use ndarray::Array2;
 use std::fmt;
+
+/// Share of the free GPU memory that an index may use when no budget is given.
+const DEFAULT_BUDGET_SHARE: f64 = 0.7;
 
 /// Largest k that the GPU selects while streaming distance tiles; larger k sort whole rows.
 pub const MAX_GPU_STREAM_K: usize = kernels_gpu::knn::MAX_STREAM_K;
@@ -67,6 +72,7 @@ pub struct KnnIndex {
     selection: Selection,
     max_bytes: Option<usize>,
     prefilter: bool,
+    streamed: bool,
 }
 
 impl fmt::Debug for KnnIndex {
@@ -79,19 +85,34 @@ impl fmt::Debug for KnnIndex {
             .field("selection", &self.selection)
             .field("max_bytes", &self.max_bytes)
             .field("prefilter", &self.prefilter)
+            .field("streamed", &self.streamed)
             .finish()
     }
 }
 
 impl KnnIndex {
-    /// Copies `train` (non-empty, finite) to `device` (the GPU keeps it resident). With
-    /// [`Device::Gpus`] the rows are cut into a contiguous part per GPU, every search runs on all
-    /// of them at once and each query's candidates are merged by (distance, index): the same
-    /// answer as one GPU's.
+    /// Copies `train` (non-empty, finite) to `device` (the GPU keeps it resident) within the
+    /// default memory budget of [`KnnIndex::with_memory_budget`]. With [`Device::Gpus`] the
+    /// rows are cut into a contiguous part per GPU, every search runs on all of them at once and
+    /// each query's candidates are merged by (distance, index): the same answer as one GPU's.
     pub fn new<'a>(
         train: impl Into<MatrixView<'a>>,
         metric: DistanceMetric,
         device: Device,
+    ) -> Result<KnnIndex> {
+        Self::with_memory_budget(train, metric, device, None)
+    }
+
+    /// [`KnnIndex::new`] within `budget` bytes of GPU memory for the training rows and a
+    /// search's query batches (`None`: 70 % of what the GPU has free). A training set that does
+    /// not fit (`n · 4 · (d + 4)` bytes) stays in host memory, and every search streams it
+    /// through the GPU in parts of half the budget, merging each part's k nearest by (distance,
+    /// index): the same answer, bit for bit, at the cost of the copies. The CPU has no budget.
+    pub fn with_memory_budget<'a>(
+        train: impl Into<MatrixView<'a>>,
+        metric: DistanceMetric,
+        device: Device,
+        budget: Option<usize>,
     ) -> Result<KnnIndex> {
         let train = train.into();
         train.validate("the training data")?;
@@ -101,13 +122,7 @@ impl KnnIndex {
                 format!("{} rows; the index holds fewer than 2^32 − 1", train.rows()),
             ));
         }
-        let inner: Box<dyn KnnSearch> = match device.several_gpus()? {
-            Some(ordinals) => {
-                let gpus: Vec<Device> = ordinals.into_iter().map(Device::Cuda).collect();
-                Box::new(gpus::GpuParts::new(&train, metric.kernel(), &gpus)?)
-            }
-            None => device.backend()?.knn_index(&train, metric.kernel())?,
-        };
+        let (inner, streamed) = Self::place(&train, metric.kernel(), device, budget)?;
         Ok(KnnIndex {
             inner,
             n: train.rows(),
@@ -117,7 +132,40 @@ impl KnnIndex {
             selection: Selection::Auto,
             max_bytes: None,
             prefilter: true,
+            streamed,
         })
+    }
+
+    /// The index for `train` on `device`: over a GPU set, resident, or streamed (`true`).
+    fn place(
+        train: &MatrixView<'_>,
+        metric: PairMetric,
+        device: Device,
+        budget: Option<usize>,
+    ) -> Result<(Box<dyn KnnSearch>, bool)> {
+        if let Some(ordinals) = device.several_gpus()? {
+            let gpus: Vec<Device> = ordinals.into_iter().map(Device::Cuda).collect();
+            return Ok((Box::new(gpus::GpuParts::new(train, metric, &gpus)?), false));
+        }
+        let backend = device.backend()?;
+        let Some(free) = backend.device_memory_free()? else {
+            return Ok((backend.knn_index(train, metric)?, false));
+        };
+        let budget = budget.unwrap_or((free as f64 * DEFAULT_BUDGET_SHARE) as usize);
+        let needed = train
+            .rows()
+            .saturating_mul(stream::device_bytes_per_row(train.cols()));
+        if needed <= budget {
+            return Ok((backend.knn_index(train, metric)?, false));
+        }
+        let streamed = stream::Streamed::new(backend, train, metric, budget)?;
+        Ok((Box::new(streamed), true))
+    }
+
+    /// Whether the training rows stay in host memory and stream through the device at every
+    /// search (they exceed the memory budget).
+    pub fn is_streamed(&self) -> bool {
+        self.streamed
     }
 
     /// Allows (default) or forbids the TF32 tensor-core prefilter. Where it applies (GPU of

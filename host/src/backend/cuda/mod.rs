@@ -488,6 +488,10 @@ impl Backend for CudaBackend {
         Ok(ms as f64)
     }
 
+    fn device_memory_free(&self) -> Result<Option<usize>> {
+        Ok(Some(self.memory()?.0))
+    }
+
     fn device_memory_in_use(&self) -> Result<Option<usize>> {
         // Freed buffers stay in the stream-ordered allocator's pool; hand them back first so
         // that the figure is what live buffers hold.

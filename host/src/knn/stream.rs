@@ -1,0 +1,198 @@
+//! kNN over a training set larger than the device's memory budget: the rows stay in host memory
+//! and every search streams them through the device in parts that fit half the budget (the
+//! other half holds the search's query batches), merging each part's k nearest into every
+//! query's running k by (distance, training index). The order is a single index's, so the
+//! answer equals the resident index's and the CPU's bit for bit, whatever the budget.
+
+use super::parts::{TopK, VoteRows};
+use crate::backend::vocab::{PrefilterReport, Selection};
+use crate::backend::{Backend, KnnSearch, Neighbours, Votes};
+use crate::error::{Error, Result};
+use crate::matrix::MatrixView;
+use kernels_gpu::knn::PairMetric;
+use std::sync::Arc;
+
+/// Device bytes per training row of a resident GPU index: the row, its squared norm and its
+/// root, its class and its sample weight.
+pub(crate) fn device_bytes_per_row(d: usize) -> usize {
+    4 * (d + 4)
+}
+
+/// A training set streamed through one device, part by part.
+pub(crate) struct Streamed {
+    backend: Arc<dyn Backend>,
+    rows: Vec<f32>,
+    n: usize,
+    d: usize,
+    part_rows: usize,
+    /// Bytes each search may use for its query batches.
+    search_bytes: usize,
+    metric: PairMetric,
+    prefilter: bool,
+    vote_rows: VoteRows,
+}
+
+impl Streamed {
+    /// Holds `train` (validated) in host memory, to be streamed through `backend` within
+    /// `budget` bytes of device memory.
+    pub(crate) fn new(
+        backend: Arc<dyn Backend>,
+        train: &MatrixView<'_>,
+        metric: PairMetric,
+        budget: usize,
+    ) -> Result<Streamed> {
+        let (n, d) = (train.rows(), train.cols());
+        let part_rows = budget / 2 / device_bytes_per_row(d);
+        if part_rows == 0 {
+            return Err(Error::invalid(
+                "memory budget",
+                format!(
+                    "{budget} bytes cannot hold one training row of {d} dimensions and a query \
+                     batch; give at least {} bytes",
+                    2 * device_bytes_per_row(d)
+                ),
+            ));
+        }
+        Ok(Streamed {
+            backend,
+            rows: train.as_slice().to_vec(),
+            n,
+            d,
+            part_rows,
+            search_bytes: budget / 2,
+            metric,
+            prefilter: true,
+            vote_rows: VoteRows::default(),
+        })
+    }
+
+    /// Every query's `k` nearest over all parts, the selection of the last part's search and the
+    /// prefilter reports added up.
+    fn merged(
+        &self,
+        queries: &MatrixView<'_>,
+        k: usize,
+        selection: Selection,
+        max_bytes: Option<usize>,
+    ) -> Result<(TopK, Selection, Option<PrefilterReport>)> {
+        let mut top = TopK::new(queries.rows(), k);
+        let (mut ran, mut prefilter) = (selection, None);
+        let max_bytes = Some(max_bytes.map_or(self.search_bytes, |b| b.min(self.search_bytes)));
+        for start in (0..self.n).step_by(self.part_rows) {
+            let rows = self.part_rows.min(self.n - start);
+            let part = &self.rows[start * self.d..(start + rows) * self.d];
+            // The part's index lives for its search only: its memory goes back to the pool
+            // before the next part is uploaded.
+            let mut index =
+                (self.backend).knn_index(&MatrixView::new(part, rows, self.d)?, self.metric)?;
+            index.set_prefilter(self.prefilter);
+            let kp = k.min(rows);
+            let found = index.search(queries, kp, selection, max_bytes)?;
+            top.merge(&found, kp, start as u32);
+            ran = found.selection;
+            prefilter = match (prefilter, found.prefilter) {
+                (Some(a), Some(b)) => Some(super::gpus::add_reports(a, b)),
+                (a, b) => a.or(b),
+            };
+        }
+        Ok((top, ran, prefilter))
+    }
+}
+
+impl KnnSearch for Streamed {
+    fn search(
+        &self,
+        queries: &MatrixView<'_>,
+        k: usize,
+        selection: Selection,
+        max_bytes: Option<usize>,
+    ) -> Result<Neighbours> {
+        let (top, selection, prefilter) = self.merged(queries, k, selection, max_bytes)?;
+        let (indices, distances) = top.indices_and_distances();
+        Ok(Neighbours {
+            indices,
+            distances,
+            selection,
+            prefilter,
+        })
+    }
+
+    fn set_prefilter(&mut self, allowed: bool) {
+        self.prefilter = allowed;
+    }
+
+    fn set_labels(&mut self, class_ids: &[u32], classes: usize) -> Result<()> {
+        self.vote_rows.class_ids = class_ids.to_vec();
+        self.vote_rows.classes = classes;
+        Ok(())
+    }
+
+    fn set_row_weights(&mut self, relative: &[f32]) -> Result<()> {
+        self.vote_rows.row_weights = Some(relative.to_vec());
+        Ok(())
+    }
+
+    fn vote(
+        &self,
+        queries: &MatrixView<'_>,
+        k: usize,
+        selection: Selection,
+        max_bytes: Option<usize>,
+        weighted: bool,
+        proba: bool,
+    ) -> Result<Votes> {
+        let (top, _, _) = self.merged(queries, k, selection, max_bytes)?;
+        Ok(self.vote_rows.vote(top.keys(), k, weighted, proba))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::Device;
+
+    /// Streamed parts (here through the CPU backend: the same code as through a GPU) answer as
+    /// one index, for budgets of one row, a few rows and more rows than there are.
+    #[test]
+    fn streamed_parts_answer_as_one_index() {
+        let (n, d) = (61, 3);
+        let train: Vec<f32> = (0..n * d).map(|i| ((i * 11) % 6) as f32).collect();
+        let queries: Vec<f32> = (0..9 * d).map(|i| ((i * 5) % 7) as f32 * 0.6).collect();
+        let (train, queries) = (
+            MatrixView::new(&train, n, d).unwrap(),
+            MatrixView::new(&queries, 9, d).unwrap(),
+        );
+        let classes: Vec<u32> = (0..n as u32).map(|i| i % 4).collect();
+        let cpu = Device::Cpu.backend().unwrap();
+        let metric = PairMetric::SqEuclidean;
+        let mut one = cpu.knn_index(&train, metric).unwrap();
+        one.set_labels(&classes, 4).unwrap();
+        let row = 2 * device_bytes_per_row(d);
+        for budget in [row, 7 * row, 1000 * row] {
+            let mut streamed = Streamed::new(cpu.clone(), &train, metric, budget).unwrap();
+            streamed.set_labels(&classes, 4).unwrap();
+            for k in [1, 6, n] {
+                let (a, b) = (
+                    one.search(&queries, k, Selection::Auto, None).unwrap(),
+                    streamed.search(&queries, k, Selection::Auto, None).unwrap(),
+                );
+                assert_eq!(a.indices, b.indices, "budget {budget} k={k}");
+                assert_eq!(a.distances, b.distances, "budget {budget} k={k}");
+                let (a, b) = (
+                    one.vote(&queries, k, Selection::Auto, None, false, true)
+                        .unwrap(),
+                    streamed
+                        .vote(&queries, k, Selection::Auto, None, false, true)
+                        .unwrap(),
+                );
+                assert_eq!(
+                    (a.classes, a.proba),
+                    (b.classes, b.proba),
+                    "budget {budget}"
+                );
+            }
+        }
+        let too_small = Streamed::new(cpu, &train, metric, row - 1);
+        assert!(matches!(too_small, Err(Error::InvalidParameter { .. })));
+    }
+}
