@@ -1332,6 +1332,32 @@ fn streamed_training_sets_answer_as_resident_ones() {
             }
         }
     }
+    // Votes and averages over a streamed index.
+    let train = lattice(n, d, 3, 96);
+    let classes: Vec<u32> = (0..n as u32).map(|i| i % 5).collect();
+    let targets: Vec<f32> = (0..n).map(|i| (i % 9) as f32).collect();
+    let budget = Some(2 * 37 * 4 * (d + 4));
+    for device in [Device::Cpu, gpu] {
+        let index = |budget| {
+            KnnIndex::with_memory_budget(view(&train, d), DistanceMetric::L1, device, budget)
+                .unwrap()
+        };
+        let classify = |index| {
+            let clf = KnnClassifier::from_index(index, &classes, 25, Weights::Distance).unwrap();
+            let proba = clf.predict_proba(view(&queries, d)).unwrap();
+            (clf.predict(view(&queries, d)).unwrap(), proba)
+        };
+        let regress = |index| {
+            let targets = MatrixView::new(&targets, n, 1).unwrap();
+            let reg = kmeans_knn::KnnRegressor::from_index(index, targets, 25, Weights::Uniform);
+            reg.unwrap().predict(view(&queries, d)).unwrap()
+        };
+        assert_eq!(classify(index(None)), classify(index(budget)), "{device}");
+        assert_eq!(regress(index(None)), regress(index(budget)), "{device}");
+        if device == gpu {
+            assert!(index(budget).is_streamed());
+        }
+    }
     // Parts of one row.
     let train = lattice(40, d, 2, 97);
     let cpu = KnnIndex::new(view(&train, d), DistanceMetric::L1, Device::Cpu).unwrap();

@@ -17,9 +17,10 @@ pub enum Device {
     Cpu,
     /// The CUDA GPU with this ordinal; an error when it is not usable.
     Cuda(usize),
-    /// Several CUDA GPUs of this machine (`gpu:0,1`, `gpu:all`): a k-means fit shards its rows
-    /// over them (see [`KMeansParams::fit`](crate::KMeansParams::fit)); every other operation
-    /// takes one device and refuses a set of more than one GPU.
+    /// Several CUDA GPUs of this machine (`gpu:0,1`, `gpu:all`): a k-means fit and a kNN index
+    /// shard their rows over them (see [`KMeansParams::device`](crate::KMeansParams::device)
+    /// and [`KnnIndex::new`](crate::KnnIndex::new)); what takes one device (mini-batch k-means,
+    /// `predict`, pairwise distances) runs on the first.
     Gpus(GpuSet),
 }
 
@@ -89,16 +90,8 @@ impl Device {
                 Ok(gpu) => Ok(gpu),
                 Err(_) => CpuBackend::shared(),
             },
-            Device::Gpus(set) => match set.ordinals()?.as_slice() {
-                &[one] => Ok(cuda::CudaBackend::shared(one)?),
-                _ => Err(Error::invalid(
-                    "device",
-                    format!(
-                        "{self} names several GPUs, which only a k-means fit uses; \
-                         give this operation one device (gpu:N)"
-                    ),
-                )),
-            },
+            // What takes one device (mini-batch, predict, distances) runs on the first.
+            Device::Gpus(set) => Ok(cuda::CudaBackend::shared(set.ordinals()?[0])?),
         }
     }
 

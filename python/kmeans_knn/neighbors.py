@@ -13,14 +13,20 @@ class NearestNeighbors(ResidentModel, BaseEstimator):
     """Exact k-nearest-neighbour search; the training rows stay resident on the device.
 
     metric : "euclidean", "sqeuclidean", "manhattan", "cosine" (1 − cosine similarity) or
-        "inner_product" (the negated inner product). device : "auto", "cpu", "cuda", "cuda:N".
+        "inner_product" (the negated inner product).
+    device : "auto", "cpu", "cuda", "cuda:N"; or several GPUs, "cuda:0,1" or "cuda:all", over
+        which the training rows are cut (the same answers as one GPU).
+    memory_budget : bytes of GPU memory the index may use (None: 70 % of what is free); a larger
+        training set stays in host memory and streams through the GPU at every search, with the
+        same answers.
     Neighbours come nearest first; equal distances by training index, ascending.
     """
 
-    def __init__(self, n_neighbors=5, *, metric="euclidean", device="auto"):
+    def __init__(self, n_neighbors=5, *, metric="euclidean", device="auto", memory_budget=None):
         self.n_neighbors = n_neighbors
         self.metric = metric
         self.device = device
+        self.memory_budget = memory_budget
 
     def fit(self, X, y=None):
         """Indexes X; returns self."""
@@ -31,7 +37,7 @@ class NearestNeighbors(ResidentModel, BaseEstimator):
         return self
 
     def _build_engine_model(self):
-        return _engine.Index(self._fit_X, self.metric, self.device)
+        return _engine.Index(self._fit_X, self.metric, self.device, self.memory_budget)
 
     def kneighbors(self, X=None, n_neighbors=None, return_distance=True):
         """(distances, indices) of the n_neighbors nearest training rows of every row of X,
@@ -68,16 +74,20 @@ class KNeighborsClassifier(ClassifierMixin, ResidentModel, BaseEstimator):
     """kNN classification; the training rows stay resident on the device with their labels.
 
     weights : "uniform" or "distance" (votes ∝ 1/distance; at distance 0 only the exact matches
-    vote). metric and device as NearestNeighbors. Labels may be any values np.unique can sort
+    vote). metric, device and memory_budget as NearestNeighbors. Labels may be any values np.unique can sort
     (strings too). Ties between classes go to the class whose nearest member ranks first among
     the neighbours (scikit-learn takes the smallest label).
     """
 
-    def __init__(self, n_neighbors=5, *, weights="uniform", metric="euclidean", device="auto"):
+    def __init__(
+        self, n_neighbors=5, *, weights="uniform", metric="euclidean", device="auto",
+        memory_budget=None,
+    ):
         self.n_neighbors = n_neighbors
         self.weights = weights
         self.metric = metric
         self.device = device
+        self.memory_budget = memory_budget
 
     def fit(self, X, y):
         """Keeps X and y; returns self."""
@@ -96,7 +106,8 @@ class KNeighborsClassifier(ClassifierMixin, ResidentModel, BaseEstimator):
 
     def _build_engine_model(self):
         return _engine.Classifier(
-            self._fit_X, self._fit_codes, self.n_neighbors, self.weights, self.metric, self.device
+            self._fit_X, self._fit_codes, self.n_neighbors, self.weights, self.metric, self.device,
+            self.memory_budget,
         )
 
     def predict(self, X):
@@ -116,17 +127,21 @@ class KNeighborsRegressor(MultiOutputMixin, RegressorMixin, ResidentModel, BaseE
     """kNN regression; the training rows stay resident on the device, the targets on the host.
 
     weights : "uniform" (the mean of the k nearest targets) or "distance" (weighted by
-    1/distance; at distance 0 only the exact matches count). metric and device as
-    NearestNeighbors. y of shape (n,) gives predictions of shape (m,), y of shape (n, t) gives
+    1/distance; at distance 0 only the exact matches count). metric, device and memory_budget
+    as NearestNeighbors. y of shape (n,) gives predictions of shape (m,), y of shape (n, t) gives
     (m, t). Predictions are the engine's float32 averages (taken in float64, identical on CPU and
     GPU) as float64.
     """
 
-    def __init__(self, n_neighbors=5, *, weights="uniform", metric="euclidean", device="auto"):
+    def __init__(
+        self, n_neighbors=5, *, weights="uniform", metric="euclidean", device="auto",
+        memory_budget=None,
+    ):
         self.n_neighbors = n_neighbors
         self.weights = weights
         self.metric = metric
         self.device = device
+        self.memory_budget = memory_budget
 
     def fit(self, X, y):
         """Keeps X and y; returns self."""
@@ -145,7 +160,8 @@ class KNeighborsRegressor(MultiOutputMixin, RegressorMixin, ResidentModel, BaseE
 
     def _build_engine_model(self):
         return _engine.Regressor(
-            self._fit_X, self._fit_y, self.n_neighbors, self.weights, self.metric, self.device
+            self._fit_X, self._fit_y, self.n_neighbors, self.weights, self.metric, self.device,
+            self.memory_budget,
         )
 
     def predict(self, X):

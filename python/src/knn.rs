@@ -39,15 +39,19 @@ struct Index {
 #[pymethods]
 impl Index {
     #[new]
+    #[pyo3(signature = (train, metric, device, memory_budget=None))]
     fn new(
         py: Python<'_>,
         train: PyReadonlyArray2<'_, f32>,
         metric: &str,
         device: &str,
+        memory_budget: Option<usize>,
     ) -> PyResult<Self> {
         let (metric, device) = (parse_metric(metric)?, parse_device(device)?);
         let train = matrix(&train)?;
-        let index = engine(py, || KnnIndex::new(&train, metric, device))?;
+        let index = engine(py, || {
+            KnnIndex::with_memory_budget(&train, metric, device, memory_budget)
+        })?;
         Ok(Index { index })
     }
 
@@ -76,6 +80,8 @@ struct Classifier {
 #[pymethods]
 impl Classifier {
     #[new]
+    #[pyo3(signature = (train, labels, k, weights, metric, device, memory_budget=None))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         train: PyReadonlyArray2<'_, f32>,
@@ -84,12 +90,14 @@ impl Classifier {
         weights: &str,
         metric: &str,
         device: &str,
+        memory_budget: Option<usize>,
     ) -> PyResult<Self> {
         let (weights, metric, device) = neighbour_options(weights, metric, device)?;
         let train = matrix(&train)?;
         let labels = labels.as_slice()?;
         let classifier = engine(py, || {
-            KnnClassifier::fit(&train, labels, k, weights, metric, device)
+            let index = KnnIndex::with_memory_budget(&train, metric, device, memory_budget)?;
+            KnnClassifier::from_index(index, labels, k, weights)
         })?;
         Ok(Classifier { classifier })
     }
@@ -124,6 +132,8 @@ struct Regressor {
 #[pymethods]
 impl Regressor {
     #[new]
+    #[pyo3(signature = (train, targets, k, weights, metric, device, memory_budget=None))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         train: PyReadonlyArray2<'_, f32>,
@@ -132,11 +142,13 @@ impl Regressor {
         weights: &str,
         metric: &str,
         device: &str,
+        memory_budget: Option<usize>,
     ) -> PyResult<Self> {
         let (weights, metric, device) = neighbour_options(weights, metric, device)?;
         let (train, targets) = (matrix(&train)?, matrix(&targets)?);
         let regressor = engine(py, || {
-            KnnRegressor::fit(&train, &targets, k, weights, metric, device)
+            let index = KnnIndex::with_memory_budget(&train, metric, device, memory_budget)?;
+            KnnRegressor::from_index(index, &targets, k, weights)
         })?;
         Ok(Regressor { regressor })
     }

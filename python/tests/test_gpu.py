@@ -93,3 +93,38 @@ def test_pairwise_distances_gpu_equals_cpu():
     X, _ = digits()
     cpu, gpu = (pairwise_distances(X[:700], X, device=device) for device in ("cpu", "cuda"))
     assert np.array_equal(bits(cpu), bits(gpu))
+
+
+@pytest.mark.parametrize("budget", [64 * 1024, 256 * 1024])
+def test_streamed_training_rows_equal_the_cpu(budget):
+    """A memory_budget below the training rows' size streams them through the GPU in parts."""
+    X, y = digits()  # 1797 × 64: 489 KB of training rows on the device
+    cpu = KNeighborsClassifier(n_neighbors=15, weights="distance", device="cpu").fit(X, y)
+    gpu = KNeighborsClassifier(
+        n_neighbors=15, weights="distance", device="cuda", memory_budget=budget
+    ).fit(X, y)
+    assert np.array_equal(cpu.predict(X[::3]), gpu.predict(X[::3]))
+    assert np.array_equal(bits(cpu.predict_proba(X[::3])), bits(gpu.predict_proba(X[::3])))
+    nn_cpu = NearestNeighbors(n_neighbors=40, device="cpu").fit(X).kneighbors(X[:300])
+    nn_gpu = NearestNeighbors(n_neighbors=40, device="cuda", memory_budget=budget).fit(X)
+    nn_gpu = nn_gpu.kneighbors(X[:300])
+    assert np.array_equal(nn_cpu[1], nn_gpu[1])
+    assert np.array_equal(bits(nn_cpu[0]), bits(nn_gpu[0]))
+
+
+def test_a_gpu_set_equals_one_gpu():
+    """device="cuda:0,0": the multi-GPU path (row shards, a thread each) on one GPU."""
+    X = make_blobs(4000, n_features=10, centers=12, random_state=5)[0].astype(np.float32)
+    one, two = (
+        KMeans(12, init="k-means||", random_state=3, device=device).fit(X)
+        for device in ("cuda:0", "cuda:0,0")
+    )
+    assert np.array_equal(one.labels_, two.labels_)
+    assert np.array_equal(bits(one.cluster_centers_), bits(two.cluster_centers_))
+    assert one.inertia_ == two.inertia_ and one.n_iter_ == two.n_iter_
+    nn = [
+        NearestNeighbors(n_neighbors=9, device=device).fit(X).kneighbors(X[:200])
+        for device in ("cuda:0", "cuda:0,0,0")
+    ]
+    assert np.array_equal(nn[0][1], nn[1][1])
+    assert np.array_equal(bits(nn[0][0]), bits(nn[1][0]))

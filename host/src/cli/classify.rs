@@ -267,8 +267,8 @@ fn predict(a: &Args, loaded: &Loaded, classes: &[String]) -> Result<Vec<u32>, Cl
         ),
         None => (train.features.view(), query.view()),
     };
-    let fitted = KnnClassifier::fit(train_view, &ids, k.k, k.weights.into(), k.metric, k.device);
-    let mut clf = about(&k.train, fitted)?.with_selection(k.selection);
+    let fitted = KnnClassifier::from_index(k.index(train_view)?, &ids, k.k, k.weights.into());
+    let mut clf = about(&k.train, fitted)?;
     if let Some(w) = &loaded.sample_weight {
         clf = clf.with_sample_weight(w)?;
     }

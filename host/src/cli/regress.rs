@@ -157,9 +157,11 @@ pub fn run(a: Args, ui: Ui) -> Result<(), CliError> {
 /// The prediction for every query row.
 fn predict(k: &NeighbourArgs, loaded: &Loaded, targets: &[f32]) -> Result<Vec<f32>, CliError> {
     let targets = MatrixView::new(targets, targets.len(), 1)?;
-    let features = loaded.train.features.view();
-    let fitted = KnnRegressor::fit(features, targets, k.k, k.weights.into(), k.metric, k.device);
-    let mut reg = about(&k.train, fitted)?.with_selection(k.selection);
+    let index = k.index(loaded.train.features.view())?;
+    let mut reg = about(
+        &k.train,
+        KnnRegressor::from_index(index, targets, k.k, k.weights.into()),
+    )?;
     if let Some(w) = &loaded.sample_weight {
         reg = reg.with_sample_weight(w)?;
     }

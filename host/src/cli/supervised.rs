@@ -3,9 +3,9 @@
 //! query, and how the result is reported.
 
 use super::knn::{NeighbourWeights, check_k, device_name, metric_name, same_columns};
-use super::{CliError, CsvOpts, SampleWeightOpts, Ui, print_json, print_stdout};
+use super::{CliError, CsvOpts, SampleWeightOpts, Ui, about, print_json, print_stdout};
 use crate::io::{Format, LabelColumn, Labelled, ReadOptions, Table, read_labelled, read_labels};
-use crate::{Device, DistanceMetric, Selection};
+use crate::{Device, DistanceMetric, KnnIndex, MatrixView, Selection};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 
@@ -30,9 +30,14 @@ pub struct NeighbourArgs {
     /// Top-k selection: auto, kmin, bitonic.
     #[arg(long = "select", value_name = "METHOD", default_value = "auto")]
     pub selection: Selection,
-    /// Where to compute: auto, cpu, gpu, gpu:N.
+    /// Where to compute: auto, cpu, gpu, gpu:N; or several GPUs, gpu:N,M,… or gpu:all, over
+    /// which the training rows are cut.
     #[arg(long, value_name = "DEVICE", default_value = "auto")]
     pub device: Device,
+    /// GPU memory the index may use, e.g. 8GiB or 500M (default: 70 % of what is free); a
+    /// larger training set stays in host memory and streams through the GPU (same answer).
+    #[arg(long, value_name = "BYTES")]
+    pub gpu_memory: Option<super::Bytes>,
     #[command(flatten)]
     pub sample_weight: SampleWeightOpts,
     /// Print one JSON object on stdout (with --truth: the scores too).
@@ -40,6 +45,15 @@ pub struct NeighbourArgs {
     pub json: bool,
     #[command(flatten)]
     pub csv: CsvOpts,
+}
+
+impl NeighbourArgs {
+    /// The index over the training features, within `--gpu-memory`.
+    pub fn index(&self, train: MatrixView<'_>) -> Result<KnnIndex, CliError> {
+        let budget = self.gpu_memory.map(|b| b.0);
+        let index = KnnIndex::with_memory_budget(train, self.metric, self.device, budget);
+        Ok(about(&self.train, index)?.with_selection(self.selection))
+    }
 }
 
 /// The files of a supervised command, read and checked against each other.

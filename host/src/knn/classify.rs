@@ -68,9 +68,28 @@ pub struct KnnClassifier {
     weights: Weights,
 }
 
+/// The checks of [`KnnClassifier::fit`] that do not need the index.
+fn check_labels(
+    labels: &[u32],
+    rows: usize,
+    k: usize,
+    weights: Weights,
+    metric: DistanceMetric,
+) -> Result<()> {
+    if labels.len() != rows {
+        return Err(Error::LabelCount {
+            labels: labels.len(),
+            rows,
+        });
+    }
+    check_k(k, rows)?;
+    super::check_weights(weights, metric)
+}
+
 impl KnnClassifier {
     /// Keeps `train` (one row per sample) with `labels` (one per row) for `k`-nearest-neighbour
-    /// votes under `metric`.
+    /// votes under `metric`, in an index made by [`KnnIndex::new`] (see
+    /// [`KnnClassifier::from_index`]).
     ///
     /// Errors: empty or non-finite data, `labels.len() ≠ rows` ([`Error::LabelCount`]),
     /// `k = 0` or `k > rows`, and distance weights with the inner product (whose "distances"
@@ -84,20 +103,22 @@ impl KnnClassifier {
         device: Device,
     ) -> Result<KnnClassifier> {
         let train = train.into();
+        // Checked before the training rows go to the device.
         train.validate("the training data")?;
-        if labels.len() != train.rows() {
-            return Err(Error::LabelCount {
-                labels: labels.len(),
-                rows: train.rows(),
-            });
-        }
-        check_k(k, train.rows())?;
-        if weights == Weights::Distance && !metric.is_non_negative() {
-            return Err(Error::invalid(
-                "weights",
-                format!("distance weights need a non-negative distance, and {metric} is not"),
-            ));
-        }
+        check_labels(labels, train.rows(), k, weights, metric)?;
+        Self::from_index(KnnIndex::new(&train, metric, device)?, labels, k, weights)
+    }
+
+    /// A classifier over the rows of `index` (e.g. one made with
+    /// [`KnnIndex::with_memory_budget`]), with `labels` (one per row); the errors of
+    /// [`KnnClassifier::fit`].
+    pub fn from_index(
+        mut index: KnnIndex,
+        labels: &[u32],
+        k: usize,
+        weights: Weights,
+    ) -> Result<KnnClassifier> {
+        check_labels(labels, index.len(), k, weights, index.metric())?;
         let mut classes = labels.to_vec();
         classes.sort_unstable();
         classes.dedup();
@@ -105,7 +126,6 @@ impl KnnClassifier {
             .iter()
             .map(|l| classes.binary_search(l).expect("a known label") as u32)
             .collect();
-        let mut index = KnnIndex::new(&train, metric, device)?;
         index.inner_mut().set_labels(&ids, classes.len())?;
         Ok(KnnClassifier {
             index,

@@ -43,6 +43,17 @@ use kernels_gpu::knn::PairMetric;
 use ndarray::Array2;
 use std::fmt;
 
+/// Distance weights need a non-negative distance.
+fn check_weights(weights: Weights, metric: DistanceMetric) -> Result<()> {
+    if weights == Weights::Distance && !metric.is_non_negative() {
+        return Err(Error::invalid(
+            "weights",
+            format!("distance weights need a non-negative distance, and {metric} is not"),
+        ));
+    }
+    Ok(())
+}
+
 /// Share of the free GPU memory that an index may use when no budget is given.
 const DEFAULT_BUDGET_SHARE: f64 = 0.7;
 

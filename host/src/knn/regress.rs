@@ -33,9 +33,29 @@ pub struct KnnRegressor {
     weights: Weights,
 }
 
+/// The checks of [`KnnRegressor::fit`] that do not need the index.
+fn check_targets(
+    targets: &MatrixView<'_>,
+    rows: usize,
+    k: usize,
+    weights: Weights,
+    metric: DistanceMetric,
+) -> Result<()> {
+    if targets.rows() != rows {
+        return Err(Error::TargetCount {
+            targets: targets.rows(),
+            rows,
+        });
+    }
+    targets.validate("the targets")?;
+    check_k(k, rows)?;
+    super::check_weights(weights, metric)
+}
+
 impl KnnRegressor {
     /// Keeps `train` (one row per sample) with `targets` (one row of outputs per training row;
-    /// a single output is an `n × 1` matrix) for `k`-nearest-neighbour averages under `metric`.
+    /// a single output is an `n × 1` matrix) for `k`-nearest-neighbour averages under `metric`,
+    /// in an index made by [`KnnIndex::new`] (see [`KnnRegressor::from_index`]).
     ///
     /// Errors: empty or non-finite data or targets, target rows ≠ training rows
     /// ([`Error::TargetCount`]), `k = 0` or `k > rows`, and distance weights with the inner
@@ -49,23 +69,26 @@ impl KnnRegressor {
         device: Device,
     ) -> Result<KnnRegressor> {
         let (train, targets) = (train.into(), targets.into());
+        // Checked before the training rows go to the device.
         train.validate("the training data")?;
-        if targets.rows() != train.rows() {
-            return Err(Error::TargetCount {
-                targets: targets.rows(),
-                rows: train.rows(),
-            });
-        }
-        targets.validate("the targets")?;
-        check_k(k, train.rows())?;
-        if weights == Weights::Distance && !metric.is_non_negative() {
-            return Err(Error::invalid(
-                "weights",
-                format!("distance weights need a non-negative distance, and {metric} is not"),
-            ));
-        }
+        check_targets(&targets, train.rows(), k, weights, metric)?;
+        let index = KnnIndex::new(&train, metric, device)?;
+        Self::from_index(index, targets, k, weights)
+    }
+
+    /// A regressor over the rows of `index` (e.g. one made with
+    /// [`KnnIndex::with_memory_budget`]), with `targets` (a row per index row); the errors of
+    /// [`KnnRegressor::fit`].
+    pub fn from_index<'t>(
+        index: KnnIndex,
+        targets: impl Into<MatrixView<'t>>,
+        k: usize,
+        weights: Weights,
+    ) -> Result<KnnRegressor> {
+        let targets = targets.into();
+        check_targets(&targets, index.len(), k, weights, index.metric())?;
         Ok(KnnRegressor {
-            index: KnnIndex::new(&train, metric, device)?,
+            index,
             targets: targets.as_slice().to_vec(),
             sample_weight: None,
             outputs: targets.cols(),
