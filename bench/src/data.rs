@@ -70,6 +70,13 @@ pub const CASES: &[Case] = &[
         k: 1024,
         origin: "embeddings, large",
     },
+    Case {
+        name: "E4",
+        n: 40_000_000,
+        d: 128,
+        k: 1024,
+        origin: "embeddings, 4 × E (several GPUs)",
+    },
 ];
 
 /// One kNN benchmark shape: `m` queries against `n` training points of `d` dimensions.

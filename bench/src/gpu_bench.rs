@@ -3,7 +3,7 @@
 //! `torch_baseline.py` to compare against.
 //!
 //! usage: gpu-bench [--cases A,B,C,D,E,S,S512,F] [--reps N] [--json FILE] [--device gpu|cpu]
-//!                  [--precision tf32] [--knn-exact] [--whole]
+//!                  [--precision tf32] [--knn-exact] [--whole] [--gpus gpu:0,1]
 //!
 //! `--reps` (default 30) timed runs per case after warm-up; kNN cases of 10^9 distances or more
 //! take at most 5.
@@ -17,6 +17,11 @@
 //! default init to convergence and with 20 fixed iterations (`fit ms`, with the init's share);
 //! E runs k-means‖. `--reps` applies (at most 3 for D and E).
 //!
+//! `--gpus SET` (e.g. `gpu:0,1`, `gpu:all`) instead times each k-means case's Lloyd step and each
+//! kNN case's search on that GPU set against its first GPU (wall clock; see `gpus.rs`), says
+//! whether the answers are identical, and exits; case `E4` (4 × 10^7 × 128, k = 1024) is there
+//! for it.
+//!
 //! With `--precision tf32`, every k-means case is also timed with `Precision::Tf32` (a `-tf32`
 //! row after the exact one) with its speed-up over exact and the share of labels identical to
 //! exact's after one assignment from the same centroids.
@@ -25,7 +30,7 @@ use kmeans_knn::bench::{knn_search_ms, lloyd_iteration_ms};
 use kmeans_knn::{Device, DistanceMetric, KnnIndex, MatrixView, Metric, Precision};
 use kmeans_knn::{Init, KMeans};
 use kmeans_knn_bench::data::{CASES, KNN_CASES, uniform};
-use kmeans_knn_bench::whole;
+use kmeans_knn_bench::{gpus, whole};
 use std::io::Write;
 
 fn main() {
@@ -58,6 +63,9 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         Some(p) => Some(std::fs::File::create(p)?),
         None => None,
     };
+    if let Some(set) = opt("--gpus") {
+        return gpu_set_rows(set.parse()?, &cases, reps.min(5), json.as_mut());
+    }
     println!("device: {}", device.describe()?);
     println!(
         "{:<4} {:>10} {:>5} {:>5} {:>11} {:>11} {:>9} {:>8} {:>9}",
@@ -224,6 +232,60 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
                 });
                 writeln!(f, "{line}")?;
             }
+        }
+    }
+    Ok(())
+}
+
+/// The `--gpus` rows: each case on the set and on its first GPU.
+fn gpu_set_rows(
+    set: Device,
+    cases: &str,
+    reps: usize,
+    mut json: Option<&mut std::fs::File>,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let Device::Gpus(gpus) = set else {
+        return Err(format!("--gpus {set}: name several GPUs, e.g. gpu:0,1 or gpu:all").into());
+    };
+    let one = Device::Cuda(gpus.ordinals()?[0]);
+    println!("GPU set: {}", set.describe()?);
+    println!(
+        "{:<5} {:>10} {:>12} {:>12} {:>9} {:>10}",
+        "case", "n", "one GPU ms", "set ms", "speed-up", "identical"
+    );
+    let wanted = |name: &str| cases.split(',').any(|c| c == name);
+    for case in CASES.iter().filter(|c| wanted(c.name)) {
+        let (data, centroids) = case.data();
+        let x = MatrixView::new(&data, case.n, case.d)?;
+        let (t1, m1) = gpus::step_ms(case, &x, &centroids, one, reps)?;
+        let (ts, ms) = gpus::step_ms(case, &x, &centroids, set, reps)?;
+        let same = m1.centroids == ms.centroids && m1.labels == ms.labels;
+        println!(
+            "{:<5} {:>10} {t1:>12.3} {ts:>12.3} {:>8.2}× {same:>10}",
+            case.name,
+            case.n,
+            t1 / ts
+        );
+        if let Some(f) = json.as_deref_mut() {
+            let row = serde_json::json!({"case": case.name, "gpus": set.to_string(),
+                "step_ms_one": t1, "step_ms_set": ts, "identical": same});
+            writeln!(f, "{row}")?;
+        }
+    }
+    for case in KNN_CASES.iter().filter(|c| wanted(c.name)) {
+        let (t1, i1) = gpus::knn_ms(case, one, reps)?;
+        let (ts, is) = gpus::knn_ms(case, set, reps)?;
+        println!(
+            "{:<5} {:>10} {t1:>12.3} {ts:>12.3} {:>8.2}× {:>10}",
+            case.name,
+            case.n,
+            t1 / ts,
+            i1 == is
+        );
+        if let Some(f) = json.as_deref_mut() {
+            let row = serde_json::json!({"case": case.name, "gpus": set.to_string(),
+                "search_ms_one": t1, "search_ms_set": ts, "identical": i1 == is});
+            writeln!(f, "{row}")?;
         }
     }
     Ok(())

@@ -1,4 +1,5 @@
 //! Shared pieces of the kmeans-knn benchmarks (`gpu-bench`, `benches/cpu_kmeans.rs`).
 
 pub mod data;
+pub mod gpus;
 pub mod whole;

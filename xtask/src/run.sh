@@ -4,7 +4,9 @@
 #   SANITIZE=0 bash run.sh skip compute-sanitizer;  BENCH=0 skip the benchmarks;  PYTEST=0 skip
 #   the Python tests (the kmeans_knn wheel needs python3 with numpy, scipy, scikit-learn, pytest);
 #   COLD_START=0 skip the cold-start timings; DASK=0 skip the Dask tests and benchmark that run
-#   with one worker per GPU when there are two GPUs or more (DASK_BENCH_ARGS: dask_bench.py's)
+#   with one worker per GPU when there are two GPUs or more (DASK_BENCH_ARGS: dask_bench.py's);
+#   with two GPUs or more the benchmarks also time k-means and kNN over all of them in one
+#   process (GPUS_CASES: gpu-bench's cases for it, default E,E4,F)
 # Results also go to $OUT when it is set (the device tool's output folder).
 set -u
 cd "$(dirname "$0")"
@@ -167,6 +169,11 @@ if [ "${BENCH:-1}" = 1 ] && [ -x bin/gpu-bench ]; then
   echo "=== Python estimators: overhead over the engine, against PyTorch (from NumPy to NumPy)"
   OUT="$log_dir" PYTHONPATH="$site" python3 python/bench.py --device cuda ${PY_BENCH_ARGS:-} 2>&1 | tee "$log_dir/python-bench.txt"
   [ "${PIPESTATUS[0]}" -eq 0 ] || failed+=("python bench")
+  if [ "$gpus" -ge 2 ]; then
+    echo "=== several GPUs in one process: a Lloyd step and a kNN search, the set against one GPU"
+    ./bin/gpu-bench --gpus gpu:all --cases ${GPUS_CASES:-E,E4,F} --reps 3 --json "$log_dir/gpu-set.jsonl" 2>&1 | tee "$log_dir/gpu-set.txt"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || failed+=("gpu-bench --gpus")
+  fi
   if [ "${DASK:-1}" = 1 ] && [ "$gpus" -ge 2 ]; then
     echo "=== kmeans_knn.dask: a Lloyd step's overhead, two GPU workers against one"
     OUT="$log_dir" PYTHONPATH="$site" python3 python/dask_bench.py --device cuda --workers 2 ${DASK_BENCH_ARGS:-} 2>&1 | tee "$log_dir/dask-bench.txt"

@@ -1,0 +1,76 @@
+//! Multi-GPU rows of `gpu-bench` (`--gpus gpu:0,1`): a Lloyd step and a kNN search over a GPU
+//! set against one GPU of the same machine, wall clock around the public API (the set's shards
+//! answer on threads of their own, so CUDA events of one device would not cover them).
+//!
+//! A step's time is `(fit(1 + M) − fit(1)) / M` for fits from the same given centroids with
+//! `tol = 0`: the upload, the shards' setup and the final labels cancel out.
+
+use crate::data::{Case, KnnCase, uniform};
+use kmeans_knn::{Device, DistanceMetric, Init, KMeans, KMeansModel, KnnIndex, MatrixView};
+use std::time::Instant;
+
+/// Steps timed per fit pair.
+const STEPS: usize = 10;
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn fit_ms(
+    x: &MatrixView<'_>,
+    centroids: &[f32],
+    k: usize,
+    iters: usize,
+    device: Device,
+) -> kmeans_knn::Result<(f64, KMeansModel)> {
+    let params = KMeans::params(k)
+        .init(Init::Centroids(centroids.to_vec()))
+        .max_iter(iters)
+        .tol(0.0)
+        .device(device);
+    let start = Instant::now();
+    let model = params.fit(x.clone())?;
+    Ok((start.elapsed().as_secs_f64() * 1e3, model))
+}
+
+/// Median ms per Lloyd step of `case` on `device`, and the last fit (for the identity check).
+pub fn step_ms(
+    case: &Case,
+    x: &MatrixView<'_>,
+    centroids: &[f32],
+    device: Device,
+    reps: usize,
+) -> kmeans_knn::Result<(f64, KMeansModel)> {
+    fit_ms(x, centroids, case.k, 1, device)?;
+    let mut steps = Vec::new();
+    let mut last = None;
+    for _ in 0..reps.max(1) {
+        let (one, _) = fit_ms(x, centroids, case.k, 1, device)?;
+        let (many, model) = fit_ms(x, centroids, case.k, 1 + STEPS, device)?;
+        steps.push((many - one) / STEPS as f64);
+        last = Some(model);
+    }
+    Ok((median(steps), last.expect("one repetition")))
+}
+
+/// Median ms of a whole kNN search of `case` (index made once) on `device`, and its indices.
+pub fn knn_ms(case: &KnnCase, device: Device, reps: usize) -> kmeans_knn::Result<(f64, Vec<u32>)> {
+    let train = uniform(case.n * case.d, 1);
+    let queries = uniform(case.m * case.d, 2);
+    let index = KnnIndex::new(
+        MatrixView::new(&train, case.n, case.d)?,
+        DistanceMetric::SqEuclidean,
+        device,
+    )?;
+    let queries = MatrixView::new(&queries, case.m, case.d)?;
+    index.search(queries.clone(), case.k)?;
+    let (mut times, mut found) = (Vec::new(), None);
+    for _ in 0..reps.max(1) {
+        let start = Instant::now();
+        found = Some(index.search(queries.clone(), case.k)?);
+        times.push(start.elapsed().as_secs_f64() * 1e3);
+    }
+    let indices = found.expect("one repetition").indices.into_iter().collect();
+    Ok((median(times), indices))
+}
