@@ -1254,15 +1254,15 @@ fn a_gpu_set_answers_as_one_gpu_and_the_cpu() {
                 let answer = |device: Device| {
                     let index = KnnIndex::new(view(train, d), metric, device).unwrap();
                     let found = index.search(view(&queries, d), k).unwrap();
-                    let clf = KnnClassifier::fit(
-                        view(train, d),
-                        &classes,
-                        k,
-                        Weights::Distance,
-                        metric,
-                        device,
-                    )
-                    .unwrap();
+                    // Distance weights need a non-negative distance (not the inner product).
+                    let weights = if metric.is_non_negative() {
+                        Weights::Distance
+                    } else {
+                        Weights::Uniform
+                    };
+                    let clf =
+                        KnnClassifier::fit(view(train, d), &classes, k, weights, metric, device)
+                            .unwrap();
                     let proba = clf.predict_proba(view(&queries, d)).unwrap();
                     let reg = kmeans_knn::KnnRegressor::fit(
                         view(train, d),
