@@ -53,6 +53,7 @@
 //! accumulations in several orders).
 
 use crate::knn::{PairMetric, finish, sqrt};
+use crate::launch::Kernel;
 use crate::math::fma;
 
 /// `mode` of `knn_tf32_scan`: per query and group, the key of the smallest approximate distance.
@@ -385,6 +386,12 @@ pub unsafe fn rerank<const KMIN: bool, E: crate::exec::Exec>(x: E, a: Exact) {
     }
 }
 
+/// The `knn_tf32_threshold` entry point. CPU twin: `backend::cpu::knn::CpuKnn::nearest`.
+pub const KNN_TF32_THRESHOLD: Kernel = Kernel::new("knn_tf32_threshold", 10);
+
+/// The `knn_tf32_rerank` entry point. CPU twin: `backend::cpu::knn::CpuKnn::nearest`.
+pub const KNN_TF32_RERANK: Kernel = Kernel::new("knn_tf32_rerank", 12);
+
 #[cfg(target_arch = "nvptx64")]
 mod entry {
     use super::*;
@@ -498,6 +505,10 @@ mod entry {
         }
     }
 }
+
+/// The `knn_tf32_scan` entry point (in `scan`, built for sm_80 only). CPU twin:
+/// `backend::cpu::knn::CpuKnn::nearest`.
+pub const KNN_TF32_SCAN: Kernel = Kernel::sm80("knn_tf32_scan", 18);
 
 #[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
 pub mod scan;

@@ -21,7 +21,10 @@
     )
 )]
 
+pub mod assign;
+pub mod assign_tf32;
 pub mod bitonic;
+pub mod centroids;
 pub mod distance;
 pub mod exec;
 pub mod fixed;
@@ -30,33 +33,24 @@ pub mod knn_tf32;
 pub mod launch;
 pub mod math;
 pub mod minibatch;
+pub mod norms;
+pub mod reduce;
 pub mod seeding;
 pub mod select;
 pub mod small;
 pub mod tile;
+pub mod update;
 pub mod vote;
 
 #[cfg(target_arch = "nvptx64")]
 mod gpu;
 
-#[cfg(target_arch = "nvptx64")]
-pub mod assign;
-#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
-pub mod assign_tf32;
-#[cfg(target_arch = "nvptx64")]
-pub mod centroids;
 #[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
 mod cp_async;
 #[cfg(target_arch = "nvptx64")]
 pub mod init;
 #[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
 pub mod mma;
-#[cfg(target_arch = "nvptx64")]
-pub mod norms;
-#[cfg(target_arch = "nvptx64")]
-pub mod reduce;
-#[cfg(target_arch = "nvptx64")]
-pub mod update;
 
 #[cfg(target_arch = "nvptx64")]
 #[panic_handler]

@@ -2,9 +2,9 @@
 //! fixed-point sums as the GPU kernels, so both give the same labels and centroids.
 
 mod init;
-mod kmeans;
-mod knn;
-mod minibatch;
+pub(crate) mod kmeans;
+pub(crate) mod knn;
+pub(crate) mod minibatch;
 mod simd;
 
 pub use simd::{SIMD_ENV, SimdLevel};
