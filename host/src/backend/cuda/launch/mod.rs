@@ -2,7 +2,8 @@
 //! fields are the kernel's parameters, in the kernel's order and under its names, and a `launch`
 //! that checks the buffer lengths (debug builds), pushes every field and runs the grid the
 //! kernel's documentation asks for. The kernel names come from the `Kernel` constants exported
-//! next to the kernels.
+//! next to the kernels; the twin table in `kernels_gpu`'s crate documentation maps every kernel
+//! to its launcher here and its CPU twin.
 
 mod assign;
 mod centroids;
@@ -31,3 +32,6 @@ pub(crate) use update::{
     KmeansAccumulateGlobal, KmeansAccumulateShared, KmeansFinalize, KmeansNormalizeRows,
 };
 pub(crate) use vote::KnnVote;
+
+#[cfg(test)]
+mod tests;
