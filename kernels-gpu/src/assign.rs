@@ -56,9 +56,9 @@ struct Assign {
 }
 
 macro_rules! assign_kernel {
-    ($entry:ident, $name:ident, $metric:expr, $tile:expr) => {
+    ($entry:ident, $name:ident, $metric:expr, $tile:expr, $min_blocks:expr) => {
         #[doc = concat!("The `", stringify!($name), "` entry point. CPU twins: `backend::cpu::kmeans::nearest`, `::accumulate`.")]
-        pub const $entry: Kernel = Kernel::new(stringify!($name), 18);
+        pub const $entry: Kernel = Kernel::new(stringify!($name), 18).min_blocks($min_blocks);
 
         /// Labels each of the `n` points of `x` (row-major, `d` columns) with its nearest of the
         /// `k` centroids and writes its distance. Squared norms of points and centroids are
@@ -135,29 +135,34 @@ macro_rules! assign_kernel {
     };
 }
 
+// The wide register tiles keep two blocks per multiprocessor (the last argument).
 assign_kernel!(
     KMEANS_ASSIGN_L2_WIDE,
     kmeans_assign_l2_wide,
     AssignMetric::SqL2,
-    ASSIGN_WIDE
+    ASSIGN_WIDE,
+    2
 );
 assign_kernel!(
     KMEANS_ASSIGN_L2_NARROW,
     kmeans_assign_l2_narrow,
     AssignMetric::SqL2,
-    ASSIGN_NARROW
+    ASSIGN_NARROW,
+    0
 );
 assign_kernel!(
     KMEANS_ASSIGN_L1_WIDE,
     kmeans_assign_l1_wide,
     AssignMetric::L1,
-    ASSIGN_WIDE
+    ASSIGN_WIDE,
+    2
 );
 assign_kernel!(
     KMEANS_ASSIGN_L1_NARROW,
     kmeans_assign_l1_narrow,
     AssignMetric::L1,
-    ASSIGN_NARROW
+    ASSIGN_NARROW,
+    0
 );
 
 #[cfg(all(target_arch = "nvptx64", not(target_feature = "sm_80")))]

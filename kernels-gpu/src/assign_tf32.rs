@@ -27,7 +27,7 @@ use crate::{
 
 /// The `kmeans_assign_l2_tf32` entry point (built for sm_80 only). CPU twin:
 /// `backend::cpu::kmeans::nearest`.
-pub const KMEANS_ASSIGN_L2_TF32: Kernel = Kernel::sm80("kmeans_assign_l2_tf32", 13);
+pub const KMEANS_ASSIGN_L2_TF32: Kernel = Kernel::sm80("kmeans_assign_l2_tf32", 13).min_blocks(2);
 
 /// Labels each of the `n` points of `x` (row-major, `d` columns) with its nearest of the `k`
 /// centroids (TF32 candidates, exact FP32 re-check) and writes its exact distance. `weights`

@@ -10,6 +10,9 @@ pub struct Kernel {
     pub params: usize,
     /// Whether only the sm_80 PTX build has it (the TF32 tensor-core kernels).
     pub sm80_only: bool,
+    /// Blocks of `BLOCK` threads that ptxas must fit on one multiprocessor (`.minnctapersm`,
+    /// which `cargo xtask ptx` writes into the PTX: Rust has no `__launch_bounds__`); 0: no bound.
+    pub min_blocks_per_sm: u32,
 }
 
 impl Kernel {
@@ -19,6 +22,7 @@ impl Kernel {
             name,
             params,
             sm80_only: false,
+            min_blocks_per_sm: 0,
         }
     }
 
@@ -28,6 +32,15 @@ impl Kernel {
             name,
             params,
             sm80_only: true,
+            min_blocks_per_sm: 0,
+        }
+    }
+
+    /// This kernel, compiled to fit `blocks` blocks per multiprocessor.
+    pub const fn min_blocks(self, blocks: u32) -> Self {
+        Kernel {
+            min_blocks_per_sm: blocks,
+            ..self
         }
     }
 }

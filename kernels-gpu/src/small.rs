@@ -278,6 +278,11 @@ pub const MODE_ASSIGN: u32 = 1;
 /// See [`MODE_ASSIGN`].
 pub const MODE_ACCUMULATE: u32 = 2;
 
+/// Blocks per multiprocessor that ptxas must fit of each small step, in the order of
+/// [`crate::launch::SMALL_STEPS`]: the steps of few dimensions are chains of short phases
+/// separated by barriers and need several blocks per multiprocessor to overlap them.
+pub const SMALL_MIN_BLOCKS: [u32; 4] = [4, 4, 3, 2];
+
 /// The small-step kernels, per metric, in the order of [`crate::launch::SMALL_STEPS`].
 pub const SMALL_L2_KERNELS: [Kernel; 4] = [
     KMEANS_SMALL_L2_0,
@@ -296,7 +301,8 @@ pub const SMALL_L1_KERNELS: [Kernel; 4] = [
 macro_rules! small_kernel {
     ($entry:ident, $name:ident, $metric:expr, $shape:literal) => {
         #[doc = concat!("The `", stringify!($name), "` entry point. CPU twins: `backend::cpu::kmeans::nearest`, `::accumulate`.")]
-        pub const $entry: Kernel = Kernel::new(stringify!($name), 15);
+        pub const $entry: Kernel =
+            Kernel::new(stringify!($name), 15).min_blocks(SMALL_MIN_BLOCKS[$shape]);
 
         /// One small Lloyd step (see the module comment) with the shape `launch::SMALL_STEPS[i]` its
         /// name ends in: with `mode & MODE_ASSIGN` labels every point (counting changed

@@ -37,6 +37,33 @@ fn every_kernel_is_an_entry_of_both_ptx_builds_with_its_parameter_count() {
     );
 }
 
+/// Every `.entry` of `ptx` with its `.minnctapersm` bound (0 without one).
+fn min_blocks(ptx: &str) -> BTreeMap<String, u32> {
+    let mut found = BTreeMap::new();
+    for (at, _) in ptx.match_indices(".entry ") {
+        let rest = &ptx[at + ".entry ".len()..];
+        let name = &rest[..rest.find('(').expect("a parameter list after .entry")];
+        let head = &rest[..rest.find("\n{").expect("a body after the parameters")];
+        let bound = head
+            .split_once(".minnctapersm ")
+            .map_or(0, |(_, n)| n.trim().parse().expect("a block count"));
+        found.insert(name.to_string(), bound);
+    }
+    found
+}
+
+#[test]
+fn occupancy_bounds_in_the_ptx_are_those_next_to_the_kernels() {
+    for (ptx, sm80) in [(PTX, false), (PTX_SM80, true)] {
+        let want: BTreeMap<String, u32> = KERNELS
+            .iter()
+            .filter(|k| sm80 || !k.sm80_only)
+            .map(|k| (k.name.to_string(), k.min_blocks_per_sm))
+            .collect();
+        assert_eq!(min_blocks(ptx), want, "sm80: {sm80}");
+    }
+}
+
 #[test]
 fn kernels_are_listed_once() {
     let mut names: Vec<&str> = KERNELS.iter().map(|k| k.name).collect();
