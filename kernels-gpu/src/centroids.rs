@@ -2,17 +2,18 @@
 //! dimension), so that a chunk of dimensions for a tile of centroids is a run of 16-byte rows,
 //! with their squared norms computed in the same pass.
 
-use crate::launch::Kernel;
+use crate::launch::{CENTROID_LAYOUT_COLS, CENTROID_LAYOUT_ROWS, Kernel};
 #[cfg(target_arch = "nvptx64")]
 use crate::{
     gpu::{self, shared, sync_threads},
-    launch::{CENTROID_LAYOUT_COLS, CENTROID_LAYOUT_ROWS},
     math::fma,
 };
 
 /// Row stride (in f32) of the staged block: odd, so that reading a column hits distinct banks.
-#[cfg(target_arch = "nvptx64")]
 const STRIDE: usize = CENTROID_LAYOUT_COLS + 1;
+
+/// Dynamic shared memory of a `kmeans_centroids_by_dimension` block: the staged rows.
+pub const SHARED_BYTES: usize = CENTROID_LAYOUT_ROWS * STRIDE * 4;
 
 /// The `kmeans_centroids_by_dimension` entry point. CPU twin:
 /// `backend::cpu::kmeans::CentroidBlocks::new`.

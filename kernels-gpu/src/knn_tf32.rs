@@ -386,6 +386,9 @@ pub unsafe fn rerank<const KMIN: bool, E: crate::exec::Exec>(x: E, a: Exact) {
     }
 }
 
+/// Dynamic shared memory of a `knn_tf32_threshold` block: one f64 slot.
+pub const THRESHOLD_SHARED_BYTES: usize = 8;
+
 /// The `knn_tf32_threshold` entry point. CPU twin: `backend::cpu::knn::CpuKnn::nearest`.
 pub const KNN_TF32_THRESHOLD: Kernel = Kernel::new("knn_tf32_threshold", 10);
 

@@ -1,13 +1,18 @@
 //! The per-step summary, reduced in a fixed order so it is the same float run after run:
 //! changed labels, empty clusters, fixed-point inertia and centroid shift, copied back together.
 
-use crate::launch::Kernel;
+use crate::launch::{BLOCK, Kernel, REDUCE_BLOCK};
 #[cfg(target_arch = "nvptx64")]
 use crate::{
     gpu::{self, block_sum_f64, block_sum_i64, shared},
     launch::SHIFT_PART,
     tile::load_vec4s,
 };
+
+/// Dynamic shared memory of a `kmeans_shift_parts` block: an f64 per thread.
+pub const SHIFT_PARTS_SHARED_BYTES: usize = 8 * BLOCK as usize;
+/// Dynamic shared memory of the `kmeans_summary` block: an f64 per thread.
+pub const SUMMARY_SHARED_BYTES: usize = 8 * REDUCE_BLOCK as usize;
 
 /// The `kmeans_shift_parts` entry point. CPU twin: `kmeans::shard::squared_shift`.
 pub const KMEANS_SHIFT_PARTS: Kernel = Kernel::new("kmeans_shift_parts", 4);

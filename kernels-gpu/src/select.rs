@@ -487,6 +487,10 @@ pub unsafe fn take<E: Exec>(
     }
 }
 
+/// Dynamic shared memory of a `knn_sort_chunks` or `knn_bitonic_merge_local` block: one chunk
+/// of `SELECT_CAP` keys.
+pub const SORT_SHARED_BYTES: usize = SELECT_CAP * 8;
+
 /// The `knn_sort_chunks` entry point. CPU twin: `backend::cpu::knn::Nearest::finish`.
 pub const KNN_SORT_CHUNKS: Kernel = Kernel::new("knn_sort_chunks", 5);
 

@@ -278,6 +278,10 @@ pub const MODE_ASSIGN: u32 = 1;
 /// See [`MODE_ASSIGN`].
 pub const MODE_ACCUMULATE: u32 = 2;
 
+/// Dynamic shared memory of the `kmeans_finalize_small` block: `FINALIZE_SCRATCH` f64 per thread.
+pub const FINALIZE_SHARED_BYTES: usize =
+    FINALIZE_SCRATCH * crate::launch::REDUCE_BLOCK as usize * 8;
+
 /// Blocks per multiprocessor that ptxas must fit of each small step, in the order of
 /// [`crate::launch::SMALL_STEPS`]: the steps of few dimensions are chains of short phases
 /// separated by barriers and need several blocks per multiprocessor to overlap them.

@@ -6,13 +6,19 @@
 //! integer units) a point adds `units · q` to the sums and `units` to its cluster's weight;
 //! without them, `q` and 1 (the count).
 
-use crate::launch::Kernel;
+use crate::launch::{BLOCK, Kernel};
 #[cfg(target_arch = "nvptx64")]
 use crate::{
     fixed::{mean, to_fixed, units_at, weighted},
     gpu::{self, atomic_add_i64, atomic_add_u64, shared, sync_threads},
     math::normalize,
 };
+
+/// Dynamic shared memory of a `kmeans_accumulate_shared` block: the `k × d` fixed-point sums
+/// and `k` u64 weights of its part ([`crate::launch::sums_fit_shared`] checks that they fit).
+pub const fn accumulate_shared_bytes(k: usize, d: usize) -> usize {
+    8 * k * d + 8 * k
+}
 
 /// The `kmeans_accumulate_shared` entry point. CPU twin: `backend::cpu::kmeans::accumulate`.
 pub const KMEANS_ACCUMULATE_SHARED: Kernel = Kernel::new("kmeans_accumulate_shared", 9);
@@ -175,6 +181,9 @@ pub unsafe extern "gpu-kernel" fn kmeans_accumulate_global(
 /// Threads per warp; [`kmeans_finalize`] gives each centroid coordinate one warp.
 #[cfg(target_arch = "nvptx64")]
 const WARP: usize = 32;
+
+/// Dynamic shared memory of a `kmeans_finalize` block: 16 bytes per thread.
+pub const FINALIZE_SHARED_BYTES: usize = 16 * BLOCK as usize;
 
 /// The `kmeans_finalize` entry point. CPU twin: `kmeans::shard::Partial::finish`.
 pub const KMEANS_FINALIZE: Kernel = Kernel::new("kmeans_finalize", 10);

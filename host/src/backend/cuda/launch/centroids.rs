@@ -3,8 +3,8 @@
 use crate::backend::cuda::CudaBackend;
 use crate::error::Result;
 use cudarc::driver::CudaSlice;
-use kernels_gpu::centroids::KMEANS_CENTROIDS_BY_DIMENSION;
-use kernels_gpu::launch::{BLOCK, CENTROID_LAYOUT_COLS, CENTROID_LAYOUT_ROWS};
+use kernels_gpu::centroids::{KMEANS_CENTROIDS_BY_DIMENSION, SHARED_BYTES};
+use kernels_gpu::launch::{BLOCK, CENTROID_LAYOUT_ROWS};
 
 /// `kmeans_centroids_by_dimension`: `out` (`d × kp`) = the `k × d` centroids by dimension, and
 /// with `norms` their squared norms. CPU twin: [`crate::backend::cpu::kmeans::CentroidBlocks::new`]
@@ -30,7 +30,6 @@ impl KmeansCentroidsByDimension<'_> {
             .arg(&self.d)
             .arg(&self.kp);
         l.arg(self.out).opt(self.norms);
-        let shared = CENTROID_LAYOUT_ROWS * (CENTROID_LAYOUT_COLS + 1) * 4;
-        l.run(k.div_ceil(CENTROID_LAYOUT_ROWS), BLOCK, shared)
+        l.run(k.div_ceil(CENTROID_LAYOUT_ROWS), BLOCK, SHARED_BYTES)
     }
 }

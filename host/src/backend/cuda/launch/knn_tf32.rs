@@ -7,7 +7,7 @@ use cudarc::driver::CudaSlice;
 use kernels_gpu::knn::{PairMetric, SELECT_BLOCK, select_shared_bytes};
 use kernels_gpu::knn_tf32::{
     KNN_TF32_RERANK, KNN_TF32_SCAN, KNN_TF32_THRESHOLD, TF32_BLOCK, TF32_CAP, TF32_COLS, TF32_ROWS,
-    tf32_scan_shared_bytes,
+    THRESHOLD_SHARED_BYTES, tf32_scan_shared_bytes,
 };
 
 /// `knn_tf32_threshold`: every query row's exact distance to its `k`-th group key → the squared
@@ -42,7 +42,7 @@ impl KnnTf32Threshold<'_> {
             .arg(self.x_norms);
         l.arg(&self.d).arg(&id).arg(&self.k).arg(self.best);
         l.arg(self.t_sq).arg(self.counts);
-        l.run(rows, SELECT_BLOCK, 8)
+        l.run(rows, SELECT_BLOCK, THRESHOLD_SHARED_BYTES)
     }
 }
 

@@ -4,7 +4,9 @@ use crate::backend::cuda::{CudaBackend, Mapped};
 use crate::error::Result;
 use cudarc::driver::CudaSlice;
 use kernels_gpu::launch::{BLOCK, REDUCE_BLOCK, SHIFT_PART};
-use kernels_gpu::reduce::{KMEANS_SHIFT_PARTS, KMEANS_SUMMARY};
+use kernels_gpu::reduce::{
+    KMEANS_SHIFT_PARTS, KMEANS_SUMMARY, SHIFT_PARTS_SHARED_BYTES, SUMMARY_SHARED_BYTES,
+};
 
 /// `kmeans_shift_parts`: `Σ (next − current)²` over the `len` coordinates, one f64 part per
 /// `SHIFT_PART` of them. CPU twin: [`crate::kmeans::shard::squared_shift`] (outside
@@ -28,7 +30,7 @@ impl KmeansShiftParts<'_> {
             .arg(self.current)
             .arg(&self.len)
             .arg(self.parts);
-        l.run(grid, BLOCK, BLOCK as usize * 8)
+        l.run(grid, BLOCK, SHIFT_PARTS_SHARED_BYTES)
     }
 }
 
@@ -57,6 +59,6 @@ impl KmeansSummary<'_> {
         l.arg(self.shift_parts)
             .arg(&self.parts)
             .arg(self.out.device());
-        l.run(1, REDUCE_BLOCK, REDUCE_BLOCK as usize * 8)
+        l.run(1, REDUCE_BLOCK, SUMMARY_SHARED_BYTES)
     }
 }

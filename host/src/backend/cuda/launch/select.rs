@@ -7,7 +7,7 @@ use cudarc::driver::{CudaSlice, CudaView};
 use kernels_gpu::knn::{SELECT_BLOCK, SELECT_CAP, select_shared_bytes};
 use kernels_gpu::select::{
     KNN_BITONIC_MERGE_GLOBAL, KNN_BITONIC_MERGE_LOCAL, KNN_SELECT_BITONIC, KNN_SELECT_KEYS_BITONIC,
-    KNN_SELECT_KEYS_KMIN, KNN_SELECT_KMIN, KNN_SORT_CHUNKS, KNN_TAKE,
+    KNN_SELECT_KEYS_KMIN, KNN_SELECT_KMIN, KNN_SORT_CHUNKS, KNN_TAKE, SORT_SHARED_BYTES,
 };
 
 /// `knn_select_kmin` / `knn_select_bitonic`: merges a tile of distances (`cols` per row, row
@@ -106,7 +106,7 @@ impl KnnSortChunks<'_> {
             .arg(&self.n)
             .arg(&self.row_log2);
         l.arg(self.keys);
-        l.run(total / SELECT_CAP, SELECT_BLOCK, SELECT_CAP * 8)
+        l.run(total / SELECT_CAP, SELECT_BLOCK, SORT_SHARED_BYTES)
     }
 }
 
@@ -149,7 +149,7 @@ impl KnnBitonicMergeLocal<'_> {
         let f = gpu.function(KNN_BITONIC_MERGE_LOCAL.name)?;
         let mut l = gpu.launch_kernel(KNN_BITONIC_MERGE_LOCAL, &f);
         l.arg(self.keys).arg(&self.row_log2).arg(&self.size);
-        l.run(total / SELECT_CAP, SELECT_BLOCK, SELECT_CAP * 8)
+        l.run(total / SELECT_CAP, SELECT_BLOCK, SORT_SHARED_BYTES)
     }
 }
 

@@ -6,7 +6,7 @@ use cudarc::driver::CudaSlice;
 use kernels_gpu::launch::{BLOCK, REDUCE_BLOCK, SMALL_STEPS};
 use kernels_gpu::math::AssignMetric;
 use kernels_gpu::small::{
-    FINALIZE_SCRATCH, KMEANS_FINALIZE_SMALL, SMALL_L1_KERNELS, SMALL_L2_KERNELS,
+    FINALIZE_SHARED_BYTES, KMEANS_FINALIZE_SMALL, SMALL_L1_KERNELS, SMALL_L2_KERNELS,
 };
 
 /// `kmeans_small_{l2,l1}_{0..3}`: one fused small Lloyd step (assign and/or accumulate, by
@@ -106,10 +106,6 @@ impl KmeansFinalizeSmall<'_> {
             .arg(self.block_inertia)
             .arg(&self.blocks);
         l.arg(self.out.device());
-        l.run(
-            1,
-            REDUCE_BLOCK,
-            FINALIZE_SCRATCH * REDUCE_BLOCK as usize * 8,
-        )
+        l.run(1, REDUCE_BLOCK, FINALIZE_SHARED_BYTES)
     }
 }

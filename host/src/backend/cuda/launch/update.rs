@@ -5,7 +5,8 @@ use crate::error::Result;
 use cudarc::driver::{CudaSlice, CudaViewMut};
 use kernels_gpu::launch::BLOCK;
 use kernels_gpu::update::{
-    KMEANS_ACCUMULATE_GLOBAL, KMEANS_ACCUMULATE_SHARED, KMEANS_FINALIZE, KMEANS_NORMALIZE_ROWS,
+    FINALIZE_SHARED_BYTES, KMEANS_ACCUMULATE_GLOBAL, KMEANS_ACCUMULATE_SHARED, KMEANS_FINALIZE,
+    KMEANS_NORMALIZE_ROWS, accumulate_shared_bytes,
 };
 
 /// `kmeans_accumulate_shared`: per-block fixed-point sums and weights of the labelled points,
@@ -39,7 +40,7 @@ impl KmeansAccumulateShared<'_> {
             .arg(&self.k);
         l.opt(self.weights).arg(self.scales);
         l.arg(self.part_sums).arg(self.part_counts);
-        l.run(parts, BLOCK, 8 * k * d + 8 * k)
+        l.run(parts, BLOCK, accumulate_shared_bytes(k, d))
     }
 }
 
@@ -114,7 +115,7 @@ impl KmeansFinalize<'_, '_> {
             BLOCK as usize / 32
         };
         let grid = (k * d).div_ceil(per_block).min(16 * gpu.multiprocessors());
-        l.run(grid, BLOCK, 16 * BLOCK as usize)
+        l.run(grid, BLOCK, FINALIZE_SHARED_BYTES)
     }
 }
 
