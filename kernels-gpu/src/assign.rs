@@ -8,20 +8,25 @@
 //! the dimensions in order 0..d, exactly as the CPU twin, and candidates merge with the
 //! lower-index tie rule, so labels match the CPU bit for bit.
 
-use crate::fixed::{inertia_term, to_fixed, units_at, weighted};
-use crate::gpu::{
-    self, atomic_add_i64, atomic_add_u32, atomic_add_u64, block_sum_f64, block_sum_i64, shared,
-    sync_threads,
-};
 #[cfg(target_feature = "sm_80")]
 use crate::launch::ASSIGN_STAGES;
-use crate::launch::{ASSIGN_JC, ASSIGN_NARROW, ASSIGN_WIDE, AssignTile, BLOCK};
-use crate::math::{AssignMetric, assign_distance, assign_score, assign_step, better};
-#[cfg(not(target_feature = "sm_80"))]
+use crate::launch::Kernel;
+#[cfg(all(target_arch = "nvptx64", not(target_feature = "sm_80")))]
 use crate::tile::load_transposed;
-use crate::tile::load_vec4s;
+#[cfg(target_arch = "nvptx64")]
+use crate::{
+    fixed::{inertia_term, to_fixed, units_at, weighted},
+    gpu::{
+        self, atomic_add_i64, atomic_add_u32, atomic_add_u64, block_sum_f64, block_sum_i64, shared,
+        sync_threads,
+    },
+    launch::{ASSIGN_JC, ASSIGN_NARROW, ASSIGN_WIDE, AssignTile, BLOCK},
+    math::{AssignMetric, assign_distance, assign_score, assign_step, better},
+    tile::load_vec4s,
+};
 
 /// Arguments shared by the assign entry points.
+#[cfg(target_arch = "nvptx64")]
 #[derive(Clone, Copy)]
 struct Assign {
     x: *const f32,
@@ -51,7 +56,10 @@ struct Assign {
 }
 
 macro_rules! assign_kernel {
-    ($name:ident, $metric:expr, $tile:expr) => {
+    ($entry:ident, $name:ident, $metric:expr, $tile:expr, $min_blocks:expr) => {
+        #[doc = concat!("The `", stringify!($name), "` entry point. CPU twins: `backend::cpu::kmeans::nearest`, `::accumulate`.")]
+        pub const $entry: Kernel = Kernel::new(stringify!($name), 18).min_blocks($min_blocks);
+
         /// Labels each of the `n` points of `x` (row-major, `d` columns) with its nearest of the
         /// `k` centroids and writes its distance. Squared norms of points and centroids are
         /// inputs (ignored by L1). `weights` (null: one unit each) holds every point's integer
@@ -67,6 +75,7 @@ macro_rules! assign_kernel {
         /// # Safety
         /// Pointers valid for those sizes; `BLOCK` threads, `ceil(n / points())` blocks and
         /// `shared_bytes()` of dynamic shared memory for this kernel's tile.
+        #[cfg(target_arch = "nvptx64")]
         #[unsafe(no_mangle)]
         pub unsafe extern "gpu-kernel" fn $name(
             x: *const f32,
@@ -126,12 +135,37 @@ macro_rules! assign_kernel {
     };
 }
 
-assign_kernel!(kmeans_assign_l2_wide, AssignMetric::SqL2, ASSIGN_WIDE);
-assign_kernel!(kmeans_assign_l2_narrow, AssignMetric::SqL2, ASSIGN_NARROW);
-assign_kernel!(kmeans_assign_l1_wide, AssignMetric::L1, ASSIGN_WIDE);
-assign_kernel!(kmeans_assign_l1_narrow, AssignMetric::L1, ASSIGN_NARROW);
+// The wide register tiles keep two blocks per multiprocessor (the last argument).
+assign_kernel!(
+    KMEANS_ASSIGN_L2_WIDE,
+    kmeans_assign_l2_wide,
+    AssignMetric::SqL2,
+    ASSIGN_WIDE,
+    2
+);
+assign_kernel!(
+    KMEANS_ASSIGN_L2_NARROW,
+    kmeans_assign_l2_narrow,
+    AssignMetric::SqL2,
+    ASSIGN_NARROW,
+    0
+);
+assign_kernel!(
+    KMEANS_ASSIGN_L1_WIDE,
+    kmeans_assign_l1_wide,
+    AssignMetric::L1,
+    ASSIGN_WIDE,
+    2
+);
+assign_kernel!(
+    KMEANS_ASSIGN_L1_NARROW,
+    kmeans_assign_l1_narrow,
+    AssignMetric::L1,
+    ASSIGN_NARROW,
+    0
+);
 
-#[cfg(not(target_feature = "sm_80"))]
+#[cfg(all(target_arch = "nvptx64", not(target_feature = "sm_80")))]
 #[inline(always)]
 unsafe fn run<const TP: usize, const TC: usize>(a: Assign, metric: AssignMetric, tile: AssignTile) {
     let t = gpu::thread();
@@ -431,6 +465,7 @@ unsafe fn run_async<
 /// loops unroll and `acc` stays in registers. A thread meets its candidates in increasing index
 /// order (tile after tile, `index` increasing in `q`), so a strict `<` keeps the lower index on
 /// ties, as `better` would.
+#[cfg(target_arch = "nvptx64")]
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 fn rank<const TP: usize, const TC: usize>(
@@ -535,6 +570,7 @@ unsafe fn accumulate_split<const TP: usize, const TC: usize>(
 /// Every thread of the block calls this after its sweep; `merge_score` and `merge_index` hold
 /// `points() × ct` words of shared memory that no thread reads or writes any more, `scratch`
 /// `2 × BLOCK` f64.
+#[cfg(target_arch = "nvptx64")]
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn finish<const TP: usize>(
@@ -652,7 +688,7 @@ unsafe fn finish<const TP: usize>(
 ///
 /// # Safety
 /// The tiles hold dimension `jj` at the strides given; `xs`, `cs` are 16-byte aligned.
-#[cfg(not(target_feature = "sm_80"))]
+#[cfg(all(target_arch = "nvptx64", not(target_feature = "sm_80")))]
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn accumulate<const TP: usize, const TC: usize>(

@@ -11,15 +11,23 @@
 //! is not among the two best TF32 candidates, and every distance is the exact FP32 distance to
 //! the chosen centroid.
 
-use crate::cp_async::{commit, copy_4, copy_rows, shared_addr, wait_all, wait_group};
-use crate::fixed::{inertia_term, units_at};
-use crate::gpu::{self, atomic_add_u32, block_sum_f64, block_sum_i64, shared, sync_threads};
-use crate::launch::{
-    BLOCK, TF32_C_STRIDE as CS, TF32_CENTROIDS as BC, TF32_KC as KC, TF32_POINTS as BP,
-    TF32_STAGE_WORDS as SW, TF32_STAGES as STAGES, TF32_X_STRIDE as XS, TF32_XC as XC,
+use crate::launch::Kernel;
+#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
+use crate::{
+    cp_async::{commit, copy_4, copy_rows, shared_addr, wait_all, wait_group},
+    fixed::{inertia_term, units_at},
+    gpu::{self, atomic_add_u32, block_sum_f64, block_sum_i64, shared, sync_threads},
+    launch::{
+        BLOCK, TF32_C_STRIDE as CS, TF32_CENTROIDS as BC, TF32_KC as KC, TF32_POINTS as BP,
+        TF32_STAGE_WORDS as SW, TF32_STAGES as STAGES, TF32_X_STRIDE as XS, TF32_XC as XC,
+    },
+    math::{AssignMetric, assign_distance, assign_step, better, l2_score},
+    mma::{load4, mma, shfl_xor_u32, to_tf32},
 };
-use crate::math::{AssignMetric, assign_distance, assign_step, better, l2_score};
-use crate::mma::{load4, mma, shfl_xor_u32, to_tf32};
+
+/// The `kmeans_assign_l2_tf32` entry point (built for sm_80 only). CPU twin:
+/// `backend::cpu::kmeans::nearest`.
+pub const KMEANS_ASSIGN_L2_TF32: Kernel = Kernel::sm80("kmeans_assign_l2_tf32", 13).min_blocks(2);
 
 /// Labels each of the `n` points of `x` (row-major, `d` columns) with its nearest of the `k`
 /// centroids (TF32 candidates, exact FP32 re-check) and writes its exact distance. `weights`
@@ -31,6 +39,7 @@ use crate::mma::{load4, mma, shfl_xor_u32, to_tf32};
 /// # Safety
 /// Pointers valid for those sizes; `BLOCK` threads, `ceil(n / TF32_POINTS)` blocks and
 /// `tf32_shared_bytes()` of dynamic shared memory.
+#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
 #[unsafe(no_mangle)]
 pub unsafe extern "gpu-kernel" fn kmeans_assign_l2_tf32(
     x: *const f32,
@@ -74,6 +83,7 @@ pub unsafe extern "gpu-kernel" fn kmeans_assign_l2_tf32(
 }
 
 /// Arguments of [`kmeans_assign_l2_tf32`].
+#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
 #[derive(Clone, Copy)]
 struct Assign {
     x: *const f32,
@@ -91,6 +101,7 @@ struct Assign {
     weights: *const f32,
 }
 
+#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
 #[inline(always)]
 unsafe fn run<const VEC: bool>(a: Assign) {
     let Assign {
@@ -364,6 +375,7 @@ unsafe fn run<const VEC: bool>(a: Assign) {
 }
 
 /// Puts `(score, index)` into the sorted pair `(s1, i1) ≤ (s2, i2)` if it beats either.
+#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
 #[inline(always)]
 fn insert(s1: &mut f32, i1: &mut u32, s2: &mut f32, i2: &mut u32, score: f32, index: u32) {
     if better(score, index, *s1, *i1) {
@@ -381,6 +393,7 @@ fn insert(s1: &mut f32, i1: &mut u32, s2: &mut f32, i2: &mut u32, score: f32, in
 ///
 /// # Safety
 /// `x` and `c` are valid for `d` values.
+#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
 #[inline(always)]
 unsafe fn exact_dot(x: *const f32, c: *const f32, d: usize) -> f32 {
     #[repr(C, align(16))]
@@ -406,6 +419,7 @@ unsafe fn exact_dot(x: *const f32, c: *const f32, d: usize) -> f32 {
 }
 
 /// Merges the sorted candidate pair of lane `lane ^ mask` into this lane's.
+#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
 #[inline(always)]
 fn merge_lanes(s1: &mut f32, i1: &mut u32, s2: &mut f32, i2: &mut u32, mask: u32) {
     let (ps1, pi1) = (shfl_xor_f32(*s1, mask), shfl_xor_u32(*i1, mask));
@@ -421,6 +435,7 @@ fn merge_lanes(s1: &mut f32, i1: &mut u32, s2: &mut f32, i2: &mut u32, mask: u32
 ///
 /// # Safety
 /// `x` holds `n × d` values (16-byte aligned rows with `vec`); `xs` is the point tile.
+#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn stage_points(
@@ -474,6 +489,7 @@ unsafe fn stage_points(
 /// # Safety
 /// `c` holds `k × d` values (16-byte aligned rows with `vec`), `c_sq_norms` `k`; `buf` is a
 /// centroid stage.
+#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn stage_chunk(
@@ -502,6 +518,7 @@ unsafe fn stage_chunk(
 }
 
 /// See [`shfl_xor_u32`].
+#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
 #[inline(always)]
 fn shfl_xor_f32(v: f32, mask: u32) -> f32 {
     f32::from_bits(shfl_xor_u32(v.to_bits(), mask))

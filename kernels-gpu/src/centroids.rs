@@ -2,12 +2,22 @@
 //! dimension), so that a chunk of dimensions for a tile of centroids is a run of 16-byte rows,
 //! with their squared norms computed in the same pass.
 
-use crate::gpu::{self, shared, sync_threads};
-use crate::launch::{CENTROID_LAYOUT_COLS, CENTROID_LAYOUT_ROWS};
-use crate::math::fma;
+use crate::launch::{CENTROID_LAYOUT_COLS, CENTROID_LAYOUT_ROWS, Kernel};
+#[cfg(target_arch = "nvptx64")]
+use crate::{
+    gpu::{self, shared, sync_threads},
+    math::fma,
+};
 
 /// Row stride (in f32) of the staged block: odd, so that reading a column hits distinct banks.
 const STRIDE: usize = CENTROID_LAYOUT_COLS + 1;
+
+/// Dynamic shared memory of a `kmeans_centroids_by_dimension` block: the staged rows.
+pub const SHARED_BYTES: usize = CENTROID_LAYOUT_ROWS * STRIDE * 4;
+
+/// The `kmeans_centroids_by_dimension` entry point. CPU twin:
+/// `backend::cpu::kmeans::CentroidBlocks::new`.
+pub const KMEANS_CENTROIDS_BY_DIMENSION: Kernel = Kernel::new("kmeans_centroids_by_dimension", 6);
 
 /// `out[j · kp + c] = centroids[c · d + j]` for `c < k` (columns `k..kp` are left as they are)
 /// and, with `norms` non-null, `norms[c] = Σ_j centroids[c][j]²` in dimension order, as
@@ -18,6 +28,7 @@ const STRIDE: usize = CENTROID_LAYOUT_COLS + 1;
 /// `ceil(k / CENTROID_LAYOUT_ROWS)` blocks of `BLOCK` threads with
 /// `CENTROID_LAYOUT_ROWS · (CENTROID_LAYOUT_COLS + 1) · 4` bytes of dynamic shared memory;
 /// `centroids` holds `k × d`, `out` `d × kp` (`kp ≥ k`), `norms` `k` values.
+#[cfg(target_arch = "nvptx64")]
 #[unsafe(no_mangle)]
 pub unsafe extern "gpu-kernel" fn kmeans_centroids_by_dimension(
     centroids: *const f32,

@@ -7,6 +7,7 @@
 
 use crate::exec::Exec;
 use crate::knn::{DIST_BLOCK, DIST_JC, DIST_STRIDE, DIST_TILE, PairMetric, finish, pair_step};
+use crate::launch::Kernel;
 use crate::tile::{load_transposed, load_vec4s};
 
 /// Arguments of the distance kernels `pairwise_dot` and `pairwise_l1`.
@@ -26,7 +27,10 @@ pub struct Pair {
 }
 
 macro_rules! distance_kernel {
-    ($name:ident, $l1:expr) => {
+    ($entry:ident, $name:ident, $l1:expr) => {
+        #[doc = concat!("The `", stringify!($name), "` entry point. CPU twin: `backend::cpu::knn::panel_distances`.")]
+        pub const $entry: Kernel = Kernel::new(stringify!($name), 11);
+
         /// `out[i · ld + j] = dist(a[i], b[b_first + j])` for `i < a_rows`, `j < b_cols`; A and B
         /// are row-major with `d` columns; the norms are squared row norms (read only by the
         /// metrics that need them). Blocks cover `ceil(a_rows / 128) × ceil(b_cols / 128)`
@@ -68,8 +72,8 @@ macro_rules! distance_kernel {
     };
 }
 
-distance_kernel!(pairwise_dot, false);
-distance_kernel!(pairwise_l1, true);
+distance_kernel!(PAIRWISE_DOT, pairwise_dot, false);
+distance_kernel!(PAIRWISE_L1, pairwise_l1, true);
 
 /// Rows per thread and columns per thread.
 const TR: usize = 8;

@@ -53,6 +53,7 @@
 //! accumulations in several orders).
 
 use crate::knn::{PairMetric, finish, sqrt};
+use crate::launch::Kernel;
 use crate::math::fma;
 
 /// `mode` of `knn_tf32_scan`: per query and group, the key of the smallest approximate distance.
@@ -64,10 +65,10 @@ pub const SCAN_CANDIDATES: u32 = 1;
 pub const TF32_ROWS: usize = 128;
 /// Training rows per tile of the scan (2 warp columns × 64).
 pub const TF32_COLS: usize = 128;
-/// Dimensions per staged training chunk.
-pub const TF32_KC: usize = 32;
+/// Dimensions per staged training chunk of the scan (the assign kernel's: `launch::TF32_KC`).
+pub const SCAN_KC: usize = 32;
 /// Row stride (words) of a staged training chunk: ≡ 4 (mod 32), conflict-free fragment loads.
-pub const TF32_CS: usize = TF32_KC + 4;
+pub const TF32_CS: usize = SCAN_KC + 4;
 /// Training chunks in flight in a scan block (`cp.async` pipeline depth).
 pub const TF32_STAGES: usize = 4;
 /// Threads of a scan block.
@@ -76,9 +77,9 @@ pub const TF32_BLOCK: u32 = 256;
 pub const TF32_CAP: usize = crate::knn::SELECT_CAP;
 
 /// Dimensions of the staged query tile for `d` dimensions when at most `xc_max` fit: all of
-/// them (padded to `TF32_KC`), else `xc_max` at a time.
+/// them (padded to `SCAN_KC`), else `xc_max` at a time.
 pub const fn tf32_xc(d: usize, xc_max: usize) -> usize {
-    let dp = d.div_ceil(TF32_KC) * TF32_KC;
+    let dp = d.div_ceil(SCAN_KC) * SCAN_KC;
     if dp < xc_max { dp } else { xc_max }
 }
 
@@ -106,14 +107,14 @@ pub const fn query_fragment(
     lane: usize,
     xc: usize,
 ) -> usize {
-    (((rt * (xc / TF32_KC) + chunk) * 2 + half) * 2 + kk) * FRAGMENT_WORDS + lane * 4
+    (((rt * (xc / SCAN_KC) + chunk) * 2 + half) * 2 + kk) * FRAGMENT_WORDS + lane * 4
 }
 
 /// The word of the staged query tile (see [`query_fragment`]) that holds row `row` of the tile
 /// and dimension `dim` of the slice.
 pub const fn query_word(row: usize, dim: usize, xc: usize) -> usize {
     let (rt, g, top) = (row / 16, row % 8, (row % 16) / 8);
-    let (chunk, q, half) = (dim / TF32_KC, (dim % TF32_KC) / 8, (dim % 8) / 4);
+    let (chunk, q, half) = (dim / SCAN_KC, (dim % SCAN_KC) / 8, (dim % 8) / 4);
     let (kk, h) = ((dim % 4) / 2, dim % 2);
     query_fragment(rt, chunk, half, kk, g * 4 + q, xc) + top + 2 * h
 }
@@ -385,6 +386,15 @@ pub unsafe fn rerank<const KMIN: bool, E: crate::exec::Exec>(x: E, a: Exact) {
     }
 }
 
+/// Dynamic shared memory of a `knn_tf32_threshold` block: one f64 slot.
+pub const THRESHOLD_SHARED_BYTES: usize = 8;
+
+/// The `knn_tf32_threshold` entry point. CPU twin: `backend::cpu::knn::CpuKnn::nearest`.
+pub const KNN_TF32_THRESHOLD: Kernel = Kernel::new("knn_tf32_threshold", 10);
+
+/// The `knn_tf32_rerank` entry point. CPU twin: `backend::cpu::knn::CpuKnn::nearest`.
+pub const KNN_TF32_RERANK: Kernel = Kernel::new("knn_tf32_rerank", 12);
+
 #[cfg(target_arch = "nvptx64")]
 mod entry {
     use super::*;
@@ -499,6 +509,10 @@ mod entry {
     }
 }
 
+/// The `knn_tf32_scan` entry point (in `scan`, built for sm_80 only). CPU twin:
+/// `backend::cpu::knn::CpuKnn::nearest`.
+pub const KNN_TF32_SCAN: Kernel = Kernel::sm80("knn_tf32_scan", 18);
+
 #[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
 pub mod scan;
 
@@ -523,12 +537,12 @@ mod tests {
         assert!(seen.iter().all(|&s| s));
         // Fragment words as `mma` reads A: row g / g + 8, k slot q / q + 4.
         for rt in 0..TF32_ROWS / 16 {
-            for chunk in 0..xc / TF32_KC {
+            for chunk in 0..xc / SCAN_KC {
                 for (half, kk, lane) in
                     (0..2).flat_map(|h| (0..2).flat_map(move |k| (0..32).map(move |l| (h, k, l))))
                 {
                     let (g, q) = (lane / 4, lane % 4);
-                    let dim = chunk * TF32_KC + q * 8 + half * 4 + 2 * kk;
+                    let dim = chunk * SCAN_KC + q * 8 + half * 4 + 2 * kk;
                     let first = query_fragment(rt, chunk, half, kk, lane, xc);
                     assert_eq!(first % 4, 0);
                     let want = [

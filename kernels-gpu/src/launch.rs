@@ -1,5 +1,50 @@
 //! Launch-shape constants that the kernels are written for and the host launches with.
 
+/// A kernel entry point of the committed PTX, exported next to its kernel so that the host
+/// names it by constant, never by a string of its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Kernel {
+    /// The `.entry` name (the `#[no_mangle]` function).
+    pub name: &'static str,
+    /// Parameters the entry declares; its host launcher pushes exactly these, in order.
+    pub params: usize,
+    /// Whether only the sm_80 PTX build has it (the TF32 tensor-core kernels).
+    pub sm80_only: bool,
+    /// Blocks of `BLOCK` threads that ptxas must fit on one multiprocessor (`.minnctapersm`,
+    /// which `cargo xtask ptx` writes into the PTX: Rust has no `__launch_bounds__`); 0: no bound.
+    pub min_blocks_per_sm: u32,
+}
+
+impl Kernel {
+    /// An entry of every PTX build.
+    pub const fn new(name: &'static str, params: usize) -> Self {
+        Kernel {
+            name,
+            params,
+            sm80_only: false,
+            min_blocks_per_sm: 0,
+        }
+    }
+
+    /// An entry of the sm_80 build only.
+    pub const fn sm80(name: &'static str, params: usize) -> Self {
+        Kernel {
+            name,
+            params,
+            sm80_only: true,
+            min_blocks_per_sm: 0,
+        }
+    }
+
+    /// This kernel, compiled to fit `blocks` blocks per multiprocessor.
+    pub const fn min_blocks(self, blocks: u32) -> Self {
+        Kernel {
+            min_blocks_per_sm: blocks,
+            ..self
+        }
+    }
+}
+
 /// Threads per block of the one-point-per-thread kernels (assign, accumulate).
 pub const BLOCK: u32 = 256;
 

@@ -4,6 +4,66 @@
 //! PTX entry points (`cargo xtask ptx`). On every other target only the shared modules are
 //! compiled, so the host's CPU backend uses the very same distance steps, tie-break order and
 //! fixed-point arithmetic as the GPU, which is what makes the two backends agree bit for bit.
+//!
+//! # Kernels and their twins
+//!
+//! Every kernel, the module it lives in, its typed host launcher (in the host crate's
+//! `backend::cuda::launch`), its CPU twin (in `kmeans_knn`'s `backend/cpu`) and the test
+//! that holds the two to the same answer. [`KERNELS`] lists the same
+//! kernels with their parameter counts; a host test checks both against the committed PTX.
+//! ‡ The seeding kernels are still launched untyped from `backend/cuda/init.rs`, and named there.
+//!
+//! | kernel | module | host launcher | CPU twin | test |
+//! |---|---|---|---|---|
+//! | `kmeans_assign_l2_wide` | `assign` | `assign::KmeansAssign` | `backend::cpu::kmeans::nearest`, `::accumulate` | `tests/kmeans.rs` `gpu_matches_cpu_on_awkward_shapes` |
+//! | `kmeans_assign_l2_narrow` | `assign` | `assign::KmeansAssign` | `backend::cpu::kmeans::nearest`, `::accumulate` | `tests/kmeans.rs` `gpu_matches_cpu_on_awkward_shapes` |
+//! | `kmeans_assign_l1_wide` | `assign` | `assign::KmeansAssign` | `backend::cpu::kmeans::nearest`, `::accumulate` | `tests/kmeans.rs` `gpu_matches_cpu_on_awkward_shapes` |
+//! | `kmeans_assign_l1_narrow` | `assign` | `assign::KmeansAssign` | `backend::cpu::kmeans::nearest`, `::accumulate` | `tests/kmeans.rs` `gpu_matches_cpu_on_awkward_shapes` |
+//! | `kmeans_assign_l2_tf32` | `assign_tf32` | `assign::KmeansAssignL2Tf32` | `backend::cpu::kmeans::nearest` (exact) | `tests/kmeans_tf32.rs` `tf32_labels_agree_with_exact` |
+//! | `kmeans_centroids_by_dimension` | `centroids` | `centroids::KmeansCentroidsByDimension` | `backend::cpu::kmeans::CentroidBlocks::new` | `tests/kmeans.rs` `gpu_matches_cpu_on_awkward_shapes` |
+//! | `kmeans_accumulate_shared` | `update` | `update::KmeansAccumulateShared` | `backend::cpu::kmeans::accumulate` | `tests/kmeans.rs` `gpu_matches_cpu_on_awkward_shapes` |
+//! | `kmeans_accumulate_global` | `update` | `update::KmeansAccumulateGlobal` | `backend::cpu::kmeans::accumulate` | `tests/weights.rs` `gpu_matches_cpu_with_weights` |
+//! | `kmeans_finalize` | `update` | `update::KmeansFinalize` | `backend::cpu::partial::Partial::finish` | `tests/kmeans.rs` `gpu_matches_cpu_on_awkward_shapes` |
+//! | `kmeans_normalize_rows` | `update` | `update::KmeansNormalizeRows` | `math::normalize` in `Partial::finish` | `tests/cosine.rs` `gpu_matches_cpu_for_cosine` |
+//! | `kmeans_shift_parts` | `reduce` | `reduce::KmeansShiftParts` | `backend::cpu::partial::squared_shift` | `tests/kmeans.rs` `gpu_matches_cpu_on_awkward_shapes` |
+//! | `kmeans_summary` | `reduce` | `reduce::KmeansSummary` | `backend::cpu::kmeans::CpuLloyd::total` | `tests/kmeans.rs` `gpu_matches_cpu_on_awkward_shapes` |
+//! | `kmeans_small_l2_0` | `small` | `small::KmeansSmall` | `backend::cpu::kmeans::nearest`, `::accumulate` | `small/tests.rs` `emulated_small_step_matches_the_cpu` |
+//! | `kmeans_small_l2_1` | `small` | `small::KmeansSmall` | `backend::cpu::kmeans::nearest`, `::accumulate` | `small/tests.rs` `emulated_small_step_matches_the_cpu` |
+//! | `kmeans_small_l2_2` | `small` | `small::KmeansSmall` | `backend::cpu::kmeans::nearest`, `::accumulate` | `small/tests.rs` `emulated_small_step_matches_the_cpu` |
+//! | `kmeans_small_l2_3` | `small` | `small::KmeansSmall` | `backend::cpu::kmeans::nearest`, `::accumulate` | `small/tests.rs` `emulated_small_step_matches_the_cpu` |
+//! | `kmeans_small_l1_0` | `small` | `small::KmeansSmall` | `backend::cpu::kmeans::nearest`, `::accumulate` | `small/tests.rs` `emulated_small_step_matches_the_cpu` |
+//! | `kmeans_small_l1_1` | `small` | `small::KmeansSmall` | `backend::cpu::kmeans::nearest`, `::accumulate` | `small/tests.rs` `emulated_small_step_matches_the_cpu` |
+//! | `kmeans_small_l1_2` | `small` | `small::KmeansSmall` | `backend::cpu::kmeans::nearest`, `::accumulate` | `small/tests.rs` `emulated_small_step_matches_the_cpu` |
+//! | `kmeans_small_l1_3` | `small` | `small::KmeansSmall` | `backend::cpu::kmeans::nearest`, `::accumulate` | `small/tests.rs` `emulated_small_step_matches_the_cpu` |
+//! | `kmeans_finalize_small` | `small` | `small::KmeansFinalizeSmall` | `Partial::finish`, `CpuLloyd::total` | `tests/kmeans.rs` `gpu_matches_cpu_on_seed_000_shape` |
+//! | `kmeans_minibatch_assign_l2` | `minibatch` | `minibatch::KmeansMinibatchAssign` | `backend::cpu::minibatch::assign_rows` | `minibatch/tests.rs` `emulated_batch_step_matches_the_formulas` |
+//! | `kmeans_minibatch_assign_l1` | `minibatch` | `minibatch::KmeansMinibatchAssign` | `backend::cpu::minibatch::assign_rows` | `minibatch/tests.rs` `emulated_batch_step_matches_the_formulas` |
+//! | `kmeans_minibatch_update` | `minibatch` | `minibatch::KmeansMinibatchUpdate` | `backend::cpu::minibatch::update_row` | `minibatch/tests.rs` `the_update_is_the_running_mean` |
+//! | `kmeans_minibatch_shift` | `minibatch` | `minibatch::KmeansMinibatchShift` | `backend::cpu::minibatch::CpuMiniBatch::shifts` | `tests/minibatch.rs` `gpu_minibatch_matches_cpu_on_an_embedding_shape` |
+//! | `row_sq_norms` | `norms` | `norms::RowSqNorms` | `backend::cpu::kmeans::row_sq_norms` | `tests/knn.rs` `gpu_pairwise_matches_cpu` |
+//! | `pairwise_dot` | `distance` | `distance::Pairwise` | `backend::cpu::knn::panel_distances` | `distance.rs` `emulated_tiles_match_the_formula` |
+//! | `pairwise_l1` | `distance` | `distance::Pairwise` | `backend::cpu::knn::panel_distances` | `distance.rs` `emulated_tiles_match_the_formula` |
+//! | `knn_select_kmin` | `select` | `select::KnnSelect` | `backend::cpu::knn::Nearest::offer` | `select.rs` `emulated_streaming_selection_keeps_the_k_smallest` |
+//! | `knn_select_bitonic` | `select` | `select::KnnSelect` | `backend::cpu::knn::Nearest::offer` | `select.rs` `emulated_streaming_selection_keeps_the_k_smallest` |
+//! | `knn_select_keys_kmin` | `select` | `select::KnnSelectKeys` | `backend::cpu::knn::Nearest::offer` | `tests/knn.rs` `gpu_prefilter_matches_cpu` |
+//! | `knn_select_keys_bitonic` | `select` | `select::KnnSelectKeys` | `backend::cpu::knn::Nearest::offer` | `tests/knn.rs` `gpu_prefilter_matches_cpu` |
+//! | `knn_sort_chunks` | `select` | `select::KnnSortChunks` | `backend::cpu::knn::Nearest::finish` | `select.rs` `emulated_row_sort_keeps_the_k_smallest` |
+//! | `knn_bitonic_merge_global` | `select` | `select::KnnBitonicMergeGlobal` | `backend::cpu::knn::Nearest::finish` | `select.rs` `emulated_row_sort_keeps_the_k_smallest` |
+//! | `knn_bitonic_merge_local` | `select` | `select::KnnBitonicMergeLocal` | `backend::cpu::knn::Nearest::finish` | `select.rs` `emulated_row_sort_keeps_the_k_smallest` |
+//! | `knn_take` | `select` | `select::KnnTake` | `backend::cpu::knn::Nearest::finish` | `select.rs` `emulated_row_sort_keeps_the_k_smallest` |
+//! | `knn_tf32_threshold` | `knn_tf32` | `knn_tf32::KnnTf32Threshold` | `backend::cpu::knn::CpuKnn::nearest` (exact) | `knn_tf32.rs` `emulated_threshold_and_rerank` |
+//! | `knn_tf32_rerank` | `knn_tf32` | `knn_tf32::KnnTf32Rerank` | `backend::cpu::knn::CpuKnn::nearest` (exact) | `knn_tf32.rs` `emulated_threshold_and_rerank` |
+//! | `knn_tf32_scan` | `knn_tf32::scan` | `knn_tf32::KnnTf32Scan` | `backend::cpu::knn::CpuKnn::nearest` (exact) | `tests/knn.rs` `gpu_prefilter_matches_cpu` |
+//! | `knn_vote` | `vote` | `vote::KnnVote` | `backend::cpu::vote::knn_vote` | `vote.rs` `emulated_votes_match_the_reference` |
+//! | `seed_nearest_l2` | `init` | `backend::cuda::init::CudaSeeder::nearest` ‡ | `backend::cpu::init::Seeder::seed_nearest` | `tests/init.rs` `gpu_seeding_matches_cpu` |
+//! | `seed_trials_l2` | `init` | `backend::cuda::init::CudaSeeder::trials` ‡ | `backend::cpu::init::Seeder::seed_trials` | `tests/init.rs` `gpu_seeding_matches_cpu` |
+//! | `seed_locate_l2` | `init` | `backend::cuda::init::CudaSeeder::locate` ‡ | `backend::cpu::init::Seeder::locate_all` | `tests/init.rs` `gpu_seeding_matches_cpu` |
+//! | `seed_sample_l2` | `init` | `backend::cuda::init::CudaSeeder::sample` ‡ | `backend::cpu::init::Seeder::seed_sample` | `tests/init.rs` `kmeans_parallel_is_as_good_as_kmeans_plus_plus_on_blobs` |
+//! | `seed_nearest_l1` | `init` | `backend::cuda::init::CudaSeeder::nearest` ‡ | `backend::cpu::init::Seeder::seed_nearest` | `tests/init.rs` `gpu_seeding_matches_cpu` |
+//! | `seed_trials_l1` | `init` | `backend::cuda::init::CudaSeeder::trials` ‡ | `backend::cpu::init::Seeder::seed_trials` | `tests/init.rs` `gpu_seeding_matches_cpu` |
+//! | `seed_locate_l1` | `init` | `backend::cuda::init::CudaSeeder::locate` ‡ | `backend::cpu::init::Seeder::locate_all` | `tests/init.rs` `gpu_seeding_matches_cpu` |
+//! | `seed_sample_l1` | `init` | `backend::cuda::init::CudaSeeder::sample` ‡ | `backend::cpu::init::Seeder::seed_sample` | `tests/init.rs` `kmeans_parallel_is_as_good_as_kmeans_plus_plus_on_blobs` |
+//! | `seed_owner_weights` | `init` | `backend::cuda::init::CudaSeeder::owner_weights` ‡ | `backend::cpu::init::Seeder::seed_owner_weights` | `tests/init.rs` `gpu_seeding_matches_cpu` |
 #![cfg_attr(target_arch = "nvptx64", no_std)]
 #![cfg_attr(target_arch = "nvptx64", allow(internal_features))]
 #![cfg_attr(
@@ -21,7 +81,10 @@
     )
 )]
 
+pub mod assign;
+pub mod assign_tf32;
 pub mod bitonic;
+pub mod centroids;
 pub mod distance;
 pub mod exec;
 pub mod fixed;
@@ -30,33 +93,79 @@ pub mod knn_tf32;
 pub mod launch;
 pub mod math;
 pub mod minibatch;
+pub mod norms;
+pub mod reduce;
 pub mod seeding;
 pub mod select;
 pub mod small;
 pub mod tile;
+pub mod update;
 pub mod vote;
 
 #[cfg(target_arch = "nvptx64")]
 mod gpu;
 
-#[cfg(target_arch = "nvptx64")]
-pub mod assign;
-#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
-pub mod assign_tf32;
-#[cfg(target_arch = "nvptx64")]
-pub mod centroids;
+use launch::Kernel;
+
+/// Every kernel of the PTX builds, in the order of the twin table above.
+pub const KERNELS: [Kernel; 49] = [
+    assign::KMEANS_ASSIGN_L2_WIDE,
+    assign::KMEANS_ASSIGN_L2_NARROW,
+    assign::KMEANS_ASSIGN_L1_WIDE,
+    assign::KMEANS_ASSIGN_L1_NARROW,
+    assign_tf32::KMEANS_ASSIGN_L2_TF32,
+    centroids::KMEANS_CENTROIDS_BY_DIMENSION,
+    update::KMEANS_ACCUMULATE_SHARED,
+    update::KMEANS_ACCUMULATE_GLOBAL,
+    update::KMEANS_FINALIZE,
+    update::KMEANS_NORMALIZE_ROWS,
+    reduce::KMEANS_SHIFT_PARTS,
+    reduce::KMEANS_SUMMARY,
+    small::KMEANS_SMALL_L2_0,
+    small::KMEANS_SMALL_L2_1,
+    small::KMEANS_SMALL_L2_2,
+    small::KMEANS_SMALL_L2_3,
+    small::KMEANS_SMALL_L1_0,
+    small::KMEANS_SMALL_L1_1,
+    small::KMEANS_SMALL_L1_2,
+    small::KMEANS_SMALL_L1_3,
+    small::KMEANS_FINALIZE_SMALL,
+    minibatch::KMEANS_MINIBATCH_ASSIGN_L2,
+    minibatch::KMEANS_MINIBATCH_ASSIGN_L1,
+    minibatch::KMEANS_MINIBATCH_UPDATE,
+    minibatch::KMEANS_MINIBATCH_SHIFT,
+    norms::ROW_SQ_NORMS,
+    distance::PAIRWISE_DOT,
+    distance::PAIRWISE_L1,
+    select::KNN_SELECT_KMIN,
+    select::KNN_SELECT_BITONIC,
+    select::KNN_SELECT_KEYS_KMIN,
+    select::KNN_SELECT_KEYS_BITONIC,
+    select::KNN_SORT_CHUNKS,
+    select::KNN_BITONIC_MERGE_GLOBAL,
+    select::KNN_BITONIC_MERGE_LOCAL,
+    select::KNN_TAKE,
+    knn_tf32::KNN_TF32_THRESHOLD,
+    knn_tf32::KNN_TF32_RERANK,
+    knn_tf32::KNN_TF32_SCAN,
+    vote::KNN_VOTE,
+    Kernel::new("seed_nearest_l2", 14),
+    Kernel::new("seed_trials_l2", 12),
+    Kernel::new("seed_locate_l2", 12),
+    Kernel::new("seed_sample_l2", 12),
+    Kernel::new("seed_nearest_l1", 14),
+    Kernel::new("seed_trials_l1", 12),
+    Kernel::new("seed_locate_l1", 12),
+    Kernel::new("seed_sample_l1", 12),
+    Kernel::new("seed_owner_weights", 4),
+];
+
 #[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
 mod cp_async;
 #[cfg(target_arch = "nvptx64")]
 pub mod init;
 #[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
 pub mod mma;
-#[cfg(target_arch = "nvptx64")]
-pub mod norms;
-#[cfg(target_arch = "nvptx64")]
-pub mod reduce;
-#[cfg(target_arch = "nvptx64")]
-pub mod update;
 
 #[cfg(target_arch = "nvptx64")]
 #[panic_handler]

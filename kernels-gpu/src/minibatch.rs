@@ -18,9 +18,9 @@
 //!
 //! What the host reads back per step is `b` distances and `k` batch counts (and `k` shifts).
 
-use crate::exec::Exec;
-use crate::fixed::to_fixed;
+use crate::launch::Kernel;
 use crate::math::{AssignMetric, assign_distance, assign_score, assign_step, better, sq_norm};
+use crate::{exec::Exec, fixed::to_fixed};
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// Batch rows per block of the assign kernel: each thread keeps one accumulator per row for the
@@ -288,6 +288,18 @@ pub unsafe fn shifts<E: Exec>(
         }
     }
 }
+
+/// The `kmeans_minibatch_assign_l2` entry point. CPU twin: `backend::cpu::minibatch::assign_rows`.
+pub const KMEANS_MINIBATCH_ASSIGN_L2: Kernel = Kernel::new("kmeans_minibatch_assign_l2", 12);
+
+/// The `kmeans_minibatch_assign_l1` entry point. CPU twin: `backend::cpu::minibatch::assign_rows`.
+pub const KMEANS_MINIBATCH_ASSIGN_L1: Kernel = Kernel::new("kmeans_minibatch_assign_l1", 12);
+
+/// The `kmeans_minibatch_update` entry point. CPU twin: `backend::cpu::minibatch::update_row`.
+pub const KMEANS_MINIBATCH_UPDATE: Kernel = Kernel::new("kmeans_minibatch_update", 8);
+
+/// The `kmeans_minibatch_shift` entry point. CPU twin: `backend::cpu::minibatch::CpuMiniBatch`.
+pub const KMEANS_MINIBATCH_SHIFT: Kernel = Kernel::new("kmeans_minibatch_shift", 5);
 
 #[cfg(target_arch = "nvptx64")]
 mod kernels {

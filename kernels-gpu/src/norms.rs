@@ -1,17 +1,22 @@
 //! Squared row norms, the `‖x‖²` and `‖c‖²` of the GEMM form of squared L2.
 
-use crate::gpu;
-use crate::math::fma;
-use crate::tile::load_vec4s;
+use crate::launch::Kernel;
+#[cfg(target_arch = "nvptx64")]
+use crate::{gpu, math::fma, tile::load_vec4s};
 
 /// Values a thread loads before their multiply-adds (eight 16-byte loads in flight): a thread
 /// owns a whole row, and one load at a time leaves it waiting a memory round trip per value.
+#[cfg(target_arch = "nvptx64")]
 const IN_FLIGHT: usize = 32;
+
+/// The `row_sq_norms` entry point. CPU twin: `backend::cpu::kmeans::row_sq_norms`.
+pub const ROW_SQ_NORMS: Kernel = Kernel::new("row_sq_norms", 4);
 
 /// `out[i] = Σ_j x[i][j]²` over the `n` rows of row-major `x` (`d` columns), in dimension order.
 ///
 /// # Safety
 /// `x` holds `n × d` values and `out` `n`; one thread per row.
+#[cfg(target_arch = "nvptx64")]
 #[unsafe(no_mangle)]
 pub unsafe extern "gpu-kernel" fn row_sq_norms(x: *const f32, n: u32, d: u32, out: *mut f32) {
     let i = gpu::block() * gpu::block_dim() + gpu::thread();

@@ -1,9 +1,21 @@
 //! The per-step summary, reduced in a fixed order so it is the same float run after run:
 //! changed labels, empty clusters, fixed-point inertia and centroid shift, copied back together.
 
-use crate::gpu::{self, block_sum_f64, block_sum_i64, shared};
-use crate::launch::SHIFT_PART;
-use crate::tile::load_vec4s;
+use crate::launch::{BLOCK, Kernel, REDUCE_BLOCK};
+#[cfg(target_arch = "nvptx64")]
+use crate::{
+    gpu::{self, block_sum_f64, block_sum_i64, shared},
+    launch::SHIFT_PART,
+    tile::load_vec4s,
+};
+
+/// Dynamic shared memory of a `kmeans_shift_parts` block: an f64 per thread.
+pub const SHIFT_PARTS_SHARED_BYTES: usize = 8 * BLOCK as usize;
+/// Dynamic shared memory of the `kmeans_summary` block: an f64 per thread.
+pub const SUMMARY_SHARED_BYTES: usize = 8 * REDUCE_BLOCK as usize;
+
+/// The `kmeans_shift_parts` entry point. CPU twin: `backend::cpu::partial::squared_shift`.
+pub const KMEANS_SHIFT_PARTS: Kernel = Kernel::new("kmeans_shift_parts", 4);
 
 /// `parts[b] = Σ (next − current)²` over block `b`'s slice `b·SHIFT_PART..(b + 1)·SHIFT_PART`
 /// (clipped to `len`), in f64, in a fixed order; [`kmeans_summary`] adds the parts in block
@@ -13,6 +25,7 @@ use crate::tile::load_vec4s;
 /// # Safety
 /// `ceil(len / SHIFT_PART)` blocks of `BLOCK` threads with `8 · BLOCK` bytes of dynamic shared
 /// memory; `next` and `current` hold `len` values, `parts` one per block.
+#[cfg(target_arch = "nvptx64")]
 #[unsafe(no_mangle)]
 pub unsafe extern "gpu-kernel" fn kmeans_shift_parts(
     next: *const f32,
@@ -54,6 +67,9 @@ pub unsafe extern "gpu-kernel" fn kmeans_shift_parts(
     }
 }
 
+/// The `kmeans_summary` entry point. CPU twin: `backend::cpu::kmeans::CpuLloyd::total`.
+pub const KMEANS_SUMMARY: Kernel = Kernel::new("kmeans_summary", 6);
+
 /// Writes `out = [counters[0], counters[1], Σ block_inertia, Σ shift_parts]` as f64 and zeroes
 /// the counters for the next step (so no step needs a memset before it). Every thread sums a
 /// fixed set of elements in a fixed order, then a fixed tree combines the threads; the inertia
@@ -62,6 +78,7 @@ pub unsafe extern "gpu-kernel" fn kmeans_shift_parts(
 /// # Safety
 /// One block of a power-of-two size `B`, `8·B` bytes of dynamic shared memory; `counters` holds
 /// 2 values, `block_inertia` `blocks`, `shift_parts` `parts`, `out` 4.
+#[cfg(target_arch = "nvptx64")]
 #[unsafe(no_mangle)]
 pub unsafe extern "gpu-kernel" fn kmeans_summary(
     counters: *mut u32,

@@ -19,6 +19,7 @@
 use crate::bitonic::{ascending, compare_exchange, pair};
 use crate::exec::Exec;
 use crate::knn::{NO_KEY, SELECT_BLOCK, SELECT_CAP, SELECT_PER_THREAD, key};
+use crate::launch::Kernel;
 use core::sync::atomic::{AtomicU32, Ordering};
 
 const B: usize = SELECT_BLOCK as usize;
@@ -115,7 +116,10 @@ pub unsafe fn select<const KMIN: bool, E: Exec>(x: E, a: Tile) {
 }
 
 macro_rules! select_kernel {
-    ($(#[$doc:meta])* $name:ident, $kmin:expr) => {
+    ($entry:ident, $(#[$doc:meta])* $name:ident, $kmin:expr) => {
+        #[doc = concat!("The `", stringify!($name), "` entry point. CPU twin: `backend::cpu::knn::Nearest::offer`.")]
+        pub const $entry: Kernel = Kernel::new(stringify!($name), 7);
+
         $(#[$doc])*
         ///
         /// # Safety
@@ -148,18 +152,23 @@ macro_rules! select_kernel {
 }
 
 select_kernel!(
+    KNN_SELECT_KMIN,
     /// Merges a tile into the running k by k rounds of a parallel minimum.
     knn_select_kmin,
     true
 );
 select_kernel!(
+    KNN_SELECT_BITONIC,
     /// Merges a tile into the running k by a bitonic sort of the candidates.
     knn_select_bitonic,
     false
 );
 
 macro_rules! select_keys_kernel {
-    ($(#[$doc:meta])* $name:ident, $kmin:expr) => {
+    ($entry:ident, $(#[$doc:meta])* $name:ident, $kmin:expr) => {
+        #[doc = concat!("The `", stringify!($name), "` entry point. CPU twin: `backend::cpu::knn::Nearest::offer`.")]
+        pub const $entry: Kernel = Kernel::new(stringify!($name), 6);
+
         $(#[$doc])*
         ///
         /// # Safety
@@ -191,11 +200,13 @@ macro_rules! select_keys_kernel {
 }
 
 select_keys_kernel!(
+    KNN_SELECT_KEYS_KMIN,
     /// Merges a tile of ready keys into the running k by k rounds of a parallel minimum.
     knn_select_keys_kmin,
     true
 );
 select_keys_kernel!(
+    KNN_SELECT_KEYS_BITONIC,
     /// Merges a tile of ready keys into the running k by a bitonic sort of the candidates.
     knn_select_keys_bitonic,
     false
@@ -476,6 +487,13 @@ pub unsafe fn take<E: Exec>(
     }
 }
 
+/// Dynamic shared memory of a `knn_sort_chunks` or `knn_bitonic_merge_local` block: one chunk
+/// of `SELECT_CAP` keys.
+pub const SORT_SHARED_BYTES: usize = SELECT_CAP * 8;
+
+/// The `knn_sort_chunks` entry point. CPU twin: `backend::cpu::knn::Nearest::finish`.
+pub const KNN_SORT_CHUNKS: Kernel = Kernel::new("knn_sort_chunks", 5);
+
 /// Builds `rows · 2^row_log2 / SELECT_CAP` sorted chunks of keys from distance rows; see
 /// [`sort_chunks`].
 ///
@@ -502,6 +520,9 @@ pub unsafe extern "gpu-kernel" fn knn_sort_chunks(
     }
 }
 
+/// The `knn_bitonic_merge_global` entry point. CPU twin: `backend::cpu::knn::Nearest::finish`.
+pub const KNN_BITONIC_MERGE_GLOBAL: Kernel = Kernel::new("knn_bitonic_merge_global", 5);
+
 /// One global-memory step of the row sort; see [`merge_global`].
 ///
 /// # Safety
@@ -527,6 +548,9 @@ pub unsafe extern "gpu-kernel" fn knn_bitonic_merge_global(
     }
 }
 
+/// The `knn_bitonic_merge_local` entry point. CPU twin: `backend::cpu::knn::Nearest::finish`.
+pub const KNN_BITONIC_MERGE_LOCAL: Kernel = Kernel::new("knn_bitonic_merge_local", 3);
+
 /// The in-chunk steps of a stage of the row sort; see [`merge_local`].
 ///
 /// # Safety
@@ -540,6 +564,9 @@ pub unsafe extern "gpu-kernel" fn knn_bitonic_merge_local(
 ) {
     unsafe { merge_local(crate::exec::Gpu, keys, row_log2, size as usize) }
 }
+
+/// The `knn_take` entry point. CPU twin: `backend::cpu::knn::Nearest::finish`.
+pub const KNN_TAKE: Kernel = Kernel::new("knn_take", 5);
 
 /// Keeps the first k keys of every sorted row; see [`take`].
 ///

@@ -26,7 +26,7 @@ pub use sums::{FINALIZE_SCRATCH, Finalize, finalize};
 
 use crate::exec::{Exec, block_sum_i64};
 use crate::fixed::{inertia_term, units_at};
-use crate::launch::{BLOCK, SmallLayout, SmallStep};
+use crate::launch::{BLOCK, Kernel, SmallLayout, SmallStep};
 use crate::math::{AssignMetric, assign_distance, fma};
 use core::sync::atomic::{AtomicU32, Ordering};
 use scan::Scan;
@@ -278,23 +278,36 @@ pub const MODE_ASSIGN: u32 = 1;
 /// See [`MODE_ASSIGN`].
 pub const MODE_ACCUMULATE: u32 = 2;
 
-/// Kernel names of the small step, per metric, in the order of [`crate::launch::SMALL_STEPS`].
-pub const SMALL_L2_KERNELS: [&str; 4] = [
-    "kmeans_small_l2_0",
-    "kmeans_small_l2_1",
-    "kmeans_small_l2_2",
-    "kmeans_small_l2_3",
+/// Dynamic shared memory of the `kmeans_finalize_small` block: `FINALIZE_SCRATCH` f64 per thread.
+pub const FINALIZE_SHARED_BYTES: usize =
+    FINALIZE_SCRATCH * crate::launch::REDUCE_BLOCK as usize * 8;
+
+/// Blocks per multiprocessor that ptxas must fit of each small step, in the order of
+/// [`crate::launch::SMALL_STEPS`]: the steps of few dimensions are chains of short phases
+/// separated by barriers and need several blocks per multiprocessor to overlap them.
+pub const SMALL_MIN_BLOCKS: [u32; 4] = [4, 4, 3, 2];
+
+/// The small-step kernels, per metric, in the order of [`crate::launch::SMALL_STEPS`].
+pub const SMALL_L2_KERNELS: [Kernel; 4] = [
+    KMEANS_SMALL_L2_0,
+    KMEANS_SMALL_L2_1,
+    KMEANS_SMALL_L2_2,
+    KMEANS_SMALL_L2_3,
 ];
 /// See [`SMALL_L2_KERNELS`].
-pub const SMALL_L1_KERNELS: [&str; 4] = [
-    "kmeans_small_l1_0",
-    "kmeans_small_l1_1",
-    "kmeans_small_l1_2",
-    "kmeans_small_l1_3",
+pub const SMALL_L1_KERNELS: [Kernel; 4] = [
+    KMEANS_SMALL_L1_0,
+    KMEANS_SMALL_L1_1,
+    KMEANS_SMALL_L1_2,
+    KMEANS_SMALL_L1_3,
 ];
 
 macro_rules! small_kernel {
-    ($name:ident, $metric:expr, $shape:literal) => {
+    ($entry:ident, $name:ident, $metric:expr, $shape:literal) => {
+        #[doc = concat!("The `", stringify!($name), "` entry point. CPU twins: `backend::cpu::kmeans::nearest`, `::accumulate`.")]
+        pub const $entry: Kernel =
+            Kernel::new(stringify!($name), 15).min_blocks(SMALL_MIN_BLOCKS[$shape]);
+
         /// One small Lloyd step (see the module comment) with the shape `launch::SMALL_STEPS[i]` its
         /// name ends in: with `mode & MODE_ASSIGN` labels every point (counting changed
         /// labels, writing distances and per-block fixed-point inertia under `inertia_scale`),
@@ -350,14 +363,17 @@ macro_rules! small_kernel {
     };
 }
 
-small_kernel!(kmeans_small_l2_0, AssignMetric::SqL2, 0);
-small_kernel!(kmeans_small_l2_1, AssignMetric::SqL2, 1);
-small_kernel!(kmeans_small_l2_2, AssignMetric::SqL2, 2);
-small_kernel!(kmeans_small_l2_3, AssignMetric::SqL2, 3);
-small_kernel!(kmeans_small_l1_0, AssignMetric::L1, 0);
-small_kernel!(kmeans_small_l1_1, AssignMetric::L1, 1);
-small_kernel!(kmeans_small_l1_2, AssignMetric::L1, 2);
-small_kernel!(kmeans_small_l1_3, AssignMetric::L1, 3);
+small_kernel!(KMEANS_SMALL_L2_0, kmeans_small_l2_0, AssignMetric::SqL2, 0);
+small_kernel!(KMEANS_SMALL_L2_1, kmeans_small_l2_1, AssignMetric::SqL2, 1);
+small_kernel!(KMEANS_SMALL_L2_2, kmeans_small_l2_2, AssignMetric::SqL2, 2);
+small_kernel!(KMEANS_SMALL_L2_3, kmeans_small_l2_3, AssignMetric::SqL2, 3);
+small_kernel!(KMEANS_SMALL_L1_0, kmeans_small_l1_0, AssignMetric::L1, 0);
+small_kernel!(KMEANS_SMALL_L1_1, kmeans_small_l1_1, AssignMetric::L1, 1);
+small_kernel!(KMEANS_SMALL_L1_2, kmeans_small_l1_2, AssignMetric::L1, 2);
+small_kernel!(KMEANS_SMALL_L1_3, kmeans_small_l1_3, AssignMetric::L1, 3);
+
+/// The `kmeans_finalize_small` entry point. CPU twin: `backend::cpu::partial::Partial::finish`.
+pub const KMEANS_FINALIZE_SMALL: Kernel = Kernel::new("kmeans_finalize_small", 12);
 
 /// Finishes a small step (see [`finalize`]) in one block of `REDUCE_BLOCK` threads with
 /// `FINALIZE_SCRATCH · 8 · REDUCE_BLOCK` bytes of dynamic shared memory.

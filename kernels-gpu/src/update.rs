@@ -2,13 +2,26 @@
 //!
 //! Sums are 64-bit integers (see [`crate::fixed`]), so the result does not depend on which thread
 //! or block adds first: per-block partials live in shared memory and are combined across blocks
-//! in block order by [`kmeans_finalize`]. With sample weights (`weights` not null: each point's
+//! in block order by `kmeans_finalize`. With sample weights (`weights` not null: each point's
 //! integer units) a point adds `units · q` to the sums and `units` to its cluster's weight;
 //! without them, `q` and 1 (the count).
 
-use crate::fixed::{mean, to_fixed, units_at, weighted};
-use crate::gpu::{self, atomic_add_i64, atomic_add_u64, shared, sync_threads};
-use crate::math::normalize;
+use crate::launch::{BLOCK, Kernel};
+#[cfg(target_arch = "nvptx64")]
+use crate::{
+    fixed::{mean, to_fixed, units_at, weighted},
+    gpu::{self, atomic_add_i64, atomic_add_u64, shared, sync_threads},
+    math::normalize,
+};
+
+/// Dynamic shared memory of a `kmeans_accumulate_shared` block: the `k × d` fixed-point sums
+/// and `k` u64 weights of its part ([`crate::launch::sums_fit_shared`] checks that they fit).
+pub const fn accumulate_shared_bytes(k: usize, d: usize) -> usize {
+    8 * k * d + 8 * k
+}
+
+/// The `kmeans_accumulate_shared` entry point. CPU twin: `backend::cpu::kmeans::accumulate`.
+pub const KMEANS_ACCUMULATE_SHARED: Kernel = Kernel::new("kmeans_accumulate_shared", 9);
 
 /// Per-block partial sums: block `b` sums the labels' (weighted) coordinates of its contiguous
 /// chunk of points into shared memory (`k × d` i64 then `k` u64 weights) and writes them to
@@ -17,6 +30,7 @@ use crate::math::normalize;
 /// # Safety
 /// Pointers valid for `n × d` / `n` / `d` / `grid × k × d` / `grid × k` elements, `weights` null
 /// or `n`; labels `< k`; dynamic shared memory of `8·k·d + 8·k` bytes.
+#[cfg(target_arch = "nvptx64")]
 #[unsafe(no_mangle)]
 pub unsafe extern "gpu-kernel" fn kmeans_accumulate_shared(
     x: *const f32,
@@ -87,11 +101,15 @@ pub unsafe extern "gpu-kernel" fn kmeans_accumulate_shared(
     }
 }
 
+/// The `kmeans_accumulate_global` entry point. CPU twin: `backend::cpu::kmeans::accumulate`.
+pub const KMEANS_ACCUMULATE_GLOBAL: Kernel = Kernel::new("kmeans_accumulate_global", 8);
+
 /// Sums straight into global `sums` (`k × d`) and weights `counts` (`k`), zeroed by the host; for
 /// shapes whose per-block sums do not fit in shared memory. Grid-stride over all `n × d` values.
 ///
 /// # Safety
 /// As for [`kmeans_accumulate_shared`], with `sums`/`counts` of `k × d` / `k` elements.
+#[cfg(target_arch = "nvptx64")]
 #[unsafe(no_mangle)]
 pub unsafe extern "gpu-kernel" fn kmeans_accumulate_global(
     x: *const f32,
@@ -161,7 +179,14 @@ pub unsafe extern "gpu-kernel" fn kmeans_accumulate_global(
 }
 
 /// Threads per warp; [`kmeans_finalize`] gives each centroid coordinate one warp.
+#[cfg(target_arch = "nvptx64")]
 const WARP: usize = 32;
+
+/// Dynamic shared memory of a `kmeans_finalize` block: 16 bytes per thread.
+pub const FINALIZE_SHARED_BYTES: usize = 16 * BLOCK as usize;
+
+/// The `kmeans_finalize` entry point. CPU twin: `backend::cpu::partial::Partial::finish`.
+pub const KMEANS_FINALIZE: Kernel = Kernel::new("kmeans_finalize", 10);
 
 /// Combines the `parts` partial sums and weights and writes the means to `new_centroids`; a
 /// cluster without weight keeps its `old_centroids` row and is counted in `empty`. Writes each
@@ -173,6 +198,7 @@ const WARP: usize = 32;
 /// `part_sums`: `parts × k × d`; `part_counts`: `parts × k`; `inv_scales`: `d`; centroid
 /// buffers `k × d`; `sizes`: `k`; `empty`: one u32 zeroed by the host; blocks of a multiple of
 /// 32 threads with `16 × block size` bytes of dynamic shared memory.
+#[cfg(target_arch = "nvptx64")]
 #[unsafe(no_mangle)]
 pub unsafe extern "gpu-kernel" fn kmeans_finalize(
     part_sums: *const i64,
@@ -265,12 +291,16 @@ pub unsafe extern "gpu-kernel" fn kmeans_finalize(
     }
 }
 
+/// The `kmeans_normalize_rows` entry point. CPU twin: [`crate::math::normalize`].
+pub const KMEANS_NORMALIZE_ROWS: Kernel = Kernel::new("kmeans_normalize_rows", 4);
+
 /// Spherical k-means: scales every centroid row `c` with weight (`sizes[c] > 0`) to unit length
 /// with [`normalize`], as the CPU twin does after its update (rows without weight keep theirs).
 /// One thread per row.
 ///
 /// # Safety
 /// `centroids` holds `k × d` values, `sizes` `k`; at least `k` threads in all.
+#[cfg(target_arch = "nvptx64")]
 #[unsafe(no_mangle)]
 pub unsafe extern "gpu-kernel" fn kmeans_normalize_rows(
     centroids: *mut f32,

@@ -10,6 +10,7 @@ use crate::exec::Exec;
 use crate::knn::{
     VOTE_BLOCK, key_distance, key_index, vote_better, vote_block_bytes, vote_share, vote_weight,
 };
+use crate::launch::Kernel;
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// Arguments of the vote kernel: `rows` queries whose `k` neighbour keys (ascending) are rows of
@@ -34,6 +35,9 @@ pub struct Vote {
     pub proba: *mut f32,
     pub scratch: *mut u64,
 }
+
+/// The `knn_vote` entry point. CPU twin: `knn::classify::vote_one`.
+pub const KNN_VOTE: Kernel = Kernel::new("knn_vote", 12);
 
 /// The votes of a batch of queries; see [`Vote`] (`weighted ≠ 0` for distance weights).
 ///

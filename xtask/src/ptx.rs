@@ -4,6 +4,8 @@
 //! to the committed cubins (`crate::cubin`).
 
 use anyhow::{Context, Result, bail};
+use kernels_gpu::KERNELS;
+use kernels_gpu::launch::{BLOCK, Kernel};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -99,39 +101,21 @@ fn compile(target_cpu: &str) -> Result<String> {
     let ptx =
         std::fs::read_to_string(&out).with_context(|| format!("reading {}", out.display()))?;
     let mut ptx = ptx;
-    for (kernel, directives) in LAUNCH_BOUNDS {
-        ptx = with_directives(&ptx, kernel, directives)?;
+    for kernel in KERNELS.iter().filter(|k| k.min_blocks_per_sm > 0) {
+        ptx = with_directives(&ptx, kernel.name, &launch_bounds(kernel))?;
     }
     Ok(ptx)
 }
 
-/// Performance directives for kernels that Rust cannot annotate (no `__launch_bounds__`): they
-/// run 256 threads, and ptxas must fit them in the registers that let the given number of blocks
-/// share a multiprocessor. The register-tiled assign kernels (exact and TF32) keep two; the small
-/// Lloyd steps of few dimensions are chains of short phases separated by barriers and need
-/// several blocks per multiprocessor to overlap them.
-const LAUNCH_BOUNDS: [(&str, &str); 11] = [
-    ("kmeans_assign_l2_tf32", TWO_BLOCKS),
-    ("kmeans_assign_l2_wide", TWO_BLOCKS),
-    ("kmeans_assign_l1_wide", TWO_BLOCKS),
-    ("kmeans_small_l2_0", FOUR_BLOCKS),
-    ("kmeans_small_l1_0", FOUR_BLOCKS),
-    ("kmeans_small_l2_1", FOUR_BLOCKS),
-    ("kmeans_small_l1_1", FOUR_BLOCKS),
-    ("kmeans_small_l2_2", THREE_BLOCKS),
-    ("kmeans_small_l1_2", THREE_BLOCKS),
-    ("kmeans_small_l2_3", TWO_BLOCKS),
-    ("kmeans_small_l1_3", TWO_BLOCKS),
-];
-const TWO_BLOCKS: &str = ".maxntid 256, 1, 1
-.minnctapersm 2
-";
-const THREE_BLOCKS: &str = ".maxntid 256, 1, 1
-.minnctapersm 3
-";
-const FOUR_BLOCKS: &str = ".maxntid 256, 1, 1
-.minnctapersm 4
-";
+/// `.maxntid` and `.minnctapersm` for a kernel whose `Kernel` const asks ptxas to fit
+/// `min_blocks_per_sm` blocks of `BLOCK` threads on a multiprocessor (Rust has no
+/// `__launch_bounds__`; the bounds live next to their kernels in `kernels-gpu`).
+fn launch_bounds(kernel: &Kernel) -> String {
+    format!(
+        ".maxntid {BLOCK}, 1, 1\n.minnctapersm {}\n",
+        kernel.min_blocks_per_sm
+    )
+}
 
 /// `ptx` with `directives` between the parameter list and the body of entry `kernel` (left
 /// unchanged when the build has no such entry, e.g. sm_70).

@@ -6,10 +6,9 @@
 
 pub mod cpu;
 pub mod cuda;
-mod partial;
 pub(crate) mod vocab;
 
-pub use partial::{Farthest, Partial, Tally, farthest, merge_farthest, squared_shift};
+pub use cpu::partial::{Farthest, Partial, Tally, farthest, merge_farthest, squared_shift};
 
 use crate::error::Result;
 use crate::matrix::MatrixView;

@@ -2,7 +2,7 @@
 //!
 //! A block owns `TF32_ROWS` queries and a run of `tiles` consecutive tiles of `TF32_COLS`
 //! training rows. The query tile is staged once (TF32-rounded, `xc` dimensions, in fragment order
-//! [`query_fragment`]; restaged per slice when `d > xc`), training chunks of `TF32_KC` dimensions
+//! [`query_fragment`]; restaged per slice when `d > xc`), training chunks of `SCAN_KC` dimensions
 //! stream through `TF32_STAGES` buffers with `cp.async` as raw f32 (the tensor cores read them at
 //! TF32 precision; the bound of [`super`] allows for it). Warp `(wm, wn)` of the 8 owns queries `wm·32..` × training rows `wn·64..` as
 //! 2 × 8 `m16n8k8` tiles (the fragment layout of `kmeans_assign_l2_tf32`).
@@ -15,7 +15,7 @@ use crate::mma::{load4, mma, shfl_xor_u64, to_tf32};
 
 const BQ: usize = TF32_ROWS;
 const BT: usize = TF32_COLS;
-const KC: usize = TF32_KC;
+const KC: usize = SCAN_KC;
 const CS: usize = TF32_CS;
 const THREADS: usize = TF32_BLOCK as usize;
 const STAGES: usize = TF32_STAGES;
@@ -54,7 +54,7 @@ struct Scan {
 ///
 /// # Safety
 /// Pointers valid for those sizes; `TF32_BLOCK` threads, `tf32_scan_shared_bytes(xc)` of
-/// dynamic shared memory, `xc` a multiple of `TF32_KC`.
+/// dynamic shared memory, `xc` a multiple of `SCAN_KC`.
 #[unsafe(no_mangle)]
 #[allow(clippy::too_many_arguments)]
 pub unsafe extern "gpu-kernel" fn knn_tf32_scan(

@@ -14,7 +14,7 @@ use kernels_gpu::math::{AssignMetric, assign_distance, assign_score, assign_step
 use kernels_gpu::seeding::WeightScale;
 use rayon::prelude::*;
 
-pub(super) mod tiled;
+pub(crate) mod tiled;
 
 /// Centroids per SIMD block of the CPU assign (one AVX register of f32).
 const LANES: usize = 8;
@@ -113,7 +113,7 @@ impl<'a> CpuLloyd<'a> {
     }
 
     /// The stats of an assignment from its chunks' parts.
-    fn total(&mut self, parts: &[(u64, i64)]) -> AssignStats {
+    pub(crate) fn total(&mut self, parts: &[(u64, i64)]) -> AssignStats {
         let changed = parts.iter().map(|p| p.0).sum();
         let inertia = parts.iter().fold(0i64, |a, p| a.wrapping_add(p.1));
         self.fixed_inertia = inertia;
@@ -215,7 +215,7 @@ fn accumulate_sse41(
     accumulate_generic(xs, labels, weights, scales, sums, counts)
 }
 
-pub(super) fn accumulate(
+pub(crate) fn accumulate(
     xs: &[f32],
     labels: &[u32],
     weights: Option<&[f32]>,

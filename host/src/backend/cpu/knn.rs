@@ -50,7 +50,7 @@ const PORTABLE_WIDTH: usize = 8;
 /// needs none) against the rows of panels `b0 .. b1` of `pn`; row `r` of `x` goes to
 /// `out[r · ld ..]`, panel row `i` at column `i − b0 · w`.
 #[derive(Clone, Copy)]
-struct Block<'a> {
+pub(crate) struct Block<'a> {
     metric: PairMetric,
     x: &'a [f32],
     xn: &'a [f32],
@@ -180,7 +180,7 @@ fn portable_rows(blk: &Block<'_>, out: &mut [f32]) {
 
 /// Computes a distance [`Block`] into `out`. Every distance is the same float as the GPU's (see
 /// the module comment).
-fn panel_distances(blk: &Block<'_>, out: &mut [f32]) {
+pub(crate) fn panel_distances(blk: &Block<'_>, out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     {
         let level = simd::level();
@@ -269,7 +269,7 @@ fn cpu_selection(selection: Selection, k: usize) -> Selection {
 
 /// The running k smallest keys of one query: a max-heap of k (`KMin`), or a pool that is cut
 /// back to its k smallest whenever it grows past a bound (any other selection).
-enum Nearest {
+pub(crate) enum Nearest {
     Heap(BinaryHeap<u64>),
     Pool(Vec<u64>),
 }
@@ -283,7 +283,7 @@ impl Nearest {
     }
 
     /// Offers the training rows `first ..` at distances `dists`.
-    fn offer(&mut self, k: usize, first: usize, dists: &[f32]) {
+    pub(crate) fn offer(&mut self, k: usize, first: usize, dists: &[f32]) {
         match self {
             Nearest::Heap(heap) => {
                 for (j, &dist) in dists.iter().enumerate() {
@@ -313,7 +313,7 @@ impl Nearest {
     }
 
     /// The k smallest keys, ascending, into `out` (keys are unique, so this is one answer).
-    fn finish(self, k: usize, out: &mut [u64]) {
+    pub(crate) fn finish(self, k: usize, out: &mut [u64]) {
         let mut keys = match self {
             Nearest::Heap(heap) => heap.into_vec(),
             Nearest::Pool(mut pool) => {
@@ -332,7 +332,7 @@ impl Nearest {
 impl CpuKnn {
     /// The `k` smallest keys of every row of `xs`, ascending, `k` per row into `out`: the
     /// training panels are visited in blocks that stay in cache while every row is scored.
-    fn nearest(&self, xs: &[f32], k: usize, method: Selection, out: &mut [u64]) {
+    pub(crate) fn nearest(&self, xs: &[f32], k: usize, method: Selection, out: &mut [u64]) {
         let pn = &self.pn;
         let rows = out.len() / k;
         let xn = row_norms(xs, pn.d, self.metric.needs_norms());

@@ -47,7 +47,7 @@ impl<'a> CpuMiniBatch<'a> {
 
 /// Labels and distances of the contiguous rows `x` (squared norms `x_sq`) against `centroids`,
 /// as the Lloyd assignment computes them.
-fn assign_rows(
+pub(crate) fn assign_rows(
     metric: AssignMetric,
     x: &[f32],
     x_sq: &[f32],
@@ -119,7 +119,7 @@ fn update_row_fma(
     update_row_generic(next, current, sums, inv_scales, seen, batch)
 }
 
-fn update_row(
+pub(crate) fn update_row(
     next: &mut [f32],
     current: &[f32],
     sums: &[i64],

@@ -2,9 +2,10 @@
 //! fixed-point sums as the GPU kernels, so both give the same labels and centroids.
 
 mod init;
-mod kmeans;
-mod knn;
-mod minibatch;
+pub(crate) mod kmeans;
+pub(crate) mod knn;
+pub(crate) mod minibatch;
+pub mod partial;
 mod simd;
 mod vote;
 

@@ -7,7 +7,12 @@
 //! scales the new centroids to unit norm.
 
 use super::init::{CudaSeeder, Rows};
-use super::{CudaBackend, Mapped, NULL, arg_u32};
+use super::launch::{
+    KmeansAccumulateGlobal, KmeansAccumulateShared, KmeansAssign, KmeansAssignL2Tf32,
+    KmeansCentroidsByDimension, KmeansFinalize, KmeansFinalizeSmall, KmeansNormalizeRows,
+    KmeansShiftParts, KmeansSmall, KmeansSummary, RowSqNorms,
+};
+use super::{CudaBackend, Mapped, arg_u32};
 use crate::backend::vocab::{Metric, Precision};
 use crate::backend::{
     AssignStats, Layout, Lloyd, LloydSpec, Picks, SPHERICAL_POINT_SQ_NORM, Seeding, Seeds,
@@ -16,18 +21,15 @@ use crate::backend::{
 use crate::backend::{Farthest, Partial, farthest, squared_shift};
 use crate::error::{Error, Result};
 use crate::matrix::MatrixView;
-use cudarc::driver::{CudaSlice, PushKernelArg};
+use cudarc::driver::CudaSlice;
 use kernels_gpu::fixed::{inv_pow2_f64, pow2_f32};
 use kernels_gpu::launch::{
-    ASSIGN_WIDE, AssignTile, BLOCK, CENTROID_LAYOUT_COLS, CENTROID_LAYOUT_ROWS, REDUCE_BLOCK,
-    SEED_CANDIDATES, SHIFT_PART, SMALL_STEPS, SmallStep, TF32_POINTS, sums_fit_shared,
-    tf32_shared_bytes,
+    ASSIGN_WIDE, AssignTile, BLOCK, SEED_CANDIDATES, SHIFT_PART, SMALL_STEPS, SmallStep,
+    TF32_POINTS, sums_fit_shared,
 };
 use kernels_gpu::math::AssignMetric;
 use kernels_gpu::seeding::WeightScale;
-use kernels_gpu::small::{
-    FINALIZE_SCRATCH, MODE_ACCUMULATE, MODE_ASSIGN, SMALL_L1_KERNELS, SMALL_L2_KERNELS,
-};
+use kernels_gpu::small::{MODE_ACCUMULATE, MODE_ASSIGN};
 
 pub(crate) struct CudaLloyd<'a> {
     gpu: &'a CudaBackend,
@@ -241,12 +243,13 @@ impl<'a> CudaLloyd<'a> {
             staged: vec![],
         };
         if metric == AssignMetric::SqL2 && norms_len > 0 && !spherical {
-            let (x, mut norms) = (
-                &lloyd.x,
-                std::mem::replace(&mut lloyd.x_sq_norms, gpu.zeros(0, "")?),
-            );
-            gpu.row_sq_norms(x, n, d, &mut norms)?;
-            lloyd.x_sq_norms = norms;
+            RowSqNorms {
+                x: &lloyd.x,
+                n: n as u32,
+                d: d as u32,
+                out: &mut lloyd.x_sq_norms,
+            }
+            .launch(gpu)?;
         }
         Ok(lloyd)
     }
@@ -254,18 +257,6 @@ impl<'a> CudaLloyd<'a> {
     /// The resident rows (shared with the mini-batch steps).
     pub(super) fn rows(&self) -> &CudaSlice<f32> {
         &self.x
-    }
-
-    fn assign_kernel(&self) -> &'static str {
-        if self.tf32 {
-            return "kmeans_assign_l2_tf32";
-        }
-        match (self.metric, self.tile == ASSIGN_WIDE) {
-            (AssignMetric::SqL2, true) => "kmeans_assign_l2_wide",
-            (AssignMetric::SqL2, false) => "kmeans_assign_l2_narrow",
-            (AssignMetric::L1, true) => "kmeans_assign_l1_wide",
-            (AssignMetric::L1, false) => "kmeans_assign_l1_narrow",
-        }
     }
 
     /// Dynamic shared memory of the exact assign kernel. On sm_80 and later the wide tile gets
@@ -290,86 +281,78 @@ impl<'a> CudaLloyd<'a> {
     /// cluster sums, which are zeroed first, so [`Self::queue_update`] only finalizes.
     fn queue_assign(&mut self, accumulate: bool) -> Result<()> {
         let gpu = self.gpu;
-        let kp = by_dimension_cols(self.k) as u32;
-        if !self.tf32 {
-            self.queue_centroids_by_dimension()?;
-        } else {
-            gpu.row_sq_norms(&self.centroids, self.k, self.d, &mut self.c_sq_norms)?;
-        }
-        let name = self.assign_kernel();
-        let grid = self.assign_blocks;
-        let shared = if self.tf32 {
-            tf32_shared_bytes()
-        } else {
-            self.assign_shared_bytes()
-        };
-        // Accumulating, the kernel treats the sums as one global set: the first of the parts.
-        debug_assert!(!accumulate || !self.tf32);
-        if accumulate {
-            gpu.clear(&mut self.sums.sums, "cluster sums")?;
-            gpu.clear(&mut self.sums.counts, "cluster counts")?;
-        }
-        let f = gpu.function(name)?;
-        let mut launch = gpu.launch(name, &f);
         let (n, d, k) = (self.n as u32, self.d as u32, self.k as u32);
-        launch
-            .args()
-            .arg(&self.x)
-            .arg(&self.x_sq_norms)
-            .arg(&n)
-            .arg(&d)
-            .arg(&self.centroids)
-            .arg(&self.c_sq_norms)
-            .arg(&k)
-            .arg(&mut self.labels)
-            .arg(&mut self.min_dist)
-            .arg(&mut self.counters)
-            .arg(&mut self.block_inertia)
-            .arg(&self.inertia_scale);
-        match &self.weights {
-            Some(w) => launch.args().arg(w),
-            None => launch.args().arg(&NULL),
-        };
-        if !self.tf32 {
-            launch.args().arg(&self.scales);
-            if accumulate {
-                let s = &mut self.sums;
-                launch.args().arg(&mut s.sums).arg(&mut s.counts);
-            } else {
-                launch.args().arg(&NULL).arg(&NULL);
+        if self.tf32 {
+            RowSqNorms {
+                x: &self.centroids,
+                n: k,
+                d,
+                out: &mut self.c_sq_norms,
             }
-            launch.args().arg(&self.centroids_t).arg(&kp);
+            .launch(gpu)?;
+            debug_assert!(!accumulate, "the TF32 kernel does not accumulate");
+            return KmeansAssignL2Tf32 {
+                x: &self.x,
+                x_sq_norms: &self.x_sq_norms,
+                n,
+                d,
+                centroids: &self.centroids,
+                c_sq_norms: &self.c_sq_norms,
+                k,
+                labels: &mut self.labels,
+                min_dist: &mut self.min_dist,
+                changed: &mut self.counters,
+                block_inertia: &mut self.block_inertia,
+                inertia_scale: self.inertia_scale,
+                weights: self.weights.as_ref(),
+            }
+            .launch(gpu);
         }
-        launch.run(grid, BLOCK, shared)
+        self.queue_centroids_by_dimension()?;
+        let shared = self.assign_shared_bytes();
+        // Accumulating, the kernel treats the sums as one global set: the first of the parts.
+        let s = &mut self.sums;
+        if accumulate {
+            gpu.clear(&mut s.sums, "cluster sums")?;
+            gpu.clear(&mut s.counts, "cluster counts")?;
+        }
+        KmeansAssign {
+            x: &self.x,
+            x_sq_norms: &self.x_sq_norms,
+            n,
+            d,
+            centroids: &self.centroids,
+            c_sq_norms: &self.c_sq_norms,
+            k,
+            labels: &mut self.labels,
+            min_dist: &mut self.min_dist,
+            changed: &mut self.counters,
+            block_inertia: &mut self.block_inertia,
+            inertia_scale: self.inertia_scale,
+            weights: self.weights.as_ref(),
+            scales: &self.scales,
+            sums: accumulate.then_some(&mut s.sums),
+            counts: accumulate.then_some(&mut s.counts),
+            centroids_t: &self.centroids_t,
+            kp: by_dimension_cols(self.k) as u32,
+        }
+        .launch(gpu, self.metric, self.tile, shared)
     }
 
     /// Queues the copy of the centroids by dimension (`d × kp`) that the exact assign kernels
     /// stream from, with the centroids' squared norms for squared L2 (not spherical k-means,
     /// whose norms stay 0).
     fn queue_centroids_by_dimension(&mut self) -> Result<()> {
-        let gpu = self.gpu;
-        let name = "kmeans_centroids_by_dimension";
-        let f = gpu.function(name)?;
-        let mut launch = gpu.launch(name, &f);
-        let (k, d, kp) = (
-            self.k as u32,
-            self.d as u32,
-            by_dimension_cols(self.k) as u32,
-        );
-        launch
-            .args()
-            .arg(&self.centroids)
-            .arg(&k)
-            .arg(&d)
-            .arg(&kp)
-            .arg(&mut self.centroids_t);
-        if self.metric == AssignMetric::SqL2 && !self.spherical {
-            launch.args().arg(&mut self.c_sq_norms);
-        } else {
-            launch.args().arg(&NULL);
+        let norms = self.metric == AssignMetric::SqL2 && !self.spherical;
+        KmeansCentroidsByDimension {
+            centroids: &self.centroids,
+            k: self.k as u32,
+            d: self.d as u32,
+            kp: by_dimension_cols(self.k) as u32,
+            out: &mut self.centroids_t,
+            norms: norms.then_some(&mut self.c_sq_norms),
         }
-        let shared = CENTROID_LAYOUT_ROWS * (CENTROID_LAYOUT_COLS + 1) * 4;
-        launch.run(self.k.div_ceil(CENTROID_LAYOUT_ROWS), BLOCK, shared)
+        .launch(self.gpu)
     }
 
     /// Whether the assign kernel of a step also accumulates the update's sums (global sums on
@@ -388,65 +371,43 @@ impl<'a> CudaLloyd<'a> {
         if accumulated {
             // The assign kernel added the points.
         } else if s.shared {
-            let f = gpu.function("kmeans_accumulate_shared")?;
-            let mut launch = gpu.launch("kmeans_accumulate_shared", &f);
-            launch
-                .args()
-                .arg(&self.x)
-                .arg(&n)
-                .arg(&d)
-                .arg(&self.labels)
-                .arg(&k);
-            match &self.weights {
-                Some(w) => launch.args().arg(w),
-                None => launch.args().arg(&NULL),
-            };
-            launch
-                .args()
-                .arg(&self.scales)
-                .arg(&mut s.sums)
-                .arg(&mut s.counts);
-            launch.run(s.parts, BLOCK, 8 * self.k * self.d + 8 * self.k)?;
+            KmeansAccumulateShared {
+                x: &self.x,
+                n,
+                d,
+                labels: &self.labels,
+                k,
+                weights: self.weights.as_ref(),
+                scales: &self.scales,
+                part_sums: &mut s.sums,
+                part_counts: &mut s.counts,
+            }
+            .launch(gpu, s.parts)?;
         } else {
             self.queue_accumulate_global()?;
         }
-        let s = &mut self.sums;
-        let f = gpu.function("kmeans_finalize")?;
-        let mut launch = gpu.launch("kmeans_finalize", &f);
-        let parts = s.parts as u32;
-        let mut empty = self.counters.slice_mut(1..2);
-        launch
-            .args()
-            .arg(&s.sums)
-            .arg(&s.counts)
-            .arg(&parts)
-            .arg(&k)
-            .arg(&d)
-            .arg(&self.inv_scales)
-            .arg(&self.centroids)
-            .arg(&mut self.next)
-            .arg(&mut self.sizes)
-            .arg(&mut empty);
-        // One warp per centroid coordinate; with one part, one thread.
-        let per_block = if s.parts == 1 {
-            BLOCK as usize
-        } else {
-            BLOCK as usize / 32
-        };
-        let grid = (self.k * self.d)
-            .div_ceil(per_block)
-            .min(16 * gpu.multiprocessors());
-        launch.run(grid, BLOCK, 16 * BLOCK as usize)?;
+        let s = &self.sums;
+        KmeansFinalize {
+            part_sums: &s.sums,
+            part_counts: &s.counts,
+            parts: s.parts as u32,
+            k,
+            d,
+            inv_scales: &self.inv_scales,
+            old_centroids: &self.centroids,
+            new_centroids: &mut self.next,
+            sizes: &mut self.sizes,
+            empty: &mut self.counters.slice_mut(1..2),
+        }
+        .launch(gpu)?;
         if self.spherical {
-            let f = gpu.function("kmeans_normalize_rows")?;
-            let mut launch = gpu.launch("kmeans_normalize_rows", &f);
-            launch
-                .args()
-                .arg(&mut self.next)
-                .arg(&self.sizes)
-                .arg(&k)
-                .arg(&d);
-            launch.run(self.k.div_ceil(BLOCK as usize), BLOCK, 0)?;
+            KmeansNormalizeRows {
+                centroids: &mut self.next,
+                sizes: &self.sizes,
+                k,
+                d,
+            }
+            .launch(gpu)?;
         }
         Ok(())
     }
@@ -454,26 +415,20 @@ impl<'a> CudaLloyd<'a> {
     /// Queues the sums of the current labels into the first of the sums' parts, zeroed first.
     fn queue_accumulate_global(&mut self) -> Result<()> {
         let gpu = self.gpu;
-        let (n, d) = (self.n as u32, self.d as u32);
         let s = &mut self.sums;
         gpu.clear(&mut s.sums, "cluster sums")?;
         gpu.clear(&mut s.counts, "cluster counts")?;
-        let f = gpu.function("kmeans_accumulate_global")?;
-        let mut launch = gpu.launch("kmeans_accumulate_global", &f);
-        launch.args().arg(&self.x).arg(&n).arg(&d).arg(&self.labels);
-        match &self.weights {
-            Some(w) => launch.args().arg(w),
-            None => launch.args().arg(&NULL),
-        };
-        launch
-            .args()
-            .arg(&self.scales)
-            .arg(&mut s.sums)
-            .arg(&mut s.counts);
-        let grid = (self.n * self.d)
-            .div_ceil(BLOCK as usize)
-            .min(8 * gpu.multiprocessors());
-        launch.run(grid, BLOCK, 0)
+        KmeansAccumulateGlobal {
+            x: &self.x,
+            n: self.n as u32,
+            d: self.d as u32,
+            labels: &self.labels,
+            weights: self.weights.as_ref(),
+            scales: &self.scales,
+            sums: &mut s.sums,
+            counts: &mut s.counts,
+        }
+        .launch(gpu)
     }
 
     fn small_kernel(&self) -> Option<usize> {
@@ -482,76 +437,50 @@ impl<'a> CudaLloyd<'a> {
 
     /// Queues the fused small step: `MODE_ASSIGN` and/or `MODE_ACCUMULATE`.
     fn queue_small(&mut self, kernel: usize, mode: u32) -> Result<()> {
-        let gpu = self.gpu;
-        let shape = SMALL_STEPS[kernel];
-        let name = match self.metric {
-            AssignMetric::SqL2 => SMALL_L2_KERNELS[kernel],
-            AssignMetric::L1 => SMALL_L1_KERNELS[kernel],
-        };
         let Some(small) = self.small.as_mut() else {
             unreachable!("only called on the small path")
         };
-        let f = gpu.function(name)?;
-        let mut launch = gpu.launch(name, &f);
-        let (n, d, k) = (self.n as u32, self.d as u32, self.k as u32);
-        launch
-            .args()
-            .arg(&self.x)
-            .arg(&n)
-            .arg(&d)
-            .arg(&self.centroids)
-            .arg(&k)
-            .arg(&mut self.labels)
-            .arg(&mut self.min_dist)
-            .arg(&mut self.counters)
-            .arg(&mut self.block_inertia)
-            .arg(&self.inertia_scale);
-        match &self.weights {
-            Some(w) => launch.args().arg(w),
-            None => launch.args().arg(&NULL),
-        };
-        launch
-            .args()
-            .arg(&self.scales)
-            .arg(&mut small.sums)
-            .arg(&mut small.counts)
-            .arg(&mode);
-        launch.run(
-            self.assign_blocks,
-            BLOCK,
-            shape.layout(self.k, self.d).bytes,
-        )
+        KmeansSmall {
+            x: &self.x,
+            n: self.n as u32,
+            d: self.d as u32,
+            centroids: &self.centroids,
+            k: self.k as u32,
+            labels: &mut self.labels,
+            min_dist: &mut self.min_dist,
+            changed: &mut self.counters,
+            block_inertia: &mut self.block_inertia,
+            inertia_scale: self.inertia_scale,
+            weights: self.weights.as_ref(),
+            scales: &self.scales,
+            sums: &mut small.sums,
+            counts: &mut small.counts,
+            mode,
+        }
+        .launch(self.gpu, self.metric, kernel)
     }
 
     /// Queues the small path's finalize: next centroids, sizes and the four summary numbers,
     /// then copies those back.
     fn finalize_small(&mut self) -> Result<Summary> {
-        let gpu = self.gpu;
         let Some(small) = self.small.as_mut() else {
             unreachable!("only called on the small path")
         };
-        let f = gpu.function("kmeans_finalize_small")?;
-        let mut launch = gpu.launch("kmeans_finalize_small", &f);
-        let (k, d, blocks) = (self.k as u32, self.d as u32, self.assign_blocks as u32);
-        launch
-            .args()
-            .arg(&mut small.sums)
-            .arg(&mut small.counts)
-            .arg(&k)
-            .arg(&d)
-            .arg(&self.inv_scales)
-            .arg(&self.centroids)
-            .arg(&mut self.next)
-            .arg(&mut self.sizes)
-            .arg(&mut self.counters)
-            .arg(&self.block_inertia)
-            .arg(&blocks)
-            .arg(self.summary.device());
-        launch.run(
-            1,
-            REDUCE_BLOCK,
-            FINALIZE_SCRATCH * REDUCE_BLOCK as usize * 8,
-        )?;
+        KmeansFinalizeSmall {
+            sums: &mut small.sums,
+            counts: &mut small.counts,
+            k: self.k as u32,
+            d: self.d as u32,
+            inv_scales: &self.inv_scales,
+            current: &self.centroids,
+            next: &mut self.next,
+            sizes: &mut self.sizes,
+            changed: &mut self.counters,
+            block_inertia: &self.block_inertia,
+            blocks: self.assign_blocks as u32,
+            out: &self.summary,
+        }
+        .launch(self.gpu)?;
         self.read_summary()
     }
 
@@ -560,32 +489,26 @@ impl<'a> CudaLloyd<'a> {
     fn summarize(&mut self, shift: bool) -> Result<Summary> {
         let gpu = self.gpu;
         let parts = if shift {
-            let (len, parts) = ((self.k * self.d) as u32, self.shift_parts.len());
-            let f = gpu.function("kmeans_shift_parts")?;
-            let mut launch = gpu.launch("kmeans_shift_parts", &f);
-            launch
-                .args()
-                .arg(&self.next)
-                .arg(&self.centroids)
-                .arg(&len)
-                .arg(&mut self.shift_parts);
-            launch.run(parts, BLOCK, BLOCK as usize * 8)?;
-            parts as u32
+            KmeansShiftParts {
+                next: &self.next,
+                current: &self.centroids,
+                len: (self.k * self.d) as u32,
+                parts: &mut self.shift_parts,
+            }
+            .launch(gpu)?;
+            self.shift_parts.len() as u32
         } else {
             0
         };
-        let f = gpu.function("kmeans_summary")?;
-        let mut launch = gpu.launch("kmeans_summary", &f);
-        let blocks = self.assign_blocks as u32;
-        launch
-            .args()
-            .arg(&mut self.counters)
-            .arg(&self.block_inertia)
-            .arg(&blocks)
-            .arg(&self.shift_parts)
-            .arg(&parts)
-            .arg(self.summary.device());
-        launch.run(1, REDUCE_BLOCK, REDUCE_BLOCK as usize * 8)?;
+        KmeansSummary {
+            counters: &mut self.counters,
+            block_inertia: &self.block_inertia,
+            blocks: self.assign_blocks as u32,
+            shift_parts: &self.shift_parts,
+            parts,
+            out: &self.summary,
+        }
+        .launch(gpu)?;
         self.read_summary()
     }
 

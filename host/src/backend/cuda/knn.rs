@@ -11,21 +11,24 @@
 //!   memory); the first k of every row are kept.
 //! * Votes: `knn_vote` on the device-resident neighbour keys; only labels (and shares) come back.
 
-use super::{CudaBackend, NULL, arg_u32};
+use super::launch::{
+    KnnBitonicMergeGlobal, KnnBitonicMergeLocal, KnnSelect, KnnSelectKeys, KnnSortChunks, KnnTake,
+    KnnTf32Rerank, KnnTf32Scan, KnnTf32Threshold, KnnVote, Pairwise, RowSqNorms,
+};
+use super::{CudaBackend, arg_u32};
 use crate::backend::vocab::{PrefilterReport, Selection, rows_per_block};
 use crate::backend::{Backend, BlockSink, Distances, KnnSearch, Neighbours, Votes, split_keys};
 use crate::error::{Error, Result};
 use crate::matrix::MatrixView;
-use cudarc::driver::{CudaSlice, CudaView, LaunchArgs, PushKernelArg};
+use cudarc::driver::{CudaSlice, CudaView};
 use kernels_gpu::fixed::pow2_f32;
 use kernels_gpu::knn::{
-    DIST_BLOCK, MAX_STREAM_K, PairMetric, SELECT_BLOCK, SELECT_CAP, VOTE_BLOCK, VOTE_MAX_QUERIES,
-    dist_blocks, dist_shared_bytes, key, select_shared_bytes, stream_tile, vote_block_bytes,
+    MAX_STREAM_K, PairMetric, SELECT_CAP, VOTE_MAX_QUERIES, key, stream_tile, vote_block_bytes,
     vote_scale_exponent,
 };
 use kernels_gpu::knn_tf32::{
-    SCAN_CANDIDATES, SCAN_GROUPS, TF32_BLOCK, TF32_CAP, TF32_COLS, TF32_ROWS, bound_coefficient,
-    tf32_group, tf32_groups_per_row, tf32_metric, tf32_scan_shared_bytes, tf32_xc,
+    SCAN_CANDIDATES, SCAN_GROUPS, TF32_CAP, TF32_COLS, TF32_ROWS, bound_coefficient, tf32_group,
+    tf32_groups_per_row, tf32_metric, tf32_scan_shared_bytes, tf32_xc,
 };
 use kernels_gpu::launch::DEFAULT_SHARED_BYTES;
 use ndarray::ArrayView2;
@@ -72,29 +75,20 @@ fn distances(
     out: &mut CudaSlice<f32>,
     ld: usize,
 ) -> Result<()> {
-    let name = if metric.is_l1() {
-        "pairwise_l1"
-    } else {
-        "pairwise_dot"
-    };
-    let (a_rows, b_first, b_cols) = (a.rows as u32, b.first as u32, b.rows as u32);
-    let (d32, id, ld64) = (d as u32, metric.id(), ld as u64);
-    let f = gpu.function(name)?;
-    let mut launch = gpu.launch(name, &f);
-    launch
-        .args()
-        .arg(a.x)
-        .arg(a.norms)
-        .arg(&a_rows)
-        .arg(b.x)
-        .arg(b.norms)
-        .arg(&b_first)
-        .arg(&b_cols)
-        .arg(&d32)
-        .arg(&id)
-        .arg(out)
-        .arg(&ld64);
-    launch.run(dist_blocks(a.rows, b.rows), DIST_BLOCK, dist_shared_bytes())
+    Pairwise {
+        a: a.x,
+        a_norms: a.norms,
+        a_rows: a.rows as u32,
+        b: b.x,
+        b_norms: b.norms,
+        b_first: b.first as u32,
+        b_cols: b.rows as u32,
+        d: d as u32,
+        metric,
+        out,
+        ld: ld as u64,
+    }
+    .launch(gpu)
 }
 
 impl Distances for CudaBackend {
@@ -113,7 +107,13 @@ impl Distances for CudaBackend {
         let b_dev = self.upload(b.as_slice(), "the second matrix")?;
         let mut b_norms = self.zeros::<f32>(n, "row norms")?;
         if metric.needs_norms() {
-            self.row_sq_norms(&b_dev, n, d, &mut b_norms)?;
+            RowSqNorms {
+                x: &b_dev,
+                n: n as u32,
+                d: d as u32,
+                out: &mut b_norms,
+            }
+            .launch(self)?;
         }
         // A block fits the caller's limit and the device's free memory (rows of A, norms, out).
         let device_rows = self.budget(None)? / (4 * (n + d + 1));
@@ -132,7 +132,13 @@ impl Distances for CudaBackend {
                 "rows of the first matrix",
             )?;
             if metric.needs_norms() {
-                self.row_sq_norms(&a_dev, r, d, &mut a_norms)?;
+                RowSqNorms {
+                    x: &a_dev,
+                    n: r as u32,
+                    d: d as u32,
+                    out: &mut a_norms,
+                }
+                .launch(self)?;
             }
             let a_side = Side {
                 x: &a_dev,
@@ -163,7 +169,13 @@ impl Distances for CudaBackend {
         let x = gpu.upload(train.as_slice(), "the training data")?;
         let mut norms = gpu.zeros::<f32>(n, "training norms")?;
         if metric.needs_norms() {
-            gpu.row_sq_norms(&x, n, d, &mut norms)?;
+            RowSqNorms {
+                x: &x,
+                n: n as u32,
+                d: d as u32,
+                out: &mut norms,
+            }
+            .launch(&gpu)?;
         }
         let tensor_cores = gpu.info().compute_capability.0 >= 8;
         // The prefilter's bound takes the training norms' square roots: computed once here
@@ -472,7 +484,13 @@ impl CudaKnn {
                 "query rows",
             )?;
             if self.metric.needs_norms() {
-                gpu.row_sq_norms(&q, r, d, &mut q_norms)?;
+                RowSqNorms {
+                    x: &q,
+                    n: r as u32,
+                    d: d as u32,
+                    out: &mut q_norms,
+                }
+                .launch(gpu)?;
             }
             match method {
                 _ if plan.is_some() => {
@@ -587,102 +605,78 @@ impl CudaKnn {
         best: &mut CudaSlice<u64>,
     ) -> Result<()> {
         let gpu = &*self.gpu;
-        let (m32, n32, d32) = (rows as u32, self.n as u32, self.d as u32);
-        let (xc32, group32, ldg64) = (plan.xc as u32, plan.group as u32, plan.ldg as u64);
-        let tiles32 = plan.tiles as u32;
-        let c1 = bound_coefficient(self.d);
-        let grid = rows.div_ceil(TF32_ROWS) * self.n.div_ceil(TF32_COLS).div_ceil(plan.tiles);
-        let k32 = k as u32;
-        // `d`, the metric and `k` for the threshold and the re-rank.
-        let shape = [d32, self.metric.id(), k32];
-        let scan = gpu.function("knn_tf32_scan")?;
+        let (n32, d32, k32) = (self.n as u32, self.d as u32, k as u32);
+        let kmin = method == Method::KMin;
         for mode in [SCAN_GROUPS, SCAN_CANDIDATES] {
             if mode == SCAN_CANDIDATES {
                 // The k smallest group keys (k distinct training rows), then their exact
                 // distances → the threshold; clears the candidate counts.
-                let name = match method {
-                    Method::KMin => "knn_select_keys_kmin",
-                    _ => "knn_select_keys_bitonic",
-                };
-                let f = gpu.function(name)?;
                 let tile = stream_tile(k);
                 let mut s = 0;
                 while s < plan.ldg {
                     let cols = tile.min(plan.ldg - s);
-                    let (cols32, fresh) = (cols as u32, u32::from(s == 0));
-                    let part = bufs.gkeys.slice(s..);
-                    let mut launch = gpu.launch(name, &f);
-                    launch
-                        .args()
-                        .arg(&part)
-                        .arg(&ldg64)
-                        .arg(&cols32)
-                        .arg(&mut *best)
-                        .arg(&k32)
-                        .arg(&fresh);
-                    launch.run(rows, SELECT_BLOCK, select_shared_bytes())?;
+                    KnnSelectKeys {
+                        keys: &bufs.gkeys.slice(s..),
+                        ld: plan.ldg as u64,
+                        cols: cols as u32,
+                        best: &mut *best,
+                        k: k32,
+                        fresh: s == 0,
+                    }
+                    .launch(gpu, kmin, rows)?;
                     s += cols;
                 }
-                let f = gpu.function("knn_tf32_threshold")?;
-                let mut launch = gpu.launch("knn_tf32_threshold", &f);
-                self.push_exact_prefix(launch.args(), q, q_norms, &shape, &mut *best)
-                    .arg(&mut bufs.t_sq)
-                    .arg(&mut bufs.counts);
-                launch.run(rows, SELECT_BLOCK, 8)?;
+                KnnTf32Threshold {
+                    q,
+                    q_norms,
+                    x: &self.x,
+                    x_norms: &self.norms,
+                    d: d32,
+                    metric: self.metric,
+                    k: k32,
+                    best: &mut *best,
+                    t_sq: &mut bufs.t_sq,
+                    counts: &mut bufs.counts,
+                }
+                .launch(gpu, rows)?;
             }
-            let mut launch = gpu.launch("knn_tf32_scan", &scan);
-            launch
-                .args()
-                .arg(q)
-                .arg(q_norms)
-                .arg(&m32)
-                .arg(&self.x)
-                .arg(&self.norms)
-                .arg(&self.roots)
-                .arg(&n32)
-                .arg(&d32)
-                .arg(&xc32)
-                .arg(&tiles32)
-                .arg(&mode)
-                .arg(&group32)
-                .arg(&mut bufs.gkeys)
-                .arg(&ldg64)
-                .arg(&bufs.t_sq)
-                .arg(&mut bufs.counts)
-                .arg(&mut bufs.cand)
-                .arg(&c1);
-            launch.run(grid, TF32_BLOCK, plan.shared)?;
+            KnnTf32Scan {
+                q,
+                q_norms,
+                m: rows as u32,
+                x: &self.x,
+                x_norms: &self.norms,
+                x_roots: &self.roots,
+                n: n32,
+                d: d32,
+                xc: plan.xc as u32,
+                tiles: plan.tiles as u32,
+                mode,
+                group: plan.group as u32,
+                gkeys: &mut bufs.gkeys,
+                ldg: plan.ldg as u64,
+                t_sq: &bufs.t_sq,
+                counts: &mut bufs.counts,
+                cand: &mut bufs.cand,
+                c1: bound_coefficient(self.d),
+            }
+            .launch(gpu)?;
         }
-        let kmin = u32::from(method == Method::KMin);
-        let f = gpu.function("knn_tf32_rerank")?;
-        let mut launch = gpu.launch("knn_tf32_rerank", &f);
-        self.push_exact_prefix(launch.args(), q, q_norms, &shape, best)
-            .arg(&mut bufs.counts)
-            .arg(&bufs.cand)
-            .arg(&mut bufs.overflow)
-            .arg(&kmin);
-        launch.run(rows, SELECT_BLOCK, select_shared_bytes())
-    }
-
-    /// Pushes the arguments that `knn_tf32_threshold` and `knn_tf32_rerank` both lead with (the
-    /// prefix their `entry::exact` reads): the queries and their norms, this index's rows and
-    /// norms, `shape = [d, metric id, k]`, the batch's neighbour keys.
-    fn push_exact_prefix<'a, 'l>(
-        &'a self,
-        args: &'l mut LaunchArgs<'a>,
-        q: &'a CudaSlice<f32>,
-        q_norms: &'a CudaSlice<f32>,
-        shape: &'a [u32; 3],
-        best: &'a mut CudaSlice<u64>,
-    ) -> &'l mut LaunchArgs<'a> {
-        args.arg(q)
-            .arg(q_norms)
-            .arg(&self.x)
-            .arg(&self.norms)
-            .arg(&shape[0])
-            .arg(&shape[1])
-            .arg(&shape[2])
-            .arg(best)
+        KnnTf32Rerank {
+            q,
+            q_norms,
+            x: &self.x,
+            x_norms: &self.norms,
+            d: d32,
+            metric: self.metric,
+            k: k32,
+            best,
+            counts: &mut bufs.counts,
+            cand: &bufs.cand,
+            overflow: &mut bufs.overflow,
+            kmin,
+        }
+        .launch(gpu, rows)
     }
 
     /// Queues the merge of a tile's distances (`rows × cols`, row stride `ld`, training rows
@@ -699,26 +693,17 @@ impl CudaKnn {
         k: usize,
         rows: usize,
     ) -> Result<()> {
-        let gpu = &*self.gpu;
-        let name = match method {
-            Method::KMin => "knn_select_kmin",
-            _ => "knn_select_bitonic",
-        };
-        let (ld64, cols32, first32, k32) = (ld as u64, cols as u32, first_index as u32, k as u32);
-        // The first tile starts from empty running keys (nothing to clear beforehand).
-        let fresh = u32::from(first_index == 0);
-        let f = gpu.function(name)?;
-        let mut launch = gpu.launch(name, &f);
-        launch
-            .args()
-            .arg(dist)
-            .arg(&ld64)
-            .arg(&cols32)
-            .arg(&first32)
-            .arg(best)
-            .arg(&k32)
-            .arg(&fresh);
-        launch.run(rows, SELECT_BLOCK, select_shared_bytes())
+        KnnSelect {
+            dist,
+            ld: ld as u64,
+            cols: cols as u32,
+            first_index: first_index as u32,
+            best,
+            k: k as u32,
+            // The first tile starts from empty running keys (nothing to clear beforehand).
+            fresh: first_index == 0,
+        }
+        .launch(&self.gpu, method == Method::KMin, rows)
     }
 
     /// Queues the sort of `rows` distance rows (`n` each) as keys in rows of `row_len` (a power
@@ -735,57 +720,45 @@ impl CudaKnn {
         let gpu = &*self.gpu;
         debug_assert!(row_len >= SELECT_CAP && row_len.is_power_of_two());
         let total = rows * row_len;
-        let chunks = total / SELECT_CAP;
         let row_log2 = row_len.trailing_zeros();
-        let (ld64, n32) = (self.n as u64, self.n as u32);
-        let f = gpu.function("knn_sort_chunks")?;
-        let mut launch = gpu.launch("knn_sort_chunks", &f);
-        launch
-            .args()
-            .arg(dist)
-            .arg(&ld64)
-            .arg(&n32)
-            .arg(&row_log2)
-            .arg(&mut *keys);
-        launch.run(chunks, SELECT_BLOCK, SELECT_CAP * 8)?;
-
-        let pairs = (total / 2) as u64;
-        let global = gpu.function("knn_bitonic_merge_global")?;
-        let local = gpu.function("knn_bitonic_merge_local")?;
+        KnnSortChunks {
+            dist,
+            ld: self.n as u64,
+            n: self.n as u32,
+            row_log2,
+            keys: &mut *keys,
+        }
+        .launch(gpu, rows)?;
         let mut size = 2 * SELECT_CAP;
         while size <= row_len {
-            let size64 = size as u64;
             let mut stride = size / 2;
             while stride >= SELECT_CAP {
-                let stride64 = stride as u64;
-                let mut launch = gpu.launch("knn_bitonic_merge_global", &global);
-                launch
-                    .args()
-                    .arg(&mut *keys)
-                    .arg(&pairs)
-                    .arg(&row_log2)
-                    .arg(&size64)
-                    .arg(&stride64);
-                launch.run((total / 2).div_ceil(SELECT_BLOCK as usize), SELECT_BLOCK, 0)?;
+                KnnBitonicMergeGlobal {
+                    keys: &mut *keys,
+                    pairs: (total / 2) as u64,
+                    row_log2,
+                    size: size as u64,
+                    stride: stride as u64,
+                }
+                .launch(gpu)?;
                 stride /= 2;
             }
-            let mut launch = gpu.launch("knn_bitonic_merge_local", &local);
-            launch.args().arg(&mut *keys).arg(&row_log2).arg(&size64);
-            launch.run(chunks, SELECT_BLOCK, SELECT_CAP * 8)?;
+            KnnBitonicMergeLocal {
+                keys: &mut *keys,
+                row_log2,
+                size: size as u64,
+            }
+            .launch(gpu, rows)?;
             size *= 2;
         }
-
-        let (rows32, k32) = (rows as u32, k as u32);
-        let f = gpu.function("knn_take")?;
-        let mut launch = gpu.launch("knn_take", &f);
-        launch
-            .args()
-            .arg(&*keys)
-            .arg(&row_log2)
-            .arg(&rows32)
-            .arg(&k32)
-            .arg(best);
-        launch.run((rows * k).div_ceil(SELECT_BLOCK as usize), SELECT_BLOCK, 0)
+        KnnTake {
+            keys,
+            row_log2,
+            rows: rows as u32,
+            k: k as u32,
+            best,
+        }
+        .launch(gpu)
     }
 
     /// Queues the votes of `rows` queries whose keys are in `best`.
@@ -817,37 +790,21 @@ impl CudaKnn {
         } else {
             Some(gpu.zeros::<u64>(grid * vote_block_bytes(1, c) / 8, "vote scratch")?)
         };
-        let (rows32, k32, c32) = (rows as u32, k as u32, c as u32);
-        let weighted = u32::from(job.weighted);
-        let scale = pow2_f32(vote_scale_exponent(k));
-        let per_block32 = per_block as u32;
-        let f = gpu.function("knn_vote")?;
-        let mut launch = gpu.launch("knn_vote", &f);
-        let args = launch.args();
-        args.arg(best).arg(&rows32).arg(&k32).arg(labels);
-        match &self.row_weights {
-            Some(w) => args.arg(w),
-            None => args.arg(&NULL),
-        };
-        args.arg(&c32)
-            .arg(&weighted)
-            .arg(&scale)
-            .arg(&per_block32)
-            .arg(pred);
-        match shares {
-            Some(s) => args.arg(s),
-            None => args.arg(&NULL),
-        };
-        match scratch.as_mut() {
-            Some(s) => args.arg(s),
-            None => args.arg(&NULL),
-        };
-        let shared = if in_shared {
-            vote_block_bytes(per_block, c)
-        } else {
-            0
-        };
-        launch.run(grid, VOTE_BLOCK, shared)
+        KnnVote {
+            best,
+            rows: rows as u32,
+            k: k as u32,
+            labels,
+            row_weights: self.row_weights.as_ref(),
+            classes: c as u32,
+            weighted: job.weighted,
+            scale: pow2_f32(vote_scale_exponent(k)),
+            per_block: per_block as u32,
+            pred,
+            proba: shares,
+            scratch: scratch.as_mut(),
+        }
+        .launch(gpu)
     }
 }
 

@@ -4,16 +4,17 @@
 //! batch's distances and per-centroid counts. CPU twin: `backend/cpu/minibatch.rs`.
 
 use super::kmeans::CudaLloyd;
-use super::{CudaBackend, NULL, arg_u32};
+use super::launch::{
+    KmeansCentroidsByDimension, KmeansMinibatchAssign, KmeansMinibatchShift, KmeansMinibatchUpdate,
+};
+use super::{CudaBackend, arg_u32};
 use crate::backend::vocab::Metric;
 use crate::backend::{BatchReport, Layout, Lloyd, LloydSpec, MiniBatch};
 use crate::error::{Error, Result};
 use crate::matrix::MatrixView;
-use cudarc::driver::{CudaSlice, PushKernelArg};
+use cudarc::driver::CudaSlice;
 use kernels_gpu::fixed::{inv_pow2_f64, pow2_f32};
-use kernels_gpu::launch::{BLOCK, CENTROID_LAYOUT_COLS, CENTROID_LAYOUT_ROWS};
 use kernels_gpu::math::AssignMetric;
-use kernels_gpu::minibatch::{UPDATE_THREADS, assign_blocks, assign_shared_bytes};
 
 pub(crate) struct CudaMiniBatch<'a> {
     gpu: &'a CudaBackend,
@@ -95,74 +96,49 @@ impl<'a> CudaMiniBatch<'a> {
     /// Queues the copy of the current centroids by dimension, with their squared norms for
     /// squared L2.
     fn queue_centroids_by_dimension(&mut self) -> Result<()> {
-        let gpu = self.gpu;
-        let name = "kmeans_centroids_by_dimension";
-        let f = gpu.function(name)?;
-        let mut launch = gpu.launch(name, &f);
-        let (k, d) = (self.k as u32, self.d as u32);
-        let kp = self.k.next_multiple_of(4) as u32;
-        launch
-            .args()
-            .arg(&self.current)
-            .arg(&k)
-            .arg(&d)
-            .arg(&kp)
-            .arg(&mut self.centroids_t);
-        match self.metric {
-            AssignMetric::SqL2 => launch.args().arg(&mut self.c_sq_norms),
-            AssignMetric::L1 => launch.args().arg(&NULL),
-        };
-        let shared = CENTROID_LAYOUT_ROWS * (CENTROID_LAYOUT_COLS + 1) * 4;
-        launch.run(self.k.div_ceil(CENTROID_LAYOUT_ROWS), BLOCK, shared)
+        KmeansCentroidsByDimension {
+            centroids: &self.current,
+            k: self.k as u32,
+            d: self.d as u32,
+            kp: self.k.next_multiple_of(4) as u32,
+            out: &mut self.centroids_t,
+            norms: (self.metric == AssignMetric::SqL2).then_some(&mut self.c_sq_norms),
+        }
+        .launch(self.gpu)
     }
 
     /// Queues the assignment of the first `batch` rows of `self.rows`, with their sums.
     fn queue_assign(&mut self, batch: usize) -> Result<()> {
-        let gpu = self.gpu;
-        let name = match self.metric {
-            AssignMetric::SqL2 => "kmeans_minibatch_assign_l2",
-            AssignMetric::L1 => "kmeans_minibatch_assign_l1",
-        };
-        let f = gpu.function(name)?;
-        let mut launch = gpu.launch(name, &f);
-        let (d, k) = (self.d as u32, self.k as u32);
-        let (b, kp) = (batch as u32, self.k.next_multiple_of(4) as u32);
-        launch
-            .args()
-            .arg(self.lloyd.rows())
-            .arg(&d)
-            .arg(&self.rows)
-            .arg(&b)
-            .arg(&self.centroids_t)
-            .arg(&kp)
-            .arg(&self.c_sq_norms)
-            .arg(&k)
-            .arg(&self.scales)
-            .arg(&mut self.sums)
-            .arg(&mut self.batch_counts)
-            .arg(&mut self.distances);
-        let threads = BLOCK as usize;
-        launch.run(assign_blocks(batch), BLOCK, assign_shared_bytes(threads))
+        KmeansMinibatchAssign {
+            x: self.lloyd.rows(),
+            d: self.d as u32,
+            rows: &self.rows,
+            batch: batch as u32,
+            centroids_t: &self.centroids_t,
+            kp: self.k.next_multiple_of(4) as u32,
+            c_sq_norms: &self.c_sq_norms,
+            k: self.k as u32,
+            scales: &self.scales,
+            sums: &mut self.sums,
+            counts: &mut self.batch_counts,
+            distances: &mut self.distances,
+        }
+        .launch(self.gpu, self.metric)
     }
 
     /// Queues the learning-rate update of every centroid into `next`.
     fn queue_update(&mut self) -> Result<()> {
-        let gpu = self.gpu;
-        let name = "kmeans_minibatch_update";
-        let f = gpu.function(name)?;
-        let mut launch = gpu.launch(name, &f);
-        let d = self.d as u32;
-        launch
-            .args()
-            .arg(&self.current)
-            .arg(&mut self.next)
-            .arg(&d)
-            .arg(&mut self.sums)
-            .arg(&mut self.batch_counts)
-            .arg(&mut self.counts)
-            .arg(&self.inv_scales)
-            .arg(&mut self.report);
-        launch.run(self.k, UPDATE_THREADS, 0)
+        KmeansMinibatchUpdate {
+            current: &self.current,
+            next: &mut self.next,
+            d: self.d as u32,
+            sums: &mut self.sums,
+            batch_counts: &mut self.batch_counts,
+            counts: &mut self.counts,
+            inv_scales: &self.inv_scales,
+            report: &mut self.report,
+        }
+        .launch(self.gpu, self.k)
     }
 }
 
@@ -211,18 +187,14 @@ impl MiniBatch for CudaMiniBatch<'_> {
 
     fn shifts(&mut self) -> Result<Vec<f64>> {
         let gpu = self.gpu;
-        let name = "kmeans_minibatch_shift";
-        let f = gpu.function(name)?;
-        let mut launch = gpu.launch(name, &f);
-        let (k, d) = (self.k as u32, self.d as u32);
-        launch
-            .args()
-            .arg(&self.next)
-            .arg(&self.current)
-            .arg(&k)
-            .arg(&d)
-            .arg(&mut self.shifts);
-        launch.run(self.k.div_ceil(BLOCK as usize), BLOCK, 0)?;
+        KmeansMinibatchShift {
+            next: &self.next,
+            current: &self.current,
+            k: self.k as u32,
+            d: self.d as u32,
+            out: &mut self.shifts,
+        }
+        .launch(gpu)?;
         gpu.download(&self.shifts, self.k, "centroid shifts")
     }
 

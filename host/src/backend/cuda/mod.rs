@@ -8,6 +8,7 @@ pub mod image;
 mod init;
 mod kmeans;
 mod knn;
+mod launch;
 mod minibatch;
 pub mod nccl;
 
@@ -20,7 +21,7 @@ use cudarc::driver::{
     CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, DeviceRepr,
     DriverError, LaunchArgs, LaunchConfig, PinnedHostSlice, PushKernelArg, ValidAsZeroBits,
 };
-use kernels_gpu::launch::BLOCK;
+use kernels_gpu::launch::Kernel;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -40,6 +41,11 @@ impl<T> Mapped<T> {
     /// The device address, as a kernel pointer argument.
     pub(crate) fn device(&self) -> &u64 {
         &self.device
+    }
+
+    /// Values it holds.
+    pub(crate) fn len(&self) -> usize {
+        self.host.len()
     }
 }
 
@@ -216,6 +222,17 @@ impl CudaBackend {
         Launch {
             name,
             args: self.stream.launch_builder(f),
+            params: None,
+            pushed: 0,
+        }
+    }
+
+    /// Starts a launch of `kernel` (`f`, from [`Self::function`]); push its parameters in order
+    /// with [`Launch::arg`], then [`Launch::run`], which checks their number in debug builds.
+    pub(crate) fn launch_kernel<'a>(&'a self, kernel: Kernel, f: &'a CudaFunction) -> Launch<'a> {
+        Launch {
+            params: Some(kernel.params),
+            ..self.launch(kernel.name, f)
         }
     }
 
@@ -417,24 +434,6 @@ impl CudaBackend {
             .map_err(|e| cuda(&format!("copying {what} on the GPU"), e))
     }
 
-    /// Queues `out[i] = ‖row i‖²` for the `rows × d` matrix `x` (the GEMM form's norms).
-    pub(crate) fn row_sq_norms(
-        &self,
-        x: &CudaSlice<f32>,
-        rows: usize,
-        d: usize,
-        out: &mut CudaSlice<f32>,
-    ) -> Result<()> {
-        let f = self.function("row_sq_norms")?;
-        let mut launch = self.launch("row_sq_norms", &f);
-        let (n, d) = (
-            arg_u32(rows, "number of rows")?,
-            arg_u32(d, "number of dimensions")?,
-        );
-        launch.args().arg(x).arg(&n).arg(&d).arg(out);
-        launch.run(rows.div_ceil(BLOCK as usize), BLOCK, 0)
-    }
-
     /// Shared memory one block may use, in bytes.
     pub(crate) fn max_shared_per_block(&self) -> usize {
         self.info.max_shared_per_block
@@ -547,16 +546,50 @@ fn default_pool(ctx: &CudaContext) -> Option<cudarc::driver::sys::CUmemoryPool> 
 pub(crate) struct Launch<'a> {
     name: &'static str,
     args: LaunchArgs<'a>,
+    /// Parameters the kernel declares (typed launches).
+    params: Option<usize>,
+    /// Parameters pushed with [`Launch::arg`].
+    pushed: usize,
 }
 
 impl<'a> Launch<'a> {
-    /// The argument list, to push onto with `.arg(..)`.
+    /// The argument list, to push onto with `.arg(..)` (untyped launches).
     pub(crate) fn args(&mut self) -> &mut LaunchArgs<'a> {
         &mut self.args
     }
 
+    /// Pushes the next parameter: a buffer, a view of one or a scalar.
+    pub(crate) fn arg<T>(&mut self, arg: T) -> &mut Self
+    where
+        LaunchArgs<'a>: PushKernelArg<T>,
+    {
+        self.args.arg(arg);
+        self.pushed += 1;
+        self
+    }
+
+    /// Pushes an optional buffer parameter: the kernel reads a null pointer as absent.
+    pub(crate) fn opt<T>(&mut self, arg: Option<T>) -> &mut Self
+    where
+        LaunchArgs<'a>: PushKernelArg<T>,
+    {
+        match arg {
+            Some(arg) => self.args.arg(arg),
+            None => PushKernelArg::<&u64>::arg(&mut self.args, &NULL),
+        };
+        self.pushed += 1;
+        self
+    }
+
     /// Launches with `grid` blocks of `block` threads and `shared` bytes of dynamic shared memory.
     pub(crate) fn run(mut self, grid: usize, block: u32, shared: usize) -> Result<()> {
+        debug_assert!(
+            self.params.is_none_or(|p| p == self.pushed),
+            "kernel {} takes {:?} parameters, {} pushed",
+            self.name,
+            self.params,
+            self.pushed
+        );
         let grid = u32::try_from(grid.max(1))
             .map_err(|_| Error::invalid("input size", "too many blocks for one kernel launch"))?;
         let cfg = LaunchConfig {

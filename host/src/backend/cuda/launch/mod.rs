@@ -1,0 +1,37 @@
+//! One typed launcher per kernel, one module per kernel family of `kernels_gpu`: a struct whose
+//! fields are the kernel's parameters, in the kernel's order and under its names, and a `launch`
+//! that checks the buffer lengths (debug builds), pushes every field and runs the grid the
+//! kernel's documentation asks for. The kernel names come from the `Kernel` constants exported
+//! next to the kernels; the twin table in `kernels_gpu`'s crate documentation maps every kernel
+//! to its launcher here and its CPU twin.
+
+mod assign;
+mod centroids;
+mod distance;
+mod knn_tf32;
+mod minibatch;
+mod norms;
+mod reduce;
+mod select;
+mod small;
+mod update;
+mod vote;
+
+pub(crate) use assign::{KmeansAssign, KmeansAssignL2Tf32};
+pub(crate) use centroids::KmeansCentroidsByDimension;
+pub(crate) use distance::Pairwise;
+pub(crate) use knn_tf32::{KnnTf32Rerank, KnnTf32Scan, KnnTf32Threshold};
+pub(crate) use minibatch::{KmeansMinibatchAssign, KmeansMinibatchShift, KmeansMinibatchUpdate};
+pub(crate) use norms::RowSqNorms;
+pub(crate) use reduce::{KmeansShiftParts, KmeansSummary};
+pub(crate) use select::{
+    KnnBitonicMergeGlobal, KnnBitonicMergeLocal, KnnSelect, KnnSelectKeys, KnnSortChunks, KnnTake,
+};
+pub(crate) use small::{KmeansFinalizeSmall, KmeansSmall};
+pub(crate) use update::{
+    KmeansAccumulateGlobal, KmeansAccumulateShared, KmeansFinalize, KmeansNormalizeRows,
+};
+pub(crate) use vote::KnnVote;
+
+#[cfg(test)]
+mod tests;

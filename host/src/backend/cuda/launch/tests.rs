@@ -1,0 +1,111 @@
+//! The kernel names and parameter counts the host launches with, checked against the committed
+//! PTX and the twin table; no GPU needed.
+
+use crate::backend::cuda::image::{PTX, PTX_SM80};
+use kernels_gpu::KERNELS;
+use std::collections::BTreeMap;
+
+/// Every `.entry` of `ptx` with its number of parameters.
+fn entries(ptx: &str) -> BTreeMap<String, usize> {
+    let mut found = BTreeMap::new();
+    for (at, _) in ptx.match_indices(".entry ") {
+        let rest = &ptx[at + ".entry ".len()..];
+        let open = rest.find('(').expect("a parameter list after .entry");
+        let close = rest.find(')').expect("the end of the parameter list");
+        let params = rest[open..close].matches(".param ").count();
+        found.insert(rest[..open].to_string(), params);
+    }
+    found
+}
+
+/// The kernels of `KERNELS` that a PTX build has: all of them, or for sm_70 the others.
+fn expected(sm80: bool) -> BTreeMap<String, usize> {
+    KERNELS
+        .iter()
+        .filter(|k| sm80 || !k.sm80_only)
+        .map(|k| (k.name.to_string(), k.params))
+        .collect()
+}
+
+#[test]
+fn every_kernel_is_an_entry_of_both_ptx_builds_with_its_parameter_count() {
+    assert_eq!(entries(PTX), expected(false), "host/ptx/kernels.ptx");
+    assert_eq!(
+        entries(PTX_SM80),
+        expected(true),
+        "host/ptx/kernels_sm80.ptx"
+    );
+}
+
+/// Every `.entry` of `ptx` with its `.minnctapersm` bound (0 without one).
+fn min_blocks(ptx: &str) -> BTreeMap<String, u32> {
+    let mut found = BTreeMap::new();
+    for (at, _) in ptx.match_indices(".entry ") {
+        let rest = &ptx[at + ".entry ".len()..];
+        let name = &rest[..rest.find('(').expect("a parameter list after .entry")];
+        let head = &rest[..rest.find("\n{").expect("a body after the parameters")];
+        let bound = head
+            .split_once(".minnctapersm ")
+            .map_or(0, |(_, n)| n.trim().parse().expect("a block count"));
+        found.insert(name.to_string(), bound);
+    }
+    found
+}
+
+#[test]
+fn occupancy_bounds_in_the_ptx_are_those_next_to_the_kernels() {
+    for (ptx, sm80) in [(PTX, false), (PTX_SM80, true)] {
+        let want: BTreeMap<String, u32> = KERNELS
+            .iter()
+            .filter(|k| sm80 || !k.sm80_only)
+            .map(|k| (k.name.to_string(), k.min_blocks_per_sm))
+            .collect();
+        assert_eq!(min_blocks(ptx), want, "sm80: {sm80}");
+    }
+}
+
+#[test]
+fn kernels_are_listed_once() {
+    let mut names: Vec<&str> = KERNELS.iter().map(|k| k.name).collect();
+    names.sort_unstable();
+    names.dedup();
+    assert_eq!(names.len(), KERNELS.len());
+}
+
+#[test]
+fn the_twin_table_lists_every_kernel_in_order() {
+    let lib = include_str!("../../../../../kernels-gpu/src/lib.rs");
+    let rows: Vec<&str> = lib
+        .lines()
+        .filter_map(|l| l.strip_prefix("//! | `"))
+        .filter_map(|row| row.split('`').next())
+        .collect();
+    let names: Vec<&str> = KERNELS.iter().map(|k| k.name).collect();
+    assert_eq!(rows, names);
+}
+
+#[test]
+fn kernel_names_are_not_spelled_on_the_host() {
+    // Launchers name kernels by their `kernels_gpu` constants. The seeding launches in
+    // `backend/cuda/init.rs` get typed launchers once the seeding work has merged.
+    let exempt = ["backend/cuda/init.rs"];
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = vec![src];
+    let mut spelled = vec![];
+    while let Some(path) = files.pop() {
+        if path.is_dir() {
+            files.extend(std::fs::read_dir(&path).unwrap().map(|e| e.unwrap().path()));
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        let shown = path.display().to_string();
+        for k in KERNELS {
+            if text.contains(&format!("\"{}\"", k.name))
+                && !exempt.iter().any(|e| shown.ends_with(e))
+            {
+                spelled.push(format!("{shown}: {}", k.name));
+            }
+        }
+    }
+    assert_eq!(spelled, Vec::<String>::new());
+}
