@@ -1332,6 +1332,23 @@ fn streamed_training_sets_answer_as_resident_ones() {
             }
         }
     }
+    // A GPU set whose parts stream (two parts on this GPU, each above the budget).
+    let Device::Cuda(o) = gpu else {
+        unreachable!("the gate resolves to a GPU")
+    };
+    let set = Device::Gpus(kmeans_knn::GpuSet::new(&[o, o]).unwrap());
+    let train = uniform(n, d, 94);
+    let budget = Some(2 * 37 * 4 * (d + 4));
+    let cpu = KnnIndex::new(view(&train, d), DistanceMetric::Euclidean, Device::Cpu).unwrap();
+    let parts =
+        KnnIndex::with_memory_budget(view(&train, d), DistanceMetric::Euclidean, set, budget)
+            .unwrap();
+    assert!(parts.is_streamed());
+    let (a, b) = (
+        cpu.search(view(&queries, d), 60).unwrap(),
+        parts.search(view(&queries, d), 60).unwrap(),
+    );
+    assert_eq!((a.indices, a.distances), (b.indices, b.distances), "{set}");
     // Votes and averages over a streamed index.
     let train = lattice(n, d, 3, 96);
     let classes: Vec<u32> = (0..n as u32).map(|i| i % 5).collect();

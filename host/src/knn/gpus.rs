@@ -19,6 +19,8 @@ struct Part {
     first_row: u32,
     rows: usize,
     index: Box<dyn KnnSearch>,
+    /// Whether the part streams through its GPU (it exceeds the budget).
+    streamed: bool,
 }
 
 /// The parts, and what a vote needs of every training row.
@@ -29,11 +31,12 @@ pub(crate) struct GpuParts {
 
 impl GpuParts {
     /// Cuts `train` (validated) into a part per device (fewer when there are fewer rows) and
-    /// indexes each on its device.
+    /// indexes each on its device within `budget` bytes of it (see `place_on`).
     pub(crate) fn new(
         train: &MatrixView<'_>,
         metric: PairMetric,
         devices: &[Device],
+        budget: Option<usize>,
     ) -> Result<GpuParts> {
         let (n, d) = (train.rows(), train.cols());
         let count = devices.len().min(n).max(1);
@@ -41,17 +44,23 @@ impl GpuParts {
         for (i, device) in devices.iter().take(count).enumerate() {
             let (start, end) = (i * n / count, (i + 1) * n / count);
             let rows = MatrixView::new(&train.as_slice()[start * d..end * d], end - start, d)?;
-            let index = device.backend()?.knn_index(&rows, metric)?;
+            let (index, streamed) = super::place_on(&rows, metric, *device, budget)?;
             parts.push(Part {
                 first_row: start as u32,
                 rows: end - start,
                 index,
+                streamed,
             });
         }
         Ok(GpuParts {
             parts,
             vote_rows: VoteRows::default(),
         })
+    }
+
+    /// Whether any part streams through its GPU.
+    pub(crate) fn streamed(&self) -> bool {
+        self.parts.iter().any(|p| p.streamed)
     }
 
     /// Every query's `k` nearest, merged over the parts, with the selection and the prefilter
@@ -165,7 +174,7 @@ mod tests {
             .unwrap()
             .knn_index(&train, metric)
             .unwrap();
-        let mut parts = GpuParts::new(&train, metric, &[Device::Cpu; 3]).unwrap();
+        let mut parts = GpuParts::new(&train, metric, &[Device::Cpu; 3], None).unwrap();
         for index in [one.as_mut(), &mut parts as &mut dyn KnnSearch] {
             index.set_labels(&classes, 3).unwrap();
             index.set_row_weights(&weights).unwrap();

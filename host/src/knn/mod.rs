@@ -54,6 +54,27 @@ fn check_weights(weights: Weights, metric: DistanceMetric) -> Result<()> {
     Ok(())
 }
 
+/// The index for `train` on one device: resident, or streamed (`true`) when the rows need more
+/// than `budget` (default: [`DEFAULT_BUDGET_SHARE`] of the free memory) of a GPU.
+fn place_on(
+    train: &MatrixView<'_>,
+    metric: PairMetric,
+    device: Device,
+    budget: Option<usize>,
+) -> Result<(Box<dyn KnnSearch>, bool)> {
+    let backend = device.backend()?;
+    let Some(free) = backend.device_memory_free()? else {
+        return Ok((backend.knn_index(train, metric)?, false));
+    };
+    let budget = budget.unwrap_or((free as f64 * DEFAULT_BUDGET_SHARE) as usize);
+    let needed = (train.rows()).saturating_mul(stream::device_bytes_per_row(train.cols()));
+    if needed <= budget {
+        return Ok((backend.knn_index(train, metric)?, false));
+    }
+    let streamed = stream::Streamed::new(backend, train, metric, budget)?;
+    Ok((Box::new(streamed), true))
+}
+
 /// Share of the free GPU memory that an index may use when no budget is given.
 const DEFAULT_BUDGET_SHARE: f64 = 0.7;
 
@@ -115,7 +136,7 @@ impl KnnIndex {
     }
 
     /// [`KnnIndex::new`] within `budget` bytes of GPU memory for the training rows and a
-    /// search's query batches (`None`: 70 % of what the GPU has free). A training set that does
+    /// search's query batches (`None`: 70 % of what the GPU has free; on a GPU set, per GPU). A training set that does
     /// not fit (`n · 4 · (d + 4)` bytes) stays in host memory, and every search streams it
     /// through the GPU in parts of half the budget, merging each part's k nearest by (distance,
     /// index): the same answer, bit for bit, at the cost of the copies. The CPU has no budget.
@@ -154,23 +175,15 @@ impl KnnIndex {
         device: Device,
         budget: Option<usize>,
     ) -> Result<(Box<dyn KnnSearch>, bool)> {
-        if let Some(ordinals) = device.several_gpus()? {
-            let gpus: Vec<Device> = ordinals.into_iter().map(Device::Cuda).collect();
-            return Ok((Box::new(gpus::GpuParts::new(train, metric, &gpus)?), false));
+        match device.several_gpus()? {
+            Some(ordinals) => {
+                let gpus: Vec<Device> = ordinals.into_iter().map(Device::Cuda).collect();
+                let parts = gpus::GpuParts::new(train, metric, &gpus, budget)?;
+                let streamed = parts.streamed();
+                Ok((Box::new(parts), streamed))
+            }
+            None => place_on(train, metric, device, budget),
         }
-        let backend = device.backend()?;
-        let Some(free) = backend.device_memory_free()? else {
-            return Ok((backend.knn_index(train, metric)?, false));
-        };
-        let budget = budget.unwrap_or((free as f64 * DEFAULT_BUDGET_SHARE) as usize);
-        let needed = train
-            .rows()
-            .saturating_mul(stream::device_bytes_per_row(train.cols()));
-        if needed <= budget {
-            return Ok((backend.knn_index(train, metric)?, false));
-        }
-        let streamed = stream::Streamed::new(backend, train, metric, budget)?;
-        Ok((Box::new(streamed), true))
     }
 
     /// Whether the training rows stay in host memory and stream through the device at every
