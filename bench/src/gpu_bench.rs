@@ -4,6 +4,7 @@
 //!
 //! usage: gpu-bench [--cases A,B,C,D,E,S,S512,F] [--reps N] [--json FILE] [--device gpu|cpu]
 //!                  [--precision tf32] [--knn-exact] [--whole] [--gpus gpu:0,1]
+//!                  [--stream N,D,M,K,BUDGET_MIB]
 //!
 //! `--reps` (default 30) timed runs per case after warm-up; kNN cases of 10^9 distances or more
 //! take at most 5.
@@ -21,6 +22,11 @@
 //! kNN case's search on that GPU set against its first GPU (wall clock; see `gpus.rs`), says
 //! whether the answers are identical, and exits; case `E4` (4 × 10^7 × 128, k = 1024) is there
 //! for it.
+//!
+//! `--stream N,D,M,K,BUDGET_MIB` instead times a kNN search of M queries (k = K) against N × D
+//! uniform training rows kept in host memory and streamed through the GPU within BUDGET_MIB,
+//! against one upload of those rows (pageable, as the stream copies them: the floor) and the
+//! resident search when the rows fit, and exits.
 //!
 //! With `--precision tf32`, every k-means case is also timed with `Precision::Tf32` (a `-tf32`
 //! row after the exact one) with its speed-up over exact and the share of labels identical to
@@ -63,6 +69,9 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         Some(p) => Some(std::fs::File::create(p)?),
         None => None,
     };
+    if let Some(shape) = opt("--stream") {
+        return streamed_rows(&shape, device, reps.min(5));
+    }
     if let Some(set) = opt("--gpus") {
         return gpu_set_rows(set.parse()?, &cases, reps.min(5), json.as_mut());
     }
@@ -234,6 +243,42 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
             }
         }
     }
+    Ok(())
+}
+
+/// The `--stream` row (see the module documentation).
+fn streamed_rows(
+    shape: &str,
+    device: Device,
+    reps: usize,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let v: Vec<usize> = shape.split(',').map(str::parse).collect::<Result<_, _>>()?;
+    let &[n, d, m, k, budget_mib] = v.as_slice() else {
+        return Err(format!("--stream {shape}: N,D,M,K,BUDGET_MIB").into());
+    };
+    let s = gpus::streamed_search(n, d, m, k, budget_mib << 20, device, reps)?;
+    let gbps = |ms: f64| s.bytes / ms / 1e6;
+    println!("device: {}", device.describe()?);
+    println!(
+        "stream: {n} × {d} training rows ({:.2} GB), {m} queries, k = {k}, budget {budget_mib} MiB",
+        s.bytes / 1e9
+    );
+    println!(
+        "  upload of all rows   {:>10.1} ms  {:>7.2} GB/s",
+        s.upload_ms,
+        gbps(s.upload_ms)
+    );
+    println!(
+        "  streamed search      {:>10.1} ms  {:>7.2} GB/s  ({:.0} % of the upload's rate)",
+        s.streamed_ms,
+        gbps(s.streamed_ms),
+        100.0 * s.upload_ms / s.streamed_ms
+    );
+    match s.resident_ms {
+        Some(ms) => println!("  resident search      {ms:>10.1} ms"),
+        None => println!("  resident search      (the rows do not fit the default budget)"),
+    }
+    println!("  identical            {}", s.identical);
     Ok(())
 }
 

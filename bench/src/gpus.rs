@@ -74,3 +74,77 @@ pub fn knn_ms(case: &KnnCase, device: Device, reps: usize) -> kmeans_knn::Result
     let indices = found.expect("one repetition").indices.into_iter().collect();
     Ok((median(times), indices))
 }
+
+/// What a streamed kNN search measured (`gpu-bench --stream`).
+pub struct StreamedSearch {
+    /// Bytes of training rows crossing to the device per search.
+    pub bytes: f64,
+    /// Median ms of one upload of all training rows.
+    pub upload_ms: f64,
+    /// Median ms of a search with the rows resident, when they fit.
+    pub resident_ms: Option<f64>,
+    /// Median ms of a streamed search (within `budget`).
+    pub streamed_ms: f64,
+    /// Whether the search streamed and gave the resident one's indices (without a resident
+    /// search: its own first ones) in every repetition.
+    pub identical: bool,
+}
+
+/// Times a kNN search of `m` queries against `n × d` uniform rows on `device`, streamed within
+/// `budget` bytes, against the upload of those rows and (below 16 GB of rows, which leaves host
+/// memory for the index's own copy) the resident search. The streamed index takes the rows
+/// over, so host memory holds them once.
+pub fn streamed_search(
+    n: usize,
+    d: usize,
+    m: usize,
+    k: usize,
+    budget: usize,
+    device: Device,
+    reps: usize,
+) -> kmeans_knn::Result<StreamedSearch> {
+    let train = uniform(n * d, 1);
+    let queries = uniform(m * d, 2);
+    let q = MatrixView::new(&queries, m, d)?;
+    let time = |index: &KnnIndex| -> kmeans_knn::Result<(f64, Option<Vec<u32>>)> {
+        index.search(q.clone(), k)?;
+        let (mut ms, mut first, mut same) = (Vec::new(), None::<Vec<u32>>, true);
+        for _ in 0..reps.max(1) {
+            let start = Instant::now();
+            let found = index.search(q.clone(), k)?;
+            ms.push(start.elapsed().as_secs_f64() * 1e3);
+            let indices: Vec<u32> = found.indices.into_iter().collect();
+            same &= first.as_ref().is_none_or(|f| *f == indices);
+            first.get_or_insert(indices);
+        }
+        Ok((median(ms), first.filter(|_| same)))
+    };
+    let upload_ms = kmeans_knn::bench::upload_ms(device, &train, reps)?;
+    let bytes = (n * d * 4) as f64;
+    let resident = if bytes <= 16e9 {
+        let index = KnnIndex::new(
+            MatrixView::new(&train, n, d)?,
+            DistanceMetric::SqEuclidean,
+            device,
+        )?;
+        Some(time(&index)?)
+    } else {
+        None
+    };
+    let rows = MatrixView::from_vec(train, n, d)?;
+    let streamed =
+        KnnIndex::with_memory_budget(rows, DistanceMetric::SqEuclidean, device, Some(budget))?;
+    let (streamed_ms, indices) = time(&streamed)?;
+    let identical = match (&resident, &indices) {
+        (Some((_, Some(r))), Some(s)) => r == s,
+        (None, Some(_)) => true,
+        _ => false,
+    };
+    Ok(StreamedSearch {
+        bytes,
+        upload_ms,
+        resident_ms: resident.map(|(ms, _)| ms),
+        streamed_ms,
+        identical: identical && streamed.is_streamed(),
+    })
+}

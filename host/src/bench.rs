@@ -155,3 +155,24 @@ pub fn knn_search_ms(
         result: result.expect("at least one search"),
     })
 }
+
+/// Median milliseconds of copying `data` from host memory (pageable, as a streamed kNN index
+/// copies its parts) into a new buffer on `device`'s GPU, over `reps` copies after one untimed.
+pub fn upload_ms(device: Device, data: &[f32], reps: usize) -> Result<f64> {
+    let Device::Cuda(ordinal) = device.resolve()? else {
+        return Err(crate::Error::invalid(
+            "device",
+            "an upload is timed on a GPU",
+        ));
+    };
+    let gpu = crate::backend::cuda::CudaBackend::shared(ordinal)?;
+    let backend = device.backend()?;
+    let mut copy = || gpu.upload(data, "the timed copy").map(drop);
+    copy()?;
+    let mut ms = Vec::with_capacity(reps.max(1));
+    for _ in 0..reps.max(1) {
+        ms.push(backend.time_ms(&mut copy)?);
+    }
+    ms.sort_by(f64::total_cmp);
+    Ok(ms[ms.len() / 2])
+}

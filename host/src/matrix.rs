@@ -73,6 +73,11 @@ impl<'a> MatrixView<'a> {
     }
 
     /// Checks that the matrix is non-empty and finite; `what` names it in the error.
+    /// The values, row-major: moved out when the view owns them, else copied.
+    pub(crate) fn into_vec(self) -> Vec<f32> {
+        self.data.into_owned()
+    }
+
     pub(crate) fn validate(&self, what: &'static str) -> Result<()> {
         if self.rows == 0 {
             return Err(Error::EmptyData);

@@ -44,7 +44,7 @@ impl GpuParts {
         for (i, device) in devices.iter().take(count).enumerate() {
             let (start, end) = (i * n / count, (i + 1) * n / count);
             let rows = MatrixView::new(&train.as_slice()[start * d..end * d], end - start, d)?;
-            let (index, streamed) = super::place_on(&rows, metric, *device, budget)?;
+            let (index, streamed) = super::place_on(rows, metric, *device, budget)?;
             parts.push(Part {
                 first_row: start as u32,
                 rows: end - start,

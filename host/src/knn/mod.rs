@@ -57,19 +57,19 @@ fn check_weights(weights: Weights, metric: DistanceMetric) -> Result<()> {
 /// The index for `train` on one device: resident, or streamed (`true`) when the rows need more
 /// than `budget` (default: [`DEFAULT_BUDGET_SHARE`] of the free memory) of a GPU.
 fn place_on(
-    train: &MatrixView<'_>,
+    train: MatrixView<'_>,
     metric: PairMetric,
     device: Device,
     budget: Option<usize>,
 ) -> Result<(Box<dyn KnnSearch>, bool)> {
     let backend = device.backend()?;
     let Some(free) = backend.device_memory_free()? else {
-        return Ok((backend.knn_index(train, metric)?, false));
+        return Ok((backend.knn_index(&train, metric)?, false));
     };
     let budget = budget.unwrap_or((free as f64 * DEFAULT_BUDGET_SHARE) as usize);
     let needed = (train.rows()).saturating_mul(stream::device_bytes_per_row(train.cols()));
     if needed <= budget {
-        return Ok((backend.knn_index(train, metric)?, false));
+        return Ok((backend.knn_index(&train, metric)?, false));
     }
     let streamed = stream::Streamed::new(backend, train, metric, budget)?;
     Ok((Box::new(streamed), true))
@@ -154,11 +154,12 @@ impl KnnIndex {
                 format!("{} rows; the index holds fewer than 2^32 − 1", train.rows()),
             ));
         }
-        let (inner, streamed) = Self::place(&train, metric.kernel(), device, budget)?;
+        let (n, d) = (train.rows(), train.cols());
+        let (inner, streamed) = Self::place(train, metric.kernel(), device, budget)?;
         Ok(KnnIndex {
             inner,
-            n: train.rows(),
-            d: train.cols(),
+            n,
+            d,
             metric,
             device,
             selection: Selection::Auto,
@@ -170,7 +171,7 @@ impl KnnIndex {
 
     /// The index for `train` on `device`: over a GPU set, resident, or streamed (`true`).
     fn place(
-        train: &MatrixView<'_>,
+        train: MatrixView<'_>,
         metric: PairMetric,
         device: Device,
         budget: Option<usize>,
@@ -178,7 +179,7 @@ impl KnnIndex {
         match device.several_gpus()? {
             Some(ordinals) => {
                 let gpus: Vec<Device> = ordinals.into_iter().map(Device::Cuda).collect();
-                let parts = gpus::GpuParts::new(train, metric, &gpus, budget)?;
+                let parts = gpus::GpuParts::new(&train, metric, &gpus, budget)?;
                 let streamed = parts.streamed();
                 Ok((Box::new(parts), streamed))
             }

@@ -33,11 +33,11 @@ pub(crate) struct Streamed {
 }
 
 impl Streamed {
-    /// Holds `train` (validated) in host memory, to be streamed through `backend` within
-    /// `budget` bytes of device memory.
+    /// Holds `train` (validated; moved when the view owns its rows, else copied) in host memory,
+    /// to be streamed through `backend` within `budget` bytes of device memory.
     pub(crate) fn new(
         backend: Arc<dyn Backend>,
-        train: &MatrixView<'_>,
+        train: MatrixView<'_>,
         metric: PairMetric,
         budget: usize,
     ) -> Result<Streamed> {
@@ -55,7 +55,7 @@ impl Streamed {
         }
         Ok(Streamed {
             backend,
-            rows: train.as_slice().to_vec(),
+            rows: train.into_vec(),
             n,
             d,
             part_rows,
@@ -169,7 +169,7 @@ mod tests {
         one.set_labels(&classes, 4).unwrap();
         let row = 2 * device_bytes_per_row(d);
         for budget in [row, 7 * row, 1000 * row] {
-            let mut streamed = Streamed::new(cpu.clone(), &train, metric, budget).unwrap();
+            let mut streamed = Streamed::new(cpu.clone(), train.clone(), metric, budget).unwrap();
             streamed.set_labels(&classes, 4).unwrap();
             for k in [1, 6, n] {
                 let (a, b) = (
@@ -192,7 +192,7 @@ mod tests {
                 );
             }
         }
-        let too_small = Streamed::new(cpu, &train, metric, row - 1);
+        let too_small = Streamed::new(cpu, train, metric, row - 1);
         assert!(matches!(too_small, Err(Error::InvalidParameter { .. })));
     }
 }
