@@ -102,19 +102,22 @@ pub struct Gpu;
 impl Exec for Gpu {
     #[inline(always)]
     fn thread(self) -> usize {
-        crate::gpu::thread()
+        // SAFETY: reads a special register.
+        unsafe { core::arch::nvptx::_thread_idx_x() as usize }
     }
     #[inline(always)]
     fn block(self) -> usize {
-        crate::gpu::block()
+        // SAFETY: reads a special register.
+        unsafe { core::arch::nvptx::_block_idx_x() as usize }
     }
     #[inline(always)]
     fn sync(self) {
-        crate::gpu::sync_threads()
+        // SAFETY: every kernel calls this from all threads of the block (no divergent barriers).
+        unsafe { core::arch::nvptx::_syncthreads() }
     }
     #[inline(always)]
     fn shared<T>(self) -> *mut T {
-        crate::gpu::shared::<T>()
+        core::intrinsics::gpu::gpu_launch_sized_workgroup_mem::<T>()
     }
 }
 

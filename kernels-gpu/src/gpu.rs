@@ -1,18 +1,19 @@
-//! Thin device helpers: thread indices, dynamic shared memory and fixed-order block reductions.
+//! Thin device helpers for the kernels not yet written over [`Exec`]: the same thread indices,
+//! barrier and dynamic shared memory as [`Gpu`]'s, plus fixed-order block reductions and
+//! atomics. This module builds on `exec`, never the other way round.
 
+use crate::exec::{Exec, Gpu};
 use core::arch::nvptx;
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 #[inline(always)]
 pub fn thread() -> usize {
-    // SAFETY: reads a special register.
-    unsafe { nvptx::_thread_idx_x() as usize }
+    Gpu.thread()
 }
 
 #[inline(always)]
 pub fn block() -> usize {
-    // SAFETY: reads a special register.
-    unsafe { nvptx::_block_idx_x() as usize }
+    Gpu.block()
 }
 
 #[inline(always)]
@@ -29,14 +30,13 @@ pub fn grid_dim() -> usize {
 
 #[inline(always)]
 pub fn sync_threads() {
-    // SAFETY: every kernel calls this from all threads of the block (no divergent barriers).
-    unsafe { nvptx::_syncthreads() }
+    Gpu.sync()
 }
 
 /// The launch's dynamic shared memory, viewed as `T`.
 #[inline(always)]
 pub fn shared<T>() -> *mut T {
-    core::intrinsics::gpu::gpu_launch_sized_workgroup_mem::<T>()
+    Gpu.shared::<T>()
 }
 
 /// Sums one f64 per thread in a fixed tree order; the total is valid in every thread.
@@ -46,7 +46,7 @@ pub fn shared<T>() -> *mut T {
 /// threads of the block call this.
 #[inline(always)]
 pub unsafe fn block_sum_f64(scratch: *mut f64, value: f64) -> f64 {
-    unsafe { crate::exec::block_sum_f64(crate::exec::Gpu, block_dim(), scratch, value) }
+    unsafe { crate::exec::block_sum_f64(Gpu, block_dim(), scratch, value) }
 }
 
 /// Sums one i64 per thread (order-free: integers); the total is valid in every thread.
@@ -55,7 +55,7 @@ pub unsafe fn block_sum_f64(scratch: *mut f64, value: f64) -> f64 {
 /// As for [`block_sum_f64`].
 #[inline(always)]
 pub unsafe fn block_sum_i64(scratch: *mut f64, value: i64) -> i64 {
-    unsafe { crate::exec::block_sum_i64(crate::exec::Gpu, block_dim(), scratch, value) }
+    unsafe { crate::exec::block_sum_i64(Gpu, block_dim(), scratch, value) }
 }
 
 /// Integer add into shared or global memory; integer sums do not depend on the order.

@@ -1,13 +1,13 @@
 //! The backend-agnostic Lloyd loop: initialise, then assign → update until labels stop changing,
 //! the centroid shift drops under tol, or max_iter; keep the best of n_init runs. The same loop
-//! drives a fit over one backend's rows ([`fit`]) and over shards (`super::shard`).
+//! drives a fit over one backend's rows ([`fit`]) and over shards (`super::shard`, which calls
+//! [`drive`]).
 
 use super::init::{self, Start};
 use super::prepare::Prepared;
 use super::weights::Weighting;
 use super::{EmptyClusters, Init, Iteration, KMeansModel, KMeansParams};
 use crate::backend::{AssignStats, Lloyd};
-use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::matrix::MatrixView;
 use kernels_gpu::seeding::WeightScale;
@@ -79,16 +79,6 @@ pub(super) fn fit(
     data: &MatrixView<'_>,
     sample_weight: Option<&[f32]>,
 ) -> Result<KMeansModel> {
-    if let Some(ordinals) = params.device.several_gpus()? {
-        if sample_weight.is_some() {
-            return Err(Error::invalid(
-                "sample_weight",
-                "a fit over several GPUs takes no sample weights yet; fit on one GPU (gpu:N)",
-            ));
-        }
-        let gpus: Vec<Device> = ordinals.into_iter().map(Device::Cuda).collect();
-        return super::shard::gpus::fit(params, data, &gpus);
-    }
     let prepared = Prepared::new(params, data, sample_weight)?;
     let backend = params.device.backend()?;
     let mut lloyd = backend.lloyd(&prepared.data, &prepared.spec(params))?;

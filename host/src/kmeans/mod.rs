@@ -249,7 +249,7 @@ impl KMeansParams {
 
     /// Clusters `data` (validated first: non-empty, finite, `k ≤ n`).
     pub fn fit<'a>(&self, data: impl Into<MatrixView<'a>>) -> Result<KMeansModel> {
-        lloyd::fit(self, &data.into(), None)
+        self.fit_rows(&data.into(), None)
     }
 
     /// Clusters `data` with a sample weight per row: centroids are weighted means, inertia is
@@ -268,7 +268,26 @@ impl KMeansParams {
         data: impl Into<MatrixView<'a>>,
         sample_weight: &[f32],
     ) -> Result<KMeansModel> {
-        lloyd::fit(self, &data.into(), Some(sample_weight))
+        self.fit_rows(&data.into(), Some(sample_weight))
+    }
+
+    /// A fit on this parameter set's device: over one backend's rows, or sharded over a GPU set.
+    fn fit_rows(
+        &self,
+        data: &MatrixView<'_>,
+        sample_weight: Option<&[f32]>,
+    ) -> Result<KMeansModel> {
+        let Some(ordinals) = self.device.several_gpus()? else {
+            return lloyd::fit(self, data, sample_weight);
+        };
+        if sample_weight.is_some() {
+            return Err(Error::invalid(
+                "sample_weight",
+                "a fit over several GPUs takes no sample weights yet; fit on one GPU (gpu:N)",
+            ));
+        }
+        let gpus: Vec<Device> = ordinals.into_iter().map(Device::Cuda).collect();
+        shard::gpus::fit(self, data, &gpus)
     }
 
     /// Clusters rows held by [`shard::Shard`]s, reached through `transport`: the same model
