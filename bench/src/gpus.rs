@@ -79,7 +79,7 @@ pub fn knn_ms(case: &KnnCase, device: Device, reps: usize) -> kmeans_knn::Result
 pub struct StreamedSearch {
     /// Bytes of training rows crossing to the device per search.
     pub bytes: f64,
-    /// Median ms of one upload of all training rows.
+    /// Median ms of one upload of all training rows, in the stream's pieces.
     pub upload_ms: f64,
     /// Median ms of a search with the rows resident, when they fit.
     pub resident_ms: Option<f64>,
@@ -119,7 +119,9 @@ pub fn streamed_search(
         }
         Ok((median(ms), first.filter(|_| same)))
     };
-    let upload_ms = kmeans_knn::bench::upload_ms(device, &train, reps)?;
+    // The pieces the stream copies: half the budget of rows (and their norms etc.).
+    let piece = budget / 2 / (4 * (d + 4)) * d;
+    let upload_ms = kmeans_knn::bench::upload_ms(device, &train, piece, reps)?;
     let bytes = (n * d * 4) as f64;
     let resident = if bytes <= 16e9 {
         let index = KnnIndex::new(

@@ -157,8 +157,9 @@ pub fn knn_search_ms(
 }
 
 /// Median milliseconds of copying `data` from host memory (pageable, as a streamed kNN index
-/// copies its parts) into a new buffer on `device`'s GPU, over `reps` copies after one untimed.
-pub fn upload_ms(device: Device, data: &[f32], reps: usize) -> Result<f64> {
+/// copies its parts) to `device`'s GPU in pieces of at most `piece` values, each into a new
+/// buffer freed before the next (so any size fits), over `reps` rounds after one untimed.
+pub fn upload_ms(device: Device, data: &[f32], piece: usize, reps: usize) -> Result<f64> {
     let Device::Cuda(ordinal) = device.resolve()? else {
         return Err(crate::Error::invalid(
             "device",
@@ -167,7 +168,10 @@ pub fn upload_ms(device: Device, data: &[f32], reps: usize) -> Result<f64> {
     };
     let gpu = crate::backend::cuda::CudaBackend::shared(ordinal)?;
     let backend = device.backend()?;
-    let mut copy = || gpu.upload(data, "the timed copy").map(drop);
+    let mut copy = || {
+        data.chunks(piece.max(1))
+            .try_for_each(|part| gpu.upload(part, "the timed copy").map(drop))
+    };
     copy()?;
     let mut ms = Vec::with_capacity(reps.max(1));
     for _ in 0..reps.max(1) {
