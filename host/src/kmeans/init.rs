@@ -9,11 +9,11 @@
 use super::Metric;
 use super::weights::Weighting;
 use crate::backend::cpu::Seeder;
-use crate::backend::{Lloyd, Picks, Seeding, Seeds};
-use crate::error::Result;
+use crate::backend::{GreedyPlan, Lloyd, Seeding, Seeds};
+use crate::error::{Error, Result};
 use crate::matrix::MatrixView;
 use kernels_gpu::launch::SEED_CANDIDATES;
-use kernels_gpu::seeding::WeightScale;
+use kernels_gpu::seeding::{WeightScale, draw};
 use rand::Rng;
 use rand::seq::index::sample;
 use rand_chacha::ChaCha8Rng;
@@ -69,9 +69,9 @@ pub(super) fn weight_scale(max_abs: &[f32], total: u64, metric: Metric) -> Weigh
     WeightScale::new(bound, total as usize)
 }
 
-/// Where a row comes from when one is drawn without seeding weights: the first seed, and the
-/// trials of a step where every point already sits on a seed.
-pub(super) type DrawRow<'d> = &'d dyn Fn(&mut ChaCha8Rng) -> usize;
+/// The row that a uniform picks when seeding weights cannot (every point already sits on a
+/// seed): by sample weight, or uniformly among k-means‖'s candidates.
+pub(super) type FallbackRow<'d> = &'d dyn Fn(u64) -> usize;
 
 /// Trials per greedy k-means++ step: `2 + ⌊ln k⌋` (as scikit-learn), within one pass's
 /// candidates (the previous winner takes a slot).
@@ -79,37 +79,57 @@ fn trials_for(k: usize) -> usize {
     (2 + (k as f64).ln().floor() as usize).min(SEED_CANDIDATES - 1)
 }
 
-/// Greedy k-means++ over the rows of `seeding`: the first seed from `draw`, then each seed the
-/// best of `2 + ⌊ln k⌋` candidates drawn with probability proportional to their integer weight
-/// (draws uniform in `[0, total)`, located in the cumulative weights; from `draw` when every
-/// weight is zero); the lowest potential wins, ties to the earliest trial. Returns the chosen
-/// rows.
+/// Greedy k-means++ over the rows of `seeding`, weighted by `weights`: the first seed drawn by
+/// sample weight, then as [`greedy_from`]. Returns the chosen rows.
 pub(super) fn kmeans_plus_plus(
     seeding: &mut dyn Seeding,
-    draw: DrawRow<'_>,
+    weights: &Weighting,
+    k: usize,
+    ws: WeightScale,
+    rng: &mut ChaCha8Rng,
+) -> Result<Vec<usize>> {
+    let first = weights.draw(rng);
+    let by_weight = |u: u64| weights.row_of(draw(u, weights.total()));
+    greedy_from(seeding, first, &by_weight, k, ws, rng)
+}
+
+/// Greedy k-means++ over the rows of `seeding` from the seed `first`: each further seed the best
+/// of `2 + ⌊ln k⌋` candidates drawn with probability proportional to their integer weight, the
+/// lowest potential winning (ties to the earliest trial). Every step's uniforms are taken from
+/// `rng` up front, `trials` per step, so the backend can run the steps without a round trip: a
+/// candidate is the first point whose cumulative weight exceeds
+/// [`draw`]`(uniform, total)`. Once no weight is left, seed `s` is `fallback` of its step's
+/// first uniform. Returns the chosen rows.
+fn greedy_from(
+    seeding: &mut dyn Seeding,
+    first: usize,
+    fallback: FallbackRow<'_>,
     k: usize,
     ws: WeightScale,
     rng: &mut ChaCha8Rng,
 ) -> Result<Vec<usize>> {
     let trials = trials_for(k);
-    let first = draw(rng);
-    let mut chosen = vec![first];
-    let mut total = seeding.seed_nearest(Seeds::Rows(&[first as u32]), 0, true, ws)?;
-    while chosen.len() < k {
-        let step = if total > 0 {
-            let draws: Vec<u64> = (0..trials).map(|_| rng.random_range(0..total)).collect();
-            seeding.seed_trials(Picks::Draws(&draws), ws)?
-        } else {
-            // Every point sits on a seed: any point is as good.
-            let rows: Vec<u32> = (0..trials).map(|_| draw(rng) as u32).collect();
-            seeding.seed_trials(Picks::Seeds(Seeds::Rows(&rows)), ws)?
+    let uniforms: Vec<u64> = (0..k.saturating_sub(1) * trials)
+        .map(|_| rng.random())
+        .collect();
+    let first = u32::try_from(first).map_err(|_| Error::invalid("rows", "too many rows"))?;
+    let total = seeding.seed_nearest(Seeds::Rows(&[first]), 0, true, ws)?;
+    let mut chosen: Vec<usize> = if total > 0 && k > 1 {
+        let plan = GreedyPlan {
+            first,
+            total,
+            k,
+            trials,
+            uniforms: &uniforms,
         };
-        let best = (0..trials)
-            .min_by_key(|&t| (step.potentials[t], t))
-            .expect("at least two trials");
-        seeding.seed_accept(best);
-        chosen.push(step.candidates[best] as usize);
-        total = step.potentials[best];
+        let rows = seeding.seed_greedy(&plan, ws)?;
+        rows.into_iter().map(|r| r as usize).collect()
+    } else {
+        vec![first as usize]
+    };
+    // Every point sits on a seed: all trials weigh 0, and the first of each step wins.
+    while chosen.len() < k {
+        chosen.push(fallback(uniforms[(chosen.len() - 1) * trials]));
     }
     Ok(chosen)
 }
@@ -118,8 +138,8 @@ pub(super) fn kmeans_plus_plus(
 /// [`PARALLEL_ROUNDS`] rounds that each sample every point independently with probability
 /// `min(1, ℓ·weight/φ)`, ℓ = 2k, by a counter-based uniform of (seed, round, row); the
 /// candidates, weighted by the units of the points nearest to each, are then reduced to `k` by
-/// weighted greedy k-means++ on the host's CPU (its first seed uniform among them). Returns the
-/// chosen rows.
+/// weighted greedy k-means++ (its first seed uniform among them), on the backend where it seeds
+/// candidates itself, else on the host's CPU. Returns the chosen rows.
 pub(super) fn kmeans_parallel(
     seeding: &mut dyn Lloyd,
     k: usize,
@@ -162,11 +182,16 @@ pub(super) fn kmeans_parallel(
         candidates.extend(extra);
     }
     let units = seeding.seed_owner_weights(candidates.len())?;
-    let rows: Vec<usize> = candidates.iter().map(|&c| c as usize).collect();
-    let local = seeding.gather(&rows)?;
+    let m = candidates.len();
+    let first = rng.random_range(0..m);
+    let uniform = |u: u64| draw(u, m as u64) as usize;
+    let rows_of = |picked: Vec<usize>| picked.into_iter().map(|p| candidates[p] as usize).collect();
+    if let Some(mut on_backend) = seeding.seed_candidates(&candidates, &units)? {
+        let picked = greedy_from(on_backend.as_mut(), first, &uniform, k, ws, rng)?;
+        return Ok(rows_of(picked));
+    }
+    let local = seeding.gather(&candidates.iter().map(|&c| c as usize).collect::<Vec<_>>())?;
     let mut weighted = Seeder::new(&local, d, metric.assign(), 0).weighted(units);
-    let m = rows.len();
-    let uniform = |rng: &mut ChaCha8Rng| rng.random_range(0..m);
-    let picked = kmeans_plus_plus(&mut weighted, &uniform, k, ws, rng)?;
-    Ok(picked.into_iter().map(|p| rows[p]).collect())
+    let picked = greedy_from(&mut weighted, first, &uniform, k, ws, rng)?;
+    Ok(rows_of(picked))
 }

@@ -420,8 +420,7 @@ fn seed(
     let mut lloyd = backend.lloyd(sample, &spec)?;
     let rows = match params.init {
         Init::KMeansPlusPlus => {
-            let draw = |rng: &mut ChaCha8Rng| weights.draw(rng);
-            init::kmeans_plus_plus(lloyd.as_mut(), &draw, k, ws, rng)?
+            init::kmeans_plus_plus(lloyd.as_mut(), &weights, k, ws, rng)?
         }
         Init::KMeansParallel => {
             init::kmeans_parallel(lloyd.as_mut(), k, metric, sample.cols(), ws, &weights, rng)?
