@@ -37,7 +37,11 @@ fn candidate_tile() -> *mut f32 {
 /// The block sums after the candidate tile.
 #[inline(always)]
 fn block_slots() -> *mut u64 {
-    unsafe { candidate_tile().add(SEED_CANDIDATES * SEED_DIMS).cast::<u64>() }
+    unsafe {
+        candidate_tile()
+            .add(SEED_CANDIDATES * SEED_DIMS)
+            .cast::<u64>()
+    }
 }
 
 /// The staged points (`BLOCK` rows of stride `SEED_POINT_STRIDE`) after the block sums.
@@ -47,9 +51,10 @@ fn point_tile() -> *mut f32 {
 }
 
 /// Distances from this block's points (`BLOCK` from row `block · BLOCK`; thread `t` gets point
-/// `block · BLOCK + t`'s, meaningless past `n`) to the `count ≤ SEED_CANDIDATES` rows `row(c)`.
-/// Both tiles are loaded row segment by row segment (consecutive threads, consecutive floats).
-/// Every thread of the block calls this.
+/// `block · BLOCK + t`'s, meaningless past `n`) to the `count ≤ SEED_CANDIDATES` rows `row(c)`
+/// (entries from `count` on are meaningless). The inner loop is unrolled for the next multiple
+/// of 4 candidates (or all of them): testing every candidate of a full register tile would cost
+/// more than the distances themselves at the usual 5 to 12. Every thread of the block calls this.
 #[inline(always)]
 unsafe fn distances<const M: u32>(
     x: *const f32,
@@ -58,12 +63,35 @@ unsafe fn distances<const M: u32>(
     count: usize,
     row: impl Fn(usize) -> u32,
 ) -> [f32; SEED_CANDIDATES] {
+    let mut acc = [0f32; SEED_CANDIDATES];
+    unsafe {
+        match count.div_ceil(4) {
+            1 => distances_of::<M, 4>(x, n, d, count, row, &mut acc),
+            2 => distances_of::<M, 8>(x, n, d, count, row, &mut acc),
+            3 => distances_of::<M, 12>(x, n, d, count, row, &mut acc),
+            4 => distances_of::<M, 16>(x, n, d, count, row, &mut acc),
+            _ => distances_of::<M, SEED_CANDIDATES>(x, n, d, count, row, &mut acc),
+        }
+    }
+    acc
+}
+
+/// [`distances`] with the first `C ≥ count` candidates accumulated into `acc` (zeros). Both tiles are loaded row
+/// segment by row segment (consecutive threads, consecutive floats).
+#[inline(always)]
+unsafe fn distances_of<const M: u32, const C: usize>(
+    x: *const f32,
+    n: usize,
+    d: usize,
+    count: usize,
+    row: impl Fn(usize) -> u32,
+    acc: &mut [f32; SEED_CANDIDATES],
+) {
     let metric = AssignMetric::from_id(M);
     let (cands, points) = (candidate_tile(), point_tile());
     let t = gpu::thread();
     let first = gpu::block() * BLOCK as usize;
     let rows = (n - first).min(BLOCK as usize);
-    let mut acc = [0f32; SEED_CANDIDATES];
     let mut j0 = 0;
     while j0 < d {
         let width = SEED_DIMS.min(d - j0) as u32;
@@ -84,17 +112,15 @@ unsafe fn distances<const M: u32>(
             let point = unsafe { points.add(t * SEED_POINT_STRIDE) };
             for j in 0..width as usize {
                 let v = unsafe { *point.add(j) };
-                for (c, a) in acc.iter_mut().enumerate() {
-                    if c < count {
-                        *a = step(metric, *a, v, unsafe { *cands.add(c * SEED_DIMS + j) });
-                    }
+                #[allow(clippy::needless_range_loop)]
+                for c in 0..C {
+                    acc[c] = step(metric, acc[c], v, unsafe { *cands.add(c * SEED_DIMS + j) });
                 }
             }
         }
         sync_threads();
         j0 += SEED_DIMS;
     }
-    acc
 }
 
 /// Adds `v` (one per thread) into the block's shared sum `slot`: warp sums, one atomic per warp.
@@ -239,8 +265,7 @@ unsafe fn nearest<const M: u32>(
     let mut g = 0;
     while g < count as usize {
         let group = SEED_CANDIDATES.min(count as usize - g);
-        let acc =
-            unsafe { distances::<M>(x, n as usize, d as usize, group, |c| *rows.add(g + c)) };
+        let acc = unsafe { distances::<M>(x, n as usize, d as usize, group, |c| *rows.add(g + c)) };
         for (c, &a) in acc.iter().enumerate() {
             if c < group && a < best {
                 best = a;
@@ -402,7 +427,16 @@ unsafe fn locate<const M: u32>(
     let r = unsafe { *draws.add(gpu::block()) };
     let row = unsafe {
         locate_draw::<M>(
-            x, n as usize, d as usize, weights, counts, min_dist, pending, sums, nb as usize, r,
+            x,
+            n as usize,
+            d as usize,
+            weights,
+            counts,
+            min_dist,
+            pending,
+            sums,
+            nb as usize,
+            r,
             ws,
         )
     };
@@ -751,8 +785,7 @@ macro_rules! seeding_kernels {
             let ws = WeightScale { scale, cap };
             unsafe {
                 sample::<{ $m }>(
-                    weights, counts, min_dist, n, seed, round, first_row, ell, phi, ws, out,
-                    count,
+                    weights, counts, min_dist, n, seed, round, first_row, ell, phi, ws, out, count,
                 )
             }
         }

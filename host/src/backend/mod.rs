@@ -193,7 +193,11 @@ pub(crate) fn greedy_steps<S: Seeding + ?Sized>(
     let trials = plan.trials;
     let mut chosen = vec![plan.first];
     let mut total = plan.total;
-    for uniforms in plan.uniforms.chunks_exact(trials).take(plan.k.saturating_sub(1)) {
+    for uniforms in plan
+        .uniforms
+        .chunks_exact(trials)
+        .take(plan.k.saturating_sub(1))
+    {
         if total == 0 {
             break;
         }

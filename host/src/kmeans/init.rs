@@ -195,3 +195,149 @@ pub(super) fn kmeans_parallel(
     let picked = greedy_from(&mut weighted, first, &uniform, k, ws, rng)?;
     Ok(rows_of(picked))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::greedy_steps;
+    use crate::device::Device;
+    use crate::kmeans::KMeans;
+    use crate::kmeans::KMeansParams;
+    use crate::kmeans::prepare::Prepared;
+    use kernels_gpu::math::AssignMetric;
+    use rand::SeedableRng;
+
+    fn uniforms(count: usize, seed: u64) -> Vec<u64> {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        (0..count).map(|_| rng.random()).collect()
+    }
+
+    /// Reproducible values in `[-1, 1)`, or integers `0..levels` (duplicates and ties).
+    fn points(count: usize, levels: u32, seed: u64) -> Vec<f32> {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        (0..count)
+            .map(|_| match levels {
+                0 => rng.random_range(-1.0..1.0),
+                l => rng.random_range(0..l) as f32,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn steps_stop_when_every_point_sits_on_a_seed() {
+        // Three distinct points, four copies each: the third seed leaves no weight.
+        let x: Vec<f32> = (0..12).map(|i| (i % 3) as f32).collect();
+        let ws = WeightScale::new(4.0, 12);
+        let mut seeder = Seeder::new(&x, 1, AssignMetric::SqL2, 0);
+        let total = seeder.seed_nearest(Seeds::Rows(&[4]), 0, true, ws).unwrap();
+        let (k, trials) = (6, trials_for(6));
+        let uniforms = uniforms((k - 1) * trials, 3);
+        let plan = GreedyPlan {
+            first: 4,
+            total,
+            k,
+            trials,
+            uniforms: &uniforms,
+        };
+        let rows = greedy_steps(&mut seeder, &plan, ws).unwrap();
+        let mut values: Vec<u32> = rows.iter().map(|&r| r % 3).collect();
+        values.sort();
+        assert_eq!(values, [0, 1, 2]);
+    }
+
+    /// The GPU, or `None` after a visible skip note (a failure under
+    /// `KMEANS_KNN_REQUIRE_GPU=1`), as the cross-backend tests do.
+    fn gpu(test: &str) -> Option<Device> {
+        match Device::Cuda(0).resolve() {
+            Ok(device) => Some(device),
+            Err(err) => {
+                if std::env::var("KMEANS_KNN_REQUIRE_GPU").is_ok_and(|v| v == "1") {
+                    panic!("{test}: KMEANS_KNN_REQUIRE_GPU=1 but {err}");
+                }
+                eprintln!("SKIPPED (no GPU): {test}: {err}");
+                None
+            }
+        }
+    }
+
+    /// The seeds of the backend's own k-means++ loop (or, with `reference`, of the step by step
+    /// loop) on `device`.
+    fn greedy_seeds(
+        device: Device,
+        x: &MatrixView<'_>,
+        params: &KMeansParams,
+        weights: Option<&[f32]>,
+        reference: bool,
+    ) -> Vec<u32> {
+        let prepared = Prepared::new(params, x, weights).unwrap();
+        let backend = device.backend().unwrap();
+        let mut lloyd = backend
+            .lloyd(&prepared.data, &prepared.spec(params))
+            .unwrap();
+        let (ws, k) = (prepared.seeding, params.k);
+        let mut rng = ChaCha8Rng::seed_from_u64(params.seed);
+        let first = prepared.weights.draw(&mut rng) as u32;
+        let trials = trials_for(k);
+        let uniforms: Vec<u64> = (0..(k - 1) * trials).map(|_| rng.random()).collect();
+        let total = lloyd
+            .seed_nearest(Seeds::Rows(&[first]), 0, true, ws)
+            .unwrap();
+        let plan = GreedyPlan {
+            first,
+            total,
+            k,
+            trials,
+            uniforms: &uniforms,
+        };
+        if reference {
+            greedy_steps(lloyd.as_mut(), &plan, ws).unwrap()
+        } else {
+            lloyd.seed_greedy(&plan, ws).unwrap()
+        }
+    }
+
+    /// Small shapes for compute-sanitizer too: the device loop (`seed_greedy_draw_*` and the
+    /// trials kernels) chooses what the step by step loop chooses, both metrics, with sample
+    /// weights, several dimension tiles, and a stop when the weight runs out.
+    #[test]
+    fn sanitize_gpu_greedy_loop_matches_step_by_step() {
+        let Some(device) = gpu("sanitize_gpu_greedy_loop_matches_step_by_step") else {
+            return;
+        };
+        let weights = points(300, 4, 9);
+        type Case<'w> = (Vec<f32>, usize, usize, KMeansParams, Option<&'w [f32]>);
+        let cases: Vec<Case<'_>> = vec![
+            (
+                points(300 * 37, 0, 1),
+                300,
+                37,
+                KMeans::params(9).seed(1),
+                None,
+            ),
+            (points(257, 0, 2), 257, 1, KMeans::params(4).seed(2), None),
+            (
+                points(300 * 2, 3, 3),
+                300,
+                2,
+                KMeans::params(12).seed(3),
+                None,
+            ),
+            (
+                points(300 * 5, 0, 4),
+                300,
+                5,
+                KMeans::params(7).seed(4).metric(crate::kmeans::Metric::L1),
+                Some(&weights),
+            ),
+            (points(40, 2, 5), 40, 1, KMeans::params(6).seed(5), None),
+        ];
+        for (data, n, d, params, w) in cases {
+            let x = MatrixView::new(&data, n, d).unwrap();
+            let own = greedy_seeds(device, &x, &params, w, false);
+            let steps = greedy_seeds(device, &x, &params, w, true);
+            assert_eq!(own, steps, "n={n} d={d} k={}", params.k);
+            let cpu = greedy_seeds(Device::Cpu, &x, &params, w, true);
+            assert_eq!(own, cpu, "n={n} d={d} k={}: GPU and CPU", params.k);
+        }
+    }
+}

@@ -332,7 +332,11 @@ fn check_trials(trials: usize) -> Result<()> {
 /// The two halves of a double buffer: the one step `step` reads, and the one it writes.
 fn read_write<T>(pair: &mut [T; 2], step: usize) -> (&T, &mut T) {
     let [a, b] = pair;
-    if step.is_multiple_of(2) { (b, a) } else { (a, b) }
+    if step.is_multiple_of(2) {
+        (b, a)
+    } else {
+        (a, b)
+    }
 }
 
 impl CudaSeeder {
@@ -499,7 +503,10 @@ impl Seeding for CudaCandidates<'_> {
         ws: WeightScale,
     ) -> Result<u64> {
         let Seeds::Rows(rows) = seeds else {
-            return Err(Error::invalid("seeds", "candidates seed from their own rows"));
+            return Err(Error::invalid(
+                "seeds",
+                "candidates seed from their own rows",
+            ));
         };
         let (r, s) = self.seeding()?;
         s.nearest(&r, rows, first_id, fresh, ws)
