@@ -50,39 +50,41 @@ fn point_tile() -> *mut f32 {
     unsafe { block_slots().add(SEED_CANDIDATES).cast::<f32>() }
 }
 
-/// Distances from this block's points (`BLOCK` from row `block · BLOCK`; thread `t` gets point
-/// `block · BLOCK + t`'s, meaningless past `n`) to the `count ≤ SEED_CANDIDATES` rows `row(c)`
-/// (entries from `count` on are meaningless). The inner loop is unrolled for the next multiple
-/// of 4 candidates (or all of them): testing every candidate of a full register tile would cost
-/// more than the distances themselves at the usual 5 to 12. Every thread of the block calls this.
+/// Distances from the `BLOCK` points from row `first < n` (thread `t` gets point `first + t`'s,
+/// meaningless past `n`) to the `count ≤ SEED_CANDIDATES` rows `row(c)` (entries from `count`
+/// on are meaningless). The inner loop is unrolled for `count` rounded up to 4, 8, 12, 16 or
+/// `SEED_CANDIDATES`: testing every candidate of a full tile costs more than the distances at
+/// the usual 5 to 12 candidates. Every thread of the block calls this.
 #[inline(always)]
 unsafe fn distances<const M: u32>(
     x: *const f32,
     n: usize,
     d: usize,
+    first: usize,
     count: usize,
     row: impl Fn(usize) -> u32,
 ) -> [f32; SEED_CANDIDATES] {
     let mut acc = [0f32; SEED_CANDIDATES];
     unsafe {
         match count.div_ceil(4) {
-            1 => distances_of::<M, 4>(x, n, d, count, row, &mut acc),
-            2 => distances_of::<M, 8>(x, n, d, count, row, &mut acc),
-            3 => distances_of::<M, 12>(x, n, d, count, row, &mut acc),
-            4 => distances_of::<M, 16>(x, n, d, count, row, &mut acc),
-            _ => distances_of::<M, SEED_CANDIDATES>(x, n, d, count, row, &mut acc),
+            1 => distances_of::<M, 4>(x, n, d, first, count, row, &mut acc),
+            2 => distances_of::<M, 8>(x, n, d, first, count, row, &mut acc),
+            3 => distances_of::<M, 12>(x, n, d, first, count, row, &mut acc),
+            4 => distances_of::<M, 16>(x, n, d, first, count, row, &mut acc),
+            _ => distances_of::<M, SEED_CANDIDATES>(x, n, d, first, count, row, &mut acc),
         }
     }
     acc
 }
 
-/// [`distances`] with the first `C ≥ count` candidates accumulated into `acc` (zeros). Both tiles are loaded row
-/// segment by row segment (consecutive threads, consecutive floats).
+/// [`distances`] with the first `C ≥ count` candidates accumulated into `acc` (zeros). Both
+/// tiles are loaded row segment by row segment (consecutive threads, consecutive floats).
 #[inline(always)]
 unsafe fn distances_of<const M: u32, const C: usize>(
     x: *const f32,
     n: usize,
     d: usize,
+    first: usize,
     count: usize,
     row: impl Fn(usize) -> u32,
     acc: &mut [f32; SEED_CANDIDATES],
@@ -90,7 +92,6 @@ unsafe fn distances_of<const M: u32, const C: usize>(
     let metric = AssignMetric::from_id(M);
     let (cands, points) = (candidate_tile(), point_tile());
     let t = gpu::thread();
-    let first = gpu::block() * BLOCK as usize;
     let rows = (n - first).min(BLOCK as usize);
     let mut j0 = 0;
     while j0 < d {
@@ -112,6 +113,8 @@ unsafe fn distances_of<const M: u32, const C: usize>(
             let point = unsafe { points.add(t * SEED_POINT_STRIDE) };
             for j in 0..width as usize {
                 let v = unsafe { *point.add(j) };
+                // An index loop over the constant `C` unrolls and keeps `acc` in registers (an
+                // iterator chain left it in local memory).
                 #[allow(clippy::needless_range_loop)]
                 for c in 0..C {
                     acc[c] = step(metric, acc[c], v, unsafe { *cands.add(c * SEED_DIMS + j) });
@@ -179,7 +182,7 @@ unsafe fn trials<const M: u32>(
         unsafe { *slots.add(t) = 0 };
     }
     let acc = unsafe {
-        distances::<M>(x, n as usize, d as usize, count, |c| {
+        distances::<M>(x, n as usize, d as usize, b * BLOCK as usize, count, |c| {
             if c < trials {
                 *candidates.add(c)
             } else {
@@ -265,7 +268,11 @@ unsafe fn nearest<const M: u32>(
     let mut g = 0;
     while g < count as usize {
         let group = SEED_CANDIDATES.min(count as usize - g);
-        let acc = unsafe { distances::<M>(x, n as usize, d as usize, group, |c| *rows.add(g + c)) };
+        let acc = unsafe {
+            distances::<M>(x, n as usize, d as usize, b * BLOCK as usize, group, |c| {
+                *rows.add(g + c)
+            })
+        };
         for (c, &a) in acc.iter().enumerate() {
             if c < group && a < best {
                 best = a;
@@ -379,19 +386,18 @@ unsafe fn locate_draw<const M: u32>(
         hi = (lo + per).min(hi);
         rest = left;
     }
+    // The block's distances to the pending row, staged as the trials pass stages them (the
+    // tiles overlap `scratch`, which is not in use until the next search).
+    let to_pending = if pending == NO_ROW {
+        f32::INFINITY
+    } else {
+        unsafe { distances::<M>(x, n, d, lo * bs, 1, |_| pending)[0] }
+    };
     let i = lo * bs + t;
     let w = if i < n {
         let mut m = unsafe { *min_dist.add(i) };
-        if pending != NO_ROW {
-            let row = unsafe { x.add(i * d) };
-            let c = unsafe { x.add(pending as usize * d) };
-            let mut acc = 0.0;
-            for j in 0..d {
-                acc = step(metric, acc, unsafe { *row.add(j) }, unsafe { *c.add(j) });
-            }
-            if acc < m {
-                m = acc;
-            }
+        if to_pending < m {
+            m = to_pending;
         }
         ws.weight_of(metric, m, unsafe { units_of(weights, counts, i) })
     } else {
