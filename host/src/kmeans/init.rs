@@ -123,6 +123,12 @@ fn greedy_from(
             uniforms: &uniforms,
         };
         let rows = seeding.seed_greedy(&plan, ws)?;
+        if rows.first() != Some(&first) || rows.len() > k {
+            return Err(Error::invalid(
+                "seeding",
+                "the backend's k-means++ loop went astray",
+            ));
+        }
         rows.into_iter().map(|r| r as usize).collect()
     } else {
         vec![first as usize]
