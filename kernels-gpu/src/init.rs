@@ -52,9 +52,9 @@ fn point_tile() -> *mut f32 {
 
 /// Distances from the `BLOCK` points from row `first < n` (thread `t` gets point `first + t`'s,
 /// meaningless past `n`) to the `count ≤ SEED_CANDIDATES` rows `row(c)` (entries from `count`
-/// on are meaningless). The inner loop is unrolled for `count` rounded up to 4, 8, 12, 16 or
-/// `SEED_CANDIDATES`: testing every candidate of a full tile costs more than the distances at
-/// the usual 5 to 12 candidates. Every thread of the block calls this.
+/// on are meaningless). The inner loop is unrolled for `count` rounded up to 4, 6, 8, 10, 12, 16
+/// or `SEED_CANDIDATES` (a k-means++ pass tries `3 + ⌊ln k⌋` rows): testing every candidate of
+/// a full tile costs more than the distances themselves. Every thread of the block calls this.
 #[inline(always)]
 unsafe fn distances<const M: u32>(
     x: *const f32,
@@ -66,11 +66,13 @@ unsafe fn distances<const M: u32>(
 ) -> [f32; SEED_CANDIDATES] {
     let mut acc = [0f32; SEED_CANDIDATES];
     unsafe {
-        match count.div_ceil(4) {
-            1 => distances_of::<M, 4>(x, n, d, first, count, row, &mut acc),
-            2 => distances_of::<M, 8>(x, n, d, first, count, row, &mut acc),
-            3 => distances_of::<M, 12>(x, n, d, first, count, row, &mut acc),
-            4 => distances_of::<M, 16>(x, n, d, first, count, row, &mut acc),
+        match count {
+            0..=4 => distances_of::<M, 4>(x, n, d, first, count, row, &mut acc),
+            5..=6 => distances_of::<M, 6>(x, n, d, first, count, row, &mut acc),
+            7..=8 => distances_of::<M, 8>(x, n, d, first, count, row, &mut acc),
+            9..=10 => distances_of::<M, 10>(x, n, d, first, count, row, &mut acc),
+            11..=12 => distances_of::<M, 12>(x, n, d, first, count, row, &mut acc),
+            13..=16 => distances_of::<M, 16>(x, n, d, first, count, row, &mut acc),
             _ => distances_of::<M, SEED_CANDIDATES>(x, n, d, first, count, row, &mut acc),
         }
     }
