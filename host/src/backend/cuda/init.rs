@@ -140,13 +140,9 @@ impl CudaSeeder {
         let accepted = self.pending.take();
         let pending = accepted.map_or(NO_ROW, |t| self.last[t]);
         let (n, d) = (r.n as u32, r.d as u32);
-        check_trials(match picks {
-            Picks::Seeds(Seeds::Rows(rows)) => rows.len(),
-            Picks::Seeds(Seeds::Points(p)) => p.len() / r.d.max(1),
-            Picks::Draws(draws) => draws.len(),
-        })?;
         let trials = match picks {
             Picks::Seeds(Seeds::Rows(rows)) => {
+                check_trials(rows.len())?;
                 gpu.write(rows, &mut self.candidates, "seeding candidates")?;
                 rows.len()
             }
@@ -157,6 +153,7 @@ impl CudaSeeder {
                 ));
             }
             Picks::Draws(draws) => {
+                check_trials(draws.len())?;
                 self.queue_locate(r, draws, accepted, pending, ws)?;
                 draws.len()
             }
@@ -339,12 +336,45 @@ fn read_write<T>(pair: &mut [T; 2], step: usize) -> (&T, &mut T) {
     }
 }
 
+/// The device-side state of [`CudaSeeder::greedy`]'s loop.
+struct GreedyLoop {
+    /// `k` rows: the first seed, then each step's winner.
+    chosen: CudaSlice<u32>,
+    uniforms: CudaSlice<u64>,
+    /// Candidates and potentials, alternating between steps (one read, one written).
+    candidates: [CudaSlice<u32>; 2],
+    potentials: [CudaSlice<u64>; 2],
+    /// The number of seeds chosen when a step left no weight; 0 while the loop runs.
+    stop: CudaSlice<u32>,
+}
+
+impl GreedyLoop {
+    fn new(gpu: &CudaBackend, plan: &GreedyPlan<'_>, steps: usize) -> Result<Self> {
+        let (k, trials) = (plan.k, plan.trials);
+        let mut chosen = gpu.zeros::<u32>(k, "k-means++ seeds")?;
+        gpu.write(&[plan.first], &mut chosen, "k-means++ seeds")?;
+        Ok(GreedyLoop {
+            chosen,
+            uniforms: gpu.upload(&plan.uniforms[..steps], "k-means++ uniforms")?,
+            candidates: [
+                gpu.zeros(trials, "k-means++ candidates")?,
+                gpu.zeros(trials, "k-means++ candidates")?,
+            ],
+            potentials: [
+                gpu.zeros(trials, "k-means++ potentials")?,
+                gpu.zeros(trials, "k-means++ potentials")?,
+            ],
+            stop: gpu.zeros(1, "k-means++ stop")?,
+        })
+    }
+}
+
 impl CudaSeeder {
     /// Greedy k-means++ after the first seed, every step on the device: per step the
     /// `seed_greedy_draw` kernel settles the last step's winner and locates the next draws, then
-    /// the trials kernel applies the winner and scores the candidates; candidates and potentials
-    /// alternate between two buffers. One upload of the uniforms, one read-back of the seeds
-    /// (fewer than `k` when a step left no weight: see [`crate::backend::greedy_steps`]).
+    /// the trials kernel applies the winner and scores the candidates. One upload of the
+    /// uniforms, one read-back of the seeds (fewer than `k` when a step left no weight: see
+    /// [`crate::backend::greedy_steps`]).
     pub(crate) fn greedy(
         &mut self,
         r: &Rows<'_>,
@@ -352,95 +382,107 @@ impl CudaSeeder {
         ws: WeightScale,
     ) -> Result<Vec<u32>> {
         let gpu = r.gpu;
-        let (k, trials) = (plan.k, plan.trials);
-        check_trials(trials)?;
-        let steps = k.saturating_sub(1) * trials;
+        let k = plan.k;
+        check_trials(plan.trials)?;
+        let steps = k.saturating_sub(1) * plan.trials;
         if k < 2 || plan.uniforms.len() < steps || plan.first as usize >= r.n {
             return Err(Error::invalid(
                 "k-means++ plan",
                 "needs k ≥ 2, a first row in the data and trials uniforms per step",
             ));
         }
+        arg_u32(k, "k")?;
         self.pending = None;
         self.last.clear();
-        let mut chosen = gpu.zeros::<u32>(k, "k-means++ seeds")?;
-        gpu.write(&[plan.first], &mut chosen, "k-means++ seeds")?;
-        let uniforms = gpu.upload(&plan.uniforms[..steps], "k-means++ uniforms")?;
-        let mut candidates = [
-            gpu.zeros::<u32>(trials, "k-means++ candidates")?,
-            gpu.zeros::<u32>(trials, "k-means++ candidates")?,
-        ];
-        let mut potentials = [
-            gpu.zeros::<u64>(trials, "k-means++ potentials")?,
-            gpu.zeros::<u64>(trials, "k-means++ potentials")?,
-        ];
-        let mut stop = gpu.zeros::<u32>(1, "k-means++ stop")?;
-        let draw_name = r.kernel("seed_greedy_draw_l2", "seed_greedy_draw_l1");
-        let draw_f = gpu.function(draw_name)?;
-        let trials_name = r.kernel("seed_trials_l2", "seed_trials_l1");
-        let trials_f = gpu.function(trials_name)?;
-        let (n, d) = (r.n as u32, r.d as u32);
-        let (nb, count, k32) = (r.blocks() as u32, trials as u32, arg_u32(k, "k")?);
-        for step in 1..=k {
-            let s32 = step as u32;
-            {
-                let (last_c, next_c) = read_write(&mut candidates, step);
-                let (last_p, next_p) = read_write(&mut potentials, step);
-                let mut launch = gpu.launch(draw_name, &draw_f);
-                launch.args().arg(r.x).arg(&n).arg(&d);
-                r.push_weights(launch.args());
-                launch
-                    .args()
-                    .arg(&self.min_dist)
-                    .arg(&self.block_sums)
-                    .arg(&nb)
-                    .arg(&count)
-                    .arg(&s32)
-                    .arg(&k32)
-                    .arg(&plan.total)
-                    .arg(&mut chosen)
-                    .arg(&uniforms)
-                    .arg(last_c)
-                    .arg(last_p)
-                    .arg(next_c)
-                    .arg(next_p)
-                    .arg(&mut stop)
-                    .arg(&ws.scale)
-                    .arg(&ws.cap);
-                launch.run(trials, BLOCK, SEED_SHARED_BYTES)?;
-            }
-            if step == k {
-                break;
-            }
-            // Step 1's candidates are tried against the first seed, already applied.
-            let winner = chosen.slice(step - 1..step);
-            let (_, tried) = read_write(&mut candidates, step);
-            let (_, scored) = read_write(&mut potentials, step);
-            let mut launch = gpu.launch(trials_name, &trials_f);
-            launch.args().arg(r.x).arg(&n).arg(&d);
-            r.push_weights(launch.args());
-            launch
-                .args()
-                .arg(&mut self.min_dist)
-                .arg(&*tried)
-                .arg(&count);
-            if step == 1 {
-                launch.args().arg(&NULL);
-            } else {
-                launch.args().arg(&winner);
-            }
-            launch
-                .args()
-                .arg(&stop)
-                .arg(&ws.scale)
-                .arg(&ws.cap)
-                .arg(&mut self.block_sums)
-                .arg(scored);
-            launch.run(r.blocks(), BLOCK, SEED_SHARED_BYTES)?;
+        let mut state = GreedyLoop::new(gpu, plan, steps)?;
+        for step in 1..k {
+            self.queue_greedy_draw(r, &mut state, plan, step, ws)?;
+            self.queue_greedy_trials(r, &mut state, plan.trials, step, ws)?;
         }
-        let stopped = gpu.download(&stop, 1, "k-means++ stop")?[0] as usize;
+        self.queue_greedy_draw(r, &mut state, plan, k, ws)?;
+        let stopped = gpu.download(&state.stop, 1, "k-means++ stop")?[0] as usize;
         let found = if stopped == 0 { k } else { stopped };
-        gpu.download(&chosen, found, "k-means++ seeds")
+        gpu.download(&state.chosen, found, "k-means++ seeds")
+    }
+
+    /// Queues `seed_greedy_draw` for `step` (`step == k`: the last winner only).
+    fn queue_greedy_draw(
+        &self,
+        r: &Rows<'_>,
+        state: &mut GreedyLoop,
+        plan: &GreedyPlan<'_>,
+        step: usize,
+        ws: WeightScale,
+    ) -> Result<()> {
+        let gpu = r.gpu;
+        let name = r.kernel("seed_greedy_draw_l2", "seed_greedy_draw_l1");
+        let f = gpu.function(name)?;
+        let (n, d, nb) = (r.n as u32, r.d as u32, r.blocks() as u32);
+        let (trials, step32, k) = (plan.trials as u32, step as u32, plan.k as u32);
+        let (last_c, next_c) = read_write(&mut state.candidates, step);
+        let (last_p, next_p) = read_write(&mut state.potentials, step);
+        let mut launch = gpu.launch(name, &f);
+        launch.args().arg(r.x).arg(&n).arg(&d);
+        r.push_weights(launch.args());
+        launch
+            .args()
+            .arg(&self.min_dist)
+            .arg(&self.block_sums)
+            .arg(&nb)
+            .arg(&trials)
+            .arg(&step32)
+            .arg(&k)
+            .arg(&plan.total)
+            .arg(&mut state.chosen)
+            .arg(&state.uniforms)
+            .arg(last_c)
+            .arg(last_p)
+            .arg(next_c)
+            .arg(next_p)
+            .arg(&mut state.stop)
+            .arg(&ws.scale)
+            .arg(&ws.cap);
+        launch.run(plan.trials, BLOCK, SEED_SHARED_BYTES)
+    }
+
+    /// Queues the trials pass of `step < k`: the candidates `seed_greedy_draw` located, against
+    /// the winner of the step before (step 1: the first seed, already applied).
+    fn queue_greedy_trials(
+        &mut self,
+        r: &Rows<'_>,
+        state: &mut GreedyLoop,
+        trials: usize,
+        step: usize,
+        ws: WeightScale,
+    ) -> Result<()> {
+        let gpu = r.gpu;
+        let name = r.kernel("seed_trials_l2", "seed_trials_l1");
+        let f = gpu.function(name)?;
+        let (n, d, count) = (r.n as u32, r.d as u32, trials as u32);
+        let winner = state.chosen.slice(step - 1..step);
+        let (_, tried) = read_write(&mut state.candidates, step);
+        let (_, scored) = read_write(&mut state.potentials, step);
+        let mut launch = gpu.launch(name, &f);
+        launch.args().arg(r.x).arg(&n).arg(&d);
+        r.push_weights(launch.args());
+        launch
+            .args()
+            .arg(&mut self.min_dist)
+            .arg(&*tried)
+            .arg(&count);
+        if step == 1 {
+            launch.args().arg(&NULL);
+        } else {
+            launch.args().arg(&winner);
+        }
+        launch
+            .args()
+            .arg(&state.stop)
+            .arg(&ws.scale)
+            .arg(&ws.cap)
+            .arg(&mut self.block_sums)
+            .arg(scored);
+        launch.run(r.blocks(), BLOCK, SEED_SHARED_BYTES)
     }
 }
 
