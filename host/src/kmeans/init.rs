@@ -302,12 +302,12 @@ mod tests {
         }
     }
 
-    /// Small shapes for compute-sanitizer too: the device loop (`seed_greedy_draw_*` and the
-    /// trials kernels) chooses what the step by step loop chooses, both metrics, with sample
-    /// weights, several dimension tiles, and a stop when the weight runs out.
+    /// The device loop (`seed_greedy_draw_*` and the trials kernels) chooses what the step by
+    /// step loop chooses, and what the CPU chooses: both metrics, sample weights, several
+    /// dimension tiles, and a stop when the weight runs out.
     #[test]
-    fn sanitize_gpu_greedy_loop_matches_step_by_step() {
-        let Some(device) = gpu("sanitize_gpu_greedy_loop_matches_step_by_step") else {
+    fn gpu_greedy_loop_matches_step_by_step() {
+        let Some(device) = gpu("gpu_greedy_loop_matches_step_by_step") else {
             return;
         };
         let weights = points(300, 4, 9);
