@@ -477,7 +477,8 @@ struct Greedy {
 /// [`draw`]`(uniforms[(step − 1) · trials + block], total)` in the winner's block sums, with the
 /// winner applied, into `next_candidates[block]`. A total of 0 sets `stop` to `step`: every point
 /// sits on a seed and the host decides the rest. Does nothing once `stop` is set.
-/// CPU twin: `Seeding::seed_greedy`'s host loop.
+/// Host twin: `backend::greedy_steps` (one round trip per step, over `cpu::init::Seeder` or a
+/// GPU).
 ///
 /// # Safety
 /// `trials ≤ SEED_CANDIDATES − 1` blocks of `BLOCK` threads, `SEED_SHARED_BYTES` of dynamic
