@@ -81,6 +81,7 @@ unsafe fn distances<const M: u32>(
 
 /// [`distances`] with the first `C ≥ count` candidates accumulated into `acc` (zeros). Both
 /// tiles are loaded row segment by row segment (consecutive threads, consecutive floats).
+/// `C ≤ SEED_CANDIDATES`.
 #[inline(always)]
 unsafe fn distances_of<const M: u32, const C: usize>(
     x: *const f32,
@@ -98,10 +99,16 @@ unsafe fn distances_of<const M: u32, const C: usize>(
     let mut j0 = 0;
     while j0 < d {
         let width = SEED_DIMS.min(d - j0) as u32;
+        // Slots from `count` to `C` get zeros: the unrolled loop reads them too.
         let mut e = t as u32;
-        while e < (count as u32) * width {
+        while e < (C as u32) * width {
             let (c, j) = ((e / width) as usize, (e % width) as usize);
-            unsafe { *cands.add(c * SEED_DIMS + j) = *x.add(row(c) as usize * d + j0 + j) };
+            let v = if c < count {
+                unsafe { *x.add(row(c) as usize * d + j0 + j) }
+            } else {
+                0.0
+            };
+            unsafe { *cands.add(c * SEED_DIMS + j) = v };
             e += BLOCK;
         }
         let mut e = t as u32;
