@@ -183,6 +183,21 @@ fn sharded_fits_on_the_gpu_equal_the_cpu_fit() {
     assert_same("tf32", &whole, &sharded, &labels(&mut parts));
 }
 
+/// Small shapes for compute-sanitizer (run with this binary's `sanitize_` filter): the step by
+/// step seeding of a sharded fit on GPU shards, whose trials pass takes the accepted row from
+/// device memory and whose locate kernel applies it.
+#[test]
+fn sanitize_sharded_seeding_on_the_gpu() {
+    let Some(gpu) = gpu("sanitize_sharded_seeding_on_the_gpu") else {
+        return;
+    };
+    let data = uniform(300, 37, 3);
+    for init in [Init::KMeansPlusPlus, Init::KMeansParallel] {
+        let params = KMeans::params(5).seed(2).max_iter(3).init(init);
+        check("sanitize", &data, 37, params, gpu);
+    }
+}
+
 #[test]
 fn bad_shards_are_typed_errors() {
     let data = uniform(20, 2, 1);

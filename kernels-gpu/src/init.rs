@@ -1,58 +1,138 @@
-//! Seeding kernels: greedy k-means++ with all the trials of a step in one pass, and the rounds
-//! of k-means‖. One thread per point; the candidate rows are staged through shared memory
-//! `SEED_DIMS` dimensions at a time and every distance is accumulated in dimension order with
-//! [`crate::math::step`], as `kernels_gpu::math::distance` does on the CPU. Weights are the
-//! exact integers of [`crate::seeding`] times each point's sample-weight units (`weights`, null:
-//! one each), so every sum is order-free. CPU twins: `host/src/backend/cpu/init.rs`.
+//! Seeding kernels: greedy k-means++ with all the trials of a step in one pass (and, for the
+//! device-side step loop, a kernel that settles a step's winner and locates the next step's
+//! draws), and the rounds of k-means‖. One thread per point; a block's points and the candidate
+//! rows are staged through shared memory `SEED_DIMS` dimensions at a time with coalesced loads,
+//! and every distance is accumulated in dimension order with [`crate::math::step`], as
+//! `kernels_gpu::math::distance` does on the CPU. Weights are the exact integers of
+//! [`crate::seeding`] times each point's units (`counts` when given, else the sample weights'
+//! `weights`, null: one each), so every sum is order-free. CPU twins:
+//! `host/src/backend/cpu/init.rs`.
 
 use crate::fixed::units_at;
 use crate::gpu::{self, atomic_add_u64, atomic_fetch_add_u32, shared, sync_threads, warp_sum_u64};
-use crate::launch::{BLOCK, SEED_CANDIDATES, SEED_DIMS};
+use crate::launch::{BLOCK, SEED_CANDIDATES, SEED_DIMS, SEED_POINT_STRIDE};
 use crate::math::{AssignMetric, step};
-use crate::seeding::{NO_ROW, WeightScale, sampled, uniform32};
+use crate::seeding::{NO_ROW, WeightScale, draw, sampled, uniform32};
 
-/// Distances from point `i` (when `live`) to the `count ≤ SEED_CANDIDATES` rows `row(c)`.
-/// Every thread of the block calls this.
+/// The units of point `i`: `counts[i]` when `counts` is given (k-means‖ candidates, which
+/// stand for the points nearest to them), else its sample weight's.
+///
+/// # Safety
+/// `counts` null or holding more than `i` values; `weights` as for [`units_at`].
+#[inline(always)]
+unsafe fn units_of(weights: *const f32, counts: *const u64, i: usize) -> u64 {
+    if counts.is_null() {
+        unsafe { units_at(weights, i) as u64 }
+    } else {
+        unsafe { *counts.add(i) }
+    }
+}
+
+/// The staged candidate rows (`SEED_CANDIDATES × SEED_DIMS`).
+#[inline(always)]
+fn candidate_tile() -> *mut f32 {
+    shared::<f32>()
+}
+
+/// The block sums after the candidate tile.
+#[inline(always)]
+fn block_slots() -> *mut u64 {
+    unsafe {
+        candidate_tile()
+            .add(SEED_CANDIDATES * SEED_DIMS)
+            .cast::<u64>()
+    }
+}
+
+/// The staged points (`BLOCK` rows of stride `SEED_POINT_STRIDE`) after the block sums.
+#[inline(always)]
+fn point_tile() -> *mut f32 {
+    unsafe { block_slots().add(SEED_CANDIDATES).cast::<f32>() }
+}
+
+/// Distances from the `BLOCK` points from row `first < n` (thread `t` gets point `first + t`'s,
+/// meaningless past `n`) to the `count ≤ SEED_CANDIDATES` rows `row(c)` (entries from `count`
+/// on are meaningless). The inner loop is unrolled for `count` rounded up to 4, 6, 8, 10, 12, 16
+/// or `SEED_CANDIDATES` (a k-means++ pass tries `3 + ⌊ln k⌋` rows): testing every candidate of
+/// a full tile costs more than the distances themselves. Every thread of the block calls this.
 #[inline(always)]
 unsafe fn distances<const M: u32>(
     x: *const f32,
+    n: usize,
     d: usize,
-    i: usize,
-    live: bool,
+    first: usize,
     count: usize,
     row: impl Fn(usize) -> u32,
 ) -> [f32; SEED_CANDIDATES] {
-    let metric = AssignMetric::from_id(M);
-    let tile = shared::<f32>();
-    let t = gpu::thread();
     let mut acc = [0f32; SEED_CANDIDATES];
+    unsafe {
+        match count {
+            0..=4 => distances_of::<M, 4>(x, n, d, first, count, row, &mut acc),
+            5..=6 => distances_of::<M, 6>(x, n, d, first, count, row, &mut acc),
+            7..=8 => distances_of::<M, 8>(x, n, d, first, count, row, &mut acc),
+            9..=10 => distances_of::<M, 10>(x, n, d, first, count, row, &mut acc),
+            11..=12 => distances_of::<M, 12>(x, n, d, first, count, row, &mut acc),
+            13..=16 => distances_of::<M, 16>(x, n, d, first, count, row, &mut acc),
+            _ => distances_of::<M, SEED_CANDIDATES>(x, n, d, first, count, row, &mut acc),
+        }
+    }
+    acc
+}
+
+/// [`distances`] with the first `C ≥ count` candidates accumulated into `acc` (zeros). Both
+/// tiles are loaded row segment by row segment (consecutive threads, consecutive floats).
+/// `C ≤ SEED_CANDIDATES`.
+#[inline(always)]
+unsafe fn distances_of<const M: u32, const C: usize>(
+    x: *const f32,
+    n: usize,
+    d: usize,
+    first: usize,
+    count: usize,
+    row: impl Fn(usize) -> u32,
+    acc: &mut [f32; SEED_CANDIDATES],
+) {
+    let metric = AssignMetric::from_id(M);
+    let (cands, points) = (candidate_tile(), point_tile());
+    let t = gpu::thread();
+    let rows = (n - first).min(BLOCK as usize);
     let mut j0 = 0;
     while j0 < d {
-        let width = SEED_DIMS.min(d - j0);
-        let mut e = t;
-        while e < count * SEED_DIMS {
-            let (c, j) = (e / SEED_DIMS, e % SEED_DIMS);
-            if j < width {
-                unsafe { *tile.add(e) = *x.add(row(c) as usize * d + j0 + j) };
-            }
-            e += BLOCK as usize;
+        let width = SEED_DIMS.min(d - j0) as u32;
+        // Slots from `count` to `C` get zeros: the unrolled loop reads them too.
+        let mut e = t as u32;
+        while e < (C as u32) * width {
+            let (c, j) = ((e / width) as usize, (e % width) as usize);
+            let v = if c < count {
+                unsafe { *x.add(row(c) as usize * d + j0 + j) }
+            } else {
+                0.0
+            };
+            unsafe { *cands.add(c * SEED_DIMS + j) = v };
+            e += BLOCK;
+        }
+        let mut e = t as u32;
+        while e < (rows as u32) * width {
+            let (p, j) = ((e / width) as usize, (e % width) as usize);
+            unsafe { *points.add(p * SEED_POINT_STRIDE + j) = *x.add((first + p) * d + j0 + j) };
+            e += BLOCK;
         }
         sync_threads();
-        if live {
-            let point = unsafe { x.add(i * d + j0) };
-            for j in 0..width {
+        if t < rows {
+            let point = unsafe { points.add(t * SEED_POINT_STRIDE) };
+            for j in 0..width as usize {
                 let v = unsafe { *point.add(j) };
-                for (c, a) in acc.iter_mut().enumerate() {
-                    if c < count {
-                        *a = step(metric, *a, v, unsafe { *tile.add(c * SEED_DIMS + j) });
-                    }
+                // An index loop over the constant `C` unrolls and keeps `acc` in registers (an
+                // iterator chain left it in local memory).
+                #[allow(clippy::needless_range_loop)]
+                for c in 0..C {
+                    acc[c] = step(metric, acc[c], v, unsafe { *cands.add(c * SEED_DIMS + j) });
                 }
             }
         }
         sync_threads();
         j0 += SEED_DIMS;
     }
-    acc
 }
 
 /// Adds `v` (one per thread) into the block's shared sum `slot`: warp sums, one atomic per warp.
@@ -64,25 +144,17 @@ unsafe fn add_to_block(slot: *mut u64, v: u64) {
     }
 }
 
-/// The block sums after the candidate tile.
-#[inline(always)]
-fn block_slots() -> *mut u64 {
-    unsafe {
-        shared::<f32>()
-            .add(SEED_CANDIDATES * SEED_DIMS)
-            .cast::<u64>()
-    }
-}
-
-/// One k-means++ step: first lowers `min_dist` to the previous winner `pending` (unless
-/// [`NO_ROW`]), then for each trial `t` writes the potential `Σ_i weight_of(min(min_dist_i,
-/// dist(i, candidates[t])), units_i)` of this block to `block_sums[t · gridDim + block]` and
-/// adds it to `potentials[t]` (zeroed by the host). CPU twin: `cpu::init::trials`.
+/// One k-means++ step: first lowers `min_dist` to the previous winner `*pending` (unless
+/// `pending` is null or holds [`NO_ROW`]), then for each trial `t` writes the potential
+/// `Σ_i weight_of(min(min_dist_i, dist(i, candidates[t])), units_i)` of this block to
+/// `block_sums[t · gridDim + block]` and adds it to `potentials[t]` (zeroed before). Does
+/// nothing once `*stop` (when not null) is set. CPU twin: `cpu::init::trials`.
 ///
 /// # Safety
 /// `ceil(n / BLOCK)` blocks of `BLOCK` threads, `SEED_SHARED_BYTES` of dynamic shared memory;
-/// `x` holds `n × d`, `weights` null or `n`, `min_dist` `n`, `candidates` `trials` row indices
-/// `< n`, `trials + (pending != NO_ROW) ≤ SEED_CANDIDATES`, `block_sums` `trials × gridDim`.
+/// `x` holds `n × d`, `weights` null or `n`, `counts` null or `n`, `min_dist` `n`, `candidates`
+/// `trials` row indices `< n`, `*pending` [`NO_ROW`] or a row `< n`,
+/// `trials + 1 ≤ SEED_CANDIDATES`, `block_sums` `trials × gridDim`.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 unsafe fn trials<const M: u32>(
@@ -90,26 +162,36 @@ unsafe fn trials<const M: u32>(
     n: u32,
     d: u32,
     weights: *const f32,
+    counts: *const u64,
     min_dist: *mut f32,
     candidates: *const u32,
     trials: u32,
-    pending: u32,
+    pending: *const u32,
+    stop: *const u32,
     ws: WeightScale,
     block_sums: *mut u64,
     potentials: *mut u64,
 ) {
+    if !stop.is_null() && unsafe { *stop } != 0 {
+        return;
+    }
     let metric = AssignMetric::from_id(M);
     let (t, b) = (gpu::thread(), gpu::block());
     let i = b * BLOCK as usize + t;
     let live = i < n as usize;
     let trials = trials as usize;
+    let pending = if pending.is_null() {
+        NO_ROW
+    } else {
+        unsafe { *pending }
+    };
     let count = trials + usize::from(pending != NO_ROW);
     let slots = block_slots();
     if t < SEED_CANDIDATES {
         unsafe { *slots.add(t) = 0 };
     }
     let acc = unsafe {
-        distances::<M>(x, d as usize, i, live, count, |c| {
+        distances::<M>(x, n as usize, d as usize, b * BLOCK as usize, count, |c| {
             if c < trials {
                 *candidates.add(c)
             } else {
@@ -132,7 +214,7 @@ unsafe fn trials<const M: u32>(
         unsafe { *min_dist.add(i) = old };
     }
     let units = if live {
-        unsafe { units_at(weights, i) as u64 }
+        unsafe { units_of(weights, counts, i) }
     } else {
         0
     };
@@ -168,6 +250,7 @@ unsafe fn nearest<const M: u32>(
     n: u32,
     d: u32,
     weights: *const f32,
+    counts: *const u64,
     min_dist: *mut f32,
     owner: *mut u32,
     rows: *const u32,
@@ -194,7 +277,11 @@ unsafe fn nearest<const M: u32>(
     let mut g = 0;
     while g < count as usize {
         let group = SEED_CANDIDATES.min(count as usize - g);
-        let acc = unsafe { distances::<M>(x, d as usize, i, live, group, |c| *rows.add(g + c)) };
+        let acc = unsafe {
+            distances::<M>(x, n as usize, d as usize, b * BLOCK as usize, group, |c| {
+                *rows.add(g + c)
+            })
+        };
         for (c, &a) in acc.iter().enumerate() {
             if c < group && a < best {
                 best = a;
@@ -210,7 +297,7 @@ unsafe fn nearest<const M: u32>(
         }
     }
     let w = if live {
-        ws.weight_of(metric, best, unsafe { units_at(weights, i) } as u64)
+        ws.weight_of(metric, best, unsafe { units_of(weights, counts, i) })
     } else {
         0
     };
@@ -224,14 +311,118 @@ unsafe fn nearest<const M: u32>(
     }
 }
 
-/// For each draw `r = draws[block]` (< the total weight), the first point whose cumulative
-/// weight exceeds `r`, where a point's weight is that of `min(min_dist, dist(point, pending))`
-/// (the previous winner not yet applied; [`NO_ROW`]: none) and `sums` holds the weight sums of
-/// the `BLOCK`-point blocks (`nb` of them). Writes `out[block]`. CPU twin: `cpu::init::locate`.
+/// Inclusive prefix sums of one u64 per thread over the block (Hillis–Steele through
+/// `scratch`, `BLOCK` values); every thread gets its own. All threads call this.
+#[inline(always)]
+unsafe fn inclusive_scan(scratch: *mut u64, v: u64) -> u64 {
+    let t = gpu::thread();
+    let mut acc = v;
+    unsafe { *scratch.add(t) = acc };
+    sync_threads();
+    let mut offset = 1;
+    while offset < BLOCK as usize {
+        let add = if t >= offset {
+            unsafe { *scratch.add(t - offset) }
+        } else {
+            0
+        };
+        sync_threads();
+        acc += add;
+        unsafe { *scratch.add(t) = acc };
+        sync_threads();
+        offset *= 2;
+    }
+    acc
+}
+
+/// With one value per thread: the first thread whose inclusive prefix sum exceeds `r` (the last
+/// thread when none does) and `r` less the sum before that thread, in every thread. `scratch`
+/// holds `BLOCK + 2` u64 of shared memory; all threads call this.
+#[inline(always)]
+unsafe fn find_in_block(scratch: *mut u64, v: u64, r: u64) -> (usize, u64) {
+    let t = gpu::thread();
+    let found = unsafe { scratch.add(BLOCK as usize) };
+    let through = unsafe { inclusive_scan(scratch, v) };
+    let before = through - v;
+    // The prefix sums never decrease, so exactly one thread sees `r` fall in its range.
+    if before <= r && (t == BLOCK as usize - 1 || through > r) {
+        unsafe {
+            *found = t as u64;
+            *found.add(1) = r - before;
+        }
+    }
+    sync_threads();
+    let out = unsafe { (*found as usize, *found.add(1)) };
+    sync_threads();
+    out
+}
+
+/// The first point whose cumulative weight exceeds `r` (< the total weight), where a point's
+/// weight is that of `min(min_dist, dist(point, pending))` (the previous winner not yet applied;
+/// [`NO_ROW`]: none) and `sums` holds the weight sums of the `nb` blocks of `BLOCK` points.
+/// The block is found by narrowing ranges of block sums `BLOCK` segments at a time, the point by
+/// recomputing that block's weights. Every thread of the block calls this and gets the row.
+/// CPU twin: `cpu::init::Seeder::locate`.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn locate_draw<const M: u32>(
+    x: *const f32,
+    n: usize,
+    d: usize,
+    weights: *const f32,
+    counts: *const u64,
+    min_dist: *const f32,
+    pending: u32,
+    sums: *const u64,
+    nb: usize,
+    r: u64,
+    ws: WeightScale,
+) -> u32 {
+    let metric = AssignMetric::from_id(M);
+    let (t, bs) = (gpu::thread(), BLOCK as usize);
+    let scratch = shared::<u64>();
+    let (mut lo, mut hi, mut rest) = (0, nb, r);
+    while hi - lo > 1 {
+        let per = (hi - lo).div_ceil(bs);
+        let from = (lo + t * per).min(hi);
+        let to = (from + per).min(hi);
+        let mut s = 0u64;
+        for e in from..to {
+            s += unsafe { *sums.add(e) };
+        }
+        let (segment, left) = unsafe { find_in_block(scratch, s, rest) };
+        lo = (lo + segment * per).min(hi - 1);
+        hi = (lo + per).min(hi);
+        rest = left;
+    }
+    // The block's distances to the pending row, staged as the trials pass stages them (the
+    // tiles overlap `scratch`, which is not in use until the next search).
+    let to_pending = if pending == NO_ROW {
+        f32::INFINITY
+    } else {
+        unsafe { distances::<M>(x, n, d, lo * bs, 1, |_| pending)[0] }
+    };
+    let i = lo * bs + t;
+    let w = if i < n {
+        let mut m = unsafe { *min_dist.add(i) };
+        if to_pending < m {
+            m = to_pending;
+        }
+        ws.weight_of(metric, m, unsafe { units_of(weights, counts, i) })
+    } else {
+        0
+    };
+    let (p, _) = unsafe { find_in_block(scratch, w, rest) };
+    (lo * bs + p).min(n - 1) as u32
+}
+
+/// For each draw `r = draws[block]`, the point [`locate_draw`] finds in the weights whose block
+/// sums are `sums`, with `pending` applied; writes `out[block]`. CPU twin:
+/// `cpu::init::Seeder::locate`.
 ///
 /// # Safety
 /// One block of `BLOCK` threads per draw, `SEED_SHARED_BYTES` of dynamic shared memory; `sums`
-/// the block sums of exactly these weights.
+/// the `nb` block sums of exactly these weights, every draw below their total.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 unsafe fn locate<const M: u32>(
@@ -239,6 +430,7 @@ unsafe fn locate<const M: u32>(
     n: u32,
     d: u32,
     weights: *const f32,
+    counts: *const u64,
     min_dist: *const f32,
     pending: u32,
     sums: *const u64,
@@ -247,70 +439,130 @@ unsafe fn locate<const M: u32>(
     ws: WeightScale,
     out: *mut u32,
 ) {
-    let metric = AssignMetric::from_id(M);
-    let t = gpu::thread();
-    let bs = BLOCK as usize;
-    let scratch = shared::<u64>();
-    let found = unsafe { scratch.add(bs) };
     let r = unsafe { *draws.add(gpu::block()) };
-    // Each thread sums a contiguous segment of block sums; thread 0 walks the segments, then the
-    // blocks of its segment, then the points of that block.
-    let per = (nb as usize).div_ceil(bs);
-    let (from, to) = ((t * per).min(nb as usize), ((t + 1) * per).min(nb as usize));
-    let mut s = 0u64;
-    for e in from..to {
-        s += unsafe { *sums.add(e) };
-    }
-    unsafe { *scratch.add(t) = s };
-    sync_threads();
-    if t == 0 {
-        let mut rest = r;
-        let mut seg = 0;
-        while seg + 1 < bs && rest >= unsafe { *scratch.add(seg) } {
-            rest -= unsafe { *scratch.add(seg) };
-            seg += 1;
-        }
-        let mut blk = (seg * per).min(nb as usize - 1);
-        while blk + 1 < nb as usize && rest >= unsafe { *sums.add(blk) } {
-            rest -= unsafe { *sums.add(blk) };
-            blk += 1;
-        }
-        unsafe {
-            *found = blk as u64;
-            *found.add(1) = rest;
-        }
-    }
-    sync_threads();
-    let (blk, rest) = unsafe { (*found as usize, *found.add(1)) };
-    let i = blk * bs + t;
-    let w = if i < n as usize {
-        let mut m = unsafe { *min_dist.add(i) };
-        if pending != NO_ROW {
-            let row = unsafe { x.add(i * d as usize) };
-            let c = unsafe { x.add(pending as usize * d as usize) };
-            let mut acc = 0.0;
-            for j in 0..d as usize {
-                acc = step(metric, acc, unsafe { *row.add(j) }, unsafe { *c.add(j) });
-            }
-            if acc < m {
-                m = acc;
-            }
-        }
-        ws.weight_of(metric, m, unsafe { units_at(weights, i) } as u64)
-    } else {
-        0
+    let row = unsafe {
+        locate_draw::<M>(
+            x,
+            n as usize,
+            d as usize,
+            weights,
+            counts,
+            min_dist,
+            pending,
+            sums,
+            nb as usize,
+            r,
+            ws,
+        )
     };
-    sync_threads();
-    unsafe { *scratch.add(t) = w };
-    sync_threads();
-    if t == 0 {
-        let mut rest = rest;
-        let mut p = 0;
-        while p + 1 < bs && rest >= unsafe { *scratch.add(p) } {
-            rest -= unsafe { *scratch.add(p) };
-            p += 1;
+    if gpu::thread() == 0 {
+        unsafe { *out.add(gpu::block()) = row };
+    }
+}
+
+/// Where the device-side k-means++ loop keeps its state between kernels.
+#[derive(Clone, Copy)]
+struct Greedy {
+    /// `k` rows; the host writes `chosen[0]`, [`greedy_draw`] each step's winner.
+    chosen: *mut u32,
+    /// The pre-generated uniforms, `trials` per step from step 1.
+    uniforms: *const u64,
+    /// The last trials pass's candidates and potentials (read), and the next pass's (written;
+    /// the potentials zeroed).
+    last_candidates: *const u32,
+    last_potentials: *const u64,
+    next_candidates: *mut u32,
+    next_potentials: *mut u64,
+    /// 0 while the loop runs; the number of rows chosen once a step's winner left no weight.
+    stop: *mut u32,
+}
+
+/// Step `step` of greedy k-means++ on the device (one block per trial): from step 2 on, picks
+/// the winner of the last trials pass (lowest potential, ties to the earliest trial), writes it
+/// to `chosen[step − 1]` and takes its potential as the total (step 1: `first_total`, after the
+/// first seed); then, unless `step == k`, locates trial `block`'s draw
+/// [`draw`]`(uniforms[(step − 1) · trials + block], total)` in the winner's block sums, with the
+/// winner applied, into `next_candidates[block]`. A total of 0 sets `stop` to `step`: every point
+/// sits on a seed and the host decides the rest. Does nothing once `stop` is set.
+/// Host twin: `backend::greedy_steps` (one round trip per step, over `cpu::init::Seeder` or a
+/// GPU).
+///
+/// # Safety
+/// `trials ≤ SEED_CANDIDATES − 1` blocks of `BLOCK` threads, `SEED_SHARED_BYTES` of dynamic
+/// shared memory; `block_sums` holds `trials × nb` sums of the last pass (step 1: one row, of
+/// the nearest pass), `2 ≤ step ≤ k` reads `trials` last candidates and potentials, `uniforms`
+/// holds `(k − 1) · trials` values; the rest as [`trials`].
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn greedy_draw<const M: u32>(
+    x: *const f32,
+    n: u32,
+    d: u32,
+    weights: *const f32,
+    counts: *const u64,
+    min_dist: *const f32,
+    block_sums: *const u64,
+    nb: u32,
+    trials: u32,
+    step: u32,
+    k: u32,
+    first_total: u64,
+    g: Greedy,
+    ws: WeightScale,
+) {
+    if unsafe { *g.stop } != 0 {
+        return;
+    }
+    let (t, b) = (gpu::thread(), gpu::block());
+    let trials = trials as usize;
+    let (total, pending, row) = if step == 1 {
+        (first_total, NO_ROW, 0)
+    } else {
+        let mut best = 0;
+        for c in 1..trials {
+            if unsafe { *g.last_potentials.add(c) < *g.last_potentials.add(best) } {
+                best = c;
+            }
         }
-        unsafe { *out.add(gpu::block()) = (blk * bs + p).min(n as usize - 1) as u32 };
+        let won = unsafe { (*g.last_potentials.add(best), *g.last_candidates.add(best)) };
+        (won.0, won.1, best)
+    };
+    if step >= 2 && b == 0 && t == 0 {
+        unsafe { *g.chosen.add(step as usize - 1) = pending };
+    }
+    if step >= k {
+        return;
+    }
+    if total == 0 {
+        // Every block returns here; block 0 records where the loop stopped (a block of this
+        // launch that reads the flag first returns early, as it would here).
+        if b == 0 && t == 0 {
+            unsafe { *g.stop = step };
+        }
+        return;
+    }
+    if b == 0 && t < trials {
+        unsafe { *g.next_potentials.add(t) = 0 };
+    }
+    let u = unsafe { *g.uniforms.add((step as usize - 1) * trials + b) };
+    let sums = unsafe { block_sums.add(row * nb as usize) };
+    let found = unsafe {
+        locate_draw::<M>(
+            x,
+            n as usize,
+            d as usize,
+            weights,
+            counts,
+            min_dist,
+            pending,
+            sums,
+            nb as usize,
+            draw(u, total),
+            ws,
+        )
+    };
+    if t == 0 {
+        unsafe { *g.next_candidates.add(b) = found };
     }
 }
 
@@ -320,11 +572,13 @@ unsafe fn locate<const M: u32>(
 /// point 0 is). The order of `out` varies; the set does not. CPU twin: `cpu::init::sample`.
 ///
 /// # Safety
-/// `ceil(n / BLOCK)` blocks of `BLOCK` threads; `min_dist` holds `n`, `out` room for `n`.
+/// `ceil(n / BLOCK)` blocks of `BLOCK` threads; `weights` and `counts` as for [`trials`],
+/// `min_dist` holds `n`, `out` room for `n`.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 unsafe fn sample<const M: u32>(
     weights: *const f32,
+    counts: *const u64,
     min_dist: *const f32,
     n: u32,
     seed: u64,
@@ -340,37 +594,38 @@ unsafe fn sample<const M: u32>(
     if i >= n as usize {
         return;
     }
-    let units = unsafe { units_at(weights, i) } as u64;
+    let units = unsafe { units_of(weights, counts, i) };
     let w = ws.weight_of(AssignMetric::from_id(M), unsafe { *min_dist.add(i) }, units);
     if sampled(uniform32(seed, round, first_row + i as u32), w, ell, phi) {
         unsafe { *out.add(atomic_fetch_add_u32(count, 1) as usize) = i as u32 };
     }
 }
 
-/// `totals[owner[i]] += units_i` for every point (the k-means‖ candidate weights; `weights`
-/// null: one unit each). CPU twin: `cpu::init::seed_owner_weights`.
+/// `totals[owner[i]] += units_i` for every point (the k-means‖ candidate weights; units as
+/// [`units_of`] gives them). CPU twin: `cpu::init::seed_owner_weights`.
 ///
 /// # Safety
-/// `ceil(n / BLOCK)` blocks of `BLOCK` threads; `weights` null or `n` values; every `owner` value
-/// indexes `totals` (zeroed).
+/// `ceil(n / BLOCK)` blocks of `BLOCK` threads; `weights` and `counts` null or `n` values; every
+/// `owner` value indexes `totals` (zeroed).
 #[unsafe(no_mangle)]
 pub unsafe extern "gpu-kernel" fn seed_owner_weights(
     owner: *const u32,
     n: u32,
     weights: *const f32,
+    counts: *const u64,
     totals: *mut u64,
 ) {
     let i = gpu::block() * BLOCK as usize + gpu::thread();
     if i < n as usize {
         unsafe {
-            let units = units_at(weights, i) as u64;
+            let units = units_of(weights, counts, i);
             atomic_add_u64(totals.add(*owner.add(i) as usize), units);
         }
     }
 }
 
 macro_rules! seeding_kernels {
-    ($m:expr, $trials:ident, $nearest:ident, $locate:ident, $sample:ident) => {
+    ($m:expr, $trials:ident, $nearest:ident, $locate:ident, $greedy:ident, $sample:ident) => {
         /// [`trials`] for this metric.
         ///
         /// # Safety
@@ -382,10 +637,12 @@ macro_rules! seeding_kernels {
             n: u32,
             d: u32,
             weights: *const f32,
+            counts: *const u64,
             min_dist: *mut f32,
             candidates: *const u32,
             count: u32,
-            pending: u32,
+            pending: *const u32,
+            stop: *const u32,
             scale: f64,
             cap: u64,
             block_sums: *mut u64,
@@ -394,8 +651,8 @@ macro_rules! seeding_kernels {
             let ws = WeightScale { scale, cap };
             unsafe {
                 trials::<{ $m }>(
-                    x, n, d, weights, min_dist, candidates, count, pending, ws, block_sums,
-                    potentials,
+                    x, n, d, weights, counts, min_dist, candidates, count, pending, stop, ws,
+                    block_sums, potentials,
                 )
             }
         }
@@ -411,6 +668,7 @@ macro_rules! seeding_kernels {
             n: u32,
             d: u32,
             weights: *const f32,
+            counts: *const u64,
             min_dist: *mut f32,
             owner: *mut u32,
             rows: *const u32,
@@ -425,7 +683,7 @@ macro_rules! seeding_kernels {
             let ws = WeightScale { scale, cap };
             unsafe {
                 nearest::<{ $m }>(
-                    x, n, d, weights, min_dist, owner, rows, count, first_id, fresh, ws,
+                    x, n, d, weights, counts, min_dist, owner, rows, count, first_id, fresh, ws,
                     block_sums, total,
                 )
             }
@@ -442,6 +700,7 @@ macro_rules! seeding_kernels {
             n: u32,
             d: u32,
             weights: *const f32,
+            counts: *const u64,
             min_dist: *const f32,
             pending: u32,
             sums: *const u64,
@@ -454,7 +713,66 @@ macro_rules! seeding_kernels {
             let ws = WeightScale { scale, cap };
             unsafe {
                 locate::<{ $m }>(
-                    x, n, d, weights, min_dist, pending, sums, nb, draws, ws, out,
+                    x, n, d, weights, counts, min_dist, pending, sums, nb, draws, ws, out,
+                )
+            }
+        }
+
+        /// [`greedy_draw`] for this metric.
+        ///
+        /// # Safety
+        /// As [`greedy_draw`].
+        #[unsafe(no_mangle)]
+        #[allow(clippy::too_many_arguments)]
+        pub unsafe extern "gpu-kernel" fn $greedy(
+            x: *const f32,
+            n: u32,
+            d: u32,
+            weights: *const f32,
+            counts: *const u64,
+            min_dist: *const f32,
+            block_sums: *const u64,
+            nb: u32,
+            trials: u32,
+            step: u32,
+            k: u32,
+            first_total: u64,
+            chosen: *mut u32,
+            uniforms: *const u64,
+            last_candidates: *const u32,
+            last_potentials: *const u64,
+            next_candidates: *mut u32,
+            next_potentials: *mut u64,
+            stop: *mut u32,
+            scale: f64,
+            cap: u64,
+        ) {
+            let ws = WeightScale { scale, cap };
+            let g = Greedy {
+                chosen,
+                uniforms,
+                last_candidates,
+                last_potentials,
+                next_candidates,
+                next_potentials,
+                stop,
+            };
+            unsafe {
+                greedy_draw::<{ $m }>(
+                    x,
+                    n,
+                    d,
+                    weights,
+                    counts,
+                    min_dist,
+                    block_sums,
+                    nb,
+                    trials,
+                    step,
+                    k,
+                    first_total,
+                    g,
+                    ws,
                 )
             }
         }
@@ -467,6 +785,7 @@ macro_rules! seeding_kernels {
         #[allow(clippy::too_many_arguments)]
         pub unsafe extern "gpu-kernel" fn $sample(
             weights: *const f32,
+            counts: *const u64,
             min_dist: *const f32,
             n: u32,
             seed: u64,
@@ -482,7 +801,7 @@ macro_rules! seeding_kernels {
             let ws = WeightScale { scale, cap };
             unsafe {
                 sample::<{ $m }>(
-                    weights, min_dist, n, seed, round, first_row, ell, phi, ws, out, count,
+                    weights, counts, min_dist, n, seed, round, first_row, ell, phi, ws, out, count,
                 )
             }
         }
@@ -494,6 +813,7 @@ seeding_kernels!(
     seed_trials_l2,
     seed_nearest_l2,
     seed_locate_l2,
+    seed_greedy_draw_l2,
     seed_sample_l2
 );
 seeding_kernels!(
@@ -501,5 +821,6 @@ seeding_kernels!(
     seed_trials_l1,
     seed_nearest_l1,
     seed_locate_l1,
+    seed_greedy_draw_l1,
     seed_sample_l1
 );

@@ -64,9 +64,13 @@ pub const SHIFT_PART: usize = 16 * BLOCK as usize;
 pub const SEED_CANDIDATES: usize = 32;
 /// Dimensions of the candidates a seeding block stages in shared memory at a time.
 pub const SEED_DIMS: usize = 32;
-/// Dynamic shared memory of the seeding kernels: the staged candidates, then one u64 sum per
-/// candidate.
-pub const SEED_SHARED_BYTES: usize = SEED_CANDIDATES * SEED_DIMS * 4 + SEED_CANDIDATES * 8;
+/// Row stride (in f32) of the seeding kernels' point tile: `SEED_DIMS + 1`, so that the threads
+/// of a warp, each reading its own point, hit 32 different banks.
+pub const SEED_POINT_STRIDE: usize = SEED_DIMS + 1;
+/// Dynamic shared memory of the seeding kernels: the staged candidates, one u64 sum per
+/// candidate, then the staged points (`BLOCK` rows of `SEED_DIMS`).
+pub const SEED_SHARED_BYTES: usize =
+    SEED_CANDIDATES * SEED_DIMS * 4 + SEED_CANDIDATES * 8 + BLOCK as usize * SEED_POINT_STRIDE * 4;
 
 /// Dynamic shared memory the host is willing to give one block without opting in (48 KiB).
 pub const DEFAULT_SHARED_BYTES: usize = 48 * 1024;

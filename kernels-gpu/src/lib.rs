@@ -63,6 +63,8 @@
 //! | `seed_trials_l1` | `init` | `backend::cuda::init::CudaSeeder::trials` ‡ | `backend::cpu::init::Seeder::seed_trials` | `tests/init.rs` `gpu_seeding_matches_cpu` |
 //! | `seed_locate_l1` | `init` | `backend::cuda::init::CudaSeeder::locate` ‡ | `backend::cpu::init::Seeder::locate_all` | `tests/init.rs` `gpu_seeding_matches_cpu` |
 //! | `seed_sample_l1` | `init` | `backend::cuda::init::CudaSeeder::sample` ‡ | `backend::cpu::init::Seeder::seed_sample` | `tests/init.rs` `kmeans_parallel_is_as_good_as_kmeans_plus_plus_on_blobs` |
+//! | `seed_greedy_draw_l2` | `init` | `backend::cuda::init::CudaSeeder::greedy` ‡ | `backend::greedy_steps` over `backend::cpu::init::Seeder` | `host/src/kmeans/init.rs` `gpu_greedy_loop_matches_step_by_step` |
+//! | `seed_greedy_draw_l1` | `init` | `backend::cuda::init::CudaSeeder::greedy` ‡ | `backend::greedy_steps` over `backend::cpu::init::Seeder` | `host/src/kmeans/init.rs` `gpu_greedy_loop_matches_step_by_step` |
 //! | `seed_owner_weights` | `init` | `backend::cuda::init::CudaSeeder::owner_weights` ‡ | `backend::cpu::init::Seeder::seed_owner_weights` | `tests/init.rs` `gpu_seeding_matches_cpu` |
 #![cfg_attr(target_arch = "nvptx64", no_std)]
 #![cfg_attr(target_arch = "nvptx64", allow(internal_features))]
@@ -108,7 +110,7 @@ mod gpu;
 use launch::Kernel;
 
 /// Every kernel of the PTX builds, in the order of the twin table above.
-pub const KERNELS: [Kernel; 49] = [
+pub const KERNELS: [Kernel; 51] = [
     assign::KMEANS_ASSIGN_L2_WIDE,
     assign::KMEANS_ASSIGN_L2_NARROW,
     assign::KMEANS_ASSIGN_L1_WIDE,
@@ -149,15 +151,17 @@ pub const KERNELS: [Kernel; 49] = [
     knn_tf32::KNN_TF32_RERANK,
     knn_tf32::KNN_TF32_SCAN,
     vote::KNN_VOTE,
-    Kernel::new("seed_nearest_l2", 14),
-    Kernel::new("seed_trials_l2", 12),
-    Kernel::new("seed_locate_l2", 12),
-    Kernel::new("seed_sample_l2", 12),
-    Kernel::new("seed_nearest_l1", 14),
-    Kernel::new("seed_trials_l1", 12),
-    Kernel::new("seed_locate_l1", 12),
-    Kernel::new("seed_sample_l1", 12),
-    Kernel::new("seed_owner_weights", 4),
+    Kernel::new("seed_nearest_l2", 15),
+    Kernel::new("seed_trials_l2", 14),
+    Kernel::new("seed_locate_l2", 13),
+    Kernel::new("seed_sample_l2", 13),
+    Kernel::new("seed_nearest_l1", 15),
+    Kernel::new("seed_trials_l1", 14),
+    Kernel::new("seed_locate_l1", 13),
+    Kernel::new("seed_sample_l1", 13),
+    Kernel::new("seed_greedy_draw_l2", 21),
+    Kernel::new("seed_greedy_draw_l1", 21),
+    Kernel::new("seed_owner_weights", 5),
 ];
 
 #[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]

@@ -1,5 +1,6 @@
 //! Arithmetic of k-means++ and k-means‖ seeding shared by the GPU kernels (`init`) and the CPU
-//! backend: exact integer weights and the per-point uniforms of k-means‖.
+//! backend: exact integer weights, the draw rule of k-means++ and the per-point uniforms of
+//! k-means‖.
 //!
 //! A point's weight is its seeding distance (squared L2, or the square of the L1 distance)
 //! scaled by a power of two and truncated to an integer, capped so that `n` weights cannot
@@ -61,6 +62,14 @@ impl WeightScale {
     }
 }
 
+/// The k-means++ draw of uniform `u` (a u64 of the host's ChaCha8 stream) in `[0, total)`:
+/// `⌊u · total / 2^64⌋`, exact in 128 bits. Host, shards and the GPU's step loop all draw this
+/// way from the same pre-generated uniforms, so every path locates the same candidates.
+#[inline(always)]
+pub fn draw(u: u64, total: u64) -> u64 {
+    ((u as u128 * total as u128) >> 64) as u64
+}
+
 /// The uniform 32-bit number of k-means‖ for (`seed`, `round`, `row`): a counter-based hash
 /// (SplitMix64's finaliser), so every backend draws the same number for a point without state.
 #[inline(always)]
@@ -103,6 +112,15 @@ mod tests {
             w.weight(AssignMetric::L1, 2.0),
             w.weight(AssignMetric::SqL2, 4.0)
         );
+    }
+
+    #[test]
+    fn draws_stay_below_the_total_and_spread_over_it() {
+        assert_eq!(draw(u64::MAX, 1), 0);
+        assert_eq!(draw(u64::MAX, u64::MAX), u64::MAX - 1);
+        assert_eq!(draw(0, 1000), 0);
+        assert_eq!(draw(1 << 63, 1000), 500);
+        assert_eq!(draw(u64::MAX, 0), 0);
     }
 
     #[test]

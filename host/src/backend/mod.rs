@@ -10,10 +10,10 @@ pub(crate) mod vocab;
 
 pub use cpu::partial::{Farthest, Partial, Tally, farthest, merge_farthest, squared_shift};
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::matrix::MatrixView;
 use kernels_gpu::knn::PairMetric;
-use kernels_gpu::seeding::WeightScale;
+use kernels_gpu::seeding::{WeightScale, draw};
 use vocab::{Metric, Precision, Selection};
 
 /// A compute backend.
@@ -171,6 +171,54 @@ pub(crate) struct Trials {
     pub potentials: Vec<u64>,
 }
 
+/// The steps of a greedy k-means++ run after its first seed (see [`Seeding::seed_greedy`]).
+pub(crate) struct GreedyPlan<'u> {
+    /// The first seed, already applied by [`Seeding::seed_nearest`].
+    pub first: u32,
+    /// The total weight that pass returned (> 0).
+    pub total: u64,
+    /// Seeds wanted, the first included.
+    pub k: usize,
+    /// Trials per step (`≤ SEED_CANDIDATES − 1`).
+    pub trials: usize,
+    /// `(k − 1) · trials` uniforms: step `s` (choosing seed `s ≥ 1`) draws trial `t` at
+    /// [`draw`](kernels_gpu::seeding::draw)`(uniforms[(s − 1) · trials + t], total)`.
+    pub uniforms: &'u [u64],
+}
+
+/// Greedy k-means++ one step per round trip, on any [`Seeding`]: each step's draws located and
+/// tried in one [`Seeding::seed_trials`] pass, the lowest potential accepted (ties to the
+/// earliest trial). Returns the seeds chosen, the first included: all `k`, or fewer when a
+/// step's winner leaves a total weight of 0 (every point then sits on a seed; the caller picks
+/// the rest). The reference that a backend's own loop must match.
+pub(crate) fn greedy_steps<S: Seeding + ?Sized>(
+    seeding: &mut S,
+    plan: &GreedyPlan<'_>,
+    ws: WeightScale,
+) -> Result<Vec<u32>> {
+    let trials = plan.trials;
+    let mut chosen = vec![plan.first];
+    let mut total = plan.total;
+    for uniforms in plan
+        .uniforms
+        .chunks_exact(trials)
+        .take(plan.k.saturating_sub(1))
+    {
+        if total == 0 {
+            break;
+        }
+        let draws: Vec<u64> = uniforms.iter().map(|&u| draw(u, total)).collect();
+        let step = seeding.seed_trials(Picks::Draws(&draws), ws)?;
+        let best = (0..trials)
+            .min_by_key(|&t| (step.potentials[t], t))
+            .ok_or_else(|| Error::invalid("trials", "a k-means++ step needs at least one trial"))?;
+        seeding.seed_accept(best);
+        chosen.push(step.candidates[best]);
+        total = step.potentials[best];
+    }
+    Ok(chosen)
+}
+
 /// Seeding (k-means++ and k-means‖, driven by `kmeans::init`) over resident rows. Every point
 /// has a seeding distance (to its nearest seed so far) and the integer weight of
 /// [`WeightScale::weight_of`] (its sample weight's units included); all sums are exact
@@ -208,6 +256,22 @@ pub(crate) trait Seeding {
     ) -> Result<Vec<u32>>;
     /// The units of the points whose nearest seed is each of the ids `0..ids`.
     fn seed_owner_weights(&mut self, ids: usize) -> Result<Vec<u64>>;
+    /// Greedy k-means++ after the first seed, as [`greedy_steps`] runs it (this default: one
+    /// round trip per step). A backend that runs the whole loop where the data is overrides
+    /// it with the same answer. Ends the run: the last seed is not applied.
+    fn seed_greedy(&mut self, plan: &GreedyPlan<'_>, ws: WeightScale) -> Result<Vec<u32>> {
+        greedy_steps(self, plan, ws)
+    }
+    /// A seeding object of its own over the resident rows `rows`, row `i` weighing `units[i]`
+    /// units (k-means‖'s candidates), where this backend keeps them: `None` when the caller
+    /// should gather them and seed on the host's CPU (the same answer).
+    fn seed_candidates(
+        &mut self,
+        _rows: &[u32],
+        _units: &[u64],
+    ) -> Result<Option<Box<dyn Seeding + '_>>> {
+        Ok(None)
+    }
 }
 
 /// Lloyd iterations over resident data. Centroid buffers are `k × d`, row-major; a step writes

@@ -125,8 +125,7 @@ fn start(
     let (weights, ws, k) = (setup.weights, setup.seeding, params.k);
     Ok(match &params.init {
         Init::KMeansPlusPlus => {
-            let draw = |rng: &mut ChaCha8Rng| weights.draw(rng);
-            let rows = init::kmeans_plus_plus(lloyd, &draw, k, ws, rng)?;
+            let rows = init::kmeans_plus_plus(lloyd, weights, k, ws, rng)?;
             Start::Centroids(lloyd.gather(&rows)?)
         }
         Init::KMeansParallel => {

@@ -1,11 +1,13 @@
-//! Seeding on the GPU (`kernels_gpu::init`): the data stays where the Lloyd iterations use it;
-//! a k-means++ step uploads its draws, runs the locate and trials kernels and reads back the
-//! candidates and their potentials (O(trials) numbers); a k-means‖ round reads back its sampled
-//! rows. CPU twins: `backend/cpu/init.rs`.
+//! Seeding on the GPU (`kernels_gpu::init`): the data stays where the Lloyd iterations use it.
+//! Greedy k-means++ runs every step on the device ([`CudaSeeder::greedy`]: the step kernels
+//! queued back to back, the uniforms uploaded once and the seeds read back once); the step by
+//! step path (sharded fits) uploads a step's draws and reads back its candidates and potentials.
+//! A k-means‖ round reads back its sampled rows, and its candidates are reduced to k on the
+//! device ([`CudaCandidates`]). CPU twins: `backend/cpu/init.rs`.
 
 use super::{CudaBackend, NULL, arg_u32};
-use crate::backend::{Picks, Seeds, Trials};
-use crate::error::Result;
+use crate::backend::{GreedyPlan, Picks, Seeding, Seeds, Trials};
+use crate::error::{Error, Result};
 use cudarc::driver::{CudaSlice, LaunchArgs, PushKernelArg};
 use kernels_gpu::launch::{BLOCK, SEED_CANDIDATES, SEED_SHARED_BYTES};
 use kernels_gpu::math::AssignMetric;
@@ -15,8 +17,10 @@ use kernels_gpu::seeding::{NO_ROW, WeightScale};
 pub(crate) struct Rows<'r> {
     pub gpu: &'r CudaBackend,
     pub x: &'r CudaSlice<f32>,
-    /// Every row's units; `None`: one each.
+    /// Every row's units as sample weights; `None`: one each (unless `counts`).
     pub weights: Option<&'r CudaSlice<f32>>,
+    /// Every row's units as integers (k-means‖ candidates), in place of `weights`.
+    pub counts: Option<&'r CudaSlice<u64>>,
     pub n: usize,
     pub d: usize,
     pub metric: AssignMetric,
@@ -34,10 +38,14 @@ impl Rows<'_> {
         }
     }
 
-    /// Pushes the weights argument (null without weights).
+    /// Pushes the weights and counts arguments (null where absent).
     fn push_weights<'l>(&'l self, args: &mut LaunchArgs<'l>) {
         match self.weights {
             Some(w) => args.arg(w),
+            None => args.arg(&NULL),
+        };
+        match self.counts {
+            Some(c) => args.arg(c),
             None => args.arg(&NULL),
         };
     }
@@ -57,6 +65,8 @@ pub(crate) struct CudaSeeder {
     /// k-means‖'s sampled rows (room for all `n`) and their count.
     sampled: CudaSlice<u32>,
     count: CudaSlice<u32>,
+    /// The accepted row of the last step, read by the next trials pass.
+    pending_row: CudaSlice<u32>,
     /// The last step's candidates; the accepted one, applied by the next pass.
     last: Vec<u32>,
     pending: Option<usize>,
@@ -74,6 +84,7 @@ impl CudaSeeder {
             potentials: gpu.zeros(SEED_CANDIDATES, "seeding potentials")?,
             sampled: gpu.zeros(r.n, "k-means|| samples")?,
             count: gpu.zeros(1, "k-means|| sample count")?,
+            pending_row: gpu.zeros(1, "the accepted seed")?,
             last: vec![],
             pending: None,
         })
@@ -131,17 +142,25 @@ impl CudaSeeder {
         let (n, d) = (r.n as u32, r.d as u32);
         let trials = match picks {
             Picks::Seeds(Seeds::Rows(rows)) => {
+                check_trials(rows.len())?;
                 gpu.write(rows, &mut self.candidates, "seeding candidates")?;
                 rows.len()
             }
             Picks::Seeds(Seeds::Points(_)) => {
-                unreachable!("points are staged as rows by CudaLloyd")
+                return Err(Error::invalid(
+                    "seeds",
+                    "the GPU seeds from resident rows; stage points as rows first",
+                ));
             }
             Picks::Draws(draws) => {
+                check_trials(draws.len())?;
                 self.queue_locate(r, draws, accepted, pending, ws)?;
                 draws.len()
             }
         };
+        if pending != NO_ROW {
+            gpu.write(&[pending], &mut self.pending_row, "the accepted seed")?;
+        }
         gpu.clear(&mut self.potentials, "seeding potentials")?;
         let name = r.kernel("seed_trials_l2", "seed_trials_l1");
         let f = gpu.function(name)?;
@@ -153,8 +172,15 @@ impl CudaSeeder {
             .args()
             .arg(&mut self.min_dist)
             .arg(&self.candidates)
-            .arg(&count)
-            .arg(&pending)
+            .arg(&count);
+        if pending == NO_ROW {
+            launch.args().arg(&NULL);
+        } else {
+            launch.args().arg(&self.pending_row);
+        }
+        launch
+            .args()
+            .arg(&NULL)
             .arg(&ws.scale)
             .arg(&ws.cap)
             .arg(&mut self.block_sums)
@@ -179,6 +205,7 @@ impl CudaSeeder {
         if draws.is_empty() {
             return Ok(vec![]);
         }
+        check_trials(draws.len())?;
         let pending = self.pending.map_or(NO_ROW, |t| self.last[t]);
         self.queue_locate(r, draws, self.pending, pending, ws)?;
         r.gpu
@@ -282,5 +309,286 @@ impl CudaSeeder {
         launch.args().arg(&mut totals);
         launch.run(r.blocks(), BLOCK, 0)?;
         gpu.download(&totals, ids, "k-means|| candidate weights")
+    }
+}
+
+/// Candidates one pass can try besides the previous winner.
+fn check_trials(trials: usize) -> Result<()> {
+    if trials == 0 || trials >= SEED_CANDIDATES {
+        return Err(Error::invalid(
+            "trials",
+            format!(
+                "{trials} candidates per k-means++ step (1 to {} on the GPU)",
+                SEED_CANDIDATES - 1
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The two halves of a double buffer: the one step `step` reads, and the one it writes.
+fn read_write<T>(pair: &mut [T; 2], step: usize) -> (&T, &mut T) {
+    let [a, b] = pair;
+    if step.is_multiple_of(2) {
+        (b, a)
+    } else {
+        (a, b)
+    }
+}
+
+/// The device-side state of [`CudaSeeder::greedy`]'s loop.
+struct GreedyLoop {
+    /// `k` rows: the first seed, then each step's winner.
+    chosen: CudaSlice<u32>,
+    uniforms: CudaSlice<u64>,
+    /// Candidates and potentials, alternating between steps (one read, one written).
+    candidates: [CudaSlice<u32>; 2],
+    potentials: [CudaSlice<u64>; 2],
+    /// The number of seeds chosen when a step left no weight; 0 while the loop runs.
+    stop: CudaSlice<u32>,
+}
+
+impl GreedyLoop {
+    fn new(gpu: &CudaBackend, plan: &GreedyPlan<'_>, steps: usize) -> Result<Self> {
+        let (k, trials) = (plan.k, plan.trials);
+        let mut chosen = gpu.zeros::<u32>(k, "k-means++ seeds")?;
+        gpu.write(&[plan.first], &mut chosen, "k-means++ seeds")?;
+        Ok(GreedyLoop {
+            chosen,
+            uniforms: gpu.upload(&plan.uniforms[..steps], "k-means++ uniforms")?,
+            candidates: [
+                gpu.zeros(trials, "k-means++ candidates")?,
+                gpu.zeros(trials, "k-means++ candidates")?,
+            ],
+            potentials: [
+                gpu.zeros(trials, "k-means++ potentials")?,
+                gpu.zeros(trials, "k-means++ potentials")?,
+            ],
+            stop: gpu.zeros(1, "k-means++ stop")?,
+        })
+    }
+}
+
+impl CudaSeeder {
+    /// Greedy k-means++ after the first seed, every step on the device: per step the
+    /// `seed_greedy_draw` kernel settles the last step's winner and locates the next draws, then
+    /// the trials kernel applies the winner and scores the candidates. One upload of the
+    /// uniforms, one read-back of the seeds (fewer than `k` when a step left no weight: see
+    /// [`crate::backend::greedy_steps`]).
+    pub(crate) fn greedy(
+        &mut self,
+        r: &Rows<'_>,
+        plan: &GreedyPlan<'_>,
+        ws: WeightScale,
+    ) -> Result<Vec<u32>> {
+        let gpu = r.gpu;
+        let k = plan.k;
+        check_trials(plan.trials)?;
+        let steps = k.saturating_sub(1) * plan.trials;
+        if k < 2 || plan.uniforms.len() < steps || plan.first as usize >= r.n {
+            return Err(Error::invalid(
+                "k-means++ plan",
+                "needs k ≥ 2, a first row in the data and trials uniforms per step",
+            ));
+        }
+        arg_u32(k, "k")?;
+        self.pending = None;
+        self.last.clear();
+        let mut state = GreedyLoop::new(gpu, plan, steps)?;
+        for step in 1..k {
+            self.queue_greedy_draw(r, &mut state, plan, step, ws)?;
+            self.queue_greedy_trials(r, &mut state, plan.trials, step, ws)?;
+        }
+        self.queue_greedy_draw(r, &mut state, plan, k, ws)?;
+        let stopped = gpu.download(&state.stop, 1, "k-means++ stop")?[0] as usize;
+        let found = if stopped == 0 { k } else { stopped };
+        gpu.download(&state.chosen, found, "k-means++ seeds")
+    }
+
+    /// Queues `seed_greedy_draw` for `step` (`step == k`: the last winner only).
+    fn queue_greedy_draw(
+        &self,
+        r: &Rows<'_>,
+        state: &mut GreedyLoop,
+        plan: &GreedyPlan<'_>,
+        step: usize,
+        ws: WeightScale,
+    ) -> Result<()> {
+        let gpu = r.gpu;
+        let name = r.kernel("seed_greedy_draw_l2", "seed_greedy_draw_l1");
+        let f = gpu.function(name)?;
+        let (n, d, nb) = (r.n as u32, r.d as u32, r.blocks() as u32);
+        let (trials, step32, k) = (plan.trials as u32, step as u32, plan.k as u32);
+        let (last_c, next_c) = read_write(&mut state.candidates, step);
+        let (last_p, next_p) = read_write(&mut state.potentials, step);
+        let mut launch = gpu.launch(name, &f);
+        launch.args().arg(r.x).arg(&n).arg(&d);
+        r.push_weights(launch.args());
+        launch
+            .args()
+            .arg(&self.min_dist)
+            .arg(&self.block_sums)
+            .arg(&nb)
+            .arg(&trials)
+            .arg(&step32)
+            .arg(&k)
+            .arg(&plan.total)
+            .arg(&mut state.chosen)
+            .arg(&state.uniforms)
+            .arg(last_c)
+            .arg(last_p)
+            .arg(next_c)
+            .arg(next_p)
+            .arg(&mut state.stop)
+            .arg(&ws.scale)
+            .arg(&ws.cap);
+        launch.run(plan.trials, BLOCK, SEED_SHARED_BYTES)
+    }
+
+    /// Queues the trials pass of `step < k`: the candidates `seed_greedy_draw` located, against
+    /// the winner of the step before (step 1: the first seed, already applied).
+    fn queue_greedy_trials(
+        &mut self,
+        r: &Rows<'_>,
+        state: &mut GreedyLoop,
+        trials: usize,
+        step: usize,
+        ws: WeightScale,
+    ) -> Result<()> {
+        let gpu = r.gpu;
+        let name = r.kernel("seed_trials_l2", "seed_trials_l1");
+        let f = gpu.function(name)?;
+        let (n, d, count) = (r.n as u32, r.d as u32, trials as u32);
+        let winner = state.chosen.slice(step - 1..step);
+        let (_, tried) = read_write(&mut state.candidates, step);
+        let (_, scored) = read_write(&mut state.potentials, step);
+        let mut launch = gpu.launch(name, &f);
+        launch.args().arg(r.x).arg(&n).arg(&d);
+        r.push_weights(launch.args());
+        launch
+            .args()
+            .arg(&mut self.min_dist)
+            .arg(&*tried)
+            .arg(&count);
+        if step == 1 {
+            launch.args().arg(&NULL);
+        } else {
+            launch.args().arg(&winner);
+        }
+        launch
+            .args()
+            .arg(&state.stop)
+            .arg(&ws.scale)
+            .arg(&ws.cap)
+            .arg(&mut self.block_sums)
+            .arg(scored);
+        launch.run(r.blocks(), BLOCK, SEED_SHARED_BYTES)
+    }
+}
+
+/// k-means‖'s candidates on the GPU: their rows in a buffer of their own, each weighing the
+/// units of the points nearest to it, reduced to k by the same seeding kernels.
+pub(crate) struct CudaCandidates<'g> {
+    gpu: &'g CudaBackend,
+    x: CudaSlice<f32>,
+    units: CudaSlice<u64>,
+    m: usize,
+    d: usize,
+    metric: AssignMetric,
+    seeder: Option<CudaSeeder>,
+}
+
+impl<'g> CudaCandidates<'g> {
+    /// The `units.len()` candidates `points` (row-major, `d` columns).
+    pub(crate) fn new(
+        gpu: &'g CudaBackend,
+        points: &[f32],
+        units: &[u64],
+        d: usize,
+        metric: AssignMetric,
+    ) -> Result<Self> {
+        Ok(CudaCandidates {
+            gpu,
+            x: gpu.upload(points, "k-means|| candidates")?,
+            units: gpu.upload(units, "k-means|| candidate weights")?,
+            m: units.len(),
+            d,
+            metric,
+            seeder: None,
+        })
+    }
+
+    /// The candidate rows and their seeding buffers (made on first use).
+    fn seeding(&mut self) -> Result<(Rows<'_>, &mut CudaSeeder)> {
+        let rows = Rows {
+            gpu: self.gpu,
+            x: &self.x,
+            weights: None,
+            counts: Some(&self.units),
+            n: self.m,
+            d: self.d,
+            metric: self.metric,
+        };
+        if self.seeder.is_none() {
+            self.seeder = Some(CudaSeeder::new(&rows)?);
+        }
+        Ok((rows, self.seeder.as_mut().expect("just made")))
+    }
+}
+
+impl Seeding for CudaCandidates<'_> {
+    fn seed_nearest(
+        &mut self,
+        seeds: Seeds<'_>,
+        first_id: u32,
+        fresh: bool,
+        ws: WeightScale,
+    ) -> Result<u64> {
+        let Seeds::Rows(rows) = seeds else {
+            return Err(Error::invalid(
+                "seeds",
+                "candidates seed from their own rows",
+            ));
+        };
+        let (r, s) = self.seeding()?;
+        s.nearest(&r, rows, first_id, fresh, ws)
+    }
+
+    fn seed_trials(&mut self, picks: Picks<'_>, ws: WeightScale) -> Result<Trials> {
+        let (r, s) = self.seeding()?;
+        s.trials(&r, picks, ws)
+    }
+
+    fn seed_locate(&mut self, draws: &[u64], ws: WeightScale) -> Result<Vec<u32>> {
+        let (r, s) = self.seeding()?;
+        s.locate(&r, draws, ws)
+    }
+
+    fn seed_accept(&mut self, trial: usize) {
+        if let Some(s) = self.seeder.as_mut() {
+            s.accept(trial);
+        }
+    }
+
+    fn seed_sample(
+        &mut self,
+        seed: u64,
+        round: u32,
+        ell: u64,
+        phi: u64,
+        ws: WeightScale,
+    ) -> Result<Vec<u32>> {
+        let (r, s) = self.seeding()?;
+        s.sample(&r, seed, round, 0, ell, phi, ws)
+    }
+
+    fn seed_owner_weights(&mut self, ids: usize) -> Result<Vec<u64>> {
+        let (r, s) = self.seeding()?;
+        s.owner_weights(&r, ids)
+    }
+
+    fn seed_greedy(&mut self, plan: &GreedyPlan<'_>, ws: WeightScale) -> Result<Vec<u32>> {
+        let (r, s) = self.seeding()?;
+        s.greedy(&r, plan, ws)
     }
 }

@@ -6,7 +6,7 @@
 //! Spherical k-means always takes the second path, with one more kernel after the finalize that
 //! scales the new centroids to unit norm.
 
-use super::init::{CudaSeeder, Rows};
+use super::init::{CudaCandidates, CudaSeeder, Rows};
 use super::launch::{
     KmeansAccumulateGlobal, KmeansAccumulateShared, KmeansAssign, KmeansAssignL2Tf32,
     KmeansCentroidsByDimension, KmeansFinalize, KmeansFinalizeSmall, KmeansNormalizeRows,
@@ -15,8 +15,8 @@ use super::launch::{
 use super::{CudaBackend, Mapped, arg_u32};
 use crate::backend::vocab::{Metric, Precision};
 use crate::backend::{
-    AssignStats, Layout, Lloyd, LloydSpec, Picks, SPHERICAL_POINT_SQ_NORM, Seeding, Seeds,
-    StepStats, Trials,
+    AssignStats, GreedyPlan, Layout, Lloyd, LloydSpec, Picks, SPHERICAL_POINT_SQ_NORM, Seeding,
+    Seeds, StepStats, Trials,
 };
 use crate::backend::{Farthest, Partial, farthest, squared_shift};
 use crate::error::{Error, Result};
@@ -546,6 +546,7 @@ impl CudaLloyd<'_> {
             gpu: self.gpu,
             x: &self.x,
             weights: self.weights.as_ref(),
+            counts: None,
             n: self.n,
             d: self.d,
             metric: self.metric,
@@ -659,6 +660,22 @@ impl Seeding for CudaLloyd<'_> {
     fn seed_owner_weights(&mut self, ids: usize) -> Result<Vec<u64>> {
         let (r, s) = self.seeding()?;
         s.owner_weights(&r, ids)
+    }
+
+    fn seed_greedy(&mut self, plan: &GreedyPlan<'_>, ws: WeightScale) -> Result<Vec<u32>> {
+        let (r, s) = self.seeding()?;
+        s.greedy(&r, plan, ws)
+    }
+
+    fn seed_candidates(
+        &mut self,
+        rows: &[u32],
+        units: &[u64],
+    ) -> Result<Option<Box<dyn Seeding + '_>>> {
+        let rows: Vec<usize> = rows.iter().map(|&r| r as usize).collect();
+        let points = self.gather(&rows)?;
+        let candidates = CudaCandidates::new(self.gpu, &points, units, self.d, self.metric)?;
+        Ok(Some(Box::new(candidates)))
     }
 }
 

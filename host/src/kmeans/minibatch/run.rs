@@ -419,10 +419,7 @@ fn seed(
     let spec = LloydSpec::predict(k, sample.cols(), metric);
     let mut lloyd = backend.lloyd(sample, &spec)?;
     let rows = match params.init {
-        Init::KMeansPlusPlus => {
-            let draw = |rng: &mut ChaCha8Rng| weights.draw(rng);
-            init::kmeans_plus_plus(lloyd.as_mut(), &draw, k, ws, rng)?
-        }
+        Init::KMeansPlusPlus => init::kmeans_plus_plus(lloyd.as_mut(), &weights, k, ws, rng)?,
         Init::KMeansParallel => {
             init::kmeans_parallel(lloyd.as_mut(), k, metric, sample.cols(), ws, &weights, rng)?
         }
