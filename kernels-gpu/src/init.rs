@@ -6,19 +6,45 @@
 //! `kernels_gpu::math::distance` does on the CPU. Weights are the exact integers of
 //! [`crate::seeding`] times each point's units (`counts` when given, else the sample weights'
 //! `weights`, null: one each), so every sum is order-free. CPU twins:
-//! `host/src/backend/cpu/init.rs`.
+//! `host/src/backend/cpu/init.rs` (each kernel names its own); host launchers:
+//! `backend::cuda::launch::init`.
 
-use crate::fixed::units_at;
-use crate::gpu::{self, atomic_add_u64, atomic_fetch_add_u32, shared, sync_threads, warp_sum_u64};
-use crate::launch::{BLOCK, SEED_CANDIDATES, SEED_DIMS, SEED_POINT_STRIDE};
-use crate::math::{AssignMetric, step};
-use crate::seeding::{NO_ROW, WeightScale, draw, sampled, uniform32};
+use crate::launch::{BLOCK, Kernel, SEED_CANDIDATES};
+#[cfg(target_arch = "nvptx64")]
+use crate::{
+    fixed::units_at,
+    gpu::{self, atomic_add_u64, atomic_fetch_add_u32, shared, sync_threads, warp_sum_u64},
+    math::{AssignMetric, step},
+    seeding::{NO_ROW, WeightScale, draw, sampled, uniform32},
+};
+
+/// Dimensions of the candidates a seeding block stages in shared memory at a time.
+pub const SEED_DIMS: usize = 32;
+/// Row stride (in f32) of the seeding kernels' point tile: `SEED_DIMS + 1`, so that the threads
+/// of a warp, each reading its own point, hit 32 different banks.
+pub const SEED_POINT_STRIDE: usize = SEED_DIMS + 1;
+/// Dynamic shared memory of the seeding kernels that compare points with candidate rows
+/// (`seed_nearest_*`, `seed_trials_*`, `seed_locate_*`, `seed_greedy_draw_*`): the staged
+/// candidates (`SEED_CANDIDATES` rows of [`SEED_DIMS`]), one u64 sum per candidate, then the
+/// staged points (`BLOCK` rows of stride [`SEED_POINT_STRIDE`]). The locating search's scratch
+/// (`BLOCK + 2` u64) overlaps the tiles. `seed_sample_*` and `seed_owner_weights` use none.
+pub const SEED_SHARED_BYTES: usize =
+    SEED_CANDIDATES * SEED_DIMS * 4 + SEED_CANDIDATES * 8 + BLOCK as usize * SEED_POINT_STRIDE * 4;
+
+/// Blocks of `BLOCK` threads of the one-thread-per-point seeding launches (`seed_nearest_*`,
+/// `seed_trials_*`, `seed_sample_*`, `seed_owner_weights`) over `n` points: also the number of
+/// block weight sums per candidate that the locating kernels search (`nb`). `seed_locate_*`
+/// runs one block per draw, `seed_greedy_draw_*` one per trial.
+pub const fn point_blocks(n: usize) -> usize {
+    n.div_ceil(BLOCK as usize)
+}
 
 /// The units of point `i`: `counts[i]` when `counts` is given (k-means‖ candidates, which
 /// stand for the points nearest to them), else its sample weight's.
 ///
 /// # Safety
 /// `counts` null or holding more than `i` values; `weights` as for [`units_at`].
+#[cfg(target_arch = "nvptx64")]
 #[inline(always)]
 unsafe fn units_of(weights: *const f32, counts: *const u64, i: usize) -> u64 {
     if counts.is_null() {
@@ -29,12 +55,14 @@ unsafe fn units_of(weights: *const f32, counts: *const u64, i: usize) -> u64 {
 }
 
 /// The staged candidate rows (`SEED_CANDIDATES × SEED_DIMS`).
+#[cfg(target_arch = "nvptx64")]
 #[inline(always)]
 fn candidate_tile() -> *mut f32 {
     shared::<f32>()
 }
 
 /// The block sums after the candidate tile.
+#[cfg(target_arch = "nvptx64")]
 #[inline(always)]
 fn block_slots() -> *mut u64 {
     unsafe {
@@ -45,6 +73,7 @@ fn block_slots() -> *mut u64 {
 }
 
 /// The staged points (`BLOCK` rows of stride `SEED_POINT_STRIDE`) after the block sums.
+#[cfg(target_arch = "nvptx64")]
 #[inline(always)]
 fn point_tile() -> *mut f32 {
     unsafe { block_slots().add(SEED_CANDIDATES).cast::<f32>() }
@@ -55,6 +84,7 @@ fn point_tile() -> *mut f32 {
 /// on are meaningless). The inner loop is unrolled for `count` rounded up to 4, 6, 8, 10, 12, 16
 /// or `SEED_CANDIDATES` (a k-means++ pass tries `3 + ⌊ln k⌋` rows): testing every candidate of
 /// a full tile costs more than the distances themselves. Every thread of the block calls this.
+#[cfg(target_arch = "nvptx64")]
 #[inline(always)]
 unsafe fn distances<const M: u32>(
     x: *const f32,
@@ -82,6 +112,7 @@ unsafe fn distances<const M: u32>(
 /// [`distances`] with the first `C ≥ count` candidates accumulated into `acc` (zeros). Both
 /// tiles are loaded row segment by row segment (consecutive threads, consecutive floats).
 /// `C ≤ SEED_CANDIDATES`.
+#[cfg(target_arch = "nvptx64")]
 #[inline(always)]
 unsafe fn distances_of<const M: u32, const C: usize>(
     x: *const f32,
@@ -136,6 +167,7 @@ unsafe fn distances_of<const M: u32, const C: usize>(
 }
 
 /// Adds `v` (one per thread) into the block's shared sum `slot`: warp sums, one atomic per warp.
+#[cfg(target_arch = "nvptx64")]
 #[inline(always)]
 unsafe fn add_to_block(slot: *mut u64, v: u64) {
     let total = warp_sum_u64(v);
@@ -148,13 +180,14 @@ unsafe fn add_to_block(slot: *mut u64, v: u64) {
 /// `pending` is null or holds [`NO_ROW`]), then for each trial `t` writes the potential
 /// `Σ_i weight_of(min(min_dist_i, dist(i, candidates[t])), units_i)` of this block to
 /// `block_sums[t · gridDim + block]` and adds it to `potentials[t]` (zeroed before). Does
-/// nothing once `*stop` (when not null) is set. CPU twin: `cpu::init::trials`.
+/// nothing once `*stop` (when not null) is set.
 ///
 /// # Safety
 /// `ceil(n / BLOCK)` blocks of `BLOCK` threads, `SEED_SHARED_BYTES` of dynamic shared memory;
 /// `x` holds `n × d`, `weights` null or `n`, `counts` null or `n`, `min_dist` `n`, `candidates`
 /// `trials` row indices `< n`, `*pending` [`NO_ROW`] or a row `< n`,
 /// `trials + 1 ≤ SEED_CANDIDATES`, `block_sums` `trials × gridDim`.
+#[cfg(target_arch = "nvptx64")]
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 unsafe fn trials<const M: u32>(
@@ -237,12 +270,12 @@ unsafe fn trials<const M: u32>(
 /// Seeding rows nearest: lowers every point's `min_dist` (from +∞ with `fresh`) to its
 /// distance to each of the `count` rows `rows`, recording `first_id + c` in `owner` where a
 /// row is strictly nearer (ties keep the earlier row); writes this block's weight sum to
-/// `block_sums[block]` and adds it to `total` (zeroed by the host). CPU twin:
-/// `cpu::init::nearest`.
+/// `block_sums[block]` and adds it to `total` (zeroed by the host).
 ///
 /// # Safety
 /// As [`trials`], with `rows` holding `count` row indices `< n`, `owner` `n` values and
 /// `block_sums` `gridDim`; `count` may exceed `SEED_CANDIDATES` (groups are taken in order).
+#[cfg(target_arch = "nvptx64")]
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 unsafe fn nearest<const M: u32>(
@@ -313,6 +346,7 @@ unsafe fn nearest<const M: u32>(
 
 /// Inclusive prefix sums of one u64 per thread over the block (Hillis–Steele through
 /// `scratch`, `BLOCK` values); every thread gets its own. All threads call this.
+#[cfg(target_arch = "nvptx64")]
 #[inline(always)]
 unsafe fn inclusive_scan(scratch: *mut u64, v: u64) -> u64 {
     let t = gpu::thread();
@@ -338,6 +372,7 @@ unsafe fn inclusive_scan(scratch: *mut u64, v: u64) -> u64 {
 /// With one value per thread: the first thread whose inclusive prefix sum exceeds `r` (the last
 /// thread when none does) and `r` less the sum before that thread, in every thread. `scratch`
 /// holds `BLOCK + 2` u64 of shared memory; all threads call this.
+#[cfg(target_arch = "nvptx64")]
 #[inline(always)]
 unsafe fn find_in_block(scratch: *mut u64, v: u64, r: u64) -> (usize, u64) {
     let t = gpu::thread();
@@ -362,7 +397,8 @@ unsafe fn find_in_block(scratch: *mut u64, v: u64, r: u64) -> (usize, u64) {
 /// [`NO_ROW`]: none) and `sums` holds the weight sums of the `nb` blocks of `BLOCK` points.
 /// The block is found by narrowing ranges of block sums `BLOCK` segments at a time, the point by
 /// recomputing that block's weights. Every thread of the block calls this and gets the row.
-/// CPU twin: `cpu::init::Seeder::locate`.
+/// CPU twin: `backend::cpu::init::Seeder::locate` (host crate).
+#[cfg(target_arch = "nvptx64")]
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 unsafe fn locate_draw<const M: u32>(
@@ -417,12 +453,12 @@ unsafe fn locate_draw<const M: u32>(
 }
 
 /// For each draw `r = draws[block]`, the point [`locate_draw`] finds in the weights whose block
-/// sums are `sums`, with `pending` applied; writes `out[block]`. CPU twin:
-/// `cpu::init::Seeder::locate`.
+/// sums are `sums`, with `pending` applied; writes `out[block]`.
 ///
 /// # Safety
 /// One block of `BLOCK` threads per draw, `SEED_SHARED_BYTES` of dynamic shared memory; `sums`
 /// the `nb` block sums of exactly these weights, every draw below their total.
+#[cfg(target_arch = "nvptx64")]
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 unsafe fn locate<const M: u32>(
@@ -461,6 +497,7 @@ unsafe fn locate<const M: u32>(
 }
 
 /// Where the device-side k-means++ loop keeps its state between kernels.
+#[cfg(target_arch = "nvptx64")]
 #[derive(Clone, Copy)]
 struct Greedy {
     /// `k` rows; the host writes `chosen[0]`, [`greedy_draw`] each step's winner.
@@ -484,14 +521,13 @@ struct Greedy {
 /// [`draw`]`(uniforms[(step − 1) · trials + block], total)` in the winner's block sums, with the
 /// winner applied, into `next_candidates[block]`. A total of 0 sets `stop` to `step`: every point
 /// sits on a seed and the host decides the rest. Does nothing once `stop` is set.
-/// Host twin: `backend::greedy_steps` (one round trip per step, over `cpu::init::Seeder` or a
-/// GPU).
 ///
 /// # Safety
 /// `trials ≤ SEED_CANDIDATES − 1` blocks of `BLOCK` threads, `SEED_SHARED_BYTES` of dynamic
 /// shared memory; `block_sums` holds `trials × nb` sums of the last pass (step 1: one row, of
 /// the nearest pass), `2 ≤ step ≤ k` reads `trials` last candidates and potentials, `uniforms`
 /// holds `(k − 1) · trials` values; the rest as [`trials`].
+#[cfg(target_arch = "nvptx64")]
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 unsafe fn greedy_draw<const M: u32>(
@@ -569,11 +605,12 @@ unsafe fn greedy_draw<const M: u32>(
 /// k-means‖ sampling: appends to `out` (slot from `count`, zeroed by the host) every point
 /// sampled with probability `min(1, ell · weight / phi)` by its uniform
 /// `uniform32(seed, round, first_row + i)` (`first_row`: the row of the whole data set that
-/// point 0 is). The order of `out` varies; the set does not. CPU twin: `cpu::init::sample`.
+/// point 0 is). The order of `out` varies; the set does not.
 ///
 /// # Safety
 /// `ceil(n / BLOCK)` blocks of `BLOCK` threads; `weights` and `counts` as for [`trials`],
 /// `min_dist` holds `n`, `out` room for `n`.
+#[cfg(target_arch = "nvptx64")]
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 unsafe fn sample<const M: u32>(
@@ -601,12 +638,18 @@ unsafe fn sample<const M: u32>(
     }
 }
 
+/// The `seed_owner_weights` entry point. CPU twin:
+/// `backend::cpu::init::Seeder::seed_owner_weights`.
+pub const SEED_OWNER_WEIGHTS: Kernel = Kernel::new("seed_owner_weights", 5);
+
 /// `totals[owner[i]] += units_i` for every point (the k-means‖ candidate weights; units as
-/// [`units_of`] gives them). CPU twin: `cpu::init::seed_owner_weights`.
+/// [`units_of`] gives them). CPU twin: `backend::cpu::init::Seeder::seed_owner_weights` (host
+/// crate); launcher: `backend::cuda::launch::init::SeedOwnerWeights`.
 ///
 /// # Safety
 /// `ceil(n / BLOCK)` blocks of `BLOCK` threads; `weights` and `counts` null or `n` values; every
 /// `owner` value indexes `totals` (zeroed).
+#[cfg(target_arch = "nvptx64")]
 #[unsafe(no_mangle)]
 pub unsafe extern "gpu-kernel" fn seed_owner_weights(
     owner: *const u32,
@@ -624,12 +667,25 @@ pub unsafe extern "gpu-kernel" fn seed_owner_weights(
     }
 }
 
+/// The five seeding kernels of metric `$m`, each with its `Kernel` constant named after it.
 macro_rules! seeding_kernels {
-    ($m:expr, $trials:ident, $nearest:ident, $locate:ident, $greedy:ident, $sample:ident) => {
-        /// [`trials`] for this metric.
+    (
+        $m:expr,
+        $TRIALS:ident $trials:ident,
+        $NEAREST:ident $nearest:ident,
+        $LOCATE:ident $locate:ident,
+        $GREEDY:ident $greedy:ident,
+        $SAMPLE:ident $sample:ident $(,)?
+    ) => {
+        #[doc = concat!("The `", stringify!($trials), "` entry point. CPU twin: `backend::cpu::init::Seeder::seed_trials`.")]
+        pub const $TRIALS: Kernel = Kernel::new(stringify!($trials), 14);
+
+        /// [`trials`] for this metric. CPU twin: `backend::cpu::init::Seeder::seed_trials` (host
+        /// crate); launcher: `backend::cuda::launch::init::SeedTrials`.
         ///
         /// # Safety
         /// As [`trials`].
+        #[cfg(target_arch = "nvptx64")]
         #[unsafe(no_mangle)]
         #[allow(clippy::too_many_arguments)]
         pub unsafe extern "gpu-kernel" fn $trials(
@@ -657,10 +713,15 @@ macro_rules! seeding_kernels {
             }
         }
 
-        /// [`nearest`] for this metric.
+        #[doc = concat!("The `", stringify!($nearest), "` entry point. CPU twin: `backend::cpu::init::Seeder::seed_nearest`.")]
+        pub const $NEAREST: Kernel = Kernel::new(stringify!($nearest), 15);
+
+        /// [`nearest`] for this metric. CPU twin: `backend::cpu::init::Seeder::seed_nearest`
+        /// (host crate); launcher: `backend::cuda::launch::init::SeedNearest`.
         ///
         /// # Safety
         /// As [`nearest`].
+        #[cfg(target_arch = "nvptx64")]
         #[unsafe(no_mangle)]
         #[allow(clippy::too_many_arguments)]
         pub unsafe extern "gpu-kernel" fn $nearest(
@@ -689,10 +750,15 @@ macro_rules! seeding_kernels {
             }
         }
 
-        /// [`locate`] for this metric.
+        #[doc = concat!("The `", stringify!($locate), "` entry point. CPU twin: `backend::cpu::init::Seeder::locate_all`.")]
+        pub const $LOCATE: Kernel = Kernel::new(stringify!($locate), 13);
+
+        /// [`locate`] for this metric. CPU twin: `backend::cpu::init::Seeder::locate_all` (host
+        /// crate); launcher: `backend::cuda::launch::init::SeedLocate`.
         ///
         /// # Safety
         /// As [`locate`].
+        #[cfg(target_arch = "nvptx64")]
         #[unsafe(no_mangle)]
         #[allow(clippy::too_many_arguments)]
         pub unsafe extern "gpu-kernel" fn $locate(
@@ -718,10 +784,16 @@ macro_rules! seeding_kernels {
             }
         }
 
-        /// [`greedy_draw`] for this metric.
+        #[doc = concat!("The `", stringify!($greedy), "` entry point. Host twin: `backend::greedy_steps` over `backend::cpu::init::Seeder`.")]
+        pub const $GREEDY: Kernel = Kernel::new(stringify!($greedy), 21);
+
+        /// [`greedy_draw`] for this metric. Host twin: `backend::greedy_steps` (host crate: one
+        /// round trip per step, over `backend::cpu::init::Seeder` or a GPU); launcher:
+        /// `backend::cuda::launch::init::SeedGreedyDraw`.
         ///
         /// # Safety
         /// As [`greedy_draw`].
+        #[cfg(target_arch = "nvptx64")]
         #[unsafe(no_mangle)]
         #[allow(clippy::too_many_arguments)]
         pub unsafe extern "gpu-kernel" fn $greedy(
@@ -777,10 +849,15 @@ macro_rules! seeding_kernels {
             }
         }
 
-        /// [`sample`] for this metric.
+        #[doc = concat!("The `", stringify!($sample), "` entry point. CPU twin: `backend::cpu::init::Seeder::seed_sample`.")]
+        pub const $SAMPLE: Kernel = Kernel::new(stringify!($sample), 13);
+
+        /// [`sample`] for this metric. CPU twin: `backend::cpu::init::Seeder::seed_sample` (host
+        /// crate); launcher: `backend::cuda::launch::init::SeedSample`.
         ///
         /// # Safety
         /// As [`sample`].
+        #[cfg(target_arch = "nvptx64")]
         #[unsafe(no_mangle)]
         #[allow(clippy::too_many_arguments)]
         pub unsafe extern "gpu-kernel" fn $sample(
@@ -810,17 +887,17 @@ macro_rules! seeding_kernels {
 
 seeding_kernels!(
     AssignMetric::SqL2 as u32,
-    seed_trials_l2,
-    seed_nearest_l2,
-    seed_locate_l2,
-    seed_greedy_draw_l2,
-    seed_sample_l2
+    SEED_TRIALS_L2 seed_trials_l2,
+    SEED_NEAREST_L2 seed_nearest_l2,
+    SEED_LOCATE_L2 seed_locate_l2,
+    SEED_GREEDY_DRAW_L2 seed_greedy_draw_l2,
+    SEED_SAMPLE_L2 seed_sample_l2,
 );
 seeding_kernels!(
     AssignMetric::L1 as u32,
-    seed_trials_l1,
-    seed_nearest_l1,
-    seed_locate_l1,
-    seed_greedy_draw_l1,
-    seed_sample_l1
+    SEED_TRIALS_L1 seed_trials_l1,
+    SEED_NEAREST_L1 seed_nearest_l1,
+    SEED_LOCATE_L1 seed_locate_l1,
+    SEED_GREEDY_DRAW_L1 seed_greedy_draw_l1,
+    SEED_SAMPLE_L1 seed_sample_l1,
 );

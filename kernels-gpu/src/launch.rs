@@ -60,17 +60,10 @@ pub const CENTROID_LAYOUT_COLS: usize = 64;
 pub const SHIFT_PART: usize = 16 * BLOCK as usize;
 
 /// Most candidate rows one seeding pass compares every point with (k-means++: the trials of a
-/// step plus the previous step's winner; k-means‖: a group of a round's new candidates).
+/// step plus the previous step's winner; k-means‖: a group of a round's new candidates): the
+/// candidate tile of the seeding kernels (`crate::init`, whose other shapes live there). It
+/// stays here because the host's seeding algorithms bound their trials per step by it.
 pub const SEED_CANDIDATES: usize = 32;
-/// Dimensions of the candidates a seeding block stages in shared memory at a time.
-pub const SEED_DIMS: usize = 32;
-/// Row stride (in f32) of the seeding kernels' point tile: `SEED_DIMS + 1`, so that the threads
-/// of a warp, each reading its own point, hit 32 different banks.
-pub const SEED_POINT_STRIDE: usize = SEED_DIMS + 1;
-/// Dynamic shared memory of the seeding kernels: the staged candidates, one u64 sum per
-/// candidate, then the staged points (`BLOCK` rows of `SEED_DIMS`).
-pub const SEED_SHARED_BYTES: usize =
-    SEED_CANDIDATES * SEED_DIMS * 4 + SEED_CANDIDATES * 8 + BLOCK as usize * SEED_POINT_STRIDE * 4;
 
 /// Dynamic shared memory the host is willing to give one block without opting in (48 KiB).
 pub const DEFAULT_SHARED_BYTES: usize = 48 * 1024;

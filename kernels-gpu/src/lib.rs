@@ -90,6 +90,7 @@ pub mod centroids;
 pub mod distance;
 pub mod exec;
 pub mod fixed;
+pub mod init;
 pub mod knn;
 pub mod knn_tf32;
 pub mod launch;
@@ -151,23 +152,21 @@ pub const KERNELS: [Kernel; 51] = [
     knn_tf32::KNN_TF32_RERANK,
     knn_tf32::KNN_TF32_SCAN,
     vote::KNN_VOTE,
-    Kernel::new("seed_nearest_l2", 15),
-    Kernel::new("seed_trials_l2", 14),
-    Kernel::new("seed_locate_l2", 13),
-    Kernel::new("seed_sample_l2", 13),
-    Kernel::new("seed_nearest_l1", 15),
-    Kernel::new("seed_trials_l1", 14),
-    Kernel::new("seed_locate_l1", 13),
-    Kernel::new("seed_sample_l1", 13),
-    Kernel::new("seed_greedy_draw_l2", 21),
-    Kernel::new("seed_greedy_draw_l1", 21),
-    Kernel::new("seed_owner_weights", 5),
+    init::SEED_NEAREST_L2,
+    init::SEED_TRIALS_L2,
+    init::SEED_LOCATE_L2,
+    init::SEED_SAMPLE_L2,
+    init::SEED_NEAREST_L1,
+    init::SEED_TRIALS_L1,
+    init::SEED_LOCATE_L1,
+    init::SEED_SAMPLE_L1,
+    init::SEED_GREEDY_DRAW_L2,
+    init::SEED_GREEDY_DRAW_L1,
+    init::SEED_OWNER_WEIGHTS,
 ];
 
 #[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
 mod cp_async;
-#[cfg(target_arch = "nvptx64")]
-pub mod init;
 #[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
 pub mod mma;
 

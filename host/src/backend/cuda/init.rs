@@ -9,7 +9,8 @@ use super::{CudaBackend, NULL, arg_u32};
 use crate::backend::{GreedyPlan, Picks, Seeding, Seeds, Trials};
 use crate::error::{Error, Result};
 use cudarc::driver::{CudaSlice, LaunchArgs, PushKernelArg};
-use kernels_gpu::launch::{BLOCK, SEED_CANDIDATES, SEED_SHARED_BYTES};
+use kernels_gpu::init::SEED_SHARED_BYTES;
+use kernels_gpu::launch::{BLOCK, SEED_CANDIDATES};
 use kernels_gpu::math::AssignMetric;
 use kernels_gpu::seeding::{NO_ROW, WeightScale};
 
