@@ -11,7 +11,6 @@
 //! `backend::cuda::launch`), its CPU twin (in `kmeans_knn`'s `backend/cpu`) and the test
 //! that holds the two to the same answer. [`KERNELS`] lists the same
 //! kernels with their parameter counts; a host test checks both against the committed PTX.
-//! ‡ The seeding kernels are still launched untyped from `backend/cuda/init.rs`, and named there.
 //!
 //! | kernel | module | host launcher | CPU twin | test |
 //! |---|---|---|---|---|
@@ -55,17 +54,17 @@
 //! | `knn_tf32_rerank` | `knn_tf32` | `knn_tf32::KnnTf32Rerank` | `backend::cpu::knn::CpuKnn::nearest` (exact) | `knn_tf32.rs` `emulated_threshold_and_rerank` |
 //! | `knn_tf32_scan` | `knn_tf32::scan` | `knn_tf32::KnnTf32Scan` | `backend::cpu::knn::CpuKnn::nearest` (exact) | `tests/knn.rs` `gpu_prefilter_matches_cpu` |
 //! | `knn_vote` | `vote` | `vote::KnnVote` | `backend::cpu::vote::knn_vote` | `vote.rs` `emulated_votes_match_the_reference` |
-//! | `seed_nearest_l2` | `init` | `backend::cuda::init::CudaSeeder::nearest` ‡ | `backend::cpu::init::Seeder::seed_nearest` | `tests/init.rs` `gpu_seeding_matches_cpu` |
-//! | `seed_trials_l2` | `init` | `backend::cuda::init::CudaSeeder::trials` ‡ | `backend::cpu::init::Seeder::seed_trials` | `tests/init.rs` `gpu_seeding_matches_cpu` |
-//! | `seed_locate_l2` | `init` | `backend::cuda::init::CudaSeeder::locate` ‡ | `backend::cpu::init::Seeder::locate_all` | `tests/init.rs` `gpu_seeding_matches_cpu` |
-//! | `seed_sample_l2` | `init` | `backend::cuda::init::CudaSeeder::sample` ‡ | `backend::cpu::init::Seeder::seed_sample` | `tests/init.rs` `kmeans_parallel_is_as_good_as_kmeans_plus_plus_on_blobs` |
-//! | `seed_nearest_l1` | `init` | `backend::cuda::init::CudaSeeder::nearest` ‡ | `backend::cpu::init::Seeder::seed_nearest` | `tests/init.rs` `gpu_seeding_matches_cpu` |
-//! | `seed_trials_l1` | `init` | `backend::cuda::init::CudaSeeder::trials` ‡ | `backend::cpu::init::Seeder::seed_trials` | `tests/init.rs` `gpu_seeding_matches_cpu` |
-//! | `seed_locate_l1` | `init` | `backend::cuda::init::CudaSeeder::locate` ‡ | `backend::cpu::init::Seeder::locate_all` | `tests/init.rs` `gpu_seeding_matches_cpu` |
-//! | `seed_sample_l1` | `init` | `backend::cuda::init::CudaSeeder::sample` ‡ | `backend::cpu::init::Seeder::seed_sample` | `tests/init.rs` `kmeans_parallel_is_as_good_as_kmeans_plus_plus_on_blobs` |
-//! | `seed_greedy_draw_l2` | `init` | `backend::cuda::init::CudaSeeder::greedy` ‡ | `backend::greedy_steps` over `backend::cpu::init::Seeder` | `host/src/kmeans/init.rs` `gpu_greedy_loop_matches_step_by_step` |
-//! | `seed_greedy_draw_l1` | `init` | `backend::cuda::init::CudaSeeder::greedy` ‡ | `backend::greedy_steps` over `backend::cpu::init::Seeder` | `host/src/kmeans/init.rs` `gpu_greedy_loop_matches_step_by_step` |
-//! | `seed_owner_weights` | `init` | `backend::cuda::init::CudaSeeder::owner_weights` ‡ | `backend::cpu::init::Seeder::seed_owner_weights` | `tests/init.rs` `gpu_seeding_matches_cpu` |
+//! | `seed_nearest_l2` | `init` | `init::SeedNearest` | `backend::cpu::init::Seeder::seed_nearest` | `tests/init.rs` `gpu_seeding_matches_cpu` |
+//! | `seed_trials_l2` | `init` | `init::SeedTrials` | `backend::cpu::init::Seeder::seed_trials` | `tests/init.rs` `gpu_seeding_matches_cpu` |
+//! | `seed_locate_l2` | `init` | `init::SeedLocate` | `backend::cpu::init::Seeder::locate_all` | `tests/init.rs` `gpu_seeding_matches_cpu` |
+//! | `seed_sample_l2` | `init` | `init::SeedSample` | `backend::cpu::init::Seeder::seed_sample` | `tests/init.rs` `kmeans_parallel_is_as_good_as_kmeans_plus_plus_on_blobs` |
+//! | `seed_nearest_l1` | `init` | `init::SeedNearest` | `backend::cpu::init::Seeder::seed_nearest` | `tests/init.rs` `gpu_seeding_matches_cpu` |
+//! | `seed_trials_l1` | `init` | `init::SeedTrials` | `backend::cpu::init::Seeder::seed_trials` | `tests/init.rs` `gpu_seeding_matches_cpu` |
+//! | `seed_locate_l1` | `init` | `init::SeedLocate` | `backend::cpu::init::Seeder::locate_all` | `tests/init.rs` `gpu_seeding_matches_cpu` |
+//! | `seed_sample_l1` | `init` | `init::SeedSample` | `backend::cpu::init::Seeder::seed_sample` | `tests/init.rs` `kmeans_parallel_is_as_good_as_kmeans_plus_plus_on_blobs` |
+//! | `seed_greedy_draw_l2` | `init` | `init::SeedGreedyDraw` | `backend::greedy_steps` over `backend::cpu::init::Seeder` | `host/src/kmeans/init.rs` `gpu_greedy_loop_matches_step_by_step` |
+//! | `seed_greedy_draw_l1` | `init` | `init::SeedGreedyDraw` | `backend::greedy_steps` over `backend::cpu::init::Seeder` | `host/src/kmeans/init.rs` `gpu_greedy_loop_matches_step_by_step` |
+//! | `seed_owner_weights` | `init` | `init::SeedOwnerWeights` | `backend::cpu::init::Seeder::seed_owner_weights` | `tests/init.rs` `gpu_seeding_matches_cpu` |
 #![cfg_attr(target_arch = "nvptx64", no_std)]
 #![cfg_attr(target_arch = "nvptx64", allow(internal_features))]
 #![cfg_attr(

@@ -3,14 +3,18 @@
 //! queued back to back, the uniforms uploaded once and the seeds read back once); the step by
 //! step path (sharded fits) uploads a step's draws and reads back its candidates and potentials.
 //! A k-means‖ round reads back its sampled rows, and its candidates are reduced to k on the
-//! device ([`CudaCandidates`]). CPU twins: `backend/cpu/init.rs`.
+//! device ([`CudaCandidates`]). Every kernel goes through its launcher in
+//! [`super::launch`]; CPU twins: `backend/cpu/init.rs`.
 
-use super::{CudaBackend, NULL, arg_u32};
+use super::launch::{
+    SeedGreedyDraw, SeedLocate, SeedNearest, SeedOwnerWeights, SeedSample, SeedTrials,
+};
+use super::{CudaBackend, arg_u32};
 use crate::backend::{GreedyPlan, Picks, Seeding, Seeds, Trials};
 use crate::error::{Error, Result};
-use cudarc::driver::{CudaSlice, LaunchArgs, PushKernelArg};
-use kernels_gpu::init::SEED_SHARED_BYTES;
-use kernels_gpu::launch::{BLOCK, SEED_CANDIDATES};
+use cudarc::driver::CudaSlice;
+use kernels_gpu::init::point_blocks;
+use kernels_gpu::launch::SEED_CANDIDATES;
 use kernels_gpu::math::AssignMetric;
 use kernels_gpu::seeding::{NO_ROW, WeightScale};
 
@@ -28,27 +32,9 @@ pub(crate) struct Rows<'r> {
 }
 
 impl Rows<'_> {
+    /// Blocks of the one-thread-per-point launches, and block weight sums per candidate.
     fn blocks(&self) -> usize {
-        self.n.div_ceil(BLOCK as usize)
-    }
-
-    fn kernel(&self, l2: &'static str, l1: &'static str) -> &'static str {
-        match self.metric {
-            AssignMetric::SqL2 => l2,
-            AssignMetric::L1 => l1,
-        }
-    }
-
-    /// Pushes the weights and counts arguments (null where absent).
-    fn push_weights<'l>(&'l self, args: &mut LaunchArgs<'l>) {
-        match self.weights {
-            Some(w) => args.arg(w),
-            None => args.arg(&NULL),
-        };
-        match self.counts {
-            Some(c) => args.arg(c),
-            None => args.arg(&NULL),
-        };
+        point_blocks(self.n)
     }
 }
 
@@ -107,27 +93,24 @@ impl CudaSeeder {
         }
         gpu.write(rows, &mut self.candidates, "seeding candidates")?;
         gpu.clear(&mut self.potentials, "seeding potentials")?;
-        let name = r.kernel("seed_nearest_l2", "seed_nearest_l1");
-        let f = gpu.function(name)?;
-        let mut launch = gpu.launch(name, &f);
-        let (n, d) = (r.n as u32, r.d as u32);
-        let count = arg_u32(rows.len(), "seeding candidates")?;
-        let fresh = u32::from(fresh);
-        launch.args().arg(r.x).arg(&n).arg(&d);
-        r.push_weights(launch.args());
-        launch
-            .args()
-            .arg(&mut self.min_dist)
-            .arg(&mut self.owner)
-            .arg(&self.candidates)
-            .arg(&count)
-            .arg(&first_id)
-            .arg(&fresh)
-            .arg(&ws.scale)
-            .arg(&ws.cap)
-            .arg(&mut self.block_sums)
-            .arg(&mut self.potentials);
-        launch.run(r.blocks(), BLOCK, SEED_SHARED_BYTES)?;
+        SeedNearest {
+            x: r.x,
+            n: r.n as u32,
+            d: r.d as u32,
+            weights: r.weights,
+            counts: r.counts,
+            min_dist: &mut self.min_dist,
+            owner: &mut self.owner,
+            rows: &self.candidates,
+            count: arg_u32(rows.len(), "seeding candidates")?,
+            first_id,
+            fresh: u32::from(fresh),
+            scale: ws.scale,
+            cap: ws.cap,
+            block_sums: &mut self.block_sums,
+            total: &mut self.potentials,
+        }
+        .launch(gpu, r.metric)?;
         Ok(gpu.download(&self.potentials, 1, "the seeding weight")?[0])
     }
 
@@ -140,7 +123,6 @@ impl CudaSeeder {
         let gpu = r.gpu;
         let accepted = self.pending.take();
         let pending = accepted.map_or(NO_ROW, |t| self.last[t]);
-        let (n, d) = (r.n as u32, r.d as u32);
         let trials = match picks {
             Picks::Seeds(Seeds::Rows(rows)) => {
                 check_trials(rows.len())?;
@@ -163,30 +145,24 @@ impl CudaSeeder {
             gpu.write(&[pending], &mut self.pending_row, "the accepted seed")?;
         }
         gpu.clear(&mut self.potentials, "seeding potentials")?;
-        let name = r.kernel("seed_trials_l2", "seed_trials_l1");
-        let f = gpu.function(name)?;
-        let mut launch = gpu.launch(name, &f);
-        let count = trials as u32;
-        launch.args().arg(r.x).arg(&n).arg(&d);
-        r.push_weights(launch.args());
-        launch
-            .args()
-            .arg(&mut self.min_dist)
-            .arg(&self.candidates)
-            .arg(&count);
-        if pending == NO_ROW {
-            launch.args().arg(&NULL);
-        } else {
-            launch.args().arg(&self.pending_row);
+        let pending_row = self.pending_row.slice(..);
+        SeedTrials {
+            x: r.x,
+            n: r.n as u32,
+            d: r.d as u32,
+            weights: r.weights,
+            counts: r.counts,
+            min_dist: &mut self.min_dist,
+            candidates: &self.candidates,
+            count: trials as u32,
+            pending: (pending != NO_ROW).then_some(&pending_row),
+            stop: None,
+            scale: ws.scale,
+            cap: ws.cap,
+            block_sums: &mut self.block_sums,
+            potentials: &mut self.potentials,
         }
-        launch
-            .args()
-            .arg(&NULL)
-            .arg(&ws.scale)
-            .arg(&ws.cap)
-            .arg(&mut self.block_sums)
-            .arg(&mut self.potentials);
-        launch.run(r.blocks(), BLOCK, SEED_SHARED_BYTES)?;
+        .launch(gpu, r.metric)?;
         let candidates = gpu.download(&self.candidates, trials, "seeding candidates")?;
         let potentials = gpu.download(&self.potentials, trials, "seeding potentials")?;
         self.last.clone_from(&candidates);
@@ -224,28 +200,26 @@ impl CudaSeeder {
         ws: WeightScale,
     ) -> Result<()> {
         let gpu = r.gpu;
-        let (n, d) = (r.n as u32, r.d as u32);
         gpu.write(draws, &mut self.draws, "seeding draws")?;
         let nb = r.blocks();
         let row = accepted.unwrap_or(0);
         let sums = self.block_sums.slice(row * nb..(row + 1) * nb);
-        let name = r.kernel("seed_locate_l2", "seed_locate_l1");
-        let f = gpu.function(name)?;
-        let mut launch = gpu.launch(name, &f);
-        let nb = nb as u32;
-        launch.args().arg(r.x).arg(&n).arg(&d);
-        r.push_weights(launch.args());
-        launch
-            .args()
-            .arg(&self.min_dist)
-            .arg(&pending)
-            .arg(&sums)
-            .arg(&nb)
-            .arg(&self.draws)
-            .arg(&ws.scale)
-            .arg(&ws.cap)
-            .arg(&mut self.candidates);
-        launch.run(draws.len(), BLOCK, SEED_SHARED_BYTES)
+        SeedLocate {
+            x: r.x,
+            n: r.n as u32,
+            d: r.d as u32,
+            weights: r.weights,
+            counts: r.counts,
+            min_dist: &self.min_dist,
+            pending,
+            sums: &sums,
+            nb: nb as u32,
+            draws: &self.draws,
+            scale: ws.scale,
+            cap: ws.cap,
+            out: &mut self.candidates,
+        }
+        .launch(gpu, r.metric, draws.len())
     }
 
     pub(crate) fn accept(&mut self, trial: usize) {
@@ -273,25 +247,22 @@ impl CudaSeeder {
     ) -> Result<Vec<u32>> {
         let gpu = r.gpu;
         gpu.clear(&mut self.count, "k-means|| sample count")?;
-        let name = r.kernel("seed_sample_l2", "seed_sample_l1");
-        let f = gpu.function(name)?;
-        let mut launch = gpu.launch(name, &f);
-        let n = r.n as u32;
-        r.push_weights(launch.args());
-        launch
-            .args()
-            .arg(&self.min_dist)
-            .arg(&n)
-            .arg(&seed)
-            .arg(&round)
-            .arg(&first_row)
-            .arg(&ell)
-            .arg(&phi)
-            .arg(&ws.scale)
-            .arg(&ws.cap)
-            .arg(&mut self.sampled)
-            .arg(&mut self.count);
-        launch.run(r.blocks(), BLOCK, 0)?;
+        SeedSample {
+            weights: r.weights,
+            counts: r.counts,
+            min_dist: &self.min_dist,
+            n: r.n as u32,
+            seed,
+            round,
+            first_row,
+            ell,
+            phi,
+            scale: ws.scale,
+            cap: ws.cap,
+            out: &mut self.sampled,
+            count: &mut self.count,
+        }
+        .launch(gpu, r.metric)?;
         let count = gpu.download(&self.count, 1, "k-means|| sample count")?[0] as usize;
         // The kernel appends in whatever order blocks run; the set is what is deterministic.
         let mut rows = gpu.download(&self.sampled, count, "k-means|| samples")?;
@@ -302,13 +273,14 @@ impl CudaSeeder {
     pub(crate) fn owner_weights(&mut self, r: &Rows<'_>, ids: usize) -> Result<Vec<u64>> {
         let gpu = r.gpu;
         let mut totals = gpu.zeros::<u64>(ids, "k-means|| candidate weights")?;
-        let f = gpu.function("seed_owner_weights")?;
-        let mut launch = gpu.launch("seed_owner_weights", &f);
-        let n = r.n as u32;
-        launch.args().arg(&self.owner).arg(&n);
-        r.push_weights(launch.args());
-        launch.args().arg(&mut totals);
-        launch.run(r.blocks(), BLOCK, 0)?;
+        SeedOwnerWeights {
+            owner: &self.owner,
+            n: r.n as u32,
+            weights: r.weights,
+            counts: r.counts,
+            totals: &mut totals,
+        }
+        .launch(gpu)?;
         gpu.download(&totals, ids, "k-means|| candidate weights")
     }
 }
@@ -415,35 +387,32 @@ impl CudaSeeder {
         step: usize,
         ws: WeightScale,
     ) -> Result<()> {
-        let gpu = r.gpu;
-        let name = r.kernel("seed_greedy_draw_l2", "seed_greedy_draw_l1");
-        let f = gpu.function(name)?;
-        let (n, d, nb) = (r.n as u32, r.d as u32, r.blocks() as u32);
-        let (trials, step32, k) = (plan.trials as u32, step as u32, plan.k as u32);
         let (last_c, next_c) = read_write(&mut state.candidates, step);
         let (last_p, next_p) = read_write(&mut state.potentials, step);
-        let mut launch = gpu.launch(name, &f);
-        launch.args().arg(r.x).arg(&n).arg(&d);
-        r.push_weights(launch.args());
-        launch
-            .args()
-            .arg(&self.min_dist)
-            .arg(&self.block_sums)
-            .arg(&nb)
-            .arg(&trials)
-            .arg(&step32)
-            .arg(&k)
-            .arg(&plan.total)
-            .arg(&mut state.chosen)
-            .arg(&state.uniforms)
-            .arg(last_c)
-            .arg(last_p)
-            .arg(next_c)
-            .arg(next_p)
-            .arg(&mut state.stop)
-            .arg(&ws.scale)
-            .arg(&ws.cap);
-        launch.run(plan.trials, BLOCK, SEED_SHARED_BYTES)
+        SeedGreedyDraw {
+            x: r.x,
+            n: r.n as u32,
+            d: r.d as u32,
+            weights: r.weights,
+            counts: r.counts,
+            min_dist: &self.min_dist,
+            block_sums: &self.block_sums,
+            nb: r.blocks() as u32,
+            trials: plan.trials as u32,
+            step: step as u32,
+            k: plan.k as u32,
+            first_total: plan.total,
+            chosen: &mut state.chosen,
+            uniforms: &state.uniforms,
+            last_candidates: last_c,
+            last_potentials: last_p,
+            next_candidates: next_c,
+            next_potentials: next_p,
+            stop: &mut state.stop,
+            scale: ws.scale,
+            cap: ws.cap,
+        }
+        .launch(r.gpu, r.metric)
     }
 
     /// Queues the trials pass of `step < k`: the candidates `seed_greedy_draw` located, against
@@ -456,34 +425,26 @@ impl CudaSeeder {
         step: usize,
         ws: WeightScale,
     ) -> Result<()> {
-        let gpu = r.gpu;
-        let name = r.kernel("seed_trials_l2", "seed_trials_l1");
-        let f = gpu.function(name)?;
-        let (n, d, count) = (r.n as u32, r.d as u32, trials as u32);
         let winner = state.chosen.slice(step - 1..step);
         let (_, tried) = read_write(&mut state.candidates, step);
         let (_, scored) = read_write(&mut state.potentials, step);
-        let mut launch = gpu.launch(name, &f);
-        launch.args().arg(r.x).arg(&n).arg(&d);
-        r.push_weights(launch.args());
-        launch
-            .args()
-            .arg(&mut self.min_dist)
-            .arg(&*tried)
-            .arg(&count);
-        if step == 1 {
-            launch.args().arg(&NULL);
-        } else {
-            launch.args().arg(&winner);
+        SeedTrials {
+            x: r.x,
+            n: r.n as u32,
+            d: r.d as u32,
+            weights: r.weights,
+            counts: r.counts,
+            min_dist: &mut self.min_dist,
+            candidates: tried,
+            count: trials as u32,
+            pending: (step != 1).then_some(&winner),
+            stop: Some(&state.stop),
+            scale: ws.scale,
+            cap: ws.cap,
+            block_sums: &mut self.block_sums,
+            potentials: scored,
         }
-        launch
-            .args()
-            .arg(&state.stop)
-            .arg(&ws.scale)
-            .arg(&ws.cap)
-            .arg(&mut self.block_sums)
-            .arg(scored);
-        launch.run(r.blocks(), BLOCK, SEED_SHARED_BYTES)
+        .launch(r.gpu, r.metric)
     }
 }
 

@@ -217,22 +217,14 @@ impl CudaBackend {
         Ok(f)
     }
 
-    /// Starts a launch of kernel `name`; push arguments, then [`Launch::run`].
-    pub(crate) fn launch<'a>(&'a self, name: &'static str, f: &'a CudaFunction) -> Launch<'a> {
-        Launch {
-            name,
-            args: self.stream.launch_builder(f),
-            params: None,
-            pushed: 0,
-        }
-    }
-
     /// Starts a launch of `kernel` (`f`, from [`Self::function`]); push its parameters in order
     /// with [`Launch::arg`], then [`Launch::run`], which checks their number in debug builds.
     pub(crate) fn launch_kernel<'a>(&'a self, kernel: Kernel, f: &'a CudaFunction) -> Launch<'a> {
         Launch {
-            params: Some(kernel.params),
-            ..self.launch(kernel.name, f)
+            name: kernel.name,
+            args: self.stream.launch_builder(f),
+            params: kernel.params,
+            pushed: 0,
         }
     }
 
@@ -546,18 +538,13 @@ fn default_pool(ctx: &CudaContext) -> Option<cudarc::driver::sys::CUmemoryPool> 
 pub(crate) struct Launch<'a> {
     name: &'static str,
     args: LaunchArgs<'a>,
-    /// Parameters the kernel declares (typed launches).
-    params: Option<usize>,
-    /// Parameters pushed with [`Launch::arg`].
+    /// Parameters the kernel declares.
+    params: usize,
+    /// Parameters pushed with [`Launch::arg`] and [`Launch::opt`].
     pushed: usize,
 }
 
 impl<'a> Launch<'a> {
-    /// The argument list, to push onto with `.arg(..)` (untyped launches).
-    pub(crate) fn args(&mut self) -> &mut LaunchArgs<'a> {
-        &mut self.args
-    }
-
     /// Pushes the next parameter: a buffer, a view of one or a scalar.
     pub(crate) fn arg<T>(&mut self, arg: T) -> &mut Self
     where
@@ -584,8 +571,8 @@ impl<'a> Launch<'a> {
     /// Launches with `grid` blocks of `block` threads and `shared` bytes of dynamic shared memory.
     pub(crate) fn run(mut self, grid: usize, block: u32, shared: usize) -> Result<()> {
         debug_assert!(
-            self.params.is_none_or(|p| p == self.pushed),
-            "kernel {} takes {:?} parameters, {} pushed",
+            self.params == self.pushed,
+            "kernel {} takes {} parameters, {} pushed",
             self.name,
             self.params,
             self.pushed

@@ -8,6 +8,7 @@
 mod assign;
 mod centroids;
 mod distance;
+mod init;
 mod knn_tf32;
 mod minibatch;
 mod norms;
@@ -20,6 +21,9 @@ mod vote;
 pub(crate) use assign::{KmeansAssign, KmeansAssignL2Tf32};
 pub(crate) use centroids::KmeansCentroidsByDimension;
 pub(crate) use distance::Pairwise;
+pub(crate) use init::{
+    SeedGreedyDraw, SeedLocate, SeedNearest, SeedOwnerWeights, SeedSample, SeedTrials,
+};
 pub(crate) use knn_tf32::{KnnTf32Rerank, KnnTf32Scan, KnnTf32Threshold};
 pub(crate) use minibatch::{KmeansMinibatchAssign, KmeansMinibatchShift, KmeansMinibatchUpdate};
 pub(crate) use norms::RowSqNorms;

@@ -86,9 +86,7 @@ fn the_twin_table_lists_every_kernel_in_order() {
 
 #[test]
 fn kernel_names_are_not_spelled_on_the_host() {
-    // Launchers name kernels by their `kernels_gpu` constants. The seeding launches in
-    // `backend/cuda/init.rs` get typed launchers once the seeding work has merged.
-    let exempt = ["backend/cuda/init.rs"];
+    // Launchers name kernels by their `kernels_gpu` constants, with no exemption.
     let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut files = vec![src];
     let mut spelled = vec![];
@@ -100,9 +98,7 @@ fn kernel_names_are_not_spelled_on_the_host() {
         let text = std::fs::read_to_string(&path).unwrap();
         let shown = path.display().to_string();
         for k in KERNELS {
-            if text.contains(&format!("\"{}\"", k.name))
-                && !exempt.iter().any(|e| shown.ends_with(e))
-            {
+            if text.contains(&format!("\"{}\"", k.name)) {
                 spelled.push(format!("{shown}: {}", k.name));
             }
         }
