@@ -10,6 +10,11 @@
 //! and the better wins. Labels therefore equal the exact ones unless the true nearest centroid
 //! is not among the two best TF32 candidates, and every distance is the exact FP32 distance to
 //! the chosen centroid.
+//!
+//! The kernel runs in four steps: [`prologue`] (the first centroid chunks in flight, the point
+//! tile staged), [`sweep`] (multiply chunk after chunk, ranking each finished centroid tile),
+//! [`merge`] (the candidates of the threads that share a point) and [`recheck`] (exact scores,
+//! labels, block totals).
 
 use crate::launch::Kernel;
 #[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
@@ -17,10 +22,7 @@ use crate::{
     cp_async::{commit, copy_4, copy_rows, shared_addr, wait_all, wait_group},
     fixed::{inertia_term, units_at},
     gpu::{self, atomic_add_u32, block_sum_f64, block_sum_i64, shared, sync_threads},
-    launch::{
-        BLOCK, TF32_C_STRIDE as CS, TF32_CENTROIDS as BC, TF32_KC as KC, TF32_POINTS as BP,
-        TF32_STAGE_WORDS as SW, TF32_STAGES as STAGES, TF32_X_STRIDE as XS, TF32_XC as XC,
-    },
+    launch::BLOCK,
     math::{AssignMetric, assign_distance, assign_step, better, l2_score},
     mma::{load4, mma, shfl_xor_u32, to_tf32},
 };
@@ -28,6 +30,45 @@ use crate::{
 /// The `kmeans_assign_l2_tf32` entry point (built for sm_80 only). CPU twin:
 /// `backend::cpu::kmeans::nearest`.
 pub const KMEANS_ASSIGN_L2_TF32: Kernel = Kernel::sm80("kmeans_assign_l2_tf32", 13).min_blocks(2);
+
+/// Points per block of `kmeans_assign_l2_tf32`: `BLOCK` threads, 8 warps as 4 point rows × 2
+/// centroid columns, each warp 32 points × 64 centroids of `m16n8k8` tiles.
+pub const TF32_POINTS: usize = 128;
+/// Centroids per tile of the TF32 assign kernel.
+pub const TF32_CENTROIDS: usize = 128;
+/// Dimensions per staged centroid chunk of the TF32 assign kernel; dimensions are zero-padded to
+/// a multiple of it.
+pub const TF32_CHUNK_DIMS: usize = 16;
+/// Dimensions of the staged point tile of the TF32 assign kernel (all of them when
+/// `d ≤ TF32_POINT_DIMS`, so the tile is staged once per block; else one slice at a time).
+pub const TF32_POINT_DIMS: usize = 128;
+/// Centroid chunks in flight (`cp.async` groups) plus the one being multiplied.
+pub const TF32_STAGES: usize = 4;
+const _: () = assert!(
+    TF32_STAGES >= 2,
+    "a chunk in flight while one is multiplied"
+);
+/// Stride (in words) of the point tile's pair rows (two point rows interleaved): ≡ 4 (mod 32),
+/// so the 16-byte A-fragment loads of each quarter warp (2 pair rows × 4 lanes, 8 words apart)
+/// fall in 32 distinct banks.
+pub const TF32_X_STRIDE: usize = 2 * TF32_POINT_DIMS + 4;
+/// Row stride (in words) of a centroid chunk: ≡ 16 (mod 32), so the 16-byte B-fragment loads of
+/// each quarter warp (2 rows × 4 lanes) fall in 32 distinct banks.
+pub const TF32_C_STRIDE: usize = TF32_CHUNK_DIMS;
+/// Words of one centroid stage: the chunk, then the squared norms of its tile's centroids
+/// (staged with the tile's last chunk, whose step ranks the tile).
+pub const TF32_STAGE_WORDS: usize = TF32_CENTROIDS * TF32_C_STRIDE + TF32_CENTROIDS;
+
+/// Dynamic shared memory of one block of the TF32 assign kernel, in bytes: the point tile (after
+/// the sweep it holds the candidate merge and the reduction scratch) and the centroid stages.
+pub const fn tf32_shared_bytes() -> usize {
+    (TF32_POINTS / 2 * TF32_X_STRIDE + TF32_STAGES * TF32_STAGE_WORDS) * 4
+}
+
+/// Blocks of `kmeans_assign_l2_tf32` for `n` points.
+pub const fn tf32_grid(n: usize) -> usize {
+    n.div_ceil(TF32_POINTS)
+}
 
 /// Labels each of the `n` points of `x` (row-major, `d` columns) with its nearest of the `k`
 /// centroids (TF32 candidates, exact FP32 re-check) and writes its exact distance. `weights`
@@ -37,8 +78,8 @@ pub const KMEANS_ASSIGN_L2_TF32: Kernel = Kernel::sm80("kmeans_assign_l2_tf32", 
 /// inertia_scale)` at its index.
 ///
 /// # Safety
-/// Pointers valid for those sizes; `BLOCK` threads, `ceil(n / TF32_POINTS)` blocks and
-/// `tf32_shared_bytes()` of dynamic shared memory.
+/// Pointers valid for those sizes; `BLOCK` threads, [`tf32_grid`]`(n)` blocks and
+/// [`tf32_shared_bytes`]`()` of dynamic shared memory.
 #[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
 #[unsafe(no_mangle)]
 pub unsafe extern "gpu-kernel" fn kmeans_assign_l2_tf32(
@@ -57,7 +98,7 @@ pub unsafe extern "gpu-kernel" fn kmeans_assign_l2_tf32(
     weights: *const f32,
 ) {
     let (n, d, k) = (n as usize, (d as usize).max(1), k as usize);
-    let a = Assign {
+    let a = Tf32AssignArgs {
         x,
         x_sq_norms,
         n,
@@ -85,7 +126,7 @@ pub unsafe extern "gpu-kernel" fn kmeans_assign_l2_tf32(
 /// Arguments of [`kmeans_assign_l2_tf32`].
 #[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
 #[derive(Clone, Copy)]
-struct Assign {
+struct Tf32AssignArgs {
     x: *const f32,
     x_sq_norms: *const f32,
     n: usize,
@@ -101,180 +142,219 @@ struct Assign {
     weights: *const f32,
 }
 
+/// One thread's place in the block, and the block's plan of steps (one centroid chunk each).
+#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
+#[derive(Clone, Copy)]
+struct Tf32Thread {
+    a: Tf32AssignArgs,
+    /// Stage rows in 16-byte copies (`d` a multiple of 4).
+    vec: bool,
+    t: usize,
+    /// Row group (`lane / 4`) and column (`lane % 4`) of the lane in its `mma` fragments.
+    g: usize,
+    q: usize,
+    /// Warp (wm, wn) covers points wm·32.. and centroids wn·64.. of the block's tiles.
+    wm: usize,
+    wn: usize,
+    first_point: usize,
+    /// The point tile (pair rows of `TF32_X_STRIDE` words), then the centroid stages.
+    x_tile: *mut u32,
+    c_stages: *mut u32,
+    /// `c_stages` as a shared-window address, for `cp.async`.
+    c_stages_addr: u32,
+    /// Dimensions padded to a multiple of `TF32_CHUNK_DIMS`, and chunks per centroid tile.
+    dp: usize,
+    chunks: usize,
+    /// Whether the point tile holds every dimension.
+    resident: bool,
+    steps: usize,
+}
+
+/// The (tile, chunk) of the next centroid chunk to prefetch.
+#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
+#[derive(Clone, Copy)]
+struct NextChunk {
+    tile: usize,
+    chunk: usize,
+}
+
+/// The two best approximate candidates (score, index) of this thread's four point rows, sorted:
+/// `(s1, i1) ≤ (s2, i2)`.
+#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
+#[derive(Clone, Copy)]
+struct BestTwo {
+    s1: [f32; 4],
+    i1: [u32; 4],
+    s2: [f32; 4],
+    i2: [u32; 4],
+}
+
+/// `acc[mt][nt]`: the `m16n8k8` accumulators of a warp's 2 × 8 tiles.
+#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
+type Accumulators = [[[f32; 4]; 8]; 2];
+
 #[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
 #[inline(always)]
-unsafe fn run<const VEC: bool>(a: Assign) {
-    let Assign {
-        x,
-        x_sq_norms,
-        n,
-        d,
-        centroids,
-        c_sq_norms,
-        k,
-        labels,
-        min_dist,
-        changed,
-        block_inertia,
-        inertia_scale,
-        weights,
-    } = a;
-    let vec = VEC;
+unsafe fn run<const VEC: bool>(a: Tf32AssignArgs) {
     let t = gpu::thread();
     let (warp, lane) = (t / 32, t % 32);
-    let (g, q) = (lane / 4, lane % 4);
-    // Warp (wm, wn) covers points wm·32.. and centroids wn·64.. of the block's tiles.
-    let (wm, wn) = (warp % 4, warp / 4);
-    let first_point = gpu::block() * BP;
+    let x_tile = shared::<u32>();
+    let c_stages = unsafe { x_tile.add(TF32_POINTS / 2 * TF32_X_STRIDE) };
+    let dp = a.d.next_multiple_of(TF32_CHUNK_DIMS);
+    let chunks = dp / TF32_CHUNK_DIMS;
+    let th = Tf32Thread {
+        a,
+        vec: VEC,
+        t,
+        g: lane / 4,
+        q: lane % 4,
+        wm: warp % 4,
+        wn: warp / 4,
+        first_point: gpu::block() * TF32_POINTS,
+        x_tile,
+        c_stages,
+        c_stages_addr: shared_addr(c_stages),
+        dp,
+        chunks,
+        resident: dp <= TF32_POINT_DIMS,
+        steps: a.k.div_ceil(TF32_CENTROIDS) * chunks,
+    };
+    let next = unsafe { prologue(&th) };
+    let best = unsafe { sweep(&th, next) };
+    unsafe { merge(&th, best) };
+    sync_threads();
+    unsafe { recheck(&th) };
+}
 
-    let xs = shared::<u32>();
-    let cs = unsafe { xs.add(BP / 2 * XS) };
+/// Starts copying the next centroid chunk into the stage at shared address `stage_addr` and advances `next`. Commits nothing.
+///
+/// # Safety
+/// As [`stage_chunk`].
+#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
+#[inline(always)]
+unsafe fn prefetch(th: &Tf32Thread, next: &mut NextChunk, stage_addr: u32) {
+    let a = &th.a;
+    unsafe {
+        stage_chunk(
+            th.t,
+            th.vec,
+            a.centroids,
+            a.c_sq_norms,
+            a.k,
+            a.d,
+            next.tile * TF32_CENTROIDS,
+            next.chunk * TF32_CHUNK_DIMS,
+            next.chunk == th.chunks - 1,
+            stage_addr,
+        )
+    };
+    next.chunk += 1;
+    if next.chunk == th.chunks {
+        (next.tile, next.chunk) = (next.tile + 1, 0);
+    }
+}
 
-    let dp = d.next_multiple_of(KC);
-    let chunks = dp / KC; // centroid chunks per tile
-    let resident = dp <= XC; // the point tile holds every dimension
-    let tiles = k.div_ceil(BC);
-    let steps = tiles * chunks;
-
-    let mut s1 = [f32::INFINITY; 4];
-    let mut i1 = [u32::MAX; 4];
-    let mut s2 = [f32::INFINITY; 4];
-    let mut i2 = [u32::MAX; 4];
-
-    let cs_addr = shared_addr(cs);
-    // Prologue: the first STAGES − 1 centroid chunks, one group each (empty groups past the
-    // last step keep the group count per step uniform), then the point tile through registers.
-    // (tile, chunk) of the next step to prefetch.
-    let (mut pt, mut pk) = (0, 0);
-    for p in 0..STAGES - 1 {
-        if p < steps {
+/// The first `TF32_STAGES − 1` centroid chunks, one group each (empty groups past the last step
+/// keep the group count per step uniform), then the point tile through registers. Returns the
+/// chunk to prefetch next.
+///
+/// # Safety
+/// The kernel's arguments are valid; every thread of the block calls it.
+#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
+#[inline(always)]
+unsafe fn prologue(th: &Tf32Thread) -> NextChunk {
+    let mut next = NextChunk { tile: 0, chunk: 0 };
+    for p in 0..TF32_STAGES - 1 {
+        if p < th.steps {
             unsafe {
-                stage_chunk(
-                    t,
-                    vec,
-                    centroids,
-                    c_sq_norms,
-                    k,
-                    d,
-                    pt * BC,
-                    pk * KC,
-                    pk == chunks - 1,
-                    cs_addr + (4 * p * SW) as u32,
+                prefetch(
+                    th,
+                    &mut next,
+                    th.c_stages_addr + (4 * p * TF32_STAGE_WORDS) as u32,
                 )
             };
-            pk += 1;
-            if pk == chunks {
-                (pt, pk) = (pt + 1, 0);
-            }
         }
         commit();
     }
-    unsafe { stage_points(t, vec, x, n, d, first_point, 0, dp, xs) };
+    let a = &th.a;
+    unsafe {
+        stage_points(
+            th.t,
+            th.vec,
+            a.x,
+            a.n,
+            a.d,
+            th.first_point,
+            0,
+            th.dp,
+            th.x_tile,
+        )
+    };
+    next
+}
 
-    let mut acc = [[[0f32; 4]; 8]; 2];
+/// Multiplies chunk after chunk (one barrier each) while the chunk `TF32_STAGES − 1` steps
+/// ahead lands, restaging the point tile per slice of dimensions when it does not hold them all,
+/// and ranks every finished centroid tile. Returns this thread's best two candidates per row,
+/// once the point tile is free again.
+///
+/// # Safety
+/// After [`prologue`]; every thread of the block calls it.
+#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
+#[inline(always)]
+unsafe fn sweep(th: &Tf32Thread, mut next: NextChunk) -> BestTwo {
+    let a = &th.a;
+    let mut best = BestTwo {
+        s1: [f32::INFINITY; 4],
+        i1: [u32::MAX; 4],
+        s2: [f32::INFINITY; 4],
+        i2: [u32::MAX; 4],
+    };
+    let mut acc: Accumulators = [[[0f32; 4]; 8]; 2];
     // (tile, chunk) of step s.
     let (mut tile, mut kc) = (0, 0);
     let mut s = 0;
-    while s < steps {
+    while s < th.steps {
         // This step's chunk (and at s = 0 the point tile) has landed for this thread's copies;
         // the barrier makes everyone's visible and frees the buffer of step s − 1.
-        wait_group::<{ STAGES - 2 }>();
+        wait_group::<{ TF32_STAGES - 2 }>();
         sync_threads();
-        let j0 = kc * KC;
-        if !resident && s > 0 && j0 % XC == 0 {
+        let j0 = kc * TF32_CHUNK_DIMS;
+        if !th.resident && s > 0 && j0 % TF32_POINT_DIMS == 0 {
             // This step reads another slice of the dimensions: restage the points.
-            unsafe { stage_points(t, vec, x, n, d, first_point, j0, dp, xs) };
-            sync_threads();
-        }
-        // The chunk STAGES − 1 steps ahead lands while this one is multiplied.
-        let ahead = s + STAGES - 1;
-        if ahead < steps {
             unsafe {
-                stage_chunk(
-                    t,
-                    vec,
-                    centroids,
-                    c_sq_norms,
-                    k,
-                    d,
-                    pt * BC,
-                    pk * KC,
-                    pk == chunks - 1,
-                    cs_addr + (4 * (ahead % STAGES) * SW) as u32,
+                stage_points(
+                    th.t,
+                    th.vec,
+                    a.x,
+                    a.n,
+                    a.d,
+                    th.first_point,
+                    j0,
+                    th.dp,
+                    th.x_tile,
                 )
             };
-            pk += 1;
-            if pk == chunks {
-                (pt, pk) = (pt + 1, 0);
-            }
+            sync_threads();
+        }
+        // The chunk TF32_STAGES − 1 steps ahead lands while this one is multiplied.
+        let ahead = s + TF32_STAGES - 1;
+        if ahead < th.steps {
+            unsafe {
+                prefetch(
+                    th,
+                    &mut next,
+                    th.c_stages_addr + (4 * (ahead % TF32_STAGES) * TF32_STAGE_WORDS) as u32,
+                )
+            };
         }
         commit();
 
-        let buf = unsafe { cs.add((s % STAGES) * SW) };
+        let stage = unsafe { th.c_stages.add((s % TF32_STAGES) * TF32_STAGE_WORDS) };
         // Column of this chunk inside the staged point tile.
-        let xcol = j0 % XC;
-        // The k slots of the mma are a relabelling of the chunk's 16 dimensions (the same for
-        // points and centroids, so the products pair up): slot (step kk, lane column q, half h)
-        // holds dimension q·4 + kk·2 + h. A lane's 4 centroid values of a row are then
-        // contiguous and load as one 16-byte vector (its two B fragments), and the point tile
-        // interleaves rows g and g + 8 of each 16-row group so that one 16-byte load is exactly
-        // an A fragment; both conflict-free. Centroids go in as raw f32 bits (the tensor cores
-        // read the TF32 bits, i.e. truncate); points were rounded (`cvt.rna`) when staged.
-        let mut af = [[[0u32; 4]; 2]; 2];
-        for (mt, af) in af.iter_mut().enumerate() {
-            let pair = (wm * 2 + mt) * 8 + g;
-            for (kk, af) in af.iter_mut().enumerate() {
-                *af = unsafe { load4(xs.add(pair * XS + 2 * (xcol + q * 4) + 4 * kk)) };
-            }
-        }
-        for nt in 0..8 {
-            let c = wn * 64 + nt * 8 + g;
-            let b = unsafe { load4(buf.add(c * CS + q * 4)) };
-            for kk in 0..2 {
-                for mt in 0..2 {
-                    mma(&mut acc[mt][nt], af[mt][kk], [b[2 * kk], b[2 * kk + 1]]);
-                }
-            }
-        }
-        if kc == chunks - 1 {
-            // The tile is done: rank its centroids for this thread's four point rows. A thread
-            // sees each row's centroids in increasing index order, so a strict `<` keeps the
-            // lower index on ties. The tile's norms came with this chunk.
-            let local = wn * 64 + 2 * q;
-            let tile_norms = unsafe { buf.add(BC * CS) }.cast::<f32>();
-            for nt in 0..8 {
-                for h in 0..2 {
-                    let c = tile * BC + local + nt * 8 + h;
-                    let valid = c < k;
-                    let c_sq = unsafe { *tile_norms.add(local + nt * 8 + h) };
-                    for mt in 0..2 {
-                        for half in 0..2 {
-                            let r = mt * 2 + half;
-                            let score = l2_score(acc[mt][nt][half * 2 + h], c_sq);
-                            // Branch-free: selects only.
-                            let lt1 = valid & (score < s1[r]);
-                            let lt2 = valid & (score < s2[r]);
-                            let c = c as u32;
-                            s2[r] = if lt1 {
-                                s1[r]
-                            } else if lt2 {
-                                score
-                            } else {
-                                s2[r]
-                            };
-                            i2[r] = if lt1 {
-                                i1[r]
-                            } else if lt2 {
-                                c
-                            } else {
-                                i2[r]
-                            };
-                            s1[r] = if lt1 { score } else { s1[r] };
-                            i1[r] = if lt1 { c } else { i1[r] };
-                        }
-                    }
-                }
-            }
+        unsafe { multiply_chunk(th, stage, j0 % TF32_POINT_DIMS, &mut acc) };
+        if kc == th.chunks - 1 {
+            unsafe { rank_tile(th, tile, stage, &acc, &mut best) };
             acc = [[[0f32; 4]; 8]; 2];
             (tile, kc) = (tile + 1, 0);
         } else {
@@ -285,20 +365,138 @@ unsafe fn run<const VEC: bool>(a: Assign) {
     // Only empty groups can be pending; the barrier frees the point tile for the merge.
     wait_all();
     sync_threads();
+    best
+}
 
-    // Merge the four lanes of a point row (they saw different centroids), then the two warp
-    // columns through shared memory (the point tile is free now).
+/// Adds the products of one centroid chunk (`stage`) with the point tile's columns
+/// `xcol..xcol + TF32_CHUNK_DIMS` to `acc`.
+///
+/// The k slots of the mma are a relabelling of the chunk's 16 dimensions (the same for points
+/// and centroids, so the products pair up): slot (step kk, lane column q, half h) holds dimension
+/// q·4 + kk·2 + h. A lane's 4 centroid values of a row are then contiguous and load as one
+/// 16-byte vector (its two B fragments), and the point tile interleaves rows g and g + 8 of each
+/// 16-row group so that one 16-byte load is exactly an A fragment; both conflict-free. Centroids
+/// go in as raw f32 bits (the tensor cores read the TF32 bits, i.e. truncate); points were
+/// rounded (`cvt.rna`) when staged.
+///
+/// # Safety
+/// The chunk and the point tile's slice have landed for every thread (after the barrier).
+#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
+#[inline(always)]
+unsafe fn multiply_chunk(th: &Tf32Thread, stage: *mut u32, xcol: usize, acc: &mut Accumulators) {
+    let (g, q) = (th.g, th.q);
+    let mut af = [[[0u32; 4]; 2]; 2];
+    for (mt, af) in af.iter_mut().enumerate() {
+        let pair = (th.wm * 2 + mt) * 8 + g;
+        for (kk, af) in af.iter_mut().enumerate() {
+            *af = unsafe {
+                load4(
+                    th.x_tile
+                        .add(pair * TF32_X_STRIDE + 2 * (xcol + q * 4) + 4 * kk),
+                )
+            };
+        }
+    }
+    for nt in 0..8 {
+        let c = th.wn * 64 + nt * 8 + g;
+        let b = unsafe { load4(stage.add(c * TF32_C_STRIDE + q * 4)) };
+        for kk in 0..2 {
+            for mt in 0..2 {
+                mma(&mut acc[mt][nt], af[mt][kk], [b[2 * kk], b[2 * kk + 1]]);
+            }
+        }
+    }
+}
+
+/// The centroid tile `tile` is done: ranks its centroids for this thread's four point rows. A
+/// thread sees each row's centroids in increasing index order, so a strict `<` keeps the lower
+/// index on ties. The tile's norms came with its last chunk (`stage`).
+///
+/// # Safety
+/// `stage` holds the tile's last chunk and its norms.
+#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
+#[inline(always)]
+unsafe fn rank_tile(
+    th: &Tf32Thread,
+    tile: usize,
+    stage: *mut u32,
+    acc: &Accumulators,
+    best: &mut BestTwo,
+) {
+    let BestTwo { s1, i1, s2, i2 } = best;
+    let local = th.wn * 64 + 2 * th.q;
+    let tile_norms = unsafe { stage.add(TF32_CENTROIDS * TF32_C_STRIDE) }.cast::<f32>();
+    for nt in 0..8 {
+        for h in 0..2 {
+            let c = tile * TF32_CENTROIDS + local + nt * 8 + h;
+            let valid = c < th.a.k;
+            let c_sq = unsafe { *tile_norms.add(local + nt * 8 + h) };
+            for mt in 0..2 {
+                for half in 0..2 {
+                    let r = mt * 2 + half;
+                    let score = l2_score(acc[mt][nt][half * 2 + h], c_sq);
+                    // Branch-free: selects only.
+                    let lt1 = valid & (score < s1[r]);
+                    let lt2 = valid & (score < s2[r]);
+                    let c = c as u32;
+                    s2[r] = if lt1 {
+                        s1[r]
+                    } else if lt2 {
+                        score
+                    } else {
+                        s2[r]
+                    };
+                    i2[r] = if lt1 {
+                        i1[r]
+                    } else if lt2 {
+                        c
+                    } else {
+                        i2[r]
+                    };
+                    s1[r] = if lt1 { score } else { s1[r] };
+                    i1[r] = if lt1 { c } else { i1[r] };
+                }
+            }
+        }
+    }
+}
+
+/// The merge area in the (free) point tile: per point, 4 candidate scores, then as many indices,
+/// then the reduction scratch.
+#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
+#[inline(always)]
+fn merge_area(th: &Tf32Thread) -> (*mut f32, *mut u32, *mut f64) {
+    let xs = th.x_tile;
+    (
+        xs.cast::<f32>(),
+        unsafe { xs.add(TF32_POINTS * 4) },
+        unsafe { xs.add(TF32_POINTS * 8) }.cast::<f64>(),
+    )
+}
+
+/// Merges the four lanes of a point row (they saw different centroids), then writes each warp
+/// column's best two to the merge area (the point tile is free now).
+///
+/// # Safety
+/// After the sweep and a barrier.
+#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
+#[inline(always)]
+unsafe fn merge(th: &Tf32Thread, best: BestTwo) {
+    let BestTwo {
+        mut s1,
+        mut i1,
+        mut s2,
+        mut i2,
+    } = best;
     for r in 0..4 {
         merge_lanes(&mut s1[r], &mut i1[r], &mut s2[r], &mut i2[r], 1);
         merge_lanes(&mut s1[r], &mut i1[r], &mut s2[r], &mut i2[r], 2);
     }
-    let merge_score = xs.cast::<f32>();
-    let merge_index = unsafe { xs.add(BP * 4) };
-    let scratch = unsafe { xs.add(BP * 8) }.cast::<f64>();
-    if q == 0 {
+    let (merge_score, merge_index, _) = merge_area(th);
+    if th.q == 0 {
         for r in 0..4 {
-            let p = wm * 32 + (r / 2) * 16 + (r % 2) * 8 + g;
-            let at = p * 4 + wn * 2;
+            let p = th.wm * 32 + (r / 2) * 16 + (r % 2) * 8 + th.g;
+            let at = p * 4 + th.wn * 2;
             unsafe {
                 *merge_score.add(at) = s1[r];
                 *merge_index.add(at) = i1[r];
@@ -307,11 +505,20 @@ unsafe fn run<const VEC: bool>(a: Assign) {
             }
         }
     }
-    sync_threads();
+}
 
-    // Exact re-check: two threads per point, one candidate each.
+/// Exact re-check, two threads per point, one candidate each; then the label, the distance and
+/// the block's totals.
+///
+/// # Safety
+/// After [`merge`] and a barrier; every thread of the block calls it.
+#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
+#[inline(always)]
+unsafe fn recheck(th: &Tf32Thread) {
+    let (a, t) = (&th.a, th.t);
+    let (merge_score, merge_index, scratch) = merge_area(th);
     let (p, which) = (t / 2, t % 2);
-    let i = first_point + p;
+    let i = th.first_point + p;
     let (mut b1, mut j1, mut b2, mut j2) = (f32::INFINITY, u32::MAX, f32::INFINITY, u32::MAX);
     for e in 0..4 {
         let (sc, ix) = unsafe { (*merge_score.add(p * 4 + e), *merge_index.add(p * 4 + e)) };
@@ -319,10 +526,10 @@ unsafe fn run<const VEC: bool>(a: Assign) {
     }
     let cand = if which == 0 { j1 } else { j2 };
     let mut score = f32::INFINITY;
-    if i < n && cand != u32::MAX {
+    if i < a.n && cand != u32::MAX {
         let c = cand as usize;
-        let dot = unsafe { exact_dot(x.add(i * d), centroids.add(c * d), d) };
-        score = l2_score(dot, unsafe { *c_sq_norms.add(c) });
+        let dot = unsafe { exact_dot(a.x.add(i * a.d), a.centroids.add(c * a.d), a.d) };
+        score = l2_score(dot, unsafe { *a.c_sq_norms.add(c) });
     }
     let (other_score, other) = (shfl_xor_f32(score, 1), shfl_xor_u32(cand, 1));
     let (mut best, mut label) = (
@@ -344,32 +551,43 @@ unsafe fn run<const VEC: bool>(a: Assign) {
     }
     let mut moved = 0.0;
     let mut dist_sum = 0i64;
-    if which == 0 && i < n {
+    if which == 0 && i < a.n {
         if label == u32::MAX {
             // Every score was +inf (or NaN): the CPU's first-minimum scan keeps centroid 0.
             label = 0;
         }
-        let dist = assign_distance(AssignMetric::SqL2, unsafe { *x_sq_norms.add(i) }, best);
-        let units = unsafe { units_at(weights, i) };
+        let dist = assign_distance(AssignMetric::SqL2, unsafe { *a.x_sq_norms.add(i) }, best);
+        let units = unsafe { units_at(a.weights, i) };
         unsafe {
-            if *labels.add(i) != label && units != 0 {
+            if *a.labels.add(i) != label && units != 0 {
                 moved = 1.0;
             }
-            *labels.add(i) = label;
-            *min_dist.add(i) = dist;
+            *a.labels.add(i) = label;
+            *a.min_dist.add(i) = dist;
         }
-        dist_sum = inertia_term(dist, inertia_scale, units);
+        dist_sum = inertia_term(dist, a.inertia_scale, units);
     }
-    if !changed.is_null() {
+    unsafe { block_totals(a, t, scratch, moved, dist_sum) };
+}
+
+/// Adds the block's moved labels to `changed` and writes its inertia at its index of
+/// `block_inertia` (each when non-null).
+///
+/// # Safety
+/// Every thread of the block calls it; `scratch` holds `2·BLOCK` f64.
+#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
+#[inline(always)]
+unsafe fn block_totals(a: &Tf32AssignArgs, t: usize, scratch: *mut f64, moved: f64, dist_sum: i64) {
+    if !a.changed.is_null() {
         let total = unsafe { block_sum_f64(scratch, moved) };
         if t == 0 && total > 0.0 {
-            unsafe { atomic_add_u32(changed, total as u32) };
+            unsafe { atomic_add_u32(a.changed, total as u32) };
         }
     }
-    if !block_inertia.is_null() {
+    if !a.block_inertia.is_null() {
         let total = unsafe { block_sum_i64(scratch.add(BLOCK as usize), dist_sum) };
         if t == 0 {
-            unsafe { *block_inertia.add(gpu::block()) = total };
+            unsafe { *a.block_inertia.add(gpu::block()) = total };
         }
     }
 }
@@ -428,9 +646,9 @@ fn merge_lanes(s1: &mut f32, i1: &mut u32, s2: &mut f32, i2: &mut u32, mask: u32
     insert(s1, i1, s2, i2, ps2, pi2);
 }
 
-/// Stages dimensions `j0..j0 + min(XC, dp − j0)` of the block's points, rounded to TF32, into
+/// Stages dimensions `j0..j0 + min(TF32_POINT_DIMS, dp − j0)` of the block's points, rounded to TF32, into
 /// the point tile `xs` (zeros past `n` and `d`): row `r` goes to pair row
-/// `(r / 16)·8 + r % 8` (stride `XS`) at word `2·j + (r / 8) % 2`, so that rows g and g + 8 of
+/// `(r / 16)·8 + r % 8` (stride `TF32_X_STRIDE`) at word `2·j + (r / 8) % 2`, so that rows g and g + 8 of
 /// each 16-row group alternate. Loads through registers (16 bytes at a time with `vec`).
 ///
 /// # Safety
@@ -452,15 +670,15 @@ unsafe fn stage_points(
     #[repr(C, align(16))]
     #[derive(Clone, Copy)]
     struct V4([f32; 4]);
-    let width = XC.min(dp - j0);
+    let width = TF32_POINT_DIMS.min(dp - j0);
     let w = if vec { 4 } else { 1 };
     let per_row = width / w;
     let mut e = t;
-    while e < BP * per_row {
+    while e < TF32_POINTS * per_row {
         let (r, jj) = (e / per_row, (e % per_row) * w);
         let (row, col) = (first + r, j0 + jj);
         let ok = row < n && col < d;
-        let at = ((r / 16) * 8 + r % 8) * XS + 2 * jj + (r / 8) % 2;
+        let at = ((r / 16) * 8 + r % 8) * TF32_X_STRIDE + 2 * jj + (r / 8) % 2;
         if vec {
             let V4(v) = if ok {
                 unsafe { *x.add(row * d + col).cast::<V4>() }
@@ -482,8 +700,8 @@ unsafe fn stage_points(
     }
 }
 
-/// Starts copying centroids `first..first + BC`, dimensions `j0..j0 + KC` into the centroid
-/// stage at shared address `buf` (row-major, stride `CS`), zeros past `k` and `d`; with
+/// Starts copying centroids `first..first + TF32_CENTROIDS`, dimensions `j0..j0 + TF32_CHUNK_DIMS` into the centroid
+/// stage at shared address `buf` (row-major, stride `TF32_C_STRIDE`), zeros past `k` and `d`; with
 /// `norms`, also their squared norms after the chunk. Commits nothing.
 ///
 /// # Safety
@@ -504,15 +722,19 @@ unsafe fn stage_chunk(
     norms: bool,
     buf: u32,
 ) {
-    unsafe { copy_rows::<BC, KC, CS, { BLOCK as usize }>(t, vec, c, k, d, first, j0, buf) };
-    if norms && t < BC {
+    unsafe {
+        copy_rows::<TF32_CENTROIDS, TF32_CHUNK_DIMS, TF32_C_STRIDE, { BLOCK as usize }>(
+            t, vec, c, k, d, first, j0, buf,
+        )
+    };
+    if norms && t < TF32_CENTROIDS {
         let ok = first + t < k;
         let src = if ok {
             unsafe { c_sq_norms.add(first + t) }
         } else {
             c_sq_norms
         };
-        let dst = buf + 4 * (BC * CS + t) as u32;
+        let dst = buf + 4 * (TF32_CENTROIDS * TF32_C_STRIDE + t) as u32;
         unsafe { copy_4(dst, src, if ok { 4 } else { 0 }) };
     }
 }
@@ -522,4 +744,33 @@ unsafe fn stage_chunk(
 #[inline(always)]
 fn shfl_xor_f32(v: f32, mask: u32) -> f32 {
     f32::from_bits(shfl_xor_u32(v.to_bits(), mask))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::launch::{ASSIGN_WIDE, BLOCK};
+
+    #[test]
+    fn tf32_tile_fits() {
+        // Two blocks per multiprocessor on sm_80 / sm_90 (164 / 228 KiB per SM).
+        assert!(2 * (tf32_shared_bytes() + 1024) <= 228 * 1024);
+        // The point tile is reused for the merge (128 points × 2 warp columns × 2 candidates ×
+        // (score, index)) and the reduction scratch (2 f64 per thread).
+        assert!(
+            TF32_POINTS * 2 * 2 * 8 + 2 * BLOCK as usize * 8 <= TF32_POINTS / 2 * TF32_X_STRIDE * 4
+        );
+        assert_eq!(TF32_X_STRIDE % 32, 4);
+        assert_eq!(TF32_C_STRIDE % 32, 16);
+        assert_eq!(
+            TF32_CHUNK_DIMS, 16,
+            "one 16-byte fragment load per row and chunk"
+        );
+        assert_eq!(TF32_POINT_DIMS % TF32_CHUNK_DIMS, 0);
+        assert_eq!(
+            TF32_POINTS,
+            ASSIGN_WIDE.points(),
+            "same inertia partials as the exact kernel"
+        );
+    }
 }

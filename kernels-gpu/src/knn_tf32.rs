@@ -65,7 +65,7 @@ pub const SCAN_CANDIDATES: u32 = 1;
 pub const TF32_ROWS: usize = 128;
 /// Training rows per tile of the scan (2 warp columns × 64).
 pub const TF32_COLS: usize = 128;
-/// Dimensions per staged training chunk of the scan (the assign kernel's: `launch::TF32_KC`).
+/// Dimensions per staged training chunk of the scan (the assign kernel's is [`crate::assign_tf32::TF32_CHUNK_DIMS`]).
 pub const SCAN_KC: usize = 32;
 /// Row stride (words) of a staged training chunk: ≡ 4 (mod 32), conflict-free fragment loads.
 pub const TF32_CS: usize = SCAN_KC + 4;

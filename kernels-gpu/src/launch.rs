@@ -290,42 +290,6 @@ impl SmallStep {
     }
 }
 
-/// Shape of the TF32 tensor-core assign kernel (`kmeans_assign_l2_tf32`, sm_80 and later):
-/// `BLOCK` threads (8 warps as 4 point rows × 2 centroid columns, each warp 32 points × 64
-/// centroids of `m16n8k8` tiles) own `TF32_POINTS` points and sweep the centroids in tiles of
-/// `TF32_CENTROIDS`. Dimensions are zero-padded to a multiple of `TF32_KC`; the point tile holds
-/// `TF32_XC` of them (all of them when `d ≤ TF32_XC`, so it is staged once per block) and the
-/// centroid tile streams `TF32_KC` at a time through a ring of `TF32_STAGES` buffers.
-pub const TF32_POINTS: usize = 128;
-/// Centroids per tile of the TF32 assign kernel.
-pub const TF32_CENTROIDS: usize = 128;
-/// Dimensions per staged centroid chunk of the TF32 assign kernel.
-pub const TF32_KC: usize = 16;
-/// Dimensions of the staged point tile of the TF32 assign kernel.
-pub const TF32_XC: usize = 128;
-/// Centroid chunks in flight (`cp.async` groups) plus the one being multiplied.
-pub const TF32_STAGES: usize = 4;
-const _: () = assert!(
-    TF32_STAGES >= 2,
-    "a chunk in flight while one is multiplied"
-);
-/// Stride (in words) of the point tile's pair rows (two point rows interleaved): ≡ 4 (mod 32),
-/// so the 16-byte A-fragment loads of each quarter warp (2 pair rows × 4 lanes, 8 words apart)
-/// fall in 32 distinct banks.
-pub const TF32_X_STRIDE: usize = 2 * TF32_XC + 4;
-/// Row stride (in words) of a centroid chunk: ≡ 16 (mod 32), so the 16-byte B-fragment loads of
-/// each quarter warp (2 rows × 4 lanes) fall in 32 distinct banks.
-pub const TF32_C_STRIDE: usize = TF32_KC;
-/// Words of one centroid stage: the chunk, then the squared norms of its tile's centroids
-/// (staged with the tile's last chunk, whose step ranks the tile).
-pub const TF32_STAGE_WORDS: usize = TF32_CENTROIDS * TF32_C_STRIDE + TF32_CENTROIDS;
-
-/// Dynamic shared memory of one block of the TF32 assign kernel, in bytes: the point tile (after
-/// the sweep it holds the candidate merge and the reduction scratch) and the centroid stages.
-pub const fn tf32_shared_bytes() -> usize {
-    (TF32_POINTS / 2 * TF32_X_STRIDE + TF32_STAGES * TF32_STAGE_WORDS) * 4
-}
-
 /// Whether per-block fixed-point sums of `k × d` values (plus `k` u64 cluster weights) fit in
 /// shared memory: the `8·k·d + 8·k` bytes of `kmeans_accumulate_shared`.
 pub fn sums_fit_shared(k: usize, d: usize) -> bool {
@@ -367,25 +331,5 @@ mod tests {
         assert!(!sums_fit_shared(1, 6144));
         assert!(sums_fit_shared(64, 95) && !sums_fit_shared(64, 96));
         assert!(!sums_fit_shared(usize::MAX, 2));
-    }
-
-    #[test]
-    fn tf32_tile_fits() {
-        // Two blocks per multiprocessor on sm_80 / sm_90 (164 / 228 KiB per SM).
-        assert!(2 * (tf32_shared_bytes() + 1024) <= 228 * 1024);
-        // The point tile is reused for the merge (128 points × 2 warp columns × 2 candidates ×
-        // (score, index)) and the reduction scratch (2 f64 per thread).
-        assert!(
-            TF32_POINTS * 2 * 2 * 8 + 2 * BLOCK as usize * 8 <= TF32_POINTS / 2 * TF32_X_STRIDE * 4
-        );
-        assert_eq!(TF32_X_STRIDE % 32, 4);
-        assert_eq!(TF32_C_STRIDE % 32, 16);
-        assert_eq!(TF32_KC, 16, "one 16-byte fragment load per row and chunk");
-        assert_eq!(TF32_XC % TF32_KC, 0);
-        assert_eq!(
-            TF32_POINTS,
-            ASSIGN_WIDE.points(),
-            "same inertia partials as the exact kernel"
-        );
     }
 }

@@ -22,10 +22,11 @@ use crate::backend::{Farthest, Partial, farthest, squared_shift};
 use crate::error::{Error, Result};
 use crate::matrix::MatrixView;
 use cudarc::driver::CudaSlice;
+use kernels_gpu::assign_tf32::tf32_grid;
 use kernels_gpu::fixed::{inv_pow2_f64, pow2_f32};
 use kernels_gpu::launch::{
     ASSIGN_WIDE, AssignTile, BLOCK, SEED_CANDIDATES, SHIFT_PART, SMALL_STEPS, SmallStep,
-    TF32_POINTS, sums_fit_shared,
+    sums_fit_shared,
 };
 use kernels_gpu::math::AssignMetric;
 use kernels_gpu::seeding::WeightScale;
@@ -159,7 +160,7 @@ impl<'a> CudaLloyd<'a> {
         let tf32 = tf32 && small_shape.is_none();
         let assign_blocks = match small_shape {
             Some(i) => n.div_ceil(SMALL_STEPS[i].block_points()),
-            None if tf32 => n.div_ceil(TF32_POINTS),
+            None if tf32 => tf32_grid(n),
             None => n.div_ceil(tile.points()),
         };
         let small = match small_shape {

@@ -6,8 +6,8 @@ use cudarc::driver::CudaSlice;
 use kernels_gpu::assign::{
     KMEANS_ASSIGN_L1_NARROW, KMEANS_ASSIGN_L1_WIDE, KMEANS_ASSIGN_L2_NARROW, KMEANS_ASSIGN_L2_WIDE,
 };
-use kernels_gpu::assign_tf32::KMEANS_ASSIGN_L2_TF32;
-use kernels_gpu::launch::{ASSIGN_WIDE, AssignTile, BLOCK, TF32_POINTS, tf32_shared_bytes};
+use kernels_gpu::assign_tf32::{KMEANS_ASSIGN_L2_TF32, tf32_grid, tf32_shared_bytes};
+use kernels_gpu::launch::{ASSIGN_WIDE, AssignTile, BLOCK};
 use kernels_gpu::math::AssignMetric;
 
 /// `kmeans_assign_{l2,l1}_{wide,narrow}`: every point's nearest centroid and distance, the
@@ -103,7 +103,7 @@ pub(crate) struct KmeansAssignL2Tf32<'a> {
 impl KmeansAssignL2Tf32<'_> {
     pub(crate) fn launch(self, gpu: &CudaBackend) -> Result<()> {
         let (n, d, k) = (self.n as usize, self.d as usize, self.k as usize);
-        let grid = n.div_ceil(TF32_POINTS);
+        let grid = tf32_grid(n);
         debug_assert!(self.x.len() >= n * d && self.x_sq_norms.len() >= n);
         debug_assert!(self.centroids.len() >= k * d && self.c_sq_norms.len() >= k);
         debug_assert!(self.labels.len() >= n && self.min_dist.len() >= n);
