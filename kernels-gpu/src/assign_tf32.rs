@@ -749,7 +749,8 @@ fn shfl_xor_f32(v: f32, mask: u32) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::launch::{ASSIGN_WIDE, BLOCK};
+    use crate::assign::ASSIGN_WIDE;
+    use crate::launch::BLOCK;
 
     #[test]
     fn tf32_tile_fits() {

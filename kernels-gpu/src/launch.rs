@@ -71,105 +71,6 @@ pub const SEED_SHARED_BYTES: usize = SEED_CANDIDATES * SEED_DIMS * 4 + SEED_CAND
 /// Dynamic shared memory the host is willing to give one block without opting in (48 KiB).
 pub const DEFAULT_SHARED_BYTES: usize = 48 * 1024;
 
-/// Shape of a register-tiled assign kernel: `BLOCK` threads form `BLOCK / ct` point groups ×
-/// `ct` centroid groups; each thread accumulates `tp` points × `tc` centroids in registers while
-/// `ASSIGN_JC` dimensions at a time of both tiles stream through shared memory.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct AssignTile {
-    /// Centroid groups (threads sharing a point group).
-    pub ct: usize,
-    /// Points per thread.
-    pub tp: usize,
-    /// Centroids per thread.
-    pub tc: usize,
-}
-
-/// Dimensions per shared-memory chunk of the assign kernels.
-pub const ASSIGN_JC: usize = 16;
-
-/// Shared-memory buffers of the sm_80 assign kernels, which copy chunks ahead with `cp.async`
-/// while the current one is multiplied.
-pub const ASSIGN_STAGES: usize = 2;
-
-/// For many centroids: 128 points × 128 centroids per block, 8 × 8 per thread.
-pub const ASSIGN_WIDE: AssignTile = AssignTile {
-    ct: 16,
-    tp: 8,
-    tc: 8,
-};
-/// For k ≤ 16: 256 points × 16 centroids per block, 4 × 4 per thread.
-pub const ASSIGN_NARROW: AssignTile = AssignTile {
-    ct: 4,
-    tp: 4,
-    tc: 4,
-};
-
-impl AssignTile {
-    /// The tile for `k` centroids.
-    pub const fn for_k(k: usize) -> Self {
-        if k <= ASSIGN_NARROW.ct * ASSIGN_NARROW.tc {
-            ASSIGN_NARROW
-        } else {
-            ASSIGN_WIDE
-        }
-    }
-
-    /// Points per block.
-    pub const fn points(self) -> usize {
-        BLOCK as usize / self.ct * self.tp
-    }
-
-    /// Centroids per tile.
-    pub const fn centroids(self) -> usize {
-        self.ct * self.tc
-    }
-
-    /// Row stride (in f32) of the transposed point tile: +4 keeps rows 16-byte aligned for
-    /// vector loads and spreads the transposing stores over banks.
-    pub const fn x_stride(self) -> usize {
-        self.points() + 4
-    }
-
-    /// Row stride (in f32) of the transposed centroid tile.
-    pub const fn c_stride(self) -> usize {
-        self.centroids() + 4
-    }
-
-    /// Floats of one staged chunk: the point tile, then the centroid tile.
-    pub const fn stage_len(self) -> usize {
-        ASSIGN_JC * (self.x_stride() + self.c_stride())
-    }
-
-    /// Dynamic shared memory of one block, in bytes: reduction scratch (2 f64 per thread), then
-    /// the larger of the two kernel layouts. The sm_70 kernel keeps one staged chunk and the
-    /// per-point candidates of every centroid group (score, index); the sm_80 kernel keeps
-    /// `ASSIGN_STAGES` chunks and as many slots of centroid norms, and merges the candidates in
-    /// the chunk buffers once the sweep is over.
-    pub const fn shared_bytes(self) -> usize {
-        let scratch = 2 * BLOCK as usize * 8;
-        let merge = self.points() * self.ct * 8;
-        let single = (self.stage_len() * 4) + merge;
-        let staged = ASSIGN_STAGES * (self.stage_len() + self.centroids()) * 4;
-        let staged = if staged > merge { staged } else { merge };
-        scratch + if single > staged { single } else { staged }
-    }
-
-    /// Dynamic shared memory of one block of the sm_80 kernel when the point tile of `d`
-    /// dimensions stays resident (staged once, not once per centroid tile), in bytes: reduction
-    /// scratch, `ASSIGN_STAGES` centroid chunks and norm slots, then the point tile. Given at
-    /// least this much (which at few dimensions is no more than [`Self::shared_bytes`]), the sm_80
-    /// kernel keeps the tile resident; otherwise it streams it with the centroids.
-    pub const fn resident_shared_bytes(self, d: usize) -> usize {
-        let scratch = 2 * BLOCK as usize * 8;
-        let merge = self.points() * self.ct * 8;
-        let chunks = if d == 0 { 1 } else { d.div_ceil(ASSIGN_JC) };
-        let centroids = ASSIGN_STAGES * (ASSIGN_JC * self.c_stride() + self.centroids()) * 4;
-        let points = chunks * ASSIGN_JC * self.x_stride() * 4;
-        let resident = centroids + points;
-        scratch + if resident > merge { resident } else { merge }
-    }
-}
-
 /// Shape of a small-shape Lloyd step kernel ([`crate::small`]): every thread holds `points`
 /// points of up to `max_d` dimensions in registers while all `k` centroids sit in shared memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -302,27 +203,6 @@ pub fn sums_fit_shared(k: usize, d: usize) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn assign_tiles_fit_default_shared_memory() {
-        for tile in [ASSIGN_WIDE, ASSIGN_NARROW] {
-            assert!(tile.shared_bytes() <= DEFAULT_SHARED_BYTES, "{tile:?}");
-            assert_eq!(BLOCK as usize % tile.ct, 0);
-            assert!(tile.tp % 4 == 0 && tile.tc % 4 == 0, "vector loads of 4");
-        }
-        assert_eq!(AssignTile::for_k(16), ASSIGN_NARROW);
-        assert_eq!(AssignTile::for_k(17), ASSIGN_WIDE);
-    }
-
-    #[test]
-    fn resident_point_tile_fits_two_blocks() {
-        // d = 128 with two blocks per multiprocessor on sm_90 (228 KiB, 1 KiB reserved per block).
-        assert!(2 * (ASSIGN_WIDE.resident_shared_bytes(128) + 1024) <= 228 * 1024);
-        // Few dimensions: the resident layout fits in the streaming one's memory (the kernel then
-        // keeps the tile resident at no cost).
-        assert!(ASSIGN_WIDE.resident_shared_bytes(16) <= ASSIGN_WIDE.shared_bytes());
-        assert!(ASSIGN_WIDE.resident_shared_bytes(129) > ASSIGN_WIDE.resident_shared_bytes(128));
-    }
 
     #[test]
     fn shared_sums_count_their_u64_weights() {

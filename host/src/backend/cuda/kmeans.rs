@@ -22,11 +22,11 @@ use crate::backend::{Farthest, Partial, farthest, squared_shift};
 use crate::error::{Error, Result};
 use crate::matrix::MatrixView;
 use cudarc::driver::CudaSlice;
+use kernels_gpu::assign::{ASSIGN_WIDE, AssignTile};
 use kernels_gpu::assign_tf32::tf32_grid;
 use kernels_gpu::fixed::{inv_pow2_f64, pow2_f32};
 use kernels_gpu::launch::{
-    ASSIGN_WIDE, AssignTile, BLOCK, SEED_CANDIDATES, SHIFT_PART, SMALL_STEPS, SmallStep,
-    sums_fit_shared,
+    BLOCK, SEED_CANDIDATES, SHIFT_PART, SMALL_STEPS, SmallStep, sums_fit_shared,
 };
 use kernels_gpu::math::AssignMetric;
 use kernels_gpu::seeding::WeightScale;

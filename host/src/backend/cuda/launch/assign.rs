@@ -3,11 +3,12 @@
 use crate::backend::cuda::CudaBackend;
 use crate::error::Result;
 use cudarc::driver::CudaSlice;
+use kernels_gpu::assign::{ASSIGN_WIDE, AssignTile};
 use kernels_gpu::assign::{
     KMEANS_ASSIGN_L1_NARROW, KMEANS_ASSIGN_L1_WIDE, KMEANS_ASSIGN_L2_NARROW, KMEANS_ASSIGN_L2_WIDE,
 };
 use kernels_gpu::assign_tf32::{KMEANS_ASSIGN_L2_TF32, tf32_grid, tf32_shared_bytes};
-use kernels_gpu::launch::{ASSIGN_WIDE, AssignTile, BLOCK};
+use kernels_gpu::launch::BLOCK;
 use kernels_gpu::math::AssignMetric;
 
 /// `kmeans_assign_{l2,l1}_{wide,narrow}`: every point's nearest centroid and distance, the
