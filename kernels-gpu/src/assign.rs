@@ -436,6 +436,11 @@ unsafe fn rank_tile<const THREAD_POINTS: usize, const THREAD_CENTROIDS: usize>(
 /// so the 16 centroid groups of a warp read 64 consecutive words per 16-byte load (no bank
 /// conflicts). Accumulation order per (point, centroid) and the candidate order (score, then
 /// index) are those of [`run`].
+///
+/// Kept whole at ~150 lines: the shared layout and the tile ranking are separate steps
+/// ([`AsyncLayout::new`], [`rank_tile_split`]), but moving the copy-issue closure (or even its
+/// norm copy) into an `#[inline(always)]` function changes the sm_80 PTX of all four assign
+/// kernels (block order and branches), so it stays a closure here.
 #[cfg(target_feature = "sm_80")]
 #[inline(always)]
 unsafe fn run_async<
@@ -449,28 +454,15 @@ unsafe fn run_async<
     metric: AssignMetric,
     tile: AssignTile,
 ) {
-    use crate::cp_async::{commit, dynamic_shared_bytes, shared_addr, wait_group};
+    use crate::cp_async::{commit, wait_group};
     // Two buffers: step `s` reads buffer `s % 2` and norms slot `tile % 2`.
     const _: () = assert!(ASSIGN_STAGES == 2);
     let t = gpu::thread();
     let (tx, ty) = (t % tile.centroid_groups, t / tile.centroid_groups);
-    let (xs_stride, cs_stride) = (tile.x_stride(), tile.c_stride());
+    let xs_stride = tile.x_stride();
     let first_point = gpu::block() * BLOCK_POINTS;
     let l2 = metric == AssignMetric::SqL2;
-    let resident = dynamic_shared_bytes() as usize >= tile.resident_shared_bytes(a.d);
-
-    // Streaming: two stages of (point chunk, centroid chunk), then the norms. Resident: two
-    // centroid chunks, the norms, then the whole point tile (chunk after chunk).
-    let x_chunk = ASSIGN_CHUNK_DIMS * xs_stride;
-    let c_chunk = ASSIGN_CHUNK_DIMS * cs_stride;
-    let stage = if resident { c_chunk } else { x_chunk + c_chunk };
-    let c_off = if resident { 0 } else { x_chunk };
-    let scratch = shared::<f64>();
-    let bufs = unsafe { scratch.add(2 * BLOCK as usize) }.cast::<f32>();
-    let norms = unsafe { bufs.add(ASSIGN_STAGES * stage) };
-    let x_tile = unsafe { norms.add(ASSIGN_STAGES * BLOCK_CENTROIDS) };
-    let (bufs_addr, norms_addr, x_tile_addr) =
-        (shared_addr(bufs), shared_addr(norms), shared_addr(x_tile));
+    let l = AsyncLayout::new::<BLOCK_CENTROIDS>(tile, a.d);
 
     let chunks = a.d.div_ceil(ASSIGN_CHUNK_DIMS);
     let steps = a.k.div_ceil(BLOCK_CENTROIDS) * chunks;
@@ -479,12 +471,12 @@ unsafe fn run_async<
     let issue = |s: usize, tile_i: usize, kc: usize| {
         let j0 = kc * ASSIGN_CHUNK_DIMS;
         let width = ASSIGN_CHUNK_DIMS.min(a.d - j0);
-        let buf = bufs_addr + (4 * (s % 2) * stage) as u32;
+        let buf = l.bufs_addr + (4 * (s % 2) * l.stage) as u32;
         let first_c = tile_i * BLOCK_CENTROIDS;
         unsafe {
-            if !resident || tile_i == 0 {
-                let xbuf = if resident {
-                    x_tile_addr + (4 * kc * x_chunk) as u32
+            if !l.resident || tile_i == 0 {
+                let xbuf = if l.resident {
+                    l.x_tile_addr + (4 * kc * l.x_chunk) as u32
                 } else {
                     buf
                 };
@@ -502,7 +494,7 @@ unsafe fn run_async<
             }
             // Rows j0.. of the centroids by dimension, columns first_c..: 16-byte copies when
             // they divide among the threads (the wide tile), else one word each.
-            let cbuf = buf + (4 * c_off) as u32;
+            let cbuf = buf + (4 * l.c_off) as u32;
             let vec = (ASSIGN_CHUNK_DIMS * BLOCK_CENTROIDS / 4).is_multiple_of(BLOCK as usize);
             crate::cp_async::copy_rows::<
                 ASSIGN_CHUNK_DIMS,
@@ -517,7 +509,7 @@ unsafe fn run_async<
                 } else {
                     a.c_sq_norms
                 };
-                let dst = norms_addr + (4 * ((tile_i % 2) * BLOCK_CENTROIDS + t)) as u32;
+                let dst = l.norms_addr + (4 * ((tile_i % 2) * BLOCK_CENTROIDS + t)) as u32;
                 crate::cp_async::copy_4(dst, src, if ok { 4 } else { 0 });
             }
         }
@@ -545,72 +537,37 @@ unsafe fn run_async<
                 issue(s + 1, tile_i, kc + 1);
             }
         }
-        let xs = if resident {
-            unsafe { x_tile.add(kc * x_chunk) }
+        let xs = if l.resident {
+            unsafe { l.x_tile.add(kc * l.x_chunk) }
         } else {
-            unsafe { bufs.add((s % 2) * stage) }
+            unsafe { l.bufs.add((s % 2) * l.stage) }
         };
-        let cs = unsafe { bufs.add((s % 2) * stage + c_off) };
+        let cs = unsafe { l.bufs.add((s % 2) * l.stage + l.c_off) };
         let width = ASSIGN_CHUNK_DIMS.min(a.d - kc * ASSIGN_CHUNK_DIMS);
         if width == ASSIGN_CHUNK_DIMS {
             for jj in 0..ASSIGN_CHUNK_DIMS {
-                unsafe {
-                    accumulate_split(
-                        metric,
-                        &mut acc,
-                        xs,
-                        cs,
-                        jj,
-                        xs_stride,
-                        cs_stride,
-                        tile.centroid_groups,
-                        tx,
-                        ty,
-                    )
-                };
+                unsafe { accumulate_split(metric, &mut acc, xs, cs, jj, tile, tx, ty) };
             }
         } else {
             for jj in 0..width {
-                unsafe {
-                    accumulate_split(
-                        metric,
-                        &mut acc,
-                        xs,
-                        cs,
-                        jj,
-                        xs_stride,
-                        cs_stride,
-                        tile.centroid_groups,
-                        tx,
-                        ty,
-                    )
-                };
+                unsafe { accumulate_split(metric, &mut acc, xs, cs, jj, tile, tx, ty) };
             }
         }
         if last_chunk {
             // The tile is done: rank its centroids for this thread's points.
-            let first_c = tile_i * BLOCK_CENTROIDS;
-            let tile_norms = unsafe { norms.add((tile_i % 2) * BLOCK_CENTROIDS) };
-            let mut c_sq = [0f32; THREAD_CENTROIDS];
-            let mut index = [0u32; THREAD_CENTROIDS];
-            let mut valid = [false; THREAD_CENTROIDS];
-            for q in 0..THREAD_CENTROIDS {
-                let local = (q / 4) * 4 * tile.centroid_groups + tx * 4 + q % 4;
-                index[q] = (first_c + local) as u32;
-                valid[q] = first_c + local < a.k;
-                if l2 {
-                    c_sq[q] = unsafe { *tile_norms.add(local) };
-                }
-            }
-            rank(
-                metric,
-                &acc,
-                &c_sq,
-                &index,
-                &valid,
-                &mut best_score,
-                &mut best_index,
-            );
+            unsafe {
+                rank_tile_split::<THREAD_POINTS, THREAD_CENTROIDS, BLOCK_CENTROIDS>(
+                    &a,
+                    metric,
+                    tile,
+                    tile_i,
+                    l.norms,
+                    tx,
+                    &acc,
+                    &mut best_score,
+                    &mut best_index,
+                )
+            };
             acc = [[0f32; THREAD_CENTROIDS]; THREAD_POINTS];
             (tile_i, kc) = (tile_i + 1, 0);
         } else {
@@ -620,8 +577,8 @@ unsafe fn run_async<
     }
     // Nothing is in flight; the buffers become the merge area.
     sync_threads();
-    let merge_score = bufs;
-    let merge_index = unsafe { bufs.add(BLOCK_POINTS * tile.centroid_groups) }.cast::<u32>();
+    let merge_score = l.bufs;
+    let merge_index = unsafe { l.bufs.add(BLOCK_POINTS * tile.centroid_groups) }.cast::<u32>();
     unsafe {
         finish::<THREAD_POINTS>(
             a,
@@ -631,9 +588,104 @@ unsafe fn run_async<
             best_index,
             merge_score,
             merge_index,
-            scratch,
+            l.scratch,
         )
     };
+}
+
+/// The shared-memory layout of an sm_80 assign block. Streaming: two stages of (point chunk,
+/// centroid chunk), then the norms. Resident: two centroid chunks, the norms, then the whole
+/// point tile (chunk after chunk). Reduction scratch comes first in both.
+#[cfg(target_feature = "sm_80")]
+#[derive(Clone, Copy)]
+struct AsyncLayout {
+    /// The point tile stays resident (staged during the first centroid tile).
+    resident: bool,
+    /// Floats of one point chunk, of one stage, and the centroid chunk's offset in a stage.
+    x_chunk: usize,
+    stage: usize,
+    c_off: usize,
+    scratch: *mut f64,
+    bufs: *mut f32,
+    norms: *mut f32,
+    x_tile: *mut f32,
+    /// Shared-window addresses of the stages, the norm slots and the resident point tile.
+    bufs_addr: u32,
+    norms_addr: u32,
+    x_tile_addr: u32,
+}
+
+#[cfg(target_feature = "sm_80")]
+impl AsyncLayout {
+    /// The layout for `tile` at `d` dimensions, resident when the launch gave the shared memory
+    /// of [`AssignTile::resident_shared_bytes`].
+    #[inline(always)]
+    fn new<const BLOCK_CENTROIDS: usize>(tile: AssignTile, d: usize) -> Self {
+        use crate::cp_async::{dynamic_shared_bytes, shared_addr};
+        let resident = dynamic_shared_bytes() as usize >= tile.resident_shared_bytes(d);
+        let x_chunk = ASSIGN_CHUNK_DIMS * tile.x_stride();
+        let c_chunk = ASSIGN_CHUNK_DIMS * tile.c_stride();
+        let stage = if resident { c_chunk } else { x_chunk + c_chunk };
+        let c_off = if resident { 0 } else { x_chunk };
+        let scratch = shared::<f64>();
+        let bufs = unsafe { scratch.add(2 * BLOCK as usize) }.cast::<f32>();
+        let norms = unsafe { bufs.add(ASSIGN_STAGES * stage) };
+        let x_tile = unsafe { norms.add(ASSIGN_STAGES * BLOCK_CENTROIDS) };
+        AsyncLayout {
+            resident,
+            x_chunk,
+            stage,
+            c_off,
+            scratch,
+            bufs,
+            norms,
+            x_tile,
+            bufs_addr: shared_addr(bufs),
+            norms_addr: shared_addr(norms),
+            x_tile_addr: shared_addr(x_tile),
+        }
+    }
+}
+
+/// Ranks the finished centroid tile `tile_i` into each of this thread's points' best, with the
+/// centroid mapping of [`run_async`] (slot `q` is column `(q / 4)·4·centroid_groups + tx·4 +
+/// q % 4`) and the norms from slot `tile_i % 2` of `norms`.
+///
+/// # Safety
+/// The tile's norms have landed in `norms` (L2).
+#[cfg(target_feature = "sm_80")]
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn rank_tile_split<
+    const THREAD_POINTS: usize,
+    const THREAD_CENTROIDS: usize,
+    const BLOCK_CENTROIDS: usize,
+>(
+    a: &AssignArgs,
+    metric: AssignMetric,
+    tile: AssignTile,
+    tile_i: usize,
+    norms: *const f32,
+    tx: usize,
+    acc: &[[f32; THREAD_CENTROIDS]; THREAD_POINTS],
+    best_score: &mut [f32; THREAD_POINTS],
+    best_index: &mut [u32; THREAD_POINTS],
+) {
+    let l2 = metric == AssignMetric::SqL2;
+    let first_c = tile_i * BLOCK_CENTROIDS;
+    let tile_norms = unsafe { norms.add((tile_i % 2) * BLOCK_CENTROIDS) };
+    let mut c_sq = [0f32; THREAD_CENTROIDS];
+    let mut index = [0u32; THREAD_CENTROIDS];
+    let mut valid = [false; THREAD_CENTROIDS];
+    for q in 0..THREAD_CENTROIDS {
+        let local = (q / 4) * 4 * tile.centroid_groups + tx * 4 + q % 4;
+        index[q] = (first_c + local) as u32;
+        valid[q] = first_c + local < a.k;
+        if l2 {
+            c_sq[q] = unsafe { *tile_norms.add(local) };
+        }
+    }
+    rank(metric, acc, &c_sq, &index, &valid, best_score, best_index);
 }
 
 /// Merges a finished tile's candidates into each point's best: `acc[i][q]` is point `i` against
@@ -719,12 +771,12 @@ unsafe fn accumulate_split<const THREAD_POINTS: usize, const THREAD_CENTROIDS: u
     xs: *const f32,
     cs: *const f32,
     jj: usize,
-    xs_stride: usize,
-    cs_stride: usize,
-    centroid_groups: usize,
+    tile: AssignTile,
     tx: usize,
     ty: usize,
 ) {
+    let (xs_stride, cs_stride) = (tile.x_stride(), tile.c_stride());
+    let centroid_groups = tile.centroid_groups;
     let xv: [f32; THREAD_POINTS] =
         unsafe { load_vec4s(xs.add(jj * xs_stride + ty * THREAD_POINTS)) };
     let mut cv = [0f32; THREAD_CENTROIDS];
