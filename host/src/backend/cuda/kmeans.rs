@@ -115,6 +115,64 @@ struct Summary {
     shift: f64,
 }
 
+/// Whether this GPU and `spec` allow the TF32 assignment (squared L2, tensor cores).
+fn check_tf32(gpu: &CudaBackend, spec: &LloydSpec<'_>) -> Result<()> {
+    if spec.metric != Metric::L2 {
+        return Err(Error::invalid(
+            "precision",
+            "precision tf32 needs metric l2",
+        ));
+    }
+    let (major, minor) = gpu.info().compute_capability;
+    if major < 8 {
+        return Err(Error::invalid(
+            "precision",
+            format!(
+                "precision tf32 needs a GPU of compute capability 8.0 or later (TF32 \
+                 tensor cores); {} has {major}.{minor}",
+                gpu.info().name
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The assign path of a job: the small step's index in `SMALL_STEPS` when it applies, and
+/// whether the TF32 kernel runs (asked for by `tf32`, and not on the small path).
+///
+/// The small step runs when two of its blocks fit on a multiprocessor (fewer hide no latency).
+/// It also serves TF32 requests: for these shapes the exact step is faster than the tensor-core
+/// kernel (measured 2.5–7× on the benchmark's A, B, C), and exact. Spherical k-means needs the
+/// tiled path: its point and centroid norms are given, not computed, and its centroids are
+/// renormalised between the finalize and the shift.
+fn assign_path(
+    gpu: &CudaBackend,
+    d: usize,
+    k: usize,
+    spherical: bool,
+    tf32: bool,
+) -> (Option<usize>, bool) {
+    let small_shape = SmallStep::for_d(d)
+        .filter(|&i| SMALL_STEPS[i].fits(k, d, gpu.max_shared_per_block() / 2))
+        .filter(|_| !spherical);
+    (small_shape, tf32 && small_shape.is_none())
+}
+
+/// Blocks of per-block update sums (`kmeans_accumulate_shared`'s grid) for `n` points: two per
+/// multiprocessor, fewer when there are fewer points than that; one global set when the sums do
+/// not fit in `shared` memory; none on the `small` path, which keeps its own sums.
+fn update_parts(gpu: &CudaBackend, n: usize, small: bool, shared: bool) -> usize {
+    if small {
+        0
+    } else if shared {
+        n.div_ceil(BLOCK as usize)
+            .min(2 * gpu.multiprocessors())
+            .max(1)
+    } else {
+        1
+    }
+}
+
 impl<'a> CudaLloyd<'a> {
     pub(crate) fn new(
         gpu: &'a CudaBackend,
@@ -130,34 +188,10 @@ impl<'a> CudaLloyd<'a> {
         arg_u32(k, "k")?;
         let tf32 = spec.precision == Precision::Tf32;
         if tf32 {
-            if spec.metric != Metric::L2 {
-                return Err(Error::invalid(
-                    "precision",
-                    "precision tf32 needs metric l2",
-                ));
-            }
-            let (major, minor) = gpu.info().compute_capability;
-            if major < 8 {
-                return Err(Error::invalid(
-                    "precision",
-                    format!(
-                        "precision tf32 needs a GPU of compute capability 8.0 or later (TF32 \
-                         tensor cores); {} has {major}.{minor}",
-                        gpu.info().name
-                    ),
-                ));
-            }
+            check_tf32(gpu, spec)?;
         }
         let tile = AssignTile::for_k(k);
-        // The small step when two of its blocks fit on a multiprocessor (fewer hide no latency).
-        // It also serves TF32 requests: for these shapes the exact step is faster than the
-        // tensor-core kernel (measured 2.5–7× on the benchmark's A, B, C), and exact.
-        // Spherical k-means needs the tiled path: its point and centroid norms are given, not
-        // computed, and its centroids are renormalised between the finalize and the shift.
-        let small_shape = SmallStep::for_d(d)
-            .filter(|&i| SMALL_STEPS[i].fits(k, d, gpu.max_shared_per_block() / 2))
-            .filter(|_| !spherical);
-        let tf32 = tf32 && small_shape.is_none();
+        let (small_shape, tf32) = assign_path(gpu, d, k, spherical, tf32);
         let assign_blocks = match small_shape {
             Some(i) => n.div_ceil(SMALL_STEPS[i].block_points()),
             None if tf32 => tf32_grid(n),
@@ -172,17 +206,7 @@ impl<'a> CudaLloyd<'a> {
             None => None,
         };
         let shared = sums_fit_shared(k, d);
-        // Two blocks per multiprocessor, fewer when there are fewer points than that; none on
-        // the small path, which keeps its own sums.
-        let parts = if small.is_some() {
-            0
-        } else if shared {
-            n.div_ceil(BLOCK as usize)
-                .min(2 * gpu.multiprocessors())
-                .max(1)
-        } else {
-            1
-        };
+        let parts = update_parts(gpu, n, small.is_some(), shared);
         let f32_scales: Vec<f32> = spec.scales.iter().map(|&s| pow2_f32(s)).collect();
         let f64_inv: Vec<f64> = spec.scales.iter().map(|&s| inv_pow2_f64(s)).collect();
         // The small step computes the points' norms itself.
@@ -244,15 +268,20 @@ impl<'a> CudaLloyd<'a> {
             staged: vec![],
         };
         if metric == AssignMetric::SqL2 && norms_len > 0 && !spherical {
-            RowSqNorms {
-                x: &lloyd.x,
-                n: n as u32,
-                d: d as u32,
-                out: &mut lloyd.x_sq_norms,
-            }
-            .launch(gpu)?;
+            lloyd.point_norms()?;
         }
         Ok(lloyd)
+    }
+
+    /// Queues the points' squared norms into `x_sq_norms`.
+    fn point_norms(&mut self) -> Result<()> {
+        RowSqNorms {
+            x: &self.x,
+            n: self.n as u32,
+            d: self.d as u32,
+            out: &mut self.x_sq_norms,
+        }
+        .launch(self.gpu)
     }
 
     /// The resident rows (shared with the mini-batch steps).
