@@ -29,7 +29,7 @@ use crate::fixed::{inertia_term, units_at};
 use crate::launch::{BLOCK, Kernel, SmallLayout, SmallStep};
 use crate::math::{AssignMetric, assign_distance, fma};
 use core::sync::atomic::{AtomicU32, Ordering};
-use scan::Scan;
+use scan::SharedCentroidScan;
 use stage::{centroid_norms, quads_sq_norm, stage_rows};
 use sums::accumulate;
 
@@ -70,6 +70,10 @@ pub struct Step {
 /// The body of the small-step kernels: `S.points` points per thread of up to `S.max_d`
 /// dimensions, `S.unroll` centroids at a time (`MAXD`, `P`, `CU` spelled out for the register
 /// arrays).
+///
+/// Kept whole at ~120 lines: its steps already are functions (`stage_rows`, `centroid_norms`,
+/// the scans, `finish_assign`, `accumulate`); moving the register-row branch or the label loads
+/// into `#[inline(always)]` helpers flips branches in the PTX of the small kernels.
 ///
 /// # Safety
 /// `BLOCK` threads, `ceil(n / (BLOCK · P))` blocks, `SmallStep::layout(k, d).bytes` of 16-byte
@@ -112,7 +116,7 @@ pub unsafe fn step<const MAXD: usize, const P: usize, const CU: usize, E: Exec>(
                 *o = unsafe { *s.labels.add(i) };
             }
         }
-        let scan = Scan {
+        let scan = SharedCentroidScan {
             metric: s.metric,
             centroids: m.centroids,
             norms: m.norms,
