@@ -11,10 +11,7 @@
 //! is not among the two best TF32 candidates, and every distance is the exact FP32 distance to
 //! the chosen centroid.
 //!
-//! The kernel runs in four steps: [`prologue`] (the first centroid chunks in flight, the point
-//! tile staged), [`sweep`] (multiply chunk after chunk, ranking each finished centroid tile),
-//! [`merge`] (the candidates of the threads that share a point) and [`recheck`] (exact scores,
-//! labels, block totals).
+//! The kernel body `run` goes prologue, sweep, merge, re-check (see its comment).
 
 use crate::launch::Kernel;
 #[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
@@ -142,219 +139,190 @@ struct Tf32AssignArgs {
     weights: *const f32,
 }
 
-/// One thread's place in the block, and the block's plan of steps (one centroid chunk each).
-#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
-#[derive(Clone, Copy)]
-struct Tf32Thread {
-    a: Tf32AssignArgs,
-    /// Stage rows in 16-byte copies (`d` a multiple of 4).
-    vec: bool,
-    t: usize,
-    /// Row group (`lane / 4`) and column (`lane % 4`) of the lane in its `mma` fragments.
-    g: usize,
-    q: usize,
-    /// Warp (wm, wn) covers points wm·32.. and centroids wn·64.. of the block's tiles.
-    wm: usize,
-    wn: usize,
-    first_point: usize,
-    /// The point tile (pair rows of `TF32_X_STRIDE` words), then the centroid stages.
-    x_tile: *mut u32,
-    c_stages: *mut u32,
-    /// `c_stages` as a shared-window address, for `cp.async`.
-    c_stages_addr: u32,
-    /// Dimensions padded to a multiple of `TF32_CHUNK_DIMS`, and chunks per centroid tile.
-    dp: usize,
-    chunks: usize,
-    /// Whether the point tile holds every dimension.
-    resident: bool,
-    steps: usize,
-}
-
-/// The (tile, chunk) of the next centroid chunk to prefetch.
-#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
-#[derive(Clone, Copy)]
-struct NextChunk {
-    tile: usize,
-    chunk: usize,
-}
-
-/// The two best approximate candidates (score, index) of this thread's four point rows, sorted:
-/// `(s1, i1) ≤ (s2, i2)`.
-#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
-#[derive(Clone, Copy)]
-struct BestTwo {
-    s1: [f32; 4],
-    i1: [u32; 4],
-    s2: [f32; 4],
-    i2: [u32; 4],
-}
-
-/// `acc[mt][nt]`: the `m16n8k8` accumulators of a warp's 2 × 8 tiles.
-#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
-type Accumulators = [[[f32; 4]; 8]; 2];
-
+/// The kernel body, in four steps: the prologue (the first `TF32_STAGES − 1` centroid chunks in
+/// flight, the point tile staged), the sweep (one `mma` step per centroid chunk, each finished
+/// tile ranked into every row's best two), the merge of the candidates of the lanes and warp
+/// columns that share a point, and the exact re-check (labels, distances, block totals).
+///
+/// Kept whole at ~270 lines: its steps share a dozen registers of state (the prefetch cursor,
+/// the accumulators, the best two per row), and splitting them into `#[inline(always)]`
+/// functions (tried, see the history of this file) reorders instructions and inverts the sweep
+/// loop's latch in the PTX of `kmeans_assign_l2_tf32`. The helpers below (`stage_points`,
+/// `stage_chunk`, `merge_lanes`, `insert`, `exact_dot`) are its leaf steps.
 #[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
 #[inline(always)]
 unsafe fn run<const VEC: bool>(a: Tf32AssignArgs) {
+    let Tf32AssignArgs {
+        x,
+        x_sq_norms,
+        n,
+        d,
+        centroids,
+        c_sq_norms,
+        k,
+        labels,
+        min_dist,
+        changed,
+        block_inertia,
+        inertia_scale,
+        weights,
+    } = a;
+    let vec = VEC;
     let t = gpu::thread();
     let (warp, lane) = (t / 32, t % 32);
-    let x_tile = shared::<u32>();
-    let c_stages = unsafe { x_tile.add(TF32_POINTS / 2 * TF32_X_STRIDE) };
-    let dp = a.d.next_multiple_of(TF32_CHUNK_DIMS);
-    let chunks = dp / TF32_CHUNK_DIMS;
-    let th = Tf32Thread {
-        a,
-        vec: VEC,
-        t,
-        g: lane / 4,
-        q: lane % 4,
-        wm: warp % 4,
-        wn: warp / 4,
-        first_point: gpu::block() * TF32_POINTS,
-        x_tile,
-        c_stages,
-        c_stages_addr: shared_addr(c_stages),
-        dp,
-        chunks,
-        resident: dp <= TF32_POINT_DIMS,
-        steps: a.k.div_ceil(TF32_CENTROIDS) * chunks,
-    };
-    let next = unsafe { prologue(&th) };
-    let best = unsafe { sweep(&th, next) };
-    unsafe { merge(&th, best) };
-    sync_threads();
-    unsafe { recheck(&th) };
-}
+    let (g, q) = (lane / 4, lane % 4);
+    // Warp (wm, wn) covers points wm·32.. and centroids wn·64.. of the block's tiles.
+    let (wm, wn) = (warp % 4, warp / 4);
+    let first_point = gpu::block() * TF32_POINTS;
 
-/// Starts copying the next centroid chunk into the stage at shared address `stage_addr` and advances `next`. Commits nothing.
-///
-/// # Safety
-/// As [`stage_chunk`].
-#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
-#[inline(always)]
-unsafe fn prefetch(th: &Tf32Thread, next: &mut NextChunk, stage_addr: u32) {
-    let a = &th.a;
-    unsafe {
-        stage_chunk(
-            th.t,
-            th.vec,
-            a.centroids,
-            a.c_sq_norms,
-            a.k,
-            a.d,
-            next.tile * TF32_CENTROIDS,
-            next.chunk * TF32_CHUNK_DIMS,
-            next.chunk == th.chunks - 1,
-            stage_addr,
-        )
-    };
-    next.chunk += 1;
-    if next.chunk == th.chunks {
-        (next.tile, next.chunk) = (next.tile + 1, 0);
-    }
-}
+    let xs = shared::<u32>();
+    let cs = unsafe { xs.add(TF32_POINTS / 2 * TF32_X_STRIDE) };
 
-/// The first `TF32_STAGES − 1` centroid chunks, one group each (empty groups past the last step
-/// keep the group count per step uniform), then the point tile through registers. Returns the
-/// chunk to prefetch next.
-///
-/// # Safety
-/// The kernel's arguments are valid; every thread of the block calls it.
-#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
-#[inline(always)]
-unsafe fn prologue(th: &Tf32Thread) -> NextChunk {
-    let mut next = NextChunk { tile: 0, chunk: 0 };
+    let dp = d.next_multiple_of(TF32_CHUNK_DIMS);
+    let chunks = dp / TF32_CHUNK_DIMS; // centroid chunks per tile
+    let resident = dp <= TF32_POINT_DIMS; // the point tile holds every dimension
+    let tiles = k.div_ceil(TF32_CENTROIDS);
+    let steps = tiles * chunks;
+
+    let mut s1 = [f32::INFINITY; 4];
+    let mut i1 = [u32::MAX; 4];
+    let mut s2 = [f32::INFINITY; 4];
+    let mut i2 = [u32::MAX; 4];
+
+    let cs_addr = shared_addr(cs);
+    // Prologue: the first TF32_STAGES − 1 centroid chunks, one group each (empty groups past the
+    // last step keep the group count per step uniform), then the point tile through registers.
+    // (tile, chunk) of the next step to prefetch.
+    let (mut pt, mut pk) = (0, 0);
     for p in 0..TF32_STAGES - 1 {
-        if p < th.steps {
+        if p < steps {
             unsafe {
-                prefetch(
-                    th,
-                    &mut next,
-                    th.c_stages_addr + (4 * p * TF32_STAGE_WORDS) as u32,
+                stage_chunk(
+                    t,
+                    vec,
+                    centroids,
+                    c_sq_norms,
+                    k,
+                    d,
+                    pt * TF32_CENTROIDS,
+                    pk * TF32_CHUNK_DIMS,
+                    pk == chunks - 1,
+                    cs_addr + (4 * p * TF32_STAGE_WORDS) as u32,
                 )
             };
+            pk += 1;
+            if pk == chunks {
+                (pt, pk) = (pt + 1, 0);
+            }
         }
         commit();
     }
-    let a = &th.a;
-    unsafe {
-        stage_points(
-            th.t,
-            th.vec,
-            a.x,
-            a.n,
-            a.d,
-            th.first_point,
-            0,
-            th.dp,
-            th.x_tile,
-        )
-    };
-    next
-}
+    unsafe { stage_points(t, vec, x, n, d, first_point, 0, dp, xs) };
 
-/// Multiplies chunk after chunk (one barrier each) while the chunk `TF32_STAGES − 1` steps
-/// ahead lands, restaging the point tile per slice of dimensions when it does not hold them all,
-/// and ranks every finished centroid tile. Returns this thread's best two candidates per row,
-/// once the point tile is free again.
-///
-/// # Safety
-/// After [`prologue`]; every thread of the block calls it.
-#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
-#[inline(always)]
-unsafe fn sweep(th: &Tf32Thread, mut next: NextChunk) -> BestTwo {
-    let a = &th.a;
-    let mut best = BestTwo {
-        s1: [f32::INFINITY; 4],
-        i1: [u32::MAX; 4],
-        s2: [f32::INFINITY; 4],
-        i2: [u32::MAX; 4],
-    };
-    let mut acc: Accumulators = [[[0f32; 4]; 8]; 2];
+    let mut acc = [[[0f32; 4]; 8]; 2];
     // (tile, chunk) of step s.
     let (mut tile, mut kc) = (0, 0);
     let mut s = 0;
-    while s < th.steps {
+    while s < steps {
         // This step's chunk (and at s = 0 the point tile) has landed for this thread's copies;
         // the barrier makes everyone's visible and frees the buffer of step s − 1.
         wait_group::<{ TF32_STAGES - 2 }>();
         sync_threads();
         let j0 = kc * TF32_CHUNK_DIMS;
-        if !th.resident && s > 0 && j0 % TF32_POINT_DIMS == 0 {
+        if !resident && s > 0 && j0 % TF32_POINT_DIMS == 0 {
             // This step reads another slice of the dimensions: restage the points.
-            unsafe {
-                stage_points(
-                    th.t,
-                    th.vec,
-                    a.x,
-                    a.n,
-                    a.d,
-                    th.first_point,
-                    j0,
-                    th.dp,
-                    th.x_tile,
-                )
-            };
+            unsafe { stage_points(t, vec, x, n, d, first_point, j0, dp, xs) };
             sync_threads();
         }
         // The chunk TF32_STAGES − 1 steps ahead lands while this one is multiplied.
         let ahead = s + TF32_STAGES - 1;
-        if ahead < th.steps {
+        if ahead < steps {
             unsafe {
-                prefetch(
-                    th,
-                    &mut next,
-                    th.c_stages_addr + (4 * (ahead % TF32_STAGES) * TF32_STAGE_WORDS) as u32,
+                stage_chunk(
+                    t,
+                    vec,
+                    centroids,
+                    c_sq_norms,
+                    k,
+                    d,
+                    pt * TF32_CENTROIDS,
+                    pk * TF32_CHUNK_DIMS,
+                    pk == chunks - 1,
+                    cs_addr + (4 * (ahead % TF32_STAGES) * TF32_STAGE_WORDS) as u32,
                 )
             };
+            pk += 1;
+            if pk == chunks {
+                (pt, pk) = (pt + 1, 0);
+            }
         }
         commit();
 
-        let stage = unsafe { th.c_stages.add((s % TF32_STAGES) * TF32_STAGE_WORDS) };
+        let buf = unsafe { cs.add((s % TF32_STAGES) * TF32_STAGE_WORDS) };
         // Column of this chunk inside the staged point tile.
-        unsafe { multiply_chunk(th, stage, j0 % TF32_POINT_DIMS, &mut acc) };
-        if kc == th.chunks - 1 {
-            unsafe { rank_tile(th, tile, stage, &acc, &mut best) };
+        let xcol = j0 % TF32_POINT_DIMS;
+        // The k slots of the mma are a relabelling of the chunk's 16 dimensions (the same for
+        // points and centroids, so the products pair up): slot (step kk, lane column q, half h)
+        // holds dimension q·4 + kk·2 + h. A lane's 4 centroid values of a row are then
+        // contiguous and load as one 16-byte vector (its two B fragments), and the point tile
+        // interleaves rows g and g + 8 of each 16-row group so that one 16-byte load is exactly
+        // an A fragment; both conflict-free. Centroids go in as raw f32 bits (the tensor cores
+        // read the TF32 bits, i.e. truncate); points were rounded (`cvt.rna`) when staged.
+        let mut af = [[[0u32; 4]; 2]; 2];
+        for (mt, af) in af.iter_mut().enumerate() {
+            let pair = (wm * 2 + mt) * 8 + g;
+            for (kk, af) in af.iter_mut().enumerate() {
+                *af = unsafe { load4(xs.add(pair * TF32_X_STRIDE + 2 * (xcol + q * 4) + 4 * kk)) };
+            }
+        }
+        for nt in 0..8 {
+            let c = wn * 64 + nt * 8 + g;
+            let b = unsafe { load4(buf.add(c * TF32_C_STRIDE + q * 4)) };
+            for kk in 0..2 {
+                for mt in 0..2 {
+                    mma(&mut acc[mt][nt], af[mt][kk], [b[2 * kk], b[2 * kk + 1]]);
+                }
+            }
+        }
+        if kc == chunks - 1 {
+            // The tile is done: rank its centroids for this thread's four point rows. A thread
+            // sees each row's centroids in increasing index order, so a strict `<` keeps the
+            // lower index on ties. The tile's norms came with this chunk.
+            let local = wn * 64 + 2 * q;
+            let tile_norms = unsafe { buf.add(TF32_CENTROIDS * TF32_C_STRIDE) }.cast::<f32>();
+            for nt in 0..8 {
+                for h in 0..2 {
+                    let c = tile * TF32_CENTROIDS + local + nt * 8 + h;
+                    let valid = c < k;
+                    let c_sq = unsafe { *tile_norms.add(local + nt * 8 + h) };
+                    for mt in 0..2 {
+                        for half in 0..2 {
+                            let r = mt * 2 + half;
+                            let score = l2_score(acc[mt][nt][half * 2 + h], c_sq);
+                            // Branch-free: selects only.
+                            let lt1 = valid & (score < s1[r]);
+                            let lt2 = valid & (score < s2[r]);
+                            let c = c as u32;
+                            s2[r] = if lt1 {
+                                s1[r]
+                            } else if lt2 {
+                                score
+                            } else {
+                                s2[r]
+                            };
+                            i2[r] = if lt1 {
+                                i1[r]
+                            } else if lt2 {
+                                c
+                            } else {
+                                i2[r]
+                            };
+                            s1[r] = if lt1 { score } else { s1[r] };
+                            i1[r] = if lt1 { c } else { i1[r] };
+                        }
+                    }
+                }
+            }
             acc = [[[0f32; 4]; 8]; 2];
             (tile, kc) = (tile + 1, 0);
         } else {
@@ -365,138 +333,20 @@ unsafe fn sweep(th: &Tf32Thread, mut next: NextChunk) -> BestTwo {
     // Only empty groups can be pending; the barrier frees the point tile for the merge.
     wait_all();
     sync_threads();
-    best
-}
 
-/// Adds the products of one centroid chunk (`stage`) with the point tile's columns
-/// `xcol..xcol + TF32_CHUNK_DIMS` to `acc`.
-///
-/// The k slots of the mma are a relabelling of the chunk's 16 dimensions (the same for points
-/// and centroids, so the products pair up): slot (step kk, lane column q, half h) holds dimension
-/// q·4 + kk·2 + h. A lane's 4 centroid values of a row are then contiguous and load as one
-/// 16-byte vector (its two B fragments), and the point tile interleaves rows g and g + 8 of each
-/// 16-row group so that one 16-byte load is exactly an A fragment; both conflict-free. Centroids
-/// go in as raw f32 bits (the tensor cores read the TF32 bits, i.e. truncate); points were
-/// rounded (`cvt.rna`) when staged.
-///
-/// # Safety
-/// The chunk and the point tile's slice have landed for every thread (after the barrier).
-#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
-#[inline(always)]
-unsafe fn multiply_chunk(th: &Tf32Thread, stage: *mut u32, xcol: usize, acc: &mut Accumulators) {
-    let (g, q) = (th.g, th.q);
-    let mut af = [[[0u32; 4]; 2]; 2];
-    for (mt, af) in af.iter_mut().enumerate() {
-        let pair = (th.wm * 2 + mt) * 8 + g;
-        for (kk, af) in af.iter_mut().enumerate() {
-            *af = unsafe {
-                load4(
-                    th.x_tile
-                        .add(pair * TF32_X_STRIDE + 2 * (xcol + q * 4) + 4 * kk),
-                )
-            };
-        }
-    }
-    for nt in 0..8 {
-        let c = th.wn * 64 + nt * 8 + g;
-        let b = unsafe { load4(stage.add(c * TF32_C_STRIDE + q * 4)) };
-        for kk in 0..2 {
-            for mt in 0..2 {
-                mma(&mut acc[mt][nt], af[mt][kk], [b[2 * kk], b[2 * kk + 1]]);
-            }
-        }
-    }
-}
-
-/// The centroid tile `tile` is done: ranks its centroids for this thread's four point rows. A
-/// thread sees each row's centroids in increasing index order, so a strict `<` keeps the lower
-/// index on ties. The tile's norms came with its last chunk (`stage`).
-///
-/// # Safety
-/// `stage` holds the tile's last chunk and its norms.
-#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
-#[inline(always)]
-unsafe fn rank_tile(
-    th: &Tf32Thread,
-    tile: usize,
-    stage: *mut u32,
-    acc: &Accumulators,
-    best: &mut BestTwo,
-) {
-    let BestTwo { s1, i1, s2, i2 } = best;
-    let local = th.wn * 64 + 2 * th.q;
-    let tile_norms = unsafe { stage.add(TF32_CENTROIDS * TF32_C_STRIDE) }.cast::<f32>();
-    for nt in 0..8 {
-        for h in 0..2 {
-            let c = tile * TF32_CENTROIDS + local + nt * 8 + h;
-            let valid = c < th.a.k;
-            let c_sq = unsafe { *tile_norms.add(local + nt * 8 + h) };
-            for mt in 0..2 {
-                for half in 0..2 {
-                    let r = mt * 2 + half;
-                    let score = l2_score(acc[mt][nt][half * 2 + h], c_sq);
-                    // Branch-free: selects only.
-                    let lt1 = valid & (score < s1[r]);
-                    let lt2 = valid & (score < s2[r]);
-                    let c = c as u32;
-                    s2[r] = if lt1 {
-                        s1[r]
-                    } else if lt2 {
-                        score
-                    } else {
-                        s2[r]
-                    };
-                    i2[r] = if lt1 {
-                        i1[r]
-                    } else if lt2 {
-                        c
-                    } else {
-                        i2[r]
-                    };
-                    s1[r] = if lt1 { score } else { s1[r] };
-                    i1[r] = if lt1 { c } else { i1[r] };
-                }
-            }
-        }
-    }
-}
-
-/// The merge area in the (free) point tile: per point, 4 candidate scores, then as many indices,
-/// then the reduction scratch.
-#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
-#[inline(always)]
-fn merge_area(th: &Tf32Thread) -> (*mut f32, *mut u32, *mut f64) {
-    let xs = th.x_tile;
-    (
-        xs.cast::<f32>(),
-        unsafe { xs.add(TF32_POINTS * 4) },
-        unsafe { xs.add(TF32_POINTS * 8) }.cast::<f64>(),
-    )
-}
-
-/// Merges the four lanes of a point row (they saw different centroids), then writes each warp
-/// column's best two to the merge area (the point tile is free now).
-///
-/// # Safety
-/// After the sweep and a barrier.
-#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
-#[inline(always)]
-unsafe fn merge(th: &Tf32Thread, best: BestTwo) {
-    let BestTwo {
-        mut s1,
-        mut i1,
-        mut s2,
-        mut i2,
-    } = best;
+    // Merge the four lanes of a point row (they saw different centroids), then the two warp
+    // columns through shared memory (the point tile is free now).
     for r in 0..4 {
         merge_lanes(&mut s1[r], &mut i1[r], &mut s2[r], &mut i2[r], 1);
         merge_lanes(&mut s1[r], &mut i1[r], &mut s2[r], &mut i2[r], 2);
     }
-    let (merge_score, merge_index, _) = merge_area(th);
-    if th.q == 0 {
+    let merge_score = xs.cast::<f32>();
+    let merge_index = unsafe { xs.add(TF32_POINTS * 4) };
+    let scratch = unsafe { xs.add(TF32_POINTS * 8) }.cast::<f64>();
+    if q == 0 {
         for r in 0..4 {
-            let p = th.wm * 32 + (r / 2) * 16 + (r % 2) * 8 + th.g;
-            let at = p * 4 + th.wn * 2;
+            let p = wm * 32 + (r / 2) * 16 + (r % 2) * 8 + g;
+            let at = p * 4 + wn * 2;
             unsafe {
                 *merge_score.add(at) = s1[r];
                 *merge_index.add(at) = i1[r];
@@ -505,20 +355,11 @@ unsafe fn merge(th: &Tf32Thread, best: BestTwo) {
             }
         }
     }
-}
+    sync_threads();
 
-/// Exact re-check, two threads per point, one candidate each; then the label, the distance and
-/// the block's totals.
-///
-/// # Safety
-/// After [`merge`] and a barrier; every thread of the block calls it.
-#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
-#[inline(always)]
-unsafe fn recheck(th: &Tf32Thread) {
-    let (a, t) = (&th.a, th.t);
-    let (merge_score, merge_index, scratch) = merge_area(th);
+    // Exact re-check: two threads per point, one candidate each.
     let (p, which) = (t / 2, t % 2);
-    let i = th.first_point + p;
+    let i = first_point + p;
     let (mut b1, mut j1, mut b2, mut j2) = (f32::INFINITY, u32::MAX, f32::INFINITY, u32::MAX);
     for e in 0..4 {
         let (sc, ix) = unsafe { (*merge_score.add(p * 4 + e), *merge_index.add(p * 4 + e)) };
@@ -526,10 +367,10 @@ unsafe fn recheck(th: &Tf32Thread) {
     }
     let cand = if which == 0 { j1 } else { j2 };
     let mut score = f32::INFINITY;
-    if i < a.n && cand != u32::MAX {
+    if i < n && cand != u32::MAX {
         let c = cand as usize;
-        let dot = unsafe { exact_dot(a.x.add(i * a.d), a.centroids.add(c * a.d), a.d) };
-        score = l2_score(dot, unsafe { *a.c_sq_norms.add(c) });
+        let dot = unsafe { exact_dot(x.add(i * d), centroids.add(c * d), d) };
+        score = l2_score(dot, unsafe { *c_sq_norms.add(c) });
     }
     let (other_score, other) = (shfl_xor_f32(score, 1), shfl_xor_u32(cand, 1));
     let (mut best, mut label) = (
@@ -551,43 +392,32 @@ unsafe fn recheck(th: &Tf32Thread) {
     }
     let mut moved = 0.0;
     let mut dist_sum = 0i64;
-    if which == 0 && i < a.n {
+    if which == 0 && i < n {
         if label == u32::MAX {
             // Every score was +inf (or NaN): the CPU's first-minimum scan keeps centroid 0.
             label = 0;
         }
-        let dist = assign_distance(AssignMetric::SqL2, unsafe { *a.x_sq_norms.add(i) }, best);
-        let units = unsafe { units_at(a.weights, i) };
+        let dist = assign_distance(AssignMetric::SqL2, unsafe { *x_sq_norms.add(i) }, best);
+        let units = unsafe { units_at(weights, i) };
         unsafe {
-            if *a.labels.add(i) != label && units != 0 {
+            if *labels.add(i) != label && units != 0 {
                 moved = 1.0;
             }
-            *a.labels.add(i) = label;
-            *a.min_dist.add(i) = dist;
+            *labels.add(i) = label;
+            *min_dist.add(i) = dist;
         }
-        dist_sum = inertia_term(dist, a.inertia_scale, units);
+        dist_sum = inertia_term(dist, inertia_scale, units);
     }
-    unsafe { block_totals(a, t, scratch, moved, dist_sum) };
-}
-
-/// Adds the block's moved labels to `changed` and writes its inertia at its index of
-/// `block_inertia` (each when non-null).
-///
-/// # Safety
-/// Every thread of the block calls it; `scratch` holds `2·BLOCK` f64.
-#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
-#[inline(always)]
-unsafe fn block_totals(a: &Tf32AssignArgs, t: usize, scratch: *mut f64, moved: f64, dist_sum: i64) {
-    if !a.changed.is_null() {
+    if !changed.is_null() {
         let total = unsafe { block_sum_f64(scratch, moved) };
         if t == 0 && total > 0.0 {
-            unsafe { atomic_add_u32(a.changed, total as u32) };
+            unsafe { atomic_add_u32(changed, total as u32) };
         }
     }
-    if !a.block_inertia.is_null() {
+    if !block_inertia.is_null() {
         let total = unsafe { block_sum_i64(scratch.add(BLOCK as usize), dist_sum) };
         if t == 0 {
-            unsafe { *a.block_inertia.add(gpu::block()) = total };
+            unsafe { *block_inertia.add(gpu::block()) = total };
         }
     }
 }
