@@ -71,6 +71,11 @@ impl AssignTile {
         BLOCK as usize / self.centroid_groups * self.points_per_thread
     }
 
+    /// Blocks of the kernel for `n` points (one inertia partial each).
+    pub const fn grid(self, n: usize) -> usize {
+        n.div_ceil(self.points())
+    }
+
     /// Centroids per tile.
     pub const fn centroids(self) -> usize {
         self.centroid_groups * self.centroids_per_thread

@@ -19,6 +19,11 @@ pub const SHARED_BYTES: usize = CENTROID_LAYOUT_ROWS * STRIDE * 4;
 /// `backend::cpu::kmeans::CentroidBlocks::new`.
 pub const KMEANS_CENTROIDS_BY_DIMENSION: Kernel = Kernel::new("kmeans_centroids_by_dimension", 6);
 
+/// Blocks of `kmeans_centroids_by_dimension` for `k` centroids: `CENTROID_LAYOUT_ROWS` per block.
+pub const fn centroids_by_dimension_grid(k: usize) -> usize {
+    k.div_ceil(CENTROID_LAYOUT_ROWS)
+}
+
 /// `out[j · kp + c] = centroids[c · d + j]` for `c < k` (columns `k..kp` are left as they are)
 /// and, with `norms` non-null, `norms[c] = Σ_j centroids[c][j]²` in dimension order, as
 /// `row_sq_norms` computes it. Block `b` handles centroids `b · CENTROID_LAYOUT_ROWS..`, staging

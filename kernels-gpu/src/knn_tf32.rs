@@ -513,6 +513,12 @@ mod entry {
 /// `backend::cpu::knn::CpuKnn::nearest`.
 pub const KNN_TF32_SCAN: Kernel = Kernel::sm80("knn_tf32_scan", 18);
 
+/// Blocks of `knn_tf32_scan` for `m` queries against `n` training rows, `tiles` training tiles
+/// per block: every query tile × every run of `tiles` training tiles.
+pub const fn tf32_scan_grid(m: usize, n: usize, tiles: usize) -> usize {
+    m.div_ceil(TF32_ROWS) * n.div_ceil(TF32_COLS).div_ceil(tiles)
+}
+
 #[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
 pub mod scan;
 

@@ -143,6 +143,11 @@ impl SmallStep {
         BLOCK as usize * self.points
     }
 
+    /// Blocks of the kernel for `n` points (one inertia partial each).
+    pub const fn grid(self, n: usize) -> usize {
+        n.div_ceil(self.block_points())
+    }
+
     /// Whether the points are read from shared memory rather than held in registers.
     pub const fn rows_in_shared(self) -> bool {
         self.max_d > SMALL_REGISTER_D

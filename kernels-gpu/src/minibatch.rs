@@ -301,6 +301,17 @@ pub const KMEANS_MINIBATCH_UPDATE: Kernel = Kernel::new("kmeans_minibatch_update
 /// The `kmeans_minibatch_shift` entry point. CPU twin: `backend::cpu::minibatch::CpuMiniBatch`.
 pub const KMEANS_MINIBATCH_SHIFT: Kernel = Kernel::new("kmeans_minibatch_shift", 5);
 
+/// Blocks of `kmeans_minibatch_update` for `k` centroids: one per centroid, `UPDATE_THREADS`
+/// threads each.
+pub const fn update_grid(k: usize) -> usize {
+    k
+}
+
+/// Blocks of `kmeans_minibatch_shift` for `k` centroids: a thread per centroid.
+pub const fn shift_grid(k: usize) -> usize {
+    k.div_ceil(crate::launch::BLOCK as usize)
+}
+
 #[cfg(target_arch = "nvptx64")]
 mod kernels {
     use super::*;

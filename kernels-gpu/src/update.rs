@@ -101,6 +101,14 @@ pub unsafe extern "gpu-kernel" fn kmeans_accumulate_shared(
     }
 }
 
+/// Blocks of `kmeans_accumulate_global` for `n` points of `d` dimensions (a grid-stride loop
+/// over the coordinates): one thread per coordinate, at most 8 blocks per multiprocessor.
+pub const fn accumulate_global_grid(n: usize, d: usize, multiprocessors: usize) -> usize {
+    let blocks = (n * d).div_ceil(BLOCK as usize);
+    let cap = 8 * multiprocessors;
+    if blocks < cap { blocks } else { cap }
+}
+
 /// The `kmeans_accumulate_global` entry point. CPU twin: `backend::cpu::kmeans::accumulate`.
 pub const KMEANS_ACCUMULATE_GLOBAL: Kernel = Kernel::new("kmeans_accumulate_global", 8);
 
@@ -187,6 +195,20 @@ pub const FINALIZE_SHARED_BYTES: usize = 16 * BLOCK as usize;
 
 /// The `kmeans_finalize` entry point. CPU twin: `backend::cpu::partial::Partial::finish`.
 pub const KMEANS_FINALIZE: Kernel = Kernel::new("kmeans_finalize", 10);
+
+/// Blocks of `kmeans_finalize` for `k × d` coordinates from `parts` partial sums (a grid-stride
+/// loop): one warp per coordinate (one thread with a single part), at most 16 blocks per
+/// multiprocessor.
+pub const fn finalize_grid(k: usize, d: usize, parts: usize, multiprocessors: usize) -> usize {
+    let per_block = if parts == 1 {
+        BLOCK as usize
+    } else {
+        BLOCK as usize / 32
+    };
+    let blocks = (k * d).div_ceil(per_block);
+    let cap = 16 * multiprocessors;
+    if blocks < cap { blocks } else { cap }
+}
 
 /// Combines the `parts` partial sums and weights and writes the means to `new_centroids`; a
 /// cluster without weight keeps its `old_centroids` row and is counted in `empty`. Writes each
@@ -293,6 +315,11 @@ pub unsafe extern "gpu-kernel" fn kmeans_finalize(
 
 /// The `kmeans_normalize_rows` entry point. CPU twin: [`crate::math::normalize`].
 pub const KMEANS_NORMALIZE_ROWS: Kernel = Kernel::new("kmeans_normalize_rows", 4);
+
+/// Blocks of `kmeans_normalize_rows` for `k` centroids: a thread per centroid.
+pub const fn normalize_rows_grid(k: usize) -> usize {
+    k.div_ceil(BLOCK as usize)
+}
 
 /// Spherical k-means: scales every centroid row `c` with weight (`sizes[c] > 0`) to unit length
 /// with [`normalize`], as the CPU twin does after its update (rows without weight keep theirs).

@@ -8,9 +8,10 @@
 
 use crate::exec::Exec;
 use crate::knn::{
-    VOTE_BLOCK, key_distance, key_index, vote_better, vote_block_bytes, vote_share, vote_weight,
+    VOTE_BLOCK, VOTE_MAX_QUERIES, key_distance, key_index, vote_better, vote_block_bytes,
+    vote_share, vote_weight,
 };
-use crate::launch::Kernel;
+use crate::launch::{DEFAULT_SHARED_BYTES, Kernel};
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// Arguments of the vote kernel: `rows` queries whose `k` neighbour keys (ascending) are rows of
@@ -38,6 +39,29 @@ pub struct Vote {
 
 /// The `knn_vote` entry point. CPU twin: `knn::classify::vote_one`.
 pub const KNN_VOTE: Kernel = Kernel::new("knn_vote", 12);
+
+/// Queries per `knn_vote` block for `rows` queries of `classes` classes: as many as fit the
+/// default shared memory, at most `VOTE_MAX_QUERIES`. When even one query does not fit, 1, and
+/// the histograms go to global scratch instead (`vote_block_bytes(1, classes)` per block).
+pub const fn vote_queries_per_block(rows: usize, classes: usize) -> usize {
+    let mut per_block = if rows < VOTE_MAX_QUERIES {
+        rows
+    } else {
+        VOTE_MAX_QUERIES
+    };
+    if per_block == 0 {
+        per_block = 1;
+    }
+    while per_block > 1 && vote_block_bytes(per_block, classes) > DEFAULT_SHARED_BYTES {
+        per_block -= 1;
+    }
+    per_block
+}
+
+/// Blocks of `knn_vote` for `rows` queries, `per_block` per block.
+pub const fn vote_grid(rows: usize, per_block: usize) -> usize {
+    rows.div_ceil(per_block)
+}
 
 /// The votes of a batch of queries; see [`Vote`] (`weighted ≠ 0` for distance weights).
 ///
@@ -179,7 +203,7 @@ mod tests {
     use super::*;
     use crate::exec::emu::{P, launch};
     use crate::fixed::pow2_f32;
-    use crate::knn::{VOTE_MAX_QUERIES, key, vote_scale_exponent};
+    use crate::knn::{key, vote_scale_exponent};
 
     /// The vote of one query, written out plainly.
     fn reference(
@@ -296,6 +320,19 @@ mod tests {
             assert_eq!(pred[r], want, "{case}");
             assert_eq!(&proba[r * c..(r + 1) * c], &shares[..], "{case}");
         }
+    }
+
+    #[test]
+    fn queries_per_block_fit_the_shared_memory() {
+        assert_eq!(vote_queries_per_block(0, 3), 1);
+        assert_eq!(vote_queries_per_block(5, 3), 5);
+        assert_eq!(vote_queries_per_block(1000, 3), VOTE_MAX_QUERIES);
+        let (per_block, classes) = (vote_queries_per_block(1000, 500), 500);
+        assert!(per_block > 1 && vote_block_bytes(per_block, classes) <= DEFAULT_SHARED_BYTES);
+        assert!(vote_block_bytes(per_block + 1, classes) > DEFAULT_SHARED_BYTES);
+        // Too many classes for one query in shared memory: one per block, histograms in scratch.
+        assert_eq!(vote_queries_per_block(1000, 1 << 20), 1);
+        assert_eq!(vote_grid(65, 32), 3);
     }
 
     #[test]

@@ -25,10 +25,9 @@ use cudarc::driver::CudaSlice;
 use kernels_gpu::assign::{ASSIGN_WIDE, AssignTile};
 use kernels_gpu::assign_tf32::tf32_grid;
 use kernels_gpu::fixed::{inv_pow2_f64, pow2_f32};
-use kernels_gpu::launch::{
-    BLOCK, SEED_CANDIDATES, SHIFT_PART, SMALL_STEPS, SmallStep, sums_fit_shared,
-};
+use kernels_gpu::launch::{BLOCK, SEED_CANDIDATES, SMALL_STEPS, SmallStep, sums_fit_shared};
 use kernels_gpu::math::AssignMetric;
+use kernels_gpu::reduce::shift_parts_grid;
 use kernels_gpu::seeding::WeightScale;
 use kernels_gpu::small::{MODE_ACCUMULATE, MODE_ASSIGN};
 
@@ -193,9 +192,9 @@ impl<'a> CudaLloyd<'a> {
         let tile = AssignTile::for_k(k);
         let (small_shape, tf32) = assign_path(gpu, d, k, spherical, tf32);
         let assign_blocks = match small_shape {
-            Some(i) => n.div_ceil(SMALL_STEPS[i].block_points()),
+            Some(i) => SMALL_STEPS[i].grid(n),
             None if tf32 => tf32_grid(n),
-            None => n.div_ceil(tile.points()),
+            None => tile.grid(n),
         };
         let small = match small_shape {
             Some(i) => Some(SmallPath {
@@ -254,7 +253,7 @@ impl<'a> CudaLloyd<'a> {
             labels: gpu.zeros(n, "labels")?,
             min_dist: gpu.zeros(n, "distances")?,
             block_inertia: gpu.zeros(assign_blocks, "inertia partials")?,
-            shift_parts: gpu.zeros((k * d).div_ceil(SHIFT_PART), "shift partials")?,
+            shift_parts: gpu.zeros(shift_parts_grid(k * d), "shift partials")?,
             counters: gpu.zeros(2, "counters")?,
             summary: gpu.mapped(4, "the step summary")?,
             sizes: gpu.zeros(k, "cluster sizes")?,

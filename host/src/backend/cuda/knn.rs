@@ -23,14 +23,14 @@ use crate::matrix::MatrixView;
 use cudarc::driver::{CudaSlice, CudaView};
 use kernels_gpu::fixed::pow2_f32;
 use kernels_gpu::knn::{
-    MAX_STREAM_K, PairMetric, SELECT_CAP, VOTE_MAX_QUERIES, key, stream_tile, vote_block_bytes,
-    vote_scale_exponent,
+    MAX_STREAM_K, PairMetric, SELECT_CAP, key, stream_tile, vote_block_bytes, vote_scale_exponent,
 };
 use kernels_gpu::knn_tf32::{
     SCAN_CANDIDATES, SCAN_GROUPS, TF32_CAP, TF32_COLS, TF32_ROWS, bound_coefficient, tf32_group,
     tf32_groups_per_row, tf32_metric, tf32_scan_shared_bytes, tf32_xc,
 };
 use kernels_gpu::launch::DEFAULT_SHARED_BYTES;
+use kernels_gpu::vote::{vote_grid, vote_queries_per_block};
 use ndarray::ArrayView2;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -911,11 +911,8 @@ impl CudaKnn {
         let c = self.classes.max(1);
         // As many queries per block as fit the shared memory; a class count too large for even
         // one query puts the histograms in global scratch.
-        let mut per_block = VOTE_MAX_QUERIES.min(rows).max(1);
-        while per_block > 1 && vote_block_bytes(per_block, c) > DEFAULT_SHARED_BYTES {
-            per_block -= 1;
-        }
-        let grid = rows.div_ceil(per_block);
+        let per_block = vote_queries_per_block(rows, c);
+        let grid = vote_grid(rows, per_block);
         let in_shared = vote_block_bytes(per_block, c) <= DEFAULT_SHARED_BYTES;
         let mut scratch = if in_shared {
             None

@@ -58,7 +58,7 @@ impl KmeansAssign<'_> {
             self.k as usize,
             self.kp as usize,
         );
-        let grid = n.div_ceil(tile.points());
+        let grid = tile.grid(n);
         debug_assert!(self.x.len() >= n * d && self.x_sq_norms.len() >= n);
         debug_assert!(self.centroids.len() >= k * d && self.c_sq_norms.len() >= k);
         debug_assert!(self.labels.len() >= n && self.min_dist.len() >= n);

@@ -3,8 +3,9 @@
 use crate::backend::cuda::CudaBackend;
 use crate::error::Result;
 use cudarc::driver::CudaSlice;
+use kernels_gpu::centroids::centroids_by_dimension_grid;
 use kernels_gpu::centroids::{KMEANS_CENTROIDS_BY_DIMENSION, SHARED_BYTES};
-use kernels_gpu::launch::{BLOCK, CENTROID_LAYOUT_ROWS};
+use kernels_gpu::launch::BLOCK;
 
 /// `kmeans_centroids_by_dimension`: `out` (`d × kp`) = the `k × d` centroids by dimension, and
 /// with `norms` their squared norms. CPU twin: [`crate::backend::cpu::kmeans::CentroidBlocks::new`]
@@ -30,6 +31,6 @@ impl KmeansCentroidsByDimension<'_> {
             .arg(&self.d)
             .arg(&self.kp);
         l.arg(self.out).opt(self.norms);
-        l.run(k.div_ceil(CENTROID_LAYOUT_ROWS), BLOCK, SHARED_BYTES)
+        l.run(centroids_by_dimension_grid(k), BLOCK, SHARED_BYTES)
     }
 }

@@ -9,6 +9,7 @@ use kernels_gpu::minibatch::{
     KMEANS_MINIBATCH_ASSIGN_L1, KMEANS_MINIBATCH_ASSIGN_L2, KMEANS_MINIBATCH_SHIFT,
     KMEANS_MINIBATCH_UPDATE, UPDATE_THREADS, assign_blocks, assign_shared_bytes,
 };
+use kernels_gpu::minibatch::{shift_grid, update_grid};
 
 /// `kmeans_minibatch_assign_{l2,l1}`: the batch rows' nearest centroids and distances, their
 /// fixed-point sums and counts. CPU twin: [`crate::backend::cpu::minibatch::assign_rows`].
@@ -91,7 +92,7 @@ impl KmeansMinibatchUpdate<'_> {
             .arg(self.counts)
             .arg(self.inv_scales);
         l.arg(self.report);
-        l.run(k, UPDATE_THREADS, 0)
+        l.run(update_grid(k), UPDATE_THREADS, 0)
     }
 }
 
@@ -117,6 +118,6 @@ impl KmeansMinibatchShift<'_> {
             .arg(&self.k)
             .arg(&self.d)
             .arg(self.out);
-        l.run(k.div_ceil(BLOCK as usize), BLOCK, 0)
+        l.run(shift_grid(k), BLOCK, 0)
     }
 }

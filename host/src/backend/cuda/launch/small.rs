@@ -45,7 +45,7 @@ impl KmeansSmall<'_> {
         };
         let step = SMALL_STEPS[shape];
         let (n, d, k) = (self.n as usize, self.d as usize, self.k as usize);
-        let grid = n.div_ceil(step.block_points());
+        let grid = step.grid(n);
         debug_assert!(d <= step.max_d && self.x.len() >= n * d && self.centroids.len() >= k * d);
         debug_assert!(self.labels.len() >= n && self.min_dist.len() >= n);
         debug_assert!(self.block_inertia.len() >= grid);
