@@ -2,12 +2,17 @@
 //! dimension), so that a chunk of dimensions for a tile of centroids is a run of 16-byte rows,
 //! with their squared norms computed in the same pass.
 
-use crate::launch::{CENTROID_LAYOUT_COLS, CENTROID_LAYOUT_ROWS, Kernel};
+use crate::launch::Kernel;
 #[cfg(target_arch = "nvptx64")]
 use crate::{
     gpu::{self, shared, sync_threads},
     math::fma,
 };
+
+/// Centroids per block of `kmeans_centroids_by_dimension`.
+pub const CENTROID_LAYOUT_ROWS: usize = 32;
+/// Dimensions that block stages at a time.
+pub const CENTROID_LAYOUT_COLS: usize = 64;
 
 /// Row stride (in f32) of the staged block: odd, so that reading a column hits distinct banks.
 const STRIDE: usize = CENTROID_LAYOUT_COLS + 1;

@@ -1,12 +1,15 @@
 //! The per-step summary, reduced in a fixed order so it is the same float run after run:
 //! changed labels, empty clusters, fixed-point inertia and centroid shift, copied back together.
 
-use crate::launch::{BLOCK, Kernel, REDUCE_BLOCK, SHIFT_PART};
+use crate::launch::{BLOCK, Kernel, REDUCE_BLOCK};
 #[cfg(target_arch = "nvptx64")]
 use crate::{
     gpu::{self, block_sum_f64, block_sum_i64, shared},
     tile::load_vec4s,
 };
+
+/// Centroid coordinates per block of `kmeans_shift_parts` (`BLOCK` threads, four quads each).
+pub const SHIFT_PART: usize = 16 * BLOCK as usize;
 
 /// Dynamic shared memory of a `kmeans_shift_parts` block: an f64 per thread.
 pub const SHIFT_PARTS_SHARED_BYTES: usize = 8 * BLOCK as usize;

@@ -6,7 +6,7 @@
 //! integer units) a point adds `units · q` to the sums and `units` to its cluster's weight;
 //! without them, `q` and 1 (the count).
 
-use crate::launch::{BLOCK, Kernel};
+use crate::launch::{BLOCK, DEFAULT_SHARED_BYTES, Kernel};
 #[cfg(target_arch = "nvptx64")]
 use crate::{
     fixed::{mean, to_fixed, units_at, weighted},
@@ -15,13 +15,22 @@ use crate::{
 };
 
 /// Dynamic shared memory of a `kmeans_accumulate_shared` block: the `k × d` fixed-point sums
-/// and `k` u64 weights of its part ([`crate::launch::sums_fit_shared`] checks that they fit).
+/// and `k` u64 weights of its part ([`sums_fit_shared`] checks that they fit).
 pub const fn accumulate_shared_bytes(k: usize, d: usize) -> usize {
     8 * k * d + 8 * k
 }
 
 /// The `kmeans_accumulate_shared` entry point. CPU twin: `backend::cpu::kmeans::accumulate`.
 pub const KMEANS_ACCUMULATE_SHARED: Kernel = Kernel::new("kmeans_accumulate_shared", 9);
+
+/// Whether per-block fixed-point sums of `k × d` values (plus `k` u64 cluster weights) fit in
+/// shared memory: the `8·k·d + 8·k` bytes of `kmeans_accumulate_shared`.
+pub fn sums_fit_shared(k: usize, d: usize) -> bool {
+    d.checked_add(1)
+        .and_then(|d1| k.checked_mul(d1))
+        .and_then(|cells| cells.checked_mul(8))
+        .is_some_and(|b| b <= DEFAULT_SHARED_BYTES)
+}
 
 /// Per-block partial sums: block `b` sums the labels' (weighted) coordinates of its contiguous
 /// chunk of points into shared memory (`k × d` i64 then `k` u64 weights) and writes them to
@@ -339,5 +348,19 @@ pub unsafe extern "gpu-kernel" fn kmeans_normalize_rows(
     let d = d as usize;
     if c < k as usize && unsafe { *sizes.add(c) } > 0 {
         normalize(unsafe { core::slice::from_raw_parts_mut(centroids.add(c * d), d) });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shared_sums_count_their_u64_weights() {
+        // 8·k·d + 8·k bytes: k = 1, d = 6143 fills 48 KiB exactly; one more dimension does not.
+        assert!(sums_fit_shared(1, 6143));
+        assert!(!sums_fit_shared(1, 6144));
+        assert!(sums_fit_shared(64, 95) && !sums_fit_shared(64, 96));
+        assert!(!sums_fit_shared(usize::MAX, 2));
     }
 }

@@ -7,10 +7,7 @@
 //! member ranks first ([`vote_better`]), and the block writes the probabilities.
 
 use crate::exec::Exec;
-use crate::knn::{
-    VOTE_BLOCK, VOTE_MAX_QUERIES, key_distance, key_index, vote_better, vote_block_bytes,
-    vote_share, vote_weight,
-};
+use crate::knn::{key_distance, key_index, vote_better, vote_share, vote_weight};
 use crate::launch::{DEFAULT_SHARED_BYTES, Kernel};
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
@@ -39,6 +36,17 @@ pub struct Vote {
 
 /// The `knn_vote` entry point. CPU twin: `knn::classify::vote_one`.
 pub const KNN_VOTE: Kernel = Kernel::new("knn_vote", 12);
+
+/// Threads of a vote block.
+pub const VOTE_BLOCK: u32 = 128;
+/// Most queries one vote block handles.
+pub const VOTE_MAX_QUERIES: usize = 32;
+
+/// Bytes of vote scratch for `queries` queries and `classes` classes: per query a u64 total, per
+/// (query, class) a u64 vote sum and the u32 rank of the class's nearest member; a multiple of 8.
+pub const fn vote_block_bytes(queries: usize, classes: usize) -> usize {
+    (8 * queries + 12 * queries * classes).div_ceil(8) * 8
+}
 
 /// Queries per `knn_vote` block for `rows` queries of `classes` classes: as many as fit the
 /// default shared memory, at most `VOTE_MAX_QUERIES`. When even one query does not fit, 1, and
@@ -324,6 +332,7 @@ mod tests {
 
     #[test]
     fn queries_per_block_fit_the_shared_memory() {
+        assert!(vote_block_bytes(1, 1) >= 20);
         assert_eq!(vote_queries_per_block(0, 3), 1);
         assert_eq!(vote_queries_per_block(5, 3), 5);
         assert_eq!(vote_queries_per_block(1000, 3), VOTE_MAX_QUERIES);

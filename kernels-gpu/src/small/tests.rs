@@ -265,7 +265,7 @@ fn emulated_small_step_matches_the_cpu() {
     // The shapes the kernels are built with, each with the dimension counts of its
     // specialised scans, odd and even d (contiguous and padded staging), k = 1, k = n, k not
     // a multiple of the unroll, n not a multiple of the block.
-    const S: [SmallStep; 4] = crate::launch::SMALL_STEPS;
+    const S: [SmallStep; 4] = crate::small::SMALL_STEPS;
     // Runs shape `SMALL_STEPS[$i]` on each (n, d, k).
     macro_rules! shape {
         ($i:literal, $metric:expr, $misalign:expr, [$(($n:expr, $d:expr, $k:expr)),*]) => {

@@ -25,11 +25,13 @@ use cudarc::driver::CudaSlice;
 use kernels_gpu::assign::{ASSIGN_WIDE, AssignTile};
 use kernels_gpu::assign_tf32::tf32_grid;
 use kernels_gpu::fixed::{inv_pow2_f64, pow2_f32};
-use kernels_gpu::launch::{BLOCK, SEED_CANDIDATES, SMALL_STEPS, SmallStep, sums_fit_shared};
+use kernels_gpu::launch::{BLOCK, SEED_CANDIDATES};
 use kernels_gpu::math::AssignMetric;
 use kernels_gpu::reduce::shift_parts_grid;
 use kernels_gpu::seeding::WeightScale;
 use kernels_gpu::small::{MODE_ACCUMULATE, MODE_ASSIGN};
+use kernels_gpu::small::{SMALL_STEPS, SmallStep};
+use kernels_gpu::update::sums_fit_shared;
 
 pub(crate) struct CudaLloyd<'a> {
     gpu: &'a CudaBackend,

@@ -23,14 +23,14 @@ use crate::matrix::MatrixView;
 use cudarc::driver::{CudaSlice, CudaView};
 use kernels_gpu::fixed::pow2_f32;
 use kernels_gpu::knn::{
-    MAX_STREAM_K, PairMetric, SELECT_CAP, key, stream_tile, vote_block_bytes, vote_scale_exponent,
+    MAX_STREAM_K, PairMetric, SELECT_CAP, key, stream_tile, vote_scale_exponent,
 };
 use kernels_gpu::knn_tf32::{
     SCAN_CANDIDATES, SCAN_GROUPS, TF32_CAP, TF32_COLS, TF32_ROWS, bound_coefficient, tf32_group,
     tf32_groups_per_row, tf32_metric, tf32_scan_shared_bytes, tf32_xc,
 };
 use kernels_gpu::launch::DEFAULT_SHARED_BYTES;
-use kernels_gpu::vote::{vote_grid, vote_queries_per_block};
+use kernels_gpu::vote::{vote_block_bytes, vote_grid, vote_queries_per_block};
 use ndarray::ArrayView2;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};

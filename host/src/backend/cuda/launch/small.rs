@@ -3,8 +3,9 @@
 use crate::backend::cuda::{CudaBackend, Mapped};
 use crate::error::Result;
 use cudarc::driver::CudaSlice;
-use kernels_gpu::launch::{BLOCK, REDUCE_BLOCK, SMALL_STEPS};
+use kernels_gpu::launch::{BLOCK, REDUCE_BLOCK};
 use kernels_gpu::math::AssignMetric;
+use kernels_gpu::small::SMALL_STEPS;
 use kernels_gpu::small::{
     FINALIZE_SHARED_BYTES, KMEANS_FINALIZE_SMALL, SMALL_L1_KERNELS, SMALL_L2_KERNELS,
 };

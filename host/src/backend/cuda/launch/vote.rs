@@ -3,9 +3,8 @@
 use crate::backend::cuda::CudaBackend;
 use crate::error::Result;
 use cudarc::driver::CudaSlice;
-use kernels_gpu::knn::{VOTE_BLOCK, vote_block_bytes};
 use kernels_gpu::vote::KNN_VOTE;
-use kernels_gpu::vote::vote_grid;
+use kernels_gpu::vote::{VOTE_BLOCK, vote_block_bytes, vote_grid};
 
 /// `knn_vote`: every query's class from its `k` neighbour keys (uniform or distance-weighted,
 /// times the training rows' weights), and with `proba` every class's share; `per_block` queries
