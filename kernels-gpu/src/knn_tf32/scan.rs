@@ -2,7 +2,7 @@
 //!
 //! A block owns `TF32_ROWS` queries and a run of `tiles` consecutive tiles of `TF32_COLS`
 //! training rows. The query tile is staged once (TF32-rounded, `xc` dimensions, in fragment order
-//! [`query_fragment`]; restaged per slice when `d > xc`), training chunks of `SCAN_KC` dimensions
+//! [`query_fragment`]; restaged per slice when `d > xc`), training chunks of `SCAN_CHUNK_DIMS` dimensions
 //! stream through `TF32_STAGES` buffers with `cp.async` as raw f32 (the tensor cores read them at
 //! TF32 precision; the bound of [`super`] allows for it). Warp `(wm, wn)` of the 8 owns queries `wm·32..` × training rows `wn·64..` as
 //! 2 × 8 `m16n8k8` tiles (the fragment layout of `kmeans_assign_l2_tf32`).
@@ -49,7 +49,7 @@ struct Tf32ScanArgs {
 ///
 /// # Safety
 /// Pointers valid for those sizes; `TF32_BLOCK` threads, `tf32_scan_shared_bytes(xc)` of
-/// dynamic shared memory, `xc` a multiple of `SCAN_KC`.
+/// dynamic shared memory, `xc` a multiple of `SCAN_CHUNK_DIMS`.
 #[unsafe(no_mangle)]
 #[allow(clippy::too_many_arguments)]
 pub unsafe extern "gpu-kernel" fn knn_tf32_scan(
@@ -81,7 +81,7 @@ pub unsafe extern "gpu-kernel" fn knn_tf32_scan(
         x_roots,
         n: n as usize,
         d: (d as usize).max(1),
-        xc: (xc as usize).max(SCAN_KC),
+        xc: (xc as usize).max(SCAN_CHUNK_DIMS),
         tiles: (tiles as usize).max(1),
         mode,
         group: if group == 16 { 16 } else { 64 },
@@ -126,8 +126,8 @@ unsafe fn run<const VEC: bool>(a: Tf32ScanArgs) {
     let cs = unsafe { xs.add(TF32_ROWS * xc) };
     let cs_addr = shared_addr(cs);
 
-    let dp = d.next_multiple_of(SCAN_KC);
-    let chunks = dp / SCAN_KC;
+    let dp = d.next_multiple_of(SCAN_CHUNK_DIMS);
+    let chunks = dp / SCAN_CHUNK_DIMS;
     let resident = dp <= xc;
     let steps = (tile1 - tile0) * chunks;
 
@@ -154,7 +154,10 @@ unsafe fn run<const VEC: bool>(a: Tf32ScanArgs) {
     // are in flight.
     for p in 0..TF32_STAGES - 1 {
         if p < steps {
-            let (first, j0) = ((tile0 + p / chunks) * TF32_COLS, (p % chunks) * SCAN_KC);
+            let (first, j0) = (
+                (tile0 + p / chunks) * TF32_COLS,
+                (p % chunks) * SCAN_CHUNK_DIMS,
+            );
             unsafe {
                 stage_chunk(
                     t,
@@ -164,7 +167,7 @@ unsafe fn run<const VEC: bool>(a: Tf32ScanArgs) {
                     d,
                     first,
                     j0,
-                    cs_addr + 4 * (p * TF32_COLS * TF32_CS) as u32,
+                    cs_addr + 4 * (p * TF32_COLS * SCAN_ROW_STRIDE) as u32,
                 )
             };
         } else {
@@ -177,25 +180,38 @@ unsafe fn run<const VEC: bool>(a: Tf32ScanArgs) {
     // chunk `kc` of tile `tile`, dimension chunk `slice_chunk` of the staged query slice; the
     // prefetch runs `TF32_STAGES − 1` chunks ahead.
     let (mut tile, mut kc, mut slice_chunk) = (tile0, 0, 0);
-    let (slice_chunks, ahead0) = (xc / SCAN_KC, TF32_STAGES - 1);
+    let (slice_chunks, ahead0) = (xc / SCAN_CHUNK_DIMS, TF32_STAGES - 1);
     let (mut ahead_tile, mut ahead_kc) = (tile0 + ahead0 / chunks, ahead0 % chunks);
     let mut acc = [[[0f32; 4]; 8]; 2];
     let mut s = 0;
     while s < steps {
-        let buf = unsafe { cs.add((s % TF32_STAGES) * TF32_COLS * TF32_CS) };
+        let buf = unsafe { cs.add((s % TF32_STAGES) * TF32_COLS * SCAN_ROW_STRIDE) };
         // Chunk s has landed (at most TF32_STAGES − 2 later groups in flight).
         wait_group::<{ TF32_STAGES - 2 }>();
         if !resident && s > 0 && slice_chunk == 0 {
             // The next slice of the query dimensions: once every warp is done with this one.
             sync_threads();
-            unsafe { stage_queries(t, vec, a.q, a.m, d, first_row, kc * SCAN_KC, dp, xc, xs) };
+            unsafe {
+                stage_queries(
+                    t,
+                    vec,
+                    a.q,
+                    a.m,
+                    d,
+                    first_row,
+                    kc * SCAN_CHUNK_DIMS,
+                    dp,
+                    xc,
+                    xs,
+                )
+            };
         }
         sync_threads();
         // The buffer of chunk s − 1 is free now: prefetch chunk s + TF32_STAGES − 1 into it.
         if ahead_tile < tile1 {
-            let (first, j0) = (ahead_tile * TF32_COLS, ahead_kc * SCAN_KC);
-            let at =
-                cs_addr + 4 * (((s + TF32_STAGES - 1) % TF32_STAGES) * TF32_COLS * TF32_CS) as u32;
+            let (first, j0) = (ahead_tile * TF32_COLS, ahead_kc * SCAN_CHUNK_DIMS);
+            let at = cs_addr
+                + 4 * (((s + TF32_STAGES - 1) % TF32_STAGES) * TF32_COLS * SCAN_ROW_STRIDE) as u32;
             unsafe { stage_chunk(t, vec, a.x, a.n, d, first, j0, at) };
             ahead_kc += 1;
             if ahead_kc == chunks {
@@ -216,7 +232,7 @@ unsafe fn run<const VEC: bool>(a: Tf32ScanArgs) {
             }
             for nt in 0..8 {
                 let col = wn * 64 + nt * 8 + g;
-                let fb = unsafe { load4(buf.add(col * TF32_CS + qq * 8 + half * 4)) };
+                let fb = unsafe { load4(buf.add(col * SCAN_ROW_STRIDE + qq * 8 + half * 4)) };
                 for kk in 0..2 {
                     for mt in 0..2 {
                         mma(&mut acc[mt][nt], fa[mt][kk], [fb[2 * kk], fb[2 * kk + 1]]);
@@ -388,8 +404,8 @@ unsafe fn stage_queries(
     }
 }
 
-/// Starts copying training rows `first..first + TF32_COLS`, dimensions `j0..j0 + SCAN_KC` into a chunk
-/// buffer at shared address `buf` (stride `TF32_CS`), zeros past `n` and `d`.
+/// Starts copying training rows `first..first + TF32_COLS`, dimensions `j0..j0 + SCAN_CHUNK_DIMS` into a chunk
+/// buffer at shared address `buf` (stride `SCAN_ROW_STRIDE`), zeros past `n` and `d`.
 ///
 /// # Safety
 /// `x` holds `n × d` values (16-byte aligned rows with `vec`).
@@ -405,6 +421,10 @@ unsafe fn stage_chunk(
     j0: usize,
     buf: u32,
 ) {
-    unsafe { copy_rows::<TF32_COLS, SCAN_KC, TF32_CS, THREADS>(t, vec, x, n, d, first, j0, buf) };
+    unsafe {
+        copy_rows::<TF32_COLS, SCAN_CHUNK_DIMS, SCAN_ROW_STRIDE, THREADS>(
+            t, vec, x, n, d, first, j0, buf,
+        )
+    };
     commit();
 }

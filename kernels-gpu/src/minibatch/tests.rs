@@ -37,11 +37,11 @@ fn check(n: usize, d: usize, k: usize, rows: &[u32], metric: AssignMetric, threa
     );
     let x = grid(n * d, 1);
     let centroids = grid(k * d, 2);
-    let kp = k.next_multiple_of(4);
-    let mut by_dim = vec![f32::NAN; d * kp];
+    let k_padded = k.next_multiple_of(4);
+    let mut by_dim = vec![f32::NAN; d * k_padded];
     for c in 0..k {
         for j in 0..d {
-            by_dim[j * kp + c] = centroids[c * d + j];
+            by_dim[j * k_padded + c] = centroids[c * d + j];
         }
     }
     let norms: Vec<f32> = centroids.chunks(d).map(sq_norm).collect();
@@ -69,7 +69,7 @@ fn check(n: usize, d: usize, k: usize, rows: &[u32], metric: AssignMetric, threa
         rows: rows.as_ptr(),
         batch: rows.len(),
         centroids_t: by_dim.as_ptr(),
-        kp,
+        k_padded,
         c_sq_norms: norms.as_ptr(),
         k,
         scales: scales.as_ptr(),

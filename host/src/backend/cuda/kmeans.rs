@@ -64,7 +64,7 @@ pub(crate) struct CudaLloyd<'a> {
     inertia_unit: f64,
     centroids: CudaSlice<f32>,
     c_sq_norms: CudaSlice<f32>,
-    /// The centroids by dimension, `d × kp` (`kp`: `k` rounded up to 4; the padding columns
+    /// The centroids by dimension, `d × k_padded` (`k_padded`: `k` rounded up to 4; the padding columns
     /// stay zero), for the exact assign kernels.
     centroids_t: CudaSlice<f32>,
     next: CudaSlice<f32>,
@@ -365,12 +365,12 @@ impl<'a> CudaLloyd<'a> {
             sums: accumulate.then_some(&mut s.sums),
             counts: accumulate.then_some(&mut s.counts),
             centroids_t: &self.centroids_t,
-            kp: by_dimension_cols(self.k) as u32,
+            k_padded: by_dimension_cols(self.k) as u32,
         }
         .launch(gpu, self.metric, self.tile, shared)
     }
 
-    /// Queues the copy of the centroids by dimension (`d × kp`) that the exact assign kernels
+    /// Queues the copy of the centroids by dimension (`d × k_padded`) that the exact assign kernels
     /// stream from, with the centroids' squared norms for squared L2 (not spherical k-means,
     /// whose norms stay 0).
     fn queue_centroids_by_dimension(&mut self) -> Result<()> {
@@ -379,7 +379,7 @@ impl<'a> CudaLloyd<'a> {
             centroids: &self.centroids,
             k: self.k as u32,
             d: self.d as u32,
-            kp: by_dimension_cols(self.k) as u32,
+            k_padded: by_dimension_cols(self.k) as u32,
             out: &mut self.centroids_t,
             norms: norms.then_some(&mut self.c_sq_norms),
         }

@@ -33,7 +33,7 @@ pub(crate) struct KmeansAssign<'a> {
     pub sums: Option<&'a mut CudaSlice<i64>>,
     pub counts: Option<&'a mut CudaSlice<u64>>,
     pub centroids_t: &'a CudaSlice<f32>,
-    pub kp: u32,
+    pub k_padded: u32,
 }
 
 impl KmeansAssign<'_> {
@@ -52,11 +52,11 @@ impl KmeansAssign<'_> {
             (AssignMetric::L1, true) => KMEANS_ASSIGN_L1_WIDE,
             (AssignMetric::L1, false) => KMEANS_ASSIGN_L1_NARROW,
         };
-        let (n, d, k, kp) = (
+        let (n, d, k, k_padded) = (
             self.n as usize,
             self.d as usize,
             self.k as usize,
-            self.kp as usize,
+            self.k_padded as usize,
         );
         let grid = tile.grid(n);
         debug_assert!(self.x.len() >= n * d && self.x_sq_norms.len() >= n);
@@ -66,7 +66,7 @@ impl KmeansAssign<'_> {
         debug_assert!(self.weights.is_none_or(|w| w.len() >= n) && self.scales.len() >= d);
         debug_assert!(self.sums.as_ref().is_none_or(|s| s.len() >= k * d));
         debug_assert!(self.counts.as_ref().is_none_or(|c| c.len() >= k));
-        debug_assert!(kp >= k && self.centroids_t.len() >= d * kp);
+        debug_assert!(k_padded >= k && self.centroids_t.len() >= d * k_padded);
         let f = gpu.function(kernel.name)?;
         let mut l = gpu.launch_kernel(kernel, &f);
         l.arg(self.x).arg(self.x_sq_norms).arg(&self.n).arg(&self.d);
@@ -77,7 +77,7 @@ impl KmeansAssign<'_> {
             .arg(self.scales)
             .opt(self.sums)
             .opt(self.counts);
-        l.arg(self.centroids_t).arg(&self.kp);
+        l.arg(self.centroids_t).arg(&self.k_padded);
         l.run(grid, BLOCK, shared)
     }
 }
