@@ -102,7 +102,7 @@ pub unsafe extern "gpu-kernel" fn knn_tf32_scan(
 /// The scan of one block: its query rows, the prologue of training chunks, then one step per
 /// chunk (restage, prefetch, `mma`) with the [`epilogue`] after each tile.
 ///
-/// Kept whole at ~130 lines: moving the prologue or the query-row setup into
+/// Kept whole at ~150 lines: moving the prologue or the query-row setup into
 /// `#[inline(always)]` helpers reorders and re-branches the PTX of `knn_tf32_scan`.
 #[inline(always)]
 unsafe fn run<const VEC: bool>(a: Tf32ScanArgs) {
