@@ -1,4 +1,7 @@
-//! Launch-shape constants that the kernels are written for and the host launches with.
+//! What every launch shares: the [`Kernel`] descriptor, the common block sizes, the default
+//! shared-memory budget, and the seeding shapes. Each kernel's own launch contract (block shape,
+//! grid, shared-memory size) sits next to it, in its module: `assign::AssignTile`,
+//! `assign_tf32::tf32_grid`, `small::SMALL_STEPS`, `update::finalize_grid`, `vote::vote_grid`, …
 
 /// A kernel entry point of the committed PTX, exported next to its kernel so that the host
 /// names it by constant, never by a string of its own.
