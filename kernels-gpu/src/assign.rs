@@ -1,16 +1,14 @@
 //! Fused distance + argmin: every point's nearest centroid, without an n×k matrix.
 //!
 //! GEMM-style: a block owns `points()` points and sweeps the centroids in tiles of
-//! `centroids()`; both tiles stream through shared memory `ASSIGN_JC` dimensions at a time,
-//! transposed, and every thread accumulates a `tp × tc` register tile. For squared L2 the
+//! `centroids()`; both tiles stream through shared memory `ASSIGN_CHUNK_DIMS` dimensions at a time,
+//! transposed, and every thread accumulates a `points_per_thread × centroids_per_thread` register tile. For squared L2 the
 //! accumulator is the dot product and centroids rank by `‖c‖² − 2·x·c` (one multiply-add per
 //! dimension); for L1 it is the distance itself. Every (point, centroid) accumulator runs over
 //! the dimensions in order 0..d, exactly as the CPU twin, and candidates merge with the
 //! lower-index tie rule, so labels match the CPU bit for bit.
 
-#[cfg(target_feature = "sm_80")]
-use crate::launch::ASSIGN_STAGES;
-use crate::launch::Kernel;
+use crate::launch::{BLOCK, Kernel};
 #[cfg(all(target_arch = "nvptx64", not(target_feature = "sm_80")))]
 use crate::tile::load_transposed;
 #[cfg(target_arch = "nvptx64")]
@@ -20,15 +18,124 @@ use crate::{
         self, atomic_add_i64, atomic_add_u32, atomic_add_u64, block_sum_f64, block_sum_i64, shared,
         sync_threads,
     },
-    launch::{ASSIGN_JC, ASSIGN_NARROW, ASSIGN_WIDE, AssignTile, BLOCK},
     math::{AssignMetric, assign_distance, assign_score, assign_step, better},
     tile::load_vec4s,
 };
 
+/// Shape of a register-tiled assign kernel: `BLOCK` threads form `BLOCK / centroid_groups` point
+/// groups × `centroid_groups` centroid groups; each thread accumulates `points_per_thread` points
+/// × `centroids_per_thread` centroids in registers while
+/// `ASSIGN_CHUNK_DIMS` dimensions at a time of both tiles stream through shared memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AssignTile {
+    /// Centroid groups (threads sharing a point group).
+    pub centroid_groups: usize,
+    /// Points per thread.
+    pub points_per_thread: usize,
+    /// Centroids per thread.
+    pub centroids_per_thread: usize,
+}
+
+/// Dimensions per shared-memory chunk of the assign kernels.
+pub const ASSIGN_CHUNK_DIMS: usize = 16;
+
+/// Shared-memory buffers of the sm_80 assign kernels, which copy chunks ahead with `cp.async`
+/// while the current one is multiplied.
+pub const ASSIGN_STAGES: usize = 2;
+
+/// For many centroids: 128 points × 128 centroids per block, 8 × 8 per thread.
+pub const ASSIGN_WIDE: AssignTile = AssignTile {
+    centroid_groups: 16,
+    points_per_thread: 8,
+    centroids_per_thread: 8,
+};
+/// For k ≤ 16: 256 points × 16 centroids per block, 4 × 4 per thread.
+pub const ASSIGN_NARROW: AssignTile = AssignTile {
+    centroid_groups: 4,
+    points_per_thread: 4,
+    centroids_per_thread: 4,
+};
+
+impl AssignTile {
+    /// The tile for `k` centroids.
+    pub const fn for_k(k: usize) -> Self {
+        if k <= ASSIGN_NARROW.centroid_groups * ASSIGN_NARROW.centroids_per_thread {
+            ASSIGN_NARROW
+        } else {
+            ASSIGN_WIDE
+        }
+    }
+
+    /// Points per block.
+    pub const fn points(self) -> usize {
+        BLOCK as usize / self.centroid_groups * self.points_per_thread
+    }
+
+    /// Blocks of the kernel for `n` points (one inertia partial each).
+    pub const fn grid(self, n: usize) -> usize {
+        n.div_ceil(self.points())
+    }
+
+    /// Centroids per tile.
+    pub const fn centroids(self) -> usize {
+        self.centroid_groups * self.centroids_per_thread
+    }
+
+    /// Row stride (in f32) of the transposed point tile: +4 keeps rows 16-byte aligned for
+    /// vector loads and spreads the transposing stores over banks.
+    pub const fn x_stride(self) -> usize {
+        self.points() + 4
+    }
+
+    /// Row stride (in f32) of the transposed centroid tile.
+    pub const fn c_stride(self) -> usize {
+        self.centroids() + 4
+    }
+
+    /// Floats of one staged chunk: the point tile, then the centroid tile.
+    pub const fn stage_len(self) -> usize {
+        ASSIGN_CHUNK_DIMS * (self.x_stride() + self.c_stride())
+    }
+
+    /// Dynamic shared memory of one block, in bytes: reduction scratch (2 f64 per thread), then
+    /// the larger of the two kernel layouts. The sm_70 kernel keeps one staged chunk and the
+    /// per-point candidates of every centroid group (score, index); the sm_80 kernel keeps
+    /// `ASSIGN_STAGES` chunks and as many slots of centroid norms, and merges the candidates in
+    /// the chunk buffers once the sweep is over.
+    pub const fn shared_bytes(self) -> usize {
+        let scratch = 2 * BLOCK as usize * 8;
+        let merge = self.points() * self.centroid_groups * 8;
+        let single = (self.stage_len() * 4) + merge;
+        let staged = ASSIGN_STAGES * (self.stage_len() + self.centroids()) * 4;
+        let staged = if staged > merge { staged } else { merge };
+        scratch + if single > staged { single } else { staged }
+    }
+
+    /// Dynamic shared memory of one block of the sm_80 kernel when the point tile of `d`
+    /// dimensions stays resident (staged once, not once per centroid tile), in bytes: reduction
+    /// scratch, `ASSIGN_STAGES` centroid chunks and norm slots, then the point tile. Given at
+    /// least this much (which at few dimensions is no more than [`Self::shared_bytes`]), the sm_80
+    /// kernel keeps the tile resident; otherwise it streams it with the centroids.
+    pub const fn resident_shared_bytes(self, d: usize) -> usize {
+        let scratch = 2 * BLOCK as usize * 8;
+        let merge = self.points() * self.centroid_groups * 8;
+        let chunks = if d == 0 {
+            1
+        } else {
+            d.div_ceil(ASSIGN_CHUNK_DIMS)
+        };
+        let centroids =
+            ASSIGN_STAGES * (ASSIGN_CHUNK_DIMS * self.c_stride() + self.centroids()) * 4;
+        let points = chunks * ASSIGN_CHUNK_DIMS * self.x_stride() * 4;
+        let resident = centroids + points;
+        scratch + if resident > merge { resident } else { merge }
+    }
+}
+
 /// Arguments shared by the assign entry points.
 #[cfg(target_arch = "nvptx64")]
 #[derive(Clone, Copy)]
-struct Assign {
+struct AssignArgs {
     x: *const f32,
     x_sq_norms: *const f32,
     n: usize,
@@ -47,12 +154,12 @@ struct Assign {
     scales: *const f32,
     sums: *mut i64,
     counts: *mut u64,
-    /// The centroids by dimension (`d × kp`, `kmeans_centroids_by_dimension`), read by the
+    /// The centroids by dimension (`d × k_padded`, `kmeans_centroids_by_dimension`), read by the
     /// sm_80 sweep.
     #[cfg_attr(not(target_feature = "sm_80"), allow(dead_code))]
     centroids_t: *const f32,
     #[cfg_attr(not(target_feature = "sm_80"), allow(dead_code))]
-    kp: usize,
+    k_padded: usize,
 }
 
 macro_rules! assign_kernel {
@@ -69,7 +176,7 @@ macro_rules! assign_kernel {
         /// non-null, also adds every point's fixed-point coordinates (under `scales`, one per
         /// dimension) times its units to its cluster's row of `sums` (`k × d`) and its units to
         /// its `counts` entry, as `kmeans_accumulate_global` would.
-        /// `centroids_t` holds the centroids by dimension (`d × kp`, `kp ≥ k` a multiple of 4;
+        /// `centroids_t` holds the centroids by dimension (`d × k_padded`, `k_padded ≥ k` a multiple of 4;
         /// read on sm_80 and later).
         ///
         /// # Safety
@@ -95,9 +202,9 @@ macro_rules! assign_kernel {
             sums: *mut i64,
             counts: *mut u64,
             centroids_t: *const f32,
-            kp: u32,
+            k_padded: u32,
         ) {
-            let args = Assign {
+            let args = AssignArgs {
                 x,
                 x_sq_norms,
                 n: n as usize,
@@ -115,13 +222,13 @@ macro_rules! assign_kernel {
                 sums,
                 counts,
                 centroids_t,
-                kp: kp as usize,
+                k_padded: k_padded as usize,
             };
             #[cfg(target_feature = "sm_80")]
             unsafe {
                 run_async::<
-                    { $tile.tp },
-                    { $tile.tc },
+                    { $tile.points_per_thread },
+                    { $tile.centroids_per_thread },
                     { $tile.points() },
                     { $tile.centroids() },
                     { $tile.c_stride() },
@@ -129,7 +236,7 @@ macro_rules! assign_kernel {
             }
             #[cfg(not(target_feature = "sm_80"))]
             unsafe {
-                run::<{ $tile.tp }, { $tile.tc }>(args, $metric, $tile)
+                run::<{ $tile.points_per_thread }, { $tile.centroids_per_thread }>(args, $metric, $tile)
             }
         }
     };
@@ -167,63 +274,38 @@ assign_kernel!(
 
 #[cfg(all(target_arch = "nvptx64", not(target_feature = "sm_80")))]
 #[inline(always)]
-unsafe fn run<const TP: usize, const TC: usize>(a: Assign, metric: AssignMetric, tile: AssignTile) {
+unsafe fn run<const THREAD_POINTS: usize, const THREAD_CENTROIDS: usize>(
+    a: AssignArgs,
+    metric: AssignMetric,
+    tile: AssignTile,
+) {
     let t = gpu::thread();
-    let (tx, ty) = (t % tile.ct, t / tile.ct);
+    let (tx, ty) = (t % tile.centroid_groups, t / tile.centroid_groups);
     let (pb, cb) = (tile.points(), tile.centroids());
     let (xs_stride, cs_stride) = (tile.x_stride(), tile.c_stride());
     let first_point = gpu::block() * pb;
 
     let scratch = shared::<f64>();
     let xs = unsafe { scratch.add(2 * BLOCK as usize) }.cast::<f32>();
-    let cs = unsafe { xs.add(ASSIGN_JC * xs_stride) };
-    let merge_score = unsafe { cs.add(ASSIGN_JC * cs_stride) };
-    let merge_index = unsafe { merge_score.add(pb * tile.ct) }.cast::<u32>();
+    let cs = unsafe { xs.add(ASSIGN_CHUNK_DIMS * xs_stride) };
+    let merge_score = unsafe { cs.add(ASSIGN_CHUNK_DIMS * cs_stride) };
+    let merge_index = unsafe { merge_score.add(pb * tile.centroid_groups) }.cast::<u32>();
 
-    let mut best_score = [f32::INFINITY; TP];
-    let mut best_index = [u32::MAX; TP];
+    let mut best_score = [f32::INFINITY; THREAD_POINTS];
+    let mut best_index = [u32::MAX; THREAD_POINTS];
     let mut first_centroid = 0;
     while first_centroid < a.k {
-        let mut acc = [[0f32; TC]; TP];
+        let mut acc = [[0f32; THREAD_CENTROIDS]; THREAD_POINTS];
         let mut j0 = 0;
         while j0 < a.d {
-            let width = ASSIGN_JC.min(a.d - j0);
+            let width = ASSIGN_CHUNK_DIMS.min(a.d - j0);
             sync_threads();
-            unsafe {
-                let (x, c, bt) = (a.x, a.centroids, BLOCK as usize);
-                let (n, k, d) = (a.n, a.k, a.d);
-                load_transposed::<ASSIGN_JC>(
-                    t,
-                    bt,
-                    x,
-                    n,
-                    d,
-                    first_point,
-                    pb,
-                    j0,
-                    width,
-                    xs,
-                    xs_stride,
-                );
-                load_transposed::<ASSIGN_JC>(
-                    t,
-                    bt,
-                    c,
-                    k,
-                    d,
-                    first_centroid,
-                    cb,
-                    j0,
-                    width,
-                    cs,
-                    cs_stride,
-                );
-            }
+            unsafe { stage_tiles(&a, t, tile, first_point, first_centroid, j0, width, xs, cs) };
             sync_threads();
             // A full chunk has a constant trip count, so it unrolls and the shared loads of one
             // dimension overlap the multiply-adds of the previous one.
-            if width == ASSIGN_JC {
-                for jj in 0..ASSIGN_JC {
+            if width == ASSIGN_CHUNK_DIMS {
+                for jj in 0..ASSIGN_CHUNK_DIMS {
                     unsafe {
                         accumulate(metric, &mut acc, xs, cs, jj, xs_stride, cs_stride, tx, ty)
                     };
@@ -237,31 +319,22 @@ unsafe fn run<const TP: usize, const TC: usize>(a: Assign, metric: AssignMetric,
             }
             j0 += width;
         }
-        // Branch-free so the loops unroll and `acc` stays in registers.
-        let mut c_sq = [0f32; TC];
-        let mut valid = [false; TC];
-        for q in 0..TC {
-            let c = first_centroid + tx * TC + q;
-            valid[q] = c < a.k;
-            if valid[q] && metric == AssignMetric::SqL2 {
-                c_sq[q] = unsafe { *a.c_sq_norms.add(c) };
-            }
-        }
-        let index: [u32; TC] = core::array::from_fn(|q| (first_centroid + tx * TC + q) as u32);
-        rank(
-            metric,
-            &acc,
-            &c_sq,
-            &index,
-            &valid,
-            &mut best_score,
-            &mut best_index,
-        );
+        unsafe {
+            rank_tile(
+                &a,
+                metric,
+                first_centroid,
+                tx,
+                &acc,
+                &mut best_score,
+                &mut best_index,
+            )
+        };
         first_centroid += cb;
     }
 
     unsafe {
-        finish::<TP>(
+        finish::<THREAD_POINTS>(
             a,
             metric,
             tile,
@@ -274,92 +347,174 @@ unsafe fn run<const TP: usize, const TC: usize>(a: Assign, metric: AssignMetric,
     };
 }
 
+/// Stages dimensions `j0..j0 + width` of the block's point tile (from `first_point`) into `xs`
+/// and of the centroid tile (from `first_centroid`) into `cs`, both transposed.
+///
+/// # Safety
+/// As [`load_transposed`]; every thread of the block calls it between two barriers.
+#[cfg(all(target_arch = "nvptx64", not(target_feature = "sm_80")))]
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn stage_tiles(
+    a: &AssignArgs,
+    t: usize,
+    tile: AssignTile,
+    first_point: usize,
+    first_centroid: usize,
+    j0: usize,
+    width: usize,
+    xs: *mut f32,
+    cs: *mut f32,
+) {
+    let (pb, cb) = (tile.points(), tile.centroids());
+    let (xs_stride, cs_stride) = (tile.x_stride(), tile.c_stride());
+    unsafe {
+        let (x, c, bt) = (a.x, a.centroids, BLOCK as usize);
+        let (n, k, d) = (a.n, a.k, a.d);
+        load_transposed::<ASSIGN_CHUNK_DIMS>(
+            t,
+            bt,
+            x,
+            n,
+            d,
+            first_point,
+            pb,
+            j0,
+            width,
+            xs,
+            xs_stride,
+        );
+        load_transposed::<ASSIGN_CHUNK_DIMS>(
+            t,
+            bt,
+            c,
+            k,
+            d,
+            first_centroid,
+            cb,
+            j0,
+            width,
+            cs,
+            cs_stride,
+        );
+    }
+}
+
+/// Ranks the finished centroid tile from `first_centroid` (this thread's centroids
+/// `first_centroid + tx·THREAD_CENTROIDS + q`) into each of its points' best.
+///
+/// # Safety
+/// `a.c_sq_norms` holds `k` values.
+#[cfg(all(target_arch = "nvptx64", not(target_feature = "sm_80")))]
+#[inline(always)]
+unsafe fn rank_tile<const THREAD_POINTS: usize, const THREAD_CENTROIDS: usize>(
+    a: &AssignArgs,
+    metric: AssignMetric,
+    first_centroid: usize,
+    tx: usize,
+    acc: &[[f32; THREAD_CENTROIDS]; THREAD_POINTS],
+    best_score: &mut [f32; THREAD_POINTS],
+    best_index: &mut [u32; THREAD_POINTS],
+) {
+    // Branch-free so the loops unroll and `acc` stays in registers.
+    let mut c_sq = [0f32; THREAD_CENTROIDS];
+    let mut valid = [false; THREAD_CENTROIDS];
+    for q in 0..THREAD_CENTROIDS {
+        let c = first_centroid + tx * THREAD_CENTROIDS + q;
+        valid[q] = c < a.k;
+        if valid[q] && metric == AssignMetric::SqL2 {
+            c_sq[q] = unsafe { *a.c_sq_norms.add(c) };
+        }
+    }
+    let index: [u32; THREAD_CENTROIDS] =
+        core::array::from_fn(|q| (first_centroid + tx * THREAD_CENTROIDS + q) as u32);
+    rank(metric, acc, &c_sq, &index, &valid, best_score, best_index);
+}
+
 /// The sm_80 sweep: the copies of step `s + 1` (a centroid tile's chunk, with the point tile's
 /// chunk) go out with `cp.async` (transposed, one f32 per copy) into the other shared buffer while
 /// step `s` is multiplied, so a step costs one barrier and no exposed load latency. The centroid
 /// norms of a tile come with its first chunk. When the launch gives the shared memory of
 /// [`AssignTile::resident_shared_bytes`], the point tile is staged whole during the first
 /// centroid tile and stays, so later tiles only stream centroids.
-/// Thread `(tx, ty)` keeps points `ty·TP + i` and centroids `h·4·ct + tx·4 + r` (`q = 4h + r`),
+/// Thread `(tx, ty)` keeps points `ty·THREAD_POINTS + i` and centroids `h·4·centroid_groups + tx·4 + r` (`q = 4h + r`),
 /// so the 16 centroid groups of a warp read 64 consecutive words per 16-byte load (no bank
 /// conflicts). Accumulation order per (point, centroid) and the candidate order (score, then
 /// index) are those of [`run`].
+///
+/// Kept whole at ~150 lines: the shared layout and the tile ranking are separate steps
+/// ([`AsyncLayout::new`], [`rank_tile_split`]), but moving the copy-issue closure (or even its
+/// norm copy) into an `#[inline(always)]` function changes the sm_80 PTX of all four assign
+/// kernels (block order and branches), so it stays a closure here.
 #[cfg(target_feature = "sm_80")]
 #[inline(always)]
 unsafe fn run_async<
-    const TP: usize,
-    const TC: usize,
-    const PB: usize,
-    const CB: usize,
-    const CS: usize,
+    const THREAD_POINTS: usize,
+    const THREAD_CENTROIDS: usize,
+    const BLOCK_POINTS: usize,
+    const BLOCK_CENTROIDS: usize,
+    const C_STRIDE: usize,
 >(
-    a: Assign,
+    a: AssignArgs,
     metric: AssignMetric,
     tile: AssignTile,
 ) {
-    use crate::cp_async::{commit, dynamic_shared_bytes, shared_addr, wait_group};
+    use crate::cp_async::{commit, wait_group};
     // Two buffers: step `s` reads buffer `s % 2` and norms slot `tile % 2`.
     const _: () = assert!(ASSIGN_STAGES == 2);
     let t = gpu::thread();
-    let (tx, ty) = (t % tile.ct, t / tile.ct);
-    let (xs_stride, cs_stride) = (tile.x_stride(), tile.c_stride());
-    let first_point = gpu::block() * PB;
+    let (tx, ty) = (t % tile.centroid_groups, t / tile.centroid_groups);
+    let xs_stride = tile.x_stride();
+    let first_point = gpu::block() * BLOCK_POINTS;
     let l2 = metric == AssignMetric::SqL2;
-    let resident = dynamic_shared_bytes() as usize >= tile.resident_shared_bytes(a.d);
+    let l = AsyncLayout::new::<BLOCK_CENTROIDS>(tile, a.d);
 
-    // Streaming: two stages of (point chunk, centroid chunk), then the norms. Resident: two
-    // centroid chunks, the norms, then the whole point tile (chunk after chunk).
-    let x_chunk = ASSIGN_JC * xs_stride;
-    let c_chunk = ASSIGN_JC * cs_stride;
-    let stage = if resident { c_chunk } else { x_chunk + c_chunk };
-    let c_off = if resident { 0 } else { x_chunk };
-    let scratch = shared::<f64>();
-    let bufs = unsafe { scratch.add(2 * BLOCK as usize) }.cast::<f32>();
-    let norms = unsafe { bufs.add(ASSIGN_STAGES * stage) };
-    let x_tile = unsafe { norms.add(ASSIGN_STAGES * CB) };
-    let (bufs_addr, norms_addr, x_tile_addr) =
-        (shared_addr(bufs), shared_addr(norms), shared_addr(x_tile));
-
-    let chunks = a.d.div_ceil(ASSIGN_JC);
-    let steps = a.k.div_ceil(CB) * chunks;
+    let chunks = a.d.div_ceil(ASSIGN_CHUNK_DIMS);
+    let steps = a.k.div_ceil(BLOCK_CENTROIDS) * chunks;
 
     // Issues the copies of step `s` = (tile `tile_i`, chunk `kc`) as one group.
     let issue = |s: usize, tile_i: usize, kc: usize| {
-        let j0 = kc * ASSIGN_JC;
-        let width = ASSIGN_JC.min(a.d - j0);
-        let buf = bufs_addr + (4 * (s % 2) * stage) as u32;
-        let first_c = tile_i * CB;
+        let j0 = kc * ASSIGN_CHUNK_DIMS;
+        let width = ASSIGN_CHUNK_DIMS.min(a.d - j0);
+        let buf = l.bufs_addr + (4 * (s % 2) * l.stage) as u32;
+        let first_c = tile_i * BLOCK_CENTROIDS;
         unsafe {
-            if !resident || tile_i == 0 {
-                let xbuf = if resident {
-                    x_tile_addr + (4 * kc * x_chunk) as u32
+            if !l.resident || tile_i == 0 {
+                let xbuf = if l.resident {
+                    l.x_tile_addr + (4 * kc * l.x_chunk) as u32
                 } else {
                     buf
                 };
-                stage_chunk::<PB>(t, a.x, a.n, a.d, first_point, j0, width, xbuf, xs_stride);
+                stage_chunk::<BLOCK_POINTS>(
+                    t,
+                    a.x,
+                    a.n,
+                    a.d,
+                    first_point,
+                    j0,
+                    width,
+                    xbuf,
+                    xs_stride,
+                );
             }
             // Rows j0.. of the centroids by dimension, columns first_c..: 16-byte copies when
             // they divide among the threads (the wide tile), else one word each.
-            let cbuf = buf + (4 * c_off) as u32;
-            let vec = (ASSIGN_JC * CB / 4).is_multiple_of(BLOCK as usize);
-            crate::cp_async::copy_rows::<ASSIGN_JC, CB, CS, { BLOCK as usize }>(
-                t,
-                vec,
-                a.centroids_t,
-                a.d,
-                a.kp,
-                j0,
-                first_c,
-                cbuf,
-            );
-            if l2 && kc == 0 && t < CB {
+            let cbuf = buf + (4 * l.c_off) as u32;
+            let vec = (ASSIGN_CHUNK_DIMS * BLOCK_CENTROIDS / 4).is_multiple_of(BLOCK as usize);
+            crate::cp_async::copy_rows::<
+                ASSIGN_CHUNK_DIMS,
+                BLOCK_CENTROIDS,
+                C_STRIDE,
+                { BLOCK as usize },
+            >(t, vec, a.centroids_t, a.d, a.k_padded, j0, first_c, cbuf);
+            if l2 && kc == 0 && t < BLOCK_CENTROIDS {
                 let ok = first_c + t < a.k;
                 let src = if ok {
                     a.c_sq_norms.add(first_c + t)
                 } else {
                     a.c_sq_norms
                 };
-                let dst = norms_addr + (4 * ((tile_i % 2) * CB + t)) as u32;
+                let dst = l.norms_addr + (4 * ((tile_i % 2) * BLOCK_CENTROIDS + t)) as u32;
                 crate::cp_async::copy_4(dst, src, if ok { 4 } else { 0 });
             }
         }
@@ -369,9 +524,9 @@ unsafe fn run_async<
     if steps > 0 {
         issue(0, 0, 0);
     }
-    let mut best_score = [f32::INFINITY; TP];
-    let mut best_index = [u32::MAX; TP];
-    let mut acc = [[0f32; TC]; TP];
+    let mut best_score = [f32::INFINITY; THREAD_POINTS];
+    let mut best_index = [u32::MAX; THREAD_POINTS];
+    let mut acc = [[0f32; THREAD_CENTROIDS]; THREAD_POINTS];
     let (mut tile_i, mut kc) = (0, 0);
     let mut s = 0;
     while s < steps {
@@ -387,55 +542,38 @@ unsafe fn run_async<
                 issue(s + 1, tile_i, kc + 1);
             }
         }
-        let xs = if resident {
-            unsafe { x_tile.add(kc * x_chunk) }
+        let xs = if l.resident {
+            unsafe { l.x_tile.add(kc * l.x_chunk) }
         } else {
-            unsafe { bufs.add((s % 2) * stage) }
+            unsafe { l.bufs.add((s % 2) * l.stage) }
         };
-        let cs = unsafe { bufs.add((s % 2) * stage + c_off) };
-        let width = ASSIGN_JC.min(a.d - kc * ASSIGN_JC);
-        if width == ASSIGN_JC {
-            for jj in 0..ASSIGN_JC {
-                unsafe {
-                    accumulate_split(
-                        metric, &mut acc, xs, cs, jj, xs_stride, cs_stride, tile.ct, tx, ty,
-                    )
-                };
+        let cs = unsafe { l.bufs.add((s % 2) * l.stage + l.c_off) };
+        let width = ASSIGN_CHUNK_DIMS.min(a.d - kc * ASSIGN_CHUNK_DIMS);
+        if width == ASSIGN_CHUNK_DIMS {
+            for jj in 0..ASSIGN_CHUNK_DIMS {
+                unsafe { accumulate_split(metric, &mut acc, xs, cs, jj, tile, tx, ty) };
             }
         } else {
             for jj in 0..width {
-                unsafe {
-                    accumulate_split(
-                        metric, &mut acc, xs, cs, jj, xs_stride, cs_stride, tile.ct, tx, ty,
-                    )
-                };
+                unsafe { accumulate_split(metric, &mut acc, xs, cs, jj, tile, tx, ty) };
             }
         }
         if last_chunk {
             // The tile is done: rank its centroids for this thread's points.
-            let first_c = tile_i * CB;
-            let tile_norms = unsafe { norms.add((tile_i % 2) * CB) };
-            let mut c_sq = [0f32; TC];
-            let mut index = [0u32; TC];
-            let mut valid = [false; TC];
-            for q in 0..TC {
-                let local = (q / 4) * 4 * tile.ct + tx * 4 + q % 4;
-                index[q] = (first_c + local) as u32;
-                valid[q] = first_c + local < a.k;
-                if l2 {
-                    c_sq[q] = unsafe { *tile_norms.add(local) };
-                }
-            }
-            rank(
-                metric,
-                &acc,
-                &c_sq,
-                &index,
-                &valid,
-                &mut best_score,
-                &mut best_index,
-            );
-            acc = [[0f32; TC]; TP];
+            unsafe {
+                rank_tile_split::<THREAD_POINTS, THREAD_CENTROIDS, BLOCK_CENTROIDS>(
+                    &a,
+                    metric,
+                    tile,
+                    tile_i,
+                    l.norms,
+                    tx,
+                    &acc,
+                    &mut best_score,
+                    &mut best_index,
+                )
+            };
+            acc = [[0f32; THREAD_CENTROIDS]; THREAD_POINTS];
             (tile_i, kc) = (tile_i + 1, 0);
         } else {
             kc += 1;
@@ -444,10 +582,10 @@ unsafe fn run_async<
     }
     // Nothing is in flight; the buffers become the merge area.
     sync_threads();
-    let merge_score = bufs;
-    let merge_index = unsafe { bufs.add(PB * tile.ct) }.cast::<u32>();
+    let merge_score = l.bufs;
+    let merge_index = unsafe { l.bufs.add(BLOCK_POINTS * tile.centroid_groups) }.cast::<u32>();
     unsafe {
-        finish::<TP>(
+        finish::<THREAD_POINTS>(
             a,
             metric,
             tile,
@@ -455,9 +593,104 @@ unsafe fn run_async<
             best_index,
             merge_score,
             merge_index,
-            scratch,
+            l.scratch,
         )
     };
+}
+
+/// The shared-memory layout of an sm_80 assign block. Streaming: two stages of (point chunk,
+/// centroid chunk), then the norms. Resident: two centroid chunks, the norms, then the whole
+/// point tile (chunk after chunk). Reduction scratch comes first in both.
+#[cfg(target_feature = "sm_80")]
+#[derive(Clone, Copy)]
+struct AsyncLayout {
+    /// The point tile stays resident (staged during the first centroid tile).
+    resident: bool,
+    /// Floats of one point chunk, of one stage, and the centroid chunk's offset in a stage.
+    x_chunk: usize,
+    stage: usize,
+    c_off: usize,
+    scratch: *mut f64,
+    bufs: *mut f32,
+    norms: *mut f32,
+    x_tile: *mut f32,
+    /// Shared-window addresses of the stages, the norm slots and the resident point tile.
+    bufs_addr: u32,
+    norms_addr: u32,
+    x_tile_addr: u32,
+}
+
+#[cfg(target_feature = "sm_80")]
+impl AsyncLayout {
+    /// The layout for `tile` at `d` dimensions, resident when the launch gave the shared memory
+    /// of [`AssignTile::resident_shared_bytes`].
+    #[inline(always)]
+    fn new<const BLOCK_CENTROIDS: usize>(tile: AssignTile, d: usize) -> Self {
+        use crate::cp_async::{dynamic_shared_bytes, shared_addr};
+        let resident = dynamic_shared_bytes() as usize >= tile.resident_shared_bytes(d);
+        let x_chunk = ASSIGN_CHUNK_DIMS * tile.x_stride();
+        let c_chunk = ASSIGN_CHUNK_DIMS * tile.c_stride();
+        let stage = if resident { c_chunk } else { x_chunk + c_chunk };
+        let c_off = if resident { 0 } else { x_chunk };
+        let scratch = shared::<f64>();
+        let bufs = unsafe { scratch.add(2 * BLOCK as usize) }.cast::<f32>();
+        let norms = unsafe { bufs.add(ASSIGN_STAGES * stage) };
+        let x_tile = unsafe { norms.add(ASSIGN_STAGES * BLOCK_CENTROIDS) };
+        AsyncLayout {
+            resident,
+            x_chunk,
+            stage,
+            c_off,
+            scratch,
+            bufs,
+            norms,
+            x_tile,
+            bufs_addr: shared_addr(bufs),
+            norms_addr: shared_addr(norms),
+            x_tile_addr: shared_addr(x_tile),
+        }
+    }
+}
+
+/// Ranks the finished centroid tile `tile_i` into each of this thread's points' best, with the
+/// centroid mapping of [`run_async`] (slot `q` is column `(q / 4)·4·centroid_groups + tx·4 +
+/// q % 4`) and the norms from slot `tile_i % 2` of `norms`.
+///
+/// # Safety
+/// The tile's norms have landed in `norms` (L2).
+#[cfg(target_feature = "sm_80")]
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn rank_tile_split<
+    const THREAD_POINTS: usize,
+    const THREAD_CENTROIDS: usize,
+    const BLOCK_CENTROIDS: usize,
+>(
+    a: &AssignArgs,
+    metric: AssignMetric,
+    tile: AssignTile,
+    tile_i: usize,
+    norms: *const f32,
+    tx: usize,
+    acc: &[[f32; THREAD_CENTROIDS]; THREAD_POINTS],
+    best_score: &mut [f32; THREAD_POINTS],
+    best_index: &mut [u32; THREAD_POINTS],
+) {
+    let l2 = metric == AssignMetric::SqL2;
+    let first_c = tile_i * BLOCK_CENTROIDS;
+    let tile_norms = unsafe { norms.add((tile_i % 2) * BLOCK_CENTROIDS) };
+    let mut c_sq = [0f32; THREAD_CENTROIDS];
+    let mut index = [0u32; THREAD_CENTROIDS];
+    let mut valid = [false; THREAD_CENTROIDS];
+    for q in 0..THREAD_CENTROIDS {
+        let local = (q / 4) * 4 * tile.centroid_groups + tx * 4 + q % 4;
+        index[q] = (first_c + local) as u32;
+        valid[q] = first_c + local < a.k;
+        if l2 {
+            c_sq[q] = unsafe { *tile_norms.add(local) };
+        }
+    }
+    rank(metric, acc, &c_sq, &index, &valid, best_score, best_index);
 }
 
 /// Merges a finished tile's candidates into each point's best: `acc[i][q]` is point `i` against
@@ -468,17 +701,17 @@ unsafe fn run_async<
 #[cfg(target_arch = "nvptx64")]
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-fn rank<const TP: usize, const TC: usize>(
+fn rank<const THREAD_POINTS: usize, const THREAD_CENTROIDS: usize>(
     metric: AssignMetric,
-    acc: &[[f32; TC]; TP],
-    c_sq: &[f32; TC],
-    index: &[u32; TC],
-    valid: &[bool; TC],
-    best_score: &mut [f32; TP],
-    best_index: &mut [u32; TP],
+    acc: &[[f32; THREAD_CENTROIDS]; THREAD_POINTS],
+    c_sq: &[f32; THREAD_CENTROIDS],
+    index: &[u32; THREAD_CENTROIDS],
+    valid: &[bool; THREAD_CENTROIDS],
+    best_score: &mut [f32; THREAD_POINTS],
+    best_index: &mut [u32; THREAD_POINTS],
 ) {
-    for i in 0..TP {
-        for q in 0..TC {
+    for i in 0..THREAD_POINTS {
+        for q in 0..THREAD_CENTROIDS {
             let score = assign_score(metric, acc[i][q], c_sq[q]);
             let take = valid[q] && score < best_score[i];
             best_score[i] = if take { score } else { best_score[i] };
@@ -489,11 +722,11 @@ fn rank<const TP: usize, const TC: usize>(
 
 /// Starts copying rows `first..first + ROWS` (zeros past `total`), columns `j0..j0 + width` of a
 /// row-major `total × d` matrix, transposed, to shared address `dst` (`dst[jj * stride + r]`).
-/// Thread `t` copies column `t % ASSIGN_JC` of every `BLOCK / ASSIGN_JC`-th row, so consecutive
+/// Thread `t` copies column `t % ASSIGN_CHUNK_DIMS` of every `BLOCK / ASSIGN_CHUNK_DIMS`-th row, so consecutive
 /// threads read consecutive words of a row.
 ///
 /// # Safety
-/// `src` holds `total × d` values, `j0 + width ≤ d`; `dst` holds `ASSIGN_JC × stride` words
+/// `src` holds `total × d` values, `j0 + width ≤ d`; `dst` holds `ASSIGN_CHUNK_DIMS × stride` words
 /// with `stride ≥ ROWS`.
 #[cfg(target_feature = "sm_80")]
 #[inline(always)]
@@ -509,8 +742,8 @@ unsafe fn stage_chunk<const ROWS: usize>(
     dst: u32,
     stride: usize,
 ) {
-    const PER_PASS: usize = BLOCK as usize / ASSIGN_JC;
-    let (r0, jj) = (t / ASSIGN_JC, t % ASSIGN_JC);
+    const PER_PASS: usize = BLOCK as usize / ASSIGN_CHUNK_DIMS;
+    let (r0, jj) = (t / ASSIGN_CHUNK_DIMS, t % ASSIGN_CHUNK_DIMS);
     if jj < width {
         for u in 0..ROWS.div_ceil(PER_PASS) {
             let r = r0 + u * PER_PASS;
@@ -530,33 +763,35 @@ unsafe fn stage_chunk<const ROWS: usize>(
 }
 
 /// As [`accumulate`], with the centroid mapping of [`run_async`]: centroid slot `q = 4h + r` of
-/// thread `tx` is column `h·4·ct + tx·4 + r` of the tile.
+/// thread `tx` is column `h·4·centroid_groups + tx·4 + r` of the tile.
 ///
 /// # Safety
 /// As for [`accumulate`].
 #[cfg(target_feature = "sm_80")]
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn accumulate_split<const TP: usize, const TC: usize>(
+unsafe fn accumulate_split<const THREAD_POINTS: usize, const THREAD_CENTROIDS: usize>(
     metric: AssignMetric,
-    acc: &mut [[f32; TC]; TP],
+    acc: &mut [[f32; THREAD_CENTROIDS]; THREAD_POINTS],
     xs: *const f32,
     cs: *const f32,
     jj: usize,
-    xs_stride: usize,
-    cs_stride: usize,
-    ct: usize,
+    tile: AssignTile,
     tx: usize,
     ty: usize,
 ) {
-    let xv: [f32; TP] = unsafe { load_vec4s(xs.add(jj * xs_stride + ty * TP)) };
-    let mut cv = [0f32; TC];
-    for h in 0..TC / 4 {
-        let v: [f32; 4] = unsafe { load_vec4s(cs.add(jj * cs_stride + h * 4 * ct + tx * 4)) };
+    let (xs_stride, cs_stride) = (tile.x_stride(), tile.c_stride());
+    let centroid_groups = tile.centroid_groups;
+    let xv: [f32; THREAD_POINTS] =
+        unsafe { load_vec4s(xs.add(jj * xs_stride + ty * THREAD_POINTS)) };
+    let mut cv = [0f32; THREAD_CENTROIDS];
+    for h in 0..THREAD_CENTROIDS / 4 {
+        let v: [f32; 4] =
+            unsafe { load_vec4s(cs.add(jj * cs_stride + h * 4 * centroid_groups + tx * 4)) };
         cv[4 * h..4 * h + 4].copy_from_slice(&v);
     }
-    for i in 0..TP {
-        for q in 0..TC {
+    for i in 0..THREAD_POINTS {
+        for q in 0..THREAD_CENTROIDS {
             acc[i][q] = assign_step(metric, acc[i][q], xv[i], cv[q]);
         }
     }
@@ -568,31 +803,31 @@ unsafe fn accumulate_split<const TP: usize, const TC: usize>(
 ///
 /// # Safety
 /// Every thread of the block calls this after its sweep; `merge_score` and `merge_index` hold
-/// `points() × ct` words of shared memory that no thread reads or writes any more, `scratch`
+/// `points() × centroid_groups` words of shared memory that no thread reads or writes any more, `scratch`
 /// `2 × BLOCK` f64.
 #[cfg(target_arch = "nvptx64")]
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn finish<const TP: usize>(
-    a: Assign,
+unsafe fn finish<const THREAD_POINTS: usize>(
+    a: AssignArgs,
     metric: AssignMetric,
     tile: AssignTile,
-    best_score: [f32; TP],
-    best_index: [u32; TP],
+    best_score: [f32; THREAD_POINTS],
+    best_index: [u32; THREAD_POINTS],
     merge_score: *mut f32,
     merge_index: *mut u32,
     scratch: *mut f64,
 ) {
     let t = gpu::thread();
-    let (tx, ty) = (t % tile.ct, t / tile.ct);
+    let (tx, ty) = (t % tile.centroid_groups, t / tile.centroid_groups);
     let pb = tile.points();
     let first_point = gpu::block() * pb;
     // Merge the centroid groups' candidates per point, in group order.
-    for i in 0..TP {
-        let p = ty * TP + i;
+    for i in 0..THREAD_POINTS {
+        let p = ty * THREAD_POINTS + i;
         unsafe {
-            *merge_score.add(p * tile.ct + tx) = best_score[i];
-            *merge_index.add(p * tile.ct + tx) = best_index[i];
+            *merge_score.add(p * tile.centroid_groups + tx) = best_score[i];
+            *merge_index.add(p * tile.centroid_groups + tx) = best_index[i];
         }
     }
     sync_threads();
@@ -603,11 +838,11 @@ unsafe fn finish<const TP: usize>(
         let i = first_point + p;
         if i < a.n {
             let (mut score, mut label) = (f32::INFINITY, u32::MAX);
-            for g in 0..tile.ct {
+            for g in 0..tile.centroid_groups {
                 let (s, l) = unsafe {
                     (
-                        *merge_score.add(p * tile.ct + g),
-                        *merge_index.add(p * tile.ct + g),
+                        *merge_score.add(p * tile.centroid_groups + g),
+                        *merge_index.add(p * tile.centroid_groups + g),
                     )
                 };
                 if better(s, l, score, label) {
@@ -634,7 +869,7 @@ unsafe fn finish<const TP: usize>(
             }
             dist_sum = dist_sum.wrapping_add(inertia_term(dist, a.inertia_scale, units));
             // Thread `p` alone reads row `p` of the merge area, and is done with it.
-            unsafe { *merge_index.add(p * tile.ct) = label };
+            unsafe { *merge_index.add(p * tile.centroid_groups) = label };
         }
         p += BLOCK as usize;
     }
@@ -649,7 +884,7 @@ unsafe fn finish<const TP: usize>(
             let i = first_point + p;
             if i < a.n {
                 unsafe {
-                    let label = *merge_index.add(p * tile.ct) as usize;
+                    let label = *merge_index.add(p * tile.centroid_groups) as usize;
                     let units = units_at(a.weights, i);
                     let mut j = lane;
                     while j < a.d {
@@ -684,16 +919,16 @@ unsafe fn finish<const TP: usize>(
     }
 }
 
-/// Adds dimension `jj` of the staged tiles to the thread's `TP × TC` accumulators.
+/// Adds dimension `jj` of the staged tiles to the thread's `THREAD_POINTS × THREAD_CENTROIDS` accumulators.
 ///
 /// # Safety
 /// The tiles hold dimension `jj` at the strides given; `xs`, `cs` are 16-byte aligned.
 #[cfg(all(target_arch = "nvptx64", not(target_feature = "sm_80")))]
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn accumulate<const TP: usize, const TC: usize>(
+unsafe fn accumulate<const THREAD_POINTS: usize, const THREAD_CENTROIDS: usize>(
     metric: AssignMetric,
-    acc: &mut [[f32; TC]; TP],
+    acc: &mut [[f32; THREAD_CENTROIDS]; THREAD_POINTS],
     xs: *const f32,
     cs: *const f32,
     jj: usize,
@@ -702,11 +937,43 @@ unsafe fn accumulate<const TP: usize, const TC: usize>(
     tx: usize,
     ty: usize,
 ) {
-    let xv: [f32; TP] = unsafe { load_vec4s(xs.add(jj * xs_stride + ty * TP)) };
-    let cv: [f32; TC] = unsafe { load_vec4s(cs.add(jj * cs_stride + tx * TC)) };
-    for i in 0..TP {
-        for q in 0..TC {
+    let xv: [f32; THREAD_POINTS] =
+        unsafe { load_vec4s(xs.add(jj * xs_stride + ty * THREAD_POINTS)) };
+    let cv: [f32; THREAD_CENTROIDS] =
+        unsafe { load_vec4s(cs.add(jj * cs_stride + tx * THREAD_CENTROIDS)) };
+    for i in 0..THREAD_POINTS {
+        for q in 0..THREAD_CENTROIDS {
             acc[i][q] = assign_step(metric, acc[i][q], xv[i], cv[q]);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::launch::DEFAULT_SHARED_BYTES;
+
+    #[test]
+    fn assign_tiles_fit_default_shared_memory() {
+        for tile in [ASSIGN_WIDE, ASSIGN_NARROW] {
+            assert!(tile.shared_bytes() <= DEFAULT_SHARED_BYTES, "{tile:?}");
+            assert_eq!(BLOCK as usize % tile.centroid_groups, 0);
+            assert!(
+                tile.points_per_thread % 4 == 0 && tile.centroids_per_thread % 4 == 0,
+                "vector loads of 4"
+            );
+        }
+        assert_eq!(AssignTile::for_k(16), ASSIGN_NARROW);
+        assert_eq!(AssignTile::for_k(17), ASSIGN_WIDE);
+    }
+
+    #[test]
+    fn resident_point_tile_fits_two_blocks() {
+        // d = 128 with two blocks per multiprocessor on sm_90 (228 KiB, 1 KiB reserved per block).
+        assert!(2 * (ASSIGN_WIDE.resident_shared_bytes(128) + 1024) <= 228 * 1024);
+        // Few dimensions: the resident layout fits in the streaming one's memory (the kernel then
+        // keeps the tile resident at no cost).
+        assert!(ASSIGN_WIDE.resident_shared_bytes(16) <= ASSIGN_WIDE.shared_bytes());
+        assert!(ASSIGN_WIDE.resident_shared_bytes(129) > ASSIGN_WIDE.resident_shared_bytes(128));
     }
 }

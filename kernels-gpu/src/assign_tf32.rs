@@ -10,6 +10,8 @@
 //! and the better wins. Labels therefore equal the exact ones unless the true nearest centroid
 //! is not among the two best TF32 candidates, and every distance is the exact FP32 distance to
 //! the chosen centroid.
+//!
+//! The kernel body `run` goes prologue, sweep, merge, re-check (see its comment).
 
 use crate::launch::Kernel;
 #[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
@@ -17,10 +19,7 @@ use crate::{
     cp_async::{commit, copy_4, copy_rows, shared_addr, wait_all, wait_group},
     fixed::{inertia_term, units_at},
     gpu::{self, atomic_add_u32, block_sum_f64, block_sum_i64, shared, sync_threads},
-    launch::{
-        BLOCK, TF32_C_STRIDE as CS, TF32_CENTROIDS as BC, TF32_KC as KC, TF32_POINTS as BP,
-        TF32_STAGE_WORDS as SW, TF32_STAGES as STAGES, TF32_X_STRIDE as XS, TF32_XC as XC,
-    },
+    launch::BLOCK,
     math::{AssignMetric, assign_distance, assign_step, better, l2_score},
     mma::{load4, mma, shfl_xor_u32, to_tf32},
 };
@@ -28,6 +27,45 @@ use crate::{
 /// The `kmeans_assign_l2_tf32` entry point (built for sm_80 only). CPU twin:
 /// `backend::cpu::kmeans::nearest`.
 pub const KMEANS_ASSIGN_L2_TF32: Kernel = Kernel::sm80("kmeans_assign_l2_tf32", 13).min_blocks(2);
+
+/// Points per block of `kmeans_assign_l2_tf32`: `BLOCK` threads, 8 warps as 4 point rows × 2
+/// centroid columns, each warp 32 points × 64 centroids of `m16n8k8` tiles.
+pub const TF32_POINTS: usize = 128;
+/// Centroids per tile of the TF32 assign kernel.
+pub const TF32_CENTROIDS: usize = 128;
+/// Dimensions per staged centroid chunk of the TF32 assign kernel; dimensions are zero-padded to
+/// a multiple of it.
+pub const TF32_CHUNK_DIMS: usize = 16;
+/// Dimensions of the staged point tile of the TF32 assign kernel (all of them when
+/// `d ≤ TF32_POINT_DIMS`, so the tile is staged once per block; else one slice at a time).
+pub const TF32_POINT_DIMS: usize = 128;
+/// Centroid chunks in flight (`cp.async` groups) plus the one being multiplied.
+pub const TF32_STAGES: usize = 4;
+const _: () = assert!(
+    TF32_STAGES >= 2,
+    "a chunk in flight while one is multiplied"
+);
+/// Stride (in words) of the point tile's pair rows (two point rows interleaved): ≡ 4 (mod 32),
+/// so the 16-byte A-fragment loads of each quarter warp (2 pair rows × 4 lanes, 8 words apart)
+/// fall in 32 distinct banks.
+pub const TF32_X_STRIDE: usize = 2 * TF32_POINT_DIMS + 4;
+/// Row stride (in words) of a centroid chunk: ≡ 16 (mod 32), so the 16-byte B-fragment loads of
+/// each quarter warp (2 rows × 4 lanes) fall in 32 distinct banks.
+pub const TF32_C_STRIDE: usize = TF32_CHUNK_DIMS;
+/// Words of one centroid stage: the chunk, then the squared norms of its tile's centroids
+/// (staged with the tile's last chunk, whose step ranks the tile).
+pub const TF32_STAGE_WORDS: usize = TF32_CENTROIDS * TF32_C_STRIDE + TF32_CENTROIDS;
+
+/// Dynamic shared memory of one block of the TF32 assign kernel, in bytes: the point tile (after
+/// the sweep it holds the candidate merge and the reduction scratch) and the centroid stages.
+pub const fn tf32_shared_bytes() -> usize {
+    (TF32_POINTS / 2 * TF32_X_STRIDE + TF32_STAGES * TF32_STAGE_WORDS) * 4
+}
+
+/// Blocks of `kmeans_assign_l2_tf32` for `n` points.
+pub const fn tf32_grid(n: usize) -> usize {
+    n.div_ceil(TF32_POINTS)
+}
 
 /// Labels each of the `n` points of `x` (row-major, `d` columns) with its nearest of the `k`
 /// centroids (TF32 candidates, exact FP32 re-check) and writes its exact distance. `weights`
@@ -37,8 +75,8 @@ pub const KMEANS_ASSIGN_L2_TF32: Kernel = Kernel::sm80("kmeans_assign_l2_tf32", 
 /// inertia_scale)` at its index.
 ///
 /// # Safety
-/// Pointers valid for those sizes; `BLOCK` threads, `ceil(n / TF32_POINTS)` blocks and
-/// `tf32_shared_bytes()` of dynamic shared memory.
+/// Pointers valid for those sizes; `BLOCK` threads, [`tf32_grid`]`(n)` blocks and
+/// [`tf32_shared_bytes`]`()` of dynamic shared memory.
 #[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
 #[unsafe(no_mangle)]
 pub unsafe extern "gpu-kernel" fn kmeans_assign_l2_tf32(
@@ -57,7 +95,7 @@ pub unsafe extern "gpu-kernel" fn kmeans_assign_l2_tf32(
     weights: *const f32,
 ) {
     let (n, d, k) = (n as usize, (d as usize).max(1), k as usize);
-    let a = Assign {
+    let a = Tf32AssignArgs {
         x,
         x_sq_norms,
         n,
@@ -85,7 +123,7 @@ pub unsafe extern "gpu-kernel" fn kmeans_assign_l2_tf32(
 /// Arguments of [`kmeans_assign_l2_tf32`].
 #[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
 #[derive(Clone, Copy)]
-struct Assign {
+struct Tf32AssignArgs {
     x: *const f32,
     x_sq_norms: *const f32,
     n: usize,
@@ -101,10 +139,20 @@ struct Assign {
     weights: *const f32,
 }
 
+/// The kernel body, in four steps: the prologue (the first `TF32_STAGES − 1` centroid chunks in
+/// flight, the point tile staged), the sweep (one `mma` step per centroid chunk, each finished
+/// tile ranked into every row's best two), the merge of the candidates of the lanes and warp
+/// columns that share a point, and the exact re-check (labels, distances, block totals).
+///
+/// Kept whole at ~270 lines: its steps share a dozen registers of state (the prefetch cursor,
+/// the accumulators, the best two per row), and splitting them into `#[inline(always)]`
+/// functions (tried, see the history of this file) reorders instructions and inverts the sweep
+/// loop's latch in the PTX of `kmeans_assign_l2_tf32`. The helpers below (`stage_points`,
+/// `stage_chunk`, `merge_lanes`, `insert`, `exact_dot`) are its leaf steps.
 #[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
 #[inline(always)]
-unsafe fn run<const VEC: bool>(a: Assign) {
-    let Assign {
+unsafe fn run<const VEC: bool>(a: Tf32AssignArgs) {
+    let Tf32AssignArgs {
         x,
         x_sq_norms,
         n,
@@ -125,15 +173,15 @@ unsafe fn run<const VEC: bool>(a: Assign) {
     let (g, q) = (lane / 4, lane % 4);
     // Warp (wm, wn) covers points wm·32.. and centroids wn·64.. of the block's tiles.
     let (wm, wn) = (warp % 4, warp / 4);
-    let first_point = gpu::block() * BP;
+    let first_point = gpu::block() * TF32_POINTS;
 
     let xs = shared::<u32>();
-    let cs = unsafe { xs.add(BP / 2 * XS) };
+    let cs = unsafe { xs.add(TF32_POINTS / 2 * TF32_X_STRIDE) };
 
-    let dp = d.next_multiple_of(KC);
-    let chunks = dp / KC; // centroid chunks per tile
-    let resident = dp <= XC; // the point tile holds every dimension
-    let tiles = k.div_ceil(BC);
+    let dp = d.next_multiple_of(TF32_CHUNK_DIMS);
+    let chunks = dp / TF32_CHUNK_DIMS; // centroid chunks per tile
+    let resident = dp <= TF32_POINT_DIMS; // the point tile holds every dimension
+    let tiles = k.div_ceil(TF32_CENTROIDS);
     let steps = tiles * chunks;
 
     let mut s1 = [f32::INFINITY; 4];
@@ -142,11 +190,11 @@ unsafe fn run<const VEC: bool>(a: Assign) {
     let mut i2 = [u32::MAX; 4];
 
     let cs_addr = shared_addr(cs);
-    // Prologue: the first STAGES − 1 centroid chunks, one group each (empty groups past the
+    // Prologue: the first TF32_STAGES − 1 centroid chunks, one group each (empty groups past the
     // last step keep the group count per step uniform), then the point tile through registers.
     // (tile, chunk) of the next step to prefetch.
     let (mut pt, mut pk) = (0, 0);
-    for p in 0..STAGES - 1 {
+    for p in 0..TF32_STAGES - 1 {
         if p < steps {
             unsafe {
                 stage_chunk(
@@ -156,10 +204,10 @@ unsafe fn run<const VEC: bool>(a: Assign) {
                     c_sq_norms,
                     k,
                     d,
-                    pt * BC,
-                    pk * KC,
+                    pt * TF32_CENTROIDS,
+                    pk * TF32_CHUNK_DIMS,
                     pk == chunks - 1,
-                    cs_addr + (4 * p * SW) as u32,
+                    cs_addr + (4 * p * TF32_STAGE_WORDS) as u32,
                 )
             };
             pk += 1;
@@ -178,16 +226,16 @@ unsafe fn run<const VEC: bool>(a: Assign) {
     while s < steps {
         // This step's chunk (and at s = 0 the point tile) has landed for this thread's copies;
         // the barrier makes everyone's visible and frees the buffer of step s − 1.
-        wait_group::<{ STAGES - 2 }>();
+        wait_group::<{ TF32_STAGES - 2 }>();
         sync_threads();
-        let j0 = kc * KC;
-        if !resident && s > 0 && j0 % XC == 0 {
+        let j0 = kc * TF32_CHUNK_DIMS;
+        if !resident && s > 0 && j0 % TF32_POINT_DIMS == 0 {
             // This step reads another slice of the dimensions: restage the points.
             unsafe { stage_points(t, vec, x, n, d, first_point, j0, dp, xs) };
             sync_threads();
         }
-        // The chunk STAGES − 1 steps ahead lands while this one is multiplied.
-        let ahead = s + STAGES - 1;
+        // The chunk TF32_STAGES − 1 steps ahead lands while this one is multiplied.
+        let ahead = s + TF32_STAGES - 1;
         if ahead < steps {
             unsafe {
                 stage_chunk(
@@ -197,10 +245,10 @@ unsafe fn run<const VEC: bool>(a: Assign) {
                     c_sq_norms,
                     k,
                     d,
-                    pt * BC,
-                    pk * KC,
+                    pt * TF32_CENTROIDS,
+                    pk * TF32_CHUNK_DIMS,
                     pk == chunks - 1,
-                    cs_addr + (4 * (ahead % STAGES) * SW) as u32,
+                    cs_addr + (4 * (ahead % TF32_STAGES) * TF32_STAGE_WORDS) as u32,
                 )
             };
             pk += 1;
@@ -210,9 +258,9 @@ unsafe fn run<const VEC: bool>(a: Assign) {
         }
         commit();
 
-        let buf = unsafe { cs.add((s % STAGES) * SW) };
+        let buf = unsafe { cs.add((s % TF32_STAGES) * TF32_STAGE_WORDS) };
         // Column of this chunk inside the staged point tile.
-        let xcol = j0 % XC;
+        let xcol = j0 % TF32_POINT_DIMS;
         // The k slots of the mma are a relabelling of the chunk's 16 dimensions (the same for
         // points and centroids, so the products pair up): slot (step kk, lane column q, half h)
         // holds dimension q·4 + kk·2 + h. A lane's 4 centroid values of a row are then
@@ -224,12 +272,12 @@ unsafe fn run<const VEC: bool>(a: Assign) {
         for (mt, af) in af.iter_mut().enumerate() {
             let pair = (wm * 2 + mt) * 8 + g;
             for (kk, af) in af.iter_mut().enumerate() {
-                *af = unsafe { load4(xs.add(pair * XS + 2 * (xcol + q * 4) + 4 * kk)) };
+                *af = unsafe { load4(xs.add(pair * TF32_X_STRIDE + 2 * (xcol + q * 4) + 4 * kk)) };
             }
         }
         for nt in 0..8 {
             let c = wn * 64 + nt * 8 + g;
-            let b = unsafe { load4(buf.add(c * CS + q * 4)) };
+            let b = unsafe { load4(buf.add(c * TF32_C_STRIDE + q * 4)) };
             for kk in 0..2 {
                 for mt in 0..2 {
                     mma(&mut acc[mt][nt], af[mt][kk], [b[2 * kk], b[2 * kk + 1]]);
@@ -241,10 +289,10 @@ unsafe fn run<const VEC: bool>(a: Assign) {
             // sees each row's centroids in increasing index order, so a strict `<` keeps the
             // lower index on ties. The tile's norms came with this chunk.
             let local = wn * 64 + 2 * q;
-            let tile_norms = unsafe { buf.add(BC * CS) }.cast::<f32>();
+            let tile_norms = unsafe { buf.add(TF32_CENTROIDS * TF32_C_STRIDE) }.cast::<f32>();
             for nt in 0..8 {
                 for h in 0..2 {
-                    let c = tile * BC + local + nt * 8 + h;
+                    let c = tile * TF32_CENTROIDS + local + nt * 8 + h;
                     let valid = c < k;
                     let c_sq = unsafe { *tile_norms.add(local + nt * 8 + h) };
                     for mt in 0..2 {
@@ -293,8 +341,8 @@ unsafe fn run<const VEC: bool>(a: Assign) {
         merge_lanes(&mut s1[r], &mut i1[r], &mut s2[r], &mut i2[r], 2);
     }
     let merge_score = xs.cast::<f32>();
-    let merge_index = unsafe { xs.add(BP * 4) };
-    let scratch = unsafe { xs.add(BP * 8) }.cast::<f64>();
+    let merge_index = unsafe { xs.add(TF32_POINTS * 4) };
+    let scratch = unsafe { xs.add(TF32_POINTS * 8) }.cast::<f64>();
     if q == 0 {
         for r in 0..4 {
             let p = wm * 32 + (r / 2) * 16 + (r % 2) * 8 + g;
@@ -428,9 +476,9 @@ fn merge_lanes(s1: &mut f32, i1: &mut u32, s2: &mut f32, i2: &mut u32, mask: u32
     insert(s1, i1, s2, i2, ps2, pi2);
 }
 
-/// Stages dimensions `j0..j0 + min(XC, dp − j0)` of the block's points, rounded to TF32, into
+/// Stages dimensions `j0..j0 + min(TF32_POINT_DIMS, dp − j0)` of the block's points, rounded to TF32, into
 /// the point tile `xs` (zeros past `n` and `d`): row `r` goes to pair row
-/// `(r / 16)·8 + r % 8` (stride `XS`) at word `2·j + (r / 8) % 2`, so that rows g and g + 8 of
+/// `(r / 16)·8 + r % 8` (stride `TF32_X_STRIDE`) at word `2·j + (r / 8) % 2`, so that rows g and g + 8 of
 /// each 16-row group alternate. Loads through registers (16 bytes at a time with `vec`).
 ///
 /// # Safety
@@ -452,15 +500,15 @@ unsafe fn stage_points(
     #[repr(C, align(16))]
     #[derive(Clone, Copy)]
     struct V4([f32; 4]);
-    let width = XC.min(dp - j0);
+    let width = TF32_POINT_DIMS.min(dp - j0);
     let w = if vec { 4 } else { 1 };
     let per_row = width / w;
     let mut e = t;
-    while e < BP * per_row {
+    while e < TF32_POINTS * per_row {
         let (r, jj) = (e / per_row, (e % per_row) * w);
         let (row, col) = (first + r, j0 + jj);
         let ok = row < n && col < d;
-        let at = ((r / 16) * 8 + r % 8) * XS + 2 * jj + (r / 8) % 2;
+        let at = ((r / 16) * 8 + r % 8) * TF32_X_STRIDE + 2 * jj + (r / 8) % 2;
         if vec {
             let V4(v) = if ok {
                 unsafe { *x.add(row * d + col).cast::<V4>() }
@@ -482,8 +530,8 @@ unsafe fn stage_points(
     }
 }
 
-/// Starts copying centroids `first..first + BC`, dimensions `j0..j0 + KC` into the centroid
-/// stage at shared address `buf` (row-major, stride `CS`), zeros past `k` and `d`; with
+/// Starts copying centroids `first..first + TF32_CENTROIDS`, dimensions `j0..j0 + TF32_CHUNK_DIMS` into the centroid
+/// stage at shared address `buf` (row-major, stride `TF32_C_STRIDE`), zeros past `k` and `d`; with
 /// `norms`, also their squared norms after the chunk. Commits nothing.
 ///
 /// # Safety
@@ -504,15 +552,19 @@ unsafe fn stage_chunk(
     norms: bool,
     buf: u32,
 ) {
-    unsafe { copy_rows::<BC, KC, CS, { BLOCK as usize }>(t, vec, c, k, d, first, j0, buf) };
-    if norms && t < BC {
+    unsafe {
+        copy_rows::<TF32_CENTROIDS, TF32_CHUNK_DIMS, TF32_C_STRIDE, { BLOCK as usize }>(
+            t, vec, c, k, d, first, j0, buf,
+        )
+    };
+    if norms && t < TF32_CENTROIDS {
         let ok = first + t < k;
         let src = if ok {
             unsafe { c_sq_norms.add(first + t) }
         } else {
             c_sq_norms
         };
-        let dst = buf + 4 * (BC * CS + t) as u32;
+        let dst = buf + 4 * (TF32_CENTROIDS * TF32_C_STRIDE + t) as u32;
         unsafe { copy_4(dst, src, if ok { 4 } else { 0 }) };
     }
 }
@@ -522,4 +574,34 @@ unsafe fn stage_chunk(
 #[inline(always)]
 fn shfl_xor_f32(v: f32, mask: u32) -> f32 {
     f32::from_bits(shfl_xor_u32(v.to_bits(), mask))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::assign::ASSIGN_WIDE;
+    use crate::launch::BLOCK;
+
+    #[test]
+    fn tf32_tile_fits() {
+        // Two blocks per multiprocessor on sm_80 / sm_90 (164 / 228 KiB per SM).
+        assert!(2 * (tf32_shared_bytes() + 1024) <= 228 * 1024);
+        // The point tile is reused for the merge (128 points × 2 warp columns × 2 candidates ×
+        // (score, index)) and the reduction scratch (2 f64 per thread).
+        assert!(
+            TF32_POINTS * 2 * 2 * 8 + 2 * BLOCK as usize * 8 <= TF32_POINTS / 2 * TF32_X_STRIDE * 4
+        );
+        assert_eq!(TF32_X_STRIDE % 32, 4);
+        assert_eq!(TF32_C_STRIDE % 32, 16);
+        assert_eq!(
+            TF32_CHUNK_DIMS, 16,
+            "one 16-byte fragment load per row and chunk"
+        );
+        assert_eq!(TF32_POINT_DIMS % TF32_CHUNK_DIMS, 0);
+        assert_eq!(
+            TF32_POINTS,
+            ASSIGN_WIDE.points(),
+            "same inertia partials as the exact kernel"
+        );
+    }
 }

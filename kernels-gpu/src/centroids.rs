@@ -1,13 +1,18 @@
-//! The centroids as the exact assign kernels read them: transposed (`d × kp`, a row per
+//! The centroids as the exact assign kernels read them: transposed (`d × k_padded`, a row per
 //! dimension), so that a chunk of dimensions for a tile of centroids is a run of 16-byte rows,
 //! with their squared norms computed in the same pass.
 
-use crate::launch::{CENTROID_LAYOUT_COLS, CENTROID_LAYOUT_ROWS, Kernel};
+use crate::launch::Kernel;
 #[cfg(target_arch = "nvptx64")]
 use crate::{
     gpu::{self, shared, sync_threads},
     math::fma,
 };
+
+/// Centroids per block of `kmeans_centroids_by_dimension`.
+pub const CENTROID_LAYOUT_ROWS: usize = 32;
+/// Dimensions that block stages at a time.
+pub const CENTROID_LAYOUT_COLS: usize = 64;
 
 /// Row stride (in f32) of the staged block: odd, so that reading a column hits distinct banks.
 const STRIDE: usize = CENTROID_LAYOUT_COLS + 1;
@@ -19,7 +24,12 @@ pub const SHARED_BYTES: usize = CENTROID_LAYOUT_ROWS * STRIDE * 4;
 /// `backend::cpu::kmeans::CentroidBlocks::new`.
 pub const KMEANS_CENTROIDS_BY_DIMENSION: Kernel = Kernel::new("kmeans_centroids_by_dimension", 6);
 
-/// `out[j · kp + c] = centroids[c · d + j]` for `c < k` (columns `k..kp` are left as they are)
+/// Blocks of `kmeans_centroids_by_dimension` for `k` centroids: `CENTROID_LAYOUT_ROWS` per block.
+pub const fn centroids_by_dimension_grid(k: usize) -> usize {
+    k.div_ceil(CENTROID_LAYOUT_ROWS)
+}
+
+/// `out[j · k_padded + c] = centroids[c · d + j]` for `c < k` (columns `k..k_padded` are left as they are)
 /// and, with `norms` non-null, `norms[c] = Σ_j centroids[c][j]²` in dimension order, as
 /// `row_sq_norms` computes it. Block `b` handles centroids `b · CENTROID_LAYOUT_ROWS..`, staging
 /// `CENTROID_LAYOUT_COLS` dimensions at a time so both the reads and the writes coalesce.
@@ -27,21 +37,21 @@ pub const KMEANS_CENTROIDS_BY_DIMENSION: Kernel = Kernel::new("kmeans_centroids_
 /// # Safety
 /// `ceil(k / CENTROID_LAYOUT_ROWS)` blocks of `BLOCK` threads with
 /// `CENTROID_LAYOUT_ROWS · (CENTROID_LAYOUT_COLS + 1) · 4` bytes of dynamic shared memory;
-/// `centroids` holds `k × d`, `out` `d × kp` (`kp ≥ k`), `norms` `k` values.
+/// `centroids` holds `k × d`, `out` `d × k_padded` (`k_padded ≥ k`), `norms` `k` values.
 #[cfg(target_arch = "nvptx64")]
 #[unsafe(no_mangle)]
 pub unsafe extern "gpu-kernel" fn kmeans_centroids_by_dimension(
     centroids: *const f32,
     k: u32,
     d: u32,
-    kp: u32,
+    k_padded: u32,
     out: *mut f32,
     norms: *mut f32,
 ) {
     const ROWS: usize = CENTROID_LAYOUT_ROWS;
     const COLS: usize = CENTROID_LAYOUT_COLS;
     let (t, threads) = (gpu::thread(), gpu::block_dim());
-    let (k, d, kp) = (k as usize, d as usize, kp as usize);
+    let (k, d, k_padded) = (k as usize, d as usize, k_padded as usize);
     let first = gpu::block() * ROWS;
     let rows = k.saturating_sub(first).min(ROWS);
     let staged = shared::<f32>();
@@ -62,7 +72,9 @@ pub unsafe extern "gpu-kernel" fn kmeans_centroids_by_dimension(
         while e < ROWS * COLS {
             let (jj, r) = (e / ROWS, e % ROWS);
             if r < rows && jj < width {
-                unsafe { *out.add((j0 + jj) * kp + first + r) = *staged.add(r * STRIDE + jj) };
+                unsafe {
+                    *out.add((j0 + jj) * k_padded + first + r) = *staged.add(r * STRIDE + jj)
+                };
             }
             e += threads;
         }

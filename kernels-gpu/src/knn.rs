@@ -218,17 +218,6 @@ pub const fn select_shared_bytes() -> usize {
 
 // ---- votes ---------------------------------------------------------------------------------
 
-/// Threads of a vote block.
-pub const VOTE_BLOCK: u32 = 128;
-/// Most queries one vote block handles.
-pub const VOTE_MAX_QUERIES: usize = 32;
-
-/// Bytes of vote scratch for `queries` queries and `classes` classes: per query a u64 total, per
-/// (query, class) a u64 vote sum and the u32 rank of the class's nearest member; a multiple of 8.
-pub const fn vote_block_bytes(queries: usize, classes: usize) -> usize {
-    (8 * queries + 12 * queries * classes).div_ceil(8) * 8
-}
-
 /// The power-of-two exponent of the fixed-point vote weights for `k` neighbours: a weight is at
 /// most 1, so `k` of them sum to at most `2^61`.
 pub const fn vote_scale_exponent(k: usize) -> i32 {
@@ -376,7 +365,6 @@ mod tests {
                 "{k}"
             );
         }
-        assert!(vote_block_bytes(1, 1) >= 20);
     }
 
     #[test]

@@ -65,10 +65,10 @@ pub const SCAN_CANDIDATES: u32 = 1;
 pub const TF32_ROWS: usize = 128;
 /// Training rows per tile of the scan (2 warp columns × 64).
 pub const TF32_COLS: usize = 128;
-/// Dimensions per staged training chunk of the scan (the assign kernel's: `launch::TF32_KC`).
-pub const SCAN_KC: usize = 32;
+/// Dimensions per staged training chunk of the scan (the assign kernel's is [`crate::assign_tf32::TF32_CHUNK_DIMS`]).
+pub const SCAN_CHUNK_DIMS: usize = 32;
 /// Row stride (words) of a staged training chunk: ≡ 4 (mod 32), conflict-free fragment loads.
-pub const TF32_CS: usize = SCAN_KC + 4;
+pub const SCAN_ROW_STRIDE: usize = SCAN_CHUNK_DIMS + 4;
 /// Training chunks in flight in a scan block (`cp.async` pipeline depth).
 pub const TF32_STAGES: usize = 4;
 /// Threads of a scan block.
@@ -77,15 +77,15 @@ pub const TF32_BLOCK: u32 = 256;
 pub const TF32_CAP: usize = crate::knn::SELECT_CAP;
 
 /// Dimensions of the staged query tile for `d` dimensions when at most `xc_max` fit: all of
-/// them (padded to `SCAN_KC`), else `xc_max` at a time.
+/// them (padded to `SCAN_CHUNK_DIMS`), else `xc_max` at a time.
 pub const fn tf32_xc(d: usize, xc_max: usize) -> usize {
-    let dp = d.div_ceil(SCAN_KC) * SCAN_KC;
+    let dp = d.div_ceil(SCAN_CHUNK_DIMS) * SCAN_CHUNK_DIMS;
     if dp < xc_max { dp } else { xc_max }
 }
 
 /// Dynamic shared memory of a scan block whose query tile holds `xc` dimensions, in bytes.
 pub const fn tf32_scan_shared_bytes(xc: usize) -> usize {
-    (TF32_ROWS * xc + TF32_STAGES * TF32_COLS * TF32_CS) * 4
+    (TF32_ROWS * xc + TF32_STAGES * TF32_COLS * SCAN_ROW_STRIDE) * 4
 }
 
 /// Words of one A fragment group of the staged query tile: 32 lanes × 4.
@@ -107,14 +107,18 @@ pub const fn query_fragment(
     lane: usize,
     xc: usize,
 ) -> usize {
-    (((rt * (xc / SCAN_KC) + chunk) * 2 + half) * 2 + kk) * FRAGMENT_WORDS + lane * 4
+    (((rt * (xc / SCAN_CHUNK_DIMS) + chunk) * 2 + half) * 2 + kk) * FRAGMENT_WORDS + lane * 4
 }
 
 /// The word of the staged query tile (see [`query_fragment`]) that holds row `row` of the tile
 /// and dimension `dim` of the slice.
 pub const fn query_word(row: usize, dim: usize, xc: usize) -> usize {
     let (rt, g, top) = (row / 16, row % 8, (row % 16) / 8);
-    let (chunk, q, half) = (dim / SCAN_KC, (dim % SCAN_KC) / 8, (dim % 8) / 4);
+    let (chunk, q, half) = (
+        dim / SCAN_CHUNK_DIMS,
+        (dim % SCAN_CHUNK_DIMS) / 8,
+        (dim % 8) / 4,
+    );
     let (kk, h) = ((dim % 4) / 2, dim % 2);
     query_fragment(rt, chunk, half, kk, g * 4 + q, xc) + top + 2 * h
 }
@@ -513,6 +517,12 @@ mod entry {
 /// `backend::cpu::knn::CpuKnn::nearest`.
 pub const KNN_TF32_SCAN: Kernel = Kernel::sm80("knn_tf32_scan", 18);
 
+/// Blocks of `knn_tf32_scan` for `m` queries against `n` training rows, `tiles` training tiles
+/// per block: every query tile × every run of `tiles` training tiles.
+pub const fn tf32_scan_grid(m: usize, n: usize, tiles: usize) -> usize {
+    m.div_ceil(TF32_ROWS) * n.div_ceil(TF32_COLS).div_ceil(tiles)
+}
+
 #[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
 pub mod scan;
 
@@ -537,12 +547,12 @@ mod tests {
         assert!(seen.iter().all(|&s| s));
         // Fragment words as `mma` reads A: row g / g + 8, k slot q / q + 4.
         for rt in 0..TF32_ROWS / 16 {
-            for chunk in 0..xc / SCAN_KC {
+            for chunk in 0..xc / SCAN_CHUNK_DIMS {
                 for (half, kk, lane) in
                     (0..2).flat_map(|h| (0..2).flat_map(move |k| (0..32).map(move |l| (h, k, l))))
                 {
                     let (g, q) = (lane / 4, lane % 4);
-                    let dim = chunk * SCAN_KC + q * 8 + half * 4 + 2 * kk;
+                    let dim = chunk * SCAN_CHUNK_DIMS + q * 8 + half * 4 + 2 * kk;
                     let first = query_fragment(rt, chunk, half, kk, lane, xc);
                     assert_eq!(first % 4, 0);
                     let want = [

@@ -87,10 +87,10 @@ pub struct BatchAssign {
     /// The batch: `batch` row indices (repeats allowed).
     pub rows: *const u32,
     pub batch: usize,
-    /// The current centroids by dimension (`d × kp`, as `kmeans_centroids_by_dimension` writes
+    /// The current centroids by dimension (`d × k_padded`, as `kmeans_centroids_by_dimension` writes
     /// them) and, for squared L2, their squared norms.
     pub centroids_t: *const f32,
-    pub kp: usize,
+    pub k_padded: usize,
     pub c_sq_norms: *const f32,
     pub k: usize,
     /// Fixed-point scales `2^s` of the dimensions.
@@ -133,7 +133,7 @@ pub unsafe fn assign<const L1: bool, E: Exec>(e: E, threads: usize, a: BatchAssi
     while c < a.k {
         let mut acc = [0f32; BATCH_ROWS];
         for j in 0..a.d {
-            let cv = unsafe { *a.centroids_t.add(j * a.kp + c) };
+            let cv = unsafe { *a.centroids_t.add(j * a.k_padded + c) };
             for r in 0..BATCH_ROWS {
                 acc[r] = assign_step(metric, acc[r], unsafe { *a.x.add(offsets[r] + j) }, cv);
             }
@@ -301,6 +301,17 @@ pub const KMEANS_MINIBATCH_UPDATE: Kernel = Kernel::new("kmeans_minibatch_update
 /// The `kmeans_minibatch_shift` entry point. CPU twin: `backend::cpu::minibatch::CpuMiniBatch`.
 pub const KMEANS_MINIBATCH_SHIFT: Kernel = Kernel::new("kmeans_minibatch_shift", 5);
 
+/// Blocks of `kmeans_minibatch_update` for `k` centroids: one per centroid, `UPDATE_THREADS`
+/// threads each.
+pub const fn update_grid(k: usize) -> usize {
+    k
+}
+
+/// Blocks of `kmeans_minibatch_shift` for `k` centroids: a thread per centroid.
+pub const fn shift_grid(k: usize) -> usize {
+    k.div_ceil(crate::launch::BLOCK as usize)
+}
+
 #[cfg(target_arch = "nvptx64")]
 mod kernels {
     use super::*;
@@ -309,7 +320,7 @@ mod kernels {
 
     macro_rules! assign_kernel {
         ($name:ident, $l1:expr) => {
-            /// See [`assign`]; `d`, `k`, `kp` of at least 1.
+            /// See [`assign`]; `d`, `k`, `k_padded` of at least 1.
             ///
             /// # Safety
             /// As for [`assign`].
@@ -320,7 +331,7 @@ mod kernels {
                 rows: *const u32,
                 batch: u32,
                 centroids_t: *const f32,
-                kp: u32,
+                k_padded: u32,
                 c_sq_norms: *const f32,
                 k: u32,
                 scales: *const f32,
@@ -334,7 +345,7 @@ mod kernels {
                     rows,
                     batch: batch as usize,
                     centroids_t,
-                    kp: kp as usize,
+                    k_padded: k_padded as usize,
                     c_sq_norms,
                     k: k as usize,
                     scales,

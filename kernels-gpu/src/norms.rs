@@ -1,6 +1,6 @@
 //! Squared row norms, the `‖x‖²` and `‖c‖²` of the GEMM form of squared L2.
 
-use crate::launch::Kernel;
+use crate::launch::{BLOCK, Kernel};
 #[cfg(target_arch = "nvptx64")]
 use crate::{gpu, math::fma, tile::load_vec4s};
 
@@ -11,6 +11,11 @@ const IN_FLIGHT: usize = 32;
 
 /// The `row_sq_norms` entry point. CPU twin: `backend::cpu::kmeans::row_sq_norms`.
 pub const ROW_SQ_NORMS: Kernel = Kernel::new("row_sq_norms", 4);
+
+/// Blocks of `row_sq_norms` for `n` rows: a thread per row.
+pub const fn row_sq_norms_grid(n: usize) -> usize {
+    n.div_ceil(BLOCK as usize)
+}
 
 /// `out[i] = Σ_j x[i][j]²` over the `n` rows of row-major `x` (`d` columns), in dimension order.
 ///

@@ -5,9 +5,11 @@ use crate::launch::{BLOCK, Kernel, REDUCE_BLOCK};
 #[cfg(target_arch = "nvptx64")]
 use crate::{
     gpu::{self, block_sum_f64, block_sum_i64, shared},
-    launch::SHIFT_PART,
     tile::load_vec4s,
 };
+
+/// Centroid coordinates per block of `kmeans_shift_parts` (`BLOCK` threads, four quads each).
+pub const SHIFT_PART: usize = 16 * BLOCK as usize;
 
 /// Dynamic shared memory of a `kmeans_shift_parts` block: an f64 per thread.
 pub const SHIFT_PARTS_SHARED_BYTES: usize = 8 * BLOCK as usize;
@@ -16,6 +18,12 @@ pub const SUMMARY_SHARED_BYTES: usize = 8 * REDUCE_BLOCK as usize;
 
 /// The `kmeans_shift_parts` entry point. CPU twin: `backend::cpu::partial::squared_shift`.
 pub const KMEANS_SHIFT_PARTS: Kernel = Kernel::new("kmeans_shift_parts", 4);
+
+/// Blocks of `kmeans_shift_parts` (and parts it writes) for `len` coordinates: one per
+/// `SHIFT_PART`.
+pub const fn shift_parts_grid(len: usize) -> usize {
+    len.div_ceil(SHIFT_PART)
+}
 
 /// `parts[b] = Σ (next − current)²` over block `b`'s slice `b·SHIFT_PART..(b + 1)·SHIFT_PART`
 /// (clipped to `len`), in f64, in a fixed order; [`kmeans_summary`] adds the parts in block

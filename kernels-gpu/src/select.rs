@@ -494,6 +494,12 @@ pub const SORT_SHARED_BYTES: usize = SELECT_CAP * 8;
 /// The `knn_sort_chunks` entry point. CPU twin: `backend::cpu::knn::Nearest::finish`.
 pub const KNN_SORT_CHUNKS: Kernel = Kernel::new("knn_sort_chunks", 5);
 
+/// Blocks of `knn_sort_chunks` and `knn_bitonic_merge_local` for `total` keys (whole rows of a
+/// power of two ≥ `SELECT_CAP`): one per chunk of `SELECT_CAP`.
+pub const fn sort_chunks_grid(total: usize) -> usize {
+    total / SELECT_CAP
+}
+
 /// Builds `rows · 2^row_log2 / SELECT_CAP` sorted chunks of keys from distance rows; see
 /// [`sort_chunks`].
 ///
@@ -522,6 +528,11 @@ pub unsafe extern "gpu-kernel" fn knn_sort_chunks(
 
 /// The `knn_bitonic_merge_global` entry point. CPU twin: `backend::cpu::knn::Nearest::finish`.
 pub const KNN_BITONIC_MERGE_GLOBAL: Kernel = Kernel::new("knn_bitonic_merge_global", 5);
+
+/// Blocks of `knn_bitonic_merge_global` for `pairs` compare-exchanges: a thread per pair.
+pub const fn merge_global_grid(pairs: usize) -> usize {
+    pairs.div_ceil(SELECT_BLOCK as usize)
+}
 
 /// One global-memory step of the row sort; see [`merge_global`].
 ///
@@ -567,6 +578,11 @@ pub unsafe extern "gpu-kernel" fn knn_bitonic_merge_local(
 
 /// The `knn_take` entry point. CPU twin: `backend::cpu::knn::Nearest::finish`.
 pub const KNN_TAKE: Kernel = Kernel::new("knn_take", 5);
+
+/// Blocks of `knn_take` for `rows × k` keys: a thread per key.
+pub const fn take_grid(rows: usize, k: usize) -> usize {
+    (rows * k).div_ceil(SELECT_BLOCK as usize)
+}
 
 /// Keeps the first k keys of every sorted row; see [`take`].
 ///

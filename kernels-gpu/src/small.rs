@@ -5,7 +5,7 @@
 //! a shape like 10^6 × 9, k = 16 never earns back. Here the block stages its points and all `k`
 //! centroids in shared memory, and every thread scans all centroids for its points (each
 //! centroid row read as broadcast 16-byte loads, `unroll` centroids at a time), so the step is a
-//! single pass over the data. Points of up to [`crate::launch::SMALL_REGISTER_D`] dimensions are
+//! single pass over the data. Points of up to [`crate::small::SMALL_REGISTER_D`] dimensions are
 //! held in registers and scanned with the quad count (or, below four, the exact dimension count)
 //! fixed at compile time; wider points are read from their staged rows a quad at a time. The
 //! distance of every (point, centroid) pair runs over the dimensions in order 0..d with the same
@@ -26,12 +26,137 @@ pub use sums::{FINALIZE_SCRATCH, Finalize, finalize};
 
 use crate::exec::{Exec, block_sum_i64};
 use crate::fixed::{inertia_term, units_at};
-use crate::launch::{BLOCK, Kernel, SmallLayout, SmallStep};
+use crate::launch::{BLOCK, Kernel};
 use crate::math::{AssignMetric, assign_distance, fma};
 use core::sync::atomic::{AtomicU32, Ordering};
-use scan::Scan;
+use scan::SharedCentroidScan;
 use stage::{centroid_norms, quads_sq_norm, stage_rows};
 use sums::accumulate;
+
+/// Shape of a small-shape Lloyd step kernel ([`crate::small`]): every thread holds `points`
+/// points of up to `max_d` dimensions in registers while all `k` centroids sit in shared memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SmallStep {
+    /// Most dimensions the kernel holds per point (a multiple of 4).
+    pub max_d: usize,
+    /// Points per thread.
+    pub points: usize,
+    /// Centroids scanned together: independent multiply-add chains for a thread with few points.
+    pub unroll: usize,
+}
+
+/// The small-step kernels, narrowest first: fewer dimensions leave registers for more points.
+pub const SMALL_STEPS: [SmallStep; 4] = [
+    SmallStep {
+        max_d: 4,
+        points: 4,
+        unroll: 2,
+    },
+    SmallStep {
+        max_d: 16,
+        points: 2,
+        unroll: 2,
+    },
+    SmallStep {
+        max_d: 32,
+        points: 2,
+        unroll: 2,
+    },
+    SmallStep {
+        max_d: 96,
+        points: 1,
+        unroll: 8,
+    },
+];
+
+/// Widest dimension count whose points a small step holds in registers; wider points are read
+/// from their staged rows in shared memory, which leaves the registers to independent
+/// multiply-add chains over `unroll` centroids.
+pub const SMALL_REGISTER_D: usize = 32;
+
+/// Byte offsets of the small step's dynamic shared memory: centroids (rows padded to a multiple
+/// of 4), the block's points (rows padded so that threads reading one row each hit different
+/// banks, see [`SmallStep::layout`]), the centroids' squared norms, the fixed-point scales,
+/// per-cluster counts and offsets of the block's points, the block's points ordered by cluster,
+/// and scratch for the fixed-order reductions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SmallLayout {
+    pub centroids: usize,
+    pub points: usize,
+    /// Row stride of the staged points, in f32.
+    pub point_stride: usize,
+    pub norms: usize,
+    pub scales: usize,
+    pub counts: usize,
+    pub offsets: usize,
+    pub order: usize,
+    pub scratch: usize,
+    pub bytes: usize,
+}
+
+impl SmallStep {
+    /// The index in [`SMALL_STEPS`] of the kernel for `d` dimensions, if any holds them.
+    pub fn for_d(d: usize) -> Option<usize> {
+        SMALL_STEPS.iter().position(|s| d <= s.max_d)
+    }
+
+    /// Points per block.
+    pub const fn block_points(self) -> usize {
+        BLOCK as usize * self.points
+    }
+
+    /// Blocks of the kernel for `n` points (one inertia partial each).
+    pub const fn grid(self, n: usize) -> usize {
+        n.div_ceil(self.block_points())
+    }
+
+    /// Whether the points are read from shared memory rather than held in registers.
+    pub const fn rows_in_shared(self) -> bool {
+        self.max_d > SMALL_REGISTER_D
+    }
+
+    /// Where everything goes in shared memory for `k` centroids of `d` dimensions.
+    pub const fn layout(self, k: usize, d: usize) -> SmallLayout {
+        let d4 = d.div_ceil(4) * 4;
+        // Rows read a quad at a time: an odd number of quads apart, so the eight 16-byte loads
+        // of a quarter warp hit different banks. Rows read a word at a time: an odd stride.
+        let point_stride = if !self.rows_in_shared() {
+            d | 1
+        } else if (d4 / 4) % 2 == 1 {
+            d4
+        } else {
+            d4 + 4
+        };
+        let centroids = 0;
+        let points = centroids + k * d4 * 4;
+        let norms = points + self.block_points() * point_stride * 4;
+        let scales = norms + k * 4;
+        let counts = scales + d * 4;
+        let offsets = counts + k * 4;
+        let order = offsets + k * 4;
+        // f64 scratch, 8-byte aligned.
+        let scratch = (order + self.block_points() * 4).div_ceil(8) * 8;
+        let bytes = scratch + BLOCK as usize * 8;
+        SmallLayout {
+            centroids,
+            points,
+            point_stride,
+            norms,
+            scales,
+            counts,
+            offsets,
+            order,
+            scratch,
+            bytes,
+        }
+    }
+
+    /// Whether `k` centroids of `d` dimensions fit this kernel, given `max_shared` bytes of
+    /// shared memory per block.
+    pub const fn fits(self, k: usize, d: usize, max_shared: usize) -> bool {
+        d <= self.max_d && self.layout(k, d).bytes <= max_shared
+    }
+}
 
 /// Arguments of the small step.
 #[derive(Clone, Copy)]
@@ -70,6 +195,10 @@ pub struct Step {
 /// The body of the small-step kernels: `S.points` points per thread of up to `S.max_d`
 /// dimensions, `S.unroll` centroids at a time (`MAXD`, `P`, `CU` spelled out for the register
 /// arrays).
+///
+/// Kept whole at ~120 lines: its steps already are functions (`stage_rows`, `centroid_norms`,
+/// the scans, `finish_assign`, `accumulate`); moving the register-row branch or the label loads
+/// into `#[inline(always)]` helpers flips branches in the PTX of the small kernels.
 ///
 /// # Safety
 /// `BLOCK` threads, `ceil(n / (BLOCK · P))` blocks, `SmallStep::layout(k, d).bytes` of 16-byte
@@ -112,7 +241,7 @@ pub unsafe fn step<const MAXD: usize, const P: usize, const CU: usize, E: Exec>(
                 *o = unsafe { *s.labels.add(i) };
             }
         }
-        let scan = Scan {
+        let scan = SharedCentroidScan {
             metric: s.metric,
             centroids: m.centroids,
             norms: m.norms,
@@ -283,11 +412,11 @@ pub const FINALIZE_SHARED_BYTES: usize =
     FINALIZE_SCRATCH * crate::launch::REDUCE_BLOCK as usize * 8;
 
 /// Blocks per multiprocessor that ptxas must fit of each small step, in the order of
-/// [`crate::launch::SMALL_STEPS`]: the steps of few dimensions are chains of short phases
+/// [`crate::small::SMALL_STEPS`]: the steps of few dimensions are chains of short phases
 /// separated by barriers and need several blocks per multiprocessor to overlap them.
 pub const SMALL_MIN_BLOCKS: [u32; 4] = [4, 4, 3, 2];
 
-/// The small-step kernels, per metric, in the order of [`crate::launch::SMALL_STEPS`].
+/// The small-step kernels, per metric, in the order of [`crate::small::SMALL_STEPS`].
 pub const SMALL_L2_KERNELS: [Kernel; 4] = [
     KMEANS_SMALL_L2_0,
     KMEANS_SMALL_L2_1,
@@ -308,7 +437,7 @@ macro_rules! small_kernel {
         pub const $entry: Kernel =
             Kernel::new(stringify!($name), 15).min_blocks(SMALL_MIN_BLOCKS[$shape]);
 
-        /// One small Lloyd step (see the module comment) with the shape `launch::SMALL_STEPS[i]` its
+        /// One small Lloyd step (see the module comment) with the shape `SMALL_STEPS[i]` its
         /// name ends in: with `mode & MODE_ASSIGN` labels every point (counting changed
         /// labels, writing distances and per-block fixed-point inertia under `inertia_scale`),
         /// else reads the labels; with `mode & MODE_ACCUMULATE` adds the points to `sums` /
@@ -336,7 +465,7 @@ macro_rules! small_kernel {
             counts: *mut u64,
             mode: u32,
         ) {
-            const SHAPE: SmallStep = crate::launch::SMALL_STEPS[$shape];
+            const SHAPE: SmallStep = crate::small::SMALL_STEPS[$shape];
             let s = Step {
                 x,
                 n: n as usize,

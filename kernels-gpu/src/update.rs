@@ -6,7 +6,7 @@
 //! integer units) a point adds `units · q` to the sums and `units` to its cluster's weight;
 //! without them, `q` and 1 (the count).
 
-use crate::launch::{BLOCK, Kernel};
+use crate::launch::{BLOCK, DEFAULT_SHARED_BYTES, Kernel};
 #[cfg(target_arch = "nvptx64")]
 use crate::{
     fixed::{mean, to_fixed, units_at, weighted},
@@ -15,13 +15,22 @@ use crate::{
 };
 
 /// Dynamic shared memory of a `kmeans_accumulate_shared` block: the `k × d` fixed-point sums
-/// and `k` u64 weights of its part ([`crate::launch::sums_fit_shared`] checks that they fit).
+/// and `k` u64 weights of its part ([`sums_fit_shared`] checks that they fit).
 pub const fn accumulate_shared_bytes(k: usize, d: usize) -> usize {
     8 * k * d + 8 * k
 }
 
 /// The `kmeans_accumulate_shared` entry point. CPU twin: `backend::cpu::kmeans::accumulate`.
 pub const KMEANS_ACCUMULATE_SHARED: Kernel = Kernel::new("kmeans_accumulate_shared", 9);
+
+/// Whether per-block fixed-point sums of `k × d` values (plus `k` u64 cluster weights) fit in
+/// shared memory: the `8·k·d + 8·k` bytes of `kmeans_accumulate_shared`.
+pub fn sums_fit_shared(k: usize, d: usize) -> bool {
+    d.checked_add(1)
+        .and_then(|d1| k.checked_mul(d1))
+        .and_then(|cells| cells.checked_mul(8))
+        .is_some_and(|b| b <= DEFAULT_SHARED_BYTES)
+}
 
 /// Per-block partial sums: block `b` sums the labels' (weighted) coordinates of its contiguous
 /// chunk of points into shared memory (`k × d` i64 then `k` u64 weights) and writes them to
@@ -99,6 +108,14 @@ pub unsafe extern "gpu-kernel" fn kmeans_accumulate_shared(
             c += threads;
         }
     }
+}
+
+/// Blocks of `kmeans_accumulate_global` for `n` points of `d` dimensions (a grid-stride loop
+/// over the coordinates): one thread per coordinate, at most 8 blocks per multiprocessor.
+pub const fn accumulate_global_grid(n: usize, d: usize, multiprocessors: usize) -> usize {
+    let blocks = (n * d).div_ceil(BLOCK as usize);
+    let cap = 8 * multiprocessors;
+    if blocks < cap { blocks } else { cap }
 }
 
 /// The `kmeans_accumulate_global` entry point. CPU twin: `backend::cpu::kmeans::accumulate`.
@@ -187,6 +204,20 @@ pub const FINALIZE_SHARED_BYTES: usize = 16 * BLOCK as usize;
 
 /// The `kmeans_finalize` entry point. CPU twin: `backend::cpu::partial::Partial::finish`.
 pub const KMEANS_FINALIZE: Kernel = Kernel::new("kmeans_finalize", 10);
+
+/// Blocks of `kmeans_finalize` for `k × d` coordinates from `parts` partial sums (a grid-stride
+/// loop): one warp per coordinate (one thread with a single part), at most 16 blocks per
+/// multiprocessor.
+pub const fn finalize_grid(k: usize, d: usize, parts: usize, multiprocessors: usize) -> usize {
+    let per_block = if parts == 1 {
+        BLOCK as usize
+    } else {
+        BLOCK as usize / 32
+    };
+    let blocks = (k * d).div_ceil(per_block);
+    let cap = 16 * multiprocessors;
+    if blocks < cap { blocks } else { cap }
+}
 
 /// Combines the `parts` partial sums and weights and writes the means to `new_centroids`; a
 /// cluster without weight keeps its `old_centroids` row and is counted in `empty`. Writes each
@@ -294,6 +325,11 @@ pub unsafe extern "gpu-kernel" fn kmeans_finalize(
 /// The `kmeans_normalize_rows` entry point. CPU twin: [`crate::math::normalize`].
 pub const KMEANS_NORMALIZE_ROWS: Kernel = Kernel::new("kmeans_normalize_rows", 4);
 
+/// Blocks of `kmeans_normalize_rows` for `k` centroids: a thread per centroid.
+pub const fn normalize_rows_grid(k: usize) -> usize {
+    k.div_ceil(BLOCK as usize)
+}
+
 /// Spherical k-means: scales every centroid row `c` with weight (`sizes[c] > 0`) to unit length
 /// with [`normalize`], as the CPU twin does after its update (rows without weight keep theirs).
 /// One thread per row.
@@ -312,5 +348,19 @@ pub unsafe extern "gpu-kernel" fn kmeans_normalize_rows(
     let d = d as usize;
     if c < k as usize && unsafe { *sizes.add(c) } > 0 {
         normalize(unsafe { core::slice::from_raw_parts_mut(centroids.add(c * d), d) });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shared_sums_count_their_u64_weights() {
+        // 8·k·d + 8·k bytes: k = 1, d = 6143 fills 48 KiB exactly; one more dimension does not.
+        assert!(sums_fit_shared(1, 6143));
+        assert!(!sums_fit_shared(1, 6144));
+        assert!(sums_fit_shared(64, 95) && !sums_fit_shared(64, 96));
+        assert!(!sums_fit_shared(usize::MAX, 2));
     }
 }

@@ -7,10 +7,8 @@
 //! member ranks first ([`vote_better`]), and the block writes the probabilities.
 
 use crate::exec::Exec;
-use crate::knn::{
-    VOTE_BLOCK, key_distance, key_index, vote_better, vote_block_bytes, vote_share, vote_weight,
-};
-use crate::launch::Kernel;
+use crate::knn::{key_distance, key_index, vote_better, vote_share, vote_weight};
+use crate::launch::{DEFAULT_SHARED_BYTES, Kernel};
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// Arguments of the vote kernel: `rows` queries whose `k` neighbour keys (ascending) are rows of
@@ -38,6 +36,40 @@ pub struct Vote {
 
 /// The `knn_vote` entry point. CPU twin: `knn::classify::vote_one`.
 pub const KNN_VOTE: Kernel = Kernel::new("knn_vote", 12);
+
+/// Threads of a vote block.
+pub const VOTE_BLOCK: u32 = 128;
+/// Most queries one vote block handles.
+pub const VOTE_MAX_QUERIES: usize = 32;
+
+/// Bytes of vote scratch for `queries` queries and `classes` classes: per query a u64 total, per
+/// (query, class) a u64 vote sum and the u32 rank of the class's nearest member; a multiple of 8.
+pub const fn vote_block_bytes(queries: usize, classes: usize) -> usize {
+    (8 * queries + 12 * queries * classes).div_ceil(8) * 8
+}
+
+/// Queries per `knn_vote` block for `rows` queries of `classes` classes: as many as fit the
+/// default shared memory, at most `VOTE_MAX_QUERIES`. When even one query does not fit, 1, and
+/// the histograms go to global scratch instead (`vote_block_bytes(1, classes)` per block).
+pub const fn vote_queries_per_block(rows: usize, classes: usize) -> usize {
+    let mut per_block = if rows < VOTE_MAX_QUERIES {
+        rows
+    } else {
+        VOTE_MAX_QUERIES
+    };
+    if per_block == 0 {
+        per_block = 1;
+    }
+    while per_block > 1 && vote_block_bytes(per_block, classes) > DEFAULT_SHARED_BYTES {
+        per_block -= 1;
+    }
+    per_block
+}
+
+/// Blocks of `knn_vote` for `rows` queries, `per_block` per block.
+pub const fn vote_grid(rows: usize, per_block: usize) -> usize {
+    rows.div_ceil(per_block)
+}
 
 /// The votes of a batch of queries; see [`Vote`] (`weighted ≠ 0` for distance weights).
 ///
@@ -179,7 +211,7 @@ mod tests {
     use super::*;
     use crate::exec::emu::{P, launch};
     use crate::fixed::pow2_f32;
-    use crate::knn::{VOTE_MAX_QUERIES, key, vote_scale_exponent};
+    use crate::knn::{key, vote_scale_exponent};
 
     /// The vote of one query, written out plainly.
     fn reference(
@@ -296,6 +328,20 @@ mod tests {
             assert_eq!(pred[r], want, "{case}");
             assert_eq!(&proba[r * c..(r + 1) * c], &shares[..], "{case}");
         }
+    }
+
+    #[test]
+    fn queries_per_block_fit_the_shared_memory() {
+        assert!(vote_block_bytes(1, 1) >= 20);
+        assert_eq!(vote_queries_per_block(0, 3), 1);
+        assert_eq!(vote_queries_per_block(5, 3), 5);
+        assert_eq!(vote_queries_per_block(1000, 3), VOTE_MAX_QUERIES);
+        let (per_block, classes) = (vote_queries_per_block(1000, 500), 500);
+        assert!(per_block > 1 && vote_block_bytes(per_block, classes) <= DEFAULT_SHARED_BYTES);
+        assert!(vote_block_bytes(per_block + 1, classes) > DEFAULT_SHARED_BYTES);
+        // Too many classes for one query in shared memory: one per block, histograms in scratch.
+        assert_eq!(vote_queries_per_block(1000, 1 << 20), 1);
+        assert_eq!(vote_grid(65, 32), 3);
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //!
 //! A block owns `TF32_ROWS` queries and a run of `tiles` consecutive tiles of `TF32_COLS`
 //! training rows. The query tile is staged once (TF32-rounded, `xc` dimensions, in fragment order
-//! [`query_fragment`]; restaged per slice when `d > xc`), training chunks of `SCAN_KC` dimensions
+//! [`query_fragment`]; restaged per slice when `d > xc`), training chunks of `SCAN_CHUNK_DIMS` dimensions
 //! stream through `TF32_STAGES` buffers with `cp.async` as raw f32 (the tensor cores read them at
 //! TF32 precision; the bound of [`super`] allows for it). Warp `(wm, wn)` of the 8 owns queries `wm·32..` × training rows `wn·64..` as
 //! 2 × 8 `m16n8k8` tiles (the fragment layout of `kmeans_assign_l2_tf32`).
@@ -13,16 +13,11 @@ use crate::gpu::{self, shared, sync_threads};
 use crate::knn::{NO_KEY, key};
 use crate::mma::{load4, mma, shfl_xor_u64, to_tf32};
 
-const BQ: usize = TF32_ROWS;
-const BT: usize = TF32_COLS;
-const KC: usize = SCAN_KC;
-const CS: usize = TF32_CS;
 const THREADS: usize = TF32_BLOCK as usize;
-const STAGES: usize = TF32_STAGES;
 
 /// Arguments of the scan.
 #[derive(Clone, Copy)]
-struct Scan {
+struct Tf32ScanArgs {
     q: *const f32,
     q_norms: *const f32,
     m: usize,
@@ -54,7 +49,7 @@ struct Scan {
 ///
 /// # Safety
 /// Pointers valid for those sizes; `TF32_BLOCK` threads, `tf32_scan_shared_bytes(xc)` of
-/// dynamic shared memory, `xc` a multiple of `SCAN_KC`.
+/// dynamic shared memory, `xc` a multiple of `SCAN_CHUNK_DIMS`.
 #[unsafe(no_mangle)]
 #[allow(clippy::too_many_arguments)]
 pub unsafe extern "gpu-kernel" fn knn_tf32_scan(
@@ -77,7 +72,7 @@ pub unsafe extern "gpu-kernel" fn knn_tf32_scan(
     cand: *mut u32,
     c1: f32,
 ) {
-    let a = Scan {
+    let a = Tf32ScanArgs {
         q,
         q_norms,
         m: m as usize,
@@ -86,7 +81,7 @@ pub unsafe extern "gpu-kernel" fn knn_tf32_scan(
         x_roots,
         n: n as usize,
         d: (d as usize).max(1),
-        xc: (xc as usize).max(KC),
+        xc: (xc as usize).max(SCAN_CHUNK_DIMS),
         tiles: (tiles as usize).max(1),
         mode,
         group: if group == 16 { 16 } else { 64 },
@@ -104,17 +99,22 @@ pub unsafe extern "gpu-kernel" fn knn_tf32_scan(
     }
 }
 
+/// The scan of one block: its query rows, the prologue of training chunks, then one step per
+/// chunk (restage, prefetch, `mma`) with the [`epilogue`] after each tile.
+///
+/// Kept whole at ~150 lines: moving the prologue or the query-row setup into
+/// `#[inline(always)]` helpers reorders and re-branches the PTX of `knn_tf32_scan`.
 #[inline(always)]
-unsafe fn run<const VEC: bool>(a: Scan) {
+unsafe fn run<const VEC: bool>(a: Tf32ScanArgs) {
     let vec = VEC;
     let t = gpu::thread();
     let (warp, lane) = (t / 32, t % 32);
     let (g, qq) = (lane / 4, lane % 4);
     let (wm, wn) = (warp % 4, warp / 4);
-    let row_tiles = a.m.div_ceil(BQ).max(1);
-    let col_tiles = a.n.div_ceil(BT);
+    let row_tiles = a.m.div_ceil(TF32_ROWS).max(1);
+    let col_tiles = a.n.div_ceil(TF32_COLS);
     let b = gpu::block();
-    let first_row = (b % row_tiles) * BQ;
+    let first_row = (b % row_tiles) * TF32_ROWS;
     let tile0 = (b / row_tiles) * a.tiles;
     if tile0 >= col_tiles {
         return;
@@ -123,11 +123,11 @@ unsafe fn run<const VEC: bool>(a: Scan) {
     let (xc, d) = (a.xc, a.d);
 
     let xs = shared::<u32>();
-    let cs = unsafe { xs.add(BQ * xc) };
+    let cs = unsafe { xs.add(TF32_ROWS * xc) };
     let cs_addr = shared_addr(cs);
 
-    let dp = d.next_multiple_of(KC);
-    let chunks = dp / KC;
+    let dp = d.next_multiple_of(SCAN_CHUNK_DIMS);
+    let chunks = dp / SCAN_CHUNK_DIMS;
     let resident = dp <= xc;
     let steps = (tile1 - tile0) * chunks;
 
@@ -149,12 +149,15 @@ unsafe fn run<const VEC: bool>(a: Scan) {
         }
     }
 
-    // Prologue: the first STAGES − 1 training chunks, one copy group each (empty groups past the
+    // Prologue: the first TF32_STAGES − 1 training chunks, one copy group each (empty groups past the
     // end keep the group count of `cp_async_wait_group` uniform), then the query slice while they
     // are in flight.
-    for p in 0..STAGES - 1 {
+    for p in 0..TF32_STAGES - 1 {
         if p < steps {
-            let (first, j0) = ((tile0 + p / chunks) * BT, (p % chunks) * KC);
+            let (first, j0) = (
+                (tile0 + p / chunks) * TF32_COLS,
+                (p % chunks) * SCAN_CHUNK_DIMS,
+            );
             unsafe {
                 stage_chunk(
                     t,
@@ -164,7 +167,7 @@ unsafe fn run<const VEC: bool>(a: Scan) {
                     d,
                     first,
                     j0,
-                    cs_addr + 4 * (p * BT * CS) as u32,
+                    cs_addr + 4 * (p * TF32_COLS * SCAN_ROW_STRIDE) as u32,
                 )
             };
         } else {
@@ -175,26 +178,40 @@ unsafe fn run<const VEC: bool>(a: Scan) {
 
     // Positions advance by one chunk per step (no 64-bit divisions in the loop): step `s` is
     // chunk `kc` of tile `tile`, dimension chunk `slice_chunk` of the staged query slice; the
-    // prefetch runs `STAGES − 1` chunks ahead.
+    // prefetch runs `TF32_STAGES − 1` chunks ahead.
     let (mut tile, mut kc, mut slice_chunk) = (tile0, 0, 0);
-    let (slice_chunks, ahead0) = (xc / KC, STAGES - 1);
+    let (slice_chunks, ahead0) = (xc / SCAN_CHUNK_DIMS, TF32_STAGES - 1);
     let (mut ahead_tile, mut ahead_kc) = (tile0 + ahead0 / chunks, ahead0 % chunks);
     let mut acc = [[[0f32; 4]; 8]; 2];
     let mut s = 0;
     while s < steps {
-        let buf = unsafe { cs.add((s % STAGES) * BT * CS) };
-        // Chunk s has landed (at most STAGES − 2 later groups in flight).
-        wait_group::<{ STAGES - 2 }>();
+        let buf = unsafe { cs.add((s % TF32_STAGES) * TF32_COLS * SCAN_ROW_STRIDE) };
+        // Chunk s has landed (at most TF32_STAGES − 2 later groups in flight).
+        wait_group::<{ TF32_STAGES - 2 }>();
         if !resident && s > 0 && slice_chunk == 0 {
             // The next slice of the query dimensions: once every warp is done with this one.
             sync_threads();
-            unsafe { stage_queries(t, vec, a.q, a.m, d, first_row, kc * KC, dp, xc, xs) };
+            unsafe {
+                stage_queries(
+                    t,
+                    vec,
+                    a.q,
+                    a.m,
+                    d,
+                    first_row,
+                    kc * SCAN_CHUNK_DIMS,
+                    dp,
+                    xc,
+                    xs,
+                )
+            };
         }
         sync_threads();
-        // The buffer of chunk s − 1 is free now: prefetch chunk s + STAGES − 1 into it.
+        // The buffer of chunk s − 1 is free now: prefetch chunk s + TF32_STAGES − 1 into it.
         if ahead_tile < tile1 {
-            let (first, j0) = (ahead_tile * BT, ahead_kc * KC);
-            let at = cs_addr + 4 * (((s + STAGES - 1) % STAGES) * BT * CS) as u32;
+            let (first, j0) = (ahead_tile * TF32_COLS, ahead_kc * SCAN_CHUNK_DIMS);
+            let at = cs_addr
+                + 4 * (((s + TF32_STAGES - 1) % TF32_STAGES) * TF32_COLS * SCAN_ROW_STRIDE) as u32;
             unsafe { stage_chunk(t, vec, a.x, a.n, d, first, j0, at) };
             ahead_kc += 1;
             if ahead_kc == chunks {
@@ -215,7 +232,7 @@ unsafe fn run<const VEC: bool>(a: Scan) {
             }
             for nt in 0..8 {
                 let col = wn * 64 + nt * 8 + g;
-                let fb = unsafe { load4(buf.add(col * CS + qq * 8 + half * 4)) };
+                let fb = unsafe { load4(buf.add(col * SCAN_ROW_STRIDE + qq * 8 + half * 4)) };
                 for kk in 0..2 {
                     for mt in 0..2 {
                         mma(&mut acc[mt][nt], fa[mt][kk], [fb[2 * kk], fb[2 * kk + 1]]);
@@ -243,7 +260,7 @@ unsafe fn run<const VEC: bool>(a: Scan) {
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn epilogue(
-    a: &Scan,
+    a: &Tf32ScanArgs,
     tile: usize,
     wn: usize,
     qq: usize,
@@ -254,7 +271,7 @@ unsafe fn epilogue(
     c1q: &[f32; 4],
     tsq: &[f32; 4],
 ) {
-    let base = tile * BT + wn * 64 + 2 * qq;
+    let base = tile * TF32_COLS + wn * 64 + 2 * qq;
     // Rows past `n` read the last norm (no branch per value); their values are never taken.
     let mut nx = [0f32; 16];
     for nt in 0..8 {
@@ -288,7 +305,7 @@ unsafe fn epilogue(
                 best = if other < best { other } else { best };
             }
             if row_ok[r] && (a.group == 16 || qq == 0) {
-                let per_tile = BT / a.group;
+                let per_tile = TF32_COLS / a.group;
                 let grp = tile * per_tile + if a.group == 16 { wn * 4 + qq } else { wn };
                 unsafe { *a.gkeys.add(rows[r] * a.ldg + grp) = best };
             }
@@ -329,12 +346,12 @@ unsafe fn epilogue(
     }
 }
 
-/// Stores dimensions `j0..j0 + min(xc, dp − j0)` of query rows `first..first + BQ` of `src`,
+/// Stores dimensions `j0..j0 + min(xc, dp − j0)` of query rows `first..first + TF32_ROWS` of `src`,
 /// rounded to TF32, into the tile `xs` in fragment order ([`query_word`]); zeros past `total`
 /// and `d`. Plain loads and stores: the tile is staged once per block (or per slice).
 ///
 /// # Safety
-/// `src` holds `total × d` values (16-byte aligned rows with `vec`); `xs` holds `BQ × xc` words.
+/// `src` holds `total × d` values (16-byte aligned rows with `vec`); `xs` holds `TF32_ROWS × xc` words.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn stage_queries(
@@ -357,7 +374,7 @@ unsafe fn stage_queries(
     let width = xc.min(dp - j0);
     let w = if vec { 4 } else { 1 };
     let per_row = width / w;
-    let total_words = BQ * per_row;
+    let total_words = TF32_ROWS * per_row;
     let mut e0 = t;
     while e0 < total_words {
         let mut v = [[0f32; 4]; UNROLL];
@@ -387,8 +404,8 @@ unsafe fn stage_queries(
     }
 }
 
-/// Starts copying training rows `first..first + BT`, dimensions `j0..j0 + KC` into a chunk
-/// buffer at shared address `buf` (stride `CS`), zeros past `n` and `d`.
+/// Starts copying training rows `first..first + TF32_COLS`, dimensions `j0..j0 + SCAN_CHUNK_DIMS` into a chunk
+/// buffer at shared address `buf` (stride `SCAN_ROW_STRIDE`), zeros past `n` and `d`.
 ///
 /// # Safety
 /// `x` holds `n × d` values (16-byte aligned rows with `vec`).
@@ -404,6 +421,10 @@ unsafe fn stage_chunk(
     j0: usize,
     buf: u32,
 ) {
-    unsafe { copy_rows::<BT, KC, CS, THREADS>(t, vec, x, n, d, first, j0, buf) };
+    unsafe {
+        copy_rows::<TF32_COLS, SCAN_CHUNK_DIMS, SCAN_ROW_STRIDE, THREADS>(
+            t, vec, x, n, d, first, j0, buf,
+        )
+    };
     commit();
 }

@@ -37,11 +37,11 @@ fn check(n: usize, d: usize, k: usize, rows: &[u32], metric: AssignMetric, threa
     );
     let x = grid(n * d, 1);
     let centroids = grid(k * d, 2);
-    let kp = k.next_multiple_of(4);
-    let mut by_dim = vec![f32::NAN; d * kp];
+    let k_padded = k.next_multiple_of(4);
+    let mut by_dim = vec![f32::NAN; d * k_padded];
     for c in 0..k {
         for j in 0..d {
-            by_dim[j * kp + c] = centroids[c * d + j];
+            by_dim[j * k_padded + c] = centroids[c * d + j];
         }
     }
     let norms: Vec<f32> = centroids.chunks(d).map(sq_norm).collect();
@@ -69,7 +69,7 @@ fn check(n: usize, d: usize, k: usize, rows: &[u32], metric: AssignMetric, threa
         rows: rows.as_ptr(),
         batch: rows.len(),
         centroids_t: by_dim.as_ptr(),
-        kp,
+        k_padded,
         c_sq_norms: norms.as_ptr(),
         k,
         scales: scales.as_ptr(),
@@ -90,8 +90,34 @@ fn check(n: usize, d: usize, k: usize, rows: &[u32], metric: AssignMetric, threa
     assert_eq!(counts, want_counts, "{case}: counts");
     assert_eq!(sums, want_sums, "{case}: sums");
 
-    // The update: centroids that received rows move, the others stay; sums and batch counts are
-    // left at zero, the running counts grow, the report holds the batch counts.
+    check_update(
+        &case,
+        &centroids,
+        d,
+        &want_counts,
+        &want_sums,
+        &inv_scales,
+        sums,
+        counts,
+    );
+}
+
+/// The update of one batch (its `sums` and batch `counts` as the assign kernel left them)
+/// through the emulated update and shift kernels, against the running-mean formula: centroids
+/// that received rows move, the others stay; sums and batch counts are left at zero, the
+/// running counts grow, the report holds the batch counts.
+#[allow(clippy::too_many_arguments)]
+fn check_update(
+    case: &str,
+    centroids: &[f32],
+    d: usize,
+    want_counts: &[u32],
+    want_sums: &[i64],
+    inv_scales: &[f64],
+    mut sums: Vec<i64>,
+    mut counts: Vec<u32>,
+) {
+    let k = want_counts.len();
     let seen: Vec<u64> = (0..k as u64).map(|c| c * 3 % 5).collect();
     let mut running = seen.clone();
     let mut next = vec![f32::NAN; k * d];

@@ -7,7 +7,7 @@ use crate::tile::load_vec4s;
 /// The centroid scan of one thread: staged centroids (rows of `d4` words, zero-padded) and,
 /// for squared L2, their squared norms.
 #[derive(Clone, Copy)]
-pub(super) struct Scan {
+pub(super) struct SharedCentroidScan {
     pub(super) metric: AssignMetric,
     pub(super) centroids: *const f32,
     pub(super) norms: *const f32,
@@ -15,7 +15,7 @@ pub(super) struct Scan {
     pub(super) d4: u32,
 }
 
-impl Scan {
+impl SharedCentroidScan {
     /// Each point's best score and its centroid: every centroid in order, `CU` at a time, over
     /// the dimensions `0..WD` of the first `quads` quads (`LAST` of the last quad's lanes), in
     /// the CPU's order per (point, centroid); the first minimum in centroid order wins (strict
@@ -68,7 +68,7 @@ impl Scan {
     /// the last word of the centroid's quad (see [`super::stage::centroid_norms`]).
     ///
     /// # Safety
-    /// As for [`Scan::run`], with `c + G ≤ k`.
+    /// As for [`SharedCentroidScan::run`], with `c + G ≤ k`.
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
     unsafe fn group<
@@ -114,7 +114,7 @@ impl Scan {
         unsafe { self.keep_better(&acc, &c_sq, c, best, label) };
     }
 
-    /// As [`Scan::run`], reading each point's row (zero-padded to whole quads) from shared
+    /// As [`SharedCentroidScan::run`], reading each point's row (zero-padded to whole quads) from shared
     /// memory a quad at a time instead of holding it in registers.
     ///
     /// # Safety
@@ -140,10 +140,10 @@ impl Scan {
         (best, label)
     }
 
-    /// As [`Scan::group`], with the points' rows in shared memory.
+    /// As [`SharedCentroidScan::group`], with the points' rows in shared memory.
     ///
     /// # Safety
-    /// As for [`Scan::run_rows`], with `c + G ≤ k`.
+    /// As for [`SharedCentroidScan::run_rows`], with `c + G ≤ k`.
     #[inline(always)]
     unsafe fn group_rows<const P: usize, const G: usize>(
         self,

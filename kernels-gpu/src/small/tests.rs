@@ -180,7 +180,41 @@ fn run_weighted<const MAXD: usize, const PTS: usize, const CU: usize>(
     assert_eq!(counts, want.counts, "{case}");
     assert_eq!(inertia.iter().sum::<i64>(), want.inertia, "{case}");
 
-    // The finalize kernel: means, sizes, summary; sums and counts cleared.
+    let step = StepOut {
+        sums,
+        counts,
+        changed,
+        inertia,
+    };
+    check_finalize(&case, &c, d, &exps, &want, step, weighty);
+}
+
+/// What the emulated step left for the finalize kernel.
+struct StepOut {
+    sums: Vec<i64>,
+    counts: Vec<u64>,
+    changed: Vec<u32>,
+    inertia: Vec<i64>,
+}
+
+/// The finalize kernel after a step from centroids `c`: means, sizes and summary match `want`
+/// (`weighty` points with weight changed); sums, counts and the change counter are cleared.
+fn check_finalize(
+    case: &str,
+    c: &[f32],
+    d: usize,
+    exps: &[i32],
+    want: &Want,
+    step: StepOut,
+    weighty: usize,
+) {
+    let StepOut {
+        mut sums,
+        mut counts,
+        mut changed,
+        inertia,
+    } = step;
+    let (k, blocks) = (counts.len(), inertia.len());
     let inv: Vec<f64> = exps.iter().map(|&s| inv_pow2_f64(s)).collect();
     let mut next = vec![f32::NAN; k * d];
     let mut sizes = vec![0u64; k];
@@ -231,7 +265,7 @@ fn emulated_small_step_matches_the_cpu() {
     // The shapes the kernels are built with, each with the dimension counts of its
     // specialised scans, odd and even d (contiguous and padded staging), k = 1, k = n, k not
     // a multiple of the unroll, n not a multiple of the block.
-    const S: [SmallStep; 4] = crate::launch::SMALL_STEPS;
+    const S: [SmallStep; 4] = crate::small::SMALL_STEPS;
     // Runs shape `SMALL_STEPS[$i]` on each (n, d, k).
     macro_rules! shape {
         ($i:literal, $metric:expr, $misalign:expr, [$(($n:expr, $d:expr, $k:expr)),*]) => {

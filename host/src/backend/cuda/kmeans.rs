@@ -22,14 +22,16 @@ use crate::backend::{Farthest, Partial, farthest, squared_shift};
 use crate::error::{Error, Result};
 use crate::matrix::MatrixView;
 use cudarc::driver::CudaSlice;
+use kernels_gpu::assign::{ASSIGN_WIDE, AssignTile};
+use kernels_gpu::assign_tf32::tf32_grid;
 use kernels_gpu::fixed::{inv_pow2_f64, pow2_f32};
-use kernels_gpu::launch::{
-    ASSIGN_WIDE, AssignTile, BLOCK, SEED_CANDIDATES, SHIFT_PART, SMALL_STEPS, SmallStep,
-    TF32_POINTS, sums_fit_shared,
-};
+use kernels_gpu::launch::{BLOCK, SEED_CANDIDATES};
 use kernels_gpu::math::AssignMetric;
+use kernels_gpu::reduce::shift_parts_grid;
 use kernels_gpu::seeding::WeightScale;
 use kernels_gpu::small::{MODE_ACCUMULATE, MODE_ASSIGN};
+use kernels_gpu::small::{SMALL_STEPS, SmallStep};
+use kernels_gpu::update::sums_fit_shared;
 
 pub(crate) struct CudaLloyd<'a> {
     gpu: &'a CudaBackend,
@@ -62,7 +64,7 @@ pub(crate) struct CudaLloyd<'a> {
     inertia_unit: f64,
     centroids: CudaSlice<f32>,
     c_sq_norms: CudaSlice<f32>,
-    /// The centroids by dimension, `d × kp` (`kp`: `k` rounded up to 4; the padding columns
+    /// The centroids by dimension, `d × k_padded` (`k_padded`: `k` rounded up to 4; the padding columns
     /// stay zero), for the exact assign kernels.
     centroids_t: CudaSlice<f32>,
     next: CudaSlice<f32>,
@@ -114,6 +116,64 @@ struct Summary {
     shift: f64,
 }
 
+/// Whether this GPU and `spec` allow the TF32 assignment (squared L2, tensor cores).
+fn check_tf32(gpu: &CudaBackend, spec: &LloydSpec<'_>) -> Result<()> {
+    if spec.metric != Metric::L2 {
+        return Err(Error::invalid(
+            "precision",
+            "precision tf32 needs metric l2",
+        ));
+    }
+    let (major, minor) = gpu.info().compute_capability;
+    if major < 8 {
+        return Err(Error::invalid(
+            "precision",
+            format!(
+                "precision tf32 needs a GPU of compute capability 8.0 or later (TF32 \
+                 tensor cores); {} has {major}.{minor}",
+                gpu.info().name
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The assign path of a job: the small step's index in `SMALL_STEPS` when it applies, and
+/// whether the TF32 kernel runs (asked for by `tf32`, and not on the small path).
+///
+/// The small step runs when two of its blocks fit on a multiprocessor (fewer hide no latency).
+/// It also serves TF32 requests: for these shapes the exact step is faster than the tensor-core
+/// kernel (measured 2.5–7× on the benchmark's A, B, C), and exact. Spherical k-means needs the
+/// tiled path: its point and centroid norms are given, not computed, and its centroids are
+/// renormalised between the finalize and the shift.
+fn assign_path(
+    gpu: &CudaBackend,
+    d: usize,
+    k: usize,
+    spherical: bool,
+    tf32: bool,
+) -> (Option<usize>, bool) {
+    let small_shape = SmallStep::for_d(d)
+        .filter(|&i| SMALL_STEPS[i].fits(k, d, gpu.max_shared_per_block() / 2))
+        .filter(|_| !spherical);
+    (small_shape, tf32 && small_shape.is_none())
+}
+
+/// Blocks of per-block update sums (`kmeans_accumulate_shared`'s grid) for `n` points: two per
+/// multiprocessor, fewer when there are fewer points than that; one global set when the sums do
+/// not fit in `shared` memory; none on the `small` path, which keeps its own sums.
+fn update_parts(gpu: &CudaBackend, n: usize, small: bool, shared: bool) -> usize {
+    if small {
+        0
+    } else if shared {
+        n.div_ceil(BLOCK as usize)
+            .min(2 * gpu.multiprocessors())
+            .max(1)
+    } else {
+        1
+    }
+}
+
 impl<'a> CudaLloyd<'a> {
     pub(crate) fn new(
         gpu: &'a CudaBackend,
@@ -129,38 +189,14 @@ impl<'a> CudaLloyd<'a> {
         arg_u32(k, "k")?;
         let tf32 = spec.precision == Precision::Tf32;
         if tf32 {
-            if spec.metric != Metric::L2 {
-                return Err(Error::invalid(
-                    "precision",
-                    "precision tf32 needs metric l2",
-                ));
-            }
-            let (major, minor) = gpu.info().compute_capability;
-            if major < 8 {
-                return Err(Error::invalid(
-                    "precision",
-                    format!(
-                        "precision tf32 needs a GPU of compute capability 8.0 or later (TF32 \
-                         tensor cores); {} has {major}.{minor}",
-                        gpu.info().name
-                    ),
-                ));
-            }
+            check_tf32(gpu, spec)?;
         }
         let tile = AssignTile::for_k(k);
-        // The small step when two of its blocks fit on a multiprocessor (fewer hide no latency).
-        // It also serves TF32 requests: for these shapes the exact step is faster than the
-        // tensor-core kernel (measured 2.5–7× on the benchmark's A, B, C), and exact.
-        // Spherical k-means needs the tiled path: its point and centroid norms are given, not
-        // computed, and its centroids are renormalised between the finalize and the shift.
-        let small_shape = SmallStep::for_d(d)
-            .filter(|&i| SMALL_STEPS[i].fits(k, d, gpu.max_shared_per_block() / 2))
-            .filter(|_| !spherical);
-        let tf32 = tf32 && small_shape.is_none();
+        let (small_shape, tf32) = assign_path(gpu, d, k, spherical, tf32);
         let assign_blocks = match small_shape {
-            Some(i) => n.div_ceil(SMALL_STEPS[i].block_points()),
-            None if tf32 => n.div_ceil(TF32_POINTS),
-            None => n.div_ceil(tile.points()),
+            Some(i) => SMALL_STEPS[i].grid(n),
+            None if tf32 => tf32_grid(n),
+            None => tile.grid(n),
         };
         let small = match small_shape {
             Some(i) => Some(SmallPath {
@@ -171,17 +207,7 @@ impl<'a> CudaLloyd<'a> {
             None => None,
         };
         let shared = sums_fit_shared(k, d);
-        // Two blocks per multiprocessor, fewer when there are fewer points than that; none on
-        // the small path, which keeps its own sums.
-        let parts = if small.is_some() {
-            0
-        } else if shared {
-            n.div_ceil(BLOCK as usize)
-                .min(2 * gpu.multiprocessors())
-                .max(1)
-        } else {
-            1
-        };
+        let parts = update_parts(gpu, n, small.is_some(), shared);
         let f32_scales: Vec<f32> = spec.scales.iter().map(|&s| pow2_f32(s)).collect();
         let f64_inv: Vec<f64> = spec.scales.iter().map(|&s| inv_pow2_f64(s)).collect();
         // The small step computes the points' norms itself.
@@ -229,7 +255,7 @@ impl<'a> CudaLloyd<'a> {
             labels: gpu.zeros(n, "labels")?,
             min_dist: gpu.zeros(n, "distances")?,
             block_inertia: gpu.zeros(assign_blocks, "inertia partials")?,
-            shift_parts: gpu.zeros((k * d).div_ceil(SHIFT_PART), "shift partials")?,
+            shift_parts: gpu.zeros(shift_parts_grid(k * d), "shift partials")?,
             counters: gpu.zeros(2, "counters")?,
             summary: gpu.mapped(4, "the step summary")?,
             sizes: gpu.zeros(k, "cluster sizes")?,
@@ -243,15 +269,20 @@ impl<'a> CudaLloyd<'a> {
             staged: vec![],
         };
         if metric == AssignMetric::SqL2 && norms_len > 0 && !spherical {
-            RowSqNorms {
-                x: &lloyd.x,
-                n: n as u32,
-                d: d as u32,
-                out: &mut lloyd.x_sq_norms,
-            }
-            .launch(gpu)?;
+            lloyd.point_norms()?;
         }
         Ok(lloyd)
+    }
+
+    /// Queues the points' squared norms into `x_sq_norms`.
+    fn point_norms(&mut self) -> Result<()> {
+        RowSqNorms {
+            x: &self.x,
+            n: self.n as u32,
+            d: self.d as u32,
+            out: &mut self.x_sq_norms,
+        }
+        .launch(self.gpu)
     }
 
     /// The resident rows (shared with the mini-batch steps).
@@ -334,12 +365,12 @@ impl<'a> CudaLloyd<'a> {
             sums: accumulate.then_some(&mut s.sums),
             counts: accumulate.then_some(&mut s.counts),
             centroids_t: &self.centroids_t,
-            kp: by_dimension_cols(self.k) as u32,
+            k_padded: by_dimension_cols(self.k) as u32,
         }
         .launch(gpu, self.metric, self.tile, shared)
     }
 
-    /// Queues the copy of the centroids by dimension (`d × kp`) that the exact assign kernels
+    /// Queues the copy of the centroids by dimension (`d × k_padded`) that the exact assign kernels
     /// stream from, with the centroids' squared norms for squared L2 (not spherical k-means,
     /// whose norms stay 0).
     fn queue_centroids_by_dimension(&mut self) -> Result<()> {
@@ -348,7 +379,7 @@ impl<'a> CudaLloyd<'a> {
             centroids: &self.centroids,
             k: self.k as u32,
             d: self.d as u32,
-            kp: by_dimension_cols(self.k) as u32,
+            k_padded: by_dimension_cols(self.k) as u32,
             out: &mut self.centroids_t,
             norms: norms.then_some(&mut self.c_sq_norms),
         }

@@ -23,14 +23,14 @@ use crate::matrix::MatrixView;
 use cudarc::driver::{CudaSlice, CudaView};
 use kernels_gpu::fixed::pow2_f32;
 use kernels_gpu::knn::{
-    MAX_STREAM_K, PairMetric, SELECT_CAP, VOTE_MAX_QUERIES, key, stream_tile, vote_block_bytes,
-    vote_scale_exponent,
+    MAX_STREAM_K, PairMetric, SELECT_CAP, key, stream_tile, vote_scale_exponent,
 };
 use kernels_gpu::knn_tf32::{
     SCAN_CANDIDATES, SCAN_GROUPS, TF32_CAP, TF32_COLS, TF32_ROWS, bound_coefficient, tf32_group,
     tf32_groups_per_row, tf32_metric, tf32_scan_shared_bytes, tf32_xc,
 };
 use kernels_gpu::launch::DEFAULT_SHARED_BYTES;
+use kernels_gpu::vote::{vote_block_bytes, vote_grid, vote_queries_per_block};
 use ndarray::ArrayView2;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -288,6 +288,33 @@ struct Tf32Buffers {
     overflow: CudaSlice<u32>,
 }
 
+/// What one search asks for, shared by its steps.
+struct SearchJob<'a, 'q> {
+    queries: &'a MatrixView<'q>,
+    k: usize,
+    method: Method,
+    max_bytes: Option<usize>,
+    vote: Option<VoteJob>,
+}
+
+/// Device buffers of a search, sized for its batch of queries.
+struct BatchBuffers {
+    /// The batch's query rows and their squared norms.
+    q: CudaSlice<f32>,
+    q_norms: CudaSlice<f32>,
+    /// The running (then final) neighbour keys, `k` per query.
+    best: CudaSlice<u64>,
+    /// Distances of the streaming tiles or of whole rows (one value under the prefilter).
+    dist: CudaSlice<f32>,
+    /// Whole-row keys of the sort path.
+    sort_keys: Option<CudaSlice<u64>>,
+    /// Predicted classes and class shares of a vote.
+    pred: Option<CudaSlice<u32>>,
+    shares: Option<CudaSlice<f32>>,
+    /// The prefilter's buffers, when it runs.
+    tf32: Option<Tf32Buffers>,
+}
+
 fn choices() -> &'static Choices {
     static CHOICES: OnceLock<Choices> = OnceLock::new();
     CHOICES.get_or_init(Default::default)
@@ -399,7 +426,9 @@ impl CudaKnn {
 
     /// Searches `queries` in batches that fit the budget; with `vote`, votes on the device and
     /// brings back classes (and shares) instead of keys. With `tf32` the prefilter runs where
-    /// it applies ([`CudaKnn::tf32_plan`]).
+    /// it applies ([`CudaKnn::tf32_plan`]). Steps: [`CudaKnn::plan_batches`],
+    /// [`CudaKnn::batch_buffers`], then per batch [`CudaKnn::search_batch`] (with
+    /// [`CudaKnn::exact_fallback`] for prefilter overflows) and [`CudaKnn::collect_batch`].
     fn run(
         &self,
         queries: &MatrixView<'_>,
@@ -409,23 +438,64 @@ impl CudaKnn {
         vote: Option<VoteJob>,
         tf32: bool,
     ) -> Result<Output> {
-        let gpu = &*self.gpu;
-        let (m, d, n) = (queries.rows(), self.d, self.n);
         arg_u32(k, "k")?;
+        let job = SearchJob {
+            queries,
+            k,
+            method,
+            max_bytes,
+            vote,
+        };
+        let (rows, plan) = self.plan_batches(&job, tf32)?;
+        let mut bufs = self.batch_buffers(&job, rows, plan.as_ref())?;
+        let mut report = plan.map(|_| PrefilterReport::default());
+        let mut output = Output::default();
+        let m = queries.rows();
+        let mut first = 0;
+        while first < m {
+            let r = rows.min(m - first);
+            self.search_batch(&job, plan.as_ref(), &mut bufs, first, r, report.as_mut())?;
+            self.collect_batch(&job, &mut bufs, r, &mut output)?;
+            first += r;
+        }
+        output.prefilter = report;
+        Ok(output)
+    }
+
+    /// Plan: the queries per batch under the memory budget, and the prefilter's plan (with its
+    /// training tiles per scan block for that batch) when `tf32` asks for it and it applies.
+    fn plan_batches(
+        &self,
+        job: &SearchJob<'_, '_>,
+        tf32: bool,
+    ) -> Result<(usize, Option<Tf32Plan>)> {
+        let (k, method) = (job.k, job.method);
         let plan = if tf32 {
             self.tf32_plan(k, method)
         } else {
             None
         };
-        let budget = gpu.budget(max_bytes)?;
-        let rows = (budget / self.bytes_per_row(k, method, vote, plan.as_ref()))
-            .clamp(1, m.min(MAX_BATCH_ROWS));
+        let budget = self.gpu.budget(job.max_bytes)?;
+        let rows = (budget / self.bytes_per_row(k, method, job.vote, plan.as_ref()))
+            .clamp(1, job.queries.rows().min(MAX_BATCH_ROWS));
         let plan = plan.map(|p| Tf32Plan {
             tiles: self.tf32_tiles(&p, rows),
             ..p
         });
+        Ok((rows, plan))
+    }
+
+    /// The device buffers of a search, sized for batches of `rows` queries.
+    fn batch_buffers(
+        &self,
+        job: &SearchJob<'_, '_>,
+        rows: usize,
+        plan: Option<&Tf32Plan>,
+    ) -> Result<BatchBuffers> {
+        let gpu = &*self.gpu;
+        let (d, n, k) = (self.d, self.n, job.k);
         let c = self.classes.max(1);
-        let mut tf32_bufs = match &plan {
+        let tf32 = match plan {
             // SAFETY: every buffer is written for a batch's rows before it is read: the group
             // keys by the first scan, thresholds and (cleared) counts by the threshold kernel,
             // the candidates that the re-rank reads (the first `counts` of a row) by the second
@@ -441,152 +511,214 @@ impl CudaKnn {
             }),
             None => None,
         };
-        let mut report = plan.map(|_| PrefilterReport::default());
-
         // SAFETY: each batch's query rows are copied in before use, and its keys are first
         // written whole (the first selection starts fresh; the sort path's take).
-        let (mut q, mut best) = unsafe {
+        let (q, best) = unsafe {
             (
                 gpu.uninit::<f32>(rows * d, "query rows")?,
                 gpu.uninit::<u64>(rows * k, "neighbour keys")?,
             )
         };
-        let mut q_norms = gpu.zeros::<f32>(rows, "query norms")?;
-        let tile = stream_tile(k);
-        let row_len = n.next_power_of_two();
-        let (mut dist, mut sort_keys) = match method {
+        let q_norms = gpu.zeros::<f32>(rows, "query norms")?;
+        let (dist, sort_keys) = match job.method {
             _ if plan.is_some() => (gpu.zeros::<f32>(1, "distances")?, None),
             Method::KMin | Method::Bitonic => (
-                gpu.zeros::<f32>(rows * tile * TILES_PER_LAUNCH, "distances")?,
+                gpu.zeros::<f32>(rows * stream_tile(k) * TILES_PER_LAUNCH, "distances")?,
                 None,
             ),
             Method::Sort => (
                 gpu.zeros::<f32>(rows * n, "distances")?,
-                Some(gpu.zeros::<u64>(rows * row_len, "sort keys")?),
+                Some(gpu.zeros::<u64>(rows * n.next_power_of_two(), "sort keys")?),
             ),
         };
-        let mut pred = match vote {
+        let pred = match job.vote {
             Some(_) => Some(gpu.zeros::<u32>(rows, "predicted classes")?),
             None => None,
         };
-        let mut shares = match vote {
+        let shares = match job.vote {
             Some(v) if v.proba => Some(gpu.zeros::<f32>(rows * c, "class shares")?),
             _ => None,
         };
-        let mut output = Output::default();
+        Ok(BatchBuffers {
+            q,
+            q_norms,
+            best,
+            dist,
+            sort_keys,
+            pred,
+            shares,
+            tf32,
+        })
+    }
 
-        let mut first = 0;
-        while first < m {
-            let r = rows.min(m - first);
-            gpu.write(
-                &queries.as_slice()[first * d..(first + r) * d],
-                &mut q,
-                "query rows",
-            )?;
-            if self.metric.needs_norms() {
-                RowSqNorms {
-                    x: &q,
-                    n: r as u32,
-                    d: d as u32,
-                    out: &mut q_norms,
-                }
-                .launch(gpu)?;
+    /// Batch: copies queries `first..first + r` in, queues their norms, then their search into
+    /// `bufs.best` by the prefilter (`plan`; overflows take [`CudaKnn::exact_fallback`]), the
+    /// streaming selection or the row sort.
+    fn search_batch(
+        &self,
+        job: &SearchJob<'_, '_>,
+        plan: Option<&Tf32Plan>,
+        bufs: &mut BatchBuffers,
+        first: usize,
+        r: usize,
+        report: Option<&mut PrefilterReport>,
+    ) -> Result<()> {
+        let gpu = &*self.gpu;
+        let (d, k) = (self.d, job.k);
+        gpu.write(
+            &job.queries.as_slice()[first * d..(first + r) * d],
+            &mut bufs.q,
+            "query rows",
+        )?;
+        if self.metric.needs_norms() {
+            RowSqNorms {
+                x: &bufs.q,
+                n: r as u32,
+                d: d as u32,
+                out: &mut bufs.q_norms,
             }
-            match method {
-                _ if plan.is_some() => {
-                    let (p, bufs) = (
-                        plan.as_ref().expect("plan"),
-                        tf32_bufs.as_mut().expect("buffers"),
-                    );
-                    self.tf32_batch(p, bufs, &q, &q_norms, r, k, method, &mut best)?;
-                    let flags = gpu.download(&bufs.overflow, r, "overflow flags")?;
-                    let over: Vec<usize> = (0..r).filter(|&i| flags[i] != 0).collect();
-                    if !over.is_empty() {
-                        // Too many candidates: these queries take the exact path.
-                        let rows_of = queries.as_slice();
-                        let mut sub = Vec::with_capacity(over.len() * d);
-                        for &i in &over {
-                            sub.extend_from_slice(&rows_of[(first + i) * d..(first + i + 1) * d]);
-                        }
-                        let view = MatrixView::new(&sub, over.len(), d)?;
-                        let exact = self.run(&view, k, method, max_bytes, None, false)?;
-                        for (e, &i) in over.iter().enumerate() {
-                            let keys: Vec<u64> = (e * k..(e + 1) * k)
-                                .map(|j| key(exact.distances[j], exact.indices[j]))
-                                .collect();
-                            gpu.write_at(&keys, &mut best, i * k, "neighbour keys")?;
-                        }
-                    }
-                    let rep = report.as_mut().expect("report");
-                    rep.queries += r;
-                    rep.exact_fallbacks += over.len();
-                }
-                Method::KMin | Method::Bitonic => {
-                    let span = tile * TILES_PER_LAUNCH;
-                    let mut t0 = 0;
-                    while t0 < n {
-                        let width = span.min(n - t0);
-                        let a = Side {
-                            x: &q,
-                            norms: &q_norms,
-                            first: 0,
-                            rows: r,
-                        };
-                        let b = Side {
-                            x: &self.x,
-                            norms: &self.norms,
-                            first: t0,
-                            rows: width,
-                        };
-                        distances(gpu, self.metric, a, b, d, &mut dist, span)?;
-                        let mut s = 0;
-                        while s < width {
-                            let cols = tile.min(width - s);
-                            let part = dist.slice(s..);
-                            self.select(method, &part, span, cols, t0 + s, &mut best, k, r)?;
-                            s += cols;
-                        }
-                        t0 += width;
-                    }
-                }
-                Method::Sort => {
-                    let keys = sort_keys.as_mut().expect("sort keys");
-                    let a = Side {
-                        x: &q,
-                        norms: &q_norms,
-                        first: 0,
-                        rows: r,
-                    };
-                    let b = Side {
-                        x: &self.x,
-                        norms: &self.norms,
-                        first: 0,
-                        rows: n,
-                    };
-                    distances(gpu, self.metric, a, b, d, &mut dist, n)?;
-                    self.sort_rows(&dist, keys, row_len, r, k, &mut best)?;
-                }
-            }
-            match vote {
-                // Split straight out of the page-locked buffer (no host copy of the keys).
-                None => gpu.download_each(&best, r * k, "neighbour keys", |keys| {
-                    split_keys(keys, &mut output.indices, &mut output.distances)
-                })?,
-                Some(v) => {
-                    let pred = pred.as_mut().expect("prediction buffer");
-                    self.vote_batch(&best, r, k, v, pred, shares.as_mut())?;
-                    output
-                        .classes
-                        .extend(gpu.download(pred, r, "predicted classes")?);
-                    if let Some(s) = &shares {
-                        output.proba.extend(gpu.download(s, r * c, "class shares")?);
-                    }
-                }
-            }
-            first += r;
+            .launch(gpu)?;
         }
-        output.prefilter = report;
-        Ok(output)
+        match (plan, job.method) {
+            (Some(p), method) => {
+                let tf32 = bufs.tf32.as_mut().expect("prefilter buffers");
+                self.tf32_batch(
+                    p,
+                    tf32,
+                    &bufs.q,
+                    &bufs.q_norms,
+                    r,
+                    k,
+                    method,
+                    &mut bufs.best,
+                )?;
+                let flags = gpu.download(&tf32.overflow, r, "overflow flags")?;
+                let over: Vec<usize> = (0..r).filter(|&i| flags[i] != 0).collect();
+                if !over.is_empty() {
+                    self.exact_fallback(job, first, &over, &mut bufs.best)?;
+                }
+                let rep = report.expect("report");
+                rep.queries += r;
+                rep.exact_fallbacks += over.len();
+                Ok(())
+            }
+            (None, Method::KMin | Method::Bitonic) => self.stream_batch(job, bufs, r),
+            (None, Method::Sort) => {
+                let keys = bufs.sort_keys.as_mut().expect("sort keys");
+                let a = Side {
+                    x: &bufs.q,
+                    norms: &bufs.q_norms,
+                    first: 0,
+                    rows: r,
+                };
+                let b = Side {
+                    x: &self.x,
+                    norms: &self.norms,
+                    first: 0,
+                    rows: self.n,
+                };
+                distances(gpu, self.metric, a, b, d, &mut bufs.dist, self.n)?;
+                let row_len = self.n.next_power_of_two();
+                self.sort_rows(&bufs.dist, keys, row_len, r, k, &mut bufs.best)
+            }
+        }
+    }
+
+    /// Fallback: the batch's queries `over` (counted from `first`) had too many prefilter
+    /// candidates; searches them again on the exact path (a recursive [`CudaKnn::run`] without
+    /// the prefilter) and writes their keys into their rows of `best`.
+    fn exact_fallback(
+        &self,
+        job: &SearchJob<'_, '_>,
+        first: usize,
+        over: &[usize],
+        best: &mut CudaSlice<u64>,
+    ) -> Result<()> {
+        let (d, k) = (self.d, job.k);
+        let rows_of = job.queries.as_slice();
+        let mut sub = Vec::with_capacity(over.len() * d);
+        for &i in over {
+            sub.extend_from_slice(&rows_of[(first + i) * d..(first + i + 1) * d]);
+        }
+        let view = MatrixView::new(&sub, over.len(), d)?;
+        let exact = self.run(&view, k, job.method, job.max_bytes, None, false)?;
+        for (e, &i) in over.iter().enumerate() {
+            let keys: Vec<u64> = (e * k..(e + 1) * k)
+                .map(|j| key(exact.distances[j], exact.indices[j]))
+                .collect();
+            self.gpu.write_at(&keys, best, i * k, "neighbour keys")?;
+        }
+        Ok(())
+    }
+
+    /// The streaming search of a batch of `r` queries: distances to `TILES_PER_LAUNCH` tiles of
+    /// training rows at a time, each tile merged into the running keys.
+    fn stream_batch(
+        &self,
+        job: &SearchJob<'_, '_>,
+        bufs: &mut BatchBuffers,
+        r: usize,
+    ) -> Result<()> {
+        let (n, k) = (self.n, job.k);
+        let tile = stream_tile(k);
+        let span = tile * TILES_PER_LAUNCH;
+        let mut t0 = 0;
+        while t0 < n {
+            let width = span.min(n - t0);
+            let a = Side {
+                x: &bufs.q,
+                norms: &bufs.q_norms,
+                first: 0,
+                rows: r,
+            };
+            let b = Side {
+                x: &self.x,
+                norms: &self.norms,
+                first: t0,
+                rows: width,
+            };
+            distances(&self.gpu, self.metric, a, b, self.d, &mut bufs.dist, span)?;
+            let mut s = 0;
+            while s < width {
+                let cols = tile.min(width - s);
+                let part = bufs.dist.slice(s..);
+                self.select(job.method, &part, span, cols, t0 + s, &mut bufs.best, k, r)?;
+                s += cols;
+            }
+            t0 += width;
+        }
+        Ok(())
+    }
+
+    /// Collect: brings a batch's `r` answers back into `output`, as keys split into indices and
+    /// distances, or (with a vote) as the device's classes and shares.
+    fn collect_batch(
+        &self,
+        job: &SearchJob<'_, '_>,
+        bufs: &mut BatchBuffers,
+        r: usize,
+        output: &mut Output,
+    ) -> Result<()> {
+        let gpu = &*self.gpu;
+        let k = job.k;
+        match job.vote {
+            // Split straight out of the page-locked buffer (no host copy of the keys).
+            None => gpu.download_each(&bufs.best, r * k, "neighbour keys", |keys| {
+                split_keys(keys, &mut output.indices, &mut output.distances)
+            }),
+            Some(v) => {
+                let pred = bufs.pred.as_mut().expect("prediction buffer");
+                self.vote_batch(&bufs.best, r, k, v, pred, bufs.shares.as_mut())?;
+                output
+                    .classes
+                    .extend(gpu.download(pred, r, "predicted classes")?);
+                if let Some(s) = &bufs.shares {
+                    let c = self.classes.max(1);
+                    output.proba.extend(gpu.download(s, r * c, "class shares")?);
+                }
+                Ok(())
+            }
+        }
     }
 
     /// Queues the prefilter for a batch of `rows` queries (`q`, `q_norms`): group minima, their
@@ -779,11 +911,8 @@ impl CudaKnn {
         let c = self.classes.max(1);
         // As many queries per block as fit the shared memory; a class count too large for even
         // one query puts the histograms in global scratch.
-        let mut per_block = VOTE_MAX_QUERIES.min(rows).max(1);
-        while per_block > 1 && vote_block_bytes(per_block, c) > DEFAULT_SHARED_BYTES {
-            per_block -= 1;
-        }
-        let grid = rows.div_ceil(per_block);
+        let per_block = vote_queries_per_block(rows, c);
+        let grid = vote_grid(rows, per_block);
         let in_shared = vote_block_bytes(per_block, c) <= DEFAULT_SHARED_BYTES;
         let mut scratch = if in_shared {
             None

@@ -27,7 +27,7 @@ pub(crate) struct CudaMiniBatch<'a> {
     inv_scales: CudaSlice<f64>,
     current: CudaSlice<f32>,
     next: CudaSlice<f32>,
-    /// The current centroids by dimension (`d × kp`) and their squared norms.
+    /// The current centroids by dimension (`d × k_padded`) and their squared norms.
     centroids_t: CudaSlice<f32>,
     c_sq_norms: CudaSlice<f32>,
     /// The batch's fixed-point sums and counts: zero between steps (the update kernel clears
@@ -100,7 +100,7 @@ impl<'a> CudaMiniBatch<'a> {
             centroids: &self.current,
             k: self.k as u32,
             d: self.d as u32,
-            kp: self.k.next_multiple_of(4) as u32,
+            k_padded: self.k.next_multiple_of(4) as u32,
             out: &mut self.centroids_t,
             norms: (self.metric == AssignMetric::SqL2).then_some(&mut self.c_sq_norms),
         }
@@ -115,7 +115,7 @@ impl<'a> CudaMiniBatch<'a> {
             rows: &self.rows,
             batch: batch as u32,
             centroids_t: &self.centroids_t,
-            kp: self.k.next_multiple_of(4) as u32,
+            k_padded: self.k.next_multiple_of(4) as u32,
             c_sq_norms: &self.c_sq_norms,
             k: self.k as u32,
             scales: &self.scales,

@@ -3,11 +3,12 @@
 use crate::backend::cuda::CudaBackend;
 use crate::error::Result;
 use cudarc::driver::CudaSlice;
+use kernels_gpu::assign::{ASSIGN_WIDE, AssignTile};
 use kernels_gpu::assign::{
     KMEANS_ASSIGN_L1_NARROW, KMEANS_ASSIGN_L1_WIDE, KMEANS_ASSIGN_L2_NARROW, KMEANS_ASSIGN_L2_WIDE,
 };
-use kernels_gpu::assign_tf32::KMEANS_ASSIGN_L2_TF32;
-use kernels_gpu::launch::{ASSIGN_WIDE, AssignTile, BLOCK, TF32_POINTS, tf32_shared_bytes};
+use kernels_gpu::assign_tf32::{KMEANS_ASSIGN_L2_TF32, tf32_grid, tf32_shared_bytes};
+use kernels_gpu::launch::BLOCK;
 use kernels_gpu::math::AssignMetric;
 
 /// `kmeans_assign_{l2,l1}_{wide,narrow}`: every point's nearest centroid and distance, the
@@ -32,7 +33,7 @@ pub(crate) struct KmeansAssign<'a> {
     pub sums: Option<&'a mut CudaSlice<i64>>,
     pub counts: Option<&'a mut CudaSlice<u64>>,
     pub centroids_t: &'a CudaSlice<f32>,
-    pub kp: u32,
+    pub k_padded: u32,
 }
 
 impl KmeansAssign<'_> {
@@ -51,13 +52,13 @@ impl KmeansAssign<'_> {
             (AssignMetric::L1, true) => KMEANS_ASSIGN_L1_WIDE,
             (AssignMetric::L1, false) => KMEANS_ASSIGN_L1_NARROW,
         };
-        let (n, d, k, kp) = (
+        let (n, d, k, k_padded) = (
             self.n as usize,
             self.d as usize,
             self.k as usize,
-            self.kp as usize,
+            self.k_padded as usize,
         );
-        let grid = n.div_ceil(tile.points());
+        let grid = tile.grid(n);
         debug_assert!(self.x.len() >= n * d && self.x_sq_norms.len() >= n);
         debug_assert!(self.centroids.len() >= k * d && self.c_sq_norms.len() >= k);
         debug_assert!(self.labels.len() >= n && self.min_dist.len() >= n);
@@ -65,7 +66,7 @@ impl KmeansAssign<'_> {
         debug_assert!(self.weights.is_none_or(|w| w.len() >= n) && self.scales.len() >= d);
         debug_assert!(self.sums.as_ref().is_none_or(|s| s.len() >= k * d));
         debug_assert!(self.counts.as_ref().is_none_or(|c| c.len() >= k));
-        debug_assert!(kp >= k && self.centroids_t.len() >= d * kp);
+        debug_assert!(k_padded >= k && self.centroids_t.len() >= d * k_padded);
         let f = gpu.function(kernel.name)?;
         let mut l = gpu.launch_kernel(kernel, &f);
         l.arg(self.x).arg(self.x_sq_norms).arg(&self.n).arg(&self.d);
@@ -76,7 +77,7 @@ impl KmeansAssign<'_> {
             .arg(self.scales)
             .opt(self.sums)
             .opt(self.counts);
-        l.arg(self.centroids_t).arg(&self.kp);
+        l.arg(self.centroids_t).arg(&self.k_padded);
         l.run(grid, BLOCK, shared)
     }
 }
@@ -103,7 +104,7 @@ pub(crate) struct KmeansAssignL2Tf32<'a> {
 impl KmeansAssignL2Tf32<'_> {
     pub(crate) fn launch(self, gpu: &CudaBackend) -> Result<()> {
         let (n, d, k) = (self.n as usize, self.d as usize, self.k as usize);
-        let grid = n.div_ceil(TF32_POINTS);
+        let grid = tf32_grid(n);
         debug_assert!(self.x.len() >= n * d && self.x_sq_norms.len() >= n);
         debug_assert!(self.centroids.len() >= k * d && self.c_sq_norms.len() >= k);
         debug_assert!(self.labels.len() >= n && self.min_dist.len() >= n);

@@ -5,8 +5,9 @@ use crate::backend::cuda::CudaBackend;
 use crate::error::Result;
 use cudarc::driver::CudaSlice;
 use kernels_gpu::knn::{PairMetric, SELECT_BLOCK, select_shared_bytes};
+use kernels_gpu::knn_tf32::tf32_scan_grid;
 use kernels_gpu::knn_tf32::{
-    KNN_TF32_RERANK, KNN_TF32_SCAN, KNN_TF32_THRESHOLD, TF32_BLOCK, TF32_CAP, TF32_COLS, TF32_ROWS,
+    KNN_TF32_RERANK, KNN_TF32_SCAN, KNN_TF32_THRESHOLD, TF32_BLOCK, TF32_CAP,
     THRESHOLD_SHARED_BYTES, tf32_scan_shared_bytes,
 };
 
@@ -135,7 +136,7 @@ impl KnnTf32Scan<'_> {
             .arg(&self.group);
         l.arg(self.gkeys).arg(&self.ldg).arg(self.t_sq);
         l.arg(self.counts).arg(self.cand).arg(&self.c1);
-        let grid = m.div_ceil(TF32_ROWS) * n.div_ceil(TF32_COLS).div_ceil(tiles);
+        let grid = tf32_scan_grid(m, n, tiles);
         l.run(grid, TF32_BLOCK, tf32_scan_shared_bytes(self.xc as usize))
     }
 }

@@ -9,6 +9,7 @@ use kernels_gpu::minibatch::{
     KMEANS_MINIBATCH_ASSIGN_L1, KMEANS_MINIBATCH_ASSIGN_L2, KMEANS_MINIBATCH_SHIFT,
     KMEANS_MINIBATCH_UPDATE, UPDATE_THREADS, assign_blocks, assign_shared_bytes,
 };
+use kernels_gpu::minibatch::{shift_grid, update_grid};
 
 /// `kmeans_minibatch_assign_{l2,l1}`: the batch rows' nearest centroids and distances, their
 /// fixed-point sums and counts. CPU twin: [`crate::backend::cpu::minibatch::assign_rows`].
@@ -18,7 +19,7 @@ pub(crate) struct KmeansMinibatchAssign<'a> {
     pub rows: &'a CudaSlice<u32>,
     pub batch: u32,
     pub centroids_t: &'a CudaSlice<f32>,
-    pub kp: u32,
+    pub k_padded: u32,
     pub c_sq_norms: &'a CudaSlice<f32>,
     pub k: u32,
     pub scales: &'a CudaSlice<f32>,
@@ -34,20 +35,22 @@ impl KmeansMinibatchAssign<'_> {
             AssignMetric::SqL2 => KMEANS_MINIBATCH_ASSIGN_L2,
             AssignMetric::L1 => KMEANS_MINIBATCH_ASSIGN_L1,
         };
-        let (d, batch, k, kp) = (
+        let (d, batch, k, k_padded) = (
             self.d as usize,
             self.batch as usize,
             self.k as usize,
-            self.kp as usize,
+            self.k_padded as usize,
         );
         debug_assert!(self.rows.len() >= batch && self.distances.len() >= batch);
-        debug_assert!(kp >= k && self.centroids_t.len() >= d * kp && self.c_sq_norms.len() >= k);
+        debug_assert!(
+            k_padded >= k && self.centroids_t.len() >= d * k_padded && self.c_sq_norms.len() >= k
+        );
         debug_assert!(self.scales.len() >= d && self.sums.len() >= k * d && self.counts.len() >= k);
         let f = gpu.function(kernel.name)?;
         let mut l = gpu.launch_kernel(kernel, &f);
         l.arg(self.x).arg(&self.d).arg(self.rows).arg(&self.batch);
         l.arg(self.centroids_t)
-            .arg(&self.kp)
+            .arg(&self.k_padded)
             .arg(self.c_sq_norms)
             .arg(&self.k);
         l.arg(self.scales)
@@ -91,7 +94,7 @@ impl KmeansMinibatchUpdate<'_> {
             .arg(self.counts)
             .arg(self.inv_scales);
         l.arg(self.report);
-        l.run(k, UPDATE_THREADS, 0)
+        l.run(update_grid(k), UPDATE_THREADS, 0)
     }
 }
 
@@ -117,6 +120,6 @@ impl KmeansMinibatchShift<'_> {
             .arg(&self.k)
             .arg(&self.d)
             .arg(self.out);
-        l.run(k.div_ceil(BLOCK as usize), BLOCK, 0)
+        l.run(shift_grid(k), BLOCK, 0)
     }
 }

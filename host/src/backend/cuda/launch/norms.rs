@@ -5,6 +5,7 @@ use crate::error::Result;
 use cudarc::driver::CudaSlice;
 use kernels_gpu::launch::BLOCK;
 use kernels_gpu::norms::ROW_SQ_NORMS;
+use kernels_gpu::norms::row_sq_norms_grid;
 
 /// `row_sq_norms`: `out[i] = ‖row i of x‖²` for the `n × d` matrix `x`, one thread per row.
 /// CPU twin: [`crate::backend::cpu::kmeans::row_sq_norms`].
@@ -22,6 +23,6 @@ impl RowSqNorms<'_> {
         let f = gpu.function(ROW_SQ_NORMS.name)?;
         let mut l = gpu.launch_kernel(ROW_SQ_NORMS, &f);
         l.arg(self.x).arg(&self.n).arg(&self.d).arg(self.out);
-        l.run(n.div_ceil(BLOCK as usize), BLOCK, 0)
+        l.run(row_sq_norms_grid(n), BLOCK, 0)
     }
 }

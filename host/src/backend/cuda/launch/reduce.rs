@@ -3,7 +3,8 @@
 use crate::backend::cuda::{CudaBackend, Mapped};
 use crate::error::Result;
 use cudarc::driver::CudaSlice;
-use kernels_gpu::launch::{BLOCK, REDUCE_BLOCK, SHIFT_PART};
+use kernels_gpu::launch::{BLOCK, REDUCE_BLOCK};
+use kernels_gpu::reduce::shift_parts_grid;
 use kernels_gpu::reduce::{
     KMEANS_SHIFT_PARTS, KMEANS_SUMMARY, SHIFT_PARTS_SHARED_BYTES, SUMMARY_SHARED_BYTES,
 };
@@ -20,7 +21,7 @@ pub(crate) struct KmeansShiftParts<'a> {
 impl KmeansShiftParts<'_> {
     pub(crate) fn launch(self, gpu: &CudaBackend) -> Result<()> {
         let len = self.len as usize;
-        let grid = len.div_ceil(SHIFT_PART);
+        let grid = shift_parts_grid(len);
         debug_assert!(self.next.len() >= len && self.current.len() >= len);
         debug_assert!(self.parts.len() >= grid);
         let f = gpu.function(KMEANS_SHIFT_PARTS.name)?;

@@ -9,6 +9,7 @@ use kernels_gpu::select::{
     KNN_BITONIC_MERGE_GLOBAL, KNN_BITONIC_MERGE_LOCAL, KNN_SELECT_BITONIC, KNN_SELECT_KEYS_BITONIC,
     KNN_SELECT_KEYS_KMIN, KNN_SELECT_KMIN, KNN_SORT_CHUNKS, KNN_TAKE, SORT_SHARED_BYTES,
 };
+use kernels_gpu::select::{merge_global_grid, sort_chunks_grid, take_grid};
 
 /// `knn_select_kmin` / `knn_select_bitonic`: merges a tile of distances (`cols` per row, row
 /// stride `ld`, training rows from `first_index`) into every row's running `k` keys. CPU twin:
@@ -106,7 +107,7 @@ impl KnnSortChunks<'_> {
             .arg(&self.n)
             .arg(&self.row_log2);
         l.arg(self.keys);
-        l.run(total / SELECT_CAP, SELECT_BLOCK, SORT_SHARED_BYTES)
+        l.run(sort_chunks_grid(total), SELECT_BLOCK, SORT_SHARED_BYTES)
     }
 }
 
@@ -129,7 +130,7 @@ impl KnnBitonicMergeGlobal<'_> {
         let mut l = gpu.launch_kernel(KNN_BITONIC_MERGE_GLOBAL, &f);
         l.arg(self.keys).arg(&self.pairs).arg(&self.row_log2);
         l.arg(&self.size).arg(&self.stride);
-        l.run(pairs.div_ceil(SELECT_BLOCK as usize), SELECT_BLOCK, 0)
+        l.run(merge_global_grid(pairs), SELECT_BLOCK, 0)
     }
 }
 
@@ -149,7 +150,7 @@ impl KnnBitonicMergeLocal<'_> {
         let f = gpu.function(KNN_BITONIC_MERGE_LOCAL.name)?;
         let mut l = gpu.launch_kernel(KNN_BITONIC_MERGE_LOCAL, &f);
         l.arg(self.keys).arg(&self.row_log2).arg(&self.size);
-        l.run(total / SELECT_CAP, SELECT_BLOCK, SORT_SHARED_BYTES)
+        l.run(sort_chunks_grid(total), SELECT_BLOCK, SORT_SHARED_BYTES)
     }
 }
 
@@ -174,6 +175,6 @@ impl KnnTake<'_> {
             .arg(&self.rows)
             .arg(&self.k);
         l.arg(self.best);
-        l.run((rows * k).div_ceil(SELECT_BLOCK as usize), SELECT_BLOCK, 0)
+        l.run(take_grid(rows, k), SELECT_BLOCK, 0)
     }
 }

@@ -3,8 +3,9 @@
 use crate::backend::cuda::{CudaBackend, Mapped};
 use crate::error::Result;
 use cudarc::driver::CudaSlice;
-use kernels_gpu::launch::{BLOCK, REDUCE_BLOCK, SMALL_STEPS};
+use kernels_gpu::launch::{BLOCK, REDUCE_BLOCK};
 use kernels_gpu::math::AssignMetric;
+use kernels_gpu::small::SMALL_STEPS;
 use kernels_gpu::small::{
     FINALIZE_SHARED_BYTES, KMEANS_FINALIZE_SMALL, SMALL_L1_KERNELS, SMALL_L2_KERNELS,
 };
@@ -45,7 +46,7 @@ impl KmeansSmall<'_> {
         };
         let step = SMALL_STEPS[shape];
         let (n, d, k) = (self.n as usize, self.d as usize, self.k as usize);
-        let grid = n.div_ceil(step.block_points());
+        let grid = step.grid(n);
         debug_assert!(d <= step.max_d && self.x.len() >= n * d && self.centroids.len() >= k * d);
         debug_assert!(self.labels.len() >= n && self.min_dist.len() >= n);
         debug_assert!(self.block_inertia.len() >= grid);

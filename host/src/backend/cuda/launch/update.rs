@@ -8,6 +8,7 @@ use kernels_gpu::update::{
     FINALIZE_SHARED_BYTES, KMEANS_ACCUMULATE_GLOBAL, KMEANS_ACCUMULATE_SHARED, KMEANS_FINALIZE,
     KMEANS_NORMALIZE_ROWS, accumulate_shared_bytes,
 };
+use kernels_gpu::update::{accumulate_global_grid, finalize_grid, normalize_rows_grid};
 
 /// `kmeans_accumulate_shared`: per-block fixed-point sums and weights of the labelled points,
 /// one part per block, in shared memory. CPU twin: [`crate::backend::cpu::kmeans::accumulate`].
@@ -69,10 +70,11 @@ impl KmeansAccumulateGlobal<'_> {
             .arg(self.scales)
             .arg(self.sums)
             .arg(self.counts);
-        let grid = (n * d)
-            .div_ceil(BLOCK as usize)
-            .min(8 * gpu.multiprocessors());
-        l.run(grid, BLOCK, 0)
+        l.run(
+            accumulate_global_grid(n, d, gpu.multiprocessors()),
+            BLOCK,
+            0,
+        )
     }
 }
 
@@ -108,13 +110,7 @@ impl KmeansFinalize<'_, '_> {
             .arg(self.inv_scales);
         l.arg(self.old_centroids).arg(self.new_centroids);
         l.arg(self.sizes).arg(self.empty);
-        // One warp per centroid coordinate; with one part, one thread.
-        let per_block = if parts == 1 {
-            BLOCK as usize
-        } else {
-            BLOCK as usize / 32
-        };
-        let grid = (k * d).div_ceil(per_block).min(16 * gpu.multiprocessors());
+        let grid = finalize_grid(k, d, parts, gpu.multiprocessors());
         l.run(grid, BLOCK, FINALIZE_SHARED_BYTES)
     }
 }
@@ -139,6 +135,6 @@ impl KmeansNormalizeRows<'_> {
             .arg(self.sizes)
             .arg(&self.k)
             .arg(&self.d);
-        l.run(k.div_ceil(BLOCK as usize), BLOCK, 0)
+        l.run(normalize_rows_grid(k), BLOCK, 0)
     }
 }

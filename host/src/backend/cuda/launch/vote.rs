@@ -3,8 +3,8 @@
 use crate::backend::cuda::CudaBackend;
 use crate::error::Result;
 use cudarc::driver::CudaSlice;
-use kernels_gpu::knn::{VOTE_BLOCK, vote_block_bytes};
 use kernels_gpu::vote::KNN_VOTE;
+use kernels_gpu::vote::{VOTE_BLOCK, vote_block_bytes, vote_grid};
 
 /// `knn_vote`: every query's class from its `k` neighbour keys (uniform or distance-weighted,
 /// times the training rows' weights), and with `proba` every class's share; `per_block` queries
@@ -29,7 +29,7 @@ impl KnnVote<'_> {
     pub(crate) fn launch(self, gpu: &CudaBackend) -> Result<()> {
         let (rows, k) = (self.rows as usize, self.k as usize);
         let (classes, per_block) = (self.classes as usize, self.per_block as usize);
-        let grid = rows.div_ceil(per_block);
+        let grid = vote_grid(rows, per_block);
         let shared = match self.scratch {
             Some(_) => 0,
             None => vote_block_bytes(per_block, classes),
