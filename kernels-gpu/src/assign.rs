@@ -798,13 +798,13 @@ unsafe fn accumulate_split<const THREAD_POINTS: usize, const THREAD_CENTROIDS: u
 }
 
 /// Merges the centroid groups' candidates per point (lowest score, then lowest index), writes
-/// labels and distances, counts moved labels (of points with weight) and the block's fixed-point
-/// inertia.
+/// labels, distances, moved labels (of points with weight) and the block's fixed-point inertia.
+/// Kept whole at ~110 lines: moving even its last step into a helper changed the assign PTX.
 ///
 /// # Safety
 /// Every thread of the block calls this after its sweep; `merge_score` and `merge_index` hold
-/// `points() × centroid_groups` words of shared memory that no thread reads or writes any more, `scratch`
-/// `2 × BLOCK` f64.
+/// `points() × centroid_groups` words of shared memory that no thread touches any more;
+/// `scratch` holds `2 × BLOCK` f64.
 #[cfg(target_arch = "nvptx64")]
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
