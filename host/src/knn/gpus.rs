@@ -5,9 +5,9 @@
 //! answer equals one GPU's and the CPU's bit for bit. Votes are counted on the host by the
 //! vote's CPU twin over the merged neighbours.
 
-use super::parts::{TopK, VoteRows};
+use super::parts::{MergedSearch, TopK, VoteRows, add_reports};
 use crate::backend::vocab::{PrefilterReport, Selection};
-use crate::backend::{KnnSearch, Neighbours, Votes};
+use crate::backend::{KnnSearch, Neighbours};
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::matrix::MatrixView;
@@ -65,7 +65,7 @@ impl GpuParts {
 
     /// Every query's `k` nearest, merged over the parts, with the selection and the prefilter
     /// report of the parts' searches.
-    fn merged(
+    fn merge_parts(
         &self,
         queries: &MatrixView<'_>,
         k: usize,
@@ -94,60 +94,29 @@ impl GpuParts {
     }
 }
 
-/// Two prefilter reports as one.
-pub(crate) fn add_reports(a: PrefilterReport, b: PrefilterReport) -> PrefilterReport {
-    PrefilterReport {
-        queries: a.queries + b.queries,
-        exact_fallbacks: a.exact_fallbacks + b.exact_fallbacks,
-    }
-}
-
-impl KnnSearch for GpuParts {
-    fn search(
+impl MergedSearch for GpuParts {
+    fn merged(
         &self,
         queries: &MatrixView<'_>,
         k: usize,
         selection: Selection,
         max_bytes: Option<usize>,
-    ) -> Result<Neighbours> {
-        let (top, selection, prefilter) = self.merged(queries, k, selection, max_bytes)?;
-        let (indices, distances) = top.indices_and_distances();
-        Ok(Neighbours {
-            indices,
-            distances,
-            selection,
-            prefilter,
-        })
+    ) -> Result<(TopK, Selection, Option<PrefilterReport>)> {
+        self.merge_parts(queries, k, selection, max_bytes)
+    }
+
+    fn vote_rows(&mut self) -> &mut VoteRows {
+        &mut self.vote_rows
+    }
+
+    fn votes_of(&self) -> &VoteRows {
+        &self.vote_rows
     }
 
     fn set_prefilter(&mut self, allowed: bool) {
         self.parts
             .iter_mut()
             .for_each(|p| p.index.set_prefilter(allowed));
-    }
-
-    fn set_labels(&mut self, class_ids: &[u32], classes: usize) -> Result<()> {
-        self.vote_rows.class_ids = class_ids.to_vec();
-        self.vote_rows.classes = classes;
-        Ok(())
-    }
-
-    fn set_row_weights(&mut self, relative: &[f32]) -> Result<()> {
-        self.vote_rows.row_weights = Some(relative.to_vec());
-        Ok(())
-    }
-
-    fn vote(
-        &self,
-        queries: &MatrixView<'_>,
-        k: usize,
-        selection: Selection,
-        max_bytes: Option<usize>,
-        weighted: bool,
-        proba: bool,
-    ) -> Result<Votes> {
-        let (top, _, _) = self.merged(queries, k, selection, max_bytes)?;
-        Ok(self.vote_rows.vote(top.keys(), k, weighted, proba))
     }
 }
 

@@ -3,7 +3,10 @@
 //! and the vote over the merged neighbours.
 
 use crate::backend::cpu::knn_vote;
-use crate::backend::{Neighbours, Votes, split_keys};
+use crate::backend::vocab::{PrefilterReport, Selection};
+use crate::backend::{KnnSearch, Neighbours, Votes, split_keys};
+use crate::error::Result;
+use crate::matrix::MatrixView;
 use kernels_gpu::fixed::pow2_f32;
 use kernels_gpu::knn::{key, vote_scale_exponent};
 
@@ -98,5 +101,80 @@ impl VoteRows {
             classes,
             proba: shares,
         }
+    }
+}
+
+/// An index over parts: what it must say, and the rest of [`KnnSearch`] follows.
+pub(crate) trait MergedSearch: Send + Sync {
+    /// Every query's `k` nearest, merged over the parts, with the selection that ran and the
+    /// parts' prefilter reports added up.
+    fn merged(
+        &self,
+        queries: &MatrixView<'_>,
+        k: usize,
+        selection: Selection,
+        max_bytes: Option<usize>,
+    ) -> Result<(TopK, Selection, Option<PrefilterReport>)>;
+    /// The training rows' classes and weights, for votes.
+    fn vote_rows(&mut self) -> &mut VoteRows;
+    /// The vote rows, to read.
+    fn votes_of(&self) -> &VoteRows;
+    /// Allows or forbids the TF32 prefilter in the parts.
+    fn set_prefilter(&mut self, allowed: bool);
+}
+
+impl<T: MergedSearch> KnnSearch for T {
+    fn search(
+        &self,
+        queries: &MatrixView<'_>,
+        k: usize,
+        selection: Selection,
+        max_bytes: Option<usize>,
+    ) -> Result<Neighbours> {
+        let (top, selection, prefilter) = self.merged(queries, k, selection, max_bytes)?;
+        let (indices, distances) = top.indices_and_distances();
+        Ok(Neighbours {
+            indices,
+            distances,
+            selection,
+            prefilter,
+        })
+    }
+
+    fn set_prefilter(&mut self, allowed: bool) {
+        MergedSearch::set_prefilter(self, allowed);
+    }
+
+    fn set_labels(&mut self, class_ids: &[u32], classes: usize) -> Result<()> {
+        let rows = self.vote_rows();
+        rows.class_ids = class_ids.to_vec();
+        rows.classes = classes;
+        Ok(())
+    }
+
+    fn set_row_weights(&mut self, relative: &[f32]) -> Result<()> {
+        self.vote_rows().row_weights = Some(relative.to_vec());
+        Ok(())
+    }
+
+    fn vote(
+        &self,
+        queries: &MatrixView<'_>,
+        k: usize,
+        selection: Selection,
+        max_bytes: Option<usize>,
+        weighted: bool,
+        proba: bool,
+    ) -> Result<Votes> {
+        let (top, _, _) = self.merged(queries, k, selection, max_bytes)?;
+        Ok(self.votes_of().vote(top.keys(), k, weighted, proba))
+    }
+}
+
+/// Two prefilter reports as one.
+pub(crate) fn add_reports(a: PrefilterReport, b: PrefilterReport) -> PrefilterReport {
+    PrefilterReport {
+        queries: a.queries + b.queries,
+        exact_fallbacks: a.exact_fallbacks + b.exact_fallbacks,
     }
 }

@@ -4,9 +4,9 @@
 //! query's running k by (distance, training index). The order is a single index's, so the
 //! answer equals the resident index's and the CPU's bit for bit, whatever the budget.
 
-use super::parts::{TopK, VoteRows};
+use super::parts::{MergedSearch, TopK, VoteRows, add_reports};
+use crate::backend::Backend;
 use crate::backend::vocab::{PrefilterReport, Selection};
-use crate::backend::{Backend, KnnSearch, Neighbours, Votes};
 use crate::error::{Error, Result};
 use crate::matrix::MatrixView;
 use kernels_gpu::knn::PairMetric;
@@ -68,7 +68,7 @@ impl Streamed {
 
     /// Every query's `k` nearest over all parts, the selection of the last part's search and the
     /// prefilter reports added up.
-    fn merged(
+    fn merge_parts(
         &self,
         queries: &MatrixView<'_>,
         k: usize,
@@ -91,7 +91,7 @@ impl Streamed {
             top.merge(&found, kp, start as u32);
             ran = found.selection;
             prefilter = match (prefilter, found.prefilter) {
-                (Some(a), Some(b)) => Some(super::gpus::add_reports(a, b)),
+                (Some(a), Some(b)) => Some(add_reports(a, b)),
                 (a, b) => a.or(b),
             };
         }
@@ -99,56 +99,34 @@ impl Streamed {
     }
 }
 
-impl KnnSearch for Streamed {
-    fn search(
+impl MergedSearch for Streamed {
+    fn merged(
         &self,
         queries: &MatrixView<'_>,
         k: usize,
         selection: Selection,
         max_bytes: Option<usize>,
-    ) -> Result<Neighbours> {
-        let (top, selection, prefilter) = self.merged(queries, k, selection, max_bytes)?;
-        let (indices, distances) = top.indices_and_distances();
-        Ok(Neighbours {
-            indices,
-            distances,
-            selection,
-            prefilter,
-        })
+    ) -> Result<(TopK, Selection, Option<PrefilterReport>)> {
+        self.merge_parts(queries, k, selection, max_bytes)
+    }
+
+    fn vote_rows(&mut self) -> &mut VoteRows {
+        &mut self.vote_rows
+    }
+
+    fn votes_of(&self) -> &VoteRows {
+        &self.vote_rows
     }
 
     fn set_prefilter(&mut self, allowed: bool) {
         self.prefilter = allowed;
-    }
-
-    fn set_labels(&mut self, class_ids: &[u32], classes: usize) -> Result<()> {
-        self.vote_rows.class_ids = class_ids.to_vec();
-        self.vote_rows.classes = classes;
-        Ok(())
-    }
-
-    fn set_row_weights(&mut self, relative: &[f32]) -> Result<()> {
-        self.vote_rows.row_weights = Some(relative.to_vec());
-        Ok(())
-    }
-
-    fn vote(
-        &self,
-        queries: &MatrixView<'_>,
-        k: usize,
-        selection: Selection,
-        max_bytes: Option<usize>,
-        weighted: bool,
-        proba: bool,
-    ) -> Result<Votes> {
-        let (top, _, _) = self.merged(queries, k, selection, max_bytes)?;
-        Ok(self.vote_rows.vote(top.keys(), k, weighted, proba))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::KnnSearch;
     use crate::device::Device;
 
     /// Streamed parts (here through the CPU backend: the same code as through a GPU) answer as
