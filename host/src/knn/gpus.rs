@@ -62,10 +62,10 @@ impl GpuParts {
     pub(crate) fn streamed(&self) -> bool {
         self.parts.iter().any(|p| p.streamed)
     }
+}
 
-    /// Every query's `k` nearest, merged over the parts, with the selection and the prefilter
-    /// report of the parts' searches.
-    fn merge_parts(
+impl MergedSearch for GpuParts {
+    fn merged(
         &self,
         queries: &MatrixView<'_>,
         k: usize,
@@ -91,18 +91,6 @@ impl GpuParts {
         }
         let prefilter = found.iter().filter_map(|f| f.prefilter).reduce(add_reports);
         Ok((top, found[0].selection, prefilter))
-    }
-}
-
-impl MergedSearch for GpuParts {
-    fn merged(
-        &self,
-        queries: &MatrixView<'_>,
-        k: usize,
-        selection: Selection,
-        max_bytes: Option<usize>,
-    ) -> Result<(TopK, Selection, Option<PrefilterReport>)> {
-        self.merge_parts(queries, k, selection, max_bytes)
     }
 
     fn vote_rows(&mut self) -> &mut VoteRows {

@@ -65,10 +65,10 @@ impl Streamed {
             vote_rows: VoteRows::default(),
         })
     }
+}
 
-    /// Every query's `k` nearest over all parts, the selection of the last part's search and the
-    /// prefilter reports added up.
-    fn merge_parts(
+impl MergedSearch for Streamed {
+    fn merged(
         &self,
         queries: &MatrixView<'_>,
         k: usize,
@@ -96,18 +96,6 @@ impl Streamed {
             };
         }
         Ok((top, ran, prefilter))
-    }
-}
-
-impl MergedSearch for Streamed {
-    fn merged(
-        &self,
-        queries: &MatrixView<'_>,
-        k: usize,
-        selection: Selection,
-        max_bytes: Option<usize>,
-    ) -> Result<(TopK, Selection, Option<PrefilterReport>)> {
-        self.merge_parts(queries, k, selection, max_bytes)
     }
 
     fn vote_rows(&mut self) -> &mut VoteRows {
