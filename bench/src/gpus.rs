@@ -6,16 +6,12 @@
 //! `tol = 0`: the upload, the shards' setup and the final labels cancel out.
 
 use crate::data::{Case, KnnCase, uniform};
+use crate::whole::median;
 use kmeans_knn::{Device, DistanceMetric, Init, KMeans, KMeansModel, KnnIndex, MatrixView};
 use std::time::Instant;
 
 /// Steps timed per fit pair.
 const STEPS: usize = 10;
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
 
 fn fit_ms(
     x: &MatrixView<'_>,

@@ -18,7 +18,8 @@ pub struct WholeJob {
     pub inertia: f64,
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
+/// The median of `v` (the upper middle value for an even count).
+pub fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
 }
