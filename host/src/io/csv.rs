@@ -212,7 +212,13 @@ fn read_impl<R: Read>(
                     .all(|(_, f)| !f.is_empty() && !is_number(f))
             });
             if is_header {
-                let mut names: Vec<String> = record.iter().map(str::to_string).collect();
+                // A byte-order mark after leading blanks is not skipped by the csv crate: it is
+                // not part of a column's name.
+                let mut names: Vec<String> = record
+                    .iter()
+                    .map(|f| f.trim_matches(|c: char| c.is_whitespace() || c == '\u{feff}'))
+                    .map(str::to_string)
+                    .collect();
                 if let Some(i) = label_idx {
                     names.remove(i);
                 }
@@ -397,6 +403,9 @@ mod tests {
         .unwrap();
         assert_eq!(t.header, Some(vec!["x".into(), "y".into()]));
         assert_eq!(*t.data, [1.5, 1234.5, -2.0, -12345678.0]);
+        // A mark after a blank (found by fuzzing) is dropped too, so the header round-trips.
+        let t = read_matrix(&file("b.csv", "\t\u{feff}a,b\n1,2\n"), &o).unwrap();
+        assert_eq!(t.header, Some(vec!["a".into(), "b".into()]));
         // Grouping must be by three, and a comma is never a thousands separator with ';'.
         let e = read_matrix(&file("g.csv", "\"1,23\",1\n"), &o).unwrap_err();
         assert!(e.to_string().contains("'1,23' is not a number"), "{e}");
