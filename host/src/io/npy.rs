@@ -427,18 +427,32 @@ fn map(path: &Path) -> Result<Mmap> {
         return Err(IoError::input(path, "the file is empty"));
     }
     // SAFETY: the map is only read. Another process truncating the file while it is mapped
-    // would fault (SIGBUS) — the price of not copying inputs larger than half the memory.
+    // would fault (SIGBUS): the price of reading inputs larger than the memory.
     unsafe { Mmap::map(&file) }.map_err(|e| IoError::read(path, &e))
 }
 
 /// Reads a 2-D NPY matrix of any plain numeric dtype as row-major `f32`; every value must be
-/// finite. A little-endian `float32` matrix in C order stays in its memory map.
+/// finite. A little-endian `float32` matrix in C order stays in its memory map, so it may be
+/// larger than the memory: the system reads its pages in as they are used (a pass over the
+/// data then reads the file). Any other layout is converted into memory, which must hold it.
 pub fn read_matrix(path: &Path) -> Result<Table> {
+    read_matrix_within(path, memory::available())
+}
+
+/// [`read_matrix`] with `available` bytes of memory for converted values.
+fn read_matrix_within(path: &Path, available: Option<u64>) -> Result<Table> {
     let map = map(path)?;
     let layout = Layout::of(&map, path)?;
     let (rows, cols) = layout.matrix_shape(path)?;
-    let available = memory::available();
-    let bytes = (layout.count as u64).saturating_mul(4);
+    if rows >= u32::MAX as usize {
+        // Checked before the values are read: a pass over them would take hours.
+        return Err(IoError::input(
+            path,
+            format!(
+                "it has {rows} rows; kmeans-knn numbers rows in 32 bits, so fewer than 2^32 − 1"
+            ),
+        ));
+    }
     // numpy pads headers so the data starts on a 64-byte boundary; a file that does not
     // (another writer) is copied instead of read unaligned.
     let in_place =
@@ -447,7 +461,6 @@ pub fn read_matrix(path: &Path) -> Result<Table> {
         // The map holds the file; only the converted values are allocated.
         return table_from_bytes(&map, path, available);
     }
-    memory::check(path, "its values (mapped from the file)", bytes, available)?;
     let values = MappedValues {
         offset: layout.offset,
         len: layout.count,
@@ -783,24 +796,21 @@ mod tests {
     }
 
     #[test]
-    fn a_file_larger_than_memory_is_refused_naming_its_size() {
-        let Some(free) = memory::available() else {
-            return;
-        };
-        // A sparse file: its claimed size exists without taking disk or memory.
-        let rows = free / 16 + 1; // twice the memory: room for it to grow meanwhile
-        let header = npy("<f4", &[rows as usize, 8], &[]);
-        let p = scratch("huge.npy", &header);
-        let f = std::fs::OpenOptions::new().write(true).open(&p).unwrap();
-        f.set_len(header.len() as u64 + rows * 32).unwrap();
-        let e = read_matrix(&p).unwrap_err().to_string();
-        assert!(
-            e.contains("huge.npy")
-                && e.contains("mapped from the file")
-                && e.contains("of memory is available"),
-            "{e}"
-        );
-        std::fs::remove_file(&p).unwrap();
+    fn a_file_larger_than_memory_is_mapped_when_native_and_refused_when_converted() {
+        // 4 × 4 float32: 64 bytes, read in place with 32 bytes of memory.
+        let body: Vec<u8> = (0..16).flat_map(|i| (i as f32).to_le_bytes()).collect();
+        let p = scratch("big-native.npy", &npy("<f4", &[4, 4], &body));
+        let t = read_matrix_within(&p, Some(32)).unwrap();
+        assert!(matches!(t.data, Values::Mapped(_)));
+        assert_eq!(t.view().as_slice()[15], 15.0);
+        // 4 × 4 uint32 converts to 64 bytes of float32: refused, naming both sizes.
+        let body: Vec<u8> = (0..16u32).flat_map(|i| i.to_le_bytes()).collect();
+        let q = scratch("big-converted.npy", &npy("<u4", &[4, 4], &body));
+        let e = read_matrix_within(&q, Some(32)).unwrap_err().to_string();
+        assert!(e.contains("need 64 bytes but only 32 bytes"), "{e}");
+        for f in [p, q] {
+            std::fs::remove_file(f).unwrap();
+        }
     }
 
     #[test]
