@@ -241,6 +241,36 @@ fn bad_shards_are_typed_errors() {
     };
     assert!(shard.handle(&locate).is_err(), "seeding out of order");
     assert!(shard.handle(&Request::Moments { scales: vec![1] }).is_err());
+    // Seeding weights capped for fewer rows than the shard's last (its sums could overflow),
+    // and owner counts for ids never handed out.
+    let prepare = Request::Prepare(kmeans_knn::kmeans::shard::Prepare {
+        k: 2,
+        metric: Metric::L2,
+        precision: kmeans_knn::Precision::Exact,
+        scales: vec![20, 20],
+        seeds_at_once: 0,
+        inertia_exponent: 20,
+    });
+    shard.handle(&prepare).unwrap();
+    let nearest = |weights| Request::SeedNearest {
+        points: vec![0.5, 0.5],
+        first_id: 0,
+        fresh: true,
+        weights,
+    };
+    let err = shard
+        .handle(&nearest(WeightScale::new(1.0, 9)))
+        .unwrap_err();
+    assert!(err.to_string().contains("its sums could overflow"), "{err}");
+    shard.handle(&nearest(WeightScale::new(1.0, 10))).unwrap();
+    for ids in [0, 2, 1 << 40] {
+        let owners = Request::SeedOwnerCounts { ids };
+        assert!(shard.handle(&owners).is_err(), "{ids} owner ids");
+    }
+    assert!(matches!(
+        shard.handle(&Request::SeedOwnerCounts { ids: 1 }).unwrap(),
+        Reply::Counts(c) if c == [10]
+    ));
 }
 
 /// Cosine (spherical k-means) is refused by the client and by a shard asked to prepare for it,

@@ -10,6 +10,7 @@ use crate::error::{Error, Result};
 use crate::kmeans::Metric;
 use crate::matrix::MatrixView;
 use kernels_gpu::launch::SEED_CANDIDATES;
+use kernels_gpu::seeding::WeightScale;
 use self_cell::self_cell;
 use std::sync::Arc;
 
@@ -194,7 +195,20 @@ impl Shard {
 
     /// Refuses seeding requests that do not follow the ones before.
     fn check_seeding(&self, request: &Request) -> Result<()> {
-        let d = self.cell.borrow_owner().data.cols();
+        let held = self.cell.borrow_owner();
+        let d = held.data.cols();
+        if let Some(ws) = seeding_scale(request) {
+            // The client's cap is ⌊2^63 / n⌋ for the whole data set, which holds at least the
+            // rows up to this shard's last: a larger one would let this shard's sums overflow.
+            let rows_so_far = held.first_row + held.data.rows() as u64;
+            if ws.cap > (1u64 << 63) / rows_so_far {
+                return Err(Error::Shard(format!(
+                    "a seeding weight scale capped at {} for a data set of {rows_so_far} rows or \
+                     more: its sums could overflow",
+                    ws.cap
+                )));
+            }
+        }
         let state = self.seeding;
         let out_of_order = || Error::Shard("a seeding request out of order".into());
         let accepted = |accept: &Option<usize>| match (accept, state) {
@@ -226,7 +240,9 @@ impl Shard {
             Request::SeedSample { .. } => {
                 state.ok_or_else(out_of_order)?;
             }
-            Request::SeedOwnerCounts { ids } if state.is_none_or(|s| *ids < s.ids) => {
+            // Exactly the seeds handed out: fewer leave owners without a slot, more were never
+            // seeds.
+            Request::SeedOwnerCounts { ids } if state.is_none_or(|s| *ids != s.ids) => {
                 return Err(out_of_order());
             }
             _ => {}
@@ -262,6 +278,17 @@ impl Shard {
             }
             _ => {}
         }
+    }
+}
+
+/// The seeding weight scale a request carries.
+fn seeding_scale(request: &Request) -> Option<WeightScale> {
+    match request {
+        Request::SeedNearest { weights, .. }
+        | Request::SeedLocate { weights, .. }
+        | Request::SeedTrials { weights, .. }
+        | Request::SeedSample { weights, .. } => Some(*weights),
+        _ => None,
     }
 }
 
