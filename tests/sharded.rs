@@ -87,6 +87,30 @@ fn cases() -> Vec<(&'static str, Vec<f32>, usize, KMeansParams)> {
     vec![
         ("k-means++ uniform d=3", uniform(900, 3, 1), 3, p(6)),
         (
+            "cosine (spherical) k-means++ blobs d=5",
+            blobs(5, 90, 5, 12).0,
+            5,
+            p(5).metric(Metric::Cosine),
+        ),
+        (
+            "cosine k-means|| n_init=2, lattice ties",
+            lattice(400, 3, 3, 13)
+                .into_iter()
+                .map(|v| v + 0.25)
+                .collect(),
+            3,
+            p(7).metric(Metric::Cosine)
+                .init(Init::KMeansParallel)
+                .n_init(2),
+        ),
+        (
+            "cosine from given centroids (scaled to unit length)",
+            uniform(300, 2, 14),
+            2,
+            p(3).metric(Metric::Cosine)
+                .init(Init::Centroids(vec![2.0, 0.0, 0.0, -3.0, -1.0, 1.0])),
+        ),
+        (
             "k-means|| blobs d=5",
             blobs(4, 120, 5, 2).0,
             5,
@@ -273,39 +297,40 @@ fn bad_shards_are_typed_errors() {
     ));
 }
 
-/// Cosine (spherical k-means) is refused by the client and by a shard asked to prepare for it,
-/// with a typed error, before anything is computed.
+/// Cosine: a row of norm 0 is named by its row in the whole data set, and a shard refuses to
+/// prepare a fit whose metric does not match the rows its `Columns` chose.
 #[test]
-fn sharded_cosine_is_refused() {
-    let data = uniform(40, 3, 5);
+fn sharded_cosine_errors_are_typed() {
+    let mut data = uniform(40, 3, 5);
+    data[3 * 21..3 * 22].fill(0.0);
     let mut parts = shards(&data, 3, &[15, 25], Device::Cpu);
     let err = KMeans::params(3)
         .metric(Metric::Cosine)
         .fit_sharded(&mut parts)
         .unwrap_err();
     assert!(
-        matches!(
-            err,
-            kmeans_knn::Error::InvalidParameter { name: "metric", .. }
-        ),
+        matches!(err, kmeans_knn::Error::ZeroVector { row: 21, .. }),
         "{err}"
     );
-    let prepare = Request::Prepare(kmeans_knn::kmeans::shard::Prepare {
-        k: 3,
-        metric: Metric::Cosine,
-        precision: kmeans_knn::Precision::Exact,
-        scales: vec![0; 3],
-        seeds_at_once: 0,
-        inertia_exponent: 0,
-    });
-    let err = parts[0].handle(&prepare).unwrap_err();
-    assert!(
-        matches!(
-            err,
-            kmeans_knn::Error::InvalidParameter { name: "metric", .. }
-        ),
-        "{err}"
-    );
+    let prepare = |metric| {
+        Request::Prepare(kmeans_knn::kmeans::shard::Prepare {
+            k: 3,
+            metric,
+            precision: kmeans_knn::Precision::Exact,
+            scales: vec![0; 3],
+            seeds_at_once: 0,
+            inertia_exponent: 0,
+        })
+    };
+    parts[0]
+        .handle(&Request::Columns { unit_rows: false })
+        .unwrap();
+    assert!(parts[0].handle(&prepare(Metric::Cosine)).is_err());
+    parts[0]
+        .handle(&Request::Columns { unit_rows: true })
+        .unwrap();
+    assert!(parts[0].handle(&prepare(Metric::L2)).is_err());
+    parts[0].handle(&prepare(Metric::Cosine)).unwrap();
 }
 
 /// `Device::Gpus`: the rows cut into one shard per GPU, each on its own thread. On one GPU the

@@ -63,8 +63,17 @@ def assert_same_fit(dask_km, ref, X_rows):
         dict(n_clusters=9, init="k-means||", metric="manhattan"),
         dict(n_clusters=5, init="random", n_init=3, max_iter=15),
         dict(n_clusters=12, init="random-labels", tol=0.0, max_iter=8),
+        dict(n_clusters=6, metric="cosine"),
+        dict(n_clusters=7, init="k-means||", metric="cosine", n_init=2),
     ],
-    ids=["k-means++", "k-means||-l1", "random-n_init3", "random-labels"],
+    ids=[
+        "k-means++",
+        "k-means||-l1",
+        "random-n_init3",
+        "random-labels",
+        "cosine",
+        "cosine-k-means||",
+    ],
 )
 def test_kmeans_equals_single_process_for_every_partitioning(client, params):
     X = data()
@@ -99,6 +108,10 @@ def test_dataframe_input_and_predict_transform_score(client):
     assert np.array_equal(km.transform(dX).compute(), ref.transform(X))
     assert km.score(dX) == pytest.approx(ref.score(X), rel=1e-12)
     assert np.array_equal(km.fit_predict(dX).compute(), ref.labels_)
+    cosine = kd.KMeans(4, metric="cosine", random_state=1).fit(dX)
+    ref = kmeans_knn.KMeans(4, metric="cosine", random_state=1, device="cpu").fit(X)
+    assert np.array_equal(cosine.cluster_centers_, ref.cluster_centers_)
+    assert cosine.score(dX) == pytest.approx(ref.score(X), rel=1e-12)
 
 
 def resident_objects(client):
@@ -128,11 +141,14 @@ def test_kmeans_errors_and_release(client):
     assert resident_objects(client) == before
     with pytest.raises(ValueError, match="expecting 5 features"):
         km.predict(da.from_array(np.zeros((3, 4), np.float32)))
-    # Sample weights and cosine are not taken across workers (yet): refused before any fit.
+    # Sample weights are not taken across workers (yet): refused before any fit. A row of norm
+    # 0 under cosine is named by its row in the whole data set.
     with pytest.raises(NotImplementedError, match="sample_weight"):
         kd.KMeans(2).fit(X, sample_weight=np.ones(20))
-    with pytest.raises(ValueError, match="cosine"):
-        kd.KMeans(2, metric="cosine").fit(X)
+    zero = data(n=20)
+    zero[11] = 0.0
+    with pytest.raises(ValueError, match="row 11"):
+        kd.KMeans(2, metric="cosine").fit(da.from_array(zero, chunks=7))
     assert resident_objects(client) == before
 
 

@@ -166,7 +166,7 @@ impl KMeansParams {
     /// Where to compute (default [`Device::Auto`]). [`Device::Gpus`] with more than one GPU
     /// cuts the rows into a contiguous shard per GPU and runs every step on all of them at once,
     /// adding their exact partial sums: the result equals one GPU's bit for bit. Such a fit
-    /// takes no sample weights and no cosine metric yet.
+    /// takes no sample weights yet.
     pub fn device(mut self, device: Device) -> Self {
         self.device = device;
         self

@@ -60,9 +60,9 @@ class KMeans(_KMeans):
         self.client = client
 
     def fit(self, X, y=None, sample_weight=None):
-        """Clusters the rows of X (see the class docs); returns self. Sample weights and
-        ``metric="cosine"`` are not taken across workers yet (NotImplementedError and
-        ValueError): fit :class:`kmeans_knn.KMeans` on the computed rows instead."""
+        """Clusters the rows of X (see the class docs); returns self. Sample weights are not
+        taken across workers yet (NotImplementedError): fit :class:`kmeans_knn.KMeans` on the
+        computed rows instead."""
         if sample_weight is not None:
             raise NotImplementedError(
                 "kmeans_knn.dask.KMeans does not take sample_weight yet; "
@@ -192,7 +192,11 @@ def _transform_block(block, centers, metric):
 def _score_block(block, centers, metric, device):
     block = np.ascontiguousarray(block, dtype=np.float32)
     labels = _engine.kmeans_predict(centers, block, metric, device)
-    offsets = block.astype(np.float64) - centers[labels]
-    if _engine.kmeans_metric(metric) == "l1":
-        return np.array([np.abs(offsets).sum()])
-    return np.array([np.square(offsets).sum()])
+    rows, centers = block.astype(np.float64), centers[labels].astype(np.float64)
+    kind = _engine.kmeans_metric(metric)
+    if kind == "cosine":
+        rows /= np.linalg.norm(rows, axis=1, keepdims=True)
+        return np.array([(1.0 - np.einsum("ij,ij->i", rows, centers)).sum()])
+    if kind == "l1":
+        return np.array([np.abs(rows - centers).sum()])
+    return np.array([np.square(rows - centers).sum()])

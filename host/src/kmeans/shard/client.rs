@@ -3,7 +3,6 @@
 //! [`KMeansParams::fit`] drives them and combines and finishes their partial results.
 
 use super::protocol::{Prepare, Reply, Request};
-use super::resident::cosine_refused;
 use super::{
     Moments, Partial, Tally, merge_farthest, merge_max_abs, scale_exponents, squared_shift,
 };
@@ -47,15 +46,13 @@ impl Transport for Vec<super::Shard> {
 
 /// Fits k-means over the shards behind `transport`; see [`KMeansParams::fit_sharded`].
 pub(crate) fn fit(params: &KMeansParams, transport: &mut dyn Transport) -> Result<KMeansModel> {
-    let survey = Survey::of(transport)?;
+    let cosine = params.metric == Metric::Cosine;
+    let survey = Survey::of(transport, cosine)?;
     let (n, d) = (
         *survey.starts.last().expect("a start") as usize,
         survey.max_abs.len(),
     );
     params.check(n, d)?;
-    if params.metric == Metric::Cosine {
-        return Err(cosine_refused());
-    }
     let (starts, max_abs, devices) = (survey.starts, survey.max_abs, survey.devices);
     let scales = scale_exponents(&max_abs, n);
     let mut moments = Moments::zeros(d);
@@ -74,8 +71,8 @@ pub(crate) fn fit(params: &KMeansParams, transport: &mut dyn Transport) -> Resul
             moments.rows
         )));
     }
-    // What `Prepared::new` derives from the rows, from the shards' exact summaries: every row
-    // has one unit (no sample weights), so the totals are the row count.
+    // What `Prepared::new` derives from the rows (unit rows for cosine), from the shards' exact
+    // summaries: every row has one unit (no sample weights), so the totals are the row count.
     let weights = Weighting::uniform(n);
     let init_centroids = init_centroids(params, d)?;
     let mut reach = max_abs.clone();
@@ -114,7 +111,9 @@ pub(crate) fn fit(params: &KMeansParams, transport: &mut dyn Transport) -> Resul
         k: params.k,
         d,
         inv_scales: scales.iter().map(|&s| inv_pow2_f64(s)).collect(),
-        inertia_unit: inv_pow2_f64(inertia_exponent),
+        // Spherical k-means' distances are 2·(1 − cos); its inertia is Σ(1 − cos).
+        inertia_unit: inv_pow2_f64(inertia_exponent + i32::from(cosine)),
+        spherical: cosine,
         inertia: 0,
         current: vec![0.0; params.k * d],
         next: vec![0.0; params.k * d],
@@ -136,14 +135,15 @@ struct Survey {
 }
 
 impl Survey {
-    fn of(transport: &mut dyn Transport) -> Result<Self> {
+    /// The shards' answers to `Columns` (of their unit rows with `unit_rows`).
+    fn of(transport: &mut dyn Transport, unit_rows: bool) -> Result<Self> {
         let mut survey = Survey {
             starts: vec![0],
             max_abs: vec![],
             devices: vec![],
         };
         for (i, reply) in transport
-            .broadcast(&Request::Columns)?
+            .broadcast(&Request::Columns { unit_rows })?
             .into_iter()
             .enumerate()
         {
@@ -211,6 +211,8 @@ struct Sharded<'t> {
     inv_scales: Vec<f64>,
     /// The value of one unit of the fixed-point inertia.
     inertia_unit: f64,
+    /// Spherical k-means: every centroid with weight is scaled to unit length.
+    spherical: bool,
     /// The fixed-point inertia of the last assignment.
     inertia: i64,
     current: Vec<f32>,
@@ -298,7 +300,12 @@ impl Sharded<'_> {
 
     /// Finishes a merged partial into the next centroids; returns the empty clusters.
     fn finish(&mut self, partial: &Partial) -> usize {
-        let empty = partial.finish(&self.current, &self.inv_scales, false, &mut self.next);
+        let empty = partial.finish(
+            &self.current,
+            &self.inv_scales,
+            self.spherical,
+            &mut self.next,
+        );
         self.weights.clone_from(&partial.weights);
         empty
     }

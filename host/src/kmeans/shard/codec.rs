@@ -155,7 +155,7 @@ impl Request {
     pub fn to_bytes(&self) -> Vec<u8> {
         let mut w = Writer::default();
         match self {
-            Request::Columns => w.word(0u8),
+            Request::Columns { unit_rows } => w.word(0u8).word(u8::from(*unit_rows)),
             Request::Moments { scales } => w.word(1u8).words(scales),
             Request::Prepare(p) => w
                 .word(2u8)
@@ -217,7 +217,9 @@ impl Request {
     pub fn from_bytes(bytes: &[u8]) -> Result<Self> {
         let mut r = Reader(bytes);
         let request = match r.word::<u8>()? {
-            0 => Request::Columns,
+            0 => Request::Columns {
+                unit_rows: r.flag()?,
+            },
             1 => Request::Moments { scales: r.words()? },
             2 => Request::Prepare(Prepare {
                 k: r.len()?,
@@ -385,7 +387,8 @@ mod tests {
     #[test]
     fn requests_round_trip() {
         let requests = [
-            Request::Columns,
+            Request::Columns { unit_rows: false },
+            Request::Columns { unit_rows: true },
             Request::Moments {
                 scales: vec![3, -2],
             },
@@ -499,7 +502,7 @@ mod tests {
             &[][..],
             &[200],
             &[3, 255, 255, 255, 255, 255, 255, 255, 255],
-            &[0, 0],
+            &[0, 0, 0],
         ] {
             assert!(Request::from_bytes(bytes).is_err(), "{bytes:?}");
             assert!(Reply::from_bytes(bytes).is_err(), "{bytes:?}");

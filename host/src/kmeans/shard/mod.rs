@@ -21,9 +21,11 @@
 //! * seeding: k-means++ and k-means‖ draw on exact integer weights, and k-means‖'s per-row
 //!   uniforms are keyed by the row of the whole data set.
 //!
-//! A sharded fit takes no sample weights, and refuses cosine (spherical k-means) with
-//! [`Error::InvalidParameter`](crate::Error) before any shard computes: both need per-row units
-//! or unit rows that every shard derives alike, which the protocol does not carry yet.
+//! Spherical k-means (cosine) shards too: the [`Request::Columns`] that starts a fit asks every
+//! shard for its rows scaled to unit length, each row by its own arithmetic, so the unit rows are
+//! the single process's whatever the split. A sharded fit takes no sample weights yet: their
+//! units come from a quantisation that depends on all of them (their exact sum), which the
+//! protocol does not carry.
 //!
 //! **Roles.** A [`Shard`] holds some rows on its backend for as long as it lives and answers
 //! [`Request`]s with [`Reply`]s (both have a byte form for a wire). The client,

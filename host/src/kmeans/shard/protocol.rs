@@ -29,8 +29,11 @@ pub struct Prepare {
 #[derive(Clone, Debug, PartialEq)]
 pub enum Request {
     /// Where the shard's rows sit, how many columns they have and each column's largest
-    /// magnitude: [`Reply::Columns`].
-    Columns,
+    /// magnitude: [`Reply::Columns`]. Starts a fit: with `unit_rows` (spherical k-means) the
+    /// shard's rows scaled to unit length stand for its rows in every request until the next
+    /// `Columns` (a row of norm 0 is an [`Error::ZeroVector`](crate::Error) naming its row in
+    /// the whole data set).
+    Columns { unit_rows: bool },
     /// Exact column moments under these exponents: [`Reply::Moments`].
     Moments { scales: Vec<i32> },
     /// Holds the rows for a fit (replacing any earlier one): [`Reply::Done`].

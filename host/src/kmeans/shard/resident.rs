@@ -12,13 +12,35 @@ use crate::matrix::MatrixView;
 use kernels_gpu::launch::SEED_CANDIDATES;
 use kernels_gpu::seeding::WeightScale;
 use self_cell::self_cell;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// The rows and the backend they live on.
 struct Held {
     backend: Arc<dyn Backend>,
     data: MatrixView<'static>,
     first_row: u64,
+    /// The rows scaled to unit length, for spherical k-means (made on first use).
+    unit: OnceLock<MatrixView<'static>>,
+}
+
+impl Held {
+    /// The rows a fit uses: the data, or with `unit` its rows scaled to unit length.
+    fn rows(&self, unit: bool) -> Result<&MatrixView<'static>> {
+        if !unit {
+            return Ok(&self.data);
+        }
+        if let Some(rows) = self.unit.get() {
+            return Ok(rows);
+        }
+        let rows = self.data.normalized("the data").map_err(|e| match e {
+            Error::ZeroVector { what, row } => Error::ZeroVector {
+                what,
+                row: row + self.first_row as usize,
+            },
+            e => e,
+        })?;
+        Ok(self.unit.get_or_init(|| rows))
+    }
 }
 
 /// The resident state of the current fit, borrowing the rows.
@@ -49,7 +71,8 @@ struct Seeding {
 /// use kmeans_knn::{Device, MatrixView, kmeans::shard::{Reply, Request, Shard}};
 /// let rows = MatrixView::from_vec(vec![0.0, 1.0, 2.0, 3.0], 2, 2)?;
 /// let mut shard = Shard::new(rows, 10, Device::Cpu)?;
-/// let Reply::Columns { first_row, max_abs, .. } = shard.handle(&Request::Columns)? else {
+/// let columns = Request::Columns { unit_rows: false };
+/// let Reply::Columns { first_row, max_abs, .. } = shard.handle(&columns)? else {
 ///     unreachable!()
 /// };
 /// assert_eq!((first_row, max_abs), (10, vec![2.0, 3.0]));
@@ -57,6 +80,8 @@ struct Seeding {
 /// ```
 pub struct Shard {
     cell: Cell,
+    /// Whether the fit under way uses the rows scaled to unit length (see [`Request::Columns`]).
+    unit_rows: bool,
     k: usize,
     seeding: Option<Seeding>,
 }
@@ -91,9 +116,11 @@ impl Shard {
             backend: device.backend()?,
             data,
             first_row,
+            unit: OnceLock::new(),
         };
         Ok(Shard {
             cell: Cell::new(held, |_| None),
+            unit_rows: false,
             k: 0,
             seeding: None,
         })
@@ -119,17 +146,22 @@ impl Shard {
         let held = self.cell.borrow_owner();
         let (d, first_row) = (held.data.cols(), held.first_row);
         match request {
-            Request::Columns => Ok(Reply::Columns {
-                first_row,
-                rows: held.data.rows() as u64,
-                max_abs: column_max_abs(&held.data),
-                device: held.backend.describe(),
-            }),
+            Request::Columns { unit_rows } => {
+                let rows = held.rows(*unit_rows)?;
+                self.unit_rows = *unit_rows;
+                Ok(Reply::Columns {
+                    first_row,
+                    rows: rows.rows() as u64,
+                    max_abs: column_max_abs(rows),
+                    device: held.backend.describe(),
+                })
+            }
             Request::Moments { scales } => {
                 expect_len("scales", scales.len(), d)?;
-                Ok(Reply::Moments(Moments::of(&held.data, scales)))
+                let rows = held.rows(self.unit_rows)?;
+                Ok(Reply::Moments(Moments::of(rows, scales)))
             }
-            Request::Gather { rows } => Ok(self.gather(rows)),
+            Request::Gather { rows } => self.gather(rows),
             Request::Prepare(p) => self.prepare(p).map(|()| Reply::Done),
             _ => {
                 self.check_seeding(request)?;
@@ -151,11 +183,16 @@ impl Shard {
         if p.k == 0 {
             return Err(Error::invalid("k", "k must be at least 1"));
         }
-        if p.metric == Metric::Cosine {
-            return Err(cosine_refused());
+        if (p.metric == Metric::Cosine) != self.unit_rows {
+            return Err(Error::Shard(
+                "a fit prepared for cosine without unit rows, or unit rows for another metric \
+                 (Columns with unit_rows starts a cosine fit)"
+                    .into(),
+            ));
         }
         self.seeding = None;
         self.k = 0;
+        let unit = self.unit_rows;
         self.cell.with_dependent_mut(|held, fit| {
             *fit = None;
             let layout = Layout {
@@ -172,7 +209,7 @@ impl Shard {
                 inertia_unit: kernels_gpu::fixed::inv_pow2_f64(p.inertia_exponent),
                 weights: None,
             };
-            let lloyd = held.backend.lloyd_at(&held.data, layout, &spec)?;
+            let lloyd = held.backend.lloyd_at(held.rows(unit)?, layout, &spec)?;
             *fit = Some(lloyd);
             Ok::<(), Error>(())
         })?;
@@ -181,16 +218,17 @@ impl Shard {
     }
 
     /// The rows of `rows` that this shard holds, with their values.
-    fn gather(&self, rows: &[u64]) -> Reply {
+    fn gather(&self, rows: &[u64]) -> Result<Reply> {
         let held = self.cell.borrow_owner();
-        let range = held.first_row..held.first_row + held.data.rows() as u64;
+        let data = held.rows(self.unit_rows)?;
+        let range = held.first_row..held.first_row + data.rows() as u64;
         let mine: Vec<u64> = rows.iter().copied().filter(|r| range.contains(r)).collect();
         let points = mine
             .iter()
-            .flat_map(|&r| held.data.row((r - held.first_row) as usize))
+            .flat_map(|&r| data.row((r - held.first_row) as usize))
             .copied()
             .collect();
-        Reply::Points { rows: mine, points }
+        Ok(Reply::Points { rows: mine, points })
     }
 
     /// Refuses seeding requests that do not follow the ones before.
@@ -377,7 +415,7 @@ fn serve(lloyd: &mut dyn Lloyd, held: &Held, k: usize, request: &Request) -> Res
             lloyd.seed_sample(*seed, *round, *ell, *phi, *weights)?,
         )),
         Request::SeedOwnerCounts { ids } => Reply::Counts(lloyd.seed_owner_weights(*ids)?),
-        Request::Columns | Request::Moments { .. } | Request::Gather { .. } => {
+        Request::Columns { .. } | Request::Moments { .. } | Request::Gather { .. } => {
             unreachable!("answered without the fit's state")
         }
         Request::Prepare(_) => unreachable!("answered by Shard::prepare"),
@@ -411,12 +449,4 @@ fn expect_rows(what: &'static str, len: usize, d: usize) -> Result<usize> {
             format!("{len} values are not whole rows of {d}"),
         ))
     }
-}
-
-/// The error of a sharded fit asked for cosine.
-pub(super) fn cosine_refused() -> Error {
-    Error::invalid(
-        "metric",
-        "a sharded fit does not take cosine (spherical k-means) yet; fit the rows in one process",
-    )
 }
