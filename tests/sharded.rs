@@ -366,22 +366,31 @@ fn fits_over_a_gpu_set_equal_one_gpu_and_the_cpu() {
     }
 }
 
+/// Sample weights over a GPU set (its ordinal repeated on one GPU): the weighted fit of one GPU
+/// and of the CPU, bit for bit.
 #[test]
-fn a_gpu_set_refuses_sample_weights() {
-    let pair = Device::Gpus(GpuSet::new(&[0, 1]).unwrap());
-    let data = uniform(100, 2, 1);
-    let view = MatrixView::new(&data, 50, 4).unwrap();
-    let weighted = KMeans::params(3)
-        .device(pair)
-        .fit_weighted(&view, &[1.0; 50]);
-    assert!(
-        matches!(
-            &weighted,
-            Err(kmeans_knn::Error::InvalidParameter {
-                name: "sample_weight",
-                ..
-            })
-        ),
-        "{weighted:?}"
-    );
+fn weighted_fits_over_a_gpu_set_equal_the_cpu() {
+    let Some(Device::Cuda(ordinal)) = gpu("weighted_fits_over_a_gpu_set_equal_the_cpu") else {
+        return;
+    };
+    let data = uniform(3000, 40, 21);
+    let view = MatrixView::new(&data, 3000, 40).unwrap();
+    let weights: Vec<f32> = (0..3000).map(|i| ((i * 37) % 11) as f32 * 0.173).collect();
+    for params in [
+        KMeans::params(30).seed(2).max_iter(10),
+        KMeans::params(30)
+            .seed(2)
+            .max_iter(10)
+            .init(Init::KMeansParallel)
+            .metric(Metric::Cosine),
+    ] {
+        let cpu = params
+            .clone()
+            .device(Device::Cpu)
+            .fit_weighted(&view, &weights)
+            .unwrap();
+        let set = Device::Gpus(GpuSet::new(&[ordinal, ordinal]).unwrap());
+        let several = params.device(set).fit_weighted(&view, &weights).unwrap();
+        assert_same("weighted gpu set", &cpu, &several, &several.labels);
+    }
 }

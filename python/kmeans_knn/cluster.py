@@ -39,7 +39,7 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin, Ba
     precision : "exact" (FP32, the same labels on every backend) or "tf32" (tensor cores on GPUs
         of compute capability 8.0+, the two best candidates re-checked in FP32).
     device : "auto", "cpu", "cuda" or "cuda:N"; or several GPUs, "cuda:0,1" or "cuda:all", over
-        which ``fit`` shards the rows (the same result as one GPU; no sample_weight).
+        which ``fit`` shards the rows (the same result as one GPU).
 
     The computation is in float32: cluster_centers_ and transform's output are float32.
 

@@ -165,8 +165,8 @@ impl KMeansParams {
     }
     /// Where to compute (default [`Device::Auto`]). [`Device::Gpus`] with more than one GPU
     /// cuts the rows into a contiguous shard per GPU and runs every step on all of them at once,
-    /// adding their exact partial sums: the result equals one GPU's bit for bit. Such a fit
-    /// takes no sample weights yet.
+    /// adding their exact partial sums: the result equals one GPU's bit for bit, sample weights
+    /// and cosine included.
     pub fn device(mut self, device: Device) -> Self {
         self.device = device;
         self
@@ -280,14 +280,8 @@ impl KMeansParams {
         let Some(ordinals) = self.device.several_gpus()? else {
             return lloyd::fit(self, data, sample_weight);
         };
-        if sample_weight.is_some() {
-            return Err(Error::invalid(
-                "sample_weight",
-                "a fit over several GPUs takes no sample weights yet; fit on one GPU (gpu:N)",
-            ));
-        }
         let gpus: Vec<Device> = ordinals.into_iter().map(Device::Cuda).collect();
-        shard::gpus::fit(self, data, &gpus)
+        shard::gpus::fit(self, data, sample_weight, &gpus)
     }
 
     /// Clusters rows held by [`shard::Shard`]s, reached through `transport`: the same model
@@ -296,6 +290,6 @@ impl KMeansParams {
     /// `labels` is empty. Each shard computes on its own device; this parameter set's device
     /// is not used.
     pub fn fit_sharded(&self, transport: &mut dyn shard::Transport) -> Result<KMeansModel> {
-        shard::fit(self, transport)
+        shard::fit(self, transport, None)
     }
 }

@@ -44,8 +44,14 @@ impl Transport for Vec<super::Shard> {
     }
 }
 
-/// Fits k-means over the shards behind `transport`; see [`KMeansParams::fit_sharded`].
-pub(crate) fn fit(params: &KMeansParams, transport: &mut dyn Transport) -> Result<KMeansModel> {
+/// Fits k-means over the shards behind `transport`; see [`KMeansParams::fit_sharded`]. With
+/// `weights` (every row's, quantised as a single-process fit does: a fit in this process, whose
+/// shards hold the same units), the fit is [`KMeansParams::fit_weighted`]'s.
+pub(crate) fn fit(
+    params: &KMeansParams,
+    transport: &mut dyn Transport,
+    weights: Option<&Weighting>,
+) -> Result<KMeansModel> {
     let cosine = params.metric == Metric::Cosine;
     let survey = Survey::of(transport, cosine)?;
     let (n, d) = (
@@ -53,8 +59,33 @@ pub(crate) fn fit(params: &KMeansParams, transport: &mut dyn Transport) -> Resul
         survey.max_abs.len(),
     );
     params.check(n, d)?;
+    let uniform;
+    let weights = match weights {
+        Some(w) if w.rows() == n => w,
+        Some(w) => {
+            return Err(Error::Shard(format!(
+                "{} rows weighted, {n} held by the shards",
+                w.rows()
+            )));
+        }
+        None => {
+            uniform = Weighting::uniform(n);
+            &uniform
+        }
+    };
+    if params.k > weights.positive() {
+        return Err(Error::invalid(
+            "k",
+            format!(
+                "k = {} is larger than the number of points with a positive weight ({})",
+                params.k,
+                weights.positive()
+            ),
+        ));
+    }
+    let total = weights.total();
     let (starts, max_abs, devices) = (survey.starts, survey.max_abs, survey.devices);
-    let scales = scale_exponents(&max_abs, n);
+    let scales = scale_exponents(&max_abs, total as usize);
     let mut moments = Moments::zeros(d);
     let replies = transport.broadcast(&Request::Moments {
         scales: scales.clone(),
@@ -65,15 +96,14 @@ pub(crate) fn fit(params: &KMeansParams, transport: &mut dyn Transport) -> Resul
             _ => return Err(unexpected(i, "Moments")),
         }
     }
-    if moments.rows != n as u64 {
+    if moments.rows != total {
         return Err(Error::Shard(format!(
-            "the shards' moments count {} rows, their columns {n}",
+            "the shards' moments count {} units, the weights {total}",
             moments.rows
         )));
     }
-    // What `Prepared::new` derives from the rows (unit rows for cosine), from the shards' exact
-    // summaries: every row has one unit (no sample weights), so the totals are the row count.
-    let weights = Weighting::uniform(n);
+    // What `Prepared::new` derives from the rows (unit rows for cosine) and their units, from
+    // the shards' exact summaries.
     let init_centroids = init_centroids(params, d)?;
     let mut reach = max_abs.clone();
     if let Some(c) = &init_centroids {
@@ -84,12 +114,12 @@ pub(crate) fn fit(params: &KMeansParams, transport: &mut dyn Transport) -> Resul
                 .for_each(|(m, v)| *m = m.max(v.abs()));
         }
     }
-    let inertia_exponent = inertia_exponent(distance_bound(&reach, params.metric), n as u64);
+    let inertia_exponent = inertia_exponent(distance_bound(&reach, params.metric), total);
     let setup = Setup {
         d,
         tol: params.tol * moments.mean_variance(&scales),
-        seeding: init::weight_scale(&max_abs, n as u64, params.metric),
-        weights: &weights,
+        seeding: init::weight_scale(&max_abs, total, params.metric),
+        weights,
         init_centroids: init_centroids.as_deref(),
     };
     let seeds_at_once = match params.init {
@@ -111,8 +141,9 @@ pub(crate) fn fit(params: &KMeansParams, transport: &mut dyn Transport) -> Resul
         k: params.k,
         d,
         inv_scales: scales.iter().map(|&s| inv_pow2_f64(s)).collect(),
-        // Spherical k-means' distances are 2·(1 − cos); its inertia is Σ(1 − cos).
-        inertia_unit: inv_pow2_f64(inertia_exponent + i32::from(cosine)),
+        // Units are 2^shift per unit of weight; spherical k-means' distances are 2·(1 − cos),
+        // its inertia Σ(1 − cos).
+        inertia_unit: inv_pow2_f64(inertia_exponent + weights.shift() + i32::from(cosine)),
         spherical: cosine,
         inertia: 0,
         current: vec![0.0; params.k * d],

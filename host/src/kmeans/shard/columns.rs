@@ -4,18 +4,22 @@
 
 use crate::backend::vocab::CHUNK;
 use crate::matrix::MatrixView;
-use kernels_gpu::fixed::{pow2_f32, scale_exponent, to_fixed};
+use kernels_gpu::fixed::{pow2_f32, scale_exponent, to_fixed, weight_units};
 use rayon::prelude::*;
 
-/// Each column's largest magnitude.
-pub fn column_max_abs(data: &MatrixView<'_>) -> Vec<f32> {
+/// Each column's largest magnitude over the rows with weight (every row without `units`; else
+/// those with a unit or more).
+pub fn column_max_abs(data: &MatrixView<'_>, units: Option<&[f32]>) -> Vec<f32> {
     let d = data.cols();
     data.as_slice()
         .par_chunks(CHUNK * d)
-        .map(|rows| {
+        .enumerate()
+        .map(|(ci, rows)| {
             let mut m = vec![0f32; d];
-            for row in rows.chunks_exact(d) {
-                m.iter_mut().zip(row).for_each(|(m, v)| *m = m.max(v.abs()));
+            for (r, row) in rows.chunks_exact(d).enumerate() {
+                if units.is_none_or(|u| u[ci * CHUNK + r] > 0.0) {
+                    m.iter_mut().zip(row).for_each(|(m, v)| *m = m.max(v.abs()));
+                }
             }
             m
         })
@@ -35,14 +39,15 @@ pub fn scale_exponents(max_abs: &[f32], n: usize) -> Vec<i32> {
 }
 
 /// Exact per-column sums of the rows' fixed-point values `q` (under the scales of
-/// [`scale_exponents`]) and of their squares: integers, so shards add up to the whole.
+/// [`scale_exponents`]) and of their squares, each times the row's units (one without sample
+/// weights): integers, so shards add up to the whole.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Moments {
-    /// Rows counted.
+    /// Units counted (rows, without sample weights).
     pub rows: u64,
-    /// `Σ q` per column (no overflow: `|q| ≤ 2^(61 − ⌈log₂ n⌉)` for `n` rows in all).
+    /// `Σ units · q` per column (no overflow: `|q| ≤ 2^(61 − ⌈log₂ n⌉)` for `n` units in all).
     pub sums: Vec<i64>,
-    /// `Σ q²` per column.
+    /// `Σ units · q²` per column.
     pub squares: Vec<u128>,
 }
 
@@ -56,21 +61,26 @@ impl Moments {
         }
     }
 
-    /// The moments of `data` under the exponents `scales`.
-    pub fn of(data: &MatrixView<'_>, scales: &[i32]) -> Self {
+    /// The moments of `data` (its rows weighing `units`, one each without) under the exponents
+    /// `scales`: the single-process fit's `Σ units · q` and `Σ units · q²`.
+    pub fn of(data: &MatrixView<'_>, units: Option<&[f32]>, scales: &[i32]) -> Self {
         let d = data.cols();
         let scale: Vec<f32> = scales.iter().map(|&s| pow2_f32(s)).collect();
         data.as_slice()
             .par_chunks(CHUNK * d)
-            .map(|rows| {
+            .enumerate()
+            .map(|(ci, rows)| {
                 let mut m = Moments::zeros(d);
-                for row in rows.chunks_exact(d) {
+                for (r, row) in rows.chunks_exact(d).enumerate() {
+                    let u = weight_units(units.map(|u| u[ci * CHUNK + r]));
                     for j in 0..d {
                         let q = to_fixed(row[j], scale[j]);
-                        m.sums[j] += q;
-                        m.squares[j] += (i128::from(q) * i128::from(q)) as u128;
+                        // |u·q| ≤ 2^61: the bound of the centroid sums.
+                        let uq = u * q;
+                        m.sums[j] += uq;
+                        m.squares[j] += (i128::from(uq) * i128::from(q)) as u128;
                     }
-                    m.rows += 1;
+                    m.rows += u as u64;
                 }
                 m
             })
@@ -116,15 +126,15 @@ mod tests {
             .map(|i| ((i * 37) % 101) as f32 * 0.37 - 9.0)
             .collect();
         let data = MatrixView::new(&values, 1000, 3).unwrap();
-        let max_abs = column_max_abs(&data);
+        let max_abs = column_max_abs(&data, None);
         let scales = scale_exponents(&max_abs, 1000);
-        let whole = Moments::of(&data, &scales);
+        let whole = Moments::of(&data, None, &scales);
         let mut parts = Moments::zeros(3);
         let mut maxes = vec![0f32; 3];
         for rows in values.chunks(3 * 77) {
             let part = MatrixView::new(rows, rows.len() / 3, 3).unwrap();
-            parts.merge(&Moments::of(&part, &scales));
-            maxes = merge_max_abs(maxes, &column_max_abs(&part));
+            parts.merge(&Moments::of(&part, None, &scales));
+            maxes = merge_max_abs(maxes, &column_max_abs(&part, None));
         }
         assert_eq!(parts, whole);
         assert_eq!(maxes, max_abs);
@@ -137,8 +147,8 @@ mod tests {
             .map(|i| 1e4 + if i % 2 == 0 { 0.5 } else { -0.5 })
             .collect();
         let data = MatrixView::new(&values, 4096, 1).unwrap();
-        let scales = scale_exponents(&column_max_abs(&data), 4096);
-        let variance = Moments::of(&data, &scales).mean_variance(&scales);
+        let scales = scale_exponents(&column_max_abs(&data, None), 4096);
+        let variance = Moments::of(&data, None, &scales).mean_variance(&scales);
         assert!((variance - 0.25).abs() < 1e-5, "{variance}");
     }
 }

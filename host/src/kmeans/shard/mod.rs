@@ -23,9 +23,11 @@
 //!
 //! Spherical k-means (cosine) shards too: the [`Request::Columns`] that starts a fit asks every
 //! shard for its rows scaled to unit length, each row by its own arithmetic, so the unit rows are
-//! the single process's whatever the split. A sharded fit takes no sample weights yet: their
-//! units come from a quantisation that depends on all of them (their exact sum), which the
-//! protocol does not carry.
+//! the single process's whatever the split. Sample weights shard where one process holds them all
+//! (a GPU set): it quantises them into units as a single-process fit does and gives each shard
+//! its rows' units, which its `Columns`, `Moments` and steps weigh the rows by. A client that
+//! does not hold them all (Dask's) cannot yet: the quantisation depends on all of them (their
+//! exact sum), which the protocol does not carry.
 //!
 //! **Roles.** A [`Shard`] holds some rows on its backend for as long as it lives and answers
 //! [`Request`]s with [`Reply`]s (both have a byte form for a wire). The client,

@@ -19,6 +19,10 @@ struct Held {
     backend: Arc<dyn Backend>,
     data: MatrixView<'static>,
     first_row: u64,
+    /// Every row's sample weight in units (integer-valued); `None`: one each.
+    units: Option<Vec<f32>>,
+    /// The rows' units in all.
+    total_units: u64,
     /// The rows scaled to unit length, for spherical k-means (made on first use).
     unit: OnceLock<MatrixView<'static>>,
 }
@@ -90,6 +94,21 @@ impl Shard {
     /// Holds `data` (validated: non-empty, finite), rows `first_row..` of the whole data set,
     /// for fits on `device`. Rows of the whole set are counted in 32 bits, as the backends do.
     pub fn new(data: MatrixView<'static>, first_row: u64, device: Device) -> Result<Self> {
+        Self::weighted(data, first_row, device, None)
+    }
+
+    /// [`Shard::new`] for rows weighing `units` each (integer-valued sample weights in units,
+    /// quantised from all the rows' weights as a single-process fit does), for a fit in this
+    /// process that holds all the weights.
+    pub(crate) fn weighted(
+        data: MatrixView<'static>,
+        first_row: u64,
+        device: Device,
+        units: Option<Vec<f32>>,
+    ) -> Result<Self> {
+        if units.as_ref().is_some_and(|u| u.len() != data.rows()) {
+            return Err(Error::Shard("a shard's units are not one per row".into()));
+        }
         if let Err(e) = data.validate("the data") {
             return Err(match e {
                 Error::NonFinite {
@@ -112,10 +131,15 @@ impl Shard {
                 "a sharded fit takes at most 2^32 − 1 rows in all",
             ));
         }
+        let total_units = units
+            .as_ref()
+            .map_or(data.rows() as u64, |u| u.iter().map(|&u| u as u64).sum());
         let held = Held {
             backend: device.backend()?,
             data,
             first_row,
+            units,
+            total_units,
             unit: OnceLock::new(),
         };
         Ok(Shard {
@@ -152,14 +176,18 @@ impl Shard {
                 Ok(Reply::Columns {
                     first_row,
                     rows: rows.rows() as u64,
-                    max_abs: column_max_abs(rows),
+                    max_abs: column_max_abs(rows, held.units.as_deref()),
                     device: held.backend.describe(),
                 })
             }
             Request::Moments { scales } => {
                 expect_len("scales", scales.len(), d)?;
                 let rows = held.rows(self.unit_rows)?;
-                Ok(Reply::Moments(Moments::of(rows, scales)))
+                Ok(Reply::Moments(Moments::of(
+                    rows,
+                    held.units.as_deref(),
+                    scales,
+                )))
             }
             Request::Gather { rows } => self.gather(rows),
             Request::Prepare(p) => self.prepare(p).map(|()| Reply::Done),
@@ -199,7 +227,7 @@ impl Shard {
                 first_row: held.first_row as u32,
                 seeds_at_once: p.seeds_at_once,
             };
-            // Without sample weights every row is one unit; the inertia's unit is the client's.
+            // The inertia's unit is the client's.
             let spec = LloydSpec {
                 k: p.k,
                 metric: p.metric,
@@ -207,7 +235,7 @@ impl Shard {
                 scales: p.scales.clone(),
                 inertia_exponent: p.inertia_exponent,
                 inertia_unit: kernels_gpu::fixed::inv_pow2_f64(p.inertia_exponent),
-                weights: None,
+                weights: held.units.as_deref(),
             };
             let lloyd = held.backend.lloyd_at(held.rows(unit)?, layout, &spec)?;
             *fit = Some(lloyd);
@@ -236,13 +264,13 @@ impl Shard {
         let held = self.cell.borrow_owner();
         let d = held.data.cols();
         if let Some(ws) = seeding_scale(request) {
-            // The client's cap is ⌊2^63 / n⌋ for the whole data set, which holds at least the
-            // rows up to this shard's last: a larger one would let this shard's sums overflow.
-            let rows_so_far = held.first_row + held.data.rows() as u64;
-            if ws.cap > (1u64 << 63) / rows_so_far {
+            // The client's cap is ⌊2^63 / n⌋ for the n units of the whole data set, at least
+            // this shard's: a larger one would let this shard's sums overflow.
+            let units = held.total_units.max(1);
+            if ws.cap > (1u64 << 63) / units {
                 return Err(Error::Shard(format!(
-                    "a seeding weight scale capped at {} for a data set of {rows_so_far} rows or \
-                     more: its sums could overflow",
+                    "a seeding weight scale capped at {} for a shard of {units} units: its sums \
+                     could overflow",
                     ws.cap
                 )));
             }
