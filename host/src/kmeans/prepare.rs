@@ -9,7 +9,7 @@
 use super::weights::Weighting;
 use super::{Init, KMeansParams, Metric, init};
 use crate::backend::LloydSpec;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::matrix::MatrixView;
 use kernels_gpu::fixed::{
     inertia_exponent, inv_pow2_f64, pow2_f32, scale_exponent, to_fixed, weight_units,
@@ -48,16 +48,7 @@ impl<'a> Prepared<'a> {
             Some(w) => Weighting::new(w, n)?,
             None => Weighting::uniform(n),
         };
-        if params.k > weights.positive() {
-            return Err(Error::invalid(
-                "k",
-                format!(
-                    "k = {} is larger than the number of points with a positive weight ({})",
-                    params.k,
-                    weights.positive()
-                ),
-            ));
-        }
+        weights.check_k(params.k)?;
         let cosine = params.metric == Metric::Cosine;
         let data = if cosine {
             data.normalized("the data")?

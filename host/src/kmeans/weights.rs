@@ -99,6 +99,20 @@ impl Weighting {
         self.positive
     }
 
+    /// Refuses `k` centroids for fewer rows with weight.
+    pub(crate) fn check_k(&self, k: usize) -> Result<()> {
+        if k > self.positive {
+            return Err(Error::invalid(
+                "k",
+                format!(
+                    "k = {k} is larger than the number of points with a positive weight ({})",
+                    self.positive
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     /// Whether row `i` has at least one unit.
     pub(crate) fn is_positive(&self, i: usize) -> bool {
         self.units.as_ref().is_none_or(|u| u[i] > 0.0)

@@ -73,16 +73,7 @@ pub(crate) fn fit(
             &uniform
         }
     };
-    if params.k > weights.positive() {
-        return Err(Error::invalid(
-            "k",
-            format!(
-                "k = {} is larger than the number of points with a positive weight ({})",
-                params.k,
-                weights.positive()
-            ),
-        ));
-    }
+    weights.check_k(params.k)?;
     let total = weights.total();
     let (starts, max_abs, devices) = (survey.starts, survey.max_abs, survey.devices);
     let scales = scale_exponents(&max_abs, total as usize);
