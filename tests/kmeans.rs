@@ -9,6 +9,7 @@ use kmeans_knn_tests::{assert_same_fit, blobs, gpu, lattice, same_partition, uni
 // In this test binary rather than its own: every test binary embeds the kernels (~12 MB), and
 // the GPU bundle carries each one.
 mod sharded;
+mod streamed;
 
 fn fit(data: &[f32], n: usize, d: usize, params: &KMeansParams) -> KMeansModel {
     params.fit(MatrixView::new(data, n, d).unwrap()).unwrap()

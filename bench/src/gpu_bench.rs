@@ -4,7 +4,7 @@
 //!
 //! usage: gpu-bench [--cases A,B,C,D,E,S,S512,F] [--reps N] [--json FILE] [--device gpu|cpu]
 //!                  [--precision tf32] [--knn-exact] [--whole] [--gpus gpu:0,1]
-//!                  [--stream N,D,M,K,BUDGET_MIB]
+//!                  [--stream N,D,M,K,BUDGET_MIB] [--stream-kmeans N,D,K,BUDGET_MIB]
 //!
 //! `--reps` (default 30) timed runs per case after warm-up; kNN cases of 10^9 distances or more
 //! take at most 5.
@@ -25,8 +25,11 @@
 //!
 //! `--stream N,D,M,K,BUDGET_MIB` instead times a kNN search of M queries (k = K) against N × D
 //! uniform training rows kept in host memory and streamed through the GPU within BUDGET_MIB,
-//! against one upload of those rows (pageable, as the stream copies them: the floor) and the
-//! resident search when the rows fit, and exits.
+//! against one upload of those rows (through the page-locked staging buffers, as the stream
+//! copies them: the floor; and by the driver's pageable path) and the resident search when the
+//! rows fit, and exits. `--stream-kmeans N,D,K,BUDGET_MIB` likewise times a Lloyd step of k-means
+//! on N × D uniform rows streamed in batches within BUDGET_MIB, against the same uploads and the
+//! resident step.
 //!
 //! With `--precision tf32`, every k-means case is also timed with `Precision::Tf32` (a `-tf32`
 //! row after the exact one) with its speed-up over exact and the share of labels identical to
@@ -71,6 +74,9 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     };
     if let Some(shape) = opt("--stream") {
         return streamed_rows(&shape, device, reps.min(5));
+    }
+    if let Some(shape) = opt("--stream-kmeans") {
+        return streamed_fit_rows(&shape, device, reps.min(3));
     }
     if let Some(set) = opt("--gpus") {
         return gpu_set_rows(set.parse()?, &cases, reps.min(5), json.as_mut());
@@ -257,29 +263,57 @@ fn streamed_rows(
         return Err(format!("--stream {shape}: N,D,M,K,BUDGET_MIB").into());
     };
     let s = gpus::streamed_search(n, d, m, k, budget_mib << 20, device, reps)?;
-    let gbps = |ms: f64| s.bytes / ms / 1e6;
     println!("device: {}", device.describe()?);
     println!(
         "stream: {n} × {d} training rows ({:.2} GB), {m} queries, k = {k}, budget {budget_mib} MiB",
         s.bytes / 1e9
     );
+    print_streamed(&s, "search");
+    Ok(())
+}
+
+/// The `--stream-kmeans` row (see the module documentation).
+fn streamed_fit_rows(
+    shape: &str,
+    device: Device,
+    reps: usize,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let v: Vec<usize> = shape.split(',').map(str::parse).collect::<Result<_, _>>()?;
+    let &[n, d, k, budget_mib] = v.as_slice() else {
+        return Err(format!("--stream-kmeans {shape}: N,D,K,BUDGET_MIB").into());
+    };
+    let (s, fitted_on) = gpus::streamed_fit(n, d, k, budget_mib << 20, device, reps)?;
+    println!("device: {}", device.describe()?);
     println!(
-        "  upload of all rows   {:>10.1} ms  {:>7.2} GB/s",
+        "stream-kmeans: {n} × {d} rows ({:.2} GB), k = {k}, budget {budget_mib} MiB",
+        s.bytes / 1e9
+    );
+    print_streamed(&s, "step  ");
+    println!("  fitted on            {fitted_on}");
+    Ok(())
+}
+
+/// The lines of a streamed job whose pass is a `pass` (a search, a step).
+fn print_streamed(s: &gpus::Streamed, pass: &str) {
+    let gbps = |ms: f64| s.bytes / ms / 1e6;
+    println!(
+        "  upload of all rows   {:>10.1} ms  {:>7.2} GB/s  (staged; pageable {:.1} ms, {:.2} GB/s)",
         s.upload_ms,
-        gbps(s.upload_ms)
+        gbps(s.upload_ms),
+        s.pageable_ms,
+        gbps(s.pageable_ms)
     );
     println!(
-        "  streamed search      {:>10.1} ms  {:>7.2} GB/s  ({:.0} % of the upload's rate)",
+        "  streamed {pass}      {:>10.1} ms  {:>7.2} GB/s  ({:.0} % of the upload's rate)",
         s.streamed_ms,
         gbps(s.streamed_ms),
         100.0 * s.upload_ms / s.streamed_ms
     );
     match s.resident_ms {
-        Some(ms) => println!("  resident search      {ms:>10.1} ms"),
-        None => println!("  resident search      (the rows do not fit the default budget)"),
+        Some(ms) => println!("  resident {pass}      {ms:>10.1} ms"),
+        None => println!("  resident {pass}      (the rows do not fit the default budget)"),
     }
     println!("  identical            {}", s.identical);
-    Ok(())
 }
 
 /// The `--gpus` rows: each case on the set and on its first GPU.

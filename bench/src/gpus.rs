@@ -7,6 +7,7 @@
 
 use crate::data::{Case, KnnCase, uniform};
 use crate::whole::median;
+use kmeans_knn::bench::{Upload, upload_ms};
 use kmeans_knn::{Device, DistanceMetric, Init, KMeans, KMeansModel, KnnIndex, MatrixView};
 use std::time::Instant;
 
@@ -71,18 +72,20 @@ pub fn knn_ms(case: &KnnCase, device: Device, reps: usize) -> kmeans_knn::Result
     Ok((median(times), indices))
 }
 
-/// What a streamed kNN search measured (`gpu-bench --stream`).
-pub struct StreamedSearch {
-    /// Bytes of training rows crossing to the device per search.
+/// What a streamed job measured (`gpu-bench --stream`, `--stream-kmeans`).
+pub struct Streamed {
+    /// Bytes of rows crossing to the device per pass (a search, a Lloyd step).
     pub bytes: f64,
-    /// Median ms of one upload of all training rows, in the stream's pieces.
+    /// Median ms of one upload of all rows through the staging buffers (as the streams copy
+    /// them: the floor) and by the driver's pageable path.
     pub upload_ms: f64,
-    /// Median ms of a search with the rows resident, when they fit.
+    pub pageable_ms: f64,
+    /// Median ms of a pass with the rows resident, when they fit.
     pub resident_ms: Option<f64>,
-    /// Median ms of a streamed search (within `budget`).
+    /// Median ms of a streamed pass (within the budget).
     pub streamed_ms: f64,
-    /// Whether the search streamed and gave the resident one's indices (without a resident
-    /// search: its own first ones) in every repetition.
+    /// Whether the job streamed and answered as the resident one (without a resident run: as
+    /// itself, every repetition).
     pub identical: bool,
 }
 
@@ -98,7 +101,7 @@ pub fn streamed_search(
     budget: usize,
     device: Device,
     reps: usize,
-) -> kmeans_knn::Result<StreamedSearch> {
+) -> kmeans_knn::Result<Streamed> {
     let train = uniform(n * d, 1);
     let queries = uniform(m * d, 2);
     let q = MatrixView::new(&queries, m, d)?;
@@ -117,7 +120,8 @@ pub fn streamed_search(
     };
     // The pieces the stream copies: half the budget of rows (and their norms etc.).
     let piece = budget / 2 / (4 * (d + 4)) * d;
-    let upload_ms = kmeans_knn::bench::upload_ms(device, &train, piece, reps)?;
+    let staged = upload_ms(device, &train, piece, Upload::Staged, reps)?;
+    let pageable = upload_ms(device, &train, piece, Upload::Pageable, reps)?;
     let bytes = (n * d * 4) as f64;
     let resident = if bytes <= 16e9 {
         let index = KnnIndex::new(
@@ -138,11 +142,86 @@ pub fn streamed_search(
         (None, Some(_)) => true,
         _ => false,
     };
-    Ok(StreamedSearch {
+    Ok(Streamed {
         bytes,
-        upload_ms,
+        upload_ms: staged,
+        pageable_ms: pageable,
         resident_ms: resident.map(|(ms, _)| ms),
         streamed_ms,
         identical: identical && streamed.is_streamed(),
     })
+}
+
+/// Times a Lloyd step of k-means on `n × d` uniform rows, `k` centroids from the first rows,
+/// streamed within `budget` bytes, against one upload of the rows and (below 16 GB of rows) the
+/// resident step; with the streamed fit's device (its batch count).
+pub fn streamed_fit(
+    n: usize,
+    d: usize,
+    k: usize,
+    budget: usize,
+    device: Device,
+    reps: usize,
+) -> kmeans_knn::Result<(Streamed, String)> {
+    let data = uniform(n * d, 3);
+    let x = MatrixView::new(&data, n, d)?;
+    let centroids = &data[..k * d];
+    let staged = upload_ms(device, &data, 1 << 28, Upload::Staged, reps)?;
+    let pageable = upload_ms(device, &data, 1 << 28, Upload::Pageable, reps)?;
+    let bytes = (n * d * 4) as f64;
+    let resident = if bytes <= 16e9 {
+        Some(step_ms_on(&x, centroids, k, device, None, reps)?)
+    } else {
+        None
+    };
+    let (streamed_ms, streamed) = step_ms_on(&x, centroids, k, device, Some(budget), reps)?;
+    let streamed_past = streamed.device.contains("streamed past the memory budget");
+    let identical = streamed_past
+        && resident
+            .as_ref()
+            .is_none_or(|(_, r)| r.labels == streamed.labels && r.centroids == streamed.centroids);
+    let measured = Streamed {
+        bytes,
+        upload_ms: staged,
+        pageable_ms: pageable,
+        resident_ms: resident.map(|(ms, _)| ms),
+        streamed_ms,
+        identical,
+    };
+    Ok((measured, streamed.device))
+}
+
+/// [`step_ms`]'s measure within an optional memory budget, with fewer steps (a streamed step
+/// takes seconds at the sizes that stream).
+fn step_ms_on(
+    x: &MatrixView<'_>,
+    centroids: &[f32],
+    k: usize,
+    device: Device,
+    budget: Option<usize>,
+    reps: usize,
+) -> kmeans_knn::Result<(f64, KMeansModel)> {
+    const STREAMED_STEPS: usize = 3;
+    let fit = |iters: usize| -> kmeans_knn::Result<(f64, KMeansModel)> {
+        let params = KMeans::params(k)
+            .init(Init::Centroids(centroids.to_vec()))
+            .max_iter(iters)
+            .tol(0.0)
+            .device(device);
+        let params = match budget {
+            Some(b) => params.memory_budget(b),
+            None => params,
+        };
+        let start = Instant::now();
+        let model = params.fit(x.clone())?;
+        Ok((start.elapsed().as_secs_f64() * 1e3, model))
+    };
+    let (mut steps, mut last) = (Vec::new(), None);
+    for _ in 0..reps.max(1) {
+        let (one, _) = fit(1)?;
+        let (many, model) = fit(1 + STREAMED_STEPS)?;
+        steps.push((many - one) / STREAMED_STEPS as f64);
+        last = Some(model);
+    }
+    Ok((median(steps), last.expect("one repetition")))
 }

@@ -156,10 +156,26 @@ pub fn knn_search_ms(
     })
 }
 
-/// Median milliseconds of copying `data` from host memory (pageable, as a streamed kNN index
-/// copies its parts) to `device`'s GPU in pieces of at most `piece` values, each into a new
-/// buffer freed before the next (so any size fits), over `reps` rounds after one untimed.
-pub fn upload_ms(device: Device, data: &[f32], piece: usize, reps: usize) -> Result<f64> {
+/// How [`upload_ms`] copies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Upload {
+    /// The driver's path for pageable memory.
+    Pageable,
+    /// Through the backend's page-locked staging buffers, as streamed kNN and k-means copy
+    /// their rows.
+    Staged,
+}
+
+/// Median milliseconds of copying `data` from host memory to `device`'s GPU as `how` says, in
+/// pieces of at most `piece` values, each into a new buffer freed before the next (so any size
+/// fits), over `reps` rounds after one untimed.
+pub fn upload_ms(
+    device: Device,
+    data: &[f32],
+    piece: usize,
+    how: Upload,
+    reps: usize,
+) -> Result<f64> {
     let Device::Cuda(ordinal) = device.resolve()? else {
         return Err(crate::Error::invalid(
             "device",
@@ -168,9 +184,16 @@ pub fn upload_ms(device: Device, data: &[f32], piece: usize, reps: usize) -> Res
     };
     let gpu = crate::backend::cuda::CudaBackend::shared(ordinal)?;
     let backend = device.backend()?;
+    let what = "the timed copy";
     let mut copy = || {
-        data.chunks(piece.max(1))
-            .try_for_each(|part| gpu.upload(part, "the timed copy").map(drop))
+        data.chunks(piece.max(1)).try_for_each(|part| match how {
+            Upload::Pageable => gpu.upload(part, what).map(drop),
+            Upload::Staged => {
+                // SAFETY: written whole by the copy.
+                let mut dev = unsafe { gpu.uninit(part.len(), what)? };
+                gpu.write_rows(part, &mut dev, 0, what)
+            }
+        })
     };
     copy()?;
     let mut ms = Vec::with_capacity(reps.max(1));

@@ -22,8 +22,9 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin, Ba
     Parameters
     ----------
     n_clusters : int, default 8
-    init : "k-means++", "random" (n_clusters distinct random points) or an array of shape
-        (n_clusters, n_features) of initial centroids.
+    init : "k-means++", "k-means||" (scalable k-means++, cuML's default: a few passes over the
+        rows instead of one per centroid), "random" (n_clusters distinct random points) or an
+        array of shape (n_clusters, n_features) of initial centroids.
     n_init : int or "auto", default "auto" — runs from different initialisations, the lowest
         inertia wins; "auto" is 10 for init="random" and 1 otherwise (as scikit-learn).
     max_iter : int, default 300
@@ -40,6 +41,9 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin, Ba
         of compute capability 8.0+, the two best candidates re-checked in FP32).
     device : "auto", "cpu", "cuda" or "cuda:N"; or several GPUs, "cuda:0,1" or "cuda:all", over
         which ``fit`` shards the rows (the same result as one GPU).
+    memory_budget : bytes of GPU memory ``fit`` may use (None: 70 % of what is free; per GPU of
+        a set). Rows beyond it stay in host memory and take turns on the GPU in batches: the
+        same result, at the cost of the copies (prefer init="k-means||" then).
 
     The computation is in float32: cluster_centers_ and transform's output are float32.
 
@@ -61,6 +65,7 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin, Ba
         metric="euclidean",
         precision="exact",
         device="auto",
+        memory_budget=None,
     ):
         self.n_clusters = n_clusters
         self.init = init
@@ -71,6 +76,7 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin, Ba
         self.metric = metric
         self.precision = precision
         self.device = device
+        self.memory_budget = memory_budget
 
     def fit(self, X, y=None, sample_weight=None):
         """Clusters X (with a weight per row when sample_weight is given); returns self."""
@@ -92,6 +98,7 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin, Ba
             self.precision,
             self.device,
             weights,
+            self.memory_budget,
         )
         self.cluster_centers_ = centers
         # Labels are below k ≤ 2^31, so the engine's u32 reads as int32 without a copy.

@@ -33,7 +33,7 @@ type Fitted<'py> = (
 #[pyfunction]
 #[pyo3(signature = (
     x, k, init, init_centroids, n_init, max_iter, tol, seed, metric, precision, device,
-    sample_weight=None
+    sample_weight=None, memory_budget=None
 ))]
 #[allow(clippy::too_many_arguments)]
 fn kmeans_fit<'py>(
@@ -50,6 +50,7 @@ fn kmeans_fit<'py>(
     precision: &str,
     device: &str,
     sample_weight: Option<PyReadonlyArray1<'py, f32>>,
+    memory_budget: Option<usize>,
 ) -> PyResult<Fitted<'py>> {
     let params = params(
         k,
@@ -63,6 +64,10 @@ fn kmeans_fit<'py>(
         precision,
     )?
     .device(parse_device(device)?);
+    let params = match memory_budget {
+        Some(budget) => params.memory_budget(budget),
+        None => params,
+    };
     let data = matrix(&x)?;
     let weights = match &sample_weight {
         Some(w) => Some(w.as_slice().map_err(|_| {

@@ -112,6 +112,22 @@ def test_streamed_training_rows_equal_the_cpu(budget):
     assert np.array_equal(bits(nn_cpu[0]), bits(nn_gpu[0]))
 
 
+@pytest.mark.parametrize("budget", [6 << 20, 5 << 20])
+def test_a_fit_past_the_memory_budget_equals_the_cpu(budget):
+    """A memory_budget below the data's size: the rows take turns on the GPU in batches."""
+    X = make_blobs(60_000, n_features=32, centers=20, random_state=2)[0].astype(np.float32)
+    cpu, gpu = (
+        KMeans(20, init="k-means||", random_state=1, device=device, memory_budget=budget).fit(X)
+        for device in ("cpu", "cuda")
+    )
+    assert "streamed past the memory budget" in gpu.device_
+    assert np.array_equal(cpu.labels_, gpu.labels_)
+    assert np.array_equal(bits(cpu.cluster_centers_), bits(gpu.cluster_centers_))
+    assert cpu.inertia_ == gpu.inertia_ and cpu.n_iter_ == gpu.n_iter_
+    with pytest.raises(ValueError, match="memory budget"):
+        KMeans(20, device="cuda", memory_budget=1 << 20).fit(X)
+
+
 def test_a_gpu_set_equals_one_gpu():
     """device="cuda:0,0": the multi-GPU path (row shards, a thread each) on one GPU."""
     X = make_blobs(4000, n_features=10, centers=12, random_state=5)[0].astype(np.float32)

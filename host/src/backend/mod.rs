@@ -16,6 +16,9 @@ use kernels_gpu::knn::PairMetric;
 use kernels_gpu::seeding::{WeightScale, draw};
 use vocab::{Metric, Precision, Selection};
 
+/// Share of the free device memory that a job may use when it is given no memory budget.
+pub(crate) const DEFAULT_BUDGET_SHARE: f64 = 0.7;
+
 /// A compute backend.
 pub(crate) trait Backend: Send + Sync + Distances {
     /// Human-readable name, e.g. `cpu (2 threads)` or `cuda:0 (NVIDIA H100 80GB HBM3)`.
@@ -64,6 +67,24 @@ pub(crate) trait Backend: Send + Sync + Distances {
     fn device_memory_free(&self) -> Result<Option<usize>> {
         Ok(None)
     }
+
+    /// What a Lloyd fit of `k` clusters over `n` rows of `d` columns holds in the backend's
+    /// device memory (none where the data lives in host memory); `seeds_at_once` as in
+    /// [`Layout`].
+    fn lloyd_footprint(&self, _n: usize, _d: usize, _k: usize, _seeds_at_once: usize) -> Footprint {
+        Footprint::default()
+    }
+}
+
+/// Upper bounds of the device memory of a Lloyd fit, for planning a streamed one.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Footprint {
+    /// Bytes of the rows themselves: on the device only while they compute, in a streamed fit
+    /// ([`Lloyd::release_rows`]).
+    pub rows: usize,
+    /// Bytes that stay for the whole fit: labels, distances, norms, seeding state, centroids,
+    /// cluster sums, staged seeds.
+    pub kept: usize,
 }
 
 /// Where resident rows sit in the whole data set.
@@ -324,6 +345,11 @@ pub(crate) trait Lloyd: Seeding {
     fn gather(&self, rows: &[usize]) -> Result<Vec<f32>>;
     /// The number of clusters.
     fn k(&self) -> usize;
+    /// Frees the device's copy of the rows (a streamed batch between its turns); whatever needs
+    /// them next uploads them again. A backend that reads the rows where they lie does nothing.
+    fn release_rows(&mut self) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// What a mini-batch step reports, in one round trip.

@@ -49,6 +49,7 @@ fn fit_opts(k: usize, device: Device) -> FitOpts {
         tol: 1e-4,
         n_init: 1,
         device,
+        gpu_memory: None,
     }
 }
 

@@ -101,6 +101,7 @@ impl Args {
             tol: self.tol,
             n_init: params.runs(),
             device: self.device,
+            gpu_memory: None,
         }
     }
 }

@@ -268,19 +268,28 @@ pub struct FitOpts {
     /// GPUs, gpu:N,M,… or gpu:all, over which the rows are sharded (same result as one GPU).
     #[arg(long, value_name = "DEVICE", default_value = "auto")]
     pub device: Device,
+    /// GPU memory the fit may use, e.g. 8GiB or 500M (default: 70 % of what is free; per GPU
+    /// of a set); rows beyond it stay in host memory and take turns on the GPU in batches (same
+    /// result; prefer --init 'kmeans||', as k-means++ passes over the rows once per centroid).
+    #[arg(long, value_name = "BYTES")]
+    pub gpu_memory: Option<Bytes>,
 }
 
 impl FitOpts {
     /// The library's parameters.
     pub fn params(&self, metric: Metric) -> KMeansParams {
-        KMeans::params(self.k)
+        let params = KMeans::params(self.k)
             .init(self.init.clone())
             .seed(self.seed)
             .max_iter(self.max_iter)
             .tol(self.tol)
             .n_init(self.n_init)
             .metric(metric)
-            .device(self.device)
+            .device(self.device);
+        match self.gpu_memory {
+            Some(Bytes(budget)) => params.memory_budget(budget),
+            None => params,
+        }
     }
 }
 

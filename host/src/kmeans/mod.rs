@@ -48,6 +48,7 @@ impl KMeans {
             device: Device::Auto,
             empty_clusters: EmptyClusters::FarthestPoint,
             precision: Precision::Exact,
+            memory_budget: None,
             progress: None,
         }
     }
@@ -127,6 +128,7 @@ pub struct KMeansParams {
     device: Device,
     empty_clusters: EmptyClusters,
     precision: Precision,
+    memory_budget: Option<usize>,
     progress: Option<Progress>,
 }
 
@@ -182,6 +184,15 @@ impl KMeansParams {
         self.precision = precision;
         self
     }
+    /// GPU memory the fit may use, in bytes (default: 70 % of what the GPU has free; on a GPU
+    /// set, per GPU). Rows beyond it stay in host memory and take turns on the GPU in batches,
+    /// each uploaded for every pass over the data (a Lloyd step, a seeding step): the same model
+    /// bit for bit, at the cost of the copies. Choose [`Init::KMeansParallel`] for such data:
+    /// greedy k-means++ passes over the rows once per centroid. The CPU has no budget.
+    pub fn memory_budget(mut self, bytes: usize) -> Self {
+        self.memory_budget = Some(bytes);
+        self
+    }
     /// Calls `f` after every iteration (e.g. to drive a progress bar).
     pub fn on_iteration(mut self, f: impl Fn(&Iteration) + Send + Sync + 'static) -> Self {
         self.progress = Some(Arc::new(f));
@@ -191,6 +202,11 @@ impl KMeansParams {
     /// The number of clusters.
     pub fn k(&self) -> usize {
         self.k
+    }
+
+    /// The GPU memory budget given with [`KMeansParams::memory_budget`].
+    pub(crate) fn budget(&self) -> Option<usize> {
+        self.memory_budget
     }
 
     /// Checks the parameters against data of `n` points in `d` dimensions.
@@ -271,17 +287,22 @@ impl KMeansParams {
         self.fit_rows(&data.into(), Some(sample_weight))
     }
 
-    /// A fit on this parameter set's device: over one backend's rows, or sharded over a GPU set.
+    /// A fit on this parameter set's device: over one backend's rows, or sharded over a GPU set
+    /// and over batches of rows beyond a GPU's memory budget.
     fn fit_rows(
         &self,
         data: &MatrixView<'_>,
         sample_weight: Option<&[f32]>,
     ) -> Result<KMeansModel> {
-        let Some(ordinals) = self.device.several_gpus()? else {
-            return lloyd::fit(self, data, sample_weight);
+        let devices = match self.device.several_gpus()? {
+            Some(ordinals) => ordinals.into_iter().map(Device::Cuda).collect(),
+            None => vec![self.device],
         };
-        let gpus: Vec<Device> = ordinals.into_iter().map(Device::Cuda).collect();
-        shard::gpus::fit(self, data, sample_weight, &gpus)
+        let placed = shard::gpus::place(self, data, &devices)?;
+        match placed.as_slice() {
+            [one] if !one.streamed() => lloyd::fit(self, data, sample_weight),
+            _ => shard::gpus::fit(self, data, sample_weight, &placed),
+        }
     }
 
     /// Clusters rows held by [`shard::Shard`]s, reached through `transport`: the same model

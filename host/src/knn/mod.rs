@@ -55,7 +55,7 @@ fn check_weights(weights: Weights, metric: DistanceMetric) -> Result<()> {
 }
 
 /// The index for `train` on one device: resident, or streamed (`true`) when the rows need more
-/// than `budget` (default: [`DEFAULT_BUDGET_SHARE`] of the free memory) of a GPU.
+/// than `budget` (default: [`DEFAULT_BUDGET_SHARE`](crate::backend::DEFAULT_BUDGET_SHARE) of the free memory) of a GPU.
 fn place_on(
     train: MatrixView<'_>,
     metric: PairMetric,
@@ -66,7 +66,7 @@ fn place_on(
     let Some(free) = backend.device_memory_free()? else {
         return Ok((backend.knn_index(&train, metric)?, false));
     };
-    let budget = budget.unwrap_or((free as f64 * DEFAULT_BUDGET_SHARE) as usize);
+    let budget = budget.unwrap_or((free as f64 * crate::backend::DEFAULT_BUDGET_SHARE) as usize);
     let needed = (train.rows()).saturating_mul(stream::device_bytes_per_row(train.cols()));
     if needed <= budget {
         return Ok((backend.knn_index(&train, metric)?, false));
@@ -74,9 +74,6 @@ fn place_on(
     let streamed = stream::Streamed::new(backend, train, metric, budget)?;
     Ok((Box::new(streamed), true))
 }
-
-/// Share of the free GPU memory that an index may use when no budget is given.
-const DEFAULT_BUDGET_SHARE: f64 = 0.7;
 
 /// Largest k that the GPU selects while streaming distance tiles; larger k sort whole rows.
 pub const MAX_GPU_STREAM_K: usize = kernels_gpu::knn::MAX_STREAM_K;

@@ -15,8 +15,8 @@ use super::launch::{
 use super::{CudaBackend, Mapped, arg_u32};
 use crate::backend::vocab::{Metric, Precision};
 use crate::backend::{
-    AssignStats, GreedyPlan, Layout, Lloyd, LloydSpec, Picks, SPHERICAL_POINT_SQ_NORM, Seeding,
-    Seeds, StepStats, Trials,
+    AssignStats, Footprint, GreedyPlan, Layout, Lloyd, LloydSpec, Picks, SPHERICAL_POINT_SQ_NORM,
+    Seeding, Seeds, StepStats, Trials,
 };
 use crate::backend::{Farthest, Partial, farthest, squared_shift};
 use crate::error::{Error, Result};
@@ -53,8 +53,10 @@ pub(crate) struct CudaLloyd<'a> {
     assign_blocks: usize,
     /// Whether the assignment runs on TF32 tensor cores (`kmeans_assign_l2_tf32`).
     tf32: bool,
-    /// The points, then `scratch` rows.
-    x: CudaSlice<f32>,
+    /// The points, then `scratch` rows; `None` while released ([`Lloyd::release_rows`]).
+    x: Option<CudaSlice<f32>>,
+    /// The scratch rows' values, kept on the host while the rows are released.
+    scratch_rows: Vec<f32>,
     /// Every point's units; `None`: one each (the kernels get a null pointer).
     weights: Option<CudaSlice<f32>>,
     x_sq_norms: CudaSlice<f32>,
@@ -174,6 +176,36 @@ fn update_parts(gpu: &CudaBackend, n: usize, small: bool, shared: bool) -> usize
     }
 }
 
+/// Upper bounds of what [`CudaLloyd::new`] and its seeding buffers allocate for `n` rows (see
+/// [`Footprint`]).
+pub(crate) fn footprint(
+    gpu: &CudaBackend,
+    n: usize,
+    d: usize,
+    k: usize,
+    seeds_at_once: usize,
+) -> Footprint {
+    let scratch = seeds_at_once.max(SEED_CANDIDATES);
+    let (kd, f32s, i64s) = (k * d, size_of::<f32>(), size_of::<i64>());
+    // The small path's sums, and the update's: a set per block when they fit in shared memory.
+    let sum_sets = 1 + update_parts(gpu, n, false, sums_fit_shared(k, d));
+    // Labels, distances, norms and sample weights; seeding distances, nearest seeds and samples;
+    // the per-block partials (inertia, seeding sums) take under a byte per row: 4 more.
+    let per_row = 7 * 4 + 4;
+    // Centroids, next and by dimension (padded); norms, sizes and counts; the shift's parts; a
+    // margin for the small buffers.
+    let per_fit = 2 * kd * f32s
+        + d * by_dimension_cols(k) * f32s
+        + sum_sets * (kd + k) * i64s
+        + 4 * k * i64s
+        + shift_parts_grid(kd) * size_of::<f64>()
+        + (64 << 10);
+    Footprint {
+        rows: (n + scratch) * d * f32s,
+        kept: n * per_row + per_fit,
+    }
+}
+
 impl<'a> CudaLloyd<'a> {
     pub(crate) fn new(
         gpu: &'a CudaBackend,
@@ -217,9 +249,8 @@ impl<'a> CudaLloyd<'a> {
         } else {
             d * by_dimension_cols(k)
         };
-        // SAFETY: the points are written now; a scratch row is written before a kernel reads it.
-        let mut x = unsafe { gpu.uninit((n + scratch) * d, "the data")? };
-        gpu.write(data.as_slice(), &mut x, "the data")?;
+        let scratch_rows = vec![0.0; scratch * d];
+        let x = upload_rows(gpu, data.as_slice(), &scratch_rows)?;
         let mut lloyd = CudaLloyd {
             gpu,
             host: data.as_slice(),
@@ -234,7 +265,8 @@ impl<'a> CudaLloyd<'a> {
             small,
             assign_blocks,
             tf32,
-            x,
+            x: Some(x),
+            scratch_rows,
             weights: match spec.weights {
                 Some(w) => Some(gpu.upload(w, "sample weights")?),
                 None => None,
@@ -277,7 +309,7 @@ impl<'a> CudaLloyd<'a> {
     /// Queues the points' squared norms into `x_sq_norms`.
     fn point_norms(&mut self) -> Result<()> {
         RowSqNorms {
-            x: &self.x,
+            x: on_device(&self.x)?,
             n: self.n as u32,
             d: self.d as u32,
             out: &mut self.x_sq_norms,
@@ -285,9 +317,17 @@ impl<'a> CudaLloyd<'a> {
         .launch(self.gpu)
     }
 
-    /// The resident rows (shared with the mini-batch steps).
-    pub(super) fn rows(&self) -> &CudaSlice<f32> {
-        &self.x
+    /// The resident rows (shared with the mini-batch steps, which never release them).
+    pub(super) fn rows(&self) -> Result<&CudaSlice<f32>> {
+        on_device(&self.x)
+    }
+
+    /// Uploads the rows again after [`Lloyd::release_rows`], the scratch rows as they were.
+    fn load_rows(&mut self) -> Result<()> {
+        if self.x.is_none() {
+            self.x = Some(upload_rows(self.gpu, self.host, &self.scratch_rows)?);
+        }
+        Ok(())
     }
 
     /// Dynamic shared memory of the exact assign kernel. On sm_80 and later the wide tile gets
@@ -311,6 +351,7 @@ impl<'a> CudaLloyd<'a> {
     /// (the exact kernels, global sums only) the assign kernel also adds the points to the
     /// cluster sums, which are zeroed first, so [`Self::queue_update`] only finalizes.
     fn queue_assign(&mut self, accumulate: bool) -> Result<()> {
+        self.load_rows()?;
         let gpu = self.gpu;
         let (n, d, k) = (self.n as u32, self.d as u32, self.k as u32);
         if self.tf32 {
@@ -323,7 +364,7 @@ impl<'a> CudaLloyd<'a> {
             .launch(gpu)?;
             debug_assert!(!accumulate, "the TF32 kernel does not accumulate");
             return KmeansAssignL2Tf32 {
-                x: &self.x,
+                x: on_device(&self.x)?,
                 x_sq_norms: &self.x_sq_norms,
                 n,
                 d,
@@ -348,7 +389,7 @@ impl<'a> CudaLloyd<'a> {
             gpu.clear(&mut s.counts, "cluster counts")?;
         }
         KmeansAssign {
-            x: &self.x,
+            x: on_device(&self.x)?,
             x_sq_norms: &self.x_sq_norms,
             n,
             d,
@@ -396,6 +437,7 @@ impl<'a> CudaLloyd<'a> {
     /// and are counted in `counters[1]`; spherical k-means then renormalises the others); with
     /// `accumulated`, the sums are already there.
     fn queue_update(&mut self, accumulated: bool) -> Result<()> {
+        self.load_rows()?;
         let gpu = self.gpu;
         let (n, d, k) = (self.n as u32, self.d as u32, self.k as u32);
         let s = &mut self.sums;
@@ -403,7 +445,7 @@ impl<'a> CudaLloyd<'a> {
             // The assign kernel added the points.
         } else if s.shared {
             KmeansAccumulateShared {
-                x: &self.x,
+                x: on_device(&self.x)?,
                 n,
                 d,
                 labels: &self.labels,
@@ -445,12 +487,13 @@ impl<'a> CudaLloyd<'a> {
 
     /// Queues the sums of the current labels into the first of the sums' parts, zeroed first.
     fn queue_accumulate_global(&mut self) -> Result<()> {
+        self.load_rows()?;
         let gpu = self.gpu;
         let s = &mut self.sums;
         gpu.clear(&mut s.sums, "cluster sums")?;
         gpu.clear(&mut s.counts, "cluster counts")?;
         KmeansAccumulateGlobal {
-            x: &self.x,
+            x: on_device(&self.x)?,
             n: self.n as u32,
             d: self.d as u32,
             labels: &self.labels,
@@ -468,11 +511,12 @@ impl<'a> CudaLloyd<'a> {
 
     /// Queues the fused small step: `MODE_ASSIGN` and/or `MODE_ACCUMULATE`.
     fn queue_small(&mut self, kernel: usize, mode: u32) -> Result<()> {
+        self.load_rows()?;
         let Some(small) = self.small.as_mut() else {
             unreachable!("only called on the small path")
         };
         KmeansSmall {
-            x: &self.x,
+            x: on_device(&self.x)?,
             n: self.n as u32,
             d: self.d as u32,
             centroids: &self.centroids,
@@ -573,9 +617,10 @@ fn by_dimension_cols(k: usize) -> usize {
 impl CudaLloyd<'_> {
     /// The resident rows and the seeding buffers (made on first use).
     fn seeding(&mut self) -> Result<(Rows<'_>, &mut CudaSeeder)> {
+        self.load_rows()?;
         let rows = Rows {
             gpu: self.gpu,
-            x: &self.x,
+            x: on_device(&self.x)?,
             weights: self.weights.as_ref(),
             counts: None,
             n: self.n,
@@ -596,8 +641,10 @@ impl CudaLloyd<'_> {
         let (n, d) = (self.n, self.d);
         let count = points.len() / d;
         debug_assert!(at + count <= self.scratch);
+        self.load_rows()?;
         let what = "seeding points";
-        self.gpu.write_at(points, &mut self.x, (n + at) * d, what)?;
+        self.gpu
+            .write_at(points, on_device_mut(&mut self.x)?, (n + at) * d, what)?;
         Ok((n + at..n + at + count).map(|r| r as u32).collect())
     }
 
@@ -614,8 +661,10 @@ impl CudaLloyd<'_> {
             _ => return Ok(()),
         };
         let point = self.staged[t * d..(t + 1) * d].to_vec();
+        self.load_rows()?;
         let what = "the accepted seeding point";
-        self.gpu.write_at(&point, &mut self.x, last * d, what)
+        self.gpu
+            .write_at(&point, on_device_mut(&mut self.x)?, last * d, what)
     }
 }
 
@@ -771,8 +820,8 @@ impl Lloyd for CudaLloyd<'_> {
     fn relocate(&mut self, cluster: usize, point: usize) -> Result<()> {
         let d = self.d;
         let what = "a point into an empty cluster";
-        self.gpu
-            .copy_within(&self.x, point * d, &mut self.next, cluster * d, d, what)
+        let row = &self.host[point * d..(point + 1) * d];
+        self.gpu.write_at(row, &mut self.next, cluster * d, what)
     }
 
     fn shift(&mut self) -> Result<f64> {
@@ -875,5 +924,39 @@ impl Lloyd for CudaLloyd<'_> {
 
     fn k(&self) -> usize {
         self.k
+    }
+
+    fn release_rows(&mut self) -> Result<()> {
+        if let Some(x) = self.x.take() {
+            let scratch = self.n * self.d..(self.n + self.scratch) * self.d;
+            self.scratch_rows = self.gpu.download_range(&x, scratch, "seeding points")?;
+        }
+        Ok(())
+    }
+}
+
+/// The points `host` followed by the scratch rows `scratch`, in new device memory.
+fn upload_rows(gpu: &CudaBackend, host: &[f32], scratch: &[f32]) -> Result<CudaSlice<f32>> {
+    // SAFETY: both parts are written before any kernel runs.
+    let mut x = unsafe { gpu.uninit(host.len() + scratch.len(), "the data")? };
+    gpu.write_rows(host, &mut x, 0, "the data")?;
+    gpu.write_at(scratch, &mut x, host.len(), "seeding points")?;
+    Ok(x)
+}
+
+/// The rows on the device: every use loads them first ([`CudaLloyd::load_rows`]), so `None` is
+/// a bug reported as an error, not a crash.
+fn on_device(x: &Option<CudaSlice<f32>>) -> Result<&CudaSlice<f32>> {
+    x.as_ref().ok_or_else(rows_released)
+}
+
+fn on_device_mut(x: &mut Option<CudaSlice<f32>>) -> Result<&mut CudaSlice<f32>> {
+    x.as_mut().ok_or_else(rows_released)
+}
+
+fn rows_released() -> Error {
+    Error::Cuda {
+        context: "running a k-means step".into(),
+        message: "the rows were used while released from the GPU".into(),
     }
 }

@@ -166,7 +166,9 @@ impl Distances for CudaBackend {
         arg_u32(n, "number of training rows")?;
         arg_u32(d, "number of dimensions")?;
         let gpu = CudaBackend::shared(self.info().ordinal)?;
-        let x = gpu.upload(train.as_slice(), "the training data")?;
+        // SAFETY: written whole before any kernel runs.
+        let mut x = unsafe { gpu.uninit(train.as_slice().len(), "the training data")? };
+        gpu.write_rows(train.as_slice(), &mut x, 0, "the training data")?;
         let mut norms = gpu.zeros::<f32>(n, "training norms")?;
         if metric.needs_norms() {
             RowSqNorms {
@@ -565,9 +567,10 @@ impl CudaKnn {
     ) -> Result<()> {
         let gpu = &*self.gpu;
         let (d, k) = (self.d, job.k);
-        gpu.write(
+        gpu.write_rows(
             &job.queries.as_slice()[first * d..(first + r) * d],
             &mut bufs.q,
+            0,
             "query rows",
         )?;
         if self.metric.needs_norms() {

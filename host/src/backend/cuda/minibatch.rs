@@ -110,7 +110,7 @@ impl<'a> CudaMiniBatch<'a> {
     /// Queues the assignment of the first `batch` rows of `self.rows`, with their sums.
     fn queue_assign(&mut self, batch: usize) -> Result<()> {
         KmeansMinibatchAssign {
-            x: self.lloyd.rows(),
+            x: self.lloyd.rows()?,
             d: self.d as u32,
             rows: &self.rows,
             batch: batch as u32,
@@ -176,7 +176,7 @@ impl MiniBatch for CudaMiniBatch<'_> {
         let d = self.d;
         let what = "a row into a reassigned centroid";
         self.gpu.copy_within(
-            self.lloyd.rows(),
+            self.lloyd.rows()?,
             row * d,
             &mut self.next,
             cluster * d,

@@ -11,9 +11,10 @@ mod knn;
 mod launch;
 mod minibatch;
 pub mod nccl;
+mod staging;
 
 use crate::backend::vocab::Metric;
-use crate::backend::{Backend, Layout, Lloyd, LloydSpec, MiniBatch};
+use crate::backend::{Backend, Footprint, Layout, Lloyd, LloydSpec, MiniBatch};
 use crate::error::{Error, Result};
 use crate::matrix::MatrixView;
 use cudarc::driver::sys::{CUdevice_attribute, CUevent_flags, CUfunction_attribute, CUresult};
@@ -62,6 +63,8 @@ pub struct CudaBackend {
     /// grown up to `STAGING_BYTES`): a copy straight into pageable memory runs at ~1 GB/s
     /// (8 MB of kNN keys took 8 ms).
     staging: Mutex<Option<PinnedHostSlice<u8>>>,
+    /// Page-locked memory that rows are uploaded through (made on first use).
+    upload_staging: Mutex<Option<staging::UploadStaging>>,
     info: GpuInfo,
 }
 
@@ -158,6 +161,7 @@ impl CudaBackend {
             module,
             functions: Mutex::default(),
             staging: Mutex::default(),
+            upload_staging: Mutex::default(),
             info,
         })
     }
@@ -316,6 +320,18 @@ impl CudaBackend {
         let mut host = Vec::with_capacity(len);
         self.download_each(dev, len, what, |part| host.extend_from_slice(part))?;
         Ok(host)
+    }
+
+    /// Copies `dev[range]` back to the host (waits for queued work).
+    pub(crate) fn download_range<T: DeviceRepr>(
+        &self,
+        dev: &CudaSlice<T>,
+        range: std::ops::Range<usize>,
+        what: &str,
+    ) -> Result<Vec<T>> {
+        self.stream
+            .clone_dtoh(&dev.slice(range))
+            .map_err(|e| cuda(&format!("copying {what} from the GPU"), e))
     }
 
     /// `len` zeroed values of mapped page-locked host memory; `what` names it in errors.
@@ -481,6 +497,10 @@ impl Backend for CudaBackend {
 
     fn device_memory_free(&self) -> Result<Option<usize>> {
         Ok(Some(self.memory()?.0))
+    }
+
+    fn lloyd_footprint(&self, n: usize, d: usize, k: usize, seeds_at_once: usize) -> Footprint {
+        kmeans::footprint(self, n, d, k, seeds_at_once)
     }
 
     fn device_memory_in_use(&self) -> Result<Option<usize>> {

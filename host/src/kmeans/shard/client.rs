@@ -44,6 +44,14 @@ impl Transport for Vec<super::Shard> {
     }
 }
 
+/// The seeds a fit with `params` gives its shards as points at once (k-means‖'s candidates).
+pub(super) fn seeds_at_once(params: &KMeansParams) -> usize {
+    match params.init {
+        Init::KMeansParallel => 2 * params.k,
+        _ => 0,
+    }
+}
+
 /// Fits k-means over the shards behind `transport`; see [`KMeansParams::fit_sharded`]. With
 /// `weights` (every row's, quantised as a single-process fit does: a fit in this process, whose
 /// shards hold the same units), the fit is [`KMeansParams::fit_weighted`]'s.
@@ -113,16 +121,12 @@ pub(crate) fn fit(
         weights,
         init_centroids: init_centroids.as_deref(),
     };
-    let seeds_at_once = match params.init {
-        Init::KMeansParallel => 2 * params.k,
-        _ => 0,
-    };
     let prepare = Request::Prepare(Prepare {
         k: params.k,
         metric: params.metric,
         precision: params.precision,
         scales: scales.clone(),
-        seeds_at_once,
+        seeds_at_once: seeds_at_once(params),
         inertia_exponent,
     });
     expect_done(transport.broadcast(&prepare)?)?;

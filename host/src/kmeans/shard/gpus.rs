@@ -1,27 +1,81 @@
-//! A k-means fit over several GPUs of this machine ([`Device::Gpus`](crate::Device::Gpus)): the
-//! rows are cut into one contiguous shard per GPU, every shard answers each request on a thread
-//! of its own (so the GPUs compute at the same time), and the sharded client adds up their exact
-//! partial sums on the host. The fit therefore equals, bit for bit, the fit on one GPU and on
-//! the CPU, and only `k × d` sums and `k` weights per GPU cross PCIe per step. Sample weights are
-//! quantised here, from all of them, as a single-process fit does; each shard gets its rows'
-//! units.
+//! A k-means fit over the GPUs of this machine ([`Device::Gpus`](crate::Device::Gpus)), or over
+//! rows beyond one GPU's memory budget: the rows are cut into one contiguous part per GPU, and a
+//! part the GPU's budget cannot hold resident into batches ([`super::batches`]). Each part and
+//! batch is a shard; every GPU answers each request on a thread of its own (so the GPUs compute
+//! at the same time), its batches one after another, and the sharded client adds up their exact
+//! partial sums on the host. The fit therefore equals, bit for bit, the fit on one GPU and on the
+//! CPU, and only `k × d` sums and `k` weights per shard cross PCIe per step, besides the rows of
+//! a streamed batch. Sample weights are quantised here, from all of them, as a single-process fit
+//! does; each shard gets its rows' units.
 
-use super::{Reply, Request, Shard, Transport};
+use super::{Reply, Request, Shard, Transport, batches, client};
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::kmeans::weights::Weighting;
 use crate::kmeans::{KMeansModel, KMeansParams};
 use crate::matrix::MatrixView;
+use std::ops::Range;
 use std::thread;
 
-/// Fits `data` (validated by the shards) with `sample_weight` over `devices` (the GPUs of a set;
-/// a device may repeat) as [`KMeansParams::fit`] or [`KMeansParams::fit_weighted`] would on one
-/// of them.
+/// The rows one device holds, in the batches that take turns on it (one when resident).
+pub(crate) struct Placement {
+    device: Device,
+    batches: Vec<Range<usize>>,
+}
+
+impl Placement {
+    /// Whether the device's rows take turns on it (they exceed its memory budget).
+    pub(crate) fn streamed(&self) -> bool {
+        self.batches.len() > 1
+    }
+}
+
+/// Where `data`'s rows go for a fit with `params` over `devices` (a device may repeat): a
+/// contiguous part per device, cut into batches where it exceeds the device's memory budget
+/// (`params`' budget, or [`DEFAULT_BUDGET_SHARE`](crate::backend::DEFAULT_BUDGET_SHARE) of what
+/// it has free). A device named twice gets its budget twice.
+pub(crate) fn place(
+    params: &KMeansParams,
+    data: &MatrixView<'_>,
+    devices: &[Device],
+) -> Result<Vec<Placement>> {
+    let (n, d) = (data.rows(), data.cols());
+    let parts = devices.len().min(n).max(1);
+    let seeds_at_once = client::seeds_at_once(params);
+    let mut placed = Vec::with_capacity(parts);
+    for (i, &device) in devices.iter().take(parts).enumerate() {
+        let (start, end) = (i * n / parts, (i + 1) * n / parts);
+        let backend = device.backend()?;
+        let fits = match backend.device_memory_free()? {
+            Some(free) => {
+                let budget = params
+                    .budget()
+                    .unwrap_or((free as f64 * crate::backend::DEFAULT_BUDGET_SHARE) as usize);
+                let k = params.k();
+                let footprint = |rows| backend.lloyd_footprint(rows, d, k, seeds_at_once);
+                batches::plan(end - start, d, &footprint, budget)?
+            }
+            // The rows stay where they are, in host memory.
+            None => std::iter::once(0..end - start).collect(),
+        };
+        placed.push(Placement {
+            device,
+            batches: fits
+                .into_iter()
+                .map(|b| start + b.start..start + b.end)
+                .collect(),
+        });
+    }
+    Ok(placed)
+}
+
+/// Fits `data` (validated by the shards) with `sample_weight` as `placed` says, as
+/// [`KMeansParams::fit`] or [`KMeansParams::fit_weighted`] would on one device.
 pub(crate) fn fit(
     params: &KMeansParams,
     data: &MatrixView<'_>,
     sample_weight: Option<&[f32]>,
-    devices: &[Device],
+    placed: &[Placement],
 ) -> Result<KMeansModel> {
     let (n, d) = (data.rows(), data.cols());
     // Errors in a single-process fit's order: the data, the parameters, then the weights.
@@ -33,23 +87,28 @@ pub(crate) fn fit(
         }
         None => None,
     };
-    let parts = devices.len().min(n).max(1);
-    let mut shards = Vec::with_capacity(parts);
-    for (i, &device) in devices.iter().take(parts).enumerate() {
-        let (start, end) = (i * n / parts, (i + 1) * n / parts);
-        let rows = MatrixView::new(&data.as_slice()[start * d..end * d], end - start, d)?;
-        // SAFETY: the shards live in `shards`, which this function drops before it returns
-        // (also on every error path), and nothing a shard answers borrows its rows; so no
-        // reference to `data` outlives this call, although `Shard` asks for 'static rows (it
-        // is also the long-lived shard of a Dask worker, which owns its rows).
-        let rows: MatrixView<'static> = unsafe { std::mem::transmute(rows) };
-        let units = weights
-            .as_ref()
-            .and_then(|w| w.units())
-            .map(|u| u[start..end].to_vec());
-        shards.push(Shard::weighted(rows, start as u64, device, units)?);
+    let mut groups = Vec::with_capacity(placed.len());
+    for p in placed {
+        let mut shards = Vec::with_capacity(p.batches.len());
+        for rows in &p.batches {
+            let view = MatrixView::new(
+                &data.as_slice()[rows.start * d..rows.end * d],
+                rows.len(),
+                d,
+            )?;
+            // SAFETY: the shards live in `groups`, which this function drops before it returns
+            // (also on every error path), and nothing a shard answers borrows its rows; so no
+            // reference to `data` outlives this call, although `Shard` asks for 'static rows (it
+            // is also the long-lived shard of a Dask worker, which owns its rows).
+            let view: MatrixView<'static> = unsafe { std::mem::transmute(view) };
+            let units = (weights.as_ref())
+                .and_then(Weighting::units)
+                .map(|u| u[rows.clone()].to_vec());
+            shards.push(Shard::weighted(view, rows.start as u64, p.device, units)?);
+        }
+        groups.push(shards);
     }
-    let mut transport = OnThreads(shards);
+    let mut transport = OnThreads(groups);
     let mut model = super::fit(params, &mut transport, weights.as_ref())?;
     let mut labels = Vec::with_capacity(n);
     for (i, reply) in transport
@@ -63,45 +122,91 @@ pub(crate) fn fit(
         }
     }
     model.labels = labels;
+    if placed.iter().any(Placement::streamed) {
+        model.device += ", streamed past the memory budget";
+    }
     Ok(model)
 }
 
-/// Shards in this process, each answering on a thread of its own.
-struct OnThreads(Vec<Shard>);
+/// Shards in this process, a group per device: the groups answer at the same time, each on a
+/// thread of its own, and the shards of a group one after another. In a group of several (a
+/// streamed device) a shard's rows are on the device only for its turn.
+struct OnThreads(Vec<Vec<Shard>>);
+
+impl OnThreads {
+    /// The replies of every shard, in order, to the request `request_for(shard)`.
+    fn answer<'r>(
+        &mut self,
+        request_for: &(dyn Fn(usize) -> &'r Request + Sync),
+    ) -> Result<Vec<Reply>> {
+        thread::scope(|scope| {
+            let mut first = 0;
+            let running: Vec<_> = (self.0.iter_mut())
+                .map(|group| {
+                    let start = first;
+                    first += group.len();
+                    scope.spawn(move || turns(group, start, request_for))
+                })
+                .collect();
+            let mut replies = Vec::new();
+            for (device, running) in running.into_iter().enumerate() {
+                let answered = running.join().unwrap_or_else(|_| {
+                    Err(Error::Shard(format!(
+                        "the thread of device {device} panicked"
+                    )))
+                });
+                replies.extend(answered?);
+            }
+            Ok(replies)
+        })
+    }
+}
+
+/// The replies of `group`'s shards (`start..` in the whole order) in turn; in a group of several,
+/// each shard releases its rows after its turn.
+fn turns<'r>(
+    group: &mut [Shard],
+    start: usize,
+    request_for: &(dyn Fn(usize) -> &'r Request + Sync),
+) -> Result<Vec<Reply>> {
+    let streamed = group.len() > 1;
+    (group.iter_mut().enumerate())
+        .map(|(j, shard)| {
+            let reply = shard.handle(request_for(start + j))?;
+            if streamed {
+                shard.release_rows()?;
+            }
+            Ok(reply)
+        })
+        .collect()
+}
 
 impl Transport for OnThreads {
     fn broadcast(&mut self, request: &Request) -> Result<Vec<Reply>> {
-        thread::scope(|scope| {
-            let running: Vec<_> = (self.0.iter_mut())
-                .map(|shard| scope.spawn(move || shard.handle(request)))
-                .collect();
-            running.into_iter().enumerate().map(joined).collect()
-        })
+        self.answer(&|_| request)
     }
 
     fn scatter(&mut self, requests: Vec<Request>) -> Result<Vec<Reply>> {
-        thread::scope(|scope| {
-            let running: Vec<_> = (self.0.iter_mut().zip(&requests))
-                .map(|(shard, request)| scope.spawn(move || shard.handle(request)))
-                .collect();
-            running.into_iter().enumerate().map(joined).collect()
-        })
+        let shards: usize = self.0.iter().map(Vec::len).sum();
+        if requests.len() != shards {
+            return Err(Error::Shard(format!(
+                "{} requests for {shards} shards",
+                requests.len()
+            )));
+        }
+        self.answer(&|i| &requests[i])
     }
 }
 
-/// The reply of shard `i`'s thread; a panic there becomes an error.
-fn joined((i, running): (usize, thread::ScopedJoinHandle<'_, Result<Reply>>)) -> Result<Reply> {
-    running
-        .join()
-        .unwrap_or_else(|_| Err(Error::Shard(format!("shard {i}'s thread panicked"))))
-}
-
+// A part of one batch is a list of one range of rows.
+#[allow(clippy::single_range_in_vec_init)]
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::kmeans::{Init, KMeans};
 
-    /// Shards on threads (here CPU shards: the same code as on GPUs) equal one fit.
+    /// Devices on threads, some streaming batches in turn (here CPU shards: the same code as on
+    /// GPUs, where releasing the rows does nothing) equal one fit.
     #[test]
     fn shards_on_threads_fit_as_one() {
         let (n, d) = (301, 3);
@@ -109,19 +214,42 @@ mod tests {
             .map(|i| ((i * 7919) % 101) as f32 / 10.0)
             .collect();
         let data = MatrixView::new(&rows, n, d).unwrap();
+        let placed = |batches: &[&[Range<usize>]]| -> Vec<Placement> {
+            (batches.iter())
+                .map(|b| Placement {
+                    device: Device::Cpu,
+                    batches: b.to_vec(),
+                })
+                .collect()
+        };
+        let layouts = [
+            placed(&[&[0..75], &[75..150], &[150..225], &[225..301]]),
+            placed(&[
+                &[0..50, 50..51, 51..120],
+                &[120..200],
+                &[200..230, 230..260, 260..301],
+            ]),
+            placed(&[&[0..100, 100..200, 200..301]]),
+        ];
         for params in [
             KMeans::params(9).seed(3),
             KMeans::params(9)
                 .seed(3)
                 .init(Init::KMeansParallel)
                 .n_init(2),
+            KMeans::params(9)
+                .seed(5)
+                .init(Init::RandomPoints)
+                .max_iter(4),
         ] {
             let one = params.clone().device(Device::Cpu).fit(&data).unwrap();
-            let threads = fit(&params, &data, None, &[Device::Cpu; 4]).unwrap();
-            assert_eq!(threads.centroids, one.centroids);
-            assert_eq!(threads.labels, one.labels);
-            assert_eq!(threads.inertia.to_bits(), one.inertia.to_bits());
-            assert_eq!(threads.n_iter, one.n_iter);
+            for placement in &layouts {
+                let split = fit(&params, &data, None, placement).unwrap();
+                assert_eq!(split.centroids, one.centroids);
+                assert_eq!(split.labels, one.labels);
+                assert_eq!(split.inertia.to_bits(), one.inertia.to_bits());
+                assert_eq!(split.n_iter, one.n_iter);
+            }
         }
     }
 
@@ -134,6 +262,18 @@ mod tests {
             .map(|i| ((i * 7919) % 101) as f32 / 10.0 + 0.05)
             .collect();
         let data = MatrixView::new(&rows, n, d).unwrap();
+        // Three devices, two of them streaming batches in turn.
+        let placement: Vec<Placement> = [
+            vec![0..40, 40..41, 41..100],
+            vec![100..180],
+            vec![180..220, 220..257],
+        ]
+        .into_iter()
+        .map(|batches| Placement {
+            device: Device::Cpu,
+            batches,
+        })
+        .collect();
         let integer: Vec<f32> = (0..n).map(|i| (i % 4) as f32).collect();
         let fractional: Vec<f32> = (0..n).map(|i| ((i * 37) % 11) as f32 * 0.173).collect();
         for weights in [&integer, &fractional] {
@@ -158,7 +298,7 @@ mod tests {
                     .device(Device::Cpu)
                     .fit_weighted(&data, weights)
                     .unwrap();
-                let split = fit(&params, &data, Some(weights), &[Device::Cpu; 3]).unwrap();
+                let split = fit(&params, &data, Some(weights), &placement).unwrap();
                 assert_eq!(split.centroids, one.centroids);
                 assert_eq!(split.labels, one.labels);
                 assert_eq!(split.inertia.to_bits(), one.inertia.to_bits());
@@ -167,15 +307,22 @@ mod tests {
             }
         }
         // Bad weights are the single-process fit's errors.
-        let bad = fit(
-            &KMeans::params(2),
-            &data,
-            Some(&[1.0; 3]),
-            &[Device::Cpu; 2],
-        );
+        let bad = fit(&KMeans::params(2), &data, Some(&[1.0; 3]), &placement);
         assert!(
             matches!(bad, Err(Error::SampleWeightCount { .. })),
             "{bad:?}"
         );
+    }
+
+    /// On the CPU (no device memory) every part is resident, whatever the budget.
+    #[test]
+    fn the_cpu_places_every_part_resident() {
+        let rows = vec![0.5f32; 40 * 2];
+        let data = MatrixView::new(&rows, 40, 2).unwrap();
+        let params = KMeans::params(3).memory_budget(1);
+        let placed = place(&params, &data, &[Device::Cpu; 3]).unwrap();
+        let batches: Vec<_> = placed.iter().map(|p| p.batches.clone()).collect();
+        assert_eq!(batches, [vec![0..13], vec![13..26], vec![26..40]]);
+        assert!(placed.iter().all(|p| !p.streamed()));
     }
 }

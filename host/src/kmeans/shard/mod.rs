@@ -54,6 +54,7 @@
 //! # Ok::<(), kmeans_knn::Error>(())
 //! ```
 
+mod batches;
 mod client;
 mod codec;
 mod columns;

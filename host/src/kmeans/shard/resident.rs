@@ -165,6 +165,15 @@ impl Shard {
         self.cell.borrow_owner().backend.describe()
     }
 
+    /// Frees the device's copy of the rows until a request needs them again (a streamed batch
+    /// between its turns; see [`super::batches`]).
+    pub(crate) fn release_rows(&mut self) -> Result<()> {
+        self.cell.with_dependent_mut(|_, fit| match fit {
+            Some(lloyd) => lloyd.release_rows(),
+            None => Ok(()),
+        })
+    }
+
     /// Answers `request` (see [`Request`] for what each one does and returns).
     pub fn handle(&mut self, request: &Request) -> Result<Reply> {
         let held = self.cell.borrow_owner();

@@ -1,0 +1,132 @@
+//! Past a device's memory budget: the rows a device fits cut into batches that take turns on it.
+//! Each batch is a [`Shard`](super::Shard) whose labels, distances and seeding state stay on the
+//! device for the whole fit, while its rows are uploaded for its turn and released after it
+//! ([`Lloyd::release_rows`](crate::backend::Lloyd::release_rows)). Any split gives the same fit
+//! bit for bit (see [`super`]), so a streamed fit equals the resident one and the CPU's.
+
+use crate::backend::Footprint;
+use crate::error::{Error, Result};
+use crate::io::memory::bytes;
+use std::ops::Range;
+
+/// Most batches a device's rows are cut into.
+const MAX_BATCHES: usize = 1 << 16;
+
+/// The batches of `rows` rows of `d` columns on a device with `budget` bytes, given the
+/// footprint of a fit over any number of rows: one batch when they fit resident, else the fewest
+/// whose kept state and the rows of one batch fit; an error naming the least budget that would.
+/// Every batch but the last has the same size and the last is no larger, so each upload fits in
+/// the memory the one before released (the stream-ordered pool keeps it).
+pub(crate) fn plan(
+    rows: usize,
+    d: usize,
+    footprint: &dyn Fn(usize) -> Footprint,
+    budget: usize,
+) -> Result<Vec<Range<usize>>> {
+    // Every batch keeps at most the largest one's state.
+    let need = |batches: usize| {
+        let f = footprint(rows.div_ceil(batches));
+        batches.saturating_mul(f.kept).saturating_add(f.rows)
+    };
+    if need(1) <= budget {
+        return Ok(std::iter::once(0..rows).collect());
+    }
+    let counts = 2..=rows.min(MAX_BATCHES);
+    let Some(count) = counts.clone().find(|&b| need(b) <= budget) else {
+        return Err(Error::invalid(
+            "memory budget",
+            format!(
+                "{} of GPU memory cannot hold a k-means fit of {rows} rows of {d} columns, even \
+                 with the rows streamed in batches: what stays on the GPU (labels, distances, \
+                 seeding state, and per batch the centroids and sums) needs at least {}; give \
+                 that much (--gpu-memory, memory_budget) or fit on the CPU",
+                bytes(budget as u64),
+                bytes(counts.map(need).min().unwrap_or(need(1)) as u64),
+            ),
+        ));
+    };
+    let size = rows.div_ceil(count);
+    Ok((0..rows)
+        .step_by(size)
+        .map(|start| start..(start + size).min(rows))
+        .collect())
+}
+
+// A part of one batch is a list of one range of rows.
+#[allow(clippy::single_range_in_vec_init)]
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// 128 columns; 28 bytes kept per row and 1 MiB per batch.
+    fn footprint(n: usize) -> Footprint {
+        Footprint {
+            rows: n * 512,
+            kept: n * 28 + (1 << 20),
+        }
+    }
+
+    fn need(rows: usize, batches: usize) -> usize {
+        let f = footprint(rows.div_ceil(batches));
+        batches * f.kept + f.rows
+    }
+
+    #[test]
+    fn resident_when_the_rows_fit() {
+        let whole = 1000 * (512 + 28) + (1 << 20);
+        assert_eq!(plan(1000, 128, &footprint, whole).unwrap(), [0..1000]);
+    }
+
+    #[test]
+    fn the_fewest_batches_that_fit_cover_every_row_once() {
+        let rows = 1_000_000;
+        let budget = 200 << 20;
+        let batches = plan(rows, 128, &footprint, budget).unwrap();
+        let count = batches.len();
+        assert!(count >= 2);
+        // Contiguous and in order; all but the last of one size, the last no larger.
+        assert_eq!(batches[0].start, 0);
+        assert_eq!(batches[count - 1].end, rows);
+        assert!(batches.windows(2).all(|w| w[0].end == w[1].start));
+        let size = batches[0].len();
+        assert!(batches[..count - 1].iter().all(|b| b.len() == size));
+        assert!((1..=size).contains(&batches[count - 1].len()));
+        // It fits, and one batch fewer would not.
+        assert!(need(rows, count) <= budget && need(rows, count - 1) > budget);
+    }
+
+    /// Batches of the ceiling size never leave an empty one at the end (9 rows in 4 batches of
+    /// 3 would).
+    #[test]
+    fn no_batch_is_empty() {
+        let small = |n: usize| Footprint {
+            rows: n * 512,
+            kept: n * 4 + 64,
+        };
+        let mut streamed = 0;
+        for rows in 1..200 {
+            for budget in [1500, 3000, 6000] {
+                if let Ok(batches) = plan(rows, 128, &small, budget) {
+                    assert!(batches.iter().all(|b| !b.is_empty()), "{rows}: {batches:?}");
+                    assert_eq!(batches.last().unwrap().end, rows);
+                    streamed += usize::from(batches.len() > 1);
+                }
+            }
+        }
+        assert!(streamed > 200, "{streamed}");
+    }
+
+    #[test]
+    fn a_budget_below_the_kept_state_names_the_least_that_would_do() {
+        let e = plan(1_000_000, 128, &footprint, 20 << 20).unwrap_err();
+        let least = (2..=MAX_BATCHES).map(|b| need(1_000_000, b)).min().unwrap();
+        let text = e.to_string();
+        assert!(
+            text.contains("even with the rows streamed in batches"),
+            "{text}"
+        );
+        assert!(text.contains(&bytes(least as u64)), "{text}");
+        // A budget too small for a single row fails the same way.
+        assert!(plan(1, 1, &footprint, 10).is_err());
+    }
+}

@@ -1,0 +1,199 @@
+//! k-means past the GPU memory budget: rows beyond it take turns on the GPU in batches, and the
+//! fit equals the resident one and the CPU's, bit for bit. Budgets of a few MiB make every path
+//! stream on small shapes.
+
+use kmeans_knn::{Device, Error, GpuSet, Init, KMeans, KMeansModel, KMeansParams, MatrixView};
+use kmeans_knn::{Metric, Precision};
+use kmeans_knn_tests::{assert_same_fit, gpu, lattice, uniform};
+
+/// Budgets from 24 MiB down to under 0.2 MiB, each 15 % below the last.
+fn budgets() -> impl Iterator<Item = usize> {
+    (0..30).map(|i| (24.0 * 1048576.0 * 0.85f64.powi(i)) as usize)
+}
+
+/// The shards a fit ran on (1 for a resident fit), from its device description.
+fn batches(model: &KMeansModel) -> usize {
+    model
+        .device
+        .split_once(" shards on ")
+        .map_or(1, |(count, _)| count.parse().unwrap())
+}
+
+/// Fits `params` on `device` under every budget: each fit equals `cpu` or is refused for its
+/// budget; returns the most batches seen.
+fn under_budgets(
+    case: &str,
+    view: &MatrixView<'_>,
+    params: &KMeansParams,
+    device: Device,
+) -> usize {
+    let cpu = params.clone().device(Device::Cpu).fit(view).unwrap();
+    let mut most = 0;
+    for budget in budgets() {
+        let case = format!("{case}, budget {budget}");
+        match params
+            .clone()
+            .device(device)
+            .memory_budget(budget)
+            .fit(view)
+        {
+            Ok(fit) => {
+                assert_same_fit(&case, &cpu, &fit);
+                most = most.max(batches(&fit));
+            }
+            Err(Error::InvalidParameter {
+                name: "memory budget",
+                ..
+            }) => {}
+            Err(e) => panic!("{case}: {e}"),
+        }
+    }
+    most
+}
+
+fn cases() -> Vec<(&'static str, Vec<f32>, usize, KMeansParams)> {
+    let p = |k| KMeans::params(k).seed(4).max_iter(12);
+    vec![
+        (
+            "k-means++ tiled d=40 k=150",
+            uniform(20_000, 40, 1),
+            40,
+            p(150),
+        ),
+        (
+            "k-means|| small step d=16 k=6",
+            uniform(80_000, 16, 2),
+            16,
+            p(6).init(Init::KMeansParallel),
+        ),
+        (
+            "random points n_init=2, L1",
+            uniform(60_000, 24, 3),
+            24,
+            p(20).init(Init::RandomPoints).n_init(2).metric(Metric::L1),
+        ),
+        (
+            "random labels, ties and duplicates",
+            lattice(60_000, 32, 2, 4),
+            32,
+            p(9).init(Init::RandomLabels),
+        ),
+        (
+            "cosine k-means||",
+            uniform(60_000, 32, 6)
+                .into_iter()
+                .map(|v| v + 0.125)
+                .collect(),
+            32,
+            p(12).metric(Metric::Cosine).init(Init::KMeansParallel),
+        ),
+        (
+            "tf32",
+            uniform(60_000, 40, 5),
+            40,
+            p(64).precision(Precision::Tf32),
+        ),
+    ]
+}
+
+#[test]
+fn streamed_fits_equal_the_resident_fit_and_the_cpu() {
+    let Some(gpu) = gpu("streamed_fits_equal_the_resident_fit_and_the_cpu") else {
+        return;
+    };
+    for (case, data, d, params) in cases() {
+        let view = MatrixView::new(&data, data.len() / d, d).unwrap();
+        let most = under_budgets(case, &view, &params, gpu);
+        assert!(
+            most >= 3,
+            "{case}: no budget streamed in 3 batches or more ({most})"
+        );
+    }
+}
+
+/// A GPU set whose parts each exceed the budget: batches on every part, all equal to the CPU.
+#[test]
+fn a_gpu_set_streams_each_part() {
+    let Some(Device::Cuda(ordinal)) = gpu("a_gpu_set_streams_each_part") else {
+        return;
+    };
+    let set = Device::Gpus(GpuSet::new(&[ordinal, ordinal]).unwrap());
+    let data = uniform(40_000, 40, 6);
+    let view = MatrixView::new(&data, 40_000, 40).unwrap();
+    let params = KMeans::params(50).seed(1).max_iter(10);
+    assert!(under_budgets("gpu set", &view, &params, set) >= 4);
+}
+
+/// Sample weights stream too (units per batch, quantised once); a budget below what stays on the
+/// GPU is refused, naming the least that would do.
+#[test]
+fn weighted_streamed_fits_equal_the_cpu_and_small_budgets_are_refused() {
+    let Some(gpu) = gpu("weighted_streamed_fits_equal_the_cpu_and_small_budgets_are_refused")
+    else {
+        return;
+    };
+    let data = uniform(60_000, 40, 7);
+    let view = MatrixView::new(&data, 60_000, 40).unwrap();
+    let weights: Vec<f32> = (0..60_000)
+        .map(|i| ((i * 37) % 11) as f32 * 0.173)
+        .collect();
+    let params = KMeans::params(40).seed(3).max_iter(8);
+    let cpu = params
+        .clone()
+        .device(Device::Cpu)
+        .fit_weighted(&view, &weights)
+        .unwrap();
+    let mut most = 0;
+    for budget in budgets() {
+        let case = format!("weighted, budget {budget}");
+        match params
+            .clone()
+            .device(gpu)
+            .memory_budget(budget)
+            .fit_weighted(&view, &weights)
+        {
+            Ok(fit) => {
+                assert_same_fit(&case, &cpu, &fit);
+                most = most.max(batches(&fit));
+            }
+            Err(Error::InvalidParameter {
+                name: "memory budget",
+                ..
+            }) => {}
+            Err(e) => panic!("{case}: {e}"),
+        }
+    }
+    assert!(
+        most >= 3,
+        "no budget streamed in 3 batches or more ({most})"
+    );
+    let e = params
+        .device(gpu)
+        .memory_budget(1000)
+        .fit(&view)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("even with the rows streamed in batches"), "{e}");
+}
+
+/// Small shapes for compute-sanitizer (this binary's `sanitize_` filter): seeding over batches
+/// whose rows, staged seeds included, are released and uploaded again between turns.
+#[test]
+fn sanitize_streamed_seeding_and_steps() {
+    let Some(gpu) = gpu("sanitize_streamed_seeding_and_steps") else {
+        return;
+    };
+    let data = uniform(6000, 48, 8);
+    let view = MatrixView::new(&data, 6000, 48).unwrap();
+    for init in [Init::KMeansPlusPlus, Init::KMeansParallel] {
+        let params = KMeans::params(5).seed(2).max_iter(3).init(init);
+        let cpu = params.clone().device(Device::Cpu).fit(&view).unwrap();
+        let fit = params
+            .device(gpu)
+            .memory_budget(900 << 10)
+            .fit(&view)
+            .unwrap();
+        assert!(batches(&fit) >= 2, "{}", fit.device);
+        assert_same_fit("sanitize", &cpu, &fit);
+    }
+}
