@@ -6,6 +6,7 @@
 //! `KnnClassifier` and `Device` are `Send + Sync`; a `KnnIndex` is searched from many threads at
 //! once through `&self`.
 
+use kmeans_knn::kmeans::shard::Shard;
 use kmeans_knn::{
     Device, DistanceMetric, KMeans, KMeansModel, KMeansParams, KnnClassifier, KnnIndex, KnnResult,
     MatrixView, Weights,
@@ -110,4 +111,37 @@ fn sanitize_sixteen_fits_and_searches_at_once_on_the_gpu_equal_each_alone() {
     if let Some(gpu) = gpu("sixteen_fits_and_searches_at_once_on_the_gpu") {
         run_together(gpu);
     }
+}
+
+/// GPU values dropped on a thread that never used the GPU (as a Dask worker drops a shard on its
+/// event loop's thread): their buffers are freed there, and the GPU's next calls, on yet another
+/// thread, work and give the same results.
+#[test]
+fn gpu_values_dropped_on_a_fresh_thread_leave_the_gpu_working() {
+    let Some(device) = gpu("gpu_values_dropped_on_a_fresh_thread_leave_the_gpu_working") else {
+        return;
+    };
+    let (n, d) = (300, 7);
+    let data = uniform(n, d, 3);
+    let params = KMeans::params(4).seed(1);
+    let run = || {
+        let mut shards =
+            vec![Shard::new(MatrixView::from_vec(data.clone(), n, d).unwrap(), 0, device).unwrap()];
+        let model = params.fit_sharded(&mut shards).unwrap();
+        let index = KnnIndex::new(
+            MatrixView::new(&data, n, d).unwrap(),
+            DistanceMetric::SqEuclidean,
+            device,
+        )
+        .unwrap();
+        let found = search(&index, 3);
+        (shards, index, model, found)
+    };
+    let (shards, index, first, first_found) = std::thread::scope(|s| s.spawn(run).join().unwrap());
+    std::thread::spawn(move || drop((shards, index)))
+        .join()
+        .unwrap();
+    let (_, _, again, again_found) = std::thread::scope(|s| s.spawn(run).join().unwrap());
+    assert_eq!(again.centroids, first.centroids);
+    assert_eq!(again_found.indices, first_found.indices);
 }

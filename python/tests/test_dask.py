@@ -189,6 +189,10 @@ def test_local_gpu_cluster_pins_one_gpu_per_worker(monkeypatch):
         with pytest.raises(RuntimeError, match="no CUDA GPU"):
             kd.local_gpu_cluster()
     devices = kd.visible_gpus() if GPUS else ["3", "5"]
+    if not GPUS:
+        # Devices that may not exist here: Dask's GPU monitoring (NVML, where installed) would
+        # look them up at the workers' start and fail.
+        monkeypatch.setenv("DASK_DISTRIBUTED__DIAGNOSTICS__NVML", "False")
     with kd.local_gpu_cluster(devices) as cluster, distributed.Client(cluster) as c:
         seen = c.run(lambda: os.environ["CUDA_VISIBLE_DEVICES"])
         assert sorted(seen.values()) == sorted(devices)

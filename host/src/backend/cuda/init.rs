@@ -460,6 +460,12 @@ pub(crate) struct CudaCandidates<'g> {
     seeder: Option<CudaSeeder>,
 }
 
+impl Drop for CudaCandidates<'_> {
+    fn drop(&mut self) {
+        self.gpu.bind_for_drop();
+    }
+}
+
 impl<'g> CudaCandidates<'g> {
     /// The `units.len()` candidates `points` (row-major, `d` columns).
     pub(crate) fn new(

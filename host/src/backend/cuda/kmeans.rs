@@ -206,6 +206,12 @@ pub(crate) fn footprint(
     }
 }
 
+impl Drop for CudaLloyd<'_> {
+    fn drop(&mut self) {
+        self.gpu.bind_for_drop();
+    }
+}
+
 impl<'a> CudaLloyd<'a> {
     pub(crate) fn new(
         gpu: &'a CudaBackend,

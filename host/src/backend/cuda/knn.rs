@@ -226,6 +226,12 @@ pub(crate) struct CudaKnn {
     prefilter: bool,
 }
 
+impl Drop for CudaKnn {
+    fn drop(&mut self) {
+        self.gpu.bind_for_drop();
+    }
+}
+
 /// How a search selects.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Method {

@@ -43,6 +43,12 @@ pub(crate) struct CudaMiniBatch<'a> {
     shifts: CudaSlice<f64>,
 }
 
+impl Drop for CudaMiniBatch<'_> {
+    fn drop(&mut self) {
+        self.gpu.bind_for_drop();
+    }
+}
+
 impl<'a> CudaMiniBatch<'a> {
     pub(crate) fn new(
         gpu: &'a CudaBackend,

@@ -442,6 +442,17 @@ impl CudaBackend {
             .map_err(|e| cuda(&format!("copying {what} on the GPU"), e))
     }
 
+    /// Makes this GPU's context current on the calling thread before a value frees its device
+    /// buffers. cudarc frees a buffer (`cuMemFreeAsync`) without making its context current, and
+    /// on a thread where it is not (a Dask worker dropping a shard on its event loop's thread, a
+    /// GPU set's buffers dropped on the caller's thread) the free fails, leaks, and the context's
+    /// next call reports `CUDA_ERROR_INVALID_CONTEXT`.
+    pub(crate) fn bind_for_drop(&self) {
+        // SAFETY: the context outlives `self`; making it current has no other effect.
+        let bound = unsafe { cudarc::driver::result::ctx::set_current(self.ctx.cu_ctx()) };
+        self.ctx.record_err(bound);
+    }
+
     /// Shared memory one block may use, in bytes.
     pub(crate) fn max_shared_per_block(&self) -> usize {
         self.info.max_shared_per_block
