@@ -343,7 +343,8 @@ fn fits_over_a_gpu_set_equal_one_gpu_and_the_cpu() {
     let Device::Cuda(ordinal) = gpu else {
         unreachable!("the gate resolves to a GPU")
     };
-    let sets = [vec![ordinal; 2], vec![ordinal; 3]];
+    let mut sets = vec![vec![ordinal; 2], vec![ordinal; 3]];
+    sets.extend(distinct_gpus());
     let mut all = cases();
     all.push((
         "tiled d=40 k=150",
@@ -362,6 +363,7 @@ fn fits_over_a_gpu_set_equal_one_gpu_and_the_cpu() {
             let several = params.clone().device(device).fit(&view).unwrap();
             let case = format!("{case}: {device}");
             assert_same(&case, &cpu, &several, &several.labels);
+            assert_summed_by_nccl(set, &several);
         }
     }
 }
@@ -389,8 +391,37 @@ fn weighted_fits_over_a_gpu_set_equal_the_cpu() {
             .device(Device::Cpu)
             .fit_weighted(&view, &weights)
             .unwrap();
-        let set = Device::Gpus(GpuSet::new(&[ordinal, ordinal]).unwrap());
-        let several = params.device(set).fit_weighted(&view, &weights).unwrap();
-        assert_same("weighted gpu set", &cpu, &several, &several.labels);
+        for set in std::iter::once(vec![ordinal, ordinal]).chain(distinct_gpus()) {
+            let device = Device::Gpus(GpuSet::new(&set).unwrap());
+            let several = params
+                .clone()
+                .device(device)
+                .fit_weighted(&view, &weights)
+                .unwrap();
+            assert_same(
+                &format!("weighted {device}"),
+                &cpu,
+                &several,
+                &several.labels,
+            );
+            assert_summed_by_nccl(&set, &several);
+        }
+    }
+}
+
+/// Every GPU of this machine, when it has two or more.
+fn distinct_gpus() -> Option<Vec<usize>> {
+    Some((0..kmeans_knn::gpu_count()).collect()).filter(|all: &Vec<usize>| all.len() > 1)
+}
+
+/// A set of distinct GPUs adds its sums through NCCL where NCCL is required (the GPU bundle's
+/// machines have it); a set that repeats a GPU adds them on the host.
+fn assert_summed_by_nccl(set: &[usize], model: &KMeansModel) {
+    let distinct = set.iter().collect::<std::collections::BTreeSet<_>>().len() == set.len();
+    let nccl = model.device.contains("sums added by NCCL");
+    if !distinct {
+        assert!(!nccl, "{}", model.device);
+    } else if std::env::var("KMEANS_KNN_REQUIRE_NCCL").is_ok_and(|v| v == "1") {
+        assert!(nccl, "{}", model.device);
     }
 }

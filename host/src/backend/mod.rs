@@ -350,6 +350,23 @@ pub(crate) trait Lloyd: Seeding {
     fn release_rows(&mut self) -> Result<()> {
         Ok(())
     }
+    /// With `hold`, leaves the cluster sums and weights of the next accumulations on the device
+    /// for [`Lloyd::sum_across`] (their [`Partial`] comes back without them). GPUs only.
+    fn hold_sums(&mut self, hold: bool) -> Result<()> {
+        match hold {
+            true => Err(across_gpus_only()),
+            false => Ok(()),
+        }
+    }
+    /// Adds the held sums and weights of the last accumulation over the GPUs of `rank`'s
+    /// communicator (every rank calls it at once); rank 0 gets the totals, the others `None`.
+    fn sum_across(&mut self, _rank: &cuda::nccl::Rank) -> Result<Option<(Vec<i64>, Vec<u64>)>> {
+        Err(across_gpus_only())
+    }
+}
+
+fn across_gpus_only() -> crate::Error {
+    crate::Error::Shard("only GPUs add their sums across devices".into())
 }
 
 /// What a mini-batch step reports, in one round trip.

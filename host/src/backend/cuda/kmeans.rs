@@ -12,6 +12,7 @@ use super::launch::{
     KmeansCentroidsByDimension, KmeansFinalize, KmeansFinalizeSmall, KmeansNormalizeRows,
     KmeansShiftParts, KmeansSmall, KmeansSummary, RowSqNorms,
 };
+use super::nccl::Rank;
 use super::{CudaBackend, Mapped, arg_u32};
 use crate::backend::vocab::{Metric, Precision};
 use crate::backend::{
@@ -57,6 +58,8 @@ pub(crate) struct CudaLloyd<'a> {
     x: Option<CudaSlice<f32>>,
     /// The scratch rows' values, kept on the host while the rows are released.
     scratch_rows: Vec<f32>,
+    /// Whether accumulations leave their sums on the device ([`Lloyd::hold_sums`]).
+    hold_sums: bool,
     /// Every point's units; `None`: one each (the kernels get a null pointer).
     weights: Option<CudaSlice<f32>>,
     x_sq_norms: CudaSlice<f32>,
@@ -273,6 +276,7 @@ impl<'a> CudaLloyd<'a> {
             tf32,
             x: Some(x),
             scratch_rows,
+            hold_sums: false,
             weights: match spec.weights {
                 Some(w) => Some(gpu.upload(w, "sample weights")?),
                 None => None,
@@ -334,6 +338,28 @@ impl<'a> CudaLloyd<'a> {
             self.x = Some(upload_rows(self.gpu, self.host, &self.scratch_rows)?);
         }
         Ok(())
+    }
+
+    /// The cluster sums and weights of the last accumulation (when `read`); the small path's
+    /// are zeroed for the next one (its finalize, which does so otherwise, did not run).
+    fn read_sums(&mut self, read: bool) -> Result<Option<(Vec<i64>, Vec<u64>)>> {
+        let (gpu, kd) = (self.gpu, self.k * self.d);
+        let (sums, counts) = match self.small.as_ref() {
+            Some(small) => (&small.sums, &small.counts),
+            None => (&self.sums.sums, &self.sums.counts),
+        };
+        let read = match read {
+            true => Some((
+                gpu.download(sums, kd, "cluster sums")?,
+                gpu.download(counts, self.k, "cluster counts")?,
+            )),
+            false => None,
+        };
+        if let Some(small) = self.small.as_mut() {
+            gpu.clear(&mut small.sums, "cluster sums")?;
+            gpu.clear(&mut small.counts, "cluster counts")?;
+        }
+        Ok(read)
     }
 
     /// Dynamic shared memory of the exact assign kernel. On sm_80 and later the wide tile gets
@@ -862,27 +888,31 @@ impl Lloyd for CudaLloyd<'_> {
                 self.assign_summary(assign)?
             }
         };
-        let (gpu, kd) = (self.gpu, self.k * self.d);
-        let (sums, counts) = match self.small.as_mut() {
-            Some(small) => {
-                let sums = gpu.download(&small.sums, kd, "cluster sums")?;
-                let counts = gpu.download(&small.counts, self.k, "cluster counts")?;
-                // The small path's sums start every step at zero (its finalize clears them).
-                gpu.clear(&mut small.sums, "cluster sums")?;
-                gpu.clear(&mut small.counts, "cluster counts")?;
-                (sums, counts)
-            }
-            None => (
-                gpu.download(&self.sums.sums, kd, "cluster sums")?,
-                gpu.download(&self.sums.counts, self.k, "cluster counts")?,
-            ),
+        let (sums, weights) = match self.hold_sums {
+            true => (Vec::new(), Vec::new()),
+            false => self.read_sums(true)?.expect("read when asked"),
         };
         Ok(Partial {
             sums,
-            weights: counts,
+            weights,
             changed,
             inertia,
         })
+    }
+
+    fn hold_sums(&mut self, hold: bool) -> Result<()> {
+        self.hold_sums = hold;
+        Ok(())
+    }
+
+    fn sum_across(&mut self, rank: &Rank) -> Result<Option<(Vec<i64>, Vec<u64>)>> {
+        let (gpu, kd, k) = (self.gpu, self.k * self.d, self.k);
+        let (sums, counts) = match self.small.as_mut() {
+            Some(small) => (&mut small.sums, &mut small.counts),
+            None => (&mut self.sums.sums, &mut self.sums.counts),
+        };
+        rank.sum_in_place(gpu, sums, kd, counts, k)?;
+        self.read_sums(rank.rank == 0)
     }
 
     fn min_distances(&self) -> Result<Vec<f32>> {

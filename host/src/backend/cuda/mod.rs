@@ -442,6 +442,18 @@ impl CudaBackend {
             .map_err(|e| cuda(&format!("copying {what} on the GPU"), e))
     }
 
+    /// Makes this GPU's context current on the calling thread.
+    pub(crate) fn bind(&self) -> Result<()> {
+        self.ctx
+            .bind_to_thread()
+            .map_err(|e| cuda("making the GPU's context current", e))
+    }
+
+    /// The stream every queued call of this GPU runs on.
+    pub(crate) fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
     /// Makes this GPU's context current on the calling thread before a value frees its device
     /// buffers. cudarc frees a buffer (`cuMemFreeAsync`) without making its context current, and
     /// on a thread where it is not (a Dask worker dropping a shard on its event loop's thread, a

@@ -7,9 +7,11 @@
 //! on the loader's search path, then the `nvidia/nccl/lib` folder of the Python environments
 //! found on this machine. Every entry point in [`ENTRY_POINTS`] is looked up at load.
 
+use super::CudaBackend;
 use crate::error::{Error, Result};
+use cudarc::driver::{CudaSlice, DevicePtrMut};
 use libloading::Library;
-use std::ffi::{OsStr, c_int};
+use std::ffi::{CStr, OsStr, c_char, c_int, c_void};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
@@ -36,10 +38,44 @@ pub const ENTRY_POINTS: &[&str] = &[
 const INSTALL: &str = "install NCCL 2.18 or later (e.g. `pip install nvidia-nccl-cu12`), \
                        or name the library with KMEANS_KNN_NCCL";
 
+/// `ncclUniqueId`: what the ranks of a communicator share to find each other.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct UniqueId([c_char; 128]);
+
+/// `ncclComm_t`.
+type RawComm = *mut c_void;
+
+/// `ncclInt64`, `ncclUint64` (`ncclDataType_t`) and `ncclSum` (`ncclRedOp_t`).
+const INT64: c_int = 4;
+const UINT64: c_int = 5;
+const SUM: c_int = 0;
+
+/// The entry points a GPU set calls, resolved at load.
+struct Api {
+    get_error_string: unsafe extern "C" fn(c_int) -> *const c_char,
+    get_unique_id: unsafe extern "C" fn(*mut UniqueId) -> c_int,
+    comm_init_rank: unsafe extern "C" fn(*mut RawComm, c_int, UniqueId, c_int) -> c_int,
+    comm_destroy: unsafe extern "C" fn(RawComm) -> c_int,
+    #[allow(clippy::type_complexity)]
+    all_reduce: unsafe extern "C" fn(
+        *const c_void,
+        *mut c_void,
+        usize,
+        c_int,
+        c_int,
+        RawComm,
+        cudarc::driver::sys::CUstream,
+    ) -> c_int,
+    group_start: unsafe extern "C" fn() -> c_int,
+    group_end: unsafe extern "C" fn() -> c_int,
+}
+
 /// A loaded NCCL library.
 pub struct Nccl {
     /// Held for the life of the process: the entry points are resolved from it.
     _lib: Library,
+    api: Api,
     /// The file it was loaded from, or the name the dynamic loader resolved.
     pub path: PathBuf,
     /// `major × 10000 + minor × 100 + patch`, as `ncclGetVersion` reports it.
@@ -176,11 +212,150 @@ fn check(lib: Library, path: &Path) -> std::result::Result<Nccl, String> {
             Nccl::version_text(MIN_NCCL_VERSION)
         ));
     }
+    // SAFETY: each symbol has the C signature of its field (NCCL 2.18's `nccl.h`), and the
+    // pointers are used only while `lib`, kept beside them in `Nccl`, stays loaded.
+    let api = unsafe {
+        Api {
+            get_error_string: *lib.get(b"ncclGetErrorString").map_err(|e| e.to_string())?,
+            get_unique_id: *lib.get(b"ncclGetUniqueId").map_err(|e| e.to_string())?,
+            comm_init_rank: *lib.get(b"ncclCommInitRank").map_err(|e| e.to_string())?,
+            comm_destroy: *lib.get(b"ncclCommDestroy").map_err(|e| e.to_string())?,
+            all_reduce: *lib.get(b"ncclAllReduce").map_err(|e| e.to_string())?,
+            group_start: *lib.get(b"ncclGroupStart").map_err(|e| e.to_string())?,
+            group_end: *lib.get(b"ncclGroupEnd").map_err(|e| e.to_string())?,
+        }
+    };
     Ok(Nccl {
         _lib: lib,
+        api,
         path: path.to_path_buf(),
         version,
     })
+}
+
+impl Nccl {
+    /// `rc` as a result; an error names `what` and NCCL's reason.
+    fn check(&self, rc: c_int, what: &str) -> Result<()> {
+        if rc == 0 {
+            return Ok(());
+        }
+        // SAFETY: ncclGetErrorString returns a static NUL-terminated string for any code.
+        let reason = unsafe { CStr::from_ptr((self.api.get_error_string)(rc)) };
+        Err(Error::Cuda {
+            context: what.into(),
+            message: format!("NCCL error {rc}: {}", reason.to_string_lossy()),
+        })
+    }
+}
+
+/// One GPU's rank in an NCCL communicator over the GPUs of a set.
+pub(crate) struct Rank {
+    nccl: &'static Nccl,
+    comm: RawComm,
+    /// This GPU's place in the set (0: the rank that reads the totals back).
+    pub(crate) rank: usize,
+}
+
+// SAFETY: an NCCL communicator may be used from any thread, one thread at a time; `Rank` is
+// used through `&mut` or by the one thread of its GPU.
+unsafe impl Send for Rank {}
+unsafe impl Sync for Rank {}
+
+impl Rank {
+    /// A communicator over `gpus` (distinct GPUs of this process), one rank each in order. The
+    /// ranks join on a thread each, as NCCL asks of ranks in one process without a group call.
+    /// NVLink multicast stays off (`NCCL_NVLS_ENABLE=0` unless set otherwise).
+    pub(crate) fn for_gpus(gpus: &[&CudaBackend]) -> Result<Vec<Rank>> {
+        let nccl = Nccl::shared()?;
+        if std::env::var_os("NCCL_NVLS_ENABLE").is_none() {
+            // SAFETY: NCCL reads its variables when a communicator is made, below; no other
+            // thread of this library reads or writes the environment meanwhile.
+            unsafe { std::env::set_var("NCCL_NVLS_ENABLE", "0") };
+        }
+        let mut id = UniqueId([0; 128]);
+        // SAFETY: writes the 128-byte id.
+        nccl.check(
+            unsafe { (nccl.api.get_unique_id)(&mut id) },
+            "making an NCCL id",
+        )?;
+        let ranks = gpus.len() as c_int;
+        std::thread::scope(|scope| {
+            let joining: Vec<_> = (gpus.iter().enumerate())
+                .map(|(rank, gpu)| {
+                    scope.spawn(move || -> Result<Rank> {
+                        gpu.bind()?;
+                        let mut comm: RawComm = std::ptr::null_mut();
+                        // SAFETY: every rank gets the same id and count, and its own rank, on
+                        // a thread with its GPU's context current.
+                        let rc = unsafe {
+                            (nccl.api.comm_init_rank)(&mut comm, ranks, id, rank as c_int)
+                        };
+                        nccl.check(rc, "joining an NCCL communicator")?;
+                        Ok(Rank { nccl, comm, rank })
+                    })
+                })
+                .collect();
+            (joining.into_iter())
+                .map(|j| {
+                    j.join().unwrap_or_else(|_| {
+                        Err(Error::Shard("a thread joining NCCL panicked".into()))
+                    })
+                })
+                .collect()
+        })
+    }
+
+    /// Sums `sums` and `weights` (their first `sums_len` and `weights_len` elements) over every
+    /// rank, in place, queued on `gpu`'s stream. Every rank must call it with the same lengths.
+    pub(crate) fn sum_in_place(
+        &self,
+        gpu: &CudaBackend,
+        sums: &mut CudaSlice<i64>,
+        sums_len: usize,
+        weights: &mut CudaSlice<u64>,
+        weights_len: usize,
+    ) -> Result<()> {
+        gpu.bind()?;
+        let stream = gpu.stream();
+        let (s, _s) = sums.device_ptr_mut(stream);
+        let (w, _w) = weights.device_ptr_mut(stream);
+        let api = &self.nccl.api;
+        let what = "adding the cluster sums across GPUs (NCCL)";
+        // SAFETY: both buffers hold at least the lengths given and live until the all-reduces
+        // are done (the caller reads them back on the same stream); the group queues both.
+        unsafe {
+            self.nccl.check((api.group_start)(), what)?;
+            let a = (api.all_reduce)(
+                s as *const c_void,
+                s as *mut c_void,
+                sums_len,
+                INT64,
+                SUM,
+                self.comm,
+                stream.cu_stream(),
+            );
+            let b = (api.all_reduce)(
+                w as *const c_void,
+                w as *mut c_void,
+                weights_len,
+                UINT64,
+                SUM,
+                self.comm,
+                stream.cu_stream(),
+            );
+            let end = (api.group_end)();
+            self.nccl.check(a, what)?;
+            self.nccl.check(b, what)?;
+            self.nccl.check(end, what)
+        }
+    }
+}
+
+impl Drop for Rank {
+    fn drop(&mut self) {
+        // SAFETY: the communicator is this rank's and is not used after this.
+        unsafe { (self.nccl.api.comm_destroy)(self.comm) };
+    }
 }
 
 #[cfg(test)]

@@ -27,6 +27,37 @@ pub trait Transport {
     fn broadcast(&mut self, request: &Request) -> Result<Vec<Reply>>;
     /// Sends `requests[i]` to shard `i`; returns their replies in shard order.
     fn scatter(&mut self, requests: Vec<Request>) -> Result<Vec<Reply>>;
+    /// The [`Reply::Partial`]s of the `shards` shards to `request` (a [`Request::Step`] or
+    /// [`Request::Accumulate`]) added up, for `k` clusters of `d` dimensions. By default the
+    /// client adds up every shard's reply; a transport whose shards add their sums among
+    /// themselves (a GPU set, through NCCL) answers with the total.
+    fn partial(&mut self, request: &Request, shards: usize, k: usize, d: usize) -> Result<Partial> {
+        add_partials(self.broadcast(request)?, shards, k, d)
+    }
+}
+
+/// The sum of `shards` replies that are each a [`Reply::Partial`] of `k` clusters of `d`
+/// dimensions.
+pub(crate) fn add_partials(
+    replies: Vec<Reply>,
+    shards: usize,
+    k: usize,
+    d: usize,
+) -> Result<Partial> {
+    if replies.len() != shards {
+        return Err(Error::Shard(format!(
+            "{} replies from {shards} shards",
+            replies.len()
+        )));
+    }
+    let mut total = Partial::zeros(k, d);
+    for (i, reply) in replies.into_iter().enumerate() {
+        match reply {
+            Reply::Partial(p) if p.sums.len() == k * d && p.weights.len() == k => total.merge(&p),
+            _ => return Err(unexpected(i, "Step")),
+        }
+    }
+    Ok(total)
 }
 
 /// A transport to shards held in this process (for tests, and as the reference of what a
@@ -310,18 +341,7 @@ impl Sharded<'_> {
         } else {
             Request::Accumulate
         };
-        let mut total = Partial::zeros(self.k, self.d);
-        for (i, reply) in self.broadcast(&request)?.into_iter().enumerate() {
-            match reply {
-                Reply::Partial(p)
-                    if p.sums.len() == total.sums.len() && p.weights.len() == self.k =>
-                {
-                    total.merge(&p)
-                }
-                _ => return Err(unexpected(i, "Step")),
-            }
-        }
-        Ok(total)
+        (self.transport.borrow_mut()).partial(&request, self.shards(), self.k, self.d)
     }
 
     /// Finishes a merged partial into the next centroids; returns the empty clusters.

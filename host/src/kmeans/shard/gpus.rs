@@ -8,12 +8,16 @@
 //! a streamed batch. Sample weights are quantised here, from all of them, as a single-process fit
 //! does; each shard gets its rows' units.
 
-use super::{Reply, Request, Shard, Transport, batches, client};
+use super::client::add_partials;
+use super::{Partial, Reply, Request, Shard, Transport, batches, client};
+use crate::backend::cuda::CudaBackend;
+use crate::backend::cuda::nccl::{Nccl, Rank};
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::kmeans::weights::Weighting;
 use crate::kmeans::{KMeansModel, KMeansParams};
 use crate::matrix::MatrixView;
+use std::collections::BTreeSet;
 use std::ops::Range;
 use std::thread;
 
@@ -108,7 +112,9 @@ pub(crate) fn fit(
         }
         groups.push(shards);
     }
-    let mut transport = OnThreads(groups);
+    let ranks = nccl_ranks(placed);
+    let summed_by = ranks.as_ref().map(|_| Nccl::shared().map(|n| n.version));
+    let mut transport = OnThreads { groups, ranks };
     let mut model = super::fit(params, &mut transport, weights.as_ref())?;
     let mut labels = Vec::with_capacity(n);
     for (i, reply) in transport
@@ -125,13 +131,41 @@ pub(crate) fn fit(
     if placed.iter().any(Placement::streamed) {
         model.device += ", streamed past the memory budget";
     }
+    if let Some(Ok(version)) = summed_by {
+        model.device += &format!(", sums added by NCCL {}", Nccl::version_text(version));
+    }
     Ok(model)
+}
+
+/// An NCCL communicator over the GPUs of `placed` when they are two or more distinct GPUs, each
+/// holding its rows resident, and NCCL is installed; otherwise (or when NCCL cannot start) the
+/// client adds the sums on the host, which gives the same result.
+fn nccl_ranks(placed: &[Placement]) -> Option<Vec<Rank>> {
+    let ordinals: Vec<usize> = (placed.iter())
+        .map(|p| match p.device {
+            Device::Cuda(o) if !p.streamed() => Some(o),
+            _ => None,
+        })
+        .collect::<Option<_>>()?;
+    let distinct: BTreeSet<usize> = ordinals.iter().copied().collect();
+    if ordinals.len() < 2 || distinct.len() != ordinals.len() {
+        return None;
+    }
+    let gpus: Vec<_> = (ordinals.iter())
+        .map(|&o| CudaBackend::shared(o))
+        .collect::<Result<_>>()
+        .ok()?;
+    Rank::for_gpus(&gpus.iter().map(|g| g.as_ref()).collect::<Vec<_>>()).ok()
 }
 
 /// Shards in this process, a group per device: the groups answer at the same time, each on a
 /// thread of its own, and the shards of a group one after another. In a group of several (a
-/// streamed device) a shard's rows are on the device only for its turn.
-struct OnThreads(Vec<Vec<Shard>>);
+/// streamed device) a shard's rows are on the device only for its turn. With `ranks` (one shard
+/// per GPU, see [`nccl_ranks`]) the GPUs add a step's sums among themselves.
+struct OnThreads {
+    groups: Vec<Vec<Shard>>,
+    ranks: Option<Vec<Rank>>,
+}
 
 impl OnThreads {
     /// The replies of every shard, in order, to the request `request_for(shard)`.
@@ -139,27 +173,40 @@ impl OnThreads {
         &mut self,
         request_for: &(dyn Fn(usize) -> &'r Request + Sync),
     ) -> Result<Vec<Reply>> {
-        thread::scope(|scope| {
-            let mut first = 0;
-            let running: Vec<_> = (self.0.iter_mut())
-                .map(|group| {
-                    let start = first;
-                    first += group.len();
-                    scope.spawn(move || turns(group, start, request_for))
-                })
-                .collect();
-            let mut replies = Vec::new();
-            for (device, running) in running.into_iter().enumerate() {
-                let answered = running.join().unwrap_or_else(|_| {
+        let mut first = 0;
+        let starts: Vec<usize> = (self.groups.iter())
+            .map(|g| {
+                first += g.len();
+                first - g.len()
+            })
+            .collect();
+        let answered = on_each(&mut self.groups, |device, group| {
+            turns(group, starts[device], request_for)
+        })?;
+        Ok(answered.into_iter().flatten().collect())
+    }
+}
+
+/// `work(i, group)` for every group at once, a thread each; the results in order.
+fn on_each<T: Send>(
+    groups: &mut [Vec<Shard>],
+    work: impl Fn(usize, &mut Vec<Shard>) -> Result<T> + Sync,
+) -> Result<Vec<T>> {
+    thread::scope(|scope| {
+        let work = &work;
+        let running: Vec<_> = (groups.iter_mut().enumerate())
+            .map(|(i, group)| scope.spawn(move || work(i, group)))
+            .collect();
+        (running.into_iter().enumerate())
+            .map(|(device, running)| {
+                running.join().unwrap_or_else(|_| {
                     Err(Error::Shard(format!(
                         "the thread of device {device} panicked"
                     )))
-                });
-                replies.extend(answered?);
-            }
-            Ok(replies)
-        })
-    }
+                })
+            })
+            .collect()
+    })
 }
 
 /// The replies of `group`'s shards (`start..` in the whole order) in turn; in a group of several,
@@ -187,7 +234,7 @@ impl Transport for OnThreads {
     }
 
     fn scatter(&mut self, requests: Vec<Request>) -> Result<Vec<Reply>> {
-        let shards: usize = self.0.iter().map(Vec::len).sum();
+        let shards: usize = self.groups.iter().map(Vec::len).sum();
         if requests.len() != shards {
             return Err(Error::Shard(format!(
                 "{} requests for {shards} shards",
@@ -195,6 +242,35 @@ impl Transport for OnThreads {
             )));
         }
         self.answer(&|i| &requests[i])
+    }
+
+    /// With NCCL, every GPU accumulates and keeps its sums; once all have (so that none waits
+    /// in the all-reduce for one that failed), they add them up on the devices and the first
+    /// reads the totals back: `k × d` sums cross PCIe once per step, not once per GPU.
+    fn partial(&mut self, request: &Request, shards: usize, k: usize, d: usize) -> Result<Partial> {
+        let Some(ranks) = &self.ranks else {
+            return add_partials(self.broadcast(request)?, shards, k, d);
+        };
+        let held = on_each(&mut self.groups, |_, group| {
+            group[0].accumulate_held(request)
+        })?;
+        let mut total = Partial::zeros(0, 0);
+        for (i, reply) in held.into_iter().enumerate() {
+            match reply {
+                Reply::Partial(p) if p.sums.is_empty() && p.weights.is_empty() => total.merge(&p),
+                _ => return Err(Error::Shard(format!("GPU {i} did not hold its sums"))),
+            }
+        }
+        let summed = on_each(&mut self.groups, |i, group| group[0].sum_across(&ranks[i]))?;
+        match summed.into_iter().next().flatten() {
+            Some((sums, weights)) if sums.len() == k * d && weights.len() == k => {
+                (total.sums, total.weights) = (sums, weights);
+                Ok(total)
+            }
+            _ => Err(Error::Shard(
+                "the first GPU did not read the sums back".into(),
+            )),
+        }
     }
 }
 

@@ -4,6 +4,7 @@
 use super::Tally;
 use super::protocol::{Prepare, Reply, Request};
 use super::{Moments, column_max_abs};
+use crate::backend::cuda::nccl::Rank;
 use crate::backend::{Backend, Layout, Lloyd, LloydSpec, Picks, Seeds};
 use crate::device::Device;
 use crate::error::{Error, Result};
@@ -171,6 +172,28 @@ impl Shard {
         self.cell.with_dependent_mut(|_, fit| match fit {
             Some(lloyd) => lloyd.release_rows(),
             None => Ok(()),
+        })
+    }
+
+    /// Answers `request` (a [`Request::Step`] or [`Request::Accumulate`]) leaving the cluster
+    /// sums and weights on the device for [`Shard::sum_across`]: its partial comes without them.
+    pub(crate) fn accumulate_held(&mut self, request: &Request) -> Result<Reply> {
+        self.with_fit(|lloyd| lloyd.hold_sums(true))?;
+        let reply = self.handle(request);
+        self.with_fit(|lloyd| lloyd.hold_sums(false))?;
+        reply
+    }
+
+    /// Adds the sums and weights held by [`Shard::accumulate_held`] over the GPUs of `rank`'s
+    /// communicator (every shard of it at once); rank 0 gets the totals.
+    pub(crate) fn sum_across(&mut self, rank: &Rank) -> Result<Option<(Vec<i64>, Vec<u64>)>> {
+        self.with_fit(|lloyd| lloyd.sum_across(rank))
+    }
+
+    fn with_fit<T>(&mut self, f: impl FnOnce(&mut dyn Lloyd) -> Result<T>) -> Result<T> {
+        self.cell.with_dependent_mut(|_, fit| match fit {
+            Some(lloyd) => f(lloyd.as_mut()),
+            None => Err(Error::Shard("no fit is prepared on this shard".into())),
         })
     }
 
