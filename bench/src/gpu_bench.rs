@@ -345,6 +345,7 @@ fn gpu_set_rows(
             case.n,
             t1 / ts
         );
+        println!("      fitted on {}", ms.device);
         if let Some(f) = json.as_deref_mut() {
             let row = serde_json::json!({"case": case.name, "gpus": set.to_string(),
                 "step_ms_one": t1, "step_ms_set": ts, "identical": same});

@@ -2,11 +2,12 @@
 //! rows beyond one GPU's memory budget: the rows are cut into one contiguous part per GPU, and a
 //! part the GPU's budget cannot hold resident into batches ([`super::batches`]). Each part and
 //! batch is a shard; every GPU answers each request on a thread of its own (so the GPUs compute
-//! at the same time), its batches one after another, and the sharded client adds up their exact
-//! partial sums on the host. The fit therefore equals, bit for bit, the fit on one GPU and on the
-//! CPU, and only `k × d` sums and `k` weights per shard cross PCIe per step, besides the rows of
-//! a streamed batch. Sample weights are quantised here, from all of them, as a single-process fit
-//! does; each shard gets its rows' units.
+//! at the same time), its batches one after another. A step's exact partial sums are added by an
+//! NCCL all-reduce on the devices when the GPUs are distinct and hold their rows resident (the
+//! first GPU reads the totals back), otherwise by the sharded client on the host. Either way the
+//! fit equals, bit for bit, the fit on one GPU and on the CPU: integer sums add up to the same
+//! totals in any order. Sample weights are quantised here, from all of them, as a
+//! single-process fit does; each shard gets its rows' units.
 
 use super::client::add_partials;
 use super::{Partial, Reply, Request, Shard, Transport, batches, client};
@@ -17,8 +18,9 @@ use crate::error::{Error, Result};
 use crate::kmeans::weights::Weighting;
 use crate::kmeans::{KMeansModel, KMeansParams};
 use crate::matrix::MatrixView;
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::ops::Range;
+use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::thread;
 
 /// The rows one device holds, in the batches that take turns on it (one when resident).
@@ -137,10 +139,14 @@ pub(crate) fn fit(
     Ok(model)
 }
 
-/// An NCCL communicator over the GPUs of `placed` when they are two or more distinct GPUs, each
-/// holding its rows resident, and NCCL is installed; otherwise (or when NCCL cannot start) the
-/// client adds the sums on the host, which gives the same result.
-fn nccl_ranks(placed: &[Placement]) -> Option<Vec<Rank>> {
+/// The NCCL communicator over the GPUs of `placed` when they are two or more distinct GPUs, each
+/// holding its rows resident, and NCCL is installed; otherwise, or while another fit holds the
+/// communicator of the same GPUs, the client adds the sums on the host, which gives the same
+/// result. A communicator is made on first use and kept for the process's later fits: making one
+/// takes a good part of a second.
+fn nccl_ranks(placed: &[Placement]) -> Option<MutexGuard<'static, Vec<Rank>>> {
+    type Communicators = Mutex<HashMap<Vec<usize>, &'static Mutex<Vec<Rank>>>>;
+    static MADE: OnceLock<Communicators> = OnceLock::new();
     let ordinals: Vec<usize> = (placed.iter())
         .map(|p| match p.device {
             Device::Cuda(o) if !p.streamed() => Some(o),
@@ -151,11 +157,21 @@ fn nccl_ranks(placed: &[Placement]) -> Option<Vec<Rank>> {
     if ordinals.len() < 2 || distinct.len() != ordinals.len() {
         return None;
     }
-    let gpus: Vec<_> = (ordinals.iter())
-        .map(|&o| CudaBackend::shared(o))
-        .collect::<Result<_>>()
-        .ok()?;
-    Rank::for_gpus(&gpus.iter().map(|g| g.as_ref()).collect::<Vec<_>>()).ok()
+    let mut made = MADE.get_or_init(Mutex::default).lock().ok()?;
+    let ranks = match made.get(&ordinals) {
+        Some(&ranks) => ranks,
+        None => {
+            let gpus: Vec<_> = (ordinals.iter())
+                .map(|&o| CudaBackend::shared(o))
+                .collect::<Result<_>>()
+                .ok()?;
+            let ranks = Rank::for_gpus(&gpus.iter().map(|g| g.as_ref()).collect::<Vec<_>>());
+            let ranks: &'static _ = Box::leak(Box::new(Mutex::new(ranks.ok()?)));
+            made.insert(ordinals, ranks);
+            ranks
+        }
+    };
+    ranks.try_lock().ok()
 }
 
 /// Shards in this process, a group per device: the groups answer at the same time, each on a
@@ -164,7 +180,7 @@ fn nccl_ranks(placed: &[Placement]) -> Option<Vec<Rank>> {
 /// per GPU, see [`nccl_ranks`]) the GPUs add a step's sums among themselves.
 struct OnThreads {
     groups: Vec<Vec<Shard>>,
-    ranks: Option<Vec<Rank>>,
+    ranks: Option<MutexGuard<'static, Vec<Rank>>>,
 }
 
 impl OnThreads {
