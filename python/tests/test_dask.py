@@ -5,6 +5,7 @@ With KMEANS_KNN_DASK_GPUS=1 the cluster is `local_gpu_cluster()` (one worker per
 two GPUs) and the fits must run on the GPUs; otherwise three CPU worker processes (device "auto"
 there: a GPU when the machine has one)."""
 
+import contextlib
 import gc
 import os
 import pickle
@@ -12,6 +13,7 @@ import pickle
 import numpy as np
 import pytest
 
+dask = pytest.importorskip("dask")
 da = pytest.importorskip("dask.array")
 distributed = pytest.importorskip("distributed")
 
@@ -189,10 +191,13 @@ def test_local_gpu_cluster_pins_one_gpu_per_worker(monkeypatch):
         with pytest.raises(RuntimeError, match="no CUDA GPU"):
             kd.local_gpu_cluster()
     devices = kd.visible_gpus() if GPUS else ["3", "5"]
-    if not GPUS:
-        # Devices that may not exist here: Dask's GPU monitoring (NVML, where installed) would
-        # look them up at the workers' start and fail.
-        monkeypatch.setenv("DASK_DISTRIBUTED__DIAGNOSTICS__NVML", "False")
-    with kd.local_gpu_cluster(devices) as cluster, distributed.Client(cluster) as c:
+    # Made-up devices may not exist here: Dask's GPU monitoring (NVML, where installed) would
+    # look them up as the workers start, and fail. The nannies hand the workers this config.
+    monitoring = (
+        contextlib.nullcontext()
+        if GPUS
+        else dask.config.set({"distributed.diagnostics.nvml": False})
+    )
+    with monitoring, kd.local_gpu_cluster(devices) as cluster, distributed.Client(cluster) as c:
         seen = c.run(lambda: os.environ["CUDA_VISIBLE_DEVICES"])
         assert sorted(seen.values()) == sorted(devices)
