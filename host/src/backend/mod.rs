@@ -350,6 +350,12 @@ pub(crate) trait Lloyd: Seeding {
     fn release_rows(&mut self) -> Result<()> {
         Ok(())
     }
+    /// Starts uploading the rows released by [`Lloyd::release_rows`] beside the device's other
+    /// work (another batch's step), so that they are there when a request needs them. A backend
+    /// that reads the rows where they lie does nothing.
+    fn prefetch_rows(&mut self) -> Result<()> {
+        Ok(())
+    }
     /// With `hold`, leaves the cluster sums and weights of the next accumulations on the device
     /// for [`Lloyd::sum_across`] (their [`Partial`] comes back without them). GPUs only.
     fn hold_sums(&mut self, hold: bool) -> Result<()> {

@@ -22,7 +22,7 @@ use crate::backend::{
 use crate::backend::{Farthest, Partial, farthest, squared_shift};
 use crate::error::{Error, Result};
 use crate::matrix::MatrixView;
-use cudarc::driver::CudaSlice;
+use cudarc::driver::{CudaEvent, CudaSlice};
 use kernels_gpu::assign::{ASSIGN_WIDE, AssignTile};
 use kernels_gpu::assign_tf32::tf32_grid;
 use kernels_gpu::fixed::{inv_pow2_f64, pow2_f32};
@@ -60,6 +60,9 @@ pub(crate) struct CudaLloyd<'a> {
     scratch_rows: Vec<f32>,
     /// Whether accumulations leave their sums on the device ([`Lloyd::hold_sums`]).
     hold_sums: bool,
+    /// The end of the rows' upload on the copy stream ([`Lloyd::prefetch_rows`]), which the
+    /// compute stream has yet to wait for.
+    rows_ready: Option<CudaEvent>,
     /// Every point's units; `None`: one each (the kernels get a null pointer).
     weights: Option<CudaSlice<f32>>,
     x_sq_norms: CudaSlice<f32>,
@@ -277,6 +280,7 @@ impl<'a> CudaLloyd<'a> {
             x: Some(x),
             scratch_rows,
             hold_sums: false,
+            rows_ready: None,
             weights: match spec.weights {
                 Some(w) => Some(gpu.upload(w, "sample weights")?),
                 None => None,
@@ -336,6 +340,9 @@ impl<'a> CudaLloyd<'a> {
     fn load_rows(&mut self) -> Result<()> {
         if self.x.is_none() {
             self.x = Some(upload_rows(self.gpu, self.host, &self.scratch_rows)?);
+        }
+        if let Some(uploaded) = self.rows_ready.take() {
+            self.gpu.wait_for(&uploaded)?;
         }
         Ok(())
     }
@@ -962,9 +969,25 @@ impl Lloyd for CudaLloyd<'_> {
         self.k
     }
 
+    fn prefetch_rows(&mut self) -> Result<()> {
+        if self.x.is_none() {
+            let (x, uploaded) =
+                self.gpu
+                    .upload_beside(self.host, &self.scratch_rows, "the data")?;
+            (self.x, self.rows_ready) = (Some(x), Some(uploaded));
+        }
+        Ok(())
+    }
+
     fn release_rows(&mut self) -> Result<()> {
-        if let Some(x) = self.x.take() {
+        let Some(x) = self.x.take() else {
+            return Ok(());
+        };
+        // Rows fetched but never used still hold the scratch rows as they were uploaded; their
+        // memory is freed on the copy stream, after the copy.
+        if self.rows_ready.take().is_none() {
             let scratch = self.n * self.d..(self.n + self.scratch) * self.d;
+            // Also waits for every kernel that read the rows, before their memory is freed.
             self.scratch_rows = self.gpu.download_range(&x, scratch, "seeding points")?;
         }
         Ok(())

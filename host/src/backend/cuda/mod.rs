@@ -65,6 +65,9 @@ pub struct CudaBackend {
     staging: Mutex<Option<PinnedHostSlice<u8>>>,
     /// Page-locked memory that rows are uploaded through (made on first use).
     upload_staging: Mutex<Option<staging::UploadStaging>>,
+    /// A non-blocking stream for uploads that overlap the compute stream's work (made on first
+    /// use); work across the two is ordered by explicit events.
+    copies: OnceLock<Arc<CudaStream>>,
     info: GpuInfo,
 }
 
@@ -162,8 +165,18 @@ impl CudaBackend {
             functions: Mutex::default(),
             staging: Mutex::default(),
             upload_staging: Mutex::default(),
+            copies: OnceLock::new(),
             info,
         })
+    }
+
+    /// The copy stream (see `copies`).
+    fn copy_stream(&self) -> Result<&Arc<CudaStream>> {
+        if let Some(copies) = self.copies.get() {
+            return Ok(copies);
+        }
+        let made = (self.ctx.new_stream()).map_err(|e| cuda("creating a copy stream", e))?;
+        Ok(self.copies.get_or_init(|| made))
     }
 
     /// What the driver reports about this GPU.

@@ -5,7 +5,9 @@
 
 use super::{CudaBackend, cuda};
 use crate::error::Result;
-use cudarc::driver::{CudaContext, CudaEvent, CudaSlice, DevicePtrMut, PinnedHostSlice, result};
+use cudarc::driver::{
+    CudaContext, CudaEvent, CudaSlice, CudaStream, DevicePtrMut, PinnedHostSlice, result,
+};
 use rayon::prelude::*;
 use std::sync::Arc;
 
@@ -46,6 +48,53 @@ impl CudaBackend {
         at: usize,
         what: &str,
     ) -> Result<()> {
+        self.write_rows_on(&self.stream, host, dev, at, what)
+    }
+
+    /// Uploads `host` then `tail` into new device memory on the copy stream, beside whatever the
+    /// compute stream runs meanwhile; returns the memory and the event that marks the copies
+    /// done, which work on the compute stream must wait for
+    /// ([`CudaBackend::wait_for`]). The memory's frees go on the copy stream: free it only once
+    /// the work that read it is done.
+    pub(crate) fn upload_beside(
+        &self,
+        host: &[f32],
+        tail: &[f32],
+        what: &str,
+    ) -> Result<(CudaSlice<f32>, CudaEvent)> {
+        let copies = self.copy_stream()?;
+        let len = host.len() + tail.len();
+        super::injected_oom(what, len * size_of::<f32>())?;
+        // SAFETY: both parts are written below, on the copy stream, before anything reads them.
+        let mut dev = unsafe { copies.alloc::<f32>(len.max(1)) }
+            .map_err(|e| super::alloc_error(what, len * size_of::<f32>(), e))?;
+        self.write_rows_on(copies, host, &mut dev, 0, what)?;
+        let err = |e| cuda(&format!("copying {what} to the GPU"), e);
+        if !tail.is_empty() {
+            copies
+                .memcpy_htod(tail, &mut dev.slice_mut(host.len()..len))
+                .map_err(err)?;
+        }
+        let done = self.ctx.new_event(None).map_err(err)?;
+        done.record(copies).map_err(err)?;
+        Ok((dev, done))
+    }
+
+    /// Makes the compute stream's later work wait for `event`.
+    pub(crate) fn wait_for(&self, event: &CudaEvent) -> Result<()> {
+        self.stream
+            .wait(event)
+            .map_err(|e| cuda("ordering work after an upload", e))
+    }
+
+    fn write_rows_on(
+        &self,
+        stream: &CudaStream,
+        host: &[f32],
+        dev: &mut CudaSlice<f32>,
+        at: usize,
+        what: &str,
+    ) -> Result<()> {
         if host.is_empty() {
             return Ok(());
         }
@@ -61,7 +110,7 @@ impl CudaBackend {
         let staging = staging.as_mut().expect("made above");
         let per_piece = PIECE_BYTES / size_of::<f32>();
         let mut view = dev.slice_mut(at..at + host.len());
-        let (dst, _written) = view.device_ptr_mut(&self.stream);
+        let (dst, _written) = view.device_ptr_mut(stream);
         for (p, piece) in host.chunks(per_piece).enumerate() {
             let slot = p % 2;
             // The copy last queued from this buffer must be done before the CPU refills it (an
@@ -78,9 +127,9 @@ impl CudaBackend {
             let offset = (p * PIECE_BYTES) as u64;
             // SAFETY: source and destination hold `piece.len()` values; the buffer is not
             // written again before `copied[slot]` says this copy is done.
-            unsafe { result::memcpy_htod_async(dst + offset, staged, self.stream.cu_stream()) }
+            unsafe { result::memcpy_htod_async(dst + offset, staged, stream.cu_stream()) }
                 .map_err(err)?;
-            staging.copied[slot].record(&self.stream).map_err(err)?;
+            staging.copied[slot].record(stream).map_err(err)?;
         }
         Ok(())
     }

@@ -225,23 +225,42 @@ fn on_each<T: Send>(
     })
 }
 
-/// The replies of `group`'s shards (`start..` in the whole order) in turn; in a group of several,
-/// each shard releases its rows after its turn.
+/// The replies of `group`'s shards (`start..` in the whole order) in turn. In a group of several
+/// (a streamed device), for requests that read the rows, the next shard's rows go up on the copy
+/// stream while this one computes, and each shard releases its rows after its turn: two
+/// batches' rows are on the device at a time ([`batches::plan`] leaves room for them).
 fn turns<'r>(
     group: &mut [Shard],
     start: usize,
     request_for: &(dyn Fn(usize) -> &'r Request + Sync),
 ) -> Result<Vec<Reply>> {
     let streamed = group.len() > 1;
-    (group.iter_mut().enumerate())
-        .map(|(j, shard)| {
-            let reply = shard.handle(request_for(start + j))?;
-            if streamed {
-                shard.release_rows()?;
-            }
-            Ok(reply)
-        })
-        .collect()
+    let mut replies = Vec::with_capacity(group.len());
+    for j in 0..group.len() {
+        let request = request_for(start + j);
+        let (this, rest) = group.split_at_mut(j + 1);
+        let shard = &mut this[j];
+        let next =
+            (rest.first_mut()).filter(|_| streamed && request_for(start + j + 1).reads_rows());
+        if streamed && request.reads_rows() {
+            shard.prefetch_rows()?;
+        }
+        let (reply, fetched) = thread::scope(|scope| {
+            let fetching = next.map(|next| scope.spawn(move || next.prefetch_rows()));
+            let reply = shard.handle(request);
+            let fetched = fetching.map_or(Ok(()), |f| {
+                f.join()
+                    .unwrap_or_else(|_| Err(Error::Shard("an upload's thread panicked".into())))
+            });
+            (reply, fetched)
+        });
+        replies.push(reply?);
+        fetched?;
+        if streamed {
+            shard.release_rows()?;
+        }
+    }
+    Ok(replies)
 }
 
 impl Transport for OnThreads {

@@ -91,6 +91,21 @@ pub enum Request {
     SeedOwnerCounts { ids: usize },
 }
 
+impl Request {
+    /// Whether answering reads the shard's rows on its device (a pass over them).
+    pub(crate) fn reads_rows(&self) -> bool {
+        matches!(
+            self,
+            Request::Step { .. }
+                | Request::Accumulate
+                | Request::Assign { .. }
+                | Request::SeedNearest { .. }
+                | Request::SeedTrials { .. }
+                | Request::SeedSample { .. }
+        )
+    }
+}
+
 /// A shard's answer.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Reply {

@@ -175,6 +175,15 @@ impl Shard {
         })
     }
 
+    /// Starts uploading the rows released by [`Shard::release_rows`] beside the device's other
+    /// work, for a request that reads them.
+    pub(crate) fn prefetch_rows(&mut self) -> Result<()> {
+        self.cell.with_dependent_mut(|_, fit| match fit {
+            Some(lloyd) => lloyd.prefetch_rows(),
+            None => Ok(()),
+        })
+    }
+
     /// Answers `request` (a [`Request::Step`] or [`Request::Accumulate`]) leaving the cluster
     /// sums and weights on the device for [`Shard::sum_across`]: its partial comes without them.
     pub(crate) fn accumulate_held(&mut self, request: &Request) -> Result<Reply> {
