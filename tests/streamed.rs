@@ -190,7 +190,7 @@ fn sanitize_streamed_seeding_and_steps() {
         let cpu = params.clone().device(Device::Cpu).fit(&view).unwrap();
         let fit = params
             .device(gpu)
-            .memory_budget(900 << 10)
+            .memory_budget(1200 << 10)
             .fit(&view)
             .unwrap();
         assert!(batches(&fit) >= 2, "{}", fit.device);

@@ -188,7 +188,8 @@ pub fn streamed_fit(
         streamed_ms,
         identical,
     };
-    Ok((measured, streamed.device))
+    let fitted = format!("{} ({} iterations)", streamed.device, streamed.n_iter);
+    Ok((measured, fitted))
 }
 
 /// [`step_ms`]'s measure within an optional memory budget, with fewer steps (a streamed step

@@ -112,7 +112,7 @@ def test_streamed_training_rows_equal_the_cpu(budget):
     assert np.array_equal(bits(nn_cpu[0]), bits(nn_gpu[0]))
 
 
-@pytest.mark.parametrize("budget", [6 << 20, 5 << 20])
+@pytest.mark.parametrize("budget", [7 << 20, 6 << 20])
 def test_a_fit_past_the_memory_budget_equals_the_cpu(budget):
     """A memory_budget below the data's size: the rows take turns on the GPU in batches."""
     X = make_blobs(60_000, n_features=32, centers=20, random_state=2)[0].astype(np.float32)
