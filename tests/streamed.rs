@@ -19,24 +19,24 @@ fn batches(model: &KMeansModel) -> usize {
         .map_or(1, |(count, _)| count.parse().unwrap())
 }
 
-/// Fits `params` on `device` under every budget: each fit equals `cpu` or is refused for its
-/// budget; returns the most batches seen.
+/// Fits `params` on `device` (with `weights`, when given) under every budget: each fit equals the
+/// CPU's or is refused for its budget; returns the most batches seen.
 fn under_budgets(
     case: &str,
     view: &MatrixView<'_>,
+    weights: Option<&[f32]>,
     params: &KMeansParams,
     device: Device,
 ) -> usize {
-    let cpu = params.clone().device(Device::Cpu).fit(view).unwrap();
+    let fit = |params: KMeansParams| match weights {
+        Some(w) => params.fit_weighted(view, w),
+        None => params.fit(view),
+    };
+    let cpu = fit(params.clone().device(Device::Cpu)).unwrap();
     let mut most = 0;
     for budget in budgets() {
         let case = format!("{case}, budget {budget}");
-        match params
-            .clone()
-            .device(device)
-            .memory_budget(budget)
-            .fit(view)
-        {
+        match fit(params.clone().device(device).memory_budget(budget)) {
             Ok(fit) => {
                 assert_same_fit(&case, &cpu, &fit);
                 most = most.max(batches(&fit));
@@ -103,7 +103,7 @@ fn streamed_fits_equal_the_resident_fit_and_the_cpu() {
     };
     for (case, data, d, params) in cases() {
         let view = MatrixView::new(&data, data.len() / d, d).unwrap();
-        let most = under_budgets(case, &view, &params, gpu);
+        let most = under_budgets(case, &view, None, &params, gpu);
         assert!(
             most >= 3,
             "{case}: no budget streamed in 3 batches or more ({most})"
@@ -121,7 +121,7 @@ fn a_gpu_set_streams_each_part() {
     let data = uniform(40_000, 40, 6);
     let view = MatrixView::new(&data, 40_000, 40).unwrap();
     let params = KMeans::params(50).seed(1).max_iter(10);
-    assert!(under_budgets("gpu set", &view, &params, set) >= 4);
+    assert!(under_budgets("gpu set", &view, None, &params, set) >= 4);
 }
 
 /// Sample weights stream too (units per batch, quantised once); a budget below what stays on the
@@ -138,31 +138,7 @@ fn weighted_streamed_fits_equal_the_cpu_and_small_budgets_are_refused() {
         .map(|i| ((i * 37) % 11) as f32 * 0.173)
         .collect();
     let params = KMeans::params(40).seed(3).max_iter(8);
-    let cpu = params
-        .clone()
-        .device(Device::Cpu)
-        .fit_weighted(&view, &weights)
-        .unwrap();
-    let mut most = 0;
-    for budget in budgets() {
-        let case = format!("weighted, budget {budget}");
-        match params
-            .clone()
-            .device(gpu)
-            .memory_budget(budget)
-            .fit_weighted(&view, &weights)
-        {
-            Ok(fit) => {
-                assert_same_fit(&case, &cpu, &fit);
-                most = most.max(batches(&fit));
-            }
-            Err(Error::InvalidParameter {
-                name: "memory budget",
-                ..
-            }) => {}
-            Err(e) => panic!("{case}: {e}"),
-        }
-    }
+    let most = under_budgets("weighted", &view, Some(&weights), &params, gpu);
     assert!(
         most >= 3,
         "no budget streamed in 3 batches or more ({most})"
