@@ -113,15 +113,16 @@ mod tests {
     use super::*;
 
     /// The merge over parts (here on the CPU: the same code as on GPUs) equals one index, with
-    /// ties across parts (a lattice) and k above a part's rows.
+    /// ties across parts (a lattice), k above a part's rows, and queries enough for several of
+    /// the merge's parallel blocks.
     #[test]
     fn parts_answer_as_one_index() {
-        let (n, d) = (50, 2);
+        let (n, d, m) = (50, 2, 600);
         let train: Vec<f32> = (0..n * d).map(|i| ((i * 7) % 5) as f32).collect();
-        let queries: Vec<f32> = (0..8 * d).map(|i| ((i * 3) % 4) as f32 * 0.7).collect();
+        let queries: Vec<f32> = (0..m * d).map(|i| ((i * 3) % 7) as f32 * 0.7).collect();
         let (train, queries) = (
             MatrixView::new(&train, n, d).unwrap(),
-            MatrixView::new(&queries, 8, d).unwrap(),
+            MatrixView::new(&queries, m, d).unwrap(),
         );
         let classes: Vec<u32> = (0..n as u32).map(|i| i % 3).collect();
         let weights: Vec<f32> = (0..n).map(|i| 1.0 / (1 + i % 4) as f32).collect();
