@@ -14,24 +14,57 @@ use std::time::Instant;
 /// Steps timed per fit pair.
 const STEPS: usize = 10;
 
+/// Steps timed per fit pair of a streamed fit (a streamed step takes seconds at the sizes that
+/// stream).
+const STREAMED_STEPS: usize = 3;
+
+/// Wall ms of a fit of `iters` Lloyd steps from `centroids` with `tol = 0` (within `budget`
+/// bytes of device memory when given), and the model.
 fn fit_ms(
     x: &MatrixView<'_>,
     centroids: &[f32],
     k: usize,
     iters: usize,
     device: Device,
+    budget: Option<usize>,
 ) -> kmeans_knn::Result<(f64, KMeansModel)> {
     let params = KMeans::params(k)
         .init(Init::Centroids(centroids.to_vec()))
         .max_iter(iters)
         .tol(0.0)
         .device(device);
+    let params = match budget {
+        Some(b) => params.memory_budget(b),
+        None => params,
+    };
     let start = Instant::now();
     let model = params.fit(x.clone())?;
     Ok((start.elapsed().as_secs_f64() * 1e3, model))
 }
 
-/// Median ms per Lloyd step of `case` on `device`, and the last fit (for the identity check).
+/// Median ms per Lloyd step, `(fit(1 + steps) − fit(1)) / steps` over `reps` pairs of fits
+/// (see [`fit_ms`]), and the last fit (for the identity check).
+fn steps_ms(
+    x: &MatrixView<'_>,
+    centroids: &[f32],
+    k: usize,
+    device: Device,
+    budget: Option<usize>,
+    steps: usize,
+    reps: usize,
+) -> kmeans_knn::Result<(f64, KMeansModel)> {
+    let mut times = Vec::new();
+    let mut last = None;
+    for _ in 0..reps.max(1) {
+        let (one, _) = fit_ms(x, centroids, k, 1, device, budget)?;
+        let (many, model) = fit_ms(x, centroids, k, 1 + steps, device, budget)?;
+        times.push((many - one) / steps as f64);
+        last = Some(model);
+    }
+    Ok((median(times), last.expect("one repetition")))
+}
+
+/// Median ms per Lloyd step of `case` on `device` (after an untimed fit), and the last fit.
 pub fn step_ms(
     case: &Case,
     x: &MatrixView<'_>,
@@ -39,16 +72,8 @@ pub fn step_ms(
     device: Device,
     reps: usize,
 ) -> kmeans_knn::Result<(f64, KMeansModel)> {
-    fit_ms(x, centroids, case.k, 1, device)?;
-    let mut steps = Vec::new();
-    let mut last = None;
-    for _ in 0..reps.max(1) {
-        let (one, _) = fit_ms(x, centroids, case.k, 1, device)?;
-        let (many, model) = fit_ms(x, centroids, case.k, 1 + STEPS, device)?;
-        steps.push((many - one) / STEPS as f64);
-        last = Some(model);
-    }
-    Ok((median(steps), last.expect("one repetition")))
+    fit_ms(x, centroids, case.k, 1, device, None)?;
+    steps_ms(x, centroids, case.k, device, None, STEPS, reps)
 }
 
 /// Median ms of a whole kNN search of `case` (index made once) on `device`, and its indices.
@@ -170,11 +195,20 @@ pub fn streamed_fit(
     let pageable = upload_ms(device, &data, 1 << 28, Upload::Pageable, reps)?;
     let bytes = (n * d * 4) as f64;
     let resident = if bytes <= 16e9 {
-        Some(step_ms_on(&x, centroids, k, device, None, reps)?)
+        Some(steps_ms(
+            &x,
+            centroids,
+            k,
+            device,
+            None,
+            STREAMED_STEPS,
+            reps,
+        )?)
     } else {
         None
     };
-    let (streamed_ms, streamed) = step_ms_on(&x, centroids, k, device, Some(budget), reps)?;
+    let (streamed_ms, streamed) =
+        steps_ms(&x, centroids, k, device, Some(budget), STREAMED_STEPS, reps)?;
     let streamed_past = streamed.device.contains("streamed past the memory budget");
     let identical = streamed_past
         && resident
@@ -190,39 +224,4 @@ pub fn streamed_fit(
     };
     let fitted = format!("{} ({} iterations)", streamed.device, streamed.n_iter);
     Ok((measured, fitted))
-}
-
-/// [`step_ms`]'s measure within an optional memory budget, with fewer steps (a streamed step
-/// takes seconds at the sizes that stream).
-fn step_ms_on(
-    x: &MatrixView<'_>,
-    centroids: &[f32],
-    k: usize,
-    device: Device,
-    budget: Option<usize>,
-    reps: usize,
-) -> kmeans_knn::Result<(f64, KMeansModel)> {
-    const STREAMED_STEPS: usize = 3;
-    let fit = |iters: usize| -> kmeans_knn::Result<(f64, KMeansModel)> {
-        let params = KMeans::params(k)
-            .init(Init::Centroids(centroids.to_vec()))
-            .max_iter(iters)
-            .tol(0.0)
-            .device(device);
-        let params = match budget {
-            Some(b) => params.memory_budget(b),
-            None => params,
-        };
-        let start = Instant::now();
-        let model = params.fit(x.clone())?;
-        Ok((start.elapsed().as_secs_f64() * 1e3, model))
-    };
-    let (mut steps, mut last) = (Vec::new(), None);
-    for _ in 0..reps.max(1) {
-        let (one, _) = fit(1)?;
-        let (many, model) = fit(1 + STREAMED_STEPS)?;
-        steps.push((many - one) / STREAMED_STEPS as f64);
-        last = Some(model);
-    }
-    Ok((median(steps), last.expect("one repetition")))
 }
