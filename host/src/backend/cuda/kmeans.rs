@@ -262,7 +262,7 @@ impl<'a> CudaLloyd<'a> {
             d * by_dimension_cols(k)
         };
         let scratch_rows = vec![0.0; scratch * d];
-        let x = upload_rows(gpu, data.as_slice(), &scratch_rows)?;
+        let x = gpu.upload_rows(data.as_slice(), &scratch_rows, "the data")?;
         let mut lloyd = CudaLloyd {
             gpu,
             host: data.as_slice(),
@@ -339,7 +339,10 @@ impl<'a> CudaLloyd<'a> {
     /// Uploads the rows again after [`Lloyd::release_rows`], the scratch rows as they were.
     fn load_rows(&mut self) -> Result<()> {
         if self.x.is_none() {
-            self.x = Some(upload_rows(self.gpu, self.host, &self.scratch_rows)?);
+            self.x = Some(
+                self.gpu
+                    .upload_rows(self.host, &self.scratch_rows, "the data")?,
+            );
         }
         if let Some(uploaded) = self.rows_ready.take() {
             self.gpu.wait_for(&uploaded)?;
@@ -992,15 +995,6 @@ impl Lloyd for CudaLloyd<'_> {
         }
         Ok(())
     }
-}
-
-/// The points `host` followed by the scratch rows `scratch`, in new device memory.
-fn upload_rows(gpu: &CudaBackend, host: &[f32], scratch: &[f32]) -> Result<CudaSlice<f32>> {
-    // SAFETY: both parts are written before any kernel runs.
-    let mut x = unsafe { gpu.uninit(host.len() + scratch.len(), "the data")? };
-    gpu.write_rows(host, &mut x, 0, "the data")?;
-    gpu.write_at(scratch, &mut x, host.len(), "seeding points")?;
-    Ok(x)
 }
 
 /// The rows on the device: every use loads them first ([`CudaLloyd::load_rows`]), so `None` is

@@ -282,8 +282,21 @@ impl CudaBackend {
         len: usize,
         what: &str,
     ) -> Result<CudaSlice<T>> {
+        unsafe { self.uninit_on(&self.stream, len, what) }
+    }
+
+    /// [`CudaBackend::uninit`], ordered on `stream` (freed on it too).
+    ///
+    /// # Safety
+    /// Kernels write every element before anything reads it.
+    unsafe fn uninit_on<T: DeviceRepr>(
+        &self,
+        stream: &Arc<CudaStream>,
+        len: usize,
+        what: &str,
+    ) -> Result<CudaSlice<T>> {
         injected_oom(what, len * size_of::<T>())?;
-        unsafe { self.stream.alloc::<T>(len.max(1)) }
+        unsafe { stream.alloc::<T>(len.max(1)) }
             .map_err(|e| alloc_error(what, len * size_of::<T>(), e))
     }
 

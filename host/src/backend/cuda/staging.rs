@@ -51,11 +51,21 @@ impl CudaBackend {
         self.write_rows_on(&self.stream, host, dev, at, what)
     }
 
-    /// Uploads `host` then `tail` into new device memory on the copy stream, beside whatever the
-    /// compute stream runs meanwhile; returns the memory and the event that marks the copies
-    /// done, which work on the compute stream must wait for
-    /// ([`CudaBackend::wait_for`]). The memory's frees go on the copy stream: free it only once
-    /// the work that read it is done.
+    /// `host` (through the staging buffers) then `tail` in new device memory, queued on the
+    /// compute stream.
+    pub(crate) fn upload_rows(
+        &self,
+        host: &[f32],
+        tail: &[f32],
+        what: &str,
+    ) -> Result<CudaSlice<f32>> {
+        self.upload_on(&self.stream, host, tail, what)
+    }
+
+    /// [`CudaBackend::upload_rows`] on the copy stream, beside whatever the compute stream runs
+    /// meanwhile; with the event that marks the copies done, which work on the compute stream
+    /// must wait for ([`CudaBackend::wait_for`]). The memory's frees go on the copy stream: free
+    /// it only once the work that read it is done.
     pub(crate) fn upload_beside(
         &self,
         host: &[f32],
@@ -63,21 +73,30 @@ impl CudaBackend {
         what: &str,
     ) -> Result<(CudaSlice<f32>, CudaEvent)> {
         let copies = self.copy_stream()?;
-        let len = host.len() + tail.len();
-        super::injected_oom(what, len * size_of::<f32>())?;
-        // SAFETY: both parts are written below, on the copy stream, before anything reads them.
-        let mut dev = unsafe { copies.alloc::<f32>(len.max(1)) }
-            .map_err(|e| super::alloc_error(what, len * size_of::<f32>(), e))?;
-        self.write_rows_on(copies, host, &mut dev, 0, what)?;
+        let dev = self.upload_on(copies, host, tail, what)?;
         let err = |e| cuda(&format!("copying {what} to the GPU"), e);
-        if !tail.is_empty() {
-            copies
-                .memcpy_htod(tail, &mut dev.slice_mut(host.len()..len))
-                .map_err(err)?;
-        }
         let done = self.ctx.new_event(None).map_err(err)?;
         done.record(copies).map_err(err)?;
         Ok((dev, done))
+    }
+
+    fn upload_on(
+        &self,
+        stream: &Arc<CudaStream>,
+        host: &[f32],
+        tail: &[f32],
+        what: &str,
+    ) -> Result<CudaSlice<f32>> {
+        let len = host.len() + tail.len();
+        // SAFETY: both parts are written below, on `stream`, before anything reads them.
+        let mut dev = unsafe { self.uninit_on(stream, len, what)? };
+        self.write_rows_on(stream, host, &mut dev, 0, what)?;
+        if !tail.is_empty() {
+            stream
+                .memcpy_htod(tail, &mut dev.slice_mut(host.len()..len))
+                .map_err(|e| cuda(&format!("copying {what} to the GPU"), e))?;
+        }
+        Ok(dev)
     }
 
     /// Makes the compute stream's later work wait for `event`.
