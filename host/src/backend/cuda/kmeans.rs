@@ -215,6 +215,11 @@ pub(crate) fn footprint(
 impl Drop for CudaLloyd<'_> {
     fn drop(&mut self) {
         self.gpu.bind_for_drop();
+        // Prefetched rows are freed on the copy stream, which does not wait for the kernels that
+        // read them (`release_rows` waits; a fit that stops on an error may not have).
+        if self.x.is_some() {
+            self.gpu.finish_queued_for_drop();
+        }
     }
 }
 

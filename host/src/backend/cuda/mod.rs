@@ -491,6 +491,12 @@ impl CudaBackend {
         self.ctx.record_err(bound);
     }
 
+    /// Waits for the work queued on the compute stream, for a value about to free buffers that
+    /// it may still read; an error is kept for the context's next call.
+    pub(crate) fn finish_queued_for_drop(&self) {
+        self.ctx.record_err(self.stream.synchronize());
+    }
+
     /// Shared memory one block may use, in bytes.
     pub(crate) fn max_shared_per_block(&self) -> usize {
         self.info.max_shared_per_block
