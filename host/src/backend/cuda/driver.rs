@@ -57,6 +57,7 @@ pub const ENTRY_POINTS: &[(&str, i32)] = &[
     ("cuMemPoolGetAttribute", 11020),
     ("cuMemPoolSetAttribute", 11020),
     ("cuMemPoolTrimTo", 11020),
+    ("cuStreamCreate", 2000),
     ("cuStreamSynchronize", 2000),
     ("cuStreamWaitEvent", 3020),
     ("cuStreamDestroy_v2", 4000),
