@@ -35,7 +35,7 @@
 //! row after the exact one) with its speed-up over exact and the share of labels identical to
 //! exact's after one assignment from the same centroids.
 
-use kmeans_knn::bench::{knn_search_ms, lloyd_iteration_ms};
+use kmeans_knn::bench::{device_peak_bytes, knn_search_ms, lloyd_iteration_ms};
 use kmeans_knn::{Device, DistanceMetric, KnnIndex, MatrixView, Metric, Precision};
 use kmeans_knn::{Init, KMeans};
 use kmeans_knn_bench::data::{CASES, KNN_CASES, uniform};
@@ -268,7 +268,7 @@ fn streamed_rows(
         "stream: {n} × {d} training rows ({:.2} GB), {m} queries, k = {k}, budget {budget_mib} MiB",
         s.bytes / 1e9
     );
-    print_streamed(&s, "search");
+    print_streamed(&s, "search", budget_mib);
     Ok(())
 }
 
@@ -288,13 +288,13 @@ fn streamed_fit_rows(
         "stream-kmeans: {n} × {d} rows ({:.2} GB), k = {k}, budget {budget_mib} MiB",
         s.bytes / 1e9
     );
-    print_streamed(&s, "step  ");
+    print_streamed(&s, "step  ", budget_mib);
     println!("  fitted on            {fitted_on}");
     Ok(())
 }
 
-/// The lines of a streamed job whose pass is a `pass` (a search, a step).
-fn print_streamed(s: &gpus::Streamed, pass: &str) {
+/// The lines of a streamed job whose pass is a `pass` (a search, a step), within `budget_mib`.
+fn print_streamed(s: &gpus::Streamed, pass: &str, budget_mib: usize) {
     let gbps = |ms: f64| s.bytes / ms / 1e6;
     println!(
         "  upload of all rows   {:>10.1} ms  {:>7.2} GB/s  (staged; pageable {:.1} ms, {:.2} GB/s)",
@@ -314,6 +314,12 @@ fn print_streamed(s: &gpus::Streamed, pass: &str) {
         None => println!("  resident {pass}      (the rows do not fit the default budget)"),
     }
     println!("  identical            {}", s.identical);
+    if let Some(peak) = s.peak_bytes {
+        println!(
+            "  peak device memory   {:>10.0} MiB  (budget {budget_mib} MiB)",
+            peak as f64 / (1 << 20) as f64
+        );
+    }
 }
 
 /// The `--gpus` rows: each case on the set and on its first GPU.
@@ -329,46 +335,86 @@ fn gpu_set_rows(
     let one = Device::Cuda(gpus.ordinals()?[0]);
     println!("GPU set: {}", set.describe()?);
     println!(
-        "{:<5} {:>10} {:>12} {:>12} {:>9} {:>10}",
+        "{:<5} {:>10} {:>12} {:>12} {:>9} {:>10}  peak GiB: one GPU / each of the set",
         "case", "n", "one GPU ms", "set ms", "speed-up", "identical"
     );
     let wanted = |name: &str| cases.split(',').any(|c| c == name);
     for case in CASES.iter().filter(|c| wanted(c.name)) {
         let (data, centroids) = case.data();
         let x = MatrixView::new(&data, case.n, case.d)?;
-        let (t1, m1) = gpus::step_ms(case, &x, &centroids, one, reps)?;
-        let (ts, ms) = gpus::step_ms(case, &x, &centroids, set, reps)?;
+        let ((t1, m1), peak1) = with_peak(one, || gpus::step_ms(case, &x, &centroids, one, reps))?;
+        let ((ts, ms), peaks) = with_peak(set, || gpus::step_ms(case, &x, &centroids, set, reps))?;
         let same = m1.centroids == ms.centroids && m1.labels == ms.labels;
         println!(
-            "{:<5} {:>10} {t1:>12.3} {ts:>12.3} {:>8.2}× {same:>10}",
+            "{:<5} {:>10} {t1:>12.3} {ts:>12.3} {:>8.2}× {same:>10}  {} / {}",
             case.name,
             case.n,
-            t1 / ts
+            t1 / ts,
+            gib(&peak1),
+            gib(&peaks)
         );
         println!("      fitted on {}", ms.device);
         if let Some(f) = json.as_deref_mut() {
             let row = serde_json::json!({"case": case.name, "gpus": set.to_string(),
-                "step_ms_one": t1, "step_ms_set": ts, "identical": same});
+                "step_ms_one": t1, "step_ms_set": ts, "identical": same,
+                "peak_bytes_one": peak1, "peak_bytes_set": peaks});
             writeln!(f, "{row}")?;
         }
     }
     for case in KNN_CASES.iter().filter(|c| wanted(c.name)) {
-        let (t1, i1) = gpus::knn_ms(case, one, reps)?;
-        let (ts, is) = gpus::knn_ms(case, set, reps)?;
+        let ((t1, i1), peak1) = with_peak(one, || gpus::knn_ms(case, one, reps, None))?;
+        let ((ts, is), peaks) = with_peak(set, || gpus::knn_ms(case, set, reps, None))?;
         println!(
-            "{:<5} {:>10} {t1:>12.3} {ts:>12.3} {:>8.2}× {:>10}",
+            "{:<5} {:>10} {t1:>12.3} {ts:>12.3} {:>8.2}× {:>10}  {} / {}",
             case.name,
             case.n,
             t1 / ts,
-            i1 == is
+            i1 == is,
+            gib(&peak1),
+            gib(&peaks)
+        );
+        // Each GPU's part searched alone: what the set's search would take if the parts ran
+        // side by side without slowing each other.
+        let ordinals = gpus.ordinals()?;
+        let parts = (ordinals.iter().enumerate())
+            .map(|(i, &o)| {
+                let rows = i * case.n / ordinals.len()..(i + 1) * case.n / ordinals.len();
+                Ok(gpus::knn_ms(case, Device::Cuda(o), reps, Some(rows))?.0)
+            })
+            .collect::<kmeans_knn::Result<Vec<f64>>>()?;
+        let alone = parts.iter().map(|ms| format!("{ms:.3}"));
+        println!(
+            "      each GPU's part alone: {} ms",
+            alone.collect::<Vec<_>>().join(", ")
         );
         if let Some(f) = json.as_deref_mut() {
             let row = serde_json::json!({"case": case.name, "gpus": set.to_string(),
-                "search_ms_one": t1, "search_ms_set": ts, "identical": i1 == is});
+                "search_ms_one": t1, "search_ms_set": ts, "identical": i1 == is,
+                "part_alone_ms": parts,
+                "peak_bytes_one": peak1, "peak_bytes_set": peaks});
             writeln!(f, "{row}")?;
         }
     }
     Ok(())
+}
+
+/// `run`'s result and the peak device memory of each GPU of `device` while it ran.
+fn with_peak<T>(
+    device: Device,
+    run: impl FnOnce() -> kmeans_knn::Result<T>,
+) -> kmeans_knn::Result<(T, Vec<Option<usize>>)> {
+    device_peak_bytes(device, true)?;
+    let out = run()?;
+    Ok((out, device_peak_bytes(device, true)?))
+}
+
+/// Peak bytes per GPU in GiB, comma-separated (`-` where unknown).
+fn gib(peaks: &[Option<usize>]) -> String {
+    let each = peaks.iter().map(|p| match p {
+        Some(b) => format!("{:.2}", *b as f64 / (1u64 << 30) as f64),
+        None => "-".into(),
+    });
+    each.collect::<Vec<_>>().join(",")
 }
 
 /// The `--whole` rows: seeding alone and whole fits (see the module documentation).

@@ -7,8 +7,9 @@
 
 use crate::data::{Case, KnnCase, uniform};
 use crate::whole::median;
-use kmeans_knn::bench::{Upload, upload_ms};
+use kmeans_knn::bench::{Upload, device_peak_bytes, upload_ms};
 use kmeans_knn::{Device, DistanceMetric, Init, KMeans, KMeansModel, KnnIndex, MatrixView};
+use std::ops::Range;
 use std::time::Instant;
 
 /// Steps timed per fit pair.
@@ -76,12 +77,23 @@ pub fn step_ms(
     steps_ms(x, centroids, case.k, device, None, STEPS, reps)
 }
 
-/// Median ms of a whole kNN search of `case` (index made once) on `device`, and its indices.
-pub fn knn_ms(case: &KnnCase, device: Device, reps: usize) -> kmeans_knn::Result<(f64, Vec<u32>)> {
+/// Median ms of a whole kNN search of `case` (index made once) on `device`, and its indices;
+/// with `rows`, against that range of the training rows alone (a GPU set's part).
+pub fn knn_ms(
+    case: &KnnCase,
+    device: Device,
+    reps: usize,
+    rows: Option<Range<usize>>,
+) -> kmeans_knn::Result<(f64, Vec<u32>)> {
     let train = uniform(case.n * case.d, 1);
     let queries = uniform(case.m * case.d, 2);
+    let rows = rows.unwrap_or(0..case.n);
     let index = KnnIndex::new(
-        MatrixView::new(&train, case.n, case.d)?,
+        MatrixView::new(
+            &train[rows.start * case.d..rows.end * case.d],
+            rows.len(),
+            case.d,
+        )?,
         DistanceMetric::SqEuclidean,
         device,
     )?;
@@ -112,6 +124,8 @@ pub struct Streamed {
     /// Whether the job streamed and answered as the resident one (without a resident run: as
     /// itself, every repetition).
     pub identical: bool,
+    /// The most device memory the streamed passes held at once (with the index or fit's own).
+    pub peak_bytes: Option<usize>,
 }
 
 /// Times a kNN search of `m` queries against `n × d` uniform rows on `device`, streamed within
@@ -159,9 +173,11 @@ pub fn streamed_search(
         None
     };
     let rows = MatrixView::from_vec(train, n, d)?;
+    device_peak_bytes(device, true)?;
     let streamed =
         KnnIndex::with_memory_budget(rows, DistanceMetric::SqEuclidean, device, Some(budget))?;
     let (streamed_ms, indices) = time(&streamed)?;
+    let peak_bytes = device_peak_bytes(device, true)?[0];
     let identical = match (&resident, &indices) {
         (Some((_, Some(r))), Some(s)) => r == s,
         (None, Some(_)) => true,
@@ -174,6 +190,7 @@ pub fn streamed_search(
         resident_ms: resident.map(|(ms, _)| ms),
         streamed_ms,
         identical: identical && streamed.is_streamed(),
+        peak_bytes,
     })
 }
 
@@ -207,8 +224,10 @@ pub fn streamed_fit(
     } else {
         None
     };
+    device_peak_bytes(device, true)?;
     let (streamed_ms, streamed) =
         steps_ms(&x, centroids, k, device, Some(budget), STREAMED_STEPS, reps)?;
+    let peak_bytes = device_peak_bytes(device, true)?[0];
     let streamed_past = streamed.device.contains("streamed past the memory budget");
     let identical = streamed_past
         && resident
@@ -221,6 +240,7 @@ pub fn streamed_fit(
         resident_ms: resident.map(|(ms, _)| ms),
         streamed_ms,
         identical,
+        peak_bytes,
     };
     let fitted = format!("{} ({} iterations)", streamed.device, streamed.n_iter);
     Ok((measured, fitted))

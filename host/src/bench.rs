@@ -83,6 +83,18 @@ pub fn lloyd_iteration_ms(
     })
 }
 
+/// The most bytes of device memory that this process's buffers held at once on each GPU of
+/// `device` since the last call with `reset` (which starts a new count); `None` for the CPU.
+pub fn device_peak_bytes(device: Device, reset: bool) -> Result<Vec<Option<usize>>> {
+    let one = |device: Device| device.backend()?.device_memory_peak(reset);
+    match device {
+        Device::Gpus(set) => (set.ordinals()?.into_iter())
+            .map(|ordinal| one(Device::Cuda(ordinal)))
+            .collect(),
+        _ => Ok(vec![one(device)?]),
+    }
+}
+
 /// One assignment of every point of `data` to its nearest of `centroids` (`k × d`) with
 /// `precision`: the labels and each point's distance to its centroid (for tests and the
 /// benchmark's agreement figures).

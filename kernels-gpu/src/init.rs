@@ -16,6 +16,7 @@ use crate::{
     gpu::{self, atomic_add_u64, atomic_fetch_add_u32, shared, sync_threads, warp_sum_u64},
     math::{AssignMetric, step},
     seeding::{NO_ROW, WeightScale, draw, sampled, uniform32},
+    tile::load_vec4s,
 };
 
 /// Dimensions of the candidates a seeding block stages in shared memory at a time.
@@ -23,13 +24,20 @@ pub const SEED_DIMS: usize = 32;
 /// Row stride (in f32) of the seeding kernels' point tile: `SEED_DIMS + 1`, so that the threads
 /// of a warp, each reading its own point, hit 32 different banks.
 pub const SEED_POINT_STRIDE: usize = SEED_DIMS + 1;
+/// Stride (in f32) of the candidate tile, which holds dimension `j` of every candidate in one
+/// row (`j · SEED_CANDIDATE_STRIDE + c`): a thread reads a dimension of four candidates as one
+/// 16-byte load. Four more than the candidates keeps rows 16-byte aligned and spreads the
+/// staging stores of a warp (one candidate, 32 dimensions) over 8 banks.
+pub const SEED_CANDIDATE_STRIDE: usize = SEED_CANDIDATES + 4;
 /// Dynamic shared memory of the seeding kernels that compare points with candidate rows
 /// (`seed_nearest_*`, `seed_trials_*`, `seed_locate_*`, `seed_greedy_draw_*`): the staged
-/// candidates (`SEED_CANDIDATES` rows of [`SEED_DIMS`]), one u64 sum per candidate, then the
-/// staged points (`BLOCK` rows of stride [`SEED_POINT_STRIDE`]). The locating search's scratch
-/// (`BLOCK + 2` u64) overlaps the tiles. `seed_sample_*` and `seed_owner_weights` use none.
-pub const SEED_SHARED_BYTES: usize =
-    SEED_CANDIDATES * SEED_DIMS * 4 + SEED_CANDIDATES * 8 + BLOCK as usize * SEED_POINT_STRIDE * 4;
+/// candidates (`SEED_DIMS` rows of [`SEED_CANDIDATE_STRIDE`]), one u64 sum per candidate, then
+/// the staged points (`BLOCK` rows of stride [`SEED_POINT_STRIDE`]). The locating search's
+/// scratch (`BLOCK + 2` u64) overlaps the tiles. `seed_sample_*` and `seed_owner_weights` use
+/// none.
+pub const SEED_SHARED_BYTES: usize = SEED_DIMS * SEED_CANDIDATE_STRIDE * 4
+    + SEED_CANDIDATES * 8
+    + BLOCK as usize * SEED_POINT_STRIDE * 4;
 
 /// Blocks of `BLOCK` threads of the one-thread-per-point seeding launches (`seed_nearest_*`,
 /// `seed_trials_*`, `seed_sample_*`, `seed_owner_weights`) over `n` points: also the number of
@@ -54,7 +62,7 @@ unsafe fn units_of(weights: *const f32, counts: *const u64, i: usize) -> u64 {
     }
 }
 
-/// The staged candidate rows (`SEED_CANDIDATES × SEED_DIMS`).
+/// The staged candidates (`SEED_DIMS` rows of `SEED_CANDIDATE_STRIDE`, dimension-major).
 #[cfg(target_arch = "nvptx64")]
 #[inline(always)]
 fn candidate_tile() -> *mut f32 {
@@ -67,7 +75,7 @@ fn candidate_tile() -> *mut f32 {
 fn block_slots() -> *mut u64 {
     unsafe {
         candidate_tile()
-            .add(SEED_CANDIDATES * SEED_DIMS)
+            .add(SEED_DIMS * SEED_CANDIDATE_STRIDE)
             .cast::<u64>()
     }
 }
@@ -110,8 +118,8 @@ unsafe fn distances<const M: u32>(
 }
 
 /// [`distances`] with the first `C ≥ count` candidates accumulated into `acc` (zeros). Both
-/// tiles are loaded row segment by row segment (consecutive threads, consecutive floats).
-/// `C ≤ SEED_CANDIDATES`.
+/// tiles are loaded row segment by row segment (a warp reads 32 consecutive floats of a row,
+/// see [`stage`]). `C ≤ SEED_CANDIDATES`.
 #[cfg(target_arch = "nvptx64")]
 #[inline(always)]
 unsafe fn distances_of<const M: u32, const C: usize>(
@@ -126,43 +134,109 @@ unsafe fn distances_of<const M: u32, const C: usize>(
     let metric = AssignMetric::from_id(M);
     let (cands, points) = (candidate_tile(), point_tile());
     let t = gpu::thread();
+    let lane = t % SEED_DIMS;
     let rows = (n - first).min(BLOCK as usize);
     let mut j0 = 0;
     while j0 < d {
-        let width = SEED_DIMS.min(d - j0) as u32;
-        // Slots from `count` to `C` get zeros: the unrolled loop reads them too.
-        let mut e = t as u32;
-        while e < (C as u32) * width {
-            let (c, j) = ((e / width) as usize, (e % width) as usize);
-            let v = if c < count {
-                unsafe { *x.add(row(c) as usize * d + j0 + j) }
-            } else {
-                0.0
+        let width = SEED_DIMS.min(d - j0);
+        if lane < width {
+            unsafe {
+                stage(
+                    x,
+                    d,
+                    j0 + lane,
+                    count,
+                    C,
+                    &row,
+                    cands.add(lane * SEED_CANDIDATE_STRIDE),
+                    1,
+                )
             };
-            unsafe { *cands.add(c * SEED_DIMS + j) = v };
-            e += BLOCK;
-        }
-        let mut e = t as u32;
-        while e < (rows as u32) * width {
-            let (p, j) = ((e / width) as usize, (e % width) as usize);
-            unsafe { *points.add(p * SEED_POINT_STRIDE + j) = *x.add((first + p) * d + j0 + j) };
-            e += BLOCK;
+            let point_rows = |p: usize| (first + p) as u32;
+            unsafe {
+                stage(
+                    x,
+                    d,
+                    j0 + lane,
+                    rows,
+                    rows,
+                    &point_rows,
+                    points.add(lane),
+                    SEED_POINT_STRIDE,
+                )
+            };
         }
         sync_threads();
         if t < rows {
             let point = unsafe { points.add(t * SEED_POINT_STRIDE) };
-            for j in 0..width as usize {
+            for j in 0..width {
                 let v = unsafe { *point.add(j) };
+                let dim: [f32; C] = unsafe { load_vec4s(cands.add(j * SEED_CANDIDATE_STRIDE)) };
                 // An index loop over the constant `C` unrolls and keeps `acc` in registers (an
                 // iterator chain left it in local memory).
                 #[allow(clippy::needless_range_loop)]
                 for c in 0..C {
-                    acc[c] = step(metric, acc[c], v, unsafe { *cands.add(c * SEED_DIMS + j) });
+                    acc[c] = step(metric, acc[c], v, dim[c]);
                 }
             }
         }
         sync_threads();
         j0 += SEED_DIMS;
+    }
+}
+
+/// Rows a warp of a seeding block stages are this many apart: a block's warps take consecutive
+/// rows, a lane one dimension.
+#[cfg(target_arch = "nvptx64")]
+const ROWS_APART: usize = BLOCK as usize / SEED_DIMS;
+
+/// Stages dimension `col` of rows `row(r)` (zero for `r ≥ live`), `r` from this thread's warp
+/// (`r ≡ warp (mod ROWS_APART)`) below `slots`, into `dst[r · stride]`. On sm_80 and later
+/// with `cp.async`: every copy of the thread is in flight at once and takes no register (one
+/// load at a time, each waited for, left the staging bound by memory latency). Waits for its
+/// copies; the caller synchronises the block.
+///
+/// # Safety
+/// `x` holds rows of `d` values, `col < d`, every `row(r)` with `r < live` a row of it; `dst`
+/// shared memory with room for `slots` rows of `stride`.
+#[cfg(target_arch = "nvptx64")]
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn stage(
+    x: *const f32,
+    d: usize,
+    col: usize,
+    live: usize,
+    slots: usize,
+    row: &impl Fn(usize) -> u32,
+    dst: *mut f32,
+    stride: usize,
+) {
+    let mut r = gpu::thread() / SEED_DIMS;
+    #[cfg(target_feature = "sm_80")]
+    {
+        use crate::cp_async::{copy_4, shared_addr, wait_all};
+        let base = shared_addr(dst);
+        while r < slots {
+            let (src, bytes) = if r < live {
+                (unsafe { x.add(row(r) as usize * d + col) }, 4)
+            } else {
+                (x, 0)
+            };
+            unsafe { copy_4(base + (4 * r * stride) as u32, src, bytes) };
+            r += ROWS_APART;
+        }
+        wait_all();
+    }
+    #[cfg(not(target_feature = "sm_80"))]
+    while r < slots {
+        let v = if r < live {
+            unsafe { *x.add(row(r) as usize * d + col) }
+        } else {
+            0.0
+        };
+        unsafe { *dst.add(r * stride) = v };
+        r += ROWS_APART;
     }
 }
 

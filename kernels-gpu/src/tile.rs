@@ -7,10 +7,10 @@
 #[derive(Clone, Copy)]
 struct Vec4([f32; 4]);
 
-/// `N` consecutive f32 from `p` as `N / 4` vector loads.
+/// `N` consecutive f32 from `p` as `N / 4` vector loads (and `N % 4` scalar ones after them).
 ///
 /// # Safety
-/// `p` is 16-byte aligned and valid for `N` values; `N` is a multiple of 4.
+/// `p` is 16-byte aligned and valid for `N` values.
 #[inline(always)]
 pub unsafe fn load_vec4s<const N: usize>(p: *const f32) -> [f32; N] {
     let mut out = [0f32; N];
@@ -18,6 +18,9 @@ pub unsafe fn load_vec4s<const N: usize>(p: *const f32) -> [f32; N] {
     for h in 0..N / 4 {
         let Vec4(q) = unsafe { *v.add(h) };
         out[4 * h..4 * h + 4].copy_from_slice(&q);
+    }
+    for (c, o) in out.iter_mut().enumerate().skip(N / 4 * 4) {
+        *o = unsafe { *p.add(c) };
     }
     out
 }

@@ -68,6 +68,13 @@ pub(crate) trait Backend: Send + Sync + Distances {
         Ok(None)
     }
 
+    /// The most bytes that this process's buffers held at once on this backend's device since
+    /// the last call with `reset` (which starts a new count), where it has a device of its own.
+    fn device_memory_peak(&self, reset: bool) -> Result<Option<usize>> {
+        let _ = reset;
+        Ok(None)
+    }
+
     /// What a Lloyd fit of `k` clusters over `n` rows of `d` columns holds in the backend's
     /// device memory (none where the data lives in host memory); `seeds_at_once` as in
     /// [`Layout`].
@@ -444,6 +451,24 @@ pub(crate) trait KnnSearch: Send + Sync {
         selection: Selection,
         max_bytes: Option<usize>,
     ) -> Result<Neighbours>;
+
+    /// [`KnnSearch::search`]'s neighbours as keys ([`kernels_gpu::knn::key`]), written over
+    /// `keys` (`rows × k`, each row nearest first) so that a caller can reuse its memory; the
+    /// selection that ran and the prefilter's report.
+    fn search_keys(
+        &self,
+        queries: &MatrixView<'_>,
+        k: usize,
+        selection: Selection,
+        max_bytes: Option<usize>,
+        keys: &mut Vec<u64>,
+    ) -> Result<(Selection, Option<vocab::PrefilterReport>)> {
+        let found = self.search(queries, k, selection, max_bytes)?;
+        keys.clear();
+        let pairs = found.indices.iter().zip(&found.distances);
+        keys.extend(pairs.map(|(&i, &d)| kernels_gpu::knn::key(d, i)));
+        Ok((found.selection, found.prefilter))
+    }
 
     /// Allows (the default) or forbids the TF32 tensor-core prefilter where the backend has one
     /// (CUDA, compute capability ≥ 8.0, the L2 family); the answer is the same either way.

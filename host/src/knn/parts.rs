@@ -8,7 +8,7 @@ use crate::backend::{KnnSearch, Neighbours, Votes, split_keys};
 use crate::error::Result;
 use crate::matrix::MatrixView;
 use kernels_gpu::fixed::pow2_f32;
-use kernels_gpu::knn::{key, vote_scale_exponent};
+use kernels_gpu::knn::vote_scale_exponent;
 use rayon::prelude::*;
 
 /// No neighbour yet: above every real key (a real key's index is below `u32::MAX`).
@@ -24,20 +24,21 @@ pub(crate) struct TopK {
 const MERGE_GRAIN: usize = 256;
 
 impl TopK {
-    /// Nothing yet for `queries` queries.
-    pub(crate) fn new(queries: usize, k: usize) -> TopK {
-        TopK {
-            k,
-            keys: vec![EMPTY; queries * k],
-        }
+    /// Nothing yet for `queries` queries, in `buffer`'s memory (a buffer used before has its
+    /// pages mapped: fresh memory costs a page fault per page on first touch).
+    pub(crate) fn in_buffer(mut buffer: Vec<u64>, queries: usize, k: usize) -> TopK {
+        buffer.clear();
+        buffer.resize(queries * k, EMPTY);
+        TopK { k, keys: buffer }
     }
 
-    /// Merges a part's answer (`found`: its `kp` nearest per query, rows counted from the part's
-    /// first row `first_row`, nearest first). Within a part the order by (distance, row) is the
-    /// order by (distance, row + first_row), so a two-way merge keeps the keys sorted; keys are
-    /// unique, so the result is the single index's, whatever the parts. Queries merge on the
-    /// rayon threads (each on its own; 10^4 queries × k = 100 took milliseconds on one thread).
-    pub(crate) fn merge(&mut self, found: &Neighbours, kp: usize, first_row: u32) {
+    /// Merges a part's answer (`found`: its `kp` nearest per query as keys, rows counted from
+    /// the part's first row `first_row`, nearest first). Within a part the order by (distance,
+    /// row) is the order by (distance, row + first_row), so a two-way merge keeps the keys
+    /// sorted; keys are unique, so the result is the single index's, whatever the parts.
+    /// Queries merge on the rayon threads (each on its own; 10^4 queries × k = 100 took
+    /// milliseconds on one thread).
+    pub(crate) fn merge(&mut self, found: &[u64], kp: usize, first_row: u32) {
         let k = self.k;
         if k == 0 {
             return;
@@ -46,9 +47,10 @@ impl TopK {
             let mut merged = Vec::with_capacity(k);
             for (i, running) in queries.chunks_exact_mut(k).enumerate() {
                 let q = block * MERGE_GRAIN + i;
-                let part = (found.indices[q * kp..(q + 1) * kp].iter())
-                    .zip(&found.distances[q * kp..(q + 1) * kp])
-                    .map(|(&i, &d)| key(d, first_row + i));
+                // The row index is the key's low half: offsetting it cannot carry (rows < 2^32).
+                let part = found[q * kp..(q + 1) * kp]
+                    .iter()
+                    .map(|&key| key + first_row as u64);
                 let (mut old, mut new) = (running.iter().copied().peekable(), part.peekable());
                 merged.clear();
                 while merged.len() < k {
@@ -62,6 +64,11 @@ impl TopK {
                 running.copy_from_slice(&merged);
             }
         });
+    }
+
+    /// The memory of the keys, for [`TopK::in_buffer`].
+    pub(crate) fn into_buffer(self) -> Vec<u64> {
+        self.keys
     }
 
     /// The keys, `queries × k`.
@@ -131,6 +138,8 @@ pub(crate) trait MergedSearch: Send + Sync {
     fn votes_of(&self) -> &VoteRows;
     /// Allows or forbids the TF32 prefilter in the parts.
     fn set_prefilter(&mut self, allowed: bool);
+    /// Takes back a merged answer's memory once it has been read (for the next search).
+    fn recycle(&self, _top: TopK) {}
 }
 
 impl<T: MergedSearch> KnnSearch for T {
@@ -143,6 +152,7 @@ impl<T: MergedSearch> KnnSearch for T {
     ) -> Result<Neighbours> {
         let (top, selection, prefilter) = self.merged(queries, k, selection, max_bytes)?;
         let (indices, distances) = top.indices_and_distances();
+        self.recycle(top);
         Ok(Neighbours {
             indices,
             distances,
@@ -177,7 +187,9 @@ impl<T: MergedSearch> KnnSearch for T {
         proba: bool,
     ) -> Result<Votes> {
         let (top, _, _) = self.merged(queries, k, selection, max_bytes)?;
-        Ok(self.votes_of().vote(top.keys(), k, weighted, proba))
+        let votes = self.votes_of().vote(top.keys(), k, weighted, proba);
+        self.recycle(top);
+        Ok(votes)
     }
 }
 

@@ -75,8 +75,8 @@ impl MergedSearch for Streamed {
         selection: Selection,
         max_bytes: Option<usize>,
     ) -> Result<(TopK, Selection, Option<PrefilterReport>)> {
-        let mut top = TopK::new(queries.rows(), k);
-        let (mut ran, mut prefilter) = (selection, None);
+        let mut top = TopK::in_buffer(Vec::new(), queries.rows(), k);
+        let (mut ran, mut prefilter, mut keys) = (selection, None, Vec::new());
         let max_bytes = Some(max_bytes.map_or(self.search_bytes, |b| b.min(self.search_bytes)));
         for start in (0..self.n).step_by(self.part_rows) {
             let rows = self.part_rows.min(self.n - start);
@@ -87,10 +87,11 @@ impl MergedSearch for Streamed {
                 (self.backend).knn_index(&MatrixView::new(part, rows, self.d)?, self.metric)?;
             index.set_prefilter(self.prefilter);
             let kp = k.min(rows);
-            let found = index.search(queries, kp, selection, max_bytes)?;
-            top.merge(&found, kp, start as u32);
-            ran = found.selection;
-            prefilter = match (prefilter, found.prefilter) {
+            let (selected, report) =
+                index.search_keys(queries, kp, selection, max_bytes, &mut keys)?;
+            top.merge(&keys, kp, start as u32);
+            ran = selected;
+            prefilter = match (prefilter, report) {
                 (Some(a), Some(b)) => Some(add_reports(a, b)),
                 (a, b) => a.or(b),
             };

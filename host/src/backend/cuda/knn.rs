@@ -22,9 +22,7 @@ use crate::error::{Error, Result};
 use crate::matrix::MatrixView;
 use cudarc::driver::{CudaSlice, CudaView};
 use kernels_gpu::fixed::pow2_f32;
-use kernels_gpu::knn::{
-    MAX_STREAM_K, PairMetric, SELECT_CAP, key, stream_tile, vote_scale_exponent,
-};
+use kernels_gpu::knn::{MAX_STREAM_K, PairMetric, SELECT_CAP, stream_tile, vote_scale_exponent};
 use kernels_gpu::knn_tf32::{
     SCAN_CANDIDATES, SCAN_GROUPS, TF32_CAP, TF32_COLS, TF32_ROWS, bound_coefficient, tf32_group,
     tf32_groups_per_row, tf32_metric, tf32_scan_shared_bytes, tf32_xc,
@@ -262,6 +260,8 @@ struct VoteJob {
 /// What [`CudaKnn::run`] brings back.
 #[derive(Default)]
 struct Output {
+    /// The neighbours as keys, when the search asked for them (else split into the next two).
+    keys: Option<Vec<u64>>,
     indices: Vec<u32>,
     distances: Vec<f32>,
     classes: Vec<u32>,
@@ -303,6 +303,24 @@ struct SearchJob<'a, 'q> {
     method: Method,
     max_bytes: Option<usize>,
     vote: Option<VoteJob>,
+}
+
+impl<'a, 'q> SearchJob<'a, 'q> {
+    /// A search (no vote).
+    fn new(
+        queries: &'a MatrixView<'q>,
+        k: usize,
+        method: Method,
+        max_bytes: Option<usize>,
+    ) -> Self {
+        SearchJob {
+            queries,
+            k,
+            method,
+            max_bytes,
+            vote: None,
+        }
+    }
 }
 
 /// Device buffers of a search, sized for its batch of queries.
@@ -365,8 +383,12 @@ impl CudaKnn {
         for round in 0..=AUTO_TIMED_ROUNDS {
             for method in [Method::KMin, Method::Bitonic] {
                 let ms = self.gpu.time_ms(&mut || {
-                    self.run(&sample, k, method, max_bytes, None, true)
-                        .map(|_| ())
+                    self.run(
+                        SearchJob::new(&sample, k, method, max_bytes),
+                        true,
+                        Output::default(),
+                    )
+                    .map(|_| ())
                 })?;
                 if round > 0 && ms < best.0 {
                     best = (ms, method);
@@ -432,33 +454,18 @@ impl CudaKnn {
         fixed + work + votes
     }
 
-    /// Searches `queries` in batches that fit the budget; with `vote`, votes on the device and
-    /// brings back classes (and shares) instead of keys. With `tf32` the prefilter runs where
+    /// Searches `job`'s queries in batches that fit the budget, into `output` (its keys when it
+    /// has them, else indices and distances); with a vote, votes on the device and brings back
+    /// classes (and shares) instead. With `tf32` the prefilter runs where
     /// it applies ([`CudaKnn::tf32_plan`]). Steps: [`CudaKnn::plan_batches`],
     /// [`CudaKnn::batch_buffers`], then per batch [`CudaKnn::search_batch`] (with
     /// [`CudaKnn::exact_fallback`] for prefilter overflows) and [`CudaKnn::collect_batch`].
-    fn run(
-        &self,
-        queries: &MatrixView<'_>,
-        k: usize,
-        method: Method,
-        max_bytes: Option<usize>,
-        vote: Option<VoteJob>,
-        tf32: bool,
-    ) -> Result<Output> {
-        arg_u32(k, "k")?;
-        let job = SearchJob {
-            queries,
-            k,
-            method,
-            max_bytes,
-            vote,
-        };
+    fn run(&self, job: SearchJob<'_, '_>, tf32: bool, mut output: Output) -> Result<Output> {
+        arg_u32(job.k, "k")?;
         let (rows, plan) = self.plan_batches(&job, tf32)?;
         let mut bufs = self.batch_buffers(&job, rows, plan.as_ref())?;
         let mut report = plan.map(|_| PrefilterReport::default());
-        let mut output = Output::default();
-        let m = queries.rows();
+        let m = job.queries.rows();
         let mut first = 0;
         while first < m {
             let r = rows.min(m - first);
@@ -650,12 +657,18 @@ impl CudaKnn {
             sub.extend_from_slice(&rows_of[(first + i) * d..(first + i + 1) * d]);
         }
         let view = MatrixView::new(&sub, over.len(), d)?;
-        let exact = self.run(&view, k, job.method, job.max_bytes, None, false)?;
-        for (e, &i) in over.iter().enumerate() {
-            let keys: Vec<u64> = (e * k..(e + 1) * k)
-                .map(|j| key(exact.distances[j], exact.indices[j]))
-                .collect();
-            self.gpu.write_at(&keys, best, i * k, "neighbour keys")?;
+        let keys = Output {
+            keys: Some(Vec::with_capacity(over.len() * k)),
+            ..Output::default()
+        };
+        let exact = self.run(
+            SearchJob::new(&view, k, job.method, job.max_bytes),
+            false,
+            keys,
+        )?;
+        let keys = exact.keys.unwrap_or_default();
+        for (row, &i) in keys.chunks_exact(k).zip(over) {
+            self.gpu.write_at(row, best, i * k, "neighbour keys")?;
         }
         Ok(())
     }
@@ -711,10 +724,16 @@ impl CudaKnn {
         let gpu = &*self.gpu;
         let k = job.k;
         match job.vote {
-            // Split straight out of the page-locked buffer (no host copy of the keys).
-            None => gpu.download_each(&bufs.best, r * k, "neighbour keys", |keys| {
-                split_keys(keys, &mut output.indices, &mut output.distances)
-            }),
+            // Split (or copied) straight out of the page-locked buffer.
+            None => gpu.download_each(
+                &bufs.best,
+                r * k,
+                "neighbour keys",
+                |keys| match &mut output.keys {
+                    Some(all) => all.extend_from_slice(keys),
+                    None => split_keys(keys, &mut output.indices, &mut output.distances),
+                },
+            ),
             Some(v) => {
                 let pred = bufs.pred.as_mut().expect("prediction buffer");
                 self.vote_batch(&bufs.best, r, k, v, pred, bufs.shares.as_mut())?;
@@ -955,13 +974,36 @@ impl KnnSearch for CudaKnn {
         max_bytes: Option<usize>,
     ) -> Result<Neighbours> {
         let method = self.method(queries, k, selection, max_bytes)?;
-        let out = self.run(queries, k, method, max_bytes, None, true)?;
+        let out = self.run(
+            SearchJob::new(queries, k, method, max_bytes),
+            true,
+            Output::default(),
+        )?;
         Ok(Neighbours {
             indices: out.indices,
             distances: out.distances,
             selection: method.reported(),
             prefilter: out.prefilter,
         })
+    }
+
+    fn search_keys(
+        &self,
+        queries: &MatrixView<'_>,
+        k: usize,
+        selection: Selection,
+        max_bytes: Option<usize>,
+        keys: &mut Vec<u64>,
+    ) -> Result<(Selection, Option<PrefilterReport>)> {
+        let method = self.method(queries, k, selection, max_bytes)?;
+        keys.clear();
+        let output = Output {
+            keys: Some(std::mem::take(keys)),
+            ..Output::default()
+        };
+        let out = self.run(SearchJob::new(queries, k, method, max_bytes), true, output)?;
+        *keys = out.keys.unwrap_or_default();
+        Ok((method.reported(), out.prefilter))
     }
 
     fn set_prefilter(&mut self, allowed: bool) {
@@ -989,8 +1031,11 @@ impl KnnSearch for CudaKnn {
         proba: bool,
     ) -> Result<Votes> {
         let method = self.method(queries, k, selection, max_bytes)?;
-        let job = VoteJob { weighted, proba };
-        let out = self.run(queries, k, method, max_bytes, Some(job), true)?;
+        let job = SearchJob {
+            vote: Some(VoteJob { weighted, proba }),
+            ..SearchJob::new(queries, k, method, max_bytes)
+        };
+        let out = self.run(job, true, Output::default())?;
         Ok(Votes {
             classes: out.classes,
             proba: out.proba,

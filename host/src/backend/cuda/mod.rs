@@ -558,6 +558,36 @@ impl Backend for CudaBackend {
         kmeans::footprint(self, n, d, k, seeds_at_once)
     }
 
+    /// The stream-ordered pool's high-water mark of memory in use (every buffer of the library
+    /// comes from it where the device has one).
+    fn device_memory_peak(&self, reset: bool) -> Result<Option<usize>> {
+        use cudarc::driver::sys::{
+            CUmemPool_attribute::CU_MEMPOOL_ATTR_USED_MEM_HIGH as HIGH, cuMemPoolGetAttribute,
+            cuMemPoolSetAttribute,
+        };
+        let Some(pool) = default_pool(&self.ctx) else {
+            return Ok(None);
+        };
+        self.stream
+            .synchronize()
+            .map_err(|e| cuda("waiting for the GPU", e))?;
+        let mut peak = 0u64;
+        // SAFETY: the attribute is one u64, read into `peak`; the only value it can be set to is 0.
+        let rc = unsafe { cuMemPoolGetAttribute(pool, HIGH, (&mut peak as *mut u64).cast()) };
+        if rc != CUresult::CUDA_SUCCESS {
+            return Err(cuda("reading the memory pool's peak", DriverError(rc)));
+        }
+        if reset {
+            let mut zero = 0u64;
+            // SAFETY: as above.
+            let rc = unsafe { cuMemPoolSetAttribute(pool, HIGH, (&mut zero as *mut u64).cast()) };
+            if rc != CUresult::CUDA_SUCCESS {
+                return Err(cuda("resetting the memory pool's peak", DriverError(rc)));
+            }
+        }
+        Ok(Some(peak as usize))
+    }
+
     fn device_memory_in_use(&self) -> Result<Option<usize>> {
         // Freed buffers stay in the stream-ordered allocator's pool; hand them back first so
         // that the figure is what live buffers hold.

@@ -228,7 +228,9 @@ fn on_each<T: Send>(
 /// The replies of `group`'s shards (`start..` in the whole order) in turn. In a group of several
 /// (a streamed device), for requests that read the rows, the next shard's rows go up on the copy
 /// stream while this one computes, and each shard releases its rows after its turn: two
-/// batches' rows are on the device at a time ([`batches::plan`] leaves room for them).
+/// batches' rows are on the device at a time ([`batches::plan`] leaves room for them). The last
+/// shard's turn also fetches the first shard's rows, for the next request: a fit's next step
+/// reads them (a request that does not read them releases them in its turn).
 fn turns<'r>(
     group: &mut [Shard],
     start: usize,
@@ -238,11 +240,17 @@ fn turns<'r>(
     let mut replies = Vec::with_capacity(group.len());
     for j in 0..group.len() {
         let request = request_for(start + j);
-        let (this, rest) = group.split_at_mut(j + 1);
-        let shard = &mut this[j];
-        let next =
-            (rest.first_mut()).filter(|_| streamed && request_for(start + j + 1).reads_rows());
-        if streamed && request.reads_rows() {
+        let reads = streamed && request.reads_rows();
+        let (before, this_and_after) = group.split_at_mut(j);
+        let (this, after) = this_and_after.split_at_mut(1);
+        let shard = &mut this[0];
+        let next = match after.first_mut() {
+            Some(next) => {
+                Some(next).filter(|_| streamed && request_for(start + j + 1).reads_rows())
+            }
+            None => before.first_mut().filter(|_| reads),
+        };
+        if reads {
             shard.prefetch_rows()?;
         }
         let (reply, fetched) = thread::scope(|scope| {
