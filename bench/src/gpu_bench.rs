@@ -35,7 +35,7 @@
 //! row after the exact one) with its speed-up over exact and the share of labels identical to
 //! exact's after one assignment from the same centroids.
 
-use kmeans_knn::bench::{device_peak_bytes, knn_search_ms, lloyd_iteration_ms};
+use kmeans_knn::bench::{knn_search_ms, lloyd_iteration_ms};
 use kmeans_knn::{Device, DistanceMetric, KnnIndex, MatrixView, Metric, Precision};
 use kmeans_knn::{Init, KMeans};
 use kmeans_knn_bench::data::{CASES, KNN_CASES, uniform};
@@ -342,8 +342,10 @@ fn gpu_set_rows(
     for case in CASES.iter().filter(|c| wanted(c.name)) {
         let (data, centroids) = case.data();
         let x = MatrixView::new(&data, case.n, case.d)?;
-        let ((t1, m1), peak1) = with_peak(one, || gpus::step_ms(case, &x, &centroids, one, reps))?;
-        let ((ts, ms), peaks) = with_peak(set, || gpus::step_ms(case, &x, &centroids, set, reps))?;
+        let ((t1, m1), peak1) =
+            gpus::with_peak(one, || gpus::step_ms(case, &x, &centroids, one, reps))?;
+        let ((ts, ms), peaks) =
+            gpus::with_peak(set, || gpus::step_ms(case, &x, &centroids, set, reps))?;
         let same = m1.centroids == ms.centroids && m1.labels == ms.labels;
         println!(
             "{:<5} {:>10} {t1:>12.3} {ts:>12.3} {:>8.2}× {same:>10}  {} / {}",
@@ -362,8 +364,8 @@ fn gpu_set_rows(
         }
     }
     for case in KNN_CASES.iter().filter(|c| wanted(c.name)) {
-        let ((t1, i1), peak1) = with_peak(one, || gpus::knn_ms(case, one, reps, None))?;
-        let ((ts, is), peaks) = with_peak(set, || gpus::knn_ms(case, set, reps, None))?;
+        let ((t1, i1), peak1) = gpus::with_peak(one, || gpus::knn_ms(case, one, reps, None))?;
+        let ((ts, is), peaks) = gpus::with_peak(set, || gpus::knn_ms(case, set, reps, None))?;
         println!(
             "{:<5} {:>10} {t1:>12.3} {ts:>12.3} {:>8.2}× {:>10}  {} / {}",
             case.name,
@@ -396,16 +398,6 @@ fn gpu_set_rows(
         }
     }
     Ok(())
-}
-
-/// `run`'s result and the peak device memory of each GPU of `device` while it ran.
-fn with_peak<T>(
-    device: Device,
-    run: impl FnOnce() -> kmeans_knn::Result<T>,
-) -> kmeans_knn::Result<(T, Vec<Option<usize>>)> {
-    device_peak_bytes(device, true)?;
-    let out = run()?;
-    Ok((out, device_peak_bytes(device, true)?))
 }
 
 /// Peak bytes per GPU in GiB, comma-separated (`-` where unknown).

@@ -109,6 +109,16 @@ pub fn knn_ms(
     Ok((median(times), indices))
 }
 
+/// `run`'s result and the peak device memory of each GPU of `device` while it ran.
+pub fn with_peak<T>(
+    device: Device,
+    run: impl FnOnce() -> kmeans_knn::Result<T>,
+) -> kmeans_knn::Result<(T, Vec<Option<usize>>)> {
+    device_peak_bytes(device, true)?;
+    let out = run()?;
+    Ok((out, device_peak_bytes(device, true)?))
+}
+
 /// What a streamed job measured (`gpu-bench --stream`, `--stream-kmeans`).
 pub struct Streamed {
     /// Bytes of rows crossing to the device per pass (a search, a Lloyd step).
@@ -173,11 +183,12 @@ pub fn streamed_search(
         None
     };
     let rows = MatrixView::from_vec(train, n, d)?;
-    device_peak_bytes(device, true)?;
-    let streamed =
-        KnnIndex::with_memory_budget(rows, DistanceMetric::SqEuclidean, device, Some(budget))?;
-    let (streamed_ms, indices) = time(&streamed)?;
-    let peak_bytes = device_peak_bytes(device, true)?[0];
+    let ((streamed, (streamed_ms, indices)), peaks) = with_peak(device, || {
+        let index =
+            KnnIndex::with_memory_budget(rows, DistanceMetric::SqEuclidean, device, Some(budget))?;
+        let timed = time(&index)?;
+        Ok((index, timed))
+    })?;
     let identical = match (&resident, &indices) {
         (Some((_, Some(r))), Some(s)) => r == s,
         (None, Some(_)) => true,
@@ -190,7 +201,7 @@ pub fn streamed_search(
         resident_ms: resident.map(|(ms, _)| ms),
         streamed_ms,
         identical: identical && streamed.is_streamed(),
-        peak_bytes,
+        peak_bytes: peaks[0],
     })
 }
 
@@ -224,10 +235,9 @@ pub fn streamed_fit(
     } else {
         None
     };
-    device_peak_bytes(device, true)?;
-    let (streamed_ms, streamed) =
-        steps_ms(&x, centroids, k, device, Some(budget), STREAMED_STEPS, reps)?;
-    let peak_bytes = device_peak_bytes(device, true)?[0];
+    let ((streamed_ms, streamed), peaks) = with_peak(device, || {
+        steps_ms(&x, centroids, k, device, Some(budget), STREAMED_STEPS, reps)
+    })?;
     let streamed_past = streamed.device.contains("streamed past the memory budget");
     let identical = streamed_past
         && resident
@@ -240,7 +250,7 @@ pub fn streamed_fit(
         resident_ms: resident.map(|(ms, _)| ms),
         streamed_ms,
         identical,
-        peak_bytes,
+        peak_bytes: peaks[0],
     };
     let fitted = format!("{} ({} iterations)", streamed.device, streamed.n_iter);
     Ok((measured, fitted))

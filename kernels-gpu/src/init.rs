@@ -166,6 +166,7 @@ unsafe fn distances_of<const M: u32, const C: usize>(
                 )
             };
         }
+        staged();
         sync_threads();
         if t < rows {
             let point = unsafe { points.add(t * SEED_POINT_STRIDE) };
@@ -193,8 +194,8 @@ const ROWS_APART: usize = BLOCK as usize / SEED_DIMS;
 /// Stages dimension `col` of rows `row(r)` (zero for `r ≥ live`), `r` from this thread's warp
 /// (`r ≡ warp (mod ROWS_APART)`) below `slots`, into `dst[r · stride]`. On sm_80 and later
 /// with `cp.async`: every copy of the thread is in flight at once and takes no register (one
-/// load at a time, each waited for, left the staging bound by memory latency). Waits for its
-/// copies; the caller synchronises the block.
+/// load at a time, each waited for, left the staging bound by memory latency); [`staged`]
+/// waits for them, then the caller synchronises the block.
 ///
 /// # Safety
 /// `x` holds rows of `d` values, `col < d`, every `row(r)` with `r < live` a row of it; `dst`
@@ -215,7 +216,7 @@ unsafe fn stage(
     let mut r = gpu::thread() / SEED_DIMS;
     #[cfg(target_feature = "sm_80")]
     {
-        use crate::cp_async::{copy_4, shared_addr, wait_all};
+        use crate::cp_async::{copy_4, shared_addr};
         let base = shared_addr(dst);
         while r < slots {
             let (src, bytes) = if r < live {
@@ -226,7 +227,6 @@ unsafe fn stage(
             unsafe { copy_4(base + (4 * r * stride) as u32, src, bytes) };
             r += ROWS_APART;
         }
-        wait_all();
     }
     #[cfg(not(target_feature = "sm_80"))]
     while r < slots {
@@ -238,6 +238,14 @@ unsafe fn stage(
         unsafe { *dst.add(r * stride) = v };
         r += ROWS_APART;
     }
+}
+
+/// Waits for this thread's [`stage`] copies (all of them at once: they are in flight together).
+#[cfg(target_arch = "nvptx64")]
+#[inline(always)]
+fn staged() {
+    #[cfg(target_feature = "sm_80")]
+    crate::cp_async::wait_all();
 }
 
 /// Adds `v` (one per thread) into the block's shared sum `slot`: warp sums, one atomic per warp.

@@ -12,7 +12,6 @@ use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::matrix::MatrixView;
 use kernels_gpu::knn::PairMetric;
-use std::sync::Mutex;
 use std::thread;
 
 /// One GPU's part of the training rows.
@@ -28,16 +27,6 @@ struct Part {
 pub(crate) struct GpuParts {
     parts: Vec<Part>,
     vote_rows: VoteRows,
-    /// Memory kept from search to search: fresh memory costs a page fault per page on first
-    /// touch (F's keys, 8 MB a part and 8 MB merged, took milliseconds to fault in).
-    scratch: Mutex<Scratch>,
-}
-
-/// Each part's keys and the merged keys of the last search.
-#[derive(Default)]
-struct Scratch {
-    parts: Vec<Vec<u64>>,
-    merged: Vec<u64>,
 }
 
 impl GpuParts {
@@ -66,7 +55,6 @@ impl GpuParts {
         Ok(GpuParts {
             parts,
             vote_rows: VoteRows::default(),
-            scratch: Mutex::default(),
         })
     }
 
@@ -84,13 +72,7 @@ impl MergedSearch for GpuParts {
         selection: Selection,
         max_bytes: Option<usize>,
     ) -> Result<(TopK, Selection, Option<PrefilterReport>)> {
-        // A search beside this one (on another thread) takes fresh memory.
-        let mut held = self.scratch.try_lock().ok();
-        let (mut keys, merged) = match held.as_deref_mut() {
-            Some(s) => (std::mem::take(&mut s.parts), std::mem::take(&mut s.merged)),
-            None => Default::default(),
-        };
-        keys.resize_with(self.parts.len(), Vec::new);
+        let mut keys = vec![Vec::new(); self.parts.len()];
         let found: Vec<Result<_>> = thread::scope(|scope| {
             let running: Vec<_> = (self.parts.iter().zip(keys.iter_mut()))
                 .map(|(p, keys)| {
@@ -104,21 +86,12 @@ impl MergedSearch for GpuParts {
                 .collect()
         });
         let found = found.into_iter().collect::<Result<Vec<_>>>()?;
-        let mut top = TopK::in_buffer(merged, queries.rows(), k);
+        let mut top = TopK::new(queries.rows(), k);
         for (part, keys) in self.parts.iter().zip(&keys) {
             top.merge(keys, k.min(part.rows), part.first_row);
         }
-        if let Some(s) = held.as_deref_mut() {
-            s.parts = keys;
-        }
         let prefilter = found.iter().filter_map(|f| f.1).reduce(add_reports);
         Ok((top, found[0].0, prefilter))
-    }
-
-    fn recycle(&self, top: TopK) {
-        if let Ok(mut s) = self.scratch.try_lock() {
-            s.merged = top.into_buffer();
-        }
     }
 
     fn vote_rows(&mut self) -> &mut VoteRows {

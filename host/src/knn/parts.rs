@@ -24,12 +24,12 @@ pub(crate) struct TopK {
 const MERGE_GRAIN: usize = 256;
 
 impl TopK {
-    /// Nothing yet for `queries` queries, in `buffer`'s memory (a buffer used before has its
-    /// pages mapped: fresh memory costs a page fault per page on first touch).
-    pub(crate) fn in_buffer(mut buffer: Vec<u64>, queries: usize, k: usize) -> TopK {
-        buffer.clear();
-        buffer.resize(queries * k, EMPTY);
-        TopK { k, keys: buffer }
+    /// Nothing yet for `queries` queries.
+    pub(crate) fn new(queries: usize, k: usize) -> TopK {
+        TopK {
+            k,
+            keys: vec![EMPTY; queries * k],
+        }
     }
 
     /// Merges a part's answer (`found`: its `kp` nearest per query as keys, rows counted from
@@ -64,11 +64,6 @@ impl TopK {
                 running.copy_from_slice(&merged);
             }
         });
-    }
-
-    /// The memory of the keys, for [`TopK::in_buffer`].
-    pub(crate) fn into_buffer(self) -> Vec<u64> {
-        self.keys
     }
 
     /// The keys, `queries × k`.
@@ -138,8 +133,6 @@ pub(crate) trait MergedSearch: Send + Sync {
     fn votes_of(&self) -> &VoteRows;
     /// Allows or forbids the TF32 prefilter in the parts.
     fn set_prefilter(&mut self, allowed: bool);
-    /// Takes back a merged answer's memory once it has been read (for the next search).
-    fn recycle(&self, _top: TopK) {}
 }
 
 impl<T: MergedSearch> KnnSearch for T {
@@ -152,7 +145,6 @@ impl<T: MergedSearch> KnnSearch for T {
     ) -> Result<Neighbours> {
         let (top, selection, prefilter) = self.merged(queries, k, selection, max_bytes)?;
         let (indices, distances) = top.indices_and_distances();
-        self.recycle(top);
         Ok(Neighbours {
             indices,
             distances,
@@ -187,9 +179,7 @@ impl<T: MergedSearch> KnnSearch for T {
         proba: bool,
     ) -> Result<Votes> {
         let (top, _, _) = self.merged(queries, k, selection, max_bytes)?;
-        let votes = self.votes_of().vote(top.keys(), k, weighted, proba);
-        self.recycle(top);
-        Ok(votes)
+        Ok(self.votes_of().vote(top.keys(), k, weighted, proba))
     }
 }
 

@@ -75,7 +75,7 @@ impl MergedSearch for Streamed {
         selection: Selection,
         max_bytes: Option<usize>,
     ) -> Result<(TopK, Selection, Option<PrefilterReport>)> {
-        let mut top = TopK::in_buffer(Vec::new(), queries.rows(), k);
+        let mut top = TopK::new(queries.rows(), k);
         let (mut ran, mut prefilter, mut keys) = (selection, None, Vec::new());
         let max_bytes = Some(max_bytes.map_or(self.search_bytes, |b| b.min(self.search_bytes)));
         for start in (0..self.n).step_by(self.part_rows) {

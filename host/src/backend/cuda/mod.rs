@@ -200,14 +200,7 @@ impl CudaBackend {
         let Some(pool) = default_pool(&self.ctx) else {
             return 0;
         };
-        let attr = |a: A| {
-            let mut v = 0u64;
-            // SAFETY: writes one u64 for these attributes.
-            let rc = unsafe {
-                cudarc::driver::sys::cuMemPoolGetAttribute(pool, a, (&mut v as *mut u64).cast())
-            };
-            if rc == CUresult::CUDA_SUCCESS { v } else { 0 }
-        };
+        let attr = |a: A| pool_attribute(pool, a).unwrap_or(0);
         let reserved = attr(A::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT);
         let used = attr(A::CU_MEMPOOL_ATTR_USED_MEM_CURRENT);
         reserved.saturating_sub(used) as usize
@@ -562,8 +555,7 @@ impl Backend for CudaBackend {
     /// comes from it where the device has one).
     fn device_memory_peak(&self, reset: bool) -> Result<Option<usize>> {
         use cudarc::driver::sys::{
-            CUmemPool_attribute::CU_MEMPOOL_ATTR_USED_MEM_HIGH as HIGH, cuMemPoolGetAttribute,
-            cuMemPoolSetAttribute,
+            CUmemPool_attribute::CU_MEMPOOL_ATTR_USED_MEM_HIGH as HIGH, cuMemPoolSetAttribute,
         };
         let Some(pool) = default_pool(&self.ctx) else {
             return Ok(None);
@@ -571,15 +563,11 @@ impl Backend for CudaBackend {
         self.stream
             .synchronize()
             .map_err(|e| cuda("waiting for the GPU", e))?;
-        let mut peak = 0u64;
-        // SAFETY: the attribute is one u64, read into `peak`; the only value it can be set to is 0.
-        let rc = unsafe { cuMemPoolGetAttribute(pool, HIGH, (&mut peak as *mut u64).cast()) };
-        if rc != CUresult::CUDA_SUCCESS {
-            return Err(cuda("reading the memory pool's peak", DriverError(rc)));
-        }
+        let peak =
+            pool_attribute(pool, HIGH).map_err(|e| cuda("reading the memory pool's peak", e))?;
         if reset {
             let mut zero = 0u64;
-            // SAFETY: as above.
+            // SAFETY: the attribute is one u64; the only value it can be set to is 0.
             let rc = unsafe { cuMemPoolSetAttribute(pool, HIGH, (&mut zero as *mut u64).cast()) };
             if rc != CUresult::CUDA_SUCCESS {
                 return Err(cuda("resetting the memory pool's peak", DriverError(rc)));
@@ -628,6 +616,23 @@ fn keep_freed_memory(ctx: &CudaContext) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// A u64 attribute of a memory pool (the sizes and marks of `CUmemPool_attribute`).
+fn pool_attribute(
+    pool: cudarc::driver::sys::CUmemoryPool,
+    attribute: cudarc::driver::sys::CUmemPool_attribute,
+) -> std::result::Result<u64, DriverError> {
+    let mut v = 0u64;
+    // SAFETY: writes one u64 for these attributes; the pool handle is only passed to the driver.
+    let rc = unsafe {
+        cudarc::driver::sys::cuMemPoolGetAttribute(pool, attribute, (&mut v as *mut u64).cast())
+    };
+    if rc == CUresult::CUDA_SUCCESS {
+        Ok(v)
+    } else {
+        Err(DriverError(rc))
+    }
 }
 
 /// The device's stream-ordered allocator pool, if it has one.
