@@ -1313,7 +1313,7 @@ fn streamed_training_sets_answer_as_resident_ones() {
         for metric in METRICS {
             let cpu = KnnIndex::new(view(&train, d), metric, Device::Cpu).unwrap();
             let row = 4 * (d + 4);
-            for budget in [2 * 37 * row, 2 * 400 * row, 4 * n * row] {
+            for budget in [4 * 37 * row, 4 * 150 * row, 4 * n * row] {
                 let index =
                     KnnIndex::with_memory_budget(view(&train, d), metric, gpu, Some(budget))
                         .unwrap();
@@ -1338,7 +1338,7 @@ fn streamed_training_sets_answer_as_resident_ones() {
     };
     let set = Device::Gpus(kmeans_knn::GpuSet::new(&[o, o]).unwrap());
     let train = uniform(n, d, 94);
-    let budget = Some(2 * 37 * 4 * (d + 4));
+    let budget = Some(4 * 37 * 4 * (d + 4));
     let cpu = KnnIndex::new(view(&train, d), DistanceMetric::Euclidean, Device::Cpu).unwrap();
     let parts =
         KnnIndex::with_memory_budget(view(&train, d), DistanceMetric::Euclidean, set, budget)
@@ -1353,7 +1353,7 @@ fn streamed_training_sets_answer_as_resident_ones() {
     let train = lattice(n, d, 3, 96);
     let classes: Vec<u32> = (0..n as u32).map(|i| i % 5).collect();
     let targets: Vec<f32> = (0..n).map(|i| (i % 9) as f32).collect();
-    let budget = Some(2 * 37 * 4 * (d + 4));
+    let budget = Some(4 * 37 * 4 * (d + 4));
     for device in [Device::Cpu, gpu] {
         let index = |budget| {
             KnnIndex::with_memory_budget(view(&train, d), DistanceMetric::L1, device, budget)
@@ -1378,7 +1378,7 @@ fn streamed_training_sets_answer_as_resident_ones() {
     // Parts of one row.
     let train = lattice(40, d, 2, 97);
     let cpu = KnnIndex::new(view(&train, d), DistanceMetric::L1, Device::Cpu).unwrap();
-    let one_row = 2 * 4 * (d + 4);
+    let one_row = 4 * 4 * (d + 4);
     let index =
         KnnIndex::with_memory_budget(view(&train, d), DistanceMetric::L1, gpu, Some(one_row))
             .unwrap();

@@ -385,14 +385,16 @@ fn gpu_set_rows(
             })
             .collect::<kmeans_knn::Result<Vec<f64>>>()?;
         let alone = parts.iter().map(|ms| format!("{ms:.3}"));
+        let side_by_side = gpus::knn_side_by_side_ms(case, &ordinals, reps)?;
         println!(
-            "      each GPU's part alone: {} ms",
+            "      each GPU's part alone: {} ms; all parts at once, without the merge: \
+             {side_by_side:.3} ms",
             alone.collect::<Vec<_>>().join(", ")
         );
         if let Some(f) = json.as_deref_mut() {
             let row = serde_json::json!({"case": case.name, "gpus": set.to_string(),
                 "search_ms_one": t1, "search_ms_set": ts, "identical": i1 == is,
-                "part_alone_ms": parts,
+                "part_alone_ms": parts, "parts_at_once_ms": side_by_side,
                 "peak_bytes_one": peak1, "peak_bytes_set": peaks});
             writeln!(f, "{row}")?;
         }

@@ -109,6 +109,45 @@ pub fn knn_ms(
     Ok((median(times), indices))
 }
 
+/// Median wall ms of the searches of `case`'s parts, cut as a GPU set cuts its rows (`parts[i]`
+/// on GPU `ordinals[i]`), run at once on threads of their own, each answering for itself: the
+/// set's search without its merge. Against the set, what the merge costs; against each part
+/// alone, what running side by side costs.
+pub fn knn_side_by_side_ms(
+    case: &KnnCase,
+    ordinals: &[usize],
+    reps: usize,
+) -> kmeans_knn::Result<f64> {
+    let train = uniform(case.n * case.d, 1);
+    let queries = uniform(case.m * case.d, 2);
+    let queries = MatrixView::new(&queries, case.m, case.d)?;
+    let count = ordinals.len();
+    let indexes = (ordinals.iter().enumerate())
+        .map(|(i, &o)| {
+            let rows = i * case.n / count..(i + 1) * case.n / count;
+            let part = &train[rows.start * case.d..rows.end * case.d];
+            let part = MatrixView::new(part, rows.len(), case.d)?;
+            let index = KnnIndex::new(part, DistanceMetric::SqEuclidean, Device::Cuda(o))?;
+            index.search(queries.clone(), case.k)?;
+            Ok(index)
+        })
+        .collect::<kmeans_knn::Result<Vec<_>>>()?;
+    let mut times = Vec::new();
+    for _ in 0..reps.max(1) {
+        let start = Instant::now();
+        std::thread::scope(|scope| {
+            let running: Vec<_> = (indexes.iter())
+                .map(|index| scope.spawn(|| index.search(queries.clone(), case.k)))
+                .collect();
+            running
+                .into_iter()
+                .try_for_each(|r| r.join().expect("a part's search thread").map(|_| ()))
+        })?;
+        times.push(start.elapsed().as_secs_f64() * 1e3);
+    }
+    Ok(median(times))
+}
+
 /// `run`'s result and the peak device memory of each GPU of `device` while it ran.
 pub fn with_peak<T>(
     device: Device,
@@ -167,8 +206,8 @@ pub fn streamed_search(
         }
         Ok((median(ms), first.filter(|_| same)))
     };
-    // The pieces the stream copies: half the budget of rows (and their norms etc.).
-    let piece = budget / 2 / (4 * (d + 4)) * d;
+    // The pieces the stream copies: a quarter of the budget of rows (and their norms etc.).
+    let piece = budget / 4 / (4 * (d + 4)) * d;
     let staged = upload_ms(device, &train, piece, Upload::Staged, reps)?;
     let pageable = upload_ms(device, &train, piece, Upload::Pageable, reps)?;
     let bytes = (n * d * 4) as f64;

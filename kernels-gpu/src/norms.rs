@@ -1,4 +1,5 @@
-//! Squared row norms, the `‖x‖²` and `‖c‖²` of the GEMM form of squared L2.
+//! Squared row norms, the `‖x‖²` and `‖c‖²` of the GEMM form of squared L2, and their roots
+//! (the kNN prefilter's error bound takes `‖x‖`).
 
 use crate::launch::{BLOCK, Kernel};
 #[cfg(target_arch = "nvptx64")]
@@ -47,4 +48,23 @@ pub unsafe extern "gpu-kernel" fn row_sq_norms(x: *const f32, n: u32, d: u32, ou
         j += 1;
     }
     unsafe { *out.add(i) = acc };
+}
+
+/// The `row_norm_roots` entry point. CPU twin: [`crate::knn::sqrt`] of each norm.
+pub const ROW_NORM_ROOTS: Kernel = Kernel::new("row_norm_roots", 3);
+
+/// `out[i] = sqrt(sq_norms[i])` (correctly rounded, as [`crate::knn::sqrt`] on the CPU) for
+/// `i < n`, a thread per value: computed where the norms are, so an index built beside a
+/// running search needs no round trip through the host.
+///
+/// # Safety
+/// `sq_norms` and `out` hold `n` values; one thread per value (blocks of
+/// [`row_sq_norms_grid`]).
+#[cfg(target_arch = "nvptx64")]
+#[unsafe(no_mangle)]
+pub unsafe extern "gpu-kernel" fn row_norm_roots(sq_norms: *const f32, n: u32, out: *mut f32) {
+    let i = gpu::block() * gpu::block_dim() + gpu::thread();
+    if i < n as usize {
+        unsafe { *out.add(i) = crate::knn::sqrt(*sq_norms.add(i)) };
+    }
 }

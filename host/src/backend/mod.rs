@@ -438,6 +438,17 @@ pub(crate) trait Distances {
 
     /// An exact kNN index over `train` (validated), resident on the backend.
     fn knn_index(&self, train: &MatrixView<'_>, metric: PairMetric) -> Result<Box<dyn KnnSearch>>;
+
+    /// [`Distances::knn_index`], built beside whatever the backend computes meanwhile (a GPU
+    /// copies the rows on its copy stream and its searches wait for them), so that a streamed
+    /// search uploads the next part while it searches this one.
+    fn knn_index_beside(
+        &self,
+        train: &MatrixView<'_>,
+        metric: PairMetric,
+    ) -> Result<Box<dyn KnnSearch>> {
+        self.knn_index(train, metric)
+    }
 }
 
 /// An exact kNN index on a backend. Neighbours are keys ([`kernels_gpu::knn::key`]): sorted

@@ -86,9 +86,12 @@ impl MergedSearch for GpuParts {
                 .collect()
         });
         let found = found.into_iter().collect::<Result<Vec<_>>>()?;
-        let mut top = TopK::new(queries.rows(), k);
-        for (part, keys) in self.parts.iter().zip(&keys) {
-            top.merge(keys, k.min(part.rows), part.first_row);
+        let mut each = self.parts.iter().zip(keys);
+        let (first, first_keys) = each.next().expect("at least one part");
+        let kp = k.min(first.rows);
+        let mut top = TopK::first(queries.rows(), k, first_keys, kp, first.first_row);
+        for (part, keys) in each {
+            top.merge(&keys, k.min(part.rows), part.first_row);
         }
         let prefilter = found.iter().filter_map(|f| f.1).reduce(add_reports);
         Ok((top, found[0].0, prefilter))

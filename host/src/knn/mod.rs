@@ -135,8 +135,9 @@ impl KnnIndex {
     /// [`KnnIndex::new`] within `budget` bytes of GPU memory for the training rows and a
     /// search's query batches (`None`: 70 % of what the GPU has free; on a GPU set, per GPU). A training set that does
     /// not fit (`n · 4 · (d + 4)` bytes) stays in host memory, and every search streams it
-    /// through the GPU in parts of half the budget, merging each part's k nearest by (distance,
-    /// index): the same answer, bit for bit, at the cost of the copies. The CPU has no budget.
+    /// through the GPU in parts of a quarter of the budget (the next part uploads while this one
+    /// is searched), merging each part's k nearest by (distance, index): the same answer, bit
+    /// for bit, at the cost of the copies. The CPU has no budget.
     pub fn with_memory_budget<'a>(
         train: impl Into<MatrixView<'a>>,
         metric: DistanceMetric,

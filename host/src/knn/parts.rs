@@ -4,7 +4,7 @@
 
 use crate::backend::cpu::knn_vote;
 use crate::backend::vocab::{PrefilterReport, Selection};
-use crate::backend::{KnnSearch, Neighbours, Votes, split_keys};
+use crate::backend::{KnnSearch, Neighbours, Votes};
 use crate::error::Result;
 use crate::matrix::MatrixView;
 use kernels_gpu::fixed::pow2_f32;
@@ -30,6 +30,26 @@ impl TopK {
             k,
             keys: vec![EMPTY; queries * k],
         }
+    }
+
+    /// The running keys of a first part's answer (`found`, as for [`TopK::merge`]), taken over
+    /// without a merge into empty keys when the part has `k` per query.
+    pub(crate) fn first(
+        queries: usize,
+        k: usize,
+        mut found: Vec<u64>,
+        kp: usize,
+        first_row: u32,
+    ) -> TopK {
+        if kp != k {
+            let mut top = TopK::new(queries, k);
+            top.merge(&found, kp, first_row);
+            return top;
+        }
+        (found.par_chunks_mut(k * MERGE_GRAIN)).for_each(|keys| {
+            keys.iter_mut().for_each(|key| *key += first_row as u64);
+        });
+        TopK { k, keys: found }
     }
 
     /// Merges a part's answer (`found`: its `kp` nearest per query as keys, rows counted from
@@ -71,10 +91,22 @@ impl TopK {
         &self.keys
     }
 
-    /// The neighbours as a search returns them.
+    /// The neighbours as a search returns them, split on the rayon threads: the arrays come
+    /// zeroed from the allocator untouched, so their pages are first touched (a good part of
+    /// the cost) by several threads too.
     pub(crate) fn indices_and_distances(&self) -> (Vec<u32>, Vec<f32>) {
-        let (mut indices, mut distances) = (Vec::new(), Vec::new());
-        split_keys(&self.keys, &mut indices, &mut distances);
+        use kernels_gpu::knn::{key_distance, key_index};
+        let len = self.keys.len();
+        let (mut indices, mut distances) = (vec![0u32; len], vec![0f32; len]);
+        let grain = self.k.max(1) * MERGE_GRAIN;
+        (indices.par_chunks_mut(grain))
+            .zip(distances.par_chunks_mut(grain))
+            .zip(self.keys.par_chunks(grain))
+            .for_each(|((indices, distances), keys)| {
+                for ((i, d), &key) in indices.iter_mut().zip(distances).zip(keys) {
+                    (*i, *d) = (key_index(key), key_distance(key));
+                }
+            });
         (indices, distances)
     }
 }

@@ -1,12 +1,13 @@
 //! kNN over a training set larger than the device's memory budget: the rows stay in host memory
-//! and every search streams them through the device in parts that fit half the budget (the
-//! other half holds the search's query batches), merging each part's k nearest into every
-//! query's running k by (distance, training index). The order is a single index's, so the
-//! answer equals the resident index's and the CPU's bit for bit, whatever the budget.
+//! and every search streams them through the device in parts of a quarter of the budget (the
+//! part searched and the next, uploaded beside that search; the other half holds the search's
+//! query batches), merging each part's k nearest into every query's running k by (distance,
+//! training index). The order is a single index's, so the answer equals the resident index's
+//! and the CPU's bit for bit, whatever the budget.
 
 use super::parts::{MergedSearch, TopK, VoteRows, add_reports};
-use crate::backend::Backend;
 use crate::backend::vocab::{PrefilterReport, Selection};
+use crate::backend::{Backend, KnnSearch};
 use crate::error::{Error, Result};
 use crate::matrix::MatrixView;
 use kernels_gpu::knn::PairMetric;
@@ -42,14 +43,14 @@ impl Streamed {
         budget: usize,
     ) -> Result<Streamed> {
         let (n, d) = (train.rows(), train.cols());
-        let part_rows = budget / 2 / device_bytes_per_row(d);
+        let part_rows = budget / 4 / device_bytes_per_row(d);
         if part_rows == 0 {
             return Err(Error::invalid(
                 "memory budget",
                 format!(
-                    "{budget} bytes cannot hold one training row of {d} dimensions and a query \
+                    "{budget} bytes cannot hold two training rows of {d} dimensions and a query \
                      batch; give at least {} bytes",
-                    2 * device_bytes_per_row(d)
+                    4 * device_bytes_per_row(d)
                 ),
             ));
         }
@@ -67,6 +68,18 @@ impl Streamed {
     }
 }
 
+impl Streamed {
+    /// The index of the part from training row `start`, built beside the search under way.
+    fn part_index(&self, start: usize) -> Result<Box<dyn KnnSearch>> {
+        let rows = self.part_rows.min(self.n - start);
+        let part = &self.rows[start * self.d..(start + rows) * self.d];
+        let train = MatrixView::new(part, rows, self.d)?;
+        let mut index = self.backend.knn_index_beside(&train, self.metric)?;
+        index.set_prefilter(self.prefilter);
+        Ok(index)
+    }
+}
+
 impl MergedSearch for Streamed {
     fn merged(
         &self,
@@ -78,25 +91,29 @@ impl MergedSearch for Streamed {
         let mut top = TopK::new(queries.rows(), k);
         let (mut ran, mut prefilter, mut keys) = (selection, None, Vec::new());
         let max_bytes = Some(max_bytes.map_or(self.search_bytes, |b| b.min(self.search_bytes)));
-        for start in (0..self.n).step_by(self.part_rows) {
-            let rows = self.part_rows.min(self.n - start);
-            let part = &self.rows[start * self.d..(start + rows) * self.d];
-            // The part's index lives for its search only: its memory goes back to the pool
-            // before the next part is uploaded.
-            let mut index =
-                (self.backend).knn_index(&MatrixView::new(part, rows, self.d)?, self.metric)?;
-            index.set_prefilter(self.prefilter);
-            let kp = k.min(rows);
-            let (selected, report) =
-                index.search_keys(queries, kp, selection, max_bytes, &mut keys)?;
-            top.merge(&keys, kp, start as u32);
-            ran = selected;
-            prefilter = match (prefilter, report) {
-                (Some(a), Some(b)) => Some(add_reports(a, b)),
-                (a, b) => a.or(b),
-            };
-        }
-        Ok((top, ran, prefilter))
+        let starts: Vec<usize> = (0..self.n).step_by(self.part_rows).collect();
+        std::thread::scope(|scope| {
+            let mut next = Some(scope.spawn(|| self.part_index(starts[0])));
+            for (p, &start) in starts.iter().enumerate() {
+                let index = next.take().expect("spawned").join();
+                let index = index.unwrap_or_else(|panic| std::panic::resume_unwind(panic))?;
+                // The next part goes up beside this part's search; this part's memory goes
+                // back to the pool before the one after is uploaded.
+                next = starts
+                    .get(p + 1)
+                    .map(|&s| scope.spawn(move || self.part_index(s)));
+                let kp = k.min(self.part_rows.min(self.n - start));
+                let (selected, report) =
+                    index.search_keys(queries, kp, selection, max_bytes, &mut keys)?;
+                top.merge(&keys, kp, start as u32);
+                ran = selected;
+                prefilter = match (prefilter, report) {
+                    (Some(a), Some(b)) => Some(add_reports(a, b)),
+                    (a, b) => a.or(b),
+                };
+            }
+            Ok((top, ran, prefilter))
+        })
     }
 
     fn vote_rows(&mut self) -> &mut VoteRows {
@@ -115,7 +132,6 @@ impl MergedSearch for Streamed {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::KnnSearch;
     use crate::device::Device;
 
     /// Streamed parts (here through the CPU backend: the same code as through a GPU) answer as
@@ -134,7 +150,7 @@ mod tests {
         let metric = PairMetric::SqEuclidean;
         let mut one = cpu.knn_index(&train, metric).unwrap();
         one.set_labels(&classes, 4).unwrap();
-        let row = 2 * device_bytes_per_row(d);
+        let row = 4 * device_bytes_per_row(d);
         for budget in [row, 7 * row, 1000 * row] {
             let mut streamed = Streamed::new(cpu.clone(), train.clone(), metric, budget).unwrap();
             streamed.set_labels(&classes, 4).unwrap();

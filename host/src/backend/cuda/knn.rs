@@ -13,14 +13,14 @@
 
 use super::launch::{
     KnnBitonicMergeGlobal, KnnBitonicMergeLocal, KnnSelect, KnnSelectKeys, KnnSortChunks, KnnTake,
-    KnnTf32Rerank, KnnTf32Scan, KnnTf32Threshold, KnnVote, Pairwise, RowSqNorms,
+    KnnTf32Rerank, KnnTf32Scan, KnnTf32Threshold, KnnVote, Pairwise, RowNormRoots, RowSqNorms,
 };
 use super::{CudaBackend, arg_u32};
 use crate::backend::vocab::{PrefilterReport, Selection, rows_per_block};
 use crate::backend::{Backend, BlockSink, Distances, KnnSearch, Neighbours, Votes, split_keys};
 use crate::error::{Error, Result};
 use crate::matrix::MatrixView;
-use cudarc::driver::{CudaSlice, CudaView};
+use cudarc::driver::{CudaEvent, CudaSlice, CudaView};
 use kernels_gpu::fixed::pow2_f32;
 use kernels_gpu::knn::{MAX_STREAM_K, PairMetric, SELECT_CAP, stream_tile, vote_scale_exponent};
 use kernels_gpu::knn_tf32::{
@@ -160,14 +160,40 @@ impl Distances for CudaBackend {
     }
 
     fn knn_index(&self, train: &MatrixView<'_>, metric: PairMetric) -> Result<Box<dyn KnnSearch>> {
+        Ok(Box::new(CudaKnn::build(self, train, metric, false)?))
+    }
+
+    fn knn_index_beside(
+        &self,
+        train: &MatrixView<'_>,
+        metric: PairMetric,
+    ) -> Result<Box<dyn KnnSearch>> {
+        Ok(Box::new(CudaKnn::build(self, train, metric, true)?))
+    }
+}
+
+impl CudaKnn {
+    /// Uploads `train` and queues its squared norms (and, where the prefilter can run, their
+    /// roots, which its bound takes) on the compute stream, or with `beside` on the copy stream,
+    /// with the event that the searches wait for.
+    fn build(
+        gpu: &CudaBackend,
+        train: &MatrixView<'_>,
+        metric: PairMetric,
+        beside: bool,
+    ) -> Result<CudaKnn> {
         let (n, d) = (train.rows(), train.cols());
         arg_u32(n, "number of training rows")?;
         arg_u32(d, "number of dimensions")?;
-        let gpu = CudaBackend::shared(self.info().ordinal)?;
-        // SAFETY: written whole before any kernel runs.
-        let mut x = unsafe { gpu.uninit(train.as_slice().len(), "the training data")? };
-        gpu.write_rows(train.as_slice(), &mut x, 0, "the training data")?;
-        let mut norms = gpu.zeros::<f32>(n, "training norms")?;
+        let gpu = CudaBackend::shared(gpu.info().ordinal)?;
+        let (stream, x) = if beside {
+            let x = gpu.upload_rows_beside(train.as_slice(), &[], "the training data")?;
+            (gpu.copy_stream()?.clone(), x)
+        } else {
+            let x = gpu.upload_rows(train.as_slice(), &[], "the training data")?;
+            (gpu.compute_stream().clone(), x)
+        };
+        let mut norms = gpu.zeros_on::<f32>(&stream, n, "training norms")?;
         if metric.needs_norms() {
             RowSqNorms {
                 x: &x,
@@ -175,22 +201,27 @@ impl Distances for CudaBackend {
                 d: d as u32,
                 out: &mut norms,
             }
-            .launch(&gpu)?;
+            .launch_on(&gpu, &stream)?;
         }
         let tensor_cores = gpu.info().compute_capability.0 >= 8;
-        // The prefilter's bound takes the training norms' square roots: computed once here
-        // (the same correctly rounded root on both targets).
         let roots = if tensor_cores && tf32_metric(metric) {
-            let roots: Vec<f32> = gpu
-                .download(&norms, n, "training norms")?
-                .into_iter()
-                .map(kernels_gpu::knn::sqrt)
-                .collect();
-            gpu.upload(&roots, "training norm roots")?
+            // SAFETY: the launch below writes all `n`.
+            let mut roots = unsafe { gpu.uninit_on::<f32>(&stream, n, "training norm roots")? };
+            RowNormRoots {
+                sq_norms: &norms,
+                n: n as u32,
+                out: &mut roots,
+            }
+            .launch_on(&gpu, &stream)?;
+            roots
         } else {
-            gpu.zeros::<f32>(1, "training norm roots")?
+            gpu.zeros_on::<f32>(&stream, 1, "training norm roots")?
         };
-        Ok(Box::new(CudaKnn {
+        let ready = match beside {
+            true => Some(gpu.copies_done("the training data")?),
+            false => None,
+        };
+        Ok(CudaKnn {
             gpu,
             n,
             d,
@@ -198,11 +229,12 @@ impl Distances for CudaBackend {
             x,
             norms,
             roots,
+            ready,
             labels: None,
             row_weights: None,
             classes: 0,
             prefilter: tensor_cores,
-        }))
+        })
     }
 }
 
@@ -216,6 +248,9 @@ pub(crate) struct CudaKnn {
     norms: CudaSlice<f32>,
     /// `sqrt(norms)` when the prefilter can run (one value otherwise).
     roots: CudaSlice<f32>,
+    /// For an index built beside other work: the end of its rows' upload and norms, which
+    /// every search waits for.
+    ready: Option<CudaEvent>,
     labels: Option<CudaSlice<u32>>,
     /// Every training row's sample weight over the largest; `None`: no sample weights.
     row_weights: Option<CudaSlice<f32>>,
@@ -462,6 +497,9 @@ impl CudaKnn {
     /// [`CudaKnn::exact_fallback`] for prefilter overflows) and [`CudaKnn::collect_batch`].
     fn run(&self, job: SearchJob<'_, '_>, tf32: bool, mut output: Output) -> Result<Output> {
         arg_u32(job.k, "k")?;
+        if let Some(ready) = &self.ready {
+            self.gpu.wait_for(ready)?;
+        }
         let (rows, plan) = self.plan_batches(&job, tf32)?;
         let mut bufs = self.batch_buffers(&job, rows, plan.as_ref())?;
         let mut report = plan.map(|_| PrefilterReport::default());

@@ -63,8 +63,11 @@ pub struct CudaBackend {
     /// grown up to `STAGING_BYTES`): a copy straight into pageable memory runs at ~1 GB/s
     /// (8 MB of kNN keys took 8 ms).
     staging: Mutex<Option<PinnedHostSlice<u8>>>,
-    /// Page-locked memory that rows are uploaded through (made on first use).
+    /// Page-locked memory that rows are uploaded through (made on first use): one pair of
+    /// buffers for the compute stream's uploads and one for the copy stream's, so that a query
+    /// upload never waits behind a long upload beside it.
     upload_staging: Mutex<Option<staging::UploadStaging>>,
+    copy_staging: Mutex<Option<staging::UploadStaging>>,
     /// A non-blocking stream for uploads that overlap the compute stream's work (made on first
     /// use); work across the two is ordered by explicit events.
     copies: OnceLock<Arc<CudaStream>>,
@@ -165,13 +168,19 @@ impl CudaBackend {
             functions: Mutex::default(),
             staging: Mutex::default(),
             upload_staging: Mutex::default(),
+            copy_staging: Mutex::default(),
             copies: OnceLock::new(),
             info,
         })
     }
 
+    /// The stream every search and step runs on.
+    pub(crate) fn compute_stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
     /// The copy stream (see `copies`).
-    fn copy_stream(&self) -> Result<&Arc<CudaStream>> {
+    pub(crate) fn copy_stream(&self) -> Result<&Arc<CudaStream>> {
         if let Some(copies) = self.copies.get() {
             return Ok(copies);
         }
@@ -230,9 +239,19 @@ impl CudaBackend {
     /// Starts a launch of `kernel` (`f`, from [`Self::function`]); push its parameters in order
     /// with [`Launch::arg`], then [`Launch::run`], which checks their number in debug builds.
     pub(crate) fn launch_kernel<'a>(&'a self, kernel: Kernel, f: &'a CudaFunction) -> Launch<'a> {
+        self.launch_kernel_on(&self.stream, kernel, f)
+    }
+
+    /// [`Self::launch_kernel`] queued on `stream` instead of the compute stream.
+    pub(crate) fn launch_kernel_on<'a>(
+        &'a self,
+        stream: &'a CudaStream,
+        kernel: Kernel,
+        f: &'a CudaFunction,
+    ) -> Launch<'a> {
         Launch {
             name: kernel.name,
-            args: self.stream.launch_builder(f),
+            args: stream.launch_builder(f),
             params: kernel.params,
             pushed: 0,
         }
@@ -244,8 +263,18 @@ impl CudaBackend {
         len: usize,
         what: &str,
     ) -> Result<CudaSlice<T>> {
+        self.zeros_on(&self.stream, len, what)
+    }
+
+    /// [`CudaBackend::zeros`], ordered on `stream` (freed on it too).
+    pub(crate) fn zeros_on<T: DeviceRepr + ValidAsZeroBits>(
+        &self,
+        stream: &Arc<CudaStream>,
+        len: usize,
+        what: &str,
+    ) -> Result<CudaSlice<T>> {
         injected_oom(what, len * size_of::<T>())?;
-        self.stream
+        stream
             .alloc_zeros::<T>(len.max(1))
             .map_err(|e| alloc_error(what, len * size_of::<T>(), e))
     }
@@ -282,7 +311,7 @@ impl CudaBackend {
     ///
     /// # Safety
     /// Kernels write every element before anything reads it.
-    unsafe fn uninit_on<T: DeviceRepr>(
+    pub(crate) unsafe fn uninit_on<T: DeviceRepr>(
         &self,
         stream: &Arc<CudaStream>,
         len: usize,

@@ -9,7 +9,7 @@ use cudarc::driver::{
     CudaContext, CudaEvent, CudaSlice, CudaStream, DevicePtrMut, PinnedHostSlice, result,
 };
 use rayon::prelude::*;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// Bytes of each staging buffer: one copy's piece.
 const PIECE_BYTES: usize = 16 << 20;
@@ -48,7 +48,7 @@ impl CudaBackend {
         at: usize,
         what: &str,
     ) -> Result<()> {
-        self.write_rows_on(&self.stream, host, dev, at, what)
+        self.write_rows_on(&self.stream, &self.upload_staging, host, dev, at, what)
     }
 
     /// `host` (through the staging buffers) then `tail` in new device memory, queued on the
@@ -59,7 +59,7 @@ impl CudaBackend {
         tail: &[f32],
         what: &str,
     ) -> Result<CudaSlice<f32>> {
-        self.upload_on(&self.stream, host, tail, what)
+        self.upload_on(&self.stream, &self.upload_staging, host, tail, what)
     }
 
     /// [`CudaBackend::upload_rows`] on the copy stream, beside whatever the compute stream runs
@@ -72,17 +72,34 @@ impl CudaBackend {
         tail: &[f32],
         what: &str,
     ) -> Result<(CudaSlice<f32>, CudaEvent)> {
-        let copies = self.copy_stream()?;
-        let dev = self.upload_on(copies, host, tail, what)?;
+        let dev = self.upload_rows_beside(host, tail, what)?;
+        Ok((dev, self.copies_done(what)?))
+    }
+
+    /// [`CudaBackend::upload_rows`] on the copy stream, through its own staging buffers; order
+    /// later work after it with [`CudaBackend::copies_done`].
+    pub(crate) fn upload_rows_beside(
+        &self,
+        host: &[f32],
+        tail: &[f32],
+        what: &str,
+    ) -> Result<CudaSlice<f32>> {
+        self.upload_on(self.copy_stream()?, &self.copy_staging, host, tail, what)
+    }
+
+    /// An event that marks the end of the work queued on the copy stream so far (`what` names
+    /// that work in errors).
+    pub(crate) fn copies_done(&self, what: &str) -> Result<CudaEvent> {
         let err = |e| cuda(&format!("copying {what} to the GPU"), e);
         let done = self.ctx.new_event(None).map_err(err)?;
-        done.record(copies).map_err(err)?;
-        Ok((dev, done))
+        done.record(self.copy_stream()?).map_err(err)?;
+        Ok(done)
     }
 
     fn upload_on(
         &self,
         stream: &Arc<CudaStream>,
+        staging: &Mutex<Option<UploadStaging>>,
         host: &[f32],
         tail: &[f32],
         what: &str,
@@ -90,7 +107,7 @@ impl CudaBackend {
         let len = host.len() + tail.len();
         // SAFETY: both parts are written below, on `stream`, before anything reads them.
         let mut dev = unsafe { self.uninit_on(stream, len, what)? };
-        self.write_rows_on(stream, host, &mut dev, 0, what)?;
+        self.write_rows_on(stream, staging, host, &mut dev, 0, what)?;
         if !tail.is_empty() {
             stream
                 .memcpy_htod(tail, &mut dev.slice_mut(host.len()..len))
@@ -106,9 +123,11 @@ impl CudaBackend {
             .map_err(|e| cuda("ordering work after an upload", e))
     }
 
+    /// Queues the copy of `host` into `dev[at..]` on `stream` through `staging`'s buffers.
     fn write_rows_on(
         &self,
         stream: &CudaStream,
+        staging: &Mutex<Option<UploadStaging>>,
         host: &[f32],
         dev: &mut CudaSlice<f32>,
         at: usize,
@@ -119,10 +138,7 @@ impl CudaBackend {
         }
         let err = |e| cuda(&format!("copying {what} to the GPU"), e);
         self.ctx.bind_to_thread().map_err(err)?;
-        let mut staging = self
-            .upload_staging
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let mut staging = staging.lock().unwrap_or_else(|e| e.into_inner());
         if staging.is_none() {
             *staging = Some(UploadStaging::new(&self.ctx)?);
         }

@@ -26,7 +26,7 @@ pub(crate) use init::{
 };
 pub(crate) use knn_tf32::{KnnTf32Rerank, KnnTf32Scan, KnnTf32Threshold};
 pub(crate) use minibatch::{KmeansMinibatchAssign, KmeansMinibatchShift, KmeansMinibatchUpdate};
-pub(crate) use norms::RowSqNorms;
+pub(crate) use norms::{RowNormRoots, RowSqNorms};
 pub(crate) use reduce::{KmeansShiftParts, KmeansSummary};
 pub(crate) use select::{
     KnnBitonicMergeGlobal, KnnBitonicMergeLocal, KnnSelect, KnnSelectKeys, KnnSortChunks, KnnTake,
