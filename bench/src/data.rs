@@ -90,7 +90,9 @@ pub struct KnnCase {
     pub origin: &'static str,
 }
 
-/// The kNN cases: a mid-sized search (1,200 queries × 32,768 × 256) at its k and at a k past its crossover, and a large one.
+/// The kNN cases: a mid-sized search (1,200 queries × 32,768 × 256) at its k and at a k past its
+/// crossover, and a large one; then the mid-sized search's sweep of k (`S1` … `S2048`, with `S`
+/// and `S512`), which runs when asked for by name.
 pub const KNN_CASES: &[KnnCase] = &[
     KnnCase {
         name: "S",
@@ -116,7 +118,23 @@ pub const KNN_CASES: &[KnnCase] = &[
         k: 100,
         origin: "large",
     },
+    s_with_k("S1", 1),
+    s_with_k("S100", 100),
+    s_with_k("S1024", 1024),
+    s_with_k("S2048", 2048),
 ];
+
+/// Case S with another k.
+const fn s_with_k(name: &'static str, k: usize) -> KnnCase {
+    KnnCase {
+        name,
+        m: 1200,
+        n: 32_768,
+        d: 256,
+        k,
+        origin: "the sweep of k on S",
+    }
+}
 
 /// The case called `name`.
 pub fn case(name: &str) -> Option<&'static Case> {
