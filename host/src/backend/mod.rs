@@ -525,6 +525,25 @@ pub(crate) fn split_keys(keys: &[u64], indices: &mut Vec<u32>, distances: &mut V
     distances.extend(keys.iter().map(|&key| key_distance(key)));
 }
 
+/// Writes the training indices and distances of `keys` into `indices` and `distances` (as long)
+/// on the rayon threads. Into arrays fresh from the allocator (`vec![0; len]`, pages not yet
+/// touched), the first touch of their pages, which costs microseconds a page on the GPU
+/// machines, is spread over the threads too.
+pub(crate) fn split_keys_into(keys: &[u64], indices: &mut [u32], distances: &mut [f32]) {
+    use kernels_gpu::knn::{key_distance, key_index};
+    use rayon::prelude::*;
+    /// Keys a task splits: 64 KiB of indices, a run of whole pages.
+    const GRAIN: usize = 1 << 14;
+    (indices.par_chunks_mut(GRAIN))
+        .zip(distances.par_chunks_mut(GRAIN))
+        .zip(keys.par_chunks(GRAIN))
+        .for_each(|((indices, distances), keys)| {
+            for ((i, d), &key) in indices.iter_mut().zip(distances).zip(keys) {
+                (*i, *d) = (key_index(key), key_distance(key));
+            }
+        });
+}
+
 /// What a kNN vote returns.
 pub(crate) struct Votes {
     /// The winning class of every query row.

@@ -4,7 +4,7 @@
 
 use crate::backend::cpu::knn_vote;
 use crate::backend::vocab::{PrefilterReport, Selection};
-use crate::backend::{KnnSearch, Neighbours, Votes};
+use crate::backend::{KnnSearch, Neighbours, Votes, split_keys_into};
 use crate::error::Result;
 use crate::matrix::MatrixView;
 use kernels_gpu::fixed::pow2_f32;
@@ -20,8 +20,9 @@ pub(crate) struct TopK {
     keys: Vec<u64>,
 }
 
-/// Queries a rayon task merges at a time.
-const MERGE_GRAIN: usize = 256;
+/// Queries a rayon task merges at a time (10^4 queries make ~150 tasks, enough to even out over
+/// the threads).
+const MERGE_GRAIN: usize = 64;
 
 impl TopK {
     /// Nothing yet for `queries` queries.
@@ -91,22 +92,11 @@ impl TopK {
         &self.keys
     }
 
-    /// The neighbours as a search returns them, split on the rayon threads: the arrays come
-    /// zeroed from the allocator untouched, so their pages are first touched (a good part of
-    /// the cost) by several threads too.
+    /// The neighbours as a search returns them.
     pub(crate) fn indices_and_distances(&self) -> (Vec<u32>, Vec<f32>) {
-        use kernels_gpu::knn::{key_distance, key_index};
         let len = self.keys.len();
         let (mut indices, mut distances) = (vec![0u32; len], vec![0f32; len]);
-        let grain = self.k.max(1) * MERGE_GRAIN;
-        (indices.par_chunks_mut(grain))
-            .zip(distances.par_chunks_mut(grain))
-            .zip(self.keys.par_chunks(grain))
-            .for_each(|((indices, distances), keys)| {
-                for ((i, d), &key) in indices.iter_mut().zip(distances).zip(keys) {
-                    (*i, *d) = (key_index(key), key_distance(key));
-                }
-            });
+        split_keys_into(&self.keys, &mut indices, &mut distances);
         (indices, distances)
     }
 }

@@ -17,7 +17,9 @@ use super::launch::{
 };
 use super::{CudaBackend, arg_u32};
 use crate::backend::vocab::{PrefilterReport, Selection, rows_per_block};
-use crate::backend::{Backend, BlockSink, Distances, KnnSearch, Neighbours, Votes, split_keys};
+use crate::backend::{
+    Backend, BlockSink, Distances, KnnSearch, Neighbours, Votes, split_keys_into,
+};
 use crate::error::{Error, Result};
 use crate::matrix::MatrixView;
 use cudarc::driver::{CudaEvent, CudaSlice, CudaView};
@@ -504,11 +506,15 @@ impl CudaKnn {
         let mut bufs = self.batch_buffers(&job, rows, plan.as_ref())?;
         let mut report = plan.map(|_| PrefilterReport::default());
         let m = job.queries.rows();
+        if job.vote.is_none() && output.keys.is_none() {
+            // Untouched pages, which the batches' splits first touch on the rayon threads.
+            (output.indices, output.distances) = (vec![0; m * job.k], vec![0.0; m * job.k]);
+        }
         let mut first = 0;
         while first < m {
             let r = rows.min(m - first);
             self.search_batch(&job, plan.as_ref(), &mut bufs, first, r, report.as_mut())?;
-            self.collect_batch(&job, &mut bufs, r, &mut output)?;
+            self.collect_batch(&job, &mut bufs, first, r, &mut output)?;
             first += r;
         }
         output.prefilter = report;
@@ -750,12 +756,14 @@ impl CudaKnn {
         Ok(())
     }
 
-    /// Collect: brings a batch's `r` answers back into `output`, as keys split into indices and
-    /// distances, or (with a vote) as the device's classes and shares.
+    /// Collect: brings the answers of a batch's `r` queries from query `first` back into
+    /// `output`, as keys (appended) or split into its indices and distances (made whole by
+    /// [`CudaKnn::run`]), or (with a vote) as the device's classes and shares.
     fn collect_batch(
         &self,
         job: &SearchJob<'_, '_>,
         bufs: &mut BatchBuffers,
+        first: usize,
         r: usize,
         output: &mut Output,
     ) -> Result<()> {
@@ -763,15 +771,21 @@ impl CudaKnn {
         let k = job.k;
         match job.vote {
             // Split (or copied) straight out of the page-locked buffer.
-            None => gpu.download_each(
-                &bufs.best,
-                r * k,
-                "neighbour keys",
-                |keys| match &mut output.keys {
-                    Some(all) => all.extend_from_slice(keys),
-                    None => split_keys(keys, &mut output.indices, &mut output.distances),
-                },
-            ),
+            None => {
+                let mut at = first * k;
+                gpu.download_each(&bufs.best, r * k, "neighbour keys", |keys| {
+                    match &mut output.keys {
+                        Some(all) => all.extend_from_slice(keys),
+                        None => {
+                            let to = at..at + keys.len();
+                            let (i, d) =
+                                (&mut output.indices[to.clone()], &mut output.distances[to]);
+                            split_keys_into(keys, i, d);
+                        }
+                    }
+                    at += keys.len();
+                })
+            }
             Some(v) => {
                 let pred = bufs.pred.as_mut().expect("prediction buffer");
                 self.vote_batch(&bufs.best, r, k, v, pred, bufs.shares.as_mut())?;
