@@ -1,23 +1,43 @@
 //! Seeding kernels: greedy k-means++ with all the trials of a step in one pass (and, for the
 //! device-side step loop, a kernel that settles a step's winner and locates the next step's
-//! draws), and the rounds of k-means‖. One thread per point; a block's points and the candidate
-//! rows are staged through shared memory `SEED_DIMS` dimensions at a time with coalesced loads,
-//! and every distance is accumulated in dimension order with [`crate::math::step`], as
-//! `kernels_gpu::math::distance` does on the CPU. Weights are the exact integers of
-//! [`crate::seeding`] times each point's units (`counts` when given, else the sample weights'
-//! `weights`, null: one each), so every sum is order-free. CPU twins:
+//! draws), and the rounds of k-means‖. The trials, locating and drawing kernels run one thread
+//! per point: a block's points and the candidate rows are staged through shared memory
+//! `SEED_DIMS` dimensions at a time with coalesced loads. The nearest pass (a k-means‖ round's
+//! new candidates, thousands of them) is register-tiled GEMM-style instead ([`nearest`]). Every
+//! distance is [`crate::seeding::distance_from`] of an accumulator run in dimension order with
+//! [`crate::math::assign_step`] (squared L2 in the expanded form, from the rows' squared norms
+//! `norms`), as `kernels_gpu::seeding::row_distance` gives it on the CPU. Weights are the exact
+//! integers of [`crate::seeding`] times each point's units (`counts` when given, else the sample
+//! weights' `weights`, null: one each), so every sum is order-free. CPU twins:
 //! `host/src/backend/cpu/init.rs` (each kernel names its own); host launchers:
 //! `backend::cuda::launch::init`.
 
+pub mod nearest;
+
+use crate::exec::Exec;
 use crate::launch::{BLOCK, Kernel, SEED_CANDIDATES};
+use crate::math::{AssignMetric, assign_step};
+use crate::seeding::distance_from;
+use crate::tile::load_vec4s;
 #[cfg(target_arch = "nvptx64")]
 use crate::{
+    exec::Gpu,
     fixed::units_at,
     gpu::{self, atomic_add_u64, atomic_fetch_add_u32, shared, sync_threads, warp_sum_u64},
-    math::{AssignMetric, step},
     seeding::{NO_ROW, WeightScale, draw, sampled, uniform32},
-    tile::load_vec4s,
 };
+pub use nearest::NEAREST_SHARED_BYTES;
+
+/// The rows a seeding pass reads: `x` row-major with `d` values a row (the points are rows
+/// `0..n`; candidates may lie past them, in a GPU's scratch rows), and every row's squared norm
+/// (read for squared L2 only).
+#[derive(Clone, Copy)]
+pub struct SeedRows {
+    pub x: *const f32,
+    pub norms: *const f32,
+    pub n: usize,
+    pub d: usize,
+}
 
 /// Dimensions of the candidates a seeding block stages in shared memory at a time.
 pub const SEED_DIMS: usize = 32;
@@ -29,14 +49,16 @@ pub const SEED_POINT_STRIDE: usize = SEED_DIMS + 1;
 /// 16-byte load. Four more than the candidates keeps rows 16-byte aligned and spreads the
 /// staging stores of a warp (one candidate, 32 dimensions) over 8 banks.
 pub const SEED_CANDIDATE_STRIDE: usize = SEED_CANDIDATES + 4;
-/// Dynamic shared memory of the seeding kernels that compare points with candidate rows
-/// (`seed_nearest_*`, `seed_trials_*`, `seed_locate_*`, `seed_greedy_draw_*`): the staged
-/// candidates (`SEED_DIMS` rows of [`SEED_CANDIDATE_STRIDE`]), one u64 sum per candidate, then
-/// the staged points (`BLOCK` rows of stride [`SEED_POINT_STRIDE`]). The locating search's
-/// scratch (`BLOCK + 2` u64) overlaps the tiles. `seed_sample_*` and `seed_owner_weights` use
-/// none.
+/// Dynamic shared memory of the one-thread-per-point seeding kernels that compare points with
+/// candidate rows (`seed_trials_*`, `seed_locate_*`, `seed_greedy_draw_*`): the staged
+/// candidates (`SEED_DIMS` rows of [`SEED_CANDIDATE_STRIDE`]), one u64 sum per candidate, the
+/// candidates' squared norms, then the staged points (`BLOCK` rows of stride
+/// [`SEED_POINT_STRIDE`]). The locating search's scratch (`BLOCK + 2` u64) overlaps the
+/// candidate tile. `seed_nearest_*` takes [`NEAREST_SHARED_BYTES`]; `seed_sample_*` and
+/// `seed_owner_weights` none.
 pub const SEED_SHARED_BYTES: usize = SEED_DIMS * SEED_CANDIDATE_STRIDE * 4
     + SEED_CANDIDATES * 8
+    + SEED_CANDIDATES * 4
     + BLOCK as usize * SEED_POINT_STRIDE * 4;
 
 /// Blocks of `BLOCK` threads of the one-thread-per-point seeding launches (`seed_nearest_*`,
@@ -63,111 +85,115 @@ unsafe fn units_of(weights: *const f32, counts: *const u64, i: usize) -> u64 {
 }
 
 /// The staged candidates (`SEED_DIMS` rows of `SEED_CANDIDATE_STRIDE`, dimension-major).
-#[cfg(target_arch = "nvptx64")]
 #[inline(always)]
-fn candidate_tile() -> *mut f32 {
-    shared::<f32>()
+fn candidate_tile<E: Exec>(e: E) -> *mut f32 {
+    e.shared::<f32>()
 }
 
 /// The block sums after the candidate tile.
-#[cfg(target_arch = "nvptx64")]
 #[inline(always)]
-fn block_slots() -> *mut u64 {
+fn block_slots<E: Exec>(e: E) -> *mut u64 {
     unsafe {
-        candidate_tile()
+        candidate_tile(e)
             .add(SEED_DIMS * SEED_CANDIDATE_STRIDE)
             .cast::<u64>()
     }
 }
 
-/// The staged points (`BLOCK` rows of stride `SEED_POINT_STRIDE`) after the block sums.
-#[cfg(target_arch = "nvptx64")]
+/// The candidates' squared norms after the block sums.
 #[inline(always)]
-fn point_tile() -> *mut f32 {
-    unsafe { block_slots().add(SEED_CANDIDATES).cast::<f32>() }
+fn candidate_norms<E: Exec>(e: E) -> *mut f32 {
+    unsafe { block_slots(e).add(SEED_CANDIDATES).cast::<f32>() }
+}
+
+/// The staged points (`BLOCK` rows of stride `SEED_POINT_STRIDE`) after the candidate norms.
+#[inline(always)]
+fn point_tile<E: Exec>(e: E) -> *mut f32 {
+    unsafe { candidate_norms(e).add(SEED_CANDIDATES) }
 }
 
 /// Distances from the `BLOCK` points from row `first < n` (thread `t` gets point `first + t`'s,
 /// meaningless past `n`) to the `count ≤ SEED_CANDIDATES` rows `row(c)` (entries from `count`
 /// on are meaningless). The inner loop is unrolled for `count` rounded up to 4, 6, 8, 10, 12, 16
 /// or `SEED_CANDIDATES` (a k-means++ pass tries `3 + ⌊ln k⌋` rows): testing every candidate of
-/// a full tile costs more than the distances themselves. Every thread of the block calls this.
-#[cfg(target_arch = "nvptx64")]
+/// a full tile costs more than the distances themselves. Every thread of the block calls this,
+/// with `SEED_SHARED_BYTES` of dynamic shared memory.
+///
+/// # Safety
+/// `data` valid for its sizes, every `row(c)` (`c < count`) a row of `data.x`.
 #[inline(always)]
-unsafe fn distances<const M: u32>(
-    x: *const f32,
-    n: usize,
-    d: usize,
+pub unsafe fn distances<const M: u32, E: Exec>(
+    e: E,
+    data: SeedRows,
     first: usize,
     count: usize,
     row: impl Fn(usize) -> u32,
 ) -> [f32; SEED_CANDIDATES] {
     let mut acc = [0f32; SEED_CANDIDATES];
+    let acc_ = &mut acc;
     unsafe {
         match count {
-            0..=4 => distances_of::<M, 4>(x, n, d, first, count, row, &mut acc),
-            5..=6 => distances_of::<M, 6>(x, n, d, first, count, row, &mut acc),
-            7..=8 => distances_of::<M, 8>(x, n, d, first, count, row, &mut acc),
-            9..=10 => distances_of::<M, 10>(x, n, d, first, count, row, &mut acc),
-            11..=12 => distances_of::<M, 12>(x, n, d, first, count, row, &mut acc),
-            13..=16 => distances_of::<M, 16>(x, n, d, first, count, row, &mut acc),
-            _ => distances_of::<M, SEED_CANDIDATES>(x, n, d, first, count, row, &mut acc),
+            0..=4 => distances_of::<M, 4, E>(e, data, first, count, row, acc_),
+            5..=6 => distances_of::<M, 6, E>(e, data, first, count, row, acc_),
+            7..=8 => distances_of::<M, 8, E>(e, data, first, count, row, acc_),
+            9..=10 => distances_of::<M, 10, E>(e, data, first, count, row, acc_),
+            11..=12 => distances_of::<M, 12, E>(e, data, first, count, row, acc_),
+            13..=16 => distances_of::<M, 16, E>(e, data, first, count, row, acc_),
+            _ => distances_of::<M, SEED_CANDIDATES, E>(e, data, first, count, row, acc_),
         }
     }
     acc
 }
 
-/// [`distances`] with the first `C ≥ count` candidates accumulated into `acc` (zeros). Both
-/// tiles are loaded row segment by row segment (a warp reads 32 consecutive floats of a row,
-/// see [`stage`]). `C ≤ SEED_CANDIDATES`.
-#[cfg(target_arch = "nvptx64")]
+/// [`distances`] with the first `C ≥ count` candidates accumulated into `acc` (zeros), then
+/// finished into distances (squared L2: with the point's norm and the candidates', staged with
+/// the first chunk) before the last barrier, so that a later call may restage them. Both tiles
+/// are loaded row segment by row segment (a warp reads 32 consecutive floats of a row, see
+/// [`stage`]). `C ≤ SEED_CANDIDATES`.
 #[inline(always)]
-unsafe fn distances_of<const M: u32, const C: usize>(
-    x: *const f32,
-    n: usize,
-    d: usize,
+unsafe fn distances_of<const M: u32, const C: usize, E: Exec>(
+    e: E,
+    data: SeedRows,
     first: usize,
     count: usize,
     row: impl Fn(usize) -> u32,
     acc: &mut [f32; SEED_CANDIDATES],
 ) {
     let metric = AssignMetric::from_id(M);
-    let (cands, points) = (candidate_tile(), point_tile());
-    let t = gpu::thread();
+    let l2 = metric == AssignMetric::SqL2;
+    let SeedRows { x, norms, n, d } = data;
+    let (cands, points, c_norms) = (candidate_tile(e), point_tile(e), candidate_norms(e));
+    let t = e.thread();
     let lane = t % SEED_DIMS;
     let rows = (n - first).min(BLOCK as usize);
     let mut j0 = 0;
     while j0 < d {
         let width = SEED_DIMS.min(d - j0);
         if lane < width {
-            unsafe {
-                stage(
-                    x,
-                    d,
-                    j0 + lane,
-                    count,
-                    C,
-                    &row,
-                    cands.add(lane * SEED_CANDIDATE_STRIDE),
-                    1,
-                )
-            };
+            let cand_dst = unsafe { cands.add(lane * SEED_CANDIDATE_STRIDE) };
+            unsafe { stage(e, x, d, j0 + lane, count, C, &row, cand_dst, 1) };
             let point_rows = |p: usize| (first + p) as u32;
+            let point_dst = unsafe { points.add(lane) };
+            let stride = SEED_POINT_STRIDE;
             unsafe {
                 stage(
+                    e,
                     x,
                     d,
                     j0 + lane,
                     rows,
                     rows,
                     &point_rows,
-                    points.add(lane),
-                    SEED_POINT_STRIDE,
+                    point_dst,
+                    stride,
                 )
             };
         }
+        if l2 && j0 == 0 && t < count {
+            unsafe { *c_norms.add(t) = *norms.add(row(t) as usize) };
+        }
         staged();
-        sync_threads();
+        e.sync();
         if t < rows {
             let point = unsafe { points.add(t * SEED_POINT_STRIDE) };
             for j in 0..width {
@@ -177,18 +203,25 @@ unsafe fn distances_of<const M: u32, const C: usize>(
                 // iterator chain left it in local memory).
                 #[allow(clippy::needless_range_loop)]
                 for c in 0..C {
-                    acc[c] = step(metric, acc[c], v, dim[c]);
+                    acc[c] = assign_step(metric, acc[c], v, dim[c]);
+                }
+            }
+            if l2 && j0 + width == d {
+                let x_sq = unsafe { *norms.add(first + t) };
+                let c_sq: [f32; C] = unsafe { load_vec4s(c_norms) };
+                #[allow(clippy::needless_range_loop)]
+                for c in 0..C {
+                    acc[c] = distance_from(metric, acc[c], x_sq, c_sq[c]);
                 }
             }
         }
-        sync_threads();
+        e.sync();
         j0 += SEED_DIMS;
     }
 }
 
 /// Rows a warp of a seeding block stages are this many apart: a block's warps take consecutive
 /// rows, a lane one dimension.
-#[cfg(target_arch = "nvptx64")]
 const ROWS_APART: usize = BLOCK as usize / SEED_DIMS;
 
 /// Stages dimension `col` of rows `row(r)` (zero for `r ≥ live`), `r` from this thread's warp
@@ -200,10 +233,10 @@ const ROWS_APART: usize = BLOCK as usize / SEED_DIMS;
 /// # Safety
 /// `x` holds rows of `d` values, `col < d`, every `row(r)` with `r < live` a row of it; `dst`
 /// shared memory with room for `slots` rows of `stride`.
-#[cfg(target_arch = "nvptx64")]
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-unsafe fn stage(
+unsafe fn stage<E: Exec>(
+    e: E,
     x: *const f32,
     d: usize,
     col: usize,
@@ -213,8 +246,8 @@ unsafe fn stage(
     dst: *mut f32,
     stride: usize,
 ) {
-    let mut r = gpu::thread() / SEED_DIMS;
-    #[cfg(target_feature = "sm_80")]
+    let mut r = e.thread() / SEED_DIMS;
+    #[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
     {
         use crate::cp_async::{copy_4, shared_addr};
         let base = shared_addr(dst);
@@ -228,7 +261,7 @@ unsafe fn stage(
             r += ROWS_APART;
         }
     }
-    #[cfg(not(target_feature = "sm_80"))]
+    #[cfg(not(all(target_arch = "nvptx64", target_feature = "sm_80")))]
     while r < slots {
         let v = if r < live {
             unsafe { *x.add(row(r) as usize * d + col) }
@@ -241,10 +274,9 @@ unsafe fn stage(
 }
 
 /// Waits for this thread's [`stage`] copies (all of them at once: they are in flight together).
-#[cfg(target_arch = "nvptx64")]
 #[inline(always)]
 fn staged() {
-    #[cfg(target_feature = "sm_80")]
+    #[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
     crate::cp_async::wait_all();
 }
 
@@ -266,16 +298,15 @@ unsafe fn add_to_block(slot: *mut u64, v: u64) {
 ///
 /// # Safety
 /// `ceil(n / BLOCK)` blocks of `BLOCK` threads, `SEED_SHARED_BYTES` of dynamic shared memory;
-/// `x` holds `n × d`, `weights` null or `n`, `counts` null or `n`, `min_dist` `n`, `candidates`
-/// `trials` row indices `< n`, `*pending` [`NO_ROW`] or a row `< n`,
-/// `trials + 1 ≤ SEED_CANDIDATES`, `block_sums` `trials × gridDim`.
+/// `data` valid for its rows (the points and every row named here), `weights` null or `n`,
+/// `counts` null or `n`, `min_dist` `n`, `candidates` `trials` rows of `data`, `*pending`
+/// [`NO_ROW`] or a row of `data`, `trials + 1 ≤ SEED_CANDIDATES`, `block_sums`
+/// `trials × gridDim`.
 #[cfg(target_arch = "nvptx64")]
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 unsafe fn trials<const M: u32>(
-    x: *const f32,
-    n: u32,
-    d: u32,
+    data: SeedRows,
     weights: *const f32,
     counts: *const u64,
     min_dist: *mut f32,
@@ -293,7 +324,7 @@ unsafe fn trials<const M: u32>(
     let metric = AssignMetric::from_id(M);
     let (t, b) = (gpu::thread(), gpu::block());
     let i = b * BLOCK as usize + t;
-    let live = i < n as usize;
+    let live = i < data.n;
     let trials = trials as usize;
     let pending = if pending.is_null() {
         NO_ROW
@@ -301,12 +332,12 @@ unsafe fn trials<const M: u32>(
         unsafe { *pending }
     };
     let count = trials + usize::from(pending != NO_ROW);
-    let slots = block_slots();
+    let slots = block_slots(Gpu);
     if t < SEED_CANDIDATES {
         unsafe { *slots.add(t) = 0 };
     }
     let acc = unsafe {
-        distances::<M>(x, n as usize, d as usize, b * BLOCK as usize, count, |c| {
+        distances::<M, _>(Gpu, data, b * BLOCK as usize, count, |c| {
             if c < trials {
                 *candidates.add(c)
             } else {
@@ -351,77 +382,43 @@ unsafe fn trials<const M: u32>(
 
 /// Seeding rows nearest: lowers every point's `min_dist` (from +∞ with `fresh`) to its
 /// distance to each of the `count` rows `rows`, recording `first_id + c` in `owner` where a
-/// row is strictly nearer (ties keep the earlier row); writes this block's weight sum to
-/// `block_sums[block]` and adds it to `total` (zeroed by the host).
+/// row is strictly nearer (ties keep the earlier row), with the register tile of
+/// [`nearest::nearest_points`]; writes this block's weight sum to `block_sums[block]` and adds
+/// it to `total` (zeroed by the host).
 ///
 /// # Safety
-/// As [`trials`], with `rows` holding `count` row indices `< n`, `owner` `n` values and
-/// `block_sums` `gridDim`; `count` may exceed `SEED_CANDIDATES` (groups are taken in order).
+/// `ceil(n / BLOCK)` blocks of `BLOCK` threads, [`NEAREST_SHARED_BYTES`] of dynamic shared
+/// memory; `a` as [`nearest::nearest_points`] asks, `weights` and `counts` as for [`trials`],
+/// `block_sums` `gridDim` values.
 #[cfg(target_arch = "nvptx64")]
-#[allow(clippy::too_many_arguments)]
 #[inline(always)]
-unsafe fn nearest<const M: u32>(
-    x: *const f32,
-    n: u32,
-    d: u32,
+unsafe fn nearest_pass<const M: u32>(
+    a: nearest::Nearest,
     weights: *const f32,
     counts: *const u64,
-    min_dist: *mut f32,
-    owner: *mut u32,
-    rows: *const u32,
-    count: u32,
-    first_id: u32,
-    fresh: u32,
     ws: WeightScale,
     block_sums: *mut u64,
     total: *mut u64,
 ) {
-    let metric = AssignMetric::from_id(M);
     let (t, b) = (gpu::thread(), gpu::block());
-    let i = b * BLOCK as usize + t;
-    let live = i < n as usize;
-    let slots = block_slots();
+    let slot = nearest::sum_slot(Gpu);
     if t == 0 {
-        unsafe { *slots = 0 };
+        unsafe { *slot = 0 };
     }
-    let (mut best, mut who) = if live && fresh == 0 {
-        unsafe { (*min_dist.add(i), *owner.add(i)) }
-    } else {
-        (f32::INFINITY, first_id)
-    };
-    let mut g = 0;
-    while g < count as usize {
-        let group = SEED_CANDIDATES.min(count as usize - g);
-        let acc = unsafe {
-            distances::<M>(x, n as usize, d as usize, b * BLOCK as usize, group, |c| {
-                *rows.add(g + c)
-            })
-        };
-        for (c, &a) in acc.iter().enumerate() {
-            if c < group && a < best {
-                best = a;
-                who = first_id + (g + c) as u32;
-            }
+    // The body's barriers order the zeroing before every thread's addition.
+    let w = match unsafe { nearest::nearest_points::<M, _>(Gpu, a) } {
+        Some(m) => {
+            let units = unsafe { units_of(weights, counts, b * BLOCK as usize + t) };
+            ws.weight_of(AssignMetric::from_id(M), m, units)
         }
-        g += group;
-    }
-    if live {
-        unsafe {
-            *min_dist.add(i) = best;
-            *owner.add(i) = who;
-        }
-    }
-    let w = if live {
-        ws.weight_of(metric, best, unsafe { units_of(weights, counts, i) })
-    } else {
-        0
+        None => 0,
     };
-    unsafe { add_to_block(slots, w) };
+    unsafe { add_to_block(slot, w) };
     sync_threads();
     if t == 0 {
         unsafe {
-            *block_sums.add(b) = *slots;
-            atomic_add_u64(total, *slots);
+            *block_sums.add(b) = *slot;
+            atomic_add_u64(total, *slot);
         }
     }
 }
@@ -484,9 +481,7 @@ unsafe fn find_in_block(scratch: *mut u64, v: u64, r: u64) -> (usize, u64) {
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 unsafe fn locate_draw<const M: u32>(
-    x: *const f32,
-    n: usize,
-    d: usize,
+    data: SeedRows,
     weights: *const f32,
     counts: *const u64,
     min_dist: *const f32,
@@ -518,8 +513,9 @@ unsafe fn locate_draw<const M: u32>(
     let to_pending = if pending == NO_ROW {
         f32::INFINITY
     } else {
-        unsafe { distances::<M>(x, n, d, lo * bs, 1, |_| pending)[0] }
+        unsafe { distances::<M, _>(Gpu, data, lo * bs, 1, |_| pending)[0] }
     };
+    let n = data.n;
     let i = lo * bs + t;
     let w = if i < n {
         let mut m = unsafe { *min_dist.add(i) };
@@ -544,9 +540,7 @@ unsafe fn locate_draw<const M: u32>(
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 unsafe fn locate<const M: u32>(
-    x: *const f32,
-    n: u32,
-    d: u32,
+    data: SeedRows,
     weights: *const f32,
     counts: *const u64,
     min_dist: *const f32,
@@ -560,9 +554,7 @@ unsafe fn locate<const M: u32>(
     let r = unsafe { *draws.add(gpu::block()) };
     let row = unsafe {
         locate_draw::<M>(
-            x,
-            n as usize,
-            d as usize,
+            data,
             weights,
             counts,
             min_dist,
@@ -613,9 +605,7 @@ struct Greedy {
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 unsafe fn greedy_draw<const M: u32>(
-    x: *const f32,
-    n: u32,
-    d: u32,
+    data: SeedRows,
     weights: *const f32,
     counts: *const u64,
     min_dist: *const f32,
@@ -666,9 +656,7 @@ unsafe fn greedy_draw<const M: u32>(
     let sums = unsafe { block_sums.add(row * nb as usize) };
     let found = unsafe {
         locate_draw::<M>(
-            x,
-            n as usize,
-            d as usize,
+            data,
             weights,
             counts,
             min_dist,
@@ -749,6 +737,18 @@ pub unsafe extern "gpu-kernel" fn seed_owner_weights(
     }
 }
 
+/// The rows of a seeding kernel's arguments.
+#[cfg(target_arch = "nvptx64")]
+#[inline(always)]
+fn seed_rows(x: *const f32, norms: *const f32, n: u32, d: u32) -> SeedRows {
+    SeedRows {
+        x,
+        norms,
+        n: n as usize,
+        d: d as usize,
+    }
+}
+
 /// The five seeding kernels of metric `$m`, each with its `Kernel` constant named after it.
 macro_rules! seeding_kernels {
     (
@@ -760,7 +760,7 @@ macro_rules! seeding_kernels {
         $SAMPLE:ident $sample:ident $(,)?
     ) => {
         #[doc = concat!("The `", stringify!($trials), "` entry point. CPU twin: `backend::cpu::init::Seeder::seed_trials`.")]
-        pub const $TRIALS: Kernel = Kernel::new(stringify!($trials), 14);
+        pub const $TRIALS: Kernel = Kernel::new(stringify!($trials), 15);
 
         /// [`trials`] for this metric. CPU twin: `backend::cpu::init::Seeder::seed_trials` (host
         /// crate); launcher: `backend::cuda::launch::init::SeedTrials`.
@@ -772,6 +772,7 @@ macro_rules! seeding_kernels {
         #[allow(clippy::too_many_arguments)]
         pub unsafe extern "gpu-kernel" fn $trials(
             x: *const f32,
+            norms: *const f32,
             n: u32,
             d: u32,
             weights: *const f32,
@@ -787,27 +788,29 @@ macro_rules! seeding_kernels {
             potentials: *mut u64,
         ) {
             let ws = WeightScale { scale, cap };
+            let data = seed_rows(x, norms, n, d);
             unsafe {
                 trials::<{ $m }>(
-                    x, n, d, weights, counts, min_dist, candidates, count, pending, stop, ws,
+                    data, weights, counts, min_dist, candidates, count, pending, stop, ws,
                     block_sums, potentials,
                 )
             }
         }
 
         #[doc = concat!("The `", stringify!($nearest), "` entry point. CPU twin: `backend::cpu::init::Seeder::seed_nearest`.")]
-        pub const $NEAREST: Kernel = Kernel::new(stringify!($nearest), 15);
+        pub const $NEAREST: Kernel = Kernel::new(stringify!($nearest), 16).min_blocks(2);
 
-        /// [`nearest`] for this metric. CPU twin: `backend::cpu::init::Seeder::seed_nearest`
+        /// [`nearest_pass`] for this metric. CPU twin: `backend::cpu::init::Seeder::seed_nearest`
         /// (host crate); launcher: `backend::cuda::launch::init::SeedNearest`.
         ///
         /// # Safety
-        /// As [`nearest`].
+        /// As [`nearest_pass`].
         #[cfg(target_arch = "nvptx64")]
         #[unsafe(no_mangle)]
         #[allow(clippy::too_many_arguments)]
         pub unsafe extern "gpu-kernel" fn $nearest(
             x: *const f32,
+            norms: *const f32,
             n: u32,
             d: u32,
             weights: *const f32,
@@ -823,17 +826,21 @@ macro_rules! seeding_kernels {
             block_sums: *mut u64,
             total: *mut u64,
         ) {
+            let a = nearest::Nearest {
+                data: seed_rows(x, norms, n, d),
+                min_dist,
+                owner,
+                rows,
+                count: count as usize,
+                first_id,
+                fresh: fresh != 0,
+            };
             let ws = WeightScale { scale, cap };
-            unsafe {
-                nearest::<{ $m }>(
-                    x, n, d, weights, counts, min_dist, owner, rows, count, first_id, fresh, ws,
-                    block_sums, total,
-                )
-            }
+            unsafe { nearest_pass::<{ $m }>(a, weights, counts, ws, block_sums, total) }
         }
 
         #[doc = concat!("The `", stringify!($locate), "` entry point. CPU twin: `backend::cpu::init::Seeder::locate_all`.")]
-        pub const $LOCATE: Kernel = Kernel::new(stringify!($locate), 13);
+        pub const $LOCATE: Kernel = Kernel::new(stringify!($locate), 14);
 
         /// [`locate`] for this metric. CPU twin: `backend::cpu::init::Seeder::locate_all` (host
         /// crate); launcher: `backend::cuda::launch::init::SeedLocate`.
@@ -845,6 +852,7 @@ macro_rules! seeding_kernels {
         #[allow(clippy::too_many_arguments)]
         pub unsafe extern "gpu-kernel" fn $locate(
             x: *const f32,
+            norms: *const f32,
             n: u32,
             d: u32,
             weights: *const f32,
@@ -859,15 +867,16 @@ macro_rules! seeding_kernels {
             out: *mut u32,
         ) {
             let ws = WeightScale { scale, cap };
+            let data = seed_rows(x, norms, n, d);
             unsafe {
                 locate::<{ $m }>(
-                    x, n, d, weights, counts, min_dist, pending, sums, nb, draws, ws, out,
+                    data, weights, counts, min_dist, pending, sums, nb, draws, ws, out,
                 )
             }
         }
 
         #[doc = concat!("The `", stringify!($greedy), "` entry point. Host twin: `backend::greedy_steps` over `backend::cpu::init::Seeder`.")]
-        pub const $GREEDY: Kernel = Kernel::new(stringify!($greedy), 21);
+        pub const $GREEDY: Kernel = Kernel::new(stringify!($greedy), 22);
 
         /// [`greedy_draw`] for this metric. Host twin: `backend::greedy_steps` (host crate: one
         /// round trip per step, over `backend::cpu::init::Seeder` or a GPU); launcher:
@@ -880,6 +889,7 @@ macro_rules! seeding_kernels {
         #[allow(clippy::too_many_arguments)]
         pub unsafe extern "gpu-kernel" fn $greedy(
             x: *const f32,
+            norms: *const f32,
             n: u32,
             d: u32,
             weights: *const f32,
@@ -913,9 +923,7 @@ macro_rules! seeding_kernels {
             };
             unsafe {
                 greedy_draw::<{ $m }>(
-                    x,
-                    n,
-                    d,
+                    seed_rows(x, norms, n, d),
                     weights,
                     counts,
                     min_dist,
@@ -983,3 +991,92 @@ seeding_kernels!(
     SEED_GREEDY_DRAW_L1 seed_greedy_draw_l1,
     SEED_SAMPLE_L1 seed_sample_l1,
 );
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::exec::emu::{P, launch};
+    use crate::math::sq_norm;
+    use crate::seeding::row_distance;
+
+    /// Reproducible values in `[-1, 1)`, or integers below `levels` (duplicate rows).
+    fn values(count: usize, levels: u32, seed: u32) -> Vec<f32> {
+        (0..count as u32)
+            .map(|i| {
+                let h = (i ^ seed.wrapping_mul(0x9E37_79B9)).wrapping_mul(2_654_435_761) >> 8;
+                match levels {
+                    0 => (h % 2001) as f32 / 1000.0 - 1.0,
+                    l => (h % l) as f32,
+                }
+            })
+            .collect()
+    }
+
+    /// The one-thread-per-point distances of the trials, locating and drawing kernels, run in
+    /// the emulator, against the CPU's formula for every point and candidate.
+    fn check(metric: AssignMetric, n: usize, d: usize, levels: u32, candidates: &[u32]) {
+        let x = values(n * d, levels, (n + 7 * d) as u32);
+        let norms: Vec<f32> = x.chunks(d).map(sq_norm).collect();
+        let count = candidates.len();
+        let mut got = vec![f32::NAN; n * count];
+        let data = SeedRows {
+            x: x.as_ptr(),
+            norms: norms.as_ptr(),
+            n,
+            d,
+        };
+        let (data, rows, out) = (
+            P(&data as *const SeedRows as *mut SeedRows),
+            candidates,
+            P::of(&mut got),
+        );
+        launch(point_blocks(n), BLOCK as usize, SEED_SHARED_BYTES, |e| {
+            let data = unsafe { *data.get() };
+            let first = e.block() * BLOCK as usize;
+            let row = |c: usize| rows[c];
+            let acc = unsafe {
+                match metric {
+                    AssignMetric::SqL2 => {
+                        distances::<{ AssignMetric::SqL2 as u32 }, _>(e, data, first, count, row)
+                    }
+                    AssignMetric::L1 => {
+                        distances::<{ AssignMetric::L1 as u32 }, _>(e, data, first, count, row)
+                    }
+                }
+            };
+            let i = first + e.thread();
+            if i < n {
+                for (c, &a) in acc[..count].iter().enumerate() {
+                    unsafe { *out.get().add(i * count + c) = a };
+                }
+            }
+        });
+        for i in 0..n {
+            for (c, &row) in candidates.iter().enumerate() {
+                let r = row as usize;
+                let (xi, xc) = (&x[i * d..(i + 1) * d], &x[r * d..(r + 1) * d]);
+                let want = row_distance(metric, xi, xc, norms[i], norms[r]);
+                assert_eq!(
+                    got[i * count + c].to_bits(),
+                    want.to_bits(),
+                    "{metric:?} n={n} d={d} point {i} candidate {c} (row {r})"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn emulated_trial_distances_match_the_cpu_formula() {
+        for metric in [AssignMetric::SqL2, AssignMetric::L1] {
+            // One candidate (a pending winner), d = 1, n not a multiple of the block.
+            check(metric, 300, 1, 0, &[17]);
+            // Two dimension tiles (the last partial), a repeated candidate.
+            check(metric, 257, 40, 0, &[0, 256, 3, 0, 100]);
+            // Duplicate rows (ties), every unrolled width up to a full candidate tile.
+            let all: Vec<u32> = (0..SEED_CANDIDATES as u32).map(|c| c * 3 % 90).collect();
+            for count in [3, 6, 7, 10, 12, 13, SEED_CANDIDATES] {
+                check(metric, 90, 3, 2, &all[..count]);
+            }
+        }
+    }
+}

@@ -1,6 +1,14 @@
 //! Arithmetic of k-means++ and k-means‖ seeding shared by the GPU kernels (`init`) and the CPU
-//! backend: exact integer weights, the draw rule of k-means++ and the per-point uniforms of
-//! k-means‖.
+//! backend: the seeding distance, exact integer weights, the draw rule of k-means++ and the
+//! per-point uniforms of k-means‖.
+//!
+//! Every seeding distance (a point to a candidate, to the nearest seed, to an accepted trial) is
+//! [`distance_from`] of an accumulator run over the dimensions in order 0..d with
+//! [`assign_step`], as the Lloyd assignment's: for squared L2 the expanded (GEMM) form
+//! `max(‖x‖² + fma(−2, x·c, ‖c‖²), 0)`, one multiply-add per dimension, from the rows' squared
+//! norms (`row_sq_norms` on the GPU, `backend::cpu::kmeans::row_sq_norms` on the CPU: the same
+//! bits); for L1 the direct sum of `|x − c|`. A row's distance to itself (or to a duplicate) is
+//! exactly 0: `x·x` is the same float as `‖x‖²`, and `‖x‖² + fma(−2, s, s)` is `s − s`.
 //!
 //! A point's weight is its seeding distance (squared L2, or the square of the L1 distance)
 //! scaled by a power of two and truncated to an integer, capped so that `n` weights cannot
@@ -9,7 +17,7 @@
 //! sums for sampling) are then exact and independent of the order in which threads, blocks or
 //! rayon tasks add them, so both backends make the same choices.
 
-use crate::math::AssignMetric;
+use crate::math::{AssignMetric, assign_distance, assign_score, assign_step};
 
 /// No row: the seeding kernels' argument for an absent pending winner.
 pub const NO_ROW: u32 = u32::MAX;
@@ -62,6 +70,32 @@ impl WeightScale {
     }
 }
 
+/// The seeding distance from an accumulator of [`assign_step`] over every dimension (the dot
+/// product `x·c` for squared L2, the distance itself for L1) and the squared norms of the point
+/// and the candidate (read for squared L2 only): the Lloyd assignment's distance
+/// ([`assign_distance`] of [`assign_score`]).
+#[inline(always)]
+pub fn distance_from(metric: AssignMetric, acc: f32, x_sq_norm: f32, c_sq_norm: f32) -> f32 {
+    assign_distance(metric, x_sq_norm, assign_score(metric, acc, c_sq_norm))
+}
+
+/// The seeding distance between rows `x` and `c` of squared norms `x_sq_norm` and `c_sq_norm`:
+/// [`distance_from`] of their accumulator, in dimension order.
+#[inline(always)]
+pub fn row_distance(
+    metric: AssignMetric,
+    x: &[f32],
+    c: &[f32],
+    x_sq_norm: f32,
+    c_sq_norm: f32,
+) -> f32 {
+    let mut acc = 0.0;
+    for (&a, &b) in x.iter().zip(c) {
+        acc = assign_step(metric, acc, a, b);
+    }
+    distance_from(metric, acc, x_sq_norm, c_sq_norm)
+}
+
 /// The k-means++ draw of uniform `u` (a u64 of the host's ChaCha8 stream) in `[0, total)`:
 /// `⌊u · total / 2^64⌋`, exact in 128 bits. Host, shards and the GPU's step loop all draw this
 /// way from the same pre-generated uniforms, so every path locates the same candidates.
@@ -111,6 +145,32 @@ mod tests {
         assert_eq!(
             w.weight(AssignMetric::L1, 2.0),
             w.weight(AssignMetric::SqL2, 4.0)
+        );
+    }
+
+    #[test]
+    fn a_row_is_at_distance_zero_from_itself() {
+        let rows: [&[f32]; 4] = [&[0.1, -3.7, 2.9e3], &[1e-20, 7.0], &[-0.0], &[0.3; 37]];
+        for x in rows {
+            let sq = crate::math::sq_norm(x);
+            assert_eq!(row_distance(AssignMetric::SqL2, x, x, sq, sq).to_bits(), 0);
+            assert_eq!(row_distance(AssignMetric::L1, x, x, 0.0, 0.0), 0.0);
+        }
+    }
+
+    #[test]
+    fn expanded_distance_is_the_clamped_gemm_form() {
+        let (x, c) = ([1.0f32, 2.0, -1.0], [0.5f32, 2.0, 3.0]);
+        let (xs, cs) = (crate::math::sq_norm(&x), crate::math::sq_norm(&c));
+        let dot = crate::math::fma(-1.0, 3.0, crate::math::fma(2.0, 2.0, 0.5));
+        let want = (xs + crate::math::fma(-2.0, dot, cs)).max(0.0);
+        assert_eq!(row_distance(AssignMetric::SqL2, &x, &c, xs, cs), want);
+        assert_eq!(want, 16.25);
+        // Cancellation never goes below zero.
+        assert_eq!(distance_from(AssignMetric::SqL2, 1.0 + 1e-7, 1.0, 1.0), 0.0);
+        assert_eq!(
+            row_distance(AssignMetric::L1, &x, &c, 7.0, 9.0),
+            crate::math::distance(AssignMetric::L1, &x, &c)
         );
     }
 

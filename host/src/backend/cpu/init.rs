@@ -1,13 +1,16 @@
 //! Seeding on the CPU: the twins of `kernels_gpu::init` (k-means++ trials batched in one pass,
 //! the located draws, k-means‖ nearest-row updates, sampling and owner weights). Rayon over fixed
-//! chunks of points; distances in dimension order with `kernels_gpu::math::step`, eight
-//! candidates per SIMD register; sums are exact integers, so they equal the GPU's.
+//! chunks of points; every distance is `kernels_gpu::seeding::distance_from` of an accumulator
+//! of `kernels_gpu::math::assign_step` in dimension order (squared L2 in the expanded form, from
+//! the rows' squared norms), eight candidates per SIMD register; sums are exact integers, so they
+//! equal the GPU's.
 
+use super::kmeans::row_sq_norms;
 use crate::backend::vocab::CHUNK;
 use crate::backend::{Picks, Seeding, Seeds, Trials};
 use crate::error::Result;
-use kernels_gpu::math::{AssignMetric, step};
-use kernels_gpu::seeding::{WeightScale, sampled, uniform32};
+use kernels_gpu::math::{AssignMetric, assign_step};
+use kernels_gpu::seeding::{WeightScale, distance_from, row_distance, sampled, uniform32};
 use rayon::prelude::*;
 use std::borrow::Cow;
 
@@ -20,6 +23,8 @@ pub(crate) struct Seeder<'a> {
     x: &'a [f32],
     d: usize,
     metric: AssignMetric,
+    /// Every row's squared norm (squared L2; empty for L1), computed once.
+    norms: Vec<f32>,
     /// The row of the whole data set that row 0 is (k-means‖'s uniforms).
     first_row: u32,
     /// Units that each row stands for (its sample weight, or the weight of the points a k-means‖
@@ -30,10 +35,18 @@ pub(crate) struct Seeder<'a> {
     /// `trials × chunks` weight sums of the last [`Seeding::seed_trials`] (after `seed_nearest`:
     /// one row, of the current weights).
     chunk_sums: Vec<u64>,
-    /// The last step's candidates (`trials × d`), and the accepted one not yet applied to
-    /// `min_dist`.
+    /// The last step's candidates (`trials × d`) and their squared norms, and the accepted one
+    /// not yet applied to `min_dist`.
     last: Vec<f32>,
+    last_norms: Vec<f32>,
     pending: Option<usize>,
+}
+
+/// Candidates regrouped for [`block_distances`]: dimension-major blocks of `LANES` (zero-padded,
+/// `d` entries a block) and each block's squared norms.
+struct Blocks {
+    coords: Vec<[f32; LANES]>,
+    norms: Vec<[f32; LANES]>,
 }
 
 impl<'a> Seeder<'a> {
@@ -44,12 +57,17 @@ impl<'a> Seeder<'a> {
             x,
             d,
             metric,
+            norms: match metric {
+                AssignMetric::SqL2 => row_sq_norms(x, d),
+                AssignMetric::L1 => vec![],
+            },
             first_row,
             multiplicity: None,
             min_dist: vec![f32::INFINITY; n],
             owner: vec![0; n],
             chunk_sums: vec![],
             last: vec![],
+            last_norms: vec![],
             pending: None,
         }
     }
@@ -73,6 +91,20 @@ impl<'a> Seeder<'a> {
         ws.weight_of(self.metric, dist, self.units(i))
     }
 
+    /// The squared norm of row `i` where the metric reads it (0 for L1).
+    fn norm(&self, i: usize) -> f32 {
+        norm_at(&self.norms, i)
+    }
+
+    /// The squared norms of `points` (`count × d`) where the metric reads them: the bits of
+    /// [`Seeder::norms`] for rows of `x`, as the GPU's norms of its staged rows.
+    fn sq_norms(&self, points: &[f32]) -> Vec<f32> {
+        match self.metric {
+            AssignMetric::SqL2 => row_sq_norms(points, self.d),
+            AssignMetric::L1 => vec![0.0; points.len() / self.d],
+        }
+    }
+
     /// The coordinates of `seeds`, `count × d`.
     fn points<'s>(&self, seeds: Seeds<'s>) -> Cow<'s, [f32]> {
         match seeds {
@@ -89,28 +121,33 @@ impl<'a> Seeder<'a> {
             .collect()
     }
 
-    /// The accepted trial of the last step (its coordinates), if any.
-    fn pending_point(&self) -> Option<&[f32]> {
+    /// The accepted trial of the last step (its coordinates and squared norm), if any.
+    fn pending_point(&self) -> Option<(&[f32], f32)> {
         let d = self.d;
-        self.pending.map(|t| &self.last[t * d..(t + 1) * d])
+        self.pending
+            .map(|t| (&self.last[t * d..(t + 1) * d], self.last_norms[t]))
     }
 
-    /// `points` (`count × d`) regrouped dimension-major in blocks of `LANES` (zero-padded).
-    fn blocks(&self, points: &[f32]) -> Vec<[f32; LANES]> {
+    /// `points` (`count × d`) regrouped dimension-major in blocks of `LANES` (zero-padded), with
+    /// their squared norms.
+    fn blocks(&self, points: &[f32]) -> Blocks {
         let d = self.d;
         let count = points.len() / d;
-        let mut out = vec![[0f32; LANES]; count.div_ceil(LANES) * d];
+        let mut coords = vec![[0f32; LANES]; count.div_ceil(LANES) * d];
+        let mut norms = vec![[0f32; LANES]; count.div_ceil(LANES)];
+        let sq_norms = self.sq_norms(points);
         for (c, row) in points.chunks_exact(d).enumerate() {
             for j in 0..d {
-                out[(c / LANES) * d + j][c % LANES] = row[j];
+                coords[(c / LANES) * d + j][c % LANES] = row[j];
             }
+            norms[c / LANES][c % LANES] = sq_norms[c];
         }
-        out
+        Blocks { coords, norms }
     }
 
     /// The point where draw `r` falls in the cumulative weights (chunk sums `sums`), with the
-    /// pending point applied to the weights.
-    fn locate(&self, r: u64, sums: &[u64], pending: Option<&[f32]>, ws: WeightScale) -> u32 {
+    /// pending point (coordinates and squared norm) applied to the weights.
+    fn locate(&self, r: u64, sums: &[u64], pending: Option<(&[f32], f32)>, ws: WeightScale) -> u32 {
         let mut rest = r;
         let mut chunk = 0;
         while chunk + 1 < sums.len() && rest >= sums[chunk] {
@@ -121,8 +158,9 @@ impl<'a> Seeder<'a> {
         let end = ((chunk + 1) * CHUNK).min(n);
         for i in chunk * CHUNK..end {
             let mut m = self.min_dist[i];
-            if let Some(c) = pending {
-                let dist = distance(self.metric, &self.x[i * d..(i + 1) * d], c);
+            if let Some((c, c_sq)) = pending {
+                let x = &self.x[i * d..(i + 1) * d];
+                let dist = distance(self.metric, x, c, self.norm(i), c_sq);
                 if dist < m {
                     m = dist;
                 }
@@ -149,50 +187,55 @@ impl<'a> Seeder<'a> {
     }
 }
 
-/// Distance in dimension order, as the GPU kernels accumulate it.
+/// Row `i`'s squared norm in `norms`, a seeder's (empty for L1, which reads none: 0).
 #[inline(always)]
-fn distance_generic(metric: AssignMetric, x: &[f32], c: &[f32]) -> f32 {
-    x.iter()
-        .zip(c)
-        .fold(0.0, |acc, (&a, &b)| step(metric, acc, a, b))
+fn norm_at(norms: &[f32], i: usize) -> f32 {
+    if norms.is_empty() { 0.0 } else { norms[i] }
 }
 
-/// [`distance_generic`] with the FMA instruction (without it every squared-L2 step is a call
-/// into the C library's `fmaf`: same bits, about 10 ns each, which made `locate` as slow as a
-/// whole pass over a few thousand rows).
+/// [`row_distance`] with the FMA instruction (without it every squared-L2 step is a call into
+/// the C library's `fmaf`: same bits, about 10 ns each, which made `locate` as slow as a whole
+/// pass over a few thousand rows).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "fma")]
-fn distance_fma(metric: AssignMetric, x: &[f32], c: &[f32]) -> f32 {
-    distance_generic(metric, x, c)
+fn distance_fma(metric: AssignMetric, x: &[f32], c: &[f32], x_sq: f32, c_sq: f32) -> f32 {
+    row_distance(metric, x, c, x_sq, c_sq)
 }
 
-fn distance(metric: AssignMetric, x: &[f32], c: &[f32]) -> f32 {
+/// The seeding distance of rows `x` and `c` of squared norms `x_sq` and `c_sq`, as the GPU
+/// kernels compute it.
+fn distance(metric: AssignMetric, x: &[f32], c: &[f32], x_sq: f32, c_sq: f32) -> f32 {
     #[cfg(target_arch = "x86_64")]
     if super::simd::level() >= super::simd::SimdLevel::Avx2 {
         // SAFETY: the active level (AVX2 includes FMA and SSE4.1) is never above the detected one.
-        return unsafe { distance_fma(metric, x, c) };
+        return unsafe { distance_fma(metric, x, c, x_sq, c_sq) };
     }
-    distance_generic(metric, x, c)
+    row_distance(metric, x, c, x_sq, c_sq)
 }
 
-/// Distances from `point` to the `LANES` candidates of each block of `blocks` (`d` entries
-/// each), written to `out` in candidate order.
+/// Distances from `point` (squared norm `x_sq`) to the `LANES` candidates of each block of
+/// `blocks`, written to `out` in candidate order: the accumulators in dimension order, then
+/// `distance_from` with the candidates' norms.
 #[inline(always)]
 fn block_distances_generic(
     metric: AssignMetric,
     point: &[f32],
-    blocks: &[[f32; LANES]],
+    x_sq: f32,
+    blocks: &Blocks,
     out: &mut [f32],
 ) {
     let d = point.len();
-    for (b, block) in blocks.chunks_exact(d).enumerate() {
+    let tiles = blocks.coords.chunks_exact(d).zip(&blocks.norms);
+    for (b, (block, c_sq)) in tiles.enumerate() {
         let mut acc = [0f32; LANES];
         for (&v, cs) in point.iter().zip(block) {
             for l in 0..LANES {
-                acc[l] = step(metric, acc[l], v, cs[l]);
+                acc[l] = assign_step(metric, acc[l], v, cs[l]);
             }
         }
-        out[b * LANES..(b + 1) * LANES].copy_from_slice(&acc);
+        for l in 0..LANES {
+            out[b * LANES + l] = distance_from(metric, acc[l], x_sq, c_sq[l]);
+        }
     }
 }
 
@@ -201,20 +244,27 @@ fn block_distances_generic(
 fn block_distances_fma(
     metric: AssignMetric,
     point: &[f32],
-    blocks: &[[f32; LANES]],
+    x_sq: f32,
+    blocks: &Blocks,
     out: &mut [f32],
 ) {
-    block_distances_generic(metric, point, blocks, out)
+    block_distances_generic(metric, point, x_sq, blocks, out)
 }
 
 /// [`block_distances_generic`], with AVX2 and FMA where the CPU has them (same bits).
-fn block_distances(metric: AssignMetric, point: &[f32], blocks: &[[f32; LANES]], out: &mut [f32]) {
+fn block_distances(
+    metric: AssignMetric,
+    point: &[f32],
+    x_sq: f32,
+    blocks: &Blocks,
+    out: &mut [f32],
+) {
     #[cfg(target_arch = "x86_64")]
     if super::simd::level() >= super::simd::SimdLevel::Avx2 {
         // SAFETY: the active level is never above the detected one.
-        return unsafe { block_distances_fma(metric, point, blocks, out) };
+        return unsafe { block_distances_fma(metric, point, x_sq, blocks, out) };
     }
-    block_distances_generic(metric, point, blocks, out)
+    block_distances_generic(metric, point, x_sq, blocks, out)
 }
 
 impl Seeding for Seeder<'_> {
@@ -231,20 +281,22 @@ impl Seeding for Seeder<'_> {
         let blocks = self.blocks(&points);
         let count = points.len() / d;
         let multiplicity = self.multiplicity.as_deref();
+        let norms = &self.norms;
         let sums: Vec<u64> = self
             .min_dist
             .par_chunks_mut(CHUNK)
             .zip(self.owner.par_chunks_mut(CHUNK))
             .enumerate()
             .map(|(ci, (mins, owners))| {
-                let mut dist = vec![0f32; blocks.len() / d.max(1) * LANES];
+                let mut dist = vec![0f32; blocks.norms.len() * LANES];
                 let mut sum = 0u64;
                 for (r, (m, o)) in mins.iter_mut().zip(owners.iter_mut()).enumerate() {
                     let i = ci * CHUNK + r;
                     if fresh {
                         (*m, *o) = (f32::INFINITY, first_id);
                     }
-                    block_distances(metric, &x[i * d..(i + 1) * d], &blocks, &mut dist);
+                    let x_sq = norm_at(norms, i);
+                    block_distances(metric, &x[i * d..(i + 1) * d], x_sq, &blocks, &mut dist);
                     for (c, &v) in dist[..count].iter().enumerate() {
                         if v < *m {
                             (*m, *o) = (v, first_id + c as u32);
@@ -258,6 +310,7 @@ impl Seeding for Seeder<'_> {
         let total = sums.iter().sum();
         self.chunk_sums = sums;
         self.last.clear();
+        self.last_norms.clear();
         Ok(total)
     }
 
@@ -272,7 +325,7 @@ impl Seeding for Seeder<'_> {
             Picks::Seeds(Seeds::Points(p)) => p.to_vec(),
             _ => self.gather(&candidates),
         };
-        let pending = self.pending_point().map(<[f32]>::to_vec);
+        let pending = self.pending_point().map(|(c, _)| c.to_vec());
         self.pending = None;
         let trials = points.len() / self.d;
         let mut all = points.clone();
@@ -281,16 +334,18 @@ impl Seeding for Seeder<'_> {
         let blocks = self.blocks(&all);
         let (d, metric, x) = (self.d, self.metric, self.x);
         let multiplicity = self.multiplicity.as_deref();
+        let norms = &self.norms;
         let per_chunk: Vec<Vec<u64>> = self
             .min_dist
             .par_chunks_mut(CHUNK)
             .enumerate()
             .map(|(ci, mins)| {
-                let mut dist = vec![0f32; blocks.len() / d.max(1) * LANES];
+                let mut dist = vec![0f32; blocks.norms.len() * LANES];
                 let mut sums = vec![0u64; trials];
                 for (r, m) in mins.iter_mut().enumerate() {
                     let i = ci * CHUNK + r;
-                    block_distances(metric, &x[i * d..(i + 1) * d], &blocks, &mut dist);
+                    let x_sq = norm_at(norms, i);
+                    block_distances(metric, &x[i * d..(i + 1) * d], x_sq, &blocks, &mut dist);
                     if pending && dist[trials] < *m {
                         *m = dist[trials];
                     }
@@ -310,6 +365,7 @@ impl Seeding for Seeder<'_> {
                 self.chunk_sums[t * chunks + ci] = s;
             }
         }
+        self.last_norms = self.sq_norms(&points);
         self.last = points;
         Ok(Trials {
             candidates,

@@ -3,13 +3,16 @@
 //! queued back to back, the uniforms uploaded once and the seeds read back once); the step by
 //! step path (sharded fits) uploads a step's draws and reads back its candidates and potentials.
 //! A k-means‖ round reads back its sampled rows, and its candidates are reduced to k on the
-//! device ([`CudaCandidates`]). Every kernel goes through its launcher in
+//! device ([`CudaCandidates`]). Squared-L2 distances take the expanded form from every row's
+//! squared norm, computed once when the seeding buffers are made (and for scratch rows as points
+//! are staged into them, [`CudaSeeder::restaged`]). Every kernel goes through its launcher in
 //! [`super::launch`]; CPU twins: `backend/cpu/init.rs`.
 
 use super::launch::{
-    SeedGreedyDraw, SeedLocate, SeedNearest, SeedOwnerWeights, SeedSample, SeedTrials,
+    RowSqNorms, SeedGreedyDraw, SeedLocate, SeedNearest, SeedOwnerWeights, SeedSample, SeedTrials,
 };
 use super::{CudaBackend, arg_u32};
+use crate::backend::cpu::kmeans::row_sq_norms;
 use crate::backend::{GreedyPlan, Picks, Seeding, Seeds, Trials};
 use crate::error::{Error, Result};
 use cudarc::driver::CudaSlice;
@@ -40,6 +43,8 @@ impl Rows<'_> {
 
 /// Seeding buffers on the GPU (see `crate::backend::Seeding`).
 pub(crate) struct CudaSeeder {
+    /// The squared norm of every row of the rows' `x` (points and scratch rows), for squared L2.
+    norms: Option<CudaSlice<f32>>,
     min_dist: CudaSlice<f32>,
     owner: CudaSlice<u32>,
     /// `SEED_CANDIDATES × blocks` weight sums of the last pass (one row per trial).
@@ -60,9 +65,14 @@ pub(crate) struct CudaSeeder {
 }
 
 impl CudaSeeder {
+    /// The buffers for `r`, with the squared norms of all its rows (squared L2).
     pub(crate) fn new(r: &Rows<'_>) -> Result<Self> {
         let gpu = r.gpu;
         Ok(CudaSeeder {
+            norms: match r.metric {
+                AssignMetric::SqL2 => Some(row_norms(r)?),
+                AssignMetric::L1 => None,
+            },
             min_dist: gpu.zeros(r.n, "seeding distances")?,
             owner: gpu.zeros(r.n, "nearest seeds")?,
             block_sums: gpu.zeros(SEED_CANDIDATES * r.blocks(), "seeding weight sums")?,
@@ -75,6 +85,22 @@ impl CudaSeeder {
             last: vec![],
             pending: None,
         })
+    }
+
+    /// Takes the squared norms of `points` (row-major), just written to the rows from `first`
+    /// (scratch rows of staged seeds), computed on the host: [`row_sq_norms`] gives the bits of
+    /// the GPU's `row_sq_norms`.
+    pub(crate) fn restaged(
+        &mut self,
+        gpu: &CudaBackend,
+        first: usize,
+        points: &[f32],
+        d: usize,
+    ) -> Result<()> {
+        match self.norms.as_mut() {
+            Some(norms) => gpu.write_at(&row_sq_norms(points, d), norms, first, "seeding norms"),
+            None => Ok(()),
+        }
     }
 
     pub(crate) fn nearest(
@@ -95,6 +121,7 @@ impl CudaSeeder {
         gpu.clear(&mut self.potentials, "seeding potentials")?;
         SeedNearest {
             x: r.x,
+            norms: self.norms.as_ref(),
             n: r.n as u32,
             d: r.d as u32,
             weights: r.weights,
@@ -148,6 +175,7 @@ impl CudaSeeder {
         let pending_row = self.pending_row.slice(..);
         SeedTrials {
             x: r.x,
+            norms: self.norms.as_ref(),
             n: r.n as u32,
             d: r.d as u32,
             weights: r.weights,
@@ -206,6 +234,7 @@ impl CudaSeeder {
         let sums = self.block_sums.slice(row * nb..(row + 1) * nb);
         SeedLocate {
             x: r.x,
+            norms: self.norms.as_ref(),
             n: r.n as u32,
             d: r.d as u32,
             weights: r.weights,
@@ -283,6 +312,20 @@ impl CudaSeeder {
         .launch(gpu)?;
         gpu.download(&totals, ids, "k-means|| candidate weights")
     }
+}
+
+/// The squared norms of every row of `r.x` (the points and any rows past them), on the device.
+fn row_norms(r: &Rows<'_>) -> Result<CudaSlice<f32>> {
+    let rows = r.x.len() / r.d.max(1);
+    let mut norms = r.gpu.zeros(rows, "seeding norms")?;
+    RowSqNorms {
+        x: r.x,
+        n: arg_u32(rows, "rows")?,
+        d: r.d as u32,
+        out: &mut norms,
+    }
+    .launch(r.gpu)?;
+    Ok(norms)
 }
 
 /// Candidates one pass can try besides the previous winner.
@@ -391,6 +434,7 @@ impl CudaSeeder {
         let (last_p, next_p) = read_write(&mut state.potentials, step);
         SeedGreedyDraw {
             x: r.x,
+            norms: self.norms.as_ref(),
             n: r.n as u32,
             d: r.d as u32,
             weights: r.weights,
@@ -430,6 +474,7 @@ impl CudaSeeder {
         let (_, scored) = read_write(&mut state.potentials, step);
         SeedTrials {
             x: r.x,
+            norms: self.norms.as_ref(),
             n: r.n as u32,
             d: r.d as u32,
             weights: r.weights,

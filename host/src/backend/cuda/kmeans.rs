@@ -195,9 +195,9 @@ pub(crate) fn footprint(
     let (kd, f32s, i64s) = (k * d, size_of::<f32>(), size_of::<i64>());
     // The small path's sums, and the update's: a set per block when they fit in shared memory.
     let sum_sets = 1 + update_parts(gpu, n, false, sums_fit_shared(k, d));
-    // Labels, distances, norms and sample weights; seeding distances, nearest seeds and samples;
-    // the per-block partials (inertia, seeding sums) take under a byte per row: 4 more.
-    let per_row = 7 * 4 + 4;
+    // Labels, distances, norms and sample weights; seeding norms, distances, nearest seeds and
+    // samples; the per-block partials (inertia, seeding sums) take under a byte per row: 4 more.
+    let per_row = 8 * 4 + 4;
     // Centroids, next and by dimension (padded); norms, sizes and counts; the shift's parts; a
     // margin for the small buffers.
     let per_fit = 2 * kd * f32s
@@ -692,6 +692,9 @@ impl CudaLloyd<'_> {
         let what = "seeding points";
         self.gpu
             .write_at(points, on_device_mut(&mut self.x)?, (n + at) * d, what)?;
+        if let Some(s) = self.seeder.as_mut() {
+            s.restaged(self.gpu, n + at, points, d)?;
+        }
         Ok((n + at..n + at + count).map(|r| r as u32).collect())
     }
 
@@ -711,7 +714,11 @@ impl CudaLloyd<'_> {
         self.load_rows()?;
         let what = "the accepted seeding point";
         self.gpu
-            .write_at(&point, on_device_mut(&mut self.x)?, last * d, what)
+            .write_at(&point, on_device_mut(&mut self.x)?, last * d, what)?;
+        if let Some(s) = self.seeder.as_mut() {
+            s.restaged(self.gpu, last, &point, d)?;
+        }
+        Ok(())
     }
 }
 

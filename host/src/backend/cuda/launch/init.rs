@@ -1,13 +1,15 @@
 //! Launchers of `kernels_gpu::init`, the seeding kernels. Each takes the metric the pair is
-//! compiled for; `weights` and `counts` are the optional per-point units (`None`: one each).
+//! compiled for; `weights` and `counts` are the optional per-point units (`None`: one each);
+//! `norms` holds the squared norm of every row of `x` (the expanded squared-L2 distance reads
+//! them; `None` for L1).
 
 use crate::backend::cuda::CudaBackend;
 use crate::error::Result;
 use cudarc::driver::{CudaSlice, CudaView};
 use kernels_gpu::init::{
-    SEED_GREEDY_DRAW_L1, SEED_GREEDY_DRAW_L2, SEED_LOCATE_L1, SEED_LOCATE_L2, SEED_NEAREST_L1,
-    SEED_NEAREST_L2, SEED_OWNER_WEIGHTS, SEED_SAMPLE_L1, SEED_SAMPLE_L2, SEED_SHARED_BYTES,
-    SEED_TRIALS_L1, SEED_TRIALS_L2, point_blocks,
+    NEAREST_SHARED_BYTES, SEED_GREEDY_DRAW_L1, SEED_GREEDY_DRAW_L2, SEED_LOCATE_L1, SEED_LOCATE_L2,
+    SEED_NEAREST_L1, SEED_NEAREST_L2, SEED_OWNER_WEIGHTS, SEED_SAMPLE_L1, SEED_SAMPLE_L2,
+    SEED_SHARED_BYTES, SEED_TRIALS_L1, SEED_TRIALS_L2, point_blocks,
 };
 use kernels_gpu::launch::{BLOCK, Kernel, SEED_CANDIDATES};
 use kernels_gpu::math::AssignMetric;
@@ -18,6 +20,17 @@ fn of(metric: AssignMetric, l2: Kernel, l1: Kernel) -> Kernel {
         AssignMetric::SqL2 => l2,
         AssignMetric::L1 => l1,
     }
+}
+
+/// Whether `norms` hold a squared norm for every row of `x` (`d` columns) where `metric` reads
+/// them.
+fn norms_fit(
+    metric: AssignMetric,
+    x: &CudaSlice<f32>,
+    norms: Option<&CudaSlice<f32>>,
+    d: usize,
+) -> bool {
+    metric == AssignMetric::L1 || norms.is_some_and(|v| v.len() * d >= x.len())
 }
 
 /// Whether the optional units hold one value per point.
@@ -31,6 +44,7 @@ fn units_fit(weights: Option<&CudaSlice<f32>>, counts: Option<&CudaSlice<u64>>, 
 /// [`crate::backend::cpu::Seeder`]'s [`seed_nearest`](crate::backend::Seeding::seed_nearest).
 pub(crate) struct SeedNearest<'a> {
     pub x: &'a CudaSlice<f32>,
+    pub norms: Option<&'a CudaSlice<f32>>,
     pub n: u32,
     pub d: u32,
     pub weights: Option<&'a CudaSlice<f32>>,
@@ -54,18 +68,19 @@ impl SeedNearest<'_> {
         let (n, d) = (self.n as usize, self.d as usize);
         let blocks = point_blocks(n);
         debug_assert!(self.x.len() >= n * d && units_fit(self.weights, self.counts, n));
+        debug_assert!(norms_fit(metric, self.x, self.norms, d));
         debug_assert!(self.min_dist.len() >= n && self.owner.len() >= n);
         debug_assert!(self.rows.len() >= self.count as usize);
         debug_assert!(self.block_sums.len() >= blocks && !self.total.is_empty());
         let f = gpu.function(kernel.name)?;
         let mut l = gpu.launch_kernel(kernel, &f);
-        l.arg(self.x).arg(&self.n).arg(&self.d);
+        l.arg(self.x).opt(self.norms).arg(&self.n).arg(&self.d);
         l.opt(self.weights).opt(self.counts);
         l.arg(self.min_dist).arg(self.owner).arg(self.rows);
         l.arg(&self.count).arg(&self.first_id).arg(&self.fresh);
         l.arg(&self.scale).arg(&self.cap);
         l.arg(self.block_sums).arg(self.total);
-        l.run(blocks, BLOCK, SEED_SHARED_BYTES)
+        l.run(blocks, BLOCK, NEAREST_SHARED_BYTES)
     }
 }
 
@@ -76,6 +91,7 @@ impl SeedNearest<'_> {
 /// [`seed_trials`](crate::backend::Seeding::seed_trials).
 pub(crate) struct SeedTrials<'a, 'v> {
     pub x: &'a CudaSlice<f32>,
+    pub norms: Option<&'a CudaSlice<f32>>,
     pub n: u32,
     pub d: u32,
     pub weights: Option<&'a CudaSlice<f32>>,
@@ -98,6 +114,7 @@ impl SeedTrials<'_, '_> {
         let (n, d, count) = (self.n as usize, self.d as usize, self.count as usize);
         let blocks = point_blocks(n);
         debug_assert!(self.x.len() >= n * d && units_fit(self.weights, self.counts, n));
+        debug_assert!(norms_fit(metric, self.x, self.norms, d));
         debug_assert!(self.min_dist.len() >= n && self.candidates.len() >= count);
         debug_assert!(count < SEED_CANDIDATES && self.potentials.len() >= count);
         debug_assert!(self.pending.is_none_or(|p| !p.is_empty()));
@@ -105,7 +122,7 @@ impl SeedTrials<'_, '_> {
         debug_assert!(self.block_sums.len() >= count * blocks);
         let f = gpu.function(kernel.name)?;
         let mut l = gpu.launch_kernel(kernel, &f);
-        l.arg(self.x).arg(&self.n).arg(&self.d);
+        l.arg(self.x).opt(self.norms).arg(&self.n).arg(&self.d);
         l.opt(self.weights).opt(self.counts);
         l.arg(self.min_dist).arg(self.candidates).arg(&self.count);
         l.opt(self.pending).opt(self.stop);
@@ -121,6 +138,7 @@ impl SeedTrials<'_, '_> {
 /// [`seed_locate`](crate::backend::Seeding::seed_locate).
 pub(crate) struct SeedLocate<'a, 'v> {
     pub x: &'a CudaSlice<f32>,
+    pub norms: Option<&'a CudaSlice<f32>>,
     pub n: u32,
     pub d: u32,
     pub weights: Option<&'a CudaSlice<f32>>,
@@ -146,11 +164,12 @@ impl SeedLocate<'_, '_> {
         let kernel = of(metric, SEED_LOCATE_L2, SEED_LOCATE_L1);
         let (n, d, nb) = (self.n as usize, self.d as usize, self.nb as usize);
         debug_assert!(self.x.len() >= n * d && units_fit(self.weights, self.counts, n));
+        debug_assert!(norms_fit(metric, self.x, self.norms, d));
         debug_assert!(self.min_dist.len() >= n && nb == point_blocks(n) && self.sums.len() >= nb);
         debug_assert!(self.draws.len() >= draws && self.out.len() >= draws);
         let f = gpu.function(kernel.name)?;
         let mut l = gpu.launch_kernel(kernel, &f);
-        l.arg(self.x).arg(&self.n).arg(&self.d);
+        l.arg(self.x).opt(self.norms).arg(&self.n).arg(&self.d);
         l.opt(self.weights).opt(self.counts);
         l.arg(self.min_dist).arg(&self.pending).arg(self.sums);
         l.arg(&self.nb).arg(self.draws);
@@ -166,6 +185,7 @@ impl SeedLocate<'_, '_> {
 /// [`crate::backend::greedy_steps`] over [`crate::backend::cpu::Seeder`].
 pub(crate) struct SeedGreedyDraw<'a> {
     pub x: &'a CudaSlice<f32>,
+    pub norms: Option<&'a CudaSlice<f32>>,
     pub n: u32,
     pub d: u32,
     pub weights: Option<&'a CudaSlice<f32>>,
@@ -195,6 +215,7 @@ impl SeedGreedyDraw<'_> {
         let (n, d, nb) = (self.n as usize, self.d as usize, self.nb as usize);
         let (trials, step, k) = (self.trials as usize, self.step as usize, self.k as usize);
         debug_assert!(self.x.len() >= n * d && units_fit(self.weights, self.counts, n));
+        debug_assert!(norms_fit(metric, self.x, self.norms, d));
         debug_assert!(self.min_dist.len() >= n && nb == point_blocks(n));
         debug_assert!(self.block_sums.len() >= trials * nb && trials < SEED_CANDIDATES);
         debug_assert!((1..=k).contains(&step) && self.chosen.len() >= k);
@@ -204,7 +225,7 @@ impl SeedGreedyDraw<'_> {
         debug_assert!(!self.stop.is_empty());
         let f = gpu.function(kernel.name)?;
         let mut l = gpu.launch_kernel(kernel, &f);
-        l.arg(self.x).arg(&self.n).arg(&self.d);
+        l.arg(self.x).opt(self.norms).arg(&self.n).arg(&self.d);
         l.opt(self.weights).opt(self.counts);
         l.arg(self.min_dist).arg(self.block_sums).arg(&self.nb);
         l.arg(&self.trials).arg(&self.step).arg(&self.k);
