@@ -7,8 +7,11 @@
 //! k-th key, next to the running k in shared memory, and keeps the k smallest:
 //! * `knn_select_kmin` ([`kmin`]): k rounds of a parallel minimum (each thread holds its
 //!   candidates in registers; round r takes the smallest key above round r − 1's);
-//! * `knn_select_bitonic` ([`bitonic_sorted`]): a bitonic sort of the candidates, padded to a
-//!   power of two.
+//! * `knn_select_bitonic` ([`bitonic_sorted`], [`bitonic_merged`]): a bitonic sort of the
+//!   candidates alone, padded to a power of two `P`. On the first tile that is the answer; on a
+//!   later one the sorted candidates are merged into the running k (padded to a power of two `K`)
+//!   by one bitonic merge of `K` keys. Sorting the running keys again with the candidates, as
+//!   `k + count` padded, takes at least twice the compare-exchanges.
 //!
 //! Large k: `knn_sort_chunks`, `knn_bitonic_merge_global` and `knn_bitonic_merge_local` sort
 //! whole distance rows (padded to a power of two) in global memory with the same network;
@@ -42,8 +45,9 @@ pub struct Tile {
 }
 
 /// The body of the streaming selection kernels: one block per query row. Gathers the row's
-/// running k keys and the tile's candidates below its k-th key into shared memory, then keeps
-/// the k smallest by [`kmin`] (`KMIN`) or [`bitonic_sorted`].
+/// running k keys and the tile's candidates below its k-th key into shared memory (see
+/// `candidate_slot`), then keeps the k smallest by [`kmin`] (`KMIN`), or else by
+/// [`bitonic_sorted`] on the first tile and [`bitonic_merged`] on later ones.
 ///
 /// # Safety
 /// `SELECT_BLOCK` threads, `select_shared_bytes()` of shared memory; `1 ≤ k`,
@@ -63,8 +67,10 @@ pub unsafe fn select<const KMIN: bool, E: Exec>(x: E, a: Tile) {
     } else {
         unsafe { *best_row.add(k - 1) }
     };
+    // The bitonic method sorts a first tile's candidates alone: it has no running slots to fill.
+    let running = if a.fresh && !KMIN { 0 } else { k };
     let mut e = t;
-    while e < k {
+    while e < running {
         unsafe { *keys.add(e) = if a.fresh { NO_KEY } else { *best_row.add(e) } };
         e += B;
     }
@@ -83,11 +89,12 @@ pub unsafe fn select<const KMIN: bool, E: Exec>(x: E, a: Tile) {
             key(*drow.add(c), a.first_index + c as u32)
         }
     };
+    let slot = |i: usize| unsafe { keys.add(candidate_slot::<KMIN>(i, k, a.fresh)) };
     let mut c = t;
     if threshold == NO_KEY {
-        // The first tile: every candidate joins, in column order.
+        // Fewer than k so far: every candidate joins, in column order.
         while c < cols {
-            unsafe { *keys.add(k + c) = key_at(c) };
+            unsafe { *slot(c) = key_at(c) };
             c += B;
         }
     } else {
@@ -95,7 +102,7 @@ pub unsafe fn select<const KMIN: bool, E: Exec>(x: E, a: Tile) {
             let kk = key_at(c);
             if kk < threshold {
                 let at = unsafe { AtomicU32::from_ptr(counter) }.fetch_add(1, Ordering::Relaxed);
-                unsafe { *keys.add(k + at as usize) = kk };
+                unsafe { *slot(at as usize) = kk };
             }
             c += B;
         }
@@ -109,9 +116,27 @@ pub unsafe fn select<const KMIN: bool, E: Exec>(x: E, a: Tile) {
     if count > 0 {
         if KMIN {
             unsafe { kmin(x, keys, k + count, k, scratch, best_row) };
+        } else if a.fresh {
+            unsafe { bitonic_sorted(x, keys, count, k, best_row) };
         } else {
-            unsafe { bitonic_sorted(x, keys, k + count, k, best_row) };
+            unsafe { bitonic_merged(x, keys, k, count, best_row) };
         }
+    }
+}
+
+/// The shared-memory slot of candidate number `i` of a tile. k-min scans the running keys and
+/// the candidates as one run, so they follow the running k. The bitonic method sorts a first
+/// tile's candidates alone, from slot 0; on later tiles it stacks them down from the top of the
+/// buffer, so that they pad down to a power of two while the running keys pad up
+/// ([`bitonic_merged`]).
+#[inline(always)]
+fn candidate_slot<const KMIN: bool>(i: usize, k: usize, fresh: bool) -> usize {
+    if KMIN {
+        k + i
+    } else if fresh {
+        i
+    } else {
+        SELECT_CAP - 1 - i
     }
 }
 
@@ -297,7 +322,7 @@ unsafe fn kmin_held<const HELD: usize, E: Exec>(
 }
 
 /// Sorts the first `total` keys (padded with `NO_KEY` to a power of two) and writes the first
-/// `k` to `out`.
+/// `k` to `out`; past the padded run (a first tile with fewer than k candidates) `NO_KEY`.
 ///
 /// # Safety
 /// As for [`select`].
@@ -305,16 +330,84 @@ unsafe fn kmin_held<const HELD: usize, E: Exec>(
 pub unsafe fn bitonic_sorted<E: Exec>(x: E, keys: *mut u64, total: usize, k: usize, out: *mut u64) {
     let t = x.thread();
     let len = total.next_power_of_two().min(SELECT_CAP);
-    let mut e = total + t;
-    while e < len {
-        unsafe { *keys.add(e) = NO_KEY };
-        e += B;
-    }
+    unsafe { fill_no_key(x, keys, total, len) };
     x.sync();
     unsafe { sort_shared(x, keys, len, 0, len, 2) };
     let mut e = t;
     while e < k {
+        unsafe { *out.add(e) = if e < len { *keys.add(e) } else { NO_KEY } };
+        e += B;
+    }
+}
+
+/// Writes the k smallest of the running keys (`keys[0..k]`, ascending) and `count` candidates
+/// (`keys[SELECT_CAP − count..SELECT_CAP]`, any order) to `out`, ascending. Only the candidates
+/// are sorted, padded down to `P` keys, then merged into the running keys padded up to `K`
+/// (`merge_sorted`). Where the two padded runs do not fit side by side, one of them is
+/// `SELECT_CAP` keys long, so sorting the whole buffer costs what sorting `k + count` keys would.
+///
+/// # Safety
+/// As for [`select`]; `k + count ≤ SELECT_CAP`.
+#[inline(always)]
+pub unsafe fn bitonic_merged<E: Exec>(x: E, keys: *mut u64, k: usize, count: usize, out: *mut u64) {
+    let (run, len) = (k.next_power_of_two(), count.next_power_of_two());
+    if run + len <= SELECT_CAP {
+        let candidates = unsafe { keys.add(SELECT_CAP - len) };
+        unsafe {
+            fill_no_key(x, keys, k, run);
+            fill_no_key(x, candidates, 0, len - count);
+            x.sync();
+            sort_shared(x, candidates, len, 0, len, 2);
+            merge_sorted(x, keys, run, candidates, len);
+        }
+    } else {
+        // `SELECT_CAP`, taken from the runs rather than the constant: a constant length would
+        // unroll all 78 steps of this rare path into the kernel.
+        let whole = run.max(len);
+        unsafe {
+            fill_no_key(x, keys, k, SELECT_CAP - count);
+            x.sync();
+            sort_shared(x, keys, whole, 0, whole, 2);
+        }
+    }
+    let mut e = x.thread();
+    while e < k {
         unsafe { *out.add(e) = *keys.add(e) };
+        e += B;
+    }
+}
+
+/// Leaves the `run` smallest keys of two ascending runs, `keys[0..run]` and `other[0..len]`
+/// (powers of two, not overlapping), in `keys[0..run]`, ascending. Keeping the smaller of
+/// `keys[i]` and `other[run − 1 − i]` is the first step of the bitonic merge of `keys` followed
+/// by `other` reversed: the kept half holds the `run` smallest and rises then falls, so one
+/// bitonic merge of `run` keys sorts it. Slots below `run − len` face `NO_KEY` and keep their
+/// key. Ends with a barrier.
+///
+/// # Safety
+/// `keys` and `other` in shared memory; every thread of the block calls this.
+#[inline(always)]
+unsafe fn merge_sorted<E: Exec>(x: E, keys: *mut u64, run: usize, other: *const u64, len: usize) {
+    let mut i = run - len.min(run) + x.thread();
+    while i < run {
+        unsafe {
+            let b = *other.add(run - 1 - i);
+            if b < *keys.add(i) {
+                *keys.add(i) = b;
+            }
+        }
+        i += B;
+    }
+    x.sync();
+    unsafe { merge_shared(x, keys, run, 0, run, run, run / 2) };
+}
+
+/// Sets `keys[from..to]` to `NO_KEY` (the padding of a run to a power of two); no barrier.
+#[inline(always)]
+unsafe fn fill_no_key<E: Exec>(x: E, keys: *mut u64, from: usize, to: usize) {
+    let mut e = from + x.thread();
+    while e < to {
+        unsafe { *keys.add(e) = NO_KEY };
         e += B;
     }
 }
@@ -615,14 +708,23 @@ mod tests {
     use crate::exec::emu::{P, launch};
     use crate::knn::{select_shared_bytes, stream_tile};
 
-    /// Distances with many exact ties (a few levels) and their reference keys, sorted per row.
-    fn rows_of(rows: usize, n: usize, levels: u32) -> (Vec<f32>, Vec<Vec<u64>>) {
-        let dist: Vec<f32> = (0..rows * n)
+    /// Distances with many exact ties (a few levels), `rows × n`.
+    fn tied(rows: usize, n: usize, levels: u32) -> Vec<f32> {
+        (0..rows * n)
             .map(|i| ((i as u32).wrapping_mul(2_654_435_761) >> 7) % levels)
             .map(|v| v as f32 * 0.5)
-            .collect();
-        let sorted = dist
-            .chunks(n)
+            .collect()
+    }
+
+    /// Distances that fall along each row, tied in fours: every later tile beats all of the
+    /// running k, so it brings a whole tile of candidates.
+    fn nearing(rows: usize, n: usize) -> Vec<f32> {
+        (0..rows * n).map(|i| ((n - i % n) / 4) as f32).collect()
+    }
+
+    /// The keys of every row of `n` distances, sorted: the host reference.
+    fn sorted_keys(dist: &[f32], n: usize) -> Vec<Vec<u64>> {
+        dist.chunks(n)
             .map(|r| {
                 let mut keys: Vec<u64> = r
                     .iter()
@@ -632,14 +734,27 @@ mod tests {
                 keys.sort_unstable();
                 keys
             })
-            .collect();
+            .collect()
+    }
+
+    /// [`tied`] distances and their reference keys.
+    fn rows_of(rows: usize, n: usize, levels: u32) -> (Vec<f32>, Vec<Vec<u64>>) {
+        let dist = tied(rows, n, levels);
+        let sorted = sorted_keys(&dist, n);
         (dist, sorted)
     }
 
-    /// Streams the rows tile by tile through the selection body, as the host does.
+    /// Streams [`tied`] rows through the selection body in the host's tiles.
     fn stream(kmin: bool, rows: usize, n: usize, k: usize, levels: u32) {
-        let (dist, want) = rows_of(rows, n, levels);
-        let tile = stream_tile(k);
+        stream_tiles(kmin, &tied(rows, n, levels), n, k, stream_tile(k));
+    }
+
+    /// Streams rows of `n` distances tile by tile (`tile` columns, `k + tile ≤ SELECT_CAP`)
+    /// through the selection body, as the host does, and compares the running k with the
+    /// reference (`NO_KEY` past a row's `n` keys).
+    fn stream_tiles(kmin: bool, dist: &[f32], n: usize, k: usize, tile: usize) {
+        let rows = dist.len() / n;
+        let want = sorted_keys(dist, n);
         let mut best = vec![0x1234u64; rows * k]; // garbage: the first tile must not read it
         let mut tile_buf = vec![0f32; rows * tile];
         let mut t0 = 0;
@@ -670,11 +785,17 @@ mod tests {
             });
             t0 += cols;
         }
-        for r in 0..rows {
+        for (r, want) in want.iter().enumerate() {
+            let want: Vec<u64> = want
+                .iter()
+                .copied()
+                .chain([NO_KEY; SELECT_CAP])
+                .take(k)
+                .collect();
             assert_eq!(
                 &best[r * k..(r + 1) * k],
-                &want[r][..k],
-                "kmin={kmin} n={n} k={k} row {r}"
+                &want[..],
+                "kmin={kmin} n={n} k={k} tile={tile} row {r}"
             );
         }
     }
@@ -695,6 +816,94 @@ mod tests {
         // are slow in the emulator, so k-min gets a smaller k over two tiles.
         stream(false, 2, 4500, crate::knn::MAX_STREAM_K, 50);
         stream(true, 1, 4100, 200, 50);
+    }
+
+    /// The bitonic method's paths: first tiles with fewer candidates than k (and rows shorter
+    /// than k), later tiles with no candidates, with fewer or more than the running k padded,
+    /// whole tiles beating the running k, both padded runs filling the buffer exactly (k = 2048)
+    /// or not fitting (one sort of the whole buffer); k of 1, not a power of two, over half the
+    /// buffer.
+    #[test]
+    fn emulated_bitonic_selection_on_awkward_shapes() {
+        // (n, k, tile, levels): tied distances, few later candidates or none.
+        for (n, k, tile, levels) in [
+            (4500, 1, 4095, 3),
+            (3000, 5, 1000, 2),
+            (50, 100, 60, 4),
+            (700, 100, 60, 4),
+            (5000, 25, 1000, 1000),
+            (6144, 512, 2048, 50),
+            (6144, 2048, 2048, 50),
+        ] {
+            stream_tiles(false, &tied(2, n, levels), n, k, tile);
+        }
+        // (n, k, tile): nearing distances, every later tile a whole tile of candidates.
+        for (n, k, tile) in [
+            (9000, 1, 4095),
+            (2 * 4093 + 10, 3, 4093),
+            (2600, 25, 1000),
+            (400, 100, 60),
+            (6144, 512, 2048),
+            (6144, 2048, 2048),
+            (4000, 3000, 1000),
+        ] {
+            stream_tiles(false, &nearing(2, n), n, k, tile);
+        }
+    }
+
+    /// The merge of two sorted runs (with `NO_KEY` padding and tied distances) against a sort of
+    /// both, for each run longer, shorter or as long as the other.
+    #[test]
+    fn emulated_merge_of_sorted_runs_keeps_the_smallest() {
+        let mut index = 0u32;
+        let mut run_of = |len: usize, real: usize| -> Vec<u64> {
+            let mut keys: Vec<u64> = (0..real)
+                .map(|_| {
+                    index += 1;
+                    key((index.wrapping_mul(2_654_435_761) >> 20) as f32, index)
+                })
+                .chain([NO_KEY; SELECT_CAP])
+                .take(len)
+                .collect();
+            keys.sort_unstable();
+            keys
+        };
+        for (run, len) in [
+            (1, 1),
+            (1, 64),
+            (4, 1),
+            (16, 16),
+            (32, 1024),
+            (128, 64),
+            (2048, 2048),
+        ] {
+            let running = run_of(run, run - run / 4);
+            let candidates = run_of(len, len - len / 3);
+            let mut want: Vec<u64> = running.iter().chain(&candidates).copied().collect();
+            want.sort_unstable();
+            let mut got = vec![0u64; run];
+            let (pr, pc, pg) = (
+                P(running.as_ptr() as *mut u64),
+                P(candidates.as_ptr() as *mut u64),
+                P::of(&mut got),
+            );
+            launch(1, B, select_shared_bytes(), |x| unsafe {
+                let sh = x.shared::<u64>();
+                let other = sh.add(SELECT_CAP - len);
+                for e in (x.thread()..run).step_by(B) {
+                    *sh.add(e) = *pr.get().add(e);
+                }
+                for e in (x.thread()..len).step_by(B) {
+                    *other.add(e) = *pc.get().add(e);
+                }
+                x.sync();
+                merge_sorted(x, sh, run, other, len);
+                for e in (x.thread()..run).step_by(B) {
+                    *pg.get().add(e) = *sh.add(e);
+                }
+            });
+            assert_eq!(got, want[..run], "run={run} len={len}");
+        }
     }
 
     /// The large-k path: chunk sorts, global and in-chunk merges, then the first k of each row.

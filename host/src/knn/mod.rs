@@ -11,9 +11,9 @@
 //! Distances are computed tile by tile (a few thousand training points × a batch of queries,
 //! GEMM-style), and a per-query top-k is merged with every tile, so the queries × training matrix
 //! is never stored. Two merges exist ([`Selection`]): k rounds of a parallel minimum, or a
-//! bitonic sort of the candidates padded to a power of two; [`Selection::Auto`] times both on a
-//! sample of the queries the first time a shape (n, d, k, metric) is searched and remembers the
-//! faster. Streaming covers `k ≤ 2048` ([`MAX_GPU_STREAM_K`]); above that the GPU computes whole
+//! bitonic sort of the candidates alone, padded to a power of two, then one bitonic merge into
+//! the running k; [`Selection::Auto`] times both on a sample of the queries the first time a
+//! shape (n, d, k, metric) is searched and remembers the faster. Streaming covers `k ≤ 2048` ([`MAX_GPU_STREAM_K`]); above that the GPU computes whole
 //! distance rows for a batch of queries and sorts them with a global-memory bitonic network
 //! (reported as [`Selection::Bitonic`]), so any `k ≤ n` works. Queries are batched to fit the
 //! memory budget: what the driver reports free, or [`KnnIndex::with_memory_limit`].

@@ -272,7 +272,7 @@ impl Drop for CudaKnn {
 enum Method {
     /// Streaming, k rounds of a parallel minimum per tile.
     KMin,
-    /// Streaming, a bitonic sort per tile.
+    /// Streaming, a bitonic sort of each tile's candidates and a merge into the running k.
     Bitonic,
     /// Whole rows sorted in global memory (k > `MAX_STREAM_K`).
     Sort,

@@ -14,7 +14,8 @@ pub enum Selection {
     Auto,
     /// k rounds of a parallel minimum (GPU); a bounded heap (CPU).
     KMin,
-    /// A bitonic sort of the candidates, padded to a power of two (GPU); select and sort (CPU).
+    /// A bitonic sort of the candidates, padded to a power of two, merged into the running k by
+    /// one bitonic merge (GPU); select and sort (CPU).
     Bitonic,
 }
 
