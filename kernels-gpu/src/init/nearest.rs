@@ -10,10 +10,9 @@
 //! order, and the candidate groups merge with [`better`], so ties keep the earlier candidate.
 //! Generic over [`Exec`] so that the host tests run it in the emulator.
 //!
-//! Measured on an H100 (n = 10^7, d = 128, ~2k candidates): 1.9× faster than the one-thread-
-//! per-point direct form, with the FMA pipe ~55 % busy at 2 blocks of 8 warps per multiprocessor
-//! (128 registers). Keeping a block's point tile resident across candidate tiles (one block per
-//! multiprocessor) cut the L2 traffic fourfold but not the time, so the tiles stream.
+//! Launched for 2 blocks per multiprocessor. On an H100, E's k-means‖ seeding (10^7 × 128,
+//! k = 1024, whose rounds are mostly this pass) went from 2,148 ms with the one-thread-per-point
+//! direct form to 1,440–1,483 ms (`gpu-bench --cases E --whole`, session 13).
 
 use super::SeedRows;
 use crate::exec::Exec;
