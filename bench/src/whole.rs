@@ -68,11 +68,7 @@ pub fn runs(case: &Case, device: Device) -> Vec<(String, KMeansParams)> {
         Init::KMeansPlusPlus
     };
     let parallel = init == Init::KMeansParallel;
-    let name = if parallel {
-        "kmeans||"
-    } else {
-        "kmeans++"
-    };
+    let name = if parallel { "kmeans||" } else { "kmeans++" };
     let base = KMeans::params(case.k).init(init).seed(0).device(device);
     let mut runs = vec![
         (format!("fit {name} to convergence"), base.clone()),
