@@ -999,8 +999,9 @@ mod tests {
     use crate::math::sq_norm;
     use crate::seeding::row_distance;
 
-    /// Reproducible values in `[-1, 1)`, or integers below `levels` (duplicate rows).
-    fn values(count: usize, levels: u32, seed: u32) -> Vec<f32> {
+    /// Reproducible values in `[-1, 1)`, or integers below `levels` (duplicate rows); the
+    /// nearest pass's tests use them too.
+    pub(super) fn values(count: usize, levels: u32, seed: u32) -> Vec<f32> {
         (0..count as u32)
             .map(|i| {
                 let h = (i ^ seed.wrapping_mul(0x9E37_79B9)).wrapping_mul(2_654_435_761) >> 8;

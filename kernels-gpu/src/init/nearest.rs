@@ -442,22 +442,9 @@ mod tests {
     use super::*;
     use crate::exec::emu::{P, launch};
     use crate::init::point_blocks;
+    use crate::init::tests::values;
     use crate::math::sq_norm;
     use crate::seeding::row_distance;
-
-    /// Reproducible rows: values in `[-1, 1)`, or integers below `levels` (duplicates, ties).
-    fn rows(n: usize, d: usize, levels: u32, seed: u32) -> Vec<f32> {
-        (0..n * d)
-            .map(|i| {
-                let h =
-                    (i as u32 ^ seed.wrapping_mul(0x9E37_79B9)).wrapping_mul(2_654_435_761) >> 8;
-                match levels {
-                    0 => (h % 2001) as f32 / 1000.0 - 1.0,
-                    l => (h % l) as f32,
-                }
-            })
-            .collect()
-    }
 
     /// Rows of a test and their squared norms.
     struct Case {
@@ -473,7 +460,7 @@ mod tests {
 
     impl Case {
         fn new(metric: AssignMetric, n: usize, d: usize, levels: u32) -> Self {
-            let x = rows(n, d, levels, (n * 31 + d) as u32);
+            let x = values(n * d, levels, (n * 31 + d) as u32);
             let norms = x.chunks(d).map(sq_norm).collect();
             Case {
                 metric,
