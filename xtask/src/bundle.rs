@@ -10,6 +10,9 @@
 //!                       8.0+) and the cubins compiled from it (kernels_sm*.cubin), for
 //!                       inspection (ptxas -v, cuobjdump)
 //!   torch_baseline.py   the PyTorch version of the benchmark's cases, for the speed-up
+//!   seed_jobs.sh        the seeds' jobs through the CLI, GPU against CPU (`bash seed_jobs.sh
+//!                       bin/kmeans-knn`); whole_scale.sh: whole jobs past one GPU
+//!   whole_scale.sh      (`bash whole_scale.sh bin/kmeans-knn`)
 //!   python/             the kmeans_knn wheel, its pytest suite (tests/), bench.py,
 //!                       minibatch.py and dask_bench.py, and wheels/: dask and distributed with their
 //!                       dependencies for CPython KMEANS_KNN_BUNDLE_PYTHON (default 3.12) on
@@ -56,10 +59,9 @@ pub fn write() -> Result<()> {
         copy(&path, &out.join(path.file_name().unwrap()))?;
     }
     std::fs::write(out.join("run.sh"), RUN_SH)?;
-    copy(
-        &root.join("bench/torch_baseline.py"),
-        &out.join("torch_baseline.py"),
-    )?;
+    for script in ["torch_baseline.py", "seed_jobs.sh", "whole_scale.sh"] {
+        copy(&root.join("bench").join(script), &out.join(script))?;
+    }
     write_python(&root, &out.join("python"))?;
     eprintln!(
         "xtask: wrote {}; run it there with `bash gpu-bundle/run.sh`",
