@@ -10,9 +10,9 @@
 //!                       8.0+) and the cubins compiled from it (kernels_sm*.cubin), for
 //!                       inspection (ptxas -v, cuobjdump)
 //!   torch_baseline.py   the PyTorch version of the benchmark's cases, for the speed-up
-//!   seed_jobs.sh        the seeds' jobs through the CLI, GPU against CPU (`bash seed_jobs.sh
-//!                       bin/kmeans-knn`); whole_scale.sh: whole jobs past one GPU
-//!   whole_scale.sh      (`bash whole_scale.sh bin/kmeans-knn`)
+//!   seed_jobs.sh        the seeds' jobs through the CLI, GPU against CPU
+//!                       (`bash seed_jobs.sh bin/kmeans-knn`)
+//!   whole_scale.sh      whole jobs past one GPU (`bash whole_scale.sh bin/kmeans-knn`)
 //!   python/             the kmeans_knn wheel, its pytest suite (tests/), bench.py,
 //!                       minibatch.py and dask_bench.py, and wheels/: dask and distributed with their
 //!                       dependencies for CPython KMEANS_KNN_BUNDLE_PYTHON (default 3.12) on
