@@ -30,6 +30,7 @@ img = Image.open(photo).convert("RGB")
 for side in (256, 512):
     img.resize((side, side), Image.LANCZOS).save(f"{out}/photo{side}.png")
 PY
+median() { printf '%s\n' "$@" | sort -g | sed -n "$((($# + 1) / 2))p"; }
 printf '%-24s %-6s %9s %9s  %-5s %s\n' job device "wall s" "json s" same "reps (wall s)"
 for job in patches segment quantise; do
   for device in gpu cpu; do
@@ -49,7 +50,6 @@ for job in patches segment quantise; do
     done
     ref=${out/-cpu/-gpu} same=-
     [ "$device" = cpu ] && [ -f "$ref" ] && same=$(cmp -s "$out" "$ref" && echo yes || echo no)
-    median() { printf '%s\n' "$@" | sort -g | sed -n "$(( ($# + 1) / 2 ))p"; }
     printf '%-24s %-6s %9.3f %9.3f  %-5s %s\n' "$job" "$device" "$(median "${walls[@]}")" \
       "$(median "${jsons[@]}")" "$same" "${walls[*]}"
   done

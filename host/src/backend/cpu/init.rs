@@ -13,6 +13,7 @@ use kernels_gpu::math::{AssignMetric, assign_step};
 use kernels_gpu::seeding::{WeightScale, distance_from, row_distance, sampled, uniform32};
 use rayon::prelude::*;
 use std::borrow::Cow;
+use std::sync::Arc;
 
 /// Candidates per SIMD block.
 const LANES: usize = 8;
@@ -23,8 +24,8 @@ pub(crate) struct Seeder<'a> {
     x: &'a [f32],
     d: usize,
     metric: AssignMetric,
-    /// Every row's squared norm (squared L2; empty for L1), computed once.
-    norms: Vec<f32>,
+    /// Every row's squared norm (read for squared L2; empty for L1), computed once.
+    norms: Arc<[f32]>,
     /// The row of the whole data set that row 0 is (k-means‖'s uniforms).
     first_row: u32,
     /// Units that each row stands for (its sample weight, or the weight of the points a k-means‖
@@ -52,15 +53,28 @@ struct Blocks {
 impl<'a> Seeder<'a> {
     /// Seeding over the rows of `x`, row 0 being row `first_row` of the whole data set.
     pub(crate) fn new(x: &'a [f32], d: usize, metric: AssignMetric, first_row: u32) -> Self {
+        let norms = match metric {
+            AssignMetric::SqL2 => row_sq_norms(x, d).into(),
+            AssignMetric::L1 => Arc::from([]),
+        };
+        Self::with_row_norms(x, d, metric, first_row, norms)
+    }
+
+    /// [`Seeder::new`] with every row's squared norm already at hand (`row_sq_norms` of `x`,
+    /// as a Lloyd step keeps them), so that they are not computed again.
+    pub(crate) fn with_row_norms(
+        x: &'a [f32],
+        d: usize,
+        metric: AssignMetric,
+        first_row: u32,
+        norms: Arc<[f32]>,
+    ) -> Self {
         let n = x.len() / d;
         Seeder {
             x,
             d,
             metric,
-            norms: match metric {
-                AssignMetric::SqL2 => row_sq_norms(x, d),
-                AssignMetric::L1 => vec![],
-            },
+            norms,
             first_row,
             multiplicity: None,
             min_dist: vec![f32::INFINITY; n],

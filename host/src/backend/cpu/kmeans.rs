@@ -13,6 +13,7 @@ use kernels_gpu::fixed::{inertia_term, inv_pow2_f64, pow2_f32, to_fixed, weight_
 use kernels_gpu::math::{AssignMetric, assign_distance, assign_score, assign_step, sq_norm};
 use kernels_gpu::seeding::WeightScale;
 use rayon::prelude::*;
+use std::sync::Arc;
 
 pub(crate) mod tiled;
 
@@ -21,7 +22,8 @@ const LANES: usize = 8;
 
 pub(crate) struct CpuLloyd<'a> {
     x: &'a [f32],
-    x_sq_norms: Vec<f32>,
+    /// Every row's squared norm (the constant of spherical k-means), shared with the seeding.
+    x_sq_norms: Arc<[f32]>,
     n: usize,
     d: usize,
     k: usize,
@@ -56,9 +58,9 @@ impl<'a> CpuLloyd<'a> {
         CpuLloyd {
             x,
             x_sq_norms: if spherical {
-                vec![SPHERICAL_POINT_SQ_NORM; n]
+                vec![SPHERICAL_POINT_SQ_NORM; n].into()
             } else {
-                row_sq_norms(x, d)
+                row_sq_norms(x, d).into()
             },
             n,
             d,
@@ -88,9 +90,15 @@ impl<'a> CpuLloyd<'a> {
 
     fn seeder(&mut self) -> &mut Seeder<'a> {
         let (x, d, metric, weights) = (self.x, self.d, self.metric, self.weights);
-        let first_row = self.first_row;
+        let (first_row, spherical) = (self.first_row, self.spherical);
+        let norms = &self.x_sq_norms;
         self.seeder.get_or_insert_with(|| {
-            let seeder = Seeder::new(x, d, metric, first_row);
+            // Spherical k-means keeps a constant in place of the norms; seeding reads the rows'.
+            let seeder = if spherical {
+                Seeder::new(x, d, metric, first_row)
+            } else {
+                Seeder::with_row_norms(x, d, metric, first_row, Arc::clone(norms))
+            };
             match weights {
                 Some(w) => {
                     seeder.weighted(w.iter().map(|&u| weight_units(Some(u)) as u64).collect())
