@@ -111,6 +111,16 @@ fn check_pair(a: &MatrixView<'_>, b: &MatrixView<'_>) -> Result<()> {
     b.expect_cols("the second matrix", a.cols())
 }
 
+/// The backend for the distances of `a` to `b` on `device` (`Auto`: see [`Device::for_work`]).
+fn backend_for(
+    a: &MatrixView<'_>,
+    b: &MatrixView<'_>,
+    device: Device,
+) -> Result<std::sync::Arc<dyn crate::backend::Backend>> {
+    let pairs = a.rows() as f64 * b.rows() as f64;
+    device.for_work(crate::pair_work(pairs, a.cols())).backend()
+}
+
 /// The full `a.rows() × b.rows()` distance matrix: row `i`, column `j` is the distance from row
 /// `i` of `a` to row `j` of `b`.
 ///
@@ -136,7 +146,7 @@ pub fn pairwise_distances<'a, 'b>(
         })?;
     let mut out = Array2::<f32>::zeros((rows, cols));
     debug_assert_eq!(out.len(), len);
-    let backend = device.backend()?;
+    let backend = backend_for(&a, &b, device)?;
     backend.pairwise(&a, &b, metric.kernel(), None, &mut |first, block| {
         out.slice_mut(s![first..first + block.nrows(), ..])
             .assign(&block);
@@ -164,7 +174,7 @@ pub fn pairwise_distances_blocks<'a, 'b>(
         return Err(Error::invalid("max_bytes", "a block needs at least 1 byte"));
     }
     check_pair(&a, &b)?;
-    let backend = device.backend()?;
+    let backend = backend_for(&a, &b, device)?;
     backend.pairwise(&a, &b, metric.kernel(), max_bytes, &mut on_block)
 }
 

@@ -2151,3 +2151,34 @@ fn knn_streams_a_training_set_above_the_gpu_memory_budget() {
         &["--gpu-memory", "the unit is not one of"],
     );
 }
+
+/// `--device auto` (the default) runs jobs the CPU finishes before a GPU's driver could start on
+/// the CPU, GPU or not: a fresh process would spend most of its time starting the driver.
+#[test]
+fn small_jobs_run_on_the_cpu_by_default() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path();
+    write(d, "train.csv", &line_points(10));
+    write(d, "query.csv", "2.1,0\n8.8,0\n");
+    write(d, "g.csv", &two_groups(20));
+    let knn = ["knn", "--train", "train.csv", "--query", "query.csv"];
+    let jobs: [&[&str]; 2] = [
+        &[&knn[..], &["--k", "2", "--json"]].concat(),
+        &[
+            "kmeans",
+            "g.csv",
+            "--k",
+            "2",
+            "--json",
+            "--save-model",
+            "m.json",
+        ],
+    ];
+    for args in jobs {
+        let j = json(&ok(d, args));
+        let device = j["device"].as_str().unwrap_or_default();
+        assert!(device.starts_with("cpu"), "{args:?} ran on {device}");
+    }
+    let r = ok(d, &["predict", "--model", "m.json", "g.csv"]);
+    assert!(r.stderr.contains(" on cpu"), "{}", r.stderr);
+}

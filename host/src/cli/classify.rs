@@ -197,9 +197,10 @@ fn write_predictions(
     Ok(())
 }
 
-pub fn run(a: Args, ui: Ui) -> Result<(), CliError> {
+pub fn run(mut a: Args, ui: Ui) -> Result<(), CliError> {
     check_outputs(a.out.iter().map(PathBuf::as_path))?;
     let loaded = a.knn.load(a.label_column)?;
+    a.knn.choose_device(&loaded);
     let (train, query) = (&loaded.train, &loaded.query);
     let truth = match &a.truth {
         Some(p) => Some(a.knn.read_truth(p, &loaded.opts, query.rows, "labels")?),
@@ -331,6 +332,8 @@ pub fn demo_step(ui: Ui, dir: &Path, device: Device) -> Result<String, CliError>
         .map(|l| classes.iter().position(|c| c == l).unwrap_or(0) as u32)
         .collect();
     let k = 15;
+    let pairs = query.rows as f64 * train.features.rows as f64;
+    let device = device.for_work(crate::pair_work(pairs, query.cols));
     let start = Instant::now();
     let spinner = ui.spinner("classifying");
     let predicted = about(

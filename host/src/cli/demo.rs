@@ -97,10 +97,13 @@ pub fn run(a: Args, ui: Ui) -> Result<(), CliError> {
     let at = |name: &str| dir.join(name);
     let mut out = String::new();
     out += &format!("kmeans-knn demo — results in {}/\n", dir.display());
-    let backend = a
-        .device
-        .describe()
-        .unwrap_or_else(|e| format!("none ({e})"));
+    // Describing `auto` would start the GPU's driver, which small steps skip (`Device::for_work`).
+    let backend = match a.device {
+        Device::Auto => {
+            "auto (each step on the CPU or the GPU by its size; the same results)".into()
+        }
+        device => device.describe().unwrap_or_else(|e| format!("none ({e})")),
+    };
     out += &format!("  backend: {backend}\n\n");
 
     // 1. k-means on generated blobs.

@@ -48,12 +48,14 @@ pub struct Args {
     csv: CsvOpts,
 }
 
-pub fn run(a: Args, ui: Ui) -> Result<(), CliError> {
+pub fn run(mut a: Args, ui: Ui) -> Result<(), CliError> {
     check_outputs([a.output.as_path()])?;
     let opts = a.csv.read();
     let ta = read_matrix(&a.a, &opts)?;
     let tb = read_matrix(&a.b, &opts)?;
     super::knn::same_columns((&a.a, &ta), (&a.b, &tb))?;
+    let pairs = ta.rows as f64 * tb.rows as f64;
+    a.device = a.device.for_work(crate::pair_work(pairs, ta.cols));
 
     let start = Instant::now();
     let mut writer = MatrixWriter::create(&a.output, ta.rows, tb.rows, "<f4", None)?;

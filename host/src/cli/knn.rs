@@ -91,7 +91,7 @@ pub fn device_name(device: Device) -> String {
     device.describe().unwrap_or_else(|_| device.to_string())
 }
 
-pub fn run(a: Args, ui: Ui) -> Result<(), CliError> {
+pub fn run(mut a: Args, ui: Ui) -> Result<(), CliError> {
     let outs: Vec<&Path> = [&a.indices_out, &a.distances_out]
         .into_iter()
         .flatten()
@@ -103,6 +103,8 @@ pub fn run(a: Args, ui: Ui) -> Result<(), CliError> {
     let query = read_matrix(&a.query, &opts)?;
     same_columns((&a.train, &train), (&a.query, &query))?;
     check_k(a.k, train.rows, &a.train)?;
+    let pairs = query.rows as f64 * train.rows as f64;
+    a.device = a.device.for_work(crate::pair_work(pairs, train.cols));
 
     let start = Instant::now();
     let spinner = ui.spinner(&format!(

@@ -264,8 +264,9 @@ pub struct FitOpts {
     /// Runs from different initialisations; the lowest inertia wins.
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub n_init: usize,
-    /// Where to compute: auto (GPU when there is one, else CPU), cpu, gpu, gpu:N; or several
-    /// GPUs, gpu:N,M,… or gpu:all, over which the rows are sharded (same result as one GPU).
+    /// Where to compute: auto (the GPU when there is one, unless the fit is too small to repay
+    /// its start), cpu, gpu, gpu:N; or several GPUs, gpu:N,M,… or gpu:all, over which the rows
+    /// are sharded (same result as one GPU).
     #[arg(long, value_name = "DEVICE", default_value = "auto")]
     pub device: Device,
     /// GPU memory the fit may use, e.g. 8GiB or 500M (default: 70 % of what is free; per GPU

@@ -38,7 +38,7 @@ pub struct Args {
     csv: CsvOpts,
 }
 
-pub fn run(a: Args, ui: Ui) -> Result<(), CliError> {
+pub fn run(mut a: Args, ui: Ui) -> Result<(), CliError> {
     let outs: Vec<&Path> = [&a.labels_out, &a.transform]
         .into_iter()
         .flatten()
@@ -57,6 +57,8 @@ pub fn run(a: Args, ui: Ui) -> Result<(), CliError> {
             model.d
         )));
     }
+    let pairs = table.rows as f64 * model.k as f64;
+    a.device = a.device.for_work(crate::pair_work(pairs, table.cols));
     let start = Instant::now();
     let labels = about(&a.input, model.predict_on(table.view(), a.device))?;
     let mut outputs = Outputs::new();

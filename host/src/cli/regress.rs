@@ -84,9 +84,10 @@ fn numbers(path: &Path, what: &str, values: &[String]) -> Result<Vec<f64>, CliEr
         .collect()
 }
 
-pub fn run(a: Args, ui: Ui) -> Result<(), CliError> {
+pub fn run(mut a: Args, ui: Ui) -> Result<(), CliError> {
     check_outputs(a.out.iter().map(PathBuf::as_path))?;
     let loaded = a.knn.load(a.target_column)?;
+    a.knn.choose_device(&loaded);
     let (train, query) = (&loaded.train, &loaded.query);
     let targets: Vec<f32> = numbers(&a.knn.train, "the target of row", &train.labels)?
         .into_iter()

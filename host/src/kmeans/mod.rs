@@ -294,6 +294,13 @@ impl KMeansParams {
         data: &MatrixView<'_>,
         sample_weight: Option<&[f32]>,
     ) -> Result<KMeansModel> {
+        let device = match self.precision {
+            Precision::Exact => self.device.for_work(self.work(data)),
+            Precision::Tf32 => self.device, // TF32 may choose other labels than the CPU.
+        };
+        if device != self.device {
+            return self.clone().device(device).fit_rows(data, sample_weight);
+        }
         let devices = match self.device.several_gpus()? {
             Some(ordinals) => ordinals.into_iter().map(Device::Cuda).collect(),
             None => vec![self.device],
@@ -303,6 +310,15 @@ impl KMeansParams {
             [one] if !one.streamed() => lloyd::fit(self, data, sample_weight),
             _ => shard::gpus::fit(self, data, sample_weight, &placed),
         }
+    }
+
+    /// The fit's work for [`Device::for_work`]: `n_init` runs of the seeding (about three passes)
+    /// and 100 iterations over the n × k pairs (fewer with `max_iter`); the iterations are not
+    /// known before the fit, and the seeds' images take 100 to 250.
+    fn work(&self, data: &MatrixView<'_>) -> f64 {
+        let passes = (self.max_iter.min(100) + 3) * self.n_init.max(1);
+        let pairs = data.rows() as f64 * self.k as f64 * passes as f64;
+        crate::device::pair_work(pairs, data.cols())
     }
 
     /// Clusters rows held by [`shard::Shard`]s, reached through `transport`: the same model

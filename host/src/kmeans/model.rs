@@ -48,12 +48,14 @@ impl KMeansModel {
         Array2::from_shape_vec((self.k, self.d), self.centroids.clone()).expect("k × d values")
     }
 
-    /// Nearest centroid of every row of `x`, computed on `device` (for cosine: the centroid of
+    /// Nearest centroid of every row of `x`, computed on `device` (`Auto`: see
+    /// [`Device::for_work`]; for cosine: the centroid of
     /// largest inner product with the row scaled to unit norm; a row of norm 0 is an
     /// [`Error::ZeroVector`]).
     pub fn predict_on<'a>(&self, x: impl Into<MatrixView<'a>>, device: Device) -> Result<Vec<u32>> {
         let x = self.input(x.into())?;
-        let backend = device.backend()?;
+        let pairs = x.rows() as f64 * self.k as f64;
+        let backend = device.for_work(crate::pair_work(pairs, self.d)).backend()?;
         let spec = LloydSpec::predict(self.k, self.d, self.metric);
         let mut lloyd = backend.lloyd(&x, &spec)?;
         lloyd.set_centroids(&self.centroids)?;

@@ -98,13 +98,23 @@ pub(crate) fn device_count() -> usize {
 }
 
 impl CudaBackend {
-    /// The backend for GPU `ordinal`, made on first use and shared afterwards.
-    pub fn shared(ordinal: usize) -> Result<Arc<CudaBackend>> {
+    /// The backends started in this process, by ordinal.
+    fn started() -> std::sync::MutexGuard<'static, HashMap<usize, Arc<CudaBackend>>> {
         static CACHE: OnceLock<Mutex<HashMap<usize, Arc<CudaBackend>>>> = OnceLock::new();
-        let mut cache = CACHE
+        CACHE
             .get_or_init(Default::default)
             .lock()
-            .unwrap_or_else(|e| e.into_inner());
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether GPU `ordinal`'s backend is already up in this process (its driver start paid).
+    pub fn is_started(ordinal: usize) -> bool {
+        Self::started().contains_key(&ordinal)
+    }
+
+    /// The backend for GPU `ordinal`, made on first use and shared afterwards.
+    pub fn shared(ordinal: usize) -> Result<Arc<CudaBackend>> {
+        let mut cache = Self::started();
         if let Some(gpu) = cache.get(&ordinal) {
             return Ok(gpu.clone());
         }
