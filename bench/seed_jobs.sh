@@ -6,7 +6,9 @@
 #   10^6 × 9 uniform rows (colour-quantisation sized), k = 16 → labels in .npy;
 #   seed 004: the 25 nearest of 1,200 queries among 32,768 × 256 training rows → indices in .npy.
 # The photo is the built-in sample (`kmeans-knn demo` writes it), resized with Pillow. The last
-# column says whether the CPU's output file is byte for byte the GPU's.
+# column says whether the CPU's output file is byte for byte the GPU's. `auto` is the default
+# device, which puts jobs too small to repay the GPU driver's start on the CPU (its row names the
+# backend it took).
 #
 #   bash bench/seed_jobs.sh BIN [REPS]   (default 3; python3 with numpy, and Pillow to resize)
 set -u
@@ -37,7 +39,7 @@ PY
 median() { printf '%s\n' "$@" | sort -g | sed -n "$((($# + 1) / 2))p"; }
 printf '%-24s %-6s %9s %9s  %-5s %s\n' job device "wall s" "json s" same "reps (wall s)"
 for job in patches segment quantise knn; do
-  for device in gpu cpu; do
+  for device in gpu cpu auto; do
     out="$dir/$job-$device"
     case $job in
       patches) out+=.png; cmd=("$bin" patches "$dir/photo256.png" --patch 5 --k 80 -o "$out") ;;
@@ -54,9 +56,10 @@ for job in patches segment quantise knn; do
       walls+=("$(python3 -c "print(round($end - $start, 3))")")
       jsons+=("$(python3 -c 'import json, sys; print(json.loads(sys.argv[1])["seconds"])' "$json")")
     done
-    ref=${out/-cpu/-gpu} same=-
-    [ "$device" = cpu ] && [ -f "$ref" ] && same=$(cmp -s "$out" "$ref" && echo yes || echo no)
-    printf '%-24s %-6s %9.3f %9.3f  %-5s %s\n' "$job" "$device" "$(median "${walls[@]}")" \
-      "$(median "${jsons[@]}")" "$same" "${walls[*]}"
+    ref=${out/-$device/-gpu} same=- took=
+    [ "$device" != gpu ] && [ -f "$ref" ] && same=$(cmp -s "$out" "$ref" && echo yes || echo no)
+    [ "$device" = auto ] && took="→ $(python3 -c 'import json, sys; print(json.loads(sys.argv[1])["device"].split()[0])' "$json")"
+    printf '%-24s %-6s %9.3f %9.3f  %-5s %s %s\n' "$job" "$device" "$(median "${walls[@]}")" \
+      "$(median "${jsons[@]}")" "$same" "${walls[*]}" "$took"
   done
 done
