@@ -1070,6 +1070,8 @@ fn prefilter_cases(small: bool) -> Vec<Case> {
 /// both selections, with and without query batches; the exact GPU path agrees too.
 fn prefilter_against_cpu(device: Device, small: bool) {
     let tc = tensor_cores();
+    // Queries whose candidates came from stored approximations, and from a second scan.
+    let (mut stored, mut scanned) = (0, 0);
     for c in prefilter_cases(small) {
         let n = c.train.len() / c.d;
         for metric in [DistanceMetric::SqEuclidean, DistanceMetric::Euclidean] {
@@ -1098,6 +1100,11 @@ fn prefilter_against_cpu(device: Device, small: bool) {
                     assert_eq!(r.prefilter.is_some(), expect, "{case}: {:?}", r.prefilter);
                     if let Some(p) = r.prefilter {
                         assert_eq!(p.queries, m, "{case}");
+                        if limit.is_none() {
+                            assert_eq!(p.stored, m, "{case}: n ≤ 2^18 and no limit");
+                        }
+                        stored += p.stored;
+                        scanned += m - p.stored;
                     }
                 }
             }
@@ -1109,6 +1116,12 @@ fn prefilter_against_cpu(device: Device, small: bool) {
             assert!(exact.prefilter.is_none());
             assert_eq!(exact.indices, cpu.indices, "{} exact path", c.name);
         }
+    }
+    if tc {
+        assert!(
+            stored > 0 && scanned > 0,
+            "stored {stored}, scanned {scanned}"
+        );
     }
 }
 

@@ -216,7 +216,11 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
             let (median, wall_median) = (ms[ms.len() / 2], wall[wall.len() / 2]);
             let selection = timing.result.selection.to_string();
             let path = match timing.result.prefilter {
-                Some(p) => format!("tf32 prefilter ({} exact fallbacks)", p.exact_fallbacks),
+                Some(p) => format!(
+                    "tf32 prefilter ({}, {} exact fallbacks)",
+                    if p.stored > 0 { "stored" } else { "two scans" },
+                    p.exact_fallbacks
+                ),
                 None => "exact fp32".to_string(),
             };
             let name = if prefilter {

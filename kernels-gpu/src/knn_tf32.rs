@@ -14,7 +14,9 @@
 //!    [`sq_threshold`].
 //! 4. `knn_tf32_scan` (mode [`SCAN_CANDIDATES`]) recomputes the tiles and appends every `j`
 //!    with `A_ij − E_ij ≤ T_sq` ([`may_be_near`]) to the query's candidate list, where `E_ij` is
-//!    the rigorous bound [`error_bound`] on `|A_ij − D_ij|`.
+//!    the rigorous bound [`error_bound`] on `|A_ij − D_ij|`. Where a query's row of `A` is small
+//!    enough to keep, step 1 stores it and `knn_tf32_candidates` ([`candidates`]) reads it back
+//!    instead of a second scan: the same test on the same floats, the same candidates.
 //! 5. `knn_tf32_rerank`: exact distances and keys of the candidates, the `k` smallest by the same
 //!    k-min or bitonic selection as the streaming path. A query with more than [`TF32_CAP`]
 //!    candidates (or, impossibly, fewer than k) is flagged and searched by the exact path.
@@ -515,7 +517,7 @@ mod entry {
 
 /// The `knn_tf32_scan` entry point (in `scan`, built for sm_80 only). CPU twin:
 /// `backend::cpu::knn::CpuKnn::nearest`.
-pub const KNN_TF32_SCAN: Kernel = Kernel::sm80("knn_tf32_scan", 18);
+pub const KNN_TF32_SCAN: Kernel = Kernel::sm80("knn_tf32_scan", 20);
 
 /// Blocks of `knn_tf32_scan` for `m` queries against `n` training rows, `tiles` training tiles
 /// per block: every query tile × every run of `tiles` training tiles.
@@ -523,6 +525,7 @@ pub const fn tf32_scan_grid(m: usize, n: usize, tiles: usize) -> usize {
     m.div_ceil(TF32_ROWS) * n.div_ceil(TF32_COLS).div_ceil(tiles)
 }
 
+pub mod candidates;
 #[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
 pub mod scan;
 

@@ -54,6 +54,7 @@
 //! | `knn_tf32_threshold` | `knn_tf32` | `knn_tf32::KnnTf32Threshold` | `backend::cpu::knn::CpuKnn::nearest` (exact) | `knn_tf32.rs` `emulated_threshold_and_rerank` |
 //! | `knn_tf32_rerank` | `knn_tf32` | `knn_tf32::KnnTf32Rerank` | `backend::cpu::knn::CpuKnn::nearest` (exact) | `knn_tf32.rs` `emulated_threshold_and_rerank` |
 //! | `knn_tf32_scan` | `knn_tf32::scan` | `knn_tf32::KnnTf32Scan` | `backend::cpu::knn::CpuKnn::nearest` (exact) | `tests/knn.rs` `gpu_prefilter_matches_cpu` |
+//! | `knn_tf32_candidates` | `knn_tf32::candidates` | `knn_tf32::KnnTf32Candidates` | `backend::cpu::knn::CpuKnn::nearest` (exact) | `candidates.rs` `emulated_candidates`, `tests/knn.rs` `gpu_prefilter_matches_cpu` |
 //! | `knn_vote` | `vote` | `vote::KnnVote` | `backend::cpu::vote::knn_vote` | `vote.rs` `emulated_votes_match_the_reference` |
 //! | `seed_nearest_l2` | `init` | `init::SeedNearest` | `backend::cpu::init::Seeder::seed_nearest` | `tests/init.rs` `gpu_seeding_matches_cpu` |
 //! | `seed_trials_l2` | `init` | `init::SeedTrials` | `backend::cpu::init::Seeder::seed_trials` | `tests/init.rs` `gpu_seeding_matches_cpu` |
@@ -111,7 +112,7 @@ mod gpu;
 use launch::Kernel;
 
 /// Every kernel of the PTX builds, in the order of the twin table above.
-pub const KERNELS: [Kernel; 52] = [
+pub const KERNELS: [Kernel; 53] = [
     assign::KMEANS_ASSIGN_L2_WIDE,
     assign::KMEANS_ASSIGN_L2_NARROW,
     assign::KMEANS_ASSIGN_L1_WIDE,
@@ -152,6 +153,7 @@ pub const KERNELS: [Kernel; 52] = [
     knn_tf32::KNN_TF32_THRESHOLD,
     knn_tf32::KNN_TF32_RERANK,
     knn_tf32::KNN_TF32_SCAN,
+    knn_tf32::candidates::KNN_TF32_CANDIDATES,
     vote::KNN_VOTE,
     init::SEED_NEAREST_L2,
     init::SEED_TRIALS_L2,

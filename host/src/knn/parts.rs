@@ -210,5 +210,6 @@ pub(crate) fn add_reports(a: PrefilterReport, b: PrefilterReport) -> PrefilterRe
     PrefilterReport {
         queries: a.queries + b.queries,
         exact_fallbacks: a.exact_fallbacks + b.exact_fallbacks,
+        stored: a.stored + b.stored,
     }
 }

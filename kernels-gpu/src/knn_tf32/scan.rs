@@ -32,6 +32,8 @@ struct Tf32ScanArgs {
     group: usize,
     gkeys: *mut u64,
     ldg: usize,
+    approx: *mut f32,
+    lda: usize,
     t_sq: *const f32,
     counts: *mut u32,
     cand: *mut u32,
@@ -43,7 +45,9 @@ struct Tf32ScanArgs {
 /// `(b / ceil(m / 128))·tiles ..` (at most `tiles`). Mode `SCAN_GROUPS`: writes
 /// `gkeys[i · ldg + group]`, the key of the group's smallest approximate distance (`NO_KEY`
 /// when the group has no row), groups of `group` (16 or 64) training rows numbered
-/// `tile · (128 / group) + …`. Mode `SCAN_CANDIDATES`: appends every `j` that
+/// `tile · (128 / group) + …`, and with a non-null `approx` also every approximation `A` at
+/// `approx[i · lda + j]` (`lda` as [`super::candidates::approx_stride`]: rows past `n` inside it
+/// get values too). Mode `SCAN_CANDIDATES`: appends every `j` that
 /// [`may_be_near`] `t_sq[i]` to `cand[i · TF32_CAP ..]`, counting in `counts[i]` (past
 /// `TF32_CAP` only counted). `c1` is [`bound_coefficient`]`(d)`.
 ///
@@ -67,6 +71,8 @@ pub unsafe extern "gpu-kernel" fn knn_tf32_scan(
     group: u32,
     gkeys: *mut u64,
     ldg: u64,
+    approx: *mut f32,
+    lda: u64,
     t_sq: *const f32,
     counts: *mut u32,
     cand: *mut u32,
@@ -87,6 +93,8 @@ pub unsafe extern "gpu-kernel" fn knn_tf32_scan(
         group: if group == 16 { 16 } else { 64 },
         gkeys,
         ldg: ldg as usize,
+        approx,
+        lda: lda as usize,
         t_sq,
         counts,
         cand,
@@ -281,6 +289,9 @@ unsafe fn epilogue(
         }
     }
     if a.mode == SCAN_GROUPS {
+        if !a.approx.is_null() {
+            unsafe { store_approx(a, tile, wn, qq, acc, rows, row_ok, nq, &nx) };
+        }
         for r in 0..4 {
             let (mt, half) = (r / 2, r % 2);
             // Increasing j, strict `<`: the smallest value, the lowest index on ties (NaN and ∞
@@ -341,6 +352,36 @@ unsafe fn epilogue(
                         }
                     }
                 }
+            }
+        }
+    }
+}
+
+/// Stores the tile's approximations of this thread's rows (see [`epilogue`]) to `a.approx`: pairs
+/// of neighbouring training rows as one 8-byte store (`lda` is even, pairs start even).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn store_approx(
+    a: &Tf32ScanArgs,
+    tile: usize,
+    wn: usize,
+    qq: usize,
+    acc: &[[[f32; 4]; 8]; 2],
+    rows: &[usize; 4],
+    row_ok: &[bool; 4],
+    nq: &[f32; 4],
+    nx: &[f32; 16],
+) {
+    #[repr(C, align(8))]
+    struct V2([f32; 2]);
+    let base = tile * TF32_COLS + wn * 64 + 2 * qq;
+    for r in 0..4 {
+        let (mt, half) = (r / 2, r % 2);
+        for nt in 0..8 {
+            let j = base + nt * 8;
+            if row_ok[r] && j < a.lda {
+                let v = [0, 1].map(|h| approx_sq(acc[mt][nt][half * 2 + h], nq[r], nx[nt * 2 + h]));
+                unsafe { *a.approx.add(rows[r] * a.lda + j).cast::<V2>() = V2(v) };
             }
         }
     }

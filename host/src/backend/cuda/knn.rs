@@ -13,7 +13,8 @@
 
 use super::launch::{
     KnnBitonicMergeGlobal, KnnBitonicMergeLocal, KnnSelect, KnnSelectKeys, KnnSortChunks, KnnTake,
-    KnnTf32Rerank, KnnTf32Scan, KnnTf32Threshold, KnnVote, Pairwise, RowNormRoots, RowSqNorms,
+    KnnTf32Candidates, KnnTf32Rerank, KnnTf32Scan, KnnTf32Threshold, KnnVote, Pairwise,
+    RowNormRoots, RowSqNorms,
 };
 use super::{CudaBackend, arg_u32};
 use crate::backend::vocab::{PrefilterReport, Selection, rows_per_block};
@@ -25,6 +26,7 @@ use crate::matrix::MatrixView;
 use cudarc::driver::{CudaEvent, CudaSlice, CudaView};
 use kernels_gpu::fixed::pow2_f32;
 use kernels_gpu::knn::{MAX_STREAM_K, PairMetric, SELECT_CAP, stream_tile, vote_scale_exponent};
+use kernels_gpu::knn_tf32::candidates::approx_stride;
 use kernels_gpu::knn_tf32::{
     SCAN_CANDIDATES, SCAN_GROUPS, TF32_CAP, TF32_COLS, TF32_ROWS, bound_coefficient, tf32_group,
     tf32_groups_per_row, tf32_metric, tf32_scan_shared_bytes, tf32_xc,
@@ -46,6 +48,12 @@ const TILES_PER_LAUNCH: usize = 4;
 const AUTO_SAMPLE_ROWS: usize = 128;
 /// Timed rounds (after one warm-up) of each selection for `Selection::Auto`.
 const AUTO_TIMED_ROUNDS: usize = 3;
+/// Most training rows for which the prefilter stores its approximations (1 MiB a query) and
+/// reads them back for the candidates instead of a second tensor-core scan.
+const STORE_MAX_N: usize = 1 << 18;
+/// Queries a batch must still hold (or all of a smaller call's) for the prefilter to store its
+/// approximations: under a tighter budget the batches stay large and the scan runs twice.
+const STORE_MIN_ROWS: usize = 256;
 
 impl CudaBackend {
     /// Bytes a call may use: `max_bytes`, else a share of what the driver reports free.
@@ -322,6 +330,9 @@ struct Tf32Plan {
     shared: usize,
     /// Training tiles per scan block.
     tiles: usize,
+    /// Whether the first scan stores its approximations for `knn_tf32_candidates` (rows of
+    /// `approx_stride(n)`), else the candidates come from a second scan.
+    store: bool,
 }
 
 /// Device buffers of the prefilter for a batch of `rows` queries.
@@ -331,6 +342,8 @@ struct Tf32Buffers {
     counts: CudaSlice<u32>,
     cand: CudaSlice<u32>,
     overflow: CudaSlice<u32>,
+    /// The stored approximations, when the plan stores them.
+    approx: Option<CudaSlice<f32>>,
 }
 
 /// What one search asks for, shared by its steps.
@@ -454,6 +467,7 @@ impl CudaKnn {
             xc,
             shared,
             tiles: 1,
+            store: false,
         })
     }
 
@@ -477,7 +491,16 @@ impl CudaKnn {
     ) -> usize {
         let fixed = 4 * (self.d + 1) + 8 * k;
         let work = match (plan, method) {
-            (Some(p), _) => 8 * p.ldg + 4 * TF32_CAP + 12,
+            (Some(p), _) => {
+                8 * p.ldg
+                    + 4 * TF32_CAP
+                    + 12
+                    + if p.store {
+                        4 * approx_stride(self.n)
+                    } else {
+                        0
+                    }
+            }
             (None, Method::KMin | Method::Bitonic) => 4 * stream_tile(k) * TILES_PER_LAUNCH,
             (None, Method::Sort) => 4 * self.n + 8 * self.n.next_power_of_two(),
         };
@@ -535,8 +558,20 @@ impl CudaKnn {
             None
         };
         let budget = self.gpu.budget(job.max_bytes)?;
-        let rows = (budget / self.bytes_per_row(k, method, job.vote, plan.as_ref()))
-            .clamp(1, job.queries.rows().min(MAX_BATCH_ROWS));
+        let m = job.queries.rows().min(MAX_BATCH_ROWS);
+        let rows_of = |p: Option<&Tf32Plan>| {
+            (budget / self.bytes_per_row(k, method, job.vote, p)).clamp(1, m)
+        };
+        let plan = plan.map(|p| {
+            let stored = Tf32Plan { store: true, ..p };
+            let fits = rows_of(Some(&stored)) >= m.min(STORE_MIN_ROWS);
+            if self.n <= STORE_MAX_N && fits {
+                stored
+            } else {
+                p
+            }
+        });
+        let rows = rows_of(plan.as_ref());
         let plan = plan.map(|p| Tf32Plan {
             tiles: self.tf32_tiles(&p, rows),
             ..p
@@ -558,7 +593,8 @@ impl CudaKnn {
             // SAFETY: every buffer is written for a batch's rows before it is read: the group
             // keys by the first scan, thresholds and (cleared) counts by the threshold kernel,
             // the candidates that the re-rank reads (the first `counts` of a row) by the second
-            // scan, the overflow flags by the re-rank.
+            // scan or `knn_tf32_candidates`, the overflow flags by the re-rank, the stored
+            // approximations of a batch's rows by the first scan.
             Some(p) => Some(unsafe {
                 Tf32Buffers {
                     gkeys: gpu.uninit::<u64>(rows * p.ldg, "group keys")?,
@@ -566,6 +602,10 @@ impl CudaKnn {
                     counts: gpu.uninit::<u32>(rows, "candidate counts")?,
                     cand: gpu.uninit::<u32>(rows * TF32_CAP, "candidates")?,
                     overflow: gpu.uninit::<u32>(rows, "overflow flags")?,
+                    approx: match p.store {
+                        true => Some(gpu.uninit(rows * approx_stride(n), "approximations")?),
+                        false => None,
+                    },
                 }
             }),
             None => None,
@@ -660,6 +700,7 @@ impl CudaKnn {
                 let rep = report.expect("report");
                 rep.queries += r;
                 rep.exact_fallbacks += over.len();
+                rep.stored += if p.store { r } else { 0 };
                 Ok(())
             }
             (None, Method::KMin | Method::Bitonic) => self.stream_batch(job, bufs, r),
@@ -852,6 +893,25 @@ impl CudaKnn {
                 }
                 .launch(gpu, rows)?;
             }
+            if mode == SCAN_CANDIDATES
+                && let Some(approx) = &bufs.approx
+            {
+                KnnTf32Candidates {
+                    approx,
+                    lda: approx_stride(self.n) as u64,
+                    rows: rows as u32,
+                    n: n32,
+                    q_norms,
+                    x_norms: &self.norms,
+                    x_roots: &self.roots,
+                    t_sq: &bufs.t_sq,
+                    c1: bound_coefficient(self.d),
+                    counts: &mut bufs.counts,
+                    cand: &mut bufs.cand,
+                }
+                .launch(gpu)?;
+                continue;
+            }
             KnnTf32Scan {
                 q,
                 q_norms,
@@ -867,6 +927,8 @@ impl CudaKnn {
                 group: plan.group as u32,
                 gkeys: &mut bufs.gkeys,
                 ldg: plan.ldg as u64,
+                approx: bufs.approx.as_mut(),
+                lda: approx_stride(self.n) as u64,
                 t_sq: &bufs.t_sq,
                 counts: &mut bufs.counts,
                 cand: &mut bufs.cand,

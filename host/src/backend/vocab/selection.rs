@@ -48,9 +48,12 @@ impl FromStr for Selection {
 
 /// What the TF32 tensor-core prefilter did in a search: it ran for `queries` query rows, and
 /// `exact_fallbacks` of them had more candidates than the re-rank holds and were searched by the
-/// exact path instead. Either way every answer is the exact one.
+/// exact path instead. Either way every answer is the exact one. For `stored` of them the first
+/// tensor-core scan kept its approximations and the candidates were read back from them (else a
+/// second scan recomputed them: past 2^18 training rows, or under a tight memory limit).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PrefilterReport {
     pub queries: usize,
     pub exact_fallbacks: usize,
+    pub stored: usize,
 }

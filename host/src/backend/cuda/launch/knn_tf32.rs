@@ -1,10 +1,13 @@
 //! Launchers of `kernels_gpu::knn_tf32`, the TF32 prefilter of exact kNN search. The CPU has no
-//! prefilter: the twin of all three is the exact search, [`crate::backend::cpu::knn::CpuKnn::nearest`], whose answer the prefilter must give.
+//! prefilter: the twin of all four is the exact search, [`crate::backend::cpu::knn::CpuKnn::nearest`], whose answer the prefilter must give.
 
 use crate::backend::cuda::CudaBackend;
 use crate::error::Result;
 use cudarc::driver::CudaSlice;
 use kernels_gpu::knn::{PairMetric, SELECT_BLOCK, select_shared_bytes};
+use kernels_gpu::knn_tf32::candidates::{
+    CANDIDATE_BLOCK, CANDIDATE_SHARED_BYTES, KNN_TF32_CANDIDATES, candidates_grid,
+};
 use kernels_gpu::knn_tf32::tf32_scan_grid;
 use kernels_gpu::knn_tf32::{
     KNN_TF32_RERANK, KNN_TF32_SCAN, KNN_TF32_THRESHOLD, TF32_BLOCK, TF32_CAP,
@@ -91,7 +94,8 @@ impl KnnTf32Rerank<'_> {
 
 /// `knn_tf32_scan` (sm_80 and later): the tensor-core pass over `m` queries × `n` training rows,
 /// `tiles` training tiles per block. `mode` `SCAN_GROUPS` writes every group's minimum key to
-/// `gkeys` (row stride `ldg`); `SCAN_CANDIDATES` appends the rows that may be nearer than
+/// `gkeys` (row stride `ldg`), and with `approx` (row stride `lda`) every approximation for
+/// [`KnnTf32Candidates`]; `SCAN_CANDIDATES` appends the rows that may be nearer than
 /// `t_sq` to `cand` and counts them.
 pub(crate) struct KnnTf32Scan<'a> {
     pub q: &'a CudaSlice<f32>,
@@ -108,6 +112,8 @@ pub(crate) struct KnnTf32Scan<'a> {
     pub group: u32,
     pub gkeys: &'a mut CudaSlice<u64>,
     pub ldg: u64,
+    pub approx: Option<&'a mut CudaSlice<f32>>,
+    pub lda: u64,
     pub t_sq: &'a CudaSlice<f32>,
     pub counts: &'a mut CudaSlice<u32>,
     pub cand: &'a mut CudaSlice<u32>,
@@ -122,6 +128,11 @@ impl KnnTf32Scan<'_> {
         debug_assert!(self.x.len() >= n * d && self.x_norms.len() >= n);
         debug_assert!(self.gkeys.len() >= m * self.ldg as usize && self.t_sq.len() >= m);
         debug_assert!(self.counts.len() >= m && self.cand.len() >= m * TF32_CAP);
+        debug_assert!(
+            self.approx
+                .as_ref()
+                .is_none_or(|a| a.len() >= m * self.lda as usize)
+        );
         let f = gpu.function(KNN_TF32_SCAN.name)?;
         let mut l = gpu.launch_kernel(KNN_TF32_SCAN, &f);
         l.arg(self.q).arg(self.q_norms).arg(&self.m);
@@ -134,9 +145,52 @@ impl KnnTf32Scan<'_> {
             .arg(&self.tiles)
             .arg(&self.mode)
             .arg(&self.group);
-        l.arg(self.gkeys).arg(&self.ldg).arg(self.t_sq);
+        l.arg(self.gkeys).arg(&self.ldg);
+        l.opt(self.approx).arg(&self.lda).arg(self.t_sq);
         l.arg(self.counts).arg(self.cand).arg(&self.c1);
         let grid = tf32_scan_grid(m, n, tiles);
         l.run(grid, TF32_BLOCK, tf32_scan_shared_bytes(self.xc as usize))
+    }
+}
+
+/// `knn_tf32_candidates`: step 4 from the approximations the first scan stored (`rows × lda`):
+/// appends the training rows that may be nearer than `t_sq` to `cand` and counts them.
+pub(crate) struct KnnTf32Candidates<'a> {
+    pub approx: &'a CudaSlice<f32>,
+    pub lda: u64,
+    pub rows: u32,
+    pub n: u32,
+    pub q_norms: &'a CudaSlice<f32>,
+    pub x_norms: &'a CudaSlice<f32>,
+    pub x_roots: &'a CudaSlice<f32>,
+    pub t_sq: &'a CudaSlice<f32>,
+    pub c1: f32,
+    pub counts: &'a mut CudaSlice<u32>,
+    pub cand: &'a mut CudaSlice<u32>,
+}
+
+impl KnnTf32Candidates<'_> {
+    pub(crate) fn launch(self, gpu: &CudaBackend) -> Result<()> {
+        let (rows, n) = (self.rows as usize, self.n as usize);
+        debug_assert!(self.approx.len() >= rows * self.lda as usize && self.lda as usize >= n);
+        debug_assert!(self.q_norms.len() >= rows && self.t_sq.len() >= rows);
+        debug_assert!(self.x_norms.len() >= n && self.x_roots.len() >= n);
+        debug_assert!(self.counts.len() >= rows && self.cand.len() >= rows * TF32_CAP);
+        let f = gpu.function(KNN_TF32_CANDIDATES.name)?;
+        let mut l = gpu.launch_kernel(KNN_TF32_CANDIDATES, &f);
+        l.arg(self.approx)
+            .arg(&self.lda)
+            .arg(&self.rows)
+            .arg(&self.n);
+        l.arg(self.q_norms).arg(self.x_norms).arg(self.x_roots);
+        l.arg(self.t_sq)
+            .arg(&self.c1)
+            .arg(self.counts)
+            .arg(self.cand);
+        l.run(
+            candidates_grid(rows, n),
+            CANDIDATE_BLOCK,
+            CANDIDATE_SHARED_BYTES,
+        )
     }
 }

@@ -24,7 +24,7 @@ pub(crate) use distance::Pairwise;
 pub(crate) use init::{
     SeedGreedyDraw, SeedLocate, SeedNearest, SeedOwnerWeights, SeedSample, SeedTrials,
 };
-pub(crate) use knn_tf32::{KnnTf32Rerank, KnnTf32Scan, KnnTf32Threshold};
+pub(crate) use knn_tf32::{KnnTf32Candidates, KnnTf32Rerank, KnnTf32Scan, KnnTf32Threshold};
 pub(crate) use minibatch::{KmeansMinibatchAssign, KmeansMinibatchShift, KmeansMinibatchUpdate};
 pub(crate) use norms::{RowNormRoots, RowSqNorms};
 pub(crate) use reduce::{KmeansShiftParts, KmeansSummary};
