@@ -36,8 +36,9 @@ pub unsafe extern "gpu-kernel" fn row_sq_norms(x: *const f32, n: u32, d: u32, ou
     if (row as usize).is_multiple_of(16) {
         while j + IN_FLIGHT <= d {
             let v: [f32; IN_FLIGHT] = unsafe { load_vec4s(row.add(j)) };
-            for v in v {
-                acc = fma(v, v, acc);
+            // By reference: an array iterated by value (`array::IntoIter`) stays in local memory.
+            for x in &v {
+                acc = fma(*x, *x, acc);
             }
             j += IN_FLIGHT;
         }
