@@ -9,11 +9,9 @@
 //!    or 64) it writes the key ([`crate::knn::key`]) of the group's smallest `A`.
 //! 2. The streaming selection (`knn_select_keys_*`) keeps the `k` smallest group keys per query:
 //!    `k` distinct training rows.
-//! 3. `knn_tf32_threshold`: from their approximations alone, `U_i = max(A_ij + E_ij)` over those
-//!    k rows bounds each one's exact squared distance from above (`D_ij ≤ A_ij + E_ij`), hence
-//!    the k-th smallest. It becomes the squared-distance threshold `T_sq` = [`sq_threshold`] of
-//!    the metric's distance `T_i` for `U_i` (for Euclidean the correctly rounded root). No
-//!    training row is read: the rows' norms and roots suffice.
+//! 3. `knn_tf32_threshold`: their exact distances (the CPU's arithmetic); the largest is `T_i`,
+//!    an upper bound on the exact k-th distance. It becomes a squared-distance threshold
+//!    [`sq_threshold`].
 //! 4. `knn_tf32_scan` (mode [`SCAN_CANDIDATES`]) recomputes the tiles and appends every `j`
 //!    with `A_ij − E_ij ≤ T_sq` ([`may_be_near`]) to the query's candidate list, where `E_ij` is
 //!    the rigorous bound [`error_bound`] on `|A_ij − D_ij|`. Where a query's row of `A` is small
@@ -25,11 +23,9 @@
 //!
 //! Why nothing is lost: a row that is not a candidate has `D_ij ≥ A_ij − E_ij > T_sq`, so its
 //! exact distance is larger than `T_i` (for Euclidean, `sqrt` is monotone and `T_sq` is the
-//! largest float whose root is at most `T_i`), while step 2's k distinct rows have exact
-//! distances at most `T_i`: they are strictly nearer, and it cannot be among the k nearest.
-//! Those k rows are candidates themselves (`A − E ≤ A + E ≤ U_i ≤ T_sq`), so a query has at
-//! least k. (`fl(A + E)` may round down by half an ulp of `A + E`; `E` carries at least
-//! `2^-19·(nq + nx) ≥ 2^-21·A` beyond twice the bound's terms, which covers it.)
+//! largest float whose root is at most `T_i`) and `k` distinct rows (step 2's) are strictly
+//! nearer: it cannot be among the k nearest. Those k rows are candidates themselves, so a query
+//! has at least k.
 //!
 //! # The bound
 //! Let `u = 2^-24`, `q, x ∈ R^d` the f32 rows, `nq = fl(‖q‖²)`, `nx = fl(‖x‖²)` the squared norms
@@ -287,6 +283,8 @@ pub struct Exact {
     pub k: usize,
     /// `rows × k` keys: step 2's rows in, the answer out.
     pub best: *mut u64,
+    /// Per row: the squared threshold.
+    pub t_sq: *mut f32,
     /// Per row: the number of candidates.
     pub counts: *mut u32,
     /// `rows × TF32_CAP` candidate indices.
@@ -295,33 +293,13 @@ pub struct Exact {
     pub overflow: *mut u32,
 }
 
-/// Arguments of the threshold kernel.
-#[derive(Clone, Copy)]
-pub struct Bound {
-    pub q_norms: *const f32,
-    pub x_norms: *const f32,
-    /// `sqrt(x_norms[j])`.
-    pub x_roots: *const f32,
-    /// [`bound_coefficient`] of the dimension.
-    pub c1: f32,
-    pub metric: PairMetric,
-    pub k: usize,
-    /// `rows × k` group keys of step 2: approximations `A` and their training rows.
-    pub best: *const u64,
-    /// Per row: the squared threshold.
-    pub t_sq: *mut f32,
-    /// Per row: the number of candidates, cleared here.
-    pub counts: *mut u32,
-}
-
-/// Body of `knn_tf32_threshold`, one block per query row: the largest `A + E` of the row's k
-/// group keys in `best`, as the threshold `t_sq[row]` (step 3 of the module); clears
-/// `counts[row]`. An empty slot (`NO_KEY`) or a NaN makes it ∞.
+/// Body of `knn_tf32_threshold`, one block per query row: the largest exact distance of the
+/// row's k keys in `best` → `t_sq[row]`; clears `counts[row]`.
 ///
 /// # Safety
 /// `SELECT_BLOCK` threads, 8 bytes of shared memory; pointers valid for the sizes.
 #[inline(always)]
-pub unsafe fn threshold<E: crate::exec::Exec>(x: E, a: Bound) {
+pub unsafe fn threshold<E: crate::exec::Exec>(x: E, a: Exact) {
     use core::sync::atomic::{AtomicU32, Ordering};
     let (t, row) = (x.thread(), x.block());
     let worst = x.shared::<u32>();
@@ -329,8 +307,6 @@ pub unsafe fn threshold<E: crate::exec::Exec>(x: E, a: Bound) {
         unsafe { *worst = 0 };
     }
     x.sync();
-    let nq = unsafe { *a.q_norms.add(row) };
-    let c1q = a.c1 * sqrt(nq);
     let mut e = t;
     while e < a.k {
         let key = unsafe { *a.best.add(row * a.k + e) };
@@ -338,9 +314,17 @@ pub unsafe fn threshold<E: crate::exec::Exec>(x: E, a: Bound) {
             u32::MAX
         } else {
             let j = crate::knn::key_index(key) as usize;
-            let (nx, root) = unsafe { (*a.x_norms.add(j), *a.x_roots.add(j)) };
-            let upper = crate::knn::key_distance(key) + error_bound(c1q, root, nq, nx);
-            crate::knn::ordered_bits(upper)
+            let dist = unsafe {
+                exact_distance(
+                    a.metric,
+                    a.q.add(row * a.d),
+                    a.x.add(j * a.d),
+                    a.d,
+                    *a.q_norms.add(row),
+                    *a.x_norms.add(j),
+                )
+            };
+            crate::knn::ordered_bits(dist)
         };
         unsafe { AtomicU32::from_ptr(worst) }.fetch_max(bits, Ordering::Relaxed);
         e += crate::knn::SELECT_BLOCK as usize;
@@ -349,14 +333,10 @@ pub unsafe fn threshold<E: crate::exec::Exec>(x: E, a: Bound) {
     if t == 0 {
         let bits = unsafe { *worst };
         // Back from the ordered bits (NaN and empty slots as NaN, which gives ∞).
-        let upper = if bits == u32::MAX {
+        let t_max = if bits == u32::MAX {
             f32::NAN
         } else {
             crate::knn::key_distance((bits as u64) << 32)
-        };
-        let t_max = match a.metric {
-            PairMetric::Euclidean => sqrt(upper),
-            _ => upper,
         };
         unsafe {
             *a.t_sq.add(row) = sq_threshold(a.metric, t_max);
@@ -416,7 +396,7 @@ pub unsafe fn rerank<const KMIN: bool, E: crate::exec::Exec>(x: E, a: Exact) {
 pub const THRESHOLD_SHARED_BYTES: usize = 8;
 
 /// The `knn_tf32_threshold` entry point. CPU twin: `backend::cpu::knn::CpuKnn::nearest`.
-pub const KNN_TF32_THRESHOLD: Kernel = Kernel::new("knn_tf32_threshold", 9);
+pub const KNN_TF32_THRESHOLD: Kernel = Kernel::new("knn_tf32_threshold", 10);
 
 /// The `knn_tf32_rerank` entry point. CPU twin: `backend::cpu::knn::CpuKnn::nearest`.
 pub const KNN_TF32_RERANK: Kernel = Kernel::new("knn_tf32_rerank", 12);
@@ -435,6 +415,7 @@ mod entry {
         metric: u32,
         k: u32,
         best: *mut u64,
+        t_sq: *mut f32,
         counts: *mut u32,
         cand: *const u32,
         overflow: *mut u32,
@@ -448,6 +429,7 @@ mod entry {
             metric: PairMetric::from_id(metric),
             k: (k as usize).max(1),
             best,
+            t_sq,
             counts,
             cand,
             overflow,
@@ -462,27 +444,31 @@ mod entry {
     #[unsafe(no_mangle)]
     #[allow(clippy::too_many_arguments)]
     pub unsafe extern "gpu-kernel" fn knn_tf32_threshold(
+        q: *const f32,
         q_norms: *const f32,
+        x: *const f32,
         x_norms: *const f32,
-        x_roots: *const f32,
-        c1: f32,
+        d: u32,
         metric: u32,
         k: u32,
-        best: *const u64,
+        best: *mut u64,
         t_sq: *mut f32,
         counts: *mut u32,
     ) {
-        let a = Bound {
+        let a = exact(
+            q,
             q_norms,
+            x,
             x_norms,
-            x_roots,
-            c1,
-            metric: PairMetric::from_id(metric),
-            k: (k as usize).max(1),
+            d,
+            metric,
+            k,
             best,
             t_sq,
             counts,
-        };
+            core::ptr::null(),
+            core::ptr::null_mut(),
+        );
         unsafe { threshold(crate::exec::Gpu, a) }
     }
 
@@ -508,7 +494,18 @@ mod entry {
         kmin: u32,
     ) {
         let a = exact(
-            q, q_norms, x, x_norms, d, metric, k, best, counts, cand, overflow,
+            q,
+            q_norms,
+            x,
+            x_norms,
+            d,
+            metric,
+            k,
+            best,
+            core::ptr::null_mut(),
+            counts,
+            cand,
+            overflow,
         );
         if kmin != 0 {
             unsafe { rerank::<true, _>(crate::exec::Gpu, a) }
@@ -737,9 +734,8 @@ mod tests {
         eprintln!("largest |A − D| / E over {cases} cases: {worst:.3}");
     }
 
-    /// Threshold and re-rank bodies in the emulator: the threshold is the largest `A + E` of the
-    /// group keys (as the metric's distance), the k nearest of the candidates come back as exact
-    /// keys, an overflow is flagged.
+    /// Threshold and re-rank bodies in the emulator: the k nearest of the candidates, exact keys;
+    /// overflow flagged.
     #[test]
     fn emulated_threshold_and_rerank() {
         let (rows, n, d, k) = (2usize, 300usize, 5usize, 4usize);
@@ -763,47 +759,13 @@ mod tests {
                     keys
                 })
                 .collect();
-            // Step 2's rows: any k distinct (here rows 10..10 + k) with their approximations
-            // (here the exact squared distances); row 1 has an empty slot.
-            let sq = |r: usize, j: usize| {
-                distance(PairMetric::SqEuclidean, &q[r * d..][..d], &x[j * d..][..d])
-            };
+            // Step 2's rows: any k distinct (here rows 10..10 + k); row 1 has an empty slot.
             let mut best: Vec<u64> = (0..rows * k)
-                .map(|e| key(sq(e / k, 10 + e % k), 10 + (e % k) as u32))
+                .map(|e| key(0.0, 10 + (e % k) as u32))
                 .collect();
             best[2 * k - 1] = NO_KEY;
-            let roots: Vec<f32> = xn.iter().map(|&v| sqrt(v)).collect();
-            let c1 = bound_coefficient(d);
             let mut t_sq = vec![0f32; rows];
             let mut counts = vec![99u32; rows];
-            let bound = Bound {
-                q_norms: qn.as_ptr(),
-                x_norms: xn.as_ptr(),
-                x_roots: roots.as_ptr(),
-                c1,
-                metric,
-                k,
-                best: best.as_ptr(),
-                t_sq: t_sq.as_mut_ptr(),
-                counts: counts.as_mut_ptr(),
-            };
-            let pb = P(&bound as *const Bound as *mut Bound);
-            launch(rows, SELECT_BLOCK as usize, 8, |e| unsafe {
-                threshold(e, *pb.get())
-            });
-            let c1q = c1 * sqrt(qn[0]);
-            let upper = (10..10 + k)
-                .map(|j| sq(0, j) + error_bound(c1q, roots[j], qn[0], xn[j]))
-                .fold(0f32, f32::max);
-            let t0 = match metric {
-                PairMetric::Euclidean => sqrt(upper),
-                _ => upper,
-            };
-            assert_eq!(t_sq[0], sq_threshold(metric, t0));
-            // Each of the k rows is within the threshold.
-            assert!((10..10 + k).all(|j| sq(0, j) <= t_sq[0]));
-            assert_eq!(t_sq[1], f32::INFINITY);
-            assert_eq!(counts, vec![0, 0]);
             let mut cand = vec![0u32; rows * TF32_CAP];
             let mut overflow = vec![7u32; rows];
             let a = Exact {
@@ -815,11 +777,21 @@ mod tests {
                 metric,
                 k,
                 best: best.as_mut_ptr(),
+                t_sq: t_sq.as_mut_ptr(),
                 counts: counts.as_mut_ptr(),
                 cand: cand.as_ptr(),
                 overflow: overflow.as_mut_ptr(),
             };
             let pa = P(&a as *const Exact as *mut Exact);
+            launch(rows, SELECT_BLOCK as usize, 8, |e| unsafe {
+                threshold(e, *pa.get())
+            });
+            let t0 = (10..10 + k)
+                .map(|j| distance(metric, &q[..d], &x[j * d..][..d]))
+                .fold(0f32, f32::max);
+            assert_eq!(t_sq[0], sq_threshold(metric, t0));
+            assert_eq!(t_sq[1], f32::INFINITY);
+            assert_eq!(counts, vec![0, 0]);
             // Row 0: every row whose exact squared distance passes; row 1: too many.
             for j in 0..n {
                 let sq = distance(PairMetric::SqEuclidean, &q[..d], &x[j * d..][..d]);

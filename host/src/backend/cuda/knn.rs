@@ -862,8 +862,8 @@ impl CudaKnn {
         let kmin = method == Method::KMin;
         for mode in [SCAN_GROUPS, SCAN_CANDIDATES] {
             if mode == SCAN_CANDIDATES {
-                // The k smallest group keys (k distinct training rows), then the largest of
-                // their approximations plus bounds → the threshold; clears the candidate counts.
+                // The k smallest group keys (k distinct training rows), then their exact
+                // distances → the threshold; clears the candidate counts.
                 let tile = stream_tile(k);
                 let mut s = 0;
                 while s < plan.ldg {
@@ -880,13 +880,14 @@ impl CudaKnn {
                     s += cols;
                 }
                 KnnTf32Threshold {
+                    q,
                     q_norms,
+                    x: &self.x,
                     x_norms: &self.norms,
-                    x_roots: &self.roots,
-                    c1: bound_coefficient(self.d),
+                    d: d32,
                     metric: self.metric,
                     k: k32,
-                    best: &*best,
+                    best: &mut *best,
                     t_sq: &mut bufs.t_sq,
                     counts: &mut bufs.counts,
                 }

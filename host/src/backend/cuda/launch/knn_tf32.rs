@@ -14,17 +14,18 @@ use kernels_gpu::knn_tf32::{
     THRESHOLD_SHARED_BYTES, tf32_scan_shared_bytes,
 };
 
-/// `knn_tf32_threshold`: every query row's largest `A + E` over its `k` group keys (from the
-/// norms and roots alone) → the squared threshold `t_sq`; clears the candidate counts.
+/// `knn_tf32_threshold`: every query row's exact distance to its `k`-th group key → the squared
+/// threshold `t_sq`; clears the candidate counts.
 pub(crate) struct KnnTf32Threshold<'a> {
+    pub q: &'a CudaSlice<f32>,
     pub q_norms: &'a CudaSlice<f32>,
+    pub x: &'a CudaSlice<f32>,
     pub x_norms: &'a CudaSlice<f32>,
-    pub x_roots: &'a CudaSlice<f32>,
-    pub c1: f32,
+    pub d: u32,
     /// Passed as its id.
     pub metric: PairMetric,
     pub k: u32,
-    pub best: &'a CudaSlice<u64>,
+    pub best: &'a mut CudaSlice<u64>,
     pub t_sq: &'a mut CudaSlice<f32>,
     pub counts: &'a mut CudaSlice<u32>,
 }
@@ -32,15 +33,18 @@ pub(crate) struct KnnTf32Threshold<'a> {
 impl KnnTf32Threshold<'_> {
     /// Launches one block for each of the `rows` query rows.
     pub(crate) fn launch(self, gpu: &CudaBackend, rows: usize) -> Result<()> {
-        let k = self.k as usize;
-        debug_assert!(self.q_norms.len() >= rows && self.x_norms.len() == self.x_roots.len());
+        let (d, k) = (self.d as usize, self.k as usize);
+        debug_assert!(self.q.len() >= rows * d && self.q_norms.len() >= rows);
         debug_assert!(self.best.len() >= rows * k);
         debug_assert!(self.t_sq.len() >= rows && self.counts.len() >= rows);
         let id = self.metric.id();
         let f = gpu.function(KNN_TF32_THRESHOLD.name)?;
         let mut l = gpu.launch_kernel(KNN_TF32_THRESHOLD, &f);
-        l.arg(self.q_norms).arg(self.x_norms).arg(self.x_roots);
-        l.arg(&self.c1).arg(&id).arg(&self.k).arg(self.best);
+        l.arg(self.q)
+            .arg(self.q_norms)
+            .arg(self.x)
+            .arg(self.x_norms);
+        l.arg(&self.d).arg(&id).arg(&self.k).arg(self.best);
         l.arg(self.t_sq).arg(self.counts);
         l.run(rows, SELECT_BLOCK, THRESHOLD_SHARED_BYTES)
     }
