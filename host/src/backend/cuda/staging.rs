@@ -17,6 +17,11 @@ const PIECE_BYTES: usize = 16 << 20;
 /// Values a CPU thread copies at a time while filling a buffer.
 const FILL_GRAIN: usize = 1 << 18;
 
+/// Uploads up to this size skip the staging buffers: filling one first costs more than the
+/// driver's own path saves (1.2 MB of queries on the H100 machine: 108 µs pageable, against
+/// 87 µs to fill page-locked memory plus 33 µs to copy it; from 4.9 MB on, staging wins).
+const DIRECT_BYTES: usize = 2 << 20;
+
 /// The two buffers and, for each, the end of the last copy queued from it.
 pub(super) struct UploadStaging {
     buffers: [PinnedHostSlice<u8>; 2],
@@ -138,6 +143,14 @@ impl CudaBackend {
         }
         let err = |e| cuda(&format!("copying {what} to the GPU"), e);
         self.ctx.bind_to_thread().map_err(err)?;
+        if size_of_val(host) <= DIRECT_BYTES {
+            let mut view = dev.slice_mut(at..at + host.len());
+            let (dst, _written) = view.device_ptr_mut(stream);
+            // SAFETY: `dst` holds `host.len()` values; from pageable memory the driver has read
+            // `host` before the call returns.
+            return unsafe { result::memcpy_htod_async(dst, host, stream.cu_stream()) }
+                .map_err(err);
+        }
         let mut staging = staging.lock().unwrap_or_else(|e| e.into_inner());
         if staging.is_none() {
             *staging = Some(UploadStaging::new(&self.ctx)?);
