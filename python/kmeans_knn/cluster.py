@@ -40,7 +40,9 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin, Ba
     precision : "exact" (FP32, the same labels on every backend) or "tf32" (tensor cores on GPUs
         of compute capability 8.0+, the two best candidates re-checked in FP32).
     device : "auto", "cpu", "cuda" or "cuda:N"; or several GPUs, "cuda:0,1" or "cuda:all", over
-        which ``fit`` shards the rows (the same result as one GPU).
+        which ``fit`` shards the rows (the same result as one GPU). "auto" takes the GPU when
+        there is one, except for fits the CPU finishes before a GPU's driver could start (while
+        no GPU has started in the process): those run on the CPU, with the same result.
     memory_budget : bytes of GPU memory ``fit`` may use (None: 70 % of what is free; per GPU of
         a set). Rows beyond it stay in host memory and take turns on the GPU in batches: the
         same result, at the cost of the copies (prefer init="k-means||" then).
