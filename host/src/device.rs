@@ -88,9 +88,9 @@ const CPU_MADDS_PER_THREAD: f64 = 5e9;
 /// (0.2–0.3 s measured on the H100 machine, `cuInit` alone 0.1–0.2 s).
 const GPU_START_SECONDS: f64 = 0.2;
 
-/// The work of `pairs` distances in `d` dimensions in the units of [`Device::for_work`]:
-/// multiply-adds, a pair's comparison and bookkeeping counted as 8.
-pub fn pair_work(pairs: f64, d: usize) -> f64 {
+/// The work of `pairs` distances in `d` dimensions: multiply-adds, a pair's comparison and
+/// bookkeeping counted as 8.
+fn pair_work(pairs: f64, d: usize) -> f64 {
     pairs * (d as f64 + 8.0)
 }
 
@@ -100,15 +100,15 @@ fn cpu_finishes_first(work: f64, threads: usize) -> bool {
 }
 
 impl Device {
-    /// The device for a job of `work` multiply-adds ([`pair_work`]). For `Auto`: the CPU when no
+    /// The device for a job of `pairs` distances in `d` dimensions. For `Auto`: the CPU when no
     /// GPU has started in this process yet and the CPU's threads would be done before the
     /// driver is up (a fresh process searching 1,200 queries among 32,768 rows takes 0.1 s on
     /// 16 threads against 0.4 s on the GPU, nearly all of it the driver's start); the answers
     /// are the same bits on either backend. Any other choice is kept.
-    pub fn for_work(self, work: f64) -> Device {
+    pub fn for_pairs(self, pairs: f64, d: usize) -> Device {
         let small = || {
             !cuda::CudaBackend::is_started(0)
-                && cpu_finishes_first(work, rayon::current_num_threads())
+                && cpu_finishes_first(pair_work(pairs, d), rayon::current_num_threads())
         };
         if self == Device::Auto && small() {
             Device::Cpu
@@ -237,12 +237,12 @@ mod tests {
         // One thread takes 16 times as long as sixteen.
         assert!(!cpu_finishes_first(pair_work(1200.0 * 32768.0, 256), 1));
         for device in [Device::Cpu, Device::Cuda(1), Device::Gpus(GpuSet::ALL)] {
-            assert_eq!(device.for_work(1.0), device);
-            assert_eq!(device.for_work(1e18), device);
+            assert_eq!(device.for_pairs(1.0, 1), device);
+            assert_eq!(device.for_pairs(1e18, 1), device);
         }
-        assert_eq!(Device::Auto.for_work(1e18), Device::Auto);
+        assert_eq!(Device::Auto.for_pairs(1e18, 1), Device::Auto);
         // Small work stays on the GPU only once its driver has started (it never stops).
-        let small = Device::Auto.for_work(1.0);
+        let small = Device::Auto.for_pairs(1.0, 1);
         assert!(small == Device::Cpu || cuda::CudaBackend::is_started(0));
     }
 

@@ -111,14 +111,14 @@ fn check_pair(a: &MatrixView<'_>, b: &MatrixView<'_>) -> Result<()> {
     b.expect_cols("the second matrix", a.cols())
 }
 
-/// The backend for the distances of `a` to `b` on `device` (`Auto`: see [`Device::for_work`]).
+/// The backend for the distances of `a` to `b` on `device` (`Auto`: see [`Device::for_pairs`]).
 fn backend_for(
     a: &MatrixView<'_>,
     b: &MatrixView<'_>,
     device: Device,
 ) -> Result<std::sync::Arc<dyn crate::backend::Backend>> {
     let pairs = a.rows() as f64 * b.rows() as f64;
-    device.for_work(crate::pair_work(pairs, a.cols())).backend()
+    device.for_pairs(pairs, a.cols()).backend()
 }
 
 /// The full `a.rows() × b.rows()` distance matrix: row `i`, column `j` is the distance from row

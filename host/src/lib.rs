@@ -59,7 +59,7 @@ pub use backend::cuda::driver::{ENTRY_POINTS as DRIVER_ENTRY_POINTS, MIN_DRIVER_
 pub use backend::cuda::faults;
 pub use backend::cuda::image::{FORCE_PTX_VAR, ImageKind, KernelImage, PTXAS_VERSION};
 pub use backend::cuda::nccl::{MIN_NCCL_VERSION, NCCL_VAR, Nccl};
-pub use device::{Device, GpuSet, pair_work};
+pub use device::{Device, GpuSet};
 pub use distances::{
     DistanceMetric, pairwise_distances, pairwise_distances_blocks, pairwise_distances_to_writer,
 };

@@ -333,7 +333,7 @@ pub fn demo_step(ui: Ui, dir: &Path, device: Device) -> Result<String, CliError>
         .collect();
     let k = 15;
     let pairs = query.rows as f64 * train.features.rows as f64;
-    let device = device.for_work(crate::pair_work(pairs, query.cols));
+    let device = device.for_pairs(pairs, query.cols);
     let start = Instant::now();
     let spinner = ui.spinner("classifying");
     let predicted = about(

@@ -97,7 +97,7 @@ pub fn run(a: Args, ui: Ui) -> Result<(), CliError> {
     let at = |name: &str| dir.join(name);
     let mut out = String::new();
     out += &format!("kmeans-knn demo — results in {}/\n", dir.display());
-    // Describing `auto` would start the GPU's driver, which small steps skip (`Device::for_work`).
+    // Describing `auto` would start the GPU's driver, which small steps skip (`Device::for_pairs`).
     let backend = match a.device {
         Device::Auto => {
             "auto (each step on the CPU or the GPU by its size; the same results)".into()

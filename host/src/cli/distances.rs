@@ -55,7 +55,7 @@ pub fn run(mut a: Args, ui: Ui) -> Result<(), CliError> {
     let tb = read_matrix(&a.b, &opts)?;
     super::knn::same_columns((&a.a, &ta), (&a.b, &tb))?;
     let pairs = ta.rows as f64 * tb.rows as f64;
-    a.device = a.device.for_work(crate::pair_work(pairs, ta.cols));
+    a.device = a.device.for_pairs(pairs, ta.cols);
 
     let start = Instant::now();
     let mut writer = MatrixWriter::create(&a.output, ta.rows, tb.rows, "<f4", None)?;

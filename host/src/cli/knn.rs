@@ -104,7 +104,7 @@ pub fn run(mut a: Args, ui: Ui) -> Result<(), CliError> {
     same_columns((&a.train, &train), (&a.query, &query))?;
     check_k(a.k, train.rows, &a.train)?;
     let pairs = query.rows as f64 * train.rows as f64;
-    a.device = a.device.for_work(crate::pair_work(pairs, train.cols));
+    a.device = a.device.for_pairs(pairs, train.cols);
 
     let start = Instant::now();
     let spinner = ui.spinner(&format!(

@@ -58,7 +58,7 @@ pub fn run(mut a: Args, ui: Ui) -> Result<(), CliError> {
         )));
     }
     let pairs = table.rows as f64 * model.k as f64;
-    a.device = a.device.for_work(crate::pair_work(pairs, table.cols));
+    a.device = a.device.for_pairs(pairs, table.cols);
     let start = Instant::now();
     let labels = about(&a.input, model.predict_on(table.view(), a.device))?;
     let mut outputs = Outputs::new();

@@ -5,7 +5,7 @@
 use super::knn::{NeighbourWeights, check_k, device_name, metric_name, same_columns};
 use super::{CliError, CsvOpts, SampleWeightOpts, Ui, about, print_json, print_stdout};
 use crate::io::{Format, LabelColumn, Labelled, ReadOptions, Table, read_labelled, read_labels};
-use crate::{Device, DistanceMetric, KnnIndex, MatrixView, Selection, pair_work};
+use crate::{Device, DistanceMetric, KnnIndex, MatrixView, Selection};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 
@@ -48,10 +48,10 @@ pub struct NeighbourArgs {
 }
 
 impl NeighbourArgs {
-    /// `--device auto` settled for the loaded job's size ([`Device::for_work`]).
+    /// `--device auto` settled for the loaded job's size ([`Device::for_pairs`]).
     pub fn choose_device(&mut self, loaded: &Loaded) {
         let pairs = loaded.query.rows as f64 * loaded.train.features.rows as f64;
-        self.device = self.device.for_work(pair_work(pairs, loaded.query.cols));
+        self.device = self.device.for_pairs(pairs, loaded.query.cols);
     }
 
     /// The index over the training features, within `--gpu-memory`.

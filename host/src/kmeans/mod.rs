@@ -295,7 +295,7 @@ impl KMeansParams {
         sample_weight: Option<&[f32]>,
     ) -> Result<KMeansModel> {
         let device = match self.precision {
-            Precision::Exact => self.device.for_work(self.work(data)),
+            Precision::Exact => self.device.for_pairs(self.pairs(data), data.cols()),
             Precision::Tf32 => self.device, // TF32 may choose other labels than the CPU.
         };
         if device != self.device {
@@ -312,13 +312,12 @@ impl KMeansParams {
         }
     }
 
-    /// The fit's work for [`Device::for_work`]: `n_init` runs of the seeding (about three passes)
-    /// and 100 iterations over the n × k pairs (fewer with `max_iter`); the iterations are not
-    /// known before the fit, and the seeds' images take 100 to 250.
-    fn work(&self, data: &MatrixView<'_>) -> f64 {
+    /// The fit's distances for [`Device::for_pairs`]: `n_init` runs of the seeding (about three
+    /// passes) and 100 iterations over the n × k pairs (fewer with `max_iter`); the iterations
+    /// are not known before the fit, and the seeds' images take 100 to 250.
+    fn pairs(&self, data: &MatrixView<'_>) -> f64 {
         let passes = (self.max_iter.min(100) + 3) * self.n_init.max(1);
-        let pairs = data.rows() as f64 * self.k as f64 * passes as f64;
-        crate::device::pair_work(pairs, data.cols())
+        data.rows() as f64 * self.k as f64 * passes as f64
     }
 
     /// Clusters rows held by [`shard::Shard`]s, reached through `transport`: the same model

@@ -49,13 +49,13 @@ impl KMeansModel {
     }
 
     /// Nearest centroid of every row of `x`, computed on `device` (`Auto`: see
-    /// [`Device::for_work`]; for cosine: the centroid of
+    /// [`Device::for_pairs`]; for cosine: the centroid of
     /// largest inner product with the row scaled to unit norm; a row of norm 0 is an
     /// [`Error::ZeroVector`]).
     pub fn predict_on<'a>(&self, x: impl Into<MatrixView<'a>>, device: Device) -> Result<Vec<u32>> {
         let x = self.input(x.into())?;
         let pairs = x.rows() as f64 * self.k as f64;
-        let backend = device.for_work(crate::pair_work(pairs, self.d)).backend()?;
+        let backend = device.for_pairs(pairs, self.d).backend()?;
         let spec = LloydSpec::predict(self.k, self.d, self.metric);
         let mut lloyd = backend.lloyd(&x, &spec)?;
         lloyd.set_centroids(&self.centroids)?;

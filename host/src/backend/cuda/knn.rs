@@ -492,14 +492,12 @@ impl CudaKnn {
         let fixed = 4 * (self.d + 1) + 8 * k;
         let work = match (plan, method) {
             (Some(p), _) => {
-                8 * p.ldg
-                    + 4 * TF32_CAP
-                    + 12
-                    + if p.store {
-                        4 * approx_stride(self.n)
-                    } else {
-                        0
-                    }
+                let stored = if p.store {
+                    4 * approx_stride(self.n)
+                } else {
+                    0
+                };
+                8 * p.ldg + 4 * TF32_CAP + 12 + stored
             }
             (None, Method::KMin | Method::Bitonic) => 4 * stream_tile(k) * TILES_PER_LAUNCH,
             (None, Method::Sort) => 4 * self.n + 8 * self.n.next_power_of_two(),
