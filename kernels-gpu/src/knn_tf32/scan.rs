@@ -289,9 +289,8 @@ unsafe fn epilogue(
         }
     }
     if a.mode == SCAN_GROUPS {
-        if !a.approx.is_null() {
-            unsafe { store_approx(a, tile, wn, qq, acc, rows, row_ok, nq, &nx) };
-        }
+        #[repr(C, align(8))]
+        struct V2([f32; 2]);
         for r in 0..4 {
             let (mt, half) = (r / 2, r % 2);
             // Increasing j, strict `<`: the smallest value, the lowest index on ties (NaN and ∞
@@ -299,12 +298,17 @@ unsafe fn epilogue(
             // threshold to ∞).
             let (mut bv, mut bj) = (f32::INFINITY, u32::MAX);
             for nt in 0..8 {
-                for h in 0..2 {
-                    let j = base + nt * 8 + h;
-                    let v = approx_sq(acc[mt][nt][half * 2 + h], nq[r], nx[nt * 2 + h]);
-                    let take = (j < a.n) & (v < bv);
+                let j0 = base + nt * 8;
+                let v = [0, 1].map(|h| approx_sq(acc[mt][nt][half * 2 + h], nq[r], nx[nt * 2 + h]));
+                for (h, &v) in v.iter().enumerate() {
+                    let take = (j0 + h < a.n) & (v < bv);
                     bv = if take { v } else { bv };
-                    bj = if take { j as u32 } else { bj };
+                    bj = if take { (j0 + h) as u32 } else { bj };
+                }
+                // The pair as one 8-byte store (`lda` is even, pairs start even); rows past `n`
+                // inside `lda` get values too, never read.
+                if !a.approx.is_null() && row_ok[r] && j0 < a.lda {
+                    unsafe { *a.approx.add(rows[r] * a.lda + j0).cast::<V2>() = V2(v) };
                 }
             }
             let mut best = if bj == u32::MAX { NO_KEY } else { key(bv, bj) };
@@ -352,36 +356,6 @@ unsafe fn epilogue(
                         }
                     }
                 }
-            }
-        }
-    }
-}
-
-/// Stores the tile's approximations of this thread's rows (see [`epilogue`]) to `a.approx`: pairs
-/// of neighbouring training rows as one 8-byte store (`lda` is even, pairs start even).
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-unsafe fn store_approx(
-    a: &Tf32ScanArgs,
-    tile: usize,
-    wn: usize,
-    qq: usize,
-    acc: &[[[f32; 4]; 8]; 2],
-    rows: &[usize; 4],
-    row_ok: &[bool; 4],
-    nq: &[f32; 4],
-    nx: &[f32; 16],
-) {
-    #[repr(C, align(8))]
-    struct V2([f32; 2]);
-    let base = tile * TF32_COLS + wn * 64 + 2 * qq;
-    for r in 0..4 {
-        let (mt, half) = (r / 2, r % 2);
-        for nt in 0..8 {
-            let j = base + nt * 8;
-            if row_ok[r] && j < a.lda {
-                let v = [0, 1].map(|h| approx_sq(acc[mt][nt][half * 2 + h], nq[r], nx[nt * 2 + h]));
-                unsafe { *a.approx.add(rows[r] * a.lda + j).cast::<V2>() = V2(v) };
             }
         }
     }
