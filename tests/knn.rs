@@ -238,7 +238,12 @@ fn cpu_search_matches_sort_everything() {
     for c in search_cases(true) {
         for metric in METRICS {
             let (idx, dist) = ref_knn(&c.train, &c.queries, c.d, c.k, metric);
-            for sel in [Selection::Auto, Selection::KMin, Selection::Bitonic] {
+            for sel in [
+                Selection::Auto,
+                Selection::KMin,
+                Selection::Bitonic,
+                Selection::Radix,
+            ] {
                 let index = KnnIndex::new(view(&c.train, c.d), metric, Device::Cpu)
                     .unwrap()
                     .with_selection(sel);
@@ -683,7 +688,12 @@ fn search_against_cpu(device: Device, small: bool) {
                 assert_eq!(want_idx, ri, "{}: CPU vs reference", c.name);
                 assert_close(&c.name, &want_dist, &rd);
             }
-            for sel in [Selection::KMin, Selection::Bitonic, Selection::Auto] {
+            for sel in [
+                Selection::KMin,
+                Selection::Bitonic,
+                Selection::Radix,
+                Selection::Auto,
+            ] {
                 let index = KnnIndex::new(view(&c.train, c.d), metric, device)
                     .unwrap()
                     .with_selection(sel);
@@ -1067,7 +1077,7 @@ fn prefilter_cases(small: bool) -> Vec<Case> {
 }
 
 /// The prefiltered search returns exactly the CPU's keys (indices and distance bits), with
-/// both selections, with and without query batches; the exact GPU path agrees too.
+/// every selection, with and without query batches; the exact GPU path agrees too.
 fn prefilter_against_cpu(device: Device, small: bool) {
     let tc = tensor_cores();
     // Queries whose candidates came from stored approximations, and from a second scan.
@@ -1081,7 +1091,7 @@ fn prefilter_against_cpu(device: Device, small: bool) {
                 .unwrap();
             let m = c.queries.len() / c.d;
             let limits = [None, Some(((m / 3).max(1)) * (20 << 10))];
-            for sel in [Selection::KMin, Selection::Bitonic] {
+            for sel in [Selection::KMin, Selection::Bitonic, Selection::Radix] {
                 for limit in limits {
                     let index = KnnIndex::new(view(&c.train, c.d), metric, device)
                         .unwrap()

@@ -129,7 +129,12 @@ fn gpu_regression_matches_cpu_bit_for_bit() {
     if let Some(device) = gpu("gpu_regression_matches_cpu_bit_for_bit") {
         gpu_against_cpu(
             device,
-            &[Selection::Auto, Selection::KMin, Selection::Bitonic],
+            &[
+                Selection::Auto,
+                Selection::KMin,
+                Selection::Bitonic,
+                Selection::Radix,
+            ],
         );
     }
 }

@@ -10,7 +10,8 @@
 //! * [`MiniBatchKMeans`]: mini-batch k-means (Sculley 2010, as scikit-learn) with
 //!   `partial_fit` for data in pieces; the same centroids on the CPU and the GPU.
 //! * [`KnnIndex`], [`KnnClassifier`], [`KnnRegressor`], [`pairwise_distances`]: exact kNN search
-//!   (top-k by k rounds of parallel minimum or bitonic sort, chosen by timing), majority or
+//!   (top-k by k rounds of parallel minimum, bitonic sort or radix select, chosen by timing),
+//!   majority or
 //!   distance-weighted votes and averages (optionally with sample weights), distance matrices in
 //!   row blocks; [`Scaler`] for feature scaling.
 //! * [`kmeans::shard`]: k-means over rows split into shards (Dask partitions, GPUs, batches),

@@ -9,17 +9,18 @@
 //!    or 64) it writes the key ([`crate::knn::key`]) of the group's smallest `A`.
 //! 2. The streaming selection (`knn_select_keys_*`) keeps the `k` smallest group keys per query:
 //!    `k` distinct training rows.
-//! 3. `knn_tf32_threshold`: their exact distances (the CPU's arithmetic); the largest is `T_i`,
-//!    an upper bound on the exact k-th distance. It becomes a squared-distance threshold
-//!    [`sq_threshold`].
+//! 3. `knn_tf32_threshold`: their exact distances (the CPU's arithmetic), which replace the
+//!    group keys; the largest is `T_i`, an upper bound on the exact k-th distance. It becomes a
+//!    squared-distance threshold [`sq_threshold`].
 //! 4. `knn_tf32_scan` (mode [`SCAN_CANDIDATES`]) recomputes the tiles and appends every `j`
 //!    with `A_ij − E_ij ≤ T_sq` ([`may_be_near`]) to the query's candidate list, where `E_ij` is
 //!    the rigorous bound [`error_bound`] on `|A_ij − D_ij|`. Where a query's row of `A` is small
 //!    enough to keep, step 1 stores it and `knn_tf32_candidates` ([`candidates`]) reads it back
 //!    instead of a second scan: the same test on the same floats, the same candidates.
-//! 5. `knn_tf32_rerank`: exact distances and keys of the candidates, the `k` smallest by the same
-//!    k-min or bitonic selection as the streaming path. A query with more than [`TF32_CAP`]
-//!    candidates (or, impossibly, fewer than k) is flagged and searched by the exact path.
+//! 5. `knn_tf32_rerank`: exact keys of the candidates that step 3 has not computed already
+//!    ([`row_set`]), and the `k` smallest of them and step 3's by the same k-min or bitonic
+//!    selection as the streaming path. A query with more than [`TF32_CAP`] candidates is flagged
+//!    and searched by the exact path.
 //!
 //! Why nothing is lost: a row that is not a candidate has `D_ij ≥ A_ij − E_ij > T_sq`, so its
 //! exact distance is larger than `T_i` (for Euclidean, `sqrt` is monotone and `T_sq` is the
@@ -293,8 +294,9 @@ pub struct Exact {
     pub overflow: *mut u32,
 }
 
-/// Body of `knn_tf32_threshold`, one block per query row: the largest exact distance of the
-/// row's k keys in `best` → `t_sq[row]`; clears `counts[row]`.
+/// Body of `knn_tf32_threshold`, one block per query row: replaces the row's k group keys in
+/// `best` by the exact keys of the same training rows (for the re-rank, which then need not
+/// compute them again), the largest exact distance → `t_sq[row]`; clears `counts[row]`.
 ///
 /// # Safety
 /// `SELECT_BLOCK` threads, 8 bytes of shared memory; pointers valid for the sizes.
@@ -309,21 +311,23 @@ pub unsafe fn threshold<E: crate::exec::Exec>(x: E, a: Exact) {
     x.sync();
     let mut e = t;
     while e < a.k {
-        let key = unsafe { *a.best.add(row * a.k + e) };
+        let slot = unsafe { a.best.add(row * a.k + e) };
+        let key = unsafe { *slot };
         let bits = if key == crate::knn::NO_KEY {
             u32::MAX
         } else {
-            let j = crate::knn::key_index(key) as usize;
+            let j = crate::knn::key_index(key);
             let dist = unsafe {
                 exact_distance(
                     a.metric,
                     a.q.add(row * a.d),
-                    a.x.add(j * a.d),
+                    a.x.add(j as usize * a.d),
                     a.d,
                     *a.q_norms.add(row),
-                    *a.x_norms.add(j),
+                    *a.x_norms.add(j as usize),
                 )
             };
+            unsafe { *slot = crate::knn::key(dist, j) };
             crate::knn::ordered_bits(dist)
         };
         unsafe { AtomicU32::from_ptr(worst) }.fetch_max(bits, Ordering::Relaxed);
@@ -345,52 +349,96 @@ pub unsafe fn threshold<E: crate::exec::Exec>(x: E, a: Exact) {
     }
 }
 
-/// Body of `knn_tf32_rerank`, one block per query row: exact keys of the row's candidates and
-/// the k smallest into `best` (`KMIN`: k-min rounds, else a bitonic sort); a row with more than
-/// `TF32_CAP` candidates or fewer than k is flagged in `overflow` and left alone.
+/// Body of `knn_tf32_rerank`, one block per query row: the k smallest of the row's exact keys
+/// in `best` (the threshold step's) and its candidates' into `best`, selected by `METHOD` (a
+/// [`crate::select`] method: k-min rounds, a bitonic sort, or a radix selection and a sort). Candidates whose rows `best` holds already (a [`row_set`]) are not computed
+/// again. A row with more than `TF32_CAP` candidates, or more keys than the selection holds, is
+/// flagged in `overflow` and left alone.
 ///
 /// # Safety
-/// `SELECT_BLOCK` threads, `select_shared_bytes()` of shared memory; pointers valid.
+/// `SELECT_BLOCK` threads, [`RERANK_SHARED_BYTES`] of shared memory; pointers valid.
 #[inline(always)]
-pub unsafe fn rerank<const KMIN: bool, E: crate::exec::Exec>(x: E, a: Exact) {
-    use crate::knn::{SELECT_BLOCK, SELECT_CAP, key};
+pub unsafe fn rerank<const METHOD: u32, E: crate::exec::Exec>(x: E, a: Exact) {
+    use crate::knn::{NO_KEY, SELECT_BLOCK, SELECT_CAP, key, key_index, select_shared_bytes};
+    use crate::select::{BY_KMIN, BY_RADIX};
+    use core::sync::atomic::{AtomicU32, Ordering};
     let (t, row) = (x.thread(), x.block());
+    let threads = SELECT_BLOCK as usize;
     let count = unsafe { *a.counts.add(row) } as usize;
-    let ok = count <= TF32_CAP && count >= a.k;
-    if t == 0 {
-        unsafe { *a.overflow.add(row) = u32::from(!ok) };
-    }
-    if !ok {
+    if count > TF32_CAP {
+        if t == 0 {
+            unsafe { *a.overflow.add(row) = 1 };
+        }
         return;
     }
     let keys = x.shared::<u64>();
+    let set = unsafe { x.shared::<u8>().add(select_shared_bytes()).cast::<u32>() };
+    let added = unsafe { set.add(row_set::ROW_SET_SLOTS) };
+    unsafe { row_set::clear(set, t, threads) };
+    if t == 0 {
+        unsafe { *added = 0 };
+    }
+    x.sync();
+    let best = unsafe { a.best.add(row * a.k) };
+    let mut e = t;
+    while e < a.k {
+        let held = unsafe { *best.add(e) };
+        unsafe { *keys.add(e) = held };
+        if held != NO_KEY {
+            unsafe { row_set::insert(set, key_index(held)) };
+        }
+        e += threads;
+    }
+    x.sync();
     let nq = unsafe { *a.q_norms.add(row) };
     let qrow = unsafe { a.q.add(row * a.d) };
     let mut e = t;
     while e < count {
         let j = unsafe { *a.cand.add(row * TF32_CAP + e) };
-        let dist = unsafe {
-            exact_distance(
-                a.metric,
-                qrow,
-                a.x.add(j as usize * a.d),
-                a.d,
-                nq,
-                *a.x_norms.add(j as usize),
-            )
-        };
-        unsafe { *keys.add(e) = key(dist, j) };
-        e += SELECT_BLOCK as usize;
+        if !unsafe { row_set::contains(set, j) } {
+            let dist = unsafe {
+                exact_distance(
+                    a.metric,
+                    qrow,
+                    a.x.add(j as usize * a.d),
+                    a.d,
+                    nq,
+                    *a.x_norms.add(j as usize),
+                )
+            };
+            let at = a.k
+                + unsafe { AtomicU32::from_ptr(added) }.fetch_add(1, Ordering::Relaxed) as usize;
+            if at < SELECT_CAP {
+                unsafe { *keys.add(at) = key(dist, j) };
+            }
+        }
+        e += threads;
     }
     x.sync();
-    let best = unsafe { a.best.add(row * a.k) };
-    if KMIN {
-        let scratch = unsafe { keys.add(SELECT_CAP) };
-        unsafe { crate::select::kmin(x, keys, count, a.k, scratch, best) };
-    } else {
-        unsafe { crate::select::bitonic_sorted(x, keys, count, a.k, best) };
+    let total = a.k + unsafe { *added } as usize;
+    if total > SELECT_CAP {
+        if t == 0 {
+            unsafe { *a.overflow.add(row) = 1 };
+        }
+        return;
+    }
+    if t == 0 {
+        unsafe { *a.overflow.add(row) = 0 };
+    }
+    let scratch = unsafe { keys.add(SELECT_CAP) };
+    match METHOD {
+        BY_KMIN => unsafe { crate::select::kmin(x, keys, total, a.k, scratch, best) },
+        BY_RADIX => unsafe {
+            crate::select::radix_sorted(x, keys, total, a.k, scratch.cast(), best)
+        },
+        _ => unsafe { crate::select::bitonic_sorted(x, keys, total, a.k, best) },
     }
 }
+
+/// Dynamic shared memory of a `knn_tf32_rerank` block: the selection's, the [`row_set`] and
+/// the count of keys added.
+pub const RERANK_SHARED_BYTES: usize =
+    crate::knn::select_shared_bytes() + row_set::ROW_SET_BYTES + 8;
 
 /// Dynamic shared memory of a `knn_tf32_threshold` block: one f64 slot.
 pub const THRESHOLD_SHARED_BYTES: usize = 8;
@@ -472,7 +520,7 @@ mod entry {
         unsafe { threshold(crate::exec::Gpu, a) }
     }
 
-    /// Step 5: see [`rerank`] (`kmin` ≠ 0: k-min rounds, else bitonic).
+    /// Step 5: see [`rerank`] (`method`: a [`crate::select`] method).
     ///
     /// # Safety
     /// One block of `SELECT_BLOCK` threads per query row, `select_shared_bytes()` of shared
@@ -491,7 +539,7 @@ mod entry {
         counts: *mut u32,
         cand: *const u32,
         overflow: *mut u32,
-        kmin: u32,
+        method: u32,
     ) {
         let a = exact(
             q,
@@ -507,10 +555,11 @@ mod entry {
             cand,
             overflow,
         );
-        if kmin != 0 {
-            unsafe { rerank::<true, _>(crate::exec::Gpu, a) }
-        } else {
-            unsafe { rerank::<false, _>(crate::exec::Gpu, a) }
+        use crate::select::{BY_KMIN, BY_RADIX};
+        match method {
+            BY_KMIN => unsafe { rerank::<BY_KMIN, _>(crate::exec::Gpu, a) },
+            BY_RADIX => unsafe { rerank::<BY_RADIX, _>(crate::exec::Gpu, a) },
+            _ => unsafe { rerank::<{ crate::select::BY_BITONIC }, _>(crate::exec::Gpu, a) },
         }
     }
 }
@@ -526,6 +575,7 @@ pub const fn tf32_scan_grid(m: usize, n: usize, tiles: usize) -> usize {
 }
 
 pub mod candidates;
+pub mod row_set;
 #[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
 pub mod scan;
 
@@ -533,8 +583,9 @@ pub mod scan;
 mod tests {
     use super::*;
     use crate::exec::emu::{P, launch};
-    use crate::knn::{NO_KEY, SELECT_BLOCK, distance, key, select_shared_bytes};
+    use crate::knn::{NO_KEY, SELECT_BLOCK, distance, key, key_index};
     use crate::math::sq_norm;
+    use crate::select::{BY_BITONIC, BY_KMIN, BY_RADIX};
 
     #[test]
     fn query_fragments_hold_the_mma_layout() {
@@ -786,6 +837,11 @@ mod tests {
             launch(rows, SELECT_BLOCK as usize, 8, |e| unsafe {
                 threshold(e, *pa.get())
             });
+            // The group keys became the same rows' exact keys.
+            let exact_keys: Vec<u64> = (10..10 + k as u32)
+                .map(|j| key(distance(metric, &q[..d], &x[j as usize * d..][..d]), j))
+                .collect();
+            assert_eq!(&best[..k], &exact_keys[..], "{metric:?}");
             let t0 = (10..10 + k)
                 .map(|j| distance(metric, &q[..d], &x[j * d..][..d]))
                 .fold(0f32, f32::max);
@@ -800,24 +856,40 @@ mod tests {
                     counts[0] += 1;
                 }
             }
+            assert!(
+                exact_keys
+                    .iter()
+                    .all(|&e| cand[..counts[0] as usize].contains(&key_index(e)))
+            );
             counts[1] = TF32_CAP as u32 + 1;
-            for kmin in [true, false] {
-                best[..k].fill(0);
+            for method in [BY_KMIN, BY_BITONIC, BY_RADIX] {
+                // Later rounds start from the first's answer: k exact keys of candidates.
                 launch(
                     rows,
                     SELECT_BLOCK as usize,
-                    select_shared_bytes(),
+                    RERANK_SHARED_BYTES,
                     |e| unsafe {
-                        if kmin {
-                            rerank::<true, _>(e, *pa.get())
-                        } else {
-                            rerank::<false, _>(e, *pa.get())
+                        match method {
+                            BY_KMIN => rerank::<BY_KMIN, _>(e, *pa.get()),
+                            BY_RADIX => rerank::<BY_RADIX, _>(e, *pa.get()),
+                            _ => rerank::<BY_BITONIC, _>(e, *pa.get()),
                         }
                     },
                 );
-                assert_eq!(&best[..k], &want[0][..k], "{metric:?} kmin={kmin}");
+                assert_eq!(&best[..k], &want[0][..k], "{metric:?} method {method}");
                 assert_eq!(overflow, vec![0, 1]);
             }
+            // A full list of rows that step 3 does not hold: k + TF32_CAP keys do not fit.
+            best[..k].copy_from_slice(&exact_keys);
+            for (e, c) in cand[..TF32_CAP].iter_mut().enumerate() {
+                *c = 100 + (e % 200) as u32;
+            }
+            counts[0] = TF32_CAP as u32;
+            launch(1, SELECT_BLOCK as usize, RERANK_SHARED_BYTES, |e| unsafe {
+                rerank::<BY_BITONIC, _>(e, *pa.get())
+            });
+            assert_eq!(overflow[0], 1, "{metric:?}");
+            assert_eq!(&best[..k], &exact_keys[..], "left alone");
         }
     }
 }

@@ -45,8 +45,10 @@
 //! | `pairwise_l1` | `distance` | `distance::Pairwise` | `backend::cpu::knn::panel_distances` | `distance.rs` `emulated_tiles_match_the_formula` |
 //! | `knn_select_kmin` | `select` | `select::KnnSelect` | `backend::cpu::knn::Nearest::offer` | `select.rs` `emulated_streaming_selection_keeps_the_k_smallest` |
 //! | `knn_select_bitonic` | `select` | `select::KnnSelect` | `backend::cpu::knn::Nearest::offer` | `select.rs` `emulated_streaming_selection_keeps_the_k_smallest` |
+//! | `knn_select_radix` | `select` (`radix`) | `select::KnnSelect` | `backend::cpu::knn::Nearest::offer` | `select.rs` `emulated_streaming_selection_keeps_the_k_smallest`, `radix.rs` `the_k_smallest_of_awkward_sets` |
 //! | `knn_select_keys_kmin` | `select` | `select::KnnSelectKeys` | `backend::cpu::knn::Nearest::offer` | `tests/knn.rs` `gpu_prefilter_matches_cpu` |
 //! | `knn_select_keys_bitonic` | `select` | `select::KnnSelectKeys` | `backend::cpu::knn::Nearest::offer` | `tests/knn.rs` `gpu_prefilter_matches_cpu` |
+//! | `knn_select_keys_radix` | `select` (`radix`) | `select::KnnSelectKeys` | `backend::cpu::knn::Nearest::offer` | `tests/knn.rs` `gpu_prefilter_matches_cpu` |
 //! | `knn_sort_chunks` | `select` | `select::KnnSortChunks` | `backend::cpu::knn::Nearest::finish` | `select.rs` `emulated_row_sort_keeps_the_k_smallest` |
 //! | `knn_bitonic_merge_global` | `select` | `select::KnnBitonicMergeGlobal` | `backend::cpu::knn::Nearest::finish` | `select.rs` `emulated_row_sort_keeps_the_k_smallest` |
 //! | `knn_bitonic_merge_local` | `select` | `select::KnnBitonicMergeLocal` | `backend::cpu::knn::Nearest::finish` | `select.rs` `emulated_row_sort_keeps_the_k_smallest` |
@@ -98,6 +100,7 @@ pub mod launch;
 pub mod math;
 pub mod minibatch;
 pub mod norms;
+pub mod radix;
 pub mod reduce;
 pub mod seeding;
 pub mod select;
@@ -112,7 +115,7 @@ mod gpu;
 use launch::Kernel;
 
 /// Every kernel of the PTX builds, in the order of the twin table above.
-pub const KERNELS: [Kernel; 53] = [
+pub const KERNELS: [Kernel; 55] = [
     assign::KMEANS_ASSIGN_L2_WIDE,
     assign::KMEANS_ASSIGN_L2_NARROW,
     assign::KMEANS_ASSIGN_L1_WIDE,
@@ -144,8 +147,10 @@ pub const KERNELS: [Kernel; 53] = [
     distance::PAIRWISE_L1,
     select::KNN_SELECT_KMIN,
     select::KNN_SELECT_BITONIC,
+    select::KNN_SELECT_RADIX,
     select::KNN_SELECT_KEYS_KMIN,
     select::KNN_SELECT_KEYS_BITONIC,
+    select::KNN_SELECT_KEYS_RADIX,
     select::KNN_SORT_CHUNKS,
     select::KNN_BITONIC_MERGE_GLOBAL,
     select::KNN_BITONIC_MERGE_LOCAL,

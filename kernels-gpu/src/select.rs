@@ -12,6 +12,8 @@
 //!   later one the sorted candidates are merged into the running k (padded to a power of two `K`)
 //!   by one bitonic merge of `K` keys. Sorting the running keys again with the candidates, as
 //!   `k + count` padded, takes at least twice the compare-exchanges.
+//! * `knn_select_radix` ([`radix_sorted`]): a radix selection of the k smallest of the running
+//!   keys and the candidates ([`crate::radix`]), then a bitonic sort of those k alone.
 //!
 //! Large k: `knn_sort_chunks`, `knn_bitonic_merge_global` and `knn_bitonic_merge_local` sort
 //! whole distance rows (padded to a power of two) in global memory with the same network;
@@ -26,6 +28,14 @@ use crate::launch::Kernel;
 use core::sync::atomic::{AtomicU32, Ordering};
 
 const B: usize = SELECT_BLOCK as usize;
+
+/// A selection method, the const parameter of the selection bodies and the `method` argument of
+/// the kernels that take one: k rounds of a minimum ([`kmin`]).
+pub const BY_KMIN: u32 = 0;
+/// Bitonic sorts and merges ([`bitonic_sorted`], [`bitonic_merged`]).
+pub const BY_BITONIC: u32 = 1;
+/// A radix selection, then a sort of the k ([`radix_sorted`]).
+pub const BY_RADIX: u32 = 2;
 
 /// Arguments of a streaming selection: `dist` holds the tile's distances, query row `q` at
 /// `q · ld`, `cols` of them, column `c` being training row `first_index + c`; `best` holds
@@ -46,14 +56,14 @@ pub struct Tile {
 
 /// The body of the streaming selection kernels: one block per query row. Gathers the row's
 /// running k keys and the tile's candidates below its k-th key into shared memory (see
-/// `candidate_slot`), then keeps the k smallest by [`kmin`] (`KMIN`), or else by
+/// `candidate_slot`), then keeps the k smallest by `METHOD`: [`kmin`], [`radix_sorted`], or
 /// [`bitonic_sorted`] on the first tile and [`bitonic_merged`] on later ones.
 ///
 /// # Safety
 /// `SELECT_BLOCK` threads, `select_shared_bytes()` of shared memory; `1 ≤ k`,
 /// `k + cols ≤ SELECT_CAP`; pointers valid for those sizes.
 #[inline(always)]
-pub unsafe fn select<const KMIN: bool, E: Exec>(x: E, a: Tile) {
+pub unsafe fn select<const METHOD: u32, E: Exec>(x: E, a: Tile) {
     let t = x.thread();
     let row = x.block();
     let k = a.k.clamp(1, SELECT_CAP);
@@ -68,7 +78,11 @@ pub unsafe fn select<const KMIN: bool, E: Exec>(x: E, a: Tile) {
         unsafe { *best_row.add(k - 1) }
     };
     // The bitonic method sorts a first tile's candidates alone: it has no running slots to fill.
-    let running = if a.fresh && !KMIN { 0 } else { k };
+    let running = if a.fresh && METHOD == BY_BITONIC {
+        0
+    } else {
+        k
+    };
     let mut e = t;
     while e < running {
         unsafe { *keys.add(e) = if a.fresh { NO_KEY } else { *best_row.add(e) } };
@@ -89,7 +103,7 @@ pub unsafe fn select<const KMIN: bool, E: Exec>(x: E, a: Tile) {
             key(*drow.add(c), a.first_index + c as u32)
         }
     };
-    let slot = |i: usize| unsafe { keys.add(candidate_slot::<KMIN>(i, k, a.fresh)) };
+    let slot = |i: usize| unsafe { keys.add(candidate_slot::<METHOD>(i, k, a.fresh)) };
     let mut c = t;
     if threshold == NO_KEY {
         // Fewer than k so far: every candidate joins, in column order.
@@ -114,8 +128,10 @@ pub unsafe fn select<const KMIN: bool, E: Exec>(x: E, a: Tile) {
         unsafe { *counter as usize }
     };
     if count > 0 {
-        if KMIN {
+        if METHOD == BY_KMIN {
             unsafe { kmin(x, keys, k + count, k, scratch, best_row) };
+        } else if METHOD == BY_RADIX {
+            unsafe { radix_sorted(x, keys, k + count, k, scratch.cast(), best_row) };
         } else if a.fresh {
             unsafe { bitonic_sorted(x, keys, count, k, best_row) };
         } else {
@@ -124,14 +140,14 @@ pub unsafe fn select<const KMIN: bool, E: Exec>(x: E, a: Tile) {
     }
 }
 
-/// The shared-memory slot of candidate number `i` of a tile. k-min scans the running keys and
-/// the candidates as one run, so they follow the running k. The bitonic method sorts a first
+/// The shared-memory slot of candidate number `i` of a tile. k-min and radix take the running
+/// keys and the candidates as one run, so they follow the running k. The bitonic method sorts a first
 /// tile's candidates alone, from slot 0; on later tiles it stacks them down from the top of the
 /// buffer, so that they pad down to a power of two while the running keys pad up
 /// ([`bitonic_merged`]).
 #[inline(always)]
-fn candidate_slot<const KMIN: bool>(i: usize, k: usize, fresh: bool) -> usize {
-    if KMIN {
+fn candidate_slot<const METHOD: u32>(i: usize, k: usize, fresh: bool) -> usize {
+    if METHOD != BY_BITONIC {
         k + i
     } else if fresh {
         i
@@ -141,7 +157,7 @@ fn candidate_slot<const KMIN: bool>(i: usize, k: usize, fresh: bool) -> usize {
 }
 
 macro_rules! select_kernel {
-    ($entry:ident, $(#[$doc:meta])* $name:ident, $kmin:expr) => {
+    ($entry:ident, $(#[$doc:meta])* $name:ident, $method:expr) => {
         #[doc = concat!("The `", stringify!($name), "` entry point. CPU twin: `backend::cpu::knn::Nearest::offer`.")]
         pub const $entry: Kernel = Kernel::new(stringify!($name), 7);
 
@@ -171,7 +187,7 @@ macro_rules! select_kernel {
                 k: k as usize,
                 fresh: fresh != 0,
             };
-            unsafe { select::<$kmin, _>(crate::exec::Gpu, tile) }
+            unsafe { select::<$method, _>(crate::exec::Gpu, tile) }
         }
     };
 }
@@ -180,17 +196,23 @@ select_kernel!(
     KNN_SELECT_KMIN,
     /// Merges a tile into the running k by k rounds of a parallel minimum.
     knn_select_kmin,
-    true
+    BY_KMIN
 );
 select_kernel!(
     KNN_SELECT_BITONIC,
     /// Merges a tile into the running k by a bitonic sort of the candidates.
     knn_select_bitonic,
-    false
+    BY_BITONIC
+);
+select_kernel!(
+    KNN_SELECT_RADIX,
+    /// Merges a tile into the running k by a radix selection and a sort of the k.
+    knn_select_radix,
+    BY_RADIX
 );
 
 macro_rules! select_keys_kernel {
-    ($entry:ident, $(#[$doc:meta])* $name:ident, $kmin:expr) => {
+    ($entry:ident, $(#[$doc:meta])* $name:ident, $method:expr) => {
         #[doc = concat!("The `", stringify!($name), "` entry point. CPU twin: `backend::cpu::knn::Nearest::offer`.")]
         pub const $entry: Kernel = Kernel::new(stringify!($name), 6);
 
@@ -219,7 +241,7 @@ macro_rules! select_keys_kernel {
                 k: k as usize,
                 fresh: fresh != 0,
             };
-            unsafe { select::<$kmin, _>(crate::exec::Gpu, tile) }
+            unsafe { select::<$method, _>(crate::exec::Gpu, tile) }
         }
     };
 }
@@ -228,13 +250,19 @@ select_keys_kernel!(
     KNN_SELECT_KEYS_KMIN,
     /// Merges a tile of ready keys into the running k by k rounds of a parallel minimum.
     knn_select_keys_kmin,
-    true
+    BY_KMIN
 );
 select_keys_kernel!(
     KNN_SELECT_KEYS_BITONIC,
     /// Merges a tile of ready keys into the running k by a bitonic sort of the candidates.
     knn_select_keys_bitonic,
-    false
+    BY_BITONIC
+);
+select_keys_kernel!(
+    KNN_SELECT_KEYS_RADIX,
+    /// Merges a tile of ready keys into the running k by a radix selection and a sort of the k.
+    knn_select_keys_radix,
+    BY_RADIX
 );
 
 /// k rounds of a block-wide minimum over `total` keys: round r writes the smallest key greater
@@ -337,6 +365,26 @@ pub unsafe fn bitonic_sorted<E: Exec>(x: E, keys: *mut u64, total: usize, k: usi
     while e < k {
         unsafe { *out.add(e) = if e < len { *keys.add(e) } else { NO_KEY } };
         e += B;
+    }
+}
+
+/// Writes the `k` smallest of `keys[0..total]` to `out`, ascending: a radix selection of the k
+/// ([`crate::radix::smallest`]), then a bitonic sort of those k alone (`k ≤ total`).
+///
+/// # Safety
+/// As for [`select`]; `scratch` holds [`crate::radix::RADIX_SCRATCH_WORDS`] words.
+#[inline(always)]
+pub unsafe fn radix_sorted<E: Exec>(
+    x: E,
+    keys: *mut u64,
+    total: usize,
+    k: usize,
+    scratch: *mut u32,
+    out: *mut u64,
+) {
+    unsafe {
+        crate::radix::smallest(x, keys, total, k, scratch);
+        bitonic_sorted(x, keys, k, k, out);
     }
 }
 
@@ -745,14 +793,14 @@ mod tests {
     }
 
     /// Streams [`tied`] rows through the selection body in the host's tiles.
-    fn stream(kmin: bool, rows: usize, n: usize, k: usize, levels: u32) {
-        stream_tiles(kmin, &tied(rows, n, levels), n, k, stream_tile(k));
+    fn stream(method: u32, rows: usize, n: usize, k: usize, levels: u32) {
+        stream_tiles(method, &tied(rows, n, levels), n, k, stream_tile(k));
     }
 
     /// Streams rows of `n` distances tile by tile (`tile` columns, `k + tile ≤ SELECT_CAP`)
     /// through the selection body, as the host does, and compares the running k with the
     /// reference (`NO_KEY` past a row's `n` keys).
-    fn stream_tiles(kmin: bool, dist: &[f32], n: usize, k: usize, tile: usize) {
+    fn stream_tiles(method: u32, dist: &[f32], n: usize, k: usize, tile: usize) {
         let rows = dist.len() / n;
         let want = sorted_keys(dist, n);
         let mut best = vec![0x1234u64; rows * k]; // garbage: the first tile must not read it
@@ -777,10 +825,10 @@ mod tests {
             let a = P(&a as *const Tile as *mut Tile);
             launch(rows, B, select_shared_bytes(), |x| unsafe {
                 let a = *a.get();
-                if kmin {
-                    select::<true, _>(x, a)
-                } else {
-                    select::<false, _>(x, a)
+                match method {
+                    BY_KMIN => select::<BY_KMIN, _>(x, a),
+                    BY_RADIX => select::<BY_RADIX, _>(x, a),
+                    _ => select::<BY_BITONIC, _>(x, a),
                 }
             });
             t0 += cols;
@@ -795,30 +843,31 @@ mod tests {
             assert_eq!(
                 &best[r * k..(r + 1) * k],
                 &want[..],
-                "kmin={kmin} n={n} k={k} tile={tile} row {r}"
+                "method {method} n={n} k={k} tile={tile} row {r}"
             );
         }
     }
 
     #[test]
     fn emulated_streaming_selection_keeps_the_k_smallest() {
-        for kmin in [true, false] {
-            stream(kmin, 2, 1, 1, 3);
-            stream(kmin, 3, 9000, 1, 5);
-            stream(kmin, 2, 5000, 37, 4);
-            stream(kmin, 2, 300, 300, 2);
-            // Candidates per thread of every k-min specialisation (1, 2, 4, 8, 16 held keys).
+        for method in [BY_KMIN, BY_BITONIC, BY_RADIX] {
+            stream(method, 2, 1, 1, 3);
+            stream(method, 3, 9000, 1, 5);
+            stream(method, 2, 5000, 37, 4);
+            stream(method, 2, 300, 300, 2);
+            // Candidates per thread of every held-keys specialisation (1, 2, 4, 8, 16 keys).
             for (n, k) in [(100, 20), (200, 100), (700, 100), (1500, 1), (3000, 1)] {
-                stream(kmin, 2, n, k, 6);
+                stream(method, 2, n, k, 6);
             }
         }
         // The streaming limit (k = MAX_STREAM_K: the tile is as wide as k); k rounds of barriers
         // are slow in the emulator, so k-min gets a smaller k over two tiles.
-        stream(false, 2, 4500, crate::knn::MAX_STREAM_K, 50);
-        stream(true, 1, 4100, 200, 50);
+        stream(BY_BITONIC, 2, 4500, crate::knn::MAX_STREAM_K, 50);
+        stream(BY_RADIX, 2, 4500, crate::knn::MAX_STREAM_K, 50);
+        stream(BY_KMIN, 1, 4100, 200, 50);
     }
 
-    /// The bitonic method's paths: first tiles with fewer candidates than k (and rows shorter
+    /// The bitonic method's paths (and the radix method on the same shapes): first tiles with fewer candidates than k (and rows shorter
     /// than k), later tiles with no candidates, with fewer or more than the running k padded,
     /// whole tiles beating the running k, both padded runs filling the buffer exactly (k = 2048)
     /// or not fitting (one sort of the whole buffer); k of 1, not a power of two, over half the
@@ -835,7 +884,9 @@ mod tests {
             (6144, 512, 2048, 50),
             (6144, 2048, 2048, 50),
         ] {
-            stream_tiles(false, &tied(2, n, levels), n, k, tile);
+            for method in [BY_BITONIC, BY_RADIX] {
+                stream_tiles(method, &tied(2, n, levels), n, k, tile);
+            }
         }
         // (n, k, tile): nearing distances, every later tile a whole tile of candidates.
         for (n, k, tile) in [
@@ -847,7 +898,9 @@ mod tests {
             (6144, 2048, 2048),
             (4000, 3000, 1000),
         ] {
-            stream_tiles(false, &nearing(2, n), n, k, tile);
+            for method in [BY_BITONIC, BY_RADIX] {
+                stream_tiles(method, &nearing(2, n), n, k, tile);
+            }
         }
     }
 

@@ -16,7 +16,8 @@ Examples:
 
 Metrics: l2 (Euclidean), sqeuclidean, l1 (Manhattan), ip (negated inner product: larger
 products are nearer), cosine (1 − cosine similarity). Selection of the k smallest: kmin (k rounds
-of parallel minimum), bitonic (sort), or auto (picked per run by timing both on a sample).
+of parallel minimum), bitonic (sort), radix (radix select, then a sort of the k), or auto (picked
+per run by timing the three on a sample).
 Row i of the outputs lists query i's neighbours, nearest first, as 0-based training row indices.";
 
 /// Arguments of `knn`.
@@ -34,7 +35,7 @@ pub struct Args {
     /// Distance: l2, sqeuclidean, l1, ip, cosine.
     #[arg(long, value_name = "METRIC", default_value = "l2")]
     metric: DistanceMetric,
-    /// Top-k selection: auto, kmin, bitonic.
+    /// Top-k selection: auto, kmin, bitonic, radix.
     #[arg(long = "select", value_name = "METHOD", default_value = "auto")]
     selection: Selection,
     /// Write the queries × k neighbour indices here (.npy or CSV).

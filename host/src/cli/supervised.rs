@@ -27,7 +27,7 @@ pub struct NeighbourArgs {
     /// Distance: l2, sqeuclidean, l1, ip, cosine.
     #[arg(long, value_name = "METRIC", default_value = "l2")]
     pub metric: DistanceMetric,
-    /// Top-k selection: auto, kmin, bitonic.
+    /// Top-k selection: auto, kmin, bitonic, radix.
     #[arg(long = "select", value_name = "METHOD", default_value = "auto")]
     pub selection: Selection,
     /// Where to compute: auto, cpu, gpu, gpu:N; or several GPUs, gpu:N,M,… or gpu:all, over

@@ -10,16 +10,17 @@
 //! # How the GPU selects the k nearest
 //! Distances are computed tile by tile (a few thousand training points × a batch of queries,
 //! GEMM-style), and a per-query top-k is merged with every tile, so the queries × training matrix
-//! is never stored. Two merges exist ([`Selection`]): k rounds of a parallel minimum, or a
+//! is never stored. Three merges exist ([`Selection`]): k rounds of a parallel minimum; a
 //! bitonic sort of the candidates alone, padded to a power of two, then one bitonic merge into
-//! the running k; [`Selection::Auto`] times both on a sample of the queries the first time a
-//! shape (n, d, k, metric) is searched and remembers the faster. Streaming covers `k ≤ 2048` ([`MAX_GPU_STREAM_K`]); above that the GPU computes whole
+//! the running k; or a radix selection of the k smallest of the running k and the candidates,
+//! then a sort of those k alone. [`Selection::Auto`] times the three on a sample of the queries
+//! the first time a shape (n, d, k, metric) is searched and remembers the fastest. Streaming covers `k ≤ 2048` ([`MAX_GPU_STREAM_K`]); above that the GPU computes whole
 //! distance rows for a batch of queries and sorts them with a global-memory bitonic network
 //! (reported as [`Selection::Bitonic`]), so any `k ≤ n` works. Queries are batched to fit the
 //! memory budget: what the driver reports free, or [`KnnIndex::with_memory_limit`].
 //!
 //! On the CPU, [`Selection::KMin`] keeps a bounded heap of the k nearest while the distances
-//! stream by and [`Selection::Bitonic`] selects and sorts all n keys; `Auto` takes the heap for
+//! stream by and [`Selection::Bitonic`] (as [`Selection::Radix`]) selects and sorts all n keys; `Auto` takes the heap for
 //! `k ≤ 64`. All give the same answer.
 
 mod classify;
@@ -302,7 +303,12 @@ mod tests {
 
     #[test]
     fn selection_names_round_trip() {
-        for s in [Selection::Auto, Selection::KMin, Selection::Bitonic] {
+        for s in [
+            Selection::Auto,
+            Selection::KMin,
+            Selection::Bitonic,
+            Selection::Radix,
+        ] {
             assert_eq!(s.to_string().parse::<Selection>().unwrap(), s);
             assert_eq!(format!("{s:?}").to_lowercase(), s.to_string());
         }
@@ -313,7 +319,12 @@ mod tests {
     fn cpu_search_sorts_by_distance_then_index() {
         // Points on a line with duplicates: 0, 1, 1, 2, 3, 1.
         let train = [0.0f32, 1.0, 1.0, 2.0, 3.0, 1.0];
-        for sel in [Selection::KMin, Selection::Bitonic, Selection::Auto] {
+        for sel in [
+            Selection::KMin,
+            Selection::Bitonic,
+            Selection::Radix,
+            Selection::Auto,
+        ] {
             let index = KnnIndex::new(
                 MatrixView::new(&train, 6, 1).unwrap(),
                 DistanceMetric::L1,

@@ -32,6 +32,7 @@ use kernels_gpu::knn_tf32::{
     tf32_groups_per_row, tf32_metric, tf32_scan_shared_bytes, tf32_xc,
 };
 use kernels_gpu::launch::DEFAULT_SHARED_BYTES;
+use kernels_gpu::select::{BY_BITONIC, BY_KMIN, BY_RADIX};
 use kernels_gpu::vote::{vote_block_bytes, vote_grid, vote_queries_per_block};
 use ndarray::ArrayView2;
 use std::collections::HashMap;
@@ -282,6 +283,9 @@ enum Method {
     KMin,
     /// Streaming, a bitonic sort of each tile's candidates and a merge into the running k.
     Bitonic,
+    /// Streaming, a radix selection of the running k and each tile's candidates, then a sort of
+    /// the k.
+    Radix,
     /// Whole rows sorted in global memory (k > `MAX_STREAM_K`).
     Sort,
 }
@@ -291,6 +295,16 @@ impl Method {
         match self {
             Method::KMin => Selection::KMin,
             Method::Bitonic | Method::Sort => Selection::Bitonic,
+            Method::Radix => Selection::Radix,
+        }
+    }
+
+    /// The `kernels_gpu::select` method of the selection kernels.
+    fn kernel_method(self) -> u32 {
+        match self {
+            Method::KMin => BY_KMIN,
+            Method::Radix => BY_RADIX,
+            Method::Bitonic | Method::Sort => BY_BITONIC,
         }
     }
 }
@@ -397,8 +411,8 @@ fn choices() -> &'static Choices {
 }
 
 impl CudaKnn {
-    /// The method for `selection` and `k`: `Auto` times both streaming selections on a sample of
-    /// the queries the first time a shape is searched.
+    /// The method for `selection` and `k`: `Auto` times the three streaming selections on a
+    /// sample of the queries the first time a shape is searched.
     fn method(
         &self,
         queries: &MatrixView<'_>,
@@ -412,6 +426,7 @@ impl CudaKnn {
         match selection {
             Selection::KMin => return Ok(Method::KMin),
             Selection::Bitonic => return Ok(Method::Bitonic),
+            Selection::Radix => return Ok(Method::Radix),
             Selection::Auto => {}
         }
         let shape = (
@@ -431,7 +446,7 @@ impl CudaKnn {
         // The first round warms both paths up; the fastest of the timed rounds counts (a sample
         // search is short, and one timing of it is at the mercy of host-side jitter).
         for round in 0..=AUTO_TIMED_ROUNDS {
-            for method in [Method::KMin, Method::Bitonic] {
+            for method in [Method::KMin, Method::Bitonic, Method::Radix] {
                 let ms = self.gpu.time_ms(&mut || {
                     self.run(
                         SearchJob::new(&sample, k, method, max_bytes),
@@ -499,7 +514,9 @@ impl CudaKnn {
                 };
                 8 * p.ldg + 4 * TF32_CAP + 12 + stored
             }
-            (None, Method::KMin | Method::Bitonic) => 4 * stream_tile(k) * TILES_PER_LAUNCH,
+            (None, Method::KMin | Method::Bitonic | Method::Radix) => {
+                4 * stream_tile(k) * TILES_PER_LAUNCH
+            }
             (None, Method::Sort) => 4 * self.n + 8 * self.n.next_power_of_two(),
         };
         let votes = match vote {
@@ -619,7 +636,7 @@ impl CudaKnn {
         let q_norms = gpu.zeros::<f32>(rows, "query norms")?;
         let (dist, sort_keys) = match job.method {
             _ if plan.is_some() => (gpu.zeros::<f32>(1, "distances")?, None),
-            Method::KMin | Method::Bitonic => (
+            Method::KMin | Method::Bitonic | Method::Radix => (
                 gpu.zeros::<f32>(rows * stream_tile(k) * TILES_PER_LAUNCH, "distances")?,
                 None,
             ),
@@ -701,7 +718,9 @@ impl CudaKnn {
                 rep.stored += if p.store { r } else { 0 };
                 Ok(())
             }
-            (None, Method::KMin | Method::Bitonic) => self.stream_batch(job, bufs, r),
+            (None, Method::KMin | Method::Bitonic | Method::Radix) => {
+                self.stream_batch(job, bufs, r)
+            }
             (None, Method::Sort) => {
                 let keys = bufs.sort_keys.as_mut().expect("sort keys");
                 let a = Side {
@@ -857,7 +876,7 @@ impl CudaKnn {
     ) -> Result<()> {
         let gpu = &*self.gpu;
         let (n32, d32, k32) = (self.n as u32, self.d as u32, k as u32);
-        let kmin = method == Method::KMin;
+        let by = method.kernel_method();
         for mode in [SCAN_GROUPS, SCAN_CANDIDATES] {
             if mode == SCAN_CANDIDATES {
                 // The k smallest group keys (k distinct training rows), then their exact
@@ -874,7 +893,7 @@ impl CudaKnn {
                         k: k32,
                         fresh: s == 0,
                     }
-                    .launch(gpu, kmin, rows)?;
+                    .launch(gpu, by, rows)?;
                     s += cols;
                 }
                 KnnTf32Threshold {
@@ -946,7 +965,7 @@ impl CudaKnn {
             counts: &mut bufs.counts,
             cand: &bufs.cand,
             overflow: &mut bufs.overflow,
-            kmin,
+            method: by,
         }
         .launch(gpu, rows)
     }
@@ -975,7 +994,7 @@ impl CudaKnn {
             // The first tile starts from empty running keys (nothing to clear beforehand).
             fresh: first_index == 0,
         }
-        .launch(&self.gpu, method == Method::KMin, rows)
+        .launch(&self.gpu, method.kernel_method(), rows)
     }
 
     /// Queues the sort of `rows` distance rows (`n` each) as keys in rows of `row_len` (a power

@@ -17,6 +17,9 @@ pub enum Selection {
     /// A bitonic sort of the candidates, padded to a power of two, merged into the running k by
     /// one bitonic merge (GPU); select and sort (CPU).
     Bitonic,
+    /// A radix selection of the k smallest of the running keys and the candidates, then a
+    /// bitonic sort of those k alone (GPU); select and sort (CPU), as `Bitonic`.
+    Radix,
 }
 
 impl fmt::Display for Selection {
@@ -25,6 +28,7 @@ impl fmt::Display for Selection {
             Selection::Auto => "auto",
             Selection::KMin => "kmin",
             Selection::Bitonic => "bitonic",
+            Selection::Radix => "radix",
         })
     }
 }
@@ -32,15 +36,16 @@ impl fmt::Display for Selection {
 impl FromStr for Selection {
     type Err = Error;
 
-    /// `auto`, `kmin` (also `k-min`), `bitonic`; case-insensitive.
+    /// `auto`, `kmin` (also `k-min`), `bitonic`, `radix`; case-insensitive.
     fn from_str(s: &str) -> Result<Self> {
         match s.trim().to_ascii_lowercase().as_str() {
             "auto" => Ok(Selection::Auto),
             "kmin" | "k-min" | "k_min" => Ok(Selection::KMin),
             "bitonic" => Ok(Selection::Bitonic),
+            "radix" => Ok(Selection::Radix),
             _ => Err(Error::invalid(
                 "selection",
-                format!("'{s}' is not one of auto, kmin, bitonic"),
+                format!("'{s}' is not one of auto, kmin, bitonic, radix"),
             )),
         }
     }

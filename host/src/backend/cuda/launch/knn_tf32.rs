@@ -4,18 +4,18 @@
 use crate::backend::cuda::CudaBackend;
 use crate::error::Result;
 use cudarc::driver::CudaSlice;
-use kernels_gpu::knn::{PairMetric, SELECT_BLOCK, select_shared_bytes};
+use kernels_gpu::knn::{PairMetric, SELECT_BLOCK};
 use kernels_gpu::knn_tf32::candidates::{
     CANDIDATE_BLOCK, CANDIDATE_SHARED_BYTES, KNN_TF32_CANDIDATES, candidates_grid,
 };
 use kernels_gpu::knn_tf32::tf32_scan_grid;
 use kernels_gpu::knn_tf32::{
-    KNN_TF32_RERANK, KNN_TF32_SCAN, KNN_TF32_THRESHOLD, TF32_BLOCK, TF32_CAP,
+    KNN_TF32_RERANK, KNN_TF32_SCAN, KNN_TF32_THRESHOLD, RERANK_SHARED_BYTES, TF32_BLOCK, TF32_CAP,
     THRESHOLD_SHARED_BYTES, tf32_scan_shared_bytes,
 };
 
-/// `knn_tf32_threshold`: every query row's exact distance to its `k`-th group key → the squared
-/// threshold `t_sq`; clears the candidate counts.
+/// `knn_tf32_threshold`: every query row's `k` group keys → the same rows' exact keys, the
+/// largest exact distance → the squared threshold `t_sq`; clears the candidate counts.
 pub(crate) struct KnnTf32Threshold<'a> {
     pub q: &'a CudaSlice<f32>,
     pub q_norms: &'a CudaSlice<f32>,
@@ -50,9 +50,9 @@ impl KnnTf32Threshold<'_> {
     }
 }
 
-/// `knn_tf32_rerank`: the exact distances of every query row's candidates, merged into its `k`
-/// keys (by k rounds of a minimum with `kmin`, else a bitonic sort); flags the rows whose
-/// candidates overflowed `TF32_CAP`.
+/// `knn_tf32_rerank`: the exact distances of every query row's candidates that the threshold
+/// step did not compute, merged with its `k` exact keys (selected by `method`, a
+/// `kernels_gpu::select` method); flags the rows whose candidates overflowed.
 pub(crate) struct KnnTf32Rerank<'a> {
     pub q: &'a CudaSlice<f32>,
     pub q_norms: &'a CudaSlice<f32>,
@@ -66,7 +66,7 @@ pub(crate) struct KnnTf32Rerank<'a> {
     pub counts: &'a mut CudaSlice<u32>,
     pub cand: &'a CudaSlice<u32>,
     pub overflow: &'a mut CudaSlice<u32>,
-    pub kmin: bool,
+    pub method: u32,
 }
 
 impl KnnTf32Rerank<'_> {
@@ -76,7 +76,7 @@ impl KnnTf32Rerank<'_> {
         debug_assert!(self.q.len() >= rows * d && self.q_norms.len() >= rows);
         debug_assert!(self.best.len() >= rows * k && self.counts.len() >= rows);
         debug_assert!(self.cand.len() >= rows * TF32_CAP && self.overflow.len() >= rows);
-        let (id, kmin) = (self.metric.id(), u32::from(self.kmin));
+        let id = self.metric.id();
         let f = gpu.function(KNN_TF32_RERANK.name)?;
         let mut l = gpu.launch_kernel(KNN_TF32_RERANK, &f);
         l.arg(self.q)
@@ -87,8 +87,8 @@ impl KnnTf32Rerank<'_> {
         l.arg(self.counts)
             .arg(self.cand)
             .arg(self.overflow)
-            .arg(&kmin);
-        l.run(rows, SELECT_BLOCK, select_shared_bytes())
+            .arg(&self.method);
+        l.run(rows, SELECT_BLOCK, RERANK_SHARED_BYTES)
     }
 }
 

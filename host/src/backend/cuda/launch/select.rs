@@ -6,12 +6,13 @@ use crate::error::Result;
 use cudarc::driver::{CudaSlice, CudaView};
 use kernels_gpu::knn::{SELECT_BLOCK, SELECT_CAP, select_shared_bytes};
 use kernels_gpu::select::{
-    KNN_BITONIC_MERGE_GLOBAL, KNN_BITONIC_MERGE_LOCAL, KNN_SELECT_BITONIC, KNN_SELECT_KEYS_BITONIC,
-    KNN_SELECT_KEYS_KMIN, KNN_SELECT_KMIN, KNN_SORT_CHUNKS, KNN_TAKE, SORT_SHARED_BYTES,
+    BY_KMIN, BY_RADIX, KNN_BITONIC_MERGE_GLOBAL, KNN_BITONIC_MERGE_LOCAL, KNN_SELECT_BITONIC,
+    KNN_SELECT_KEYS_BITONIC, KNN_SELECT_KEYS_KMIN, KNN_SELECT_KEYS_RADIX, KNN_SELECT_KMIN,
+    KNN_SELECT_RADIX, KNN_SORT_CHUNKS, KNN_TAKE, SORT_SHARED_BYTES,
 };
 use kernels_gpu::select::{merge_global_grid, sort_chunks_grid, take_grid};
 
-/// `knn_select_kmin` / `knn_select_bitonic`: merges a tile of distances (`cols` per row, row
+/// `knn_select_kmin` / `_bitonic` / `_radix`: merges a tile of distances (`cols` per row, row
 /// stride `ld`, training rows from `first_index`) into every row's running `k` keys. CPU twin:
 /// [`crate::backend::cpu::knn::Nearest::offer`].
 pub(crate) struct KnnSelect<'a> {
@@ -26,13 +27,13 @@ pub(crate) struct KnnSelect<'a> {
 }
 
 impl KnnSelect<'_> {
-    /// Launches one block per query row (`rows`), by k rounds of a minimum with `kmin`, else
-    /// by a bitonic sort.
-    pub(crate) fn launch(self, gpu: &CudaBackend, kmin: bool, rows: usize) -> Result<()> {
-        let kernel = if kmin {
-            KNN_SELECT_KMIN
-        } else {
-            KNN_SELECT_BITONIC
+    /// Launches one block per query row (`rows`), selecting by `method` (a
+    /// `kernels_gpu::select` method: `BY_KMIN`, `BY_BITONIC`, `BY_RADIX`).
+    pub(crate) fn launch(self, gpu: &CudaBackend, method: u32, rows: usize) -> Result<()> {
+        let kernel = match method {
+            BY_KMIN => KNN_SELECT_KMIN,
+            BY_RADIX => KNN_SELECT_RADIX,
+            _ => KNN_SELECT_BITONIC,
         };
         let (ld, cols, k) = (self.ld as usize, self.cols as usize, self.k as usize);
         debug_assert!(k >= 1 && k + cols <= SELECT_CAP && self.best.len() >= rows * k);
@@ -49,7 +50,7 @@ impl KnnSelect<'_> {
     }
 }
 
-/// `knn_select_keys_kmin` / `knn_select_keys_bitonic`: [`KnnSelect`] for a tile of ready keys
+/// `knn_select_keys_kmin` / `_bitonic` / `_radix`: [`KnnSelect`] for a tile of ready keys
 /// (the prefilter's group minima). CPU twin: [`crate::backend::cpu::knn::Nearest::offer`].
 pub(crate) struct KnnSelectKeys<'a> {
     pub keys: &'a CudaView<'a, u64>,
@@ -63,11 +64,11 @@ pub(crate) struct KnnSelectKeys<'a> {
 
 impl KnnSelectKeys<'_> {
     /// As [`KnnSelect::launch`].
-    pub(crate) fn launch(self, gpu: &CudaBackend, kmin: bool, rows: usize) -> Result<()> {
-        let kernel = if kmin {
-            KNN_SELECT_KEYS_KMIN
-        } else {
-            KNN_SELECT_KEYS_BITONIC
+    pub(crate) fn launch(self, gpu: &CudaBackend, method: u32, rows: usize) -> Result<()> {
+        let kernel = match method {
+            BY_KMIN => KNN_SELECT_KEYS_KMIN,
+            BY_RADIX => KNN_SELECT_KEYS_RADIX,
+            _ => KNN_SELECT_KEYS_BITONIC,
         };
         let (ld, cols, k) = (self.ld as usize, self.cols as usize, self.k as usize);
         debug_assert!(k >= 1 && k + cols <= SELECT_CAP && self.best.len() >= rows * k);

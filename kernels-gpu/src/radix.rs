@@ -1,0 +1,224 @@
+//! Radix selection of the k smallest keys in shared memory, for one block: the selection that
+//! scales with k. No network sorts the candidates; passes of 8 bits, most significant first,
+//! histogram the keys that still share the boundary's prefix until the prefix of the k-th
+//! smallest key is known, then the keys below it (and as many equal to it as k needs) move to
+//! the front. Keys are unique but for `NO_KEY` padding, which the equal-prefix count handles.
+//!
+//! Keys are held in registers while the passes run (at most [`SELECT_PER_THREAD`] a thread), so
+//! the histograms read no shared memory but their bins; a pass is a histogram with shared
+//! atomics and a 256-bin prefix sum. Unique 64-bit keys of `float` distances usually settle in
+//! two to four passes.
+
+use crate::exec::Exec;
+use crate::knn::{NO_KEY, SELECT_BLOCK, SELECT_PER_THREAD};
+use core::sync::atomic::{AtomicU32, Ordering};
+
+const B: usize = SELECT_BLOCK as usize;
+/// Bits of a digit.
+const DIGIT_BITS: u32 = 8;
+/// Bins of a pass's histogram: one a thread.
+const BINS: usize = 1 << DIGIT_BITS;
+const _: () = assert!(BINS == B);
+
+/// `u32` words of shared scratch that [`smallest`] needs: the bins and four of state.
+pub const RADIX_SCRATCH_WORDS: usize = BINS + 4;
+
+/// Moves the `k` smallest of `keys[0..total]` to `keys[0..k]`, in no particular order
+/// (`1 ≤ k ≤ total ≤ SELECT_CAP`). Every thread of the block calls it; it ends synchronised.
+///
+/// # Safety
+/// `SELECT_BLOCK` threads; `keys` holds `total` keys in shared memory, `scratch`
+/// [`RADIX_SCRATCH_WORDS`] words of shared memory.
+#[inline(always)]
+pub unsafe fn smallest<E: Exec>(x: E, keys: *mut u64, total: usize, k: usize, scratch: *mut u32) {
+    unsafe {
+        match total.div_ceil(B) {
+            0 | 1 => smallest_held::<1, E>(x, keys, total, k, scratch),
+            2 => smallest_held::<2, E>(x, keys, total, k, scratch),
+            3 | 4 => smallest_held::<4, E>(x, keys, total, k, scratch),
+            5..=8 => smallest_held::<8, E>(x, keys, total, k, scratch),
+            _ => smallest_held::<SELECT_PER_THREAD, E>(x, keys, total, k, scratch),
+        }
+    }
+}
+
+/// [`smallest`] with `HELD` keys a thread (`total ≤ HELD · B`).
+#[inline(always)]
+unsafe fn smallest_held<const HELD: usize, E: Exec>(
+    x: E,
+    keys: *mut u64,
+    total: usize,
+    k: usize,
+    scratch: *mut u32,
+) {
+    let t = x.thread();
+    let mut mine = [NO_KEY; HELD];
+    for (s, m) in mine.iter_mut().enumerate() {
+        if t + s * B < total {
+            *m = unsafe { *keys.add(t + s * B) };
+        }
+    }
+    let held = |s: usize| t + s * B < total;
+    let bins = scratch;
+    // [digit, rank still wanted among the keys of the prefix, whether all of them are wanted,
+    //  keys taken below the prefix]
+    let state = unsafe { scratch.add(BINS) };
+    let (mut prefix, mut mask) = (0u64, 0u64);
+    let mut want = k as u32;
+    let mut shift = u64::BITS;
+    let mut all_equal_wanted = false;
+    while shift > 0 && !all_equal_wanted {
+        shift -= DIGIT_BITS;
+        unsafe { *bins.add(t) = 0 };
+        x.sync();
+        for (s, &v) in mine.iter().enumerate() {
+            if held(s) && v & mask == prefix {
+                let bin = ((v >> shift) as usize) & (BINS - 1);
+                unsafe { AtomicU32::from_ptr(bins.add(bin)) }.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        x.sync();
+        // Inclusive prefix sum of the bins (Hillis–Steele, one bin a thread).
+        let own = unsafe { *bins.add(t) };
+        let mut off = 1;
+        while off < BINS {
+            let add = if t >= off {
+                unsafe { *bins.add(t - off) }
+            } else {
+                0
+            };
+            x.sync();
+            unsafe { *bins.add(t) += add };
+            x.sync();
+            off *= 2;
+        }
+        let below = unsafe { *bins.add(t) } - own;
+        if below < want && want <= below + own {
+            unsafe {
+                *state = t as u32;
+                *state.add(1) = want - below;
+                *state.add(2) = u32::from(own == want - below);
+                *state.add(3) = 0;
+            }
+        }
+        x.sync();
+        let digit = unsafe { *state } as u64;
+        want = unsafe { *state.add(1) };
+        all_equal_wanted = unsafe { *state.add(2) } != 0;
+        prefix |= digit << shift;
+        mask |= ((BINS - 1) as u64) << shift;
+        // Everyone has read the state before a next pass's winner writes it.
+        x.sync();
+    }
+    // Keys below the prefix: k − want of them, to the front; then `want` keys of the prefix
+    // (all of them, or equal `NO_KEY` padding of which any will do) after them.
+    let below_count = k - want as usize;
+    let taken = unsafe { AtomicU32::from_ptr(state.add(3)) };
+    let equal_taken = unsafe { AtomicU32::from_ptr(state.add(2)) };
+    if t == 0 {
+        equal_taken.store(0, Ordering::Relaxed);
+    }
+    x.sync();
+    for (s, &v) in mine.iter().enumerate() {
+        if !held(s) {
+            continue;
+        }
+        let p = v & mask;
+        if p < prefix {
+            let at = taken.fetch_add(1, Ordering::Relaxed) as usize;
+            unsafe { *keys.add(at) = v };
+        } else if p == prefix {
+            let at = equal_taken.fetch_add(1, Ordering::Relaxed);
+            if at < want {
+                unsafe { *keys.add(below_count + at as usize) = v };
+            }
+        }
+    }
+    x.sync();
+}
+
+#[cfg(all(test, not(target_arch = "nvptx64")))]
+mod tests {
+    use super::*;
+    use crate::exec::emu::{P, launch};
+    use crate::knn::{SELECT_CAP, key};
+
+    fn run(keys: &[u64], k: usize) -> Vec<u64> {
+        let total = keys.len();
+        let mut out = vec![0u64; k];
+        let o = P::of(&mut out);
+        let bytes = SELECT_CAP * 8 + RADIX_SCRATCH_WORDS * 4;
+        launch(1, B, bytes, |e| unsafe {
+            let shared = e.shared::<u64>();
+            let mut i = e.thread();
+            while i < total {
+                *shared.add(i) = keys[i];
+                i += B;
+            }
+            e.sync();
+            smallest(e, shared, total, k, shared.add(SELECT_CAP).cast());
+            let mut i = e.thread();
+            while i < k {
+                *o.get().add(i) = *shared.add(i);
+                i += B;
+            }
+        });
+        out.sort_unstable();
+        out
+    }
+
+    fn want(keys: &[u64], k: usize) -> Vec<u64> {
+        let mut all = keys.to_vec();
+        all.sort_unstable();
+        all.truncate(k);
+        all
+    }
+
+    #[test]
+    fn the_k_smallest_of_awkward_sets() {
+        let mut rng = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        for &(total, k) in &[
+            (1, 1),
+            (2, 1),
+            (3, 3),
+            (300, 1),
+            (300, 25),
+            (300, 300),
+            (1000, 512),
+            (2048, 512),
+            (2100, 2048),
+            (4096, 2048),
+            (4096, 1),
+            (4096, 4096),
+        ] {
+            // Random distances; few distinct distances (ties broken by index); and the running
+            // slots of a fresh tile, `NO_KEY` padding, beside real keys.
+            let random: Vec<u64> = (0..total)
+                .map(|i| key(f32::from_bits((next() as u32) >> 2), i as u32))
+                .collect();
+            let ties: Vec<u64> = (0..total)
+                .map(|i| {
+                    key(
+                        (next() % 3) as f32,
+                        (next() % 1_000_000) as u32 * 4096 + i as u32,
+                    )
+                })
+                .collect();
+            let padded: Vec<u64> = (0..total)
+                .map(|i| match i % 3 {
+                    0 => NO_KEY,
+                    _ => key(1.0 + (i % 7) as f32, i as u32),
+                })
+                .collect();
+            for keys in [random, ties, padded] {
+                assert_eq!(run(&keys, k), want(&keys, k), "total {total}, k {k}");
+            }
+        }
+    }
+}
