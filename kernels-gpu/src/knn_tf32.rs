@@ -428,8 +428,9 @@ pub unsafe fn rerank<const METHOD: u32, E: crate::exec::Exec>(x: E, a: Exact) {
     let scratch = unsafe { keys.add(SELECT_CAP) };
     match METHOD {
         BY_KMIN => unsafe { crate::select::kmin(x, keys, total, a.k, scratch, best) },
+        // The row set is done with: the radix selection chooses into its room.
         BY_RADIX => unsafe {
-            crate::select::radix_sorted(x, keys, total, a.k, scratch.cast(), best)
+            crate::select::radix_sorted(x, keys, total, a.k, scratch.cast(), set.cast(), best)
         },
         _ => unsafe { crate::select::bitonic_sorted(x, keys, total, a.k, best) },
     }
@@ -439,6 +440,8 @@ pub unsafe fn rerank<const METHOD: u32, E: crate::exec::Exec>(x: E, a: Exact) {
 /// the count of keys added.
 pub const RERANK_SHARED_BYTES: usize =
     crate::knn::select_shared_bytes() + row_set::ROW_SET_BYTES + 8;
+// The radix selection chooses the k into the row set's room.
+const _: () = assert!(row_set::ROW_SET_BYTES >= 8 * crate::knn::MAX_STREAM_K);
 
 /// Dynamic shared memory of a `knn_tf32_threshold` block: one f64 slot.
 pub const THRESHOLD_SHARED_BYTES: usize = 8;

@@ -4,13 +4,11 @@
 //! smallest key is known, then the keys below it (and as many equal to it as k needs) move to
 //! the front. Keys are unique but for `NO_KEY` padding, which the equal-prefix count handles.
 //!
-//! Keys are held in registers while the passes run (at most [`SELECT_PER_THREAD`] a thread), so
-//! the histograms read no shared memory but their bins; a pass is a histogram with shared
-//! atomics and a 256-bin prefix sum. Unique 64-bit keys of `float` distances usually settle in
-//! two to four passes.
+//! A pass is a histogram with shared atomics and a 256-bin prefix sum. Unique 64-bit keys of
+//! `float` distances usually settle in two to four passes.
 
 use crate::exec::Exec;
-use crate::knn::{NO_KEY, SELECT_BLOCK, SELECT_PER_THREAD};
+use crate::knn::SELECT_BLOCK;
 use core::sync::atomic::{AtomicU32, Ordering};
 
 const B: usize = SELECT_BLOCK as usize;
@@ -23,42 +21,24 @@ const _: () = assert!(BINS == B);
 /// `u32` words of shared scratch that [`smallest`] needs: the bins and four of state.
 pub const RADIX_SCRATCH_WORDS: usize = BINS + 4;
 
-/// Moves the `k` smallest of `keys[0..total]` to `keys[0..k]`, in no particular order
-/// (`1 ≤ k ≤ total ≤ SELECT_CAP`). Every thread of the block calls it; it ends synchronised.
+/// Writes the `k` smallest of `keys[0..total]` to `out[0..k]`, in no particular order
+/// (`1 ≤ k ≤ total`). Every thread of the block calls it; it ends synchronised. The keys are
+/// read from shared memory on every pass rather than held in registers, so that the kernels
+/// around it keep their occupancy.
 ///
 /// # Safety
-/// `SELECT_BLOCK` threads; `keys` holds `total` keys in shared memory, `scratch`
-/// [`RADIX_SCRATCH_WORDS`] words of shared memory.
+/// `SELECT_BLOCK` threads; `keys` holds `total` keys and `out` `k` keys in shared memory, apart;
+/// `scratch` [`RADIX_SCRATCH_WORDS`] words of shared memory.
 #[inline(always)]
-pub unsafe fn smallest<E: Exec>(x: E, keys: *mut u64, total: usize, k: usize, scratch: *mut u32) {
-    unsafe {
-        match total.div_ceil(B) {
-            0 | 1 => smallest_held::<1, E>(x, keys, total, k, scratch),
-            2 => smallest_held::<2, E>(x, keys, total, k, scratch),
-            3 | 4 => smallest_held::<4, E>(x, keys, total, k, scratch),
-            5..=8 => smallest_held::<8, E>(x, keys, total, k, scratch),
-            _ => smallest_held::<SELECT_PER_THREAD, E>(x, keys, total, k, scratch),
-        }
-    }
-}
-
-/// [`smallest`] with `HELD` keys a thread (`total ≤ HELD · B`).
-#[inline(always)]
-unsafe fn smallest_held<const HELD: usize, E: Exec>(
+pub unsafe fn smallest<E: Exec>(
     x: E,
-    keys: *mut u64,
+    keys: *const u64,
     total: usize,
     k: usize,
     scratch: *mut u32,
+    out: *mut u64,
 ) {
     let t = x.thread();
-    let mut mine = [NO_KEY; HELD];
-    for (s, m) in mine.iter_mut().enumerate() {
-        if t + s * B < total {
-            *m = unsafe { *keys.add(t + s * B) };
-        }
-    }
-    let held = |s: usize| t + s * B < total;
     let bins = scratch;
     // [digit, rank still wanted among the keys of the prefix, whether all of them are wanted,
     //  keys taken below the prefix]
@@ -71,11 +51,14 @@ unsafe fn smallest_held<const HELD: usize, E: Exec>(
         shift -= DIGIT_BITS;
         unsafe { *bins.add(t) = 0 };
         x.sync();
-        for (s, &v) in mine.iter().enumerate() {
-            if held(s) && v & mask == prefix {
+        let mut e = t;
+        while e < total {
+            let v = unsafe { *keys.add(e) };
+            if v & mask == prefix {
                 let bin = ((v >> shift) as usize) & (BINS - 1);
                 unsafe { AtomicU32::from_ptr(bins.add(bin)) }.fetch_add(1, Ordering::Relaxed);
             }
+            e += B;
         }
         x.sync();
         // Inclusive prefix sum of the bins (Hillis–Steele, one bin a thread).
@@ -119,20 +102,20 @@ unsafe fn smallest_held<const HELD: usize, E: Exec>(
         equal_taken.store(0, Ordering::Relaxed);
     }
     x.sync();
-    for (s, &v) in mine.iter().enumerate() {
-        if !held(s) {
-            continue;
-        }
+    let mut e = t;
+    while e < total {
+        let v = unsafe { *keys.add(e) };
         let p = v & mask;
         if p < prefix {
             let at = taken.fetch_add(1, Ordering::Relaxed) as usize;
-            unsafe { *keys.add(at) = v };
+            unsafe { *out.add(at) = v };
         } else if p == prefix {
             let at = equal_taken.fetch_add(1, Ordering::Relaxed);
             if at < want {
-                unsafe { *keys.add(below_count + at as usize) = v };
+                unsafe { *out.add(below_count + at as usize) = v };
             }
         }
+        e += B;
     }
     x.sync();
 }
@@ -141,13 +124,13 @@ unsafe fn smallest_held<const HELD: usize, E: Exec>(
 mod tests {
     use super::*;
     use crate::exec::emu::{P, launch};
-    use crate::knn::{SELECT_CAP, key};
+    use crate::knn::{NO_KEY, SELECT_CAP, key};
 
     fn run(keys: &[u64], k: usize) -> Vec<u64> {
         let total = keys.len();
         let mut out = vec![0u64; k];
         let o = P::of(&mut out);
-        let bytes = SELECT_CAP * 8 + RADIX_SCRATCH_WORDS * 4;
+        let bytes = 2 * SELECT_CAP * 8 + RADIX_SCRATCH_WORDS * 4;
         launch(1, B, bytes, |e| unsafe {
             let shared = e.shared::<u64>();
             let mut i = e.thread();
@@ -156,10 +139,11 @@ mod tests {
                 i += B;
             }
             e.sync();
-            smallest(e, shared, total, k, shared.add(SELECT_CAP).cast());
+            let chosen = shared.add(SELECT_CAP);
+            smallest(e, shared, total, k, chosen.add(SELECT_CAP).cast(), chosen);
             let mut i = e.thread();
             while i < k {
-                *o.get().add(i) = *shared.add(i);
+                *o.get().add(i) = *chosen.add(i);
                 i += B;
             }
         });

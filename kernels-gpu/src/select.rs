@@ -23,7 +23,9 @@
 
 use crate::bitonic::{ascending, compare_exchange, pair};
 use crate::exec::Exec;
-use crate::knn::{NO_KEY, SELECT_BLOCK, SELECT_CAP, SELECT_PER_THREAD, key};
+use crate::knn::{
+    MAX_STREAM_K, NO_KEY, SELECT_BLOCK, SELECT_CAP, SELECT_PER_THREAD, key, select_shared_bytes,
+};
 use crate::launch::Kernel;
 use core::sync::atomic::{AtomicU32, Ordering};
 
@@ -36,6 +38,16 @@ pub const BY_KMIN: u32 = 0;
 pub const BY_BITONIC: u32 = 1;
 /// A radix selection, then a sort of the k ([`radix_sorted`]).
 pub const BY_RADIX: u32 = 2;
+
+/// Dynamic shared memory of a selection block of `method`: the radix method also needs room for
+/// the k it chooses.
+pub const fn select_method_shared_bytes(method: u32) -> usize {
+    select_shared_bytes()
+        + match method {
+            BY_RADIX => 8 * MAX_STREAM_K,
+            _ => 0,
+        }
+}
 
 /// Arguments of a streaming selection: `dist` holds the tile's distances, query row `q` at
 /// `q · ld`, `cols` of them, column `c` being training row `first_index + c`; `best` holds
@@ -60,7 +72,7 @@ pub struct Tile {
 /// [`bitonic_sorted`] on the first tile and [`bitonic_merged`] on later ones.
 ///
 /// # Safety
-/// `SELECT_BLOCK` threads, `select_shared_bytes()` of shared memory; `1 ≤ k`,
+/// `SELECT_BLOCK` threads, `select_method_shared_bytes(METHOD)` of shared memory; `1 ≤ k`,
 /// `k + cols ≤ SELECT_CAP`; pointers valid for those sizes.
 #[inline(always)]
 pub unsafe fn select<const METHOD: u32, E: Exec>(x: E, a: Tile) {
@@ -131,7 +143,8 @@ pub unsafe fn select<const METHOD: u32, E: Exec>(x: E, a: Tile) {
         if METHOD == BY_KMIN {
             unsafe { kmin(x, keys, k + count, k, scratch, best_row) };
         } else if METHOD == BY_RADIX {
-            unsafe { radix_sorted(x, keys, k + count, k, scratch.cast(), best_row) };
+            let chosen = unsafe { x.shared::<u8>().add(select_shared_bytes()) }.cast::<u64>();
+            unsafe { radix_sorted(x, keys, k + count, k, scratch.cast(), chosen, best_row) };
         } else if a.fresh {
             unsafe { bitonic_sorted(x, keys, count, k, best_row) };
         } else {
@@ -164,8 +177,9 @@ macro_rules! select_kernel {
         $(#[$doc])*
         ///
         /// # Safety
-        /// One block of `SELECT_BLOCK` threads per query row, `select_shared_bytes()` of dynamic
-        /// shared memory; `1 ≤ k`, `k + cols ≤ SELECT_CAP`; pointers valid for those sizes.
+        /// One block of `SELECT_BLOCK` threads per query row, `select_method_shared_bytes` of
+        /// its method of dynamic shared memory; `1 ≤ k`, `k + cols ≤ SELECT_CAP`; pointers valid
+        /// for those sizes.
         #[cfg(target_arch = "nvptx64")]
         #[unsafe(no_mangle)]
         pub unsafe extern "gpu-kernel" fn $name(
@@ -219,8 +233,9 @@ macro_rules! select_keys_kernel {
         $(#[$doc])*
         ///
         /// # Safety
-        /// One block of `SELECT_BLOCK` threads per query row, `select_shared_bytes()` of dynamic
-        /// shared memory; `1 ≤ k`, `k + cols ≤ SELECT_CAP`; `keys` holds `rows × ld` keys.
+        /// One block of `SELECT_BLOCK` threads per query row, `select_method_shared_bytes` of
+        /// its method of dynamic shared memory; `1 ≤ k`, `k + cols ≤ SELECT_CAP`; `keys` holds
+        /// `rows × ld` keys.
         #[cfg(target_arch = "nvptx64")]
         #[unsafe(no_mangle)]
         pub unsafe extern "gpu-kernel" fn $name(
@@ -369,22 +384,25 @@ pub unsafe fn bitonic_sorted<E: Exec>(x: E, keys: *mut u64, total: usize, k: usi
 }
 
 /// Writes the `k` smallest of `keys[0..total]` to `out`, ascending: a radix selection of the k
-/// ([`crate::radix::smallest`]), then a bitonic sort of those k alone (`k ≤ total`).
+/// into `chosen` ([`crate::radix::smallest`]), then a bitonic sort of those k alone
+/// (`k ≤ total`).
 ///
 /// # Safety
-/// As for [`select`]; `scratch` holds [`crate::radix::RADIX_SCRATCH_WORDS`] words.
+/// As for [`select`]; `scratch` holds [`crate::radix::RADIX_SCRATCH_WORDS`] words and `chosen`
+/// `k.next_power_of_two()` keys, both in shared memory apart from `keys`.
 #[inline(always)]
 pub unsafe fn radix_sorted<E: Exec>(
     x: E,
-    keys: *mut u64,
+    keys: *const u64,
     total: usize,
     k: usize,
     scratch: *mut u32,
+    chosen: *mut u64,
     out: *mut u64,
 ) {
     unsafe {
-        crate::radix::smallest(x, keys, total, k, scratch);
-        bitonic_sorted(x, keys, k, k, out);
+        crate::radix::smallest(x, keys, total, k, scratch, chosen);
+        bitonic_sorted(x, chosen, k, k, out);
     }
 }
 
@@ -823,7 +841,7 @@ mod tests {
                 fresh: t0 == 0,
             };
             let a = P(&a as *const Tile as *mut Tile);
-            launch(rows, B, select_shared_bytes(), |x| unsafe {
+            launch(rows, B, select_method_shared_bytes(method), |x| unsafe {
                 let a = *a.get();
                 match method {
                     BY_KMIN => select::<BY_KMIN, _>(x, a),
@@ -898,8 +916,11 @@ mod tests {
             (6144, 2048, 2048),
             (4000, 3000, 1000),
         ] {
+            // The radix method's room for the chosen k holds `MAX_STREAM_K`, the streaming limit.
             for method in [BY_BITONIC, BY_RADIX] {
-                stream_tiles(method, &nearing(2, n), n, k, tile);
+                if method == BY_BITONIC || k <= MAX_STREAM_K {
+                    stream_tiles(method, &nearing(2, n), n, k, tile);
+                }
             }
         }
     }

@@ -4,11 +4,11 @@
 use crate::backend::cuda::CudaBackend;
 use crate::error::Result;
 use cudarc::driver::{CudaSlice, CudaView};
-use kernels_gpu::knn::{SELECT_BLOCK, SELECT_CAP, select_shared_bytes};
+use kernels_gpu::knn::{SELECT_BLOCK, SELECT_CAP};
 use kernels_gpu::select::{
     BY_KMIN, BY_RADIX, KNN_BITONIC_MERGE_GLOBAL, KNN_BITONIC_MERGE_LOCAL, KNN_SELECT_BITONIC,
     KNN_SELECT_KEYS_BITONIC, KNN_SELECT_KEYS_KMIN, KNN_SELECT_KEYS_RADIX, KNN_SELECT_KMIN,
-    KNN_SELECT_RADIX, KNN_SORT_CHUNKS, KNN_TAKE, SORT_SHARED_BYTES,
+    KNN_SELECT_RADIX, KNN_SORT_CHUNKS, KNN_TAKE, SORT_SHARED_BYTES, select_method_shared_bytes,
 };
 use kernels_gpu::select::{merge_global_grid, sort_chunks_grid, take_grid};
 
@@ -46,7 +46,7 @@ impl KnnSelect<'_> {
             .arg(&self.cols)
             .arg(&self.first_index);
         l.arg(self.best).arg(&self.k).arg(&fresh);
-        l.run(rows, SELECT_BLOCK, select_shared_bytes())
+        l.run(rows, SELECT_BLOCK, select_method_shared_bytes(method))
     }
 }
 
@@ -78,7 +78,7 @@ impl KnnSelectKeys<'_> {
         let mut l = gpu.launch_kernel(kernel, &f);
         l.arg(self.keys).arg(&self.ld).arg(&self.cols);
         l.arg(self.best).arg(&self.k).arg(&fresh);
-        l.run(rows, SELECT_BLOCK, select_shared_bytes())
+        l.run(rows, SELECT_BLOCK, select_method_shared_bytes(method))
     }
 }
 
