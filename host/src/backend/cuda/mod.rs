@@ -19,7 +19,7 @@ use crate::error::{Error, Result};
 use crate::matrix::MatrixView;
 use cudarc::driver::sys::{CUdevice_attribute, CUevent_flags, CUfunction_attribute, CUresult};
 use cudarc::driver::{
-    CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, DeviceRepr,
+    CudaContext, CudaEvent, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, DeviceRepr,
     DriverError, LaunchArgs, LaunchConfig, PinnedHostSlice, PushKernelArg, ValidAsZeroBits,
 };
 use kernels_gpu::launch::Kernel;
@@ -53,6 +53,15 @@ impl<T> Mapped<T> {
 /// Most bytes of page-locked memory that downloads stage through.
 const STAGING_BYTES: usize = 64 << 20;
 
+/// Smallest part of a download that is copied beside the host's taking of the part before.
+const MIN_PIECE_BYTES: usize = 1 << 20;
+
+/// The download staging buffer and, for each of its halves, the end of the last copy into it.
+struct DownloadStaging {
+    buffer: PinnedHostSlice<u8>,
+    copied: [CudaEvent; 2],
+}
+
 /// A CUDA GPU with the kernels loaded.
 pub struct CudaBackend {
     ctx: Arc<CudaContext>,
@@ -62,7 +71,7 @@ pub struct CudaBackend {
     /// Page-locked memory that downloads land in before they are copied out (made on first use,
     /// grown up to `STAGING_BYTES`): a copy straight into pageable memory runs at ~1 GB/s
     /// (8 MB of kNN keys took 8 ms).
-    staging: Mutex<Option<PinnedHostSlice<u8>>>,
+    staging: Mutex<Option<DownloadStaging>>,
     /// Page-locked memory that rows are uploaded through (made on first use): one pair of
     /// buffers for the compute stream's uploads and one for the copy stream's, so that a query
     /// upload never waits behind a long upload beside it.
@@ -433,8 +442,9 @@ impl CudaBackend {
             .collect())
     }
 
-    /// Copies the first `len` elements of `dev` into the page-locked staging buffer,
-    /// `STAGING_BYTES` at a time (waits for queued work), and hands each part to `each` in order.
+    /// Copies the first `len` elements of `dev` into the page-locked staging buffer (waits for
+    /// queued work) and hands each part to `each` in order. The buffer's two halves alternate:
+    /// the next part is copied while `each` takes this one.
     pub(crate) fn download_each<T: DeviceRepr + ValidAsZeroBits>(
         &self,
         dev: &CudaSlice<T>,
@@ -446,38 +456,61 @@ impl CudaBackend {
             return Ok(());
         }
         let err = |e| cuda(&format!("copying {what} from the GPU"), e);
-        let per_copy = (STAGING_BYTES / size_of::<T>()).clamp(1, len);
-        let bytes = per_copy * size_of::<T>();
+        // Four parts or more, of 1 MiB at least (smaller copies cost more than they overlap).
+        let piece_bytes = (len * size_of::<T>() / 4).clamp(MIN_PIECE_BYTES, STAGING_BYTES / 2);
+        let per_piece = (piece_bytes / size_of::<T>()).clamp(1, len);
+        let slot_bytes = per_piece * size_of::<T>();
+        let bytes = slot_bytes * len.div_ceil(per_piece).min(2);
         let mut staging = self.staging.lock().unwrap();
-        if staging.as_ref().is_none_or(|s| s.num_bytes() < bytes) {
+        if staging
+            .as_ref()
+            .is_none_or(|s| s.buffer.num_bytes() < bytes)
+        {
             // Free the smaller buffer first; sizes grow by powers of two up to the cap.
             *staging = None;
             let size = bytes.next_power_of_two().min(STAGING_BYTES).max(bytes);
             injected_oom("the download staging buffer", size)?;
             let pin_err = |e| cuda("allocating page-locked host memory", e);
             // SAFETY: flags 0 (cached, fast to read from the CPU); zeroed before any use.
-            let mut buf =
+            let mut buffer =
                 unsafe { self.ctx.alloc_pinned_with_flags::<u8>(size, 0) }.map_err(pin_err)?;
-            buf.as_mut_slice().map_err(pin_err)?.fill(0);
-            *staging = Some(buf);
+            buffer.as_mut_slice().map_err(pin_err)?.fill(0);
+            let event = || self.ctx.new_event(None).map_err(pin_err);
+            *staging = Some(DownloadStaging {
+                buffer,
+                copied: [event()?, event()?],
+            });
         }
-        let buf = staging.as_mut().expect("staging buffer");
-        let ptr = buf.as_mut_ptr().map_err(err)?.cast::<T>();
-        let mut at = 0;
-        while at < len {
-            let count = per_copy.min(len - at);
-            // SAFETY: the buffer holds at least `per_copy` page-aligned values of T, each zero
-            // bits (valid for `ValidAsZeroBits`) or a T copied from the GPU; nothing else uses
-            // it while the lock is held.
-            let dst = unsafe { std::slice::from_raw_parts_mut(ptr, count) };
-            let view = dev.slice(at..at + count);
+        let staging = staging.as_mut().expect("staging buffer");
+        let base = staging.buffer.as_mut_ptr().map_err(err)?;
+        // SAFETY (both closures): each half holds `per_piece` values of T, each zero bits (valid
+        // for `ValidAsZeroBits`) or a T copied from the GPU; a half is written by the copy of
+        // piece p and read by `each` only after `copied[p % 2]` says that copy is done, and
+        // refilled only after `each` is done with it; nothing else uses the buffer while the
+        // lock is held.
+        let half = |p: usize| {
+            let count = per_piece.min(len - p * per_piece);
+            let ptr = unsafe { base.add((p % 2) * slot_bytes) }.cast::<T>();
+            unsafe { std::slice::from_raw_parts_mut(ptr, count) }
+        };
+        let copied = &staging.copied;
+        let queue = |p: usize| -> Result<()> {
+            let dst = half(p);
+            let view = dev.slice(p * per_piece..p * per_piece + dst.len());
             let (src, _read) = view.device_ptr(&self.stream);
-            // SAFETY: `dst` and `src` both hold `count` values; the copy is waited for below.
+            // SAFETY: `dst` and `src` both hold `dst.len()` values.
             unsafe { cudarc::driver::result::memcpy_dtoh_async(dst, src, self.stream.cu_stream()) }
                 .map_err(err)?;
-            self.stream.synchronize().map_err(err)?;
-            each(dst);
-            at += count;
+            copied[p % 2].record(&self.stream).map_err(err)
+        };
+        let pieces = len.div_ceil(per_piece);
+        queue(0)?;
+        for p in 0..pieces {
+            if p + 1 < pieces {
+                queue(p + 1)?;
+            }
+            copied[p % 2].synchronize().map_err(err)?;
+            each(half(p));
         }
         Ok(())
     }
