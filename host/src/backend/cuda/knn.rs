@@ -52,6 +52,9 @@ const AUTO_TIMED_ROUNDS: usize = 3;
 /// Most training rows for which the prefilter stores its approximations (1 MiB a query) and
 /// reads them back for the candidates instead of a second tensor-core scan.
 const STORE_MAX_N: usize = 1 << 18;
+/// Answers (indices and distances) of this many bytes or more are made on other threads while
+/// the GPU searches.
+const PREPARE_BESIDE_BYTES: usize = 1 << 20;
 /// Queries a batch must still hold (or all of a smaller call's) for the prefilter to store its
 /// approximations: under a tighter budget the batches stay large and the scan runs twice.
 const STORE_MIN_ROWS: usize = 256;
@@ -410,6 +413,14 @@ fn choices() -> &'static Choices {
     CHOICES.get_or_init(Default::default)
 }
 
+/// `len` zeros, written on the rayon threads.
+fn zeroed<T: Copy + Default + Send + Sync>(len: usize) -> Vec<T> {
+    use rayon::prelude::*;
+    let mut v = Vec::with_capacity(len);
+    v.par_extend(rayon::iter::repeat_n(T::default(), len));
+    v
+}
+
 impl CudaKnn {
     /// The method for `selection` and `k`: `Auto` times the three streaming selections on a
     /// sample of the queries the first time a shape is searched.
@@ -544,14 +555,30 @@ impl CudaKnn {
         let mut bufs = self.batch_buffers(&job, rows, plan.as_ref())?;
         let mut report = plan.map(|_| PrefilterReport::default());
         let m = job.queries.rows();
-        if job.vote.is_none() && output.keys.is_none() {
-            // Untouched pages, which the batches' splits first touch on the rayon threads.
-            (output.indices, output.distances) = (vec![0; m * job.k], vec![0.0; m * job.k]);
+        let len = m * job.k;
+        let split = job.vote.is_none() && output.keys.is_none();
+        // Large answers' arrays are made (their pages first touched, on the rayon threads) while
+        // the GPU works on the first batch: fresh pages cost the host more than the copy that
+        // fills them. Smaller ones are not worth a thread.
+        let beside = split && len * 8 >= PREPARE_BESIDE_BYTES;
+        if split && !beside {
+            (output.indices, output.distances) = (vec![0; len], vec![0.0; len]);
         }
         let mut first = 0;
         while first < m {
             let r = rows.min(m - first);
-            self.search_batch(&job, plan.as_ref(), &mut bufs, first, r, report.as_mut())?;
+            if beside && first == 0 {
+                let searched = std::thread::scope(|s| {
+                    let made = s.spawn(|| (zeroed(len), zeroed(len)));
+                    let searched =
+                        self.search_batch(&job, plan.as_ref(), &mut bufs, 0, r, report.as_mut());
+                    (output.indices, output.distances) = made.join().expect("no panic");
+                    searched
+                });
+                searched?;
+            } else {
+                self.search_batch(&job, plan.as_ref(), &mut bufs, first, r, report.as_mut())?;
+            }
             self.collect_batch(&job, &mut bufs, first, r, &mut output)?;
             first += r;
         }
