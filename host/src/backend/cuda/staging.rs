@@ -14,14 +14,15 @@ use std::sync::{Arc, Mutex};
 /// Bytes of each staging buffer: one copy's piece.
 const PIECE_BYTES: usize = 16 << 20;
 
-/// Values a CPU thread copies at a time while filling a buffer (64 KiB: a search's 1.2 MB of
-/// queries spreads over the threads; with 1 MiB it took two of them 87 µs).
-const FILL_GRAIN: usize = 1 << 14;
+/// Values a CPU thread copies at a time while filling a buffer.
+const FILL_GRAIN: usize = 1 << 18;
 
-/// Uploads up to this size skip the staging buffers: the driver's own path from pageable
-/// memory costs the host ~100 µs a MB (1.2 MB of queries on the H100 machine: 106 µs before
-/// the copy began, then 29 µs of copy), more than a fill on many threads and a copy.
-const DIRECT_BYTES: usize = 64 << 10;
+/// Uploads up to this size skip the staging buffers: filling one first costs more than the
+/// driver's own path saves (1.2 MB of queries on the H100 machine: 108 µs pageable, against
+/// 87 µs to fill page-locked memory plus 33 µs to copy it; from 4.9 MB on, staging wins).
+/// Filling in 64 KiB grains on all threads was slower still: a search's first kernel started
+/// ~250 µs later (session 15).
+const DIRECT_BYTES: usize = 2 << 20;
 
 /// The two buffers and, for each, the end of the last copy queued from it.
 pub(super) struct UploadStaging {
