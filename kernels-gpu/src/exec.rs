@@ -93,6 +93,30 @@ pub unsafe fn block_sum_i64<E: Exec>(e: E, threads: usize, scratch: *mut f64, va
     }
 }
 
+/// Turns `values[t]` (one u32 per thread) into the inclusive prefix sum `values[0] + … +
+/// values[t]` in place (Hillis–Steele: a barrier per doubling of the stride while it is below
+/// `len`); slots past `len` take part and hold sums of their own. Ends synchronised.
+///
+/// # Safety
+/// `values` holds one u32 per thread of the block in shared memory, written before a barrier;
+/// every thread of the block calls this.
+#[inline(always)]
+pub unsafe fn inclusive_scan_u32<E: Exec>(e: E, values: *mut u32, len: usize) {
+    let t = e.thread();
+    let mut stride = 1;
+    while stride < len {
+        let add = if t >= stride {
+            unsafe { *values.add(t - stride) }
+        } else {
+            0
+        };
+        e.sync();
+        unsafe { *values.add(t) += add };
+        e.sync();
+        stride *= 2;
+    }
+}
+
 /// The GPU itself.
 #[cfg(target_arch = "nvptx64")]
 #[derive(Clone, Copy)]

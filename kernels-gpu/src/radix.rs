@@ -61,20 +61,8 @@ pub unsafe fn smallest<E: Exec>(
             e += B;
         }
         x.sync();
-        // Inclusive prefix sum of the bins (Hillis–Steele, one bin a thread).
         let own = unsafe { *bins.add(t) };
-        let mut off = 1;
-        while off < BINS {
-            let add = if t >= off {
-                unsafe { *bins.add(t - off) }
-            } else {
-                0
-            };
-            x.sync();
-            unsafe { *bins.add(t) += add };
-            x.sync();
-            off *= 2;
-        }
+        unsafe { crate::exec::inclusive_scan_u32(x, bins, BINS) };
         let below = unsafe { *bins.add(t) } - own;
         if below < want && want <= below + own {
             unsafe {

@@ -125,18 +125,7 @@ unsafe fn exclusive_scan<E: Exec>(
     let totals = scratch.cast::<u32>();
     unsafe { *totals.add(t) = running };
     e.sync();
-    let mut step = 1;
-    while step < segments {
-        let add = if t >= step {
-            unsafe { *totals.add(t - step) }
-        } else {
-            0
-        };
-        e.sync();
-        unsafe { *totals.add(t) += add };
-        e.sync();
-        step *= 2;
-    }
+    unsafe { crate::exec::inclusive_scan_u32(e, totals, segments) };
     let start = unsafe { *totals.add(t) } - running;
     for c in from..to {
         unsafe { *offsets.add(c) += start };

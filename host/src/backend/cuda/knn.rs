@@ -45,8 +45,10 @@ const MAX_BATCH_ROWS: usize = 1 << 16;
 /// Selection tiles whose distances one launch computes: a wider launch fills the GPU with more
 /// blocks (one selection tile alone can leave most of the last wave empty).
 const TILES_PER_LAUNCH: usize = 4;
-/// Query rows that `Selection::Auto` times both selections on.
-const AUTO_SAMPLE_ROWS: usize = 128;
+/// Query rows that `Selection::Auto` times the selections on: enough blocks for several waves,
+/// so that a faster selection shows through the search's fixed costs (with 128, S512's choice
+/// went either way from one process to the next, the radix one being 57 µs to bitonic's 151).
+const AUTO_SAMPLE_ROWS: usize = 512;
 /// Timed rounds (after one warm-up) of each selection for `Selection::Auto`.
 const AUTO_TIMED_ROUNDS: usize = 3;
 /// Most training rows for which the prefilter stores its approximations (1 MiB a query) and
