@@ -18,8 +18,8 @@
 //!    enough to keep, step 1 stores it and `knn_tf32_candidates` ([`candidates`]) reads it back
 //!    instead of a second scan: the same test on the same floats, the same candidates.
 //! 5. `knn_tf32_rerank`: exact keys of the candidates that step 3 has not computed already
-//!    ([`row_set`]), and the `k` smallest of them and step 3's by the same k-min or bitonic
-//!    selection as the streaming path. A query with more than [`TF32_CAP`] candidates is flagged
+//!    ([`row_set`]), and the `k` smallest of them and step 3's by the same k-min, bitonic or
+//!    radix selection as the streaming path. A query with more than [`TF32_CAP`] candidates is flagged
 //!    and searched by the exact path.
 //!
 //! Why nothing is lost: a row that is not a candidate has `D_ij ≥ A_ij − E_ij > T_sq`, so its
@@ -351,8 +351,8 @@ pub unsafe fn threshold<E: crate::exec::Exec>(x: E, a: Exact) {
 
 /// Body of `knn_tf32_rerank`, one block per query row: the k smallest of the row's exact keys
 /// in `best` (the threshold step's) and its candidates' into `best`, selected by `METHOD` (a
-/// [`crate::select`] method: k-min rounds, a bitonic sort, or a radix selection and a sort). Candidates whose rows `best` holds already (a [`row_set`]) are not computed
-/// again. A row with more than `TF32_CAP` candidates, or more keys than the selection holds, is
+/// [`crate::select`] method: k-min rounds, a bitonic sort, or a radix selection and a sort).
+/// Candidates whose rows `best` holds already (a [`row_set`]) are not computed again. A row with more than `TF32_CAP` candidates, or more keys than the selection holds, is
 /// flagged in `overflow` and left alone.
 ///
 /// # Safety

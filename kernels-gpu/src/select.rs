@@ -23,9 +23,7 @@
 
 use crate::bitonic::{ascending, compare_exchange, pair};
 use crate::exec::Exec;
-use crate::knn::{
-    MAX_STREAM_K, NO_KEY, SELECT_BLOCK, SELECT_CAP, SELECT_PER_THREAD, key, select_shared_bytes,
-};
+use crate::knn::{NO_KEY, SELECT_BLOCK, SELECT_CAP, SELECT_PER_THREAD, key, select_shared_bytes};
 use crate::launch::Kernel;
 use core::sync::atomic::{AtomicU32, Ordering};
 
@@ -39,12 +37,13 @@ pub const BY_BITONIC: u32 = 1;
 /// A radix selection, then a sort of the k ([`radix_sorted`]).
 pub const BY_RADIX: u32 = 2;
 
-/// Dynamic shared memory of a selection block of `method`: the radix method also needs room for
-/// the k it chooses.
-pub const fn select_method_shared_bytes(method: u32) -> usize {
+/// Dynamic shared memory of a selection block of `method` for `k` (≤ `MAX_STREAM_K`): the radix
+/// method also needs room for the k it chooses, padded to a power of two for their sort (only
+/// that, so that small k keep the other methods' occupancy).
+pub const fn select_method_shared_bytes(method: u32, k: usize) -> usize {
     select_shared_bytes()
         + match method {
-            BY_RADIX => 8 * MAX_STREAM_K,
+            BY_RADIX => 8 * k.next_power_of_two(),
             _ => 0,
         }
 }
@@ -72,7 +71,7 @@ pub struct Tile {
 /// [`bitonic_sorted`] on the first tile and [`bitonic_merged`] on later ones.
 ///
 /// # Safety
-/// `SELECT_BLOCK` threads, `select_method_shared_bytes(METHOD)` of shared memory; `1 ≤ k`,
+/// `SELECT_BLOCK` threads, `select_method_shared_bytes(METHOD, k)` of shared memory; `1 ≤ k`,
 /// `k + cols ≤ SELECT_CAP`; pointers valid for those sizes.
 #[inline(always)]
 pub unsafe fn select<const METHOD: u32, E: Exec>(x: E, a: Tile) {
@@ -154,9 +153,9 @@ pub unsafe fn select<const METHOD: u32, E: Exec>(x: E, a: Tile) {
 }
 
 /// The shared-memory slot of candidate number `i` of a tile. k-min and radix take the running
-/// keys and the candidates as one run, so they follow the running k. The bitonic method sorts a first
-/// tile's candidates alone, from slot 0; on later tiles it stacks them down from the top of the
-/// buffer, so that they pad down to a power of two while the running keys pad up
+/// keys and the candidates as one run, so they follow the running k. The bitonic method sorts a
+/// first tile's candidates alone, from slot 0; on later tiles it stacks them down from the top
+/// of the buffer, so that they pad down to a power of two while the running keys pad up
 /// ([`bitonic_merged`]).
 #[inline(always)]
 fn candidate_slot<const METHOD: u32>(i: usize, k: usize, fresh: bool) -> usize {
@@ -178,7 +177,7 @@ macro_rules! select_kernel {
         ///
         /// # Safety
         /// One block of `SELECT_BLOCK` threads per query row, `select_method_shared_bytes` of
-        /// its method of dynamic shared memory; `1 ≤ k`, `k + cols ≤ SELECT_CAP`; pointers valid
+        /// its method and k of dynamic shared memory; `1 ≤ k`, `k + cols ≤ SELECT_CAP`; pointers valid
         /// for those sizes.
         #[cfg(target_arch = "nvptx64")]
         #[unsafe(no_mangle)]
@@ -234,7 +233,7 @@ macro_rules! select_keys_kernel {
         ///
         /// # Safety
         /// One block of `SELECT_BLOCK` threads per query row, `select_method_shared_bytes` of
-        /// its method of dynamic shared memory; `1 ≤ k`, `k + cols ≤ SELECT_CAP`; `keys` holds
+        /// its method and k of dynamic shared memory; `1 ≤ k`, `k + cols ≤ SELECT_CAP`; `keys` holds
         /// `rows × ld` keys.
         #[cfg(target_arch = "nvptx64")]
         #[unsafe(no_mangle)]
@@ -841,7 +840,7 @@ mod tests {
                 fresh: t0 == 0,
             };
             let a = P(&a as *const Tile as *mut Tile);
-            launch(rows, B, select_method_shared_bytes(method), |x| unsafe {
+            launch(rows, B, select_method_shared_bytes(method, k), |x| unsafe {
                 let a = *a.get();
                 match method {
                     BY_KMIN => select::<BY_KMIN, _>(x, a),
@@ -885,8 +884,8 @@ mod tests {
         stream(BY_KMIN, 1, 4100, 200, 50);
     }
 
-    /// The bitonic method's paths (and the radix method on the same shapes): first tiles with fewer candidates than k (and rows shorter
-    /// than k), later tiles with no candidates, with fewer or more than the running k padded,
+    /// The bitonic method's paths (and the radix method on the same shapes): first tiles with
+    /// fewer candidates than k (and rows shorter than k), later tiles with no candidates, with fewer or more than the running k padded,
     /// whole tiles beating the running k, both padded runs filling the buffer exactly (k = 2048)
     /// or not fitting (one sort of the whole buffer); k of 1, not a power of two, over half the
     /// buffer.
@@ -916,9 +915,9 @@ mod tests {
             (6144, 2048, 2048),
             (4000, 3000, 1000),
         ] {
-            // The radix method's room for the chosen k holds `MAX_STREAM_K`, the streaming limit.
+            // The radix method runs up to the streaming limit, `MAX_STREAM_K`.
             for method in [BY_BITONIC, BY_RADIX] {
-                if method == BY_BITONIC || k <= MAX_STREAM_K {
+                if method == BY_BITONIC || k <= crate::knn::MAX_STREAM_K {
                     stream_tiles(method, &nearing(2, n), n, k, tile);
                 }
             }

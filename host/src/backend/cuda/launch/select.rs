@@ -46,7 +46,7 @@ impl KnnSelect<'_> {
             .arg(&self.cols)
             .arg(&self.first_index);
         l.arg(self.best).arg(&self.k).arg(&fresh);
-        l.run(rows, SELECT_BLOCK, select_method_shared_bytes(method))
+        l.run(rows, SELECT_BLOCK, select_method_shared_bytes(method, k))
     }
 }
 
@@ -78,7 +78,7 @@ impl KnnSelectKeys<'_> {
         let mut l = gpu.launch_kernel(kernel, &f);
         l.arg(self.keys).arg(&self.ld).arg(&self.cols);
         l.arg(self.best).arg(&self.k).arg(&fresh);
-        l.run(rows, SELECT_BLOCK, select_method_shared_bytes(method))
+        l.run(rows, SELECT_BLOCK, select_method_shared_bytes(method, k))
     }
 }
 
