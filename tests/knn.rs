@@ -1150,10 +1150,13 @@ fn sanitize_prefilter_matches_cpu() {
 }
 
 /// Thousands of copies of one point: a query on it has more candidates than the re-rank holds
-/// and takes the exact path; the others do not; the answer is the CPU's either way.
+/// and takes the exact path; the others do not; the answer is the CPU's either way: in one batch
+/// and in batches of a query or two (a query on the copies in a later batch too), as indices and
+/// distances (one GPU), as keys (a GPU set, whose parts each hold more copies than the re-rank)
+/// and as votes.
 fn prefilter_fallback(device: Device, small: bool) {
     let (n, dup, d) = if small {
-        (6000, 4500, 3)
+        (10_000, 9_000, 3)
     } else {
         (40_000, 20_000, 16)
     };
@@ -1168,25 +1171,53 @@ fn prefilter_fallback(device: Device, small: bool) {
         .iter_mut()
         .zip(&p)
         .for_each(|(q, v)| *q = v + 1e-4); // next to them
+    queries[5 * d..].copy_from_slice(&p); // on them, in a later batch
+    let Device::Cuda(o) = device else {
+        unreachable!("the gate resolves to a GPU")
+    };
+    let set = Device::Gpus(kmeans_knn::GpuSet::new(&[o, o]).unwrap());
+    let labels: Vec<u32> = (0..n as u32).map(|i| i % 3).collect();
     for metric in [DistanceMetric::SqEuclidean, DistanceMetric::Euclidean] {
         for k in [1, 10] {
             let cpu = KnnIndex::new(view(&train, d), metric, Device::Cpu)
                 .unwrap()
                 .search(view(&queries, d), k)
                 .unwrap();
-            let r = KnnIndex::new(view(&train, d), metric, device)
-                .unwrap()
-                .search(view(&queries, d), k)
-                .unwrap();
-            assert_eq!(r.indices, cpu.indices, "{metric} k={k}");
-            assert_eq!(
-                r.distances.mapv(f32::to_bits),
-                cpu.distances.mapv(f32::to_bits)
-            );
-            if tensor_cores() {
-                let p = r.prefilter.expect("the prefilter ran");
-                // The query on the duplicates at least (a random one may reach them too).
-                assert!(p.exact_fallbacks >= 1, "{metric} k={k}: {p:?}");
+            // No limit: one batch; 40 KiB: one or two queries a batch.
+            for limit in [None, Some(40 << 10)] {
+                for dev in [device, set] {
+                    let index = KnnIndex::new(view(&train, d), metric, dev).unwrap();
+                    let r = (index.with_memory_limit(limit))
+                        .search(view(&queries, d), k)
+                        .unwrap();
+                    let case = format!("{metric} k={k} limit {limit:?} {dev}");
+                    assert_eq!(r.indices, cpu.indices, "{case}");
+                    assert_eq!(
+                        r.distances.mapv(f32::to_bits),
+                        cpu.distances.mapv(f32::to_bits),
+                        "{case}"
+                    );
+                    if tensor_cores() {
+                        let p = r.prefilter.expect("the prefilter ran");
+                        // The queries on the duplicates at least (a random one may reach them
+                        // too).
+                        assert!(p.exact_fallbacks >= 2, "{case}: {p:?}");
+                    }
+                }
+                let fit = |dev| {
+                    KnnClassifier::fit(view(&train, d), &labels, k, Weights::Uniform, metric, dev)
+                        .unwrap()
+                        .with_memory_limit(limit)
+                };
+                let (cpu, dev) = (fit(Device::Cpu), fit(device));
+                let q = view(&queries, d);
+                let case = format!("{metric} k={k} limit {limit:?}: votes");
+                assert_eq!(dev.predict(&q).unwrap(), cpu.predict(&q).unwrap(), "{case}");
+                assert_eq!(
+                    dev.predict_proba(&q).unwrap(),
+                    cpu.predict_proba(&q).unwrap(),
+                    "{case}"
+                );
             }
         }
     }

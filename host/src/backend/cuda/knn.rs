@@ -16,14 +16,14 @@ use super::launch::{
     KnnTf32Candidates, KnnTf32Rerank, KnnTf32Scan, KnnTf32Threshold, KnnVote, Pairwise,
     RowNormRoots, RowSqNorms,
 };
-use super::{CudaBackend, arg_u32};
+use super::{CudaBackend, arg_u32, cuda};
 use crate::backend::vocab::{PrefilterReport, Selection, rows_per_block};
 use crate::backend::{
     Backend, BlockSink, Distances, KnnSearch, Neighbours, Votes, split_keys_into,
 };
 use crate::error::{Error, Result};
 use crate::matrix::MatrixView;
-use cudarc::driver::{CudaEvent, CudaSlice, CudaView};
+use cudarc::driver::{CudaEvent, CudaSlice, CudaView, PinnedHostSlice};
 use kernels_gpu::fixed::pow2_f32;
 use kernels_gpu::knn::{MAX_STREAM_K, PairMetric, SELECT_CAP, stream_tile, vote_scale_exponent};
 use kernels_gpu::knn_tf32::candidates::approx_stride;
@@ -333,6 +333,23 @@ struct Output {
     prefilter: Option<PrefilterReport>,
 }
 
+impl Output {
+    /// Overwrites the neighbours of queries `first + i` (`i` in `rows`) with `keys`, `k` a query,
+    /// in whichever form the answer takes (keys, or indices and distances).
+    fn patch_rows(&mut self, k: usize, first: usize, rows: &[usize], keys: &[u64]) {
+        for (row, &i) in keys.chunks_exact(k).zip(rows) {
+            let at = (first + i) * k..(first + i + 1) * k;
+            match &mut self.keys {
+                Some(all) => all[at].copy_from_slice(row),
+                None => {
+                    let indices = &mut self.indices[at.clone()];
+                    split_keys_into(row, indices, &mut self.distances[at]);
+                }
+            }
+        }
+    }
+}
+
 /// `Selection::Auto`'s choices, per (GPU, n, d, k, metric, prefilter).
 type Choices = Mutex<HashMap<(usize, usize, usize, usize, u32, bool), Method>>;
 
@@ -361,6 +378,9 @@ struct Tf32Buffers {
     counts: CudaSlice<u32>,
     cand: CudaSlice<u32>,
     overflow: CudaSlice<u32>,
+    /// Page-locked host copy of `overflow`: its copy is queued, and read once a later download
+    /// has waited for it.
+    flags: PinnedHostSlice<u32>,
     /// The stored approximations, when the plan stores them.
     approx: Option<CudaSlice<f32>>,
 }
@@ -546,8 +566,10 @@ impl CudaKnn {
     /// has them, else indices and distances); with a vote, votes on the device and brings back
     /// classes (and shares) instead. With `tf32` the prefilter runs where
     /// it applies ([`CudaKnn::tf32_plan`]). Steps: [`CudaKnn::plan_batches`],
-    /// [`CudaKnn::batch_buffers`], then per batch [`CudaKnn::search_batch`] (with
-    /// [`CudaKnn::exact_fallback`] for prefilter overflows) and [`CudaKnn::collect_batch`].
+    /// [`CudaKnn::batch_buffers`], then per batch [`CudaKnn::search_batch`] and
+    /// [`CudaKnn::collect_batch`], with [`CudaKnn::exact_fallback`] for prefilter overflows:
+    /// before the vote, which reads the keys on the device, else after the keys have come back
+    /// (their download is the batch's one wait) into the answer's rows.
     fn run(&self, job: SearchJob<'_, '_>, tf32: bool, mut output: Output) -> Result<Output> {
         arg_u32(job.k, "k")?;
         if let Some(ready) = &self.ready {
@@ -582,6 +604,10 @@ impl CudaKnn {
                 self.search_batch(&job, plan.as_ref(), &mut bufs, first, r, report.as_mut())?;
             }
             self.collect_batch(&job, &mut bufs, first, r, &mut output)?;
+            if let (None, Some(tf32), Some(rep)) = (job.vote, &bufs.tf32, report.as_mut()) {
+                let (over, keys) = self.exact_fallback(&job, first, r, &tf32.flags, rep)?;
+                output.patch_rows(job.k, first, &over, &keys);
+            }
             first += r;
         }
         output.prefilter = report;
@@ -646,6 +672,7 @@ impl CudaKnn {
                     counts: gpu.uninit::<u32>(rows, "candidate counts")?,
                     cand: gpu.uninit::<u32>(rows * TF32_CAP, "candidates")?,
                     overflow: gpu.uninit::<u32>(rows, "overflow flags")?,
+                    flags: gpu.pinned::<u32>(rows, "overflow flags")?,
                     approx: match p.store {
                         true => Some(gpu.uninit(rows * approx_stride(n), "approximations")?),
                         false => None,
@@ -695,8 +722,9 @@ impl CudaKnn {
     }
 
     /// Batch: copies queries `first..first + r` in, queues their norms, then their search into
-    /// `bufs.best` by the prefilter (`plan`; overflows take [`CudaKnn::exact_fallback`]), the
-    /// streaming selection or the row sort.
+    /// `bufs.best` by the prefilter (`plan`; with a vote, its overflows take
+    /// [`CudaKnn::exact_fallback`] here, else after the answer's download), the streaming
+    /// selection or the row sort.
     fn search_batch(
         &self,
         job: &SearchJob<'_, '_>,
@@ -736,15 +764,16 @@ impl CudaKnn {
                     method,
                     &mut bufs.best,
                 )?;
-                let flags = gpu.download(&tf32.overflow, r, "overflow flags")?;
-                let over: Vec<usize> = (0..r).filter(|&i| flags[i] != 0).collect();
-                if !over.is_empty() {
-                    self.exact_fallback(job, first, &over, &mut bufs.best)?;
-                }
+                gpu.queue_download(&tf32.overflow, r, &mut tf32.flags, "overflow flags")?;
                 let rep = report.expect("report");
                 rep.queries += r;
-                rep.exact_fallbacks += over.len();
                 rep.stored += if p.store { r } else { 0 };
+                if job.vote.is_some() {
+                    let (over, keys) = self.exact_fallback(job, first, r, &tf32.flags, rep)?;
+                    for (row, &i) in keys.chunks_exact(k).zip(&over) {
+                        gpu.write_at(row, &mut bufs.best, i * k, "neighbour keys")?;
+                    }
+                }
                 Ok(())
             }
             (None, Method::KMin | Method::Bitonic | Method::Radix) => {
@@ -771,20 +800,30 @@ impl CudaKnn {
         }
     }
 
-    /// Fallback: the batch's queries `over` (counted from `first`) had too many prefilter
-    /// candidates; searches them again on the exact path (a recursive [`CudaKnn::run`] without
-    /// the prefilter) and writes their keys into their rows of `best`.
+    /// Fallback: the batch's queries (`r` from `first`) whose flags say they had too many
+    /// prefilter candidates (read from the flags' queued copy, which this waits for), counted in
+    /// `report` and searched again on the exact path (a recursive [`CudaKnn::run`] without the
+    /// prefilter). Returns their rows in the batch and their keys, `k` a query.
     fn exact_fallback(
         &self,
         job: &SearchJob<'_, '_>,
         first: usize,
-        over: &[usize],
-        best: &mut CudaSlice<u64>,
-    ) -> Result<()> {
+        r: usize,
+        flags: &PinnedHostSlice<u32>,
+        report: &mut PrefilterReport,
+    ) -> Result<(Vec<usize>, Vec<u64>)> {
+        let flags = flags
+            .as_slice()
+            .map_err(|e| cuda("reading the overflow flags", e))?;
+        let over: Vec<usize> = (0..r).filter(|&i| flags[i] != 0).collect();
+        report.exact_fallbacks += over.len();
+        if over.is_empty() {
+            return Ok((over, Vec::new()));
+        }
         let (d, k) = (self.d, job.k);
         let rows_of = job.queries.as_slice();
         let mut sub = Vec::with_capacity(over.len() * d);
-        for &i in over {
+        for &i in &over {
             sub.extend_from_slice(&rows_of[(first + i) * d..(first + i + 1) * d]);
         }
         let view = MatrixView::new(&sub, over.len(), d)?;
@@ -797,11 +836,7 @@ impl CudaKnn {
             false,
             keys,
         )?;
-        let keys = exact.keys.unwrap_or_default();
-        for (row, &i) in keys.chunks_exact(k).zip(over) {
-            self.gpu.write_at(row, best, i * k, "neighbour keys")?;
-        }
-        Ok(())
+        Ok((over, exact.keys.unwrap_or_default()))
     }
 
     /// The streaming search of a batch of `r` queries: distances to `TILES_PER_LAUNCH` tiles of
