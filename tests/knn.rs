@@ -760,6 +760,71 @@ fn sanitize_batched_search_matches_cpu() {
     }
 }
 
+/// One index searched again and again (its buffers kept from one search to the next): the same
+/// shape twice, another k, the first again, and (with the full shapes) the whole-row sort; in
+/// one batch and in several; with the prefilter (squared Euclidean) and without (L1); then a
+/// classifier's votes twice and its shares. Every answer is the CPU's.
+fn repeated_against_cpu(device: Device, small: bool) {
+    let (n, m, d) = if small {
+        (700, 40, 5)
+    } else {
+        (20_000, 900, 32)
+    };
+    let train = uniform(n, d, 101);
+    let queries = uniform(m, d, 102);
+    let mut ks = vec![10, 10, 3, 10];
+    if !small {
+        ks.extend([2100, 2100, 10]);
+    }
+    for metric in [DistanceMetric::SqEuclidean, DistanceMetric::L1] {
+        let cpu = KnnIndex::new(view(&train, d), metric, Device::Cpu).unwrap();
+        for limit in [None, Some((m / 3) * (20 << 10))] {
+            let index = KnnIndex::new(view(&train, d), metric, device)
+                .unwrap()
+                .with_memory_limit(limit);
+            for &k in &ks {
+                let (want, got) = (
+                    cpu.search(view(&queries, d), k).unwrap(),
+                    index.search(view(&queries, d), k).unwrap(),
+                );
+                let case = format!("{metric} limit {limit:?} k={k}");
+                assert_eq!(got.indices, want.indices, "{case}");
+                assert_eq!(got.distances, want.distances, "{case}");
+            }
+        }
+        let labels: Vec<u32> = (0..n as u32).map(|i| (i * 7) % 5).collect();
+        let fit = |dev| {
+            KnnClassifier::fit(view(&train, d), &labels, 9, Weights::Distance, metric, dev).unwrap()
+        };
+        let (cpu, dev) = (fit(Device::Cpu), fit(device));
+        let q = view(&queries, d);
+        let want = cpu.predict(&q).unwrap();
+        assert_eq!(dev.predict(&q).unwrap(), want, "{metric}: votes");
+        assert_eq!(dev.predict(&q).unwrap(), want, "{metric}: votes again");
+        let proba = cpu.predict_proba(&q).unwrap();
+        assert_eq!(dev.predict_proba(&q).unwrap(), proba, "{metric}: shares");
+        assert_eq!(
+            dev.predict(&q).unwrap(),
+            want,
+            "{metric}: votes after shares"
+        );
+    }
+}
+
+#[test]
+fn gpu_repeated_searches_match_cpu() {
+    if let Some(device) = gpu("gpu_repeated_searches_match_cpu") {
+        repeated_against_cpu(device, false);
+    }
+}
+
+#[test]
+fn sanitize_repeated_searches_match_cpu() {
+    if let Some(device) = gpu("sanitize_repeated_searches_match_cpu") {
+        repeated_against_cpu(device, true);
+    }
+}
+
 fn classify_against_cpu(device: Device, small: bool) {
     let (per, nq) = if small { (30, 25) } else { (400, 2000) };
     let (train, labels) = blobs(5, per, 4, 41);

@@ -62,11 +62,12 @@ const PREPARE_BESIDE_BYTES: usize = 1 << 20;
 const STORE_MIN_ROWS: usize = 256;
 
 impl CudaBackend {
-    /// Bytes a call may use: `max_bytes`, else a share of what the driver reports free.
-    fn budget(&self, max_bytes: Option<usize>) -> Result<usize> {
+    /// Bytes a call may use: `max_bytes`, else a share of what the driver reports free plus the
+    /// `held` bytes of buffers that the call may free before it allocates.
+    fn budget(&self, max_bytes: Option<usize>, held: usize) -> Result<usize> {
         match max_bytes {
             Some(b) => Ok(b),
-            None => Ok((self.memory()?.0 as f64 * FREE_SHARE) as usize),
+            None => Ok(((self.memory()?.0 + held) as f64 * FREE_SHARE) as usize),
         }
     }
 }
@@ -130,7 +131,7 @@ impl Distances for CudaBackend {
             .launch(self)?;
         }
         // A block fits the caller's limit and the device's free memory (rows of A, norms, out).
-        let device_rows = self.budget(None)? / (4 * (n + d + 1));
+        let device_rows = self.budget(None, 0)? / (4 * (n + d + 1));
         let rows = rows_per_block(m, n, max_bytes, usize::MAX)
             .min(device_rows.max(1))
             .min(MAX_BATCH_ROWS * 64);
@@ -250,6 +251,7 @@ impl CudaKnn {
             row_weights: None,
             classes: 0,
             prefilter: tensor_cores,
+            spare: Mutex::default(),
         })
     }
 }
@@ -273,10 +275,15 @@ pub(crate) struct CudaKnn {
     classes: usize,
     /// Whether the TF32 prefilter may run (tensor cores present and not forbidden).
     prefilter: bool,
+    /// The device buffers of the last search to finish, kept for the next search of the same
+    /// shape. A search takes them out while it runs, so concurrent and nested searches (the
+    /// exact fallback, `Auto`'s timings) never share a set.
+    spare: Mutex<Option<(BatchShape, BatchBuffers)>>,
 }
 
 impl Drop for CudaKnn {
     fn drop(&mut self) {
+        // The fields, the spare buffers among them, free their device memory after this.
         self.gpu.bind_for_drop();
     }
 }
@@ -412,6 +419,21 @@ impl<'a, 'q> SearchJob<'a, 'q> {
     }
 }
 
+/// What sizes the buffers of a search ([`BatchBuffers`]): searches of one shape on an index can
+/// use the same set.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct BatchShape {
+    /// Queries per batch.
+    rows: usize,
+    k: usize,
+    /// Whole rows sorted (`Method::Sort`) rather than streamed in tiles.
+    sort: bool,
+    /// The prefilter's group keys per query and whether it stores approximations.
+    tf32: Option<(usize, bool)>,
+    /// A vote's class shares per query (0 without them); `None`: no vote.
+    vote: Option<usize>,
+}
+
 /// Device buffers of a search, sized for its batch of queries.
 struct BatchBuffers {
     /// The batch's query rows and their squared norms.
@@ -428,6 +450,29 @@ struct BatchBuffers {
     shares: Option<CudaSlice<f32>>,
     /// The prefilter's buffers, when it runs.
     tf32: Option<Tf32Buffers>,
+}
+
+impl BatchBuffers {
+    /// Device memory the set holds, in bytes.
+    fn device_bytes(&self) -> usize {
+        let bytes = |b: Option<usize>| b.unwrap_or(0);
+        let tf32 = self.tf32.as_ref().map(|t| {
+            t.gkeys.num_bytes()
+                + t.t_sq.num_bytes()
+                + t.counts.num_bytes()
+                + t.cand.num_bytes()
+                + t.overflow.num_bytes()
+                + bytes(t.approx.as_ref().map(CudaSlice::num_bytes))
+        });
+        self.q.num_bytes()
+            + self.q_norms.num_bytes()
+            + self.best.num_bytes()
+            + self.dist.num_bytes()
+            + bytes(self.sort_keys.as_ref().map(CudaSlice::num_bytes))
+            + bytes(self.pred.as_ref().map(CudaSlice::num_bytes))
+            + bytes(self.shares.as_ref().map(CudaSlice::num_bytes))
+            + bytes(tf32)
+    }
 }
 
 fn choices() -> &'static Choices {
@@ -566,17 +611,35 @@ impl CudaKnn {
     /// has them, else indices and distances); with a vote, votes on the device and brings back
     /// classes (and shares) instead. With `tf32` the prefilter runs where
     /// it applies ([`CudaKnn::tf32_plan`]). Steps: [`CudaKnn::plan_batches`],
-    /// [`CudaKnn::batch_buffers`], then per batch [`CudaKnn::search_batch`] and
-    /// [`CudaKnn::collect_batch`], with [`CudaKnn::exact_fallback`] for prefilter overflows:
-    /// before the vote, which reads the keys on the device, else after the keys have come back
-    /// (their download is the batch's one wait) into the answer's rows.
+    /// [`CudaKnn::batch_buffers`] (or the spare set of the last search of the same shape), then
+    /// per batch [`CudaKnn::search_batch`] and [`CudaKnn::collect_batch`], with
+    /// [`CudaKnn::exact_fallback`] for prefilter overflows: before the vote, which reads the keys
+    /// on the device, else after the keys have come back (their download is the batch's one
+    /// wait) into the answer's rows.
     fn run(&self, job: SearchJob<'_, '_>, tf32: bool, mut output: Output) -> Result<Output> {
         arg_u32(job.k, "k")?;
         if let Some(ready) = &self.ready {
             self.gpu.wait_for(ready)?;
         }
-        let (rows, plan) = self.plan_batches(&job, tf32)?;
-        let mut bufs = self.batch_buffers(&job, rows, plan.as_ref())?;
+        // The spare set's memory counts as free to the plan: it is reused, or freed before the
+        // new set is made.
+        let spare = self.spare.lock().unwrap().take();
+        let held = spare.as_ref().map_or(0, |(_, bufs)| bufs.device_bytes());
+        let (rows, plan) = self.plan_batches(&job, tf32, held)?;
+        let shape = BatchShape {
+            rows,
+            k: job.k,
+            sort: job.method == Method::Sort,
+            tf32: plan.map(|p| (p.ldg, p.store)),
+            vote: (job.vote).map(|v| if v.proba { self.classes.max(1) } else { 0 }),
+        };
+        let mut bufs = match spare {
+            Some((spare_shape, bufs)) if spare_shape == shape => bufs,
+            other => {
+                drop(other);
+                self.batch_buffers(&shape)?
+            }
+        };
         let mut report = plan.map(|_| PrefilterReport::default());
         let m = job.queries.rows();
         let len = m * job.k;
@@ -611,15 +674,20 @@ impl CudaKnn {
             first += r;
         }
         output.prefilter = report;
+        // A set that another search put back meanwhile is freed outside the lock.
+        let replaced = self.spare.lock().unwrap().replace((shape, bufs));
+        drop(replaced);
         Ok(output)
     }
 
     /// Plan: the queries per batch under the memory budget, and the prefilter's plan (with its
     /// training tiles per scan block for that batch) when `tf32` asks for it and it applies.
+    /// `held`: device bytes that the search may free first (see [`CudaBackend::budget`]).
     fn plan_batches(
         &self,
         job: &SearchJob<'_, '_>,
         tf32: bool,
+        held: usize,
     ) -> Result<(usize, Option<Tf32Plan>)> {
         let (k, method) = (job.k, job.method);
         let plan = if tf32 {
@@ -627,7 +695,7 @@ impl CudaKnn {
         } else {
             None
         };
-        let budget = self.gpu.budget(job.max_bytes)?;
+        let budget = self.gpu.budget(job.max_bytes, held)?;
         let m = job.queries.rows().min(MAX_BATCH_ROWS);
         let rows_of = |p: Option<&Tf32Plan>| {
             (budget / self.bytes_per_row(k, method, job.vote, p)).clamp(1, m)
@@ -649,31 +717,29 @@ impl CudaKnn {
         Ok((rows, plan))
     }
 
-    /// The device buffers of a search, sized for batches of `rows` queries.
-    fn batch_buffers(
-        &self,
-        job: &SearchJob<'_, '_>,
-        rows: usize,
-        plan: Option<&Tf32Plan>,
-    ) -> Result<BatchBuffers> {
+    /// The device buffers of a search of `shape`. A set serves batch after batch of a search,
+    /// then later searches of the same shape on this index, which are more batches to it: each
+    /// buffer is written for a batch's rows before they are read (below, and the SAFETY notes).
+    /// `q_norms` keeps its zeros where the metric takes no norms, which for an index is always
+    /// or never; the zeros of the others are never read.
+    fn batch_buffers(&self, shape: &BatchShape) -> Result<BatchBuffers> {
         let gpu = &*self.gpu;
-        let (d, n, k) = (self.d, self.n, job.k);
-        let c = self.classes.max(1);
-        let tf32 = match plan {
+        let (d, n, k, rows) = (self.d, self.n, shape.k, shape.rows);
+        let tf32 = match shape.tf32 {
             // SAFETY: every buffer is written for a batch's rows before it is read: the group
             // keys by the first scan, thresholds and (cleared) counts by the threshold kernel,
             // the candidates that the re-rank reads (the first `counts` of a row) by the second
             // scan or `knn_tf32_candidates`, the overflow flags by the re-rank, the stored
             // approximations of a batch's rows by the first scan.
-            Some(p) => Some(unsafe {
+            Some((ldg, store)) => Some(unsafe {
                 Tf32Buffers {
-                    gkeys: gpu.uninit::<u64>(rows * p.ldg, "group keys")?,
+                    gkeys: gpu.uninit::<u64>(rows * ldg, "group keys")?,
                     t_sq: gpu.uninit::<f32>(rows, "thresholds")?,
                     counts: gpu.uninit::<u32>(rows, "candidate counts")?,
                     cand: gpu.uninit::<u32>(rows * TF32_CAP, "candidates")?,
                     overflow: gpu.uninit::<u32>(rows, "overflow flags")?,
                     flags: gpu.pinned::<u32>(rows, "overflow flags")?,
-                    approx: match p.store {
+                    approx: match store {
                         true => Some(gpu.uninit(rows * approx_stride(n), "approximations")?),
                         false => None,
                     },
@@ -690,25 +756,23 @@ impl CudaKnn {
             )
         };
         let q_norms = gpu.zeros::<f32>(rows, "query norms")?;
-        let (dist, sort_keys) = match job.method {
-            _ if plan.is_some() => (gpu.zeros::<f32>(1, "distances")?, None),
-            Method::KMin | Method::Bitonic | Method::Radix => (
+        let (dist, sort_keys) = match (shape.tf32, shape.sort) {
+            (Some(_), _) => (gpu.zeros::<f32>(1, "distances")?, None),
+            (None, false) => (
                 gpu.zeros::<f32>(rows * stream_tile(k) * TILES_PER_LAUNCH, "distances")?,
                 None,
             ),
-            Method::Sort => (
+            (None, true) => (
                 gpu.zeros::<f32>(rows * n, "distances")?,
                 Some(gpu.zeros::<u64>(rows * n.next_power_of_two(), "sort keys")?),
             ),
         };
-        let pred = match job.vote {
-            Some(_) => Some(gpu.zeros::<u32>(rows, "predicted classes")?),
-            None => None,
-        };
-        let shares = match job.vote {
-            Some(v) if v.proba => Some(gpu.zeros::<f32>(rows * c, "class shares")?),
-            _ => None,
-        };
+        let pred = (shape.vote)
+            .map(|_| gpu.zeros::<u32>(rows, "predicted classes"))
+            .transpose()?;
+        let shares = (shape.vote.filter(|&c| c > 0))
+            .map(|c| gpu.zeros::<f32>(rows * c, "class shares"))
+            .transpose()?;
         Ok(BatchBuffers {
             q,
             q_norms,
