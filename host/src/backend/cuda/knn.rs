@@ -49,7 +49,7 @@ const TILES_PER_LAUNCH: usize = 4;
 /// so that a faster selection shows through the search's fixed costs (with 128, S512's choice
 /// went either way from one process to the next, the radix one being 57 µs to bitonic's 151).
 const AUTO_SAMPLE_ROWS: usize = 512;
-/// Timed rounds (after one warm-up) of each selection for `Selection::Auto`.
+/// Timed rounds (after one warm-up) of each way of searching for `Selection::Auto`.
 const AUTO_TIMED_ROUNDS: usize = 3;
 /// Most training rows for which the prefilter stores its approximations (1 MiB a query) and
 /// reads them back for the candidates instead of a second tensor-core scan.
@@ -302,6 +302,17 @@ enum Method {
     Sort,
 }
 
+/// A search's way through: the selection method, and whether the prefilter runs where it
+/// applies (`Selection::Auto` times both ways).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Path {
+    method: Method,
+    prefilter: bool,
+}
+
+/// The streaming selections that `Selection::Auto` times.
+const STREAMING: [Method; 3] = [Method::KMin, Method::Bitonic, Method::Radix];
+
 impl Method {
     fn reported(self) -> Selection {
         match self {
@@ -357,8 +368,8 @@ impl Output {
     }
 }
 
-/// `Selection::Auto`'s choices, per (GPU, n, d, k, metric, prefilter).
-type Choices = Mutex<HashMap<(usize, usize, usize, usize, u32, bool), Method>>;
+/// `Selection::Auto`'s choices, per (GPU, n, d, k, metric, prefilter allowed).
+type Choices = Mutex<HashMap<(usize, usize, usize, usize, u32, bool), Path>>;
 
 /// Launch plan of the TF32 prefilter for one index and k.
 #[derive(Clone, Copy, Debug)]
@@ -369,8 +380,6 @@ struct Tf32Plan {
     ldg: usize,
     /// Dimensions of the staged query tile.
     xc: usize,
-    /// Dynamic shared memory of a scan block.
-    shared: usize,
     /// Training tiles per scan block.
     tiles: usize,
     /// Whether the first scan stores its approximations for `knn_tf32_candidates` (rows of
@@ -489,22 +498,30 @@ fn zeroed<T: Copy + Default + Send + Sync>(len: usize) -> Vec<T> {
 }
 
 impl CudaKnn {
-    /// The method for `selection` and `k`: `Auto` times the three streaming selections on a
-    /// sample of the queries the first time a shape is searched.
-    fn method(
+    /// The path for `selection` and `k`: `Auto` times the three streaming selections, with the
+    /// prefilter and (where it applies) without it, on a sample of the queries the first time a
+    /// shape is searched; the exact path is the faster one where the prefilter's tiles or its
+    /// exact stage cost more than they save.
+    fn path(
         &self,
         queries: &MatrixView<'_>,
         k: usize,
         selection: Selection,
         max_bytes: Option<usize>,
-    ) -> Result<Method> {
+    ) -> Result<Path> {
+        let fixed = |method| {
+            Ok(Path {
+                method,
+                prefilter: true,
+            })
+        };
         if k > MAX_STREAM_K {
-            return Ok(Method::Sort);
+            return fixed(Method::Sort);
         }
         match selection {
-            Selection::KMin => return Ok(Method::KMin),
-            Selection::Bitonic => return Ok(Method::Bitonic),
-            Selection::Radix => return Ok(Method::Radix),
+            Selection::KMin => return fixed(Method::KMin),
+            Selection::Bitonic => return fixed(Method::Bitonic),
+            Selection::Radix => return fixed(Method::Radix),
             Selection::Auto => {}
         }
         let shape = (
@@ -515,27 +532,40 @@ impl CudaKnn {
             self.metric.id(),
             self.prefilter,
         );
-        if let Some(&m) = choices().lock().unwrap().get(&shape) {
-            return Ok(m);
+        if let Some(&p) = choices().lock().unwrap().get(&shape) {
+            return Ok(p);
         }
         let rows = queries.rows().min(AUTO_SAMPLE_ROWS);
         let sample = MatrixView::new(&queries.as_slice()[..rows * self.d], rows, self.d)?;
-        let mut best = (f64::INFINITY, Method::KMin);
-        // The first round warms both paths up; the fastest of the timed rounds counts (a sample
+        let ways = if self.tf32_plan(k, Method::KMin).is_some() {
+            &[true, false][..]
+        } else {
+            &[true][..]
+        };
+        let mut paths: Vec<Path> = (ways.iter())
+            .flat_map(|&prefilter| STREAMING.map(|method| Path { method, prefilter }))
+            .collect();
+        let mut best = (f64::INFINITY, paths[0]);
+        // The first round warms every path up; the fastest of the timed rounds counts (a sample
         // search is short, and one timing of it is at the mercy of host-side jitter).
         for round in 0..=AUTO_TIMED_ROUNDS {
-            for method in [Method::KMin, Method::Bitonic, Method::Radix] {
+            let mut times = Vec::with_capacity(paths.len());
+            for &path in &paths {
                 let ms = self.gpu.time_ms(&mut || {
-                    self.run(
-                        SearchJob::new(&sample, k, method, max_bytes),
-                        true,
-                        Output::default(),
-                    )
-                    .map(|_| ())
+                    let job = SearchJob::new(&sample, k, path.method, max_bytes);
+                    self.run(job, path.prefilter, Output::default()).map(|_| ())
                 })?;
+                times.push(ms);
                 if round > 0 && ms < best.0 {
-                    best = (ms, method);
+                    best = (ms, path);
                 }
+            }
+            if round == 0 {
+                // Paths over twice as slow as the fastest warm-up are not timed again: on a
+                // large index the exact path takes many times the prefilter's time.
+                let fastest = times.iter().copied().fold(f64::INFINITY, f64::min);
+                let mut kept = times.iter().map(|&ms| ms <= 2.0 * fastest);
+                paths.retain(|_| kept.next().unwrap_or(false));
             }
         }
         choices().lock().unwrap().insert(shape, best.1);
@@ -553,22 +583,21 @@ impl CudaKnn {
             .into_iter()
             .map(|c| tf32_xc(self.d, c))
             .find(|&c| tf32_scan_shared_bytes(c) <= max_shared)?;
-        let shared = tf32_scan_shared_bytes(xc);
         Some(Tf32Plan {
             group,
             ldg: tf32_groups_per_row(self.n, group),
             xc,
-            shared,
             tiles: 1,
             store: false,
         })
     }
 
     /// Training tiles per scan block for a batch of `rows` queries: the fewest waves × tiles
-    /// (plus one for staging the queries) over the multiprocessors.
-    fn tf32_tiles(&self, plan: &Tf32Plan, rows: usize) -> usize {
-        let per_sm = ((self.gpu.max_shared_per_block() + 1024) / (plan.shared + 1024)).clamp(1, 2);
-        let slots = self.gpu.multiprocessors().max(1) * per_sm;
+    /// (plus one for staging the queries) over the multiprocessors, one block each (a block's
+    /// 8 warps at 255 registers fill a multiprocessor's register file, whatever its shared
+    /// memory).
+    fn tf32_tiles(&self, rows: usize) -> usize {
+        let slots = self.gpu.multiprocessors().max(1);
         let (row_tiles, col_tiles) = (rows.div_ceil(TF32_ROWS), self.n.div_ceil(TF32_COLS));
         let cost = |t: usize| (row_tiles * col_tiles.div_ceil(t)).div_ceil(slots) * (t + 1);
         (1..=col_tiles).min_by_key(|&t| (cost(t), t)).unwrap_or(1)
@@ -711,7 +740,7 @@ impl CudaKnn {
         });
         let rows = rows_of(plan.as_ref());
         let plan = plan.map(|p| Tf32Plan {
-            tiles: self.tf32_tiles(&p, rows),
+            tiles: self.tf32_tiles(rows),
             ..p
         });
         Ok((rows, plan))
@@ -1232,16 +1261,16 @@ impl KnnSearch for CudaKnn {
         selection: Selection,
         max_bytes: Option<usize>,
     ) -> Result<Neighbours> {
-        let method = self.method(queries, k, selection, max_bytes)?;
+        let path = self.path(queries, k, selection, max_bytes)?;
         let out = self.run(
-            SearchJob::new(queries, k, method, max_bytes),
-            true,
+            SearchJob::new(queries, k, path.method, max_bytes),
+            path.prefilter,
             Output::default(),
         )?;
         Ok(Neighbours {
             indices: out.indices,
             distances: out.distances,
-            selection: method.reported(),
+            selection: path.method.reported(),
             prefilter: out.prefilter,
         })
     }
@@ -1254,15 +1283,16 @@ impl KnnSearch for CudaKnn {
         max_bytes: Option<usize>,
         keys: &mut Vec<u64>,
     ) -> Result<(Selection, Option<PrefilterReport>)> {
-        let method = self.method(queries, k, selection, max_bytes)?;
+        let path = self.path(queries, k, selection, max_bytes)?;
         keys.clear();
         let output = Output {
             keys: Some(std::mem::take(keys)),
             ..Output::default()
         };
-        let out = self.run(SearchJob::new(queries, k, method, max_bytes), true, output)?;
+        let job = SearchJob::new(queries, k, path.method, max_bytes);
+        let out = self.run(job, path.prefilter, output)?;
         *keys = out.keys.unwrap_or_default();
-        Ok((method.reported(), out.prefilter))
+        Ok((path.method.reported(), out.prefilter))
     }
 
     fn set_prefilter(&mut self, allowed: bool) {
@@ -1289,12 +1319,12 @@ impl KnnSearch for CudaKnn {
         weighted: bool,
         proba: bool,
     ) -> Result<Votes> {
-        let method = self.method(queries, k, selection, max_bytes)?;
+        let path = self.path(queries, k, selection, max_bytes)?;
         let job = SearchJob {
             vote: Some(VoteJob { weighted, proba }),
-            ..SearchJob::new(queries, k, method, max_bytes)
+            ..SearchJob::new(queries, k, path.method, max_bytes)
         };
-        let out = self.run(job, true, Output::default())?;
+        let out = self.run(job, path.prefilter, Output::default())?;
         Ok(Votes {
             classes: out.classes,
             proba: out.proba,
