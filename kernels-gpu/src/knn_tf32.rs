@@ -91,6 +91,16 @@ pub const fn tf32_scan_shared_bytes(xc: usize) -> usize {
     (TF32_ROWS * xc + TF32_STAGES * TF32_COLS * SCAN_ROW_STRIDE) * 4
 }
 
+/// Training chunks in the ring of sm_90a's `knn_tf32_scan_wg`.
+pub const WG_STAGES: usize = 5;
+/// Bytes of one of its staged chunks (`TF32_COLS` rows × `SCAN_CHUNK_DIMS`, no padding).
+pub const WG_CHUNK_BYTES: usize = TF32_COLS * SCAN_CHUNK_DIMS * 4;
+
+/// Dynamic shared memory of a `knn_tf32_scan_wg` block whose query tile holds `xc` dimensions.
+pub const fn wg_scan_shared_bytes(xc: usize) -> usize {
+    TF32_ROWS * xc * 4 + WG_STAGES * WG_CHUNK_BYTES
+}
+
 /// Words of one A fragment group of the staged query tile: 32 lanes × 4.
 const FRAGMENT_WORDS: usize = 128;
 
@@ -571,6 +581,10 @@ mod entry {
 /// `backend::cpu::knn::CpuKnn::nearest`.
 pub const KNN_TF32_SCAN: Kernel = Kernel::sm80("knn_tf32_scan", 20);
 
+/// The `knn_tf32_scan_wg` entry point (in `scan_wgmma`, built for sm_90a only): `knn_tf32_scan`
+/// on warpgroup `mma`, for `d % 4 == 0`. CPU twin: `backend::cpu::knn::CpuKnn::nearest`.
+pub const KNN_TF32_SCAN_WG: Kernel = Kernel::sm90a("knn_tf32_scan_wg", 20);
+
 /// Blocks of `knn_tf32_scan` for `m` queries against `n` training rows, `tiles` training tiles
 /// per block: every query tile × every run of `tiles` training tiles.
 pub const fn tf32_scan_grid(m: usize, n: usize, tiles: usize) -> usize {
@@ -581,6 +595,8 @@ pub mod candidates;
 pub mod row_set;
 #[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
 pub mod scan;
+#[cfg(all(target_arch = "nvptx64", target_feature = "sm_90a"))]
+pub mod scan_wgmma;
 
 #[cfg(test)]
 mod tests {

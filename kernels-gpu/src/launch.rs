@@ -11,8 +11,10 @@ pub struct Kernel {
     pub name: &'static str,
     /// Parameters the entry declares; its host launcher pushes exactly these, in order.
     pub params: usize,
-    /// Whether only the sm_80 PTX build has it (the TF32 tensor-core kernels).
+    /// Whether only the sm_80 and later PTX builds have it (the TF32 tensor-core kernels).
     pub sm80_only: bool,
+    /// Whether only the sm_90a build has it (Hopper's warpgroup `mma`).
+    pub sm90a_only: bool,
     /// Blocks of `BLOCK` threads that ptxas must fit on one multiprocessor (`.minnctapersm`,
     /// which `cargo xtask ptx` writes into the PTX: Rust has no `__launch_bounds__`); 0: no bound.
     pub min_blocks_per_sm: u32,
@@ -25,6 +27,7 @@ impl Kernel {
             name,
             params,
             sm80_only: false,
+            sm90a_only: false,
             min_blocks_per_sm: 0,
         }
     }
@@ -35,7 +38,16 @@ impl Kernel {
             name,
             params,
             sm80_only: true,
+            sm90a_only: false,
             min_blocks_per_sm: 0,
+        }
+    }
+
+    /// An entry of the sm_90a build only.
+    pub const fn sm90a(name: &'static str, params: usize) -> Self {
+        Kernel {
+            sm90a_only: true,
+            ..Kernel::sm80(name, params)
         }
     }
 

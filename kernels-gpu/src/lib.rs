@@ -56,6 +56,7 @@
 //! | `knn_tf32_threshold` | `knn_tf32` | `knn_tf32::KnnTf32Threshold` | `backend::cpu::knn::CpuKnn::nearest` (exact) | `knn_tf32.rs` `emulated_threshold_and_rerank` |
 //! | `knn_tf32_rerank` | `knn_tf32` | `knn_tf32::KnnTf32Rerank` | `backend::cpu::knn::CpuKnn::nearest` (exact) | `knn_tf32.rs` `emulated_threshold_and_rerank` |
 //! | `knn_tf32_scan` | `knn_tf32::scan` | `knn_tf32::KnnTf32Scan` | `backend::cpu::knn::CpuKnn::nearest` (exact) | `tests/knn.rs` `gpu_prefilter_matches_cpu` |
+//! | `knn_tf32_scan_wg` | `knn_tf32::scan_wgmma` | `knn_tf32::KnnTf32Scan` | `backend::cpu::knn::CpuKnn::nearest` (exact) | `tests/knn.rs` `gpu_prefilter_matches_cpu` (sm_90) |
 //! | `knn_tf32_candidates` | `knn_tf32::candidates` | `knn_tf32::KnnTf32Candidates` | `backend::cpu::knn::CpuKnn::nearest` (exact) | `candidates.rs` `emulated_candidates`, `tests/knn.rs` `gpu_prefilter_matches_cpu` |
 //! | `knn_vote` | `vote` | `vote::KnnVote` | `backend::cpu::vote::knn_vote` | `vote.rs` `emulated_votes_match_the_reference` |
 //! | `seed_nearest_l2` | `init` | `init::SeedNearest` | `backend::cpu::init::Seeder::seed_nearest` | `tests/init.rs` `gpu_seeding_matches_cpu` |
@@ -115,7 +116,7 @@ mod gpu;
 use launch::Kernel;
 
 /// Every kernel of the PTX builds, in the order of the twin table above.
-pub const KERNELS: [Kernel; 55] = [
+pub const KERNELS: [Kernel; 56] = [
     assign::KMEANS_ASSIGN_L2_WIDE,
     assign::KMEANS_ASSIGN_L2_NARROW,
     assign::KMEANS_ASSIGN_L1_WIDE,
@@ -158,6 +159,7 @@ pub const KERNELS: [Kernel; 55] = [
     knn_tf32::KNN_TF32_THRESHOLD,
     knn_tf32::KNN_TF32_RERANK,
     knn_tf32::KNN_TF32_SCAN,
+    knn_tf32::KNN_TF32_SCAN_WG,
     knn_tf32::candidates::KNN_TF32_CANDIDATES,
     vote::KNN_VOTE,
     init::SEED_NEAREST_L2,
@@ -177,6 +179,8 @@ pub const KERNELS: [Kernel; 55] = [
 mod cp_async;
 #[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
 pub mod mma;
+#[cfg(all(target_arch = "nvptx64", target_feature = "sm_90a"))]
+pub mod wgmma;
 
 #[cfg(target_arch = "nvptx64")]
 #[panic_handler]

@@ -14,7 +14,9 @@ const PACKAGE: &str = "nvidia-cuda-nvcc-cu12";
 const PTXAS_IN_PACKAGE: &str = "nvidia/cuda_nvcc/bin/ptxas";
 
 /// Each cubin: its architecture and the committed PTX it is compiled from (sm_70 and sm_75 from
-/// the sm_70 build; Ampere on from the sm_80 build, which has the tensor-core kernels). A GPU of
+/// the sm_70 build; Ampere and Ada from the sm_80 build, which has the tensor-core kernels;
+/// Hopper from the sm_90a build, which adds the warpgroup ones and runs on compute capability
+/// 9.0 only). A GPU of
 /// another minor version runs the cubin of its major with the highest minor not above its own.
 pub const CUBINS: [(&str, &str); 6] = [
     ("sm_70", "kernels.ptx"),
@@ -22,7 +24,7 @@ pub const CUBINS: [(&str, &str); 6] = [
     ("sm_80", "kernels_sm80.ptx"),
     ("sm_86", "kernels_sm80.ptx"),
     ("sm_89", "kernels_sm80.ptx"),
-    ("sm_90", "kernels_sm80.ptx"),
+    ("sm_90a", "kernels_sm90a.ptx"),
 ];
 
 /// The committed cubin of architecture `arch` (`sm_90` → `host/ptx/kernels_sm90.cubin`).

@@ -13,8 +13,14 @@ use std::process::Command;
 pub const NIGHTLY: &str = "nightly-2026-05-20";
 /// The PTX builds: target-cpu and the file (under `host/ptx/`) the host embeds. The first is the
 /// oldest architecture supported (the driver JIT-compiles it for every later GPU); the second
-/// adds the kernels that need `mma` on TF32 (`cfg(target_feature = "sm_80")`).
-pub const TARGETS: [(&str, &str); 2] = [("sm_70", "kernels.ptx"), ("sm_80", "kernels_sm80.ptx")];
+/// adds the kernels that need `mma` on TF32 (`cfg(target_feature = "sm_80")`); the third, for
+/// Hopper's sm_90a only, adds those on `wgmma` (`cfg(target_feature = "sm_90a")`) and is
+/// compiled to the sm_90 cubin, not embedded as PTX.
+pub const TARGETS: [(&str, &str); 3] = [
+    ("sm_70", "kernels.ptx"),
+    ("sm_80", "kernels_sm80.ptx"),
+    ("sm_90a", "kernels_sm90a.ptx"),
+];
 
 /// Where the host embeds PTX file `file` from.
 pub fn committed_path(file: &str) -> PathBuf {

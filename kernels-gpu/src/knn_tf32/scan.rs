@@ -15,29 +15,81 @@ use crate::mma::{load4, mma, shfl_xor_u64, to_tf32};
 
 const THREADS: usize = TF32_BLOCK as usize;
 
-/// Arguments of the scan.
+/// Arguments of the scan (of `knn_tf32_scan` and of sm_90a's `knn_tf32_scan_wg`).
 #[derive(Clone, Copy)]
-struct Tf32ScanArgs {
-    q: *const f32,
-    q_norms: *const f32,
-    m: usize,
-    x: *const f32,
-    x_norms: *const f32,
-    x_roots: *const f32,
-    n: usize,
-    d: usize,
-    xc: usize,
-    tiles: usize,
-    mode: u32,
-    group: usize,
-    gkeys: *mut u64,
-    ldg: usize,
-    approx: *mut f32,
-    lda: usize,
-    t_sq: *const f32,
-    counts: *mut u32,
-    cand: *mut u32,
-    c1: f32,
+pub(super) struct Tf32ScanArgs {
+    pub q: *const f32,
+    pub q_norms: *const f32,
+    pub m: usize,
+    pub x: *const f32,
+    pub x_norms: *const f32,
+    pub x_roots: *const f32,
+    pub n: usize,
+    pub d: usize,
+    pub xc: usize,
+    pub tiles: usize,
+    pub mode: u32,
+    pub group: usize,
+    pub gkeys: *mut u64,
+    pub ldg: usize,
+    pub approx: *mut f32,
+    pub lda: usize,
+    pub t_sq: *const f32,
+    pub counts: *mut u32,
+    pub cand: *mut u32,
+    pub c1: f32,
+}
+
+impl Tf32ScanArgs {
+    /// The entry's parameters as the body takes them (`d`, `xc`, `tiles` at least their
+    /// smallest valid values, `group` 16 or 64).
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn new(
+        q: *const f32,
+        q_norms: *const f32,
+        m: u32,
+        x: *const f32,
+        x_norms: *const f32,
+        x_roots: *const f32,
+        n: u32,
+        d: u32,
+        xc: u32,
+        tiles: u32,
+        mode: u32,
+        group: u32,
+        gkeys: *mut u64,
+        ldg: u64,
+        approx: *mut f32,
+        lda: u64,
+        t_sq: *const f32,
+        counts: *mut u32,
+        cand: *mut u32,
+        c1: f32,
+    ) -> Self {
+        Tf32ScanArgs {
+            q,
+            q_norms,
+            m: m as usize,
+            x,
+            x_norms,
+            x_roots,
+            n: n as usize,
+            d: (d as usize).max(1),
+            xc: (xc as usize).max(SCAN_CHUNK_DIMS),
+            tiles: (tiles as usize).max(1),
+            mode,
+            group: if group == 16 { 16 } else { 64 },
+            gkeys,
+            ldg: ldg as usize,
+            approx,
+            lda: lda as usize,
+            t_sq,
+            counts,
+            cand,
+            c1,
+        }
+    }
 }
 
 /// The TF32 scan of queries `q` (`m × d`) against training rows `x` (`n × d`), with their
@@ -78,28 +130,10 @@ pub unsafe extern "gpu-kernel" fn knn_tf32_scan(
     cand: *mut u32,
     c1: f32,
 ) {
-    let a = Tf32ScanArgs {
-        q,
-        q_norms,
-        m: m as usize,
-        x,
-        x_norms,
-        x_roots,
-        n: n as usize,
-        d: (d as usize).max(1),
-        xc: (xc as usize).max(SCAN_CHUNK_DIMS),
-        tiles: (tiles as usize).max(1),
-        mode,
-        group: if group == 16 { 16 } else { 64 },
-        gkeys,
-        ldg: ldg as usize,
-        approx,
-        lda: lda as usize,
-        t_sq,
-        counts,
-        cand,
-        c1,
-    };
+    let a = Tf32ScanArgs::new(
+        q, q_norms, m, x, x_norms, x_roots, n, d, xc, tiles, mode, group, gkeys, ldg, approx, lda,
+        t_sq, counts, cand, c1,
+    );
     if a.d % 4 == 0 {
         unsafe { run::<true>(a) }
     } else {
@@ -182,7 +216,7 @@ unsafe fn run<const VEC: bool>(a: Tf32ScanArgs) {
             commit();
         }
     }
-    unsafe { stage_queries(t, vec, a.q, a.m, d, first_row, 0, dp, xc, xs) };
+    unsafe { stage_queries(t, vec, a.q, a.m, d, first_row, 0, dp, xc, xs, query_word) };
 
     // Positions advance by one chunk per step (no 64-bit divisions in the loop): step `s` is
     // chunk `kc` of tile `tile`, dimension chunk `slice_chunk` of the staged query slice; the
@@ -211,6 +245,7 @@ unsafe fn run<const VEC: bool>(a: Tf32ScanArgs) {
                     dp,
                     xc,
                     xs,
+                    query_word,
                 )
             };
         }
@@ -362,14 +397,15 @@ unsafe fn epilogue(
 }
 
 /// Stores dimensions `j0..j0 + min(xc, dp − j0)` of query rows `first..first + TF32_ROWS` of `src`,
-/// rounded to TF32, into the tile `xs` in fragment order ([`query_word`]); zeros past `total`
+/// rounded to TF32, into the tile `xs` at `word(row, dim, xc)` (the `mma` fragment order of
+/// [`query_word`], or sm_90a's core matrices); zeros past `total`
 /// and `d`. Plain loads and stores: the tile is staged once per block (or per slice).
 ///
 /// # Safety
 /// `src` holds `total × d` values (16-byte aligned rows with `vec`); `xs` holds `TF32_ROWS × xc` words.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn stage_queries(
+pub(super) unsafe fn stage_queries(
     t: usize,
     vec: bool,
     src: *const f32,
@@ -380,6 +416,7 @@ unsafe fn stage_queries(
     dp: usize,
     xc: usize,
     xs: *mut u32,
+    word: impl Fn(usize, usize, usize) -> usize,
 ) {
     #[repr(C, align(16))]
     #[derive(Clone, Copy)]
@@ -411,7 +448,7 @@ unsafe fn stage_queries(
             if e < total_words {
                 let (r, jj) = (e / per_row, (e % per_row) * w);
                 for (i, &v) in v.iter().enumerate().take(w) {
-                    unsafe { *xs.add(query_word(r, jj + i, xc)) = to_tf32(v) };
+                    unsafe { *xs.add(word(r, jj + i, xc)) = to_tf32(v) };
                 }
             }
         }

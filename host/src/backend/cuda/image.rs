@@ -30,7 +30,8 @@ struct Cubin {
     bytes: &'static [u8],
 }
 
-/// The cubins, compiled by `cargo xtask ptx` (sm_7x from the sm_70 PTX, the rest from sm_80's).
+/// The cubins, compiled by `cargo xtask ptx` (sm_7x from the sm_70 PTX, sm_80 … sm_89 from
+/// sm_80's, sm_90 from the sm_90a build, which adds Hopper's warpgroup kernels).
 /// A static, not a const: one copy of the 8 MB in the binary, whatever uses it.
 static CUBINS: [Cubin; 6] = [
     cubin(70, include_bytes!("../../../ptx/kernels_sm70.cubin")),
@@ -38,7 +39,7 @@ static CUBINS: [Cubin; 6] = [
     cubin(80, include_bytes!("../../../ptx/kernels_sm80.cubin")),
     cubin(86, include_bytes!("../../../ptx/kernels_sm86.cubin")),
     cubin(89, include_bytes!("../../../ptx/kernels_sm89.cubin")),
-    cubin(90, include_bytes!("../../../ptx/kernels_sm90.cubin")),
+    cubin(90, include_bytes!("../../../ptx/kernels_sm90a.cubin")),
 ];
 
 const fn cubin(sm: i32, bytes: &'static [u8]) -> Cubin {

@@ -28,8 +28,9 @@ use kernels_gpu::fixed::pow2_f32;
 use kernels_gpu::knn::{MAX_STREAM_K, PairMetric, SELECT_CAP, stream_tile, vote_scale_exponent};
 use kernels_gpu::knn_tf32::candidates::approx_stride;
 use kernels_gpu::knn_tf32::{
-    SCAN_CANDIDATES, SCAN_GROUPS, TF32_CAP, TF32_COLS, TF32_ROWS, bound_coefficient, tf32_group,
-    tf32_groups_per_row, tf32_metric, tf32_scan_shared_bytes, tf32_xc,
+    KNN_TF32_SCAN_WG, SCAN_CANDIDATES, SCAN_GROUPS, TF32_CAP, TF32_COLS, TF32_ROWS,
+    bound_coefficient, tf32_group, tf32_groups_per_row, tf32_metric, tf32_scan_shared_bytes,
+    tf32_xc, wg_scan_shared_bytes,
 };
 use kernels_gpu::launch::DEFAULT_SHARED_BYTES;
 use kernels_gpu::select::{BY_BITONIC, BY_KMIN, BY_RADIX};
@@ -385,6 +386,8 @@ struct Tf32Plan {
     /// Whether the first scan stores its approximations for `knn_tf32_candidates` (rows of
     /// `approx_stride(n)`), else the candidates come from a second scan.
     store: bool,
+    /// Whether the scan runs on Hopper's warpgroup `mma` (`knn_tf32_scan_wg`).
+    wgmma: bool,
 }
 
 /// Device buffers of the prefilter for a batch of `rows` queries.
@@ -579,16 +582,24 @@ impl CudaKnn {
         }
         let group = tf32_group(self.n, k)?;
         let max_shared = self.gpu.max_shared_per_block();
+        // The warpgroup scan reads 16-byte pieces of the rows, and only the sm_90 cubin has it.
+        let wgmma = self.d % 4 == 0 && self.gpu.has_function(KNN_TF32_SCAN_WG.name);
+        let shared = if wgmma {
+            wg_scan_shared_bytes
+        } else {
+            tf32_scan_shared_bytes
+        };
         let xc = [256, 128, 64, 32]
             .into_iter()
             .map(|c| tf32_xc(self.d, c))
-            .find(|&c| tf32_scan_shared_bytes(c) <= max_shared)?;
+            .find(|&c| shared(c) <= max_shared)?;
         Some(Tf32Plan {
             group,
             ldg: tf32_groups_per_row(self.n, group),
             xc,
             tiles: 1,
             store: false,
+            wgmma,
         })
     }
 
@@ -1107,6 +1118,7 @@ impl CudaKnn {
                 counts: &mut bufs.counts,
                 cand: &mut bufs.cand,
                 c1: bound_coefficient(self.d),
+                wgmma: plan.wgmma,
             }
             .launch(gpu)?;
         }

@@ -255,6 +255,11 @@ impl CudaBackend {
         Ok(f)
     }
 
+    /// Whether the loaded image has kernel `name` (sm_90a's are only in the sm_90 cubin).
+    pub(crate) fn has_function(&self, name: &'static str) -> bool {
+        self.function(name).is_ok()
+    }
+
     /// Starts a launch of `kernel` (`f`, from [`Self::function`]); push its parameters in order
     /// with [`Launch::arg`], then [`Launch::run`], which checks their number in debug builds.
     pub(crate) fn launch_kernel<'a>(&'a self, kernel: Kernel, f: &'a CudaFunction) -> Launch<'a> {

@@ -10,8 +10,8 @@ use kernels_gpu::knn_tf32::candidates::{
 };
 use kernels_gpu::knn_tf32::tf32_scan_grid;
 use kernels_gpu::knn_tf32::{
-    KNN_TF32_RERANK, KNN_TF32_SCAN, KNN_TF32_THRESHOLD, RERANK_SHARED_BYTES, TF32_BLOCK, TF32_CAP,
-    THRESHOLD_SHARED_BYTES, tf32_scan_shared_bytes,
+    KNN_TF32_RERANK, KNN_TF32_SCAN, KNN_TF32_SCAN_WG, KNN_TF32_THRESHOLD, RERANK_SHARED_BYTES,
+    TF32_BLOCK, TF32_CAP, THRESHOLD_SHARED_BYTES, tf32_scan_shared_bytes, wg_scan_shared_bytes,
 };
 
 /// `knn_tf32_threshold`: every query row's `k` group keys → the same rows' exact keys, the
@@ -118,6 +118,8 @@ pub(crate) struct KnnTf32Scan<'a> {
     pub counts: &'a mut CudaSlice<u32>,
     pub cand: &'a mut CudaSlice<u32>,
     pub c1: f32,
+    /// Hopper's `knn_tf32_scan_wg` (warpgroup `mma`; `d % 4 == 0`) instead of `knn_tf32_scan`.
+    pub wgmma: bool,
 }
 
 impl KnnTf32Scan<'_> {
@@ -133,8 +135,12 @@ impl KnnTf32Scan<'_> {
                 .as_ref()
                 .is_none_or(|a| a.len() >= m * self.lda as usize)
         );
-        let f = gpu.function(KNN_TF32_SCAN.name)?;
-        let mut l = gpu.launch_kernel(KNN_TF32_SCAN, &f);
+        let (kernel, shared) = match self.wgmma {
+            true => (KNN_TF32_SCAN_WG, wg_scan_shared_bytes(self.xc as usize)),
+            false => (KNN_TF32_SCAN, tf32_scan_shared_bytes(self.xc as usize)),
+        };
+        let f = gpu.function(kernel.name)?;
+        let mut l = gpu.launch_kernel(kernel, &f);
         l.arg(self.q).arg(self.q_norms).arg(&self.m);
         l.arg(self.x)
             .arg(self.x_norms)
@@ -149,7 +155,7 @@ impl KnnTf32Scan<'_> {
         l.opt(self.approx).arg(&self.lda).arg(self.t_sq);
         l.arg(self.counts).arg(self.cand).arg(&self.c1);
         let grid = tf32_scan_grid(m, n, tiles);
-        l.run(grid, TF32_BLOCK, tf32_scan_shared_bytes(self.xc as usize))
+        l.run(grid, TF32_BLOCK, shared)
     }
 }
 

@@ -2,6 +2,22 @@
 //! PTX and the twin table; no GPU needed.
 
 use crate::backend::cuda::image::{PTX, PTX_SM80};
+
+/// The sm_90a build, which only the sm_90 cubin is compiled from.
+const PTX_SM90A: &str = include_str!("../../../../ptx/kernels_sm90a.ptx");
+
+/// The PTX builds, oldest first.
+#[derive(Clone, Copy, PartialEq, PartialOrd)]
+enum Build {
+    Sm70,
+    Sm80,
+    Sm90a,
+}
+
+/// Whether `build` has `k`.
+fn built(k: &kernels_gpu::launch::Kernel, build: Build) -> bool {
+    (build >= Build::Sm80 || !k.sm80_only) && (build == Build::Sm90a || !k.sm90a_only)
+}
 use kernels_gpu::KERNELS;
 use std::collections::BTreeMap;
 
@@ -18,22 +34,27 @@ fn entries(ptx: &str) -> BTreeMap<String, usize> {
     found
 }
 
-/// The kernels of `KERNELS` that a PTX build has: all of them, or for sm_70 the others.
-fn expected(sm80: bool) -> BTreeMap<String, usize> {
+/// The kernels of `KERNELS` that a PTX build has.
+fn expected(build: Build) -> BTreeMap<String, usize> {
     KERNELS
         .iter()
-        .filter(|k| sm80 || !k.sm80_only)
+        .filter(|k| built(k, build))
         .map(|k| (k.name.to_string(), k.params))
         .collect()
 }
 
 #[test]
-fn every_kernel_is_an_entry_of_both_ptx_builds_with_its_parameter_count() {
-    assert_eq!(entries(PTX), expected(false), "host/ptx/kernels.ptx");
+fn every_kernel_is_an_entry_of_its_ptx_builds_with_its_parameter_count() {
+    assert_eq!(entries(PTX), expected(Build::Sm70), "host/ptx/kernels.ptx");
     assert_eq!(
         entries(PTX_SM80),
-        expected(true),
+        expected(Build::Sm80),
         "host/ptx/kernels_sm80.ptx"
+    );
+    assert_eq!(
+        entries(PTX_SM90A),
+        expected(Build::Sm90a),
+        "host/ptx/kernels_sm90a.ptx"
     );
 }
 
@@ -54,13 +75,22 @@ fn min_blocks(ptx: &str) -> BTreeMap<String, u32> {
 
 #[test]
 fn occupancy_bounds_in_the_ptx_are_those_next_to_the_kernels() {
-    for (ptx, sm80) in [(PTX, false), (PTX_SM80, true)] {
+    for (ptx, build) in [
+        (PTX, Build::Sm70),
+        (PTX_SM80, Build::Sm80),
+        (PTX_SM90A, Build::Sm90a),
+    ] {
         let want: BTreeMap<String, u32> = KERNELS
             .iter()
-            .filter(|k| sm80 || !k.sm80_only)
+            .filter(|k| built(k, build))
             .map(|k| (k.name.to_string(), k.min_blocks_per_sm))
             .collect();
-        assert_eq!(min_blocks(ptx), want, "sm80: {sm80}");
+        assert_eq!(
+            min_blocks(ptx),
+            want,
+            "{}",
+            ptx.lines().find(|l| l.starts_with(".target")).unwrap_or("")
+        );
     }
 }
 

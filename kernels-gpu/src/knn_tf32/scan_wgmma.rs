@@ -1,0 +1,333 @@
+//! `knn_tf32_scan_wg`: the prefilter's tensor-core pass on Hopper's warpgroup `mma` (sm_90a),
+//! with the arguments, outputs and bound of `knn_tf32_scan` ([`super::scan`]), for `d` a
+//! multiple of 4.
+//!
+//! The block's two warpgroups own 64 queries each of the 128-query tile. Per training chunk (32
+//! dimensions of 128 rows) each issues four `wgmma` of 64 × 128 × 8, which read both operands
+//! from shared memory in core matrices ([`cm_word`]), so no fragment passes through registers
+//! and the tensor cores run while the warps wait for the next chunk. The ring holds
+//! [`WG_STAGES`] chunks, the copies run `WG_STAGES − 2` ahead, and a chunk's buffer is refilled
+//! once the products two steps back are done (the previous step's may still run across the
+//! barrier). Queries are TF32-rounded when staged, training rows go in raw (read at TF32
+//! precision), as in `knn_tf32_scan`.
+
+use super::scan::{Tf32ScanArgs, stage_queries};
+use super::*;
+use crate::cp_async::{commit, copy_16, shared_addr, wait_group};
+use crate::gpu::{self, shared, sync_threads};
+use crate::knn::{NO_KEY, key};
+use crate::mma::shfl_xor_u64;
+use crate::wgmma::{self, descriptor, fence_shared_for_async};
+
+const THREADS: usize = TF32_BLOCK as usize;
+/// Chunks the copies run ahead of the products.
+const AHEAD: usize = WG_STAGES - 2;
+/// Byte distance between core matrices adjacent along K, in the query tile and in a training
+/// chunk alike (both have 128 rows: 16 core matrices along M or N).
+const K_STRIDE: u32 = 16 * 128;
+/// Byte distance between core matrices adjacent along M or N.
+const MN_STRIDE: u32 = 128;
+
+/// The word of a 128-row tile in core matrices that holds row `row`, dimension `dim`: core
+/// matrix (`dim / 4` along K, `row / 8` along M or N), its row `row % 8`, value `dim % 4`.
+pub const fn cm_word(row: usize, dim: usize, _xc: usize) -> usize {
+    ((dim / 4) * 16 + row / 8) * 32 + (row % 8) * 4 + dim % 4
+}
+
+/// See [`super::scan::knn_tf32_scan`]; `d` must be a multiple of 4 and the launch gives
+/// `wg_scan_shared_bytes(xc)` of dynamic shared memory.
+///
+/// # Safety
+/// As `knn_tf32_scan`, with 16-byte aligned rows (`d % 4 == 0`).
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "gpu-kernel" fn knn_tf32_scan_wg(
+    q: *const f32,
+    q_norms: *const f32,
+    m: u32,
+    x: *const f32,
+    x_norms: *const f32,
+    x_roots: *const f32,
+    n: u32,
+    d: u32,
+    xc: u32,
+    tiles: u32,
+    mode: u32,
+    group: u32,
+    gkeys: *mut u64,
+    ldg: u64,
+    approx: *mut f32,
+    lda: u64,
+    t_sq: *const f32,
+    counts: *mut u32,
+    cand: *mut u32,
+    c1: f32,
+) {
+    let a = Tf32ScanArgs::new(
+        q, q_norms, m, x, x_norms, x_roots, n, d, xc, tiles, mode, group, gkeys, ldg, approx, lda,
+        t_sq, counts, cand, c1,
+    );
+    unsafe { run(a) }
+}
+
+/// The scan of one block: the prologue of copies, then per chunk the wait, the barrier, the
+/// next copy and four `wgmma` per warpgroup, with the [`epilogue`] at each tile's end.
+#[inline(always)]
+unsafe fn run(a: Tf32ScanArgs) {
+    let t = gpu::thread();
+    let (warp, lane) = (t / 32, t % 32);
+    let (g, qq) = (lane / 4, lane % 4);
+    let row_tiles = a.m.div_ceil(TF32_ROWS).max(1);
+    let col_tiles = a.n.div_ceil(TF32_COLS);
+    let b = gpu::block();
+    let first_row = (b % row_tiles) * TF32_ROWS;
+    let tile0 = (b / row_tiles) * a.tiles;
+    if tile0 >= col_tiles {
+        return;
+    }
+    let tile1 = col_tiles.min(tile0 + a.tiles);
+    let (xc, d) = (a.xc, a.d);
+    let xs = shared::<u32>();
+    let xs_addr = shared_addr(xs);
+    let cs_addr = xs_addr + (TF32_ROWS * xc * 4) as u32;
+    let dp = d.next_multiple_of(SCAN_CHUNK_DIMS);
+    let chunks = dp / SCAN_CHUNK_DIMS;
+    let resident = dp <= xc;
+    let steps = (tile1 - tile0) * chunks;
+
+    // Prologue: the first AHEAD chunks, one copy group each (empty past the end, so that the
+    // group count stays uniform), then the query slice while they are in flight.
+    for p in 0..AHEAD {
+        if p < steps {
+            let first = (tile0 + p / chunks) * TF32_COLS;
+            let j0 = (p % chunks) * SCAN_CHUNK_DIMS;
+            unsafe { stage_chunk(t, a.x, a.n, d, first, j0, cs_addr + stage_offset(p as u32)) };
+        }
+        commit();
+    }
+    unsafe { stage_queries(t, true, a.q, a.m, d, first_row, 0, dp, xc, xs, cm_word) };
+    fence_shared_for_async();
+
+    let (chunks, steps, tile1) = (chunks as u32, steps as u32, tile1 as u32);
+    let (mut tile, mut kc, mut slice_chunk) = (tile0 as u32, 0u32, 0u32);
+    let slice_chunks = (xc / SCAN_CHUNK_DIMS) as u32;
+    let ahead = AHEAD as u32;
+    let (mut ahead_tile, mut ahead_kc) = (tile + ahead / chunks, ahead % chunks);
+    // This warpgroup's 64 query rows: core matrices 8·wg.. along M.
+    let a_rows = xs_addr + (warp / 4) as u32 * 8 * MN_STRIDE;
+    let mut acc = [0f32; 64];
+    let mut s = 0u32;
+    while s < steps {
+        let stage = cs_addr + stage_offset(s);
+        // Chunk s has landed (later ones may be in flight), and is visible to the tensor cores.
+        wait_group::<{ AHEAD - 1 }>();
+        fence_shared_for_async();
+        if !resident && s > 0 && slice_chunk == 0 {
+            // The next slice of the query dimensions, once no product reads this one.
+            wgmma::wait::<0>(&mut acc);
+            sync_threads();
+            let j0 = kc as usize * SCAN_CHUNK_DIMS;
+            unsafe { stage_queries(t, true, a.q, a.m, d, first_row, j0, dp, xc, xs, cm_word) };
+            fence_shared_for_async();
+        }
+        // The products of chunk s − 2 are done (this warpgroup's here, the other's at the
+        // barrier): its buffer takes chunk s + AHEAD.
+        wgmma::wait::<1>(&mut acc);
+        sync_threads();
+        if ahead_tile < tile1 {
+            let first = ahead_tile as usize * TF32_COLS;
+            let j0 = ahead_kc as usize * SCAN_CHUNK_DIMS;
+            let at = cs_addr + stage_offset(s + ahead);
+            unsafe { stage_chunk(t, a.x, a.n, d, first, j0, at) };
+            ahead_kc += 1;
+            if ahead_kc == chunks {
+                (ahead_tile, ahead_kc) = (ahead_tile + 1, 0);
+            }
+        }
+        commit();
+        wgmma::fence(&mut acc);
+        for ks in 0..SCAN_CHUNK_DIMS as u32 / 8 {
+            // Dimensions 8·ks.. of the chunk: core matrices 2·ks and 2·ks + 1 along K (of the
+            // query slice: 8·slice_chunk + 2·ks). A tile's first product overwrites.
+            let da = descriptor(
+                a_rows + (slice_chunk * 8 + 2 * ks) * K_STRIDE,
+                K_STRIDE,
+                MN_STRIDE,
+            );
+            let db = descriptor(stage + 2 * ks * K_STRIDE, K_STRIDE, MN_STRIDE);
+            unsafe { wgmma::mma_m64n128k8(&mut acc, da, db, kc > 0 || ks > 0) };
+        }
+        wgmma::commit();
+        kc += 1;
+        slice_chunk += 1;
+        if slice_chunk == slice_chunks {
+            slice_chunk = 0;
+        }
+        if kc == chunks {
+            wgmma::wait::<0>(&mut acc);
+            let rows = unsafe { QueryRows::of(&a, first_row + warp * 16 + g) };
+            unsafe { epilogue(&a, tile as usize, qq, &acc, &rows) };
+            (tile, kc, slice_chunk) = (tile + 1, 0, 0);
+        }
+        s += 1;
+    }
+}
+
+/// Byte offset of the ring buffer of chunk `s`.
+#[inline(always)]
+fn stage_offset(s: u32) -> u32 {
+    (s % WG_STAGES as u32) * WG_CHUNK_BYTES as u32
+}
+
+/// A thread's two query rows `r` ↔ `first + 8·r` (see [`crate::wgmma`]'s layout), with what the
+/// epilogue needs of them.
+struct QueryRows {
+    rows: [usize; 2],
+    row_ok: [bool; 2],
+    nq: [f32; 2],
+    c1q: [f32; 2],
+    tsq: [f32; 2],
+}
+
+impl QueryRows {
+    /// # Safety
+    /// `a`'s query norms (and thresholds, in candidate mode) are valid for `a.m` rows.
+    #[inline(always)]
+    unsafe fn of(a: &Tf32ScanArgs, first: usize) -> Self {
+        let mut q = QueryRows {
+            rows: [0; 2],
+            row_ok: [false; 2],
+            nq: [0.0; 2],
+            c1q: [0.0; 2],
+            tsq: [f32::NEG_INFINITY; 2],
+        };
+        for r in 0..2 {
+            let row = first + 8 * r;
+            q.rows[r] = row;
+            q.row_ok[r] = row < a.m;
+            if q.row_ok[r] {
+                q.nq[r] = unsafe { *a.q_norms.add(row) };
+                q.c1q[r] = a.c1 * crate::knn::sqrt(q.nq[r]);
+                if a.mode == SCAN_CANDIDATES {
+                    q.tsq[r] = unsafe { *a.t_sq.add(row) };
+                }
+            }
+        }
+        q
+    }
+}
+
+/// The end of a training tile: group minima or candidates from the accumulators. Element
+/// `acc[4·j + 2·r + h]` is query row `r` × training row `tile·128 + 8·j + 2q + h`. A group is
+/// the 16 rows `j = 8·jh ..` of one lane (16) or of its quad (64).
+#[inline(always)]
+unsafe fn epilogue(a: &Tf32ScanArgs, tile: usize, qq: usize, acc: &[f32; 64], q: &QueryRows) {
+    let QueryRows {
+        rows,
+        row_ok,
+        nq,
+        c1q,
+        tsq,
+    } = q;
+    let base = tile * TF32_COLS + 2 * qq;
+    if a.mode == SCAN_GROUPS {
+        #[repr(C, align(8))]
+        struct V2([f32; 2]);
+        for jh in 0..2 {
+            // Rows past `n` read the last norm (no branch per value); their values are never
+            // taken.
+            let mut nx = [0f32; 16];
+            for (e, nx) in nx.iter_mut().enumerate() {
+                let j = (base + (8 * jh + e / 2) * 8 + e % 2).min(a.n - 1);
+                *nx = unsafe { *a.x_norms.add(j) };
+            }
+            for r in 0..2 {
+                // Increasing j, strict `<`: the smallest value, the lowest index on ties.
+                let (mut bv, mut bj) = (f32::INFINITY, u32::MAX);
+                for jj in 0..8 {
+                    let j = 8 * jh + jj;
+                    let j0 = base + j * 8;
+                    let v =
+                        [0, 1].map(|h| approx_sq(acc[4 * j + 2 * r + h], nq[r], nx[2 * jj + h]));
+                    for (h, &v) in v.iter().enumerate() {
+                        let take = (j0 + h < a.n) & (v < bv);
+                        bv = if take { v } else { bv };
+                        bj = if take { (j0 + h) as u32 } else { bj };
+                    }
+                    if !a.approx.is_null() && row_ok[r] && j0 < a.lda {
+                        unsafe { *a.approx.add(rows[r] * a.lda + j0).cast::<V2>() = V2(v) };
+                    }
+                }
+                let mut best = if bj == u32::MAX { NO_KEY } else { key(bv, bj) };
+                if a.group == 64 {
+                    let other = shfl_xor_u64(best, 1);
+                    best = if other < best { other } else { best };
+                    let other = shfl_xor_u64(best, 2);
+                    best = if other < best { other } else { best };
+                }
+                if row_ok[r] && (a.group == 16 || qq == 0) {
+                    let per_tile = TF32_COLS / a.group;
+                    let grp = tile * per_tile + if a.group == 16 { jh * 4 + qq } else { jh };
+                    unsafe { *a.gkeys.add(rows[r] * a.ldg + grp) = best };
+                }
+            }
+        }
+    } else {
+        for j in 0..16 {
+            for h in 0..2 {
+                let col = base + j * 8 + h;
+                let jc = col.min(a.n - 1);
+                let (nx, sx) = unsafe { (*a.x_norms.add(jc), *a.x_roots.add(jc)) };
+                for r in 0..2 {
+                    let v = approx_sq(acc[4 * j + 2 * r + h], nq[r], nx);
+                    let bound = error_bound(c1q[r], sx, nq[r], nx);
+                    if row_ok[r] && col < a.n && may_be_near(v, bound, tsq[r]) {
+                        let at = unsafe { a.counts.add(rows[r]) };
+                        let pos = unsafe {
+                            core::sync::atomic::AtomicU32::from_ptr(at)
+                                .fetch_add(1, core::sync::atomic::Ordering::Relaxed)
+                        } as usize;
+                        if pos < TF32_CAP {
+                            unsafe { *a.cand.add(rows[r] * TF32_CAP + pos) = col as u32 };
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Starts copying training rows `first..first + TF32_COLS`, dimensions `j0..j0 + 32` into the
+/// chunk buffer at shared address `dst` in core matrices (zeros past `n` and `d`) and commits
+/// nothing. A warp copies 8 rows × 4 pieces of 16 bytes at a time: each row's 64 bytes are one
+/// read, and the 8 threads of a shared-memory phase write 8 distinct rows of a core matrix.
+///
+/// # Safety
+/// `x` holds `n × d` values in 16-byte aligned rows (`d % 4 == 0`).
+#[inline(always)]
+unsafe fn stage_chunk(
+    t: usize,
+    x: *const f32,
+    n: usize,
+    d: usize,
+    first: usize,
+    j0: usize,
+    dst: u32,
+) {
+    const PIECES: usize = TF32_COLS * SCAN_CHUNK_DIMS / 4;
+    for u in 0..PIECES / THREADS {
+        let e = t + u * THREADS;
+        let (lane, warp) = (e % 32, e / 32);
+        let (r8, piece) = (lane % 8, lane / 8 + 4 * (warp % 2));
+        let row_in = (warp / 2) * 8 + r8;
+        let (row, col) = (first + row_in, j0 + 4 * piece);
+        let ok = row < n && col < d;
+        let src = if ok {
+            unsafe { x.add(row * d + col) }
+        } else {
+            x
+        };
+        let at = dst + ((piece * 16 + row_in / 8) * 128 + r8 * 16) as u32;
+        unsafe { copy_16(at, src, if ok { 16 } else { 0 }) };
+    }
+}
