@@ -4,8 +4,10 @@
 //!
 //! The block's two warpgroups own 64 queries each of the 128-query tile. Per training chunk (32
 //! dimensions of 128 rows) each issues four `wgmma` of 64 × 128 × 8, which read both operands
-//! from shared memory in core matrices ([`cm_word`]), so no fragment passes through registers
-//! and the tensor cores run while the warps wait for the next chunk. The ring holds
+//! from shared memory, so no fragment passes through registers and the tensor cores run while
+//! the warps wait for the next chunk. Both operands are stored K-major in rows of 128 bytes (32
+//! dimensions) with the 128-byte swizzle ([`sw128_word`]): a warp's copies read whole 128-byte
+//! lines of four training rows and write them to shared memory without bank conflicts. The ring holds
 //! [`WG_STAGES`] chunks, the copies run `WG_STAGES − 2` ahead, and a chunk's buffer is refilled
 //! once the products two steps back are done (the previous step's may still run across the
 //! barrier). Queries are TF32-rounded when staged, training rows go in raw (read at TF32
@@ -22,16 +24,24 @@ use crate::wgmma::{self, descriptor, fence_shared_for_async};
 const THREADS: usize = TF32_BLOCK as usize;
 /// Chunks the copies run ahead of the products.
 const AHEAD: usize = WG_STAGES - 2;
-/// Byte distance between core matrices adjacent along K, in the query tile and in a training
-/// chunk alike (both have 128 rows: 16 core matrices along M or N).
-const K_STRIDE: u32 = 16 * 128;
-/// Byte distance between core matrices adjacent along M or N.
-const MN_STRIDE: u32 = 128;
+/// Bytes of one block of 32 dimensions of a 128-row operand (128 rows × 128 bytes).
+const K_BLOCK: u32 = (TF32_ROWS * 128) as u32;
+/// Byte distance between groups of 8 rows (the swizzle's atom).
+const ATOM: u32 = 8 * 128;
 
-/// The word of a 128-row tile in core matrices that holds row `row`, dimension `dim`: core
-/// matrix (`dim / 4` along K, `row / 8` along M or N), its row `row % 8`, value `dim % 4`.
-pub const fn cm_word(row: usize, dim: usize, _xc: usize) -> usize {
-    ((dim / 4) * 16 + row / 8) * 32 + (row % 8) * 4 + dim % 4
+/// The word of a 128-row tile that holds row `row`, dimension `dim`: block `dim / 32` of 32
+/// dimensions, then row `row`'s 128 bytes, whose 16-byte piece `c` (dimensions `4c..4c + 4`)
+/// sits at position `c ^ (row % 8)` — `wgmma`'s 128-byte swizzle (1024-byte aligned atoms).
+pub const fn sw128_word(row: usize, dim: usize, _xc: usize) -> usize {
+    let piece = (dim % 32) / 4;
+    (dim / 32) * TF32_ROWS * 32 + row * 32 + (piece ^ (row % 8)) * 4 + dim % 4
+}
+
+/// The descriptor of a K-major operand with the 128-byte swizzle whose 8 × 8 TF32 slice starts
+/// at shared address `at` (a row's first byte plus 32 bytes a k step).
+#[inline(always)]
+fn sw128(at: u32) -> u64 {
+    descriptor(at, 16, ATOM) | 1 << 62
 }
 
 /// See [`super::scan::knn_tf32_scan`]; `d` must be a multiple of 4 and the launch gives
@@ -105,7 +115,7 @@ unsafe fn run(a: Tf32ScanArgs) {
         }
         commit();
     }
-    unsafe { stage_queries(t, true, a.q, a.m, d, first_row, 0, dp, xc, xs, cm_word) };
+    unsafe { stage_queries(t, true, a.q, a.m, d, first_row, 0, dp, xc, xs, sw128_word) };
     fence_shared_for_async();
 
     let (chunks, steps, tile1) = (chunks as u32, steps as u32, tile1 as u32);
@@ -113,8 +123,8 @@ unsafe fn run(a: Tf32ScanArgs) {
     let slice_chunks = (xc / SCAN_CHUNK_DIMS) as u32;
     let ahead = AHEAD as u32;
     let (mut ahead_tile, mut ahead_kc) = (tile + ahead / chunks, ahead % chunks);
-    // This warpgroup's 64 query rows: core matrices 8·wg.. along M.
-    let a_rows = xs_addr + (warp / 4) as u32 * 8 * MN_STRIDE;
+    // This warpgroup's 64 query rows: 64·wg.. of the tile.
+    let a_rows = xs_addr + (warp / 4) as u32 * 64 * 128;
     let mut acc = [0f32; 64];
     let mut s = 0u32;
     while s < steps {
@@ -127,7 +137,7 @@ unsafe fn run(a: Tf32ScanArgs) {
             wgmma::wait::<0>(&mut acc);
             sync_threads();
             let j0 = kc as usize * SCAN_CHUNK_DIMS;
-            unsafe { stage_queries(t, true, a.q, a.m, d, first_row, j0, dp, xc, xs, cm_word) };
+            unsafe { stage_queries(t, true, a.q, a.m, d, first_row, j0, dp, xc, xs, sw128_word) };
             fence_shared_for_async();
         }
         // The products of chunk s − 2 are done (this warpgroup's here, the other's at the
@@ -147,14 +157,10 @@ unsafe fn run(a: Tf32ScanArgs) {
         commit();
         wgmma::fence(&mut acc);
         for ks in 0..SCAN_CHUNK_DIMS as u32 / 8 {
-            // Dimensions 8·ks.. of the chunk: core matrices 2·ks and 2·ks + 1 along K (of the
-            // query slice: 8·slice_chunk + 2·ks). A tile's first product overwrites.
-            let da = descriptor(
-                a_rows + (slice_chunk * 8 + 2 * ks) * K_STRIDE,
-                K_STRIDE,
-                MN_STRIDE,
-            );
-            let db = descriptor(stage + 2 * ks * K_STRIDE, K_STRIDE, MN_STRIDE);
+            // Dimensions 8·ks.. of the chunk (32 bytes into each row; of the query slice, in
+            // block `slice_chunk`). A tile's first product overwrites.
+            let da = sw128(a_rows + slice_chunk * K_BLOCK + 32 * ks);
+            let db = sw128(stage + 32 * ks);
             unsafe { wgmma::mma_m64n128k8(&mut acc, da, db, kc > 0 || ks > 0) };
         }
         wgmma::commit();
@@ -298,9 +304,9 @@ unsafe fn epilogue(a: &Tf32ScanArgs, tile: usize, qq: usize, acc: &[f32; 64], q:
 }
 
 /// Starts copying training rows `first..first + TF32_COLS`, dimensions `j0..j0 + 32` into the
-/// chunk buffer at shared address `dst` in core matrices (zeros past `n` and `d`) and commits
-/// nothing. A warp copies 8 rows × 4 pieces of 16 bytes at a time: each row's 64 bytes are one
-/// read, and the 8 threads of a shared-memory phase write 8 distinct rows of a core matrix.
+/// chunk buffer at shared address `dst` ([`sw128_word`]'s layout; zeros past `n` and `d`) and
+/// commits nothing. A warp copies four rows' 128 bytes at a time, and the 8 threads of a
+/// shared-memory phase (one row) write its 8 pieces to 8 distinct positions.
 ///
 /// # Safety
 /// `x` holds `n × d` values in 16-byte aligned rows (`d % 4 == 0`).
@@ -317,9 +323,7 @@ unsafe fn stage_chunk(
     const PIECES: usize = TF32_COLS * SCAN_CHUNK_DIMS / 4;
     for u in 0..PIECES / THREADS {
         let e = t + u * THREADS;
-        let (lane, warp) = (e % 32, e / 32);
-        let (r8, piece) = (lane % 8, lane / 8 + 4 * (warp % 2));
-        let row_in = (warp / 2) * 8 + r8;
+        let (row_in, piece) = (e / 8, e % 8);
         let (row, col) = (first + row_in, j0 + 4 * piece);
         let ok = row < n && col < d;
         let src = if ok {
@@ -327,7 +331,7 @@ unsafe fn stage_chunk(
         } else {
             x
         };
-        let at = dst + ((piece * 16 + row_in / 8) * 128 + r8 * 16) as u32;
+        let at = dst + (row_in * 128 + (piece ^ (row_in % 8)) * 16) as u32;
         unsafe { copy_16(at, src, if ok { 16 } else { 0 }) };
     }
 }
