@@ -19,15 +19,13 @@ use crate::cp_async::{commit, copy_16, shared_addr, wait_group};
 use crate::gpu::{self, shared, sync_threads};
 use crate::knn::{NO_KEY, key};
 use crate::mma::shfl_xor_u64;
-use crate::wgmma::{self, descriptor, fence_shared_for_async};
+use crate::wgmma::{self, descriptor_sw128 as sw128, fence_shared_for_async};
 
 const THREADS: usize = TF32_BLOCK as usize;
 /// Chunks the copies run ahead of the products.
 const AHEAD: usize = WG_STAGES - 2;
 /// Bytes of one block of 32 dimensions of a 128-row operand (128 rows × 128 bytes).
 const K_BLOCK: u32 = (TF32_ROWS * 128) as u32;
-/// Byte distance between groups of 8 rows (the swizzle's atom).
-const ATOM: u32 = 8 * 128;
 
 /// The word of a 128-row tile that holds row `row`, dimension `dim`: block `dim / 32` of 32
 /// dimensions, then row `row`'s 128 bytes, whose 16-byte piece `c` (dimensions `4c..4c + 4`)
@@ -35,13 +33,6 @@ const ATOM: u32 = 8 * 128;
 pub const fn sw128_word(row: usize, dim: usize, _xc: usize) -> usize {
     let piece = (dim % 32) / 4;
     (dim / 32) * TF32_ROWS * 32 + row * 32 + (piece ^ (row % 8)) * 4 + dim % 4
-}
-
-/// The descriptor of a K-major operand with the 128-byte swizzle whose 8 × 8 TF32 slice starts
-/// at shared address `at` (a row's first byte plus 32 bytes a k step).
-#[inline(always)]
-fn sw128(at: u32) -> u64 {
-    descriptor(at, 16, ATOM) | 1 << 62
 }
 
 /// See [`super::scan::knn_tf32_scan`]; `d` must be a multiple of 4 and the launch gives
