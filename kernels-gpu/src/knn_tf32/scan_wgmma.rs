@@ -9,7 +9,7 @@
 //! dimensions) with the 128-byte swizzle ([`sw128_word`]): a warp's copies read whole 128-byte
 //! lines of four training rows and write them to shared memory without bank conflicts. The ring holds
 //! [`WG_STAGES`] chunks, the copies run `WG_STAGES − 2` ahead, and a chunk's buffer is refilled
-//! once the products two steps back are done (the previous step's may still run across the
+//! once the products two steps back are done (the previous step's still run across the
 //! barrier). Queries are TF32-rounded when staged, training rows go in raw (read at TF32
 //! precision), as in `knn_tf32_scan`.
 
@@ -109,64 +109,73 @@ unsafe fn run(a: Tf32ScanArgs) {
     unsafe { stage_queries(t, true, a.q, a.m, d, first_row, 0, dp, xc, xs, sw128_word) };
     fence_shared_for_async();
 
-    let (chunks, steps, tile1) = (chunks as u32, steps as u32, tile1 as u32);
-    let (mut tile, mut kc, mut slice_chunk) = (tile0 as u32, 0u32, 0u32);
+    let (chunks, tile1) = (chunks as u32, tile1 as u32);
     let slice_chunks = (xc / SCAN_CHUNK_DIMS) as u32;
     let ahead = AHEAD as u32;
-    let (mut ahead_tile, mut ahead_kc) = (tile + ahead / chunks, ahead % chunks);
+    // The next chunk to copy: (tile, chunk of the tile).
+    let mut next = (tile0 as u32 + ahead / chunks, ahead % chunks);
     // This warpgroup's 64 query rows: 64·wg.. of the tile.
     let a_rows = xs_addr + (warp / 4) as u32 * 64 * 128;
-    let mut acc = [0f32; 64];
-    let mut s = 0u32;
-    while s < steps {
+    // Step `s`: chunk `kc` of the tile, `in_slice` of the staged query slice. Chunk s has landed
+    // (later ones may be in flight) and is visible to the tensor cores; after the barrier every
+    // product of chunk s − 2 is done (each warpgroup left only its last step's group pending),
+    // so its buffer takes chunk s + AHEAD; then the four products of chunk s (a tile's first
+    // overwrites), and this warpgroup's products of chunk s − 1 are awaited.
+    let step = |s: u32, kc: u32, in_slice: u32, acc: &mut [f32; 64], next: &mut (u32, u32)| {
         let stage = cs_addr + stage_offset(s);
-        // Chunk s has landed (later ones may be in flight), and is visible to the tensor cores.
         wait_group::<{ AHEAD - 1 }>();
         fence_shared_for_async();
-        if !resident && s > 0 && slice_chunk == 0 {
-            // The next slice of the query dimensions, once no product reads this one.
-            wgmma::wait::<0>(&mut acc);
-            sync_threads();
-            let j0 = kc as usize * SCAN_CHUNK_DIMS;
-            unsafe { stage_queries(t, true, a.q, a.m, d, first_row, j0, dp, xc, xs, sw128_word) };
-            fence_shared_for_async();
-        }
-        // The products of chunk s − 2 are done (this warpgroup's here, the other's at the
-        // barrier): its buffer takes chunk s + AHEAD.
-        wgmma::wait::<1>(&mut acc);
         sync_threads();
-        if ahead_tile < tile1 {
-            let first = ahead_tile as usize * TF32_COLS;
-            let j0 = ahead_kc as usize * SCAN_CHUNK_DIMS;
-            let at = cs_addr + stage_offset(s + ahead);
-            unsafe { stage_chunk(t, a.x, a.n, d, first, j0, at) };
-            ahead_kc += 1;
-            if ahead_kc == chunks {
-                (ahead_tile, ahead_kc) = (ahead_tile + 1, 0);
+        if next.0 < tile1 {
+            let first = next.0 as usize * TF32_COLS;
+            let j0 = next.1 as usize * SCAN_CHUNK_DIMS;
+            unsafe { stage_chunk(t, a.x, a.n, d, first, j0, cs_addr + stage_offset(s + ahead)) };
+            next.1 += 1;
+            if next.1 == chunks {
+                *next = (next.0 + 1, 0);
             }
         }
         commit();
-        wgmma::fence(&mut acc);
+        wgmma::fence(acc);
         for ks in 0..SCAN_CHUNK_DIMS as u32 / 8 {
-            // Dimensions 8·ks.. of the chunk (32 bytes into each row; of the query slice, in
-            // block `slice_chunk`). A tile's first product overwrites.
-            let da = sw128(a_rows + slice_chunk * K_BLOCK + 32 * ks);
+            // Dimensions 8·ks.. of the chunk: 32 bytes into each row (of the query slice, in
+            // block `in_slice`).
+            let da = sw128(a_rows + in_slice * K_BLOCK + 32 * ks);
             let db = sw128(stage + 32 * ks);
-            unsafe { wgmma::mma_m64n128k8(&mut acc, da, db, kc > 0 || ks > 0) };
+            unsafe { wgmma::mma_m64n128k8(acc, da, db, kc > 0 || ks > 0) };
         }
         wgmma::commit();
-        kc += 1;
-        slice_chunk += 1;
-        if slice_chunk == slice_chunks {
-            slice_chunk = 0;
-        }
-        if kc == chunks {
+        wgmma::wait::<1>(acc);
+    };
+    // Every edge into a loop's head leaves the products in the same state (none pending at a
+    // slice's start, one in its chunk loop): else ptxas reconciles them by waiting for every
+    // product at each step.
+    let mut acc = [0f32; 64];
+    let mut s = 0u32;
+    for tile in tile0 as u32..tile1 {
+        let mut kc = 0;
+        while kc < chunks {
+            if !resident && s > 0 {
+                // The next slice of the query dimensions: no product reads this one now.
+                sync_threads();
+                let j0 = kc as usize * SCAN_CHUNK_DIMS;
+                unsafe {
+                    stage_queries(t, true, a.q, a.m, d, first_row, j0, dp, xc, xs, sw128_word)
+                };
+                fence_shared_for_async();
+            }
+            let slice_end = chunks.min(kc + slice_chunks);
+            let slice_start = kc;
+            step(s, kc, 0, &mut acc, &mut next);
+            (s, kc) = (s + 1, kc + 1);
+            while kc < slice_end {
+                step(s, kc, kc - slice_start, &mut acc, &mut next);
+                (s, kc) = (s + 1, kc + 1);
+            }
             wgmma::wait::<0>(&mut acc);
-            let rows = unsafe { QueryRows::of(&a, first_row + warp * 16 + g) };
-            unsafe { epilogue(&a, tile as usize, qq, &acc, &rows) };
-            (tile, kc, slice_chunk) = (tile + 1, 0, 0);
         }
-        s += 1;
+        let rows = unsafe { QueryRows::of(&a, first_row + warp * 16 + g) };
+        unsafe { epilogue(&a, tile as usize, qq, &acc, &rows) };
     }
 }
 
