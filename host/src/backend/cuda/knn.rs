@@ -751,9 +751,9 @@ impl CudaKnn {
             }
         });
         let rows = rows_of(plan.as_ref());
-        // The warpgroup scan where the approximations are stored (one scan: S 0.73 → 0.69 ms,
-        // its scan 304 → 248 µs under ncu); with two scans (F: n = 10^6, d = 128) it measured
-        // slower (61.5 → 66.9 ms).
+        // The warpgroup scan where the approximations are stored (one scan: S 0.76 → 0.70 ms,
+        // its scan 301 → 232 µs under ncu); with two scans (F: n = 10^6, d = 128) it measured
+        // slower (61.0 → 65.3 ms).
         let plan = plan.map(|p| Tf32Plan {
             tiles: self.tf32_tiles(rows),
             wgmma: p.wgmma && p.store,
