@@ -16,14 +16,14 @@ use super::launch::{
     KnnTf32Candidates, KnnTf32Rerank, KnnTf32Scan, KnnTf32Threshold, KnnVote, Pairwise,
     RowNormRoots, RowSqNorms,
 };
-use super::{CudaBackend, arg_u32, cuda};
+use super::{CudaBackend, Mapped, arg_u32};
 use crate::backend::vocab::{PrefilterReport, Selection, rows_per_block};
 use crate::backend::{
     Backend, BlockSink, Distances, KnnSearch, Neighbours, Votes, split_keys_into,
 };
 use crate::error::{Error, Result};
 use crate::matrix::MatrixView;
-use cudarc::driver::{CudaEvent, CudaSlice, CudaView, PinnedHostSlice};
+use cudarc::driver::{CudaEvent, CudaSlice, CudaView};
 use kernels_gpu::fixed::pow2_f32;
 use kernels_gpu::knn::{MAX_STREAM_K, PairMetric, SELECT_CAP, stream_tile, vote_scale_exponent};
 use kernels_gpu::knn_tf32::candidates::approx_stride;
@@ -239,6 +239,9 @@ impl CudaKnn {
             true => Some(gpu.copies_done("the training data")?),
             false => None,
         };
+        // The warpgroup scan reads 16-byte pieces of the rows, and only the sm_90 cubin has it
+        // (whether it runs is settled with the batches: `plan_batches`).
+        let warpgroup_scan = d.is_multiple_of(4) && gpu.has_function(KNN_TF32_SCAN_WG.name);
         Ok(CudaKnn {
             gpu,
             n,
@@ -252,6 +255,7 @@ impl CudaKnn {
             row_weights: None,
             classes: 0,
             prefilter: tensor_cores,
+            warpgroup_scan,
             spare: Mutex::default(),
         })
     }
@@ -276,6 +280,8 @@ pub(crate) struct CudaKnn {
     classes: usize,
     /// Whether the TF32 prefilter may run (tensor cores present and not forbidden).
     prefilter: bool,
+    /// Whether its scan may run on Hopper's warpgroup `mma` (`knn_tf32_scan_wg`).
+    warpgroup_scan: bool,
     /// The device buffers of the last search to finish, kept for the next search of the same
     /// shape. A search takes them out while it runs, so concurrent and nested searches (the
     /// exact fallback, `Auto`'s timings) never share a set.
@@ -396,10 +402,9 @@ struct Tf32Buffers {
     t_sq: CudaSlice<f32>,
     counts: CudaSlice<u32>,
     cand: CudaSlice<u32>,
-    overflow: CudaSlice<u32>,
-    /// Page-locked host copy of `overflow`: its copy is queued, and read once a later download
-    /// has waited for it.
-    flags: PinnedHostSlice<u32>,
+    /// Per query, set by the re-rank when it overflowed: host memory the kernel writes into
+    /// (read once the batch's answer has come back, or before its vote).
+    overflow: Mapped<u32>,
     /// The stored approximations, when the plan stores them.
     approx: Option<CudaSlice<f32>>,
 }
@@ -473,7 +478,6 @@ impl BatchBuffers {
                 + t.t_sq.num_bytes()
                 + t.counts.num_bytes()
                 + t.cand.num_bytes()
-                + t.overflow.num_bytes()
                 + bytes(t.approx.as_ref().map(CudaSlice::num_bytes))
         });
         self.q.num_bytes()
@@ -582,9 +586,7 @@ impl CudaKnn {
         }
         let group = tf32_group(self.n, k)?;
         let max_shared = self.gpu.max_shared_per_block();
-        // The warpgroup scan reads 16-byte pieces of the rows, and only the sm_90 cubin has it
-        // (whether it runs is settled with the batches: `plan_batches`).
-        let wgmma = self.d.is_multiple_of(4) && self.gpu.has_function(KNN_TF32_SCAN_WG.name);
+        let wgmma = self.warpgroup_scan;
         let shared = if wgmma {
             wg_scan_shared_bytes
         } else {
@@ -709,7 +711,7 @@ impl CudaKnn {
             }
             self.collect_batch(&job, &mut bufs, first, r, &mut output)?;
             if let (None, Some(tf32), Some(rep)) = (job.vote, &bufs.tf32, report.as_mut()) {
-                let (over, keys) = self.exact_fallback(&job, first, r, &tf32.flags, rep)?;
+                let (over, keys) = self.exact_fallback(&job, first, r, &tf32.overflow, rep)?;
                 output.patch_rows(job.k, first, &over, &keys);
             }
             first += r;
@@ -782,8 +784,7 @@ impl CudaKnn {
                     t_sq: gpu.uninit::<f32>(rows, "thresholds")?,
                     counts: gpu.uninit::<u32>(rows, "candidate counts")?,
                     cand: gpu.uninit::<u32>(rows * TF32_CAP, "candidates")?,
-                    overflow: gpu.uninit::<u32>(rows, "overflow flags")?,
-                    flags: gpu.pinned::<u32>(rows, "overflow flags")?,
+                    overflow: gpu.mapped::<u32>(rows, "overflow flags")?,
                     approx: match store {
                         true => Some(gpu.uninit(rows * approx_stride(n), "approximations")?),
                         false => None,
@@ -873,12 +874,11 @@ impl CudaKnn {
                     method,
                     &mut bufs.best,
                 )?;
-                gpu.queue_download(&tf32.overflow, r, &mut tf32.flags, "overflow flags")?;
                 let rep = report.expect("report");
                 rep.queries += r;
                 rep.stored += if p.store { r } else { 0 };
                 if job.vote.is_some() {
-                    let (over, keys) = self.exact_fallback(job, first, r, &tf32.flags, rep)?;
+                    let (over, keys) = self.exact_fallback(job, first, r, &tf32.overflow, rep)?;
                     for (row, &i) in keys.chunks_exact(k).zip(&over) {
                         gpu.write_at(row, &mut bufs.best, i * k, "neighbour keys")?;
                     }
@@ -910,7 +910,8 @@ impl CudaKnn {
     }
 
     /// Fallback: the batch's queries (`r` from `first`) whose flags say they had too many
-    /// prefilter candidates (read from the flags' queued copy, which this waits for), counted in
+    /// prefilter candidates (read once the queued work is done: after the answer's download it
+    /// has nothing left to wait for), counted in
     /// `report` and searched again on the exact path (a recursive [`CudaKnn::run`] without the
     /// prefilter). Returns their rows in the batch and their keys, `k` a query.
     fn exact_fallback(
@@ -918,12 +919,10 @@ impl CudaKnn {
         job: &SearchJob<'_, '_>,
         first: usize,
         r: usize,
-        flags: &PinnedHostSlice<u32>,
+        flags: &Mapped<u32>,
         report: &mut PrefilterReport,
     ) -> Result<(Vec<usize>, Vec<u64>)> {
-        let flags = flags
-            .as_slice()
-            .map_err(|e| cuda("reading the overflow flags", e))?;
+        let flags = self.gpu.read_mapped(flags, "the overflow flags")?;
         let over: Vec<usize> = (0..r).filter(|&i| flags[i] != 0).collect();
         report.exact_fallbacks += over.len();
         if over.is_empty() {
@@ -1138,7 +1137,7 @@ impl CudaKnn {
             best,
             counts: &mut bufs.counts,
             cand: &bufs.cand,
-            overflow: &mut bufs.overflow,
+            overflow: &bufs.overflow,
             method: by,
         }
         .launch(gpu, rows)

@@ -429,37 +429,6 @@ impl CudaBackend {
         Ok(Mapped { host, device })
     }
 
-    /// `len` zeroed values of page-locked host memory, for copies queued with
-    /// [`Self::queue_download`].
-    pub(crate) fn pinned<T: DeviceRepr + ValidAsZeroBits + Copy + Default>(
-        &self,
-        len: usize,
-        what: &str,
-    ) -> Result<PinnedHostSlice<T>> {
-        let err = |e| cuda(&format!("allocating page-locked host memory for {what}"), e);
-        injected_oom(what, len * size_of::<T>())?;
-        // SAFETY: flags 0 (cached, fast to read from the CPU); zeroed before any use.
-        let mut host =
-            unsafe { self.ctx.alloc_pinned_with_flags::<T>(len.max(1), 0) }.map_err(err)?;
-        host.as_mut_slice().map_err(err)?.fill(T::default());
-        Ok(host)
-    }
-
-    /// Queues the copy of the first `len` elements of `dev` into `host` without waiting for it.
-    /// `host.as_slice()` waits for that copy only, which is done already once a later download
-    /// on the stream has arrived.
-    pub(crate) fn queue_download<T: DeviceRepr>(
-        &self,
-        dev: &CudaSlice<T>,
-        len: usize,
-        host: &mut PinnedHostSlice<T>,
-        what: &str,
-    ) -> Result<()> {
-        self.stream
-            .memcpy_dtoh(&dev.slice(..len), host)
-            .map_err(|e| cuda(&format!("copying {what} from the GPU"), e))
-    }
-
     /// Waits for the queued work, then reads `mapped` (which kernels have written).
     pub(crate) fn read_mapped<T: Copy + ValidAsZeroBits>(
         &self,

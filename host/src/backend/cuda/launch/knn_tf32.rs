@@ -1,7 +1,7 @@
 //! Launchers of `kernels_gpu::knn_tf32`, the TF32 prefilter of exact kNN search. The CPU has no
 //! prefilter: the twin of all four is the exact search, [`crate::backend::cpu::knn::CpuKnn::nearest`], whose answer the prefilter must give.
 
-use crate::backend::cuda::CudaBackend;
+use crate::backend::cuda::{CudaBackend, Mapped};
 use crate::error::Result;
 use cudarc::driver::CudaSlice;
 use kernels_gpu::knn::{PairMetric, SELECT_BLOCK};
@@ -65,7 +65,7 @@ pub(crate) struct KnnTf32Rerank<'a> {
     pub best: &'a mut CudaSlice<u64>,
     pub counts: &'a mut CudaSlice<u32>,
     pub cand: &'a CudaSlice<u32>,
-    pub overflow: &'a mut CudaSlice<u32>,
+    pub overflow: &'a Mapped<u32>,
     pub method: u32,
 }
 
@@ -86,7 +86,7 @@ impl KnnTf32Rerank<'_> {
         l.arg(&self.d).arg(&id).arg(&self.k).arg(self.best);
         l.arg(self.counts)
             .arg(self.cand)
-            .arg(self.overflow)
+            .arg(self.overflow.device())
             .arg(&self.method);
         l.run(rows, SELECT_BLOCK, RERANK_SHARED_BYTES)
     }
