@@ -51,6 +51,7 @@ pub mod kmeans;
 pub mod knn;
 pub mod matrix;
 mod sample_weight;
+pub mod user_cache;
 
 pub use backend::cpu::{SIMD_ENV as CPU_SIMD_VAR, SimdLevel};
 pub use backend::cuda::GpuInfo;
