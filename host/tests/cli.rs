@@ -211,10 +211,12 @@ fn kmeans_writes_labels_centroids_model_and_json() {
     assert_eq!(model["params"]["seed"], 3);
     assert_eq!(model["centroids"].as_array().unwrap().len(), 4);
 
-    // Human summary: iterations, inertia, elapsed, device.
+    // Without output files: the labels on stdout, the human summary (iterations, inertia,
+    // elapsed, device) on stderr.
     let r = ok(d, &["kmeans", "pts.csv", "--k", "2", "--metric", "l1"]);
+    assert!(r.stdout.lines().all(|l| l == "0" || l == "1"), "{}", r.stdout);
     for word in ["iterations", "inertia", "elapsed", "device", "l1"] {
-        assert!(r.stdout.contains(word), "{}", r.stdout);
+        assert!(r.stderr.contains(word), "{}", r.stderr);
     }
 }
 
@@ -1842,8 +1844,9 @@ fn minibatch_writes_the_outputs_of_kmeans_and_its_model_predicts() {
     assert_eq!(r.stdout.lines().collect::<Vec<_>>(), labels[..2]);
 
     let r = ok(d, &["minibatch", "pts.csv", "--k", "2", "--device", "cpu"]);
+    assert_eq!(r.stdout.lines().count(), 400);
     for word in ["steps", "epochs", "inertia", "device"] {
-        assert!(r.stdout.contains(word), "{}", r.stdout);
+        assert!(r.stderr.contains(word), "{}", r.stderr);
     }
     fails(
         d,

@@ -53,7 +53,7 @@ impl Scale {
 #[derive(clap::Args, Debug)]
 pub struct Args {
     #[command(flatten)]
-    knn: NeighbourArgs,
+    pub(super) knn: NeighbourArgs,
     /// Which column of the training file holds the label: first, last, or N (from 1).
     #[arg(long, value_name = "COLUMN", default_value = "last")]
     label_column: LabelColumn,

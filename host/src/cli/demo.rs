@@ -37,7 +37,7 @@ pub struct Args {
     output: PathBuf,
     /// Where to compute: auto, cpu, gpu, gpu:N.
     #[arg(long, value_name = "DEVICE", default_value = "auto")]
-    device: Device,
+    pub(super) device: Device,
 }
 
 fn fit_opts(k: usize, device: Device) -> FitOpts {
@@ -45,7 +45,7 @@ fn fit_opts(k: usize, device: Device) -> FitOpts {
         k,
         init: Init::KMeansPlusPlus,
         seed: 0,
-        max_iter: 100,
+        max_iter: crate::kmeans::DEFAULT_MAX_ITER,
         tol: 1e-4,
         n_init: 1,
         device,

@@ -40,7 +40,7 @@ pub struct Args {
     block_mib: usize,
     /// Where to compute: auto, cpu, gpu, gpu:N.
     #[arg(long, value_name = "DEVICE", default_value = "auto")]
-    device: Device,
+    pub(super) device: Device,
     /// Print one JSON object on stdout instead of the summary.
     #[arg(long)]
     json: bool,

@@ -3,6 +3,7 @@
 use super::{CliError, Ui};
 use crate::Device;
 use crate::backend::cuda::image;
+use crate::device::visible;
 use serde_json::json;
 
 pub const EXAMPLES: &str = "\
@@ -16,7 +17,7 @@ Examples:
 pub struct Args {
     /// Which GPU to describe: gpu or gpu:N (default: the one `auto` would use).
     #[arg(long, value_name = "DEVICE", default_value = "auto")]
-    device: Device,
+    pub(super) device: Device,
     /// Print one JSON object on stdout.
     #[arg(long)]
     json: bool,
@@ -67,6 +68,17 @@ pub fn run(a: Args, _ui: Ui) -> Result<(), CliError> {
         Ok(l) => l.name().to_string(),
         Err(e) => format!("none ({e})"),
     };
+    let started = crate::gpu_count();
+    let host = crate::backend::cuda::driver::host_gpus();
+    let narrowed = super::narrowed();
+    let gpus_text = match (host, narrowed) {
+        (None, _) => "none (no NVIDIA driver files)".to_string(),
+        (Some(host), Some((value, asked))) => format!(
+            "the driver started {started} of {host} ({}={value}, set for --device {asked})",
+            visible::VISIBLE_VAR
+        ),
+        (Some(host), None) => format!("the driver started {started} of {host}"),
+    };
     let chosen = match &backend {
         Ok(d) => d.describe().unwrap_or_else(|_| d.to_string()),
         Err(e) => format!("none ({e})"),
@@ -94,6 +106,12 @@ pub fn run(a: Args, _ui: Ui) -> Result<(), CliError> {
             "ptx_version": ptx_version(),
             "cubins": image::cubin_archs(),
             "ptxas_version": image::PTXAS_VERSION,
+            "gpus": {
+                "host": host,
+                "started": started,
+                "cuda_visible_devices": std::env::var(visible::VISIBLE_VAR).ok(),
+                "set_for_device": narrowed.map(|(_, asked)| asked.to_string()),
+            },
             "cpu_threads": threads,
             "cpu_simd": simd_text,
             "nccl": match &nccl {
@@ -111,6 +129,7 @@ pub fn run(a: Args, _ui: Ui) -> Result<(), CliError> {
     }
     let mut s = format!("kmeans-knn {}\n", env!("CARGO_PKG_VERSION"));
     s += &format!("  backend        {chosen}\n");
+    s += &format!("  GPUs           {gpus_text}\n");
     match &gpu {
         Ok(g) => {
             s += &format!("  GPU {}          {}\n", g.ordinal, g.name);

@@ -35,7 +35,7 @@ pub struct Args {
     #[arg(value_name = "INPUT")]
     input: PathBuf,
     #[command(flatten)]
-    fit: FitOpts,
+    pub(super) fit: FitOpts,
     #[command(flatten)]
     weights: SampleWeightOpts,
     /// Assignment distance: l2 (squared Euclidean), l1 (Manhattan) or cosine (spherical
@@ -95,6 +95,33 @@ impl FitOutputs {
         if let Some(p) = &self.centroids_out {
             outputs.matrix(p, model.k, model.d, &model.centroids, header)?;
         }
+        Ok(())
+    }
+
+    /// What a fit prints, as every subcommand does: with `--json` the summary object on
+    /// stdout; else, with no output file, the labels on stdout (one per line, as `knn`,
+    /// `predict` and `classify` print their results) and the summary on stderr; else the
+    /// summary on stdout. `labels` is the fit's, `text` the summary.
+    pub fn print(
+        &self,
+        ui: Ui,
+        labels: &[u32],
+        summary: &serde_json::Value,
+        text: &str,
+    ) -> Result<(), CliError> {
+        if self.json {
+            return super::print_json(summary);
+        }
+        if !self.paths().is_empty() {
+            return super::print_stdout(text);
+        }
+        let mut lines = String::with_capacity(labels.len() * 4);
+        for label in labels {
+            lines += &label.to_string();
+            lines.push('\n');
+        }
+        super::print_stdout(&lines)?;
+        ui.note(text.trim_end());
         Ok(())
     }
 }
@@ -224,16 +251,17 @@ pub fn run(a: Args, ui: Ui) -> Result<(), CliError> {
         "outputs": outs.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
     });
     let text = summary_text(&a, &model, table.rows, secs, &outs);
-    if let Some(p) = &a.out.save_model {
-        let saved = SavedModel::new(model, &a.fit, &a.input, table.header.clone());
-        outputs.json(p, &saved)?;
-    }
+    // With a model file the labels are not printed (an output file was asked for).
+    let labels = match &a.out.save_model {
+        Some(p) => {
+            let saved = SavedModel::new(model, &a.fit, &a.input, table.header.clone());
+            outputs.json(p, &saved)?;
+            Vec::new()
+        }
+        None => model.labels,
+    };
     outputs.commit()?;
-    if a.out.json {
-        super::print_json(&summary)
-    } else {
-        super::print_stdout(&text)
-    }
+    a.out.print(ui, &labels, &summary, &text)
 }
 
 fn summary_text(a: &Args, m: &KMeansModel, n: usize, secs: f64, outs: &[&Path]) -> String {

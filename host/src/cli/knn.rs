@@ -47,7 +47,7 @@ pub struct Args {
     /// Where to compute: auto, cpu, gpu, gpu:N; or several GPUs, gpu:N,M,… or gpu:all, over
     /// which the training rows are cut.
     #[arg(long, value_name = "DEVICE", default_value = "auto")]
-    device: Device,
+    pub(super) device: Device,
     /// GPU memory the index may use, e.g. 8GiB or 500M (default: 70 % of what is free); a
     /// larger training set stays in host memory and streams through the GPU (same answer).
     #[arg(long, value_name = "BYTES")]

@@ -68,7 +68,7 @@ pub struct Args {
     metric: Metric,
     /// Where to compute: auto (GPU when there is one, else CPU), cpu, gpu, gpu:N.
     #[arg(long, value_name = "DEVICE", default_value = "auto")]
-    device: Device,
+    pub(super) device: Device,
     #[command(flatten)]
     out: FitOutputs,
     #[command(flatten)]
@@ -133,17 +133,18 @@ pub fn run(a: Args, ui: Ui) -> Result<(), CliError> {
         "outputs": outs.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
     });
     let text = summary_text(&a, &model, table.rows, secs, &outs);
-    if let Some(p) = &a.out.save_model {
-        let fit = a.saved_fit(&a.params());
-        let saved = SavedModel::new(model.kmeans, &fit, &a.input, table.header.clone());
-        outputs.json(p, &saved)?;
-    }
+    // With a model file the labels are not printed (an output file was asked for).
+    let labels = match &a.out.save_model {
+        Some(p) => {
+            let fit = a.saved_fit(&a.params());
+            let saved = SavedModel::new(model.kmeans, &fit, &a.input, table.header.clone());
+            outputs.json(p, &saved)?;
+            Vec::new()
+        }
+        None => model.kmeans.labels,
+    };
     outputs.commit()?;
-    if a.out.json {
-        super::print_json(&summary)
-    } else {
-        super::print_stdout(&text)
-    }
+    a.out.print(ui, &labels, &summary, &text)
 }
 
 /// Fits with a progress bar over the steps.

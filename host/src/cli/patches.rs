@@ -31,7 +31,7 @@ pub struct Args {
     #[arg(long, value_name = "S", default_value_t = 1)]
     stride: usize,
     #[command(flatten)]
-    fit: FitOpts,
+    pub(super) fit: FitOpts,
     /// The grid of centroid patches (.png, .jpg).
     #[arg(short, long, value_name = "GRID.png")]
     output: PathBuf,

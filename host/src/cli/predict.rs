@@ -33,7 +33,7 @@ pub struct Args {
     transform: Option<PathBuf>,
     /// Where to compute: auto, cpu, gpu, gpu:N.
     #[arg(long, value_name = "DEVICE", default_value = "auto")]
-    device: Device,
+    pub(super) device: Device,
     #[command(flatten)]
     csv: CsvOpts,
 }

@@ -27,7 +27,7 @@ the RMSE and R².";
 #[derive(clap::Args, Debug)]
 pub struct Args {
     #[command(flatten)]
-    knn: NeighbourArgs,
+    pub(super) knn: NeighbourArgs,
     /// Which column of the training file holds the target: first, last, or N (from 1).
     #[arg(long, value_name = "COLUMN", default_value = "last")]
     target_column: LabelColumn,

@@ -29,7 +29,7 @@ pub struct Args {
     #[arg(short, long, value_name = "OUT.png")]
     output: PathBuf,
     #[command(flatten)]
-    fit: FitOpts,
+    pub(super) fit: FitOpts,
     /// Colour distance: l1 (Manhattan) or l2 (squared Euclidean).
     #[arg(long, value_name = "METRIC", default_value = "l1")]
     metric: Metric,

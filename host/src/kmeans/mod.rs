@@ -33,6 +33,9 @@ use std::sync::Arc;
 /// Entry point: `KMeans::params(k)` starts a [`KMeansParams`] builder.
 pub struct KMeans;
 
+/// The most Lloyd iterations per run unless told otherwise (scikit-learn's default).
+pub const DEFAULT_MAX_ITER: usize = 300;
+
 impl KMeans {
     /// Parameters for `k` clusters with the defaults of scikit-learn's `KMeans`
     /// (k-means++, 300 iterations, tol 1e-4, one run) and seed 0.
@@ -40,7 +43,7 @@ impl KMeans {
         KMeansParams {
             k,
             init: Init::KMeansPlusPlus,
-            max_iter: 300,
+            max_iter: DEFAULT_MAX_ITER,
             tol: 1e-4,
             n_init: 1,
             seed: 0,

@@ -73,8 +73,32 @@ pub fn version_text(version: i32) -> String {
     format!("{}.{}", version / 1000, (version % 1000) / 10)
 }
 
+/// The NVIDIA GPUs in this machine, counted from the driver's files without starting it
+/// (`/proc/driver/nvidia/gpus/*`, else the `/dev/nvidiaN` device files); `None` when neither
+/// is there (no NVIDIA driver).
+pub fn host_gpus() -> Option<usize> {
+    let count = |dir: &str, keep: fn(&str) -> bool| {
+        std::fs::read_dir(dir).ok().map(|entries| {
+            entries
+                .filter_map(|e| e.ok())
+                .filter(|e| keep(&e.file_name().to_string_lossy()))
+                .count()
+        })
+    };
+    count("/proc/driver/nvidia/gpus", |_| true)
+        .filter(|&n| n > 0)
+        .or_else(|| {
+            count("/dev", |name| {
+                name.strip_prefix("nvidia")
+                    .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+            })
+        })
+        .filter(|&n| n > 0)
+}
+
 /// Loads libcuda and checks that it can run the library; returns its CUDA version.
 pub(super) fn check() -> Result<i32> {
+    super::start_cost::driver_called();
     if !libcuda_present() {
         return Err(Error::NoGpu(format!(
             "the CUDA driver library (libcuda.so) is not installed; {INSTALL}"

@@ -12,6 +12,7 @@ mod launch;
 mod minibatch;
 pub mod nccl;
 mod staging;
+pub mod start_cost;
 
 use crate::backend::vocab::Metric;
 use crate::backend::{Backend, Footprint, Layout, Lloyd, LloydSpec, MiniBatch};
@@ -141,6 +142,9 @@ impl CudaBackend {
                 )))
             })?;
         let gpu = Arc::new(gpu);
+        if cache.is_empty() {
+            start_cost::first_backend_ready(device_count());
+        }
         cache.insert(ordinal, gpu.clone());
         Ok(gpu)
     }
@@ -580,7 +584,14 @@ impl CudaBackend {
 
 impl Backend for CudaBackend {
     fn describe(&self) -> String {
-        format!("cuda:{} ({})", self.info.ordinal, self.info.name)
+        let started = device_count();
+        let of = driver::host_gpus().filter(|&host| host > started);
+        let of = of.map_or(String::new(), |host| format!(" of {host}"));
+        let gpus = if started == 1 { "GPU" } else { "GPUs" };
+        format!(
+            "cuda:{} ({}; the driver started {started}{of} {gpus})",
+            self.info.ordinal, self.info.name
+        )
     }
 
     fn lloyd_at<'a>(

@@ -1,5 +1,7 @@
 //! Which backend runs the work: the GPU when there is one, else the CPU.
 
+pub mod visible;
+
 use crate::backend::{Backend, cpu::CpuBackend, cuda};
 use crate::error::{Error, Result};
 use serde::{Deserialize, Serialize};
@@ -84,9 +86,9 @@ impl GpuSet {
 /// over the CPU paths (wide rows go faster, narrow ones slower), so that doubt favours the GPU.
 const CPU_MADDS_PER_THREAD: f64 = 5e9;
 
-/// Seconds a process spends before its first GPU kernel: the driver's start and a context
-/// (0.2–0.3 s measured on the H100 machine, `cuInit` alone 0.1–0.2 s).
-const GPU_START_SECONDS: f64 = 0.2;
+/// Threads past which the estimate stops scaling: on the 64-core host the seeds' fits were no
+/// faster on 64 threads than on 16 (quantise 0.88 s against 0.73 s, 2026-11-26).
+const CPU_SCALING_THREADS: usize = 16;
 
 /// The work of `pairs` distances in `d` dimensions: multiply-adds, a pair's comparison and
 /// bookkeeping counted as 8.
@@ -94,9 +96,11 @@ fn pair_work(pairs: f64, d: usize) -> f64 {
     pairs * (d as f64 + 8.0)
 }
 
-/// Whether `threads` CPU threads would finish `work` ([`pair_work`]) before a GPU could start.
-fn cpu_finishes_first(work: f64, threads: usize) -> bool {
-    work / (CPU_MADDS_PER_THREAD * threads.max(1) as f64) < GPU_START_SECONDS
+/// Whether `threads` CPU threads would finish `work` ([`pair_work`]) before a GPU could start
+/// in `start_seconds`.
+fn cpu_finishes_first(work: f64, threads: usize, start_seconds: f64) -> bool {
+    let threads = threads.clamp(1, CPU_SCALING_THREADS);
+    work / (CPU_MADDS_PER_THREAD * threads as f64) < start_seconds
 }
 
 impl Device {
@@ -104,11 +108,18 @@ impl Device {
     /// GPU has started in this process yet and the CPU's threads would be done before the
     /// driver is up (a fresh process searching 1,200 queries among 32,768 rows takes 0.1 s on
     /// 16 threads against 0.4 s on the GPU, nearly all of it the driver's start); the answers
-    /// are the same bits on either backend. Any other choice is kept.
+    /// are the same bits on either backend. The start's cost is this machine's, for the GPUs
+    /// the driver would start (measured by the CUDA backend, for [`visible::gpus_to_start`]). Any other
+    /// choice is kept.
     pub fn for_pairs(self, pairs: f64, d: usize) -> Device {
         let small = || {
+            let gpus = visible::gpus_to_start().unwrap_or(1);
             !cuda::CudaBackend::is_started(0)
-                && cpu_finishes_first(pair_work(pairs, d), rayon::current_num_threads())
+                && cpu_finishes_first(
+                    pair_work(pairs, d),
+                    rayon::current_num_threads(),
+                    cuda::start_cost::expected_seconds(gpus),
+                )
         };
         if self == Device::Auto && small() {
             Device::Cpu
@@ -231,11 +242,15 @@ mod tests {
 
     #[test]
     fn only_auto_moves_to_the_cpu_and_only_for_small_work() {
-        // Seed 004's search on 16 threads: below the GPU's start; 10^10 pairs never are.
-        assert!(cpu_finishes_first(pair_work(1200.0 * 32768.0, 256), 16));
-        assert!(!cpu_finishes_first(pair_work(1e10, 128), 128));
-        // One thread takes 16 times as long as sixteen.
-        assert!(!cpu_finishes_first(pair_work(1200.0 * 32768.0, 256), 1));
+        // Seed 004's search on 16 threads: below one GPU's start; 10^10 pairs never are.
+        let seed_004 = pair_work(1200.0 * 32768.0, 256);
+        assert!(cpu_finishes_first(seed_004, 16, 0.2));
+        assert!(!cpu_finishes_first(pair_work(1e10, 128), 128, 1.0));
+        // One thread takes 16 times as long as sixteen, and 64 no less than 16.
+        assert!(!cpu_finishes_first(seed_004, 1, 0.2));
+        assert!(!cpu_finishes_first(seed_004 * 3.0, 64, 0.2));
+        // A start that costs more (four GPUs started) leaves more to the CPU.
+        assert!(cpu_finishes_first(seed_004 * 3.0, 16, 1.0));
         for device in [Device::Cpu, Device::Cuda(1), Device::Gpus(GpuSet::ALL)] {
             assert_eq!(device.for_pairs(1.0, 1), device);
             assert_eq!(device.for_pairs(1e18, 1), device);
