@@ -214,7 +214,11 @@ fn kmeans_writes_labels_centroids_model_and_json() {
     // Without output files: the labels on stdout, the human summary (iterations, inertia,
     // elapsed, device) on stderr.
     let r = ok(d, &["kmeans", "pts.csv", "--k", "2", "--metric", "l1"]);
-    assert!(r.stdout.lines().all(|l| l == "0" || l == "1"), "{}", r.stdout);
+    assert!(
+        r.stdout.lines().all(|l| l == "0" || l == "1"),
+        "{}",
+        r.stdout
+    );
     for word in ["iterations", "inertia", "elapsed", "device", "l1"] {
         assert!(r.stderr.contains(word), "{}", r.stderr);
     }

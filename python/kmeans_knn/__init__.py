@@ -10,7 +10,7 @@ the default), else on the CPU; both give bit-identical results. Swap the import:
 (``pip install kmeans-knn[dask]``).
 """
 
-from ._engine import describe_device, last_engine_seconds
+from ._engine import describe_device, last_engine_seconds, warmup
 from .cluster import KMeans
 from .metrics import pairwise_distances
 from .minibatch import MiniBatchKMeans
@@ -25,4 +25,5 @@ __all__ = [
     "describe_device",
     "last_engine_seconds",
     "pairwise_distances",
+    "warmup",
 ]

@@ -22,6 +22,7 @@ static LAST_ENGINE_SECONDS: AtomicU64 = AtomicU64::new(0);
 fn _engine(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(last_engine_seconds, m)?)?;
     m.add_function(wrap_pyfunction!(describe_device, m)?)?;
+    m.add_function(wrap_pyfunction!(warmup, m)?)?;
     kmeans::register(m)?;
     shard::register(m)?;
     minibatch::register(m)?;
@@ -39,6 +40,17 @@ fn last_engine_seconds() -> f64 {
 fn describe_device(py: Python<'_>, device: &str) -> PyResult<String> {
     let device = parse_device(device)?;
     engine(py, || device.describe())
+}
+
+/// Starts `device` now (for a GPU: the driver, its context and the kernels, about 0.25 s with
+/// one GPU visible), so that a server's first fit or search does not pay for it; returns what
+/// it started, as `describe_device`. The driver starts every GPU the process sees: set
+/// `CUDA_VISIBLE_DEVICES` before importing to let it start only those you use.
+#[pyfunction]
+#[pyo3(signature = (device = "auto"))]
+fn warmup(py: Python<'_>, device: &str) -> PyResult<String> {
+    let device = parse_device(device)?;
+    engine(py, || device.resolve()?.describe())
 }
 
 /// Runs `f` with the GIL released, records its duration, and maps its error.

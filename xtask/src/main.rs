@@ -4,6 +4,7 @@ mod bundle;
 mod cubin;
 mod ptx;
 mod python;
+mod summary;
 
 use anyhow::{Result, bail};
 use std::path::PathBuf;
@@ -16,7 +17,8 @@ commands:
                   (--check: fail if a committed file is stale)
   build           ptx, then the host library and command-line tool in release
   test            ptx --check, the workspace tests (GPU tests run where a GPU is present), then
-                  the Python package: wheel built into target/py-venv, pytest over python/tests
+                  the Python package: wheel built into target/py-venv, pytest over python/tests;
+                  the last line sums up what passed, failed and was skipped (and why)
   gpu-bundle      write gpu-bundle/: test and benchmark executables, the PTX and run.sh";
 
 fn main() {
@@ -38,10 +40,20 @@ fn run() -> Result<()> {
         }
         ["test", rest @ ..] => {
             ptx::check()?;
-            let mut cmd = vec!["test", "--workspace"];
-            cmd.extend_from_slice(rest);
-            cargo(&cmd)?;
-            python::test()
+            let mut args = vec!["test", "--workspace"];
+            args.extend_from_slice(rest);
+            let (status, lines) = summary::run_teed(&mut cargo_command(&args))?;
+            let rust = summary::rust(&lines);
+            if !status.success() {
+                println!("{rust}");
+                bail!("cargo {} failed ({status})", args.join(" "));
+            }
+            let (status, lines) = python::test()?;
+            println!("{rust}; {}", summary::python(&lines));
+            if !status.success() {
+                bail!("pytest failed ({status})");
+            }
+            Ok(())
         }
         ["gpu-bundle"] => bundle::write(),
         _ => bail!("{USAGE}"),
@@ -59,13 +71,17 @@ fn root() -> PathBuf {
         .to_path_buf()
 }
 
-/// Runs the cargo that runs xtask (the workspace's stable toolchain) in the workspace root.
-fn cargo(args: &[&str]) -> Result<()> {
+/// The cargo that runs xtask (the workspace's stable toolchain), in the workspace root.
+fn cargo_command(args: &[&str]) -> Command {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let status = Command::new(cargo)
-        .args(args)
-        .current_dir(root())
-        .status()?;
+    let mut cmd = Command::new(cargo);
+    cmd.args(args).current_dir(root());
+    cmd
+}
+
+/// Runs [`cargo_command`].
+fn cargo(args: &[&str]) -> Result<()> {
+    let status = cargo_command(args).status()?;
     if !status.success() {
         bail!("cargo {} failed ({status})", args.join(" "));
     }

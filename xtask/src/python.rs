@@ -17,8 +17,8 @@ fn target_dir() -> PathBuf {
 }
 
 /// Builds the wheel and the command-line tool, installs the wheel into the environment and runs
-/// pytest over `python/tests` (pytest's exit status decides).
-pub fn test() -> Result<()> {
+/// pytest over `python/tests`; returns pytest's status and output lines.
+pub fn test() -> Result<(std::process::ExitStatus, Vec<String>)> {
     let start = Instant::now();
     let venv = venv()?;
     let wheel = build_wheel(&venv)?;
@@ -31,17 +31,19 @@ pub fn test() -> Result<()> {
         start.elapsed().as_secs_f64()
     );
     let cli = target_dir().join("debug").join("kmeans-knn");
-    run(Command::new(python(&venv))
-        .args([
-            "-m",
-            "pytest",
-            "-p",
-            "no:cacheprovider",
-            "-rfEsxX",
-            "python/tests",
-        ])
-        .env("KMEANS_KNN_CLI", cli)
-        .current_dir(crate::root()))
+    crate::summary::run_teed(
+        Command::new(python(&venv))
+            .args([
+                "-m",
+                "pytest",
+                "-p",
+                "no:cacheprovider",
+                "-rfEsxX",
+                "python/tests",
+            ])
+            .env("KMEANS_KNN_CLI", cli)
+            .current_dir(crate::root()),
+    )
 }
 
 /// The virtual environment with the pinned requirements, made or reused.
