@@ -76,9 +76,10 @@ pub use knn::{
 };
 pub use matrix::MatrixView;
 
-/// What the driver reports about GPU `ordinal`, or why it is not usable.
+/// What the driver reports about GPU `ordinal`, or why it is not usable. Makes no CUDA context:
+/// before the GPU has started in this process, `kernels` is the image it will load.
 pub fn gpu_info(ordinal: usize) -> Result<GpuInfo> {
-    Ok(backend::cuda::CudaBackend::shared(ordinal)?.info().clone())
+    backend::cuda::gpu_info(ordinal)
 }
 
 /// CUDA devices this process sees (after `CUDA_VISIBLE_DEVICES`); 0 without a usable driver.

@@ -2,7 +2,7 @@
 
 use super::{CliError, Ui};
 use crate::Device;
-use crate::backend::cuda::image;
+use crate::backend::cuda::{CudaBackend, describe_gpu, image};
 use crate::device::visible;
 use serde_json::json;
 
@@ -49,12 +49,18 @@ pub fn run(a: Args, _ui: Ui) -> Result<(), CliError> {
         Device::Cuda(n) => n,
         _ => 0,
     };
-    let backend = match a.device {
-        Device::Cpu => Ok(Device::Cpu),
-        d => d.resolve(),
-    };
+    // What the driver tells without a context (a context costs ~0.1 s to make and as much to
+    // tear down); free memory only where this process has already started the GPU.
     let gpu = crate::gpu_info(ordinal);
-    let memory = crate::gpu_memory(ordinal);
+    let memory = CudaBackend::is_started(ordinal)
+        .then(|| crate::gpu_memory(ordinal))
+        .and_then(|m| m.ok());
+    let backend = match (a.device, &gpu) {
+        (Device::Cpu, _) | (Device::Auto, Err(_)) => Ok(Device::Cpu),
+        (Device::Auto | Device::Cuda(_), Ok(_)) => Ok(Device::Cuda(ordinal)),
+        (Device::Cuda(_), Err(e)) => Err(e.to_string()),
+        (set @ Device::Gpus(_), _) => set.resolve().map_err(|e| e.to_string()),
+    };
     let threads = rayon::current_num_threads();
     let nccl = match crate::Nccl::shared() {
         Ok(n) => Ok((
@@ -79,9 +85,10 @@ pub fn run(a: Args, _ui: Ui) -> Result<(), CliError> {
         ),
         (Some(host), None) => format!("the driver started {started} of {host}"),
     };
-    let chosen = match &backend {
-        Ok(d) => d.describe().unwrap_or_else(|_| d.to_string()),
-        Err(e) => format!("none ({e})"),
+    let chosen = match (&backend, &gpu) {
+        (Ok(Device::Cuda(_)), Ok(g)) => describe_gpu(g),
+        (Ok(d), _) => d.describe().unwrap_or_else(|_| d.to_string()),
+        (Err(e), _) => format!("none ({e})"),
     };
     if a.json {
         let gpu_json = match &gpu {
@@ -90,7 +97,7 @@ pub fn run(a: Args, _ui: Ui) -> Result<(), CliError> {
                 "name": g.name,
                 "compute_capability": format!("{}.{}", g.compute_capability.0, g.compute_capability.1),
                 "total_memory": g.total_memory,
-                "free_memory": memory.as_ref().ok().map(|m| m.0),
+                "free_memory": memory.map(|m| m.0),
                 "multiprocessors": g.multiprocessors,
                 "driver_version": driver(g.driver_version),
                 "kernels": g.kernels,
@@ -139,14 +146,14 @@ pub fn run(a: Args, _ui: Ui) -> Result<(), CliError> {
             );
             let gib = |b: usize| b as f64 / (1u64 << 30) as f64;
             match &memory {
-                Ok((free, total)) => {
+                Some((free, total)) => {
                     s += &format!(
                         "  memory         {:.1} GiB free of {:.1} GiB\n",
                         gib(*free),
                         gib(*total)
                     )
                 }
-                Err(_) => s += &format!("  memory         {:.1} GiB\n", gib(g.total_memory)),
+                None => s += &format!("  memory         {:.1} GiB\n", gib(g.total_memory)),
             }
             s += &format!("  kernels        {}\n", g.kernels);
             s += &format!(

@@ -76,53 +76,85 @@ impl std::fmt::Display for KernelImage {
     }
 }
 
+/// The image a GPU of compute capability `major.minor` takes: its cubin, else the PTX and why.
+enum Plan {
+    Cubin(&'static Cubin),
+    Ptx(String),
+}
+
+fn plan(major: i32, minor: i32) -> Plan {
+    if std::env::var(FORCE_PTX_VAR).is_ok_and(|v| v == "1") {
+        return Plan::Ptx(format!("{FORCE_PTX_VAR}=1"));
+    }
+    match cubin_for(major, minor) {
+        Some(cubin) => Plan::Cubin(cubin),
+        None => Plan::Ptx(format!("no cubin for {}", arch(10 * major + minor))),
+    }
+}
+
+fn sass_image(cubin: &Cubin) -> KernelImage {
+    KernelImage {
+        kind: ImageKind::Sass,
+        arch: arch(cubin.sm),
+        detail: format!("ptxas {PTXAS_VERSION}"),
+    }
+}
+
+/// The PTX for compute capability `major` and its architecture.
+fn ptx_for(major: i32) -> (&'static str, i32) {
+    if major >= 8 {
+        (PTX_SM80, 80)
+    } else {
+        (PTX, 70)
+    }
+}
+
+fn ptx_image(major: i32, why: &str) -> KernelImage {
+    KernelImage {
+        kind: ImageKind::Ptx,
+        arch: arch(ptx_for(major).1),
+        detail: format!("JIT: {why}"),
+    }
+}
+
+/// The image [`load`] will load for compute capability `major.minor`, told without a context
+/// (unless the driver then rejects the cubin).
+pub(super) fn expected(major: i32, minor: i32) -> KernelImage {
+    match plan(major, minor) {
+        Plan::Cubin(cubin) => sass_image(cubin),
+        Plan::Ptx(why) => ptx_image(major, &why),
+    }
+}
+
 /// Loads the best image for a GPU of compute capability `major.minor` into `ctx`.
 pub(super) fn load(
     ctx: &Arc<CudaContext>,
     major: i32,
     minor: i32,
 ) -> Result<(Arc<CudaModule>, KernelImage)> {
-    let why_ptx = if std::env::var(FORCE_PTX_VAR).is_ok_and(|v| v == "1") {
-        format!("{FORCE_PTX_VAR}=1")
-    } else if let Some(cubin) = cubin_for(major, minor) {
-        // A test build may hand over another major's cubin, for the driver to reject.
-        let bytes = if super::faults::wrong_cubin() {
-            CUBINS
-                .iter()
-                .find(|c| c.sm / 10 != major)
-                .unwrap_or(cubin)
-                .bytes
-        } else {
-            cubin.bytes
-        };
-        match ctx.load_module(Ptx::from_binary(bytes.to_vec())) {
-            Ok(module) => {
-                let image = KernelImage {
-                    kind: ImageKind::Sass,
-                    arch: arch(cubin.sm),
-                    detail: format!("ptxas {PTXAS_VERSION}"),
-                };
-                return Ok((module, image));
+    let why_ptx = match plan(major, minor) {
+        Plan::Cubin(cubin) => {
+            // A test build may hand over another major's cubin, for the driver to reject.
+            let bytes = if super::faults::wrong_cubin() {
+                CUBINS
+                    .iter()
+                    .find(|c| c.sm / 10 != major)
+                    .unwrap_or(cubin)
+                    .bytes
+            } else {
+                cubin.bytes
+            };
+            match ctx.load_module(Ptx::from_binary(bytes.to_vec())) {
+                Ok(module) => return Ok((module, sass_image(cubin))),
+                Err(e) => format!("the {} cubin was rejected: {}", arch(cubin.sm), describe(e)),
             }
-            Err(e) => format!("the {} cubin was rejected: {}", arch(cubin.sm), describe(e)),
         }
-    } else {
-        format!("no cubin for {}", arch(10 * major + minor))
-    };
-    let (ptx, ptx_sm) = if major >= 8 {
-        (PTX_SM80, 80)
-    } else {
-        (PTX, 70)
+        Plan::Ptx(why) => why,
     };
     let module = ctx
-        .load_module(Ptx::from_src(ptx))
+        .load_module(Ptx::from_src(ptx_for(major).0))
         .map_err(|e| cuda("loading the PTX module", e))?;
-    let image = KernelImage {
-        kind: ImageKind::Ptx,
-        arch: arch(ptx_sm),
-        detail: format!("JIT: {why_ptx}"),
-    };
-    Ok((module, image))
+    Ok((module, ptx_image(major, &why_ptx)))
 }
 
 /// The architectures with a cubin, e.g. `sm_70`.

@@ -107,6 +107,55 @@ pub(crate) fn device_count() -> usize {
     CudaContext::device_count().map_or(0, |count| count.max(0) as usize)
 }
 
+/// What the driver tells of GPU `ordinal` without a context (which costs ~0.1 s to make and
+/// about as much to tear down at exit): the backend's own description once it is up, else the
+/// device's properties and the kernel image it would load ([`image::expected`]).
+pub(crate) fn gpu_info(ordinal: usize) -> Result<GpuInfo> {
+    if let Some(gpu) = CudaBackend::started().get(&ordinal) {
+        return Ok(gpu.info.clone());
+    }
+    use cudarc::driver::result::device;
+    let driver_version = driver::check()?;
+    let count = CudaContext::device_count().map_err(no_device)?;
+    if ordinal >= count.max(0) as usize {
+        return Err(Error::NoGpu(format!(
+            "GPU {ordinal} was asked for but {count} CUDA device(s) are present"
+        )));
+    }
+    let dev = device::get(ordinal as i32).map_err(|e| cuda("querying the device", e))?;
+    // SAFETY: `dev` is a device the driver just returned; each query writes one int.
+    let attr =
+        |a| unsafe { device::get_attribute(dev, a) }.map_err(|e| cuda("querying the device", e));
+    let major = attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
+    let minor = attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
+    Ok(GpuInfo {
+        ordinal,
+        name: device::get_name(dev).map_err(|e| cuda("querying the device name", e))?,
+        compute_capability: (major, minor),
+        // SAFETY: as above.
+        total_memory: unsafe { device::total_mem(dev) }.map_err(|e| cuda("querying memory", e))?,
+        multiprocessors: attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?
+            as usize,
+        max_shared_per_block: attr(
+            CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+        )? as usize,
+        driver_version,
+        kernels: image::expected(major, minor),
+    })
+}
+
+/// `cuda:0 (NVIDIA H100 80GB HBM3; the driver started 1 of 4 GPUs)`.
+pub(crate) fn describe_gpu(info: &GpuInfo) -> String {
+    let started = device_count();
+    let of = driver::host_gpus().filter(|&host| host > started);
+    let of = of.map_or(String::new(), |host| format!(" of {host}"));
+    let gpus = if started == 1 { "GPU" } else { "GPUs" };
+    format!(
+        "cuda:{} ({}; the driver started {started}{of} {gpus})",
+        info.ordinal, info.name
+    )
+}
+
 impl CudaBackend {
     /// The backends started in this process, by ordinal.
     fn started() -> std::sync::MutexGuard<'static, HashMap<usize, Arc<CudaBackend>>> {
@@ -584,14 +633,7 @@ impl CudaBackend {
 
 impl Backend for CudaBackend {
     fn describe(&self) -> String {
-        let started = device_count();
-        let of = driver::host_gpus().filter(|&host| host > started);
-        let of = of.map_or(String::new(), |host| format!(" of {host}"));
-        let gpus = if started == 1 { "GPU" } else { "GPUs" };
-        format!(
-            "cuda:{} ({}; the driver started {started}{of} {gpus})",
-            self.info.ordinal, self.info.name
-        )
+        describe_gpu(&self.info)
     }
 
     fn lloyd_at<'a>(
