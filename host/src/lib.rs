@@ -45,6 +45,7 @@ pub mod cli;
 pub mod device;
 pub mod distances;
 pub mod error;
+mod host_tasks;
 pub mod image_ops;
 pub mod io;
 pub mod kmeans;
@@ -71,8 +72,8 @@ pub use kmeans::{
     MiniBatchKMeansModel, MiniBatchParams, MiniBatchStep, Precision,
 };
 pub use knn::{
-    FittedScaler, KnnClassifier, KnnIndex, KnnRegressor, KnnResult, PrefilterReport, Scaler,
-    Selection, Weights,
+    AutoReport, AutoSource, FittedScaler, KnnClassifier, KnnIndex, KnnRegressor, KnnResult,
+    PathTiming, PrefilterReport, Scaler, Selection, Weights,
 };
 pub use matrix::MatrixView;
 

@@ -30,7 +30,7 @@ mod regress;
 mod scale;
 mod stream;
 
-pub use crate::backend::vocab::{PrefilterReport, Selection};
+pub use crate::backend::vocab::{AutoReport, AutoSource, PathTiming, PrefilterReport, Selection};
 pub use classify::{KnnClassifier, Weights};
 pub use regress::KnnRegressor;
 pub use scale::{FittedScaler, Scaler};
@@ -248,6 +248,24 @@ impl KnnIndex {
     }
 
     /// Checks a query matrix and `k` against the index.
+    /// Allocates ahead what a first search of `queries` rows for `k` neighbours needs on the GPU
+    /// (its device buffers, sized for the path that `Auto` chose when it has chosen, else the
+    /// prefilter's; the page-locked download buffer), so that the first search costs what later
+    /// ones do. Later searches of as many rows or fewer reuse them. Does nothing on the CPU.
+    pub fn prepare(&self, queries: usize, k: usize) -> Result<()> {
+        check_k(k, self.n)?;
+        self.inner
+            .prepare(queries, k, self.selection, self.max_bytes)
+    }
+
+    /// What [`Selection::Auto`] chose on this index for `k`, and the timings it chose from, once
+    /// a search (in this process, or one whose choice the user cache kept) has made the choice;
+    /// `None` on the CPU, for a fixed selection's index before any `Auto` search, or for an
+    /// index over several GPUs or streamed parts.
+    pub fn auto_report(&self, k: usize) -> Option<AutoReport> {
+        self.inner.auto_report(k)
+    }
+
     pub(crate) fn check<'q>(&self, queries: &MatrixView<'q>, k: usize) -> Result<()> {
         check_k(k, self.n)?;
         queries.validate("the queries")?;
