@@ -52,6 +52,7 @@ pub mod kmeans;
 pub mod knn;
 pub mod matrix;
 mod sample_weight;
+pub mod threads;
 pub mod user_cache;
 
 pub use backend::cpu::{SIMD_ENV as CPU_SIMD_VAR, SimdLevel};
@@ -76,6 +77,7 @@ pub use knn::{
     PathTiming, PrefilterReport, Scaler, Selection, Weights,
 };
 pub use matrix::MatrixView;
+pub use threads::{set_global_threads, with_threads};
 
 /// What the driver reports about GPU `ordinal`, or why it is not usable.
 pub fn gpu_info(ordinal: usize) -> Result<GpuInfo> {

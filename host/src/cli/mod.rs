@@ -54,6 +54,11 @@ pub struct Cli {
     #[arg(short, long, global = true)]
     pub quiet: bool,
 
+    /// CPU threads for the work (0 = every core; default: every core, or RAYON_NUM_THREADS).
+    /// Results are identical at every count.
+    #[arg(long, global = true, value_name = "N", value_parser = parse_threads)]
+    pub threads: Option<usize>,
+
     #[command(subcommand)]
     pub command: Command,
 }
@@ -100,6 +105,9 @@ pub enum Command {
 /// Runs the parsed command line.
 pub fn run(cli: Cli) -> Result<(), CliError> {
     let ui = Ui { quiet: cli.quiet };
+    if let Some(threads) = cli.threads {
+        crate::set_global_threads(threads)?;
+    }
     match cli.command {
         Command::Kmeans(a) => kmeans::run(a, ui),
         Command::Minibatch(a) => minibatch::run(a, ui),
@@ -113,6 +121,18 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
         Command::Info(a) => info::run(a, ui),
         Command::Demo(a) => demo::run(a, ui),
     }
+}
+
+/// `--threads N`: 0 (every core) up to [`crate::threads::MAX_THREADS`].
+fn parse_threads(text: &str) -> Result<usize, String> {
+    let n: usize = (text.parse()).map_err(|_| format!("'{text}' is not a thread count"))?;
+    if n > crate::threads::MAX_THREADS {
+        return Err(format!(
+            "{n} threads; at most {} (0 = every core)",
+            crate::threads::MAX_THREADS
+        ));
+    }
+    Ok(n)
 }
 
 /// A failure with its exit code: 2 for bad usage or bad input, 1 for anything else.
