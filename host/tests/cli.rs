@@ -525,7 +525,12 @@ fn threads_sets_the_pool_and_results_do_not_change() {
         labels.push(std::fs::read_to_string(d.join(out)).unwrap());
     }
     assert!(labels.iter().all(|l| *l == labels[0]));
-    fails(d, &["info", "--threads=-1"], 2, &["--threads", "not a thread count"]);
+    fails(
+        d,
+        &["info", "--threads=-1"],
+        2,
+        &["--threads", "not a thread count"],
+    );
     fails(d, &["info", "--threads", "many"], 2, &["--threads", "many"]);
     fails(
         d,

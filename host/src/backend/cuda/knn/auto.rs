@@ -237,10 +237,12 @@ impl CudaKnn {
             .collect();
         let mut rounds = vec![Vec::with_capacity(TIMED_ROUNDS); candidates.len()];
         for round in 0..TIMED_ROUNDS {
-            // Back and forth, so that a path's buffers are remade once a round, not per path.
+            // Back and forth from where the warm-up ended, so that buffers are remade once a
+            // round, not per path, and the last round ends on the prefilter's paths, whose
+            // buffers the search is then most likely to find made.
             let order: Vec<usize> = match round % 2 {
-                0 => live.clone(),
-                _ => live.iter().rev().copied().collect(),
+                0 => live.iter().rev().copied().collect(),
+                _ => live.clone(),
             };
             for i in order {
                 rounds[i].push(run(candidates[i])?);
