@@ -144,11 +144,14 @@ impl KnnRegressor {
         let (t, k) = (self.outputs, self.k);
         let mut out = Array2::<f32>::zeros((found.indices.nrows(), t));
         let standard = "search results and a fresh array are in standard layout";
+        // A few tasks of a megabyte or more of neighbours (`host_tasks`), not one per query.
+        let per_task = crate::host_tasks::items_per_task(out.nrows(), 8 * k + 4 * t, 1);
         out.as_slice_mut()
             .expect(standard)
             .par_chunks_mut(t)
             .zip(found.indices.as_slice().expect(standard).par_chunks(k))
             .zip(found.distances.as_slice().expect(standard).par_chunks(k))
+            .with_min_len(per_task)
             .for_each(|((row, indices), distances)| self.average(indices, distances, row));
         Ok(out)
     }

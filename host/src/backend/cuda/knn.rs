@@ -713,12 +713,13 @@ impl CudaKnn {
     }
 
     /// Makes the spare buffers serve a search of `job` along `path`, outside any timing: the
-    /// first search (and each of `Auto`'s timed runs) then finds them made.
-    fn reserve(&self, job: &JobShape, path: Path) -> Result<()> {
-        let (_, _, shape, bufs) = self.take_buffers(job, path.prefilter)?;
+    /// first search (and each of `Auto`'s timed runs) then finds them made. Returns the
+    /// queries per batch.
+    fn reserve(&self, job: &JobShape, path: Path) -> Result<usize> {
+        let (rows, _, shape, bufs) = self.take_buffers(job, path.prefilter)?;
         let replaced = self.spare.lock().unwrap().replace((shape, bufs));
         drop(replaced);
-        Ok(())
+        Ok(rows)
     }
 
     /// Plan: the queries per batch under the memory budget, and the prefilter's plan (with its
@@ -1339,7 +1340,8 @@ impl KnnSearch for CudaKnn {
             max_bytes,
             vote: None,
         };
-        self.reserve(&job, path)?;
+        let rows = self.reserve(&job, path)?;
+        self.gpu.reserve_upload(rows * self.d * size_of::<f32>())?;
         self.gpu.reserve_download::<u64>(queries * k)
     }
 
