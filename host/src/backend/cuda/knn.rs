@@ -1381,3 +1381,33 @@ impl KnnSearch for CudaKnn {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::BatchShape;
+
+    #[test]
+    fn buffers_serve_batches_as_large_or_smaller_of_the_same_shape() {
+        let made = BatchShape {
+            rows: 1200,
+            k: 25,
+            sort: false,
+            tf32: Some((512, true)),
+            vote: None,
+        };
+        assert!(made.serves(&made));
+        assert!(made.serves(&BatchShape { rows: 512, ..made }));
+        assert!(!made.serves(&BatchShape { rows: 1201, ..made }));
+        assert!(!made.serves(&BatchShape { k: 24, ..made }));
+        assert!(!made.serves(&BatchShape { tf32: None, ..made }));
+        assert!(!made.serves(&BatchShape {
+            tf32: Some((512, false)),
+            ..made
+        }));
+        assert!(!made.serves(&BatchShape {
+            vote: Some(0),
+            ..made
+        }));
+        assert!(!made.serves(&BatchShape { sort: true, ..made }));
+    }
+}
