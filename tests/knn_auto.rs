@@ -142,6 +142,10 @@ fn prepared_searches_like_the_cpu(device: Device, small: bool) {
             .with_selection(selection)
             .with_prefilter(prefilter);
         index.prepare(counts[1], k).unwrap();
+        // With `Auto`, prepare made the choice before any search.
+        if selection == Selection::Auto {
+            assert!(index.auto_report(k).is_some());
+        }
         for m in counts {
             let queries = uniform(m, d, 82 + m as u64);
             let what = format!("{selection} prefilter {prefilter}, {m} queries");

@@ -248,10 +248,12 @@ impl KnnIndex {
     }
 
     /// Checks a query matrix and `k` against the index.
-    /// Allocates ahead what a first search of `queries` rows for `k` neighbours needs on the GPU
-    /// (its device buffers, sized for the path that `Auto` chose when it has chosen, else the
-    /// prefilter's; the page-locked download buffer), so that the first search costs what later
-    /// ones do. Later searches of as many rows or fewer reuse them. Does nothing on the CPU.
+    /// Makes ahead what a first search of `queries` rows for `k` neighbours needs on the GPU, so
+    /// that it costs what later ones do: with [`Selection::Auto`], its choice for `k` (timed on
+    /// the first training rows as the queries, unless a search or the user cache has made it),
+    /// then the search's device buffers for that path and the page-locked staging buffers.
+    /// Later searches of as many rows or fewer reuse the buffers. Does nothing on the CPU, or for
+    /// an index over several GPUs or streamed parts.
     pub fn prepare(&self, queries: usize, k: usize) -> Result<()> {
         check_k(k, self.n)?;
         self.inner

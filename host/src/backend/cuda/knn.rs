@@ -1325,14 +1325,23 @@ impl KnnSearch for CudaKnn {
         if queries == 0 {
             return Ok(());
         }
-        // `Auto` before its choice: the prefilter's shape, which every streaming selection
-        // shares (the exact path, if `Auto` takes it, makes its own set once).
-        let path = (self.fixed_path(k, selection))
+        let path = match self
+            .fixed_path(k, selection)
             .or_else(|| self.auto_choice(k))
-            .unwrap_or(Path {
-                method: Method::Radix,
-                prefilter: true,
-            });
+        {
+            Some(path) => path,
+            None => {
+                // `Auto` makes its choice now (or reads it from the user cache), timed on the
+                // first training rows as the queries.
+                if let Some(ready) = &self.ready {
+                    self.gpu.wait_for(ready)?;
+                }
+                let rows = self.n.min(auto::SAMPLE_ROWS);
+                let sample =
+                    (self.gpu).download_range(&self.x, 0..rows * self.d, "training rows")?;
+                self.auto_path(&MatrixView::new(&sample, rows, self.d)?, k, max_bytes)?
+            }
+        };
         let job = JobShape {
             rows: queries,
             k,

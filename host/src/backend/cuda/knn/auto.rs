@@ -32,7 +32,7 @@ use std::sync::{Mutex, OnceLock};
 /// for several waves, so that a faster selection shows through the search's fixed costs (with
 /// 128, S512's choice went either way from one process to the next), and the same sample size
 /// whatever the caller's query count, since the choice is kept per shape.
-const SAMPLE_ROWS: usize = 512;
+pub(super) const SAMPLE_ROWS: usize = 512;
 /// Timed rounds of each surviving path after the warm-up.
 const TIMED_ROUNDS: usize = 5;
 /// Paths whose warm-up took over this many times the fastest are not timed again.
