@@ -3,7 +3,10 @@
 //! a prepared index (`KnnIndex::prepare`) searches like the CPU at any query count. Each test is
 //! skipped visibly without a GPU.
 
-use kmeans_knn::{AutoSource, Device, DistanceMetric, KnnIndex, KnnResult, MatrixView, Selection};
+use kmeans_knn::{
+    AutoSource, Device, DistanceMetric, KnnClassifier, KnnIndex, KnnResult, MatrixView, Selection,
+    Weights,
+};
 use kmeans_knn_tests::{gpu, uniform};
 use std::process::Command;
 
@@ -152,6 +155,31 @@ fn prepared_searches_like_the_cpu(device: Device, small: bool) {
             let found = index.search(view(&queries, d), k).unwrap();
             assert_same(&found, &cpu.search(view(&queries, d), k).unwrap(), &what);
         }
+    }
+    // A classifier prepared for probabilities predicts like the CPU's, with and without them.
+    let labels: Vec<u32> = (0..n as u32).map(|i| i % 5).collect();
+    let classifier = |device| {
+        let x = view(&train, d);
+        KnnClassifier::fit(
+            x,
+            &labels,
+            k,
+            Weights::Distance,
+            DistanceMetric::Euclidean,
+            device,
+        )
+        .unwrap()
+    };
+    let (on_gpu, on_cpu) = (classifier(device), classifier(Device::Cpu));
+    on_gpu.prepare(counts[1], true).unwrap();
+    for m in counts {
+        let queries = uniform(m, d, 90 + m as u64);
+        let q = || view(&queries, d);
+        assert_eq!(on_gpu.predict(q()).unwrap(), on_cpu.predict(q()).unwrap());
+        assert_eq!(
+            on_gpu.predict_proba(q()).unwrap().mapv(f32::to_bits),
+            on_cpu.predict_proba(q()).unwrap().mapv(f32::to_bits)
+        );
     }
     let index = KnnIndex::new(view(&train, d), DistanceMetric::Euclidean, device).unwrap();
     assert!(index.prepare(10, 0).is_err());

@@ -485,15 +485,17 @@ pub(crate) trait KnnSearch: Send + Sync {
     /// (CUDA, compute capability ≥ 8.0, the L2 family); the answer is the same either way.
     fn set_prefilter(&mut self, _allowed: bool) {}
 
-    /// Makes ready, before the first search of `queries` rows for `k` neighbours, what that
-    /// search would otherwise allocate (device buffers, page-locked staging), so that it costs
-    /// what later ones do. A hint: a backend without such buffers does nothing.
+    /// Makes ready, before the first search of `queries` rows for `k` neighbours (with
+    /// `vote: Some(proba)`, the first vote), what that search would otherwise allocate (device
+    /// buffers, page-locked staging) or time, so that it costs what later ones do. A hint: a
+    /// backend without such buffers does nothing.
     fn prepare(
         &self,
         _queries: usize,
         _k: usize,
         _selection: Selection,
         _max_bytes: Option<usize>,
+        _vote: Option<bool>,
     ) -> Result<()> {
         Ok(())
     }

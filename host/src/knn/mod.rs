@@ -255,9 +255,13 @@ impl KnnIndex {
     /// Later searches of as many rows or fewer reuse the buffers. Does nothing on the CPU, or for
     /// an index over several GPUs or streamed parts.
     pub fn prepare(&self, queries: usize, k: usize) -> Result<()> {
+        self.prepare_for(queries, k, None)
+    }
+
+    /// [`KnnIndex::prepare`] for a search, or with `vote: Some(proba)` a vote.
+    pub(crate) fn prepare_for(&self, queries: usize, k: usize, vote: Option<bool>) -> Result<()> {
         check_k(k, self.n)?;
-        self.inner
-            .prepare(queries, k, self.selection, self.max_bytes)
+        (self.inner).prepare(queries, k, self.selection, self.max_bytes, vote)
     }
 
     /// What [`Selection::Auto`] chose on this index for `k`, and the timings it chose from, once

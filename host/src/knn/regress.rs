@@ -138,6 +138,12 @@ impl KnnRegressor {
         &self.index
     }
 
+    /// Makes ahead what a first prediction of `queries` rows needs on the GPU: see
+    /// [`KnnIndex::prepare`].
+    pub fn prepare(&self, queries: usize) -> Result<()> {
+        self.index.prepare(queries, self.k)
+    }
+
     /// The predicted targets of every query row (`queries × outputs()`).
     pub fn predict<'q>(&self, queries: impl Into<MatrixView<'q>>) -> Result<Array2<f32>> {
         let found = self.index.search(queries, self.k)?;

@@ -1320,6 +1320,7 @@ impl KnnSearch for CudaKnn {
         k: usize,
         selection: Selection,
         max_bytes: Option<usize>,
+        vote: Option<bool>,
     ) -> Result<()> {
         arg_u32(k, "k")?;
         if queries == 0 {
@@ -1347,11 +1348,18 @@ impl KnnSearch for CudaKnn {
             k,
             method: path.method,
             max_bytes,
-            vote: None,
+            // Whether the vote is weighted does not change its buffers.
+            vote: vote.map(|proba| VoteJob {
+                weighted: false,
+                proba,
+            }),
         };
         let rows = self.reserve(&job, path)?;
         self.gpu.reserve_upload(rows * self.d * size_of::<f32>())?;
-        self.gpu.reserve_download::<u64>(queries * k)
+        match vote {
+            None => self.gpu.reserve_download::<u64>(queries * k),
+            Some(_) => Ok(()),
+        }
     }
 
     fn auto_report(&self, k: usize) -> Option<crate::backend::vocab::AutoReport> {
