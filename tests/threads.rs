@@ -1,6 +1,6 @@
 //! Results are the same bits at every thread count: k-means fits, kNN searches and kNN votes on
 //! the CPU run with 1, 2, 3 and 8 threads (`kmeans_knn::with_threads`) and are compared with the
-//! global pool's.
+//! global pool's; a GPU search run inside such a pool matches the CPU (skipped without a GPU).
 
 use kmeans_knn::{
     Device, DistanceMetric, KMeans, KMeansModel, KnnClassifier, KnnIndex, KnnRegressor, MatrixView,
@@ -113,5 +113,34 @@ fn knn_votes_the_same_at_every_thread_count() {
             reference,
             "{threads} threads"
         );
+    }
+}
+
+#[test]
+fn gpu_search_in_a_chosen_pool_matches_the_cpu() {
+    let Some(device) = kmeans_knn_tests::gpu("gpu_search_in_a_chosen_pool_matches_the_cpu") else {
+        return;
+    };
+    // Large enough that the answer's arrays are made beside the search (≥ 1 MiB).
+    let (n, m, d, k) = (20_000, 3000, 16, 50);
+    let train = uniform(n, d, 21);
+    let queries = uniform(m, d, 22);
+    let search = |device| {
+        let index = KnnIndex::new(
+            MatrixView::new(&train, n, d).unwrap(),
+            DistanceMetric::SqEuclidean,
+            device,
+        )
+        .unwrap();
+        index
+            .search(MatrixView::new(&queries, m, d).unwrap(), k)
+            .unwrap()
+    };
+    let cpu = search(Device::Cpu);
+    for threads in COUNTS {
+        let found = with_threads(threads, || search(device)).unwrap();
+        assert_eq!(found.indices, cpu.indices, "{threads} threads");
+        let bits = |r: &kmeans_knn::KnnResult| r.distances.mapv(f32::to_bits);
+        assert_eq!(bits(&found), bits(&cpu), "{threads} threads");
     }
 }
