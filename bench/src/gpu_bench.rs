@@ -5,6 +5,7 @@
 //! usage: gpu-bench [--cases A,B,C,D,E,S,S512,F] [--reps N] [--json FILE] [--device gpu|cpu]
 //!                  [--precision tf32] [--knn-exact] [--whole] [--gpus gpu:0,1]
 //!                  [--stream N,D,M,K,BUDGET_MIB] [--stream-kmeans N,D,K,BUDGET_MIB]
+//!                  [--all-paths]
 //!
 //! `--reps` (default 30) timed runs per case after warm-up; kNN cases of 10^9 distances or more
 //! take at most 5.
@@ -12,6 +13,12 @@
 //! kNN cases are timed with CUDA events around `KnnIndex::search` (query upload, every kernel,
 //! key download; the wall clock of the whole call is printed next to it). `--knn-exact` adds a
 //! `-fp32` row per kNN case with the TF32 prefilter off (every distance exact FP32).
+//!
+//! `--all-paths` times, for each kNN case instead of its row, the search with `Selection::Auto`
+//! and every path on its own (radix, bitonic and k-min selection, each with the TF32 prefilter
+//! and on the exact FP32 path), and prints one JSON line per (case, path): median, minimum,
+//! spread (median / minimum), which path `Auto` took and the sample timings it chose from (see
+//! `all_paths.rs`).
 //!
 //! `--whole` adds whole-job rows per k-means case (wall clock around the public API): the
 //! seeding alone (`init ms`, k-means++ and, for D and E, k-means‖) and a whole `fit` from the
@@ -39,7 +46,7 @@ use kmeans_knn::bench::{knn_search_ms, lloyd_iteration_ms};
 use kmeans_knn::{Device, DistanceMetric, KnnIndex, MatrixView, Metric, Precision};
 use kmeans_knn::{Init, KMeans};
 use kmeans_knn_bench::data::{CASES, KNN_CASES, uniform};
-use kmeans_knn_bench::{gpus, whole};
+use kmeans_knn_bench::{all_paths, gpus, whole};
 use std::io::Write;
 
 fn main() {
@@ -179,6 +186,16 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         .iter()
         .filter(|c| cases.split(',').any(|n| n == c.name))
         .collect();
+    if args.iter().any(|a| a == "--all-paths") {
+        for case in knn {
+            for line in all_paths::rows(case, device, reps)? {
+                if let Some(f) = json.as_mut() {
+                    writeln!(f, "{line}")?;
+                }
+            }
+        }
+        return Ok(());
+    }
     if !knn.is_empty() {
         println!(
             "{:<5} {:>7} {:>9} {:>5} {:>5} {:>10} {:>10} {:>10} {:>10}  path",

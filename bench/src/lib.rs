@@ -1,5 +1,6 @@
 //! Shared pieces of the kmeans-knn benchmarks (`gpu-bench`, `benches/cpu_kmeans.rs`).
 
+pub mod all_paths;
 pub mod data;
 pub mod gpus;
 pub mod whole;

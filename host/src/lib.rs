@@ -45,12 +45,14 @@ pub mod cli;
 pub mod device;
 pub mod distances;
 pub mod error;
+mod host_tasks;
 pub mod image_ops;
 pub mod io;
 pub mod kmeans;
 pub mod knn;
 pub mod matrix;
 mod sample_weight;
+pub mod threads;
 pub mod user_cache;
 
 pub use backend::cpu::{SIMD_ENV as CPU_SIMD_VAR, SimdLevel};
@@ -71,10 +73,11 @@ pub use kmeans::{
     MiniBatchKMeansModel, MiniBatchParams, MiniBatchStep, Precision,
 };
 pub use knn::{
-    FittedScaler, KnnClassifier, KnnIndex, KnnRegressor, KnnResult, PrefilterReport, Scaler,
-    Selection, Weights,
+    AutoReport, AutoSource, FittedScaler, KnnClassifier, KnnIndex, KnnRegressor, KnnResult,
+    PathTiming, PrefilterReport, Scaler, Selection, Weights,
 };
 pub use matrix::MatrixView;
+pub use threads::{set_global_threads, with_threads};
 
 /// What the driver reports about GPU `ordinal`, or why it is not usable. Makes no CUDA context:
 /// before the GPU has started in this process, `kernels` is the image it will load.

@@ -499,6 +499,56 @@ fn info_names_backend_ptx_and_threads() {
 }
 
 #[test]
+fn threads_sets_the_pool_and_results_do_not_change() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path();
+    // Before or after the subcommand; over RAYON_NUM_THREADS (2 in these runs).
+    let threads = |args: &[&str]| json(&ok(d, args))["cpu_threads"].as_u64().unwrap();
+    assert_eq!(threads(&["--threads", "3", "info", "--json"]), 3);
+    assert_eq!(threads(&["info", "--json", "--threads", "5"]), 5);
+    assert!(threads(&["info", "--json", "--threads", "0"]) >= 1);
+    write(d, "pts.csv", &two_groups(400));
+    let mut labels = Vec::new();
+    for n in ["1", "3", "8"] {
+        let out = format!("labels{n}.csv");
+        let args = ["kmeans", "pts.csv", "--k", "2", "--seed", "4"];
+        ok(
+            d,
+            &[
+                &args[..],
+                &[
+                    "--device",
+                    "cpu",
+                    "--threads",
+                    n,
+                    "--labels-out",
+                    &out,
+                    "-q",
+                ],
+            ]
+            .concat(),
+        );
+        labels.push(std::fs::read_to_string(d.join(out)).unwrap());
+    }
+    assert!(labels.iter().all(|l| *l == labels[0]));
+    fails(
+        d,
+        &["info", "--threads=-1"],
+        2,
+        &["--threads", "not a thread count"],
+    );
+    fails(d, &["info", "--threads", "many"], 2, &["--threads", "many"]);
+    fails(
+        d,
+        &["info", "--threads", "100000"],
+        2,
+        &["--threads", "at most 4096"],
+    );
+    let help = ok(d, &["kmeans", "--help"]).stdout;
+    assert!(help.contains("--threads <N>"), "{help}");
+}
+
+#[test]
 fn demo_writes_its_folder() {
     let t = tempfile::tempdir().unwrap();
     let d = t.path();

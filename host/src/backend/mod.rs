@@ -485,6 +485,27 @@ pub(crate) trait KnnSearch: Send + Sync {
     /// (CUDA, compute capability ≥ 8.0, the L2 family); the answer is the same either way.
     fn set_prefilter(&mut self, _allowed: bool) {}
 
+    /// Makes ready, before the first search of `queries` rows for `k` neighbours (with
+    /// `vote: Some(proba)`, the first vote), what that search would otherwise allocate (device
+    /// buffers, page-locked staging) or time, so that it costs what later ones do. A hint: a
+    /// backend without such buffers does nothing.
+    fn prepare(
+        &self,
+        _queries: usize,
+        _k: usize,
+        _selection: Selection,
+        _max_bytes: Option<usize>,
+        _vote: Option<bool>,
+    ) -> Result<()> {
+        Ok(())
+    }
+
+    /// What [`Selection::Auto`] chose for `k` on this index and the timings behind the choice,
+    /// once a search has made it (only the GPU times paths).
+    fn auto_report(&self, _k: usize) -> Option<vocab::AutoReport> {
+        None
+    }
+
     /// Sets the class (`< classes`) of every training row, for [`KnnSearch::vote`].
     fn set_labels(&mut self, class_ids: &[u32], classes: usize) -> Result<()>;
 
@@ -526,22 +547,29 @@ pub(crate) fn split_keys(keys: &[u64], indices: &mut Vec<u32>, distances: &mut V
 }
 
 /// Writes the training indices and distances of `keys` into `indices` and `distances` (as long)
-/// on the rayon threads. Into arrays fresh from the allocator (`vec![0; len]`, pages not yet
-/// touched), the first touch of their pages, which costs microseconds a page on the GPU
-/// machines, is spread over the threads too.
+/// on the rayon threads, in a few tasks of a megabyte or more ([`crate::host_tasks`]). Into
+/// arrays fresh from the allocator (`vec![0; len]`, pages not yet touched), the first touch of
+/// their pages, which costs microseconds a page on the GPU machines, is spread over the tasks
+/// too.
 pub(crate) fn split_keys_into(keys: &[u64], indices: &mut [u32], distances: &mut [f32]) {
     use kernels_gpu::knn::{key_distance, key_index};
     use rayon::prelude::*;
-    /// Keys a task splits: 64 KiB of indices, a run of whole pages.
-    const GRAIN: usize = 1 << 14;
-    (indices.par_chunks_mut(GRAIN))
-        .zip(distances.par_chunks_mut(GRAIN))
-        .zip(keys.par_chunks(GRAIN))
-        .for_each(|((indices, distances), keys)| {
-            for ((i, d), &key) in indices.iter_mut().zip(distances).zip(keys) {
-                (*i, *d) = (key_index(key), key_distance(key));
-            }
-        });
+    /// Keys a task splits are a multiple of this: 16 KiB of indices, a run of whole pages.
+    const PAGES: usize = 1 << 12;
+    let split = |((indices, distances), keys): ((&mut [u32], &mut [f32]), &[u64])| {
+        for ((i, d), &key) in indices.iter_mut().zip(distances).zip(keys) {
+            (*i, *d) = (key_index(key), key_distance(key));
+        }
+    };
+    // A key and its split: 16 bytes.
+    let per_task = crate::host_tasks::items_per_task(keys.len(), 16, PAGES);
+    if per_task >= keys.len() {
+        return split(((indices, distances), keys));
+    }
+    (indices.par_chunks_mut(per_task))
+        .zip(distances.par_chunks_mut(per_task))
+        .zip(keys.par_chunks(per_task))
+        .for_each(split);
 }
 
 /// What a kNN vote returns.

@@ -178,7 +178,9 @@ pub fn run(a: Args, _ui: Ui) -> Result<(), CliError> {
         Ok((path, version)) => s += &format!("  NCCL           {version} ({path})\n"),
         Err(e) => s += &format!("  NCCL           none — {e}\n"),
     }
-    s += &format!("  CPU threads    {threads} (rayon; set RAYON_NUM_THREADS to change)\n");
+    s += &format!(
+        "  CPU threads    {threads} (rayon; --threads N or RAYON_NUM_THREADS to change)\n"
+    );
     s += &format!(
         "  CPU SIMD       {simd_text} (detected {}; set {} to lower it)\n",
         crate::SimdLevel::detected().name(),

@@ -56,6 +56,11 @@ pub struct Cli {
     #[arg(short, long, global = true)]
     pub quiet: bool,
 
+    /// CPU threads for the work (0 = every core; default: every core, or RAYON_NUM_THREADS).
+    /// Results are identical at every count.
+    #[arg(long, global = true, value_name = "N", value_parser = parse_threads)]
+    pub threads: Option<usize>,
+
     #[command(subcommand)]
     pub command: Command,
 }
@@ -179,6 +184,9 @@ fn narrowed() -> Option<&'static (String, Device)> {
 /// Runs the parsed command line.
 pub fn run(mut cli: Cli) -> Result<(), CliError> {
     let ui = Ui { quiet: cli.quiet };
+    if let Some(threads) = cli.threads {
+        crate::set_global_threads(threads)?;
+    }
     let start = start_named_gpus(*cli.command.device_mut());
     let result = run_command(cli.command, ui);
     // Joined so that the process never exits while the driver is starting on another thread.
@@ -215,6 +223,18 @@ fn run_command(command: Command, ui: Ui) -> Result<(), CliError> {
         Command::Info(a) => info::run(a, ui),
         Command::Demo(a) => demo::run(a, ui),
     }
+}
+
+/// `--threads N`: 0 (every core) up to [`crate::threads::MAX_THREADS`].
+fn parse_threads(text: &str) -> Result<usize, String> {
+    let n: usize = (text.parse()).map_err(|_| format!("'{text}' is not a thread count"))?;
+    if n > crate::threads::MAX_THREADS {
+        return Err(format!(
+            "{n} threads; at most {} (0 = every core)",
+            crate::threads::MAX_THREADS
+        ));
+    }
+    Ok(n)
 }
 
 /// A failure with its exit code: 2 for bad usage or bad input, 1 for anything else.

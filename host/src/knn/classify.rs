@@ -197,6 +197,12 @@ impl KnnClassifier {
         )
     }
 
+    /// Makes ahead what a first prediction of `queries` rows needs on the GPU (with `proba`, of
+    /// probabilities): see [`KnnIndex::prepare`].
+    pub fn prepare(&self, queries: usize, proba: bool) -> Result<()> {
+        self.index.prepare_for(queries, self.k, Some(proba))
+    }
+
     fn vote(&self, queries: &MatrixView<'_>, proba: bool) -> Result<crate::backend::Votes> {
         self.index.check(queries, self.k)?;
         self.index.inner().vote(

@@ -30,7 +30,7 @@ mod regress;
 mod scale;
 mod stream;
 
-pub use crate::backend::vocab::{PrefilterReport, Selection};
+pub use crate::backend::vocab::{AutoReport, AutoSource, PathTiming, PrefilterReport, Selection};
 pub use classify::{KnnClassifier, Weights};
 pub use regress::KnnRegressor;
 pub use scale::{FittedScaler, Scaler};
@@ -248,6 +248,30 @@ impl KnnIndex {
     }
 
     /// Checks a query matrix and `k` against the index.
+    /// Makes ahead what a first search of `queries` rows for `k` neighbours needs on the GPU, so
+    /// that it costs what later ones do: with [`Selection::Auto`], its choice for `k` (timed on
+    /// the first training rows as the queries, unless a search or the user cache has made it),
+    /// then the search's device buffers for that path and the page-locked staging buffers.
+    /// Later searches of as many rows or fewer reuse the buffers. Does nothing on the CPU, or for
+    /// an index over several GPUs or streamed parts.
+    pub fn prepare(&self, queries: usize, k: usize) -> Result<()> {
+        self.prepare_for(queries, k, None)
+    }
+
+    /// [`KnnIndex::prepare`] for a search, or with `vote: Some(proba)` a vote.
+    pub(crate) fn prepare_for(&self, queries: usize, k: usize, vote: Option<bool>) -> Result<()> {
+        check_k(k, self.n)?;
+        (self.inner).prepare(queries, k, self.selection, self.max_bytes, vote)
+    }
+
+    /// What [`Selection::Auto`] chose on this index for `k`, and the timings it chose from, once
+    /// a search (in this process, or one whose choice the user cache kept) has made the choice;
+    /// `None` on the CPU, for a fixed selection's index before any `Auto` search, or for an
+    /// index over several GPUs or streamed parts.
+    pub fn auto_report(&self, k: usize) -> Option<AutoReport> {
+        self.inner.auto_report(k)
+    }
+
     pub(crate) fn check<'q>(&self, queries: &MatrixView<'q>, k: usize) -> Result<()> {
         check_k(k, self.n)?;
         queries.validate("the queries")?;

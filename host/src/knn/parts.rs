@@ -20,9 +20,14 @@ pub(crate) struct TopK {
     keys: Vec<u64>,
 }
 
-/// Queries a rayon task merges at a time (10^4 queries make ~150 tasks, enough to even out over
-/// the threads).
+/// Queries a rayon task merges at a time: at least this many, and a megabyte of keys or more
+/// ([`crate::host_tasks`]; 10^4 queries × k = 100 took milliseconds on one thread).
 const MERGE_GRAIN: usize = 64;
+
+/// Queries per merge task for `queries` queries of `k` keys.
+fn queries_per_task(queries: usize, k: usize) -> usize {
+    crate::host_tasks::items_per_task(queries, 8 * k, 1).max(MERGE_GRAIN)
+}
 
 impl TopK {
     /// Nothing yet for `queries` queries.
@@ -47,7 +52,8 @@ impl TopK {
             top.merge(&found, kp, first_row);
             return top;
         }
-        (found.par_chunks_mut(k * MERGE_GRAIN)).for_each(|keys| {
+        let per_task = k * queries_per_task(queries, k);
+        (found.par_chunks_mut(per_task.max(1))).for_each(|keys| {
             keys.iter_mut().for_each(|key| *key += first_row as u64);
         });
         TopK { k, keys: found }
@@ -64,10 +70,11 @@ impl TopK {
         if k == 0 {
             return;
         }
-        (self.keys.par_chunks_mut(k * MERGE_GRAIN).enumerate()).for_each(|(block, queries)| {
+        let per_task = queries_per_task(self.keys.len() / k, k);
+        (self.keys.par_chunks_mut(k * per_task).enumerate()).for_each(|(block, queries)| {
             let mut merged = Vec::with_capacity(k);
             for (i, running) in queries.chunks_exact_mut(k).enumerate() {
-                let q = block * MERGE_GRAIN + i;
+                let q = block * per_task + i;
                 // The row index is the key's low half: offsetting it cannot carry (rows < 2^32).
                 let part = found[q * kp..(q + 1) * kp]
                     .iter()

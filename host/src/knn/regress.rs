@@ -138,17 +138,26 @@ impl KnnRegressor {
         &self.index
     }
 
+    /// Makes ahead what a first prediction of `queries` rows needs on the GPU: see
+    /// [`KnnIndex::prepare`].
+    pub fn prepare(&self, queries: usize) -> Result<()> {
+        self.index.prepare(queries, self.k)
+    }
+
     /// The predicted targets of every query row (`queries × outputs()`).
     pub fn predict<'q>(&self, queries: impl Into<MatrixView<'q>>) -> Result<Array2<f32>> {
         let found = self.index.search(queries, self.k)?;
         let (t, k) = (self.outputs, self.k);
         let mut out = Array2::<f32>::zeros((found.indices.nrows(), t));
         let standard = "search results and a fresh array are in standard layout";
+        // A few tasks of a megabyte or more of neighbours (`host_tasks`), not one per query.
+        let per_task = crate::host_tasks::items_per_task(out.nrows(), 8 * k + 4 * t, 1);
         out.as_slice_mut()
             .expect(standard)
             .par_chunks_mut(t)
             .zip(found.indices.as_slice().expect(standard).par_chunks(k))
             .zip(found.distances.as_slice().expect(standard).par_chunks(k))
+            .with_min_len(per_task)
             .for_each(|((row, indices), distances)| self.average(indices, distances, row));
         Ok(out)
     }

@@ -18,9 +18,7 @@ use super::launch::{
 };
 use super::{CudaBackend, Mapped, arg_u32};
 use crate::backend::vocab::{PrefilterReport, Selection, rows_per_block};
-use crate::backend::{
-    Backend, BlockSink, Distances, KnnSearch, Neighbours, Votes, split_keys_into,
-};
+use crate::backend::{BlockSink, Distances, KnnSearch, Neighbours, Votes, split_keys_into};
 use crate::error::{Error, Result};
 use crate::matrix::MatrixView;
 use cudarc::driver::{CudaEvent, CudaSlice, CudaView};
@@ -36,8 +34,9 @@ use kernels_gpu::launch::DEFAULT_SHARED_BYTES;
 use kernels_gpu::select::{BY_BITONIC, BY_KMIN, BY_RADIX};
 use kernels_gpu::vote::{vote_block_bytes, vote_grid, vote_queries_per_block};
 use ndarray::ArrayView2;
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
+
+mod auto;
 
 /// Share of the free device memory that a call plans to use when the caller sets no limit.
 const FREE_SHARE: f64 = 0.7;
@@ -46,12 +45,6 @@ const MAX_BATCH_ROWS: usize = 1 << 16;
 /// Selection tiles whose distances one launch computes: a wider launch fills the GPU with more
 /// blocks (one selection tile alone can leave most of the last wave empty).
 const TILES_PER_LAUNCH: usize = 4;
-/// Query rows that `Selection::Auto` times the selections on: enough blocks for several waves,
-/// so that a faster selection shows through the search's fixed costs (with 128, S512's choice
-/// went either way from one process to the next, the radix one being 57 µs to bitonic's 151).
-const AUTO_SAMPLE_ROWS: usize = 512;
-/// Timed rounds (after one warm-up) of each way of searching for `Selection::Auto`.
-const AUTO_TIMED_ROUNDS: usize = 3;
 /// Most training rows for which the prefilter stores its approximations (1 MiB a query) and
 /// reads them back for the candidates instead of a second tensor-core scan.
 const STORE_MAX_N: usize = 1 << 18;
@@ -375,9 +368,6 @@ impl Output {
     }
 }
 
-/// `Selection::Auto`'s choices, per (GPU, n, d, k, metric, prefilter allowed).
-type Choices = Mutex<HashMap<(usize, usize, usize, usize, u32, bool), Path>>;
-
 /// Launch plan of the TF32 prefilter for one index and k.
 #[derive(Clone, Copy, Debug)]
 struct Tf32Plan {
@@ -418,7 +408,26 @@ struct SearchJob<'a, 'q> {
     vote: Option<VoteJob>,
 }
 
+/// What sizes a search: its query rows and the rest of its [`SearchJob`].
+struct JobShape {
+    rows: usize,
+    k: usize,
+    method: Method,
+    max_bytes: Option<usize>,
+    vote: Option<VoteJob>,
+}
+
 impl<'a, 'q> SearchJob<'a, 'q> {
+    fn shape(&self) -> JobShape {
+        JobShape {
+            rows: self.queries.rows(),
+            k: self.k,
+            method: self.method,
+            max_bytes: self.max_bytes,
+            vote: self.vote,
+        }
+    }
+
     /// A search (no vote).
     fn new(
         queries: &'a MatrixView<'q>,
@@ -449,6 +458,19 @@ struct BatchShape {
     tf32: Option<(usize, bool)>,
     /// A vote's class shares per query (0 without them); `None`: no vote.
     vote: Option<usize>,
+}
+
+impl BatchShape {
+    /// Whether buffers made for `self` serve a search of shape `need`: batches of as many
+    /// queries or fewer (every kernel takes the batch's rows, as the last, shorter batch of a
+    /// search always has), all else the same.
+    fn serves(&self, need: &BatchShape) -> bool {
+        self.rows >= need.rows
+            && BatchShape {
+                rows: need.rows,
+                ..*self
+            } == *need
+    }
 }
 
 /// Device buffers of a search, sized for its batch of queries.
@@ -491,24 +513,20 @@ impl BatchBuffers {
     }
 }
 
-fn choices() -> &'static Choices {
-    static CHOICES: OnceLock<Choices> = OnceLock::new();
-    CHOICES.get_or_init(Default::default)
-}
-
-/// `len` zeros, written on the rayon threads.
+/// `len` zeros, written (their pages first touched) on the rayon threads in a few large tasks
+/// ([`crate::host_tasks`]).
 fn zeroed<T: Copy + Default + Send + Sync>(len: usize) -> Vec<T> {
     use rayon::prelude::*;
+    let per_task = crate::host_tasks::items_per_task(len, size_of::<T>(), 1);
     let mut v = Vec::with_capacity(len);
-    v.par_extend(rayon::iter::repeat_n(T::default(), len));
+    v.par_extend(rayon::iter::repeat_n(T::default(), len).with_min_len(per_task));
     v
 }
 
 impl CudaKnn {
-    /// The path for `selection` and `k`: `Auto` times the three streaming selections, with the
-    /// prefilter and (where it applies) without it, on a sample of the queries the first time a
-    /// shape is searched; the exact path is the faster one where the prefilter's tiles or its
-    /// exact stage cost more than they save.
+    /// The path for `selection` and `k`: `Auto` takes the choice made for this shape (in this
+    /// process, or kept in the user cache), else times the paths on a sample of `queries`
+    /// ([`CudaKnn::auto_path`]); a fixed selection takes the prefilter where it applies.
     fn path(
         &self,
         queries: &MatrixView<'_>,
@@ -516,67 +534,26 @@ impl CudaKnn {
         selection: Selection,
         max_bytes: Option<usize>,
     ) -> Result<Path> {
-        let fixed = |method| {
-            Ok(Path {
-                method,
-                prefilter: true,
-            })
+        match self.fixed_path(k, selection) {
+            Some(path) => Ok(path),
+            None => self.auto_path(queries, k, max_bytes),
+        }
+    }
+
+    /// The path of a fixed selection, or of any selection past the streaming k; `None` for
+    /// `Auto`.
+    fn fixed_path(&self, k: usize, selection: Selection) -> Option<Path> {
+        let method = match selection {
+            _ if k > MAX_STREAM_K => Method::Sort,
+            Selection::KMin => Method::KMin,
+            Selection::Bitonic => Method::Bitonic,
+            Selection::Radix => Method::Radix,
+            Selection::Auto => return None,
         };
-        if k > MAX_STREAM_K {
-            return fixed(Method::Sort);
-        }
-        match selection {
-            Selection::KMin => return fixed(Method::KMin),
-            Selection::Bitonic => return fixed(Method::Bitonic),
-            Selection::Radix => return fixed(Method::Radix),
-            Selection::Auto => {}
-        }
-        let shape = (
-            self.gpu.info().ordinal,
-            self.n,
-            self.d,
-            k,
-            self.metric.id(),
-            self.prefilter,
-        );
-        if let Some(&p) = choices().lock().unwrap().get(&shape) {
-            return Ok(p);
-        }
-        let rows = queries.rows().min(AUTO_SAMPLE_ROWS);
-        let sample = MatrixView::new(&queries.as_slice()[..rows * self.d], rows, self.d)?;
-        let ways = if self.tf32_plan(k, Method::KMin).is_some() {
-            &[true, false][..]
-        } else {
-            &[true][..]
-        };
-        let mut paths: Vec<Path> = (ways.iter())
-            .flat_map(|&prefilter| STREAMING.map(|method| Path { method, prefilter }))
-            .collect();
-        let mut best = (f64::INFINITY, paths[0]);
-        // The first round warms every path up; the fastest of the timed rounds counts (a sample
-        // search is short, and one timing of it is at the mercy of host-side jitter).
-        for round in 0..=AUTO_TIMED_ROUNDS {
-            let mut times = Vec::with_capacity(paths.len());
-            for &path in &paths {
-                let ms = self.gpu.time_ms(&mut || {
-                    let job = SearchJob::new(&sample, k, path.method, max_bytes);
-                    self.run(job, path.prefilter, Output::default()).map(|_| ())
-                })?;
-                times.push(ms);
-                if round > 0 && ms < best.0 {
-                    best = (ms, path);
-                }
-            }
-            if round == 0 {
-                // Paths over twice as slow as the fastest warm-up are not timed again: on a
-                // large index the exact path takes many times the prefilter's time.
-                let fastest = times.iter().copied().fold(f64::INFINITY, f64::min);
-                let mut kept = times.iter().map(|&ms| ms <= 2.0 * fastest);
-                paths.retain(|_| kept.next().unwrap_or(false));
-            }
-        }
-        choices().lock().unwrap().insert(shape, best.1);
-        Ok(best.1)
+        Some(Path {
+            method,
+            prefilter: true,
+        })
     }
 
     /// The prefilter's plan for `k` with `method`, when it applies.
@@ -664,25 +641,7 @@ impl CudaKnn {
         if let Some(ready) = &self.ready {
             self.gpu.wait_for(ready)?;
         }
-        // The spare set's memory counts as free to the plan: it is reused, or freed before the
-        // new set is made.
-        let spare = self.spare.lock().unwrap().take();
-        let held = spare.as_ref().map_or(0, |(_, bufs)| bufs.device_bytes());
-        let (rows, plan) = self.plan_batches(&job, tf32, held)?;
-        let shape = BatchShape {
-            rows,
-            k: job.k,
-            sort: job.method == Method::Sort,
-            tf32: plan.map(|p| (p.ldg, p.store)),
-            vote: (job.vote).map(|v| if v.proba { self.classes.max(1) } else { 0 }),
-        };
-        let mut bufs = match spare {
-            Some((spare_shape, bufs)) if spare_shape == shape => bufs,
-            other => {
-                drop(other);
-                self.batch_buffers(&shape)?
-            }
-        };
+        let (rows, plan, shape, mut bufs) = self.take_buffers(&job.shape(), tf32)?;
         let mut report = plan.map(|_| PrefilterReport::default());
         let m = job.queries.rows();
         let len = m * job.k;
@@ -698,13 +657,14 @@ impl CudaKnn {
         while first < m {
             let r = rows.min(m - first);
             if beside && first == 0 {
-                let searched = std::thread::scope(|s| {
-                    let made = s.spawn(|| (zeroed(len), zeroed(len)));
-                    let searched =
-                        self.search_batch(&job, plan.as_ref(), &mut bufs, 0, r, report.as_mut());
-                    (output.indices, output.distances) = made.join().expect("no panic");
-                    searched
+                // A task of the caller's rayon pool (the one `install` chose, else the global
+                // one) makes the arrays while this thread queues the batch.
+                let mut made = (Vec::new(), Vec::new());
+                let searched = rayon::in_place_scope(|s| {
+                    s.spawn(|_| made = (zeroed(len), zeroed(len)));
+                    self.search_batch(&job, plan.as_ref(), &mut bufs, 0, r, report.as_mut())
                 });
+                (output.indices, output.distances) = made;
                 searched?;
             } else {
                 self.search_batch(&job, plan.as_ref(), &mut bufs, first, r, report.as_mut())?;
@@ -723,12 +683,51 @@ impl CudaKnn {
         Ok(output)
     }
 
+    /// The plan of a search of `job` ([`CudaKnn::plan_batches`]) and its device buffers: the
+    /// spare set when it serves the plan's shape (its memory counts as free to the plan: it is
+    /// reused, or freed before a new set is made), else a new set. Returns the queries per
+    /// batch, the prefilter's plan, and the buffers with the shape they were made for.
+    fn take_buffers(
+        &self,
+        job: &JobShape,
+        tf32: bool,
+    ) -> Result<(usize, Option<Tf32Plan>, BatchShape, BatchBuffers)> {
+        let spare = self.spare.lock().unwrap().take();
+        let held = spare.as_ref().map_or(0, |(_, bufs)| bufs.device_bytes());
+        let (rows, plan) = self.plan_batches(job, tf32, held)?;
+        let need = BatchShape {
+            rows,
+            k: job.k,
+            sort: job.method == Method::Sort,
+            tf32: plan.map(|p| (p.ldg, p.store)),
+            vote: (job.vote).map(|v| if v.proba { self.classes.max(1) } else { 0 }),
+        };
+        let (shape, bufs) = match spare {
+            Some((shape, bufs)) if shape.serves(&need) => (shape, bufs),
+            other => {
+                drop(other);
+                (need, self.batch_buffers(&need)?)
+            }
+        };
+        Ok((rows, plan, shape, bufs))
+    }
+
+    /// Makes the spare buffers serve a search of `job` along `path`, outside any timing: the
+    /// first search (and each of `Auto`'s timed runs) then finds them made. Returns the
+    /// queries per batch.
+    fn reserve(&self, job: &JobShape, path: Path) -> Result<usize> {
+        let (rows, _, shape, bufs) = self.take_buffers(job, path.prefilter)?;
+        let replaced = self.spare.lock().unwrap().replace((shape, bufs));
+        drop(replaced);
+        Ok(rows)
+    }
+
     /// Plan: the queries per batch under the memory budget, and the prefilter's plan (with its
     /// training tiles per scan block for that batch) when `tf32` asks for it and it applies.
     /// `held`: device bytes that the search may free first (see [`CudaBackend::budget`]).
     fn plan_batches(
         &self,
-        job: &SearchJob<'_, '_>,
+        job: &JobShape,
         tf32: bool,
         held: usize,
     ) -> Result<(usize, Option<Tf32Plan>)> {
@@ -739,7 +738,7 @@ impl CudaKnn {
             None
         };
         let budget = self.gpu.budget(job.max_bytes, held)?;
-        let m = job.queries.rows().min(MAX_BATCH_ROWS);
+        let m = job.rows.min(MAX_BATCH_ROWS);
         let rows_of = |p: Option<&Tf32Plan>| {
             (budget / self.bytes_per_row(k, method, job.vote, p)).clamp(1, m)
         };
@@ -1315,6 +1314,58 @@ impl KnnSearch for CudaKnn {
         self.prefilter = allowed && self.gpu.info().compute_capability.0 >= 8;
     }
 
+    fn prepare(
+        &self,
+        queries: usize,
+        k: usize,
+        selection: Selection,
+        max_bytes: Option<usize>,
+        vote: Option<bool>,
+    ) -> Result<()> {
+        arg_u32(k, "k")?;
+        if queries == 0 {
+            return Ok(());
+        }
+        let path = match self
+            .fixed_path(k, selection)
+            .or_else(|| self.auto_choice(k))
+        {
+            Some(path) => path,
+            None => {
+                // `Auto` makes its choice now (or reads it from the user cache), timed on the
+                // first training rows as the queries.
+                if let Some(ready) = &self.ready {
+                    self.gpu.wait_for(ready)?;
+                }
+                let rows = self.n.min(auto::SAMPLE_ROWS);
+                let sample =
+                    (self.gpu).download_range(&self.x, 0..rows * self.d, "training rows")?;
+                self.auto_path(&MatrixView::new(&sample, rows, self.d)?, k, max_bytes)?
+            }
+        };
+        let job = JobShape {
+            rows: queries,
+            k,
+            method: path.method,
+            max_bytes,
+            // Whether the vote is weighted does not change its buffers.
+            vote: vote.map(|proba| VoteJob {
+                weighted: false,
+                proba,
+            }),
+        };
+        let rows = self.reserve(&job, path)?;
+        self.gpu.reserve_upload(rows * self.d * size_of::<f32>())?;
+        match vote {
+            None => self.gpu.reserve_download::<u64>(queries * k),
+            Some(_) => Ok(()),
+        }
+    }
+
+    fn auto_report(&self, k: usize) -> Option<crate::backend::vocab::AutoReport> {
+        self.auto_decision(k)
+    }
+
     fn set_labels(&mut self, class_ids: &[u32], classes: usize) -> Result<()> {
         self.labels = Some(self.gpu.upload(class_ids, "training labels")?);
         self.classes = classes;
@@ -1345,5 +1396,35 @@ impl KnnSearch for CudaKnn {
             classes: out.classes,
             proba: out.proba,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::BatchShape;
+
+    #[test]
+    fn buffers_serve_batches_as_large_or_smaller_of_the_same_shape() {
+        let made = BatchShape {
+            rows: 1200,
+            k: 25,
+            sort: false,
+            tf32: Some((512, true)),
+            vote: None,
+        };
+        assert!(made.serves(&made));
+        assert!(made.serves(&BatchShape { rows: 512, ..made }));
+        assert!(!made.serves(&BatchShape { rows: 1201, ..made }));
+        assert!(!made.serves(&BatchShape { k: 24, ..made }));
+        assert!(!made.serves(&BatchShape { tf32: None, ..made }));
+        assert!(!made.serves(&BatchShape {
+            tf32: Some((512, false)),
+            ..made
+        }));
+        assert!(!made.serves(&BatchShape {
+            vote: Some(0),
+            ..made
+        }));
+        assert!(!made.serves(&BatchShape { sort: true, ..made }));
     }
 }

@@ -57,6 +57,20 @@ const STAGING_BYTES: usize = 64 << 20;
 /// Smallest part of a download that is copied beside the host's taking of the part before.
 const MIN_PIECE_BYTES: usize = 1 << 20;
 
+/// How a download of `len` values of `value_bytes` each goes through the staging buffer: values
+/// a part, bytes a half of the buffer, and bytes of the buffer it needs. Four parts or more, of
+/// 1 MiB at least (smaller copies cost more than they overlap).
+fn download_layout(len: usize, value_bytes: usize) -> (usize, usize, usize) {
+    let piece_bytes = (len * value_bytes / 4).clamp(MIN_PIECE_BYTES, STAGING_BYTES / 2);
+    let per_piece = (piece_bytes / value_bytes).clamp(1, len);
+    let slot_bytes = per_piece * value_bytes;
+    (
+        per_piece,
+        slot_bytes,
+        slot_bytes * len.div_ceil(per_piece).min(2),
+    )
+}
+
 /// The download staging buffer and, for each of its halves, the end of the last copy into it.
 struct DownloadStaging {
     buffer: PinnedHostSlice<u8>,
@@ -514,31 +528,9 @@ impl CudaBackend {
             return Ok(());
         }
         let err = |e| cuda(&format!("copying {what} from the GPU"), e);
-        // Four parts or more, of 1 MiB at least (smaller copies cost more than they overlap).
-        let piece_bytes = (len * size_of::<T>() / 4).clamp(MIN_PIECE_BYTES, STAGING_BYTES / 2);
-        let per_piece = (piece_bytes / size_of::<T>()).clamp(1, len);
-        let slot_bytes = per_piece * size_of::<T>();
-        let bytes = slot_bytes * len.div_ceil(per_piece).min(2);
+        let (per_piece, slot_bytes, bytes) = download_layout(len, size_of::<T>());
         let mut staging = self.staging.lock().unwrap();
-        if staging
-            .as_ref()
-            .is_none_or(|s| s.buffer.num_bytes() < bytes)
-        {
-            // Free the smaller buffer first; sizes grow by powers of two up to the cap.
-            *staging = None;
-            let size = bytes.next_power_of_two().min(STAGING_BYTES).max(bytes);
-            injected_oom("the download staging buffer", size)?;
-            let pin_err = |e| cuda("allocating page-locked host memory", e);
-            // SAFETY: flags 0 (cached, fast to read from the CPU); zeroed before any use.
-            let mut buffer =
-                unsafe { self.ctx.alloc_pinned_with_flags::<u8>(size, 0) }.map_err(pin_err)?;
-            buffer.as_mut_slice().map_err(pin_err)?.fill(0);
-            let event = || self.ctx.new_event(None).map_err(pin_err);
-            *staging = Some(DownloadStaging {
-                buffer,
-                copied: [event()?, event()?],
-            });
-        }
+        self.grow_download_staging(&mut staging, bytes)?;
         let staging = staging.as_mut().expect("staging buffer");
         let base = staging.buffer.as_mut_ptr().map_err(err)?;
         // SAFETY (both closures): each half holds `per_piece` values of T, each zero bits (valid
@@ -570,6 +562,45 @@ impl CudaBackend {
             copied[p % 2].synchronize().map_err(err)?;
             each(half(p));
         }
+        Ok(())
+    }
+
+    /// Makes the page-locked download buffer large enough for a download of `len` values of T
+    /// ahead of it (allocating page-locked memory takes milliseconds).
+    pub(crate) fn reserve_download<T>(&self, len: usize) -> Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        let (_, _, bytes) = download_layout(len, size_of::<T>());
+        self.grow_download_staging(&mut self.staging.lock().unwrap(), bytes)
+    }
+
+    /// Replaces `staging` by a buffer of at least `bytes` when it is smaller.
+    fn grow_download_staging(
+        &self,
+        staging: &mut Option<DownloadStaging>,
+        bytes: usize,
+    ) -> Result<()> {
+        if staging
+            .as_ref()
+            .is_some_and(|s| s.buffer.num_bytes() >= bytes)
+        {
+            return Ok(());
+        }
+        // Free the smaller buffer first; sizes grow by powers of two up to the cap.
+        *staging = None;
+        let size = bytes.next_power_of_two().min(STAGING_BYTES).max(bytes);
+        injected_oom("the download staging buffer", size)?;
+        let pin_err = |e| cuda("allocating page-locked host memory", e);
+        // SAFETY: flags 0 (cached, fast to read from the CPU); zeroed before any use.
+        let mut buffer =
+            unsafe { self.ctx.alloc_pinned_with_flags::<u8>(size, 0) }.map_err(pin_err)?;
+        buffer.as_mut_slice().map_err(pin_err)?.fill(0);
+        let event = || self.ctx.new_event(None).map_err(pin_err);
+        *staging = Some(DownloadStaging {
+            buffer,
+            copied: [event()?, event()?],
+        });
         Ok(())
     }
 

@@ -58,6 +58,22 @@ impl CudaBackend {
         self.write_rows_on(&self.stream, &self.upload_staging, host, dev, at, what)
     }
 
+    /// Makes the compute stream's staging buffers ahead of an upload of `bytes` that will go
+    /// through them (allocating page-locked memory takes milliseconds).
+    pub(crate) fn reserve_upload(&self, bytes: usize) -> Result<()> {
+        if bytes <= DIRECT_BYTES {
+            return Ok(());
+        }
+        let mut staging = self
+            .upload_staging
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if staging.is_none() {
+            *staging = Some(UploadStaging::new(&self.ctx)?);
+        }
+        Ok(())
+    }
+
     /// `host` (through the staging buffers) then `tail` in new device memory, queued on the
     /// compute stream.
     pub(crate) fn upload_rows(

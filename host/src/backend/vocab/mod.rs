@@ -9,4 +9,4 @@ mod selection;
 
 pub(crate) use blocks::{CHUNK, rows_per_block};
 pub use metric::{Metric, Precision};
-pub use selection::{PrefilterReport, Selection};
+pub use selection::{AutoReport, AutoSource, PathTiming, PrefilterReport, Selection};

@@ -62,3 +62,39 @@ pub struct PrefilterReport {
     pub exact_fallbacks: usize,
     pub stored: usize,
 }
+
+/// How [`Selection::Auto`] came by its choice for a shape.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AutoSource {
+    /// Timed in this process.
+    Timed,
+    /// Read from the user's cache folder ([`crate::user_cache`]), timed by an earlier process.
+    Cached,
+}
+
+/// One way through a GPU search that [`Selection::Auto`] weighed: a selection, with or without
+/// the TF32 prefilter, and what it measured (CUDA events over a sample of the queries).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PathTiming {
+    pub selection: Selection,
+    pub prefilter: bool,
+    /// The untimed-for-the-choice first run; `None`: the cost model ruled the path out before
+    /// it ran (its arithmetic alone outlasts a faster path).
+    pub warmup_ms: Option<f64>,
+    /// The minimum and median of the timed rounds; `None`: dropped after the warm-up (over
+    /// twice the fastest) or never run.
+    pub min_ms: Option<f64>,
+    pub median_ms: Option<f64>,
+}
+
+/// What [`Selection::Auto`] chose for a shape (GPU model, n, d, k, metric, prefilter allowed)
+/// and the timings it chose from: the fastest minimum, or among paths within a few percent of
+/// it the first in a fixed order (prefilter first; radix, bitonic, k-min), so that noise does
+/// not flip the choice between near-equal paths.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AutoReport {
+    pub selection: Selection,
+    pub prefilter: bool,
+    pub source: AutoSource,
+    pub timings: Vec<PathTiming>,
+}
