@@ -247,7 +247,6 @@ impl KnnIndex {
         self.selection
     }
 
-    /// Checks a query matrix and `k` against the index.
     /// Makes ahead what a first search of `queries` rows for `k` neighbours needs on the GPU, so
     /// that it costs what later ones do: with [`Selection::Auto`], its choice for `k` (timed on
     /// the first training rows as the queries, unless a search or the user cache has made it),
@@ -272,6 +271,7 @@ impl KnnIndex {
         self.inner.auto_report(k)
     }
 
+    /// Checks a query matrix and `k` against the index.
     pub(crate) fn check<'q>(&self, queries: &MatrixView<'q>, k: usize) -> Result<()> {
         check_k(k, self.n)?;
         queries.validate("the queries")?;
