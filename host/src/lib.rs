@@ -105,3 +105,8 @@ pub fn ptx() -> &'static str {
 #[cfg(doctest)]
 #[doc = include_str!("../../README.md")]
 struct ReadmeExamples;
+
+/// docs/RUST.md's examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/RUST.md")]
+struct RustGuideExamples;

@@ -12,7 +12,7 @@
 //!   the order of the additions.
 
 use crate::fixed::to_fixed;
-use crate::math::fma;
+use crate::math::{fma, sqrt};
 
 /// Distance of the kNN kernels, as passed to them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -69,19 +69,6 @@ pub fn pair_step(l1: bool, acc: f32, x: f32, y: f32) -> f32 {
         acc + (x - y).abs()
     } else {
         fma(x, y, acc)
-    }
-}
-
-/// Correctly rounded square root on both targets.
-#[inline(always)]
-pub fn sqrt(x: f32) -> f32 {
-    #[cfg(target_arch = "nvptx64")]
-    {
-        core::f32::math::sqrt(x)
-    }
-    #[cfg(not(target_arch = "nvptx64"))]
-    {
-        x.sqrt()
     }
 }
 

@@ -55,9 +55,10 @@
 //! ([`tf32_round`] queries, truncated or rounded training values, truncating and rounding
 //! accumulations in several orders).
 
-use crate::knn::{PairMetric, finish, sqrt};
+use crate::knn::{PairMetric, finish};
 use crate::launch::Kernel;
 use crate::math::fma;
+use crate::math::sqrt;
 
 /// `mode` of `knn_tf32_scan`: per query and group, the key of the smallest approximate distance.
 pub const SCAN_GROUPS: u32 = 0;

@@ -40,7 +40,7 @@
 //! | `kmeans_minibatch_update` | `minibatch` | `minibatch::KmeansMinibatchUpdate` | `backend::cpu::minibatch::update_row` | `minibatch/tests.rs` `the_update_is_the_running_mean` |
 //! | `kmeans_minibatch_shift` | `minibatch` | `minibatch::KmeansMinibatchShift` | `backend::cpu::minibatch::CpuMiniBatch::shifts` | `tests/minibatch.rs` `gpu_minibatch_matches_cpu_on_an_embedding_shape` |
 //! | `row_sq_norms` | `norms` | `norms::RowSqNorms` | `backend::cpu::kmeans::row_sq_norms` | `tests/knn.rs` `gpu_pairwise_matches_cpu` |
-//! | `row_norm_roots` | `norms` | `norms::RowNormRoots` | `knn::sqrt` | `tests/knn.rs` `gpu_prefilter_matches_cpu` |
+//! | `row_norm_roots` | `norms` | `norms::RowNormRoots` | `math::sqrt` | `tests/knn.rs` `gpu_prefilter_matches_cpu` |
 //! | `pairwise_dot` | `distance` | `distance::Pairwise` | `backend::cpu::knn::panel_distances` | `distance.rs` `emulated_tiles_match_the_formula` |
 //! | `pairwise_l1` | `distance` | `distance::Pairwise` | `backend::cpu::knn::panel_distances` | `distance.rs` `emulated_tiles_match_the_formula` |
 //! | `knn_select_kmin` | `select` | `select::KnnSelect` | `backend::cpu::knn::Nearest::offer` | `select.rs` `emulated_streaming_selection_keeps_the_k_smallest` |

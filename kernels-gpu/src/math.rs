@@ -43,6 +43,19 @@ pub fn fma(a: f32, b: f32, c: f32) -> f32 {
     }
 }
 
+/// Correctly rounded square root on both targets.
+#[inline(always)]
+pub fn sqrt(x: f32) -> f32 {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        core::f32::math::sqrt(x)
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        x.sqrt()
+    }
+}
+
 /// One dimension's contribution to a running squared-L2 distance.
 #[inline(always)]
 pub fn sq_l2_step(acc: f32, x: f32, c: f32) -> f32 {
@@ -90,7 +103,7 @@ pub fn sq_norm(x: &[f32]) -> f32 {
 /// spherical k-means centroids are normalised this way on both backends.
 #[inline(always)]
 pub fn normalize(row: &mut [f32]) {
-    let norm = crate::knn::sqrt(sq_norm(row));
+    let norm = sqrt(sq_norm(row));
     if norm > 0.0 {
         for v in row {
             *v /= norm;

@@ -51,10 +51,10 @@ pub unsafe extern "gpu-kernel" fn row_sq_norms(x: *const f32, n: u32, d: u32, ou
     unsafe { *out.add(i) = acc };
 }
 
-/// The `row_norm_roots` entry point. CPU twin: [`crate::knn::sqrt`] of each norm.
+/// The `row_norm_roots` entry point. CPU twin: [`crate::math::sqrt`] of each norm.
 pub const ROW_NORM_ROOTS: Kernel = Kernel::new("row_norm_roots", 3);
 
-/// `out[i] = sqrt(sq_norms[i])` (correctly rounded, as [`crate::knn::sqrt`] on the CPU) for
+/// `out[i] = sqrt(sq_norms[i])` (correctly rounded, as [`crate::math::sqrt`] on the CPU) for
 /// `i < n`, a thread per value: computed where the norms are, so an index built beside a
 /// running search needs no round trip through the host.
 ///
@@ -66,6 +66,6 @@ pub const ROW_NORM_ROOTS: Kernel = Kernel::new("row_norm_roots", 3);
 pub unsafe extern "gpu-kernel" fn row_norm_roots(sq_norms: *const f32, n: u32, out: *mut f32) {
     let i = gpu::block() * gpu::block_dim() + gpu::thread();
     if i < n as usize {
-        unsafe { *out.add(i) = crate::knn::sqrt(*sq_norms.add(i)) };
+        unsafe { *out.add(i) = crate::math::sqrt(*sq_norms.add(i)) };
     }
 }

@@ -3,8 +3,8 @@
 //! gpu-bundle/
 //!   run.sh              runs every test with KMEANS_KNN_REQUIRE_GPU=1, compute-sanitizer over the
 //!                       GPU tests, then the benchmark; exits non-zero on any failure
-//!   tests/<name>        release test executables (the PTX is embedded in them)
-//!   bin/<name>          the command-line tool and the GPU benchmark; kmeans-knn-faults is the tool
+//!   tests/NAME          release test executables (the PTX is embedded in them)
+//!   bin/NAME            the command-line tool and the GPU benchmark; kmeans-knn-faults is the tool
 //!                       with test fault injection, for the driver tests
 //!   kernels.ptx         the PTX they embed (sm_70, and kernels_sm80.ptx for compute capability
 //!                       8.0+) and the cubins compiled from it (kernels_sm*.cubin), for

@@ -29,7 +29,7 @@ pub const CUBINS: [(&str, &str); 6] = [
 
 /// The committed cubin of architecture `arch` (`sm_90` → `host/ptx/kernels_sm90.cubin`).
 pub fn committed_path(arch: &str) -> PathBuf {
-    crate::ptx::committed_path(&file_name(arch))
+    crate::committed_path(&file_name(arch))
 }
 
 fn file_name(arch: &str) -> String {
@@ -73,7 +73,7 @@ fn compile_all() -> Result<Vec<Vec<u8>>> {
     std::fs::create_dir_all(&cache)?;
     let mut running = Vec::new();
     for (arch, ptx_file) in CUBINS {
-        let ptx_path = crate::ptx::committed_path(ptx_file);
+        let ptx_path = crate::committed_path(ptx_file);
         let ptx =
             std::fs::read(&ptx_path).with_context(|| format!("reading {}", ptx_path.display()))?;
         let args = ["-O3", &format!("-arch={arch}")];
@@ -116,7 +116,7 @@ fn compile_all() -> Result<Vec<Vec<u8>>> {
 
 /// The ptxas release the cubins are built with (`host/ptx/ptxas-version`).
 fn pinned_version() -> Result<String> {
-    let path = crate::ptx::committed_path("ptxas-version");
+    let path = crate::committed_path("ptxas-version");
     let text =
         std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
     Ok(text.trim().to_string())

@@ -60,6 +60,12 @@ fn run() -> Result<()> {
     }
 }
 
+/// The committed file `file` of the kernel images' folder, `host/ptx/` (PTX, cubins, the
+/// pinned ptxas version), which the host embeds them from.
+fn committed_path(file: &str) -> PathBuf {
+    root().join("host/ptx").join(file)
+}
+
 /// The workspace root (xtask lives one level below it). Read at run time (`cargo run` sets it)
 /// so that a binary built from another checkout sharing the target folder cannot point there.
 fn root() -> PathBuf {

@@ -22,14 +22,9 @@ pub const TARGETS: [(&str, &str); 3] = [
     ("sm_90a", "kernels_sm90a.ptx"),
 ];
 
-/// Where the host embeds PTX file `file` from.
-pub fn committed_path(file: &str) -> PathBuf {
-    crate::root().join("host/ptx").join(file)
-}
-
 /// Every committed PTX file and cubin.
 pub fn committed_paths() -> Vec<PathBuf> {
-    let ptx = TARGETS.iter().map(|(_, f)| committed_path(f));
+    let ptx = TARGETS.iter().map(|(_, f)| crate::committed_path(f));
     let cubins = crate::cubin::CUBINS
         .iter()
         .map(|(arch, _)| crate::cubin::committed_path(arch));
@@ -40,7 +35,7 @@ pub fn committed_paths() -> Vec<PathBuf> {
 pub fn build() -> Result<()> {
     for (cpu, file) in TARGETS {
         let ptx = compile(cpu)?;
-        let path = committed_path(file);
+        let path = crate::committed_path(file);
         std::fs::create_dir_all(path.parent().unwrap())?;
         std::fs::write(&path, ptx).with_context(|| format!("writing {}", path.display()))?;
         eprintln!("xtask: wrote {}", path.display());
@@ -52,7 +47,7 @@ pub fn build() -> Result<()> {
 pub fn check() -> Result<()> {
     for (cpu, file) in TARGETS {
         let fresh = compile(cpu)?;
-        let path = committed_path(file);
+        let path = crate::committed_path(file);
         let committed = std::fs::read_to_string(&path)
             .with_context(|| format!("reading {} (run `cargo xtask ptx`)", path.display()))?;
         if committed != fresh {

@@ -47,7 +47,7 @@ pub const NEAR_X_CHUNK: usize = NEAR_DIMS * NEAR_X_STRIDE;
 /// bytes).
 const NEAR_HEAD: usize = 2 * NEAR_C_CHUNK + 2 * NEAR_TILE + BLOCK as usize + 4;
 
-/// Dynamic shared memory of `seed_nearest_*`, in bytes: [`NEAR_HEAD`], then two point chunks,
+/// Dynamic shared memory of `seed_nearest_*`, in bytes: `NEAR_HEAD`, then two point chunks,
 /// which are the merge area once the sweep is over.
 pub const NEAREST_SHARED_BYTES: usize = (NEAR_HEAD + 2 * NEAR_X_CHUNK) * 4;
 
@@ -105,7 +105,7 @@ pub unsafe fn nearest_points<const M: u32, E: Exec>(e: E, a: Nearest) -> Option<
     unsafe { merge(e, &a, first, best, index) }
 }
 
-/// The block's weight sum, which the body leaves alone (see [`NEAR_HEAD`]).
+/// The block's weight sum, which the body leaves alone (see `NEAR_HEAD`).
 #[inline(always)]
 pub fn sum_slot<E: Exec>(e: E) -> *mut u64 {
     unsafe { Layout::of(e).x_norms.add(BLOCK as usize).cast::<u64>() }

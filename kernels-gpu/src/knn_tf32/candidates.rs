@@ -92,7 +92,7 @@ pub unsafe fn candidates<E: Exec>(x: E, a: Stored) {
         }
         x.sync();
         let nq = unsafe { *a.q_norms.add(row) };
-        let (c1q, tsq) = (a.c1 * crate::knn::sqrt(nq), unsafe { *a.t_sq.add(row) });
+        let (c1q, tsq) = (a.c1 * crate::math::sqrt(nq), unsafe { *a.t_sq.add(row) });
         // Padding past `n` (inside `lda`) holds values too, never taken.
         let v = if j0 < a.lda {
             unsafe { (*a.approx.add(row * a.lda + j0).cast::<V4>()).0 }
@@ -204,7 +204,7 @@ mod tests {
     ) -> Vec<Vec<u32>> {
         (0..a.rows)
             .map(|i| {
-                let c1q = a.c1 * crate::knn::sqrt(qn[i]);
+                let c1q = a.c1 * crate::math::sqrt(qn[i]);
                 (0..a.n)
                     .filter(|&j| {
                         let e = error_bound(c1q, xr[j], qn[i], xn[j]);
@@ -226,7 +226,7 @@ mod tests {
             let lda = approx_stride(n);
             let qn: Vec<f32> = (0..rows).map(|_| 1.0 + 3.0 * rng.unit()).collect();
             let xn: Vec<f32> = (0..n).map(|_| 1.0 + 3.0 * rng.unit()).collect();
-            let xr: Vec<f32> = xn.iter().map(|&v| crate::knn::sqrt(v)).collect();
+            let xr: Vec<f32> = xn.iter().map(|&v| crate::math::sqrt(v)).collect();
             let mut approx: Vec<f32> = (0..rows * lda).map(|_| 8.0 * rng.unit()).collect();
             approx[lda - 1] = f32::NAN; // padding when n % 4 ≠ 0, else the last row
             approx[0] = f32::NAN;

@@ -184,7 +184,7 @@ unsafe fn run<const VEC: bool>(a: Tf32ScanArgs) {
         row_ok[r] = rows[r] < a.m;
         if row_ok[r] {
             nq[r] = unsafe { *a.q_norms.add(rows[r]) };
-            c1q[r] = a.c1 * crate::knn::sqrt(nq[r]);
+            c1q[r] = a.c1 * crate::math::sqrt(nq[r]);
             if a.mode == SCAN_CANDIDATES {
                 tsq[r] = unsafe { *a.t_sq.add(rows[r]) };
             }

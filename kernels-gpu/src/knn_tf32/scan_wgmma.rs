@@ -213,7 +213,7 @@ impl QueryRows {
             q.row_ok[r] = row < a.m;
             if q.row_ok[r] {
                 q.nq[r] = unsafe { *a.q_norms.add(row) };
-                q.c1q[r] = a.c1 * crate::knn::sqrt(q.nq[r]);
+                q.c1q[r] = a.c1 * crate::math::sqrt(q.nq[r]);
                 if a.mode == SCAN_CANDIDATES {
                     q.tsq[r] = unsafe { *a.t_sq.add(row) };
                 }

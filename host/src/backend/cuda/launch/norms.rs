@@ -32,7 +32,7 @@ impl RowSqNorms<'_> {
 }
 
 /// `row_norm_roots`: `out[i] = sqrt(sq_norms[i])`, one thread per value. CPU twin:
-/// [`kernels_gpu::knn::sqrt`].
+/// [`kernels_gpu::math::sqrt`].
 pub(crate) struct RowNormRoots<'a> {
     pub sq_norms: &'a CudaSlice<f32>,
     pub n: u32,

@@ -102,36 +102,184 @@ fn kernels_are_listed_once() {
     assert_eq!(names.len(), KERNELS.len());
 }
 
+/// The twin table's rows: its five cells, each as the names it quotes in backticks.
+fn twin_table() -> Vec<[Vec<String>; 5]> {
+    let lib = include_str!("../../../../../kernels-gpu/src/lib.rs");
+    lib.lines()
+        .filter_map(|l| l.strip_prefix("//! | `"))
+        .map(|row| {
+            let cells: Vec<Vec<String>> = format!("`{row}")
+                .split(" | ")
+                .map(|cell| {
+                    cell.split('`')
+                        .skip(1)
+                        .step_by(2)
+                        .map(String::from)
+                        .collect()
+                })
+                .collect();
+            cells.try_into().expect("five cells a row")
+        })
+        .collect()
+}
+
 #[test]
 fn the_twin_table_lists_every_kernel_in_order() {
-    let lib = include_str!("../../../../../kernels-gpu/src/lib.rs");
-    let rows: Vec<&str> = lib
-        .lines()
-        .filter_map(|l| l.strip_prefix("//! | `"))
-        .filter_map(|row| row.split('`').next())
+    let rows: Vec<String> = twin_table()
+        .into_iter()
+        .map(|[k, ..]| k[0].clone())
         .collect();
     let names: Vec<&str> = KERNELS.iter().map(|k| k.name).collect();
     assert_eq!(rows, names);
 }
 
-#[test]
-fn kernel_names_are_not_spelled_on_the_host() {
-    // Launchers name kernels by their `kernels_gpu` constants, with no exemption.
-    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut files = vec![src];
-    let mut spelled = vec![];
-    while let Some(path) = files.pop() {
-        if path.is_dir() {
-            files.extend(std::fs::read_dir(&path).unwrap().map(|e| e.unwrap().path()));
-            continue;
-        }
-        let text = std::fs::read_to_string(&path).unwrap();
-        let shown = path.display().to_string();
-        for k in KERNELS {
-            if text.contains(&format!("\"{}\"", k.name)) {
-                spelled.push(format!("{shown}: {}", k.name));
+/// Tests that read the source tree at run time: they run where the sources are (`cargo test`),
+/// and the GPU bundle, which carries only the executables, skips them (`--skip source_tree::`).
+mod source_tree {
+    use super::{KERNELS, twin_table};
+
+    /// The workspace's folder `rel` (`host/src`, `kernels-gpu/src`, …).
+    fn workspace(rel: &str) -> std::path::PathBuf {
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("..")
+            .join(rel)
+    }
+
+    /// The source of module `parts` under `src`: its file, and every file in its folder.
+    fn module_source(src: &std::path::Path, parts: &[&str]) -> Option<String> {
+        let path: std::path::PathBuf = parts.iter().collect();
+        let (file, dir) = (src.join(&path).with_extension("rs"), src.join(&path));
+        let mut text = std::fs::read_to_string(&file).ok();
+        if dir.is_dir() {
+            let mut files = vec![dir];
+            while let Some(p) = files.pop() {
+                if p.is_dir() {
+                    files.extend(std::fs::read_dir(&p).unwrap().map(|e| e.unwrap().path()));
+                } else if p.extension().is_some_and(|e| e == "rs") {
+                    text.get_or_insert_default()
+                        .push_str(&std::fs::read_to_string(&p).unwrap());
+                }
             }
         }
+        text
     }
-    assert_eq!(spelled, Vec::<String>::new());
+
+    /// Whether `text` has `word` as a whole identifier after `prefix` (`"fn "`, `"struct "`, or
+    /// `""` for any mention).
+    fn has(text: &str, prefix: &str, word: &str) -> bool {
+        let ident = |c: char| c.is_alphanumeric() || c == '_';
+        text.match_indices(&format!("{prefix}{word}"))
+            .any(|(at, m)| {
+                let before = text[..at].chars().next_back();
+                let after = text[at + m.len()..].chars().next();
+                !before.is_some_and(ident) && !after.is_some_and(ident)
+            })
+    }
+
+    /// Whether the item path `path` (`backend::cpu::kmeans::nearest`, `Partial::finish`) is
+    /// defined: its longest module prefix under one of `srcs` (else anywhere in them) defines every
+    /// name after it as a function or a type.
+    fn defined(srcs: &[std::path::PathBuf], path: &str) -> bool {
+        let parts: Vec<&str> = path.split("::").collect();
+        let (text, items) = (1..parts.len())
+            .rev()
+            .find_map(|i| {
+                srcs.iter()
+                    .find_map(|src| module_source(src, &parts[..i]))
+                    .map(|text| (text, &parts[i..]))
+            })
+            .unwrap_or_else(|| {
+                let all = srcs
+                    .iter()
+                    .filter_map(|src| module_source(src, &[]))
+                    .collect();
+                (all, &parts[..])
+            });
+        items.iter().all(|item| {
+            ["fn ", "struct ", "enum ", "trait ", "type "]
+                .iter()
+                .any(|kind| has(&text, kind, item))
+        })
+    }
+
+    #[test]
+    fn every_column_of_the_twin_table_names_what_exists() {
+        let (kernels, host) = (workspace("kernels-gpu/src"), workspace("host/src"));
+        let launch = host.join("backend/cuda/launch");
+        let mut wrong = vec![];
+        for [kernel, modules, launchers, twins, tests] in twin_table() {
+            let name = &kernel[0];
+            // The kernel is in (one of) its modules.
+            let in_module = modules.iter().any(|m| {
+                let parts: Vec<&str> = m.split("::").collect();
+                module_source(&kernels, &parts).is_some_and(|text| has(&text, "", name))
+            });
+            if !in_module {
+                wrong.push(format!("{name}: not in module {modules:?}"));
+            }
+            // Its launcher is a struct of that launch module.
+            for launcher in &launchers {
+                if !defined(std::slice::from_ref(&launch), launcher) {
+                    wrong.push(format!("{name}: no launcher {launcher}"));
+                }
+            }
+            // Its CPU twins exist; `::f` is a sibling of the twin before it.
+            let mut last_module = String::new();
+            for twin in &twins {
+                let full = match twin.strip_prefix("::") {
+                    Some(item) => format!("{last_module}::{item}"),
+                    None => twin.clone(),
+                };
+                last_module = full
+                    .rsplit_once("::")
+                    .map_or(String::new(), |(m, _)| m.to_string());
+                if !defined(&[host.clone(), kernels.clone()], &full) {
+                    wrong.push(format!("{name}: no CPU twin {twin}"));
+                }
+            }
+            // Each test function is in the file named before it.
+            let mut file: Option<String> = None;
+            for t in &tests {
+                if t.ends_with(".rs") {
+                    let roots = [
+                        workspace(""),
+                        kernels.clone(),
+                        host.clone(),
+                        kernels.join("knn_tf32"),
+                    ];
+                    file = roots
+                        .iter()
+                        .find_map(|r| std::fs::read_to_string(r.join(t)).ok());
+                    if file.is_none() {
+                        wrong.push(format!("{name}: no test file {t}"));
+                    }
+                } else if !file.as_ref().is_some_and(|text| has(text, "fn ", t)) {
+                    wrong.push(format!("{name}: no test {t}"));
+                }
+            }
+        }
+        assert_eq!(wrong, Vec::<String>::new());
+    }
+
+    #[test]
+    fn kernel_names_are_not_spelled_on_the_host() {
+        // Launchers name kernels by their `kernels_gpu` constants, with no exemption.
+        let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut files = vec![src];
+        let mut spelled = vec![];
+        while let Some(path) = files.pop() {
+            if path.is_dir() {
+                files.extend(std::fs::read_dir(&path).unwrap().map(|e| e.unwrap().path()));
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).unwrap();
+            let shown = path.display().to_string();
+            for k in KERNELS {
+                if text.contains(&format!("\"{}\"", k.name)) {
+                    spelled.push(format!("{shown}: {}", k.name));
+                }
+            }
+        }
+        assert_eq!(spelled, Vec::<String>::new());
+    }
 }
