@@ -71,8 +71,8 @@ pub use kmeans::{
     MiniBatchKMeansModel, MiniBatchParams, MiniBatchStep, Precision,
 };
 pub use knn::{
-    FittedScaler, KnnClassifier, KnnIndex, KnnRegressor, KnnResult, PrefilterReport, Scaler,
-    Selection, Weights,
+    FittedScaler, KnnClassifier, KnnIndex, KnnRegressor, KnnResult, PrefilterReport,
+    RadiusNeighbors, Scaler, Selection, Weights,
 };
 pub use matrix::MatrixView;
 

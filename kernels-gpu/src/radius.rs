@@ -214,7 +214,11 @@ mod tests {
             });
         }
         assert_eq!(at, offsets[1..].to_vec(), "every row filled its range");
-        assert!(keys[offsets[rows] as usize..].iter().all(|&k| k == u64::MAX - 1));
+        assert!(
+            keys[offsets[rows] as usize..]
+                .iter()
+                .all(|&k| k == u64::MAX - 1)
+        );
         (0..rows)
             .map(|q| {
                 let mut row = keys[offsets[q] as usize..offsets[q + 1] as usize].to_vec();

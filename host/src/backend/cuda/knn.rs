@@ -39,6 +39,8 @@ use ndarray::ArrayView2;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
+mod radius;
+
 /// Share of the free device memory that a call plans to use when the caller sets no limit.
 const FREE_SHARE: f64 = 0.7;
 /// Most query rows per batch.
@@ -1309,6 +1311,15 @@ impl KnnSearch for CudaKnn {
         let out = self.run(job, path.prefilter, output)?;
         *keys = out.keys.unwrap_or_default();
         Ok((path.method.reported(), out.prefilter))
+    }
+
+    fn radius(
+        &self,
+        queries: &MatrixView<'_>,
+        radius: f32,
+        max_bytes: Option<usize>,
+    ) -> Result<crate::backend::radius::RadiusKeys> {
+        self.radius_keys(queries, radius, max_bytes)
     }
 
     fn set_prefilter(&mut self, allowed: bool) {
