@@ -63,7 +63,7 @@ pub unsafe fn count<E: Exec>(x: E, rows: Rows, counts: *mut u32) {
     }
 }
 
-/// The `knn_radius_count` entry point. CPU twin: `backend::cpu::radius::within_radius`.
+/// The `knn_radius_count` entry point. CPU twin: `backend::cpu::knn::radius` (`CpuKnn::radius_keys`).
 pub const KNN_RADIUS_COUNT: Kernel = Kernel::new("knn_radius_count", 6);
 
 /// Counts every query row's distances within the radius; see [`count`].
@@ -124,7 +124,7 @@ pub unsafe fn fill<E: Exec>(x: E, rows: Rows, at: *mut u64, keys: *mut u64) {
     }
 }
 
-/// The `knn_radius_fill` entry point. CPU twin: `backend::cpu::radius::within_radius`.
+/// The `knn_radius_fill` entry point. CPU twin: `backend::cpu::knn::radius` (`CpuKnn::radius_keys`).
 pub const KNN_RADIUS_FILL: Kernel = Kernel::new("knn_radius_fill", 7);
 
 /// Writes every query row's neighbours within the radius as keys; see [`fill`].
