@@ -2,4 +2,5 @@
 
 pub mod data;
 pub mod gpus;
+pub mod radius;
 pub mod whole;
