@@ -33,13 +33,11 @@ def pair(metric, radius, **kw):
     return ours, theirs
 
 
-def same_ragged(a, b, exact_order):
+def same_ragged(a, b):
+    """Object arrays of per-query arrays with the same entries (in any order)."""
     assert a.dtype == object and a.shape == b.shape
     for x, y in zip(a, b):
-        if exact_order:
-            np.testing.assert_array_equal(x, y)
-        else:
-            np.testing.assert_array_equal(np.sort(x), np.sort(y))
+        np.testing.assert_array_equal(np.sort(x), np.sort(y))
 
 
 @pytest.mark.parametrize("metric", list(METRICS))
@@ -50,21 +48,24 @@ def test_radius_neighbors_matches_scikit_learn(metric, with_x):
         ours, theirs = pair(metric, radius)
         ours.fit(X), theirs.fit(X)
         query = Q if with_x else None
-        # Sorted: distance, then index (scikit-learn's stable argsort keeps index order on ties).
+        # Sorted: both nearest first; ours breaks ties by index (scikit-learn's order among
+        # equal distances is its sort's), and the (index, distance) pairs are the same.
         d1, i1 = ours.radius_neighbors(query, sort_results=True)
         d2, i2 = theirs.radius_neighbors(query, sort_results=True)
-        same_ragged(i1, i2, exact_order=True)
-        for x, y in zip(d1, d2):
-            np.testing.assert_allclose(x, y, rtol=1e-6)
+        same_ragged(i1, i2)
+        for dx, ix, dy, iy in zip(d1, i1, d2, i2):
+            assert np.all(np.diff(dx) >= 0) and np.all(np.diff(dy) >= 0)
+            np.testing.assert_array_equal(np.lexsort((ix, dx)), np.arange(len(ix)))
+            np.testing.assert_allclose(dx[np.argsort(ix)], dy[np.argsort(iy)], rtol=1e-6)
         # Unsorted: the same sets, ours in index order.
         i1 = ours.radius_neighbors(query, return_distance=False)
         i2 = theirs.radius_neighbors(query, return_distance=False)
-        same_ragged(i1, i2, exact_order=False)
+        same_ragged(i1, i2)
         assert all(np.all(np.diff(x) > 0) for x in i1)
         # A radius given to the call overrides the estimator's.
         i1 = ours.radius_neighbors(query, radius=radii(metric)[0], return_distance=False)
         i2 = theirs.radius_neighbors(query, radius=radii(metric)[0], return_distance=False)
-        same_ragged(i1, i2, exact_order=False)
+        same_ragged(i1, i2)
 
 
 @pytest.mark.parametrize("metric", list(METRICS))
