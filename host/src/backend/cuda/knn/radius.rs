@@ -10,6 +10,7 @@ use crate::error::Result;
 use crate::matrix::MatrixView;
 use cudarc::driver::CudaSlice;
 use rayon::prelude::*;
+use std::ops::Range;
 
 /// Most query rows per batch.
 const MAX_BATCH_ROWS: usize = 1 << 16;
@@ -116,16 +117,8 @@ impl CudaKnn {
         }
         .launch(gpu, r)?;
         let counts = gpu.download(&bufs.counts, r, "neighbour counts")?;
-        let mut g0 = 0;
-        while g0 < r {
-            // A group: rows from g0 whose keys fit the slots (at least one row).
-            let (mut g1, mut total) = (g0, 0usize);
-            while g1 < r && (g1 == g0 || total + counts[g1] as usize <= key_slots) {
-                total += counts[g1] as usize;
-                g1 += 1;
-            }
-            self.radius_fill(&counts[g0..g1], g0, total, radius, bufs, out)?;
-            g0 = g1;
+        for (rows, total) in fill_groups(&counts, key_slots) {
+            self.radius_fill(&counts[rows.clone()], rows.start, total, radius, bufs, out)?;
         }
         Ok(())
     }
@@ -174,6 +167,23 @@ impl CudaKnn {
     }
 }
 
+/// The batch rows in groups whose keys (`counts` a row) fit `key_slots`, in order: each group a
+/// range of rows (at least one, however many keys it has) and its number of keys.
+fn fill_groups(counts: &[u32], key_slots: usize) -> Vec<(Range<usize>, usize)> {
+    let mut groups = Vec::new();
+    let mut g0 = 0;
+    while g0 < counts.len() {
+        let (mut g1, mut total) = (g0, 0usize);
+        while g1 < counts.len() && (g1 == g0 || total + counts[g1] as usize <= key_slots) {
+            total += counts[g1] as usize;
+            g1 += 1;
+        }
+        groups.push((g0..g1, total));
+        g0 = g1;
+    }
+    groups
+}
+
 /// Sorts every row `keys[offsets[i] .. offsets[i + 1]]` in place, on the rayon threads.
 fn sort_each(keys: &mut [u64], offsets: &[usize]) {
     let mut rows = Vec::with_capacity(offsets.len().saturating_sub(1));
@@ -184,4 +194,36 @@ fn sort_each(keys: &mut [u64], offsets: &[usize]) {
         rest = tail;
     }
     rows.into_par_iter().for_each(|row| row.sort_unstable());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn groups_fit_the_slots_and_cover_every_row() {
+        let counts = [3, 0, 5, 2, 2, 9, 0, 1];
+        for slots in [1, 4, 5, 9, 100] {
+            let groups = fill_groups(&counts, slots);
+            let mut next = 0;
+            for (rows, total) in &groups {
+                assert_eq!(rows.start, next, "slots {slots}");
+                assert!(!rows.is_empty());
+                let sum: usize = counts[rows.clone()].iter().map(|&c| c as usize).sum();
+                assert_eq!(*total, sum);
+                assert!(sum <= slots || rows.len() == 1, "slots {slots}: {rows:?}");
+                next = rows.end;
+            }
+            assert_eq!(next, counts.len());
+        }
+        assert_eq!(fill_groups(&counts, 100), vec![(0..8, 22)]);
+        assert!(fill_groups(&[], 5).is_empty());
+    }
+
+    #[test]
+    fn every_row_is_sorted_in_place() {
+        let mut keys = [5, 1, 3, 9, 2, 2, 8, 7];
+        sort_each(&mut keys, &[0, 3, 3, 4, 8]);
+        assert_eq!(keys, [1, 3, 5, 9, 2, 2, 7, 8]);
+    }
 }
