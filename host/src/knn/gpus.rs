@@ -116,7 +116,7 @@ impl MergedSearch for GpuParts {
         let found = (self.parts.iter().zip(found))
             .map(|(p, f)| Ok((p.first_row, f?)))
             .collect::<Result<Vec<_>>>()?;
-        Ok(RadiusKeys::merge_parts(queries.rows(), &found))
+        RadiusKeys::merge_parts(queries.rows(), &found)
     }
 
     fn vote_rows(&mut self) -> &mut VoteRows {

@@ -138,7 +138,7 @@ impl MergedSearch for Streamed {
             }
             Ok::<_, Error>(())
         })?;
-        Ok(RadiusKeys::merge_parts(queries.rows(), &found))
+        RadiusKeys::merge_parts(queries.rows(), &found)
     }
 
     fn vote_rows(&mut self) -> &mut VoteRows {

@@ -398,7 +398,7 @@ impl KnnSearch for CpuKnn {
         radius: f32,
         _max_bytes: Option<usize>,
     ) -> Result<crate::backend::radius::RadiusKeys> {
-        Ok(self.radius_keys(queries, radius))
+        self.radius_keys(queries, radius)
     }
 
     fn set_labels(&mut self, class_ids: &[u32], classes: usize) -> Result<()> {

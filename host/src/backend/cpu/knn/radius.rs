@@ -4,6 +4,7 @@
 
 use super::{BLOCK_ROWS, Block, CpuKnn, QUERY_CHUNK, panel_distances, row_norms};
 use crate::backend::radius::RadiusKeys;
+use crate::error::Result;
 use crate::matrix::MatrixView;
 use kernels_gpu::knn::key;
 use kernels_gpu::radius::within;
@@ -11,7 +12,7 @@ use rayon::prelude::*;
 
 impl CpuKnn {
     /// Every query row's training rows within `radius`, as keys sorted per query.
-    pub(crate) fn radius_keys(&self, queries: &MatrixView<'_>, radius: f32) -> RadiusKeys {
+    pub(crate) fn radius_keys(&self, queries: &MatrixView<'_>, radius: f32) -> Result<RadiusKeys> {
         let d = queries.cols();
         let chunks: Vec<Vec<Vec<u64>>> = (queries.as_slice().par_chunks(QUERY_CHUNK * d))
             .map(|xs| self.within_radius(xs, radius))

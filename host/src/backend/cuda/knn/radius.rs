@@ -5,7 +5,7 @@
 
 use super::{CudaKnn, Side, distances};
 use crate::backend::cuda::launch::{KnnRadiusCount, KnnRadiusFill, RowSqNorms};
-use crate::backend::radius::RadiusKeys;
+use crate::backend::radius::{RadiusKeys, reserve_keys};
 use crate::error::Result;
 use crate::matrix::MatrixView;
 use cudarc::driver::CudaSlice;
@@ -144,6 +144,8 @@ impl CudaKnn {
             offsets.push(offsets.last().expect("offsets start at 0") + c as usize);
         }
         if total > 0 {
+            // Room for the answer first: the host may not hold a radius that catches too much.
+            reserve_keys(&mut out.keys, total)?;
             // SAFETY: the fill writes all `total` keys before they are read back.
             let mut keys = unsafe { gpu.uninit::<u64>(total, "neighbour keys")? };
             gpu.write(&at, &mut bufs.at, "neighbour slots")?;
