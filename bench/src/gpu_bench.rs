@@ -5,7 +5,7 @@
 //! usage: gpu-bench [--cases A,B,C,D,E,S,S512,F] [--reps N] [--json FILE] [--device gpu|cpu]
 //!                  [--precision tf32] [--knn-exact] [--whole] [--gpus gpu:0,1]
 //!                  [--stream N,D,M,K,BUDGET_MIB] [--stream-kmeans N,D,K,BUDGET_MIB]
-//!                  [--all-paths]
+//!                  [--all-paths] [--radius]
 //!
 //! `--reps` (default 30) timed runs per case after warm-up; kNN cases of 10^9 distances or more
 //! take at most 5.
@@ -37,6 +37,10 @@
 //! rows fit, and exits. `--stream-kmeans N,D,K,BUDGET_MIB` likewise times a Lloyd step of k-means
 //! on N × D uniform rows streamed in batches within BUDGET_MIB, against the same uploads and the
 //! resident step.
+//!
+//! `--radius` adds a `-radius` row per kNN case: a radius search whose radius gives about k
+//! neighbours a query (the median k-th neighbour distance), against the k-nearest search (wall
+//! clock; `bench/src/radius.rs`).
 //!
 //! With `--precision tf32`, every k-means case is also timed with `Precision::Tf32` (a `-tf32`
 //! row after the exact one) with its speed-up over exact and the share of labels identical to
@@ -70,6 +74,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     // `--knn-exact`: also time every kNN case with the prefilter off (`-fp32` rows).
     let exact_too = args.iter().any(|a| a == "--knn-exact");
     let whole_jobs = args.iter().any(|a| a == "--whole");
+    let radius_too = args.iter().any(|a| a == "--radius");
     let tf32 = match opt("--precision").as_deref() {
         None | Some("exact") => false,
         Some("tf32") => true,
@@ -268,6 +273,16 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
                 });
                 writeln!(f, "{line}")?;
             }
+        }
+    }
+    if radius_too {
+        for case in KNN_CASES
+            .iter()
+            .filter(|c| cases.split(',').any(|n| n == c.name))
+        {
+            let large = case.m * case.n >= 1_000_000_000;
+            let reps = if large { reps.min(5) } else { reps };
+            kmeans_knn_bench::radius::radius_row(case, device, reps, json.as_mut())?;
         }
     }
     Ok(())

@@ -3,4 +3,5 @@
 pub mod all_paths;
 pub mod data;
 pub mod gpus;
+pub mod radius;
 pub mod whole;

@@ -6,24 +6,30 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from . import _engine
+from ._radius import RadiusSearchMixin
 from ._validation import ENGINE_ARRAY, ResidentModel, engine_data
 
 
-class NearestNeighbors(ResidentModel, BaseEstimator):
+class NearestNeighbors(RadiusSearchMixin, ResidentModel, BaseEstimator):
     """Exact k-nearest-neighbour search; the training rows stay resident on the device.
 
     metric : "euclidean", "sqeuclidean", "manhattan", "cosine" (1 − cosine similarity) or
         "inner_product" (the negated inner product).
     device : "auto", "cpu", "cuda", "cuda:N"; or several GPUs, "cuda:0,1" or "cuda:all", over
         which the training rows are cut (the same answers as one GPU).
+    radius : the default radius of radius_neighbors and radius_neighbors_graph (in the metric's
+        units).
     memory_budget : bytes of GPU memory the index may use (None: 70 % of what is free); a larger
         training set stays in host memory and streams through the GPU at every search, with the
         same answers.
     Neighbours come nearest first; equal distances by training index, ascending.
     """
 
-    def __init__(self, n_neighbors=5, *, metric="euclidean", device="auto", memory_budget=None):
+    def __init__(
+        self, n_neighbors=5, radius=1.0, *, metric="euclidean", device="auto", memory_budget=None
+    ):
         self.n_neighbors = n_neighbors
+        self.radius = radius
         self.metric = metric
         self.device = device
         self.memory_budget = memory_budget

@@ -30,6 +30,13 @@ fn neighbour_options(
 /// What a search returns: distances and training row indices, queries × k.
 type Neighbours<'py> = (Bound<'py, PyArray2<f32>>, Bound<'py, PyArray2<u32>>);
 
+/// What a radius search returns: CSR offsets, distances and training row indices.
+type RadiusNeighbours<'py> = (
+    Bound<'py, PyArray1<i64>>,
+    Bound<'py, PyArray1<f32>>,
+    Bound<'py, PyArray1<u32>>,
+);
+
 /// An exact kNN index over training rows.
 #[pyclass(frozen, module = "kmeans_knn._engine")]
 struct Index {
@@ -65,6 +72,25 @@ impl Index {
         let queries = matrix(&queries)?;
         let found = engine(py, || self.index.search(&queries, k))?;
         Ok((
+            found.distances.into_pyarray(py),
+            found.indices.into_pyarray(py),
+        ))
+    }
+
+    /// Every query's training rows at distance `≤ radius`, as CSR arrays (offsets, distances,
+    /// indices): query `q`'s neighbours are `offsets[q] .. offsets[q + 1]`, nearest first
+    /// (equal distances by index).
+    fn radius_search<'py>(
+        &self,
+        py: Python<'py>,
+        queries: PyReadonlyArray2<'py, f32>,
+        radius: f32,
+    ) -> PyResult<RadiusNeighbours<'py>> {
+        let queries = matrix(&queries)?;
+        let found = engine(py, || self.index.radius_search(&queries, radius))?;
+        let offsets: Vec<i64> = found.offsets.iter().map(|&o| o as i64).collect();
+        Ok((
+            offsets.into_pyarray(py),
             found.distances.into_pyarray(py),
             found.indices.into_pyarray(py),
         ))

@@ -6,6 +6,7 @@
 
 pub mod cpu;
 pub mod cuda;
+pub(crate) mod radius;
 pub(crate) mod vocab;
 
 pub use cpu::partial::{Farthest, Partial, Tally, farthest, merge_farthest, squared_shift};
@@ -480,6 +481,15 @@ pub(crate) trait KnnSearch: Send + Sync {
         keys.extend(pairs.map(|(&i, &d)| kernels_gpu::knn::key(d, i)));
         Ok((found.selection, found.prefilter))
     }
+
+    /// Every query row's training rows at distance `≤ radius` (not NaN), as keys sorted per
+    /// query; distances are the floats that [`KnnSearch::search`] reports.
+    fn radius(
+        &self,
+        queries: &MatrixView<'_>,
+        radius: f32,
+        max_bytes: Option<usize>,
+    ) -> Result<radius::RadiusKeys>;
 
     /// Allows (the default) or forbids the TF32 tensor-core prefilter where the backend has one
     /// (CUDA, compute capability ≥ 8.0, the L2 family); the answer is the same either way.

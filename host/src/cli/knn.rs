@@ -13,6 +13,7 @@ Examples:
   kmeans-knn knn --train train.npy --query query.npy --k 25 \\
       --indices-out nn.npy --distances-out d.npy
   kmeans-knn knn --train docs.npy --query q.npy --k 10 --metric cosine --select bitonic
+  kmeans-knn knn --train x.npy --query x.npy --k 15 --graph-out g.npz --graph-mode distance
 
 Metrics: l2 (Euclidean), sqeuclidean, l1 (Manhattan), ip (negated inner product: larger
 products are nearer), cosine (1 − cosine similarity). Selection of the k smallest: kmin (k rounds
@@ -44,6 +45,17 @@ pub struct Args {
     /// Write the queries × k neighbour distances here (.npy or CSV).
     #[arg(long, value_name = "FILE")]
     distances_out: Option<PathBuf>,
+    /// Write the queries × train k-neighbours graph here (.npz, scipy's CSR format).
+    #[arg(long, value_name = "FILE")]
+    graph_out: Option<PathBuf>,
+    /// What the graph's entries hold: connectivity (1) or distance.
+    #[arg(
+        long,
+        value_name = "MODE",
+        default_value = "connectivity",
+        requires = "graph_out"
+    )]
+    graph_mode: super::radius::GraphMode,
     /// Where to compute: auto, cpu, gpu, gpu:N; or several GPUs, gpu:N,M,… or gpu:all, over
     /// which the training rows are cut.
     #[arg(long, value_name = "DEVICE", default_value = "auto")]
@@ -93,7 +105,7 @@ pub fn device_name(device: Device) -> String {
 }
 
 pub fn run(mut a: Args, ui: Ui) -> Result<(), CliError> {
-    let outs: Vec<&Path> = [&a.indices_out, &a.distances_out]
+    let outs: Vec<&Path> = [&a.indices_out, &a.distances_out, &a.graph_out]
         .into_iter()
         .flatten()
         .map(PathBuf::as_path)
@@ -135,6 +147,10 @@ pub fn run(mut a: Args, ui: Ui) -> Result<(), CliError> {
     }
     if let Some(p) = &a.distances_out {
         outputs.matrix(p, nq, k, &distances, None)?;
+    }
+    if let Some(p) = &a.graph_out {
+        let (n, mode) = (train.rows, a.graph_mode);
+        super::radius::knn_graph(&mut outputs, p, n, k, &indices, &distances, mode)?;
     }
     outputs.commit()?;
 

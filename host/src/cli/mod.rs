@@ -10,6 +10,7 @@ mod knn;
 mod minibatch;
 mod patches;
 mod predict;
+mod radius;
 mod regress;
 mod segment;
 mod supervised;
@@ -37,6 +38,7 @@ Examples:
   kmeans-knn minibatch big.npy --k 1024 --batch-size 4096 --labels-out labels.npy
   kmeans-knn predict --model model.json new.csv --labels-out new_labels.csv
   kmeans-knn knn --train train.npy --query query.npy --k 10 --indices-out nn.npy
+  kmeans-knn radius --train train.npy --query query.npy --radius 0.5 --graph-out g.npz
   kmeans-knn classify --train train.csv --query test.csv --k 25 --scale zscore --truth truth.csv
   kmeans-knn regress --train train.csv --query test.csv --k 10 --weights distance --truth y.csv
   kmeans-knn distances a.csv b.csv --metric cosine -o d.npy
@@ -81,6 +83,9 @@ pub enum Command {
     /// Exact k nearest neighbours of every query row among the training rows.
     #[command(after_help = knn::EXAMPLES)]
     Knn(knn::Args),
+    /// Every training row within a distance of each query row (exact; CSR arrays or a graph).
+    #[command(after_help = radius::EXAMPLES)]
+    Radius(radius::Args),
     /// kNN classification: predict labels of query rows from labelled training rows.
     #[command(after_help = classify::EXAMPLES)]
     Classify(classify::Args),
@@ -147,6 +152,7 @@ impl Command {
             Command::Minibatch(a) => &mut a.device,
             Command::Predict(a) => &mut a.device,
             Command::Knn(a) => &mut a.device,
+            Command::Radius(a) => &mut a.device,
             Command::Distances(a) => &mut a.device,
             Command::Info(a) => &mut a.device,
             Command::Demo(a) => &mut a.device,
@@ -215,6 +221,7 @@ fn run_command(command: Command, ui: Ui) -> Result<(), CliError> {
         Command::Minibatch(a) => minibatch::run(a, ui),
         Command::Predict(a) => predict::run(a, ui),
         Command::Knn(a) => knn::run(a, ui),
+        Command::Radius(a) => radius::run(a, ui),
         Command::Classify(a) => classify::run(a, ui),
         Command::Regress(a) => regress::run(a, ui),
         Command::Distances(a) => distances::run(a, ui),

@@ -18,6 +18,7 @@ pub mod csv;
 pub mod image;
 pub mod memory;
 pub mod npy;
+pub mod npz;
 
 pub use atomic::{AtomicFile, Outputs};
 

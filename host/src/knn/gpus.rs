@@ -7,6 +7,7 @@
 
 use super::parts::{MergedSearch, TopK, VoteRows, add_reports};
 use crate::backend::KnnSearch;
+use crate::backend::radius::RadiusKeys;
 use crate::backend::vocab::{PrefilterReport, Selection};
 use crate::device::Device;
 use crate::error::{Error, Result};
@@ -95,6 +96,27 @@ impl MergedSearch for GpuParts {
         }
         let prefilter = found.iter().filter_map(|f| f.1).reduce(add_reports);
         Ok((top, found[0].0, prefilter))
+    }
+
+    fn merged_radius(
+        &self,
+        queries: &MatrixView<'_>,
+        radius: f32,
+        max_bytes: Option<usize>,
+    ) -> Result<RadiusKeys> {
+        let found: Vec<Result<_>> = thread::scope(|scope| {
+            let running: Vec<_> = (self.parts.iter())
+                .map(|p| scope.spawn(move || p.index.radius(queries, radius, max_bytes)))
+                .collect();
+            let joined = running.into_iter().map(|r| r.join());
+            joined
+                .map(|r| r.unwrap_or_else(|_| Err(Error::Shard("a GPU's search panicked".into()))))
+                .collect()
+        });
+        let found = (self.parts.iter().zip(found))
+            .map(|(p, f)| Ok((p.first_row, f?)))
+            .collect::<Result<Vec<_>>>()?;
+        RadiusKeys::merge_parts(queries.rows(), &found)
     }
 
     fn vote_rows(&mut self) -> &mut VoteRows {

@@ -26,12 +26,14 @@
 mod classify;
 mod gpus;
 mod parts;
+mod radius;
 mod regress;
 mod scale;
 mod stream;
 
 pub use crate::backend::vocab::{AutoReport, AutoSource, PathTiming, PrefilterReport, Selection};
 pub use classify::{KnnClassifier, Weights};
+pub use radius::RadiusNeighbors;
 pub use regress::KnnRegressor;
 pub use scale::{FittedScaler, Scaler};
 

@@ -3,6 +3,7 @@
 //! and the vote over the merged neighbours.
 
 use crate::backend::cpu::knn_vote;
+use crate::backend::radius::RadiusKeys;
 use crate::backend::vocab::{PrefilterReport, Selection};
 use crate::backend::{KnnSearch, Neighbours, Votes, split_keys_into};
 use crate::error::Result;
@@ -156,6 +157,14 @@ pub(crate) trait MergedSearch: Send + Sync {
         selection: Selection,
         max_bytes: Option<usize>,
     ) -> Result<(TopK, Selection, Option<PrefilterReport>)>;
+    /// Every query's training rows within `radius`, merged over the parts
+    /// ([`RadiusKeys::merge_parts`]).
+    fn merged_radius(
+        &self,
+        queries: &MatrixView<'_>,
+        radius: f32,
+        max_bytes: Option<usize>,
+    ) -> Result<RadiusKeys>;
     /// The training rows' classes and weights, for votes.
     fn vote_rows(&mut self) -> &mut VoteRows;
     /// The vote rows, to read.
@@ -180,6 +189,15 @@ impl<T: MergedSearch> KnnSearch for T {
             selection,
             prefilter,
         })
+    }
+
+    fn radius(
+        &self,
+        queries: &MatrixView<'_>,
+        radius: f32,
+        max_bytes: Option<usize>,
+    ) -> Result<RadiusKeys> {
+        self.merged_radius(queries, radius, max_bytes)
     }
 
     fn set_prefilter(&mut self, allowed: bool) {

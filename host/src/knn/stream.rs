@@ -6,6 +6,7 @@
 //! and the CPU's bit for bit, whatever the budget.
 
 use super::parts::{MergedSearch, TopK, VoteRows, add_reports};
+use crate::backend::radius::RadiusKeys;
 use crate::backend::vocab::{PrefilterReport, Selection};
 use crate::backend::{Backend, KnnSearch};
 use crate::error::{Error, Result};
@@ -114,6 +115,30 @@ impl MergedSearch for Streamed {
             }
             Ok((top, ran, prefilter))
         })
+    }
+
+    fn merged_radius(
+        &self,
+        queries: &MatrixView<'_>,
+        radius: f32,
+        max_bytes: Option<usize>,
+    ) -> Result<RadiusKeys> {
+        let max_bytes = Some(max_bytes.map_or(self.search_bytes, |b| b.min(self.search_bytes)));
+        let starts: Vec<usize> = (0..self.n).step_by(self.part_rows).collect();
+        let mut found = Vec::with_capacity(starts.len());
+        std::thread::scope(|scope| {
+            let mut next = Some(scope.spawn(|| self.part_index(starts[0])));
+            for (p, &start) in starts.iter().enumerate() {
+                let index = next.take().expect("spawned").join();
+                let index = index.unwrap_or_else(|panic| std::panic::resume_unwind(panic))?;
+                next = starts
+                    .get(p + 1)
+                    .map(|&s| scope.spawn(move || self.part_index(s)));
+                found.push((start as u32, index.radius(queries, radius, max_bytes)?));
+            }
+            Ok::<_, Error>(())
+        })?;
+        RadiusKeys::merge_parts(queries.rows(), &found)
     }
 
     fn vote_rows(&mut self) -> &mut VoteRows {

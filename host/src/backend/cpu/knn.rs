@@ -19,6 +19,8 @@ use ndarray::ArrayView2;
 use rayon::prelude::*;
 use std::collections::BinaryHeap;
 
+mod radius;
+
 /// Bytes of distances per block when the caller sets no limit.
 const DEFAULT_BLOCK_BYTES: usize = 256 << 20;
 /// Query rows per rayon task: every training row loaded into the cache serves all of them.
@@ -388,6 +390,15 @@ impl KnnSearch for CpuKnn {
             selection: method,
             prefilter: None,
         })
+    }
+
+    fn radius(
+        &self,
+        queries: &MatrixView<'_>,
+        radius: f32,
+        _max_bytes: Option<usize>,
+    ) -> Result<crate::backend::radius::RadiusKeys> {
+        self.radius_keys(queries, radius)
     }
 
     fn set_labels(&mut self, class_ids: &[u32], classes: usize) -> Result<()> {

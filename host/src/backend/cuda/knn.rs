@@ -38,6 +38,8 @@ use std::sync::{Arc, Mutex};
 
 mod auto;
 
+mod radius;
+
 /// Share of the free device memory that a call plans to use when the caller sets no limit.
 const FREE_SHARE: f64 = 0.7;
 /// Most query rows per batch.
@@ -1308,6 +1310,15 @@ impl KnnSearch for CudaKnn {
         let out = self.run(job, path.prefilter, output)?;
         *keys = out.keys.unwrap_or_default();
         Ok((path.method.reported(), out.prefilter))
+    }
+
+    fn radius(
+        &self,
+        queries: &MatrixView<'_>,
+        radius: f32,
+        max_bytes: Option<usize>,
+    ) -> Result<crate::backend::radius::RadiusKeys> {
+        self.radius_keys(queries, radius, max_bytes)
     }
 
     fn set_prefilter(&mut self, allowed: bool) {

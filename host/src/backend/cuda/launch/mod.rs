@@ -12,6 +12,7 @@ mod init;
 mod knn_tf32;
 mod minibatch;
 mod norms;
+mod radius;
 mod reduce;
 mod select;
 mod small;
@@ -27,6 +28,7 @@ pub(crate) use init::{
 pub(crate) use knn_tf32::{KnnTf32Candidates, KnnTf32Rerank, KnnTf32Scan, KnnTf32Threshold};
 pub(crate) use minibatch::{KmeansMinibatchAssign, KmeansMinibatchShift, KmeansMinibatchUpdate};
 pub(crate) use norms::{RowNormRoots, RowSqNorms};
+pub(crate) use radius::{KnnRadiusCount, KnnRadiusFill};
 pub(crate) use reduce::{KmeansShiftParts, KmeansSummary};
 pub(crate) use select::{
     KnnBitonicMergeGlobal, KnnBitonicMergeLocal, KnnSelect, KnnSelectKeys, KnnSortChunks, KnnTake,
