@@ -72,7 +72,7 @@ pub use kmeans::{
 };
 pub use knn::{
     FittedScaler, KnnClassifier, KnnIndex, KnnRegressor, KnnResult, PrefilterReport, Scaler,
-    Selection, Weights,
+    Selection, TieBreak, Weights,
 };
 pub use matrix::MatrixView;
 

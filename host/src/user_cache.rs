@@ -42,8 +42,7 @@ pub fn write(name: &str, contents: &str) {
         std::process::id(),
         COUNTER.fetch_add(1, Ordering::Relaxed)
     ));
-    if std::fs::write(&temp, contents).is_err() || std::fs::rename(&temp, dir.join(name)).is_err()
-    {
+    if std::fs::write(&temp, contents).is_err() || std::fs::rename(&temp, dir.join(name)).is_err() {
         let _ = std::fs::remove_file(&temp);
     }
 }

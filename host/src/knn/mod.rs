@@ -31,7 +31,7 @@ mod scale;
 mod stream;
 
 pub use crate::backend::vocab::{PrefilterReport, Selection};
-pub use classify::{KnnClassifier, Weights};
+pub use classify::{KnnClassifier, TieBreak, Weights};
 pub use regress::KnnRegressor;
 pub use scale::{FittedScaler, Scaler};
 
