@@ -1,5 +1,7 @@
 """Mini-batch k-means with scikit-learn's MiniBatchKMeans interface."""
 
+import warnings
+
 import numpy as np
 from sklearn.utils import check_array
 
@@ -78,7 +80,7 @@ class MiniBatchKMeans(KMeans):
         X = engine_data(self, X, reset=True)
         self._check_rows(X)
         self._seed = engine_seed(self.random_state)
-        fitted = _engine.minibatch_fit(X, self._settings(X.shape[1]))
+        fitted = _engine.minibatch_fit(X, self._settings(X.shape[1], X.shape[0]))
         self._keep(fitted)
         self.n_iter_ = fitted[3]
         return self
@@ -116,8 +118,19 @@ class MiniBatchKMeans(KMeans):
         if X.shape[0] < self.n_clusters:
             raise ValueError(f"n_samples={X.shape[0]} should be >= n_clusters={self.n_clusters}.")
 
-    def _settings(self, n_features):
+    def _settings(self, n_features, n_samples=None):
         init, init_centroids, n_init = self._init_and_runs(n_features)
+        init_size = self.init_size
+        if init_size is not None and init_size < self.n_clusters:
+            warnings.warn(
+                f"init_size={init_size} should be larger than n_clusters={self.n_clusters}. "
+                "Setting it to min(3*n_clusters, n_samples)",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+            init_size = 3 * self.n_clusters
+            if n_samples is not None:
+                init_size = min(init_size, n_samples)
         return dict(
             k=self.n_clusters,
             init=init,
@@ -127,7 +140,7 @@ class MiniBatchKMeans(KMeans):
             batch_size=self.batch_size,
             tol=self.tol,
             max_no_improvement=self.max_no_improvement,
-            init_size=self.init_size,
+            init_size=init_size,
             reassignment_ratio=self.reassignment_ratio,
             seed=self._seed,
             metric=self.metric,
@@ -144,6 +157,13 @@ class MiniBatchKMeans(KMeans):
             raise ValueError(
                 f"init has shape {centroids.shape}; (n_clusters, n_features) = "
                 f"{(self.n_clusters, n_features)} is expected"
+            )
+        if self.n_init not in ("auto", 1):
+            warnings.warn(
+                "Explicit initial center position passed: performing only one init in "
+                f"{type(self).__name__} instead of n_init={self.n_init}.",
+                RuntimeWarning,
+                stacklevel=4,
             )
         return "centroids", centroids, None
 
