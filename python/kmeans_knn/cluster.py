@@ -181,11 +181,7 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin, Ba
         if callable(init):
             init = init(X, self.n_clusters, check_random_state(self.random_state))
         centroids = check_array(init, dtype=np.float32, order="C", copy=True)
-        if centroids.shape != (self.n_clusters, n_features):
-            raise ValueError(
-                f"init has shape {centroids.shape}; (n_clusters, n_features) = "
-                f"{(self.n_clusters, n_features)} is expected"
-            )
+        _check_init_shape(centroids, self.n_clusters, n_features)
         if self.n_init not in ("auto", 1) and not callable(self.init):
             warnings.warn(
                 "Explicit initial center position passed: performing only one init in "
@@ -236,6 +232,20 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin, Ba
         # float32 arithmetic, outputs in the input's float dtype.
         tags.transformer_tags.preserves_dtype = ["float64", "float32"]
         return tags
+
+
+def _check_init_shape(centroids, n_clusters, n_features):
+    """scikit-learn's errors for initial centroids of the wrong shape."""
+    if centroids.shape[0] != n_clusters:
+        raise ValueError(
+            f"The shape of the initial centers {centroids.shape} does not match the number of "
+            f"clusters {n_clusters}."
+        )
+    if centroids.shape[1] != n_features:
+        raise ValueError(
+            f"The shape of the initial centers {centroids.shape} does not match the number of "
+            f"features of the data {n_features}."
+        )
 
 
 def _engine_weights(sample_weight, X):
