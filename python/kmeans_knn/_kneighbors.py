@@ -53,13 +53,6 @@ def resolve_metric(metric, p, metric_params):
     """(effective_metric_, effective_metric_params_) as scikit-learn sets them; the effective
     metric is one of the engine's. Minkowski runs for p = 1 (manhattan) and p = 2 (euclidean)."""
     params = dict(metric_params or {})
-    if metric != "minkowski":
-        p_given = params.pop("p", None)
-        if p_given is not None:
-            raise ValueError(f"metric_params p={p_given} is only used by metric='minkowski'")
-        if params:
-            raise ValueError(f"metric_params {sorted(params)} are not used by metric={metric!r}")
-        return METRICS[metric], params
     if "p" in params and p is not None:
         warnings.warn(
             "Parameter p is found in metric_params. The corresponding parameter from __init__ "
@@ -67,6 +60,11 @@ def resolve_metric(metric, p, metric_params):
             SyntaxWarning,
             stacklevel=4,
         )
+    if metric != "minkowski":
+        # As scikit-learn, a p in metric_params is kept and only Minkowski reads it.
+        if set(params) - {"p"}:
+            raise ValueError(f"metric_params {sorted(params)} are not used by metric={metric!r}")
+        return METRICS[metric], params
     p = params.pop("p", 2 if p is None else p)
     if params.pop("w", None) is not None:
         raise ValueError("metric_params w (a weighted Minkowski distance) is not supported")
@@ -166,7 +164,7 @@ class KNeighborsQueries(KNeighborsMixin):
         k = self.n_neighbors if n_neighbors is None else n_neighbors
         if mode not in ("connectivity", "distance"):
             raise ValueError(
-                'Unsupported mode, must be one of "connectivity", "distance" but got '
+                'Unsupported mode, must be one of "connectivity", or "distance" but got '
                 f'"{mode}" instead'
             )
         distances, indices = self._search(X, k)

@@ -6,7 +6,7 @@ n_neighbors : int ≥ 1.
 algorithm : "auto", "brute", "kd_tree", "ball_tree" — the search is always the exact brute-force
     one (on the GPU or the CPU); "kd_tree" and "ball_tree" warn that it is used. leaf_size is
     accepted for scikit-learn's signature and unused.
-metric : "minkowski" (with p: 1 → manhattan, 2 → euclidean; other p raise ValueError),
+metric : "minkowski" (the default, with p: 1 → manhattan, 2 → euclidean; other p raise ValueError),
     "euclidean"/"l2", "sqeuclidean", "manhattan"/"cityblock"/"l1", "cosine" (1 − cosine
     similarity) or "inner_product" (the negated inner product). metric_params may hold p.
 n_jobs : CPU threads of each call (None or -1: all cores); the answers do not depend on it.
@@ -87,7 +87,7 @@ class NearestNeighbors(_NeighboursBase, BaseEstimator):
     _parameter_constraints = dict(NEIGHBOUR_CONSTRAINTS)
 
     def __init__(
-        self, n_neighbors=5, *, algorithm="auto", leaf_size=30, metric="euclidean", p=2,
+        self, n_neighbors=5, *, algorithm="auto", leaf_size=30, metric="minkowski", p=2,
         metric_params=None, n_jobs=None, device="auto", memory_budget=None,
     ):
         self._set_params(n_neighbors, algorithm, leaf_size, metric, p, metric_params, n_jobs,
@@ -126,7 +126,7 @@ class KNeighborsClassifier(_NeighboursBase, MultiOutputMixin, ClassifierMixin, B
 
     def __init__(
         self, n_neighbors=5, *, weights="uniform", algorithm="auto", leaf_size=30,
-        metric="euclidean", p=2, metric_params=None, n_jobs=None, device="auto",
+        metric="minkowski", p=2, metric_params=None, n_jobs=None, device="auto",
         memory_budget=None, tie_break="smallest_label",
     ):
         self._set_params(n_neighbors, algorithm, leaf_size, metric, p, metric_params, n_jobs,
@@ -196,6 +196,11 @@ class KNeighborsClassifier(_NeighboursBase, MultiOutputMixin, ClassifierMixin, B
                 m.predict_proba(rows, threads(self.n_jobs)).astype(np.float64)
                 for m in self._engine_models()
             ]
+            if self._engine_weights() == "uniform":
+                # Votes of 1 out of n_neighbors: the float32 shares give the counts exactly, and
+                # the shares in float64 are scikit-learn's count / n_neighbors.
+                k = self.n_neighbors
+                probas = [np.rint(p * k) / k for p in probas]
         return probas if self.outputs_2d_ else probas[0]
 
     def _engine_queries(self, X):
@@ -223,6 +228,11 @@ class KNeighborsClassifier(_NeighboursBase, MultiOutputMixin, ClassifierMixin, B
             proba = np.zeros((indices.shape[0], len(classes)))
             np.add.at(proba, (np.broadcast_to(rows, indices.shape), codes[indices]), weights)
             total = proba.sum(axis=1, keepdims=True)
+            if callable(self.weights) and np.any(total == 0.0):
+                raise ValueError(
+                    "All neighbors of some sample is getting zero weights. Please modify "
+                    "'weights' to avoid this case if you are using a user-defined function."
+                )
             total[total == 0.0] = 1.0
             probas.append(proba / total)
         return probas
@@ -269,7 +279,7 @@ class KNeighborsRegressor(_NeighboursBase, MultiOutputMixin, RegressorMixin, Bas
 
     def __init__(
         self, n_neighbors=5, *, weights="uniform", algorithm="auto", leaf_size=30,
-        metric="euclidean", p=2, metric_params=None, n_jobs=None, device="auto",
+        metric="minkowski", p=2, metric_params=None, n_jobs=None, device="auto",
         memory_budget=None,
     ):
         self._set_params(n_neighbors, algorithm, leaf_size, metric, p, metric_params, n_jobs,
