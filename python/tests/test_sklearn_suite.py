@@ -31,5 +31,5 @@ def test_scikit_learn_suite_with_the_import_swapped(module, tmp_path):
          "-q", "-rf", "--pyargs", module],
         cwd=tmp_path, env=env, capture_output=True, text=True,
     )
-    tail = "\n".join(run.stdout.splitlines()[-60:])
+    tail = "\n".join((run.stdout + run.stderr).splitlines()[-60:])
     assert run.returncode == 0, f"scikit-learn's {module} failed outside the listed tests:\n{tail}"
