@@ -97,7 +97,11 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin, Ba
 
     _parameter_constraints = {
         "n_clusters": [Interval(Integral, 1, None, closed="left")],
-        "init": [StrOptions({"k-means++", "k-means||", "random"}), callable, "array-like"],
+        "init": [
+            StrOptions({"k-means++", "kmeans++", "k-means||", "kmeans||", "random", "random-labels"}),
+            callable,
+            "array-like",
+        ],
         "n_init": [StrOptions({"auto"}), Interval(Integral, 1, None, closed="left")],
         "max_iter": [Interval(Integral, 1, None, closed="left")],
         "tol": [Interval(Real, 0, None, closed="left")],
