@@ -9,7 +9,7 @@
 
 use kmeans_knn::{
     Device, DistanceMetric, Error, KnnClassifier, KnnIndex, KnnResult, MatrixView, Scaler,
-    Selection, Weights, pairwise_distances, pairwise_distances_blocks,
+    Selection, TieBreak, Weights, pairwise_distances, pairwise_distances_blocks,
 };
 use kmeans_knn_tests::{blobs, gpu, lattice, uniform};
 
@@ -845,12 +845,16 @@ fn classify_against_cpu(device: Device, small: bool) {
             DistanceMetric::L1,
             DistanceMetric::Cosine,
         ] {
-            for weights in [Weights::Uniform, Weights::Distance] {
+            for (weights, tie) in [Weights::Uniform, Weights::Distance]
+                .into_iter()
+                .flat_map(|w| [(w, TieBreak::Nearest), (w, TieBreak::SmallestLabel)])
+            {
                 for k in [1, 7, 64.min(n), n.min(2100)] {
-                    let case = format!("classify n={n} {metric} {weights} k={k}");
+                    let case = format!("classify n={n} {metric} {weights} {tie} k={k}");
                     let fit = |dev| {
                         KnnClassifier::fit(view(&train, d), &labels, k, weights, metric, dev)
                             .unwrap()
+                            .with_tie_break(tie)
                     };
                     let (cpu, dev) = (fit(Device::Cpu), fit(device));
                     let q = view(&queries, d);
@@ -880,6 +884,11 @@ fn classify_against_cpu(device: Device, small: bool) {
                 dev,
             )
             .unwrap()
+            .with_tie_break(if k == 3 {
+                TieBreak::SmallestLabel
+            } else {
+                TieBreak::Nearest
+            })
         };
         let (cpu, dev) = (fit(Device::Cpu), fit(device));
         let q = view(&queries, 3);

@@ -74,7 +74,7 @@ pub use kmeans::{
 };
 pub use knn::{
     AutoReport, AutoSource, FittedScaler, KnnClassifier, KnnIndex, KnnRegressor, KnnResult,
-    PathTiming, PrefilterReport, RadiusNeighbors, Scaler, Selection, Weights,
+    PathTiming, PrefilterReport, RadiusNeighbors, Scaler, Selection, TieBreak, Weights,
 };
 pub use matrix::MatrixView;
 pub use threads::{set_global_threads, with_threads};

@@ -255,6 +255,65 @@ pub fn vote_better(votes: u64, first: u32, best_votes: u64, best_first: u32) -> 
     votes > best_votes || (votes == best_votes && first < best_first)
 }
 
+/// How a vote is weighed and decided; `knn_vote` takes it as [`VoteRule::flags`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct VoteRule {
+    /// Votes weighed by distance (see [`vote_weight`]), else one per neighbour.
+    pub weighted: bool,
+    /// Ties between classes go to the smallest class (scikit-learn's rule: the first class with
+    /// the largest share, so the winner is the argmax of the probabilities); else to the class
+    /// whose nearest member ranks first ([`vote_better`]).
+    pub smallest_label: bool,
+}
+
+impl VoteRule {
+    /// The rule as kernel flags: bit 0 `weighted`, bit 1 `smallest_label`.
+    #[inline(always)]
+    pub const fn flags(self) -> u32 {
+        (self.weighted as u32) | ((self.smallest_label as u32) << 1)
+    }
+
+    /// The rule of [`VoteRule::flags`].
+    #[inline(always)]
+    pub const fn from_flags(flags: u32) -> VoteRule {
+        VoteRule {
+            weighted: flags & 1 != 0,
+            smallest_label: flags & 2 != 0,
+        }
+    }
+}
+
+/// The winning class of one query's vote over `classes` classes and the vote total, under
+/// `rule`; `tally(c)` gives class `c`'s votes and the rank of its nearest member (`u32::MAX`
+/// when it has none). Shared by the `knn_vote` kernel and its CPU twin.
+#[inline(always)]
+pub fn vote_winner(
+    classes: usize,
+    rule: VoteRule,
+    tally: impl Fn(usize) -> (u64, u32),
+) -> (u32, u64) {
+    let mut total = 0u64;
+    for c in 0..classes {
+        total += tally(c).0;
+    }
+    let (mut best, mut best_votes, mut best_first, mut best_share) = (0u32, 0u64, u32::MAX, -1f32);
+    for c in 0..classes {
+        let (votes, first) = tally(c);
+        let better = if rule.smallest_label {
+            vote_share(votes, total) > best_share
+        } else {
+            vote_better(votes, first, best_votes, best_first)
+        };
+        if better {
+            best = c as u32;
+            best_votes = votes;
+            best_first = first;
+            best_share = vote_share(votes, total);
+        }
+    }
+    (best, total)
+}
+
 /// A class's probability: its share of the vote total (0 when nothing voted).
 #[inline(always)]
 pub fn vote_share(votes: u64, total: u64) -> f32 {
@@ -389,6 +448,20 @@ mod tests {
         assert!(vote_better(3, 1, 3, 2));
         assert!(!vote_better(3, 2, 3, 1));
         assert_eq!(vote_share(1, 4), 0.25);
+        // Classes 0..3 with (votes, nearest rank): 1 and 2 tie on votes, 2 ranks first.
+        let tally = |c: usize| [(1, 3), (4, 1), (4, 0), (0, u32::MAX)][c];
+        let nearest = VoteRule::default();
+        let smallest = VoteRule {
+            smallest_label: true,
+            ..nearest
+        };
+        assert_eq!(vote_winner(4, nearest, tally), (2, 9));
+        assert_eq!(vote_winner(4, smallest, tally), (1, 9));
+        // Nothing voted: every share is 0 and the first class wins by the smallest-label rule.
+        assert_eq!(vote_winner(2, smallest, |_| (0, 0)), (0, 0));
+        for flags in 0..4 {
+            assert_eq!(VoteRule::from_flags(flags).flags(), flags);
+        }
         assert_eq!(vote_share(0, 0), 0.0);
     }
 }

@@ -3,19 +3,20 @@
 //! A block handles `per_block` queries. Every (query, neighbour) pair adds its integer weight
 //! ([`vote_weight`]) to its class with a shared-memory atomic and lowers the class's nearest rank
 //! with an atomic minimum; integer sums do not depend on the order of the atomics. Then one
-//! thread per query picks the class with the most votes, ties going to the class whose nearest
-//! member ranks first ([`vote_better`]), and the block writes the probabilities.
+//! thread per query picks the class with the most votes ([`vote_winner`]), ties going by the
+//! [`VoteRule`] to the class whose nearest member ranks first or to the smallest class, and the
+//! block writes the probabilities.
 
 use crate::exec::Exec;
-use crate::knn::{key_distance, key_index, vote_better, vote_share, vote_weight};
+use crate::knn::{VoteRule, key_distance, key_index, vote_share, vote_weight, vote_winner};
 use crate::launch::{DEFAULT_SHARED_BYTES, Kernel};
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// Arguments of the vote kernel: `rows` queries whose `k` neighbour keys (ascending) are rows of
 /// `best`; `labels` holds the class (`< classes`) of every training row and `row_weights`, when
 /// not null, its sample weight over the largest one. The winning class goes to `pred` and, when
-/// `proba` is not null, `rows × classes` shares of the vote. `weighted` weighs votes by distance
-/// with the fixed-point `scale` (see [`vote_weight`]). The histograms live in dynamic shared
+/// `proba` is not null, `rows × classes` shares of the vote. `rule` weighs votes by distance
+/// with the fixed-point `scale` (see [`vote_weight`]) or not, and says who wins a tie. The histograms live in dynamic shared
 /// memory, or in `scratch` (`vote_block_bytes(per_block, classes)` bytes per block) when it is
 /// not null.
 #[derive(Clone, Copy)]
@@ -26,7 +27,7 @@ pub struct Vote {
     pub labels: *const u32,
     pub row_weights: *const f32,
     pub classes: usize,
-    pub weighted: bool,
+    pub rule: VoteRule,
     pub scale: f32,
     pub per_block: usize,
     pub pred: *mut u32,
@@ -71,7 +72,7 @@ pub const fn vote_grid(rows: usize, per_block: usize) -> usize {
     rows.div_ceil(per_block)
 }
 
-/// The votes of a batch of queries; see [`Vote`] (`weighted ≠ 0` for distance weights).
+/// The votes of a batch of queries; see [`Vote`] (`rule`: [`VoteRule::flags`]).
 ///
 /// # Safety
 /// `ceil(rows / per_block)` blocks of `VOTE_BLOCK` threads; `vote_block_bytes(per_block,
@@ -85,7 +86,7 @@ pub unsafe extern "gpu-kernel" fn knn_vote(
     labels: *const u32,
     row_weights: *const f32,
     classes: u32,
-    weighted: u32,
+    rule: u32,
     scale: f32,
     per_block: u32,
     pred: *mut u32,
@@ -99,7 +100,7 @@ pub unsafe extern "gpu-kernel" fn knn_vote(
         labels,
         row_weights,
         classes: classes as usize,
-        weighted: weighted != 0,
+        rule: VoteRule::from_flags(rule),
         scale,
         per_block: per_block as usize,
         pred,
@@ -153,7 +154,13 @@ pub unsafe fn vote<E: Exec>(x: E, v: Vote) {
             } else {
                 Some(unsafe { *v.row_weights.add(at) })
             };
-            let w = vote_weight(v.weighted, nearest, key_distance(kk), v.scale, row_weight);
+            let w = vote_weight(
+                v.rule.weighted,
+                nearest,
+                key_distance(kk),
+                v.scale,
+                row_weight,
+            );
             let class = unsafe { *v.labels.add(at) } as usize;
             if class < c {
                 unsafe {
@@ -171,17 +178,9 @@ pub unsafe fn vote<E: Exec>(x: E, v: Vote) {
     while q < q_n {
         let qi = q0 + q;
         if qi < rows {
-            let (mut best_class, mut best_votes, mut best_first) = (0u32, 0u64, u32::MAX);
-            let mut total = 0u64;
-            for class in 0..c {
-                let (n, f) = unsafe { (*votes.add(q * c + class), *first.add(q * c + class)) };
-                total += n;
-                if vote_better(n, f, best_votes, best_first) {
-                    best_class = class as u32;
-                    best_votes = n;
-                    best_first = f;
-                }
-            }
+            let (best_class, total) = vote_winner(c, v.rule, |class| unsafe {
+                (*votes.add(q * c + class), *first.add(q * c + class))
+            });
             unsafe {
                 *v.pred.add(qi) = best_class;
                 *totals.add(q) = total;
@@ -211,7 +210,7 @@ mod tests {
     use super::*;
     use crate::exec::emu::{P, launch};
     use crate::fixed::pow2_f32;
-    use crate::knn::{key, vote_scale_exponent};
+    use crate::knn::{key, vote_better, vote_scale_exponent};
 
     /// The vote of one query, written out plainly.
     fn reference(
@@ -219,7 +218,7 @@ mod tests {
         labels: &[u32],
         row_weights: Option<&[f32]>,
         c: usize,
-        weighted: bool,
+        rule: VoteRule,
         scale: f32,
     ) -> (u32, Vec<f32>) {
         let mut votes = vec![0u64; c];
@@ -228,34 +227,42 @@ mod tests {
             let at = key_index(kk) as usize;
             let cl = labels[at] as usize;
             let rw = row_weights.map(|w| w[at]);
-            votes[cl] += vote_weight(weighted, key_distance(keys[0]), key_distance(kk), scale, rw);
+            let (nearest, dist) = (key_distance(keys[0]), key_distance(kk));
+            votes[cl] += vote_weight(rule.weighted, nearest, dist, scale, rw);
             first[cl] = first[cl].min(r as u32);
         }
         let total: u64 = votes.iter().sum();
+        let shares: Vec<f32> = votes.iter().map(|&v| vote_share(v, total)).collect();
         let mut best = 0;
-        for cl in 1..c {
-            if vote_better(votes[cl], first[cl], votes[best], first[best]) {
-                best = cl;
+        if rule.smallest_label {
+            // scikit-learn's rule: the first class with the largest share.
+            for cl in 1..c {
+                if shares[cl] > shares[best] {
+                    best = cl;
+                }
+            }
+        } else {
+            for cl in 1..c {
+                if vote_better(votes[cl], first[cl], votes[best], first[best]) {
+                    best = cl;
+                }
+            }
+            // Class 0 with no member loses to any class that has one.
+            if first[best] == u32::MAX {
+                best = labels[key_index(keys[0]) as usize] as usize;
             }
         }
-        // Class 0 with no member loses to any class that has one.
-        if first[best] == u32::MAX {
-            best = labels[key_index(keys[0]) as usize] as usize;
-        }
-        (
-            best as u32,
-            votes.iter().map(|&v| vote_share(v, total)).collect(),
-        )
+        (best as u32, shares)
     }
 
-    fn check(rows: usize, k: usize, c: usize, per_block: usize, global: bool, weighted: bool) {
-        check_weights(rows, k, c, per_block, global, weighted, None);
+    fn check(rows: usize, k: usize, c: usize, per_block: usize, global: bool, rule: VoteRule) {
+        check_weights(rows, k, c, per_block, global, rule, None);
         let n = 3 * k + 5;
         // Sample weights over the largest: zeros, and values that do not divide evenly.
         let w: Vec<f32> = (0..n).map(|i| (i % 5) as f32 / 4.0 * 0.3).collect();
         let max = w.iter().fold(0f32, |m, &v| m.max(v));
         let w: Vec<f32> = w.iter().map(|v| v / max).collect();
-        check_weights(rows, k, c, per_block, global, weighted, Some(&w));
+        check_weights(rows, k, c, per_block, global, rule, Some(&w));
     }
 
     fn check_weights(
@@ -264,7 +271,7 @@ mod tests {
         c: usize,
         per_block: usize,
         global: bool,
-        weighted: bool,
+        rule: VoteRule,
         row_weights: Option<&[f32]>,
     ) {
         let n = 3 * k + 5;
@@ -297,7 +304,7 @@ mod tests {
             labels: labels.as_ptr(),
             row_weights: row_weights.map_or(core::ptr::null(), |w| w.as_ptr()),
             classes: c,
-            weighted,
+            rule,
             scale,
             per_block,
             pred: pred.as_mut_ptr(),
@@ -319,9 +326,9 @@ mod tests {
         });
         for r in 0..rows {
             let keys = &best[r * k..(r + 1) * k];
-            let (want, shares) = reference(keys, &labels, row_weights, c, weighted, scale);
+            let (want, shares) = reference(keys, &labels, row_weights, c, rule, scale);
             let case = format!(
-                "rows={rows} k={k} c={c} per_block={per_block} global={global} weighted={weighted} \
+                "rows={rows} k={k} c={c} per_block={per_block} global={global} {rule:?} \
                  sample weights {} row {r}",
                 row_weights.is_some()
             );
@@ -346,11 +353,78 @@ mod tests {
 
     #[test]
     fn emulated_votes_match_the_reference() {
+        for flags in 0..4 {
+            let rule = VoteRule::from_flags(flags);
+            check(5, 1, 3, 2, false, rule);
+            check(37, 9, 4, VOTE_MAX_QUERIES, false, rule);
+            check(10, 20, 3, 3, true, rule);
+            check(4, 6, 13, 1, false, rule);
+            check(33, 2, 2, 4, false, rule);
+            check(9, 4, 5, 2, true, rule);
+        }
+    }
+
+    /// Every neighbour at the same distance, labels falling so that the nearest-ranked tied
+    /// class is the larger one: the two rules disagree, the kernel follows each exactly.
+    #[test]
+    fn emulated_ties_follow_the_rule() {
+        let (rows, k, c) = (6, 4, 3);
+        // Training rows 0..8 labelled 2, 1, 0, 2, 1, 0, ...: with k = 4 at equal distances the
+        // neighbours 0..3 give classes 2, 1, 0, 2 (2 wins); rows r shift the window.
+        let labels: Vec<u32> = (0..12).map(|i| (2 - i % 3) as u32).collect();
+        let mut best = Vec::new();
+        for r in 0..rows {
+            // Two pairs of tied classes: neighbours r+1, r+2, r+4, r+5 at distance 1.5.
+            for j in [r + 1, r + 2, r + 4, r + 5] {
+                best.push(key(1.5, j as u32));
+            }
+        }
+        let run = |rule: VoteRule| {
+            let mut pred = vec![u32::MAX; rows];
+            let mut proba = vec![f32::NAN; rows * c];
+            let v = Vote {
+                best: best.as_ptr(),
+                rows,
+                k,
+                labels: labels.as_ptr(),
+                row_weights: core::ptr::null(),
+                classes: c,
+                rule,
+                scale: pow2_f32(vote_scale_exponent(k)),
+                per_block: 2,
+                pred: pred.as_mut_ptr(),
+                proba: proba.as_mut_ptr(),
+                scratch: core::ptr::null_mut(),
+            };
+            let v = P(&v as *const Vote as *mut Vote);
+            launch(3, VOTE_BLOCK as usize, vote_block_bytes(2, c), |x| unsafe {
+                vote(x, *v.get())
+            });
+            (pred, proba)
+        };
         for weighted in [false, true] {
-            check(5, 1, 3, 2, false, weighted);
-            check(37, 9, 4, VOTE_MAX_QUERIES, false, weighted);
-            check(10, 20, 3, 3, true, weighted);
-            check(4, 6, 13, 1, false, weighted);
+            let nearest = run(VoteRule {
+                weighted,
+                smallest_label: false,
+            });
+            let smallest = run(VoteRule {
+                weighted,
+                smallest_label: true,
+            });
+            assert_eq!(
+                nearest.1, smallest.1,
+                "the shares do not depend on the tie rule"
+            );
+            for r in 0..rows {
+                let classes: Vec<u32> = [r + 1, r + 2, r + 4, r + 5]
+                    .iter()
+                    .map(|&j| labels[j])
+                    .collect();
+                let (a, b) = (classes[0], classes[1]);
+                assert_eq!(nearest.0[r], a, "row {r}: the nearest-ranked class");
+                assert_eq!(smallest.0[r], a.min(b), "row {r}: the smallest tied class");
+            }
+            assert_ne!(nearest.0, smallest.0);
         }
     }
 }

@@ -10,13 +10,14 @@ the default), else on the CPU; both give bit-identical results. Swap the import:
 (``pip install kmeans-knn[dask]``).
 """
 
-from ._engine import describe_device, last_engine_seconds, warmup
+from ._engine import __version__, describe_device, last_engine_seconds, warmup
 from .cluster import KMeans
 from .metrics import pairwise_distances
 from .minibatch import MiniBatchKMeans
 from .neighbors import KNeighborsClassifier, KNeighborsRegressor, NearestNeighbors
 
 __all__ = [
+    "__version__",
     "KMeans",
     "KNeighborsClassifier",
     "KNeighborsRegressor",

@@ -11,6 +11,7 @@ import numpy as np
 from scipy.sparse import csr_matrix
 from sklearn.utils.validation import check_is_fitted
 
+from ._kneighbors import output_dtype
 from ._validation import engine_data
 
 _MODES = ("connectivity", "distance")
@@ -25,7 +26,8 @@ def _signed(metric):
 
 class RadiusSearchMixin:
     """``radius_neighbors`` and ``radius_neighbors_graph`` over the estimator's engine index;
-    the estimator has ``radius``, ``metric``, ``_fit_X`` and ``_model()``."""
+    the estimator has ``radius``, ``effective_metric_``, ``_fit_X``, ``_fit_dtype`` and
+    ``_model()``. Distances come in the queries' float dtype, as ``kneighbors`` gives them."""
 
     def _radius_csr(self, X, radius, sort_results):
         """(offsets, distances, indices) of every query's neighbours within radius: by
@@ -33,14 +35,16 @@ class RadiusSearchMixin:
         each without itself."""
         check_is_fitted(self)
         radius = self.radius if radius is None else radius
+        dtype = self._fit_dtype if X is None else output_dtype(X)
         queries = self._fit_X if X is None else engine_data(self, X, reset=False)
         m = queries.shape[0]
-        if radius < 0 and not _signed(self.metric):
+        if radius < 0 and not _signed(self.effective_metric_):
             # No distance of the metric is negative: nothing is within.
-            empty = np.zeros(0, dtype=np.float32), np.zeros(0, dtype=np.intp)
+            empty = np.zeros(0, dtype=dtype), np.zeros(0, dtype=np.intp)
             return np.zeros(m + 1, dtype=np.int64), *empty
         offsets, distances, indices = self._model().radius_search(queries, float(radius))
         indices = indices.astype(np.intp)
+        distances = distances.astype(dtype, copy=False)
         rows = np.repeat(np.arange(m), np.diff(offsets))
         if X is None:
             keep = indices != rows

@@ -1,6 +1,7 @@
 """k-means with scikit-learn's KMeans interface."""
 
 import warnings
+from numbers import Integral, Real
 
 import numpy as np
 from sklearn.base import (
@@ -9,10 +10,13 @@ from sklearn.base import (
     ClusterMixin,
     TransformerMixin,
 )
-from sklearn.utils import check_array
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.utils import check_array, check_random_state
+from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted
 
 from . import _engine
+from ._kneighbors import output_dtype
 from ._validation import engine_data, engine_seed
 
 
@@ -43,11 +47,16 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin, Ba
         which ``fit`` shards the rows (the same result as one GPU). "auto" takes the GPU when
         there is one, except for fits the CPU finishes before a GPU's driver could start (while
         no GPU has started in the process): those run on the CPU, with the same result.
+    verbose : int, default 0 — when > 0, fit prints the run's iterations, inertia and device.
+    copy_x : bool, default True — accepted for scikit-learn's signature: X is never modified.
+    algorithm : "lloyd" (default, what runs) or "elkan" (warns that Lloyd runs: the same
+        partition, Elkan's bounds only save distance computations).
     memory_budget : bytes of GPU memory ``fit`` may use (None: 70 % of what is free; per GPU of
         a set). Rows beyond it stay in host memory and take turns on the GPU in batches: the
         same result, at the cost of the copies (prefer init="k-means||" then).
 
-    The computation is in float32: cluster_centers_ and transform's output are float32.
+    The arithmetic is float32 (bit-identical on CPU and GPU); cluster_centers_ and transform's
+    output come back in X's float dtype (float64 unless X is float32), as scikit-learn's.
 
     ``fit``, ``fit_predict``, ``fit_transform`` and ``score`` take ``sample_weight`` (one
     finite weight ≥ 0 per row, not all zero): centroids are weighted means, inertia is the
@@ -68,7 +77,13 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin, Ba
         precision="exact",
         device="auto",
         memory_budget=None,
+        verbose=0,
+        copy_x=True,
+        algorithm="lloyd",
     ):
+        self.verbose = verbose
+        self.copy_x = copy_x
+        self.algorithm = algorithm
         self.n_clusters = n_clusters
         self.init = init
         self.n_init = n_init
@@ -80,13 +95,44 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin, Ba
         self.device = device
         self.memory_budget = memory_budget
 
+    _parameter_constraints = {
+        "n_clusters": [Interval(Integral, 1, None, closed="left")],
+        "init": [
+            StrOptions({"k-means++", "kmeans++", "k-means||", "kmeans||", "random", "random-labels"}),
+            callable,
+            "array-like",
+        ],
+        "n_init": [StrOptions({"auto"}), Interval(Integral, 1, None, closed="left")],
+        "max_iter": [Interval(Integral, 1, None, closed="left")],
+        "tol": [Interval(Real, 0, None, closed="left")],
+        # Any seed below 2**64 (the engine's), a RandomState or None.
+        "random_state": [Interval(Integral, 0, None, closed="left"), np.random.RandomState, None],
+        "metric": [str],
+        "precision": [str],
+        "device": [str],
+        "memory_budget": [Interval(Integral, 1, None, closed="left"), None],
+        "verbose": ["verbose"],
+        "copy_x": ["boolean"],
+        "algorithm": [StrOptions({"lloyd", "elkan"})],
+    }
+
     def fit(self, X, y=None, sample_weight=None):
         """Clusters X (with a weight per row when sample_weight is given); returns self."""
+        self._validate_params()
+        if self.algorithm == "elkan":
+            warnings.warn(
+                "algorithm='elkan': kmeans_knn runs Lloyd's algorithm (the same partition; "
+                "Elkan's bounds only skip distance computations)",
+                UserWarning,
+                stacklevel=2,
+            )
+        dtype = output_dtype(X)
+        X_in = X
         X = engine_data(self, X, reset=True)
         if X.shape[0] < self.n_clusters:
             raise ValueError(f"n_samples={X.shape[0]} should be >= n_clusters={self.n_clusters}.")
         weights = _engine_weights(sample_weight, X)
-        init, init_centroids, n_init = self._init_and_runs(X.shape[1])
+        init, init_centroids, n_init = self._init_and_runs(X.shape[1], X_in)
         centers, labels, inertia, n_iter, device = _engine.kmeans_fit(
             X,
             self.n_clusters,
@@ -102,13 +148,23 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin, Ba
             weights,
             self.memory_budget,
         )
-        self.cluster_centers_ = centers
+        self.cluster_centers_ = centers.astype(dtype, copy=False)
         # Labels are below k ≤ 2^31, so the engine's u32 reads as int32 without a copy.
         self.labels_ = labels.view(np.int32)
         self.inertia_ = inertia
         self.n_iter_ = n_iter
         self.device_ = device
         self._n_features_out = centers.shape[0]
+        distinct = len(np.unique(self.labels_))
+        if distinct < self.n_clusters:
+            warnings.warn(
+                f"Number of distinct clusters ({distinct}) found smaller than n_clusters "
+                f"({self.n_clusters}). Possibly due to duplicate points in X.",
+                ConvergenceWarning,
+                stacklevel=2,
+            )
+        if self.verbose:
+            print(f"k-means: {n_iter} iterations, inertia {inertia}, on {device}")
         return self
 
     def fit_predict(self, X, y=None, sample_weight=None):
@@ -119,21 +175,21 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin, Ba
         """Clusters X and returns its distances to the centroids."""
         return self.fit(X, sample_weight=sample_weight).transform(X)
 
-    def _init_and_runs(self, n_features):
-        """The engine's init name, the initial centroids (or None) and the number of runs."""
+    def _init_and_runs(self, n_features, X=None):
+        """The engine's init name, the initial centroids (or None) and the number of runs; a
+        callable init is called as scikit-learn calls it, init(X, n_clusters, random_state)."""
         if isinstance(self.init, str):
             runs = 10 if self.init == "random" else 1
             return self.init, None, runs if self.n_init == "auto" else self.n_init
-        centroids = check_array(self.init, dtype=np.float32, order="C", copy=True)
-        if centroids.shape != (self.n_clusters, n_features):
-            raise ValueError(
-                f"init has shape {centroids.shape}; (n_clusters, n_features) = "
-                f"{(self.n_clusters, n_features)} is expected"
-            )
-        if self.n_init not in ("auto", 1):
+        init = self.init
+        if callable(init):
+            init = init(X, self.n_clusters, check_random_state(self.random_state))
+        centroids = check_array(init, dtype=np.float32, order="C", copy=True)
+        _check_init_shape(centroids, self.n_clusters, n_features)
+        if self.n_init not in ("auto", 1) and not callable(self.init):
             warnings.warn(
-                f"init is an array of centroids, so one run is made (n_init={self.n_init} "
-                "asks for more)",
+                "Explicit initial center position passed: performing only one init in "
+                f"{type(self).__name__} instead of n_init={self.n_init}.",
                 RuntimeWarning,
                 stacklevel=3,
             )
@@ -151,10 +207,11 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin, Ba
 
     def transform(self, X):
         """Distance of every row of X to every centroid (Euclidean, Manhattan for metric
-        "manhattan", 1 − cos for "cosine"), float32."""
+        "manhattan", 1 − cos for "cosine"), computed in float32, in X's float dtype."""
         centers = self._centers()
+        dtype = output_dtype(X)
         X = engine_data(self, X, reset=False)
-        return _engine.kmeans_transform(centers, X, self.metric)
+        return _engine.kmeans_transform(centers, X, self.metric).astype(dtype, copy=False)
 
     def score(self, X, y=None, sample_weight=None):
         """Minus the (weighted) inertia of X under the fitted centroids (squared Euclidean,
@@ -176,9 +233,23 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin, Ba
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
-        # The engine computes in float32, so only float32 comes out as it went in.
-        tags.transformer_tags.preserves_dtype = ["float32"]
+        # float32 arithmetic, outputs in the input's float dtype.
+        tags.transformer_tags.preserves_dtype = ["float64", "float32"]
         return tags
+
+
+def _check_init_shape(centroids, n_clusters, n_features):
+    """scikit-learn's errors for initial centroids of the wrong shape."""
+    if centroids.shape[0] != n_clusters:
+        raise ValueError(
+            f"The shape of the initial centers {centroids.shape} does not match the number of "
+            f"clusters {n_clusters}."
+        )
+    if centroids.shape[1] != n_features:
+        raise ValueError(
+            f"The shape of the initial centers {centroids.shape} does not match the number of "
+            f"features of the data {n_features}."
+        )
 
 
 def _engine_weights(sample_weight, X):

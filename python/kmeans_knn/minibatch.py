@@ -1,11 +1,14 @@
 """Mini-batch k-means with scikit-learn's MiniBatchKMeans interface."""
 
+import warnings
+
 import numpy as np
-from sklearn.utils import check_array
+from sklearn.utils import check_array, check_random_state
 
 from . import _engine
 from ._validation import engine_data, engine_seed
-from .cluster import KMeans
+from ._kneighbors import output_dtype
+from .cluster import KMeans, _check_init_shape
 
 
 class MiniBatchKMeans(KMeans):
@@ -39,7 +42,7 @@ class MiniBatchKMeans(KMeans):
         mean centroids; inertia is then the sum of L1 distances).
     device : "auto", "cpu", "cuda" or "cuda:N".
 
-    Attributes are scikit-learn's: cluster_centers_ (float32), labels_, inertia_, n_iter_
+    Attributes are scikit-learn's: cluster_centers_ (in X's float dtype, float32 arithmetic), labels_, inertia_, n_iter_
     (epochs, rounded up), n_steps_, plus device_. Labels are always computed (no compute_labels),
     fit takes no sample_weight, and verbose is not a parameter.
     """
@@ -75,11 +78,12 @@ class MiniBatchKMeans(KMeans):
 
     def fit(self, X, y=None):
         """Clusters X; returns self."""
+        dtype = output_dtype(X)
         X = engine_data(self, X, reset=True)
         self._check_rows(X)
         self._seed = engine_seed(self.random_state)
-        fitted = _engine.minibatch_fit(X, self._settings(X.shape[1]))
-        self._keep(fitted)
+        fitted = _engine.minibatch_fit(X, self._settings(X.shape[1], X.shape[0], X))
+        self._keep(fitted, dtype)
         self.n_iter_ = fitted[3]
         return self
 
@@ -102,6 +106,7 @@ class MiniBatchKMeans(KMeans):
         """One step on X (every row of it is the batch), continuing the fitted state; the first
         call initialises the centroids from X (at least n_clusters rows). Returns self."""
         fitted = hasattr(self, "cluster_centers_")
+        dtype = self.cluster_centers_.dtype if fitted else output_dtype(X)
         X = engine_data(self, X, reset=not fitted)
         if fitted:
             state = (self._centers(), self._counts, self.n_steps_, self._since_reassign)
@@ -109,15 +114,27 @@ class MiniBatchKMeans(KMeans):
             self._check_rows(X)
             self._seed = engine_seed(self.random_state)
             state = None
-        self._keep(_engine.minibatch_partial_fit(X, state, self._settings(X.shape[1])))
+        settings = self._settings(X.shape[1], X.shape[0], X)
+        self._keep(_engine.minibatch_partial_fit(X, state, settings), dtype)
         return self
 
     def _check_rows(self, X):
         if X.shape[0] < self.n_clusters:
             raise ValueError(f"n_samples={X.shape[0]} should be >= n_clusters={self.n_clusters}.")
 
-    def _settings(self, n_features):
-        init, init_centroids, n_init = self._init_and_runs(n_features)
+    def _settings(self, n_features, n_samples=None, X=None):
+        init, init_centroids, n_init = self._init_and_runs(n_features, X)
+        init_size = self.init_size
+        if init_size is not None and init_size < self.n_clusters:
+            warnings.warn(
+                f"init_size={init_size} should be larger than n_clusters={self.n_clusters}. "
+                "Setting it to min(3*n_clusters, n_samples)",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+            init_size = 3 * self.n_clusters
+            if n_samples is not None:
+                init_size = min(init_size, n_samples)
         return dict(
             k=self.n_clusters,
             init=init,
@@ -127,30 +144,37 @@ class MiniBatchKMeans(KMeans):
             batch_size=self.batch_size,
             tol=self.tol,
             max_no_improvement=self.max_no_improvement,
-            init_size=self.init_size,
+            init_size=init_size,
             reassignment_ratio=self.reassignment_ratio,
             seed=self._seed,
             metric=self.metric,
             device=self.device,
         )
 
-    def _init_and_runs(self, n_features):
+    def _init_and_runs(self, n_features, X=None):
         """The engine's init name, the initial centroids (or None) and the number of runs (None:
-        the engine's "auto")."""
+        the engine's "auto"); a callable init is called as init(X, n_clusters, random_state)."""
         if isinstance(self.init, str):
             return self.init, None, None if self.n_init == "auto" else self.n_init
-        centroids = check_array(self.init, dtype=np.float32, order="C", copy=True)
-        if centroids.shape != (self.n_clusters, n_features):
-            raise ValueError(
-                f"init has shape {centroids.shape}; (n_clusters, n_features) = "
-                f"{(self.n_clusters, n_features)} is expected"
+        init = self.init
+        if callable(init):
+            init = init(X, self.n_clusters, check_random_state(self.random_state))
+        centroids = check_array(init, dtype=np.float32, order="C", copy=True)
+        _check_init_shape(centroids, self.n_clusters, n_features)
+        if self.n_init not in ("auto", 1) and not callable(self.init):
+            warnings.warn(
+                "Explicit initial center position passed: performing only one init in "
+                f"{type(self).__name__} instead of n_init={self.n_init}.",
+                RuntimeWarning,
+                stacklevel=4,
             )
         return "centroids", centroids, None
 
-    def _keep(self, fitted):
-        """Stores what the engine returned: the state, then labels, inertia and device."""
+    def _keep(self, fitted, dtype):
+        """Stores what the engine returned: the state (centroids in `dtype`), then labels,
+        inertia and device."""
         (centers, counts, n_steps, since_reassign), labels, inertia, _, device = fitted
-        self.cluster_centers_ = centers
+        self.cluster_centers_ = centers.astype(dtype, copy=False)
         self._counts = counts
         self.n_steps_ = n_steps
         self._since_reassign = since_reassign

@@ -1,164 +1,313 @@
-"""Exact kNN search, classification and regression with scikit-learn's interfaces."""
+"""Exact kNN search, classification and regression with scikit-learn's interfaces.
+
+Shared parameters (scikit-learn's names and meaning; see ``_kneighbors``):
+
+n_neighbors : int ≥ 1.
+algorithm : "auto", "brute", "kd_tree", "ball_tree" — the search is always the exact brute-force
+    one (on the GPU or the CPU); "kd_tree" and "ball_tree" warn that it is used. leaf_size is
+    accepted for scikit-learn's signature and unused.
+metric : "minkowski" (the default, with p: 1 → manhattan, 2 → euclidean; other p raise ValueError),
+    "euclidean"/"l2", "sqeuclidean", "manhattan"/"cityblock"/"l1", "cosine" (1 − cosine
+    similarity) or "inner_product" (the negated inner product). metric_params may hold p.
+n_jobs : CPU threads of each call (None or -1: all cores); the answers do not depend on it.
+device : "auto", "cpu", "cuda", "cuda:N"; or several GPUs, "cuda:0,1" or "cuda:all", over which
+    the training rows are cut (the same answers as one GPU).
+memory_budget : bytes of GPU memory the index may use (None: 70 % of what is free); a larger
+    training set stays in host memory and streams through the GPU at every search, with the same
+    answers.
+
+Neighbours come nearest first; equal distances by training index, ascending. The arithmetic is
+float32 (bit-identical on CPU and GPU); distances and predictions come back in the input's float
+dtype (float64 unless the input is float32).
+"""
+
+from numbers import Real
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, MultiOutputMixin, RegressorMixin
+from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from . import _engine
 from ._radius import RadiusSearchMixin
+from ._kneighbors import (
+    NEIGHBOUR_CONSTRAINTS,
+    VOTE_CONSTRAINTS,
+    KNeighborsQueries,
+    output_dtype,
+    threads,
+)
 from ._validation import ENGINE_ARRAY, ResidentModel, engine_data
 
 
-class NearestNeighbors(RadiusSearchMixin, ResidentModel, BaseEstimator):
-    """Exact k-nearest-neighbour search; the training rows stay resident on the device.
+class _NeighboursBase(KNeighborsQueries, ResidentModel):
+    """What the three estimators share: the parameters and the fitted training rows."""
 
-    metric : "euclidean", "sqeuclidean", "manhattan", "cosine" (1 − cosine similarity) or
-        "inner_product" (the negated inner product).
-    device : "auto", "cpu", "cuda", "cuda:N"; or several GPUs, "cuda:0,1" or "cuda:all", over
-        which the training rows are cut (the same answers as one GPU).
-    radius : the default radius of radius_neighbors and radius_neighbors_graph (in the metric's
-        units).
-    memory_budget : bytes of GPU memory the index may use (None: 70 % of what is free); a larger
-        training set stays in host memory and streams through the GPU at every search, with the
-        same answers.
-    Neighbours come nearest first; equal distances by training index, ascending.
-    """
-
-    def __init__(
-        self, n_neighbors=5, radius=1.0, *, metric="euclidean", device="auto", memory_budget=None
-    ):
+    def _set_params(self, n_neighbors, algorithm, leaf_size, metric, p, metric_params, n_jobs,
+                    device, memory_budget):
         self.n_neighbors = n_neighbors
-        self.radius = radius
+        self.algorithm = algorithm
+        self.leaf_size = leaf_size
         self.metric = metric
+        self.p = p
+        self.metric_params = metric_params
+        self.n_jobs = n_jobs
         self.device = device
         self.memory_budget = memory_budget
 
+    def _keep(self, X):
+        """Keeps the validated training rows X (float32, as the engine takes them)."""
+        self._fit_X = X
+        self.n_samples_fit_ = X.shape[0]
+        self._engine_model = None
+
+    def _vote_neighbours(self, X):
+        """(weights of the neighbours by the callable ``weights``, indices) for the rows of X
+        (None: leave-one-out over the training rows)."""
+        distances, indices = self._search(X, self.n_neighbors)
+        weights = np.asarray(self.weights(distances), dtype=np.float64)
+        if weights.shape != indices.shape:
+            raise ValueError(
+                f"weights returned an array of shape {weights.shape}; the distances have shape "
+                f"{indices.shape}"
+            )
+        return weights, indices
+
+    def _engine_weights(self):
+        """The engine's weighting: "uniform" (also for None), "distance"; a callable runs in
+        Python over the engine's neighbours."""
+        return "distance" if self.weights == "distance" else "uniform"
+
+
+class NearestNeighbors(RadiusSearchMixin, _NeighboursBase, BaseEstimator):
+    """Exact k-nearest-neighbour and radius search; the training rows stay resident on the
+    device.
+
+    radius : the default radius of ``radius_neighbors`` and ``radius_neighbors_graph``, in the
+        metric's units (a row within it: distance ≤ radius, scikit-learn's rule).
+    Other parameters as in the module documentation. ``kneighbors``, ``kneighbors_graph``,
+    ``radius_neighbors`` and ``radius_neighbors_graph`` as scikit-learn's (X=None: the training
+    rows, each without itself).
+    """
+
+    _parameter_constraints = {
+        **NEIGHBOUR_CONSTRAINTS,
+        "radius": [Interval(Real, 0, None, closed="both")],
+    }
+
+    def __init__(
+        self, n_neighbors=5, radius=1.0, *, algorithm="auto", leaf_size=30, metric="minkowski",
+        p=2, metric_params=None, n_jobs=None, device="auto", memory_budget=None,
+    ):
+        self._set_params(n_neighbors, algorithm, leaf_size, metric, p, metric_params, n_jobs,
+                         device, memory_budget)
+        self.radius = radius
+
     def fit(self, X, y=None):
         """Indexes X; returns self."""
-        self._fit_X = engine_data(self, X, reset=True)
-        self.n_samples_fit_ = self._fit_X.shape[0]
-        self._engine_model = None
+        self._engine_metric = self._check_neighbour_params()
+        self._fit_dtype = output_dtype(X)
+        self._keep(engine_data(self, X, reset=True))
         self._model()
         return self
 
     def _build_engine_model(self):
-        return _engine.Index(self._fit_X, self.metric, self.device, self.memory_budget)
-
-    def kneighbors(self, X=None, n_neighbors=None, return_distance=True):
-        """(distances, indices) of the n_neighbors nearest training rows of every row of X,
-        nearest first; with X=None, of every training row, leaving the row itself out."""
-        check_is_fitted(self)
-        k = self.n_neighbors if n_neighbors is None else n_neighbors
-        if X is None:
-            if k >= self.n_samples_fit_:
-                raise ValueError(
-                    f"Expected n_neighbors < n_samples_fit when X is None, but n_neighbors = {k},"
-                    f" n_samples_fit = {self.n_samples_fit_}"
-                )
-            distances, indices = self._model().search(self._fit_X, k + 1)
-            distances, indices = _leave_self_out(distances, indices)
-        else:
-            X = engine_data(self, X, reset=False)
-            distances, indices = self._model().search(X, k)
-        indices = indices.astype(np.intp)
-        return (distances, indices) if return_distance else indices
+        return _engine.Index(self._fit_X, self._engine_metric, self.device, self.memory_budget)
 
 
-def _leave_self_out(distances, indices, first=0):
-    """Drops each query's own row (query i being training row first + i) from its k + 1
-    neighbours (as scikit-learn: where duplicates push the row itself out of the list, the first
-    neighbour goes instead)."""
-    n, k_plus_1 = indices.shape
-    keep = indices != np.arange(first, first + n)[:, None]
-    keep[np.all(keep, axis=1), 0] = False
-    shape = (n, k_plus_1 - 1)
-    return distances[keep].reshape(shape), indices[keep].reshape(shape)
-
-
-class KNeighborsClassifier(ClassifierMixin, ResidentModel, BaseEstimator):
+class KNeighborsClassifier(_NeighboursBase, MultiOutputMixin, ClassifierMixin, BaseEstimator):
     """kNN classification; the training rows stay resident on the device with their labels.
 
-    weights : "uniform" or "distance" (votes ∝ 1/distance; at distance 0 only the exact matches
-    vote). metric, device and memory_budget as NearestNeighbors. Labels may be any values np.unique can sort
-    (strings too). Ties between classes go to the class whose nearest member ranks first among
-    the neighbours (scikit-learn takes the smallest label).
+    weights : "uniform" (also None), "distance" (votes ∝ 1/distance; at distance 0 only the exact
+        matches vote) or a callable taking the distances array and returning weights of the
+        same shape (the vote then runs in NumPy over the engine's neighbours).
+    tie_break : "smallest_label" (default, scikit-learn's rule: a tie between classes goes to the
+        smallest label, so predict is always classes_[argmax(predict_proba)]) or "nearest" (the
+        engine's own rule: the class whose nearest member ranks first among the neighbours).
+    Other parameters as in the module documentation. Labels may be any values np.unique can sort
+    (strings too). Both rules are the same on CPU and GPU, bit for bit.
     """
 
+    _parameter_constraints = {
+        **NEIGHBOUR_CONSTRAINTS,
+        **VOTE_CONSTRAINTS,
+        "tie_break": [StrOptions({"smallest_label", "nearest"})],
+    }
+
     def __init__(
-        self, n_neighbors=5, *, weights="uniform", metric="euclidean", device="auto",
-        memory_budget=None,
+        self, n_neighbors=5, *, weights="uniform", algorithm="auto", leaf_size=30,
+        metric="minkowski", p=2, metric_params=None, n_jobs=None, device="auto",
+        memory_budget=None, tie_break="smallest_label",
     ):
-        self.n_neighbors = n_neighbors
+        self._set_params(n_neighbors, algorithm, leaf_size, metric, p, metric_params, n_jobs,
+                         device, memory_budget)
         self.weights = weights
-        self.metric = metric
-        self.device = device
-        self.memory_budget = memory_budget
+        self.tie_break = tie_break
 
     def fit(self, X, y):
         """Keeps X and y; returns self."""
-        X, y = validate_data(self, X, y, reset=True, **ENGINE_ARRAY)
+        self._engine_metric = self._check_neighbour_params()
+        self._fit_dtype = output_dtype(X)
+        X, y = validate_data(self, X, y, reset=True, multi_output=True, **ENGINE_ARRAY)
         check_classification_targets(y)
-        self.classes_, codes = np.unique(y, return_inverse=True)
-        self._fit_X, self._fit_codes = X, codes.astype(np.uint32)
-        self.n_samples_fit_ = X.shape[0]
-        self._engine_model = None
+        self.outputs_2d_ = y.ndim == 2 and y.shape[1] != 1
+        columns = y.reshape(len(y), -1).T if self.outputs_2d_ else [y.ravel()]
+        uniques = [np.unique(c, return_inverse=True) for c in columns]
+        classes = [u[0] for u in uniques]
+        self.classes_ = classes if self.outputs_2d_ else classes[0]
+        self._fit_codes = [u[1].astype(np.uint32) for u in uniques]
+        self._keep(X)
         # Sent to the device now (the engine also rejects empty data here), except when
-        # n_neighbors > n_samples > 0: scikit-learn accepts that in fit and fails in predict,
-        # and so does this (the engine raises then).
+        # n_neighbors > n_samples > 0: scikit-learn accepts that in fit and fails in predict.
         if not 0 < self.n_samples_fit_ < self.n_neighbors:
             self._model()
         return self
 
+    def _classes_list(self):
+        return self.classes_ if self.outputs_2d_ else [self.classes_]
+
     def _build_engine_model(self):
-        return _engine.Classifier(
-            self._fit_X, self._fit_codes, self.n_neighbors, self.weights, self.metric, self.device,
-            self.memory_budget,
-        )
+        # One engine classifier per output column; each also answers kneighbors.
+        return [
+            _engine.Classifier(
+                self._fit_X, codes, self.n_neighbors, self._engine_weights(), self._engine_metric,
+                self.device, self.memory_budget, self.tie_break,
+            )
+            for codes in self._fit_codes
+        ]
+
+    def _model(self):
+        return _FirstOf(super()._model())
+
+    def _engine_models(self):
+        return super()._model()
 
     def predict(self, X):
-        """The predicted label of every row of X."""
+        """The predicted label of every row of X (X=None: of every training row, leaving the
+        row itself out)."""
         check_is_fitted(self)
-        X = engine_data(self, X, reset=False)
-        return self.classes_[self._model().predict(X)]
+        if callable(self.weights) or X is None:
+            codes = [np.argmax(p, axis=1) for p in self._python_proba(X)]
+        else:
+            rows = self._engine_queries(X)
+            codes = [m.predict(rows, threads(self.n_jobs)) for m in self._engine_models()]
+        labels = [c[k] for c, k in zip(self._classes_list(), codes)]
+        return np.stack(labels, axis=1) if self.outputs_2d_ else labels[0]
 
     def predict_proba(self, X):
-        """Every row's share of the vote per class (columns in the order of classes_)."""
+        """Every row's share of the vote per class (columns in the order of classes_); a list
+        of such arrays, one per output, for a 2-D y. X=None as in predict."""
         check_is_fitted(self)
+        if callable(self.weights) or X is None:
+            probas = self._python_proba(X)
+        else:
+            rows = self._engine_queries(X)
+            probas = [
+                m.predict_proba(rows, threads(self.n_jobs)).astype(np.float64)
+                for m in self._engine_models()
+            ]
+            if self._engine_weights() == "uniform":
+                # Votes of 1 out of n_neighbors: the float32 shares give the counts exactly, and
+                # the shares in float64 are scikit-learn's count / n_neighbors.
+                k = self.n_neighbors
+                probas = [np.rint(p * k) / k for p in probas]
+        return probas if self.outputs_2d_ else probas[0]
+
+    def _engine_queries(self, X):
         X = engine_data(self, X, reset=False)
-        return self._model().predict_proba(X).astype(np.float64)
+        if self.n_neighbors > self.n_samples_fit_:
+            raise ValueError(
+                f"Expected n_neighbors <= n_samples_fit, but n_neighbors = {self.n_neighbors}, "
+                f"n_samples_fit = {self.n_samples_fit_}, n_samples = {X.shape[0]}"
+            )
+        return X
+
+    def _python_proba(self, X):
+        """The vote in NumPy over the engine's neighbours (a callable weights, or X=None),
+        as scikit-learn counts it."""
+        if callable(self.weights):
+            weights, indices = self._vote_neighbours(X)
+        else:
+            distances, indices = self._search(X, self.n_neighbors)
+            weights = _distance_weights(distances) if self.weights == "distance" else None
+        if weights is None:
+            weights = np.ones(indices.shape)
+        rows = np.arange(indices.shape[0])[:, None]
+        probas = []
+        for classes, codes in zip(self._classes_list(), self._fit_codes):
+            proba = np.zeros((indices.shape[0], len(classes)))
+            np.add.at(proba, (np.broadcast_to(rows, indices.shape), codes[indices]), weights)
+            total = proba.sum(axis=1, keepdims=True)
+            if callable(self.weights) and np.any(total == 0.0):
+                raise ValueError(
+                    "All neighbors of some sample is getting zero weights. Please modify "
+                    "'weights' to avoid this case if you are using a user-defined function."
+                )
+            total[total == 0.0] = 1.0
+            probas.append(proba / total)
+        return probas
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.classifier_tags.multi_label = True
+        return tags
 
 
-class KNeighborsRegressor(MultiOutputMixin, RegressorMixin, ResidentModel, BaseEstimator):
+class _FirstOf:
+    """The first of the per-output engine classifiers, for the neighbour search."""
+
+    def __init__(self, models):
+        self._models = models
+
+    def search(self, X, k, n_threads=None):
+        return self._models[0].search(X, k, n_threads)
+
+
+def _distance_weights(distances):
+    """scikit-learn's inverse-distance weights; a row with a distance 0 weighs only its exact
+    matches, 1 each."""
+    with np.errstate(divide="ignore"):
+        weights = 1.0 / distances.astype(np.float64)
+    inf = np.isinf(weights)
+    rows = np.any(inf, axis=1)
+    weights[rows] = inf[rows]
+    return weights
+
+
+class KNeighborsRegressor(_NeighboursBase, MultiOutputMixin, RegressorMixin, BaseEstimator):
     """kNN regression; the training rows stay resident on the device, the targets on the host.
 
-    weights : "uniform" (the mean of the k nearest targets) or "distance" (weighted by
-    1/distance; at distance 0 only the exact matches count). metric, device and memory_budget
-    as NearestNeighbors. y of shape (n,) gives predictions of shape (m,), y of shape (n, t) gives
-    (m, t). Predictions are the engine's float32 averages (taken in float64, identical on CPU and
-    GPU) as float64.
+    weights : "uniform" (also None: the mean of the k nearest targets), "distance" (weighted by
+        1/distance; at distance 0 only the exact matches count) or a callable as in
+        KNeighborsClassifier. Other parameters as in the module documentation. y of shape (n,)
+        gives predictions of shape (m,), y of shape (n, t) gives (m, t). Predictions are the
+        engine's float32 averages (taken in float64, identical on CPU and GPU), returned in
+        y's float dtype (float64 unless y is float32).
     """
 
+    _parameter_constraints = {**NEIGHBOUR_CONSTRAINTS, **VOTE_CONSTRAINTS}
+
     def __init__(
-        self, n_neighbors=5, *, weights="uniform", metric="euclidean", device="auto",
+        self, n_neighbors=5, *, weights="uniform", algorithm="auto", leaf_size=30,
+        metric="minkowski", p=2, metric_params=None, n_jobs=None, device="auto",
         memory_budget=None,
     ):
-        self.n_neighbors = n_neighbors
+        self._set_params(n_neighbors, algorithm, leaf_size, metric, p, metric_params, n_jobs,
+                         device, memory_budget)
         self.weights = weights
-        self.metric = metric
-        self.device = device
-        self.memory_budget = memory_budget
 
     def fit(self, X, y):
         """Keeps X and y; returns self."""
+        self._engine_metric = self._check_neighbour_params()
+        self._fit_dtype = output_dtype(X)
+        self._y_dtype = output_dtype(y)
         X, y = validate_data(
             self, X, y, reset=True, multi_output=True, y_numeric=True, **ENGINE_ARRAY
         )
         self._y_1d = y.ndim == 1
-        self._fit_X = X
         self._fit_y = np.ascontiguousarray(y.reshape(len(y), -1), dtype=np.float32)
-        self.n_samples_fit_ = X.shape[0]
-        self._engine_model = None
+        self._keep(X)
         # As KNeighborsClassifier: n_neighbors > n_samples > 0 fails in predict, not in fit.
         if not 0 < self.n_samples_fit_ < self.n_neighbors:
             self._model()
@@ -166,13 +315,36 @@ class KNeighborsRegressor(MultiOutputMixin, RegressorMixin, ResidentModel, BaseE
 
     def _build_engine_model(self):
         return _engine.Regressor(
-            self._fit_X, self._fit_y, self.n_neighbors, self.weights, self.metric, self.device,
-            self.memory_budget,
+            self._fit_X, self._fit_y, self.n_neighbors, self._engine_weights(),
+            self._engine_metric, self.device, self.memory_budget,
         )
 
     def predict(self, X):
-        """The predicted target(s) of every row of X."""
+        """The predicted target(s) of every row of X (X=None: of every training row, leaving
+        the row itself out)."""
         check_is_fitted(self)
-        X = engine_data(self, X, reset=False)
-        y = self._model().predict(X).astype(np.float64)  # scikit-learn's regressors give float64
+        if callable(self.weights) or X is None:
+            y = self._python_predict(X)
+        else:
+            X = engine_data(self, X, reset=False)
+            if self.n_neighbors > self.n_samples_fit_:
+                raise ValueError(
+                    f"Expected n_neighbors <= n_samples_fit, but n_neighbors = "
+                    f"{self.n_neighbors}, n_samples_fit = {self.n_samples_fit_}, "
+                    f"n_samples = {X.shape[0]}"
+                )
+            y = self._model().predict(X, threads(self.n_jobs))
+        y = y.astype(self._y_dtype)
         return y[:, 0] if self._y_1d else y
+
+    def _python_predict(self, X):
+        """The (weighted) mean in NumPy over the engine's neighbours, as scikit-learn takes it."""
+        if callable(self.weights):
+            weights, indices = self._vote_neighbours(X)
+        else:
+            distances, indices = self._search(X, self.n_neighbors)
+            weights = _distance_weights(distances) if self.weights == "distance" else None
+        targets = self._fit_y.astype(np.float64)[indices]
+        if weights is None:
+            return targets.mean(axis=1)
+        return np.sum(targets * weights[..., None], axis=1) / np.sum(weights, axis=1)[:, None]

@@ -1,8 +1,10 @@
 //! kNN: an index, a classifier and a regressor that keep the training rows resident on their device between
 //! calls, and the pairwise distance matrix.
 
-use crate::{engine, matrix, parse_device, value_error};
-use kmeans_knn::{Device, DistanceMetric, KnnClassifier, KnnIndex, KnnRegressor, Weights};
+use crate::{engine, engine_on, matrix, parse_device, value_error};
+use kmeans_knn::{
+    Device, DistanceMetric, KnnClassifier, KnnIndex, KnnRegressor, TieBreak, Weights,
+};
 use numpy::{IntoPyArray, PyArray1, PyArray2, PyReadonlyArray1, PyReadonlyArray2};
 use pyo3::prelude::*;
 
@@ -62,19 +64,17 @@ impl Index {
         Ok(Index { index })
     }
 
-    /// The `k` nearest training rows of every query: (distances, indices), nearest first.
+    /// The `k` nearest training rows of every query: (distances, indices), nearest first; on
+    /// `threads` CPU threads when given.
+    #[pyo3(signature = (queries, k, threads=None))]
     fn search<'py>(
         &self,
         py: Python<'py>,
         queries: PyReadonlyArray2<'py, f32>,
         k: usize,
+        threads: Option<usize>,
     ) -> PyResult<Neighbours<'py>> {
-        let queries = matrix(&queries)?;
-        let found = engine(py, || self.index.search(&queries, k))?;
-        Ok((
-            found.distances.into_pyarray(py),
-            found.indices.into_pyarray(py),
-        ))
+        search(py, &self.index, queries, k, threads)
     }
 
     /// Every query's training rows at distance `≤ radius`, as CSR arrays (offsets, distances,
@@ -97,6 +97,22 @@ impl Index {
     }
 }
 
+/// The `k` nearest rows of `index` to every query, on `threads` CPU threads when given.
+fn search<'py>(
+    py: Python<'py>,
+    index: &KnnIndex,
+    queries: PyReadonlyArray2<'py, f32>,
+    k: usize,
+    threads: Option<usize>,
+) -> PyResult<Neighbours<'py>> {
+    let queries = matrix(&queries)?;
+    let found = engine_on(py, threads, || index.search(&queries, k))?;
+    Ok((
+        found.distances.into_pyarray(py),
+        found.indices.into_pyarray(py),
+    ))
+}
+
 /// A kNN classifier over training rows labelled 0..C−1.
 #[pyclass(frozen, module = "kmeans_knn._engine")]
 struct Classifier {
@@ -106,7 +122,9 @@ struct Classifier {
 #[pymethods]
 impl Classifier {
     #[new]
-    #[pyo3(signature = (train, labels, k, weights, metric, device, memory_budget=None))]
+    #[pyo3(signature = (
+        train, labels, k, weights, metric, device, memory_budget=None, tie_break="nearest"
+    ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -117,35 +135,54 @@ impl Classifier {
         metric: &str,
         device: &str,
         memory_budget: Option<usize>,
+        tie_break: &str,
     ) -> PyResult<Self> {
         let (weights, metric, device) = neighbour_options(weights, metric, device)?;
+        let tie_break: TieBreak = tie_break.parse().map_err(value_error)?;
         let train = matrix(&train)?;
         let labels = labels.as_slice()?;
         let classifier = engine(py, || {
             let index = KnnIndex::with_memory_budget(&train, metric, device, memory_budget)?;
-            KnnClassifier::from_index(index, labels, k, weights)
+            Ok(KnnClassifier::from_index(index, labels, k, weights)?.with_tie_break(tie_break))
         })?;
         Ok(Classifier { classifier })
     }
 
+    /// The `k` nearest training rows of every query, as `Index.search`.
+    #[pyo3(signature = (queries, k, threads=None))]
+    fn search<'py>(
+        &self,
+        py: Python<'py>,
+        queries: PyReadonlyArray2<'py, f32>,
+        k: usize,
+        threads: Option<usize>,
+    ) -> PyResult<Neighbours<'py>> {
+        search(py, self.classifier.index(), queries, k, threads)
+    }
+
     /// The winning label of every query.
+    #[pyo3(signature = (queries, threads=None))]
     fn predict<'py>(
         &self,
         py: Python<'py>,
         queries: PyReadonlyArray2<'py, f32>,
+        threads: Option<usize>,
     ) -> PyResult<Bound<'py, PyArray1<u32>>> {
         let queries = matrix(&queries)?;
-        Ok(engine(py, || self.classifier.predict(&queries))?.into_pyarray(py))
+        Ok(engine_on(py, threads, || self.classifier.predict(&queries))?.into_pyarray(py))
     }
 
     /// Every query's share of the vote per label (queries × labels).
+    #[pyo3(signature = (queries, threads=None))]
     fn predict_proba<'py>(
         &self,
         py: Python<'py>,
         queries: PyReadonlyArray2<'py, f32>,
+        threads: Option<usize>,
     ) -> PyResult<Bound<'py, PyArray2<f32>>> {
         let queries = matrix(&queries)?;
-        Ok(engine(py, || self.classifier.predict_proba(&queries))?.into_pyarray(py))
+        let proba = engine_on(py, threads, || self.classifier.predict_proba(&queries))?;
+        Ok(proba.into_pyarray(py))
     }
 }
 
@@ -179,14 +216,28 @@ impl Regressor {
         Ok(Regressor { regressor })
     }
 
+    /// The `k` nearest training rows of every query, as `Index.search`.
+    #[pyo3(signature = (queries, k, threads=None))]
+    fn search<'py>(
+        &self,
+        py: Python<'py>,
+        queries: PyReadonlyArray2<'py, f32>,
+        k: usize,
+        threads: Option<usize>,
+    ) -> PyResult<Neighbours<'py>> {
+        search(py, self.regressor.index(), queries, k, threads)
+    }
+
     /// The predicted targets of every query (queries × outputs).
+    #[pyo3(signature = (queries, threads=None))]
     fn predict<'py>(
         &self,
         py: Python<'py>,
         queries: PyReadonlyArray2<'py, f32>,
+        threads: Option<usize>,
     ) -> PyResult<Bound<'py, PyArray2<f32>>> {
         let queries = matrix(&queries)?;
-        Ok(engine(py, || self.regressor.predict(&queries))?.into_pyarray(py))
+        Ok(engine_on(py, threads, || self.regressor.predict(&queries))?.into_pyarray(py))
     }
 }
 

@@ -20,6 +20,7 @@ static LAST_ENGINE_SECONDS: AtomicU64 = AtomicU64::new(0);
 
 #[pymodule]
 fn _engine(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_function(wrap_pyfunction!(last_engine_seconds, m)?)?;
     m.add_function(wrap_pyfunction!(describe_device, m)?)?;
     m.add_function(wrap_pyfunction!(warmup, m)?)?;
@@ -68,9 +69,31 @@ fn engine<T: Send>(
     result.map_err(to_py_err)
 }
 
+/// As [`engine`], on `threads` CPU threads when given (scikit-learn's `n_jobs`; the answers do
+/// not depend on it; the library keeps one pool per count), else on the process's pool.
+fn engine_on<T: Send>(
+    py: Python<'_>,
+    threads: Option<usize>,
+    f: impl FnOnce() -> kmeans_knn::Result<T> + Send,
+) -> PyResult<T> {
+    match threads {
+        None => engine(py, f),
+        Some(threads) => engine(py, || kmeans_knn::with_threads(threads.max(1), f)?),
+    }
+}
+
+/// The engine's errors as Python exceptions, in the estimators' terms: a missing GPU names the
+/// `device` parameter (the engine's text speaks of the command line's flag).
 fn to_py_err(e: Error) -> PyErr {
     match e {
-        Error::NoGpu(_) | Error::GpuOutOfMemory { .. } | Error::Cuda { .. } | Error::Shard(_) => {
+        Error::NoGpu(_) | Error::UnsupportedDriver(_) => {
+            let reason = e.to_string().replace(", or use --device cpu", "");
+            PyRuntimeError::new_err(format!(
+                "the device parameter asks for a CUDA GPU, but: {reason}. \
+                 Pass device=\"cpu\" (or \"auto\", which falls back to the CPU) to run without one"
+            ))
+        }
+        Error::GpuOutOfMemory { .. } | Error::Cuda { .. } | Error::Shard(_) => {
             PyRuntimeError::new_err(e.to_string())
         }
         _ => PyValueError::new_err(e.to_string()),

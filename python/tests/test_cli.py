@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from sklearn.datasets import make_blobs
 
-from kmeans_knn import KMeans, NearestNeighbors
+from kmeans_knn import KMeans, KNeighborsClassifier, NearestNeighbors
 
 
 @pytest.mark.parametrize(
@@ -50,3 +50,23 @@ def test_kneighbors_equals_the_command_line(tmp_path, cli):
     )
     assert np.array_equal(np.load(tmp_path / "i.npy"), indices)
     assert np.array_equal(np.load(tmp_path / "d.npy").view(np.uint32), distances.view(np.uint32))
+
+
+@pytest.mark.parametrize("tie_break", ["nearest", "smallest-label"])
+def test_classify_tie_rules_equal_the_command_line(tmp_path, cli, tie_break):
+    rng = np.random.default_rng(4)
+    features = rng.integers(0, 4, size=(400, 3)).astype(np.float32)  # tied votes at k = 4
+    labels = rng.integers(0, 4, size=400)
+    queries = rng.integers(0, 4, size=(80, 3)).astype(np.float32) + 0.5
+    np.save(tmp_path / "train.npy", np.column_stack([features, labels]).astype(np.float32))
+    np.save(tmp_path / "query.npy", queries)
+    subprocess.run(
+        [cli, "classify", "--train", tmp_path / "train.npy", "--query", tmp_path / "query.npy",
+         "--k", "4", "--tie-break", tie_break, "--out", tmp_path / "pred.npy"],
+        check=True, capture_output=True,
+    )
+    rule = tie_break.replace("-", "_")
+    clf = KNeighborsClassifier(4, tie_break=rule).fit(features, labels)
+    assert np.array_equal(np.load(tmp_path / "pred.npy").astype(np.int64), clf.predict(queries))
+    other = KNeighborsClassifier(4, tie_break="nearest" if rule != "nearest" else "smallest_label")
+    assert not np.array_equal(other.fit(features, labels).predict(queries), clf.predict(queries))

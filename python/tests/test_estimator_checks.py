@@ -20,13 +20,6 @@ EXPECTED_FAILED_CHECKS = {
             "repeated rows' model bit for bit (test_weights_cosine.py, tests/weights.rs)"
         ),
     },
-    "KNeighborsClassifier": {
-        "check_classifiers_train": (
-            "a tie between classes goes to the class whose nearest member ranks first among the "
-            "neighbours (the engine's rule, the same on CPU and GPU), not to the smallest label, "
-            "so predict can differ from argmax(predict_proba) on a tied vote"
-        ),
-    },
 }
 
 

@@ -13,7 +13,7 @@ pub use cpu::partial::{Farthest, Partial, Tally, farthest, merge_farthest, squar
 
 use crate::error::{Error, Result};
 use crate::matrix::MatrixView;
-use kernels_gpu::knn::PairMetric;
+use kernels_gpu::knn::{PairMetric, VoteRule};
 use kernels_gpu::seeding::{WeightScale, draw};
 use vocab::{Metric, Precision, Selection};
 
@@ -523,15 +523,15 @@ pub(crate) trait KnnSearch: Send + Sync {
     /// votes (see `kernels_gpu::knn::vote_weight`).
     fn set_row_weights(&mut self, relative: &[f32]) -> Result<()>;
 
-    /// The winning class of every query row among its `k` nearest, and with `proba` the share of
-    /// the vote of every class (`rows × classes`).
+    /// The winning class of every query row among its `k` nearest under `rule`, and with `proba`
+    /// the share of the vote of every class (`rows × classes`).
     fn vote(
         &self,
         queries: &MatrixView<'_>,
         k: usize,
         selection: Selection,
         max_bytes: Option<usize>,
-        weighted: bool,
+        rule: VoteRule,
         proba: bool,
     ) -> Result<Votes>;
 }

@@ -5,7 +5,7 @@ use super::knn::{NeighbourWeights, device_name, metric_name};
 use super::supervised::{Loaded, NeighbourArgs, report};
 use super::{CliError, Ui, about, check_outputs};
 use crate::io::{Format, LabelColumn, Outputs, read_labelled, read_labels, read_matrix};
-use crate::{Device, DistanceMetric, KnnClassifier, MatrixView, Scaler, Weights};
+use crate::{Device, DistanceMetric, KnnClassifier, MatrixView, Scaler, TieBreak, Weights};
 use serde_json::json;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -24,6 +24,9 @@ Training rows carry their label in the label column (any text, e.g. \"normal.\";
 query rows do not. --scale fits the scaler on the training features and applies it to both.
 --sample-weight is a file with one weight per training row: each neighbour's vote is scaled by
 its row's weight.
+--tie-break decides a tie of votes between classes: nearest (the default) gives it to the class
+whose nearest member ranks first among the neighbours, smallest-label to the class that sorts
+first (scikit-learn's rule; the winner is then the class with the largest share).
 --truth is a file with one label per query row (an optional header line is skipped); it adds
 the accuracy and a confusion matrix (rows: true label, columns: predicted).";
 
@@ -60,6 +63,10 @@ pub struct Args {
     /// Feature scaling fitted on the training rows: none, zscore, minmax.
     #[arg(long, value_enum, value_name = "SCALE", default_value = "none")]
     scale: Scale,
+    /// Who wins a tie of votes: nearest (the class whose nearest member ranks first) or
+    /// smallest-label (the class that sorts first, as scikit-learn).
+    #[arg(long, value_name = "RULE", default_value = "nearest")]
+    tie_break: TieBreak,
     /// The true label of every query row: prints the accuracy and a confusion matrix.
     #[arg(long, value_name = "FILE")]
     truth: Option<PathBuf>,
@@ -229,6 +236,7 @@ pub fn run(mut a: Args, ui: Ui) -> Result<(), CliError> {
     let confusion = truth.as_ref().map(|t| Confusion::new(t, &predicted));
     let mut j = a.knn.json(&loaded, secs);
     j["classes"] = json!(classes);
+    j["tie_break"] = json!(a.tie_break.to_string());
     if let Some(c) = &confusion {
         j["accuracy"] = json!(c.accuracy);
         j["confusion"] = json!({"labels": c.labels, "matrix": c.matrix});
@@ -269,7 +277,7 @@ fn predict(a: &Args, loaded: &Loaded, classes: &[String]) -> Result<Vec<u32>, Cl
         None => (train.features.view(), query.view()),
     };
     let fitted = KnnClassifier::from_index(k.index(train_view)?, &ids, k.k, k.weights.into());
-    let mut clf = about(&k.train, fitted)?;
+    let mut clf = about(&k.train, fitted)?.with_tie_break(a.tie_break);
     if let Some(w) = &loaded.sample_weight {
         clf = clf.with_sample_weight(w)?;
     }

@@ -7,12 +7,16 @@
 //!   winner nor the probabilities). If the nearest distance is 0, only the neighbours at distance
 //!   0 vote, one vote each. Weights are summed as 64-bit fixed-point integers, so the sums are
 //!   exact and independent of the order in which the GPU's atomics land.
-//! * The class with the most votes wins; among tied classes, the one whose nearest member ranks
-//!   first among the neighbours (nearest distance, then lowest training index).
+//! * The class with the most votes wins. Among tied classes, by default ([`TieBreak::Nearest`])
+//!   the one whose nearest member ranks first among the neighbours (nearest distance, then
+//!   lowest training index); with [`TieBreak::SmallestLabel`] (scikit-learn's rule) the smallest
+//!   label: the winner is then the first class with the largest share of
+//!   [`KnnClassifier::predict_proba`], so `predict` is always the argmax of the probabilities.
 //! * With sample weights ([`KnnClassifier::with_sample_weight`]) every vote above is multiplied
 //!   by the neighbour's weight over the largest training weight; a neighbour of weight 0 casts
-//!   none. (When no neighbour of a query has weight, every class has 0 votes: the class of the
-//!   nearest neighbour wins by the tie rule, and every probability is 0.)
+//!   none. (When no neighbour of a query has weight, every class has 0 votes and every
+//!   probability is 0: the class of the nearest neighbour wins by the nearest-first rule, the
+//!   smallest label by the other.)
 //! * [`KnnClassifier::predict_proba`] gives every class its share of the vote total.
 
 use super::{KnnIndex, Selection, check_k};
@@ -59,6 +63,40 @@ impl FromStr for Weights {
     }
 }
 
+/// Which class wins a tie of votes (see the module documentation).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum TieBreak {
+    /// The class whose nearest member ranks first among the neighbours.
+    #[default]
+    Nearest,
+    /// The smallest label, as scikit-learn's `KNeighborsClassifier`.
+    SmallestLabel,
+}
+
+impl fmt::Display for TieBreak {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            TieBreak::Nearest => "nearest",
+            TieBreak::SmallestLabel => "smallest-label",
+        })
+    }
+}
+
+impl FromStr for TieBreak {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        match s.trim().to_ascii_lowercase().replace('_', "-").as_str() {
+            "nearest" => Ok(TieBreak::Nearest),
+            "smallest-label" => Ok(TieBreak::SmallestLabel),
+            _ => Err(Error::invalid(
+                "tie_break",
+                format!("'{s}' is not one of nearest, smallest-label"),
+            )),
+        }
+    }
+}
+
 /// A fitted kNN classifier: the training rows stay resident on the device with their labels.
 #[derive(Debug)]
 pub struct KnnClassifier {
@@ -66,6 +104,7 @@ pub struct KnnClassifier {
     classes: Vec<u32>,
     k: usize,
     weights: Weights,
+    tie_break: TieBreak,
 }
 
 /// The checks of [`KnnClassifier::fit`] that do not need the index.
@@ -132,7 +171,19 @@ impl KnnClassifier {
             classes,
             k,
             weights,
+            tie_break: TieBreak::default(),
         })
+    }
+
+    /// Decides ties of votes by `tie_break` (default [`TieBreak::Nearest`]).
+    pub fn with_tie_break(mut self, tie_break: TieBreak) -> KnnClassifier {
+        self.tie_break = tie_break;
+        self
+    }
+
+    /// The rule that decides ties of votes.
+    pub fn tie_break(&self) -> TieBreak {
+        self.tie_break
     }
 
     /// Weighs every training row's vote by its sample weight (one per training row, finite,
@@ -210,7 +261,10 @@ impl KnnClassifier {
             self.k,
             self.index.selection(),
             self.index.max_bytes(),
-            self.weights == Weights::Distance,
+            kernels_gpu::knn::VoteRule {
+                weighted: self.weights == Weights::Distance,
+                smallest_label: self.tie_break == TieBreak::SmallestLabel,
+            },
             proba,
         )
     }
@@ -272,6 +326,46 @@ mod tests {
             clf.predict(MatrixView::new(&[4.9], 1, 1).unwrap()).unwrap(),
             vec![1]
         );
+    }
+
+    #[test]
+    fn smallest_label_ties_follow_scikit_learn() {
+        // Query at 5 between 6 (class 2, index 0) and 4 (class 1): a 1–1 tie goes to class 1
+        // whichever member ranks first, and the winner is the argmax of the probabilities.
+        let (x, y) = ([6.0f32, 4.0, 20.0], [2u32, 1, 2]);
+        let train = MatrixView::new(&x, 3, 1).unwrap();
+        for weights in [Weights::Uniform, Weights::Distance] {
+            let clf = KnnClassifier::fit(&train, &y, 2, weights, DistanceMetric::L1, Device::Cpu)
+                .unwrap()
+                .with_tie_break(TieBreak::SmallestLabel);
+            assert_eq!(clf.tie_break(), TieBreak::SmallestLabel);
+            let q = MatrixView::new(&[5.0, 5.5], 2, 1).unwrap();
+            let want = match weights {
+                Weights::Uniform => vec![1, 1],
+                Weights::Distance => vec![1, 2],
+            };
+            assert_eq!(clf.predict(&q).unwrap(), want, "{weights}");
+            let p = clf.predict_proba(&q).unwrap();
+            assert_eq!(p.row(0).to_vec(), vec![0.5, 0.5]);
+        }
+        assert_eq!(
+            "smallest_label".parse::<TieBreak>().unwrap(),
+            TieBreak::SmallestLabel
+        );
+        assert_eq!(
+            TieBreak::SmallestLabel
+                .to_string()
+                .parse::<TieBreak>()
+                .unwrap(),
+            TieBreak::SmallestLabel
+        );
+        assert!(matches!(
+            "first".parse::<TieBreak>(),
+            Err(Error::InvalidParameter {
+                name: "tie_break",
+                ..
+            })
+        ));
     }
 
     #[test]

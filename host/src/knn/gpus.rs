@@ -137,6 +137,7 @@ impl MergedSearch for GpuParts {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kernels_gpu::knn::VoteRule;
 
     /// The merge over parts (here on the CPU: the same code as on GPUs) equals one index, with
     /// ties across parts (a lattice), k above a part's rows, and queries enough for several of
@@ -171,11 +172,15 @@ mod tests {
             assert_eq!(a.indices, b.indices, "k={k}");
             let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
             assert_eq!(bits(&a.distances), bits(&b.distances), "k={k}");
+            let rule = VoteRule {
+                weighted: true,
+                smallest_label: k % 2 == 0,
+            };
             let (a, b) = (
-                one.vote(&queries, k, Selection::Auto, None, true, true)
+                one.vote(&queries, k, Selection::Auto, None, rule, true)
                     .unwrap(),
                 parts
-                    .vote(&queries, k, Selection::Auto, None, true, true)
+                    .vote(&queries, k, Selection::Auto, None, rule, true)
                     .unwrap(),
             );
             assert_eq!(a.classes, b.classes, "k={k}");

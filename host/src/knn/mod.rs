@@ -32,7 +32,7 @@ mod scale;
 mod stream;
 
 pub use crate::backend::vocab::{AutoReport, AutoSource, PathTiming, PrefilterReport, Selection};
-pub use classify::{KnnClassifier, Weights};
+pub use classify::{KnnClassifier, TieBreak, Weights};
 pub use radius::RadiusNeighbors;
 pub use regress::KnnRegressor;
 pub use scale::{FittedScaler, Scaler};

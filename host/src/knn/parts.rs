@@ -9,7 +9,7 @@ use crate::backend::{KnnSearch, Neighbours, Votes, split_keys_into};
 use crate::error::Result;
 use crate::matrix::MatrixView;
 use kernels_gpu::fixed::pow2_f32;
-use kernels_gpu::knn::vote_scale_exponent;
+use kernels_gpu::knn::{VoteRule, vote_scale_exponent};
 use rayon::prelude::*;
 
 /// No neighbour yet: above every real key (a real key's index is below `u32::MAX`).
@@ -120,7 +120,7 @@ pub(crate) struct VoteRows {
 impl VoteRows {
     /// The vote of every query over its `k` merged neighbours `keys`, by the vote's CPU twin
     /// (the GPU's vote gives the same classes and shares).
-    pub(crate) fn vote(&self, keys: &[u64], k: usize, weighted: bool, proba: bool) -> Votes {
+    pub(crate) fn vote(&self, keys: &[u64], k: usize, rule: VoteRule, proba: bool) -> Votes {
         let c = self.classes.max(1);
         let scale = pow2_f32(vote_scale_exponent(k));
         let (mut votes, mut first) = (vec![0u64; c], vec![0u32; c]);
@@ -135,7 +135,7 @@ impl VoteRows {
                 };
                 let (ids, weights) = (&self.class_ids, self.row_weights.as_deref());
                 knn_vote(
-                    keys, ids, weights, c, weighted, scale, &mut votes, &mut first, share,
+                    keys, ids, weights, c, rule, scale, &mut votes, &mut first, share,
                 )
             })
             .collect();
@@ -222,11 +222,11 @@ impl<T: MergedSearch> KnnSearch for T {
         k: usize,
         selection: Selection,
         max_bytes: Option<usize>,
-        weighted: bool,
+        rule: VoteRule,
         proba: bool,
     ) -> Result<Votes> {
         let (top, _, _) = self.merged(queries, k, selection, max_bytes)?;
-        Ok(self.votes_of().vote(top.keys(), k, weighted, proba))
+        Ok(self.votes_of().vote(top.keys(), k, rule, proba))
     }
 }
 

@@ -158,6 +158,7 @@ impl MergedSearch for Streamed {
 mod tests {
     use super::*;
     use crate::device::Device;
+    use kernels_gpu::knn::VoteRule;
 
     /// Streamed parts (here through the CPU backend: the same code as through a GPU) answer as
     /// one index, for budgets of one row, a few rows and more rows than there are.
@@ -187,10 +188,24 @@ mod tests {
                 assert_eq!(a.indices, b.indices, "budget {budget} k={k}");
                 assert_eq!(a.distances, b.distances, "budget {budget} k={k}");
                 let (a, b) = (
-                    one.vote(&queries, k, Selection::Auto, None, false, true)
-                        .unwrap(),
+                    one.vote(
+                        &queries,
+                        k,
+                        Selection::Auto,
+                        None,
+                        VoteRule::default(),
+                        true,
+                    )
+                    .unwrap(),
                     streamed
-                        .vote(&queries, k, Selection::Auto, None, false, true)
+                        .vote(
+                            &queries,
+                            k,
+                            Selection::Auto,
+                            None,
+                            VoteRule::default(),
+                            true,
+                        )
                         .unwrap(),
                 );
                 assert_eq!(

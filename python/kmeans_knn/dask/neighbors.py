@@ -12,7 +12,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .. import _engine
 from .._validation import ENGINE_ARRAY
-from ..neighbors import _leave_self_out
+from .._kneighbors import leave_self_out as _leave_self_out
 from ._input import row_blocks
 from ._resident import Resident
 

@@ -14,7 +14,7 @@ use crate::backend::{BlockSink, Distances, KnnSearch, Neighbours, Votes, split_k
 use crate::error::Result;
 use crate::matrix::MatrixView;
 use kernels_gpu::fixed::pow2_f32;
-use kernels_gpu::knn::{PairMetric, finish, key, pair_step, vote_scale_exponent};
+use kernels_gpu::knn::{PairMetric, VoteRule, finish, key, pair_step, vote_scale_exponent};
 use ndarray::ArrayView2;
 use rayon::prelude::*;
 use std::collections::BinaryHeap;
@@ -418,7 +418,7 @@ impl KnnSearch for CpuKnn {
         k: usize,
         selection: Selection,
         _max_bytes: Option<usize>,
-        weighted: bool,
+        rule: VoteRule,
         proba: bool,
     ) -> Result<Votes> {
         let method = cpu_selection(selection, k);
@@ -448,7 +448,7 @@ impl KnnSearch for CpuKnn {
                         &self.labels,
                         self.row_weights.as_deref(),
                         c,
-                        weighted,
+                        rule,
                         scale,
                         &mut votes,
                         &mut first,

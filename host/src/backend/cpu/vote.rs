@@ -1,6 +1,6 @@
 //! The kNN classifier's vote over each query's neighbours.
 
-use kernels_gpu::knn::{key_distance, key_index, vote_better, vote_share, vote_weight};
+use kernels_gpu::knn::{VoteRule, key_distance, key_index, vote_share, vote_weight, vote_winner};
 
 /// The CPU twin of the `knn_vote` kernel: the winning class of one query and, into `proba` when it is not
 /// empty, every class's share. `keys` are the query's k neighbour keys, sorted; `row_weights`
@@ -11,7 +11,7 @@ pub(crate) fn knn_vote(
     class_ids: &[u32],
     row_weights: Option<&[f32]>,
     classes: usize,
-    weighted: bool,
+    rule: VoteRule,
     scale: f32,
     votes: &mut [u64],
     first: &mut [u32],
@@ -23,7 +23,7 @@ pub(crate) fn knn_vote(
     for (r, &kk) in keys.iter().enumerate() {
         let at = key_index(kk) as usize;
         let w = vote_weight(
-            weighted,
+            rule.weighted,
             nearest,
             key_distance(kk),
             scale,
@@ -33,16 +33,7 @@ pub(crate) fn knn_vote(
         votes[c] += w;
         first[c] = first[c].min(r as u32);
     }
-    let (mut best, mut best_votes, mut best_first) = (0u32, 0u64, u32::MAX);
-    let mut total = 0u64;
-    for c in 0..classes {
-        total += votes[c];
-        if vote_better(votes[c], first[c], best_votes, best_first) {
-            best = c as u32;
-            best_votes = votes[c];
-            best_first = first[c];
-        }
-    }
+    let (best, total) = vote_winner(classes, rule, |c| (votes[c], first[c]));
     for (p, &v) in proba.iter_mut().zip(votes.iter()) {
         *p = vote_share(v, total);
     }

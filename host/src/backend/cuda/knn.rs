@@ -23,7 +23,9 @@ use crate::error::{Error, Result};
 use crate::matrix::MatrixView;
 use cudarc::driver::{CudaEvent, CudaSlice, CudaView};
 use kernels_gpu::fixed::pow2_f32;
-use kernels_gpu::knn::{MAX_STREAM_K, PairMetric, SELECT_CAP, stream_tile, vote_scale_exponent};
+use kernels_gpu::knn::{
+    MAX_STREAM_K, PairMetric, SELECT_CAP, VoteRule, stream_tile, vote_scale_exponent,
+};
 use kernels_gpu::knn_tf32::candidates::approx_stride;
 use kernels_gpu::knn_tf32::{
     KNN_TF32_SCAN_WG, SCAN_CANDIDATES, SCAN_GROUPS, TF32_CAP, TF32_COLS, TF32_ROWS,
@@ -337,7 +339,7 @@ impl Method {
 /// What a vote asks for.
 #[derive(Clone, Copy)]
 struct VoteJob {
-    weighted: bool,
+    rule: VoteRule,
     proba: bool,
 }
 
@@ -1259,7 +1261,7 @@ impl CudaKnn {
             labels,
             row_weights: self.row_weights.as_ref(),
             classes: c as u32,
-            weighted: job.weighted,
+            rule: job.rule,
             scale: pow2_f32(vote_scale_exponent(k)),
             per_block: per_block as u32,
             pred,
@@ -1359,9 +1361,12 @@ impl KnnSearch for CudaKnn {
             k,
             method: path.method,
             max_bytes,
-            // Whether the vote is weighted does not change its buffers.
+            // The vote's rule (weights, ties) does not change its buffers.
             vote: vote.map(|proba| VoteJob {
-                weighted: false,
+                rule: VoteRule {
+                    weighted: false,
+                    smallest_label: false,
+                },
                 proba,
             }),
         };
@@ -1394,12 +1399,12 @@ impl KnnSearch for CudaKnn {
         k: usize,
         selection: Selection,
         max_bytes: Option<usize>,
-        weighted: bool,
+        rule: VoteRule,
         proba: bool,
     ) -> Result<Votes> {
         let path = self.path(queries, k, selection, max_bytes)?;
         let job = SearchJob {
-            vote: Some(VoteJob { weighted, proba }),
+            vote: Some(VoteJob { rule, proba }),
             ..SearchJob::new(queries, k, path.method, max_bytes)
         };
         let out = self.run(job, path.prefilter, Output::default())?;

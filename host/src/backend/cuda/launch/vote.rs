@@ -3,11 +3,12 @@
 use crate::backend::cuda::CudaBackend;
 use crate::error::Result;
 use cudarc::driver::CudaSlice;
+use kernels_gpu::knn::VoteRule;
 use kernels_gpu::vote::KNN_VOTE;
 use kernels_gpu::vote::{VOTE_BLOCK, vote_block_bytes, vote_grid};
 
 /// `knn_vote`: every query's class from its `k` neighbour keys (uniform or distance-weighted,
-/// times the training rows' weights), and with `proba` every class's share; `per_block` queries
+/// times the training rows' weights, ties decided by `rule`), and with `proba` every class's share; `per_block` queries
 /// per block, their histograms in shared memory, or in `scratch` when given. CPU twin:
 /// [`crate::backend::cpu::knn_vote`].
 pub(crate) struct KnnVote<'a> {
@@ -17,7 +18,7 @@ pub(crate) struct KnnVote<'a> {
     pub labels: &'a CudaSlice<u32>,
     pub row_weights: Option<&'a CudaSlice<f32>>,
     pub classes: u32,
-    pub weighted: bool,
+    pub rule: VoteRule,
     pub scale: f32,
     pub per_block: u32,
     pub pred: &'a mut CudaSlice<u32>,
@@ -45,7 +46,7 @@ impl KnnVote<'_> {
                 .as_ref()
                 .is_none_or(|s| s.len() * 8 >= grid * vote_block_bytes(1, classes))
         );
-        let weighted = u32::from(self.weighted);
+        let rule = self.rule.flags();
         let f = gpu.function(KNN_VOTE.name)?;
         let mut l = gpu.launch_kernel(KNN_VOTE, &f);
         l.arg(self.best)
@@ -54,7 +55,7 @@ impl KnnVote<'_> {
             .arg(self.labels);
         l.opt(self.row_weights)
             .arg(&self.classes)
-            .arg(&weighted)
+            .arg(&rule)
             .arg(&self.scale);
         l.arg(&self.per_block)
             .arg(self.pred)
