@@ -43,7 +43,7 @@ for i in $(seq "${AUTO_RUNS:-10}"); do
   CUDA_VISIBLE_DEVICES=0 "$bench" --cases S512,S2048 --reps 5 --all-paths 2>/dev/null |
     grep '"path":"auto"' | python3 -c '
 import json, sys
-print(" ".join(f"{r.get(\"case\")}:{r.get(\"auto_took\")}" for r in map(json.loads, sys.stdin)))'
+print(" ".join("%s:%s" % (r.get("case"), r.get("auto_took")) for r in map(json.loads, sys.stdin)))'
 done | sort | uniq -c | tee "$out/auto-choices.txt"
 
 if [[ $skip != *,seed,* ]]; then

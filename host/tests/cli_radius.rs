@@ -5,11 +5,14 @@ use std::io::Read;
 use std::path::Path;
 use std::process::Command;
 
-const BIN: &str = env!("CARGO_BIN_EXE_kmeans-knn");
+/// The binary under test: `KMEANS_KNN_BIN` (the GPU bundle's), else the one cargo built.
+fn bin() -> String {
+    std::env::var("KMEANS_KNN_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_kmeans-knn").into())
+}
 
 /// Runs the binary in `dir`: exit code, stdout, stderr.
 fn run(dir: &Path, args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(BIN)
+    let out = Command::new(bin())
         .args(args)
         .current_dir(dir)
         .env("RAYON_NUM_THREADS", "2")

@@ -125,9 +125,11 @@ def test_gpu_radius_equals_cpu(gpu, metric):
     radius = float(cpu.kneighbors(Q[:1], 50)[0][0, -1])
     results = []
     for device in ("cpu", "cuda"):
-        nn = NearestNeighbors(radius=radius, metric=metric, device=device).fit(X)
-        d, i = nn.radius_neighbors(Q, sort_results=True)
-        g = nn.radius_neighbors_graph(mode="distance")
+        # The constructor takes radius >= 0, as scikit-learn's; the negated inner product's
+        # negative radius goes to the calls, which take any.
+        nn = NearestNeighbors(metric=metric, device=device).fit(X)
+        d, i = nn.radius_neighbors(Q, radius=radius, sort_results=True)
+        g = nn.radius_neighbors_graph(radius=radius, mode="distance")
         results.append((d, i, g))
     (d1, i1, g1), (d2, i2, g2) = results
     for a, b in zip(i1, i2):

@@ -79,14 +79,23 @@ fn write_python(root: &Path, out: &Path) -> Result<()> {
     }
     std::fs::create_dir_all(out.join("tests"))?;
     copy(&wheel, &out.join(wheel.file_name().expect("a wheel file")))?;
-    for entry in std::fs::read_dir(root.join("python/tests"))? {
-        let path = entry?.path();
-        if path.extension().is_some_and(|e| e == "py") {
-            copy(&path, &out.join("tests").join(path.file_name().unwrap()))?;
-        }
-    }
+    copy_python_files(&root.join("python/tests"), &out.join("tests"))?;
     for bench in ["bench.py", "minibatch.py", "dask_bench.py"] {
         copy(&root.join("python/bench").join(bench), &out.join(bench))?;
+    }
+    Ok(())
+}
+
+/// Copies the `.py` files of `from` and of its folders (the scikit-learn suite's plugin) to `to`.
+fn copy_python_files(from: &Path, to: &Path) -> Result<()> {
+    for entry in std::fs::read_dir(from)? {
+        let path = entry?.path();
+        let name = path.file_name().unwrap();
+        if path.is_dir() && name != "__pycache__" {
+            copy_python_files(&path, &to.join(name))?;
+        } else if path.extension().is_some_and(|e| e == "py") {
+            copy(&path, &to.join(name))?;
+        }
     }
     Ok(())
 }

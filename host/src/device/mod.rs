@@ -82,18 +82,24 @@ impl GpuSet {
     }
 }
 
-/// Multiply-adds one CPU thread is taken to do per second in the distance loops: a low estimate
-/// over the CPU paths (wide rows go faster, narrow ones slower), so that doubt favours the GPU.
-const CPU_MADDS_PER_THREAD: f64 = 5e9;
+/// Multiply-adds one CPU thread does per second in the distance loops, as [`pair_work`] counts
+/// them: seed 000's fit (63,504 × 75, k = 80) took 0.36 s on 16 threads of the H200 host
+/// (2026-11-27), 4.3 × 10^10 of them.
+const CPU_MADDS_PER_THREAD: f64 = 7.5e9;
 
 /// Threads past which the estimate stops scaling: on the 64-core host the seeds' fits were no
-/// faster on 64 threads than on 16 (quantise 0.88 s against 0.73 s, 2026-11-26).
+/// faster on 64 threads than on 16 (quantise 1.14 s against 0.69 s, 2026-11-27).
 const CPU_SCALING_THREADS: usize = 16;
 
-/// The work of `pairs` distances in `d` dimensions: multiply-adds, a pair's comparison and
-/// bookkeeping counted as 8.
+/// Dimensions below which a pair costs the CPU no less: its loops run whole SIMD registers and a
+/// comparison per pair (10^6 × 9, k = 16 took 0.69 s on 16 threads, 4 × the work its 9
+/// dimensions alone would count).
+const CPU_MIN_PAIR_DIMS: usize = 32;
+
+/// The work of `pairs` distances in `d` dimensions: multiply-adds (at least
+/// [`CPU_MIN_PAIR_DIMS`]), a pair's comparison and bookkeeping counted as 8.
 fn pair_work(pairs: f64, d: usize) -> f64 {
-    pairs * (d as f64 + 8.0)
+    pairs * (d.max(CPU_MIN_PAIR_DIMS) as f64 + 8.0)
 }
 
 /// Whether `threads` CPU threads would finish `work` ([`pair_work`]) before a GPU could start
@@ -251,6 +257,13 @@ mod tests {
         assert!(!cpu_finishes_first(seed_004 * 3.0, 64, 0.2));
         // A start that costs more (four GPUs started) leaves more to the CPU.
         assert!(cpu_finishes_first(seed_004 * 3.0, 16, 1.0));
+        // The seeds' fits (100 iterations + 3 passes assumed), against the 4 × H200 host's start
+        // of one GPU (~0.45 s with the exit, measured 2026-11-27): seed 000's patches on the CPU
+        // (0.37 s there against 0.50 on the GPU), the colour and pixel fits on the GPU.
+        let fit = |n: f64, k: f64, d| pair_work(n * k * 103.0, d);
+        assert!(cpu_finishes_first(fit(63_504.0, 80.0, 75), 64, 0.45));
+        assert!(!cpu_finishes_first(fit(1e6, 16.0, 9), 64, 0.45));
+        assert!(!cpu_finishes_first(fit(262_144.0, 255.0, 3), 64, 0.45));
         for device in [Device::Cpu, Device::Cuda(1), Device::Gpus(GpuSet::ALL)] {
             assert_eq!(device.for_pairs(1.0, 1), device);
             assert_eq!(device.for_pairs(1e18, 1), device);

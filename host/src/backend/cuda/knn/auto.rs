@@ -37,8 +37,10 @@ pub(super) const SAMPLE_ROWS: usize = 512;
 const TIMED_ROUNDS: usize = 5;
 /// Paths whose warm-up took over this many times the fastest are not timed again.
 const WARM_UP_CUTOFF: f64 = 2.0;
-/// Paths whose minimum is within this share of the fastest are tied.
-const TIE: f64 = 0.03;
+/// Paths whose minimum is within this share of the fastest are tied: S512's radix and bitonic
+/// selections lie 2–5 % apart, and with 3 % the choice still flipped in 2 of 10 fresh processes
+/// on the 4 × H200 host (2026-11-27); a tie costs at most this share.
+const TIE: f64 = 0.10;
 /// FP32 lanes per multiprocessor that the cost model assumes: the most of any architecture
 /// (Ampere's GA10x, Ada, Hopper), so that its bound stays below the real time everywhere.
 const FP32_LANES: f64 = 128.0;
@@ -413,10 +415,10 @@ mod tests {
             timing(Radix, false, None),
         ];
         assert_eq!(choose(&t), Some(2));
-        // Radix within 3 % of k-min: radix, first in the order, is taken.
-        t[0].min_ms = Some(0.092);
+        // Radix within 10 % of k-min: radix, first in the order, is taken.
+        t[0].min_ms = Some(0.098);
         assert_eq!(choose(&t), Some(0));
-        t[0].min_ms = Some(0.0935);
+        t[0].min_ms = Some(0.1);
         assert_eq!(choose(&t), Some(2));
         assert_eq!(choose(&[timing(Radix, true, None)]), None);
     }
