@@ -181,19 +181,7 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin, Ba
         if isinstance(self.init, str):
             runs = 10 if self.init == "random" else 1
             return self.init, None, runs if self.n_init == "auto" else self.n_init
-        init = self.init
-        if callable(init):
-            init = init(X, self.n_clusters, check_random_state(self.random_state))
-        centroids = check_array(init, dtype=np.float32, order="C", copy=True)
-        _check_init_shape(centroids, self.n_clusters, n_features)
-        if self.n_init not in ("auto", 1) and not callable(self.init):
-            warnings.warn(
-                "Explicit initial center position passed: performing only one init in "
-                f"{type(self).__name__} instead of n_init={self.n_init}.",
-                RuntimeWarning,
-                stacklevel=3,
-            )
-        return "centroids", centroids, 1
+        return "centroids", _explicit_centroids(self, X, n_features, stacklevel=4), 1
 
     def _centers(self):
         check_is_fitted(self)
@@ -236,6 +224,25 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin, Ba
         # float32 arithmetic, outputs in the input's float dtype.
         tags.transformer_tags.preserves_dtype = ["float64", "float32"]
         return tags
+
+
+def _explicit_centroids(estimator, X, n_features, stacklevel):
+    """The initial centroids that ``estimator.init`` gives (an array, or a callable called as
+    scikit-learn calls it, init(X, n_clusters, random_state)), checked as scikit-learn checks
+    them; warns, as scikit-learn, that an explicit array runs once whatever ``n_init`` says."""
+    init = estimator.init
+    if callable(init):
+        init = init(X, estimator.n_clusters, check_random_state(estimator.random_state))
+    centroids = check_array(init, dtype=np.float32, order="C", copy=True)
+    _check_init_shape(centroids, estimator.n_clusters, n_features)
+    if estimator.n_init not in ("auto", 1) and not callable(estimator.init):
+        warnings.warn(
+            "Explicit initial center position passed: performing only one init in "
+            f"{type(estimator).__name__} instead of n_init={estimator.n_init}.",
+            RuntimeWarning,
+            stacklevel=stacklevel,
+        )
+    return centroids
 
 
 def _check_init_shape(centroids, n_clusters, n_features):

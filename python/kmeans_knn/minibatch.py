@@ -3,12 +3,11 @@
 import warnings
 
 import numpy as np
-from sklearn.utils import check_array, check_random_state
 
 from . import _engine
 from ._validation import engine_data, engine_seed
 from ._kneighbors import output_dtype
-from .cluster import KMeans, _check_init_shape
+from .cluster import KMeans, _explicit_centroids
 
 
 class MiniBatchKMeans(KMeans):
@@ -156,19 +155,7 @@ class MiniBatchKMeans(KMeans):
         the engine's "auto"); a callable init is called as init(X, n_clusters, random_state)."""
         if isinstance(self.init, str):
             return self.init, None, None if self.n_init == "auto" else self.n_init
-        init = self.init
-        if callable(init):
-            init = init(X, self.n_clusters, check_random_state(self.random_state))
-        centroids = check_array(init, dtype=np.float32, order="C", copy=True)
-        _check_init_shape(centroids, self.n_clusters, n_features)
-        if self.n_init not in ("auto", 1) and not callable(self.init):
-            warnings.warn(
-                "Explicit initial center position passed: performing only one init in "
-                f"{type(self).__name__} instead of n_init={self.n_init}.",
-                RuntimeWarning,
-                stacklevel=4,
-            )
-        return "centroids", centroids, None
+        return "centroids", _explicit_centroids(self, X, n_features, stacklevel=5), None
 
     def _keep(self, fitted, dtype):
         """Stores what the engine returned: the state (centroids in `dtype`), then labels,
