@@ -54,6 +54,7 @@ pub mod matrix;
 mod sample_weight;
 pub mod threads;
 pub mod user_cache;
+mod warm;
 
 pub use backend::cpu::{SIMD_ENV as CPU_SIMD_VAR, SimdLevel};
 pub use backend::cuda::GpuInfo;
@@ -78,6 +79,7 @@ pub use knn::{
 };
 pub use matrix::MatrixView;
 pub use threads::{set_global_threads, with_threads};
+pub use warm::warm_up;
 
 /// What the driver reports about GPU `ordinal`, or why it is not usable. Makes no CUDA context:
 /// before the GPU has started in this process, `kernels` is the image it will load.

@@ -113,7 +113,11 @@ class NearestNeighbors(RadiusSearchMixin, _NeighboursBase, BaseEstimator):
         return self
 
     def _build_engine_model(self):
-        return _engine.Index(self._fit_X, self._engine_metric, self.device, self.memory_budget)
+        index = _engine.Index(self._fit_X, self._engine_metric, self.device, self.memory_budget)
+        # The GPU's buffers and Auto's choice for n_neighbors, made now rather than by the
+        # first kneighbors.
+        index.prepare(self.n_neighbors)
+        return index
 
 
 class KNeighborsClassifier(_NeighboursBase, MultiOutputMixin, ClassifierMixin, BaseEstimator):

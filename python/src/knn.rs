@@ -29,6 +29,10 @@ fn neighbour_options(
     Ok((weights, parse_metric(metric)?, parse_device(device)?))
 }
 
+/// Queries a fit prepares the GPU for ([`KnnIndex::prepare`]): the first search of up to this
+/// many rows then costs what later ones do; larger ones grow the buffers once.
+const PREPARED_QUERIES: usize = 4096;
+
 /// What a search returns: distances and training row indices, queries × k.
 type Neighbours<'py> = (Bound<'py, PyArray2<f32>>, Bound<'py, PyArray2<u32>>);
 
@@ -62,6 +66,16 @@ impl Index {
             KnnIndex::with_memory_budget(&train, metric, device, memory_budget)
         })?;
         Ok(Index { index })
+    }
+
+    /// Makes ahead on the GPU what the first search for `k` neighbours needs (`Auto`'s choice,
+    /// the buffers), so that it costs what later ones do; nothing on the CPU, or for a `k` the
+    /// index cannot answer (the search says why).
+    fn prepare(&self, py: Python<'_>, k: usize) -> PyResult<()> {
+        if k == 0 || k > self.index.len() {
+            return Ok(());
+        }
+        engine(py, || self.index.prepare(PREPARED_QUERIES, k))
     }
 
     /// The `k` nearest training rows of every query: (distances, indices), nearest first; on
@@ -143,7 +157,10 @@ impl Classifier {
         let labels = labels.as_slice()?;
         let classifier = engine(py, || {
             let index = KnnIndex::with_memory_budget(&train, metric, device, memory_budget)?;
-            Ok(KnnClassifier::from_index(index, labels, k, weights)?.with_tie_break(tie_break))
+            let classifier =
+                KnnClassifier::from_index(index, labels, k, weights)?.with_tie_break(tie_break);
+            classifier.prepare(PREPARED_QUERIES, false)?;
+            Ok(classifier)
         })?;
         Ok(Classifier { classifier })
     }
@@ -211,7 +228,9 @@ impl Regressor {
         let (train, targets) = (matrix(&train)?, matrix(&targets)?);
         let regressor = engine(py, || {
             let index = KnnIndex::with_memory_budget(&train, metric, device, memory_budget)?;
-            KnnRegressor::from_index(index, &targets, k, weights)
+            let regressor = KnnRegressor::from_index(index, &targets, k, weights)?;
+            regressor.prepare(PREPARED_QUERIES)?;
+            Ok(regressor)
         })?;
         Ok(Regressor { regressor })
     }

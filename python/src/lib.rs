@@ -43,15 +43,16 @@ fn describe_device(py: Python<'_>, device: &str) -> PyResult<String> {
     engine(py, || device.describe())
 }
 
-/// Starts `device` now (for a GPU: the driver, its context and the kernels, about 0.25 s with
-/// one GPU visible), so that a server's first fit or search does not pay for it; returns what
-/// it started, as `describe_device`. The driver starts every GPU the process sees: set
-/// `CUDA_VISIBLE_DEVICES` before importing to let it start only those you use.
+/// Starts `device` now (for a GPU: the driver, its context and the kernels, about 0.3 s with
+/// one GPU visible, and a tiny fit and search that take on the first calls' one-time costs), so
+/// that a server's first fit or search costs what later ones do; returns what it started, as
+/// `describe_device`. The driver starts every GPU the process sees: set `CUDA_VISIBLE_DEVICES`
+/// before importing to let it start only those you use.
 #[pyfunction]
 #[pyo3(signature = (device = "auto"))]
 fn warmup(py: Python<'_>, device: &str) -> PyResult<String> {
     let device = parse_device(device)?;
-    engine(py, || device.resolve()?.describe())
+    engine(py, || kmeans_knn::warm_up(device))
 }
 
 /// Runs `f` with the GIL released, records its duration, and maps its error.

@@ -45,12 +45,20 @@ fn driver(v: i32) -> String {
 }
 
 pub fn run(a: Args, _ui: Ui) -> Result<(), CliError> {
+    // Loading NCCL (~40 ms) overlaps asking NVML or the driver about the GPU.
+    let nccl = std::thread::spawn(|| match crate::Nccl::shared() {
+        Ok(n) => Ok((
+            n.path.display().to_string(),
+            crate::Nccl::version_text(n.version),
+        )),
+        Err(e) => Err(e.to_string()),
+    });
     let ordinal = match a.device {
         Device::Cuda(n) => n,
         _ => 0,
     };
-    // What the driver tells without a context (a context costs ~0.1 s to make and as much to
-    // tear down); free memory only where this process has already started the GPU.
+    // What NVML (or, where it cannot say, the driver) tells without starting a context; free
+    // memory only where this process has already started the GPU.
     let gpu = crate::gpu_info(ordinal);
     let memory = CudaBackend::is_started(ordinal)
         .then(|| crate::gpu_memory(ordinal))
@@ -62,28 +70,25 @@ pub fn run(a: Args, _ui: Ui) -> Result<(), CliError> {
         (set @ Device::Gpus(_), _) => set.resolve().map_err(|e| e.to_string()),
     };
     let threads = rayon::current_num_threads();
-    let nccl = match crate::Nccl::shared() {
-        Ok(n) => Ok((
-            n.path.display().to_string(),
-            crate::Nccl::version_text(n.version),
-        )),
-        Err(e) => Err(e.to_string()),
-    };
+    let nccl = nccl
+        .join()
+        .unwrap_or_else(|_| Err("loading NCCL failed".to_string()));
     let simd = crate::SimdLevel::active();
     let simd_text = match &simd {
         Ok(l) => l.name().to_string(),
         Err(e) => format!("none ({e})"),
     };
-    let started = crate::gpu_count();
+    // What the driver starts (or has started) in this process, asked without starting it.
+    let started = crate::backend::cuda::visible_gpu_count();
     let host = crate::backend::cuda::driver::host_gpus();
     let narrowed = super::narrowed();
     let gpus_text = match (host, narrowed) {
         (None, _) => "none (no NVIDIA driver files)".to_string(),
         (Some(host), Some((value, asked))) => format!(
-            "the driver started {started} of {host} ({}={value}, set for --device {asked})",
+            "the driver starts {started} of {host} ({}={value}, set for --device {asked})",
             visible::VISIBLE_VAR
         ),
-        (Some(host), None) => format!("the driver started {started} of {host}"),
+        (Some(host), None) => format!("the driver starts {started} of {host}"),
     };
     let chosen = match (&backend, &gpu) {
         (Ok(Device::Cuda(_)), Ok(g)) => describe_gpu(g),

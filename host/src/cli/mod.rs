@@ -193,7 +193,11 @@ pub fn run(mut cli: Cli) -> Result<(), CliError> {
     if let Some(threads) = cli.threads {
         crate::set_global_threads(threads)?;
     }
-    let start = start_named_gpus(*cli.command.device_mut());
+    // `info` tells what it can without starting the driver.
+    let start = match cli.command {
+        Command::Info(_) => None,
+        _ => start_named_gpus(*cli.command.device_mut()),
+    };
     let result = run_command(cli.command, ui);
     // Joined so that the process never exits while the driver is starting on another thread.
     if let Some(start) = start {

@@ -11,6 +11,7 @@ mod knn;
 mod launch;
 mod minibatch;
 pub mod nccl;
+mod nvml;
 mod staging;
 pub mod start_cost;
 
@@ -121,15 +122,20 @@ pub(crate) fn device_count() -> usize {
     CudaContext::device_count().map_or(0, |count| count.max(0) as usize)
 }
 
-/// What the driver tells of GPU `ordinal` without a context (which costs ~0.1 s to make and
-/// about as much to tear down at exit): the backend's own description once it is up, else the
-/// device's properties and the kernel image it would load ([`image::expected`]).
+/// GPU `ordinal`'s facts without starting the driver where that can be done: the backend's own
+/// description once it is up, else NVML's answer (~20 ms) where its numbering is certainly
+/// CUDA's, else the driver's (`cuInit`, ~0.2 s, but no context, which would cost ~0.1 s more to
+/// make and as much to tear down at exit); with the kernel image it would load
+/// ([`image::expected`]).
 pub(crate) fn gpu_info(ordinal: usize) -> Result<GpuInfo> {
     if let Some(gpu) = CudaBackend::started().get(&ordinal) {
         return Ok(gpu.info.clone());
     }
     use cudarc::driver::result::device;
     let driver_version = driver::check()?;
+    if let Some(info) = nvml_info(ordinal, driver_version) {
+        return Ok(info);
+    }
     let count = CudaContext::device_count().map_err(no_device)?;
     if ordinal >= count.max(0) as usize {
         return Err(Error::NoGpu(format!(
@@ -158,9 +164,45 @@ pub(crate) fn gpu_info(ordinal: usize) -> Result<GpuInfo> {
     })
 }
 
+/// NVML's GPUs and, for each CUDA ordinal of this process, its index among them, where that
+/// mapping is certain ([`nvml::cuda_to_nvml`]).
+fn nvml_in_cuda_order() -> Option<(&'static [nvml::NvmlGpu], Vec<usize>)> {
+    let gpus = nvml::gpus()?;
+    let visible = std::env::var(crate::device::visible::VISIBLE_VAR).ok();
+    let pci_order = std::env::var("CUDA_DEVICE_ORDER").is_ok_and(|o| o == "PCI_BUS_ID");
+    let order = nvml::cuda_to_nvml(gpus, visible.as_deref(), pci_order)?;
+    Some((gpus, order))
+}
+
+/// GPU `ordinal`'s facts from NVML, when it maps CUDA's numbering for certain and knows them all.
+fn nvml_info(ordinal: usize, driver_version: i32) -> Option<GpuInfo> {
+    let (gpus, order) = nvml_in_cuda_order()?;
+    let gpu = &gpus[*order.get(ordinal)?];
+    let (major, minor) = gpu.compute_capability;
+    Some(GpuInfo {
+        ordinal,
+        name: gpu.name.clone(),
+        compute_capability: (major, minor),
+        total_memory: gpu.total_memory,
+        multiprocessors: nvml::multiprocessors(gpu.cores?, (major, minor))?,
+        max_shared_per_block: nvml::max_shared_per_block((major, minor))?,
+        driver_version,
+        kernels: image::expected(major, minor),
+    })
+}
+
+/// The GPUs the driver sees or will see in this process: its own count once it has started,
+/// else NVML's where its numbering maps for certain, else the driver's (which starts it).
+pub(crate) fn visible_gpu_count() -> usize {
+    if !CudaBackend::started().is_empty() || driver::check().is_err() {
+        return device_count();
+    }
+    nvml_in_cuda_order().map_or_else(device_count, |(_, order)| order.len())
+}
+
 /// `cuda:0 (NVIDIA H100 80GB HBM3; the driver started 1 of 4 GPUs)`.
 pub(crate) fn describe_gpu(info: &GpuInfo) -> String {
-    let started = device_count();
+    let started = visible_gpu_count();
     let of = driver::host_gpus().filter(|&host| host > started);
     let of = of.map_or(String::new(), |host| format!(" of {host}"));
     let gpus = if started == 1 { "GPU" } else { "GPUs" };
