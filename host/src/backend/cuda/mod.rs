@@ -11,6 +11,7 @@ mod knn;
 mod launch;
 mod minibatch;
 pub mod nccl;
+mod slot;
 mod staging;
 pub mod start_cost;
 
