@@ -411,9 +411,25 @@ fn gpu_set_rows(
             gib(&peak1),
             gib(&peaks)
         );
+        // Each GPU's peak against its bound: its share of one GPU's, plus the fixed overhead
+        // of docs/SCALE.md.
+        let ordinals = gpus.ordinals()?;
+        let overhead = kmeans_knn::bench::knn_part_overhead_bytes(case.m, case.d, case.k);
+        let bounds: Vec<Option<usize>> = (0..ordinals.len())
+            .map(|i| {
+                let rows = (i + 1) * case.n / ordinals.len() - i * case.n / ordinals.len();
+                peak1[0].map(|p| p * rows / case.n + overhead)
+            })
+            .collect();
+        let within = (peaks.iter().zip(&bounds))
+            .all(|(p, b)| matches!((p, b), (Some(p), Some(b)) if p <= b));
+        println!(
+            "      peak bound (share of one GPU's + {:.2} GiB overhead): {} GiB; within: {within}",
+            overhead as f64 / (1u64 << 30) as f64,
+            gib(&bounds)
+        );
         // Each GPU's part searched alone: what the set's search would take if the parts ran
         // side by side without slowing each other.
-        let ordinals = gpus.ordinals()?;
         let parts = (ordinals.iter().enumerate())
             .map(|(i, &o)| {
                 let rows = i * case.n / ordinals.len()..(i + 1) * case.n / ordinals.len();
@@ -431,7 +447,7 @@ fn gpu_set_rows(
             let row = serde_json::json!({"case": case.name, "gpus": set.to_string(),
                 "search_ms_one": t1, "search_ms_set": ts, "identical": i1 == is,
                 "part_alone_ms": parts, "parts_at_once_ms": side_by_side,
-                "peak_bytes_one": peak1, "peak_bytes_set": peaks});
+                "peak_bytes_one": peak1, "peak_bytes_set": peaks, "peak_bound_bytes": bounds});
             writeln!(f, "{row}")?;
         }
     }

@@ -227,9 +227,10 @@ pub(crate) fn footprint(
 impl Drop for CudaLloyd<'_> {
     fn drop(&mut self) {
         self.gpu.bind_for_drop();
-        // Prefetched rows are freed on the copy stream, which does not wait for the kernels that
-        // read them (`release_rows` waits; a fit that stops on an error may not have).
-        if self.x.is_some() {
+        // Prefetched rows and labels are freed on the copy stream, which does not wait for the
+        // kernels that read them (`release_rows` waits; a fit that stops on an error may not
+        // have).
+        if self.x.is_some() || !self.parked {
             self.gpu.finish_queued_for_drop();
         }
     }
@@ -356,7 +357,7 @@ impl<'a> CudaLloyd<'a> {
         let gpu = self.gpu;
         self.labels.park(gpu, true, "labels")?;
         self.min_dist.park(gpu, true, "distances")?;
-        self.block_inertia.park(gpu, true, "inertia partials")?;
+        self.block_inertia.park(gpu, false, "inertia partials")?;
         self.centroids.park(gpu, true, "centroids")?;
         self.next.park(gpu, true, "centroids")?;
         self.sizes.park(gpu, true, "cluster sizes")?;
@@ -385,13 +386,18 @@ impl<'a> CudaLloyd<'a> {
     }
 
     /// Puts back on the device what [`CudaLloyd::park`] freed; the points' norms are computed
-    /// again once the rows are there ([`CudaLloyd::load_rows`]), and the distances stay in host
-    /// memory until a kernel writes them ([`CudaLloyd::distances_for`]).
+    /// again once the rows are there ([`CudaLloyd::load_rows`]), the distances stay in host
+    /// memory until a kernel writes them ([`CudaLloyd::distances_for`]), and the seeding state
+    /// until seeding goes on ([`CudaLloyd::seeder_back`]): the steps after seeding never move it.
     fn unpark(&mut self) -> Result<()> {
         if !self.parked {
             return Ok(());
         }
         let gpu = self.gpu;
+        // What went up beside (the rows, the labels) is there before anything uses it.
+        if let Some(uploaded) = self.rows_ready.take() {
+            gpu.wait_for(&uploaded)?;
+        }
         self.labels.restore(gpu, "labels")?;
         self.block_inertia.restore(gpu, "inertia partials")?;
         self.centroids.restore(gpu, "centroids")?;
@@ -414,9 +420,6 @@ impl<'a> CudaLloyd<'a> {
         if let Some(small) = self.small.as_mut() {
             small.sums.restore(gpu, "cluster sums")?;
             small.counts.restore(gpu, "cluster counts")?;
-        }
-        if let Some(parked) = self.parked_seeder.take() {
-            self.seeder = Some(parked.restore(gpu)?);
         }
         self.parked = false;
         Ok(())
@@ -786,9 +789,18 @@ fn by_dimension_cols(k: usize) -> usize {
 }
 
 impl CudaLloyd<'_> {
+    /// Puts the seeding state parked with the batch back on the device.
+    fn seeder_back(&mut self) -> Result<()> {
+        if let Some(parked) = self.parked_seeder.take() {
+            self.seeder = Some(parked.restore(self.gpu)?);
+        }
+        Ok(())
+    }
+
     /// The resident rows and the seeding buffers (made on first use).
     fn seeding(&mut self) -> Result<(Rows<'_>, &mut CudaSeeder)> {
         self.load_rows()?;
+        self.seeder_back()?;
         let rows = Rows {
             gpu: self.gpu,
             x: on_device(&self.x)?,
@@ -813,6 +825,7 @@ impl CudaLloyd<'_> {
         let count = points.len() / d;
         debug_assert!(at + count <= self.scratch);
         self.load_rows()?;
+        self.seeder_back()?;
         let what = "seeding points";
         self.gpu
             .write_at(points, on_device_mut(&mut self.x)?, (n + at) * d, what)?;
@@ -825,7 +838,8 @@ impl CudaLloyd<'_> {
     /// Moves the accepted trial of the last step, when it is a staged point, to the last
     /// scratch row, out of the way of the next trials (staged from the first).
     fn park_pending(&mut self) -> Result<()> {
-        self.unpark()?;
+        self.load_rows()?;
+        self.seeder_back()?;
         let (n, d, last) = (self.n, self.d, self.n + self.scratch - 1);
         let t = match self.seeder.as_mut().and_then(CudaSeeder::pending_row_mut) {
             Some(row) if *row as usize >= n && *row as usize != last => {
@@ -1140,11 +1154,16 @@ impl Lloyd for CudaLloyd<'_> {
     }
 
     fn prefetch_rows(&mut self) -> Result<()> {
+        // A parked batch's labels go up with its rows: every pass over the rows reads them.
+        let labels = self.labels.host().is_some();
+        self.labels.restore_beside(self.gpu, "labels")?;
         if self.x.is_none() {
             let (x, uploaded) =
                 self.gpu
                     .upload_beside(self.host, &self.scratch_rows, "the data")?;
             (self.x, self.rows_ready) = (Some(x), Some(uploaded));
+        } else if labels {
+            self.rows_ready = Some(self.gpu.copies_done("labels")?);
         }
         Ok(())
     }

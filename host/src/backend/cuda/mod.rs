@@ -7,7 +7,7 @@ pub mod faults;
 pub mod image;
 mod init;
 mod kmeans;
-mod knn;
+pub(crate) mod knn;
 mod launch;
 mod minibatch;
 pub mod nccl;

@@ -2,7 +2,7 @@
 //! its values go to host memory when later turns read them, else only its length is kept and the
 //! buffer comes back as zeros. Between turns a batch then holds no device memory at all.
 
-use super::CudaBackend;
+use super::{CudaBackend, alloc_error};
 use crate::error::{Error, Result};
 use cudarc::driver::{CudaSlice, DeviceRepr, ValidAsZeroBits};
 
@@ -59,6 +59,18 @@ impl<T: DeviceRepr + ValidAsZeroBits + Clone> Slot<T> {
             Slot::Freed(len) => gpu.zeros(*len, what)?,
         };
         *self = Slot::Device(buf);
+        Ok(())
+    }
+
+    /// [`Slot::restore`] of kept values on the copy stream, beside the compute stream's work
+    /// (order what reads them after it with [`CudaBackend::copies_done`]). The buffer is freed on
+    /// the copy stream: park it only once the work that read it is done (a download waits).
+    pub(crate) fn restore_beside(&mut self, gpu: &CudaBackend, what: &str) -> Result<()> {
+        if let Slot::Host(values) = self {
+            let buf = (gpu.copy_stream()?.clone_htod(values))
+                .map_err(|e| alloc_error(what, std::mem::size_of_val(values.as_slice()), e))?;
+            *self = Slot::Device(buf);
+        }
         Ok(())
     }
 }
