@@ -1,6 +1,7 @@
-//! A device buffer that a streamed batch frees between its turns ([`crate::backend::Lloyd::release_rows`]):
-//! its values go to host memory when later turns read them, else only its length is kept and the
-//! buffer comes back as zeros. Between turns a batch then holds no device memory at all.
+//! A device buffer that a streamed batch frees between its turns
+//! ([`crate::backend::Lloyd::release_rows`]): its values go to host memory when later turns read
+//! them, else only its length is kept and the buffer comes back as zeros. Between turns a batch
+//! then holds no device memory at all.
 
 use super::{CudaBackend, alloc_error};
 use crate::error::{Error, Result};
