@@ -206,9 +206,10 @@ pub(crate) fn footprint(
     // The small path's sums, and the update's: a set per block when they fit in shared memory
     // (at most two blocks a multiprocessor, whatever the rows).
     let sum_sets = 1 + update_parts(gpu, usize::MAX / 2, false, sums_fit_shared(k, d));
-    // Labels, distances, norms and sample weights; seeding norms, distances, nearest seeds and
-    // samples; the per-block partials (inertia, seeding sums) take under a byte per row: 4 more.
-    let per_row = 8 * 4 + 4;
+    // Distances, norms and sample weights; seeding norms, distances, nearest seeds and samples;
+    // the per-block partials (inertia, seeding sums) take under a byte per row: 4 more. The
+    // labels go up with the rows (`rows`).
+    let per_row = 7 * 4 + 4;
     // Centroids, next and by dimension (padded); norms, sizes and counts; the shift's parts; a
     // margin for the small buffers.
     let per_fit = 2 * kd * f32s
@@ -218,7 +219,7 @@ pub(crate) fn footprint(
         + shift_parts_grid(kd) * size_of::<f64>()
         + (64 << 10);
     Footprint {
-        rows: (n + scratch) * d * f32s,
+        rows: (n + scratch) * d * f32s + n * size_of::<u32>(),
         per_row: n * per_row,
         per_fit,
     }
@@ -349,11 +350,10 @@ impl<'a> CudaLloyd<'a> {
     /// scales and the seeding state. The rest comes back as zeros, which is what the next use
     /// expects of it: the sums and counters are zero between requests, the centroids' norms and
     /// by-dimension copy are made from the centroids by every assignment, the points' norms
-    /// and units are made again. Waits for the work queued before.
+    /// and units are made again. Waits for the work queued before. Parking a parked batch
+    /// parks what went up since (labels fetched with the rows for a request that did not read
+    /// them).
     fn park(&mut self) -> Result<()> {
-        if self.parked {
-            return Ok(());
-        }
         let gpu = self.gpu;
         self.labels.park(gpu, true, "labels")?;
         self.min_dist.park(gpu, true, "distances")?;
@@ -405,8 +405,10 @@ impl<'a> CudaLloyd<'a> {
         self.sizes.restore(gpu, "cluster sizes")?;
         self.scales.restore(gpu, "fixed-point scales")?;
         self.inv_scales.restore(gpu, "fixed-point scales")?;
-        if let Some(w) = self.host_weights {
-            self.weights = Some(Slot::Device(gpu.upload(w, "sample weights")?));
+        if let (Some(slot @ Slot::Freed(_)), Some(units)) =
+            (self.weights.as_mut(), self.host_weights)
+        {
+            *slot = Slot::Device(gpu.upload(units, "sample weights")?);
         }
         let norms_len = if self.small.is_some() { 0 } else { self.n };
         self.x_sq_norms = Slot::Device(point_norms_buffer(gpu, norms_len, self.spherical)?);
@@ -1134,6 +1136,10 @@ impl Lloyd for CudaLloyd<'_> {
     }
 
     fn labels(&self) -> Result<Vec<u32>> {
+        // Labels fetched with the rows are read after their copy.
+        if let Some(uploaded) = &self.rows_ready {
+            self.gpu.wait_for(uploaded)?;
+        }
         match self.labels.host() {
             Some(kept) => Ok(kept[..self.n].to_vec()),
             None => self.gpu.download(self.labels.dev()?, self.n, "labels"),
@@ -1154,25 +1160,35 @@ impl Lloyd for CudaLloyd<'_> {
     }
 
     fn prefetch_rows(&mut self) -> Result<()> {
-        // A parked batch's labels go up with its rows: every pass over the rows reads them.
-        let labels = self.labels.host().is_some();
+        // A parked batch's labels and units go up with its rows: every pass over the rows reads
+        // them.
+        let freed_units = matches!(self.weights, Some(Slot::Freed(_)));
+        let state = self.labels.host().is_some() || freed_units;
         self.labels.restore_beside(self.gpu, "labels")?;
+        if let (Some(slot), Some(units)) = (self.weights.as_mut(), self.host_weights) {
+            slot.refill_beside(self.gpu, units, "sample weights")?;
+        }
         if self.x.is_none() {
             let (x, uploaded) =
                 self.gpu
                     .upload_beside(self.host, &self.scratch_rows, "the data")?;
             (self.x, self.rows_ready) = (Some(x), Some(uploaded));
-        } else if labels {
+        } else if state {
             self.rows_ready = Some(self.gpu.copies_done("labels")?);
         }
         Ok(())
     }
 
     fn release_rows(&mut self) -> Result<()> {
+        // Rows and labels fetched but never used: the labels are read back below, after the copy.
+        let unused = self.rows_ready.take();
+        if let Some(uploaded) = &unused {
+            self.gpu.wait_for(uploaded)?;
+        }
         if let Some(x) = self.x.take() {
             // Rows fetched but never used still hold the scratch rows as they were uploaded;
             // their memory is freed on the copy stream, after the copy.
-            if self.rows_ready.take().is_none() {
+            if unused.is_none() {
                 let scratch = self.n * self.d..(self.n + self.scratch) * self.d;
                 // Also waits for every kernel that read the rows, before their memory is freed.
                 self.scratch_rows = self.gpu.download_range(&x, scratch, "seeding points")?;

@@ -63,6 +63,21 @@ impl<T: DeviceRepr + ValidAsZeroBits + Clone> Slot<T> {
         Ok(())
     }
 
+    /// [`Slot::restore_beside`] of a freed slot from `values` (which the host holds anyway).
+    pub(crate) fn refill_beside(
+        &mut self,
+        gpu: &CudaBackend,
+        values: &[T],
+        what: &str,
+    ) -> Result<()> {
+        if let Slot::Freed(_) = self {
+            let buf = (gpu.copy_stream()?.clone_htod(values))
+                .map_err(|e| alloc_error(what, std::mem::size_of_val(values), e))?;
+            *self = Slot::Device(buf);
+        }
+        Ok(())
+    }
+
     /// [`Slot::restore`] of kept values on the copy stream, beside the compute stream's work
     /// (order what reads them after it with [`CudaBackend::copies_done`]). The buffer is freed on
     /// the copy stream: park it only once the work that read it is done (a download waits).
