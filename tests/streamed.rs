@@ -212,7 +212,7 @@ fn narrow_rows_stream_under_a_budget_smaller_than_the_rows() {
         let rows_bytes = n * d * 4;
         for init in [Init::KMeansPlusPlus, Init::KMeansParallel] {
             let params = KMeans::params(8).seed(5).max_iter(10).init(init.clone());
-            let budget = (rows_bytes / 2).max(1 << 20);
+            let budget = rows_bytes / 2;
             let case = format!("d={d}, {init:?}, budget {budget} < rows {rows_bytes}");
             let count = streamed_equals_resident_and_cpu(&case, &view, &params, gpu, budget);
             // n is prime: the last batch is shorter than the others.
@@ -236,21 +236,29 @@ fn a_budget_of_a_few_rows_a_batch_fits_and_does_not_grow_with_n() {
         let cpu = params.clone().device(Device::Cpu).fit(&view).unwrap();
         streamed.inspect(|s| assert_same_fit(&format!("n = {n}, budget {budget}"), &cpu, s))
     };
-    // The least budget for 2000 rows of 3 columns, to 1 KiB.
-    let (mut refused, mut fits) = (1024, 4 << 20);
-    assert!(fit(2000, refused).is_err() && fit(2000, fits).is_ok());
-    while fits - refused > 1024 {
+    // The least budget for 600 rows of 3 columns, to 64 bytes (a row and its state take more).
+    let refused_for_budget = |r: Result<KMeansModel, Error>| match r {
+        Ok(_) => false,
+        Err(Error::InvalidParameter {
+            name: "memory budget",
+            ..
+        }) => true,
+        Err(e) => panic!("{e}"),
+    };
+    let (mut refused, mut fits) = (1024, 1 << 20);
+    assert!(refused_for_budget(fit(600, refused)) && !refused_for_budget(fit(600, fits)));
+    while fits - refused > 64 {
         let mid = (refused + fits) / 2;
-        match fit(2000, mid) {
-            Ok(_) => fits = mid,
-            Err(_) => refused = mid,
+        match refused_for_budget(fit(600, mid)) {
+            true => refused = mid,
+            false => fits = mid,
         }
     }
-    let count = batches(&fit(2000, fits).unwrap());
-    assert!(count >= 100, "{count} batches of 2000 rows at {fits} bytes");
-    // Three times the rows fit the same budget, with a KiB to spare for rounding.
-    let more = fit(6000, fits + 1024).unwrap();
-    assert!(batches(&more) >= 3 * count / 2, "{}", more.device);
+    let count = batches(&fit(600, fits).unwrap());
+    assert!(count >= 100, "{count} batches of 600 rows at {fits} bytes");
+    // Three times the rows fit the same least budget: a row a batch needs the same whatever n.
+    let more = fit(1800, fits).unwrap();
+    assert!(batches(&more) >= count, "{}", more.device);
 }
 
 /// A budget below what even the centroids and sums need is refused, saying so.
