@@ -173,3 +173,108 @@ fn sanitize_streamed_seeding_and_steps() {
         assert_same_fit("sanitize", &cpu, &fit);
     }
 }
+
+/// Fits `params` on the CPU, resident on `gpu` and on `gpu` within `budget` bytes; asserts the
+/// three equal bit for bit and returns the batches the budgeted fit streamed in.
+fn streamed_equals_resident_and_cpu(
+    case: &str,
+    view: &MatrixView<'_>,
+    params: &KMeansParams,
+    gpu: Device,
+    budget: usize,
+) -> usize {
+    let cpu = params.clone().device(Device::Cpu).fit(view).unwrap();
+    let resident = params.clone().device(gpu).fit(view).unwrap();
+    let streamed = params
+        .clone()
+        .device(gpu)
+        .memory_budget(budget)
+        .fit(view)
+        .unwrap_or_else(|e| panic!("{case}: {e}"));
+    assert_same_fit(&format!("{case}: resident"), &cpu, &resident);
+    assert_same_fit(&format!("{case}: streamed"), &cpu, &streamed);
+    batches(&streamed)
+}
+
+/// Rows narrower than their per-row state stream: labels, distances and seeding state go to host
+/// memory between a batch's turns, so a budget smaller than the rows themselves fits, and the
+/// fit equals the resident one and the CPU's for d = 1, 3 and 16, k-means++ and k-means‖, and n
+/// not a multiple of the batch.
+#[test]
+fn narrow_rows_stream_under_a_budget_smaller_than_the_rows() {
+    let Some(gpu) = gpu("narrow_rows_stream_under_a_budget_smaller_than_the_rows") else {
+        return;
+    };
+    let n = 100_003;
+    for d in [1, 3, 16] {
+        let data = uniform(n, d, 10 + d as u64);
+        let view = MatrixView::new(&data, n, d).unwrap();
+        let rows_bytes = n * d * 4;
+        for init in [Init::KMeansPlusPlus, Init::KMeansParallel] {
+            let params = KMeans::params(8).seed(5).max_iter(10).init(init.clone());
+            let budget = rows_bytes / 2;
+            let case = format!("d={d}, {init:?}, budget {budget} < rows {rows_bytes}");
+            let count = streamed_equals_resident_and_cpu(&case, &view, &params, gpu, budget);
+            // n is prime: the last batch is shorter than the others.
+            assert!(count >= 3, "{case}: {count} batches");
+        }
+    }
+}
+
+/// The least budget that still fits streams a few rows a batch, and the fit is still the CPU's;
+/// it does not grow with the rows: the per-row state streams with them.
+#[test]
+fn a_budget_of_a_few_rows_a_batch_fits_and_does_not_grow_with_n() {
+    let Some(gpu) = gpu("a_budget_of_a_few_rows_a_batch_fits_and_does_not_grow_with_n") else {
+        return;
+    };
+    let params = KMeans::params(3).seed(7).max_iter(4);
+    let fit = |n: usize, budget: usize| {
+        let data = uniform(n, 3, 20);
+        let view = MatrixView::new(&data, n, 3).unwrap();
+        let streamed = params.clone().device(gpu).memory_budget(budget).fit(&view);
+        let cpu = params.clone().device(Device::Cpu).fit(&view).unwrap();
+        streamed.inspect(|s| assert_same_fit(&format!("n = {n}, budget {budget}"), &cpu, s))
+    };
+    // The least budget for 600 rows of 3 columns, to 64 bytes (a row and its state take more).
+    let refused_for_budget = |r: Result<KMeansModel, Error>| match r {
+        Ok(_) => false,
+        Err(Error::InvalidParameter {
+            name: "memory budget",
+            ..
+        }) => true,
+        Err(e) => panic!("{e}"),
+    };
+    let (mut refused, mut fits) = (1024, 1 << 20);
+    assert!(refused_for_budget(fit(600, refused)) && !refused_for_budget(fit(600, fits)));
+    while fits - refused > 64 {
+        let mid = (refused + fits) / 2;
+        match refused_for_budget(fit(600, mid)) {
+            true => refused = mid,
+            false => fits = mid,
+        }
+    }
+    let count = batches(&fit(600, fits).unwrap());
+    assert!(count >= 100, "{count} batches of 600 rows at {fits} bytes");
+    // Three times the rows fit the same least budget: a row a batch needs the same whatever n.
+    let more = fit(1800, fits).unwrap();
+    assert!(batches(&more) >= count, "{}", more.device);
+}
+
+/// A budget below what even the centroids and sums need is refused, saying so.
+#[test]
+fn a_budget_below_the_centroids_names_them() {
+    let Some(gpu) = gpu("a_budget_below_the_centroids_names_them") else {
+        return;
+    };
+    let data = uniform(4000, 16, 9);
+    let view = MatrixView::new(&data, 4000, 16).unwrap();
+    let e = KMeans::params(1000)
+        .device(gpu)
+        .memory_budget(256 << 10)
+        .fit(&view)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("the centroids and cluster sums alone"), "{e}");
+    assert!(e.contains("even with the rows streamed in batches"), "{e}");
+}

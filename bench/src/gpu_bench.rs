@@ -5,6 +5,8 @@
 //! usage: gpu-bench [--cases A,B,C,D,E,S,S512,F] [--reps N] [--json FILE] [--device gpu|cpu]
 //!                  [--precision tf32] [--knn-exact] [--whole] [--gpus gpu:0,1]
 //!                  [--stream N,D,M,K,BUDGET_MIB] [--stream-kmeans N,D,K,BUDGET_MIB]
+//!                  [--stream-kmeans-widths BUDGET_MIB]
+//!                  [--stream-kmeans-fit N,D,K,BUDGET_MIB,MAX_ITER[,cpu]]
 //!                  [--all-paths] [--radius]
 //!
 //! `--reps` (default 30) timed runs per case after warm-up; kNN cases of 10^9 distances or more
@@ -37,6 +39,15 @@
 //! rows fit, and exits. `--stream-kmeans N,D,K,BUDGET_MIB` likewise times a Lloyd step of k-means
 //! on N × D uniform rows streamed in batches within BUDGET_MIB, against the same uploads and the
 //! resident step.
+//!
+//! `--stream-kmeans-widths BUDGET_MIB` runs `--stream-kmeans` for d = 3, 16 and 128 (k = 16) with
+//! rows of four times the budget: the streamed step's time and its host→device rate (rows and
+//! labels) against the copy rate of the rows alone.
+//!
+//! `--stream-kmeans-fit N,D,K,BUDGET_MIB,MAX_ITER[,cpu]` fits N × D uniform rows made in the
+//! process (k-means++, seed 0) streamed within BUDGET_MIB, and with `cpu` also on the CPU, and
+//! says whether the two are the same bit for bit (e.g. `200000000,3,8,8192,20,cpu`, and
+//! `2000000000,3,8,8192,20` where host memory holds no CPU fit beside it).
 //!
 //! `--radius` adds a `-radius` row per kNN case: a radius search whose radius gives about k
 //! neighbours a query (the median k-th neighbour distance), against the k-nearest search (wall
@@ -89,6 +100,17 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     }
     if let Some(shape) = opt("--stream-kmeans") {
         return streamed_fit_rows(&shape, device, reps.min(3));
+    }
+    if let Some(budget) = opt("--stream-kmeans-widths") {
+        let budget_mib: usize = budget.parse()?;
+        for d in [3, 16, 128] {
+            let n = (budget_mib << 20) / d;
+            streamed_fit_rows(&format!("{n},{d},16,{budget_mib}"), device, reps.min(3))?;
+        }
+        return Ok(());
+    }
+    if let Some(shape) = opt("--stream-kmeans-fit") {
+        return fit_against_cpu_rows(&shape, device);
     }
     if let Some(set) = opt("--gpus") {
         return gpu_set_rows(set.parse()?, &cases, reps.min(5), json.as_mut());
@@ -329,6 +351,40 @@ fn streamed_fit_rows(
     Ok(())
 }
 
+/// The `--stream-kmeans-fit` rows (see the module documentation).
+fn fit_against_cpu_rows(shape: &str, device: Device) -> Result<(), Box<dyn std::error::Error>> {
+    let (numbers, cpu) = match shape.strip_suffix(",cpu") {
+        Some(numbers) => (numbers, true),
+        None => (shape, false),
+    };
+    let v: Vec<usize> = numbers
+        .split(',')
+        .map(str::parse)
+        .collect::<Result<_, _>>()?;
+    let &[n, d, k, budget_mib, max_iter] = v.as_slice() else {
+        return Err(format!("--stream-kmeans-fit {shape}: N,D,K,BUDGET_MIB,MAX_ITER[,cpu]").into());
+    };
+    let r = gpus::fit_against_cpu(n, d, k, budget_mib << 20, max_iter, device, cpu)?;
+    println!("device: {}", device.describe()?);
+    println!(
+        "stream-kmeans-fit: {n} × {d} rows ({:.2} GB), k = {k}, budget {budget_mib} MiB",
+        (n * d * 4) as f64 / 1e9
+    );
+    println!(
+        "  streamed fit         {:>10.1} ms  {} iterations, inertia {}",
+        r.gpu_ms, r.model.n_iter, r.model.inertia
+    );
+    println!("  fitted on            {}", r.model.device);
+    match (r.cpu_ms, r.identical) {
+        (Some(ms), Some(same)) => {
+            println!("  CPU fit              {ms:>10.1} ms");
+            println!("  identical to the CPU {same}");
+        }
+        _ => println!("  CPU fit              (not run: add ,cpu)"),
+    }
+    Ok(())
+}
+
 /// The lines of a streamed job whose pass is a `pass` (a search, a step), within `budget_mib`.
 fn print_streamed(s: &gpus::Streamed, pass: &str, budget_mib: usize) {
     let gbps = |ms: f64| s.bytes / ms / 1e6;
@@ -345,6 +401,16 @@ fn print_streamed(s: &gpus::Streamed, pass: &str, budget_mib: usize) {
         gbps(s.streamed_ms),
         100.0 * s.upload_ms / s.streamed_ms
     );
+    if s.state_up > 0.0 {
+        let up = (s.bytes + s.state_up) / s.streamed_ms / 1e6;
+        println!(
+            "  host→device          {up:>18.2} GB/s  ({:.0} % of the upload's rate; rows and \
+             {:.0} MB of labels up, {:.0} MB of labels and distances down a {pass})",
+            100.0 * up / gbps(s.upload_ms),
+            s.state_up / 1e6,
+            s.state_down / 1e6,
+        );
+    }
     match s.resident_ms {
         Some(ms) => println!("  resident {pass}      {ms:>10.1} ms"),
         None => println!("  resident {pass}      (the rows do not fit the default budget)"),
@@ -411,9 +477,25 @@ fn gpu_set_rows(
             gib(&peak1),
             gib(&peaks)
         );
+        // Each GPU's peak against its bound: its share of one GPU's, plus the fixed overhead
+        // of docs/SCALE.md.
+        let ordinals = gpus.ordinals()?;
+        let overhead = kmeans_knn::bench::knn_part_overhead_bytes(case.m, case.d, case.k);
+        let bounds: Vec<Option<usize>> = (0..ordinals.len())
+            .map(|i| {
+                let rows = (i + 1) * case.n / ordinals.len() - i * case.n / ordinals.len();
+                peak1[0].map(|p| p * rows / case.n + overhead)
+            })
+            .collect();
+        let within = (peaks.iter().zip(&bounds))
+            .all(|(p, b)| matches!((p, b), (Some(p), Some(b)) if p <= b));
+        println!(
+            "      peak bound (share of one GPU's + {:.2} GiB overhead): {} GiB; within: {within}",
+            overhead as f64 / (1u64 << 30) as f64,
+            gib(&bounds)
+        );
         // Each GPU's part searched alone: what the set's search would take if the parts ran
         // side by side without slowing each other.
-        let ordinals = gpus.ordinals()?;
         let parts = (ordinals.iter().enumerate())
             .map(|(i, &o)| {
                 let rows = i * case.n / ordinals.len()..(i + 1) * case.n / ordinals.len();
@@ -431,7 +513,7 @@ fn gpu_set_rows(
             let row = serde_json::json!({"case": case.name, "gpus": set.to_string(),
                 "search_ms_one": t1, "search_ms_set": ts, "identical": i1 == is,
                 "part_alone_ms": parts, "parts_at_once_ms": side_by_side,
-                "peak_bytes_one": peak1, "peak_bytes_set": peaks});
+                "peak_bytes_one": peak1, "peak_bytes_set": peaks, "peak_bound_bytes": bounds});
             writeln!(f, "{row}")?;
         }
     }

@@ -162,6 +162,10 @@ pub fn with_peak<T>(
 pub struct Streamed {
     /// Bytes of rows crossing to the device per pass (a search, a Lloyd step).
     pub bytes: f64,
+    /// Bytes of per-row state crossing to the device beside the rows per pass (a streamed
+    /// k-means step's labels), and back from it (its labels and distances).
+    pub state_up: f64,
+    pub state_down: f64,
     /// Median ms of one upload of all rows through the staging buffers (as the streams copy
     /// them: the floor) and by the driver's pageable path.
     pub upload_ms: f64,
@@ -235,6 +239,8 @@ pub fn streamed_search(
     };
     Ok(Streamed {
         bytes,
+        state_up: 0.0,
+        state_down: 0.0,
         upload_ms: staged,
         pageable_ms: pageable,
         resident_ms: resident.map(|(ms, _)| ms),
@@ -284,6 +290,8 @@ pub fn streamed_fit(
             .is_none_or(|(_, r)| r.labels == streamed.labels && r.centroids == streamed.centroids);
     let measured = Streamed {
         bytes,
+        state_up: 4.0 * n as f64,
+        state_down: 8.0 * n as f64,
         upload_ms: staged,
         pageable_ms: pageable,
         resident_ms: resident.map(|(ms, _)| ms),
@@ -293,4 +301,54 @@ pub fn streamed_fit(
     };
     let fitted = format!("{} ({} iterations)", streamed.device, streamed.n_iter);
     Ok((measured, fitted))
+}
+
+/// What [`fit_against_cpu`] measured.
+pub struct AgainstCpu {
+    /// Wall ms of the streamed fit on the GPU and of the CPU's (when run).
+    pub gpu_ms: f64,
+    pub cpu_ms: Option<f64>,
+    /// The streamed fit.
+    pub model: KMeansModel,
+    /// Whether the CPU's fit is the same bit for bit: labels, centroids, inertia, iterations.
+    pub identical: Option<bool>,
+}
+
+/// A whole k-means fit (k-means++, seed 0, at most `max_iter` iterations) of `n × d` uniform rows
+/// made in this process (no file), streamed on `device` within `budget` bytes, and with `cpu` the
+/// CPU's fit of the same rows, compared bit for bit.
+pub fn fit_against_cpu(
+    n: usize,
+    d: usize,
+    k: usize,
+    budget: usize,
+    max_iter: usize,
+    device: Device,
+    cpu: bool,
+) -> kmeans_knn::Result<AgainstCpu> {
+    let data = uniform(n * d, 5);
+    let x = MatrixView::new(&data, n, d)?;
+    let params = KMeans::params(k).seed(0).max_iter(max_iter);
+    let start = Instant::now();
+    let model = (params.clone().device(device).memory_budget(budget)).fit(x.clone())?;
+    let gpu_ms = start.elapsed().as_secs_f64() * 1e3;
+    let (mut cpu_ms, mut identical) = (None, None);
+    if cpu {
+        let start = Instant::now();
+        let on_cpu = params.device(Device::Cpu).fit(x)?;
+        cpu_ms = Some(start.elapsed().as_secs_f64() * 1e3);
+        let bits = |m: &KMeansModel| m.centroids.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        identical = Some(
+            on_cpu.labels == model.labels
+                && bits(&on_cpu) == bits(&model)
+                && on_cpu.inertia.to_bits() == model.inertia.to_bits()
+                && on_cpu.n_iter == model.n_iter,
+        );
+    }
+    Ok(AgainstCpu {
+        gpu_ms,
+        cpu_ms,
+        model,
+        identical,
+    })
 }

@@ -95,6 +95,15 @@ pub fn device_peak_bytes(device: Device, reset: bool) -> Result<Vec<Option<usize
     }
 }
 
+/// The most device memory a GPU of a set holds for a kNN search of `queries` queries of `d`
+/// dimensions (k = `k`) beyond its share of one GPU's peak for the same search over all the rows:
+/// one batch's buffers that do not grow with the training rows, and the prefilter's stored
+/// approximations, which only a GPU with few enough rows keeps (`docs/SCALE.md`).
+pub fn knn_part_overhead_bytes(queries: usize, d: usize, k: usize) -> usize {
+    use crate::backend::cuda::knn::{MAX_BATCH_ROWS, STORE_MAX_BYTES, query_overhead_bytes};
+    queries.min(MAX_BATCH_ROWS) * query_overhead_bytes(d, k) + STORE_MAX_BYTES
+}
+
 /// One assignment of every point of `data` to its nearest of `centroids` (`k × d`) with
 /// `precision`: the labels and each point's distance to its centroid (for tests and the
 /// benchmark's agreement figures).

@@ -87,12 +87,15 @@ pub(crate) trait Backend: Send + Sync + Distances {
 /// Upper bounds of the device memory of a Lloyd fit, for planning a streamed one.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Footprint {
-    /// Bytes of the rows themselves: on the device only while they compute, in a streamed fit
-    /// ([`Lloyd::release_rows`]).
+    /// Bytes of the rows themselves (and the staged seeds): on the device only for their turn in
+    /// a streamed fit, and uploaded beside the turn before ([`Lloyd::release_rows`]).
     pub rows: usize,
-    /// Bytes that stay for the whole fit: labels, distances, norms, seeding state, centroids,
-    /// cluster sums, staged seeds.
-    pub kept: usize,
+    /// Bytes of per-row state: labels, distances, norms, weights, seeding state. In a streamed
+    /// fit they are on the device for the rows' turn only; host memory keeps them between turns.
+    pub per_row: usize,
+    /// Bytes of the fit's own buffers, whatever the rows: centroids, cluster sums, norms of the
+    /// centroids. A streamed batch holds them for its turn only.
+    pub per_fit: usize,
 }
 
 /// Where resident rows sit in the whole data set.
@@ -353,8 +356,10 @@ pub(crate) trait Lloyd: Seeding {
     fn gather(&self, rows: &[usize]) -> Result<Vec<f32>>;
     /// The number of clusters.
     fn k(&self) -> usize;
-    /// Frees the device's copy of the rows (a streamed batch between its turns); whatever needs
-    /// them next uploads them again. A backend that reads the rows where they lie does nothing.
+    /// Frees the device's copy of the rows and every other device buffer of the fit (a streamed
+    /// batch between its turns), keeping in host memory what later requests read (labels,
+    /// distances, seeding state, centroids); whatever needs them next uploads them again. A
+    /// backend that reads the rows where they lie does nothing.
     fn release_rows(&mut self) -> Result<()> {
         Ok(())
     }

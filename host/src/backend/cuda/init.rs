@@ -15,7 +15,7 @@ use super::{CudaBackend, arg_u32};
 use crate::backend::cpu::kmeans::row_sq_norms;
 use crate::backend::{GreedyPlan, Picks, Seeding, Seeds, Trials};
 use crate::error::{Error, Result};
-use cudarc::driver::CudaSlice;
+use cudarc::driver::{CudaSlice, DeviceRepr, ValidAsZeroBits};
 use kernels_gpu::init::point_blocks;
 use kernels_gpu::launch::SEED_CANDIDATES;
 use kernels_gpu::math::AssignMetric;
@@ -64,6 +64,48 @@ pub(crate) struct CudaSeeder {
     pending: Option<usize>,
 }
 
+/// A [`CudaSeeder`]'s buffers in host memory ([`CudaSeeder::park`]).
+pub(crate) struct ParkedSeeder {
+    norms: Option<Vec<f32>>,
+    min_dist: Vec<f32>,
+    owner: Vec<u32>,
+    block_sums: Vec<u64>,
+    candidates: Vec<u32>,
+    draws: Vec<u64>,
+    potentials: Vec<u64>,
+    sampled: Vec<u32>,
+    count: Vec<u32>,
+    pending_row: Vec<u32>,
+    last: Vec<u32>,
+    pending: Option<usize>,
+}
+
+impl ParkedSeeder {
+    /// The seeder on the device again, as it was parked.
+    pub(crate) fn restore(self, gpu: &CudaBackend) -> Result<CudaSeeder> {
+        let what = "seeding state";
+        Ok(CudaSeeder {
+            norms: self.norms.map(|n| gpu.upload(&n, what)).transpose()?,
+            min_dist: gpu.upload(&self.min_dist, what)?,
+            owner: gpu.upload(&self.owner, what)?,
+            block_sums: gpu.upload(&self.block_sums, what)?,
+            candidates: gpu.upload(&self.candidates, what)?,
+            draws: gpu.upload(&self.draws, what)?,
+            potentials: gpu.upload(&self.potentials, what)?,
+            sampled: gpu.upload(&self.sampled, what)?,
+            count: gpu.upload(&self.count, what)?,
+            pending_row: gpu.upload(&self.pending_row, what)?,
+            last: self.last,
+            pending: self.pending,
+        })
+    }
+
+    /// [`CudaSeeder::accept`] while parked.
+    pub(crate) fn accept(&mut self, trial: usize) {
+        self.pending = Some(trial);
+    }
+}
+
 impl CudaSeeder {
     /// The buffers for `r`, with the squared norms of all its rows (squared L2).
     pub(crate) fn new(r: &Rows<'_>) -> Result<Self> {
@@ -84,6 +126,31 @@ impl CudaSeeder {
             pending_row: gpu.zeros(1, "the accepted seed")?,
             last: vec![],
             pending: None,
+        })
+    }
+
+    /// Copies every buffer to host memory and frees it (a streamed batch between its turns;
+    /// waits for the work queued before).
+    pub(crate) fn park(self, gpu: &CudaBackend) -> Result<ParkedSeeder> {
+        fn down<T: DeviceRepr + ValidAsZeroBits + Clone>(
+            gpu: &CudaBackend,
+            buf: &CudaSlice<T>,
+        ) -> Result<Vec<T>> {
+            gpu.download(buf, buf.len(), "seeding state")
+        }
+        Ok(ParkedSeeder {
+            norms: self.norms.as_ref().map(|n| down(gpu, n)).transpose()?,
+            min_dist: down(gpu, &self.min_dist)?,
+            owner: down(gpu, &self.owner)?,
+            block_sums: down(gpu, &self.block_sums)?,
+            candidates: down(gpu, &self.candidates)?,
+            draws: down(gpu, &self.draws)?,
+            potentials: down(gpu, &self.potentials)?,
+            sampled: down(gpu, &self.sampled)?,
+            count: down(gpu, &self.count)?,
+            pending_row: down(gpu, &self.pending_row)?,
+            last: self.last,
+            pending: self.pending,
         })
     }
 

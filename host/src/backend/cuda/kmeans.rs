@@ -6,13 +6,14 @@
 //! Spherical k-means always takes the second path, with one more kernel after the finalize that
 //! scales the new centroids to unit norm.
 
-use super::init::{CudaCandidates, CudaSeeder, Rows};
+use super::init::{CudaCandidates, CudaSeeder, ParkedSeeder, Rows};
 use super::launch::{
     KmeansAccumulateGlobal, KmeansAccumulateShared, KmeansAssign, KmeansAssignL2Tf32,
     KmeansCentroidsByDimension, KmeansFinalize, KmeansFinalizeSmall, KmeansNormalizeRows,
     KmeansShiftParts, KmeansSmall, KmeansSummary, RowSqNorms,
 };
 use super::nccl::Rank;
+use super::slot::{Slot, dev_opt};
 use super::{CudaBackend, Mapped, arg_u32};
 use crate::backend::vocab::{Metric, Precision};
 use crate::backend::{
@@ -64,36 +65,45 @@ pub(crate) struct CudaLloyd<'a> {
     /// compute stream has yet to wait for.
     rows_ready: Option<CudaEvent>,
     /// Every point's units; `None`: one each (the kernels get a null pointer).
-    weights: Option<CudaSlice<f32>>,
-    x_sq_norms: CudaSlice<f32>,
-    scales: CudaSlice<f32>,
-    inv_scales: CudaSlice<f64>,
+    weights: Option<Slot<f32>>,
+    /// The units on the host, uploaded again after a turn off the device.
+    host_weights: Option<&'a [f32]>,
+    x_sq_norms: Slot<f32>,
+    scales: Slot<f32>,
+    inv_scales: Slot<f64>,
     inertia_scale: f32,
     inertia_unit: f64,
-    centroids: CudaSlice<f32>,
-    c_sq_norms: CudaSlice<f32>,
+    centroids: Slot<f32>,
+    c_sq_norms: Slot<f32>,
     /// The centroids by dimension, `d × k_padded` (`k_padded`: `k` rounded up to 4; the padding columns
     /// stay zero), for the exact assign kernels.
-    centroids_t: CudaSlice<f32>,
-    next: CudaSlice<f32>,
-    labels: CudaSlice<u32>,
-    min_dist: CudaSlice<f32>,
+    centroids_t: Slot<f32>,
+    next: Slot<f32>,
+    labels: Slot<u32>,
+    min_dist: Slot<f32>,
     /// The fixed-point inertia of every assign block.
-    block_inertia: CudaSlice<i64>,
+    block_inertia: Slot<i64>,
     /// The centroid shift's per-block parts (`kmeans_shift_parts`), one per `SHIFT_PART`
     /// coordinates.
-    shift_parts: CudaSlice<f64>,
+    shift_parts: Slot<f64>,
     /// `[changed labels, empty clusters]`; zero at the start of every step (the summary kernels
     /// zero them after reading).
-    counters: CudaSlice<u32>,
+    counters: Slot<u32>,
     /// `[changed, empty, inertia, shift]`: what comes back per step, written by the summary
     /// kernels straight into mapped host memory (the inertia as its fixed-point integer).
     summary: Mapped<f64>,
     /// Every cluster's weight from the last update.
-    sizes: CudaSlice<u64>,
+    sizes: Slot<u64>,
     sums: Sums,
     /// Seeding buffers, made on first use.
     seeder: Option<CudaSeeder>,
+    /// The seeding buffers in host memory while the batch is off the device.
+    parked_seeder: Option<ParkedSeeder>,
+    /// Whether the device buffers are freed (a streamed batch between its turns; see
+    /// [`CudaLloyd::park`]).
+    parked: bool,
+    /// Whether the points' squared norms are to be computed again (after a turn off the device).
+    norms_stale: bool,
     /// The trials last given as points (staged in the scratch rows).
     staged: Vec<f32>,
 }
@@ -103,8 +113,8 @@ pub(crate) struct CudaLloyd<'a> {
 struct Sums {
     parts: usize,
     shared: bool,
-    sums: CudaSlice<i64>,
-    counts: CudaSlice<u64>,
+    sums: Slot<i64>,
+    counts: Slot<u64>,
 }
 
 /// The small-shape path's kernel and its global fixed-point sums and weights, which its finalize
@@ -112,8 +122,8 @@ struct Sums {
 struct SmallPath {
     /// Index of the kernel in `SMALL_STEPS`.
     kernel: usize,
-    sums: CudaSlice<i64>,
-    counts: CudaSlice<u64>,
+    sums: Slot<i64>,
+    counts: Slot<u64>,
 }
 
 /// What [`CudaLloyd::summarize`] reads back.
@@ -193,11 +203,13 @@ pub(crate) fn footprint(
 ) -> Footprint {
     let scratch = seeds_at_once.max(SEED_CANDIDATES);
     let (kd, f32s, i64s) = (k * d, size_of::<f32>(), size_of::<i64>());
-    // The small path's sums, and the update's: a set per block when they fit in shared memory.
-    let sum_sets = 1 + update_parts(gpu, n, false, sums_fit_shared(k, d));
-    // Labels, distances, norms and sample weights; seeding norms, distances, nearest seeds and
-    // samples; the per-block partials (inertia, seeding sums) take under a byte per row: 4 more.
-    let per_row = 8 * 4 + 4;
+    // The small path's sums, and the update's: a set per block when they fit in shared memory
+    // (at most two blocks a multiprocessor, whatever the rows).
+    let sum_sets = 1 + update_parts(gpu, usize::MAX / 2, false, sums_fit_shared(k, d));
+    // Distances, norms and sample weights; seeding norms, distances, nearest seeds and samples;
+    // the per-block partials (inertia, seeding sums) take under a byte per row: 4 more. The
+    // labels go up with the rows (`rows`).
+    let per_row = 7 * 4 + 4;
     // Centroids, next and by dimension (padded); norms, sizes and counts; the shift's parts; a
     // margin for the small buffers.
     let per_fit = 2 * kd * f32s
@@ -207,17 +219,19 @@ pub(crate) fn footprint(
         + shift_parts_grid(kd) * size_of::<f64>()
         + (64 << 10);
     Footprint {
-        rows: (n + scratch) * d * f32s,
-        kept: n * per_row + per_fit,
+        rows: (n + scratch) * d * f32s + n * size_of::<u32>(),
+        per_row: n * per_row,
+        per_fit,
     }
 }
 
 impl Drop for CudaLloyd<'_> {
     fn drop(&mut self) {
         self.gpu.bind_for_drop();
-        // Prefetched rows are freed on the copy stream, which does not wait for the kernels that
-        // read them (`release_rows` waits; a fit that stops on an error may not have).
-        if self.x.is_some() {
+        // Prefetched rows and labels are freed on the copy stream, which does not wait for the
+        // kernels that read them (`release_rows` waits; a fit that stops on an error may not
+        // have).
+        if self.x.is_some() || !self.parked {
             self.gpu.finish_queued_for_drop();
         }
     }
@@ -250,8 +264,8 @@ impl<'a> CudaLloyd<'a> {
         let small = match small_shape {
             Some(i) => Some(SmallPath {
                 kernel: i,
-                sums: gpu.zeros(k * d, "cluster sums")?,
-                counts: gpu.zeros(k, "cluster counts")?,
+                sums: Slot::Device(gpu.zeros(k * d, "cluster sums")?),
+                counts: Slot::Device(gpu.zeros(k, "cluster counts")?),
             }),
             None => None,
         };
@@ -287,42 +301,139 @@ impl<'a> CudaLloyd<'a> {
             hold_sums: false,
             rows_ready: None,
             weights: match spec.weights {
-                Some(w) => Some(gpu.upload(w, "sample weights")?),
+                Some(w) => Some(Slot::Device(gpu.upload(w, "sample weights")?)),
                 None => None,
             },
-            x_sq_norms: if spherical {
-                gpu.upload(&vec![SPHERICAL_POINT_SQ_NORM; norms_len], "point norms")?
-            } else {
-                gpu.zeros(norms_len, "point norms")?
-            },
-            scales: gpu.upload(&f32_scales, "fixed-point scales")?,
-            inv_scales: gpu.upload(&f64_inv, "fixed-point scales")?,
+            host_weights: spec.weights,
+            x_sq_norms: Slot::Device(point_norms_buffer(gpu, norms_len, spherical)?),
+            scales: Slot::Device(gpu.upload(&f32_scales, "fixed-point scales")?),
+            inv_scales: Slot::Device(gpu.upload(&f64_inv, "fixed-point scales")?),
             inertia_scale: pow2_f32(spec.inertia_exponent),
             inertia_unit: spec.inertia_unit,
-            centroids: gpu.zeros(k * d, "centroids")?,
-            c_sq_norms: gpu.zeros(k, "centroid norms")?,
-            centroids_t: gpu.zeros(by_dimension_len, "centroids by dimension")?,
-            next: gpu.zeros(k * d, "centroids")?,
-            labels: gpu.zeros(n, "labels")?,
-            min_dist: gpu.zeros(n, "distances")?,
-            block_inertia: gpu.zeros(assign_blocks, "inertia partials")?,
-            shift_parts: gpu.zeros(shift_parts_grid(k * d), "shift partials")?,
-            counters: gpu.zeros(2, "counters")?,
+            centroids: Slot::Device(gpu.zeros(k * d, "centroids")?),
+            c_sq_norms: Slot::Device(gpu.zeros(k, "centroid norms")?),
+            centroids_t: Slot::Device(gpu.zeros(by_dimension_len, "centroids by dimension")?),
+            next: Slot::Device(gpu.zeros(k * d, "centroids")?),
+            labels: Slot::Device(gpu.zeros(n, "labels")?),
+            min_dist: Slot::Device(gpu.zeros(n, "distances")?),
+            block_inertia: Slot::Device(gpu.zeros(assign_blocks, "inertia partials")?),
+            shift_parts: Slot::Device(gpu.zeros(shift_parts_grid(k * d), "shift partials")?),
+            counters: Slot::Device(gpu.zeros(2, "counters")?),
             summary: gpu.mapped(4, "the step summary")?,
-            sizes: gpu.zeros(k, "cluster sizes")?,
+            sizes: Slot::Device(gpu.zeros(k, "cluster sizes")?),
             sums: Sums {
                 parts,
                 shared,
-                sums: gpu.zeros(parts * k * d, "cluster sums")?,
-                counts: gpu.zeros(parts * k, "cluster counts")?,
+                sums: Slot::Device(gpu.zeros(parts * k * d, "cluster sums")?),
+                counts: Slot::Device(gpu.zeros(parts * k, "cluster counts")?),
             },
             seeder: None,
+            parked_seeder: None,
+            parked: false,
+            norms_stale: false,
             staged: vec![],
         };
-        if metric == AssignMetric::SqL2 && norms_len > 0 && !spherical {
+        if lloyd.computes_point_norms() {
             lloyd.point_norms()?;
         }
         Ok(lloyd)
+    }
+
+    /// Whether the points' squared norms are computed from the rows (squared L2 off the small
+    /// path, which computes them itself; spherical k-means gives them).
+    fn computes_point_norms(&self) -> bool {
+        self.metric == AssignMetric::SqL2 && self.small.is_none() && !self.spherical
+    }
+
+    /// Frees every device buffer but the rows (see [`Lloyd::release_rows`]), keeping in host
+    /// memory what later requests read: labels, distances, inertia partials, centroids, sizes,
+    /// scales and the seeding state. The rest comes back as zeros, which is what the next use
+    /// expects of it: the sums and counters are zero between requests, the centroids' norms and
+    /// by-dimension copy are made from the centroids by every assignment, the points' norms
+    /// and units are made again. Waits for the work queued before. Parking a parked batch
+    /// parks what went up since (labels fetched with the rows for a request that did not read
+    /// them).
+    fn park(&mut self) -> Result<()> {
+        let gpu = self.gpu;
+        self.labels.park(gpu, true, "labels")?;
+        self.min_dist.park(gpu, true, "distances")?;
+        self.block_inertia.park(gpu, false, "inertia partials")?;
+        self.centroids.park(gpu, true, "centroids")?;
+        self.next.park(gpu, true, "centroids")?;
+        self.sizes.park(gpu, true, "cluster sizes")?;
+        self.scales.park(gpu, true, "fixed-point scales")?;
+        self.inv_scales.park(gpu, true, "fixed-point scales")?;
+        if let Some(w) = self.weights.as_mut() {
+            w.park(gpu, false, "sample weights")?;
+        }
+        self.x_sq_norms.park(gpu, false, "point norms")?;
+        self.c_sq_norms.park(gpu, false, "centroid norms")?;
+        self.centroids_t
+            .park(gpu, false, "centroids by dimension")?;
+        self.shift_parts.park(gpu, false, "shift partials")?;
+        self.counters.park(gpu, false, "counters")?;
+        self.sums.sums.park(gpu, false, "cluster sums")?;
+        self.sums.counts.park(gpu, false, "cluster counts")?;
+        if let Some(small) = self.small.as_mut() {
+            small.sums.park(gpu, false, "cluster sums")?;
+            small.counts.park(gpu, false, "cluster counts")?;
+        }
+        if let Some(seeder) = self.seeder.take() {
+            self.parked_seeder = Some(seeder.park(gpu)?);
+        }
+        self.parked = true;
+        Ok(())
+    }
+
+    /// Puts back on the device what [`CudaLloyd::park`] freed; the points' norms are computed
+    /// again once the rows are there ([`CudaLloyd::load_rows`]), the distances stay in host
+    /// memory until a kernel writes them ([`CudaLloyd::distances_for`]), and the seeding state
+    /// until seeding goes on ([`CudaLloyd::seeder_back`]): the steps after seeding never move it.
+    fn unpark(&mut self) -> Result<()> {
+        if !self.parked {
+            return Ok(());
+        }
+        let gpu = self.gpu;
+        // What went up beside (the rows, the labels) is there before anything uses it.
+        if let Some(uploaded) = self.rows_ready.take() {
+            gpu.wait_for(&uploaded)?;
+        }
+        self.labels.restore(gpu, "labels")?;
+        self.block_inertia.restore(gpu, "inertia partials")?;
+        self.centroids.restore(gpu, "centroids")?;
+        self.next.restore(gpu, "centroids")?;
+        self.sizes.restore(gpu, "cluster sizes")?;
+        self.scales.restore(gpu, "fixed-point scales")?;
+        self.inv_scales.restore(gpu, "fixed-point scales")?;
+        if let (Some(slot @ Slot::Freed(_)), Some(units)) =
+            (self.weights.as_mut(), self.host_weights)
+        {
+            *slot = Slot::Device(gpu.upload(units, "sample weights")?);
+        }
+        let norms_len = if self.small.is_some() { 0 } else { self.n };
+        self.x_sq_norms = Slot::Device(point_norms_buffer(gpu, norms_len, self.spherical)?);
+        self.norms_stale = self.computes_point_norms();
+        self.c_sq_norms.restore(gpu, "centroid norms")?;
+        self.centroids_t.restore(gpu, "centroids by dimension")?;
+        self.shift_parts.restore(gpu, "shift partials")?;
+        self.counters.restore(gpu, "counters")?;
+        self.sums.sums.restore(gpu, "cluster sums")?;
+        self.sums.counts.restore(gpu, "cluster counts")?;
+        if let Some(small) = self.small.as_mut() {
+            small.sums.restore(gpu, "cluster sums")?;
+            small.counts.restore(gpu, "cluster counts")?;
+        }
+        self.parked = false;
+        Ok(())
+    }
+
+    /// Puts the distances on the device for a kernel that takes them, which writes every one
+    /// when it `assigns`: their values kept in host memory go up only when it does not.
+    fn distances_for(&mut self, assigns: bool) -> Result<()> {
+        if assigns && self.min_dist.host().is_some() {
+            self.min_dist = Slot::Freed(self.n);
+        }
+        self.min_dist.restore(self.gpu, "distances")
     }
 
     /// Queues the points' squared norms into `x_sq_norms`.
@@ -331,7 +442,7 @@ impl<'a> CudaLloyd<'a> {
             x: on_device(&self.x)?,
             n: self.n as u32,
             d: self.d as u32,
-            out: &mut self.x_sq_norms,
+            out: self.x_sq_norms.dev_mut()?,
         }
         .launch(self.gpu)
     }
@@ -341,8 +452,10 @@ impl<'a> CudaLloyd<'a> {
         on_device(&self.x)
     }
 
-    /// Uploads the rows again after [`Lloyd::release_rows`], the scratch rows as they were.
+    /// Uploads the rows again after [`Lloyd::release_rows`], the scratch rows as they were, with
+    /// the rest of the batch's state.
     fn load_rows(&mut self) -> Result<()> {
+        self.unpark()?;
         if self.x.is_none() {
             self.x = Some(
                 self.gpu
@@ -352,6 +465,10 @@ impl<'a> CudaLloyd<'a> {
         if let Some(uploaded) = self.rows_ready.take() {
             self.gpu.wait_for(&uploaded)?;
         }
+        if self.norms_stale {
+            self.point_norms()?;
+            self.norms_stale = false;
+        }
         Ok(())
     }
 
@@ -360,8 +477,8 @@ impl<'a> CudaLloyd<'a> {
     fn read_sums(&mut self, read: bool) -> Result<Option<(Vec<i64>, Vec<u64>)>> {
         let (gpu, kd) = (self.gpu, self.k * self.d);
         let (sums, counts) = match self.small.as_ref() {
-            Some(small) => (&small.sums, &small.counts),
-            None => (&self.sums.sums, &self.sums.counts),
+            Some(small) => (small.sums.dev()?, small.counts.dev()?),
+            None => (self.sums.sums.dev()?, self.sums.counts.dev()?),
         };
         let read = match read {
             true => Some((
@@ -371,8 +488,8 @@ impl<'a> CudaLloyd<'a> {
             false => None,
         };
         if let Some(small) = self.small.as_mut() {
-            gpu.clear(&mut small.sums, "cluster sums")?;
-            gpu.clear(&mut small.counts, "cluster counts")?;
+            gpu.clear(small.sums.dev_mut()?, "cluster sums")?;
+            gpu.clear(small.counts.dev_mut()?, "cluster counts")?;
         }
         Ok(read)
     }
@@ -399,31 +516,32 @@ impl<'a> CudaLloyd<'a> {
     /// cluster sums, which are zeroed first, so [`Self::queue_update`] only finalizes.
     fn queue_assign(&mut self, accumulate: bool) -> Result<()> {
         self.load_rows()?;
+        self.distances_for(true)?;
         let gpu = self.gpu;
         let (n, d, k) = (self.n as u32, self.d as u32, self.k as u32);
         if self.tf32 {
             RowSqNorms {
-                x: &self.centroids,
+                x: self.centroids.dev()?,
                 n: k,
                 d,
-                out: &mut self.c_sq_norms,
+                out: self.c_sq_norms.dev_mut()?,
             }
             .launch(gpu)?;
             debug_assert!(!accumulate, "the TF32 kernel does not accumulate");
             return KmeansAssignL2Tf32 {
                 x: on_device(&self.x)?,
-                x_sq_norms: &self.x_sq_norms,
+                x_sq_norms: self.x_sq_norms.dev()?,
                 n,
                 d,
-                centroids: &self.centroids,
-                c_sq_norms: &self.c_sq_norms,
+                centroids: self.centroids.dev()?,
+                c_sq_norms: self.c_sq_norms.dev()?,
                 k,
-                labels: &mut self.labels,
-                min_dist: &mut self.min_dist,
-                changed: &mut self.counters,
-                block_inertia: &mut self.block_inertia,
+                labels: self.labels.dev_mut()?,
+                min_dist: self.min_dist.dev_mut()?,
+                changed: self.counters.dev_mut()?,
+                block_inertia: self.block_inertia.dev_mut()?,
                 inertia_scale: self.inertia_scale,
-                weights: self.weights.as_ref(),
+                weights: dev_opt(&self.weights)?,
             }
             .launch(gpu);
         }
@@ -432,27 +550,27 @@ impl<'a> CudaLloyd<'a> {
         // Accumulating, the kernel treats the sums as one global set: the first of the parts.
         let s = &mut self.sums;
         if accumulate {
-            gpu.clear(&mut s.sums, "cluster sums")?;
-            gpu.clear(&mut s.counts, "cluster counts")?;
+            gpu.clear(s.sums.dev_mut()?, "cluster sums")?;
+            gpu.clear(s.counts.dev_mut()?, "cluster counts")?;
         }
         KmeansAssign {
             x: on_device(&self.x)?,
-            x_sq_norms: &self.x_sq_norms,
+            x_sq_norms: self.x_sq_norms.dev()?,
             n,
             d,
-            centroids: &self.centroids,
-            c_sq_norms: &self.c_sq_norms,
+            centroids: self.centroids.dev()?,
+            c_sq_norms: self.c_sq_norms.dev()?,
             k,
-            labels: &mut self.labels,
-            min_dist: &mut self.min_dist,
-            changed: &mut self.counters,
-            block_inertia: &mut self.block_inertia,
+            labels: self.labels.dev_mut()?,
+            min_dist: self.min_dist.dev_mut()?,
+            changed: self.counters.dev_mut()?,
+            block_inertia: self.block_inertia.dev_mut()?,
             inertia_scale: self.inertia_scale,
-            weights: self.weights.as_ref(),
-            scales: &self.scales,
-            sums: accumulate.then_some(&mut s.sums),
-            counts: accumulate.then_some(&mut s.counts),
-            centroids_t: &self.centroids_t,
+            weights: dev_opt(&self.weights)?,
+            scales: self.scales.dev()?,
+            sums: accumulate.then_some(s.sums.dev_mut()?),
+            counts: accumulate.then_some(s.counts.dev_mut()?),
+            centroids_t: self.centroids_t.dev()?,
             k_padded: by_dimension_cols(self.k) as u32,
         }
         .launch(gpu, self.metric, self.tile, shared)
@@ -464,12 +582,12 @@ impl<'a> CudaLloyd<'a> {
     fn queue_centroids_by_dimension(&mut self) -> Result<()> {
         let norms = self.metric == AssignMetric::SqL2 && !self.spherical;
         KmeansCentroidsByDimension {
-            centroids: &self.centroids,
+            centroids: self.centroids.dev()?,
             k: self.k as u32,
             d: self.d as u32,
             k_padded: by_dimension_cols(self.k) as u32,
-            out: &mut self.centroids_t,
-            norms: norms.then_some(&mut self.c_sq_norms),
+            out: self.centroids_t.dev_mut()?,
+            norms: norms.then_some(self.c_sq_norms.dev_mut()?),
         }
         .launch(self.gpu)
     }
@@ -495,12 +613,12 @@ impl<'a> CudaLloyd<'a> {
                 x: on_device(&self.x)?,
                 n,
                 d,
-                labels: &self.labels,
+                labels: self.labels.dev()?,
                 k,
-                weights: self.weights.as_ref(),
-                scales: &self.scales,
-                part_sums: &mut s.sums,
-                part_counts: &mut s.counts,
+                weights: dev_opt(&self.weights)?,
+                scales: self.scales.dev()?,
+                part_sums: s.sums.dev_mut()?,
+                part_counts: s.counts.dev_mut()?,
             }
             .launch(gpu, s.parts)?;
         } else {
@@ -508,22 +626,22 @@ impl<'a> CudaLloyd<'a> {
         }
         let s = &self.sums;
         KmeansFinalize {
-            part_sums: &s.sums,
-            part_counts: &s.counts,
+            part_sums: s.sums.dev()?,
+            part_counts: s.counts.dev()?,
             parts: s.parts as u32,
             k,
             d,
-            inv_scales: &self.inv_scales,
-            old_centroids: &self.centroids,
-            new_centroids: &mut self.next,
-            sizes: &mut self.sizes,
-            empty: &mut self.counters.slice_mut(1..2),
+            inv_scales: self.inv_scales.dev()?,
+            old_centroids: self.centroids.dev()?,
+            new_centroids: self.next.dev_mut()?,
+            sizes: self.sizes.dev_mut()?,
+            empty: &mut self.counters.dev_mut()?.slice_mut(1..2),
         }
         .launch(gpu)?;
         if self.spherical {
             KmeansNormalizeRows {
-                centroids: &mut self.next,
-                sizes: &self.sizes,
+                centroids: self.next.dev_mut()?,
+                sizes: self.sizes.dev()?,
                 k,
                 d,
             }
@@ -537,17 +655,17 @@ impl<'a> CudaLloyd<'a> {
         self.load_rows()?;
         let gpu = self.gpu;
         let s = &mut self.sums;
-        gpu.clear(&mut s.sums, "cluster sums")?;
-        gpu.clear(&mut s.counts, "cluster counts")?;
+        gpu.clear(s.sums.dev_mut()?, "cluster sums")?;
+        gpu.clear(s.counts.dev_mut()?, "cluster counts")?;
         KmeansAccumulateGlobal {
             x: on_device(&self.x)?,
             n: self.n as u32,
             d: self.d as u32,
-            labels: &self.labels,
-            weights: self.weights.as_ref(),
-            scales: &self.scales,
-            sums: &mut s.sums,
-            counts: &mut s.counts,
+            labels: self.labels.dev()?,
+            weights: dev_opt(&self.weights)?,
+            scales: self.scales.dev()?,
+            sums: s.sums.dev_mut()?,
+            counts: s.counts.dev_mut()?,
         }
         .launch(gpu)
     }
@@ -559,6 +677,7 @@ impl<'a> CudaLloyd<'a> {
     /// Queues the fused small step: `MODE_ASSIGN` and/or `MODE_ACCUMULATE`.
     fn queue_small(&mut self, kernel: usize, mode: u32) -> Result<()> {
         self.load_rows()?;
+        self.distances_for(mode & MODE_ASSIGN != 0)?;
         let Some(small) = self.small.as_mut() else {
             unreachable!("only called on the small path")
         };
@@ -566,17 +685,17 @@ impl<'a> CudaLloyd<'a> {
             x: on_device(&self.x)?,
             n: self.n as u32,
             d: self.d as u32,
-            centroids: &self.centroids,
+            centroids: self.centroids.dev()?,
             k: self.k as u32,
-            labels: &mut self.labels,
-            min_dist: &mut self.min_dist,
-            changed: &mut self.counters,
-            block_inertia: &mut self.block_inertia,
+            labels: self.labels.dev_mut()?,
+            min_dist: self.min_dist.dev_mut()?,
+            changed: self.counters.dev_mut()?,
+            block_inertia: self.block_inertia.dev_mut()?,
             inertia_scale: self.inertia_scale,
-            weights: self.weights.as_ref(),
-            scales: &self.scales,
-            sums: &mut small.sums,
-            counts: &mut small.counts,
+            weights: dev_opt(&self.weights)?,
+            scales: self.scales.dev()?,
+            sums: small.sums.dev_mut()?,
+            counts: small.counts.dev_mut()?,
             mode,
         }
         .launch(self.gpu, self.metric, kernel)
@@ -589,16 +708,16 @@ impl<'a> CudaLloyd<'a> {
             unreachable!("only called on the small path")
         };
         KmeansFinalizeSmall {
-            sums: &mut small.sums,
-            counts: &mut small.counts,
+            sums: small.sums.dev_mut()?,
+            counts: small.counts.dev_mut()?,
             k: self.k as u32,
             d: self.d as u32,
-            inv_scales: &self.inv_scales,
-            current: &self.centroids,
-            next: &mut self.next,
-            sizes: &mut self.sizes,
-            changed: &mut self.counters,
-            block_inertia: &self.block_inertia,
+            inv_scales: self.inv_scales.dev()?,
+            current: self.centroids.dev()?,
+            next: self.next.dev_mut()?,
+            sizes: self.sizes.dev_mut()?,
+            changed: self.counters.dev_mut()?,
+            block_inertia: self.block_inertia.dev()?,
             blocks: self.assign_blocks as u32,
             out: &self.summary,
         }
@@ -612,21 +731,21 @@ impl<'a> CudaLloyd<'a> {
         let gpu = self.gpu;
         let parts = if shift {
             KmeansShiftParts {
-                next: &self.next,
-                current: &self.centroids,
+                next: self.next.dev()?,
+                current: self.centroids.dev()?,
                 len: (self.k * self.d) as u32,
-                parts: &mut self.shift_parts,
+                parts: self.shift_parts.dev_mut()?,
             }
             .launch(gpu)?;
-            self.shift_parts.len() as u32
+            self.shift_parts.dev()?.len() as u32
         } else {
             0
         };
         KmeansSummary {
-            counters: &mut self.counters,
-            block_inertia: &self.block_inertia,
+            counters: self.counters.dev_mut()?,
+            block_inertia: self.block_inertia.dev()?,
             blocks: self.assign_blocks as u32,
-            shift_parts: &self.shift_parts,
+            shift_parts: self.shift_parts.dev()?,
             parts,
             out: &self.summary,
         }
@@ -655,6 +774,16 @@ impl<'a> CudaLloyd<'a> {
     }
 }
 
+/// The points' squared norms, `len` of them: the unit rows' for spherical k-means, else zeros
+/// for [`CudaLloyd::point_norms`] to fill (or none to read, on the small path).
+fn point_norms_buffer(gpu: &CudaBackend, len: usize, spherical: bool) -> Result<CudaSlice<f32>> {
+    if spherical {
+        gpu.upload(&vec![SPHERICAL_POINT_SQ_NORM; len], "point norms")
+    } else {
+        gpu.zeros(len, "point norms")
+    }
+}
+
 /// Columns of the centroids-by-dimension copy for `k` centroids: `k` rounded up to 4, so that
 /// its rows are 16-byte aligned for the assign kernels' 16-byte copies.
 fn by_dimension_cols(k: usize) -> usize {
@@ -662,13 +791,22 @@ fn by_dimension_cols(k: usize) -> usize {
 }
 
 impl CudaLloyd<'_> {
+    /// Puts the seeding state parked with the batch back on the device.
+    fn seeder_back(&mut self) -> Result<()> {
+        if let Some(parked) = self.parked_seeder.take() {
+            self.seeder = Some(parked.restore(self.gpu)?);
+        }
+        Ok(())
+    }
+
     /// The resident rows and the seeding buffers (made on first use).
     fn seeding(&mut self) -> Result<(Rows<'_>, &mut CudaSeeder)> {
         self.load_rows()?;
+        self.seeder_back()?;
         let rows = Rows {
             gpu: self.gpu,
             x: on_device(&self.x)?,
-            weights: self.weights.as_ref(),
+            weights: dev_opt(&self.weights)?,
             counts: None,
             n: self.n,
             d: self.d,
@@ -689,6 +827,7 @@ impl CudaLloyd<'_> {
         let count = points.len() / d;
         debug_assert!(at + count <= self.scratch);
         self.load_rows()?;
+        self.seeder_back()?;
         let what = "seeding points";
         self.gpu
             .write_at(points, on_device_mut(&mut self.x)?, (n + at) * d, what)?;
@@ -701,6 +840,8 @@ impl CudaLloyd<'_> {
     /// Moves the accepted trial of the last step, when it is a staged point, to the last
     /// scratch row, out of the way of the next trials (staged from the first).
     fn park_pending(&mut self) -> Result<()> {
+        self.load_rows()?;
+        self.seeder_back()?;
         let (n, d, last) = (self.n, self.d, self.n + self.scratch - 1);
         let t = match self.seeder.as_mut().and_then(CudaSeeder::pending_row_mut) {
             Some(row) if *row as usize >= n && *row as usize != last => {
@@ -776,6 +917,9 @@ impl Seeding for CudaLloyd<'_> {
         if let Some(s) = self.seeder.as_mut() {
             s.accept(trial);
         }
+        if let Some(s) = self.parked_seeder.as_mut() {
+            s.accept(trial);
+        }
     }
 
     fn seed_sample(
@@ -815,11 +959,14 @@ impl Seeding for CudaLloyd<'_> {
 
 impl Lloyd for CudaLloyd<'_> {
     fn set_centroids(&mut self, centroids: &[f32]) -> Result<()> {
-        self.gpu.write(centroids, &mut self.centroids, "centroids")
+        self.unpark()?;
+        self.gpu
+            .write(centroids, self.centroids.dev_mut()?, "centroids")
     }
 
     fn set_labels(&mut self, labels: &[u32]) -> Result<()> {
-        self.gpu.write(labels, &mut self.labels, "labels")
+        self.unpark()?;
+        self.gpu.write(labels, self.labels.dev_mut()?, "labels")
     }
 
     fn assign(&mut self) -> Result<AssignStats> {
@@ -874,8 +1021,10 @@ impl Lloyd for CudaLloyd<'_> {
     fn relocate(&mut self, cluster: usize, point: usize) -> Result<()> {
         let d = self.d;
         let what = "a point into an empty cluster";
+        self.unpark()?;
         let row = &self.host[point * d..(point + 1) * d];
-        self.gpu.write_at(row, &mut self.next, cluster * d, what)
+        self.gpu
+            .write_at(row, self.next.dev_mut()?, cluster * d, what)
     }
 
     fn shift(&mut self) -> Result<f64> {
@@ -884,7 +1033,8 @@ impl Lloyd for CudaLloyd<'_> {
 
     fn exact_shift(&mut self) -> Result<f64> {
         let kd = self.k * self.d;
-        let next = self.gpu.download(&self.next, kd, "centroids")?;
+        self.unpark()?;
+        let next = self.gpu.download(self.next.dev()?, kd, "centroids")?;
         Ok(squared_shift(&next, &self.centroids()?))
     }
 
@@ -928,47 +1078,72 @@ impl Lloyd for CudaLloyd<'_> {
     }
 
     fn sum_across(&mut self, rank: &Rank) -> Result<Option<(Vec<i64>, Vec<u64>)>> {
+        self.unpark()?;
         let (gpu, kd, k) = (self.gpu, self.k * self.d, self.k);
         let (sums, counts) = match self.small.as_mut() {
-            Some(small) => (&mut small.sums, &mut small.counts),
-            None => (&mut self.sums.sums, &mut self.sums.counts),
+            Some(small) => (small.sums.dev_mut()?, small.counts.dev_mut()?),
+            None => (self.sums.sums.dev_mut()?, self.sums.counts.dev_mut()?),
         };
         rank.sum_in_place(gpu, sums, kd, counts, k)?;
         self.read_sums(rank.rank == 0)
     }
 
     fn min_distances(&self) -> Result<Vec<f32>> {
-        self.gpu.download(&self.min_dist, self.n, "distances")
+        match self.min_dist.host() {
+            Some(kept) => Ok(kept[..self.n].to_vec()),
+            None => self.gpu.download(self.min_dist.dev()?, self.n, "distances"),
+        }
     }
 
     fn fixed_inertia(&self) -> Result<i64> {
         // The summary kernel reduces the same block partials, also wrapping; its f64 copy of
         // the total would round past 2^53.
-        let parts =
-            self.gpu
-                .download(&self.block_inertia, self.assign_blocks, "inertia partials")?;
+        let parts = match self.block_inertia.host() {
+            Some(kept) => kept[..self.assign_blocks].to_vec(),
+            None => self.gpu.download(
+                self.block_inertia.dev()?,
+                self.assign_blocks,
+                "inertia partials",
+            )?,
+        };
         Ok(parts.iter().fold(0i64, |a, &p| a.wrapping_add(p)))
     }
 
     fn farthest(&self, count: usize) -> Result<Vec<Farthest>> {
-        let units = match &self.weights {
-            Some(w) => Some(self.gpu.download(w, self.n, "sample weights")?),
-            None => None,
-        };
-        Ok(farthest(&self.min_distances()?, units.as_deref(), 0, count))
+        Ok(farthest(
+            &self.min_distances()?,
+            self.host_weights,
+            0,
+            count,
+        ))
     }
 
     fn cluster_weights(&self) -> Result<Vec<u64>> {
-        self.gpu.download(&self.sizes, self.k, "cluster weights")
+        match self.sizes.host() {
+            Some(kept) => Ok(kept[..self.k].to_vec()),
+            None => self
+                .gpu
+                .download(self.sizes.dev()?, self.k, "cluster weights"),
+        }
     }
 
     fn centroids(&self) -> Result<Vec<f32>> {
-        self.gpu
-            .download(&self.centroids, self.k * self.d, "centroids")
+        let kd = self.k * self.d;
+        match self.centroids.host() {
+            Some(kept) => Ok(kept[..kd].to_vec()),
+            None => self.gpu.download(self.centroids.dev()?, kd, "centroids"),
+        }
     }
 
     fn labels(&self) -> Result<Vec<u32>> {
-        self.gpu.download(&self.labels, self.n, "labels")
+        // Labels fetched with the rows are read after their copy.
+        if let Some(uploaded) = &self.rows_ready {
+            self.gpu.wait_for(uploaded)?;
+        }
+        match self.labels.host() {
+            Some(kept) => Ok(kept[..self.n].to_vec()),
+            None => self.gpu.download(self.labels.dev()?, self.n, "labels"),
+        }
     }
 
     fn gather(&self, rows: &[usize]) -> Result<Vec<f32>> {
@@ -985,27 +1160,41 @@ impl Lloyd for CudaLloyd<'_> {
     }
 
     fn prefetch_rows(&mut self) -> Result<()> {
+        // A parked batch's labels and units go up with its rows: every pass over the rows reads
+        // them.
+        let freed_units = matches!(self.weights, Some(Slot::Freed(_)));
+        let state = self.labels.host().is_some() || freed_units;
+        self.labels.restore_beside(self.gpu, "labels")?;
+        if let (Some(slot), Some(units)) = (self.weights.as_mut(), self.host_weights) {
+            slot.refill_beside(self.gpu, units, "sample weights")?;
+        }
         if self.x.is_none() {
             let (x, uploaded) =
                 self.gpu
                     .upload_beside(self.host, &self.scratch_rows, "the data")?;
             (self.x, self.rows_ready) = (Some(x), Some(uploaded));
+        } else if state {
+            self.rows_ready = Some(self.gpu.copies_done("labels")?);
         }
         Ok(())
     }
 
     fn release_rows(&mut self) -> Result<()> {
-        let Some(x) = self.x.take() else {
-            return Ok(());
-        };
-        // Rows fetched but never used still hold the scratch rows as they were uploaded; their
-        // memory is freed on the copy stream, after the copy.
-        if self.rows_ready.take().is_none() {
-            let scratch = self.n * self.d..(self.n + self.scratch) * self.d;
-            // Also waits for every kernel that read the rows, before their memory is freed.
-            self.scratch_rows = self.gpu.download_range(&x, scratch, "seeding points")?;
+        // Rows and labels fetched but never used: the labels are read back below, after the copy.
+        let unused = self.rows_ready.take();
+        if let Some(uploaded) = &unused {
+            self.gpu.wait_for(uploaded)?;
         }
-        Ok(())
+        if let Some(x) = self.x.take() {
+            // Rows fetched but never used still hold the scratch rows as they were uploaded;
+            // their memory is freed on the copy stream, after the copy.
+            if unused.is_none() {
+                let scratch = self.n * self.d..(self.n + self.scratch) * self.d;
+                // Also waits for every kernel that read the rows, before their memory is freed.
+                self.scratch_rows = self.gpu.download_range(&x, scratch, "seeding points")?;
+            }
+        }
+        self.park()
     }
 }
 

@@ -45,7 +45,7 @@ mod radius;
 /// Share of the free device memory that a call plans to use when the caller sets no limit.
 const FREE_SHARE: f64 = 0.7;
 /// Most query rows per batch.
-const MAX_BATCH_ROWS: usize = 1 << 16;
+pub(crate) const MAX_BATCH_ROWS: usize = 1 << 16;
 /// Selection tiles whose distances one launch computes: a wider launch fills the GPU with more
 /// blocks (one selection tile alone can leave most of the last wave empty).
 const TILES_PER_LAUNCH: usize = 4;
@@ -58,6 +58,24 @@ const PREPARE_BESIDE_BYTES: usize = 1 << 20;
 /// Queries a batch must still hold (or all of a smaller call's) for the prefilter to store its
 /// approximations: under a tighter budget the batches stay large and the scan runs twice.
 const STORE_MIN_ROWS: usize = 256;
+/// Most bytes of stored approximations a batch holds: the store is 4 bytes a query and training
+/// row, which the memory budget alone would let grow to many times the rest of a search (a GPU
+/// of a set holding a quarter of 10^6 rows stored 10^4 queries' worth, 9.3 GiB, where one GPU
+/// with all the rows stores none). Storing batches are cut to this size instead.
+pub(crate) const STORE_MAX_BYTES: usize = 512 << 20;
+
+/// Device bytes per query of a search's batch buffers that do not grow with the training rows:
+/// the query and its norm, the running keys, the prefilter's candidates and counters (the
+/// approximations' groups, `8 · n / 64` bytes for a query, do). What a GPU of a set holds beyond
+/// its share of one GPU's peak is at most this for a batch of queries plus [`STORE_MAX_BYTES`].
+pub(crate) fn query_overhead_bytes(d: usize, k: usize) -> usize {
+    4 * (d + 1) + 8 * k + 4 * TF32_CAP + 12
+}
+
+/// Queries a storing batch holds for `n` training rows ([`STORE_MAX_BYTES`]).
+fn store_rows(n: usize) -> usize {
+    STORE_MAX_BYTES / (4 * approx_stride(n)).max(1)
+}
 
 impl CudaBackend {
     /// Bytes a call may use: `max_bytes`, else a share of what the driver reports free plus the
@@ -746,16 +764,20 @@ impl CudaKnn {
         let rows_of = |p: Option<&Tf32Plan>| {
             (budget / self.bytes_per_row(k, method, job.vote, p)).clamp(1, m)
         };
+        let stored_rows = |p: &Tf32Plan| rows_of(Some(p)).min(store_rows(self.n)).max(1);
         let plan = plan.map(|p| {
             let stored = Tf32Plan { store: true, ..p };
-            let fits = rows_of(Some(&stored)) >= m.min(STORE_MIN_ROWS);
+            let fits = stored_rows(&stored) >= m.min(STORE_MIN_ROWS);
             if self.n <= STORE_MAX_N && fits {
                 stored
             } else {
                 p
             }
         });
-        let rows = rows_of(plan.as_ref());
+        let rows = match &plan {
+            Some(p) if p.store => stored_rows(p),
+            other => rows_of(other.as_ref()),
+        };
         // The warpgroup scan where the approximations are stored (one scan: S 0.76 → 0.70 ms,
         // its scan 301 → 232 µs under ncu); with two scans (F: n = 10^6, d = 128) it measured
         // slower (61.0 → 65.3 ms).

@@ -7,11 +7,12 @@ pub mod faults;
 pub mod image;
 mod init;
 mod kmeans;
-mod knn;
+pub(crate) mod knn;
 mod launch;
 mod minibatch;
 pub mod nccl;
 mod nvml;
+mod slot;
 mod staging;
 pub mod start_cost;
 

@@ -1,7 +1,10 @@
 //! Past a device's memory budget: the rows a device fits cut into batches that take turns on it.
-//! Each batch is a [`Shard`](super::Shard) whose labels, distances and seeding state stay on the
-//! device for the whole fit, while its rows are uploaded for its turn and released after it
-//! ([`Lloyd::release_rows`](crate::backend::Lloyd::release_rows)). Any split gives the same fit
+//! Each batch is a [`Shard`](super::Shard) whose rows, per-row state (labels, distances, norms,
+//! seeding state) and fit buffers (centroids, sums) are on the device for its turn only: after
+//! it the batch writes back to host memory what later requests read and frees the rest
+//! ([`Lloyd::release_rows`](crate::backend::Lloyd::release_rows)). So the device holds one
+//! batch's state and two batches' rows (the next one's go up while one computes), and the least
+//! budget depends on the row width and k, not on the number of rows. Any split gives the same fit
 //! bit for bit (see [`super`]), so a streamed fit equals the resident one and the CPU's.
 
 use crate::backend::Footprint;
@@ -14,39 +17,48 @@ const MAX_BATCHES: usize = 1 << 16;
 
 /// The batches of `rows` rows of `d` columns on a device with `budget` bytes, given the
 /// footprint of a fit over any number of rows: one batch when they fit resident, else the fewest
-/// whose kept state and the rows of two batches fit (the next batch's rows go up while one
-/// computes); an error naming the least budget that would. Every batch but the last has the same
-/// size and the last is no larger, so each upload fits in the memory a batch before released
-/// (the stream-ordered pool keeps it).
+/// for which one batch's state and the rows of two fit (the next batch's rows go up while one
+/// computes); an error naming the least budget that would, or that even the fit's own buffers
+/// (centroids and sums) do not fit. Every batch but the last has the same size and the last is
+/// no larger, so each upload fits in the memory a batch before released (the stream-ordered pool
+/// keeps it).
 pub(crate) fn plan(
     rows: usize,
     d: usize,
     footprint: &dyn Fn(usize) -> Footprint,
     budget: usize,
 ) -> Result<Vec<Range<usize>>> {
-    // Every batch keeps at most the largest one's state; two batches' rows are on the device
-    // at a time when there are several.
     let need = |batches: usize| {
         let f = footprint(rows.div_ceil(batches));
         let rows_on_device = f.rows.saturating_mul(batches.min(2));
-        batches
-            .saturating_mul(f.kept)
-            .saturating_add(rows_on_device)
+        (f.per_row + f.per_fit).saturating_add(rows_on_device)
     };
     if need(1) <= budget {
         return Ok(std::iter::once(0..rows).collect());
     }
     let counts = 2..=rows.min(MAX_BATCHES);
     let Some(count) = counts.clone().find(|&b| need(b) <= budget) else {
+        let one = footprint(1);
+        let least = one.per_fit + one.per_row + 2 * one.rows;
+        let why = if least > budget {
+            format!(
+                "the centroids and cluster sums alone (with a row or two) need {}",
+                bytes(least as u64)
+            )
+        } else {
+            format!(
+                "one batch's rows and state, the next batch's rows and the centroids and sums \
+                 need at least {}",
+                bytes(counts.map(need).min().unwrap_or(need(1)) as u64)
+            )
+        };
         return Err(Error::invalid(
             "memory budget",
             format!(
                 "{} of GPU memory cannot hold a k-means fit of {rows} rows of {d} columns, even \
-                 with the rows streamed in batches: what stays on the GPU (labels, distances, \
-                 seeding state, and per batch the centroids and sums) needs at least {}; give \
-                 that much (--gpu-memory, memory_budget) or fit on the CPU",
+                 with the rows streamed in batches: {why}; give that much (--gpu-memory, \
+                 memory_budget) or fit on the CPU",
                 bytes(budget as u64),
-                bytes(counts.map(need).min().unwrap_or(need(1)) as u64),
             ),
         ));
     };
@@ -63,17 +75,18 @@ pub(crate) fn plan(
 mod tests {
     use super::*;
 
-    /// 128 columns; 28 bytes kept per row and 1 MiB per batch.
+    /// 128 columns; 28 bytes of state per row and 1 MiB per fit.
     fn footprint(n: usize) -> Footprint {
         Footprint {
             rows: n * 512,
-            kept: n * 28 + (1 << 20),
+            per_row: n * 28,
+            per_fit: 1 << 20,
         }
     }
 
     fn need(rows: usize, batches: usize) -> usize {
         let f = footprint(rows.div_ceil(batches));
-        batches * f.kept + batches.min(2) * f.rows
+        f.per_row + f.per_fit + batches.min(2) * f.rows
     }
 
     #[test]
@@ -106,7 +119,8 @@ mod tests {
     fn no_batch_is_empty() {
         let small = |n: usize| Footprint {
             rows: n * 512,
-            kept: n * 4 + 64,
+            per_row: n * 4,
+            per_fit: 64,
         };
         let mut streamed = 0;
         for rows in 1..200 {
@@ -121,17 +135,44 @@ mod tests {
         assert!(streamed > 100, "{streamed}");
     }
 
+    /// The least budget is one batch of a row's state and two rows beside the fit's own
+    /// buffers, whatever the number of rows: per-row state streams with the rows.
     #[test]
-    fn a_budget_below_the_kept_state_names_the_least_that_would_do() {
-        let e = plan(1_000_000, 128, &footprint, 20 << 20).unwrap_err();
-        let least = (2..=MAX_BATCHES).map(|b| need(1_000_000, b)).min().unwrap();
-        let text = e.to_string();
+    fn the_least_budget_does_not_grow_with_the_rows() {
+        let least = footprint(1).per_fit + 2 * 512 + 28;
+        for rows in [10, 1000, 65_536] {
+            let batches = plan(rows, 128, &footprint, least).unwrap();
+            assert_eq!(batches.len(), rows, "{rows}");
+        }
+        // A budget of a few rows a batch.
+        let few = plan(1000, 128, &footprint, least + 6 * (512 + 28)).unwrap();
+        assert!((2..=4).contains(&few[0].len()), "{:?}", few[0]);
+        assert_eq!(few.last().unwrap().end, 1000);
+    }
+
+    #[test]
+    fn a_budget_below_the_least_names_it() {
+        // Below what the fewest batches need: the least that would do is named.
+        let rows = 1_000_000;
+        let least = (2..=MAX_BATCHES).map(|b| need(rows, b)).min().unwrap();
+        let text = plan(rows * 100, 128, &footprint, least - 1)
+            .map(|_| ())
+            .unwrap_err()
+            .to_string();
         assert!(
             text.contains("even with the rows streamed in batches"),
             "{text}"
         );
-        assert!(text.contains(&bytes(least as u64)), "{text}");
-        // A budget too small for a single row fails the same way.
+        assert!(text.contains("need at least"), "{text}");
+        // Below the centroids and sums: they are named.
+        let text = plan(rows, 128, &footprint, 1 << 19)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            text.contains("the centroids and cluster sums alone"),
+            "{text}"
+        );
+        assert!(text.contains(&bytes((need(2, 2)) as u64)), "{text}");
         assert!(plan(1, 1, &footprint, 10).is_err());
     }
 }

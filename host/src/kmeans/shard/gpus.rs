@@ -227,8 +227,9 @@ fn on_each<T: Send>(
 
 /// The replies of `group`'s shards (`start..` in the whole order) in turn. In a group of several
 /// (a streamed device), for requests that read the rows, the next shard's rows go up on the copy
-/// stream while this one computes, and each shard releases its rows after its turn: two
-/// batches' rows are on the device at a time ([`batches::plan`] leaves room for them). The last
+/// stream while this one computes, and each shard releases its rows and state after its turn,
+/// while the next one's still go up: one batch's state and two batches' rows are on the device
+/// at a time ([`batches::plan`] leaves room for them). The last
 /// shard's turn also fetches the first shard's rows, for the next request: a fit's next step
 /// reads them (a request that does not read them releases them in its turn).
 fn turns<'r>(
@@ -253,20 +254,24 @@ fn turns<'r>(
         if reads {
             shard.prefetch_rows()?;
         }
-        let (reply, fetched) = thread::scope(|scope| {
+        let (reply, released, fetched) = thread::scope(|scope| {
             let fetching = next.map(|next| scope.spawn(move || next.prefetch_rows()));
             let reply = shard.handle(request);
+            // Released (its state read back) while the next batch still goes up: the two
+            // directions of the bus at once.
+            let released = match streamed {
+                true => shard.release_rows(),
+                false => Ok(()),
+            };
             let fetched = fetching.map_or(Ok(()), |f| {
                 f.join()
                     .unwrap_or_else(|_| Err(Error::Shard("an upload's thread panicked".into())))
             });
-            (reply, fetched)
+            (reply, released, fetched)
         });
         replies.push(reply?);
+        released?;
         fetched?;
-        if streamed {
-            shard.release_rows()?;
-        }
     }
     Ok(replies)
 }
