@@ -27,7 +27,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, MultiOutputMixin, RegressorMixin
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import check_classification_targets
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import check_is_fitted
 
 from . import _engine
 from ._radius import RadiusSearchMixin
@@ -38,7 +38,7 @@ from ._kneighbors import (
     output_dtype,
     threads,
 )
-from ._validation import ENGINE_ARRAY, ResidentModel, engine_data
+from ._validation import ResidentModel
 
 
 class _NeighboursBase(KNeighborsQueries, ResidentModel):
@@ -56,11 +56,17 @@ class _NeighboursBase(KNeighborsQueries, ResidentModel):
         self.device = device
         self.memory_budget = memory_budget
 
-    def _keep(self, X):
-        """Keeps the validated training rows X (float32, as the engine takes them)."""
-        self._fit_X = X
-        self.n_samples_fit_ = X.shape[0]
-        self._engine_model = None
+    def _python_vote(self, X):
+        """Whether predictions run in NumPy over the neighbours (a callable weights, X=None, or a
+        metric of the CPU fallback) rather than in the engine."""
+        return callable(self.weights) or X is None or self._engine_metric is None
+
+    def _send_to_device(self):
+        """Builds the engine model now (the engine also rejects empty data here), except for the
+        CPU fallback, and when n_neighbors > n_samples > 0: scikit-learn accepts that in fit
+        and fails in predict."""
+        if self._engine_metric is not None and not 0 < self.n_samples_fit_ < self.n_neighbors:
+            self._model()
 
     def _vote_neighbours(self, X):
         """(weights of the neighbours by the callable ``weights``, indices) for the rows of X
@@ -105,11 +111,12 @@ class NearestNeighbors(RadiusSearchMixin, _NeighboursBase, BaseEstimator):
         self.radius = radius
 
     def fit(self, X, y=None):
-        """Indexes X; returns self."""
-        self._engine_metric = self._check_neighbour_params()
-        self._fit_dtype = output_dtype(X)
-        self._keep(engine_data(self, X, reset=True))
-        self._model()
+        """Indexes X (a fitted neighbours estimator or a scikit-learn tree: its training
+        rows; metric="precomputed": the square matrix of distances); returns self."""
+        self._check_neighbour_params()
+        self._fit_rows(X)
+        if self._engine_metric is not None:
+            self._model()
         return self
 
     def _build_engine_model(self):
@@ -146,10 +153,9 @@ class KNeighborsClassifier(_NeighboursBase, MultiOutputMixin, ClassifierMixin, B
         self.tie_break = tie_break
 
     def fit(self, X, y):
-        """Keeps X and y; returns self."""
-        self._engine_metric = self._check_neighbour_params()
-        self._fit_dtype = output_dtype(X)
-        X, y = validate_data(self, X, y, reset=True, multi_output=True, **ENGINE_ARRAY)
+        """Keeps X (as NearestNeighbors.fit takes it) and y; returns self."""
+        self._check_neighbour_params()
+        y = self._fit_rows(X, y, supervised=True)
         check_classification_targets(y)
         self.outputs_2d_ = y.ndim == 2 and y.shape[1] != 1
         columns = y.reshape(len(y), -1).T if self.outputs_2d_ else [y.ravel()]
@@ -157,11 +163,7 @@ class KNeighborsClassifier(_NeighboursBase, MultiOutputMixin, ClassifierMixin, B
         classes = [u[0] for u in uniques]
         self.classes_ = classes if self.outputs_2d_ else classes[0]
         self._fit_codes = [u[1].astype(np.uint32) for u in uniques]
-        self._keep(X)
-        # Sent to the device now (the engine also rejects empty data here), except when
-        # n_neighbors > n_samples > 0: scikit-learn accepts that in fit and fails in predict.
-        if not 0 < self.n_samples_fit_ < self.n_neighbors:
-            self._model()
+        self._send_to_device()
         return self
 
     def _classes_list(self):
@@ -187,7 +189,7 @@ class KNeighborsClassifier(_NeighboursBase, MultiOutputMixin, ClassifierMixin, B
         """The predicted label of every row of X (X=None: of every training row, leaving the
         row itself out)."""
         check_is_fitted(self)
-        if callable(self.weights) or X is None:
+        if self._python_vote(X):
             codes = [np.argmax(p, axis=1) for p in self._python_proba(X)]
         else:
             rows = self._engine_queries(X)
@@ -199,7 +201,7 @@ class KNeighborsClassifier(_NeighboursBase, MultiOutputMixin, ClassifierMixin, B
         """Every row's share of the vote per class (columns in the order of classes_); a list
         of such arrays, one per output, for a 2-D y. X=None as in predict."""
         check_is_fitted(self)
-        if callable(self.weights) or X is None:
+        if self._python_vote(X):
             probas = self._python_proba(X)
         else:
             rows = self._engine_queries(X)
@@ -215,7 +217,7 @@ class KNeighborsClassifier(_NeighboursBase, MultiOutputMixin, ClassifierMixin, B
         return probas if self.outputs_2d_ else probas[0]
 
     def _engine_queries(self, X):
-        X = engine_data(self, X, reset=False)
+        X = self._query_rows(X)[0]
         if self.n_neighbors > self.n_samples_fit_:
             raise ValueError(
                 f"Expected n_neighbors <= n_samples_fit, but n_neighbors = {self.n_neighbors}, "
@@ -281,9 +283,11 @@ class KNeighborsRegressor(_NeighboursBase, MultiOutputMixin, RegressorMixin, Bas
     weights : "uniform" (also None: the mean of the k nearest targets), "distance" (weighted by
         1/distance; at distance 0 only the exact matches count) or a callable as in
         KNeighborsClassifier. Other parameters as in the module documentation. y of shape (n,)
-        gives predictions of shape (m,), y of shape (n, t) gives (m, t). Predictions are the
-        engine's float32 averages (taken in float64, identical on CPU and GPU), returned in
-        y's float dtype (float64 unless y is float32).
+        gives predictions of shape (m,), y of shape (n, t) gives (m, t). For float32 y the
+        predictions are the engine's float32 averages (taken in float64); for any other y they
+        are scikit-learn's float64 (weighted) means of the targets of the engine's neighbours
+        (distance weights from kneighbors' distances). Identical on CPU and GPU either way, and
+        returned in y's float dtype (float64 unless y is float32).
     """
 
     _parameter_constraints = {**NEIGHBOUR_CONSTRAINTS, **VOTE_CONSTRAINTS}
@@ -298,19 +302,15 @@ class KNeighborsRegressor(_NeighboursBase, MultiOutputMixin, RegressorMixin, Bas
         self.weights = weights
 
     def fit(self, X, y):
-        """Keeps X and y; returns self."""
-        self._engine_metric = self._check_neighbour_params()
-        self._fit_dtype = output_dtype(X)
+        """Keeps X (as NearestNeighbors.fit takes it) and y; returns self."""
+        self._check_neighbour_params()
         self._y_dtype = output_dtype(y)
-        X, y = validate_data(
-            self, X, y, reset=True, multi_output=True, y_numeric=True, **ENGINE_ARRAY
-        )
+        y = self._fit_rows(X, y, supervised=True, y_numeric=True)
         self._y_1d = y.ndim == 1
-        self._fit_y = np.ascontiguousarray(y.reshape(len(y), -1), dtype=np.float32)
-        self._keep(X)
-        # As KNeighborsClassifier: n_neighbors > n_samples > 0 fails in predict, not in fit.
-        if not 0 < self.n_samples_fit_ < self.n_neighbors:
-            self._model()
+        targets = y.reshape(len(y), -1)
+        self._fit_y = np.ascontiguousarray(targets, dtype=np.float32)
+        self._fit_y64 = None if self._y_dtype == np.float32 else targets.astype(np.float64)
+        self._send_to_device()
         return self
 
     def _build_engine_model(self):
@@ -323,10 +323,10 @@ class KNeighborsRegressor(_NeighboursBase, MultiOutputMixin, RegressorMixin, Bas
         """The predicted target(s) of every row of X (X=None: of every training row, leaving
         the row itself out)."""
         check_is_fitted(self)
-        if callable(self.weights) or X is None:
+        if self._python_vote(X) or self._fit_y64 is not None:
             y = self._python_predict(X)
         else:
-            X = engine_data(self, X, reset=False)
+            X = self._query_rows(X)[0]
             if self.n_neighbors > self.n_samples_fit_:
                 raise ValueError(
                     f"Expected n_neighbors <= n_samples_fit, but n_neighbors = "
@@ -344,7 +344,8 @@ class KNeighborsRegressor(_NeighboursBase, MultiOutputMixin, RegressorMixin, Bas
         else:
             distances, indices = self._search(X, self.n_neighbors)
             weights = _distance_weights(distances) if self.weights == "distance" else None
-        targets = self._fit_y.astype(np.float64)[indices]
+        targets = (self._fit_y if self._fit_y64 is None else self._fit_y64)[indices]
+        targets = targets.astype(np.float64, copy=False)
         if weights is None:
             return targets.mean(axis=1)
         return np.sum(targets * weights[..., None], axis=1) / np.sum(weights, axis=1)[:, None]
