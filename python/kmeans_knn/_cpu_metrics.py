@@ -3,13 +3,15 @@ brute force computes them; and float64 distances of neighbours the engine chose.
 
 The distances come from ``sklearn.metrics.pairwise_distances`` (scipy's ``cdist`` for scipy's
 metrics) in float64, from a scikit-learn ``DistanceMetric`` object's ``pairwise``, from a
-callable, or are the rows of a precomputed distance matrix. Neighbours are then selected by a
+callable, or are the rows of a precomputed distance matrix (dense, or a sparse graph whose stored
+entries are the only candidates, as scikit-learn's). Neighbours are then selected by a
 stable sort: nearest first, equal distances by training index (scikit-learn's own brute force
 leaves the order of equal distances unspecified). Queries go in chunks of scikit-learn's
 ``working_memory``, so the full distance matrix is never held.
 """
 
 import numpy as np
+from scipy.sparse import issparse
 from sklearn import get_config
 from sklearn.metrics import DistanceMetric, pairwise_distances
 from sklearn.neighbors import VALID_METRICS
@@ -20,8 +22,11 @@ _TREE_ONLY = set(VALID_METRICS["ball_tree"]) - set(VALID_METRICS["brute"])
 
 def pairwise(queries, train, metric, params, n_jobs=None):
     """float64 distances (n_queries × n_train) of `metric` with keyword arguments `params`;
-    "precomputed": the queries are the distance rows."""
+    "precomputed": the queries are the distance rows (a sparse graph's missing entries are NaN:
+    never a neighbour)."""
     if isinstance(metric, str) and metric == "precomputed":
+        if issparse(queries):
+            return _graph_rows(queries)
         return np.asarray(queries, dtype=np.float64)
     if isinstance(metric, DistanceMetric):
         # DistanceMetric32 objects take float32 rows, DistanceMetric64 float64.
@@ -32,6 +37,15 @@ def pairwise(queries, train, metric, params, n_jobs=None):
         return DistanceMetric.get_metric(metric, **params).pairwise(queries, train)
     distances = pairwise_distances(queries, train, metric=metric, n_jobs=n_jobs, **params)
     return np.asarray(distances, dtype=np.float64)
+
+
+def _graph_rows(graph):
+    """The dense rows of a CSR graph of distances, NaN where it stores no entry (an explicit
+    zero is a distance 0)."""
+    rows = np.full(graph.shape, np.nan)
+    counts = np.diff(graph.indptr)
+    rows[np.repeat(np.arange(graph.shape[0]), counts), graph.indices] = graph.data
+    return rows
 
 
 def _batches(n, size):

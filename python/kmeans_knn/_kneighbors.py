@@ -2,9 +2,10 @@
 
 The parameters keep scikit-learn's names and meaning: ``n_jobs`` is the number of CPU threads of
 a call (results are identical at every count), ``metric``/``p``/``metric_params`` resolve to one
-of the engine's exact metrics, ``algorithm`` is accepted (the search is always the exact brute
+of the engine's exact metrics or to the CPU fallback (``_engine_metric`` decides,
+``_cpu_metrics`` computes), ``algorithm`` is accepted (the search is always the exact brute
 force one; "kd_tree"/"ball_tree" warn that it is used), and bad values raise scikit-learn's
-``InvalidParameterError`` naming the parameter.
+``InvalidParameterError`` or ``ValueError`` naming the parameter.
 """
 
 import os
@@ -12,7 +13,7 @@ import warnings
 from numbers import Integral, Real
 
 import numpy as np
-from scipy.sparse import csr_matrix
+from scipy.sparse import csr_matrix, issparse
 from sklearn.metrics import DistanceMetric
 from sklearn.neighbors import VALID_METRICS
 from sklearn.neighbors._base import KNeighborsMixin, NeighborsBase
@@ -217,7 +218,19 @@ class KNeighborsQueries(KNeighborsMixin):
             **ENGINE_ARRAY,
             "dtype": [np.float64, bool],
             "ensure_all_finite": "allow-nan" if self.metric == "nan_euclidean" else True,
+            # A graph of distances (scikit-learn's KNeighborsTransformer's output).
+            "accept_sparse": "csr" if self.metric == "precomputed" else False,
         }
+
+    def _precomputed(self, X):
+        """A precomputed distance matrix checked as scikit-learn checks it: non-negative, and
+        a sparse graph in a format that keeps explicit zeros (csr, csc, coo, lil)."""
+        if issparse(X) and X.format not in ("csr", "csc", "coo", "lil"):
+            raise TypeError(
+                f"Sparse matrix in {X.format!r} format is not supported due to its handling of "
+                "explicit zeros"
+            )
+        return X
 
     def _fit_rows(self, X, y=None, *, supervised=False, **y_checks):
         """Validates and keeps the training rows (X may be a fitted neighbours estimator or a
@@ -225,6 +238,8 @@ class KNeighborsQueries(KNeighborsMixin):
         required), else None. Call after ``_check_neighbour_params``."""
         source = _fitted_rows(X)
         X = X if source is None else source
+        if self.metric == "precomputed":
+            X = self._precomputed(X)
         self._fit_dtype = output_dtype(X)
         checks = self._row_checks()
         if not supervised:
@@ -232,7 +247,7 @@ class KNeighborsQueries(KNeighborsMixin):
         else:
             X, y = validate_data(self, X, y, reset=True, multi_output=True, **y_checks, **checks)
         if self.metric == "precomputed":
-            check_non_negative(X, "X")
+            _check_distances(X)
             if X.shape[0] != X.shape[1]:
                 raise ValueError(
                     "Precomputed matrix must be square. Input is a "
@@ -250,10 +265,12 @@ class KNeighborsQueries(KNeighborsMixin):
 
     def _query_rows(self, X):
         """(rows for the engine or the fallback, float64 rows or None) of the queries X."""
+        if self.metric == "precomputed":
+            X = self._precomputed(X)
         rows = validate_data(self, X, reset=False, **self._row_checks())
         if self._engine_metric is None:
             if self.metric == "precomputed":
-                check_non_negative(rows, "X")
+                _check_distances(rows)
             return rows, None
         exact = rows if rows.dtype == np.float64 else None
         return np.ascontiguousarray(rows, dtype=np.float32), exact
@@ -293,6 +310,8 @@ class KNeighborsQueries(KNeighborsMixin):
                     f"n_samples_fit = {n_fit}, n_samples = {queries.shape[0]}"
                 )
             k_found = k
+        if issparse(queries):
+            _check_graph_neighbours(queries, k_found)
         if self._engine_metric is None:
             distances, indices = _cpu_metrics.kneighbors(
                 self._cpu_distances(queries), queries.shape[0], n_fit, k_found
@@ -359,6 +378,22 @@ class KNeighborsQueries(KNeighborsMixin):
         tags.input_tags.positive_only = tags.input_tags.pairwise
         tags.input_tags.allow_nan = self.metric == "nan_euclidean"
         return tags
+
+
+def _check_distances(X):
+    """scikit-learn's error for negative precomputed distances."""
+    check_non_negative(X, "precomputed distance matrix" if issparse(X) else "X")
+
+
+def _check_graph_neighbours(graph, k):
+    """scikit-learn's error for a precomputed graph with fewer than k entries in a row."""
+    fewest = int(np.diff(graph.indptr).min(initial=k))
+    if fewest < k:
+        raise ValueError(
+            f"{k} neighbors per samples are required, but some samples have only {fewest} "
+            "neighbors in precomputed graph matrix. Decrease number of neighbors used or "
+            "recompute the graph with more neighbors."
+        )
 
 
 def leave_self_out(distances, indices, first=0):

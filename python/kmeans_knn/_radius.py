@@ -11,6 +11,7 @@ run on the CPU in float64, as ``kneighbors``.
 
 import numpy as np
 from scipy.sparse import csr_matrix
+from sklearn.neighbors._base import RadiusNeighborsMixin
 from sklearn.utils.validation import check_is_fitted
 
 from . import _cpu_metrics
@@ -26,10 +27,11 @@ def _signed(metric):
     return str(metric).strip().lower().replace("-", "_") in _SIGNED
 
 
-class RadiusSearchMixin:
+class RadiusSearchMixin(RadiusNeighborsMixin):
     """``radius_neighbors`` and ``radius_neighbors_graph`` over the estimator's engine index or
     the CPU fallback (``KNeighborsQueries``'s state). Distances come in the queries' float
-    dtype, as ``kneighbors`` gives them."""
+    dtype, as ``kneighbors`` gives them. scikit-learn's ``RadiusNeighborsMixin`` is a base for
+    code that tests ``isinstance``; these methods come first in the method order."""
 
     def _radius_csr(self, X, radius, sort_results):
         """(offsets, distances, indices) of every query's neighbours within radius (a scalar or
@@ -88,9 +90,9 @@ class RadiusSearchMixin:
     def radius_neighbors(self, X=None, radius=None, return_distance=True, sort_results=False):
         """The training rows within ``radius`` (default: the estimator's; a number, or an array
         of one radius per query) of every row of X, as scikit-learn returns them: object arrays
-        holding one array per query, distances then indices. X=None: of every training row, leaving the row itself out. With sort_results
-        each query's neighbours come nearest first (equal distances by index); without, by
-        training index."""
+        holding one array per query, distances then indices. X=None: of every training row,
+        leaving the row itself out. With sort_results each query's neighbours come nearest first
+        (equal distances by index); without, by training index."""
         if sort_results and not return_distance:
             raise ValueError("return_distance must be True if sort_results is True.")
         offsets, distances, indices = self._radius_csr(X, radius, sort_results)

@@ -4,11 +4,16 @@ Shared parameters (scikit-learn's names and meaning; see ``_kneighbors``):
 
 n_neighbors : int ≥ 1.
 algorithm : "auto", "brute", "kd_tree", "ball_tree" — the search is always the exact brute-force
-    one (on the GPU or the CPU); "kd_tree" and "ball_tree" warn that it is used. leaf_size is
-    accepted for scikit-learn's signature and unused.
-metric : "minkowski" (the default, with p: 1 → manhattan, 2 → euclidean; other p raise ValueError),
-    "euclidean"/"l2", "sqeuclidean", "manhattan"/"cityblock"/"l1", "cosine" (1 − cosine
-    similarity) or "inner_product" (the negated inner product). metric_params may hold p.
+    one (on the GPU or the CPU); "kd_tree" and "ball_tree" warn that it is used (and raise
+    scikit-learn's ValueError for a metric that tree cannot take). leaf_size is accepted for
+    scikit-learn's signature and unused.
+metric : on the engine's exact kernels: "minkowski" (the default) with p = 1 (manhattan) or
+    p = 2 (euclidean), "euclidean"/"l2", "sqeuclidean", "manhattan"/"cityblock"/"l1", "cosine"
+    (1 − cosine similarity) or "inner_product" (the negated inner product). Any other metric of
+    scikit-learn (other p, also 0 < p < 1; chebyshev; scipy's metrics with their metric_params;
+    a callable; a DistanceMetric object; "precomputed", where X holds distances, dense or a
+    sparse graph) runs on the CPU in float64 as scikit-learn computes it, neighbours chosen by
+    (distance, index). ``_kneighbors._engine_metric`` decides which.
 n_jobs : CPU threads of each call (None or -1: all cores); the answers do not depend on it.
 device : "auto", "cpu", "cuda", "cuda:N"; or several GPUs, "cuda:0,1" or "cuda:all", over which
     the training rows are cut (the same answers as one GPU).
@@ -16,9 +21,10 @@ memory_budget : bytes of GPU memory the index may use (None: 70 % of what is fre
     training set stays in host memory and streams through the GPU at every search, with the same
     answers.
 
-Neighbours come nearest first; equal distances by training index, ascending. The arithmetic is
-float32 (bit-identical on CPU and GPU); distances and predictions come back in the input's float
-dtype (float64 unless the input is float32).
+Neighbours come nearest first; equal distances by training index, ascending. The engine's
+arithmetic is float32 (bit-identical on CPU and GPU); distances and predictions come back in the
+input's float dtype (float64 unless the input is float32), float64 distances recomputed from the
+rows for the neighbours the engine chose.
 """
 
 from numbers import Real

@@ -17,13 +17,15 @@ PRIVATE = "a private scikit-learn function"
 NOT_OURS = "a scikit-learn function or estimator kmeans_knn does not replace"
 
 OUT_OF_SCOPE = {
-    # Sparse input, in the parameters or in the test's name.
-    r"\[.*(csr|csc|coo|lil|dok|bsr|dia|sparse)_(matrix|array)": SPARSE,
-    r"^test_\w*sparse": SPARSE,
-    r"^test_precomputed_sparse": SPARSE,
+    # Sparse input, in the parameters or in the test's name (sparse precomputed graphs of
+    # distances are in scope).
+    r"^(?!test_precomputed_sparse)\w*\[.*(csr|csc|coo|lil|dok|bsr|dia|sparse)_(matrix|array)":
+    SPARSE,
+    r"^test_(?!precomputed_sparse)\w*sparse": SPARSE,
     # kd/ball trees.
     r"^test_predict_sparse_ball_kd_tree": TREES,
-    r"^test_auto_algorithm\[.*(kd_tree|ball_tree)\]": TREES + " (which one scikit-learn's 'auto' picks)",
+    r"^test_auto_algorithm\[.*(kd_tree|ball_tree)\]": TREES
+    + " (the tree scikit-learn's algorithm='auto' picks)",
     # Elkan.
     r"\[.*elkan": ELKAN,
     r"^test_kmeans_elkan": ELKAN,
