@@ -175,7 +175,6 @@ def output_dtype(X):
     return np.float32 if dtype == np.float32 else np.float64
 
 
-
 class KNeighborsQueries(KNeighborsMixin):
     """``kneighbors`` and ``kneighbors_graph`` over the engine's exact search or the CPU
     fallback, the checks of the shared parameters, and the training rows. scikit-learn's
@@ -222,16 +221,6 @@ class KNeighborsQueries(KNeighborsMixin):
             "accept_sparse": "csr" if self.metric == "precomputed" else False,
         }
 
-    def _precomputed(self, X):
-        """A precomputed distance matrix checked as scikit-learn checks it: non-negative, and
-        a sparse graph in a format that keeps explicit zeros (csr, csc, coo, lil)."""
-        if issparse(X) and X.format not in ("csr", "csc", "coo", "lil"):
-            raise TypeError(
-                f"Sparse matrix in {X.format!r} format is not supported due to its handling of "
-                "explicit zeros"
-            )
-        return X
-
     def _fit_rows(self, X, y=None, *, supervised=False, **y_checks):
         """Validates and keeps the training rows (X may be a fitted neighbours estimator or a
         scikit-learn tree: its rows); returns y validated when `supervised` (y is then
@@ -239,7 +228,7 @@ class KNeighborsQueries(KNeighborsMixin):
         source = _fitted_rows(X)
         X = X if source is None else source
         if self.metric == "precomputed":
-            X = self._precomputed(X)
+            _check_graph_format(X)
         self._fit_dtype = output_dtype(X)
         checks = self._row_checks()
         if not supervised:
@@ -266,7 +255,7 @@ class KNeighborsQueries(KNeighborsMixin):
     def _query_rows(self, X):
         """(rows for the engine or the fallback, float64 rows or None) of the queries X."""
         if self.metric == "precomputed":
-            X = self._precomputed(X)
+            _check_graph_format(X)
         rows = validate_data(self, X, reset=False, **self._row_checks())
         if self._engine_metric is None:
             if self.metric == "precomputed":
@@ -378,6 +367,16 @@ class KNeighborsQueries(KNeighborsMixin):
         tags.input_tags.positive_only = tags.input_tags.pairwise
         tags.input_tags.allow_nan = self.metric == "nan_euclidean"
         return tags
+
+
+def _check_graph_format(X):
+    """scikit-learn's error for a sparse precomputed matrix in a format that does not keep
+    explicit zeros (csr, csc, coo and lil do)."""
+    if issparse(X) and X.format not in ("csr", "csc", "coo", "lil"):
+        raise TypeError(
+            f"Sparse matrix in {X.format!r} format is not supported due to its handling of "
+            "explicit zeros"
+        )
 
 
 def _check_distances(X):

@@ -196,7 +196,8 @@ class KNeighborsClassifier(_NeighboursBase, MultiOutputMixin, ClassifierMixin, B
         row itself out)."""
         check_is_fitted(self)
         if self._python_vote(X):
-            codes = [np.argmax(p, axis=1) for p in self._python_proba(X)]
+            probas, voters = self._python_votes(X)
+            codes = [_winner(p, v, self.tie_break) for p, v in zip(probas, voters)]
         else:
             rows = self._engine_queries(X)
             codes = [m.predict(rows, threads(self.n_jobs)) for m in self._engine_models()]
@@ -208,7 +209,7 @@ class KNeighborsClassifier(_NeighboursBase, MultiOutputMixin, ClassifierMixin, B
         of such arrays, one per output, for a 2-D y. X=None as in predict."""
         check_is_fitted(self)
         if self._python_vote(X):
-            probas = self._python_proba(X)
+            probas = self._python_votes(X)[0]
         else:
             rows = self._engine_queries(X)
             probas = [
@@ -231,9 +232,10 @@ class KNeighborsClassifier(_NeighboursBase, MultiOutputMixin, ClassifierMixin, B
             )
         return X
 
-    def _python_proba(self, X):
-        """The vote in NumPy over the engine's neighbours (a callable weights, or X=None),
-        as scikit-learn counts it."""
+    def _python_votes(self, X):
+        """The vote in NumPy over the neighbours (a callable weights, X=None, or a metric of the
+        CPU fallback), as scikit-learn counts it: (shares per output, the neighbours' class codes
+        per output)."""
         if callable(self.weights):
             weights, indices = self._vote_neighbours(X)
         else:
@@ -242,7 +244,7 @@ class KNeighborsClassifier(_NeighboursBase, MultiOutputMixin, ClassifierMixin, B
         if weights is None:
             weights = np.ones(indices.shape)
         rows = np.arange(indices.shape[0])[:, None]
-        probas = []
+        probas, voters = [], []
         for classes, codes in zip(self._classes_list(), self._fit_codes):
             proba = np.zeros((indices.shape[0], len(classes)))
             np.add.at(proba, (np.broadcast_to(rows, indices.shape), codes[indices]), weights)
@@ -254,7 +256,8 @@ class KNeighborsClassifier(_NeighboursBase, MultiOutputMixin, ClassifierMixin, B
                 )
             total[total == 0.0] = 1.0
             probas.append(proba / total)
-        return probas
+            voters.append(codes[indices])
+        return probas, voters
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -270,6 +273,18 @@ class _FirstOf:
 
     def search(self, X, k, n_threads=None):
         return self._models[0].search(X, k, n_threads)
+
+
+def _winner(proba, voters, tie_break):
+    """Each row's predicted class code: the largest share; a tie goes to the smallest label or,
+    with tie_break="nearest", to the tied class whose member comes first among the neighbours
+    (`voters`: their class codes, nearest first), the engine's two rules."""
+    if tie_break == "smallest_label":
+        return np.argmax(proba, axis=1)
+    rows = np.arange(len(proba))
+    tied = proba == proba.max(axis=1, keepdims=True)
+    first = np.argmax(tied[rows[:, None], voters], axis=1)
+    return voters[rows, first]
 
 
 def _distance_weights(distances):

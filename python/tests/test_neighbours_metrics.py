@@ -260,3 +260,25 @@ def test_gpu_equals_cpu_for_float64_and_fallback(metric, gpu):
                 np.testing.assert_array_equal(x, z)
         else:
             np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("weights", ["uniform", "distance"])
+def test_tie_rules_in_the_python_vote_equal_the_engines(weights):
+    # Integer grid rows: ties everywhere. The engine votes for euclidean queries; the NumPy vote
+    # (X=None, leave-one-out) must pick the same classes under both rules.
+    grid = (np.arange(120).reshape(40, 3) * 7 % 5).astype(np.float32)
+    labels = np.arange(40) % 4
+    for tie_break in ("smallest_label", "nearest"):
+        clf = KNeighborsClassifier(4, weights=weights, tie_break=tie_break, device="cpu")
+        clf.fit(grid, labels)
+        engine = clf.predict(grid[:12] + 0.25)
+        clf.weights = lambda d: _inverse(d) if weights == "distance" else np.ones_like(d)
+        python = clf.predict(grid[:12] + 0.25)
+        np.testing.assert_array_equal(python, engine)
+
+
+def _inverse(d):
+    with np.errstate(divide="ignore"):
+        w = 1.0 / d.astype(np.float64)
+    exact = np.isinf(w)
+    return np.where(exact.any(axis=1, keepdims=True), exact, w)
