@@ -4,11 +4,16 @@ Shared parameters (scikit-learn's names and meaning; see ``_kneighbors``):
 
 n_neighbors : int ≥ 1.
 algorithm : "auto", "brute", "kd_tree", "ball_tree" — the search is always the exact brute-force
-    one (on the GPU or the CPU); "kd_tree" and "ball_tree" warn that it is used. leaf_size is
-    accepted for scikit-learn's signature and unused.
-metric : "minkowski" (the default, with p: 1 → manhattan, 2 → euclidean; other p raise ValueError),
-    "euclidean"/"l2", "sqeuclidean", "manhattan"/"cityblock"/"l1", "cosine" (1 − cosine
-    similarity) or "inner_product" (the negated inner product). metric_params may hold p.
+    one (on the GPU or the CPU); "kd_tree" and "ball_tree" warn that it is used (and raise
+    scikit-learn's ValueError for a metric that tree cannot take). leaf_size is accepted for
+    scikit-learn's signature and unused.
+metric : on the engine's exact kernels: "minkowski" (the default) with p = 1 (manhattan) or
+    p = 2 (euclidean), "euclidean"/"l2", "sqeuclidean", "manhattan"/"cityblock"/"l1", "cosine"
+    (1 − cosine similarity) or "inner_product" (the negated inner product). Any other metric of
+    scikit-learn (other p, also 0 < p < 1; chebyshev; scipy's metrics with their metric_params;
+    a callable; a DistanceMetric object; "precomputed", where X holds distances, dense or a
+    sparse graph) runs on the CPU in float64 as scikit-learn computes it, neighbours chosen by
+    (distance, index). ``_kneighbors._engine_metric`` decides which.
 n_jobs : CPU threads of each call (None or -1: all cores); the answers do not depend on it.
 device : "auto", "cpu", "cuda", "cuda:N"; or several GPUs, "cuda:0,1" or "cuda:all", over which
     the training rows are cut (the same answers as one GPU).
@@ -16,9 +21,10 @@ memory_budget : bytes of GPU memory the index may use (None: 70 % of what is fre
     training set stays in host memory and streams through the GPU at every search, with the same
     answers.
 
-Neighbours come nearest first; equal distances by training index, ascending. The arithmetic is
-float32 (bit-identical on CPU and GPU); distances and predictions come back in the input's float
-dtype (float64 unless the input is float32).
+Neighbours come nearest first; equal distances by training index, ascending. The engine's
+arithmetic is float32 (bit-identical on CPU and GPU); distances and predictions come back in the
+input's float dtype (float64 unless the input is float32), float64 distances recomputed from the
+rows for the neighbours the engine chose.
 """
 
 from numbers import Real
@@ -27,7 +33,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, MultiOutputMixin, RegressorMixin
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import check_classification_targets
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import check_is_fitted
 
 from . import _engine
 from ._radius import RadiusSearchMixin
@@ -38,7 +44,7 @@ from ._kneighbors import (
     output_dtype,
     threads,
 )
-from ._validation import ENGINE_ARRAY, ResidentModel, engine_data
+from ._validation import ResidentModel
 
 
 class _NeighboursBase(KNeighborsQueries, ResidentModel):
@@ -56,11 +62,17 @@ class _NeighboursBase(KNeighborsQueries, ResidentModel):
         self.device = device
         self.memory_budget = memory_budget
 
-    def _keep(self, X):
-        """Keeps the validated training rows X (float32, as the engine takes them)."""
-        self._fit_X = X
-        self.n_samples_fit_ = X.shape[0]
-        self._engine_model = None
+    def _python_vote(self, X):
+        """Whether predictions run in NumPy over the neighbours (a callable weights, X=None, or a
+        metric of the CPU fallback) rather than in the engine."""
+        return callable(self.weights) or X is None or self._engine_metric is None
+
+    def _send_to_device(self):
+        """Builds the engine model now (the engine also rejects empty data here), except for the
+        CPU fallback, and when n_neighbors > n_samples > 0: scikit-learn accepts that in fit
+        and fails in predict."""
+        if self._engine_metric is not None and not 0 < self.n_samples_fit_ < self.n_neighbors:
+            self._model()
 
     def _vote_neighbours(self, X):
         """(weights of the neighbours by the callable ``weights``, indices) for the rows of X
@@ -105,11 +117,12 @@ class NearestNeighbors(RadiusSearchMixin, _NeighboursBase, BaseEstimator):
         self.radius = radius
 
     def fit(self, X, y=None):
-        """Indexes X; returns self."""
-        self._engine_metric = self._check_neighbour_params()
-        self._fit_dtype = output_dtype(X)
-        self._keep(engine_data(self, X, reset=True))
-        self._model()
+        """Indexes X (a fitted neighbours estimator or a scikit-learn tree: its training
+        rows; metric="precomputed": the square matrix of distances); returns self."""
+        self._check_neighbour_params()
+        self._fit_rows(X)
+        if self._engine_metric is not None:
+            self._model()
         return self
 
     def _build_engine_model(self):
@@ -150,10 +163,9 @@ class KNeighborsClassifier(_NeighboursBase, MultiOutputMixin, ClassifierMixin, B
         self.tie_break = tie_break
 
     def fit(self, X, y):
-        """Keeps X and y; returns self."""
-        self._engine_metric = self._check_neighbour_params()
-        self._fit_dtype = output_dtype(X)
-        X, y = validate_data(self, X, y, reset=True, multi_output=True, **ENGINE_ARRAY)
+        """Keeps X (as NearestNeighbors.fit takes it) and y; returns self."""
+        self._check_neighbour_params()
+        y = self._fit_rows(X, y, supervised=True)
         check_classification_targets(y)
         self.outputs_2d_ = y.ndim == 2 and y.shape[1] != 1
         columns = y.reshape(len(y), -1).T if self.outputs_2d_ else [y.ravel()]
@@ -161,11 +173,7 @@ class KNeighborsClassifier(_NeighboursBase, MultiOutputMixin, ClassifierMixin, B
         classes = [u[0] for u in uniques]
         self.classes_ = classes if self.outputs_2d_ else classes[0]
         self._fit_codes = [u[1].astype(np.uint32) for u in uniques]
-        self._keep(X)
-        # Sent to the device now (the engine also rejects empty data here), except when
-        # n_neighbors > n_samples > 0: scikit-learn accepts that in fit and fails in predict.
-        if not 0 < self.n_samples_fit_ < self.n_neighbors:
-            self._model()
+        self._send_to_device()
         return self
 
     def _classes_list(self):
@@ -191,8 +199,9 @@ class KNeighborsClassifier(_NeighboursBase, MultiOutputMixin, ClassifierMixin, B
         """The predicted label of every row of X (X=None: of every training row, leaving the
         row itself out)."""
         check_is_fitted(self)
-        if callable(self.weights) or X is None:
-            codes = [np.argmax(p, axis=1) for p in self._python_proba(X)]
+        if self._python_vote(X):
+            probas, voters = self._python_votes(X)
+            codes = [_winner(p, v, self.tie_break) for p, v in zip(probas, voters)]
         else:
             rows = self._engine_queries(X)
             codes = [m.predict(rows, threads(self.n_jobs)) for m in self._engine_models()]
@@ -203,8 +212,8 @@ class KNeighborsClassifier(_NeighboursBase, MultiOutputMixin, ClassifierMixin, B
         """Every row's share of the vote per class (columns in the order of classes_); a list
         of such arrays, one per output, for a 2-D y. X=None as in predict."""
         check_is_fitted(self)
-        if callable(self.weights) or X is None:
-            probas = self._python_proba(X)
+        if self._python_vote(X):
+            probas = self._python_votes(X)[0]
         else:
             rows = self._engine_queries(X)
             probas = [
@@ -219,7 +228,7 @@ class KNeighborsClassifier(_NeighboursBase, MultiOutputMixin, ClassifierMixin, B
         return probas if self.outputs_2d_ else probas[0]
 
     def _engine_queries(self, X):
-        X = engine_data(self, X, reset=False)
+        X = self._query_rows(X)[0]
         if self.n_neighbors > self.n_samples_fit_:
             raise ValueError(
                 f"Expected n_neighbors <= n_samples_fit, but n_neighbors = {self.n_neighbors}, "
@@ -227,9 +236,10 @@ class KNeighborsClassifier(_NeighboursBase, MultiOutputMixin, ClassifierMixin, B
             )
         return X
 
-    def _python_proba(self, X):
-        """The vote in NumPy over the engine's neighbours (a callable weights, or X=None),
-        as scikit-learn counts it."""
+    def _python_votes(self, X):
+        """The vote in NumPy over the neighbours (a callable weights, X=None, or a metric of the
+        CPU fallback), as scikit-learn counts it: (shares per output, the neighbours' class codes
+        per output)."""
         if callable(self.weights):
             weights, indices = self._vote_neighbours(X)
         else:
@@ -238,7 +248,7 @@ class KNeighborsClassifier(_NeighboursBase, MultiOutputMixin, ClassifierMixin, B
         if weights is None:
             weights = np.ones(indices.shape)
         rows = np.arange(indices.shape[0])[:, None]
-        probas = []
+        probas, voters = [], []
         for classes, codes in zip(self._classes_list(), self._fit_codes):
             proba = np.zeros((indices.shape[0], len(classes)))
             np.add.at(proba, (np.broadcast_to(rows, indices.shape), codes[indices]), weights)
@@ -250,7 +260,8 @@ class KNeighborsClassifier(_NeighboursBase, MultiOutputMixin, ClassifierMixin, B
                 )
             total[total == 0.0] = 1.0
             probas.append(proba / total)
-        return probas
+            voters.append(codes[indices])
+        return probas, voters
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -266,6 +277,18 @@ class _FirstOf:
 
     def search(self, X, k, n_threads=None):
         return self._models[0].search(X, k, n_threads)
+
+
+def _winner(proba, voters, tie_break):
+    """Each row's predicted class code: the largest share; a tie goes to the smallest label or,
+    with tie_break="nearest", to the tied class whose member comes first among the neighbours
+    (`voters`: their class codes, nearest first), the engine's two rules."""
+    if tie_break == "smallest_label":
+        return np.argmax(proba, axis=1)
+    rows = np.arange(len(proba))
+    tied = proba == proba.max(axis=1, keepdims=True)
+    first = np.argmax(tied[rows[:, None], voters], axis=1)
+    return voters[rows, first]
 
 
 def _distance_weights(distances):
@@ -285,9 +308,11 @@ class KNeighborsRegressor(_NeighboursBase, MultiOutputMixin, RegressorMixin, Bas
     weights : "uniform" (also None: the mean of the k nearest targets), "distance" (weighted by
         1/distance; at distance 0 only the exact matches count) or a callable as in
         KNeighborsClassifier. Other parameters as in the module documentation. y of shape (n,)
-        gives predictions of shape (m,), y of shape (n, t) gives (m, t). Predictions are the
-        engine's float32 averages (taken in float64, identical on CPU and GPU), returned in
-        y's float dtype (float64 unless y is float32).
+        gives predictions of shape (m,), y of shape (n, t) gives (m, t). For float32 y the
+        predictions are the engine's float32 averages (taken in float64); for any other y they
+        are scikit-learn's float64 (weighted) means of the targets of the engine's neighbours
+        (distance weights from kneighbors' distances). Identical on CPU and GPU either way, and
+        returned in y's float dtype (float64 unless y is float32).
     """
 
     _parameter_constraints = {**NEIGHBOUR_CONSTRAINTS, **VOTE_CONSTRAINTS}
@@ -302,19 +327,15 @@ class KNeighborsRegressor(_NeighboursBase, MultiOutputMixin, RegressorMixin, Bas
         self.weights = weights
 
     def fit(self, X, y):
-        """Keeps X and y; returns self."""
-        self._engine_metric = self._check_neighbour_params()
-        self._fit_dtype = output_dtype(X)
+        """Keeps X (as NearestNeighbors.fit takes it) and y; returns self."""
+        self._check_neighbour_params()
         self._y_dtype = output_dtype(y)
-        X, y = validate_data(
-            self, X, y, reset=True, multi_output=True, y_numeric=True, **ENGINE_ARRAY
-        )
+        y = self._fit_rows(X, y, supervised=True, y_numeric=True)
         self._y_1d = y.ndim == 1
-        self._fit_y = np.ascontiguousarray(y.reshape(len(y), -1), dtype=np.float32)
-        self._keep(X)
-        # As KNeighborsClassifier: n_neighbors > n_samples > 0 fails in predict, not in fit.
-        if not 0 < self.n_samples_fit_ < self.n_neighbors:
-            self._model()
+        targets = y.reshape(len(y), -1)
+        self._fit_y = np.ascontiguousarray(targets, dtype=np.float32)
+        self._fit_y64 = None if self._y_dtype == np.float32 else targets.astype(np.float64)
+        self._send_to_device()
         return self
 
     def _build_engine_model(self):
@@ -327,10 +348,10 @@ class KNeighborsRegressor(_NeighboursBase, MultiOutputMixin, RegressorMixin, Bas
         """The predicted target(s) of every row of X (X=None: of every training row, leaving
         the row itself out)."""
         check_is_fitted(self)
-        if callable(self.weights) or X is None:
+        if self._python_vote(X) or self._fit_y64 is not None:
             y = self._python_predict(X)
         else:
-            X = engine_data(self, X, reset=False)
+            X = self._query_rows(X)[0]
             if self.n_neighbors > self.n_samples_fit_:
                 raise ValueError(
                     f"Expected n_neighbors <= n_samples_fit, but n_neighbors = "
@@ -348,7 +369,8 @@ class KNeighborsRegressor(_NeighboursBase, MultiOutputMixin, RegressorMixin, Bas
         else:
             distances, indices = self._search(X, self.n_neighbors)
             weights = _distance_weights(distances) if self.weights == "distance" else None
-        targets = self._fit_y.astype(np.float64)[indices]
+        targets = (self._fit_y if self._fit_y64 is None else self._fit_y64)[indices]
+        targets = targets.astype(np.float64, copy=False)
         if weights is None:
             return targets.mean(axis=1)
         return np.sum(targets * weights[..., None], axis=1) / np.sum(weights, axis=1)[:, None]

@@ -17,12 +17,15 @@ PRIVATE = "a private scikit-learn function"
 NOT_OURS = "a scikit-learn function or estimator kmeans_knn does not replace"
 
 OUT_OF_SCOPE = {
-    # Sparse input, in the parameters or in the test's name.
-    r"\[.*(csr|csc|coo|lil|dok|bsr|dia|sparse)_(matrix|array)": SPARSE,
-    r"^test_\w*sparse": SPARSE,
-    r"^test_precomputed_sparse": SPARSE,
+    # Sparse input, in the parameters or in the test's name (sparse precomputed graphs of
+    # distances are in scope).
+    r"^(?!test_precomputed_sparse)\w*\[.*(csr|csc|coo|lil|dok|bsr|dia|sparse)_(matrix|array)":
+    SPARSE,
+    r"^test_(?!precomputed_sparse)\w*sparse": SPARSE,
     # kd/ball trees.
     r"^test_predict_sparse_ball_kd_tree": TREES,
+    r"^test_auto_algorithm\[.*(kd_tree|ball_tree)\]": TREES
+    + " (the tree scikit-learn's algorithm='auto' picks)",
     # Elkan.
     r"\[.*elkan": ELKAN,
     r"^test_kmeans_elkan": ELKAN,
@@ -61,40 +64,4 @@ EXPECTED_FAILURES = {
     + ": MiniBatchKMeans.fit takes no sample_weight",
     r"^test_sample_weight_unchanged\[MiniBatchKMeans": MISSING
     + ": MiniBatchKMeans.fit takes no sample_weight",
-    # test_neighbors.py
-    r"^test_radius_neighbors_parallel_array_radius\[": MISSING
-    + ": a radius per query (an array) in radius_neighbors",
-    r"^test_unsupervised_radius_neighbors\[": MISSING
-    + ": metric='minkowski' with p other than 1 or 2 (the test's p = 3)",
-    r"^test_radius_neighbors_brute_backend\[.*(braycurtis|canberra|chebyshev|correlation|dice|hamming"
-    r"|haversine|jaccard|mahalanobis|nan_euclidean|rogerstanimoto|russellrao|seuclidean|sokalsneath"
-    r"|yule)\]": MISSING + ": metric without an exact GPU/CPU kernel (chebyshev and scipy's metrics)",
-    r"^test_radius_neighbors_brute_backend\[.*minkowski\]": MISSING
-    + ": metric='minkowski' with p other than 1 or 2",
-    r"^test_radius_neighbors_sort_results\[brute-precomputed\]": MISSING + ": metric='precomputed'",
-    r"^(?!.*Radius)test_(unsupervised_kneighbors|neigh_predictions_algorithm_agnosticity|neighbors_metrics"
-    r"|kneighbors_brute_backend|neighbors_classifier_with_string_labels)\[.*(chebyshev|braycurtis|canberra|correlation|dice|hamming|haversine|jaccard"
-    r"|mahalanobis|nan_euclidean|rogerstanimoto|russellrao|seuclidean|sokalsneath|yule)": MISSING
-    + ": metric without an exact GPU/CPU kernel (chebyshev and scipy's metrics)",
-    r"\[.*DM_euclidean": MISSING + ": sklearn DistanceMetric objects as metric",
-    r"^test_(kneighbors_brute_backend|neighbors_metrics)\[.*minkowski": MISSING
-    + ": metric='minkowski' with p other than 1 and 2",
-    r"^test_callable_metric": MISSING + ": callable metric",
-    r"^test_nan_euclidean_support\[KNeighbors(Classifier|Regressor)-": MISSING + ": metric='nan_euclidean'",
-    r"^test_metric_params_interface": MISSING + ": metric='minkowski' with p=3",
-    r"^test_auto_algorithm\[.*(seuclidean|correlation)": MISSING
-    + ": metric without an exact GPU/CPU kernel (scipy's metrics)",
-    r"^(?!.*Radius)test_neighbors_minkowski_semimetric_algo_(warn|error)": DIFFERS
-    + ": 0 < p < 1 raises ValueError (scikit-learn warns and runs brute force)",
-    r"^test_non_euclidean_kneighbors": MISSING + ": chebyshev metric",
-    r"^test_pairwise_boolean_distance": MISSING + ": boolean metrics",
-    r"^test_precomputed_(dense|cross_validation)": MISSING + ": metric='precomputed'",
-    r"^test_pipeline_with_nearest_neighbors_transformer": MISSING + ": metric='precomputed'",
-    r"^test_auto_algorithm\[.*precomputed": MISSING + ": metric='precomputed'",
-    r"^test_auto_algorithm\[.*kd_tree": DIFFERS + ": _fit_method is always 'brute'",
-    r"^test_unsupervised_inputs": MISSING + ": fit with a fitted estimator as X",
-    r"^test_kneighbors_regressor(_multioutput)?$": DIFFERS
-    + ": float32 distances (the test's 1e-5 offsets vanish, so its 1/d² weights divide by 0)",
-    r"^test_nearest_neighbours_works_with_p_less_than_1": DIFFERS
-    + ": 0 < p < 1 raises ValueError (scikit-learn warns and runs brute force)",
 }

@@ -53,12 +53,19 @@ def test_metric_names_and_minkowski(cls):
             np.testing.assert_array_equal(x, z)
     a = fit(cls, X, y, metric="minkowski", p=None, metric_params={"p": 1})
     assert a.effective_metric_ == "manhattan"
-    with pytest.raises(ValueError, match="p must be greater or equal to one"):
+    # Other p, chebyshev and scipy's metrics run the CPU fallback, with scikit-learn's answers.
+    ref = sklearn.neighbors.NearestNeighbors(n_neighbors=5, metric="minkowski", p=3).fit(X)
+    got = fit(cls, X, y, metric="minkowski", p=3, n_neighbors=5)
+    assert got.effective_metric_ == "minkowski" and got._engine_metric is None
+    for x, z in zip(got.kneighbors(Q), ref.kneighbors(Q)):
+        np.testing.assert_allclose(x, z, rtol=1e-12)
+    with pytest.warns(UserWarning, match="0 < p < 1"):
         fit(cls, X, y, metric="minkowski", p=0.5)
-    with pytest.raises(ValueError, match="p=3"):
-        fit(cls, X, y, metric="minkowski", p=3)
-    with pytest.raises(InvalidParameterError, match="'metric' parameter.*euclidean"):
-        fit(cls, X, y, metric="chebyshev")
+    with pytest.raises(ValueError, match='algorithm="kd_tree" does not support 0 < p < 1'):
+        fit(cls, X, y, metric="minkowski", p=0.5, algorithm="kd_tree")
+    assert fit(cls, X, y, metric="chebyshev").effective_metric_ == "chebyshev"
+    with pytest.raises(InvalidParameterError, match="'metric' parameter"):
+        fit(cls, X, y, metric="chebychev")
 
 
 @pytest.mark.parametrize("cls", NEIGHBOURS)
