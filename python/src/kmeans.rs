@@ -48,7 +48,7 @@ pub(crate) fn stop_name(stop: Stop) -> &'static str {
 
 /// Iterations as scikit-learn's `n_iter_` counts them: the assignment that finds the labels
 /// unchanged is one more.
-fn sklearn_n_iter(model: &KMeansModel) -> usize {
+pub(crate) fn sklearn_n_iter(model: &KMeansModel) -> usize {
     model.n_iter + usize::from(model.stop == Some(Stop::Unchanged))
 }
 
