@@ -123,7 +123,8 @@ pub struct Iteration {
 /// A Lloyd run that stops on [`Stop::Unchanged`] reports the assignment that found the labels
 /// unchanged as one more [`Iteration`] (with no update after it): scikit-learn counts it in its
 /// `n_iter_`, so that count is [`KMeansModel::n_iter`] + 1 for such a run and `n_iter` otherwise.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Stop {
     /// No label changed: the centroids are a fixed point.
     Unchanged,
