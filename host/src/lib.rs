@@ -71,7 +71,7 @@ pub use distances::{
 pub use error::{Error, Result};
 pub use kmeans::{
     EmptyClusters, Init, Iteration, KMeans, KMeansModel, KMeansParams, Metric, MiniBatchKMeans,
-    MiniBatchKMeansModel, MiniBatchParams, MiniBatchStep, Precision,
+    MiniBatchKMeansModel, MiniBatchParams, MiniBatchStep, Precision, Stop,
 };
 pub use knn::{
     AutoReport, AutoSource, FittedScaler, KnnClassifier, KnnIndex, KnnRegressor, KnnResult,

@@ -47,7 +47,10 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin, Ba
         which ``fit`` shards the rows (the same result as one GPU). "auto" takes the GPU when
         there is one, except for fits the CPU finishes before a GPU's driver could start (while
         no GPU has started in the process): those run on the CPU, with the same result.
-    verbose : int, default 0 — when > 0, fit prints the run's iterations, inertia and device.
+    verbose : int, default 0 — when > 0, fit prints what scikit-learn's Lloyd prints, once the
+        fit is done: "Initialization complete" for each run, then "Iteration i, inertia x." for
+        every assignment (from 0) and the reason the run stopped ("Converged at iteration i:
+        strict convergence." or "... center shift s within tolerance t.").
     copy_x : bool, default True — accepted for scikit-learn's signature: X is never modified.
     algorithm : "lloyd" (default, what runs) or "elkan" (warns that Lloyd runs: the same
         partition, Elkan's bounds only save distance computations).
@@ -55,8 +58,14 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin, Ba
         a set). Rows beyond it stay in host memory and take turns on the GPU in batches: the
         same result, at the cost of the copies (prefer init="k-means||" then).
 
-    The arithmetic is float32 (bit-identical on CPU and GPU); cluster_centers_ and transform's
-    output come back in X's float dtype (float64 unless X is float32), as scikit-learn's.
+    The arithmetic of fit and predict is float32 (bit-identical on CPU and GPU); cluster_centers_
+    come back in X's float dtype (float64 unless X is float32), as scikit-learn's. transform
+    computes float64 input's distances in float64 from cluster_centers_ (float32 input and
+    metric "cosine": in float32, on the engine).
+
+    Attributes: cluster_centers_, labels_, inertia_, n_iter_ (as scikit-learn counts: the
+    assignment that finds the labels unchanged is counted, so a run whose first update leaves
+    the labels as they are has n_iter_ 2), device_ (the backend that ran).
 
     ``fit``, ``fit_predict``, ``fit_transform`` and ``score`` take ``sample_weight`` (one
     finite weight ≥ 0 per row, not all zero): centroids are weighted means, inertia is the
@@ -133,7 +142,7 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin, Ba
             raise ValueError(f"n_samples={X.shape[0]} should be >= n_clusters={self.n_clusters}.")
         weights = _engine_weights(sample_weight, X)
         init, init_centroids, n_init = self._init_and_runs(X.shape[1], X_in)
-        centers, labels, inertia, n_iter, device = _engine.kmeans_fit(
+        centers, labels, inertia, n_iter, device, history = _engine.kmeans_fit(
             X,
             self.n_clusters,
             init,
@@ -147,7 +156,10 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin, Ba
             self.device,
             weights,
             self.memory_budget,
+            bool(self.verbose),
         )
+        if self.verbose:
+            _print_lloyd(history, self.tol * float(np.mean(np.var(X, axis=0, dtype=np.float64))))
         self.cluster_centers_ = centers.astype(dtype, copy=False)
         # Labels are below k ≤ 2^31, so the engine's u32 reads as int32 without a copy.
         self.labels_ = labels.view(np.int32)
@@ -163,8 +175,6 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin, Ba
                 ConvergenceWarning,
                 stacklevel=2,
             )
-        if self.verbose:
-            print(f"k-means: {n_iter} iterations, inertia {inertia}, on {device}")
         return self
 
     def fit_predict(self, X, y=None, sample_weight=None):
@@ -195,8 +205,14 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin, Ba
 
     def transform(self, X):
         """Distance of every row of X to every centroid (Euclidean, Manhattan for metric
-        "manhattan", 1 − cos for "cosine"), computed in float32, in X's float dtype."""
+        "manhattan", 1 − cos for "cosine"), in X's float dtype: float64 input's in float64 from
+        cluster_centers_, float32 input's (and "cosine") in float32 on the engine."""
         centers = self._centers()
+        metric = _engine.kmeans_metric(self.metric)
+        if output_dtype(X) == np.float64 and metric != "cosine":
+            engine_data(self, X, reset=False)
+            X = check_array(X, dtype=np.float64)
+            return _float64_distances(X, self.cluster_centers_.astype(np.float64), metric)
         dtype = output_dtype(X)
         X = engine_data(self, X, reset=False)
         return _engine.kmeans_transform(centers, X, self.metric).astype(dtype, copy=False)
@@ -224,6 +240,36 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin, Ba
         # float32 arithmetic, outputs in the input's float dtype.
         tags.transformer_tags.preserves_dtype = ["float64", "float32"]
         return tags
+
+
+def _float64_distances(X, centers, metric):
+    """Euclidean (metric "l2") or Manhattan ("l1") distances of the rows of X to `centers`,
+    from the differences, in float64; in blocks of rows of at most about 32 MiB."""
+    out = np.empty((X.shape[0], centers.shape[0]), dtype=np.float64)
+    rows = max(1, (1 << 22) // max(1, centers.size))
+    for start in range(0, X.shape[0], rows):
+        diff = X[start : start + rows, None, :] - centers[None, :, :]
+        if metric == "l1":
+            out[start : start + rows] = np.abs(diff).sum(axis=2)
+        else:
+            out[start : start + rows] = np.sqrt(np.einsum("ijk,ijk->ij", diff, diff))
+    return out
+
+
+def _print_lloyd(history, tol):
+    """Prints a fit's iterations as scikit-learn's verbose Lloyd does (`tol` as scikit-learn
+    scales it, for the message)."""
+    previous_run = None
+    for run, iteration, inertia, shift, stop in history:
+        if run != previous_run:
+            print("Initialization complete")
+            previous_run = run
+        i = iteration - 1
+        print(f"Iteration {i}, inertia {inertia}.")
+        if stop == "unchanged":
+            print(f"Converged at iteration {i}: strict convergence.")
+        elif stop == "tolerance":
+            print(f"Converged at iteration {i}: center shift {shift} within tolerance {tol}.")
 
 
 def _explicit_centroids(estimator, X, n_features, stacklevel):

@@ -7,7 +7,7 @@ import numpy as np
 from . import _engine
 from ._validation import engine_data, engine_seed
 from ._kneighbors import output_dtype
-from .cluster import KMeans, _explicit_centroids
+from .cluster import KMeans, _engine_weights, _explicit_centroids
 
 
 class MiniBatchKMeans(KMeans):
@@ -40,10 +40,24 @@ class MiniBatchKMeans(KMeans):
     metric : "euclidean" (squared-L2 assignment, as scikit-learn) or "manhattan" (L1 assignment,
         mean centroids; inertia is then the sum of L1 distances).
     device : "auto", "cpu", "cuda" or "cuda:N".
+    compute_labels : bool, default True — after fit (and each partial_fit), assign every row to
+        the final centroids for labels_ and inertia_. False: no labels_; fit's inertia_ is then
+        the smoothed batch inertia (per row) times the total weight, and partial_fit sets
+        neither (as scikit-learn).
+    verbose : int, default 0 — when > 0, fit prints scikit-learn's lines once it is done:
+        "Minibatch step i/n: mean batch inertia: x[, ewa inertia: y]" for every step, and
+        "Converged (small centers change) at step i/n" or "Converged (lack of improvement in
+        inertia) at step i/n" when it stops early.
 
-    Attributes are scikit-learn's: cluster_centers_ (in X's float dtype, float32 arithmetic), labels_, inertia_, n_iter_
-    (epochs, rounded up), n_steps_, plus device_. Labels are always computed (no compute_labels),
-    fit takes no sample_weight, and verbose is not a parameter.
+    ``fit`` (and ``fit_predict``, ``fit_transform``, ``score``) take ``sample_weight`` with
+    scikit-learn's meaning: each batch draws rows with probability proportional to their weight
+    and steps over them unweighted, the initialisation seeds on its rows by their weight, and
+    inertia_ is the weighted sum. Weights all 1 give the unweighted model, and scaling all
+    weights by a power of two changes nothing (bit for bit). ``partial_fit`` takes
+    ``sample_weight`` of ones only (its weighted step is not in the engine).
+
+    Attributes are scikit-learn's: cluster_centers_ (in X's float dtype, float32 arithmetic),
+    labels_, inertia_, n_iter_ (epochs, rounded up), n_steps_, plus device_.
     """
 
     def __init__(
@@ -61,7 +75,11 @@ class MiniBatchKMeans(KMeans):
         reassignment_ratio=0.01,
         metric="euclidean",
         device="auto",
+        compute_labels=True,
+        verbose=0,
     ):
+        self.compute_labels = compute_labels
+        self.verbose = verbose
         self.n_clusters = n_clusters
         self.init = init
         self.max_iter = max_iter
@@ -75,38 +93,35 @@ class MiniBatchKMeans(KMeans):
         self.metric = metric
         self.device = device
 
-    def fit(self, X, y=None):
-        """Clusters X; returns self."""
+    def fit(self, X, y=None, sample_weight=None):
+        """Clusters X (rows drawn in proportion to sample_weight when given); returns self."""
         dtype = output_dtype(X)
         X = engine_data(self, X, reset=True)
         self._check_rows(X)
+        weights = _engine_weights(sample_weight, X)
         self._seed = engine_seed(self.random_state)
-        fitted = _engine.minibatch_fit(X, self._settings(X.shape[1], X.shape[0], X))
+        settings = self._settings(X.shape[1], X.shape[0], X)
+        settings["history"] = bool(self.verbose)
+        fitted = _engine.minibatch_fit(X, settings, weights)
         self._keep(fitted, dtype)
         self.n_iter_ = fitted[3]
+        if self.verbose:
+            _print_steps(fitted[5])
         return self
 
-    # The engine's mini-batch steps take no sample weights: these keep KMeans' methods without
-    # the `sample_weight` parameter, so scikit-learn's checks do not pass one.
-    def fit_predict(self, X, y=None):
-        """Clusters X and returns its labels."""
-        return self.fit(X).labels_
-
-    def fit_transform(self, X, y=None):
-        """Clusters X and returns its distances to the centroids."""
-        return self.fit(X).transform(X)
-
-    def score(self, X, y=None):
-        """Minus the inertia of X under the fitted centroids (squared Euclidean, or L1 for
-        metric "manhattan"), summed in float64."""
-        return super().score(X)
-
-    def partial_fit(self, X, y=None):
+    def partial_fit(self, X, y=None, sample_weight=None):
         """One step on X (every row of it is the batch), continuing the fitted state; the first
-        call initialises the centroids from X (at least n_clusters rows). Returns self."""
+        call initialises the centroids from X (at least n_clusters rows). sample_weight may only
+        be ones. Returns self."""
         fitted = hasattr(self, "cluster_centers_")
         dtype = self.cluster_centers_.dtype if fitted else output_dtype(X)
         X = engine_data(self, X, reset=not fitted)
+        weights = _engine_weights(sample_weight, X)
+        if weights is not None and np.any(weights != 1):
+            raise ValueError(
+                "MiniBatchKMeans.partial_fit takes sample_weight of ones only (the engine's "
+                "weighted step is not built); fit takes any sample_weight"
+            )
         if fitted:
             state = (self._centers(), self._counts, self.n_steps_, self._since_reassign)
         else:
@@ -114,7 +129,7 @@ class MiniBatchKMeans(KMeans):
             self._seed = engine_seed(self.random_state)
             state = None
         settings = self._settings(X.shape[1], X.shape[0], X)
-        self._keep(_engine.minibatch_partial_fit(X, state, settings), dtype)
+        self._keep(_engine.minibatch_partial_fit(X, state, settings), dtype, partial=True)
         return self
 
     def _check_rows(self, X):
@@ -148,6 +163,8 @@ class MiniBatchKMeans(KMeans):
             seed=self._seed,
             metric=self.metric,
             device=self.device,
+            compute_labels=self.compute_labels,
+            history=False,
         )
 
     def _init_and_runs(self, n_features, X=None):
@@ -157,16 +174,29 @@ class MiniBatchKMeans(KMeans):
             return self.init, None, None if self.n_init == "auto" else self.n_init
         return "centroids", _explicit_centroids(self, X, n_features, stacklevel=5), None
 
-    def _keep(self, fitted, dtype):
-        """Stores what the engine returned: the state (centroids in `dtype`), then labels,
-        inertia and device."""
-        (centers, counts, n_steps, since_reassign), labels, inertia, _, device = fitted
+    def _keep(self, fitted, dtype, partial=False):
+        """Stores what the engine returned: the state (centroids in `dtype`), then labels and
+        inertia (with compute_labels; fit's inertia without), and device."""
+        (centers, counts, n_steps, since_reassign), labels, inertia, _, device, _ = fitted
         self.cluster_centers_ = centers.astype(dtype, copy=False)
         self._counts = counts
         self.n_steps_ = n_steps
         self._since_reassign = since_reassign
-        # Labels are below k ≤ 2^31, so the engine's u32 reads as int32 without a copy.
-        self.labels_ = labels.view(np.int32)
-        self.inertia_ = inertia
+        if self.compute_labels:
+            # Labels are below k ≤ 2^31, so the engine's u32 reads as int32 without a copy.
+            self.labels_ = labels.view(np.int32)
+        if self.compute_labels or not partial:
+            self.inertia_ = inertia
         self.device_ = device
         self._n_features_out = centers.shape[0]
+
+
+def _print_steps(steps):
+    """Prints a fit's steps as scikit-learn's verbose MiniBatchKMeans does."""
+    for step, n_steps, inertia, smoothed, stop in steps:
+        line = f"Minibatch step {step}/{n_steps}: mean batch inertia: {inertia}"
+        print(line if smoothed is None else f"{line}, ewa inertia: {smoothed}")
+        if stop == "tolerance":
+            print(f"Converged (small centers change) at step {step}/{n_steps}")
+        elif stop == "no_improvement":
+            print(f"Converged (lack of improvement in inertia) at step {step}/{n_steps}")

@@ -2,9 +2,10 @@
 //! centroids as a NumPy array, so a fitted estimator pickles without any Rust object).
 
 use crate::{engine, matrix, parse_device, value_error};
-use kmeans_knn::{Init, KMeans, KMeansModel, KMeansParams, Metric, Precision};
+use kmeans_knn::{Init, Iteration, KMeans, KMeansModel, KMeansParams, Metric, Precision, Stop};
 use numpy::{IntoPyArray, PyArray1, PyArray2, PyReadonlyArray1, PyReadonlyArray2};
 use pyo3::prelude::*;
+use std::sync::{Arc, Mutex};
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(kmeans_fit, m)?)?;
@@ -19,21 +20,44 @@ fn kmeans_metric(metric: &str) -> PyResult<String> {
     Ok(metric.parse::<Metric>().map_err(value_error)?.to_string())
 }
 
-/// What a fit returns: centroids (k × d), labels, inertia, iterations, the backend's name.
+/// One iteration of a run as `verbose` prints it: run, iteration (from 1), inertia of its
+/// assignment, squared centroid shift of its update, and why the run stops there (see
+/// [`stop_name`]) or None.
+type Reported = (usize, usize, f64, f64, Option<&'static str>);
+
+/// What a fit returns: centroids (k × d), labels, inertia, iterations as scikit-learn counts
+/// them (see [`Stop`]), the backend's name, and every iteration when asked for (else empty).
 type Fitted<'py> = (
     Bound<'py, PyArray2<f32>>,
     Bound<'py, PyArray1<u32>>,
     f64,
     usize,
     String,
+    Vec<Reported>,
 );
+
+/// The name Python reads for why a run stopped.
+pub(crate) fn stop_name(stop: Stop) -> &'static str {
+    match stop {
+        Stop::Unchanged => "unchanged",
+        Stop::Tolerance => "tolerance",
+        Stop::NoImprovement => "no_improvement",
+        Stop::MaxIter => "max_iter",
+    }
+}
+
+/// Iterations as scikit-learn's `n_iter_` counts them: the assignment that finds the labels
+/// unchanged is one more.
+pub(crate) fn sklearn_n_iter(model: &KMeansModel) -> usize {
+    model.n_iter + usize::from(model.stop == Some(Stop::Unchanged))
+}
 
 /// Fits k-means. `init` is "k-means++" or "random" (k distinct points), or "centroids" with
 /// `init_centroids` (k × d); `sample_weight`, when given, holds one weight per row.
 #[pyfunction]
 #[pyo3(signature = (
     x, k, init, init_centroids, n_init, max_iter, tol, seed, metric, precision, device,
-    sample_weight=None, memory_budget=None
+    sample_weight=None, memory_budget=None, history=false
 ))]
 #[allow(clippy::too_many_arguments)]
 fn kmeans_fit<'py>(
@@ -51,6 +75,7 @@ fn kmeans_fit<'py>(
     device: &str,
     sample_weight: Option<PyReadonlyArray1<'py, f32>>,
     memory_budget: Option<usize>,
+    history: bool,
 ) -> PyResult<Fitted<'py>> {
     let params = params(
         k,
@@ -68,6 +93,23 @@ fn kmeans_fit<'py>(
         Some(budget) => params.memory_budget(budget),
         None => params,
     };
+    // The iterations are kept here and handed back: Python prints them after the fit.
+    let reported: Arc<Mutex<Vec<Reported>>> = Arc::default();
+    let params = if history {
+        let sink = Arc::clone(&reported);
+        params.on_iteration(move |it: &Iteration| {
+            let entry = (
+                it.run,
+                it.iteration,
+                it.inertia,
+                it.shift,
+                it.stop.map(stop_name),
+            );
+            sink.lock().expect("not poisoned").push(entry);
+        })
+    } else {
+        params
+    };
     let data = matrix(&x)?;
     let weights = match &sample_weight {
         Some(w) => Some(w.as_slice().map_err(|_| {
@@ -80,12 +122,15 @@ fn kmeans_fit<'py>(
         None => params.fit(&data),
     })?;
     let centroids = model.centroids_array().into_pyarray(py);
+    let n_iter = sklearn_n_iter(&model);
+    let reported = std::mem::take(&mut *reported.lock().expect("not poisoned"));
     Ok((
         centroids,
         model.labels.into_pyarray(py),
         model.inertia,
-        model.n_iter,
+        n_iter,
         model.device,
+        reported,
     ))
 }
 
@@ -164,6 +209,7 @@ fn model(centroids: &PyReadonlyArray2<'_, f32>, metric: &str) -> PyResult<KMeans
         inertia: 0.0,
         n_iter: 0,
         converged: true,
+        stop: None,
         device: String::new(),
     })
 }

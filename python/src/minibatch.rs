@@ -2,11 +2,15 @@
 //! as NumPy arrays and ints (centroids, counts, steps, rows since the last reassignment check),
 //! so a fitted estimator pickles without any Rust object.
 
+use crate::kmeans::stop_name;
 use crate::{engine, matrix, parse_device, value_error};
-use kmeans_knn::{Init, KMeansModel, MiniBatchKMeans, MiniBatchKMeansModel, MiniBatchParams};
+use kmeans_knn::{
+    Init, KMeansModel, MiniBatchKMeans, MiniBatchKMeansModel, MiniBatchParams, MiniBatchStep,
+};
 use numpy::{IntoPyArray, PyArray1, PyArray2, PyReadonlyArray1, PyReadonlyArray2};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
+use std::sync::{Arc, Mutex};
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(minibatch_fit, m)?)?;
@@ -30,6 +34,9 @@ struct Settings<'py> {
     seed: u64,
     metric: String,
     device: String,
+    compute_labels: bool,
+    /// Whether fit hands back every step (for `verbose`).
+    history: bool,
 }
 
 impl Settings<'_> {
@@ -54,9 +61,14 @@ impl Settings<'_> {
             .reassignment_ratio(self.reassignment_ratio)
             .seed(self.seed)
             .metric(self.metric.parse().map_err(value_error)?)
-            .device(parse_device(&self.device)?))
+            .device(parse_device(&self.device)?)
+            .compute_labels(self.compute_labels))
     }
 }
+
+/// One step of a fit as `verbose` prints it: step (from 1), steps at most, mean batch inertia,
+/// its smoothed average (None on the first step), and why the fit stops there or None.
+type Reported = (usize, usize, f64, Option<f64>, Option<&'static str>);
 
 /// What the estimator keeps between calls: centroids (k × d), counts, steps, rows since the
 /// last reassignment check.
@@ -67,10 +79,18 @@ type State<'py> = (
     usize,
 );
 
-/// What a fit returns: the state, then labels, inertia, epochs and the backend's name.
-type Fitted<'py> = (State<'py>, Bound<'py, PyArray1<u32>>, f64, usize, String);
+/// What a fit returns: the state, then labels (empty without `compute_labels`), inertia,
+/// epochs, the backend's name and every step when asked for (else empty).
+type Fitted<'py> = (
+    State<'py>,
+    Bound<'py, PyArray1<u32>>,
+    f64,
+    usize,
+    String,
+    Vec<Reported>,
+);
 
-fn fitted<'py>(py: Python<'py>, model: MiniBatchKMeansModel) -> Fitted<'py> {
+fn fitted<'py>(py: Python<'py>, model: MiniBatchKMeansModel, steps: Vec<Reported>) -> Fitted<'py> {
     let state = (
         model.centroids_array().into_pyarray(py),
         model.counts.into_pyarray(py),
@@ -84,20 +104,51 @@ fn fitted<'py>(py: Python<'py>, model: MiniBatchKMeansModel) -> Fitted<'py> {
         k.inertia,
         k.n_iter,
         k.device,
+        steps,
     )
 }
 
-/// Fits mini-batch k-means on `x` with `settings` (a dict of the fields of [`Settings`]).
+/// Fits mini-batch k-means on `x` with `settings` (a dict of the fields of [`Settings`]), each
+/// row weighted by `sample_weight` when given.
 #[pyfunction]
+#[pyo3(signature = (x, settings, sample_weight=None))]
 fn minibatch_fit<'py>(
     py: Python<'py>,
     x: PyReadonlyArray2<'py, f32>,
     settings: Settings<'py>,
+    sample_weight: Option<PyReadonlyArray1<'py, f32>>,
 ) -> PyResult<Fitted<'py>> {
-    let params = settings.params()?;
+    // The steps are kept here and handed back: Python prints them after the fit.
+    let reported: Arc<Mutex<Vec<Reported>>> = Arc::default();
+    let params = if settings.history {
+        let sink = Arc::clone(&reported);
+        settings.params()?.on_step(move |s: &MiniBatchStep| {
+            let entry = (
+                s.step,
+                s.n_steps,
+                s.inertia,
+                s.smoothed,
+                s.stop.map(stop_name),
+            );
+            sink.lock().expect("not poisoned").push(entry);
+        })
+    } else {
+        settings.params()?
+    };
     let data = matrix(&x)?;
-    let model = engine(py, || params.fit(&data))?;
-    Ok(fitted(py, model))
+    let weights = match &sample_weight {
+        Some(w) => Some(
+            w.as_slice()
+                .map_err(|_| PyValueError::new_err("sample_weight must be C-contiguous"))?,
+        ),
+        None => None,
+    };
+    let model = engine(py, || match weights {
+        Some(w) => params.fit_weighted(&data, w),
+        None => params.fit(&data),
+    })?;
+    let steps = std::mem::take(&mut *reported.lock().expect("not poisoned"));
+    Ok(fitted(py, model, steps))
 }
 
 /// One step on the piece `x`, continuing `state` (none: initialise from the piece first).
@@ -128,6 +179,7 @@ fn minibatch_partial_fit<'py>(
                 inertia: 0.0,
                 n_iter: 0,
                 converged: false,
+                stop: None,
                 device: String::new(),
             };
             Some(MiniBatchKMeansModel {
@@ -140,5 +192,5 @@ fn minibatch_partial_fit<'py>(
     };
     let data = matrix(&x)?;
     let model = engine(py, || params.partial_fit(previous.as_ref(), &data))?;
-    Ok(fitted(py, model))
+    Ok(fitted(py, model, Vec::new()))
 }

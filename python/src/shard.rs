@@ -184,5 +184,10 @@ fn kmeans_fit_sharded<'py>(
         (Err(e), None) => return Err(to_py_err(e)),
     };
     let centroids = model.centroids_array().into_pyarray(py);
-    Ok((centroids, model.inertia, model.n_iter, model.device))
+    Ok((
+        centroids,
+        model.inertia,
+        crate::kmeans::sklearn_n_iter(&model),
+        model.device,
+    ))
 }

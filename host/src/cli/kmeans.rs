@@ -242,6 +242,7 @@ pub fn run(a: Args, ui: Ui) -> Result<(), CliError> {
         "iterations": model.n_iter,
         "inertia": model.inertia,
         "converged": model.converged,
+        "stop": model.stop,
         "device": model.device,
         "seconds": secs,
         "metric": a.metric.to_string(),

@@ -6,7 +6,7 @@
 use super::init::{self, Start};
 use super::prepare::Prepared;
 use super::weights::Weighting;
-use super::{EmptyClusters, Init, Iteration, KMeansModel, KMeansParams};
+use super::{EmptyClusters, Init, Iteration, KMeansModel, KMeansParams, Stop};
 use crate::backend::{AssignStats, Lloyd};
 use crate::error::{Error, Result};
 use crate::matrix::MatrixView;
@@ -50,6 +50,7 @@ pub(super) struct Fitted {
     pub inertia: f64,
     pub n_iter: usize,
     pub converged: bool,
+    pub stop: Stop,
 }
 
 impl Fitted {
@@ -69,6 +70,7 @@ impl Fitted {
             inertia: self.inertia,
             n_iter: self.n_iter,
             converged: self.converged,
+            stop: Some(self.stop),
             device,
         }
     }
@@ -187,22 +189,33 @@ fn run_once(
 
     let mut stats: AssignStats;
     let mut n_iter = 0;
-    let mut converged = false;
     let mut consistent = false;
-    loop {
+    let report = |iteration: &Iteration| {
+        if let Some(progress) = &params.progress {
+            progress(iteration);
+        }
+    };
+    let stop = loop {
         if n_iter == params.max_iter {
             stats = lloyd.assign()?;
             consistent = true;
-            break;
+            break Stop::MaxIter;
         }
         let step = lloyd.step()?;
         stats = step.assign;
         if stats.changed == 0 && (n_iter > 0 || labels_known) {
             // The current centroids are the means of exactly these labels (points without weight
             // count for nothing in them): a fixed point.
-            converged = true;
             consistent = true;
-            break;
+            report(&Iteration {
+                run,
+                iteration: n_iter + 1,
+                changed: 0,
+                inertia: stats.inertia,
+                shift: 0.0,
+                stop: Some(Stop::Unchanged),
+            });
+            break Stop::Unchanged;
         }
         let mut shift = step.shift;
         if step.empty > 0 && params.empty_clusters == EmptyClusters::FarthestPoint {
@@ -211,20 +224,23 @@ fn run_once(
         }
         lloyd.commit();
         n_iter += 1;
-        if let Some(progress) = &params.progress {
-            progress(&Iteration {
-                run,
-                iteration: n_iter,
-                changed: stats.changed,
-                inertia: stats.inertia,
-                shift,
-            });
+        let stop = if within_tol(lloyd, shift, tol)? {
+            Some(Stop::Tolerance)
+        } else {
+            (n_iter == params.max_iter).then_some(Stop::MaxIter)
+        };
+        report(&Iteration {
+            run,
+            iteration: n_iter,
+            changed: stats.changed,
+            inertia: stats.inertia,
+            shift,
+            stop,
+        });
+        if stop == Some(Stop::Tolerance) {
+            break Stop::Tolerance;
         }
-        if within_tol(lloyd, shift, tol)? {
-            converged = true;
-            break;
-        }
-    }
+    };
     if !consistent {
         // Labels and inertia must belong to the centroids that are returned.
         stats = lloyd.assign()?;
@@ -234,7 +250,8 @@ fn run_once(
         sizes: lloyd.sizes()?,
         inertia: stats.inertia,
         n_iter,
-        converged,
+        converged: stop != Stop::MaxIter,
+        stop,
     })
 }
 
@@ -254,13 +271,15 @@ fn within_tol(lloyd: &mut dyn Lloyd, shift: f64, tol: f64) -> Result<bool> {
 
 /// Moves each cluster without weight to the point with weight farthest from its centroid (ties:
 /// lowest index); a point of weight w > 1 takes up to ⌈w⌉ of them in turn, as w copies of it
-/// would.
+/// would. Points on their centroid are never taken (as scikit-learn: with more clusters than
+/// distinct points, the extra ones keep their centroid rather than duplicate another).
 fn relocate_farthest(lloyd: &mut dyn Lloyd, weights: &Weighting) -> Result<()> {
     let sizes = lloyd.cluster_weights()?;
     let empty: Vec<usize> = (0..sizes.len()).filter(|&c| sizes[c] == 0).collect();
     let farthest = lloyd.farthest(empty.len())?;
     let targets = farthest
         .iter()
+        .filter(|f| f.distance > 0.0)
         .flat_map(|f| std::iter::repeat_n(f.row as usize, weights.copies(f.row as usize)));
     for (&cluster, point) in empty.iter().zip(targets) {
         lloyd.relocate(cluster, point)?;

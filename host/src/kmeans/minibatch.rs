@@ -27,7 +27,7 @@
 
 mod run;
 
-use super::{Init, KMeansModel, Metric};
+use super::{Init, KMeansModel, Metric, Stop};
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::matrix::MatrixView;
@@ -55,6 +55,7 @@ impl MiniBatchKMeans {
             seed: 0,
             metric: Metric::L2,
             device: Device::Auto,
+            compute_labels: true,
             progress: None,
         }
     }
@@ -69,6 +70,11 @@ pub struct MiniBatchStep {
     pub n_steps: usize,
     /// Mean distance of the step's batch rows to their centroids before the update.
     pub inertia: f64,
+    /// The exponentially weighted average of `inertia` that early stopping watches (scikit-learn's
+    /// "ewa inertia"); `None` on the first step, which it ignores.
+    pub smoothed: Option<f64>,
+    /// Why the fit stops after this step, on its last step; `None` while it goes on.
+    pub stop: Option<Stop>,
 }
 
 type Progress = Arc<dyn Fn(&MiniBatchStep) + Send + Sync>;
@@ -89,6 +95,7 @@ pub struct MiniBatchParams {
     seed: u64,
     metric: Metric,
     device: Device,
+    compute_labels: bool,
     progress: Option<Progress>,
 }
 
@@ -154,6 +161,14 @@ impl MiniBatchParams {
     /// Where to compute (default [`Device::Auto`]).
     pub fn device(mut self, device: Device) -> Self {
         self.device = device;
+        self
+    }
+    /// Whether [`MiniBatchParams::fit`] assigns every row to the final centroids (default true).
+    /// Without, the model has no labels and its inertia is the smoothed batch inertia of the
+    /// last step times the rows' total weight (as scikit-learn's `compute_labels=False`); after
+    /// [`MiniBatchParams::partial_fit`], 0.
+    pub fn compute_labels(mut self, compute: bool) -> Self {
+        self.compute_labels = compute;
         self
     }
     /// Calls `f` after every step of [`MiniBatchParams::fit`].
@@ -269,7 +284,20 @@ impl MiniBatchParams {
     /// subsample, then steps over random batches until `max_iter` epochs, the tolerance or
     /// `max_no_improvement`; labels and inertia are those of every row under the final centroids.
     pub fn fit<'a>(&self, data: impl Into<MatrixView<'a>>) -> Result<MiniBatchKMeansModel> {
-        run::fit(self, &data.into())
+        run::fit(self, &data.into(), None)
+    }
+
+    /// [`MiniBatchParams::fit`] with one weight per row (finite, ≥ 0, not all zero), with
+    /// scikit-learn's meaning: batches draw rows with probability proportional to their weight
+    /// (then step over them unweighted), the initialisation seeds on its rows by their weights,
+    /// and the inertia is the weighted sum. Weights all 1 give the unweighted model bit for bit,
+    /// and scaling all weights by a power of two changes nothing.
+    pub fn fit_weighted<'a>(
+        &self,
+        data: impl Into<MatrixView<'a>>,
+        sample_weight: &[f32],
+    ) -> Result<MiniBatchKMeansModel> {
+        run::fit(self, &data.into(), Some(sample_weight))
     }
 
     /// One step on `piece` (every row of it is the batch), continuing `model`; without a model
@@ -292,7 +320,7 @@ impl MiniBatchParams {
 #[derive(Clone, Debug)]
 pub struct MiniBatchKMeansModel {
     /// Centroids, the labels and inertia of the data last fitted, `n_iter` (epochs, rounded up),
-    /// `converged` (stopped on tol or `max_no_improvement`).
+    /// `converged` (stopped on tol or `max_no_improvement`) and `stop` (why).
     pub kmeans: KMeansModel,
     /// Steps made.
     pub n_steps: usize,

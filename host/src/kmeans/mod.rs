@@ -114,6 +114,26 @@ pub struct Iteration {
     pub inertia: f64,
     /// Squared centroid shift of this iteration's update.
     pub shift: f64,
+    /// Why the run stops here, on its last iteration; `None` while it goes on.
+    pub stop: Option<Stop>,
+}
+
+/// Why a run stopped.
+///
+/// A Lloyd run that stops on [`Stop::Unchanged`] reports the assignment that found the labels
+/// unchanged as one more [`Iteration`] (with no update after it): scikit-learn counts it in its
+/// `n_iter_`, so that count is [`KMeansModel::n_iter`] + 1 for such a run and `n_iter` otherwise.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Stop {
+    /// No label changed: the centroids are a fixed point.
+    Unchanged,
+    /// The squared centroid shift was at most the tolerance.
+    Tolerance,
+    /// Mini-batch only: `max_no_improvement` steps in a row did not lower the smoothed inertia.
+    NoImprovement,
+    /// The most iterations (epochs of steps for mini-batch) were made.
+    MaxIter,
 }
 
 type Progress = Arc<dyn Fn(&Iteration) + Send + Sync>;

@@ -1,6 +1,6 @@
 //! A fitted k-means model.
 
-use super::Metric;
+use super::{Metric, Stop};
 use crate::backend::{LloydSpec, SPHERICAL_POINT_SQ_NORM};
 use crate::device::Device;
 use crate::error::{Error, Result};
@@ -33,6 +33,10 @@ pub struct KMeansModel {
     pub n_iter: usize,
     /// Whether the run stopped on tol or unchanged labels rather than max_iter.
     pub converged: bool,
+    /// Why the returned run stopped (`None` after a `partial_fit` step, which has no end, and
+    /// for a model read from a file).
+    #[serde(skip)]
+    pub stop: Option<Stop>,
     /// The backend that fitted the model.
     pub device: String,
 }

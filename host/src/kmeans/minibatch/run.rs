@@ -8,6 +8,7 @@ use super::{MiniBatchKMeansModel, MiniBatchParams, MiniBatchStep};
 use crate::backend::vocab::CHUNK;
 use crate::backend::{Backend, LloydSpec, MiniBatch};
 use crate::error::{Error, Result};
+use crate::kmeans::Stop;
 use crate::kmeans::prepare::ColumnSummary;
 use crate::kmeans::weights::Weighting;
 use crate::kmeans::{Init, KMeansModel, init};
@@ -18,17 +19,33 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rayon::prelude::*;
 
-pub(super) fn fit(params: &MiniBatchParams, data: &MatrixView<'_>) -> Result<MiniBatchKMeansModel> {
+pub(super) fn fit(
+    params: &MiniBatchParams,
+    data: &MatrixView<'_>,
+    sample_weight: Option<&[f32]>,
+) -> Result<MiniBatchKMeansModel> {
     data.validate("the data")?;
     let (n, d, k) = (data.rows(), data.cols(), params.k);
     params.check(n, d)?;
-    let n32 = row_indices(n)?;
+    row_indices(n)?;
+    let weights = match sample_weight {
+        Some(w) => Weighting::new(w, n)?,
+        None => Weighting::uniform(n),
+    };
+    weights.check_k(k)?;
     let batch = params.batch_for(n);
     let summary = ColumnSummary::of(data);
     let tol = params.tol * summary.mean_variance;
     let backend = params.device.backend()?;
     let mut rng = ChaCha8Rng::seed_from_u64(params.seed);
-    let start = initial_centroids(params, backend.as_ref(), data, &summary.max_abs, &mut rng)?;
+    let start = initial_centroids(
+        params,
+        backend.as_ref(),
+        data,
+        sample_weight,
+        &summary.max_abs,
+        &mut rng,
+    )?;
     let metric = params.metric;
     let mut steps = backend.minibatch(data, k, metric, &scales(&summary.max_abs, batch))?;
     steps.set_centroids(&start)?;
@@ -36,28 +53,49 @@ pub(super) fn fit(params: &MiniBatchParams, data: &MatrixView<'_>) -> Result<Min
     let mut online = Online::new(k);
     let n_steps = params.max_iter.saturating_mul(n) / batch;
     let mut stop = EarlyStop::new(batch, n, tol, params.max_no_improvement);
-    let (mut done, mut converged) = (0, false);
+    let (mut done, mut stopped) = (0, Stop::MaxIter);
     for step in 0..n_steps {
-        let rows: Vec<u32> = (0..batch).map(|_| rng.random_range(0..n32)).collect();
+        // As scikit-learn: rows drawn in proportion to their weight, then stepped over unweighted.
+        let rows: Vec<u32> = (0..batch).map(|_| draw(&weights, &mut rng)).collect();
         let ratio = params.reassignment_ratio;
         let stepped = online.step(steps.as_mut(), &rows, ratio, tol > 0.0, &mut rng)?;
         done = step + 1;
         let inertia = stepped.inertia / batch as f64;
+        let early = stop.after(step, inertia, stepped.shift);
         if let Some(progress) = &params.progress {
             progress(&MiniBatchStep {
                 step: done,
                 n_steps,
                 inertia,
+                smoothed: stop.average,
+                stop: early.or((done == n_steps).then_some(Stop::MaxIter)),
             });
         }
-        if stop.after(step, inertia, stepped.shift) {
-            converged = true;
+        if let Some(reason) = early {
+            stopped = reason;
             break;
         }
     }
-    let mut kmeans = finish(steps.as_mut(), params, d, backend.describe())?;
+    let mut kmeans = if params.compute_labels {
+        finish(steps.as_mut(), params, d, sample_weight, backend.describe())?
+    } else {
+        // As scikit-learn: no labels, and the smoothed batch inertia scaled to all the weight.
+        let smoothed = stop.average.unwrap_or(0.0);
+        let total: f64 = match sample_weight {
+            Some(w) => w.iter().map(|&v| v as f64).sum(),
+            None => n as f64,
+        };
+        unlabelled(
+            steps.as_mut(),
+            params,
+            d,
+            smoothed * total,
+            backend.describe(),
+        )?
+    };
     kmeans.n_iter = (done * batch).div_ceil(n);
-    kmeans.converged = converged;
+    kmeans.converged = stopped != Stop::MaxIter;
+    kmeans.stop = Some(stopped);
     Ok(MiniBatchKMeansModel {
         kmeans,
         n_steps: done,
@@ -80,8 +118,14 @@ pub(super) fn partial_fit(
     let (start, mut online, n_steps) = match model {
         None => {
             params.check(m, d)?;
-            let start =
-                initial_centroids(params, backend.as_ref(), piece, &summary.max_abs, &mut rng)?;
+            let start = initial_centroids(
+                params,
+                backend.as_ref(),
+                piece,
+                None,
+                &summary.max_abs,
+                &mut rng,
+            )?;
             (start, Online::new(k), 0)
         }
         Some(prev) => {
@@ -102,7 +146,11 @@ pub(super) fn partial_fit(
     let ratio = params.reassignment_ratio;
     online.step(steps.as_mut(), &rows, ratio, false, &mut rng)?;
     Ok(MiniBatchKMeansModel {
-        kmeans: finish(steps.as_mut(), params, d, backend.describe())?,
+        kmeans: if params.compute_labels {
+            finish(steps.as_mut(), params, d, None, backend.describe())?
+        } else {
+            unlabelled(steps.as_mut(), params, d, 0.0, backend.describe())?
+        },
         n_steps: n_steps.saturating_add(1),
         counts: online.counts,
         since_reassign: online.since_reassign,
@@ -160,11 +208,24 @@ fn scales(max_abs: &[f32], batch: usize) -> Vec<i32> {
     max_abs.iter().map(|&m| scale_exponent(m, batch)).collect()
 }
 
-/// The model of the current centroids: labels and inertia of every resident row.
+/// A row drawn with probability proportional to its weight's units; without weights (or with
+/// equal integer ones), the same draw as `rng.random_range(0..n)` in u32.
+fn draw(weights: &Weighting, rng: &mut ChaCha8Rng) -> u32 {
+    let total = weights.total();
+    let unit = match u32::try_from(total) {
+        Ok(total) => u64::from(rng.random_range(0..total)),
+        Err(_) => rng.random_range(0..total),
+    };
+    // Rows are below 2^32 (checked by `row_indices`).
+    weights.row_of(unit) as u32
+}
+
+/// The model of the current centroids: labels and (weighted) inertia of every resident row.
 fn finish(
     steps: &mut dyn MiniBatch,
     params: &MiniBatchParams,
     d: usize,
+    sample_weight: Option<&[f32]>,
     device: String,
 ) -> Result<KMeansModel> {
     let (labels, distances) = steps.assign_all()?;
@@ -172,27 +233,55 @@ fn finish(
     for &label in &labels {
         cluster_sizes[label as usize] += 1;
     }
+    let mut model = unlabelled(
+        steps,
+        params,
+        d,
+        weighted_sum(&distances, sample_weight),
+        device,
+    )?;
+    model.labels = labels;
+    model.cluster_sizes = cluster_sizes;
+    Ok(model)
+}
+
+/// The model of the current centroids with `inertia`, without labels.
+fn unlabelled(
+    steps: &mut dyn MiniBatch,
+    params: &MiniBatchParams,
+    d: usize,
+    inertia: f64,
+    device: String,
+) -> Result<KMeansModel> {
     Ok(KMeansModel {
         k: params.k,
         d,
         metric: params.metric,
         centroids: steps.centroids()?,
-        labels,
-        cluster_sizes,
-        inertia: ordered_sum(&distances),
+        labels: Vec::new(),
+        cluster_sizes: Vec::new(),
+        inertia,
         n_iter: 0,
         converged: false,
+        stop: None,
         device,
     })
 }
 
-/// Σ values in f64: `CHUNK`-value parts each summed in order, then the parts in order — the same
-/// float for the same values whatever the number of threads.
-fn ordered_sum(values: &[f32]) -> f64 {
-    let parts: Vec<f64> = values
-        .par_chunks(CHUNK)
-        .map(|part| part.iter().map(|&v| v as f64).sum())
-        .collect();
+/// Σ values (times their weights, in f64) in f64: `CHUNK`-value parts each summed in order,
+/// then the parts in order — the same float for the same values whatever the number of threads.
+fn weighted_sum(values: &[f32], weights: Option<&[f32]>) -> f64 {
+    let parts: Vec<f64> = match weights {
+        None => values
+            .par_chunks(CHUNK)
+            .map(|part| part.iter().map(|&v| v as f64).sum())
+            .collect(),
+        Some(w) => values
+            .par_chunks(CHUNK)
+            .zip(w.par_chunks(CHUNK))
+            .map(|(part, w)| part.iter().zip(w).map(|(&v, &w)| v as f64 * w as f64).sum())
+            .collect(),
+    };
     parts.iter().sum()
 }
 
@@ -306,6 +395,7 @@ struct EarlyStop {
     alpha: f64,
     tol: f64,
     patience: Option<usize>,
+    /// The smoothed per-row batch inertia (none before the second step).
     average: Option<f64>,
     lowest: Option<f64>,
     without_improvement: usize,
@@ -323,10 +413,10 @@ impl EarlyStop {
         }
     }
 
-    /// Whether to stop after step `step` (from 0) with per-row batch inertia `inertia`.
-    fn after(&mut self, step: usize, inertia: f64, shift: f64) -> bool {
+    /// Why to stop after step `step` (from 0) with per-row batch inertia `inertia`, if so.
+    fn after(&mut self, step: usize, inertia: f64, shift: f64) -> Option<Stop> {
         if step == 0 {
-            return false;
+            return None;
         }
         let average = match self.average {
             None => inertia,
@@ -334,7 +424,7 @@ impl EarlyStop {
         };
         self.average = Some(average);
         if self.tol > 0.0 && shift <= self.tol {
-            return true;
+            return Some(Stop::Tolerance);
         }
         if self.lowest.is_none_or(|lowest| average < lowest) {
             self.without_improvement = 0;
@@ -342,7 +432,9 @@ impl EarlyStop {
         } else {
             self.without_improvement += 1;
         }
-        self.patience.is_some_and(|p| self.without_improvement >= p)
+        self.patience
+            .is_some_and(|p| self.without_improvement >= p)
+            .then_some(Stop::NoImprovement)
     }
 }
 
@@ -352,6 +444,7 @@ fn initial_centroids(
     params: &MiniBatchParams,
     backend: &dyn Backend,
     data: &MatrixView<'_>,
+    sample_weight: Option<&[f32]>,
     max_abs: &[f32],
     rng: &mut ChaCha8Rng,
 ) -> Result<Vec<f32>> {
@@ -361,31 +454,21 @@ fn initial_centroids(
     let (size, d) = (params.init_size_for(data.rows()), data.cols());
     let runs = params.runs();
     if runs == 1 {
-        let rows = subsample(data, size, rng);
-        return seed(
-            params,
-            backend,
-            &MatrixView::new(&rows, size, d)?,
-            max_abs,
-            rng,
-        );
+        let (rows, weights) = subsample(data, sample_weight, size, rng);
+        let sample = MatrixView::new(&rows, size, d)?;
+        return seed(params, backend, &sample, weights.as_deref(), max_abs, rng);
     }
-    let held_out = subsample(data, size, rng);
+    let (held_out, held_out_weights) = subsample(data, sample_weight, size, rng);
     let held_out = MatrixView::new(&held_out, size, d)?;
     let mut scorer = backend.lloyd(&held_out, &LloydSpec::predict(params.k, d, params.metric))?;
     let mut best: Option<(f64, Vec<f32>)> = None;
     for _ in 0..runs {
-        let rows = subsample(data, size, rng);
-        let centroids = seed(
-            params,
-            backend,
-            &MatrixView::new(&rows, size, d)?,
-            max_abs,
-            rng,
-        )?;
+        let (rows, weights) = subsample(data, sample_weight, size, rng);
+        let sample = MatrixView::new(&rows, size, d)?;
+        let centroids = seed(params, backend, &sample, weights.as_deref(), max_abs, rng)?;
         scorer.set_centroids(&centroids)?;
         scorer.assign()?;
-        let inertia = ordered_sum(&scorer.min_distances()?);
+        let inertia = weighted_sum(&scorer.min_distances()?, held_out_weights.as_deref());
         if best.as_ref().is_none_or(|(lowest, _)| inertia < *lowest) {
             best = Some((inertia, centroids));
         }
@@ -394,28 +477,45 @@ fn initial_centroids(
         .ok_or_else(|| Error::invalid("n_init", "n_init must be at least 1"))
 }
 
-/// `size` rows drawn uniformly with replacement, row-major.
-fn subsample(data: &MatrixView<'_>, size: usize, rng: &mut ChaCha8Rng) -> Vec<f32> {
+/// `size` rows drawn uniformly with replacement (as scikit-learn), row-major, and their weights.
+fn subsample(
+    data: &MatrixView<'_>,
+    sample_weight: Option<&[f32]>,
+    size: usize,
+    rng: &mut ChaCha8Rng,
+) -> (Vec<f32>, Option<Vec<f32>>) {
     let rows: Vec<usize> = (0..size)
         .map(|_| rng.random_range(0..data.rows()))
         .collect();
-    init::gather(data, &rows)
+    let weights = sample_weight.map(|w| rows.iter().map(|&r| w[r]).collect());
+    (init::gather(data, &rows), weights)
 }
 
-/// Centroids seeded on the rows of `sample` (k-means++ and k-means‖ on the backend).
+/// Centroids seeded on the rows of `sample`, weighted by `sample_weight` when given (k-means++
+/// and k-means‖ on the backend).
 fn seed(
     params: &MiniBatchParams,
     backend: &dyn Backend,
     sample: &MatrixView<'_>,
+    sample_weight: Option<&[f32]>,
     max_abs: &[f32],
     rng: &mut ChaCha8Rng,
 ) -> Result<Vec<f32>> {
     let (size, k, metric) = (sample.rows(), params.k, params.metric);
-    let weights = Weighting::uniform(size);
+    let weights = match sample_weight {
+        Some(w) => Weighting::new(w, size).map_err(|_| {
+            Error::invalid(
+                "sample_weight",
+                "the rows drawn for the initialisation all have weight 0 (raise init_size)",
+            )
+        })?,
+        None => Weighting::uniform(size),
+    };
+    weights.check_k(k)?;
     if params.init == Init::RandomPoints {
         return Ok(init::random_points(sample, k, &weights, rng));
     }
-    let ws = init::weight_scale(max_abs, size as u64, metric);
+    let ws = init::weight_scale(max_abs, weights.total(), metric);
     let spec = LloydSpec::predict(k, sample.cols(), metric);
     let mut lloyd = backend.lloyd(sample, &spec)?;
     let rows = match params.init {
