@@ -40,8 +40,9 @@ fn file_name(arch: &str) -> String {
 pub fn build() -> Result<()> {
     for ((arch, _), cubin) in CUBINS.iter().zip(compile_all()?) {
         let path = committed_path(arch);
-        std::fs::write(&path, cubin).with_context(|| format!("writing {}", path.display()))?;
-        eprintln!("xtask: wrote {}", path.display());
+        if crate::write_if_changed(&path, cubin.as_ref())? {
+            eprintln!("xtask: wrote {}", path.display());
+        }
     }
     Ok(())
 }

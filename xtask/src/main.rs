@@ -6,8 +6,8 @@ mod ptx;
 mod python;
 mod summary;
 
-use anyhow::{Result, bail};
-use std::path::PathBuf;
+use anyhow::{Context, Result, bail};
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 const USAGE: &str = "usage: cargo xtask <command>
@@ -58,6 +58,16 @@ fn run() -> Result<()> {
         ["gpu-bundle"] => bundle::write(),
         _ => bail!("{USAGE}"),
     }
+}
+
+/// Writes `bytes` to `path` unless it already holds them, so that an unchanged kernel image keeps
+/// its modification time and does not rebuild everything that embeds it; says whether it wrote.
+pub fn write_if_changed(path: &Path, bytes: &[u8]) -> Result<bool> {
+    if std::fs::read(path).is_ok_and(|old| old == bytes) {
+        return Ok(false);
+    }
+    std::fs::write(path, bytes).with_context(|| format!("writing {}", path.display()))?;
+    Ok(true)
 }
 
 /// The committed file `file` of the kernel images' folder, `host/ptx/` (PTX, cubins, the

@@ -37,8 +37,9 @@ pub fn build() -> Result<()> {
         let ptx = compile(cpu)?;
         let path = crate::committed_path(file);
         std::fs::create_dir_all(path.parent().unwrap())?;
-        std::fs::write(&path, ptx).with_context(|| format!("writing {}", path.display()))?;
-        eprintln!("xtask: wrote {}", path.display());
+        if crate::write_if_changed(&path, ptx.as_ref())? {
+            eprintln!("xtask: wrote {}", path.display());
+        }
     }
     crate::cubin::build()
 }
