@@ -17,21 +17,22 @@ use crate::math::{fma, sqrt};
 
 /// Distance of the kNN kernels, as passed to them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u32)]
 pub enum PairMetric {
     /// `‖x − y‖²` in the GEMM form `‖x‖² + ‖y‖² − 2·x·y`, clamped at 0.
-    SqEuclidean,
+    SqEuclidean = 0,
     /// The square root of [`PairMetric::SqEuclidean`].
-    Euclidean,
+    Euclidean = 1,
     /// `Σ |x_j − y_j|`, accumulated directly.
-    L1,
+    L1 = 2,
     /// `−x·y`: larger inner products are nearer.
-    InnerProduct,
+    InnerProduct = 3,
     /// `1 − x·y / (‖x‖·‖y‖)`, clamped to [0, 2]; 1 when either vector is zero.
-    Cosine,
+    Cosine = 4,
     /// `max_j |x_j − y_j|` ([`crate::lp`], its own kernel).
-    Chebyshev,
+    Chebyshev = 5,
     /// `(Σ_j |x_j − y_j|^p)^(1/p)` ([`crate::lp`], its own kernel, which takes `p`).
-    Minkowski(MinkowskiP),
+    Minkowski(MinkowskiP) = 6,
 }
 
 impl PairMetric {

@@ -68,8 +68,9 @@ impl LpAccumulate for Chebyshev {
 
     #[inline(always)]
     fn step(self, acc: f32, x: f32, y: f32) -> f32 {
-        let t = (x - y).abs();
-        if t > acc { t } else { acc }
+        // `max.f32` on the GPU; neither operand is NaN (finite inputs) or −0 (`abs`), where
+        // the two targets' maximum could differ.
+        (x - y).abs().max(acc)
     }
 
     #[inline(always)]
@@ -204,6 +205,31 @@ const TC: usize = 8;
 /// Column groups: thread `t` owns rows `(t / 16)·8 + i` and columns `h·64 + (t % 16)·4 + l`.
 const GROUPS: usize = 16;
 
+/// One dimension (`jj` of the chunk in shared memory) of thread `(tx, ty)`'s 8 × 8 outputs.
+///
+/// # Safety
+/// The tiles hold the chunk as [`pairwise_lp`] loads it.
+#[inline(always)]
+unsafe fn step_dimension<A: LpAccumulate>(
+    acc_of: A,
+    acc: &mut [[A::Acc; TC]; TR],
+    a_tile: *const f32,
+    b_tile: *const f32,
+    jj: usize,
+    tx: usize,
+    ty: usize,
+) {
+    let xv: [f32; TR] = unsafe { load_vec4s(a_tile.add(jj * DIST_STRIDE + ty * TR)) };
+    let lo: [f32; 4] = unsafe { load_vec4s(b_tile.add(jj * DIST_STRIDE + tx * 4)) };
+    let hi: [f32; 4] = unsafe { load_vec4s(b_tile.add(jj * DIST_STRIDE + 64 + tx * 4)) };
+    let yv = [lo[0], lo[1], lo[2], lo[3], hi[0], hi[1], hi[2], hi[3]];
+    for i in 0..TR {
+        for q in 0..TC {
+            acc[i][q] = acc_of.step(acc[i][q], xv[i], yv[q]);
+        }
+    }
+}
+
 /// The body of the Lp distance kernels: [`crate::distance::pairwise`]'s tiles, with `acc`'s
 /// step per dimension and its finish per output.
 ///
@@ -258,25 +284,14 @@ pub unsafe fn pairwise_lp<A: LpAccumulate, E: Exec>(e: E, acc_of: A, p: LpPair) 
             );
         }
         e.sync();
-        let step = |acc: &mut [[A::Acc; TC]; TR], jj: usize| {
-            let xv: [f32; TR] = unsafe { load_vec4s(a_tile.add(jj * DIST_STRIDE + ty * TR)) };
-            let lo: [f32; 4] = unsafe { load_vec4s(b_tile.add(jj * DIST_STRIDE + tx * 4)) };
-            let hi: [f32; 4] = unsafe { load_vec4s(b_tile.add(jj * DIST_STRIDE + 64 + tx * 4)) };
-            let yv = [lo[0], lo[1], lo[2], lo[3], hi[0], hi[1], hi[2], hi[3]];
-            for i in 0..TR {
-                for q in 0..TC {
-                    acc[i][q] = acc_of.step(acc[i][q], xv[i], yv[q]);
-                }
-            }
-        };
         // As in `distance::pairwise`: a full chunk's constant trip count lets it unroll.
         if A::UNROLL && width == DIST_JC {
             for jj in 0..DIST_JC {
-                step(&mut acc, jj);
+                unsafe { step_dimension(acc_of, &mut acc, a_tile, b_tile, jj, tx, ty) };
             }
         } else {
             for jj in 0..width {
-                step(&mut acc, jj);
+                unsafe { step_dimension(acc_of, &mut acc, a_tile, b_tile, jj, tx, ty) };
             }
         }
         j0 += width;
