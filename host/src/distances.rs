@@ -3,7 +3,8 @@
 //! Both backends accumulate every distance over the dimensions in order 0..d with the same float
 //! operations ([`kernels_gpu::knn`]), so the matrices are identical bit for bit. The L2 family,
 //! inner product and cosine use the GEMM form `‖x‖² + ‖y‖² − 2·x·y` (one fused multiply-add per
-//! dimension); L1 accumulates `|x − y|` directly.
+//! dimension); L1 accumulates `|x − y|` directly; Chebyshev and Minkowski have their own kernels
+//! and arithmetic ([`kernels_gpu::lp`]).
 //!
 //! A matrix that would not fit the memory budget is produced in blocks of whole rows: see
 //! [`pairwise_distances_blocks`].
@@ -56,7 +57,9 @@ mod exponent {
 
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<MinkowskiP, D::Error> {
         let p = f64::deserialize(d)?;
-        MinkowskiP::new(p).ok_or_else(|| D::Error::custom(format!("Minkowski p = {p} is not ≥ 1")))
+        MinkowskiP::new(p).ok_or_else(|| {
+            D::Error::custom(format!("Minkowski p = {p} is not a finite number ≥ 1"))
+        })
     }
 }
 
@@ -145,9 +148,10 @@ impl FromStr for DistanceMetric {
     /// case-insensitive, `-` reads as `_`.
     fn from_str(s: &str) -> Result<Self> {
         let lower = s.trim().to_ascii_lowercase().replace('-', "_");
-        if let Some(p) = lower.strip_prefix("minkowski:") {
+        if lower.starts_with("minkowski:") {
+            // The exponent as written: its own `-` signs stay.
+            let p = s.trim()["minkowski:".len()..].trim();
             let p = p
-                .trim()
                 .parse::<f64>()
                 .map_err(|_| Error::invalid("p", format!("'{p}' in '{s}' is not a number")))?;
             return DistanceMetric::minkowski(p);
@@ -311,6 +315,8 @@ mod tests {
         for (s, m) in [
             ("minkowski:3", p3),
             ("Minkowski: 3.0", p3),
+            ("minkowski:3e+0", p3),
+            ("minkowski:30e-1", p3),
             ("minkowski:1", DistanceMetric::L1),
             ("minkowski:2", DistanceMetric::Euclidean),
             ("minkowski", DistanceMetric::Euclidean),
@@ -331,6 +337,7 @@ mod tests {
         }
         for s in [
             "minkowski:0.5",
+            "minkowski:-3",
             "minkowski:inf",
             "minkowski:x",
             "minkowski:",
@@ -347,6 +354,11 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("chebyshev"), "{err}");
+        let err = "minkowski:-3"
+            .parse::<DistanceMetric>()
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("not -3"), "{err}");
         // Serialized as its exponent and checked when read back.
         let json = serde_json::to_string(&p3).unwrap();
         assert_eq!(serde_json::from_str::<DistanceMetric>(&json).unwrap(), p3);
