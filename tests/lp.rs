@@ -1,16 +1,16 @@
 //! The Chebyshev and general Minkowski metrics: CPU distances against an f64 reference, the CPU
 //! search against sorting its own distances, and the GPU (distances, every selection, the
-//! whole-row sort above k = 2048, streamed parts, radius, votes, regression) equal to the CPU
-//! bit for bit on awkward shapes: n not a multiple of a block, d = 1, k = 1, k = n, duplicate
-//! rows and tied distances.
+//! whole-row sort above k = 2048, streamed parts, a GPU set, radius, votes, regression) equal to
+//! the CPU bit for bit on awkward shapes: n not a multiple of a block, d = 1, k = 1, k = n,
+//! duplicate rows and tied distances.
 //!
 //! GPU tests skip with a visible message without a GPU (and fail with
 //! `KMEANS_KNN_REQUIRE_GPU=1`); `sanitize_lp_matches_cpu` runs the same on small shapes, for
 //! compute-sanitizer.
 
 use kmeans_knn::{
-    Device, DistanceMetric, KnnClassifier, KnnIndex, KnnRegressor, MatrixView, Selection, Weights,
-    pairwise_distances,
+    Device, DistanceMetric, GpuSet, KnnClassifier, KnnIndex, KnnRegressor, MatrixView, Selection,
+    Weights, pairwise_distances,
 };
 use kmeans_knn_tests::{gpu, lattice, uniform};
 
@@ -237,7 +237,49 @@ fn answers(
     out
 }
 
+/// Searches, votes and radius neighbours of a GPU set (the rows cut into a part per GPU,
+/// candidates merged by (distance, index)), as bits.
+fn set_answers(
+    device: Device,
+    train: &[f32],
+    queries: &[f32],
+    d: usize,
+    ks: &[usize],
+    metric: DistanceMetric,
+) -> Vec<Vec<u32>> {
+    let n = train.len() / d;
+    let index = KnnIndex::new(view(train, d), metric, device).unwrap();
+    let mut out = Vec::new();
+    for &k in ks {
+        let r = index.search(view(queries, d), k).unwrap();
+        out.push(r.indices.iter().copied().collect());
+        out.push(bits(&r.distances));
+        let classes: Vec<u32> = (0..n as u32).map(|i| i % 3).collect();
+        let clf = KnnClassifier::fit(
+            view(train, d),
+            &classes,
+            k,
+            Weights::Distance,
+            metric,
+            device,
+        )
+        .unwrap();
+        out.push(bits(&clf.predict_proba(view(queries, d)).unwrap()));
+    }
+    let r = index
+        .radius_search(view(queries, d), f32::INFINITY)
+        .unwrap();
+    out.push(r.indices);
+    out.push(bits(&r.distances));
+    out
+}
+
 fn lp_against_cpu(device: Device, small: bool) {
+    let Device::Cuda(o) = device else {
+        unreachable!("the gate resolves to a GPU")
+    };
+    // On one GPU the set repeats its ordinal: the same path, two parts on one GPU.
+    let set = Device::Gpus(GpuSet::new(&[o, o]).unwrap());
     for (name, train, queries, d, ks) in shapes(small) {
         for metric in metrics() {
             let cpu = answers(Device::Cpu, &train, &queries, d, &ks, metric);
@@ -245,6 +287,14 @@ fn lp_against_cpu(device: Device, small: bool) {
             assert_eq!(got.len(), cpu.len());
             for (i, (g, c)) in got.iter().zip(&cpu).enumerate() {
                 assert!(g == c, "{name} {metric}: answer {i} differs from the CPU's");
+            }
+            let cpu = set_answers(Device::Cpu, &train, &queries, d, &ks, metric);
+            let got = set_answers(set, &train, &queries, d, &ks, metric);
+            for (i, (g, c)) in got.iter().zip(&cpu).enumerate() {
+                assert!(
+                    g == c,
+                    "{name} {metric}: answer {i} of a GPU set differs from the CPU's"
+                );
             }
         }
     }
