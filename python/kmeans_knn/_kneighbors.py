@@ -34,6 +34,8 @@ ENGINE_METRICS = {
     "l1": "manhattan",
     "cosine": "cosine",
     "inner_product": "inner_product",
+    "chebyshev": "chebyshev",
+    "infinity": "chebyshev",
 }
 METRIC_NAMES = set(ENGINE_METRICS) | {name for names in VALID_METRICS.values() for name in names}
 
@@ -58,9 +60,10 @@ def _engine_metric(metric, p, metric_params):
     """The engine's metric for scikit-learn's (metric, p, metric_params) — the name
     ``_engine.Index`` takes — or None where the distances are computed on the CPU as
     scikit-learn computes them (``_cpu_metrics``). This is the one place that decides which
-    metrics run on the engine: Minkowski with p = 1 or 2 (no weights ``w``) and the names of
-    ``ENGINE_METRICS``; everything else (chebyshev, other p, scipy's metrics, callables,
-    ``DistanceMetric`` objects, "precomputed") runs the CPU fallback."""
+    metrics run on the engine: Minkowski with any p ≥ 1 (p = 1, 2 and ∞ as manhattan,
+    euclidean and chebyshev; no weights ``w``) and the names of ``ENGINE_METRICS``; everything
+    else (0 < p < 1, scipy's other metrics, callables, ``DistanceMetric`` objects,
+    "precomputed") runs the CPU fallback."""
     if not isinstance(metric, str):
         return None
     params = dict(metric_params or {})
@@ -68,7 +71,12 @@ def _engine_metric(metric, p, metric_params):
         p = params.pop("p", 2 if p is None else p)
         if params.pop("w", None) is not None or params:
             return None
-        return {1: "manhattan", 2: "euclidean"}.get(p)
+        if p == np.inf:
+            return "chebyshev"
+        # 0 < p < 1 is not a metric: scikit-learn's semimetric runs on the fallback.
+        if not p >= 1:
+            return None
+        return {1: "manhattan", 2: "euclidean"}.get(p, f"minkowski:{float(p)!r}")
     # As scikit-learn, a p in metric_params is kept and only Minkowski reads it.
     params.pop("p", None)
     return None if params else ENGINE_METRICS.get(metric)

@@ -53,12 +53,16 @@ def test_metric_names_and_minkowski(cls):
             np.testing.assert_array_equal(x, z)
     a = fit(cls, X, y, metric="minkowski", p=None, metric_params={"p": 1})
     assert a.effective_metric_ == "manhattan"
-    # Other p, chebyshev and scipy's metrics run the CPU fallback, with scikit-learn's answers.
-    ref = sklearn.neighbors.NearestNeighbors(n_neighbors=5, metric="minkowski", p=3).fit(X)
-    got = fit(cls, X, y, metric="minkowski", p=3, n_neighbors=5)
-    assert got.effective_metric_ == "minkowski" and got._engine_metric is None
-    for x, z in zip(got.kneighbors(Q), ref.kneighbors(Q)):
-        np.testing.assert_allclose(x, z, rtol=1e-12)
+    # Any p ≥ 1 and chebyshev run on the engine, with scikit-learn's answers; scipy's other
+    # metrics and 0 < p < 1 on the CPU fallback.
+    for metric, p, engine in (("minkowski", 3, "minkowski:3.0"), ("chebyshev", None, "chebyshev")):
+        ref = sklearn.neighbors.NearestNeighbors(n_neighbors=5, metric=metric, p=p or 2).fit(X)
+        got = fit(cls, X, y, metric=metric, p=p or 2, n_neighbors=5)
+        assert got._engine_metric == engine
+        for x, z in zip(got.kneighbors(Q), ref.kneighbors(Q)):
+            np.testing.assert_allclose(x, z, rtol=1e-12)
+    assert fit(cls, X, y, metric="minkowski", p=np.inf)._engine_metric == "chebyshev"
+    assert fit(cls, X, y, metric="braycurtis")._engine_metric is None
     with pytest.warns(UserWarning, match="0 < p < 1"):
         fit(cls, X, y, metric="minkowski", p=0.5)
     with pytest.raises(ValueError, match='algorithm="kd_tree" does not support 0 < p < 1'):

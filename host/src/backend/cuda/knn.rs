@@ -56,8 +56,10 @@ const STORE_MAX_N: usize = 1 << 18;
 /// the GPU searches.
 const PREPARE_BESIDE_BYTES: usize = 1 << 20;
 /// Queries a batch must still hold (or all of a smaller call's) for the prefilter to store its
-/// approximations: under a tighter budget the batches stay large and the scan runs twice.
-const STORE_MIN_ROWS: usize = 256;
+/// approximations: with fewer the batches stay large and the scan runs twice (a GPU of a set
+/// holding a quarter of F's rows, storing in batches of 536 queries under [`STORE_MAX_BYTES`],
+/// took 17–19.5 ms against 16.4 ms for a whole batch).
+const STORE_MIN_ROWS: usize = 4096;
 /// Most bytes of stored approximations a batch holds: the store is 4 bytes a query and training
 /// row, which the memory budget alone would let grow to many times the rest of a search (a GPU
 /// of a set holding a quarter of 10^6 rows stored 10^4 queries' worth, 9.3 GiB, where one GPU
