@@ -3,7 +3,7 @@
 //! messages are the library's `Request`/`Reply` bytes; all the arithmetic stays in Rust.
 
 use crate::{engine, matrix, parse_device, to_py_err, value_error};
-use kmeans_knn::kmeans::shard::{self, Reply, Request, Transport};
+use kmeans_knn::kmeans::shard::{self, Partial, Reply, Request, Transport};
 use kmeans_knn::{Error, MatrixView};
 use numpy::{IntoPyArray, PyArray1, PyArray2, PyReadonlyArray2};
 use pyo3::prelude::*;
@@ -14,6 +14,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Shard>()?;
     m.add_function(wrap_pyfunction!(kmeans_fit_sharded, m)?)?;
     m.add_function(wrap_pyfunction!(request_name, m)?)?;
+    m.add_function(wrap_pyfunction!(add_partials, m)?)?;
     m.add_function(wrap_pyfunction!(gpu_count, m)?)
 }
 
@@ -21,6 +22,47 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
 #[pyfunction]
 fn request_name(request: &[u8]) -> Option<&'static str> {
     Request::name_of(request)
+}
+
+/// The sum of `replies` (`Reply::to_bytes` of partials of the same shape, at least one) as one
+/// such reply: a worker's partitions' answers to a step, added up before they leave it.
+#[pyfunction]
+fn add_partials<'py>(
+    py: Python<'py>,
+    replies: Vec<Bound<'py, PyBytes>>,
+) -> PyResult<Bound<'py, PyBytes>> {
+    let replies = replies
+        .iter()
+        .map(|r| Reply::from_bytes(r.as_bytes()))
+        .collect::<kmeans_knn::Result<Vec<_>>>()
+        .map_err(to_py_err)?;
+    let (k, d) = match replies.first() {
+        Some(Reply::Partial(p)) if !p.weights.is_empty() => {
+            (p.weights.len(), p.sums.len() / p.weights.len())
+        }
+        _ => {
+            let message = "add_partials takes at least one step's partial reply";
+            return Err(to_py_err(Error::Shard(message.into())));
+        }
+    };
+    let total = sum_partials(replies, k, d).map_err(to_py_err)?;
+    Ok(PyBytes::new(py, &Reply::Partial(total).to_bytes()))
+}
+
+/// The sum of `replies`, each a `Reply::Partial` of `k` clusters of `d` dimensions.
+fn sum_partials(replies: Vec<Reply>, k: usize, d: usize) -> kmeans_knn::Result<Partial> {
+    let mut total = Partial::zeros(k, d);
+    for (i, reply) in replies.into_iter().enumerate() {
+        match reply {
+            Reply::Partial(p) if p.sums.len() == k * d && p.weights.len() == k => total.merge(&p),
+            _ => {
+                return Err(Error::Shard(format!(
+                    "reply {i} is not a step's partial sums of {k} clusters of {d} dimensions"
+                )));
+            }
+        }
+    }
+    Ok(total)
 }
 
 /// CUDA devices this process sees (0 without a usable driver); makes no CUDA context.
@@ -91,8 +133,10 @@ impl Shard {
 }
 
 /// A transport that hands request bytes to a Python object with methods `broadcast(bytes)` and
-/// `scatter(list of bytes)`, each returning a list of reply bytes in shard order. A Python
-/// exception is kept to be raised as it is once the fit has stopped.
+/// `scatter(list of bytes)`, each returning a list of reply bytes in shard order, and
+/// `partial(bytes)`, returning partial replies (one per worker, each the sum of some shards')
+/// that add up to every shard's. A Python exception is kept to be raised as it is once the fit
+/// has stopped.
 struct PyTransport {
     shards: Py<PyAny>,
     error: Option<PyErr>,
@@ -139,6 +183,23 @@ impl Transport for PyTransport {
             let list = bytes.iter().map(|b| PyBytes::new(py, b));
             Ok(pyo3::types::PyList::new(py, list)?.into_any().unbind())
         })
+    }
+
+    fn partial(
+        &mut self,
+        request: &Request,
+        _shards: usize,
+        k: usize,
+        d: usize,
+    ) -> kmeans_knn::Result<Partial> {
+        let bytes = request.to_bytes();
+        let replies = self.call("partial", |py| {
+            Ok(PyBytes::new(py, &bytes).into_any().unbind())
+        })?;
+        if replies.is_empty() {
+            return Err(Error::Shard("no partial replies".into()));
+        }
+        sum_partials(replies, k, d)
     }
 }
 
