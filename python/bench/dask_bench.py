@@ -20,8 +20,8 @@ workers (directly from the client, "direct") and through the scheduler (Client.r
 - transfer: the same round trip carrying one step's messages (k × d float32 centroids out;
   k × d int64 sums and k uint64 counts back from each worker) minus the tiny one.
 "fit s" is the whole fit's wall time (setup, upload to the devices, the steps, the labels).
---workers takes a list (e.g. 4,2,1; a cuda run uses the first N visible GPUs); the speed-up of
-each count over one worker is reported when 1 is in it.
+--workers takes a list (e.g. 4,2,1; a cuda run uses the first N visible GPUs; one count N > 1
+alone means N,1); the speed-up of each count over one worker is reported when 1 is in it.
 
 usage: python3 dask_bench.py [--device cpu|cuda] [--workers N[,N...]] [--rows N] [--dims N]
                              [--k N] [--iters N] [--reps N] [--threads N] [--out FILE]
@@ -51,7 +51,7 @@ def parse_args():
         "--workers",
         type=lambda v: [int(w) for w in v.split(",")],
         default=[2, 1],
-        help="worker counts to measure, comma-separated (default 2,1)",
+        help="worker counts to measure, comma-separated (default 2,1; one count N > 1 alone: N,1)",
     )
     ap.add_argument("--rows", type=int, default=40_000_000)
     ap.add_argument("--dims", type=int, default=128)
@@ -106,7 +106,8 @@ def per_step(fit, iters, reps):
         for r, after in zip(rounds, rounds[1:]):
             if r.label == "Step":
                 trip, client = r.end - r.start, after.start - r.end
-                steps.append((trip + client, r.busiest, trip - r.busiest, client, r.sent, r.received))
+                split = (trip + client, r.busiest, trip - r.busiest, client)
+                steps.append(split + (r.sent, r.received))
     per = tuple(statistics.median(s[i] for s in steps) for i in range(6))
     return per, statistics.median(walls)
 
@@ -176,6 +177,8 @@ def measure(args, workers):
 
 def main():
     args = parse_args()
+    if len(args.workers) == 1 and args.workers[0] > 1:
+        args.workers.append(1)
     shape = f"{args.rows} × {args.dims}, k = {args.k}, {args.iters} steps"
     results = [measure(args, workers) for workers in args.workers]
     print(f"kmeans_knn.dask.KMeans, {shape}, --device {args.device}")
