@@ -12,6 +12,7 @@ use std::sync::Mutex;
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Shard>()?;
+    m.add_class::<PartialSum>()?;
     m.add_function(wrap_pyfunction!(kmeans_fit_sharded, m)?)?;
     m.add_function(wrap_pyfunction!(request_name, m)?)?;
     m.add_function(wrap_pyfunction!(add_partials, m)?)?;
@@ -31,38 +32,71 @@ fn add_partials<'py>(
     py: Python<'py>,
     replies: Vec<Bound<'py, PyBytes>>,
 ) -> PyResult<Bound<'py, PyBytes>> {
-    let replies = replies
-        .iter()
-        .map(|r| Reply::from_bytes(r.as_bytes()))
-        .collect::<kmeans_knn::Result<Vec<_>>>()
-        .map_err(to_py_err)?;
-    let (k, d) = match replies.first() {
-        Some(Reply::Partial(p)) if !p.weights.is_empty() => {
-            (p.weights.len(), p.sums.len() / p.weights.len())
-        }
-        _ => {
-            let message = "add_partials takes at least one step's partial reply";
-            return Err(to_py_err(Error::Shard(message.into())));
-        }
-    };
-    let total = sum_partials(replies, k, d).map_err(to_py_err)?;
+    let sum = PartialSum::default();
+    for reply in &replies {
+        sum.add(py, reply.as_bytes())?;
+    }
+    let total = sum.take().map_err(to_py_err)?;
     Ok(PyBytes::new(py, &Reply::Partial(total).to_bytes()))
 }
 
-/// The sum of `replies`, each a `Reply::Partial` of `k` clusters of `d` dimensions.
-fn sum_partials(replies: Vec<Reply>, k: usize, d: usize) -> kmeans_knn::Result<Partial> {
-    let mut total = Partial::zeros(k, d);
-    for (i, reply) in replies.into_iter().enumerate() {
-        match reply {
-            Reply::Partial(p) if p.sums.len() == k * d && p.weights.len() == k => total.merge(&p),
-            _ => {
-                return Err(Error::Shard(format!(
-                    "reply {i} is not a step's partial sums of {k} clusters of {d} dimensions"
-                )));
-            }
-        }
+/// Step replies (`Reply::to_bytes` of partials of the same shape) added up one by one as they
+/// arrive, so that only the last one's decoding and adding waits for the last worker.
+#[pyclass(frozen, module = "kmeans_knn._engine")]
+#[derive(Default)]
+struct PartialSum {
+    /// The sum so far and the replies in it.
+    total: Mutex<(Option<Partial>, usize)>,
+}
+
+#[pymethods]
+impl PartialSum {
+    #[new]
+    fn new() -> Self {
+        Self::default()
     }
-    Ok(total)
+
+    /// Adds one reply.
+    fn add(&self, py: Python<'_>, reply: &[u8]) -> PyResult<()> {
+        py.detach(|| {
+            let Reply::Partial(p) = Reply::from_bytes(reply)? else {
+                return Err(Error::Shard("not a step's partial reply".into()));
+            };
+            let mut total = self.lock();
+            let (sum, count) = &mut *total;
+            match sum {
+                None => *sum = Some(p),
+                Some(s) if s.sums.len() == p.sums.len() && s.weights.len() == p.weights.len() => {
+                    s.merge(&p)
+                }
+                Some(s) => {
+                    return Err(Error::Shard(format!(
+                        "reply {count} is not a step's partial sums of {} clusters of {} \
+                         dimensions",
+                        s.weights.len(),
+                        s.sums.len() / s.weights.len().max(1)
+                    )));
+                }
+            }
+            *count += 1;
+            Ok(())
+        })
+        .map_err(to_py_err)
+    }
+}
+
+impl PartialSum {
+    fn lock(&self) -> std::sync::MutexGuard<'_, (Option<Partial>, usize)> {
+        self.total.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The sum of the replies added (an error if none was).
+    fn take(&self) -> kmeans_knn::Result<Partial> {
+        self.lock()
+            .0
+            .take()
+            .ok_or_else(|| Error::Shard("no step's partial reply was added".into()))
+    }
 }
 
 /// CUDA devices this process sees (0 without a usable driver); makes no CUDA context.
@@ -134,8 +168,7 @@ impl Shard {
 
 /// A transport that hands request bytes to a Python object with methods `broadcast(bytes)` and
 /// `scatter(list of bytes)`, each returning a list of reply bytes in shard order, and
-/// `partial(bytes)`, returning partial replies (one per worker, each the sum of some shards')
-/// that add up to every shard's. A Python exception is kept to be raised as it is once the fit
+/// `partial(bytes)`, returning a `PartialSum` of replies that add up to every shard's. A Python exception is kept to be raised as it is once the fit
 /// has stopped.
 struct PyTransport {
     shards: Py<PyAny>,
@@ -193,13 +226,22 @@ impl Transport for PyTransport {
         d: usize,
     ) -> kmeans_knn::Result<Partial> {
         let bytes = request.to_bytes();
-        let replies = self.call("partial", |py| {
-            Ok(PyBytes::new(py, &bytes).into_any().unbind())
+        let answer = Python::attach(|py| -> PyResult<kmeans_knn::Result<Partial>> {
+            let request = PyBytes::new(py, &bytes);
+            let sum = self.shards.bind(py).call_method1("partial", (request,))?;
+            Ok(sum.cast::<PartialSum>()?.get().take())
+        });
+        let total = answer.unwrap_or_else(|e| {
+            let message = e.to_string();
+            self.error = Some(e);
+            Err(Error::Shard(message))
         })?;
-        if replies.is_empty() {
-            return Err(Error::Shard("no partial replies".into()));
+        if total.sums.len() != k * d || total.weights.len() != k {
+            return Err(Error::Shard(format!(
+                "the partial replies are not sums of {k} clusters of {d} dimensions"
+            )));
         }
-        sum_partials(replies, k, d)
+        Ok(total)
     }
 }
 

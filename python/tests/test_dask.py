@@ -174,12 +174,18 @@ def test_add_partials_adds_a_workers_step_replies_exactly():
         [2**62, 0, 7 - 2**40, 12], [4, 4], 5, 91 - 2**63
     )
     assert _engine.add_partials([a]) == a
-    with pytest.raises(RuntimeError, match="at least one"):
+    with pytest.raises(RuntimeError, match="no step's partial reply"):
         _engine.add_partials([])
     with pytest.raises(RuntimeError, match="reply 1 is not"):
         _engine.add_partials([a, partial_reply([1, 2], [1], 0, 0)])
     with pytest.raises(RuntimeError, match="malformed"):
         _engine.add_partials([a[:-1]])
+    # As a worker's replies arrive on the client: added one by one into the same sum.
+    total = _engine.PartialSum()
+    for reply in (c, a, b):
+        total.add(reply)
+    with pytest.raises(RuntimeError, match="not a step's partial reply"):
+        total.add(b"\x00")
 
 
 def test_a_step_moves_the_centroids_once_out_and_the_sums_once_back_per_worker(client):

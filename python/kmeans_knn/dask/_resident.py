@@ -87,13 +87,18 @@ async def _direct(client, address, function, *args):
     return response["result"]
 
 
-async def _direct_each(client, function, args_per_worker):
+async def _direct_each(client, function, args_per_worker, each=None):
     """`_direct` to every worker of `args_per_worker` (address -> args) at once: the results by
-    address."""
+    address; `each(result)` is called on each result as it arrives."""
+
+    async def one(address):
+        result = await _direct(client, address, function, *args_per_worker[address])
+        if each is not None:
+            each(result)
+        return result
+
     addresses = list(args_per_worker)
-    replies = await asyncio.gather(
-        *(_direct(client, a, function, *args_per_worker[a]) for a in addresses)
-    )
+    replies = await asyncio.gather(*(one(a) for a in addresses))
     return dict(zip(addresses, replies))
 
 
@@ -165,12 +170,13 @@ class Resident:
             pure=False,
         )
 
-    def map(self, method, args_per_part, label=None, combine=None):
+    def map(self, method, args_per_part, label=None, combine=None, each=None):
         """`obj.method(*args)` on every partition (`args_per_part[i]` for partition i), one
         direct call per worker carrying only its partitions' arguments; the results in partition
         order. With `combine`, each worker replies with `combine(its results in partition
-        order)` instead, and the list holds one such result per worker. The round's timing and
-        bytes are recorded under `label`."""
+        order)` instead, and the list holds one such result per worker; `each(reply)` is called
+        on each worker's reply as it arrives (on the client's event loop). The round's timing
+        and bytes are recorded under `label`."""
         calls = {}
         for part, worker in enumerate(self.workers):
             calls.setdefault(worker, {})[part] = args_per_part[part]
@@ -178,7 +184,8 @@ class Resident:
             worker: (self.token, method, mine, combine) for worker, mine in calls.items()
         }
         start = time.perf_counter()
-        replies = self.client.sync(_direct_each, self.client, _call_many, args)
+        arrived = None if each is None else (lambda result: each(result[0]))
+        replies = self.client.sync(_direct_each, self.client, _call_many, args, arrived)
         end = time.perf_counter()
         results, busiest = {}, 0.0
         for worker, (reply, seconds) in replies.items():

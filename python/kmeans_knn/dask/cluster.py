@@ -153,7 +153,7 @@ class _Transport:
     """What `_engine.kmeans_fit_sharded` calls to reach the shards: request bytes out, reply
     bytes back, in partition order; for a step's partial sums, one reply per worker, the sum of
     its partitions' (added up on the worker, so a worker sends k × d sums once per step however
-    many partitions it holds)."""
+    many partitions it holds), added into one `PartialSum` as the replies arrive."""
 
     def __init__(self, shards):
         self.shards = shards
@@ -169,7 +169,9 @@ class _Transport:
     def partial(self, request):
         label = _engine.request_name(request)
         calls = [(request,)] * len(self.shards.rows)
-        return self.shards.map("handle", calls, label, combine=_engine.add_partials)
+        total = _engine.PartialSum()
+        self.shards.map("handle", calls, label, combine=_engine.add_partials, each=total.add)
+        return total
 
 
 def _labels(futures, rows, chunks):
