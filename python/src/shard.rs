@@ -168,8 +168,8 @@ impl Shard {
 
 /// A transport that hands request bytes to a Python object with methods `broadcast(bytes)` and
 /// `scatter(list of bytes)`, each returning a list of reply bytes in shard order, and
-/// `partial(bytes)`, returning a `PartialSum` of replies that add up to every shard's. A Python exception is kept to be raised as it is once the fit
-/// has stopped.
+/// `partial(bytes)`, returning a `PartialSum` of replies that add up to every shard's. A Python
+/// exception is kept to be raised as it is once the fit has stopped.
 struct PyTransport {
     shards: Py<PyAny>,
     error: Option<PyErr>,
