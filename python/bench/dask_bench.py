@@ -1,5 +1,5 @@
 """kmeans_knn.dask.KMeans on a local Dask cluster: what a Lloyd step costs beyond its compute,
-and two workers (GPUs) against one.
+and N workers (GPUs) against one.
 
 Data: uniform [0, 1) float32, --rows × --dims, made on the workers, one partition per worker;
 k = --k, init = the first k rows, n_init = 1, tol = 0 (so a fit runs exactly --iters steps).
@@ -8,22 +8,23 @@ Per Lloyd step, medians over every step of --reps fits, measured inside the fits
 rounds of requests are timed on the client, and each worker times its engine calls):
 - step: from sending a step's request to sending the next request.
 - engine: the time the busiest worker spent in the engine (its partitions' assignment and
-  exact sums, on its GPU or CPU).
-- messaging: the step's round trip to the workers beyond that (scheduling, moving the messages,
-  decoding, the worker's thread pool).
+  exact sums, on its GPU or CPU, and adding them up when it holds several).
+- messaging: the step's round trip to the workers beyond that (moving the messages, decoding,
+  the worker's event loop and thread pool).
 - client: from the step's replies to the next request (the merge and finish of the k × d sums,
   Python ↔ engine glue).
-and, alone, the two parts of messaging that do not depend on the engine:
-- scheduling: a round trip of Client.run to every worker with a tiny payload (how each step
-  reaches the partitions).
+- sent KiB / recv KiB: the payload bytes of a step's messages, to all workers and from them.
+and, alone, the parts of messaging that do not depend on the engine, both as a fit calls the
+workers (directly from the client, "direct") and through the scheduler (Client.run, "sched."):
+- rtt: a round trip to every worker with a tiny payload.
 - transfer: the same round trip carrying one step's messages (k × d float32 centroids out;
-  k × d int64 sums and k uint32 counts back from each worker) minus the tiny one.
+  k × d int64 sums and k uint64 counts back from each worker) minus the tiny one.
 "fit s" is the whole fit's wall time (setup, upload to the devices, the steps, the labels).
-With two or more workers it also times the same shape on one worker (the first GPU) and
-reports the speed-up.
+--workers takes a list (e.g. 4,2,1; a cuda run uses the first N visible GPUs; one count N > 1
+alone means N,1); the speed-up of each count over one worker is reported when 1 is in it.
 
-usage: python3 dask_bench.py [--device cpu|cuda] [--workers N] [--rows N] [--dims N] [--k N]
-                             [--iters N] [--reps N] [--threads N] [--out FILE]
+usage: python3 dask_bench.py [--device cpu|cuda] [--workers N[,N...]] [--rows N] [--dims N]
+                             [--k N] [--iters N] [--reps N] [--threads N] [--out FILE]
 JSON goes to --out, else to $OUT/dask-bench-<device>.json when OUT is set.
 """
 
@@ -38,6 +39,7 @@ import numpy as np
 from distributed import Client, LocalCluster, wait
 
 from kmeans_knn import dask as kd
+from kmeans_knn.dask import _resident
 
 
 def parse_args():
@@ -45,7 +47,12 @@ def parse_args():
     ap.add_argument(
         "--device", default="cpu", help="cpu (CPU worker processes) or cuda (a worker per GPU)"
     )
-    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument(
+        "--workers",
+        type=lambda v: [int(w) for w in v.split(",")],
+        default=[2, 1],
+        help="worker counts to measure, comma-separated (default 2,1; one count N > 1 alone: N,1)",
+    )
     ap.add_argument("--rows", type=int, default=40_000_000)
     ap.add_argument("--dims", type=int, default=128)
     ap.add_argument("--k", type=int, default=1024)
@@ -89,7 +96,7 @@ def partitioned_data(client, rows, dims):
 
 def per_step(fit, iters, reps):
     """Medians over the steps of `reps` fits of `iters` steps: (step, engine, messaging,
-    client) seconds; and the fits' median wall seconds."""
+    client) seconds and (sent, received) bytes; and the fits' median wall seconds."""
     fit(2)  # warm-up: imports, CUDA contexts, kernels
     steps, walls = [], []
     for _ in range(reps):
@@ -99,20 +106,22 @@ def per_step(fit, iters, reps):
         for r, after in zip(rounds, rounds[1:]):
             if r.label == "Step":
                 trip, client = r.end - r.start, after.start - r.end
-                steps.append((trip + client, r.busiest, trip - r.busiest, client))
-    per = tuple(statistics.median(s[i] for s in steps) for i in range(4))
+                split = (trip + client, r.busiest, trip - r.busiest, client)
+                steps.append(split + (r.sent, r.received))
+    per = tuple(statistics.median(s[i] for s in steps) for i in range(6))
     return per, statistics.median(walls)
 
 
-def round_trip(client, send_bytes, reply_bytes, reps=30):
-    """Median seconds of Client.run to every worker sending and returning that many bytes."""
+def round_trip(call, send_bytes, reply_bytes, reps=30):
+    """Median seconds of `call(function, payload, size)` (a call to every worker) sending and
+    returning that many bytes."""
     payload = bytes(send_bytes)
     for _ in range(3):
-        client.run(_reply, payload, reply_bytes)
+        call(_reply, payload, reply_bytes)
     times = []
     for _ in range(reps):
         start = time.perf_counter()
-        client.run(_reply, payload, reply_bytes)
+        call(_reply, payload, reply_bytes)
         times.append(time.perf_counter() - start)
     return statistics.median(times)
 
@@ -134,10 +143,24 @@ def measure(args, workers):
             devices.append(km.device_)
             return km._timings
 
-        (step, engine, messaging, glue), fit_s = per_step(fit, args.iters, args.reps)
-        kd_values = args.k * args.dims
-        tiny = round_trip(client, 8, 8)
-        sized = round_trip(client, 4 * kd_values, 8 * kd_values + 4 * args.k)
+        (step, engine, messaging, glue, sent, received), fit_s = per_step(
+            fit, args.iters, args.reps
+        )
+        addresses = sorted(client.scheduler_info()["workers"])
+
+        def direct(function, *a):
+            client.sync(_resident._direct_each, client, function, {w: a for w in addresses})
+
+        def scheduled(function, *a):
+            client.run(function, *a)
+
+        values = args.k * args.dims
+        out, back = 4 * values, 8 * values + 8 * args.k
+        trips = {}
+        for name, call in (("direct", direct), ("scheduler", scheduled)):
+            tiny = round_trip(call, 8, 8)
+            trips[f"{name}_rtt_ms"] = 1e3 * tiny
+            trips[f"{name}_transfer_ms"] = 1e3 * (round_trip(call, out, back) - tiny)
     return {
         "workers": workers,
         "device": devices[-1],
@@ -146,28 +169,36 @@ def measure(args, workers):
         "engine_ms": 1e3 * engine,
         "messaging_ms": 1e3 * messaging,
         "client_ms": 1e3 * glue,
-        "scheduling_ms": 1e3 * tiny,
-        "transfer_ms": 1e3 * (sized - tiny),
+        "sent_kib": sent / 1024,
+        "received_kib": received / 1024,
+        **trips,
     }
 
 
 def main():
     args = parse_args()
+    if len(args.workers) == 1 and args.workers[0] > 1:
+        args.workers.append(1)
     shape = f"{args.rows} × {args.dims}, k = {args.k}, {args.iters} steps"
-    results = [measure(args, args.workers)]
-    if args.workers > 1:
-        results.append(measure(args, 1))
+    results = [measure(args, workers) for workers in args.workers]
     print(f"kmeans_knn.dask.KMeans, {shape}, --device {args.device}")
-    columns = ("workers", "step ms", "engine", "messaging", "client", "sched.", "transfer", "fit s")
+    columns = ("workers", "step ms", "engine", "messaging", "client", "sent KiB", "recv KiB")
+    columns += ("rtt", "transfer", "sched.rtt", "sched.tr.", "fit s")
     print(" ".join(f"{c:>9}" for c in columns) + "  device")
-    keys = ("step_ms", "engine_ms", "messaging_ms", "client_ms", "scheduling_ms", "transfer_ms")
-    keys += ("fit_s",)
+    keys = ("step_ms", "engine_ms", "messaging_ms", "client_ms", "sent_kib", "received_kib")
+    keys += ("direct_rtt_ms", "direct_transfer_ms", "scheduler_rtt_ms")
+    keys += ("scheduler_transfer_ms", "fit_s")
     for r in results:
         print(f"{r['workers']:>9} " + " ".join(f"{r[k]:>9.2f}" for k in keys) + f"  {r['device']}")
     report = {"shape": vars(args), "results": results}
-    if len(results) == 2:
-        speedup = report["speedup_per_step"] = results[1]["step_ms"] / results[0]["step_ms"]
-        print(f"speed-up per step, {args.workers} workers over 1: {speedup:.2f}×")
+    one = [r for r in results if r["workers"] == 1]
+    if one:
+        report["speedup_per_step"] = {}
+        for r in results:
+            if r["workers"] > 1:
+                speedup = one[0]["step_ms"] / r["step_ms"]
+                report["speedup_per_step"][r["workers"]] = speedup
+                print(f"speed-up per step, {r['workers']} workers over 1: {speedup:.2f}×")
     out = args.out
     if out is None and os.environ.get("OUT"):
         out = os.path.join(os.environ["OUT"], f"dask-bench-{args.device}.json")

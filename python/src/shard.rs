@@ -3,7 +3,7 @@
 //! messages are the library's `Request`/`Reply` bytes; all the arithmetic stays in Rust.
 
 use crate::{engine, matrix, parse_device, to_py_err, value_error};
-use kmeans_knn::kmeans::shard::{self, Reply, Request, Transport};
+use kmeans_knn::kmeans::shard::{self, Partial, Reply, Request, Transport};
 use kmeans_knn::{Error, MatrixView};
 use numpy::{IntoPyArray, PyArray1, PyArray2, PyReadonlyArray2};
 use pyo3::prelude::*;
@@ -12,8 +12,10 @@ use std::sync::Mutex;
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Shard>()?;
+    m.add_class::<PartialSum>()?;
     m.add_function(wrap_pyfunction!(kmeans_fit_sharded, m)?)?;
     m.add_function(wrap_pyfunction!(request_name, m)?)?;
+    m.add_function(wrap_pyfunction!(add_partials, m)?)?;
     m.add_function(wrap_pyfunction!(gpu_count, m)?)
 }
 
@@ -21,6 +23,80 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
 #[pyfunction]
 fn request_name(request: &[u8]) -> Option<&'static str> {
     Request::name_of(request)
+}
+
+/// The sum of `replies` (`Reply::to_bytes` of partials of the same shape, at least one) as one
+/// such reply: a worker's partitions' answers to a step, added up before they leave it.
+#[pyfunction]
+fn add_partials<'py>(
+    py: Python<'py>,
+    replies: Vec<Bound<'py, PyBytes>>,
+) -> PyResult<Bound<'py, PyBytes>> {
+    let sum = PartialSum::default();
+    for reply in &replies {
+        sum.add(py, reply.as_bytes())?;
+    }
+    let total = sum.take().map_err(to_py_err)?;
+    Ok(PyBytes::new(py, &Reply::Partial(total).to_bytes()))
+}
+
+/// Step replies (`Reply::to_bytes` of partials of the same shape) added up one by one as they
+/// arrive, so that only the last one's decoding and adding waits for the last worker.
+#[pyclass(frozen, module = "kmeans_knn._engine")]
+#[derive(Default)]
+struct PartialSum {
+    /// The sum so far and the replies in it.
+    total: Mutex<(Option<Partial>, usize)>,
+}
+
+#[pymethods]
+impl PartialSum {
+    #[new]
+    fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds one reply.
+    fn add(&self, py: Python<'_>, reply: &[u8]) -> PyResult<()> {
+        py.detach(|| {
+            let Reply::Partial(p) = Reply::from_bytes(reply)? else {
+                return Err(Error::Shard("not a step's partial reply".into()));
+            };
+            let mut total = self.lock();
+            let (sum, count) = &mut *total;
+            match sum {
+                None => *sum = Some(p),
+                Some(s) if s.sums.len() == p.sums.len() && s.weights.len() == p.weights.len() => {
+                    s.merge(&p)
+                }
+                Some(s) => {
+                    return Err(Error::Shard(format!(
+                        "reply {count} is not a step's partial sums of {} clusters of {} \
+                         dimensions",
+                        s.weights.len(),
+                        s.sums.len() / s.weights.len().max(1)
+                    )));
+                }
+            }
+            *count += 1;
+            Ok(())
+        })
+        .map_err(to_py_err)
+    }
+}
+
+impl PartialSum {
+    fn lock(&self) -> std::sync::MutexGuard<'_, (Option<Partial>, usize)> {
+        self.total.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The sum of the replies added (an error if none was).
+    fn take(&self) -> kmeans_knn::Result<Partial> {
+        self.lock()
+            .0
+            .take()
+            .ok_or_else(|| Error::Shard("no step's partial reply was added".into()))
+    }
 }
 
 /// CUDA devices this process sees (0 without a usable driver); makes no CUDA context.
@@ -91,7 +167,8 @@ impl Shard {
 }
 
 /// A transport that hands request bytes to a Python object with methods `broadcast(bytes)` and
-/// `scatter(list of bytes)`, each returning a list of reply bytes in shard order. A Python
+/// `scatter(list of bytes)`, each returning a list of reply bytes in shard order, and
+/// `partial(bytes)`, returning a `PartialSum` of replies that add up to every shard's. A Python
 /// exception is kept to be raised as it is once the fit has stopped.
 struct PyTransport {
     shards: Py<PyAny>,
@@ -139,6 +216,32 @@ impl Transport for PyTransport {
             let list = bytes.iter().map(|b| PyBytes::new(py, b));
             Ok(pyo3::types::PyList::new(py, list)?.into_any().unbind())
         })
+    }
+
+    fn partial(
+        &mut self,
+        request: &Request,
+        _shards: usize,
+        k: usize,
+        d: usize,
+    ) -> kmeans_knn::Result<Partial> {
+        let bytes = request.to_bytes();
+        let answer = Python::attach(|py| -> PyResult<kmeans_knn::Result<Partial>> {
+            let request = PyBytes::new(py, &bytes);
+            let sum = self.shards.bind(py).call_method1("partial", (request,))?;
+            Ok(sum.cast::<PartialSum>()?.get().take())
+        });
+        let total = answer.unwrap_or_else(|e| {
+            let message = e.to_string();
+            self.error = Some(e);
+            Err(Error::Shard(message))
+        })?;
+        if total.sums.len() != k * d || total.weights.len() != k {
+            return Err(Error::Shard(format!(
+                "the partial replies are not sums of {k} clusters of {d} dimensions"
+            )));
+        }
+        Ok(total)
     }
 }
 

@@ -154,6 +154,56 @@ def test_kmeans_errors_and_release(client):
     assert resident_objects(client) == before
 
 
+def partial_reply(sums, weights, changed, inertia):
+    """A step's partial reply as the engine encodes it (`Reply::to_bytes`: tag 4, then each
+    vector as a u64 length and its little-endian values, then the two numbers)."""
+    sums, weights = np.asarray(sums, "<i8"), np.asarray(weights, "<u8")
+    vector = lambda v: np.uint64(len(v)).astype("<u8").tobytes() + v.tobytes()  # noqa: E731
+    numbers = np.array([changed], "<u8").tobytes() + np.array([inertia], "<i8").tobytes()
+    return b"\x04" + vector(sums) + vector(weights) + numbers
+
+
+def test_add_partials_adds_a_workers_step_replies_exactly():
+    from kmeans_knn import _engine
+
+    a = partial_reply([2**62, -5, 7, 0], [3, 1], 4, -9)
+    b = partial_reply([1, 5, -(2**40), 11], [0, 2], 1, 2**62)
+    c = partial_reply([-1, 0, 0, 1], [1, 1], 0, 2**62 + 100)
+    # Integers, added exactly; the inertia wraps as the kernels' adds do.
+    assert _engine.add_partials([a, b, c]) == partial_reply(
+        [2**62, 0, 7 - 2**40, 12], [4, 4], 5, 91 - 2**63
+    )
+    assert _engine.add_partials([a]) == a
+    with pytest.raises(RuntimeError, match="no step's partial reply"):
+        _engine.add_partials([])
+    with pytest.raises(RuntimeError, match="reply 1 is not"):
+        _engine.add_partials([a, partial_reply([1, 2], [1], 0, 0)])
+    with pytest.raises(RuntimeError, match="malformed"):
+        _engine.add_partials([a[:-1]])
+    # As a worker's replies arrive on the client: added one by one into the same sum.
+    total = _engine.PartialSum()
+    for reply in (c, a, b):
+        total.add(reply)
+    with pytest.raises(RuntimeError, match="not a step's partial reply"):
+        total.add(b"\x00")
+
+
+def test_a_step_moves_the_centroids_once_out_and_the_sums_once_back_per_worker(client):
+    # Six partitions on (at most) three workers: each worker gets the k × d float32 centroids
+    # once and sends back its partitions' sums added up, k × d int64 and k uint64 units, once.
+    X = data(n=600, d=5)
+    k, d = 6, X.shape[1]
+    km = kd.KMeans(k, random_state=3).fit(da.from_array(X, chunks=(100, d)))
+    request, reply = 1 + 8 + 4 * k * d, 1 + 8 + 8 * k * d + 8 + 8 * k + 16
+    steps = [r for r in km._timings if r.label == "Step"]
+    assert steps
+    for r in steps:
+        workers, rest = divmod(r.received, reply)
+        assert rest == 0 and 1 <= workers <= 3, r
+        assert r.sent == workers * request, r
+        assert 0 < r.busiest <= r.end - r.start, r
+
+
 @pytest.mark.parametrize("metric", ["euclidean", "cosine", "manhattan"])
 def test_kneighbors_equals_single_process_for_every_partitioning(client, metric):
     # Integer values: many distance ties, which go to the lowest training index.

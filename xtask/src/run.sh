@@ -182,8 +182,9 @@ if [ "${BENCH:-1}" = 1 ] && [ -x bin/gpu-bench ]; then
     [ "${PIPESTATUS[0]}" -eq 0 ] || failed+=("gpu-bench --gpus")
   fi
   if [ "${DASK:-1}" = 1 ] && [ "$gpus" -ge 2 ]; then
-    echo "=== kmeans_knn.dask: a Lloyd step's overhead, two GPU workers against one"
-    OUT="$log_dir" PYTHONPATH="$site" python3 python/dask_bench.py --device cuda --workers 2 ${DASK_BENCH_ARGS:-} 2>&1 | tee "$log_dir/dask-bench.txt"
+    echo "=== kmeans_knn.dask: a Lloyd step's overhead, all GPUs as workers, half of them, ..., one"
+    counts=$gpus; w=$gpus; while [ "$w" -gt 1 ]; do w=$((w / 2)); counts="$counts,$w"; done
+    OUT="$log_dir" PYTHONPATH="$site" python3 python/dask_bench.py --device cuda --workers "$counts" ${DASK_BENCH_ARGS:-} 2>&1 | tee "$log_dir/dask-bench.txt"
     [ "${PIPESTATUS[0]}" -eq 0 ] || failed+=("dask bench")
   fi
 fi

@@ -30,3 +30,9 @@ def row_blocks(X):
             f"Found array with shape {X.shape}; at least one row and one column are needed"
         )
     return X, [b for b, _ in parts], [int(r) for _, r in parts]
+
+
+def engine_rows(block):
+    """`block` as the engine reads rows: float32, C-contiguous and aligned (a block that came
+    over the wire may sit at any byte offset of its message)."""
+    return np.require(block, dtype=np.float32, requirements=["C", "A"])

@@ -5,8 +5,11 @@ A fit or an index puts one engine object per partition on the worker that holds 
 keyed by a token; later calls go to that worker and find the object there. The client side,
 `Resident`, remembers where each object lives. Calls that make results to keep on the workers
 are tasks (`submit`); the calls of a fit's steps, whose small results come straight back, go
-out of band (`Client.run`: one message to each worker, a few milliseconds, where a round of
-tasks costs several times that), and run in the worker's thread pool.
+out of band: one message from the client straight to each worker over a pooled connection (the
+worker's `run` handler, as `Client.run` uses, but not relayed by the scheduler, which would
+carry every byte twice and open a fresh connection to each worker every time), run in the
+worker's thread pool. A worker can add up its partitions' results before it replies (`combine`),
+so that it sends one reply however many partitions it holds.
 """
 
 import asyncio
@@ -17,6 +20,10 @@ from typing import NamedTuple
 
 import numpy as np
 from distributed import get_worker
+from distributed.core import clean_exception
+from distributed.protocol.pickle import dumps
+
+from ._input import engine_rows
 
 # token -> {partition: engine object}, in each worker process.
 _REGISTRY = {}
@@ -45,7 +52,7 @@ def _drop(token):
 
 def _make(token, part, block, make):
     """On the worker that holds `block`: makes the engine object; returns where it lives."""
-    block = np.ascontiguousarray(block, dtype=np.float32)
+    block = engine_rows(block)
     _put(token, part, make(block))
     return get_worker().address
 
@@ -54,27 +61,74 @@ def _call(token, part, method, *args):
     return getattr(_get(token, part), method)(*args)
 
 
-async def _call_many(token, method, parts, calls, dask_worker):
-    """`_call` for this worker's partitions (`parts[address]`), in its thread pool; with the
-    seconds the calls took."""
-    mine = parts[dask_worker.address]
+async def _call_many(token, method, calls, combine, dask_worker):
+    """`_call` for this worker's partitions (`calls`: partition -> args), in its thread pool:
+    their results by partition, or with `combine` the one result `combine(results in partition
+    order)`; with the seconds the calls took."""
 
     def work():
         start = time.perf_counter()
-        results = {part: _call(token, part, method, *calls[part]) for part in mine}
+        results = {part: _call(token, part, method, *args) for part, args in calls.items()}
+        if combine is not None:
+            ordered = [results[part] for part in sorted(results)]
+            results = ordered[0] if len(ordered) == 1 else combine(ordered)
         return results, time.perf_counter() - start
 
     return await asyncio.get_running_loop().run_in_executor(dask_worker.executor, work)
 
 
+async def _direct(client, address, function, *args):
+    """`function(*args)` (given `dask_worker`) run by the worker at `address`, called straight
+    from the client over a pooled connection; raises what the function raised."""
+    response = await client.rpc(address).run(function=dumps(function), args=dumps(args))
+    if response["status"] != "OK":
+        _, error, traceback = clean_exception(**response)
+        raise error.with_traceback(traceback)
+    return response["result"]
+
+
+async def _direct_each(client, function, args_per_worker, each=None):
+    """`_direct` to every worker of `args_per_worker` (address -> args) at once: the results by
+    address; `each(result)` is called on each result as it arrives."""
+
+    async def one(address):
+        result = await _direct(client, address, function, *args_per_worker[address])
+        if each is not None:
+            each(result)
+        return result
+
+    addresses = list(args_per_worker)
+    replies = await asyncio.gather(*(one(a) for a in addresses))
+    return dict(zip(addresses, replies))
+
+
+def _payload(value, seen=None):
+    """Bytes of the bytes-like values in `value` (nested in tuples, lists and dicts), each
+    object once, as pickle sends it: what a message carries beyond its framing."""
+    seen = set() if seen is None else seen
+    if id(value) in seen:
+        return 0
+    seen.add(id(value))
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return len(value)
+    if isinstance(value, dict):
+        value = value.values()
+    elif not isinstance(value, (tuple, list)):
+        return 0
+    return sum(_payload(v, seen) for v in value)
+
+
 class Round(NamedTuple):
     """One `Resident.map`: its label, when it started and ended on the client
-    (`time.perf_counter()`), and the seconds the busiest worker spent in its calls."""
+    (`time.perf_counter()`), the seconds the busiest worker spent in its calls, and the payload
+    bytes sent to the workers and received from them."""
 
     label: str
     start: float
     end: float
     busiest: float
+    sent: int
+    received: int
 
 
 class Resident:
@@ -116,22 +170,36 @@ class Resident:
             pure=False,
         )
 
-    def map(self, method, args_per_part, label=None):
+    def map(self, method, args_per_part, label=None, combine=None, each=None):
         """`obj.method(*args)` on every partition (`args_per_part[i]` for partition i), one
-        out-of-band call per worker; the results in partition order. The round's timing is
-        recorded under `label`."""
-        parts = {}
+        direct call per worker carrying only its partitions' arguments; the results in partition
+        order. With `combine`, each worker replies with `combine(its results in partition
+        order)` instead, and the list holds one such result per worker; `each(reply)` is called
+        on each worker's reply as it arrives (on the client's event loop). The round's timing
+        and bytes are recorded under `label`."""
+        calls = {}
         for part, worker in enumerate(self.workers):
-            parts.setdefault(worker, []).append(part)
-        calls = dict(enumerate(args_per_part))
+            calls.setdefault(worker, {})[part] = args_per_part[part]
+        args = {
+            worker: (self.token, method, mine, combine) for worker, mine in calls.items()
+        }
         start = time.perf_counter()
-        replies = self.client.run(_call_many, self.token, method, parts, calls, workers=list(parts))
+        arrived = None if each is None else (lambda result: each(result[0]))
+        replies = self.client.sync(_direct_each, self.client, _call_many, args, arrived)
+        end = time.perf_counter()
         results, busiest = {}, 0.0
-        for reply, seconds in replies.values():
-            results.update(reply)
+        for worker, (reply, seconds) in replies.items():
+            results[worker] = reply
             busiest = max(busiest, seconds)
-        self.timings.append(Round(label, start, time.perf_counter(), busiest))
-        return [results[part] for part in range(len(self.workers))]
+        sent = sum(_payload(mine) for mine in calls.values())  # each worker's message
+        received = _payload(list(results.values()))
+        self.timings.append(Round(label, start, end, busiest, sent, received))
+        if combine is not None:
+            return [results[worker] for worker in calls]
+        merged = {}
+        for reply in results.values():
+            merged.update(reply)
+        return [merged[part] for part in range(len(self.workers))]
 
     def release(self):
         """Frees the objects on every worker that holds one (nothing to do once the client has

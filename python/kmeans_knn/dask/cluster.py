@@ -10,7 +10,7 @@ from sklearn.utils.validation import check_is_fitted
 from .. import _engine
 from ..cluster import KMeans as _KMeans
 from .._validation import engine_seed
-from ._input import row_blocks
+from ._input import engine_rows, row_blocks
 from ._resident import Resident
 
 
@@ -25,11 +25,12 @@ class KMeans(_KMeans):
 
     ``fit`` takes a Dask array (chunked by rows; column chunks are merged), a Dask DataFrame of
     numeric columns, or an array-like (sent as one partition). Each partition is uploaded once
-    to its worker's device; a Lloyd step sends the centroids to every partition and gets back
+    to its worker's device; a Lloyd step sends the centroids to every worker and gets back
     exact fixed-point sums (k × d int64), counts, the changed labels and the inertia, which the
     client adds up and finishes into the next centroids. ``labels_`` is a Dask array with the
     input's row partitions; ``predict`` and ``transform`` map over Dask partitions (NumPy inputs
-    are computed locally).
+    are computed locally). The client calls each worker directly (not through the scheduler),
+    and a worker holding several partitions adds up their sums before it replies.
     """
 
     def __init__(
@@ -150,7 +151,9 @@ class KMeans(_KMeans):
 
 class _Transport:
     """What `_engine.kmeans_fit_sharded` calls to reach the shards: request bytes out, reply
-    bytes back, in partition order."""
+    bytes back, in partition order; for a step's partial sums, one reply per worker, the sum of
+    its partitions' (added up on the worker, so a worker sends k × d sums once per step however
+    many partitions it holds), added into one `PartialSum` as the replies arrive."""
 
     def __init__(self, shards):
         self.shards = shards
@@ -162,6 +165,13 @@ class _Transport:
     def scatter(self, requests):
         label = _engine.request_name(requests[0])
         return self.shards.map("handle", [(r,) for r in requests], label)
+
+    def partial(self, request):
+        label = _engine.request_name(request)
+        calls = [(request,)] * len(self.shards.rows)
+        total = _engine.PartialSum()
+        self.shards.map("handle", calls, label, combine=_engine.add_partials, each=total.add)
+        return total
 
 
 def _labels(futures, rows, chunks):
@@ -181,16 +191,16 @@ def _new_shard(block, first_row, device):
 
 
 def _predict_block(block, centers, metric, device):
-    block = np.ascontiguousarray(block, dtype=np.float32)
+    block = engine_rows(block)
     return _engine.kmeans_predict(centers, block, metric, device).view(np.int32)
 
 
 def _transform_block(block, centers, metric):
-    return _engine.kmeans_transform(centers, np.ascontiguousarray(block, dtype=np.float32), metric)
+    return _engine.kmeans_transform(centers, engine_rows(block), metric)
 
 
 def _score_block(block, centers, metric, device):
-    block = np.ascontiguousarray(block, dtype=np.float32)
+    block = engine_rows(block)
     labels = _engine.kmeans_predict(centers, block, metric, device)
     rows, centers = block.astype(np.float64), centers[labels].astype(np.float64)
     kind = _engine.kmeans_metric(metric)
