@@ -112,6 +112,21 @@ pub enum EmptyClusters {
     KeepPrevious,
 }
 
+impl FromStr for EmptyClusters {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "farthest" => Ok(EmptyClusters::FarthestPoint),
+            "take-farthest" => Ok(EmptyClusters::TakeFarthestPoint),
+            "keep" => Ok(EmptyClusters::KeepPrevious),
+            _ => Err(Error::invalid(
+                "empty_clusters",
+                format!("'{s}' is not one of farthest, take-farthest, keep"),
+            )),
+        }
+    }
+}
+
 /// Progress of a fit, handed to [`KMeansParams::on_iteration`] after each iteration.
 #[derive(Clone, Copy, Debug)]
 pub struct Iteration {
