@@ -2,7 +2,9 @@
 //! centroids as a NumPy array, so a fitted estimator pickles without any Rust object).
 
 use crate::{engine, matrix, parse_device, value_error};
-use kmeans_knn::{EmptyClusters, Init, Iteration, KMeans, KMeansModel, KMeansParams, Metric, Precision, Stop};
+use kmeans_knn::{
+    EmptyClusters, Init, Iteration, KMeans, KMeansModel, KMeansParams, Metric, Precision, Stop,
+};
 use numpy::{IntoPyArray, PyArray1, PyArray2, PyReadonlyArray1, PyReadonlyArray2};
 use pyo3::prelude::*;
 use std::sync::{Arc, Mutex};
