@@ -190,7 +190,8 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin, Ba
             return None
         if self.tol == 0:
             return 0.0
-        return float(np.mean(np.var(np.asarray(X, dtype=dtype), axis=0)) * self.tol)
+        with np.errstate(all="ignore"):  # non-finite rows: the engine's error names them
+            return float(np.mean(np.var(np.asarray(X, dtype=dtype), axis=0)) * self.tol)
 
     def fit_predict(self, X, y=None, sample_weight=None):
         """Clusters X and returns its labels."""
