@@ -33,7 +33,9 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin, Ba
         inertia wins; "auto" is 10 for init="random" and 1 otherwise (as scikit-learn).
     max_iter : int, default 300
     tol : float, default 1e-4 — stop when the squared centroid shift is at most tol times the
-        mean per-feature variance; a run also stops when no label changes.
+        mean per-feature variance of X (unweighted even with sample_weight, as scikit-learn's);
+        a run also stops when no label changes. An empty cluster takes the farthest point out
+        of its cluster, with its weight, as scikit-learn relocates it.
     random_state : int, RandomState or None — an int is the engine's seed as is (the command
         line's ``--seed``); None or a RandomState draws the seed from that generator.
     metric : "euclidean" (squared-L2 assignment, as scikit-learn), "manhattan" (L1 assignment,
@@ -142,6 +144,7 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin, Ba
             raise ValueError(f"n_samples={X.shape[0]} should be >= n_clusters={self.n_clusters}.")
         weights = _engine_weights(sample_weight, X)
         init, init_centroids, n_init = self._init_and_runs(X.shape[1], X_in)
+        tol = self._tolerance(X_in, dtype)
         centers, labels, inertia, n_iter, device, history = _engine.kmeans_fit(
             X,
             self.n_clusters,
@@ -149,7 +152,7 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin, Ba
             init_centroids,
             n_init,
             self.max_iter,
-            self.tol,
+            self.tol if tol is None else tol,
             engine_seed(self.random_state),
             self.metric,
             self.precision,
@@ -157,9 +160,11 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin, Ba
             weights,
             self.memory_budget,
             bool(self.verbose),
+            absolute_tol=tol is not None,
         )
         if self.verbose:
-            _print_lloyd(history, self.tol * float(np.mean(np.var(X, axis=0, dtype=np.float64))))
+            shown = self.tol * float(np.mean(np.var(X, axis=0, dtype=np.float64)))
+            _print_lloyd(history, shown if tol is None else tol)
         self.cluster_centers_ = centers.astype(dtype, copy=False)
         # Labels are below k ≤ 2^31, so the engine's u32 reads as int32 without a copy.
         self.labels_ = labels.view(np.int32)
@@ -176,6 +181,17 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin, Ba
                 stacklevel=2,
             )
         return self
+
+    def _tolerance(self, X, dtype):
+        """scikit-learn's `_tolerance` for metric "euclidean": tol times the mean per-feature
+        variance of X in its own dtype, unweighted even with sample_weight. None for the other
+        metrics, whose rows the engine transforms: it scales tol by their variance itself."""
+        if _engine.kmeans_metric(self.metric) != "l2":
+            return None
+        if self.tol == 0:
+            return 0.0
+        with np.errstate(all="ignore"):  # non-finite rows: the engine's error names them
+            return float(np.mean(np.var(np.asarray(X, dtype=dtype), axis=0)) * self.tol)
 
     def fit_predict(self, X, y=None, sample_weight=None):
         """Clusters X and returns its labels."""

@@ -2,7 +2,9 @@
 //! centroids as a NumPy array, so a fitted estimator pickles without any Rust object).
 
 use crate::{engine, matrix, parse_device, value_error};
-use kmeans_knn::{Init, Iteration, KMeans, KMeansModel, KMeansParams, Metric, Precision, Stop};
+use kmeans_knn::{
+    EmptyClusters, Init, Iteration, KMeans, KMeansModel, KMeansParams, Metric, Precision, Stop,
+};
 use numpy::{IntoPyArray, PyArray1, PyArray2, PyReadonlyArray1, PyReadonlyArray2};
 use pyo3::prelude::*;
 use std::sync::{Arc, Mutex};
@@ -53,11 +55,13 @@ pub(crate) fn sklearn_n_iter(model: &KMeansModel) -> usize {
 }
 
 /// Fits k-means. `init` is "k-means++" or "random" (k distinct points), or "centroids" with
-/// `init_centroids` (k × d); `sample_weight`, when given, holds one weight per row.
+/// `init_centroids` (k × d); `sample_weight`, when given, holds one weight per row. Empty
+/// clusters follow scikit-learn's rule (`EmptyClusters::TakeFarthestPoint`); with
+/// `absolute_tol`, `tol` is the bound on the squared shift itself (the caller scales it).
 #[pyfunction]
 #[pyo3(signature = (
     x, k, init, init_centroids, n_init, max_iter, tol, seed, metric, precision, device,
-    sample_weight=None, memory_budget=None, history=false
+    sample_weight=None, memory_budget=None, history=false, absolute_tol=false
 ))]
 #[allow(clippy::too_many_arguments)]
 fn kmeans_fit<'py>(
@@ -76,6 +80,7 @@ fn kmeans_fit<'py>(
     sample_weight: Option<PyReadonlyArray1<'py, f32>>,
     memory_budget: Option<usize>,
     history: bool,
+    absolute_tol: bool,
 ) -> PyResult<Fitted<'py>> {
     let params = params(
         k,
@@ -88,7 +93,12 @@ fn kmeans_fit<'py>(
         metric,
         precision,
     )?
-    .device(parse_device(device)?);
+    .device(parse_device(device)?)
+    .empty_clusters(EmptyClusters::TakeFarthestPoint);
+    let params = match absolute_tol {
+        true => params.absolute_tol(tol),
+        false => params,
+    };
     let params = match memory_budget {
         Some(budget) => params.memory_budget(budget),
         None => params,

@@ -50,10 +50,4 @@ OUT_OF_SCOPE = {
 MISSING = "missing API"
 DIFFERS = "behaviour differs"
 
-EXPECTED_FAILURES = {
-    # test_k_means.py
-    r"^test_kmeans_relocated_clusters\[lloyd": DIFFERS
-    + ": empty-cluster relocation: scikit-learn also takes the relocated point out of its old"
-    " cluster's mean; the engine moves the empty centroid only (so that integer weights give the"
-    " repeated rows' model), which takes one more iteration here (n_iter_ 4, not 3)",
-}
+EXPECTED_FAILURES = {}

@@ -38,6 +38,34 @@ def test_n_iter_matches_scikit_learn_from_the_same_start(tol):
     assert ours.n_iter_ == theirs.n_iter_
 
 
+@pytest.mark.parametrize("tol", [1e-3, 1e-2, 3e-2])
+def test_weighted_tol_is_scaled_by_the_unweighted_variance(tol):
+    # scikit-learn's _tolerance ignores sample_weight; scaling by the weighted variance (a half
+    # of it here) stops these runs later.
+    rng = np.random.default_rng(0)
+    data = rng.uniform(-1, 1, size=(500, 2))
+    w = np.where(np.abs(data[:, 0]) < 0.1, 500.0, 1.0)
+    init = data[:6]
+    ours = KMeans(6, init=init, n_init=1, tol=tol, device="cpu").fit(data, sample_weight=w)
+    theirs = SkKMeans(6, init=init, n_init=1, tol=tol).fit(data, sample_weight=w)
+    np.testing.assert_array_equal(ours.labels_, theirs.labels_)
+    assert ours.n_iter_ == theirs.n_iter_
+
+
+def test_empty_clusters_are_relocated_as_scikit_learn_does():
+    # scikit-learn's test_kmeans_relocated_clusters without its tie (which NumPy's argpartition
+    # breaks by platform; the engine takes the lowest row), plain and weighted: the farthest
+    # point leaves its cluster with its weight.
+    toy = np.array([[0, 0], [0.5, 0], [0.5, 1], [1.1, 1]])
+    init = np.array([[0.5, 0.5], [3, 3]])
+    for w in [None, [1, 2, 1, 3]]:
+        ours = KMeans(2, init=init, n_init=1, device="cpu").fit(toy, sample_weight=w)
+        theirs = SkKMeans(2, init=init, n_init=1).fit(toy, sample_weight=w)
+        np.testing.assert_array_equal(ours.labels_, theirs.labels_)
+        np.testing.assert_allclose(ours.cluster_centers_, theirs.cluster_centers_, rtol=1e-6)
+        assert ours.n_iter_ == theirs.n_iter_
+
+
 def test_n_iter_at_max_iter():
     km = KMeans(5, max_iter=2, tol=0, random_state=0, device="cpu").fit(X)
     assert km.n_iter_ == 2

@@ -322,6 +322,8 @@ pub(crate) trait Lloyd: Seeding {
     fn update(&mut self) -> Result<usize>;
     /// Sets next centroid `cluster` to point `point` (empty-cluster relocation).
     fn relocate(&mut self, cluster: usize, point: usize) -> Result<()>;
+    /// Sets next centroid `to` to next centroid `from`.
+    fn copy_next_row(&mut self, from: usize, to: usize) -> Result<()>;
     /// The squared shift between the next and current centroids (after relocations).
     fn shift(&mut self) -> Result<f64>;
     /// The squared shift between the next and current centroids as

@@ -50,6 +50,7 @@ fn fit_opts(k: usize, device: Device) -> FitOpts {
         n_init: 1,
         device,
         gpu_memory: None,
+        empty_clusters: crate::EmptyClusters::FarthestPoint,
     }
 }
 

@@ -102,6 +102,7 @@ impl Args {
             n_init: params.runs(),
             device: self.device,
             gpu_memory: None,
+            empty_clusters: crate::EmptyClusters::FarthestPoint,
         }
     }
 }

@@ -20,7 +20,7 @@ pub use kmeans::SavedModel;
 
 use crate::device::visible;
 use crate::io::{Blame, IoError, ReadOptions};
-use crate::{Device, Init, KMeans, KMeansParams, Metric};
+use crate::{Device, EmptyClusters, Init, KMeans, KMeansParams, Metric};
 use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::fmt;
@@ -408,6 +408,12 @@ pub struct FitOpts {
     /// result; prefer --init 'kmeans||', as k-means++ passes over the rows once per centroid).
     #[arg(long, value_name = "BYTES")]
     pub gpu_memory: Option<Bytes>,
+    /// What a cluster that loses every point does: farthest (moves onto the farthest point,
+    /// which also stays in its own cluster's mean: integer weights give the repeated rows'
+    /// model), take-farthest (scikit-learn's rule: the point leaves its cluster with its
+    /// weight) or keep (stays where it was).
+    #[arg(long, value_name = "RULE", default_value = "farthest")]
+    pub empty_clusters: EmptyClusters,
 }
 
 impl FitOpts {
@@ -420,7 +426,8 @@ impl FitOpts {
             .tol(self.tol)
             .n_init(self.n_init)
             .metric(metric)
-            .device(self.device);
+            .device(self.device)
+            .empty_clusters(self.empty_clusters);
         match self.gpu_memory {
             Some(Bytes(budget)) => params.memory_budget(budget),
             None => params,

@@ -218,8 +218,11 @@ fn run_once(
             break Stop::Unchanged;
         }
         let mut shift = step.shift;
-        if step.empty > 0 && params.empty_clusters == EmptyClusters::FarthestPoint {
-            relocate_farthest(lloyd, weights)?;
+        if step.empty > 0 && params.empty_clusters != EmptyClusters::KeepPrevious {
+            match params.empty_clusters {
+                EmptyClusters::TakeFarthestPoint => take_farthest(lloyd)?,
+                _ => relocate_farthest(lloyd, weights)?,
+            }
             shift = lloyd.shift()?;
         }
         lloyd.commit();
@@ -283,6 +286,38 @@ fn relocate_farthest(lloyd: &mut dyn Lloyd, weights: &Weighting) -> Result<()> {
         .flat_map(|f| std::iter::repeat_n(f.row as usize, weights.copies(f.row as usize)));
     for (&cluster, point) in empty.iter().zip(targets) {
         lloyd.relocate(cluster, point)?;
+    }
+    Ok(())
+}
+
+/// scikit-learn's relocation (`_relocate_empty_clusters_dense`, then `_average_centers`): the
+/// clusters without weight take the points with weight farthest from their centroids, one each,
+/// farthest first (none when the farthest is on its centroid), and each point leaves its
+/// cluster with its weight before the means are taken. The means are those of the labels with
+/// the points moved, as every backend's update computes them (exact sums: the same bits on
+/// every backend and split); the labels then go back to the assignment's, which the next
+/// assignment's count of changes compares with (as scikit-learn's). A cluster still without
+/// weight takes the mean of the heaviest cluster (the first of equals).
+fn take_farthest(lloyd: &mut dyn Lloyd) -> Result<()> {
+    let sizes = lloyd.cluster_weights()?;
+    let empty: Vec<usize> = (0..sizes.len()).filter(|&c| sizes[c] == 0).collect();
+    let farthest = lloyd.farthest(empty.len())?;
+    if farthest.first().is_some_and(|f| f.distance > 0.0) {
+        let assigned = lloyd.labels()?;
+        let mut moved = assigned.clone();
+        for (&cluster, f) in empty.iter().zip(&farthest) {
+            moved[f.row as usize] = cluster as u32;
+        }
+        lloyd.set_labels(&moved)?;
+        lloyd.update()?;
+        lloyd.set_labels(&assigned)?;
+    }
+    let weights = lloyd.cluster_weights()?;
+    let heaviest = (0..weights.len())
+        .min_by_key(|&c| (std::cmp::Reverse(weights[c]), c))
+        .expect("k ≥ 1");
+    for cluster in (0..weights.len()).filter(|&c| weights[c] == 0) {
+        lloyd.copy_next_row(heaviest, cluster)?;
     }
     Ok(())
 }

@@ -45,6 +45,7 @@ impl KMeans {
             init: Init::KMeansPlusPlus,
             max_iter: DEFAULT_MAX_ITER,
             tol: 1e-4,
+            absolute_tol: false,
             n_init: 1,
             seed: 0,
             metric: Metric::L2,
@@ -93,12 +94,37 @@ impl FromStr for Init {
 /// What happens to a cluster that loses all its points.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum EmptyClusters {
-    /// It moves to the point farthest from its own centroid (ties: lowest index); several empty
-    /// clusters take the farthest points in turn (as scikit-learn).
+    /// It moves onto the point with weight farthest from its own centroid (ties: lowest index);
+    /// several empty clusters take the farthest points in turn, a point of weight w > 1 up to
+    /// ⌈w⌉ of them as w copies of it would. The point stays in its own cluster's mean until the
+    /// next assignment, so integer weights give the model of repeated rows.
     #[default]
     FarthestPoint,
+    /// scikit-learn's rule: the empty clusters take the points with weight farthest from their
+    /// centroids, one each (farthest first, ties: lowest index; none when every distance is 0),
+    /// and each point leaves its cluster with its weight before the means are taken: the empty
+    /// cluster's centroid is the point, its old cluster's the mean of what remains. A cluster
+    /// still without weight then sits on the heaviest cluster's mean (the first of equals), as
+    /// scikit-learn 1.9 places it (its code copies that cluster before averaging it when the
+    /// heaviest comes later: its raw weighted sum of the centred data, which is not copied here).
+    TakeFarthestPoint,
     /// It keeps its previous centroid.
     KeepPrevious,
+}
+
+impl FromStr for EmptyClusters {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "farthest" => Ok(EmptyClusters::FarthestPoint),
+            "take-farthest" => Ok(EmptyClusters::TakeFarthestPoint),
+            "keep" => Ok(EmptyClusters::KeepPrevious),
+            _ => Err(Error::invalid(
+                "empty_clusters",
+                format!("'{s}' is not one of farthest, take-farthest, keep"),
+            )),
+        }
+    }
 }
 
 /// Progress of a fit, handed to [`KMeansParams::on_iteration`] after each iteration.
@@ -145,6 +171,8 @@ pub struct KMeansParams {
     init: Init,
     max_iter: usize,
     tol: f64,
+    /// Whether `tol` is compared with the shift as it is (else it is scaled by the variance).
+    absolute_tol: bool,
     n_init: usize,
     seed: u64,
     metric: Metric,
@@ -171,7 +199,24 @@ impl KMeansParams {
     /// when no label of a point with weight changes.
     pub fn tol(mut self, tol: f64) -> Self {
         self.tol = tol;
+        self.absolute_tol = false;
         self
+    }
+    /// Stop when the squared centroid shift is at most `tol` itself, not scaled by the data's
+    /// variance (for a caller that scales it in its own way, as the Python package does with
+    /// scikit-learn's unweighted variance). A run also stops when no label changes.
+    pub fn absolute_tol(mut self, tol: f64) -> Self {
+        self.tol = tol;
+        self.absolute_tol = true;
+        self
+    }
+
+    /// The tolerance on the squared shift for data of mean per-feature variance `variance`.
+    pub(crate) fn tol_for(&self, variance: impl FnOnce() -> f64) -> f64 {
+        match self.absolute_tol {
+            true => self.tol,
+            false => self.tol * variance(),
+        }
     }
     /// Runs from different initialisations; the lowest inertia wins (default 1).
     pub fn n_init(mut self, n_init: usize) -> Self {

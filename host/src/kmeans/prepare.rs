@@ -62,7 +62,7 @@ impl<'a> Prepared<'a> {
             .iter()
             .map(|&m| scale_exponent(m, total as usize))
             .collect();
-        let tol = params.tol * mean_variance(&data, &weights, &scales);
+        let tol = params.tol_for(|| mean_variance(&data, &weights, &scales));
         let seeding = init::weight_scale(&max_abs, total, params.metric);
         // Centroids are means of rows with weight, those rows, or the given ones.
         let mut reach = max_abs;

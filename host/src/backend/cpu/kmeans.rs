@@ -484,6 +484,12 @@ impl Lloyd for CpuLloyd<'_> {
         Ok(())
     }
 
+    fn copy_next_row(&mut self, from: usize, to: usize) -> Result<()> {
+        let d = self.d;
+        self.next.copy_within(from * d..(from + 1) * d, to * d);
+        Ok(())
+    }
+
     fn shift(&mut self) -> Result<f64> {
         Ok(squared_shift(&self.next, &self.centroids))
     }

@@ -1027,6 +1027,13 @@ impl Lloyd for CudaLloyd<'_> {
             .write_at(row, self.next.dev_mut()?, cluster * d, what)
     }
 
+    fn copy_next_row(&mut self, from: usize, to: usize) -> Result<()> {
+        let (d, what) = (self.d, "a centroid into an empty cluster");
+        self.unpark()?;
+        let row = (self.gpu).download_range(self.next.dev()?, from * d..(from + 1) * d, what)?;
+        self.gpu.write_at(&row, self.next.dev_mut()?, to * d, what)
+    }
+
     fn shift(&mut self) -> Result<f64> {
         Ok(self.summarize(true)?.shift)
     }

@@ -147,7 +147,7 @@ pub(crate) fn fit(
     let inertia_exponent = inertia_exponent(distance_bound(&reach, params.metric), total);
     let setup = Setup {
         d,
-        tol: params.tol * moments.mean_variance(&scales),
+        tol: params.tol_for(|| moments.mean_variance(&scales)),
         seeding: init::weight_scale(&max_abs, total, params.metric),
         weights,
         init_centroids: init_centroids.as_deref(),
@@ -611,6 +611,12 @@ impl Lloyd for Sharded<'_> {
         let d = self.d;
         let values = self.gather_rows(&[point as u64])?;
         self.next[cluster * d..(cluster + 1) * d].copy_from_slice(&values);
+        Ok(())
+    }
+
+    fn copy_next_row(&mut self, from: usize, to: usize) -> Result<()> {
+        let d = self.d;
+        self.next.copy_within(from * d..(from + 1) * d, to * d);
         Ok(())
     }
 
