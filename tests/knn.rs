@@ -13,13 +13,21 @@ use kmeans_knn::{
 };
 use kmeans_knn_tests::{blobs, gpu, lattice, uniform};
 
-const METRICS: [DistanceMetric; 5] = DistanceMetric::ALL;
+const METRICS: [DistanceMetric; 6] = DistanceMetric::ALL;
 
 // ---- references ----------------------------------------------------------------------------
 
 /// The documented distance, written out independently of the library: dot products and squared
-/// norms accumulated in dimension order with fused multiply-adds, L1 accumulated directly.
+/// norms accumulated in dimension order with fused multiply-adds, L1 accumulated directly,
+/// Chebyshev the largest difference.
 fn ref_distance(metric: DistanceMetric, x: &[f32], y: &[f32]) -> f32 {
+    if metric == DistanceMetric::Chebyshev {
+        return x
+            .iter()
+            .zip(y)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0, f32::max);
+    }
     if metric == DistanceMetric::L1 {
         let mut acc = 0f32;
         for (a, b) in x.iter().zip(y) {
@@ -49,9 +57,9 @@ fn ref_distance(metric: DistanceMetric, x: &[f32], y: &[f32]) -> f32 {
                 1.0
             }
         }
-        DistanceMetric::L1 => unreachable!(),
-        #[allow(unreachable_patterns)]
-        _ => unimplemented!(),
+        DistanceMetric::L1 | DistanceMetric::Chebyshev | DistanceMetric::Minkowski(_) => {
+            unreachable!("not in METRICS or handled above")
+        }
     }
 }
 

@@ -3,7 +3,8 @@
 //! Both backends accumulate every distance over the dimensions in order 0..d with the same float
 //! operations ([`kernels_gpu::knn`]), so the matrices are identical bit for bit. The L2 family,
 //! inner product and cosine use the GEMM form `‖x‖² + ‖y‖² − 2·x·y` (one fused multiply-add per
-//! dimension); L1 accumulates `|x − y|` directly.
+//! dimension); L1 accumulates `|x − y|` directly; Chebyshev and Minkowski have their own kernels
+//! and arithmetic ([`kernels_gpu::lp`]).
 //!
 //! A matrix that would not fit the memory budget is produced in blocks of whole rows: see
 //! [`pairwise_distances_blocks`].
@@ -12,6 +13,7 @@ use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::matrix::MatrixView;
 use kernels_gpu::knn::PairMetric;
+pub use kernels_gpu::lp::MinkowskiP;
 use ndarray::{Array2, ArrayView2, s};
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -35,19 +37,68 @@ pub enum DistanceMetric {
     InnerProduct,
     /// Cosine distance `1 − x·y / (‖x‖·‖y‖)`.
     Cosine,
+    /// Chebyshev distance `max_j |x_j − y_j|`.
+    Chebyshev,
+    /// Minkowski distance `(Σ |x_j − y_j|^p)^(1/p)` for a `p` other than 1 and 2 (made by
+    /// [`DistanceMetric::minkowski`], which gives [`DistanceMetric::L1`] and
+    /// [`DistanceMetric::Euclidean`] for those): each power and the sum in f64, the root rounded
+    /// to f32 (`kernels_gpu::lp`).
+    Minkowski(#[serde(with = "exponent")] MinkowskiP),
+}
+
+/// `MinkowskiP` as its f64, checked when read back.
+mod exponent {
+    use super::MinkowskiP;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer, de::Error};
+
+    pub fn serialize<S: Serializer>(p: &MinkowskiP, s: S) -> Result<S::Ok, S::Error> {
+        p.get().serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<MinkowskiP, D::Error> {
+        let p = f64::deserialize(d)?;
+        MinkowskiP::new(p).ok_or_else(|| {
+            D::Error::custom(format!("Minkowski p = {p} is not a finite number ≥ 1"))
+        })
+    }
 }
 
 impl DistanceMetric {
-    /// Every metric, in declaration order.
-    pub const ALL: [DistanceMetric; 5] = [
+    /// Every metric without a parameter, in declaration order.
+    pub const ALL: [DistanceMetric; 6] = [
         DistanceMetric::Euclidean,
         DistanceMetric::SqEuclidean,
         DistanceMetric::L1,
         DistanceMetric::InnerProduct,
         DistanceMetric::Cosine,
+        DistanceMetric::Chebyshev,
     ];
 
-    /// The canonical name (what `Display` prints and `FromStr` reads).
+    /// The Minkowski distance of exponent `p` (scikit-learn's `metric="minkowski"`): `p = 1` is
+    /// [`DistanceMetric::L1`], `p = 2` [`DistanceMetric::Euclidean`] (their own kernels), any
+    /// other finite `p > 1` [`DistanceMetric::Minkowski`]. `p < 1` (not a metric) or a `p` that
+    /// is not finite is an [`Error::InvalidParameter`] named `p`; the limit `p = ∞` is
+    /// [`DistanceMetric::Chebyshev`].
+    pub fn minkowski(p: f64) -> Result<DistanceMetric> {
+        match MinkowskiP::new(p) {
+            _ if p == 1.0 => Ok(DistanceMetric::L1),
+            _ if p == 2.0 => Ok(DistanceMetric::Euclidean),
+            Some(p) => Ok(DistanceMetric::Minkowski(p)),
+            None => Err(Error::invalid(
+                "p",
+                format!(
+                    "the Minkowski exponent must be a finite number ≥ 1, not {p}{}",
+                    if p == f64::INFINITY {
+                        " (p = ∞ is the chebyshev metric)"
+                    } else {
+                        ""
+                    }
+                ),
+            )),
+        }
+    }
+
+    /// The canonical name (what `Display` prints, without the Minkowski exponent).
     pub const fn name(self) -> &'static str {
         match self {
             DistanceMetric::Euclidean => "euclidean",
@@ -55,6 +106,8 @@ impl DistanceMetric {
             DistanceMetric::L1 => "l1",
             DistanceMetric::InnerProduct => "inner_product",
             DistanceMetric::Cosine => "cosine",
+            DistanceMetric::Chebyshev => "chebyshev",
+            DistanceMetric::Minkowski(_) => "minkowski",
         }
     }
 
@@ -71,13 +124,18 @@ impl DistanceMetric {
             DistanceMetric::L1 => PairMetric::L1,
             DistanceMetric::InnerProduct => PairMetric::InnerProduct,
             DistanceMetric::Cosine => PairMetric::Cosine,
+            DistanceMetric::Chebyshev => PairMetric::Chebyshev,
+            DistanceMetric::Minkowski(p) => PairMetric::Minkowski(p),
         }
     }
 }
 
 impl fmt::Display for DistanceMetric {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
+        match self {
+            DistanceMetric::Minkowski(p) => write!(f, "minkowski:{}", p.get()),
+            m => f.write_str(m.name()),
+        }
     }
 }
 
@@ -85,19 +143,33 @@ impl FromStr for DistanceMetric {
     type Err = Error;
 
     /// `l2`/`euclidean`, `sqeuclidean` (also `sql2`), `l1`/`manhattan`, `ip`/`inner_product`
-    /// (also `dot`), `cosine`; case-insensitive, `-` reads as `_`.
+    /// (also `dot`), `cosine`, `chebyshev` (also `linf`), `minkowski:P` (any finite `P ≥ 1`,
+    /// see [`DistanceMetric::minkowski`]; `minkowski` alone is `P = 2`, as in scikit-learn);
+    /// case-insensitive, `-` reads as `_`.
     fn from_str(s: &str) -> Result<Self> {
         let lower = s.trim().to_ascii_lowercase().replace('-', "_");
+        if lower.starts_with("minkowski:") {
+            // The exponent as written: its own `-` signs stay.
+            let p = s.trim()["minkowski:".len()..].trim();
+            let p = p
+                .parse::<f64>()
+                .map_err(|_| Error::invalid("p", format!("'{p}' in '{s}' is not a number")))?;
+            return DistanceMetric::minkowski(p);
+        }
         Ok(match lower.as_str() {
-            "l2" | "euclidean" => DistanceMetric::Euclidean,
+            "l2" | "euclidean" | "minkowski" => DistanceMetric::Euclidean,
             "sqeuclidean" | "sq_euclidean" | "sql2" | "sq_l2" => DistanceMetric::SqEuclidean,
             "l1" | "manhattan" | "cityblock" => DistanceMetric::L1,
             "ip" | "inner_product" | "innerproduct" | "dot" => DistanceMetric::InnerProduct,
             "cosine" => DistanceMetric::Cosine,
+            "chebyshev" | "linf" | "l_inf" | "infinity" => DistanceMetric::Chebyshev,
             _ => {
                 return Err(Error::invalid(
                     "metric",
-                    format!("'{s}' is not one of l2, sqeuclidean, l1, ip, cosine"),
+                    format!(
+                        "'{s}' is not one of l2, sqeuclidean, l1, ip, cosine, chebyshev, \
+                         minkowski:P (P ≥ 1)"
+                    ),
                 ));
             }
         })
@@ -228,9 +300,70 @@ mod tests {
             assert_eq!(s.parse::<DistanceMetric>().unwrap(), m, "{s}");
         }
         assert!(matches!(
-            "chebyshev".parse::<DistanceMetric>(),
+            "hamming".parse::<DistanceMetric>(),
             Err(Error::InvalidParameter { name: "metric", .. })
         ));
+    }
+
+    #[test]
+    fn minkowski_exponents() {
+        let p3 = DistanceMetric::minkowski(3.0).unwrap();
+        assert_eq!(p3, DistanceMetric::Minkowski(MinkowskiP::new(3.0).unwrap()));
+        assert_eq!(p3.to_string(), "minkowski:3");
+        let p = DistanceMetric::minkowski(1.5).unwrap();
+        assert_eq!(p.to_string().parse::<DistanceMetric>().unwrap(), p);
+        for (s, m) in [
+            ("minkowski:3", p3),
+            ("Minkowski: 3.0", p3),
+            ("minkowski:3e+0", p3),
+            ("minkowski:30e-1", p3),
+            ("minkowski:1", DistanceMetric::L1),
+            ("minkowski:2", DistanceMetric::Euclidean),
+            ("minkowski", DistanceMetric::Euclidean),
+            ("chebyshev", DistanceMetric::Chebyshev),
+            ("linf", DistanceMetric::Chebyshev),
+        ] {
+            assert_eq!(s.parse::<DistanceMetric>().unwrap(), m, "{s}");
+        }
+        assert_eq!(DistanceMetric::Chebyshev.to_string(), "chebyshev");
+        for p in [0.5, 0.0, -1.0, f64::NAN, f64::INFINITY, f64::NEG_INFINITY] {
+            assert!(
+                matches!(
+                    DistanceMetric::minkowski(p),
+                    Err(Error::InvalidParameter { name: "p", .. })
+                ),
+                "{p}"
+            );
+        }
+        for s in [
+            "minkowski:0.5",
+            "minkowski:-3",
+            "minkowski:inf",
+            "minkowski:x",
+            "minkowski:",
+        ] {
+            assert!(
+                matches!(
+                    s.parse::<DistanceMetric>(),
+                    Err(Error::InvalidParameter { name: "p", .. })
+                ),
+                "{s}"
+            );
+        }
+        let err = DistanceMetric::minkowski(f64::INFINITY)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("chebyshev"), "{err}");
+        let err = "minkowski:-3"
+            .parse::<DistanceMetric>()
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("not -3"), "{err}");
+        // Serialized as its exponent and checked when read back.
+        let json = serde_json::to_string(&p3).unwrap();
+        assert_eq!(serde_json::from_str::<DistanceMetric>(&json).unwrap(), p3);
+        assert_eq!(json, r#"{"Minkowski":3.0}"#);
+        assert!(serde_json::from_str::<DistanceMetric>(r#"{"Minkowski":0.5}"#).is_err());
     }
 
     #[test]
@@ -239,7 +372,14 @@ mod tests {
         let b = [1.0f32, 1.0, -2.0, 3.0];
         let av = MatrixView::new(&a, 3, 2).unwrap();
         let bv = MatrixView::new(&b, 2, 2).unwrap();
-        for m in DistanceMetric::ALL {
+        let lp = [
+            DistanceMetric::minkowski(3.0),
+            DistanceMetric::minkowski(1.25),
+        ];
+        for m in DistanceMetric::ALL
+            .into_iter()
+            .chain(lp.map(Result::unwrap))
+        {
             let d = pairwise_distances(&av, &bv, m, Device::Cpu).unwrap();
             for i in 0..3 {
                 for j in 0..2 {

@@ -66,7 +66,8 @@ pub use backend::cuda::image::{FORCE_PTX_VAR, ImageKind, KernelImage, PTXAS_VERS
 pub use backend::cuda::nccl::{MIN_NCCL_VERSION, NCCL_VAR, Nccl};
 pub use device::{Device, GpuSet};
 pub use distances::{
-    DistanceMetric, pairwise_distances, pairwise_distances_blocks, pairwise_distances_to_writer,
+    DistanceMetric, MinkowskiP, pairwise_distances, pairwise_distances_blocks,
+    pairwise_distances_to_writer,
 };
 pub use error::{Error, Result};
 pub use kmeans::{

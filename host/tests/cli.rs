@@ -869,6 +869,79 @@ fn line_points(n: usize) -> String {
 }
 
 #[test]
+fn knn_takes_chebyshev_and_minkowski_with_p() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path();
+    write(d, "train.csv", "0,0\n1,1\n2,0\n0,3\n");
+    write(d, "query.csv", "0,0\n2,2\n");
+    let knn = |metric: &[&str]| -> Vec<String> {
+        let head = [
+            "knn",
+            "--train",
+            "train.csv",
+            "--query",
+            "query.csv",
+            "--k",
+            "2",
+        ];
+        let tail = ["--device", "cpu", "--distances-out", "d.csv", "--json"];
+        (head.iter().chain(metric).chain(&tail))
+            .map(|a| a.to_string())
+            .collect()
+    };
+    for (metric, name, want) in [
+        (
+            &["--metric", "minkowski", "--p", "3"][..],
+            "minkowski:3",
+            "0,1.2599211\n1.2599211,2\n",
+        ),
+        (
+            &["--metric", "minkowski:3"][..],
+            "minkowski:3",
+            "0,1.2599211\n1.2599211,2\n",
+        ),
+        (&["--metric", "chebyshev"][..], "chebyshev", "0,1\n1,2\n"),
+        (
+            &["--metric", "minkowski", "--p", "1"][..],
+            "l1",
+            "0,2\n2,2\n",
+        ),
+    ] {
+        let args = knn(metric);
+        let j = json(&ok(d, &args.iter().map(String::as_str).collect::<Vec<_>>()));
+        assert_eq!(j["metric"], name, "{metric:?}");
+        let got = std::fs::read_to_string(d.join("d.csv")).unwrap();
+        assert_eq!(got, want, "{metric:?}");
+    }
+    for (metric, needles) in [
+        (
+            &["--metric", "minkowski", "--p", "0.5"][..],
+            &["p", "≥ 1", "0.5"][..],
+        ),
+        (
+            &["--metric", "minkowski", "--p", "inf"][..],
+            &["p", "chebyshev"][..],
+        ),
+        (
+            &["--metric", "minkowski", "--p", "nan"][..],
+            &["p", "NaN"][..],
+        ),
+        (
+            &["--metric", "l1", "--p", "3"][..],
+            &["--p", "minkowski only"][..],
+        ),
+    ] {
+        let args = knn(metric);
+        fails(
+            d,
+            &args.iter().map(String::as_str).collect::<Vec<_>>(),
+            2,
+            needles,
+        );
+    }
+}
+
+#[test]
 fn knn_finds_the_nearest_rows() {
     let t = tempfile::tempdir().unwrap();
     let d = t.path();

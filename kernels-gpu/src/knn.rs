@@ -12,6 +12,7 @@
 //!   the order of the additions.
 
 use crate::fixed::to_fixed;
+use crate::lp::{self, MinkowskiP};
 use crate::math::{fma, sqrt};
 
 /// Distance of the kNN kernels, as passed to them.
@@ -28,15 +29,29 @@ pub enum PairMetric {
     InnerProduct = 3,
     /// `1 − x·y / (‖x‖·‖y‖)`, clamped to [0, 2]; 1 when either vector is zero.
     Cosine = 4,
+    /// `max_j |x_j − y_j|` ([`crate::lp`], its own kernel).
+    Chebyshev = 5,
+    /// `(Σ_j |x_j − y_j|^p)^(1/p)` ([`crate::lp`], its own kernel, which takes `p`).
+    Minkowski(MinkowskiP) = 6,
 }
 
 impl PairMetric {
-    /// The kernel argument for this metric.
+    /// The kernel argument for this metric (and the kNN auto cache's name for it; the Minkowski
+    /// exponent is not part of it).
     pub const fn id(self) -> u32 {
-        self as u32
+        match self {
+            PairMetric::SqEuclidean => 0,
+            PairMetric::Euclidean => 1,
+            PairMetric::L1 => 2,
+            PairMetric::InnerProduct => 3,
+            PairMetric::Cosine => 4,
+            PairMetric::Chebyshev => 5,
+            PairMetric::Minkowski(_) => 6,
+        }
     }
 
-    /// The metric for a kernel argument (unknown ids read as squared Euclidean).
+    /// The metric for a kernel argument of `pairwise_dot` (ids of other kernels' metrics, and
+    /// unknown ones, read as squared Euclidean).
     pub const fn from_id(id: u32) -> Self {
         match id {
             1 => PairMetric::Euclidean,
@@ -50,6 +65,11 @@ impl PairMetric {
     /// Whether the accumulator is the L1 distance (else the dot product).
     pub const fn is_l1(self) -> bool {
         matches!(self, PairMetric::L1)
+    }
+
+    /// Whether the distance is computed by [`crate::lp`] (not by [`pair_step`] and [`finish`]).
+    pub const fn is_lp(self) -> bool {
+        matches!(self, PairMetric::Chebyshev | PairMetric::Minkowski(_))
     }
 
     /// Whether [`finish`] reads the squared norms.
@@ -85,7 +105,9 @@ pub fn finish(metric: PairMetric, acc: f32, x_sq_norm: f32, y_sq_norm: f32) -> f
     match metric {
         PairMetric::SqEuclidean => sq_euclidean(acc, x_sq_norm, y_sq_norm),
         PairMetric::Euclidean => sqrt(sq_euclidean(acc, x_sq_norm, y_sq_norm)),
-        PairMetric::L1 => acc,
+        // The Lp metrics never come here (`is_lp`): Chebyshev's maximum is its distance, and a
+        // Minkowski sum is the f64 one of `lp`.
+        PairMetric::L1 | PairMetric::Chebyshev | PairMetric::Minkowski(_) => acc,
         PairMetric::InnerProduct => -acc,
         PairMetric::Cosine => {
             let denom = sqrt(x_sq_norm) * sqrt(y_sq_norm);
@@ -106,6 +128,11 @@ pub fn finish(metric: PairMetric, acc: f32, x_sq_norm: f32, y_sq_norm: f32) -> f
 /// The distance between two equal-length vectors exactly as the kernels compute it: norms and
 /// accumulator over the dimensions in order, then [`finish`].
 pub fn distance(metric: PairMetric, x: &[f32], y: &[f32]) -> f32 {
+    match metric {
+        PairMetric::Chebyshev => return lp::distance(lp::Chebyshev, x, y),
+        PairMetric::Minkowski(p) => return lp::distance(lp::Minkowski(p), x, y),
+        _ => {}
+    }
     let l1 = metric.is_l1();
     let mut acc = 0.0;
     for (&a, &b) in x.iter().zip(y) {
@@ -394,6 +421,9 @@ mod tests {
         ] {
             assert_eq!(PairMetric::from_id(m.id()), m);
         }
+        let p3 = PairMetric::Minkowski(MinkowskiP::new(3.0).unwrap());
+        assert_eq!((PairMetric::Chebyshev.id(), p3.id()), (5, 6));
+        assert!(p3.is_lp() && PairMetric::Chebyshev.is_lp() && !PairMetric::L1.is_lp());
     }
 
     #[test]

@@ -43,6 +43,8 @@
 //! | `row_norm_roots` | `norms` | `norms::RowNormRoots` | `math::sqrt` | `tests/knn.rs` `gpu_prefilter_matches_cpu` |
 //! | `pairwise_dot` | `distance` | `distance::Pairwise` | `backend::cpu::knn::panel_distances` | `distance.rs` `emulated_tiles_match_the_formula` |
 //! | `pairwise_l1` | `distance` | `distance::Pairwise` | `backend::cpu::knn::panel_distances` | `distance.rs` `emulated_tiles_match_the_formula` |
+//! | `pairwise_chebyshev` | `lp` | `distance::Pairwise` | `backend::cpu::knn::panel_distances` | `lp.rs` `emulated_tiles_match_the_plain_distance`, `tests/lp.rs` `gpu_lp_matches_cpu` |
+//! | `pairwise_minkowski` | `lp` | `distance::Pairwise` | `backend::cpu::knn::panel_distances` | `lp.rs` `emulated_tiles_match_the_plain_distance`, `tests/lp.rs` `gpu_lp_matches_cpu` |
 //! | `knn_select_kmin` | `select` | `select::KnnSelect` | `backend::cpu::knn::Nearest::offer` | `select.rs` `emulated_streaming_selection_keeps_the_k_smallest` |
 //! | `knn_select_bitonic` | `select` | `select::KnnSelect` | `backend::cpu::knn::Nearest::offer` | `select.rs` `emulated_streaming_selection_keeps_the_k_smallest` |
 //! | `knn_select_radix` | `select` (`radix`) | `select::KnnSelect` | `backend::cpu::knn::Nearest::offer` | `select.rs` `emulated_streaming_selection_keeps_the_k_smallest`, `radix.rs` `the_k_smallest_of_awkward_sets` |
@@ -100,9 +102,11 @@ pub mod init;
 pub mod knn;
 pub mod knn_tf32;
 pub mod launch;
+pub mod lp;
 pub mod math;
 pub mod minibatch;
 pub mod norms;
+pub mod powers;
 pub mod radius;
 pub mod radix;
 pub mod reduce;
@@ -119,7 +123,7 @@ mod gpu;
 use launch::Kernel;
 
 /// Every kernel of the PTX builds, in the order of the twin table above.
-pub const KERNELS: [Kernel; 58] = [
+pub const KERNELS: [Kernel; 60] = [
     assign::KMEANS_ASSIGN_L2_WIDE,
     assign::KMEANS_ASSIGN_L2_NARROW,
     assign::KMEANS_ASSIGN_L1_WIDE,
@@ -149,6 +153,8 @@ pub const KERNELS: [Kernel; 58] = [
     norms::ROW_NORM_ROOTS,
     distance::PAIRWISE_DOT,
     distance::PAIRWISE_L1,
+    lp::PAIRWISE_CHEBYSHEV,
+    lp::PAIRWISE_MINKOWSKI,
     select::KNN_SELECT_KMIN,
     select::KNN_SELECT_BITONIC,
     select::KNN_SELECT_RADIX,

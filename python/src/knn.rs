@@ -15,6 +15,10 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(pairwise_distances, m)?)
 }
 
+/// An engine metric name (`DistanceMetric`'s `FromStr`): `l2`, `sqeuclidean`, `l1`, `ip`,
+/// `cosine`, `chebyshev`, or `minkowski:P` for a finite `P ≥ 1` written as Python's `repr` of a
+/// float writes it (`minkowski:3.0`; read back exactly; 1 and 2 give `l1` and `l2`). A bad name
+/// or `P` is a `ValueError`.
 fn parse_metric(metric: &str) -> PyResult<DistanceMetric> {
     metric.parse().map_err(value_error)
 }

@@ -1,7 +1,7 @@
 //! `kmeans-knn classify`: kNN classification with text labels, scaling, accuracy and a
 //! confusion matrix.
 
-use super::knn::{NeighbourWeights, device_name, metric_name};
+use super::knn::{NeighbourWeights, device_name};
 use super::supervised::{Loaded, NeighbourArgs, report};
 use super::{CliError, Ui, about, check_outputs};
 use crate::io::{Format, LabelColumn, Outputs, read_labelled, read_labels, read_matrix};
@@ -299,7 +299,7 @@ fn summary(
         loaded.train.features.rows,
         loaded.query.cols,
         k.k,
-        metric_name(k.metric),
+        k.metric.label(),
         match k.weights {
             NeighbourWeights::Uniform => "uniform",
             NeighbourWeights::Distance => "distance-weighted",

@@ -4,7 +4,7 @@ use super::knn::{device_name, metric_name};
 use super::{CliError, CsvOpts, Ui, about, check_outputs};
 use crate::io::atomic::MatrixWriter;
 use crate::io::{IoError, Outputs, read_matrix};
-use crate::{Device, DistanceMetric, pairwise_distances_blocks};
+use crate::{Device, pairwise_distances_blocks};
 use serde_json::json;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -28,9 +28,8 @@ pub struct Args {
     /// Second matrix (CSV or NPY), same number of columns: the output's columns.
     #[arg(value_name = "B")]
     b: PathBuf,
-    /// Distance: l2, sqeuclidean, l1, ip, cosine.
-    #[arg(long, value_name = "METRIC", default_value = "l2")]
-    metric: DistanceMetric,
+    #[command(flatten)]
+    metric: super::metric::MetricArgs,
     /// The distance matrix (.npy or CSV).
     #[arg(short, long, value_name = "FILE")]
     output: PathBuf,
@@ -50,6 +49,7 @@ pub struct Args {
 
 pub fn run(mut a: Args, ui: Ui) -> Result<(), CliError> {
     check_outputs([a.output.as_path()])?;
+    let metric = a.metric.get()?;
     let opts = a.csv.read();
     let ta = read_matrix(&a.a, &opts)?;
     let tb = read_matrix(&a.b, &opts)?;
@@ -65,7 +65,7 @@ pub fn run(mut a: Args, ui: Ui) -> Result<(), CliError> {
     let result = pairwise_distances_blocks(
         ta.view(),
         tb.view(),
-        a.metric,
+        metric,
         a.device,
         Some(a.block_mib << 20),
         |_first_row, block| {
@@ -100,7 +100,7 @@ pub fn run(mut a: Args, ui: Ui) -> Result<(), CliError> {
             "rows": ta.rows,
             "cols": tb.rows,
             "d": ta.cols,
-            "metric": metric_name(a.metric),
+            "metric": metric_name(metric),
             "device": device,
             "blocks": blocks,
             "seconds": secs,
@@ -112,7 +112,7 @@ pub fn run(mut a: Args, ui: Ui) -> Result<(), CliError> {
         ta.rows,
         tb.rows,
         ta.cols,
-        metric_name(a.metric),
+        metric_name(metric),
         super::seconds(secs),
         a.output.display()
     ))

@@ -16,7 +16,8 @@ Examples:
   kmeans-knn knn --train x.npy --query x.npy --k 15 --graph-out g.npz --graph-mode distance
 
 Metrics: l2 (Euclidean), sqeuclidean, l1 (Manhattan), ip (negated inner product: larger
-products are nearer), cosine (1 − cosine similarity). Selection of the k smallest: kmin (k rounds
+products are nearer), cosine (1 − cosine similarity), chebyshev (max |x − y|), minkowski with
+--p P (P ≥ 1: (Σ |x − y|^P)^(1/P); 1 is l1, 2 is l2). Selection of the k smallest: kmin (k rounds
 of parallel minimum), bitonic (sort), radix (radix select, then a sort of the k), or auto (picked
 per run by timing the three on a sample).
 Row i of the outputs lists query i's neighbours, nearest first, as 0-based training row indices.";
@@ -33,9 +34,8 @@ pub struct Args {
     /// Neighbours per query.
     #[arg(short = 'k', long = "k", value_name = "K")]
     k: usize,
-    /// Distance: l2, sqeuclidean, l1, ip, cosine.
-    #[arg(long, value_name = "METRIC", default_value = "l2")]
-    metric: DistanceMetric,
+    #[command(flatten)]
+    metric: super::metric::MetricArgs,
     /// Top-k selection: auto, kmin, bitonic, radix.
     #[arg(long = "select", value_name = "METHOD", default_value = "auto")]
     selection: Selection,
@@ -111,6 +111,7 @@ pub fn run(mut a: Args, ui: Ui) -> Result<(), CliError> {
         .map(PathBuf::as_path)
         .collect();
     check_outputs(outs.iter().copied())?;
+    let metric = a.metric.get()?;
     let opts = a.csv.read();
     let train = read_matrix(&a.train, &opts)?;
     let query = read_matrix(&a.query, &opts)?;
@@ -125,7 +126,7 @@ pub fn run(mut a: Args, ui: Ui) -> Result<(), CliError> {
         query.rows, train.rows
     ));
     let budget = a.gpu_memory.map(|b| b.0);
-    let index = KnnIndex::with_memory_budget(train.view(), a.metric, a.device, budget);
+    let index = KnnIndex::with_memory_budget(train.view(), metric, a.device, budget);
     let mut streamed = false;
     let result = about(&a.train, index).and_then(|index| {
         streamed = index.is_streamed();
@@ -162,7 +163,7 @@ pub fn run(mut a: Args, ui: Ui) -> Result<(), CliError> {
             "queries": nq,
             "train": train.rows,
             "d": train.cols,
-            "metric": a.metric_name(),
+            "metric": metric_name(metric),
             "device": device,
             "seconds": secs,
             "selection": selection,
@@ -174,7 +175,7 @@ pub fn run(mut a: Args, ui: Ui) -> Result<(), CliError> {
         "knn: {nq} queries × {} training points ({} dimensions), k = {k}, {} metric\n  device      {device}{}\n  selection   {selection}\n  elapsed     {}\n",
         train.rows,
         train.cols,
-        a.metric_name(),
+        metric_name(metric),
         if streamed {
             " (training rows streamed: above --gpu-memory)"
         } else {
@@ -201,12 +202,6 @@ pub fn run(mut a: Args, ui: Ui) -> Result<(), CliError> {
     }
 }
 
-impl Args {
-    fn metric_name(&self) -> String {
-        metric_name(self.metric)
-    }
-}
-
 /// The command-line name of a distance metric.
 pub fn metric_name(m: DistanceMetric) -> String {
     match m {
@@ -215,8 +210,8 @@ pub fn metric_name(m: DistanceMetric) -> String {
         DistanceMetric::L1 => "l1",
         DistanceMetric::InnerProduct => "ip",
         DistanceMetric::Cosine => "cosine",
-        #[allow(unreachable_patterns)]
-        _ => "other",
+        DistanceMetric::Chebyshev => "chebyshev",
+        DistanceMetric::Minkowski(_) => return m.to_string(),
     }
     .to_string()
 }

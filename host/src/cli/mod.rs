@@ -7,6 +7,7 @@ mod distances;
 mod info;
 mod kmeans;
 mod knn;
+mod metric;
 mod minibatch;
 mod patches;
 mod predict;

@@ -4,7 +4,7 @@ use super::knn::{device_name, metric_name, same_columns};
 use super::{CliError, CsvOpts, Ui, about, check_outputs};
 use crate::io::npz::Csr;
 use crate::io::{Outputs, read_matrix};
-use crate::{Device, DistanceMetric, KnnIndex};
+use crate::{Device, KnnIndex};
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -34,9 +34,8 @@ pub struct Args {
     /// Largest distance of a neighbour (inclusive), in the metric's units.
     #[arg(long, value_name = "R", allow_negative_numbers = true)]
     radius: f32,
-    /// Distance: l2, sqeuclidean, l1, ip, cosine.
-    #[arg(long, value_name = "METRIC", default_value = "l2")]
-    metric: DistanceMetric,
+    #[command(flatten)]
+    metric: super::metric::MetricArgs,
     /// Write every query's neighbour indices here, one after another (.npy or CSV).
     #[arg(long, value_name = "FILE")]
     indices_out: Option<PathBuf>,
@@ -74,6 +73,7 @@ pub fn run(mut a: Args, ui: Ui) -> Result<(), CliError> {
     .map(PathBuf::as_path)
     .collect();
     check_outputs(outs.iter().copied())?;
+    let metric = a.metric.get()?;
     let opts = a.csv.read();
     let train = read_matrix(&a.train, &opts)?;
     let query = read_matrix(&a.query, &opts)?;
@@ -88,7 +88,7 @@ pub fn run(mut a: Args, ui: Ui) -> Result<(), CliError> {
         query.rows, train.rows
     ));
     let budget = a.gpu_memory.map(|b| b.0);
-    let index = KnnIndex::with_memory_budget(train.view(), a.metric, a.device, budget);
+    let index = KnnIndex::with_memory_budget(train.view(), metric, a.device, budget);
     let result = about(&a.train, index)
         .and_then(|index| about(&a.query, index.radius_search(query.view(), a.radius)));
     spinner.finish_and_clear();
@@ -121,7 +121,7 @@ pub fn run(mut a: Args, ui: Ui) -> Result<(), CliError> {
     outputs.commit()?;
 
     let device = device_name(a.device);
-    let metric = metric_name(a.metric);
+    let metric = metric_name(metric);
     if a.json {
         return super::print_json(&json!({
             "radius": a.radius,

@@ -1,6 +1,6 @@
 //! `kmeans-knn regress`: kNN regression of one numeric target column, with RMSE and R².
 
-use super::knn::{device_name, metric_name};
+use super::knn::device_name;
 use super::supervised::{Loaded, NeighbourArgs, report};
 use super::{CliError, Ui, about, check_outputs};
 use crate::io::{LabelColumn, Outputs};
@@ -134,7 +134,7 @@ pub fn run(mut a: Args, ui: Ui) -> Result<(), CliError> {
         train.features.rows,
         query.cols,
         a.knn.k,
-        metric_name(a.knn.metric),
+        a.knn.metric.label(),
         device_name(a.knn.device),
         super::seconds(secs),
     );

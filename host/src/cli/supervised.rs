@@ -2,10 +2,10 @@
 //! target), query rows without it, the neighbours' options, a truth file with one value per
 //! query, and how the result is reported.
 
-use super::knn::{NeighbourWeights, check_k, device_name, metric_name, same_columns};
+use super::knn::{NeighbourWeights, check_k, device_name, same_columns};
 use super::{CliError, CsvOpts, SampleWeightOpts, Ui, about, print_json, print_stdout};
 use crate::io::{Format, LabelColumn, Labelled, ReadOptions, Table, read_labelled, read_labels};
-use crate::{Device, DistanceMetric, KnnIndex, MatrixView, Selection};
+use crate::{Device, KnnIndex, MatrixView, Selection};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 
@@ -24,9 +24,8 @@ pub struct NeighbourArgs {
     /// How each neighbour counts: uniform, or weighted by 1 / distance.
     #[arg(long, value_enum, value_name = "WEIGHTS", default_value = "uniform")]
     pub weights: NeighbourWeights,
-    /// Distance: l2, sqeuclidean, l1, ip, cosine.
-    #[arg(long, value_name = "METRIC", default_value = "l2")]
-    pub metric: DistanceMetric,
+    #[command(flatten)]
+    pub metric: super::metric::MetricArgs,
     /// Top-k selection: auto, kmin, bitonic, radix.
     #[arg(long = "select", value_name = "METHOD", default_value = "auto")]
     pub selection: Selection,
@@ -57,7 +56,7 @@ impl NeighbourArgs {
     /// The index over the training features, within `--gpu-memory`.
     pub fn index(&self, train: MatrixView<'_>) -> Result<KnnIndex, CliError> {
         let budget = self.gpu_memory.map(|b| b.0);
-        let index = KnnIndex::with_memory_budget(train, self.metric, self.device, budget);
+        let index = KnnIndex::with_memory_budget(train, self.metric.get()?, self.device, budget);
         Ok(about(&self.train, index)?.with_selection(self.selection))
     }
 }
@@ -144,7 +143,7 @@ impl NeighbourArgs {
             "queries": loaded.query.rows,
             "train": loaded.train.features.rows,
             "d": loaded.query.cols,
-            "metric": metric_name(self.metric),
+            "metric": self.metric.label(),
             "sample_weight": self.sample_weight.name(),
             "device": device_name(self.device),
             "seconds": secs,

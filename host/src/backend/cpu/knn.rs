@@ -15,6 +15,7 @@ use crate::error::Result;
 use crate::matrix::MatrixView;
 use kernels_gpu::fixed::pow2_f32;
 use kernels_gpu::knn::{PairMetric, VoteRule, finish, key, pair_step, vote_scale_exponent};
+use kernels_gpu::lp::{self, LpAccumulate};
 use ndarray::ArrayView2;
 use rayon::prelude::*;
 use std::collections::BinaryHeap;
@@ -180,9 +181,35 @@ fn portable_rows(blk: &Block<'_>, out: &mut [f32]) {
     }
 }
 
+/// [`panel_distances`] for the Lp metrics: one pair at a time by `kernels_gpu::lp::distance`,
+/// the arithmetic of `pairwise_chebyshev` / `pairwise_minkowski`.
+fn lp_rows<A: LpAccumulate>(acc: A, blk: &Block<'_>, out: &mut [f32]) {
+    let pn = blk.pn;
+    let (d, w) = (pn.d, pn.w);
+    let mut y = vec![0f32; d];
+    for b in blk.b0..blk.b1 {
+        let panel = &pn.data[b * d * w..(b + 1) * d * w];
+        let first = b * w;
+        for lane in 0..w.min(pn.k - first) {
+            for (v, lanes) in y.iter_mut().zip(panel.chunks_exact(w)) {
+                *v = lanes[lane];
+            }
+            let col = first + lane - blk.b0 * w;
+            for (r, x) in blk.x.chunks_exact(d).enumerate() {
+                out[r * blk.ld + col] = lp::distance(acc, x, &y);
+            }
+        }
+    }
+}
+
 /// Computes a distance [`Block`] into `out`. Every distance is the same float as the GPU's (see
 /// the module comment).
 pub(crate) fn panel_distances(blk: &Block<'_>, out: &mut [f32]) {
+    match blk.metric {
+        PairMetric::Chebyshev => return lp_rows(lp::Chebyshev, blk, out),
+        PairMetric::Minkowski(p) => return lp_rows(lp::Minkowski(p), blk, out),
+        _ => {}
+    }
     #[cfg(target_arch = "x86_64")]
     {
         let level = simd::level();
