@@ -3,8 +3,9 @@
 //! the radius, radius 0 and a radius that catches everything.
 //!
 //! GPU tests skip with a visible message without a GPU (and fail with
-//! `KMEANS_KNN_REQUIRE_GPU=1`); `sanitize_radius_matches_cpu` runs both kernels on small shapes,
-//! for compute-sanitizer.
+//! `KMEANS_KNN_REQUIRE_GPU=1`); `sanitize_radius_matches_cpu` and
+//! `sanitize_radius_prefilter_matches_exact_and_cpu` run the kernels on small shapes, for
+//! compute-sanitizer.
 
 use kmeans_knn::{Device, DistanceMetric, GpuSet, KnnIndex, MatrixView, RadiusNeighbors};
 use kmeans_knn_tests::{gpu, lattice, uniform};
@@ -96,6 +97,147 @@ fn gpu_radius_matches_cpu() {
 fn sanitize_radius_matches_cpu() {
     if let Some(device) = gpu("sanitize_radius_matches_cpu") {
         radius_against_cpu(device, true);
+    }
+}
+
+/// Whether GPU 0 has tensor cores that the TF32 prefilter runs on (sm_80 and later).
+fn tensor_cores() -> bool {
+    kmeans_knn::gpu_info(0).is_ok_and(|i| i.compute_capability.0 >= 8)
+}
+
+/// The prefiltered radius search (L2 metrics) returns exactly the CPU's arrays and the exact GPU
+/// path's, in one batch and in batches of a query, on one GPU and a GPU set; it reports that it
+/// ran wherever the radius is finite and the GPU has tensor cores.
+fn prefilter_against_exact_and_cpu(device: Device, small: bool) {
+    let shapes: &[(usize, usize, usize)] = if small {
+        &[(1, 1, 3), (130, 3, 20), (700, 5, 17)]
+    } else {
+        &[
+            (1, 1, 3),
+            (257, 1, 40),
+            (1000, 3, 300),
+            (4099, 17, 150),
+            (20_000, 128, 64),
+        ]
+    };
+    let Device::Cuda(o) = device else {
+        unreachable!("the gate resolves to a GPU")
+    };
+    let set = Device::Gpus(GpuSet::new(&[o, o]).unwrap());
+    let tc = tensor_cores();
+    for &(n, d, m) in shapes {
+        for (data, train, queries) in [
+            ("lattice", lattice(n, d, 3, 7), lattice(m, d, 3, 8)),
+            ("uniform", uniform(n, d, 9), uniform(m, d, 10)),
+        ] {
+            for metric in [DistanceMetric::SqEuclidean, DistanceMetric::Euclidean] {
+                let case = format!("{data} n={n} d={d} m={m} {metric}");
+                let cpu = KnnIndex::new(view(&train, d), metric, Device::Cpu).unwrap();
+                let exact = KnnIndex::new(view(&train, d), metric, device)
+                    .unwrap()
+                    .with_prefilter(false);
+                // Radius 0, ties at exactly the radius, ∞, and a finite one that holds every
+                // row (more candidates than the list holds where n > 4096).
+                let mut all = radii(&cpu, &queries, d);
+                all.push(1e30);
+                for radius in all {
+                    let case = format!("{case} radius {radius}");
+                    let want = bits(&cpu.radius_search(view(&queries, d), radius).unwrap());
+                    let plain = exact.radius_search(view(&queries, d), radius).unwrap();
+                    assert!(plain.prefilter.is_none(), "{case}");
+                    assert_eq!(bits(&plain), want, "{case} exact path");
+                    for limit in [None, Some(1)] {
+                        let index = KnnIndex::new(view(&train, d), metric, device)
+                            .unwrap()
+                            .with_memory_limit(limit);
+                        let got = index.radius_search(view(&queries, d), radius).unwrap();
+                        assert_eq!(bits(&got), want, "{case} limit {limit:?}");
+                        let expect = tc && radius.is_finite();
+                        assert_eq!(
+                            got.prefilter.is_some(),
+                            expect,
+                            "{case} {:?}",
+                            got.prefilter
+                        );
+                        if let Some(p) = got.prefilter {
+                            assert_eq!(p.queries, m, "{case}");
+                            if radius == 1e30 && n > 4096 && limit.is_none() {
+                                assert_eq!(p.exact_fallbacks, m, "{case}: every query overflows");
+                            }
+                        }
+                    }
+                    let got = (KnnIndex::new(view(&train, d), metric, set).unwrap())
+                        .radius_search(view(&queries, d), radius)
+                        .unwrap();
+                    assert_eq!(bits(&got), want, "{case} GPU set");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn gpu_radius_prefilter_matches_exact_and_cpu() {
+    if let Some(device) = gpu("gpu_radius_prefilter_matches_exact_and_cpu") {
+        prefilter_against_exact_and_cpu(device, false);
+    }
+}
+
+#[test]
+fn sanitize_radius_prefilter_matches_exact_and_cpu() {
+    if let Some(device) = gpu("sanitize_radius_prefilter_matches_exact_and_cpu") {
+        prefilter_against_exact_and_cpu(device, true);
+    }
+}
+
+/// Thousands of copies of one point: queries on them have more candidates than the list holds
+/// and take the exact path, the others do not; the answer is the CPU's either way, in one batch
+/// and in batches of a query (a batch of overflows sends the rest to the exact path).
+fn prefilter_fallback(device: Device, small: bool) {
+    let (n, dup, d) = if small {
+        (6_000, 5_000, 3)
+    } else {
+        (40_000, 20_000, 16)
+    };
+    let mut train = uniform(n, d, 91);
+    let p: Vec<f32> = (0..d).map(|j| 0.25 + j as f32 * 0.01).collect();
+    for row in train.chunks_mut(d).skip(7).take(dup) {
+        row.copy_from_slice(&p);
+    }
+    let mut queries = uniform(6, d, 92);
+    queries[..d].copy_from_slice(&p); // on the duplicates
+    queries[5 * d..].copy_from_slice(&p); // on them, in a later batch
+    for metric in [DistanceMetric::SqEuclidean, DistanceMetric::Euclidean] {
+        let cpu = KnnIndex::new(view(&train, d), metric, Device::Cpu).unwrap();
+        for radius in [0.0, 1e-3, 0.05] {
+            let want = bits(&cpu.radius_search(view(&queries, d), radius).unwrap());
+            for limit in [None, Some(1)] {
+                let index = KnnIndex::new(view(&train, d), metric, device)
+                    .unwrap()
+                    .with_memory_limit(limit);
+                let got = index.radius_search(view(&queries, d), radius).unwrap();
+                let case = format!("{metric} radius {radius} limit {limit:?}");
+                assert_eq!(bits(&got), want, "{case}");
+                if tensor_cores() {
+                    let p = got.prefilter.expect("the prefilter ran");
+                    assert!(p.exact_fallbacks >= 2, "{case}: {p:?}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn gpu_radius_prefilter_falls_back_exactly() {
+    if let Some(device) = gpu("gpu_radius_prefilter_falls_back_exactly") {
+        prefilter_fallback(device, false);
+    }
+}
+
+#[test]
+fn sanitize_radius_prefilter_falls_back_exactly() {
+    if let Some(device) = gpu("sanitize_radius_prefilter_falls_back_exactly") {
+        prefilter_fallback(device, true);
     }
 }
 

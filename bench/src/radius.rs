@@ -26,7 +26,8 @@ fn wall_ms(
 /// Times the case's k-nearest search and a radius search whose radius is the median over the
 /// queries of the k-th neighbour's distance (so about k neighbours a query), both wall clock
 /// around the public call (the answer is on the host at its end); prints a row and writes a
-/// JSON line.
+/// JSON line, both naming the radius search's path (the TF32 prefilter and its exact
+/// fallbacks, or the exact path).
 pub fn radius_row(
     case: &KnnCase,
     device: Device,
@@ -43,16 +44,25 @@ pub fn radius_row(
     kth.sort_by(f32::total_cmp);
     let radius = kth[kth.len() / 2];
     let knn = wall_ms(reps, || index.search(&q, case.k).map(drop))?;
-    let mut neighbours = 0;
+    let (mut neighbours, mut prefilter) = (0, None);
     let within = wall_ms(reps, || {
-        neighbours = index.radius_search(&q, radius)?.indices.len();
+        let found = index.radius_search(&q, radius)?;
+        (neighbours, prefilter) = (found.indices.len(), found.prefilter);
         Ok(())
     })?;
+    let path = match prefilter {
+        Some(p) => format!(
+            "TF32 prefilter, {} of {} queries by the exact path",
+            p.exact_fallbacks, p.queries
+        ),
+        None => "exact (whole distance rows)".to_string(),
+    };
     let (knn_median, radius_median) = (knn[knn.len() / 2], within[within.len() / 2]);
     let per_query = neighbours as f64 / case.m as f64;
     println!(
         "{}-radius: m {} n {} d {}: radius {radius} ({per_query:.1} neighbours a query): \
-         {radius_median:.3} ms (min {:.3}) against k = {} search {knn_median:.3} ms: {:.2}×",
+         {radius_median:.3} ms (min {:.3}) against k = {} search {knn_median:.3} ms: {:.2}×; \
+         radius path: {path}",
         case.name,
         case.m,
         case.n,
@@ -67,6 +77,8 @@ pub fn radius_row(
             "k": case.k, "radius": radius, "neighbours_per_query": per_query,
             "median_ms": radius_median, "min_ms": within[0], "knn_median_ms": knn_median,
             "ratio": radius_median / knn_median, "device": device.describe()?,
+            "radius_path": if prefilter.is_some() { "prefilter" } else { "exact" },
+            "exact_fallbacks": prefilter.map(|p| p.exact_fallbacks),
             "timing": "wall clock around KnnIndex::radius_search and KnnIndex::search",
         });
         writeln!(f, "{line}")?;

@@ -62,6 +62,8 @@
 //! | `knn_tf32_candidates` | `knn_tf32::candidates` | `knn_tf32::KnnTf32Candidates` | `backend::cpu::knn::CpuKnn::nearest` (exact) | `candidates.rs` `emulated_candidates`, `tests/knn.rs` `gpu_prefilter_matches_cpu` |
 //! | `knn_radius_count` | `radius` | `radius::KnnRadiusCount` | `backend::cpu::knn::radius` (`CpuKnn::radius_keys`) | `radius.rs` `emulated_count_and_fill_find_every_row_within_the_radius`, `tests/radius.rs` `gpu_radius_matches_cpu` |
 //! | `knn_radius_fill` | `radius` | `radius::KnnRadiusFill` | `backend::cpu::knn::radius` (`CpuKnn::radius_keys`) | `radius.rs` `emulated_count_and_fill_find_every_row_within_the_radius`, `tests/radius.rs` `gpu_radius_matches_cpu` |
+//! | `knn_radius_tf32_count` | `radius::candidates` | `radius::KnnRadiusTf32Count` | `backend::cpu::knn::radius` (`CpuKnn::radius_keys`) | `radius/candidates.rs` `emulated_candidates_give_every_row_within_the_radius`, `tests/radius.rs` `gpu_radius_prefilter_matches_exact_and_cpu` |
+//! | `knn_radius_tf32_fill` | `radius::candidates` | `radius::KnnRadiusTf32Fill` | `backend::cpu::knn::radius` (`CpuKnn::radius_keys`) | `radius/candidates.rs` `emulated_candidates_give_every_row_within_the_radius`, `tests/radius.rs` `gpu_radius_prefilter_matches_exact_and_cpu` |
 //! | `knn_vote` | `vote` | `vote::KnnVote` | `backend::cpu::vote::knn_vote` | `vote.rs` `emulated_votes_match_the_reference` |
 //! | `seed_nearest_l2` | `init` | `init::SeedNearest` | `backend::cpu::init::Seeder::seed_nearest` | `tests/init.rs` `gpu_seeding_matches_cpu` |
 //! | `seed_trials_l2` | `init` | `init::SeedTrials` | `backend::cpu::init::Seeder::seed_trials` | `tests/init.rs` `gpu_seeding_matches_cpu` |
@@ -123,7 +125,7 @@ mod gpu;
 use launch::Kernel;
 
 /// Every kernel of the PTX builds, in the order of the twin table above.
-pub const KERNELS: [Kernel; 60] = [
+pub const KERNELS: [Kernel; 62] = [
     assign::KMEANS_ASSIGN_L2_WIDE,
     assign::KMEANS_ASSIGN_L2_NARROW,
     assign::KMEANS_ASSIGN_L1_WIDE,
@@ -172,6 +174,8 @@ pub const KERNELS: [Kernel; 60] = [
     knn_tf32::candidates::KNN_TF32_CANDIDATES,
     radius::KNN_RADIUS_COUNT,
     radius::KNN_RADIUS_FILL,
+    radius::candidates::KNN_RADIUS_TF32_COUNT,
+    radius::candidates::KNN_RADIUS_TF32_FILL,
     vote::KNN_VOTE,
     init::SEED_NEAREST_L2,
     init::SEED_TRIALS_L2,

@@ -7,6 +7,8 @@
 //!
 //! The bodies are generic over [`Exec`] so that the host tests run them in the emulator.
 
+pub mod candidates;
+
 use crate::exec::{Exec, inclusive_scan_u32};
 use crate::knn::key;
 use crate::launch::Kernel;

@@ -1,16 +1,29 @@
 //! What a radius search returns from a backend, and how answers over parts of the training rows
 //! become one.
 
+use crate::backend::vocab::PrefilterReport;
 use crate::error::{Error, Result};
 use rayon::prelude::*;
 
 /// Every query's neighbours within a radius as keys ([`kernels_gpu::knn::key`]) in CSR form:
 /// query `q`'s keys are `keys[offsets[q] .. offsets[q + 1]]`, ascending (by distance, then
-/// training row).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// training row). `prefilter`: what the TF32 prefilter did, where it ran.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct RadiusKeys {
     pub offsets: Vec<usize>,
     pub keys: Vec<u64>,
+    pub prefilter: Option<PrefilterReport>,
+}
+
+impl Default for RadiusKeys {
+    /// The answer for no queries.
+    fn default() -> RadiusKeys {
+        RadiusKeys {
+            offsets: vec![0],
+            keys: Vec::new(),
+            prefilter: None,
+        }
+    }
 }
 
 impl RadiusKeys {
@@ -25,7 +38,11 @@ impl RadiusKeys {
         let mut keys = Vec::new();
         reserve_keys(&mut keys, *offsets.last().expect("offsets start at 0"))?;
         rows.iter().for_each(|row| keys.extend_from_slice(row));
-        Ok(RadiusKeys { keys, offsets })
+        Ok(RadiusKeys {
+            keys,
+            offsets,
+            prefilter: None,
+        })
     }
 
     /// Query `q`'s keys.
@@ -36,7 +53,7 @@ impl RadiusKeys {
     /// One answer from the answers of parts of the training rows (`(first row of the part, its
     /// answer)`, rows counted from the part's first): each query's keys from every part, the
     /// rows offset to the whole set's, sorted as one index's (keys are unique, so this is the
-    /// single index's answer).
+    /// single index's answer). The prefilter reports add up (a query counts once per part).
     pub(crate) fn merge_parts(queries: usize, parts: &[(u32, RadiusKeys)]) -> Result<RadiusKeys> {
         let rows: Vec<Vec<u64>> = (0..queries)
             .into_par_iter()
@@ -49,7 +66,14 @@ impl RadiusKeys {
                 row
             })
             .collect();
-        RadiusKeys::from_rows(rows)
+        let mut merged = RadiusKeys::from_rows(rows)?;
+        merged.prefilter =
+            (parts.iter().filter_map(|(_, p)| p.prefilter)).reduce(|a, b| PrefilterReport {
+                queries: a.queries + b.queries,
+                exact_fallbacks: a.exact_fallbacks + b.exact_fallbacks,
+                stored: a.stored + b.stored,
+            });
+        Ok(merged)
     }
 }
 

@@ -3,6 +3,7 @@
 
 use super::KnnIndex;
 use crate::backend::split_keys;
+use crate::backend::vocab::PrefilterReport;
 use crate::distances::DistanceMetric;
 use crate::error::{Error, Result};
 use crate::matrix::MatrixView;
@@ -18,6 +19,9 @@ pub struct RadiusNeighbors {
     pub indices: Vec<u32>,
     /// Their distances, in the metric's units (as [`KnnIndex::search`] reports them).
     pub distances: Vec<f32>,
+    /// What the TF32 prefilter did, when it ran (GPU, L2 metrics, a finite radius; see
+    /// [`KnnIndex::with_prefilter`]): `exact_fallbacks` queries took the exact path.
+    pub prefilter: Option<PrefilterReport>,
 }
 
 impl RadiusNeighbors {
@@ -73,6 +77,7 @@ impl KnnIndex {
             offsets: found.offsets,
             indices,
             distances,
+            prefilter: found.prefilter,
         })
     }
 }

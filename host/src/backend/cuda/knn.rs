@@ -586,25 +586,28 @@ impl CudaKnn {
             return None;
         }
         let group = tf32_group(self.n, k)?;
+        Some(Tf32Plan {
+            group,
+            ldg: tf32_groups_per_row(self.n, group),
+            xc: self.scan_xc()?,
+            tiles: 1,
+            store: false,
+            wgmma: self.warpgroup_scan,
+        })
+    }
+
+    /// Dimensions of the scan's staged query tile: the most whose shared memory fits a block.
+    fn scan_xc(&self) -> Option<usize> {
         let max_shared = self.gpu.max_shared_per_block();
-        let wgmma = self.warpgroup_scan;
-        let shared = if wgmma {
+        let shared = if self.warpgroup_scan {
             wg_scan_shared_bytes
         } else {
             tf32_scan_shared_bytes
         };
-        let xc = [256, 128, 64, 32]
+        [256, 128, 64, 32]
             .into_iter()
             .map(|c| tf32_xc(self.d, c))
-            .find(|&c| shared(c) <= max_shared)?;
-        Some(Tf32Plan {
-            group,
-            ldg: tf32_groups_per_row(self.n, group),
-            xc,
-            tiles: 1,
-            store: false,
-            wgmma,
-        })
+            .find(|&c| shared(c) <= max_shared)
     }
 
     /// Training tiles per scan block for a batch of `rows` queries: the fewest waves × tiles

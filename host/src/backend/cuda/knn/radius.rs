@@ -1,21 +1,37 @@
-//! Radius search on the GPU: queries in batches under the memory budget; per batch the whole
-//! distance rows (the search's distance kernel, so the search's floats), `knn_radius_count`,
-//! the counts' prefix sum on the host, then `knn_radius_fill` for groups of rows whose keys fit
-//! the budget, each group's keys brought back and sorted per query on the host.
+//! Radius search on the GPU, in batches of queries under the memory budget, two ways:
+//!
+//! * exact: per batch the whole distance rows (the search's distance kernel, so the search's
+//!   floats), `knn_radius_count`, the counts' prefix sum on the host, then `knn_radius_fill`;
+//! * prefiltered (L2 metrics, sm_80 and later, a finite radius): `knn_tf32_scan` lists each
+//!   query's candidates (the training rows whose TF32 lower bound is within the radius), then
+//!   `knn_radius_tf32_count` and `knn_radius_tf32_fill` do the same over their exact distances
+//!   (the same floats). Queries with more candidates than the list holds take the exact path.
+//!
+//! Either way the fill runs for groups of rows whose keys fit the budget, each group's keys
+//! brought back and sorted per query on the host.
 
 use super::{CudaKnn, Side, distances};
-use crate::backend::cuda::launch::{KnnRadiusCount, KnnRadiusFill, RowSqNorms};
+use crate::backend::cuda::CudaBackend;
+use crate::backend::cuda::launch::{
+    KnnRadiusCount, KnnRadiusFill, KnnRadiusTf32Count, KnnRadiusTf32Fill, KnnTf32Scan,
+    RadiusCandidates, RowSqNorms,
+};
 use crate::backend::radius::{RadiusKeys, reserve_keys};
+use crate::backend::vocab::PrefilterReport;
 use crate::error::Result;
 use crate::matrix::MatrixView;
 use cudarc::driver::CudaSlice;
+use kernels_gpu::knn_tf32::{
+    SCAN_CANDIDATES, TF32_CAP, bound_coefficient, sq_threshold, tf32_metric,
+};
+use kernels_gpu::radius::candidates::OVERFLOW;
 use rayon::prelude::*;
 use std::ops::Range;
 
 /// Most query rows per batch.
 const MAX_BATCH_ROWS: usize = 1 << 16;
 
-/// Device buffers of a radius search, sized for its batch of queries.
+/// Device buffers of an exact radius search, sized for its batch of queries.
 struct RadiusBuffers {
     q: CudaSlice<f32>,
     q_norms: CudaSlice<f32>,
@@ -24,9 +40,26 @@ struct RadiusBuffers {
     at: CudaSlice<u64>,
 }
 
+/// Device buffers of a prefiltered radius search, sized for its batch of queries.
+struct PrefilterBuffers {
+    q: CudaSlice<f32>,
+    q_norms: CudaSlice<f32>,
+    /// Every row's squared threshold (the radius's).
+    t_sq: CudaSlice<f32>,
+    /// Candidates per row (the scan's count, past `TF32_CAP` too).
+    counts: CudaSlice<u32>,
+    cand: CudaSlice<u32>,
+    /// Candidates within the radius per row, or `OVERFLOW`.
+    found: CudaSlice<u32>,
+    at: CudaSlice<u64>,
+    /// The scan's group keys, unused in its candidate mode.
+    no_groups: CudaSlice<u64>,
+}
+
 impl CudaKnn {
     /// Every query row's training rows within `radius`, as keys sorted per query, in batches
-    /// within `max_bytes` (else the share of the free memory of [`CudaBackend::budget`]).
+    /// within `max_bytes` (else the share of the free memory of [`CudaBackend::budget`]);
+    /// through the prefilter where it applies ([`CudaKnn::radius_scan_xc`]).
     pub(super) fn radius_keys(
         &self,
         queries: &MatrixView<'_>,
@@ -36,6 +69,29 @@ impl CudaKnn {
         if let Some(ready) = &self.ready {
             self.gpu.wait_for(ready)?;
         }
+        match self.radius_scan_xc(radius) {
+            Some(xc) => self.radius_prefiltered(queries, radius, max_bytes, xc),
+            None => self.radius_exact(queries, radius, max_bytes),
+        }
+    }
+
+    /// The scan's query tile dimensions when the prefilter serves a radius search: allowed, an
+    /// L2 metric, and a radius whose squared threshold is finite (an infinite one makes every
+    /// row a candidate).
+    fn radius_scan_xc(&self, radius: f32) -> Option<usize> {
+        let applies = self.prefilter
+            && tf32_metric(self.metric)
+            && sq_threshold(self.metric, radius) < f32::INFINITY;
+        applies.then(|| self.scan_xc()).flatten()
+    }
+
+    /// The exact path: whole distance rows per batch.
+    fn radius_exact(
+        &self,
+        queries: &MatrixView<'_>,
+        radius: f32,
+        max_bytes: Option<usize>,
+    ) -> Result<RadiusKeys> {
         let gpu = &*self.gpu;
         let (m, n, d) = (queries.rows(), self.n, self.d);
         let budget = gpu.budget(max_bytes, 0)?;
@@ -54,10 +110,7 @@ impl CudaKnn {
                 at: gpu.uninit(rows, "neighbour slots")?,
             }
         };
-        let mut out = RadiusKeys {
-            offsets: vec![0],
-            keys: Vec::new(),
-        };
+        let mut out = RadiusKeys::default();
         let mut first = 0;
         while first < m {
             let r = rows.min(m - first);
@@ -118,55 +171,246 @@ impl CudaKnn {
         .launch(gpu, r)?;
         let counts = gpu.download(&bufs.counts, r, "neighbour counts")?;
         for (rows, total) in fill_groups(&counts, key_slots) {
-            self.radius_fill(&counts[rows.clone()], rows.start, total, radius, bufs, out)?;
+            gather(
+                gpu,
+                &counts[rows.clone()],
+                total,
+                &mut bufs.at,
+                out,
+                |at, keys| {
+                    KnnRadiusFill {
+                        dist: &bufs.dist.slice(rows.start * n..),
+                        ld: n as u64,
+                        cols: n as u32,
+                        first_index: 0,
+                        radius,
+                        at,
+                        keys,
+                    }
+                    .launch(gpu, rows.len())
+                },
+            )?;
         }
         Ok(())
     }
 
-    /// Fills, brings back and sorts the keys of batch rows `g0 ..` (as many as `counts`, whose
-    /// sum is `total`), appending them to `out`.
-    fn radius_fill(
+    /// The prefiltered path: per batch the candidates' scan, count and fill; the queries that
+    /// overflow (and, once a batch has more than half of its queries overflow, every later
+    /// query: the radius catches too much for the prefilter) by [`CudaKnn::radius_exact`] at the
+    /// end, when the batch buffers are freed.
+    fn radius_prefiltered(
         &self,
-        counts: &[u32],
-        g0: usize,
-        total: usize,
+        queries: &MatrixView<'_>,
         radius: f32,
-        bufs: &mut RadiusBuffers,
-        out: &mut RadiusKeys,
-    ) -> Result<()> {
+        max_bytes: Option<usize>,
+        xc: usize,
+    ) -> Result<RadiusKeys> {
         let gpu = &*self.gpu;
-        let n = self.n;
-        let mut at = Vec::with_capacity(counts.len());
-        let mut offsets = Vec::with_capacity(counts.len() + 1);
-        offsets.push(0usize);
-        for &c in counts {
-            at.push(*offsets.last().expect("offsets start at 0") as u64);
-            offsets.push(offsets.last().expect("offsets start at 0") + c as usize);
-        }
-        if total > 0 {
-            // Room for the answer first: the host may not hold a radius that catches too much.
-            reserve_keys(&mut out.keys, total)?;
-            // SAFETY: the fill writes all `total` keys before they are read back.
-            let mut keys = unsafe { gpu.uninit::<u64>(total, "neighbour keys")? };
-            gpu.write(&at, &mut bufs.at, "neighbour slots")?;
-            KnnRadiusFill {
-                dist: &bufs.dist.slice(g0 * n..),
-                ld: n as u64,
-                cols: n as u32,
-                first_index: 0,
-                radius,
-                at: &mut bufs.at,
-                keys: &mut keys,
+        let (m, d) = (queries.rows(), self.d);
+        let budget = gpu.budget(max_bytes, 0)?;
+        let per_row = 4 * (d + 1) + 4 * TF32_CAP + 3 * 4 + 8;
+        let rows = (budget / 2 / per_row).clamp(1, m.clamp(1, MAX_BATCH_ROWS));
+        let key_slots = (budget.saturating_sub(rows * per_row) / 8).max(1);
+        let t_sq = vec![sq_threshold(self.metric, radius); rows];
+        // SAFETY: each batch's query rows are copied in before they are read, the counts
+        // cleared before the scan appends, the candidates and `found` written before they are
+        // read, `at` before every fill.
+        let mut bufs = unsafe {
+            PrefilterBuffers {
+                q: gpu.uninit(rows * d, "query rows")?,
+                q_norms: gpu.uninit(rows, "query norms")?,
+                t_sq: gpu.uninit(rows, "radius thresholds")?,
+                counts: gpu.uninit(rows, "candidate counts")?,
+                cand: gpu.uninit(rows * TF32_CAP, "candidates")?,
+                found: gpu.uninit(rows, "neighbour counts")?,
+                at: gpu.uninit(rows, "neighbour slots")?,
+                no_groups: gpu.uninit(1, "group keys")?,
             }
-            .launch(gpu, counts.len())?;
-            let mut found = gpu.download(&keys, total, "neighbour keys")?;
-            sort_each(&mut found, &offsets);
-            out.keys.extend_from_slice(&found);
+        };
+        gpu.write(&t_sq, &mut bufs.t_sq, "radius thresholds")?;
+        let mut out = RadiusKeys::default();
+        let mut exact_rows = Vec::new();
+        let mut first = 0;
+        while first < m {
+            let r = rows.min(m - first);
+            let over = self.radius_prefilter_batch(
+                queries, first, r, radius, xc, key_slots, &mut bufs, &mut out,
+            )?;
+            exact_rows.extend(over.iter().map(|&b| first + b));
+            first += r;
+            if over.len() * 2 > r {
+                // Empty rows for the rest, which the exact path fills in.
+                exact_rows.extend(first..m);
+                let last = *out.offsets.last().expect("offsets start at 0");
+                out.offsets.resize(m + 1, last);
+                break;
+            }
         }
-        let base = *out.offsets.last().expect("offsets start at 0");
-        out.offsets.extend(offsets[1..].iter().map(|&o| base + o));
-        Ok(())
+        drop(bufs);
+        let report = PrefilterReport {
+            queries: m,
+            exact_fallbacks: exact_rows.len(),
+            stored: 0,
+        };
+        if !exact_rows.is_empty() {
+            let mut rows = Vec::with_capacity(exact_rows.len() * d);
+            for &q in &exact_rows {
+                rows.extend_from_slice(&queries.as_slice()[q * d..(q + 1) * d]);
+            }
+            let view = MatrixView::new(&rows, exact_rows.len(), d)?;
+            let exact = self.radius_exact(&view, radius, max_bytes)?;
+            out = splice(&out, &exact_rows, &exact)?;
+        }
+        out.prefilter = Some(report);
+        Ok(out)
     }
+
+    /// The `r` queries from `first` through the prefilter, appended to `out` (an overflowing
+    /// query with no neighbours); returns the overflowing queries (batch rows).
+    #[allow(clippy::too_many_arguments)]
+    fn radius_prefilter_batch(
+        &self,
+        queries: &MatrixView<'_>,
+        first: usize,
+        r: usize,
+        radius: f32,
+        xc: usize,
+        key_slots: usize,
+        bufs: &mut PrefilterBuffers,
+        out: &mut RadiusKeys,
+    ) -> Result<Vec<usize>> {
+        let gpu = &*self.gpu;
+        let (n, d) = (self.n, self.d);
+        let rows = &queries.as_slice()[first * d..(first + r) * d];
+        gpu.write_rows(rows, &mut bufs.q, 0, "query rows")?;
+        RowSqNorms {
+            x: &bufs.q,
+            n: r as u32,
+            d: d as u32,
+            out: &mut bufs.q_norms,
+        }
+        .launch(gpu)?;
+        gpu.clear(&mut bufs.counts, "candidate counts")?;
+        KnnTf32Scan {
+            q: &bufs.q,
+            q_norms: &bufs.q_norms,
+            m: r as u32,
+            x: &self.x,
+            x_norms: &self.norms,
+            x_roots: &self.roots,
+            n: n as u32,
+            d: d as u32,
+            xc: xc as u32,
+            tiles: self.tf32_tiles(r) as u32,
+            mode: SCAN_CANDIDATES,
+            group: 64,
+            gkeys: &mut bufs.no_groups,
+            ldg: 0,
+            approx: None,
+            lda: 0,
+            t_sq: &bufs.t_sq,
+            counts: &mut bufs.counts,
+            cand: &mut bufs.cand,
+            c1: bound_coefficient(d),
+            wgmma: self.warpgroup_scan,
+        }
+        .launch(gpu)?;
+        let candidates = |first_row: usize| RadiusCandidates {
+            q: &bufs.q,
+            q_norms: &bufs.q_norms,
+            x: &self.x,
+            x_norms: &self.norms,
+            d: d as u32,
+            metric_id: self.metric.id(),
+            radius,
+            first_row: first_row as u32,
+            counts: &bufs.counts,
+            cand: &bufs.cand,
+        };
+        KnnRadiusTf32Count {
+            rows: candidates(0),
+            found: &mut bufs.found,
+        }
+        .launch(gpu, r)?;
+        let mut counts = gpu.download(&bufs.found, r, "neighbour counts")?;
+        let mut over = Vec::new();
+        for (b, c) in counts.iter_mut().enumerate() {
+            if *c == OVERFLOW {
+                over.push(b);
+                *c = 0;
+            }
+        }
+        for (rows, total) in fill_groups(&counts, key_slots) {
+            gather(
+                gpu,
+                &counts[rows.clone()],
+                total,
+                &mut bufs.at,
+                out,
+                |at, keys| {
+                    KnnRadiusTf32Fill {
+                        rows: candidates(rows.start),
+                        at,
+                        keys,
+                    }
+                    .launch(gpu, rows.len())
+                },
+            )?;
+        }
+        Ok(over)
+    }
+}
+
+/// Fills (`fill(at, keys)`), brings back and sorts the keys of a group of rows (as many as
+/// `counts`, whose sum is `total`), appending them to `out`; `at` receives each row's first
+/// slot.
+fn gather(
+    gpu: &CudaBackend,
+    counts: &[u32],
+    total: usize,
+    at_buf: &mut CudaSlice<u64>,
+    out: &mut RadiusKeys,
+    fill: impl FnOnce(&mut CudaSlice<u64>, &mut CudaSlice<u64>) -> Result<()>,
+) -> Result<()> {
+    let mut at = Vec::with_capacity(counts.len());
+    let mut offsets = Vec::with_capacity(counts.len() + 1);
+    offsets.push(0usize);
+    for &c in counts {
+        at.push(*offsets.last().expect("offsets start at 0") as u64);
+        offsets.push(offsets.last().expect("offsets start at 0") + c as usize);
+    }
+    if total > 0 {
+        // Room for the answer first: the host may not hold a radius that catches too much.
+        reserve_keys(&mut out.keys, total)?;
+        // SAFETY: the fill writes all `total` keys before they are read back.
+        let mut keys = unsafe { gpu.uninit::<u64>(total, "neighbour keys")? };
+        gpu.write(&at, at_buf, "neighbour slots")?;
+        fill(at_buf, &mut keys)?;
+        let mut found = gpu.download(&keys, total, "neighbour keys")?;
+        sort_each(&mut found, &offsets);
+        out.keys.extend_from_slice(&found);
+    }
+    let base = *out.offsets.last().expect("offsets start at 0");
+    out.offsets.extend(offsets[1..].iter().map(|&o| base + o));
+    Ok(())
+}
+
+/// `out` with the keys of its rows `rows` (ascending, empty in `out`) taken from `exact`'s rows
+/// in the same order.
+fn splice(out: &RadiusKeys, rows: &[usize], exact: &RadiusKeys) -> Result<RadiusKeys> {
+    let queries = out.offsets.len() - 1;
+    let mut joined = RadiusKeys::default();
+    reserve_keys(&mut joined.keys, out.keys.len() + exact.keys.len())?;
+    joined.offsets.reserve(queries);
+    let mut next = rows.iter().enumerate().peekable();
+    for q in 0..queries {
+        match next.next_if(|&(_, &row)| row == q) {
+            Some((e, _)) => joined.keys.extend_from_slice(exact.row(e)),
+            None => joined.keys.extend_from_slice(out.row(q)),
+        }
+        joined.offsets.push(joined.keys.len());
+    }
+    Ok(joined)
 }
 
 /// The batch rows in groups whose keys (`counts` a row) fit `key_slots`, in order: each group a
@@ -220,6 +464,16 @@ mod tests {
         }
         assert_eq!(fill_groups(&counts, 100), vec![(0..8, 22)]);
         assert!(fill_groups(&[], 5).is_empty());
+    }
+
+    #[test]
+    fn spliced_rows_come_from_the_exact_answer() {
+        let out = RadiusKeys::from_rows(vec![vec![1, 2], vec![], vec![3], vec![], vec![]]).unwrap();
+        let exact = RadiusKeys::from_rows(vec![vec![7, 8, 9], vec![]]).unwrap();
+        let want = RadiusKeys::from_rows(vec![vec![1, 2], vec![7, 8, 9], vec![3], vec![], vec![]])
+            .unwrap();
+        assert_eq!(splice(&out, &[1, 4], &exact).unwrap(), want);
+        assert_eq!(splice(&out, &[], &RadiusKeys::default()).unwrap(), out);
     }
 
     #[test]

@@ -28,7 +28,9 @@ pub(crate) use init::{
 pub(crate) use knn_tf32::{KnnTf32Candidates, KnnTf32Rerank, KnnTf32Scan, KnnTf32Threshold};
 pub(crate) use minibatch::{KmeansMinibatchAssign, KmeansMinibatchShift, KmeansMinibatchUpdate};
 pub(crate) use norms::{RowNormRoots, RowSqNorms};
-pub(crate) use radius::{KnnRadiusCount, KnnRadiusFill};
+pub(crate) use radius::{
+    KnnRadiusCount, KnnRadiusFill, KnnRadiusTf32Count, KnnRadiusTf32Fill, RadiusCandidates,
+};
 pub(crate) use reduce::{KmeansShiftParts, KmeansSummary};
 pub(crate) use select::{
     KnnBitonicMergeGlobal, KnnBitonicMergeLocal, KnnSelect, KnnSelectKeys, KnnSortChunks, KnnTake,
