@@ -1,15 +1,16 @@
-//! Reduced-precision squared-L2 assignment on tensor cores (sm_80 and later), re-checked exactly.
+//! Exact squared-L2 assignment through a TF32 tensor-core shortlist (sm_80 and later).
 //!
-//! Same arguments and outputs as `kmeans_assign_l2_wide`. A block owns `TF32_POINTS` points and
+//! Same outputs as `kmeans_assign_l2_wide`, bit for bit. A block owns `TF32_POINTS` points and
 //! sweeps the centroids in tiles of `TF32_CENTROIDS`; point rows (rounded to TF32 with
-//! `cvt.rna` once staged) and centroid chunks (raw f32, which the tensor cores truncate to TF32,
-//! streamed through a `TF32_STAGES`-deep `cp.async` ring with one barrier per chunk) are
-//! zero-padded past `n`, `k` and `d` and multiplied with `mma.sync.m16n8k8` (FP32 accumulation). Every point keeps its two best
-//! approximate candidates `‖c‖² − 2·x·c` (ties by lower index); then both are re-scored exactly
-//! as the CPU does — a dimension-ordered chain of single-rounding FMAs on the unrounded rows —
-//! and the better wins. Labels therefore equal the exact ones unless the true nearest centroid
-//! is not among the two best TF32 candidates, and every distance is the exact FP32 distance to
-//! the chosen centroid.
+//! `cvt.rna` once staged) and centroid chunks (raw f32, which the tensor cores read at TF32
+//! precision, streamed through a `TF32_STAGES`-deep `cp.async` ring with one barrier per chunk)
+//! are zero-padded past `n`, `k` and `d` and multiplied with `mma.sync.m16n8k8` (FP32
+//! accumulation). Each TF32 score `‖c‖² − 2·x·c` comes with a proven bound on its error (the
+//! kNN prefilter's, from the norms), and every point keeps a [`shortlist::Shortlist`]: the
+//! centroids that may still be its exact nearest. Those are re-scored exactly as the CPU does —
+//! a dimension-ordered chain of single-rounding FMAs on the unrounded rows, lowest index on
+//! ties — usually one or two of them; when more than two may win, all `k` are. Labels and
+//! distances are therefore the exact path's whatever the data (see [`shortlist`] for the proof).
 //!
 //! The kernel body `run` goes prologue, sweep, merge, re-check (see its comment).
 
@@ -19,14 +20,17 @@ use crate::{
     cp_async::{commit, copy_4, copy_rows, shared_addr, wait_all, wait_group},
     fixed::{inertia_term, units_at},
     gpu::{self, atomic_add_u32, block_sum_f64, block_sum_i64, shared, sync_threads},
+    knn_tf32::{bound_coefficient, error_bound},
     launch::BLOCK,
-    math::{AssignMetric, assign_distance, assign_step, better, l2_score},
+    math::{AssignMetric, assign_distance, assign_step, better, l2_score, sqrt},
     mma::{load4, mma, shfl_xor_u32, to_tf32},
 };
+#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
+use shortlist::Shortlist;
 
 /// The `kmeans_assign_l2_tf32` entry point (built for sm_80 only). CPU twin:
 /// `backend::cpu::kmeans::nearest`.
-pub const KMEANS_ASSIGN_L2_TF32: Kernel = Kernel::sm80("kmeans_assign_l2_tf32", 13).min_blocks(2);
+pub const KMEANS_ASSIGN_L2_TF32: Kernel = Kernel::sm80("kmeans_assign_l2_tf32", 14).min_blocks(2);
 
 /// Points per block of `kmeans_assign_l2_tf32`: `BLOCK` threads, 8 warps as 4 point rows × 2
 /// centroid columns, each warp 32 points × 64 centroids of `m16n8k8` tiles.
@@ -52,14 +56,15 @@ pub const TF32_X_STRIDE: usize = 2 * TF32_POINT_DIMS + 4;
 /// Row stride (in words) of a centroid chunk: ≡ 16 (mod 32), so the 16-byte B-fragment loads of
 /// each quarter warp (2 rows × 4 lanes) fall in 32 distinct banks.
 pub const TF32_C_STRIDE: usize = TF32_CHUNK_DIMS;
-/// Words of one centroid stage: the chunk, then the squared norms of its tile's centroids
-/// (staged with the tile's last chunk, whose step ranks the tile).
-pub const TF32_STAGE_WORDS: usize = TF32_CENTROIDS * TF32_C_STRIDE + TF32_CENTROIDS;
+/// Words of one centroid stage: the chunk, then the squared norms of its tile's centroids and
+/// their square roots (staged with the tile's last chunk, whose step ranks the tile).
+pub const TF32_STAGE_WORDS: usize = TF32_CENTROIDS * TF32_C_STRIDE + 2 * TF32_CENTROIDS;
 
 /// Dynamic shared memory of one block of the TF32 assign kernel, in bytes: the point tile (after
-/// the sweep it holds the candidate merge and the reduction scratch) and the centroid stages.
+/// the sweep it holds the shortlist merge and the reduction scratch), the centroid stages, and
+/// per point its squared norm and `c1·sqrt` of it (the error bound's).
 pub const fn tf32_shared_bytes() -> usize {
-    (TF32_POINTS / 2 * TF32_X_STRIDE + TF32_STAGES * TF32_STAGE_WORDS) * 4
+    (TF32_POINTS / 2 * TF32_X_STRIDE + TF32_STAGES * TF32_STAGE_WORDS + 2 * TF32_POINTS) * 4
 }
 
 /// Blocks of `kmeans_assign_l2_tf32` for `n` points.
@@ -68,7 +73,8 @@ pub const fn tf32_grid(n: usize) -> usize {
 }
 
 /// Labels each of the `n` points of `x` (row-major, `d` columns) with its nearest of the `k`
-/// centroids (TF32 candidates, exact FP32 re-check) and writes its exact distance. `weights`
+/// centroids (TF32 shortlist, exact FP32 re-check: the exact path's label) and writes its exact
+/// distance. `c_roots` holds `sqrt(c_sq_norms)`. `weights`
 /// (null: one unit each) holds every point's integer units. With `changed` non-null, adds the
 /// number of labels of points with weight that differ from what `labels` held; with
 /// `block_inertia` non-null, writes each block's fixed-point inertia `Σ units · round(dist ·
@@ -86,6 +92,7 @@ pub unsafe extern "gpu-kernel" fn kmeans_assign_l2_tf32(
     d: u32,
     centroids: *const f32,
     c_sq_norms: *const f32,
+    c_roots: *const f32,
     k: u32,
     labels: *mut u32,
     min_dist: *mut f32,
@@ -102,6 +109,7 @@ pub unsafe extern "gpu-kernel" fn kmeans_assign_l2_tf32(
         d,
         centroids,
         c_sq_norms,
+        c_roots,
         k,
         labels,
         min_dist,
@@ -130,6 +138,7 @@ struct Tf32AssignArgs {
     d: usize,
     centroids: *const f32,
     c_sq_norms: *const f32,
+    c_roots: *const f32,
     k: usize,
     labels: *mut u32,
     min_dist: *mut f32,
@@ -141,14 +150,14 @@ struct Tf32AssignArgs {
 
 /// The kernel body, in four steps: the prologue (the first `TF32_STAGES − 1` centroid chunks in
 /// flight, the point tile staged), the sweep (one `mma` step per centroid chunk, each finished
-/// tile ranked into every row's best two), the merge of the candidates of the lanes and warp
+/// tile offered to every row's shortlist), the merge of the shortlists of the lanes and warp
 /// columns that share a point, and the exact re-check (labels, distances, block totals).
 ///
 /// Kept whole at ~270 lines: its steps share a dozen registers of state (the prefetch cursor,
-/// the accumulators, the best two per row), and splitting them into `#[inline(always)]`
+/// the accumulators, the shortlists), and splitting them into `#[inline(always)]`
 /// functions (tried, see the history of this file) reorders instructions and inverts the sweep
 /// loop's latch in the PTX of `kmeans_assign_l2_tf32`. The helpers below (`stage_points`,
-/// `stage_chunk`, `merge_lanes`, `insert`, `exact_dot`) are its leaf steps.
+/// `stage_chunk`, `merge_lanes`, `exact_dot`) and [`Shortlist`] are its leaf steps.
 #[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
 #[inline(always)]
 unsafe fn run<const VEC: bool>(a: Tf32AssignArgs) {
@@ -159,6 +168,7 @@ unsafe fn run<const VEC: bool>(a: Tf32AssignArgs) {
         d,
         centroids,
         c_sq_norms,
+        c_roots,
         k,
         labels,
         min_dist,
@@ -177,6 +187,10 @@ unsafe fn run<const VEC: bool>(a: Tf32AssignArgs) {
 
     let xs = shared::<u32>();
     let cs = unsafe { xs.add(TF32_POINTS / 2 * TF32_X_STRIDE) };
+    // Per point of the block: its squared norm, then `c1·sqrt` of it (zeros past `n`), read
+    // where a tile is ranked (in registers they would spill from the sweep).
+    let row_norms = unsafe { cs.add(TF32_STAGES * TF32_STAGE_WORDS) }.cast::<f32>();
+    let row_c1_roots = unsafe { row_norms.add(TF32_POINTS) };
 
     let dp = d.next_multiple_of(TF32_CHUNK_DIMS);
     let chunks = dp / TF32_CHUNK_DIMS; // centroid chunks per tile
@@ -184,10 +198,21 @@ unsafe fn run<const VEC: bool>(a: Tf32AssignArgs) {
     let tiles = k.div_ceil(TF32_CENTROIDS);
     let steps = tiles * chunks;
 
-    let mut s1 = [f32::INFINITY; 4];
-    let mut i1 = [u32::MAX; 4];
-    let mut s2 = [f32::INFINITY; 4];
-    let mut i2 = [u32::MAX; 4];
+    // The shortlists of this thread's four point rows r: tile rows
+    // wm·32 + (r / 2)·16 + (r % 2)·8 + g. The sweep's first barrier publishes the row norms.
+    let mut lists = [Shortlist::EMPTY; 4];
+    if t < TF32_POINTS {
+        let i = first_point + t;
+        let nx = if i < n {
+            unsafe { *x_sq_norms.add(i) }
+        } else {
+            0.0
+        };
+        unsafe {
+            *row_norms.add(t) = nx;
+            *row_c1_roots.add(t) = bound_coefficient(d) * sqrt(nx);
+        }
+    }
 
     let cs_addr = shared_addr(cs);
     // Prologue: the first TF32_STAGES − 1 centroid chunks, one group each (empty groups past the
@@ -202,6 +227,7 @@ unsafe fn run<const VEC: bool>(a: Tf32AssignArgs) {
                     vec,
                     centroids,
                     c_sq_norms,
+                    c_roots,
                     k,
                     d,
                     pt * TF32_CENTROIDS,
@@ -243,6 +269,7 @@ unsafe fn run<const VEC: bool>(a: Tf32AssignArgs) {
                     vec,
                     centroids,
                     c_sq_norms,
+                    c_roots,
                     k,
                     d,
                     pt * TF32_CENTROIDS,
@@ -285,40 +312,26 @@ unsafe fn run<const VEC: bool>(a: Tf32AssignArgs) {
             }
         }
         if kc == chunks - 1 {
-            // The tile is done: rank its centroids for this thread's four point rows. A thread
-            // sees each row's centroids in increasing index order, so a strict `<` keeps the
-            // lower index on ties. The tile's norms came with this chunk.
+            // The tile is done: offer its centroids to this thread's four shortlists with
+            // their error bounds. The tile's norms and roots came with this chunk.
             let local = wn * 64 + 2 * q;
             let tile_norms = unsafe { buf.add(TF32_CENTROIDS * TF32_C_STRIDE) }.cast::<f32>();
+            let tile_roots = unsafe { tile_norms.add(TF32_CENTROIDS) };
             for nt in 0..8 {
                 for h in 0..2 {
                     let c = tile * TF32_CENTROIDS + local + nt * 8 + h;
                     let valid = c < k;
                     let c_sq = unsafe { *tile_norms.add(local + nt * 8 + h) };
+                    let c_root = unsafe { *tile_roots.add(local + nt * 8 + h) };
                     for mt in 0..2 {
                         for half in 0..2 {
                             let r = mt * 2 + half;
+                            let row = wm * 32 + mt * 16 + half * 8 + g;
+                            let (nx, c1_root_x) =
+                                unsafe { (*row_norms.add(row), *row_c1_roots.add(row)) };
                             let score = l2_score(acc[mt][nt][half * 2 + h], c_sq);
-                            // Branch-free: selects only.
-                            let lt1 = valid & (score < s1[r]);
-                            let lt2 = valid & (score < s2[r]);
-                            let c = c as u32;
-                            s2[r] = if lt1 {
-                                s1[r]
-                            } else if lt2 {
-                                score
-                            } else {
-                                s2[r]
-                            };
-                            i2[r] = if lt1 {
-                                i1[r]
-                            } else if lt2 {
-                                c
-                            } else {
-                                i2[r]
-                            };
-                            s1[r] = if lt1 { score } else { s1[r] };
-                            i1[r] = if lt1 { c } else { i1[r] };
+                            let bound = error_bound(c1_root_x, c_root, nx, c_sq);
+                            lists[r].offer(valid, score, bound, c as u32);
                         }
                     }
                 }
@@ -336,65 +349,88 @@ unsafe fn run<const VEC: bool>(a: Tf32AssignArgs) {
 
     // Merge the four lanes of a point row (they saw different centroids), then the two warp
     // columns through shared memory (the point tile is free now).
-    for r in 0..4 {
-        merge_lanes(&mut s1[r], &mut i1[r], &mut s2[r], &mut i2[r], 1);
-        merge_lanes(&mut s1[r], &mut i1[r], &mut s2[r], &mut i2[r], 2);
+    for list in &mut lists {
+        merge_lanes(list, 1);
+        merge_lanes(list, 2);
     }
-    let merge_score = xs.cast::<f32>();
-    let merge_index = unsafe { xs.add(TF32_POINTS * 4) };
-    let scratch = unsafe { xs.add(TF32_POINTS * 8) }.cast::<f64>();
+    // Per (point, warp column): the three lower bounds and the upper one, then two centroids.
+    let merge_bounds = xs.cast::<f32>();
+    let merge_index = unsafe { xs.add(TF32_POINTS * 8) };
+    let scratch = unsafe { xs.add(TF32_POINTS * 12) }.cast::<f64>();
     if q == 0 {
-        for r in 0..4 {
-            let p = wm * 32 + (r / 2) * 16 + (r % 2) * 8 + g;
-            let at = p * 4 + wn * 2;
+        for (r, list) in lists.iter().enumerate() {
+            let at = (wm * 32 + (r / 2) * 16 + (r % 2) * 8 + g) * 2 + wn;
             unsafe {
-                *merge_score.add(at) = s1[r];
-                *merge_index.add(at) = i1[r];
-                *merge_score.add(at + 1) = s2[r];
-                *merge_index.add(at + 1) = i2[r];
+                for e in 0..3 {
+                    *merge_bounds.add(at * 4 + e) = list.lower[e];
+                }
+                *merge_bounds.add(at * 4 + 3) = list.upper;
+                *merge_index.add(at * 2) = list.index[0];
+                *merge_index.add(at * 2 + 1) = list.index[1];
             }
         }
     }
     sync_threads();
 
-    // Exact re-check: two threads per point, one candidate each.
+    // Exact re-check, two threads per point: the two shortlisted centroids, one each, or (when
+    // the shortlist may miss the winner) every centroid, alternately. Each thread keeps the
+    // better of its scores as the exact path ranks them; then the pair's better wins.
     let (p, which) = (t / 2, t % 2);
     let i = first_point + p;
-    let (mut b1, mut j1, mut b2, mut j2) = (f32::INFINITY, u32::MAX, f32::INFINITY, u32::MAX);
-    for e in 0..4 {
-        let (sc, ix) = unsafe { (*merge_score.add(p * 4 + e), *merge_index.add(p * 4 + e)) };
-        insert(&mut b1, &mut j1, &mut b2, &mut j2, sc, ix);
+    let mut list = Shortlist::EMPTY;
+    for column in 0..2 {
+        let at = p * 2 + column;
+        let mut part = Shortlist::EMPTY;
+        unsafe {
+            for e in 0..3 {
+                part.lower[e] = *merge_bounds.add(at * 4 + e);
+            }
+            part.upper = *merge_bounds.add(at * 4 + 3);
+            part.index = [*merge_index.add(at * 2), *merge_index.add(at * 2 + 1)];
+        }
+        list.merge(part);
     }
-    let cand = if which == 0 { j1 } else { j2 };
-    let mut score = f32::INFINITY;
-    if i < n && cand != u32::MAX {
-        let c = cand as usize;
-        let dot = unsafe { exact_dot(x.add(i * d), centroids.add(c * d), d) };
-        score = l2_score(dot, unsafe { *c_sq_norms.add(c) });
-    }
-    let (other_score, other) = (shfl_xor_f32(score, 1), shfl_xor_u32(cand, 1));
-    let (mut best, mut label) = (
-        score,
-        if score == f32::INFINITY {
-            u32::MAX
+    let (mut best, mut label) = (f32::INFINITY, u32::MAX);
+    if i < n {
+        let row = unsafe { x.add(i * d) };
+        let (mut c, step, end) = if list.needs_full_pass() {
+            (which, 2, k)
         } else {
-            cand
-        },
-    );
-    let other = if other_score == f32::INFINITY {
-        u32::MAX
-    } else {
-        other
-    };
-    if better(other_score, other, best, label) {
-        best = other_score;
-        label = other;
+            // (A select, not an index: a variable index puts the array on the stack.)
+            let cand = if which == 0 {
+                list.index[0]
+            } else {
+                list.index[1]
+            };
+            (
+                cand as usize,
+                1,
+                if cand == u32::MAX {
+                    0
+                } else {
+                    cand as usize + 1
+                },
+            )
+        };
+        while c < end {
+            let dot = unsafe { exact_dot(row, centroids.add(c * d), d) };
+            let score = l2_score(dot, unsafe { *c_sq_norms.add(c) });
+            if better(score, c as u32, best, label) {
+                (best, label) = (score, c as u32);
+            }
+            c += step;
+        }
+    }
+    let (other_best, other) = (shfl_xor_f32(best, 1), shfl_xor_u32(label, 1));
+    if better(other_best, other, best, label) {
+        (best, label) = (other_best, other);
     }
     let mut moved = 0.0;
     let mut dist_sum = 0i64;
     if which == 0 && i < n {
-        if label == u32::MAX {
-            // Every score was +inf (or NaN): the CPU's first-minimum scan keeps centroid 0.
+        #[allow(clippy::neg_cmp_op_on_partial_ord)]
+        if !(best < f32::INFINITY) {
+            // Every score was +inf or NaN: the CPU's first-minimum scan keeps centroid 0.
             label = 0;
         }
         let dist = assign_distance(AssignMetric::SqL2, unsafe { *x_sq_norms.add(i) }, best);
@@ -419,21 +455,6 @@ unsafe fn run<const VEC: bool>(a: Tf32AssignArgs) {
         if t == 0 {
             unsafe { *block_inertia.add(gpu::block()) = total };
         }
-    }
-}
-
-/// Puts `(score, index)` into the sorted pair `(s1, i1) ≤ (s2, i2)` if it beats either.
-#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
-#[inline(always)]
-fn insert(s1: &mut f32, i1: &mut u32, s2: &mut f32, i2: &mut u32, score: f32, index: u32) {
-    if better(score, index, *s1, *i1) {
-        *s2 = *s1;
-        *i2 = *i1;
-        *s1 = score;
-        *i1 = index;
-    } else if better(score, index, *s2, *i2) {
-        *s2 = score;
-        *i2 = index;
     }
 }
 
@@ -466,14 +487,16 @@ unsafe fn exact_dot(x: *const f32, c: *const f32, d: usize) -> f32 {
     acc
 }
 
-/// Merges the sorted candidate pair of lane `lane ^ mask` into this lane's.
+/// Merges the shortlist of lane `lane ^ mask` (the same point row) into this lane's.
 #[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
 #[inline(always)]
-fn merge_lanes(s1: &mut f32, i1: &mut u32, s2: &mut f32, i2: &mut u32, mask: u32) {
-    let (ps1, pi1) = (shfl_xor_f32(*s1, mask), shfl_xor_u32(*i1, mask));
-    let (ps2, pi2) = (shfl_xor_f32(*s2, mask), shfl_xor_u32(*i2, mask));
-    insert(s1, i1, s2, i2, ps1, pi1);
-    insert(s1, i1, s2, i2, ps2, pi2);
+fn merge_lanes(list: &mut Shortlist, mask: u32) {
+    let other = Shortlist {
+        lower: list.lower.map(|v| shfl_xor_f32(v, mask)),
+        index: list.index.map(|v| shfl_xor_u32(v, mask)),
+        upper: shfl_xor_f32(list.upper, mask),
+    };
+    list.merge(other);
 }
 
 /// Stages dimensions `j0..j0 + min(TF32_POINT_DIMS, dp − j0)` of the block's points, rounded to TF32, into
@@ -532,11 +555,11 @@ unsafe fn stage_points(
 
 /// Starts copying centroids `first..first + TF32_CENTROIDS`, dimensions `j0..j0 + TF32_CHUNK_DIMS` into the centroid
 /// stage at shared address `buf` (row-major, stride `TF32_C_STRIDE`), zeros past `k` and `d`; with
-/// `norms`, also their squared norms after the chunk. Commits nothing.
+/// `norms`, also their squared norms and roots after the chunk. Commits nothing.
 ///
 /// # Safety
-/// `c` holds `k × d` values (16-byte aligned rows with `vec`), `c_sq_norms` `k`; `buf` is a
-/// centroid stage.
+/// `c` holds `k × d` values (16-byte aligned rows with `vec`), `c_sq_norms` and `c_roots` `k`;
+/// `buf` is a centroid stage.
 #[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
@@ -545,6 +568,7 @@ unsafe fn stage_chunk(
     vec: bool,
     c: *const f32,
     c_sq_norms: *const f32,
+    c_roots: *const f32,
     k: usize,
     d: usize,
     first: usize,
@@ -557,12 +581,18 @@ unsafe fn stage_chunk(
             t, vec, c, k, d, first, j0, buf,
         )
     };
-    if norms && t < TF32_CENTROIDS {
-        let ok = first + t < k;
-        let src = if ok {
-            unsafe { c_sq_norms.add(first + t) }
+    // Threads 0..TF32_CENTROIDS copy the norms, the next TF32_CENTROIDS the roots.
+    if norms && t < 2 * TF32_CENTROIDS {
+        let (from, e) = if t < TF32_CENTROIDS {
+            (c_sq_norms, t)
         } else {
-            c_sq_norms
+            (c_roots, t - TF32_CENTROIDS)
+        };
+        let ok = first + e < k;
+        let src = if ok {
+            unsafe { from.add(first + e) }
+        } else {
+            from
         };
         let dst = buf + 4 * (TF32_CENTROIDS * TF32_C_STRIDE + t) as u32;
         unsafe { copy_4(dst, src, if ok { 4 } else { 0 }) };
@@ -576,6 +606,8 @@ fn shfl_xor_f32(v: f32, mask: u32) -> f32 {
     f32::from_bits(shfl_xor_u32(v.to_bits(), mask))
 }
 
+pub mod shortlist;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -586,11 +618,13 @@ mod tests {
     fn tf32_tile_fits() {
         // Two blocks per multiprocessor on sm_80 / sm_90 (164 / 228 KiB per SM).
         assert!(2 * (tf32_shared_bytes() + 1024) <= 228 * 1024);
-        // The point tile is reused for the merge (128 points × 2 warp columns × 2 candidates ×
-        // (score, index)) and the reduction scratch (2 f64 per thread).
+        // The point tile is reused for the merge (128 points × 2 warp columns × (4 bounds, 2
+        // centroids)) and the reduction scratch (2 f64 per thread).
         assert!(
-            TF32_POINTS * 2 * 2 * 8 + 2 * BLOCK as usize * 8 <= TF32_POINTS / 2 * TF32_X_STRIDE * 4
+            TF32_POINTS * 2 * 6 * 4 + 2 * BLOCK as usize * 8 <= TF32_POINTS / 2 * TF32_X_STRIDE * 4
         );
+        // Both the norms and the roots of a tile are copied by one thread each.
+        assert!(2 * TF32_CENTROIDS <= BLOCK as usize);
         assert_eq!(TF32_X_STRIDE % 32, 4);
         assert_eq!(TF32_C_STRIDE % 32, 16);
         assert_eq!(

@@ -82,9 +82,9 @@ impl KmeansAssign<'_> {
     }
 }
 
-/// `kmeans_assign_l2_tf32` (sm_80 and later): the squared-L2 assignment of [`KmeansAssign`] on
-/// TF32 tensor cores, every label re-checked exactly. CPU twin: the exact
-/// [`crate::backend::cpu::kmeans::nearest`] (the CPU has no TF32 path).
+/// `kmeans_assign_l2_tf32` (sm_80 and later): the squared-L2 assignment of [`KmeansAssign`]
+/// through a TF32 tensor-core shortlist re-scored exactly: the same labels and distances. CPU
+/// twin: the exact [`crate::backend::cpu::kmeans::nearest`] (the CPU has no TF32 path).
 pub(crate) struct KmeansAssignL2Tf32<'a> {
     pub x: &'a CudaSlice<f32>,
     pub x_sq_norms: &'a CudaSlice<f32>,
@@ -92,6 +92,8 @@ pub(crate) struct KmeansAssignL2Tf32<'a> {
     pub d: u32,
     pub centroids: &'a CudaSlice<f32>,
     pub c_sq_norms: &'a CudaSlice<f32>,
+    /// `sqrt(c_sq_norms)` (`row_norm_roots`), for the error bound.
+    pub c_roots: &'a CudaSlice<f32>,
     pub k: u32,
     pub labels: &'a mut CudaSlice<u32>,
     pub min_dist: &'a mut CudaSlice<f32>,
@@ -107,13 +109,15 @@ impl KmeansAssignL2Tf32<'_> {
         let grid = tf32_grid(n);
         debug_assert!(self.x.len() >= n * d && self.x_sq_norms.len() >= n);
         debug_assert!(self.centroids.len() >= k * d && self.c_sq_norms.len() >= k);
+        debug_assert!(self.c_roots.len() >= k);
         debug_assert!(self.labels.len() >= n && self.min_dist.len() >= n);
         debug_assert!(self.block_inertia.len() >= grid);
         debug_assert!(self.weights.is_none_or(|w| w.len() >= n));
         let f = gpu.function(KMEANS_ASSIGN_L2_TF32.name)?;
         let mut l = gpu.launch_kernel(KMEANS_ASSIGN_L2_TF32, &f);
         l.arg(self.x).arg(self.x_sq_norms).arg(&self.n).arg(&self.d);
-        l.arg(self.centroids).arg(self.c_sq_norms).arg(&self.k);
+        l.arg(self.centroids).arg(self.c_sq_norms).arg(self.c_roots);
+        l.arg(&self.k);
         l.arg(self.labels).arg(self.min_dist).arg(self.changed);
         l.arg(self.block_inertia)
             .arg(&self.inertia_scale)
