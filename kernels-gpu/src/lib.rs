@@ -18,7 +18,7 @@
 //! | `kmeans_assign_l2_narrow` | `assign` | `assign::KmeansAssign` | `backend::cpu::kmeans::nearest`, `::accumulate` | `tests/kmeans.rs` `gpu_matches_cpu_on_awkward_shapes` |
 //! | `kmeans_assign_l1_wide` | `assign` | `assign::KmeansAssign` | `backend::cpu::kmeans::nearest`, `::accumulate` | `tests/kmeans.rs` `gpu_matches_cpu_on_awkward_shapes` |
 //! | `kmeans_assign_l1_narrow` | `assign` | `assign::KmeansAssign` | `backend::cpu::kmeans::nearest`, `::accumulate` | `tests/kmeans.rs` `gpu_matches_cpu_on_awkward_shapes` |
-//! | `kmeans_assign_l2_tf32` | `assign_tf32` | `assign::KmeansAssignL2Tf32` | `backend::cpu::kmeans::nearest` (exact) | `tests/kmeans_tf32.rs` `tf32_labels_agree_with_exact` |
+//! | `kmeans_assign_l2_tf32` | `assign_tf32` | `assign::KmeansAssignL2Tf32` | `backend::cpu::kmeans::nearest` (exact) | `tests/kmeans_tf32.rs` `tf32_labels_equal_exact` `tf32_fits_equal_exact`, `assign_tf32/shortlist/tests.rs` `near_tie_lattices_are_exact` |
 //! | `kmeans_centroids_by_dimension` | `centroids` | `centroids::KmeansCentroidsByDimension` | `backend::cpu::kmeans::CentroidBlocks::new` | `tests/kmeans.rs` `gpu_matches_cpu_on_awkward_shapes` |
 //! | `kmeans_accumulate_shared` | `update` | `update::KmeansAccumulateShared` | `backend::cpu::kmeans::accumulate` | `tests/kmeans.rs` `gpu_matches_cpu_on_awkward_shapes` |
 //! | `kmeans_accumulate_global` | `update` | `update::KmeansAccumulateGlobal` | `backend::cpu::kmeans::accumulate` | `tests/weights.rs` `gpu_matches_cpu_with_weights` |
