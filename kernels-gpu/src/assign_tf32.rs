@@ -5,8 +5,9 @@
 //! `cvt.rna` once staged) and centroid chunks (raw f32, which the tensor cores read at TF32
 //! precision, streamed through a `TF32_STAGES`-deep `cp.async` ring with one barrier per chunk)
 //! are zero-padded past `n`, `k` and `d` and multiplied with `mma.sync.m16n8k8` (FP32
-//! accumulation). Each TF32 score `‖c‖² − 2·x·c` comes with a proven bound on its error (the
-//! kNN prefilter's, from the norms), and every point keeps a [`shortlist::Shortlist`]: the
+//! accumulation). Each TF32 score `‖c‖² − 2·x·c` comes with a proven bound on its error (from
+//! the norms and the measured TF32 rounding residuals of the point and the centroid, see
+//! [`bound`]), and every point keeps a [`shortlist::Shortlist`]: the
 //! centroids that may still be its exact nearest. Those are re-scored exactly as the CPU does —
 //! a dimension-ordered chain of single-rounding FMAs on the unrounded rows, lowest index on
 //! ties — usually one or two of them; when more than two may win, all `k` are. Labels and
@@ -20,13 +21,15 @@ use crate::{
     cp_async::{commit, copy_4, copy_rows, shared_addr, wait_all, wait_group},
     fixed::{inertia_term, units_at},
     gpu::{self, atomic_add_u32, block_sum_f64, block_sum_i64, shared, sync_threads},
-    knn_tf32::{bound_coefficient, error_bound},
     launch::BLOCK,
-    math::{AssignMetric, assign_distance, assign_step, better, l2_score, sqrt},
+    math::{AssignMetric, assign_distance, assign_step, better, l2_score},
     mma::{load4, mma, shfl_xor_u32, to_tf32},
 };
 #[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
-use shortlist::Shortlist;
+use {
+    bound::{RowTerms, error_bound, product_coefficient},
+    shortlist::Shortlist,
+};
 
 /// The `kmeans_assign_l2_tf32` entry point (built for sm_80 only). CPU twin:
 /// `backend::cpu::kmeans::nearest`.
@@ -57,12 +60,12 @@ pub const TF32_X_STRIDE: usize = 2 * TF32_POINT_DIMS + 4;
 /// each quarter warp (2 rows × 4 lanes) fall in 32 distinct banks.
 pub const TF32_C_STRIDE: usize = TF32_CHUNK_DIMS;
 /// Words of one centroid stage: the chunk, then the squared norms of its tile's centroids and
-/// their square roots (staged with the tile's last chunk, whose step ranks the tile).
-pub const TF32_STAGE_WORDS: usize = TF32_CENTROIDS * TF32_C_STRIDE + 2 * TF32_CENTROIDS;
+/// their two error-bound terms (staged with the tile's last chunk, whose step ranks the tile).
+pub const TF32_STAGE_WORDS: usize = TF32_CENTROIDS * TF32_C_STRIDE + 3 * TF32_CENTROIDS;
 
 /// Dynamic shared memory of one block of the TF32 assign kernel, in bytes: the point tile (after
 /// the sweep it holds the shortlist merge and the reduction scratch), the centroid stages, and
-/// per point its squared norm and `c1·sqrt` of it (the error bound's).
+/// per point its two error-bound terms ([`bound::RowTerms::point`]).
 pub const fn tf32_shared_bytes() -> usize {
     (TF32_POINTS / 2 * TF32_X_STRIDE + TF32_STAGES * TF32_STAGE_WORDS + 2 * TF32_POINTS) * 4
 }
@@ -74,7 +77,8 @@ pub const fn tf32_grid(n: usize) -> usize {
 
 /// Labels each of the `n` points of `x` (row-major, `d` columns) with its nearest of the `k`
 /// centroids (TF32 shortlist, exact FP32 re-check: the exact path's label) and writes its exact
-/// distance. `c_roots` holds `sqrt(c_sq_norms)`. `weights`
+/// distance. `c_terms` holds the centroids' error-bound terms (`tf32_centroid_terms`: `k` norms,
+/// then `k` residual terms). `weights`
 /// (null: one unit each) holds every point's integer units. With `changed` non-null, adds the
 /// number of labels of points with weight that differ from what `labels` held; with
 /// `block_inertia` non-null, writes each block's fixed-point inertia `Σ units · round(dist ·
@@ -92,7 +96,7 @@ pub unsafe extern "gpu-kernel" fn kmeans_assign_l2_tf32(
     d: u32,
     centroids: *const f32,
     c_sq_norms: *const f32,
-    c_roots: *const f32,
+    c_terms: *const f32,
     k: u32,
     labels: *mut u32,
     min_dist: *mut f32,
@@ -109,7 +113,7 @@ pub unsafe extern "gpu-kernel" fn kmeans_assign_l2_tf32(
         d,
         centroids,
         c_sq_norms,
-        c_roots,
+        c_terms,
         k,
         labels,
         min_dist,
@@ -138,7 +142,7 @@ struct Tf32AssignArgs {
     d: usize,
     centroids: *const f32,
     c_sq_norms: *const f32,
-    c_roots: *const f32,
+    c_terms: *const f32,
     k: usize,
     labels: *mut u32,
     min_dist: *mut f32,
@@ -168,7 +172,7 @@ unsafe fn run<const VEC: bool>(a: Tf32AssignArgs) {
         d,
         centroids,
         c_sq_norms,
-        c_roots,
+        c_terms,
         k,
         labels,
         min_dist,
@@ -187,10 +191,10 @@ unsafe fn run<const VEC: bool>(a: Tf32AssignArgs) {
 
     let xs = shared::<u32>();
     let cs = unsafe { xs.add(TF32_POINTS / 2 * TF32_X_STRIDE) };
-    // Per point of the block: its squared norm, then `c1·sqrt` of it (zeros past `n`), read
+    // Per point of the block: its error-bound terms `p` and `X + R_x` (zeros past `n`), read
     // where a tile is ranked (in registers they would spill from the sweep).
-    let row_norms = unsafe { cs.add(TF32_STAGES * TF32_STAGE_WORDS) }.cast::<f32>();
-    let row_c1_roots = unsafe { row_norms.add(TF32_POINTS) };
+    let row_p = unsafe { cs.add(TF32_STAGES * TF32_STAGE_WORDS) }.cast::<f32>();
+    let row_x_sum = unsafe { row_p.add(TF32_POINTS) };
 
     let dp = d.next_multiple_of(TF32_CHUNK_DIMS);
     let chunks = dp / TF32_CHUNK_DIMS; // centroid chunks per tile
@@ -199,18 +203,20 @@ unsafe fn run<const VEC: bool>(a: Tf32AssignArgs) {
     let steps = tiles * chunks;
 
     // The shortlists of this thread's four point rows r: tile rows
-    // wm·32 + (r / 2)·16 + (r % 2)·8 + g. The sweep's first barrier publishes the row norms.
+    // wm·32 + (r / 2)·16 + (r % 2)·8 + g. The sweep's first barrier publishes the row terms.
     let mut lists = [Shortlist::EMPTY; 4];
     if t < TF32_POINTS {
         let i = first_point + t;
-        let nx = if i < n {
-            unsafe { *x_sq_norms.add(i) }
-        } else {
-            0.0
-        };
+        let mut terms = RowTerms::default();
+        if i < n {
+            for j in 0..d {
+                terms.add(unsafe { *x.add(i * d + j) }, true);
+            }
+        }
+        let (p, x_sum) = terms.point(d, product_coefficient(d));
         unsafe {
-            *row_norms.add(t) = nx;
-            *row_c1_roots.add(t) = bound_coefficient(d) * sqrt(nx);
+            *row_p.add(t) = p;
+            *row_x_sum.add(t) = x_sum;
         }
     }
 
@@ -227,7 +233,7 @@ unsafe fn run<const VEC: bool>(a: Tf32AssignArgs) {
                     vec,
                     centroids,
                     c_sq_norms,
-                    c_roots,
+                    c_terms,
                     k,
                     d,
                     pt * TF32_CENTROIDS,
@@ -269,7 +275,7 @@ unsafe fn run<const VEC: bool>(a: Tf32AssignArgs) {
                     vec,
                     centroids,
                     c_sq_norms,
-                    c_roots,
+                    c_terms,
                     k,
                     d,
                     pt * TF32_CENTROIDS,
@@ -313,24 +319,25 @@ unsafe fn run<const VEC: bool>(a: Tf32AssignArgs) {
         }
         if kc == chunks - 1 {
             // The tile is done: offer its centroids to this thread's four shortlists with
-            // their error bounds. The tile's norms and roots came with this chunk.
+            // their error bounds. The tile's norms and bound terms came with this chunk.
             let local = wn * 64 + 2 * q;
             let tile_norms = unsafe { buf.add(TF32_CENTROIDS * TF32_C_STRIDE) }.cast::<f32>();
-            let tile_roots = unsafe { tile_norms.add(TF32_CENTROIDS) };
+            let tile_c = unsafe { tile_norms.add(TF32_CENTROIDS) };
+            let tile_q = unsafe { tile_c.add(TF32_CENTROIDS) };
             for nt in 0..8 {
                 for h in 0..2 {
                     let c = tile * TF32_CENTROIDS + local + nt * 8 + h;
                     let valid = c < k;
                     let c_sq = unsafe { *tile_norms.add(local + nt * 8 + h) };
-                    let c_root = unsafe { *tile_roots.add(local + nt * 8 + h) };
+                    let c_norm = unsafe { *tile_c.add(local + nt * 8 + h) };
+                    let c_q = unsafe { *tile_q.add(local + nt * 8 + h) };
                     for mt in 0..2 {
                         for half in 0..2 {
                             let r = mt * 2 + half;
                             let row = wm * 32 + mt * 16 + half * 8 + g;
-                            let (nx, c1_root_x) =
-                                unsafe { (*row_norms.add(row), *row_c1_roots.add(row)) };
+                            let (p, x_sum) = unsafe { (*row_p.add(row), *row_x_sum.add(row)) };
                             let score = l2_score(acc[mt][nt][half * 2 + h], c_sq);
-                            let bound = error_bound(c1_root_x, c_root, nx, c_sq);
+                            let bound = error_bound(p, x_sum, c_norm, c_q, c_sq);
                             lists[r].offer(valid, score, bound, c as u32);
                         }
                     }
@@ -555,10 +562,10 @@ unsafe fn stage_points(
 
 /// Starts copying centroids `first..first + TF32_CENTROIDS`, dimensions `j0..j0 + TF32_CHUNK_DIMS` into the centroid
 /// stage at shared address `buf` (row-major, stride `TF32_C_STRIDE`), zeros past `k` and `d`; with
-/// `norms`, also their squared norms and roots after the chunk. Commits nothing.
+/// `norms`, also their squared norms and their two bound terms after the chunk. Commits nothing.
 ///
 /// # Safety
-/// `c` holds `k × d` values (16-byte aligned rows with `vec`), `c_sq_norms` and `c_roots` `k`;
+/// `c` holds `k × d` values (16-byte aligned rows with `vec`), `c_sq_norms` `k`, `c_terms` `2k`;
 /// `buf` is a centroid stage.
 #[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
 #[inline(always)]
@@ -568,7 +575,7 @@ unsafe fn stage_chunk(
     vec: bool,
     c: *const f32,
     c_sq_norms: *const f32,
-    c_roots: *const f32,
+    c_terms: *const f32,
     k: usize,
     d: usize,
     first: usize,
@@ -581,12 +588,15 @@ unsafe fn stage_chunk(
             t, vec, c, k, d, first, j0, buf,
         )
     };
-    // Threads 0..TF32_CENTROIDS copy the norms, the next TF32_CENTROIDS the roots.
-    if norms && t < 2 * TF32_CENTROIDS {
-        let (from, e) = if t < TF32_CENTROIDS {
-            (c_sq_norms, t)
-        } else {
-            (c_roots, t - TF32_CENTROIDS)
+    // Word w of the 3·TF32_CENTROIDS after the chunk: the squared norms, the norms, then the
+    // residual terms of the tile's centroids.
+    let mut w = t;
+    while norms && w < 3 * TF32_CENTROIDS {
+        let (part, e) = (w / TF32_CENTROIDS, w % TF32_CENTROIDS);
+        let from = match part {
+            0 => c_sq_norms,
+            1 => c_terms,
+            _ => unsafe { c_terms.add(k) },
         };
         let ok = first + e < k;
         let src = if ok {
@@ -594,8 +604,9 @@ unsafe fn stage_chunk(
         } else {
             from
         };
-        let dst = buf + 4 * (TF32_CENTROIDS * TF32_C_STRIDE + t) as u32;
+        let dst = buf + 4 * (TF32_CENTROIDS * TF32_C_STRIDE + w) as u32;
         unsafe { copy_4(dst, src, if ok { 4 } else { 0 }) };
+        w += BLOCK as usize;
     }
 }
 
@@ -606,6 +617,7 @@ fn shfl_xor_f32(v: f32, mask: u32) -> f32 {
     f32::from_bits(shfl_xor_u32(v.to_bits(), mask))
 }
 
+pub mod bound;
 pub mod shortlist;
 
 #[cfg(test)]
@@ -623,8 +635,6 @@ mod tests {
         assert!(
             TF32_POINTS * 2 * 6 * 4 + 2 * BLOCK as usize * 8 <= TF32_POINTS / 2 * TF32_X_STRIDE * 4
         );
-        // Both the norms and the roots of a tile are copied by one thread each.
-        assert!(2 * TF32_CENTROIDS <= BLOCK as usize);
         assert_eq!(TF32_X_STRIDE % 32, 4);
         assert_eq!(TF32_C_STRIDE % 32, 16);
         assert_eq!(

@@ -8,14 +8,9 @@
 //! (`cvt.rna`), centroids read as raw f32 (truncated or rounded to 10 bits), exact products,
 //! FP32 accumulation.
 //!
-//! * The bound. `|T_c − S_c| ≤ 2·|dot_tf32 − dot| + u·|T_c| + u·|S_c|` (`u = 2^-24`, one
-//!   rounding per FMA). The kNN prefilter bounds `|A − D|` for `A = fl(‖q‖² + T)` and
-//!   `D = fl(‖q‖² + S)`: the same dot-product terms and inner roundings, plus the outer
-//!   additions'. Its [`error_bound`] `E_c = E(c1·sqrt(nx), sqrt(nc), nx, nc)` (see
-//!   [`crate::knn_tf32`] for the derivation; `c1` is [`bound_coefficient`]`(d)`, `nx` and `nc` the
-//!   squared norms both paths use) therefore bounds `|T_c − S_c|` too, with every term doubled:
-//!   the margin absorbs the roundings of evaluating `E_c`, `T_c − E_c` and `T_c + E_c` in f32.
-//!   It holds whenever `T_c` and `E_c` are finite (finite norms: no infinite value or overflow).
+//! * The bound. [`super::bound`] proves `|T_c − S_c| ≤ E_c` from the point's and the
+//!   centroid's norms and measured TF32 rounding residuals, including the roundings of forming
+//!   `E_c`, `T_c − E_c` and `T_c + E_c` in f32. It holds whenever `T_c` and `E_c` are finite.
 //! * The set. `L_c = T_c − E_c ≤ S_c ≤ T_c + E_c = U_c`. The exact winner `c*` has
 //!   `S_{c*} ≤ S_c ≤ U_c` for every `c`, so `L_{c*} ≤ min_c U_c =: U`: every centroid with
 //!   `L_c > U` loses to `c*` and need not be scored. A centroid whose `T_c` or `E_c` is not
@@ -29,8 +24,6 @@
 //!
 //! [`l2_score`]: crate::math::l2_score
 //! [`better`]: crate::math::better
-//! [`error_bound`]: crate::knn_tf32::error_bound
-//! [`bound_coefficient`]: crate::knn_tf32::bound_coefficient
 //! [`needs_full_pass`]: Shortlist::needs_full_pass
 
 /// A point's three smallest lower bounds `L` (the first two with their centroids) and its

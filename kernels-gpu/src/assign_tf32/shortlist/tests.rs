@@ -5,8 +5,8 @@
 //! d = 1, k = 1, k = 2, k = n and non-finite rows.
 
 use super::Shortlist;
+use crate::assign_tf32::bound::{RowTerms, error_bound, product_coefficient};
 use crate::knn_tf32::tests::{Rng, tf32_dot};
-use crate::knn_tf32::{bound_coefficient, error_bound};
 use crate::math::{better, fma, l2_score, sq_norm};
 
 fn exact_score(x: &[f32], c: &[f32], nc: f32) -> f32 {
@@ -41,16 +41,19 @@ fn shortlisted_nearest(
     truncated: bool,
 ) -> (u32, f32, bool) {
     let nx = sq_norm(x);
-    let c1_root = bound_coefficient(d) * nx.sqrt();
+    let (p, x_sum) = RowTerms::of(x, true).point(d, product_coefficient(d));
     let mut parts = [Shortlist::EMPTY; 8];
     for (c, &nc) in norms.iter().enumerate() {
-        let t = l2_score(tf32_dot(x, &cents[c * d..][..d], order, truncated), nc);
-        let e = error_bound(c1_root, nc.sqrt(), nx, nc);
-        let s = exact_score(x, &cents[c * d..][..d], nc);
+        let row = &cents[c * d..][..d];
+        let t = l2_score(tf32_dot(x, row, order, truncated), nc);
+        let (c_norm, q) = RowTerms::of(row, false).centroid(d);
+        let e = error_bound(p, x_sum, c_norm, q, nc);
+        let s = exact_score(x, row, nc);
         if t.is_finite() && e.is_finite() {
+            // As the kernel forms them: L = fl(T − E) ≤ S ≤ fl(T + E) = U.
             assert!(
-                (t as f64 - s as f64).abs() <= e as f64,
-                "centroid {c}: |T − S| = |{t} − {s}| > E = {e}"
+                t - e <= s && s <= t + e,
+                "centroid {c}: T = {t}, S = {s}, E = {e}"
             );
         }
         parts[part(c)].offer(true, t, e, c as u32);
@@ -226,4 +229,32 @@ fn merging_keeps_the_three_smallest() {
         (n.lower[0], n.index[0], n.upper),
         (f32::NEG_INFINITY, 7, f32::INFINITY)
     );
+}
+
+/// The share of points that take the full pass on the benchmark's shape (d = 128, k = 1024),
+/// uniform on [0, 1) and centred (uniform on [−1, 1)): printed, and held under a ceiling.
+#[test]
+fn benchmark_shapes_mostly_shortlist() {
+    let (n, d, k) = (300, 128, 1024);
+    for (name, scale, offset, ceiling) in
+        [("uniform", 1.0, 0.0, 0.10), ("centred", 2.0, -1.0, 0.10)]
+    {
+        let mut rng = Rng(21);
+        let data = uniform(&mut rng, n * d, scale, offset);
+        let cents = uniform(&mut rng, k * d, scale, offset);
+        let norms: Vec<f32> = cents.chunks(d).map(sq_norm).collect();
+        let mut full = 0;
+        for (i, x) in data.chunks(d).enumerate() {
+            let (want, _) = exact_nearest(x, &cents, &norms, d);
+            let (label, _, f) = shortlisted_nearest(x, &cents, &norms, d, 0, true);
+            assert_eq!(label, want, "{name}: point {i}");
+            full += usize::from(f);
+        }
+        let share = full as f64 / n as f64;
+        eprintln!(
+            "{name} {d} dimensions, k={k}: {full} of {n} points ({:.1} %) take the full pass",
+            100.0 * share
+        );
+        assert!(share <= ceiling, "{name}: {full} of {n} full passes");
+    }
 }
