@@ -10,8 +10,9 @@
 //! [`bound`]), and every point keeps a [`shortlist::Shortlist`]: the
 //! centroids that may still be its exact nearest. Those are re-scored exactly as the CPU does —
 //! a dimension-ordered chain of single-rounding FMAs on the unrounded rows, lowest index on
-//! ties — usually one or two of them; when more than two may win, all `k` are. Labels and
-//! distances are therefore the exact path's whatever the data (see [`shortlist`] for the proof).
+//! ties — usually one or two of them; when more than two may win, all `k` are, by the whole
+//! block together. Labels and distances are therefore the exact path's whatever the data (see
+//! [`shortlist`] for the proof).
 //!
 //! The kernel body `run` goes prologue, sweep, merge, re-check (see its comment).
 
@@ -157,7 +158,7 @@ struct Tf32AssignArgs {
 /// tile offered to every row's shortlist), the merge of the shortlists of the lanes and warp
 /// columns that share a point, and the exact re-check (labels, distances, block totals).
 ///
-/// Kept whole at ~270 lines: its steps share a dozen registers of state (the prefetch cursor,
+/// Kept whole at ~300 lines: its steps share a dozen registers of state (the prefetch cursor,
 /// the accumulators, the shortlists), and splitting them into `#[inline(always)]`
 /// functions (tried, see the history of this file) reorders instructions and inverts the sweep
 /// loop's latch in the PTX of `kmeans_assign_l2_tf32`. The helpers below (`stage_points`,
@@ -364,6 +365,10 @@ unsafe fn run<const VEC: bool>(a: Tf32AssignArgs) {
     let merge_bounds = xs.cast::<f32>();
     let merge_index = unsafe { xs.add(TF32_POINTS * 8) };
     let scratch = unsafe { xs.add(TF32_POINTS * 12) }.cast::<f64>();
+    // After the reduction scratch: per point whether it takes the block-wide pass, then each
+    // warp's best (score bits, centroid) of that pass.
+    let full_points = unsafe { xs.add(TF32_POINTS * 12 + 4 * BLOCK as usize) };
+    let warp_best = unsafe { full_points.add(TF32_POINTS) };
     if q == 0 {
         for (r, list) in lists.iter().enumerate() {
             let at = (wm * 32 + (r / 2) * 16 + (r % 2) * 8 + g) * 2 + wn;
@@ -379,9 +384,11 @@ unsafe fn run<const VEC: bool>(a: Tf32AssignArgs) {
     }
     sync_threads();
 
-    // Exact re-check, two threads per point: the two shortlisted centroids, one each, or (when
-    // the shortlist may miss the winner) every centroid, alternately. Each thread keeps the
-    // better of its scores as the exact path ranks them; then the pair's better wins.
+    // Exact re-check, two threads per point: the two shortlisted centroids, one each. A point
+    // whose shortlist may miss the winner is flagged, and the whole block scores every centroid
+    // for it below (a pair alone would run k serial dot products and hold the block). Each
+    // thread keeps the better of its scores as the exact path ranks them; then the pair's
+    // better wins.
     let (p, which) = (t / 2, t % 2);
     let i = first_point + p;
     let mut list = Shortlist::EMPTY;
@@ -397,36 +404,72 @@ unsafe fn run<const VEC: bool>(a: Tf32AssignArgs) {
         }
         list.merge(part);
     }
+    let full = i < n && list.needs_full_pass();
+    if which == 0 {
+        unsafe { *full_points.add(p) = u32::from(full) };
+    }
     let (mut best, mut label) = (f32::INFINITY, u32::MAX);
-    if i < n {
-        let row = unsafe { x.add(i * d) };
-        let (mut c, step, end) = if list.needs_full_pass() {
-            (which, 2, k)
+    if i < n && !full {
+        // (A select, not an index: a variable index puts the array on the stack.)
+        let cand = if which == 0 {
+            list.index[0]
         } else {
-            // (A select, not an index: a variable index puts the array on the stack.)
-            let cand = if which == 0 {
-                list.index[0]
-            } else {
-                list.index[1]
-            };
-            (
-                cand as usize,
-                1,
-                if cand == u32::MAX {
-                    0
-                } else {
-                    cand as usize + 1
-                },
-            )
+            list.index[1]
         };
-        while c < end {
+        if cand != u32::MAX {
+            let c = cand as usize;
+            let dot = unsafe { exact_dot(x.add(i * d), centroids.add(c * d), d) };
+            (best, label) = (l2_score(dot, unsafe { *c_sq_norms.add(c) }), cand);
+        }
+    }
+    sync_threads();
+    // The flagged points, one at a time (the flags are the same for every thread, so are the
+    // barriers): every thread scores centroids t, t + BLOCK, …; the warps' best, then the
+    // block's, as the exact path ranks them (`better` orders (score, index) totally, so the
+    // order of the reduction does not matter).
+    for f in 0..TF32_POINTS {
+        if unsafe { *full_points.add(f) } == 0 {
+            continue;
+        }
+        let row = unsafe { x.add((first_point + f) * d) };
+        let (mut fb, mut fl) = (f32::INFINITY, u32::MAX);
+        let mut c = t;
+        while c < k {
             let dot = unsafe { exact_dot(row, centroids.add(c * d), d) };
             let score = l2_score(dot, unsafe { *c_sq_norms.add(c) });
-            if better(score, c as u32, best, label) {
-                (best, label) = (score, c as u32);
+            if better(score, c as u32, fb, fl) {
+                (fb, fl) = (score, c as u32);
             }
-            c += step;
+            c += BLOCK as usize;
         }
+        for mask in [16, 8, 4, 2, 1] {
+            let (ob, ol) = (shfl_xor_f32(fb, mask), shfl_xor_u32(fl, mask));
+            if better(ob, ol, fb, fl) {
+                (fb, fl) = (ob, ol);
+            }
+        }
+        if lane == 0 {
+            unsafe {
+                *warp_best.add(2 * warp) = fb.to_bits();
+                *warp_best.add(2 * warp + 1) = fl;
+            }
+        }
+        sync_threads();
+        if p == f {
+            for w in 0..BLOCK as usize / 32 {
+                let (ob, ol) = unsafe {
+                    (
+                        f32::from_bits(*warp_best.add(2 * w)),
+                        *warp_best.add(2 * w + 1),
+                    )
+                };
+                if better(ob, ol, best, label) {
+                    (best, label) = (ob, ol);
+                }
+            }
+        }
+        // The warps' slots are written again for the next flagged point.
+        sync_threads();
     }
     let (other_best, other) = (shfl_xor_f32(best, 1), shfl_xor_u32(label, 1));
     if better(other_best, other, best, label) {
@@ -631,9 +674,11 @@ mod tests {
         // Two blocks per multiprocessor on sm_80 / sm_90 (164 / 228 KiB per SM).
         assert!(2 * (tf32_shared_bytes() + 1024) <= 228 * 1024);
         // The point tile is reused for the merge (128 points × 2 warp columns × (4 bounds, 2
-        // centroids)) and the reduction scratch (2 f64 per thread).
+        // centroids)), the reduction scratch (2 f64 per thread), the block-wide pass's flags (a
+        // word per point) and its warps' best (2 words per warp).
         assert!(
-            TF32_POINTS * 2 * 6 * 4 + 2 * BLOCK as usize * 8 <= TF32_POINTS / 2 * TF32_X_STRIDE * 4
+            TF32_POINTS * 2 * 6 * 4 + 2 * BLOCK as usize * 8 + TF32_POINTS * 4 + BLOCK as usize / 4
+                <= TF32_POINTS / 2 * TF32_X_STRIDE * 4
         );
         assert_eq!(TF32_X_STRIDE % 32, 4);
         assert_eq!(TF32_C_STRIDE % 32, 16);
