@@ -1,15 +1,18 @@
-//! Reduced-precision squared-L2 assignment on tensor cores (sm_80 and later), re-checked exactly.
+//! Exact squared-L2 assignment through a TF32 tensor-core shortlist (sm_80 and later).
 //!
-//! Same arguments and outputs as `kmeans_assign_l2_wide`. A block owns `TF32_POINTS` points and
+//! Same outputs as `kmeans_assign_l2_wide`, bit for bit. A block owns `TF32_POINTS` points and
 //! sweeps the centroids in tiles of `TF32_CENTROIDS`; point rows (rounded to TF32 with
-//! `cvt.rna` once staged) and centroid chunks (raw f32, which the tensor cores truncate to TF32,
-//! streamed through a `TF32_STAGES`-deep `cp.async` ring with one barrier per chunk) are
-//! zero-padded past `n`, `k` and `d` and multiplied with `mma.sync.m16n8k8` (FP32 accumulation). Every point keeps its two best
-//! approximate candidates `‖c‖² − 2·x·c` (ties by lower index); then both are re-scored exactly
-//! as the CPU does — a dimension-ordered chain of single-rounding FMAs on the unrounded rows —
-//! and the better wins. Labels therefore equal the exact ones unless the true nearest centroid
-//! is not among the two best TF32 candidates, and every distance is the exact FP32 distance to
-//! the chosen centroid.
+//! `cvt.rna` once staged) and centroid chunks (raw f32, which the tensor cores read at TF32
+//! precision, streamed through a `TF32_STAGES`-deep `cp.async` ring with one barrier per chunk)
+//! are zero-padded past `n`, `k` and `d` and multiplied with `mma.sync.m16n8k8` (FP32
+//! accumulation). Each TF32 score `‖c‖² − 2·x·c` comes with a proven bound on its error (from
+//! the norms and the measured TF32 rounding residuals of the point and the centroid, see
+//! [`bound`]), and every point keeps a [`shortlist::Shortlist`]: the
+//! centroids that may still be its exact nearest. Those are re-scored exactly as the CPU does —
+//! a dimension-ordered chain of single-rounding FMAs on the unrounded rows, lowest index on
+//! ties — usually one or two of them; when more than two may win, all `k` are, by the whole
+//! block together. Labels and distances are therefore the exact path's whatever the data (see
+//! [`shortlist`] for the proof).
 //!
 //! The kernel body `run` goes prologue, sweep, merge, re-check (see its comment).
 
@@ -23,10 +26,15 @@ use crate::{
     math::{AssignMetric, assign_distance, assign_step, better, l2_score},
     mma::{load4, mma, shfl_xor_u32, to_tf32},
 };
+#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
+use {
+    bound::{RowTerms, error_bound, product_coefficient},
+    shortlist::Shortlist,
+};
 
 /// The `kmeans_assign_l2_tf32` entry point (built for sm_80 only). CPU twin:
 /// `backend::cpu::kmeans::nearest`.
-pub const KMEANS_ASSIGN_L2_TF32: Kernel = Kernel::sm80("kmeans_assign_l2_tf32", 13).min_blocks(2);
+pub const KMEANS_ASSIGN_L2_TF32: Kernel = Kernel::sm80("kmeans_assign_l2_tf32", 14).min_blocks(2);
 
 /// Points per block of `kmeans_assign_l2_tf32`: `BLOCK` threads, 8 warps as 4 point rows × 2
 /// centroid columns, each warp 32 points × 64 centroids of `m16n8k8` tiles.
@@ -52,14 +60,15 @@ pub const TF32_X_STRIDE: usize = 2 * TF32_POINT_DIMS + 4;
 /// Row stride (in words) of a centroid chunk: ≡ 16 (mod 32), so the 16-byte B-fragment loads of
 /// each quarter warp (2 rows × 4 lanes) fall in 32 distinct banks.
 pub const TF32_C_STRIDE: usize = TF32_CHUNK_DIMS;
-/// Words of one centroid stage: the chunk, then the squared norms of its tile's centroids
-/// (staged with the tile's last chunk, whose step ranks the tile).
-pub const TF32_STAGE_WORDS: usize = TF32_CENTROIDS * TF32_C_STRIDE + TF32_CENTROIDS;
+/// Words of one centroid stage: the chunk, then the squared norms of its tile's centroids and
+/// their two error-bound terms (staged with the tile's last chunk, whose step ranks the tile).
+pub const TF32_STAGE_WORDS: usize = TF32_CENTROIDS * TF32_C_STRIDE + 3 * TF32_CENTROIDS;
 
 /// Dynamic shared memory of one block of the TF32 assign kernel, in bytes: the point tile (after
-/// the sweep it holds the candidate merge and the reduction scratch) and the centroid stages.
+/// the sweep it holds the shortlist merge and the reduction scratch), the centroid stages, and
+/// per point its two error-bound terms ([`bound::RowTerms::point`]).
 pub const fn tf32_shared_bytes() -> usize {
-    (TF32_POINTS / 2 * TF32_X_STRIDE + TF32_STAGES * TF32_STAGE_WORDS) * 4
+    (TF32_POINTS / 2 * TF32_X_STRIDE + TF32_STAGES * TF32_STAGE_WORDS + 2 * TF32_POINTS) * 4
 }
 
 /// Blocks of `kmeans_assign_l2_tf32` for `n` points.
@@ -68,7 +77,9 @@ pub const fn tf32_grid(n: usize) -> usize {
 }
 
 /// Labels each of the `n` points of `x` (row-major, `d` columns) with its nearest of the `k`
-/// centroids (TF32 candidates, exact FP32 re-check) and writes its exact distance. `weights`
+/// centroids (TF32 shortlist, exact FP32 re-check: the exact path's label) and writes its exact
+/// distance. `c_terms` holds the centroids' error-bound terms (`tf32_centroid_terms`: `k` norms,
+/// then `k` residual terms). `weights`
 /// (null: one unit each) holds every point's integer units. With `changed` non-null, adds the
 /// number of labels of points with weight that differ from what `labels` held; with
 /// `block_inertia` non-null, writes each block's fixed-point inertia `Σ units · round(dist ·
@@ -86,6 +97,7 @@ pub unsafe extern "gpu-kernel" fn kmeans_assign_l2_tf32(
     d: u32,
     centroids: *const f32,
     c_sq_norms: *const f32,
+    c_terms: *const f32,
     k: u32,
     labels: *mut u32,
     min_dist: *mut f32,
@@ -102,6 +114,7 @@ pub unsafe extern "gpu-kernel" fn kmeans_assign_l2_tf32(
         d,
         centroids,
         c_sq_norms,
+        c_terms,
         k,
         labels,
         min_dist,
@@ -130,6 +143,7 @@ struct Tf32AssignArgs {
     d: usize,
     centroids: *const f32,
     c_sq_norms: *const f32,
+    c_terms: *const f32,
     k: usize,
     labels: *mut u32,
     min_dist: *mut f32,
@@ -141,14 +155,14 @@ struct Tf32AssignArgs {
 
 /// The kernel body, in four steps: the prologue (the first `TF32_STAGES − 1` centroid chunks in
 /// flight, the point tile staged), the sweep (one `mma` step per centroid chunk, each finished
-/// tile ranked into every row's best two), the merge of the candidates of the lanes and warp
+/// tile offered to every row's shortlist), the merge of the shortlists of the lanes and warp
 /// columns that share a point, and the exact re-check (labels, distances, block totals).
 ///
-/// Kept whole at ~270 lines: its steps share a dozen registers of state (the prefetch cursor,
-/// the accumulators, the best two per row), and splitting them into `#[inline(always)]`
+/// Kept whole at ~300 lines: its steps share a dozen registers of state (the prefetch cursor,
+/// the accumulators, the shortlists), and splitting them into `#[inline(always)]`
 /// functions (tried, see the history of this file) reorders instructions and inverts the sweep
 /// loop's latch in the PTX of `kmeans_assign_l2_tf32`. The helpers below (`stage_points`,
-/// `stage_chunk`, `merge_lanes`, `insert`, `exact_dot`) are its leaf steps.
+/// `stage_chunk`, `merge_lanes`, `exact_dot`) and [`Shortlist`] are its leaf steps.
 #[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
 #[inline(always)]
 unsafe fn run<const VEC: bool>(a: Tf32AssignArgs) {
@@ -159,6 +173,7 @@ unsafe fn run<const VEC: bool>(a: Tf32AssignArgs) {
         d,
         centroids,
         c_sq_norms,
+        c_terms,
         k,
         labels,
         min_dist,
@@ -177,6 +192,10 @@ unsafe fn run<const VEC: bool>(a: Tf32AssignArgs) {
 
     let xs = shared::<u32>();
     let cs = unsafe { xs.add(TF32_POINTS / 2 * TF32_X_STRIDE) };
+    // Per point of the block: its error-bound terms `p` and `X + R_x` (zeros past `n`), read
+    // where a tile is ranked (in registers they would spill from the sweep).
+    let row_p = unsafe { cs.add(TF32_STAGES * TF32_STAGE_WORDS) }.cast::<f32>();
+    let row_x_sum = unsafe { row_p.add(TF32_POINTS) };
 
     let dp = d.next_multiple_of(TF32_CHUNK_DIMS);
     let chunks = dp / TF32_CHUNK_DIMS; // centroid chunks per tile
@@ -184,10 +203,23 @@ unsafe fn run<const VEC: bool>(a: Tf32AssignArgs) {
     let tiles = k.div_ceil(TF32_CENTROIDS);
     let steps = tiles * chunks;
 
-    let mut s1 = [f32::INFINITY; 4];
-    let mut i1 = [u32::MAX; 4];
-    let mut s2 = [f32::INFINITY; 4];
-    let mut i2 = [u32::MAX; 4];
+    // The shortlists of this thread's four point rows r: tile rows
+    // wm·32 + (r / 2)·16 + (r % 2)·8 + g. The sweep's first barrier publishes the row terms.
+    let mut lists = [Shortlist::EMPTY; 4];
+    if t < TF32_POINTS {
+        let i = first_point + t;
+        let mut terms = RowTerms::default();
+        if i < n {
+            for j in 0..d {
+                terms.add(unsafe { *x.add(i * d + j) }, true);
+            }
+        }
+        let (p, x_sum) = terms.point(d, product_coefficient(d));
+        unsafe {
+            *row_p.add(t) = p;
+            *row_x_sum.add(t) = x_sum;
+        }
+    }
 
     let cs_addr = shared_addr(cs);
     // Prologue: the first TF32_STAGES − 1 centroid chunks, one group each (empty groups past the
@@ -202,6 +234,7 @@ unsafe fn run<const VEC: bool>(a: Tf32AssignArgs) {
                     vec,
                     centroids,
                     c_sq_norms,
+                    c_terms,
                     k,
                     d,
                     pt * TF32_CENTROIDS,
@@ -243,6 +276,7 @@ unsafe fn run<const VEC: bool>(a: Tf32AssignArgs) {
                     vec,
                     centroids,
                     c_sq_norms,
+                    c_terms,
                     k,
                     d,
                     pt * TF32_CENTROIDS,
@@ -285,40 +319,27 @@ unsafe fn run<const VEC: bool>(a: Tf32AssignArgs) {
             }
         }
         if kc == chunks - 1 {
-            // The tile is done: rank its centroids for this thread's four point rows. A thread
-            // sees each row's centroids in increasing index order, so a strict `<` keeps the
-            // lower index on ties. The tile's norms came with this chunk.
+            // The tile is done: offer its centroids to this thread's four shortlists with
+            // their error bounds. The tile's norms and bound terms came with this chunk.
             let local = wn * 64 + 2 * q;
             let tile_norms = unsafe { buf.add(TF32_CENTROIDS * TF32_C_STRIDE) }.cast::<f32>();
+            let tile_c = unsafe { tile_norms.add(TF32_CENTROIDS) };
+            let tile_q = unsafe { tile_c.add(TF32_CENTROIDS) };
             for nt in 0..8 {
                 for h in 0..2 {
                     let c = tile * TF32_CENTROIDS + local + nt * 8 + h;
                     let valid = c < k;
                     let c_sq = unsafe { *tile_norms.add(local + nt * 8 + h) };
+                    let c_norm = unsafe { *tile_c.add(local + nt * 8 + h) };
+                    let c_q = unsafe { *tile_q.add(local + nt * 8 + h) };
                     for mt in 0..2 {
                         for half in 0..2 {
                             let r = mt * 2 + half;
+                            let row = wm * 32 + mt * 16 + half * 8 + g;
+                            let (p, x_sum) = unsafe { (*row_p.add(row), *row_x_sum.add(row)) };
                             let score = l2_score(acc[mt][nt][half * 2 + h], c_sq);
-                            // Branch-free: selects only.
-                            let lt1 = valid & (score < s1[r]);
-                            let lt2 = valid & (score < s2[r]);
-                            let c = c as u32;
-                            s2[r] = if lt1 {
-                                s1[r]
-                            } else if lt2 {
-                                score
-                            } else {
-                                s2[r]
-                            };
-                            i2[r] = if lt1 {
-                                i1[r]
-                            } else if lt2 {
-                                c
-                            } else {
-                                i2[r]
-                            };
-                            s1[r] = if lt1 { score } else { s1[r] };
-                            i1[r] = if lt1 { c } else { i1[r] };
+                            let bound = error_bound(p, x_sum, c_norm, c_q, c_sq);
+                            lists[r].offer(valid, score, bound, c as u32);
                         }
                     }
                 }
@@ -336,65 +357,130 @@ unsafe fn run<const VEC: bool>(a: Tf32AssignArgs) {
 
     // Merge the four lanes of a point row (they saw different centroids), then the two warp
     // columns through shared memory (the point tile is free now).
-    for r in 0..4 {
-        merge_lanes(&mut s1[r], &mut i1[r], &mut s2[r], &mut i2[r], 1);
-        merge_lanes(&mut s1[r], &mut i1[r], &mut s2[r], &mut i2[r], 2);
+    for list in &mut lists {
+        merge_lanes(list, 1);
+        merge_lanes(list, 2);
     }
-    let merge_score = xs.cast::<f32>();
-    let merge_index = unsafe { xs.add(TF32_POINTS * 4) };
-    let scratch = unsafe { xs.add(TF32_POINTS * 8) }.cast::<f64>();
+    // Per (point, warp column): the three lower bounds and the upper one, then two centroids.
+    let merge_bounds = xs.cast::<f32>();
+    let merge_index = unsafe { xs.add(TF32_POINTS * 8) };
+    let scratch = unsafe { xs.add(TF32_POINTS * 12) }.cast::<f64>();
+    // After the reduction scratch: per point whether it takes the block-wide pass, then each
+    // warp's best (score bits, centroid) of that pass.
+    let full_points = unsafe { xs.add(TF32_POINTS * 12 + 4 * BLOCK as usize) };
+    let warp_best = unsafe { full_points.add(TF32_POINTS) };
     if q == 0 {
-        for r in 0..4 {
-            let p = wm * 32 + (r / 2) * 16 + (r % 2) * 8 + g;
-            let at = p * 4 + wn * 2;
+        for (r, list) in lists.iter().enumerate() {
+            let at = (wm * 32 + (r / 2) * 16 + (r % 2) * 8 + g) * 2 + wn;
             unsafe {
-                *merge_score.add(at) = s1[r];
-                *merge_index.add(at) = i1[r];
-                *merge_score.add(at + 1) = s2[r];
-                *merge_index.add(at + 1) = i2[r];
+                for e in 0..3 {
+                    *merge_bounds.add(at * 4 + e) = list.lower[e];
+                }
+                *merge_bounds.add(at * 4 + 3) = list.upper;
+                *merge_index.add(at * 2) = list.index[0];
+                *merge_index.add(at * 2 + 1) = list.index[1];
             }
         }
     }
     sync_threads();
 
-    // Exact re-check: two threads per point, one candidate each.
+    // Exact re-check, two threads per point: the two shortlisted centroids, one each. A point
+    // whose shortlist may miss the winner is flagged, and the whole block scores every centroid
+    // for it below (a pair alone would run k serial dot products and hold the block). Each
+    // thread keeps the better of its scores as the exact path ranks them; then the pair's
+    // better wins.
     let (p, which) = (t / 2, t % 2);
     let i = first_point + p;
-    let (mut b1, mut j1, mut b2, mut j2) = (f32::INFINITY, u32::MAX, f32::INFINITY, u32::MAX);
-    for e in 0..4 {
-        let (sc, ix) = unsafe { (*merge_score.add(p * 4 + e), *merge_index.add(p * 4 + e)) };
-        insert(&mut b1, &mut j1, &mut b2, &mut j2, sc, ix);
+    let mut list = Shortlist::EMPTY;
+    for column in 0..2 {
+        let at = p * 2 + column;
+        let mut part = Shortlist::EMPTY;
+        unsafe {
+            for e in 0..3 {
+                part.lower[e] = *merge_bounds.add(at * 4 + e);
+            }
+            part.upper = *merge_bounds.add(at * 4 + 3);
+            part.index = [*merge_index.add(at * 2), *merge_index.add(at * 2 + 1)];
+        }
+        list.merge(part);
     }
-    let cand = if which == 0 { j1 } else { j2 };
-    let mut score = f32::INFINITY;
-    if i < n && cand != u32::MAX {
-        let c = cand as usize;
-        let dot = unsafe { exact_dot(x.add(i * d), centroids.add(c * d), d) };
-        score = l2_score(dot, unsafe { *c_sq_norms.add(c) });
+    let full = i < n && list.needs_full_pass();
+    if which == 0 {
+        unsafe { *full_points.add(p) = u32::from(full) };
     }
-    let (other_score, other) = (shfl_xor_f32(score, 1), shfl_xor_u32(cand, 1));
-    let (mut best, mut label) = (
-        score,
-        if score == f32::INFINITY {
-            u32::MAX
+    let (mut best, mut label) = (f32::INFINITY, u32::MAX);
+    if i < n && !full {
+        // (A select, not an index: a variable index puts the array on the stack.)
+        let cand = if which == 0 {
+            list.index[0]
         } else {
-            cand
-        },
-    );
-    let other = if other_score == f32::INFINITY {
-        u32::MAX
-    } else {
-        other
-    };
-    if better(other_score, other, best, label) {
-        best = other_score;
-        label = other;
+            list.index[1]
+        };
+        if cand != u32::MAX {
+            let c = cand as usize;
+            let dot = unsafe { exact_dot(x.add(i * d), centroids.add(c * d), d) };
+            (best, label) = (l2_score(dot, unsafe { *c_sq_norms.add(c) }), cand);
+        }
+    }
+    sync_threads();
+    // The flagged points, one at a time (the flags are the same for every thread, so are the
+    // barriers): every thread scores centroids t, t + BLOCK, …; the warps' best, then the
+    // block's, as the exact path ranks them (`better` orders (score, index) totally, so the
+    // order of the reduction does not matter).
+    for f in 0..TF32_POINTS {
+        if unsafe { *full_points.add(f) } == 0 {
+            continue;
+        }
+        let row = unsafe { x.add((first_point + f) * d) };
+        let (mut fb, mut fl) = (f32::INFINITY, u32::MAX);
+        let mut c = t;
+        while c < k {
+            let dot = unsafe { exact_dot(row, centroids.add(c * d), d) };
+            let score = l2_score(dot, unsafe { *c_sq_norms.add(c) });
+            if better(score, c as u32, fb, fl) {
+                (fb, fl) = (score, c as u32);
+            }
+            c += BLOCK as usize;
+        }
+        for mask in [16, 8, 4, 2, 1] {
+            let (ob, ol) = (shfl_xor_f32(fb, mask), shfl_xor_u32(fl, mask));
+            if better(ob, ol, fb, fl) {
+                (fb, fl) = (ob, ol);
+            }
+        }
+        if lane == 0 {
+            unsafe {
+                *warp_best.add(2 * warp) = fb.to_bits();
+                *warp_best.add(2 * warp + 1) = fl;
+            }
+        }
+        sync_threads();
+        if p == f {
+            for w in 0..BLOCK as usize / 32 {
+                let (ob, ol) = unsafe {
+                    (
+                        f32::from_bits(*warp_best.add(2 * w)),
+                        *warp_best.add(2 * w + 1),
+                    )
+                };
+                if better(ob, ol, best, label) {
+                    (best, label) = (ob, ol);
+                }
+            }
+        }
+        // The warps' slots are written again for the next flagged point.
+        sync_threads();
+    }
+    let (other_best, other) = (shfl_xor_f32(best, 1), shfl_xor_u32(label, 1));
+    if better(other_best, other, best, label) {
+        (best, label) = (other_best, other);
     }
     let mut moved = 0.0;
     let mut dist_sum = 0i64;
     if which == 0 && i < n {
-        if label == u32::MAX {
-            // Every score was +inf (or NaN): the CPU's first-minimum scan keeps centroid 0.
+        #[allow(clippy::neg_cmp_op_on_partial_ord)]
+        if !(best < f32::INFINITY) {
+            // Every score was +inf or NaN: the CPU's first-minimum scan keeps centroid 0.
             label = 0;
         }
         let dist = assign_distance(AssignMetric::SqL2, unsafe { *x_sq_norms.add(i) }, best);
@@ -419,21 +505,6 @@ unsafe fn run<const VEC: bool>(a: Tf32AssignArgs) {
         if t == 0 {
             unsafe { *block_inertia.add(gpu::block()) = total };
         }
-    }
-}
-
-/// Puts `(score, index)` into the sorted pair `(s1, i1) ≤ (s2, i2)` if it beats either.
-#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
-#[inline(always)]
-fn insert(s1: &mut f32, i1: &mut u32, s2: &mut f32, i2: &mut u32, score: f32, index: u32) {
-    if better(score, index, *s1, *i1) {
-        *s2 = *s1;
-        *i2 = *i1;
-        *s1 = score;
-        *i1 = index;
-    } else if better(score, index, *s2, *i2) {
-        *s2 = score;
-        *i2 = index;
     }
 }
 
@@ -466,14 +537,16 @@ unsafe fn exact_dot(x: *const f32, c: *const f32, d: usize) -> f32 {
     acc
 }
 
-/// Merges the sorted candidate pair of lane `lane ^ mask` into this lane's.
+/// Merges the shortlist of lane `lane ^ mask` (the same point row) into this lane's.
 #[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
 #[inline(always)]
-fn merge_lanes(s1: &mut f32, i1: &mut u32, s2: &mut f32, i2: &mut u32, mask: u32) {
-    let (ps1, pi1) = (shfl_xor_f32(*s1, mask), shfl_xor_u32(*i1, mask));
-    let (ps2, pi2) = (shfl_xor_f32(*s2, mask), shfl_xor_u32(*i2, mask));
-    insert(s1, i1, s2, i2, ps1, pi1);
-    insert(s1, i1, s2, i2, ps2, pi2);
+fn merge_lanes(list: &mut Shortlist, mask: u32) {
+    let other = Shortlist {
+        lower: list.lower.map(|v| shfl_xor_f32(v, mask)),
+        index: list.index.map(|v| shfl_xor_u32(v, mask)),
+        upper: shfl_xor_f32(list.upper, mask),
+    };
+    list.merge(other);
 }
 
 /// Stages dimensions `j0..j0 + min(TF32_POINT_DIMS, dp − j0)` of the block's points, rounded to TF32, into
@@ -532,11 +605,11 @@ unsafe fn stage_points(
 
 /// Starts copying centroids `first..first + TF32_CENTROIDS`, dimensions `j0..j0 + TF32_CHUNK_DIMS` into the centroid
 /// stage at shared address `buf` (row-major, stride `TF32_C_STRIDE`), zeros past `k` and `d`; with
-/// `norms`, also their squared norms after the chunk. Commits nothing.
+/// `norms`, also their squared norms and their two bound terms after the chunk. Commits nothing.
 ///
 /// # Safety
-/// `c` holds `k × d` values (16-byte aligned rows with `vec`), `c_sq_norms` `k`; `buf` is a
-/// centroid stage.
+/// `c` holds `k × d` values (16-byte aligned rows with `vec`), `c_sq_norms` `k`, `c_terms` `2k`;
+/// `buf` is a centroid stage.
 #[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
@@ -545,6 +618,7 @@ unsafe fn stage_chunk(
     vec: bool,
     c: *const f32,
     c_sq_norms: *const f32,
+    c_terms: *const f32,
     k: usize,
     d: usize,
     first: usize,
@@ -557,15 +631,25 @@ unsafe fn stage_chunk(
             t, vec, c, k, d, first, j0, buf,
         )
     };
-    if norms && t < TF32_CENTROIDS {
-        let ok = first + t < k;
-        let src = if ok {
-            unsafe { c_sq_norms.add(first + t) }
-        } else {
-            c_sq_norms
+    // Word w of the 3·TF32_CENTROIDS after the chunk: the squared norms, the norms, then the
+    // residual terms of the tile's centroids.
+    let mut w = t;
+    while norms && w < 3 * TF32_CENTROIDS {
+        let (part, e) = (w / TF32_CENTROIDS, w % TF32_CENTROIDS);
+        let from = match part {
+            0 => c_sq_norms,
+            1 => c_terms,
+            _ => unsafe { c_terms.add(k) },
         };
-        let dst = buf + 4 * (TF32_CENTROIDS * TF32_C_STRIDE + t) as u32;
+        let ok = first + e < k;
+        let src = if ok {
+            unsafe { from.add(first + e) }
+        } else {
+            from
+        };
+        let dst = buf + 4 * (TF32_CENTROIDS * TF32_C_STRIDE + w) as u32;
         unsafe { copy_4(dst, src, if ok { 4 } else { 0 }) };
+        w += BLOCK as usize;
     }
 }
 
@@ -575,6 +659,9 @@ unsafe fn stage_chunk(
 fn shfl_xor_f32(v: f32, mask: u32) -> f32 {
     f32::from_bits(shfl_xor_u32(v.to_bits(), mask))
 }
+
+pub mod bound;
+pub mod shortlist;
 
 #[cfg(test)]
 mod tests {
@@ -586,10 +673,12 @@ mod tests {
     fn tf32_tile_fits() {
         // Two blocks per multiprocessor on sm_80 / sm_90 (164 / 228 KiB per SM).
         assert!(2 * (tf32_shared_bytes() + 1024) <= 228 * 1024);
-        // The point tile is reused for the merge (128 points × 2 warp columns × 2 candidates ×
-        // (score, index)) and the reduction scratch (2 f64 per thread).
+        // The point tile is reused for the merge (128 points × 2 warp columns × (4 bounds, 2
+        // centroids)), the reduction scratch (2 f64 per thread), the block-wide pass's flags (a
+        // word per point) and its warps' best (2 words per warp).
         assert!(
-            TF32_POINTS * 2 * 2 * 8 + 2 * BLOCK as usize * 8 <= TF32_POINTS / 2 * TF32_X_STRIDE * 4
+            TF32_POINTS * 2 * 6 * 4 + 2 * BLOCK as usize * 8 + TF32_POINTS * 4 + BLOCK as usize / 4
+                <= TF32_POINTS / 2 * TF32_X_STRIDE * 4
         );
         assert_eq!(TF32_X_STRIDE % 32, 4);
         assert_eq!(TF32_C_STRIDE % 32, 16);

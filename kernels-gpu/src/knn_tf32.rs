@@ -600,7 +600,7 @@ pub mod scan;
 pub mod scan_wgmma;
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::exec::emu::{P, launch};
     use crate::knn::{NO_KEY, SELECT_BLOCK, distance, key, key_index};
@@ -695,15 +695,15 @@ mod tests {
     }
 
     /// A small deterministic generator (xorshift).
-    struct Rng(u64);
+    pub(crate) struct Rng(pub(crate) u64);
     impl Rng {
-        fn next(&mut self) -> u64 {
+        pub(crate) fn next(&mut self) -> u64 {
             self.0 ^= self.0 << 13;
             self.0 ^= self.0 >> 7;
             self.0 ^= self.0 << 17;
             self.0
         }
-        fn unit(&mut self) -> f32 {
+        pub(crate) fn unit(&mut self) -> f32 {
             (self.next() >> 40) as f32 / (1u64 << 24) as f32
         }
     }
@@ -720,7 +720,7 @@ mod tests {
     /// A TF32 dot product as a tensor core might form it: rounded queries, truncated or rounded
     /// training values, exact products, f32 sums of k-steps of 8 in one of several orders,
     /// rounding or truncating.
-    fn tf32_dot(q: &[f32], x: &[f32], order: u32, x_truncated: bool) -> f32 {
+    pub(crate) fn tf32_dot(q: &[f32], x: &[f32], order: u32, x_truncated: bool) -> f32 {
         let truncate = |v: f64| {
             let f = v as f32;
             if (f as f64).abs() > v.abs() {

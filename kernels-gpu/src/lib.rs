@@ -18,7 +18,8 @@
 //! | `kmeans_assign_l2_narrow` | `assign` | `assign::KmeansAssign` | `backend::cpu::kmeans::nearest`, `::accumulate` | `tests/kmeans.rs` `gpu_matches_cpu_on_awkward_shapes` |
 //! | `kmeans_assign_l1_wide` | `assign` | `assign::KmeansAssign` | `backend::cpu::kmeans::nearest`, `::accumulate` | `tests/kmeans.rs` `gpu_matches_cpu_on_awkward_shapes` |
 //! | `kmeans_assign_l1_narrow` | `assign` | `assign::KmeansAssign` | `backend::cpu::kmeans::nearest`, `::accumulate` | `tests/kmeans.rs` `gpu_matches_cpu_on_awkward_shapes` |
-//! | `kmeans_assign_l2_tf32` | `assign_tf32` | `assign::KmeansAssignL2Tf32` | `backend::cpu::kmeans::nearest` (exact) | `tests/kmeans_tf32.rs` `tf32_labels_agree_with_exact` |
+//! | `kmeans_assign_l2_tf32` | `assign_tf32` | `assign::KmeansAssignL2Tf32` | `backend::cpu::kmeans::nearest` (exact) | `tests/kmeans_tf32.rs` `tf32_labels_equal_exact` `tf32_fits_equal_exact`, `assign_tf32/shortlist/tests.rs` `near_tie_lattices_are_exact` |
+//! | `tf32_centroid_terms` | `assign_tf32::bound` | `assign::Tf32CentroidTerms` | `assign_tf32::bound::RowTerms::centroid` | `assign_tf32/bound.rs` `emulated_centroid_terms_equal_the_twin`, `tests/kmeans_tf32.rs` `tf32_labels_equal_exact` |
 //! | `kmeans_centroids_by_dimension` | `centroids` | `centroids::KmeansCentroidsByDimension` | `backend::cpu::kmeans::CentroidBlocks::new` | `tests/kmeans.rs` `gpu_matches_cpu_on_awkward_shapes` |
 //! | `kmeans_accumulate_shared` | `update` | `update::KmeansAccumulateShared` | `backend::cpu::kmeans::accumulate` | `tests/kmeans.rs` `gpu_matches_cpu_on_awkward_shapes` |
 //! | `kmeans_accumulate_global` | `update` | `update::KmeansAccumulateGlobal` | `backend::cpu::kmeans::accumulate` | `tests/weights.rs` `gpu_matches_cpu_with_weights` |
@@ -125,12 +126,13 @@ mod gpu;
 use launch::Kernel;
 
 /// Every kernel of the PTX builds, in the order of the twin table above.
-pub const KERNELS: [Kernel; 62] = [
+pub const KERNELS: [Kernel; 63] = [
     assign::KMEANS_ASSIGN_L2_WIDE,
     assign::KMEANS_ASSIGN_L2_NARROW,
     assign::KMEANS_ASSIGN_L1_WIDE,
     assign::KMEANS_ASSIGN_L1_NARROW,
     assign_tf32::KMEANS_ASSIGN_L2_TF32,
+    assign_tf32::bound::TF32_CENTROID_TERMS,
     centroids::KMEANS_CENTROIDS_BY_DIMENSION,
     update::KMEANS_ACCUMULATE_SHARED,
     update::KMEANS_ACCUMULATE_GLOBAL,

@@ -10,7 +10,7 @@ use super::init::{CudaCandidates, CudaSeeder, ParkedSeeder, Rows};
 use super::launch::{
     KmeansAccumulateGlobal, KmeansAccumulateShared, KmeansAssign, KmeansAssignL2Tf32,
     KmeansCentroidsByDimension, KmeansFinalize, KmeansFinalizeSmall, KmeansNormalizeRows,
-    KmeansShiftParts, KmeansSmall, KmeansSummary, RowSqNorms,
+    KmeansShiftParts, KmeansSmall, KmeansSummary, RowSqNorms, Tf32CentroidTerms,
 };
 use super::nccl::Rank;
 use super::slot::{Slot, dev_opt};
@@ -75,6 +75,9 @@ pub(crate) struct CudaLloyd<'a> {
     inertia_unit: f64,
     centroids: Slot<f32>,
     c_sq_norms: Slot<f32>,
+    /// The centroids' norms and TF32 residual terms (`2k`) for the TF32 kernel's error bound
+    /// (empty on the other paths).
+    c_terms: Slot<f32>,
     /// The centroids by dimension, `d × k_padded` (`k_padded`: `k` rounded up to 4; the padding columns
     /// stay zero), for the exact assign kernels.
     centroids_t: Slot<f32>,
@@ -312,6 +315,7 @@ impl<'a> CudaLloyd<'a> {
             inertia_unit: spec.inertia_unit,
             centroids: Slot::Device(gpu.zeros(k * d, "centroids")?),
             c_sq_norms: Slot::Device(gpu.zeros(k, "centroid norms")?),
+            c_terms: Slot::Device(gpu.zeros(if tf32 { 2 * k } else { 0 }, "centroid bound terms")?),
             centroids_t: Slot::Device(gpu.zeros(by_dimension_len, "centroids by dimension")?),
             next: Slot::Device(gpu.zeros(k * d, "centroids")?),
             labels: Slot::Device(gpu.zeros(n, "labels")?),
@@ -368,6 +372,7 @@ impl<'a> CudaLloyd<'a> {
         }
         self.x_sq_norms.park(gpu, false, "point norms")?;
         self.c_sq_norms.park(gpu, false, "centroid norms")?;
+        self.c_terms.park(gpu, false, "centroid bound terms")?;
         self.centroids_t
             .park(gpu, false, "centroids by dimension")?;
         self.shift_parts.park(gpu, false, "shift partials")?;
@@ -414,6 +419,7 @@ impl<'a> CudaLloyd<'a> {
         self.x_sq_norms = Slot::Device(point_norms_buffer(gpu, norms_len, self.spherical)?);
         self.norms_stale = self.computes_point_norms();
         self.c_sq_norms.restore(gpu, "centroid norms")?;
+        self.c_terms.restore(gpu, "centroid bound terms")?;
         self.centroids_t.restore(gpu, "centroids by dimension")?;
         self.shift_parts.restore(gpu, "shift partials")?;
         self.counters.restore(gpu, "counters")?;
@@ -527,6 +533,13 @@ impl<'a> CudaLloyd<'a> {
                 out: self.c_sq_norms.dev_mut()?,
             }
             .launch(gpu)?;
+            Tf32CentroidTerms {
+                centroids: self.centroids.dev()?,
+                k,
+                d,
+                out: self.c_terms.dev_mut()?,
+            }
+            .launch(gpu)?;
             debug_assert!(!accumulate, "the TF32 kernel does not accumulate");
             return KmeansAssignL2Tf32 {
                 x: on_device(&self.x)?,
@@ -535,6 +548,7 @@ impl<'a> CudaLloyd<'a> {
                 d,
                 centroids: self.centroids.dev()?,
                 c_sq_norms: self.c_sq_norms.dev()?,
+                c_terms: self.c_terms.dev()?,
                 k,
                 labels: self.labels.dev_mut()?,
                 min_dist: self.min_dist.dev_mut()?,

@@ -68,12 +68,13 @@ pub enum Precision {
     /// FP32 throughout, bit-identical on the CPU and the GPU.
     #[default]
     Exact,
-    /// The distance products on TF32 tensor cores (`mma.sync`, inputs cut to 10-bit mantissas:
-    /// points rounded, centroids truncated; FP32 accumulation); each point's two best candidates
-    /// are then re-checked in exact FP32, so a label differs from [`Precision::Exact`]'s only
-    /// when the true nearest centroid is not among the two best TF32 candidates, and every
-    /// reported distance (hence inertia) is the exact FP32 distance to the chosen centroid.
-    /// Squared L2 only, on a GPU of compute capability 8.0 or later (an error on older GPUs); on
+    /// The same answer as [`Precision::Exact`], bit for bit, through a TF32 shortlist: the
+    /// distance products on TF32 tensor cores (`mma.sync`, inputs cut to 10-bit mantissas, FP32
+    /// accumulation) with a proven bound on their error; every centroid within the bound of a
+    /// point's best is re-scored in exact FP32 (usually one or two, all `k` on near-ties), so
+    /// labels, distances, centroids, inertia and iteration counts are the exact ones (see
+    /// docs/KMEANS.md, "The TF32 assignment"). Faster only where few centroids fall within the
+    /// bound. Squared L2 only, on a GPU of compute capability 8.0 or later (an error on older GPUs); on
     /// the CPU backend the fit is computed exactly (the same answer as [`Precision::Exact`]).
     /// Shapes that the GPU's fused small-shape step serves (up to 96 dimensions with the
     /// centroids in shared memory) are also computed exactly: that step is faster than the

@@ -7,6 +7,7 @@ use kernels_gpu::assign::{ASSIGN_WIDE, AssignTile};
 use kernels_gpu::assign::{
     KMEANS_ASSIGN_L1_NARROW, KMEANS_ASSIGN_L1_WIDE, KMEANS_ASSIGN_L2_NARROW, KMEANS_ASSIGN_L2_WIDE,
 };
+use kernels_gpu::assign_tf32::bound::TF32_CENTROID_TERMS;
 use kernels_gpu::assign_tf32::{KMEANS_ASSIGN_L2_TF32, tf32_grid, tf32_shared_bytes};
 use kernels_gpu::launch::BLOCK;
 use kernels_gpu::math::AssignMetric;
@@ -82,9 +83,9 @@ impl KmeansAssign<'_> {
     }
 }
 
-/// `kmeans_assign_l2_tf32` (sm_80 and later): the squared-L2 assignment of [`KmeansAssign`] on
-/// TF32 tensor cores, every label re-checked exactly. CPU twin: the exact
-/// [`crate::backend::cpu::kmeans::nearest`] (the CPU has no TF32 path).
+/// `kmeans_assign_l2_tf32` (sm_80 and later): the squared-L2 assignment of [`KmeansAssign`]
+/// through a TF32 tensor-core shortlist re-scored exactly: the same labels and distances. CPU
+/// twin: the exact [`crate::backend::cpu::kmeans::nearest`] (the CPU has no TF32 path).
 pub(crate) struct KmeansAssignL2Tf32<'a> {
     pub x: &'a CudaSlice<f32>,
     pub x_sq_norms: &'a CudaSlice<f32>,
@@ -92,6 +93,8 @@ pub(crate) struct KmeansAssignL2Tf32<'a> {
     pub d: u32,
     pub centroids: &'a CudaSlice<f32>,
     pub c_sq_norms: &'a CudaSlice<f32>,
+    /// The centroids' error-bound terms ([`Tf32CentroidTerms`]).
+    pub c_terms: &'a CudaSlice<f32>,
     pub k: u32,
     pub labels: &'a mut CudaSlice<u32>,
     pub min_dist: &'a mut CudaSlice<f32>,
@@ -107,17 +110,43 @@ impl KmeansAssignL2Tf32<'_> {
         let grid = tf32_grid(n);
         debug_assert!(self.x.len() >= n * d && self.x_sq_norms.len() >= n);
         debug_assert!(self.centroids.len() >= k * d && self.c_sq_norms.len() >= k);
+        debug_assert!(self.c_terms.len() >= 2 * k);
         debug_assert!(self.labels.len() >= n && self.min_dist.len() >= n);
         debug_assert!(self.block_inertia.len() >= grid);
         debug_assert!(self.weights.is_none_or(|w| w.len() >= n));
         let f = gpu.function(KMEANS_ASSIGN_L2_TF32.name)?;
         let mut l = gpu.launch_kernel(KMEANS_ASSIGN_L2_TF32, &f);
         l.arg(self.x).arg(self.x_sq_norms).arg(&self.n).arg(&self.d);
-        l.arg(self.centroids).arg(self.c_sq_norms).arg(&self.k);
+        l.arg(self.centroids).arg(self.c_sq_norms).arg(self.c_terms);
+        l.arg(&self.k);
         l.arg(self.labels).arg(self.min_dist).arg(self.changed);
         l.arg(self.block_inertia)
             .arg(&self.inertia_scale)
             .opt(self.weights);
         l.run(grid, BLOCK, tf32_shared_bytes())
+    }
+}
+
+/// `tf32_centroid_terms` (sm_80 and later): each centroid's norm and TF32 residual term, the
+/// centroid half of `kmeans_assign_l2_tf32`'s error bound (`out`: `k` norms, then `k` terms), a
+/// thread per centroid. CPU twin: [`kernels_gpu::assign_tf32::bound::RowTerms::centroid`].
+pub(crate) struct Tf32CentroidTerms<'a> {
+    pub centroids: &'a CudaSlice<f32>,
+    pub k: u32,
+    pub d: u32,
+    pub out: &'a mut CudaSlice<f32>,
+}
+
+impl Tf32CentroidTerms<'_> {
+    pub(crate) fn launch(self, gpu: &CudaBackend) -> Result<()> {
+        let (k, d) = (self.k as usize, self.d as usize);
+        debug_assert!(self.centroids.len() >= k * d && self.out.len() >= 2 * k);
+        let f = gpu.function(TF32_CENTROID_TERMS.name)?;
+        let mut l = gpu.launch_kernel(TF32_CENTROID_TERMS, &f);
+        l.arg(self.centroids)
+            .arg(&self.k)
+            .arg(&self.d)
+            .arg(self.out);
+        l.run(k.div_ceil(BLOCK as usize), BLOCK, 0)
     }
 }

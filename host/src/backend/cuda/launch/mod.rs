@@ -19,7 +19,7 @@ mod small;
 mod update;
 mod vote;
 
-pub(crate) use assign::{KmeansAssign, KmeansAssignL2Tf32};
+pub(crate) use assign::{KmeansAssign, KmeansAssignL2Tf32, Tf32CentroidTerms};
 pub(crate) use centroids::KmeansCentroidsByDimension;
 pub(crate) use distance::Pairwise;
 pub(crate) use init::{

@@ -1,0 +1,333 @@
+//! The error bound of `kmeans_assign_l2_tf32`'s TF32 scores, from the measured TF32 rounding
+//! residuals of each point and centroid (`tf32_centroid_terms` computes the centroids' once per
+//! step; the assign kernel's prologue the points').
+//!
+//! # The bound
+//! `u = 2^-24`; `x, c ∈ R^d` a point and a centroid (f32); `x̃`, `c̃` what the tensor cores
+//! multiply: `x̃_j = rna(x_j)` (`cvt.rna.tf32`), `c̃_j` the raw f32 read at TF32 precision
+//! (truncated, or rounded to nearest), either possibly flushed to 0 when subnormal. Per value the
+//! residual `ρ_j ≥ |v_j − ṽ_j|` is [`residual`]: `|v − rna(v)|` for points, the larger of that and
+//! `|v − trunc(v)|` for centroids (ties to even give the same magnitude), `|v|` for subnormals.
+//! `X ≥ ‖x‖`, `R_x ≥ ‖ρ(x)‖`, `C ≥ ‖c‖`, `R_c ≥ ‖ρ(c)‖` are f32 upper bounds ([`RowTerms`]: sums
+//! of squares in f64, where no square of an f32 underflows, then rounded up). `nc` is the
+//! squared norm both scores use.
+//!
+//! 1. Inputs: `x·c − x̃·c̃ = (x − x̃)·c + x̃·(c − c̃)`, and `‖x̃‖ ≤ ‖x‖ + ‖x − x̃‖`; by
+//!    Cauchy–Schwarz `|x·c − x̃·c̃| ≤ R_x·C + R_c·(X + R_x)`.
+//! 2. Tensor cores: the products of TF32 values are exact in f32 (22 bits); the FP32
+//!    accumulation's order is unspecified and it may truncate and align the operands of a
+//!    k-step to the largest one. Recursive sums in any order, rounding or truncating (unit
+//!    `2u`), err by at most `γ_{d}(2u)·s`; aligned multi-operand adds of `g ≥ 2` products lose at
+//!    most `2u` of the largest operand per operand and per normalisation, `(d + 2d/g)·2u·s`.
+//!    Both are within `γ' = 4du / (1 − 4du)` times `s = Σ|x̃_j·c̃_j| ≤ (1 + 2^-11)²·X·C`;
+//!    flushed subnormal products or sums add at most `2d·2^-126`.
+//! 3. The exact path: an FMA chain, `|dot − x·c| ≤ γ_d·X·C + d·2^-150`, `γ_d = du / (1 − du)`.
+//! 4. Scores: `T = fl(nc − 2·dot_tf32)` and `S = fl(nc − 2·dot)` (one FMA each), so
+//!    `|T − S| ≤ 2·|dot_tf32 − dot| + u·|T| + u·|S| ≤ (2·|dot_tf32 − dot| + 2u·|T|) / (1 − u)`,
+//!    with `|T| ≤ (1 + u)·(nc + 2·(1 + γ')·1.0011·X·C)`.
+//! 5. Evaluation: the kernel forms `E = fma(p, C, fma(q, X + R_x, fma(4u, nc, 2^-90)))` with
+//!    `p ≥ A·R_x + c2·X` and `q ≥ A·R_c` (f64, rounded up), `A = 2·(1 + 8u)`. Its three roundings
+//!    of non-negative terms lose at most `(1 − u)^3`, and `L = fl(T − E)`, `U = fl(T + E)` each
+//!    move by at most `u·(|T| + E)`. So `L ≤ S ≤ U` holds once
+//!    `E·(1 − u)^4 ≥ (2·(R_x·C + R_c·(X + R_x)) + 2·(1.0011·γ' + γ_d)·X·C + 3u·|T|) / (1 − u)`
+//!    plus the subnormal terms. Every coefficient carries `1 + 8u ≥ (1 − u)^-5`:
+//!    `c2 = (1 + 8u)·(2·(1.0011·γ' + γ_d) + 6u·(1 + u)·(1 + γ')·1.0011)` ([`product_coefficient`],
+//!    rounded up), `4u ≥ (1 + 8u)·3u·(1 + u)` for `nc`, and `2^-90` covers the subnormal terms
+//!    (at most `8d·2^-126`) for `d < 2^30`.
+//!
+//! Non-finite values (NaN or ∞ in a row, overflowing norms, `4du ≥ 1`) make `E` or `T`
+//! non-finite, which the shortlist keeps as "maybe nearest" (see [`super::shortlist`]). The
+//! residual norms are about `2^-12·‖v‖` for points and `2^-11·‖v‖` for centroids, against the
+//! `3·2^-10·‖x‖·‖c‖` a bound from the norms alone must assume.
+
+use crate::knn_tf32::tf32_round;
+use crate::launch::Kernel;
+use crate::math::fma;
+use crate::tile::load_vec4s;
+
+/// The `tf32_centroid_terms` entry point (built for sm_80 only, beside its kernel). CPU twin:
+/// [`RowTerms::of`] with [`RowTerms::centroid`].
+pub const TF32_CENTROID_TERMS: Kernel = Kernel::sm80("tf32_centroid_terms", 4);
+
+/// Weight of the squared centroid norm in the bound (`4u`).
+pub const BOUND_NORM: f32 = 1.0 / 4_194_304.0; // 2^-22
+/// Absolute term of the bound (flushed subnormal products and sums).
+pub const BOUND_ABS: f32 = crate::knn_tf32::BOUND_ABS; // 2^-90
+/// Weight `A = 2·(1 + 8u)` of the residual terms.
+const RESIDUAL_WEIGHT: f64 = 2.0 * (1.0 + 8.0 / 16_777_216.0);
+
+/// The largest TF32 rounding error of `v` the tensor cores may make: for a point (rounded with
+/// `cvt.rna`) or a centroid (read raw: truncated or rounded); `|v|` where it may flush.
+#[inline(always)]
+pub fn residual(v: f32, point: bool) -> f32 {
+    let a = v.abs();
+    if a < f32::MIN_POSITIVE {
+        return a;
+    }
+    // Both differences are exact (the result fits in the 13 dropped bits).
+    let near = (v - tf32_round(v)).abs();
+    if point {
+        near
+    } else {
+        let truncated = (v - f32::from_bits(v.to_bits() & !0x1fff)).abs();
+        if truncated > near { truncated } else { near }
+    }
+}
+
+/// `v` rounded up to f32 after a relative margin of `4·2^-52` for the f64 roundings before it.
+#[inline(always)]
+fn up(v: f64) -> f32 {
+    let v = v * (1.0 + 4.0 * f64::EPSILON);
+    let f = v as f32;
+    if (f as f64) < v {
+        f32::from_bits(f.to_bits() + 1)
+    } else {
+        f
+    }
+}
+
+#[inline(always)]
+fn sqrt64(v: f64) -> f64 {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        core::f64::math::sqrt(v)
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        v.sqrt()
+    }
+}
+
+/// `c2` of the bound for `d` dimensions (see the module), rounded up; `+∞` when `4du ≥ 1`.
+#[inline(always)]
+pub fn product_coefficient(d: usize) -> f32 {
+    let u = 1.0 / 16_777_216.0;
+    let du = d as f64 * u;
+    if 4.0 * du >= 1.0 {
+        return f32::INFINITY;
+    }
+    let acc = 4.0 * du / (1.0 - 4.0 * du);
+    let exact = du / (1.0 - du);
+    let t_size = 6.0 * u * (1.0 + u) * (1.0 + acc) * 1.0011;
+    up((1.0 + 8.0 * u) * (2.0 * (1.0011 * acc + exact) + t_size))
+}
+
+/// A row's squared norm and squared residual norm, summed in f64 (exact squares).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RowTerms {
+    sq_norm: f64,
+    sq_residual: f64,
+}
+
+impl RowTerms {
+    /// Adds value `v` of a point (`point`) or centroid row.
+    #[inline(always)]
+    pub fn add(&mut self, v: f32, point: bool) {
+        let (v64, r) = (v as f64, residual(v, point) as f64);
+        self.sq_norm += v64 * v64;
+        self.sq_residual += r * r;
+    }
+
+    /// The terms of a whole row.
+    pub fn of(row: &[f32], point: bool) -> RowTerms {
+        let mut t = RowTerms::default();
+        for &v in row {
+            t.add(v, point);
+        }
+        t
+    }
+
+    /// [`Self::of`] the `d` values at `row` (a centroid's, in `tf32_centroid_terms`), in the
+    /// same order, `IN_FLIGHT` loads at a time
+    /// where the row is 16-byte aligned (one load at a time would wait a memory round trip per
+    /// value).
+    ///
+    /// # Safety
+    /// `row` is valid for `d` values.
+    #[inline(always)]
+    pub unsafe fn read(row: *const f32, d: usize, point: bool) -> RowTerms {
+        const IN_FLIGHT: usize = 16;
+        let mut t = RowTerms::default();
+        let mut j = 0;
+        if (row as usize).is_multiple_of(16) {
+            while j + IN_FLIGHT <= d {
+                let v: [f32; IN_FLIGHT] = unsafe { load_vec4s(row.add(j)) };
+                // By reference: an array iterated by value stays in local memory.
+                for v in &v {
+                    t.add(*v, point);
+                }
+                j += IN_FLIGHT;
+            }
+        }
+        while j < d {
+            t.add(unsafe { *row.add(j) }, point);
+            j += 1;
+        }
+        t
+    }
+
+    /// `(X, R)`: upper bounds on the norm and the residual norm in f64 (a sum of `d` squares
+    /// errs by at most `γ_d(2^-53) ≤ (d + 2)·2^-52` relative; the roots' roundings are [`up`]'s).
+    #[inline(always)]
+    fn roots(self, d: usize) -> (f64, f64) {
+        let slack = 1.0 + (d as f64 + 2.0) * f64::EPSILON;
+        (
+            sqrt64(self.sq_norm * slack),
+            sqrt64(self.sq_residual * slack),
+        )
+    }
+
+    /// A centroid's `(C, q)`: its norm and `A·R_c`, rounded up.
+    #[inline(always)]
+    pub fn centroid(self, d: usize) -> (f32, f32) {
+        let (c, r) = self.roots(d);
+        (up(c), up(RESIDUAL_WEIGHT * r))
+    }
+
+    /// A point's `(p, X + R_x)`: `A·R_x + c2·X` and its norm plus its residual norm, rounded up.
+    #[inline(always)]
+    pub fn point(self, d: usize, c2: f32) -> (f32, f32) {
+        let (x, r) = self.roots(d);
+        (up(RESIDUAL_WEIGHT * r + c2 as f64 * x), up(x + r))
+    }
+}
+
+/// `E`, the bound on `|T − S|` of a point with terms `(p, x_sum)` ([`RowTerms::point`]) and a
+/// centroid with terms `(c_norm, q)` ([`RowTerms::centroid`]) and squared norm `nc`.
+#[inline(always)]
+pub fn error_bound(p: f32, x_sum: f32, c_norm: f32, q: f32, nc: f32) -> f32 {
+    fma(p, c_norm, fma(q, x_sum, fma(BOUND_NORM, nc, BOUND_ABS)))
+}
+
+/// Writes `out[i] = C_i` and `out[k + i] = A·R_c` ([`RowTerms::centroid`]) for the `k` rows of
+/// `centroids` (`d` columns), a thread per row.
+///
+/// # Safety
+/// `centroids` holds `k × d` values and `out` `2k`; blocks of `BLOCK` threads, enough for `k`.
+#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
+#[unsafe(no_mangle)]
+pub unsafe extern "gpu-kernel" fn tf32_centroid_terms(
+    centroids: *const f32,
+    k: u32,
+    d: u32,
+    out: *mut f32,
+) {
+    unsafe { centroid_terms(crate::exec::Gpu, centroids, k as usize, d as usize, out) }
+}
+
+/// The body of `tf32_centroid_terms`.
+///
+/// # Safety
+/// As the kernel's.
+#[inline(always)]
+pub unsafe fn centroid_terms<E: crate::exec::Exec>(
+    e: E,
+    centroids: *const f32,
+    k: usize,
+    d: usize,
+    out: *mut f32,
+) {
+    let i = e.block() * crate::launch::BLOCK as usize + e.thread();
+    if i >= k {
+        return;
+    }
+    let (c, q) = unsafe { RowTerms::read(centroids.add(i * d), d, false) }.centroid(d);
+    unsafe {
+        *out.add(i) = c;
+        *out.add(k + i) = q;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::exec::emu::{P, launch};
+    use crate::knn_tf32::tests::{Rng, tf32_dot};
+    use crate::launch::BLOCK;
+    use crate::math::{l2_score, sq_norm};
+
+    /// `fl(T − E) ≤ S ≤ fl(T + E)` on random and adversarial pairs, `T` from every emulated
+    /// accumulation order and centroid reading; prints how much of `E` the worst case uses.
+    #[test]
+    fn the_bound_holds_against_brute_force() {
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        let (mut worst, mut cases) = (0f64, 0);
+        for trial in 0..4200 {
+            let d = [1usize, 2, 3, 7, 8, 31, 128, 129, 256, 1000][trial % 10];
+            let kind = (trial / 10) % 7;
+            let sample = |rng: &mut Rng| -> f32 {
+                let u = rng.unit();
+                match kind {
+                    0 => u,                                               // uniform [0, 1)
+                    1 => 2.0 * u - 1.0,                                   // centred
+                    2 => (u - 0.5) * 1e6,                                 // large
+                    3 => (u - 0.5) * 1e-12,                               // tiny
+                    4 => (1.0 + (u * 1024.0).floor()) * 0.5e-3,           // few levels, ties
+                    5 => (u - 0.5) * 1e-37,                               // subnormal squares
+                    _ => (2f32).powi((u * 60.0) as i32 - 30) * (u - 0.4), // mixed scales
+                }
+            };
+            let x: Vec<f32> = (0..d).map(|_| sample(&mut rng)).collect();
+            let mut c: Vec<f32> = (0..d).map(|_| sample(&mut rng)).collect();
+            if trial % 7 == 0 {
+                // Near-duplicates: the scores' difference is all rounding.
+                for (cv, xv) in c.iter_mut().zip(&x) {
+                    *cv = xv * (1.0 + (rng.unit() - 0.5) * 1e-6);
+                }
+            }
+            let nc = sq_norm(&c);
+            let dot = x.iter().zip(&c).fold(0f32, |a, (&p, &q)| fma(p, q, a));
+            let s = l2_score(dot, nc);
+            let (p, x_sum) = RowTerms::of(&x, true).point(d, product_coefficient(d));
+            let (c_norm, q) = RowTerms::of(&c, false).centroid(d);
+            let e = error_bound(p, x_sum, c_norm, q, nc);
+            for (order, truncated) in (0..3).flat_map(|o| [(o, true), (o, false)]) {
+                let t = l2_score(tf32_dot(&x, &c, order, truncated), nc);
+                assert!(
+                    t - e <= s && s <= t + e,
+                    "d={d} kind={kind}: T = {t:e}, S = {s:e}, E = {e:e}"
+                );
+                worst = worst.max((t as f64 - s as f64).abs() / e as f64);
+                cases += 1;
+            }
+        }
+        assert!(cases > 20_000);
+        // (Near 1 where one dimension dominates: then Cauchy–Schwarz is tight.)
+        eprintln!("largest |T − S| / E over {cases} cases: {worst:.3}");
+    }
+
+    #[test]
+    fn residuals_cover_every_reading() {
+        let v = 1.0 + 3.0 * 2f32.powi(-12); // between TF32 values, nearer the upper
+        assert_eq!(residual(v, true), 2f32.powi(-12));
+        assert_eq!(residual(v, false), 3.0 * 2f32.powi(-12));
+        assert_eq!(residual(1.5, false), 0.0);
+        let tiny = f32::from_bits(5); // subnormal: may flush
+        assert_eq!(residual(-tiny, true), tiny);
+        assert_eq!(residual(1e-39, false), 1e-39);
+    }
+
+    #[test]
+    fn emulated_centroid_terms_equal_the_twin() {
+        for (d, k) in [(7, 1usize), (7, 255), (40, 257)] {
+            let cents: Vec<f32> = (0..k * d)
+                .map(|i| ((i * 7919 % 1000) as f32 - 500.0) * 1.37e-3)
+                .collect();
+            let mut out = vec![f32::NAN; 2 * k];
+            let (pc, po) = (P(cents.as_ptr() as *mut f32), P::of(&mut out));
+            launch(k.div_ceil(BLOCK as usize), BLOCK as usize, 0, |e| unsafe {
+                centroid_terms(e, pc.get(), k, d, po.get())
+            });
+            for i in 0..k {
+                let (c, q) = RowTerms::of(&cents[i * d..][..d], false).centroid(d);
+                assert_eq!((out[i], out[k + i]), (c, q), "k {k} row {i}");
+                let norm = cents[i * d..][..d]
+                    .iter()
+                    .map(|&v| v as f64 * v as f64)
+                    .sum::<f64>()
+                    .sqrt();
+                assert!(c as f64 >= norm);
+            }
+        }
+    }
+}

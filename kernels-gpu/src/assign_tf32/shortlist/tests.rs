@@ -1,0 +1,260 @@
+//! The shortlist against brute force: TF32 products emulated as the tensor cores may form them
+//! (`crate::knn_tf32::tests::tf32_dot`), the candidates split over the kernel's lanes and warp
+//! columns and merged as it merges them, then re-scored as the kernel does; labels and distances
+//! equal the exact scan's bit for bit on near-tie lattices, duplicated centroids, large offsets,
+//! d = 1, k = 1, k = 2, k = n and non-finite rows.
+
+use super::Shortlist;
+use crate::assign_tf32::bound::{RowTerms, error_bound, product_coefficient};
+use crate::knn_tf32::tests::{Rng, tf32_dot};
+use crate::math::{better, fma, l2_score, sq_norm};
+
+fn exact_score(x: &[f32], c: &[f32], nc: f32) -> f32 {
+    let dot = x.iter().zip(c).fold(0f32, |acc, (&a, &b)| fma(a, b, acc));
+    l2_score(dot, nc)
+}
+
+/// The exact path: every centroid in index order, strict `<` from (+∞, 0).
+fn exact_nearest(x: &[f32], cents: &[f32], norms: &[f32], d: usize) -> (u32, f32) {
+    let (mut best, mut label) = (f32::INFINITY, 0u32);
+    for (c, &nc) in norms.iter().enumerate() {
+        let s = exact_score(x, &cents[c * d..][..d], nc);
+        if s < best {
+            (best, label) = (s, c as u32);
+        }
+    }
+    (label, (sq_norm(x) + best).max(0.0))
+}
+
+/// The kernel's part of centroid `c`: warp column `(c % 128) / 64`, lane column `(c % 8) / 2`.
+fn part(c: usize) -> usize {
+    ((c % 128) / 64) * 4 + (c % 8) / 2
+}
+
+/// The kernel's answer for one point, with whether it took the full pass.
+fn shortlisted_nearest(
+    x: &[f32],
+    cents: &[f32],
+    norms: &[f32],
+    d: usize,
+    order: u32,
+    truncated: bool,
+) -> (u32, f32, bool) {
+    let nx = sq_norm(x);
+    let (p, x_sum) = RowTerms::of(x, true).point(d, product_coefficient(d));
+    let mut parts = [Shortlist::EMPTY; 8];
+    for (c, &nc) in norms.iter().enumerate() {
+        let row = &cents[c * d..][..d];
+        let t = l2_score(tf32_dot(x, row, order, truncated), nc);
+        let (c_norm, q) = RowTerms::of(row, false).centroid(d);
+        let e = error_bound(p, x_sum, c_norm, q, nc);
+        let s = exact_score(x, row, nc);
+        if t.is_finite() && e.is_finite() {
+            // As the kernel forms them: L = fl(T − E) ≤ S ≤ fl(T + E) = U.
+            assert!(
+                t - e <= s && s <= t + e,
+                "centroid {c}: T = {t}, S = {s}, E = {e}"
+            );
+        }
+        parts[part(c)].offer(true, t, e, c as u32);
+        // Padding centroids past k offer nothing.
+        parts[part(c)].offer(false, f32::NAN, 0.0, u32::MAX);
+    }
+    // The lanes' butterfly (masks 1 and 2) inside each warp column, then both columns.
+    for mask in [1, 2] {
+        let before = parts;
+        for (p, list) in parts.iter_mut().enumerate() {
+            list.merge(before[(p & !3) | ((p % 4) ^ mask)]);
+        }
+    }
+    let mut list = Shortlist::EMPTY;
+    list.merge(parts[0]);
+    list.merge(parts[4]);
+    let full = list.needs_full_pass();
+    let candidates: Vec<u32> = if full {
+        (0..norms.len() as u32).collect()
+    } else {
+        list.index.to_vec()
+    };
+    let (mut best, mut label) = (f32::INFINITY, u32::MAX);
+    for c in candidates.into_iter().filter(|&c| c != u32::MAX) {
+        let s = exact_score(x, &cents[c as usize * d..][..d], norms[c as usize]);
+        if better(s, c, best, label) {
+            (best, label) = (s, c);
+        }
+    }
+    // `better` never takes NaN: every score was +∞ or NaN.
+    if best == f32::INFINITY {
+        label = 0;
+    }
+    (label, (nx + best).max(0.0), full)
+}
+
+/// Checks every point of `data` against `cents`; returns the number of full passes.
+fn check(name: &str, data: &[f32], cents: &[f32], d: usize) -> usize {
+    let norms: Vec<f32> = cents.chunks(d).map(sq_norm).collect();
+    let mut full = 0;
+    for (i, x) in data.chunks(d).enumerate() {
+        let (want, want_dist) = exact_nearest(x, cents, &norms, d);
+        for (order, truncated) in [(0, true), (1, false), (2, true)] {
+            let (label, dist, f) = shortlisted_nearest(x, cents, &norms, d, order, truncated);
+            assert_eq!(label, want, "{name}: point {i} (order {order})");
+            assert_eq!(dist.to_bits(), want_dist.to_bits(), "{name}: point {i}");
+            full += usize::from(f && order == 0);
+        }
+    }
+    full
+}
+
+fn uniform(rng: &mut Rng, len: usize, scale: f32, offset: f32) -> Vec<f32> {
+    (0..len).map(|_| offset + scale * rng.unit()).collect()
+}
+
+fn lattice(rng: &mut Rng, len: usize, levels: u64) -> Vec<f32> {
+    (0..len).map(|_| (rng.next() % levels) as f32).collect()
+}
+
+#[test]
+fn random_points_mostly_shortlist() {
+    let mut rng = Rng(11);
+    let (n, d, k) = (400, 32, 200);
+    let data = uniform(&mut rng, n * d, 1.0, 0.0);
+    let cents = uniform(&mut rng, k * d, 1.0, 0.0);
+    let full = check("uniform", &data, &cents, d);
+    eprintln!("uniform n={n} d={d} k={k}: {full} full passes");
+    assert!(full <= n / 5, "{full} of {n} points took the full pass");
+}
+
+#[test]
+fn near_tie_lattices_are_exact() {
+    let mut rng = Rng(12);
+    let mut full = 0;
+    for (n, d, k, levels) in [
+        (300, 2, 10, 4),
+        (200, 16, 64, 3),
+        (300, 3, 27, 3),
+        (100, 1, 5, 3),
+    ] {
+        let data = lattice(&mut rng, n * d, levels);
+        let cents = lattice(&mut rng, k * d, levels);
+        full += check(&format!("lattice d={d} k={k}"), &data, &cents, d);
+    }
+    // Exact ties between three or more centroids (duplicates among them) take the full pass.
+    assert!(full > 0);
+}
+
+#[test]
+fn duplicated_centroids_are_exact() {
+    let mut rng = Rng(13);
+    let d = 8;
+    let data = uniform(&mut rng, 200 * d, 1.0, 0.0);
+    let mut cents = uniform(&mut rng, 20 * d, 1.0, 0.0);
+    // Every centroid three times: the lowest index must win.
+    let copy = cents.clone();
+    cents.extend_from_slice(&copy);
+    cents.extend_from_slice(&copy);
+    check("duplicated", &data, &cents, d);
+}
+
+#[test]
+fn large_norms_with_small_differences_are_exact() {
+    let mut rng = Rng(14);
+    let d = 16;
+    for offset in [1e4f32, -3e4, 1e6] {
+        let data = uniform(&mut rng, 300 * d, 1.0, offset);
+        let cents = uniform(&mut rng, 40 * d, 1.0, offset);
+        check(&format!("offset {offset}"), &data, &cents, d);
+    }
+}
+
+#[test]
+fn awkward_shapes_are_exact() {
+    let mut rng = Rng(15);
+    // d = 1, k = 1, k = 2, and k = n (every point is a centroid).
+    for (n, d, k) in [(150, 1, 7), (100, 5, 1), (100, 5, 2), (130, 129, 3)] {
+        let data = uniform(&mut rng, n * d, 2.0, -1.0);
+        let cents = uniform(&mut rng, k * d, 2.0, -1.0);
+        check(&format!("n={n} d={d} k={k}"), &data, &cents, d);
+    }
+    let data = uniform(&mut rng, 97 * 12, 1.0, 0.0);
+    check("k=n", &data, &data, 12);
+}
+
+#[test]
+fn non_finite_rows_take_the_full_pass() {
+    let d = 4;
+    let cents = [0.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0, 2.0, 0.0, 0.0, 0.0];
+    let data = [
+        f32::NAN,
+        0.0,
+        0.0,
+        0.0,
+        f32::INFINITY,
+        1.0,
+        1.0,
+        1.0,
+        1e30,
+        1e30,
+        0.0,
+        0.0,
+    ];
+    check("non-finite", &data, &cents, d);
+}
+
+#[test]
+fn merging_keeps_the_three_smallest() {
+    let mut a = Shortlist::EMPTY;
+    for (l, i) in [(5.0, 5), (1.0, 1), (3.0, 3)] {
+        a.offer(true, l, 0.0, i);
+    }
+    let mut b = Shortlist::EMPTY;
+    for (l, i) in [(2.0, 2), (0.5, 0), (4.0, 4)] {
+        b.offer(true, l, 0.0, i);
+    }
+    a.merge(b);
+    assert_eq!(a.lower, [0.5, 1.0, 2.0]);
+    assert_eq!(a.index, [0, 1]);
+    assert_eq!(a.upper, 0.5);
+    assert!(a.needs_full_pass() == (2.0 <= 0.5));
+    // A bound that reaches the third smallest score asks for every centroid.
+    let mut c = Shortlist::EMPTY;
+    for i in 0..3 {
+        c.offer(true, i as f32, 1.0, i);
+    }
+    assert!(c.needs_full_pass());
+    // Non-finite scores are always kept and never bound the winner.
+    let mut n = Shortlist::EMPTY;
+    n.offer(true, f32::NAN, 0.0, 7);
+    assert_eq!(
+        (n.lower[0], n.index[0], n.upper),
+        (f32::NEG_INFINITY, 7, f32::INFINITY)
+    );
+}
+
+/// The share of points that take the full pass on the benchmark's shape (d = 128, k = 1024),
+/// uniform on [0, 1) and centred (uniform on [−1, 1)): printed, and held under a ceiling.
+#[test]
+fn benchmark_shapes_mostly_shortlist() {
+    let (n, d, k) = (300, 128, 1024);
+    for (name, scale, offset, ceiling) in
+        [("uniform", 1.0, 0.0, 0.10), ("centred", 2.0, -1.0, 0.10)]
+    {
+        let mut rng = Rng(21);
+        let data = uniform(&mut rng, n * d, scale, offset);
+        let cents = uniform(&mut rng, k * d, scale, offset);
+        let norms: Vec<f32> = cents.chunks(d).map(sq_norm).collect();
+        let mut full = 0;
+        for (i, x) in data.chunks(d).enumerate() {
+            let (want, _) = exact_nearest(x, &cents, &norms, d);
+            let (label, _, f) = shortlisted_nearest(x, &cents, &norms, d, 0, true);
+            assert_eq!(label, want, "{name}: point {i}");
+            full += usize::from(f);
+        }
+        let share = full as f64 / n as f64;
+        eprintln!(
+            "{name} {d} dimensions, k={k}: {full} of {n} points ({:.1} %) take the full pass",
+            100.0 * share
+        );
+        assert!(share <= ceiling, "{name}: {full} of {n} full passes");
+    }
+}
