@@ -12,7 +12,7 @@
 //!   the order of the additions.
 
 use crate::fixed::to_fixed;
-use crate::lp::{self, MinkowskiP};
+use crate::lp_distance::{self as lp, MinkowskiP};
 use crate::math::{fma, sqrt};
 
 /// Distance of the kNN kernels, as passed to them.

@@ -106,6 +106,7 @@ pub mod knn;
 pub mod knn_tf32;
 pub mod launch;
 pub mod lp;
+pub mod lp_distance;
 pub mod math;
 pub mod minibatch;
 pub mod norms;

@@ -7,10 +7,8 @@
 //! the `kmeans-knn` command line does, through [`narrowed`], and Python users may.
 
 use super::{Device, GpuSet};
+pub use crate::backend::cuda::driver::VISIBLE_VAR;
 use crate::backend::cuda::driver::host_gpus;
-
-/// The driver's variable that lists the GPUs a process sees (ordinals, UUIDs or MIG names).
-pub const VISIBLE_VAR: &str = "CUDA_VISIBLE_DEVICES";
 
 /// The GPUs the driver will start in this process: those `CUDA_VISIBLE_DEVICES` lists (at most
 /// the machine's), else the machine's; `None` without an NVIDIA driver.

@@ -73,6 +73,9 @@ pub fn version_text(version: i32) -> String {
     format!("{}.{}", version / 1000, (version % 1000) / 10)
 }
 
+/// The driver's variable that lists the GPUs a process sees (ordinals, UUIDs or MIG names).
+pub const VISIBLE_VAR: &str = "CUDA_VISIBLE_DEVICES";
+
 /// The NVIDIA GPUs in this machine, counted from the driver's files without starting it
 /// (`/proc/driver/nvidia/gpus/*`, else the `/dev/nvidiaN` device files); `None` when neither
 /// is there (no NVIDIA driver).

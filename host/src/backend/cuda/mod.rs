@@ -169,7 +169,7 @@ pub(crate) fn gpu_info(ordinal: usize) -> Result<GpuInfo> {
 /// mapping is certain ([`nvml::cuda_to_nvml`]).
 fn nvml_in_cuda_order() -> Option<(&'static [nvml::NvmlGpu], Vec<usize>)> {
     let gpus = nvml::gpus()?;
-    let visible = std::env::var(crate::device::visible::VISIBLE_VAR).ok();
+    let visible = std::env::var(driver::VISIBLE_VAR).ok();
     let pci_order = std::env::var("CUDA_DEVICE_ORDER").is_ok_and(|o| o == "PCI_BUS_ID");
     let order = nvml::cuda_to_nvml(gpus, visible.as_deref(), pci_order)?;
     Some((gpus, order))
