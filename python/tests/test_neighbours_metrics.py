@@ -25,11 +25,9 @@ def custom(a, b):
 
 # (metric, extra parameters, data transform) for the CPU fallback.
 FALLBACK = [
-    ("chebyshev", {}, None),
     ("braycurtis", {}, None),
     ("canberra", {}, None),
     ("correlation", {}, None),
-    ("minkowski", {"p": 3}, None),
     ("minkowski", {"p": 0.5}, None),
     ("minkowski", {"p": 3, "metric_params": {"w": RNG.rand(4)}}, None),
     ("seuclidean", {"metric_params": {"V": RNG.rand(4) + 0.5}}, None),
@@ -55,6 +53,24 @@ def fallback_case(metric, params, transform):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # p < 1 and boolean conversions warn, as scikit-learn.
         return ours.fit(train), ref.fit(train), queries
+
+
+@pytest.mark.parametrize(
+    "metric, params, engine",
+    [("chebyshev", {}, "chebyshev"), ("minkowski", {"p": 3}, "minkowski:3.0"),
+     ("minkowski", {"p": np.inf}, "chebyshev")],
+)
+def test_engine_lp_metrics_equal_scikit_learns_brute_force(metric, params, engine):
+    ours, ref, queries = fallback_case(metric, params, None)
+    assert ours._engine_metric == engine
+    for q in (queries, None):
+        got, want = ours.kneighbors(q), ref.kneighbors(q)
+        np.testing.assert_allclose(got[0], want[0], rtol=1e-12, atol=1e-15)
+        np.testing.assert_array_equal(got[1], want[1])
+        got_r = ours.radius_neighbors(q, sort_results=True)
+        want_r = ref.radius_neighbors(q, sort_results=True)
+        for a, b in zip(got_r[1], want_r[1]):
+            np.testing.assert_array_equal(a, b)
 
 
 @pytest.mark.parametrize("metric, params, transform", FALLBACK)
@@ -85,17 +101,18 @@ def test_fallback_equals_scikit_learns_brute_force(metric, params, transform):
             np.testing.assert_allclose(g_d, w_d, rtol=1e-12, atol=1e-15)
 
 
-def test_fallback_ties_go_to_the_smaller_index():
+@pytest.mark.parametrize("metric", ["chebyshev", "braycurtis"])
+def test_ties_go_to_the_smaller_index(metric):
     grid = (np.arange(60).reshape(20, 3) * 7 % 5).astype(float)
-    nn = NearestNeighbors(n_neighbors=7, metric="chebyshev", device="cpu").fit(grid)
+    nn = NearestNeighbors(n_neighbors=7, metric=metric, device="cpu").fit(grid)
     distances, indices = nn.kneighbors(grid[:6])
-    full = pairwise_distances(grid[:6], grid, metric="chebyshev")
+    full = pairwise_distances(grid[:6], grid, metric=metric)
     want = np.argsort(full, axis=1, kind="stable")[:, :7]
     np.testing.assert_array_equal(indices, want)
     np.testing.assert_array_equal(distances, np.take_along_axis(full, want, 1))
     # The radius graph lists each row's neighbours by index, or nearest first when sorted.
-    graph = nn.radius_neighbors_graph(grid[:6], radius=2.0, mode="distance")
-    np.testing.assert_array_equal(graph.toarray(), np.where(full <= 2.0, full, 0.0))
+    graph = nn.radius_neighbors_graph(grid[:6], radius=0.5, mode="distance")
+    np.testing.assert_array_equal(graph.toarray(), np.where(full <= 0.5, full, 0.0))
 
 
 def test_scikit_learns_mixins():
@@ -110,10 +127,11 @@ def test_metric_routing():
     assert _engine_metric("minkowski", None, {"p": 1}) == "manhattan"
     assert _engine_metric("l2", 2, None) == "euclidean"
     assert _engine_metric("cosine", 2, {"p": 3}) == "cosine"
+    assert _engine_metric("minkowski", 3, None) == "minkowski:3.0"
+    assert _engine_metric("chebyshev", 2, None) == "chebyshev"
     for metric, p, params in [
-        ("minkowski", 3, None),
+        ("minkowski", 0.5, None),
         ("minkowski", 2, {"w": np.ones(3)}),
-        ("chebyshev", 2, None),
         ("euclidean", 2, {"V": 1}),
         ("precomputed", 2, None),
         (custom, 2, None),
