@@ -148,11 +148,27 @@ fn every_backend_and_split_takes_the_same_points() {
         ] {
             assert_same(&format!("{case} {name}"), &fit(&data, d, &device, w), &cpu);
         }
-        let streamed = params.clone().device(gpu).memory_budget(64 << 10);
-        assert_same(
-            &format!("{case} streamed"),
-            &fit(&data, d, &streamed, w),
-            &cpu,
-        );
+        // Budgets from what holds every row down past what holds the fit's own buffers: each
+        // fit equals the CPU's or is refused for its budget, and some stream.
+        let mut streamed = 0;
+        for budget in (64..=256).rev().step_by(8).map(|kib| kib << 10) {
+            let x = MatrixView::new(&data, n, d).unwrap();
+            let on = params.clone().device(gpu).memory_budget(budget);
+            let model = match w {
+                Some(w) => on.fit_weighted(x, w),
+                None => on.fit(x),
+            };
+            match model {
+                Ok(m) => {
+                    streamed += usize::from(m.device.contains("streamed"));
+                    assert_same(&format!("{case} budget {budget}"), &m, &cpu);
+                }
+                Err(kmeans_knn::Error::InvalidParameter { name, .. }) => {
+                    assert_eq!(name, "memory budget")
+                }
+                Err(e) => panic!("{case} budget {budget}: {e}"),
+            }
+        }
+        assert!(streamed > 0, "{case}: no budget streamed");
     }
 }
