@@ -14,6 +14,7 @@ from kmeans_knn import (
 EXPECTED_FAILED_CHECKS = {
     "KMeans": {
         "check_sample_weight_equivalence_on_dense_data": (
+            "as scikit-learn's own KMeans (which lists the same xfail): "
             "the check shuffles the weighted rows but not the repeated ones, and k-means++ draws "
             "its seeds from the rows in order, so the same partition comes out with its clusters "
             "numbered differently; with the rows in the same order, integer weights give the "
