@@ -121,12 +121,7 @@ fn kmeans_fit<'py>(
         params
     };
     let data = matrix(&x)?;
-    let weights = match &sample_weight {
-        Some(w) => Some(w.as_slice().map_err(|_| {
-            pyo3::exceptions::PyValueError::new_err("sample_weight must be C-contiguous")
-        })?),
-        None => None,
-    };
+    let weights = crate::weights_of(&sample_weight)?;
     let model = engine(py, || match weights {
         Some(w) => params.fit_weighted(&data, w),
         None => params.fit(&data),

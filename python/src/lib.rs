@@ -109,6 +109,16 @@ fn parse_device(device: &str) -> PyResult<Device> {
     device.parse().map_err(value_error)
 }
 
+/// The weights a fit was given, borrowed (the Python side hands over C-contiguous arrays).
+fn weights_of<'a>(w: &'a Option<numpy::PyReadonlyArray1<'_, f32>>) -> PyResult<Option<&'a [f32]>> {
+    w.as_ref()
+        .map(|w| {
+            w.as_slice()
+                .map_err(|_| PyValueError::new_err("sample_weight must be C-contiguous"))
+        })
+        .transpose()
+}
+
 /// A 2-D float32 array as the library's matrix: borrowed when C-contiguous, else copied in row
 /// order (the Python side hands over C-contiguous arrays, so the copy is a safety net).
 fn matrix<'a>(a: &'a PyReadonlyArray2<'_, f32>) -> PyResult<MatrixView<'a>> {
