@@ -364,7 +364,10 @@ impl KMeansParams {
         sample_weight: Option<&[f32]>,
     ) -> Result<KMeansModel> {
         let device = match self.precision {
-            Precision::Exact => self.device.for_pairs(self.pairs(data), data.cols()),
+            Precision::Exact => {
+                self.device
+                    .for_job(self.pairs(data), data.cols(), Some(&self.shape(data)))
+            }
             Precision::Tf32 => self.device, // TF32 may choose other labels than the CPU.
         };
         if device != self.device {
@@ -381,6 +384,7 @@ impl KMeansParams {
                 let model = lloyd::fit(self, data, sample_weight)?;
                 let threads = rayon::current_num_threads();
                 cpu_rate::record(
+                    &self.shape(data),
                     pair_work(self.pairs_over(data, model.n_iter), data.cols()),
                     threads,
                     scaling_threads(threads),
@@ -398,6 +402,28 @@ impl KMeansParams {
     /// are not known before the fit, and the seeds' images take 100 to 250.
     fn pairs(&self, data: &MatrixView<'_>) -> f64 {
         self.pairs_over(data, self.max_iter.min(100))
+    }
+
+    /// What a fit's CPU time is recorded under ([`cpu_rate`]): its rows' shape and what decides
+    /// its work.
+    fn shape(&self, data: &MatrixView<'_>) -> String {
+        let init = match self.init {
+            Init::KMeansPlusPlus => "pp",
+            Init::KMeansParallel => "parallel",
+            Init::RandomPoints => "points",
+            Init::RandomLabels => "labels",
+            Init::Centroids(_) => "given",
+        };
+        format!(
+            "kmeans-{}x{}-k{}-{:?}-{init}-n{}-i{}-tol{:e}",
+            data.rows(),
+            data.cols(),
+            self.k,
+            self.metric,
+            self.n_init,
+            self.max_iter,
+            self.tol,
+        )
     }
 
     /// The distances of `n_init` runs of the seeding and `iterations` iterations each.
