@@ -1,5 +1,6 @@
 //! Which backend runs the work: the GPU when there is one, else the CPU.
 
+mod objects;
 pub mod visible;
 
 use crate::backend::{Backend, cpu::CpuBackend, cuda};

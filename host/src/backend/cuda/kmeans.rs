@@ -17,8 +17,8 @@ use super::slot::{Slot, dev_opt};
 use super::{CudaBackend, Mapped, arg_u32};
 use crate::backend::vocab::{Metric, Precision};
 use crate::backend::{
-    AssignStats, Footprint, GreedyPlan, Layout, Lloyd, LloydSpec, Picks, SPHERICAL_POINT_SQ_NORM,
-    Seeding, Seeds, StepStats, Trials,
+    AcrossGpus, AssignStats, Footprint, GreedyPlan, Layout, Lloyd, LloydSpec, Picks, Readback,
+    Residency, SPHERICAL_POINT_SQ_NORM, Seeding, Seeds, StepStats, Trials,
 };
 use crate::backend::{Farthest, Partial, farthest, squared_shift};
 use crate::error::{Error, Result};
@@ -1092,7 +1092,9 @@ impl Lloyd for CudaLloyd<'_> {
             inertia,
         })
     }
+}
 
+impl AcrossGpus for CudaLloyd<'_> {
     fn hold_sums(&mut self, hold: bool) -> Result<()> {
         self.hold_sums = hold;
         Ok(())
@@ -1108,7 +1110,9 @@ impl Lloyd for CudaLloyd<'_> {
         rank.sum_in_place(gpu, sums, kd, counts, k)?;
         self.read_sums(rank.rank == 0)
     }
+}
 
+impl Readback for CudaLloyd<'_> {
     fn min_distances(&self) -> Result<Vec<f32>> {
         match self.min_dist.host() {
             Some(kept) => Ok(kept[..self.n].to_vec()),
@@ -1179,7 +1183,9 @@ impl Lloyd for CudaLloyd<'_> {
     fn k(&self) -> usize {
         self.k
     }
+}
 
+impl Residency for CudaLloyd<'_> {
     fn prefetch_rows(&mut self) -> Result<()> {
         // A parked batch's labels and units go up with its rows: every pass over the rows reads
         // them.

@@ -1,26 +1,25 @@
 //! A k-means fit over the GPUs of this machine ([`Device::Gpus`](crate::Device::Gpus)), or over
 //! rows beyond one GPU's memory budget: the rows are cut into one contiguous part per GPU, and a
-//! part the GPU's budget cannot hold resident into batches ([`super::batches`]). Each part and
+//! part the GPU's budget cannot hold resident into batches
+//! ([`Backend::lloyd_batches`](crate::backend::Backend::lloyd_batches)). Each part and
 //! batch is a shard; every GPU answers each request on a thread of its own (so the GPUs compute
 //! at the same time), its batches one after another. A step's exact partial sums are added by an
-//! NCCL all-reduce on the devices when the GPUs are distinct and hold their rows resident (the
-//! first GPU reads the totals back), otherwise by the sharded client on the host. Either way the
+//! NCCL all-reduce on the devices when the GPUs are distinct and hold their rows resident
+//! ([`Device::sum_group`]; the first GPU reads the totals back), otherwise by the sharded client
+//! on the host. Either way the
 //! fit equals, bit for bit, the fit on one GPU and on the CPU: integer sums add up to the same
 //! totals in any order. Sample weights are quantised here, from all of them, as a
 //! single-process fit does; each shard gets its rows' units.
 
 use super::client::add_partials;
-use super::{Partial, Reply, Request, Shard, Transport, batches, client};
-use crate::backend::cuda::CudaBackend;
-use crate::backend::cuda::nccl::{Nccl, Rank};
+use super::{Partial, Reply, Request, Shard, Transport, client};
+use crate::backend::SumGroup;
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::kmeans::weights::Weighting;
 use crate::kmeans::{KMeansModel, KMeansParams};
 use crate::matrix::MatrixView;
-use std::collections::{BTreeSet, HashMap};
 use std::ops::Range;
-use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::thread;
 
 /// The rows one device holds, in the batches that take turns on it (one when resident).
@@ -51,19 +50,13 @@ pub(crate) fn place(
     let mut placed = Vec::with_capacity(parts);
     for (i, &device) in devices.iter().take(parts).enumerate() {
         let (start, end) = (i * n / parts, (i + 1) * n / parts);
-        let backend = device.backend()?;
-        let fits = match backend.device_memory_free()? {
-            Some(free) => {
-                let budget = params
-                    .budget()
-                    .unwrap_or((free as f64 * crate::backend::DEFAULT_BUDGET_SHARE) as usize);
-                let k = params.k();
-                let footprint = |rows| backend.lloyd_footprint(rows, d, k, seeds_at_once);
-                batches::plan(end - start, d, &footprint, budget)?
-            }
-            // The rows stay where they are, in host memory.
-            None => std::iter::once(0..end - start).collect(),
-        };
+        let fits = device.backend()?.lloyd_batches(
+            end - start,
+            d,
+            params.k(),
+            seeds_at_once,
+            params.budget(),
+        )?;
         placed.push(Placement {
             device,
             batches: fits
@@ -114,9 +107,9 @@ pub(crate) fn fit(
         }
         groups.push(shards);
     }
-    let ranks = nccl_ranks(placed);
-    let summed_by = ranks.as_ref().map(|_| Nccl::shared().map(|n| n.version));
-    let mut transport = OnThreads { groups, ranks };
+    let across = sum_group(placed);
+    let summed_by = across.as_ref().and_then(|group| group.describe());
+    let mut transport = OnThreads { groups, across };
     let mut model = super::fit(params, &mut transport, weights.as_ref())?;
     let mut labels = Vec::with_capacity(n);
     for (i, reply) in transport
@@ -133,54 +126,28 @@ pub(crate) fn fit(
     if placed.iter().any(Placement::streamed) {
         model.device += ", streamed past the memory budget";
     }
-    if let Some(Ok(version)) = summed_by {
-        model.device += &format!(", sums added by NCCL {}", Nccl::version_text(version));
+    if let Some(by) = summed_by {
+        model.device += &format!(", sums added by {by}");
     }
     Ok(model)
 }
 
-/// The NCCL communicator over the GPUs of `placed` when they are two or more distinct GPUs, each
-/// holding its rows resident, and NCCL is installed; otherwise, or while another fit holds the
-/// communicator of the same GPUs, the client adds the sums on the host, which gives the same
-/// result. A communicator is made on first use and kept for the process's later fits: making one
-/// takes a good part of a second.
-fn nccl_ranks(placed: &[Placement]) -> Option<MutexGuard<'static, Vec<Rank>>> {
-    type Communicators = Mutex<HashMap<Vec<usize>, &'static Mutex<Vec<Rank>>>>;
-    static MADE: OnceLock<Communicators> = OnceLock::new();
-    let ordinals: Vec<usize> = (placed.iter())
-        .map(|p| match p.device {
-            Device::Cuda(o) if !p.streamed() => Some(o),
-            _ => None,
-        })
-        .collect::<Option<_>>()?;
-    let distinct: BTreeSet<usize> = ordinals.iter().copied().collect();
-    if ordinals.len() < 2 || distinct.len() != ordinals.len() {
+/// What adds the sums on the GPUs of `placed` ([`Device::sum_group`]) when each holds its rows
+/// resident; `None` (the client adds them on the host, to the same result) otherwise.
+fn sum_group(placed: &[Placement]) -> Option<Box<dyn SumGroup>> {
+    if placed.iter().any(Placement::streamed) {
         return None;
     }
-    let mut made = MADE.get_or_init(Mutex::default).lock().ok()?;
-    let ranks = match made.get(&ordinals) {
-        Some(&ranks) => ranks,
-        None => {
-            let gpus: Vec<_> = (ordinals.iter())
-                .map(|&o| CudaBackend::shared(o))
-                .collect::<Result<_>>()
-                .ok()?;
-            let ranks = Rank::for_gpus(&gpus.iter().map(|g| g.as_ref()).collect::<Vec<_>>());
-            let ranks: &'static _ = Box::leak(Box::new(Mutex::new(ranks.ok()?)));
-            made.insert(ordinals, ranks);
-            ranks
-        }
-    };
-    ranks.try_lock().ok()
+    Device::sum_group(&placed.iter().map(|p| p.device).collect::<Vec<_>>())
 }
 
 /// Shards in this process, a group per device: the groups answer at the same time, each on a
 /// thread of its own, and the shards of a group one after another. In a group of several (a
-/// streamed device) a shard's rows are on the device only for its turn. With `ranks` (one shard
-/// per GPU, see [`nccl_ranks`]) the GPUs add a step's sums among themselves.
+/// streamed device) a shard's rows are on the device only for its turn. With `across` (one shard
+/// per GPU, see [`sum_group`]) the GPUs add a step's sums among themselves.
 struct OnThreads {
     groups: Vec<Vec<Shard>>,
-    ranks: Option<MutexGuard<'static, Vec<Rank>>>,
+    across: Option<Box<dyn SumGroup>>,
 }
 
 impl OnThreads {
@@ -229,7 +196,7 @@ fn on_each<T: Send>(
 /// (a streamed device), for requests that read the rows, the next shard's rows go up on the copy
 /// stream while this one computes, and each shard releases its rows and state after its turn,
 /// while the next one's still go up: one batch's state and two batches' rows are on the device
-/// at a time ([`batches::plan`] leaves room for them). The last
+/// at a time (`Backend::lloyd_batches` leaves room for them). The last
 /// shard's turn also fetches the first shard's rows, for the next request: a fit's next step
 /// reads them (a request that does not read them releases them in its turn).
 fn turns<'r>(
@@ -296,7 +263,7 @@ impl Transport for OnThreads {
     /// in the all-reduce for one that failed), they add them up on the devices and the first
     /// reads the totals back: `k × d` sums cross PCIe once per step, not once per GPU.
     fn partial(&mut self, request: &Request, shards: usize, k: usize, d: usize) -> Result<Partial> {
-        let Some(ranks) = &self.ranks else {
+        let Some(across) = &self.across else {
             return add_partials(self.broadcast(request)?, shards, k, d);
         };
         let held = on_each(&mut self.groups, |_, group| {
@@ -309,7 +276,9 @@ impl Transport for OnThreads {
                 _ => return Err(Error::Shard(format!("GPU {i} did not hold its sums"))),
             }
         }
-        let summed = on_each(&mut self.groups, |i, group| group[0].sum_across(&ranks[i]))?;
+        let summed = on_each(&mut self.groups, |i, group| {
+            group[0].sum_across(across.rank(i))
+        })?;
         match summed.into_iter().next().flatten() {
             Some((sums, weights)) if sums.len() == k * d && weights.len() == k => {
                 (total.sums, total.weights) = (sums, weights);

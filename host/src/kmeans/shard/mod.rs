@@ -54,7 +54,6 @@
 //! # Ok::<(), kmeans_knn::Error>(())
 //! ```
 
-mod batches;
 mod client;
 mod codec;
 mod columns;

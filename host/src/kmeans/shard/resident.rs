@@ -4,8 +4,7 @@
 use super::Tally;
 use super::protocol::{Prepare, Reply, Request};
 use super::{Moments, column_max_abs};
-use crate::backend::cuda::nccl::Rank;
-use crate::backend::{Backend, Layout, Lloyd, LloydSpec, Picks, Seeds};
+use crate::backend::{Backend, Layout, Lloyd, LloydSpec, Picks, Rank, Seeds};
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::kmeans::Metric;

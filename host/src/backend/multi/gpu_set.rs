@@ -5,14 +5,14 @@
 //! answer equals one GPU's and the CPU's bit for bit. Votes are counted on the host by the
 //! vote's CPU twin over the merged neighbours.
 
-use super::parts::{MergedSearch, TopK, VoteRows, add_reports};
-use crate::backend::KnnSearch;
+use super::merge::{MergedSearch, TopK, VoteRows, add_reports};
 use crate::backend::radius::RadiusKeys;
 use crate::backend::vocab::{PrefilterReport, Selection};
-use crate::device::Device;
+use crate::backend::{Backend, KnnSearch};
 use crate::error::{Error, Result};
 use crate::matrix::MatrixView;
 use kernels_gpu::knn::PairMetric;
+use std::sync::Arc;
 use std::thread;
 
 /// One GPU's part of the training rows.
@@ -31,21 +31,22 @@ pub(crate) struct GpuParts {
 }
 
 impl GpuParts {
-    /// Cuts `train` (validated) into a part per device (fewer when there are fewer rows) and
-    /// indexes each on its device within `budget` bytes of it (see `place_on`).
+    /// Cuts `train` (validated) into `devices` parts (fewer when there are fewer rows) and
+    /// indexes part `i` on `backend_of(i)` within `budget` bytes of it (see [`super::place`]).
     pub(crate) fn new(
         train: &MatrixView<'_>,
         metric: PairMetric,
-        devices: &[Device],
+        devices: usize,
+        backend_of: &dyn Fn(usize) -> Result<Arc<dyn Backend>>,
         budget: Option<usize>,
     ) -> Result<GpuParts> {
         let (n, d) = (train.rows(), train.cols());
-        let count = devices.len().min(n).max(1);
+        let count = devices.min(n).max(1);
         let mut parts = Vec::with_capacity(count);
-        for (i, device) in devices.iter().take(count).enumerate() {
+        for i in 0..count {
             let (start, end) = (i * n / count, (i + 1) * n / count);
             let rows = MatrixView::new(&train.as_slice()[start * d..end * d], end - start, d)?;
-            let (index, streamed) = super::place_on(rows, metric, *device, budget)?;
+            let (index, streamed) = super::place(backend_of(i)?, rows, metric, budget)?;
             parts.push(Part {
                 first_row: start as u32,
                 rows: end - start,
@@ -137,6 +138,7 @@ impl MergedSearch for GpuParts {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::device::Device;
     use kernels_gpu::knn::VoteRule;
 
     /// The merge over parts (here on the CPU: the same code as on GPUs) equals one index, with
@@ -159,7 +161,8 @@ mod tests {
             .unwrap()
             .knn_index(&train, metric)
             .unwrap();
-        let mut parts = GpuParts::new(&train, metric, &[Device::Cpu; 3], None).unwrap();
+        let cpu = |_| Device::Cpu.backend();
+        let mut parts = GpuParts::new(&train, metric, 3, &cpu, None).unwrap();
         for index in [one.as_mut(), &mut parts as &mut dyn KnnSearch] {
             index.set_labels(&classes, 3).unwrap();
             index.set_row_weights(&weights).unwrap();

@@ -8,8 +8,7 @@
 //! bit for bit (see [`super`]), so a streamed fit equals the resident one and the CPU's.
 
 use crate::backend::Footprint;
-use crate::error::{Error, Result};
-use crate::io::memory::bytes;
+use crate::error::{Error, Result, bytes};
 use std::ops::Range;
 
 /// Most batches a device's rows are cut into.

@@ -1,0 +1,34 @@
+//! One job over several devices, or through one device past its memory budget: the scale
+//! mechanisms that sit over the [`cpu`](super::cpu) and [`cuda`](super::cuda) backends, a module
+//! each.
+//!
+//! * [`gpu_set`]: a kNN index over a GPU set, a part of the training rows per GPU, searched at
+//!   once (a thread per part).
+//! * [`stream`]: a kNN index over training rows past one device's budget, streamed through it
+//!   part by part; [`place`] picks it or a resident index.
+//! * [`batches`]: a k-means fit's rows past one device's budget, cut into batches that take
+//!   turns on it.
+//! * [`merge`]: what the kNN parts of either share: every query's running k nearest, merged in
+//!   the order of a single index, and the vote over them.
+//! * [`sums`]: the NCCL communicators that add a GPU set's k-means sums on the GPUs.
+//!
+//! Every mechanism gives the single device's answer bit for bit: kNN parts merge by (distance,
+//! training row), the order of one index, and k-means adds exact integer sums, which any split
+//! adds up to the same totals. The algorithms reach them only through the objects that
+//! [`Device`](crate::Device) makes and the traits of [`backend`](super) (`KnnSearch`,
+//! `Backend::lloyd_batches`, `SumGroup`).
+//!
+//! The k-means fit over a GPU set is the sharded protocol of `kmeans::shard` (the one Dask's
+//! workers speak) with every shard in this process: that protocol, its client and the shard
+//! that answers it are algorithm-level (they run the Lloyd loop and import no concrete backend),
+//! so they stay in `kmeans`; from here a GPU set's fit takes its batches and its communicator.
+
+pub(crate) mod batches;
+pub(crate) mod gpu_set;
+pub(crate) mod merge;
+pub(crate) mod stream;
+pub(crate) mod sums;
+
+pub(crate) use gpu_set::GpuParts;
+pub(crate) use stream::place;
+pub(crate) use sums::nccl_group;
