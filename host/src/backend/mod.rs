@@ -23,6 +23,9 @@ pub(crate) use lloyd::{
     MiniBatch, Picks, Readback, Residency, SPHERICAL_POINT_SQ_NORM, Seeding, Seeds, StepStats,
     SumGroup, Trials,
 };
+/// The runners of [`multi`] that take the caller's own members (a k-means fit's shards): a
+/// group per device at once, each group's members in turn.
+pub(crate) use multi::{Turn, answer_in_turns, on_each};
 
 use crate::error::{Error, Result};
 use crate::matrix::MatrixView;

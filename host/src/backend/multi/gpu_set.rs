@@ -1,10 +1,16 @@
-//! An exact kNN index over several GPUs of this machine ([`Device::Gpus`](crate::Device::Gpus)):
-//! the training rows are cut into one contiguous part per GPU, every search runs on all parts at
-//! once (a thread per part), and each query's candidates are merged by (distance, training
-//! index), the order of a single index. Distances are the same floats on every device, so the
-//! answer equals one GPU's and the CPU's bit for bit. Votes are counted on the host by the
-//! vote's CPU twin over the merged neighbours.
+//! A job over several GPUs of this machine ([`Device::Gpus`](crate::Device::Gpus)), a thread per
+//! device.
+//!
+//! * An exact kNN index ([`GpuParts`]): the training rows are cut into one contiguous part per
+//!   GPU, every search runs on all parts at once, and each query's candidates are merged by
+//!   (distance, training index), the order of a single index. Distances are the same floats on
+//!   every device, so the answer equals one GPU's and the CPU's bit for bit. Votes are counted on
+//!   the host by the vote's CPU twin over the merged neighbours.
+//! * Any members of a caller's job in groups, a group per device ([`on_each`],
+//!   [`answer_in_turns`]): a k-means fit's shards, each group's in turn (see
+//!   [`super::batches::turns`]).
 
+use super::batches::{Turn, turns};
 use super::merge::{MergedSearch, TopK, VoteRows, add_reports};
 use crate::backend::radius::RadiusKeys;
 use crate::backend::vocab::{PrefilterReport, Selection};
@@ -14,6 +20,50 @@ use crate::matrix::MatrixView;
 use kernels_gpu::knn::PairMetric;
 use std::sync::Arc;
 use std::thread;
+
+/// `work(i, group)` for every group at once, a thread each; the results in order.
+pub(crate) fn on_each<G: Send, T: Send>(
+    groups: &mut [G],
+    work: impl Fn(usize, &mut G) -> Result<T> + Sync,
+) -> Result<Vec<T>> {
+    thread::scope(|scope| {
+        let work = &work;
+        let running: Vec<_> = (groups.iter_mut().enumerate())
+            .map(|(i, group)| scope.spawn(move || work(i, group)))
+            .collect();
+        (running.into_iter().enumerate())
+            .map(|(device, running)| {
+                running.join().unwrap_or_else(|_| {
+                    Err(Error::Shard(format!(
+                        "the thread of device {device} panicked"
+                    )))
+                })
+            })
+            .collect()
+    })
+}
+
+/// The replies of every member of `groups` (a group per device), in order, to the request
+/// `request_for(member)`: the groups at once, a thread each, the members of a group in turn.
+pub(crate) fn answer_in_turns<'r, B: Turn>(
+    groups: &mut [Vec<B>],
+    request_for: &(dyn Fn(usize) -> &'r B::Request + Sync),
+) -> Result<Vec<B::Reply>>
+where
+    B::Request: 'r,
+{
+    let mut first = 0;
+    let starts: Vec<usize> = (groups.iter())
+        .map(|g| {
+            first += g.len();
+            first - g.len()
+        })
+        .collect();
+    let answered = on_each(groups, |device, group| {
+        turns(group, starts[device], request_for)
+    })?;
+    Ok(answered.into_iter().flatten().collect())
+}
 
 /// One GPU's part of the training rows.
 struct Part {

@@ -29,6 +29,7 @@ pub(crate) mod merge;
 pub(crate) mod stream;
 pub(crate) mod sums;
 
-pub(crate) use gpu_set::GpuParts;
+pub(crate) use batches::Turn;
+pub(crate) use gpu_set::{GpuParts, answer_in_turns, on_each};
 pub(crate) use stream::place;
 pub(crate) use sums::nccl_group;

@@ -13,14 +13,13 @@
 
 use super::client::add_partials;
 use super::{Partial, Reply, Request, Shard, Transport, client};
-use crate::backend::SumGroup;
+use crate::backend::{SumGroup, Turn, answer_in_turns, on_each};
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::kmeans::weights::Weighting;
 use crate::kmeans::{KMeansModel, KMeansParams};
 use crate::matrix::MatrixView;
 use std::ops::Range;
-use std::thread;
 
 /// The rows one device holds, in the batches that take turns on it (one when resident).
 pub(crate) struct Placement {
@@ -150,102 +149,31 @@ struct OnThreads {
     across: Option<Box<dyn SumGroup>>,
 }
 
-impl OnThreads {
-    /// The replies of every shard, in order, to the request `request_for(shard)`.
-    fn answer<'r>(
-        &mut self,
-        request_for: &(dyn Fn(usize) -> &'r Request + Sync),
-    ) -> Result<Vec<Reply>> {
-        let mut first = 0;
-        let starts: Vec<usize> = (self.groups.iter())
-            .map(|g| {
-                first += g.len();
-                first - g.len()
-            })
-            .collect();
-        let answered = on_each(&mut self.groups, |device, group| {
-            turns(group, starts[device], request_for)
-        })?;
-        Ok(answered.into_iter().flatten().collect())
-    }
-}
+/// A shard takes its turn on a streamed device as a batch.
+impl Turn for Shard {
+    type Request = Request;
+    type Reply = Reply;
 
-/// `work(i, group)` for every group at once, a thread each; the results in order.
-fn on_each<T: Send>(
-    groups: &mut [Vec<Shard>],
-    work: impl Fn(usize, &mut Vec<Shard>) -> Result<T> + Sync,
-) -> Result<Vec<T>> {
-    thread::scope(|scope| {
-        let work = &work;
-        let running: Vec<_> = (groups.iter_mut().enumerate())
-            .map(|(i, group)| scope.spawn(move || work(i, group)))
-            .collect();
-        (running.into_iter().enumerate())
-            .map(|(device, running)| {
-                running.join().unwrap_or_else(|_| {
-                    Err(Error::Shard(format!(
-                        "the thread of device {device} panicked"
-                    )))
-                })
-            })
-            .collect()
-    })
-}
-
-/// The replies of `group`'s shards (`start..` in the whole order) in turn. In a group of several
-/// (a streamed device), for requests that read the rows, the next shard's rows go up on the copy
-/// stream while this one computes, and each shard releases its rows and state after its turn,
-/// while the next one's still go up: one batch's state and two batches' rows are on the device
-/// at a time (`Backend::lloyd_batches` leaves room for them). The last
-/// shard's turn also fetches the first shard's rows, for the next request: a fit's next step
-/// reads them (a request that does not read them releases them in its turn).
-fn turns<'r>(
-    group: &mut [Shard],
-    start: usize,
-    request_for: &(dyn Fn(usize) -> &'r Request + Sync),
-) -> Result<Vec<Reply>> {
-    let streamed = group.len() > 1;
-    let mut replies = Vec::with_capacity(group.len());
-    for j in 0..group.len() {
-        let request = request_for(start + j);
-        let reads = streamed && request.reads_rows();
-        let (before, this_and_after) = group.split_at_mut(j);
-        let (this, after) = this_and_after.split_at_mut(1);
-        let shard = &mut this[0];
-        let next = match after.first_mut() {
-            Some(next) => {
-                Some(next).filter(|_| streamed && request_for(start + j + 1).reads_rows())
-            }
-            None => before.first_mut().filter(|_| reads),
-        };
-        if reads {
-            shard.prefetch_rows()?;
-        }
-        let (reply, released, fetched) = thread::scope(|scope| {
-            let fetching = next.map(|next| scope.spawn(move || next.prefetch_rows()));
-            let reply = shard.handle(request);
-            // Released (its state read back) while the next batch still goes up: the two
-            // directions of the bus at once.
-            let released = match streamed {
-                true => shard.release_rows(),
-                false => Ok(()),
-            };
-            let fetched = fetching.map_or(Ok(()), |f| {
-                f.join()
-                    .unwrap_or_else(|_| Err(Error::Shard("an upload's thread panicked".into())))
-            });
-            (reply, released, fetched)
-        });
-        replies.push(reply?);
-        released?;
-        fetched?;
+    fn reads_rows(request: &Request) -> bool {
+        request.reads_rows()
     }
-    Ok(replies)
+
+    fn answer(&mut self, request: &Request) -> Result<Reply> {
+        self.handle(request)
+    }
+
+    fn prefetch_rows(&mut self) -> Result<()> {
+        Shard::prefetch_rows(self)
+    }
+
+    fn release_rows(&mut self) -> Result<()> {
+        Shard::release_rows(self)
+    }
 }
 
 impl Transport for OnThreads {
     fn broadcast(&mut self, request: &Request) -> Result<Vec<Reply>> {
-        self.answer(&|_| request)
+        answer_in_turns(&mut self.groups, &|_| request)
     }
 
     fn scatter(&mut self, requests: Vec<Request>) -> Result<Vec<Reply>> {
@@ -256,7 +184,7 @@ impl Transport for OnThreads {
                 requests.len()
             )));
         }
-        self.answer(&|i| &requests[i])
+        answer_in_turns(&mut self.groups, &|i| &requests[i])
     }
 
     /// With NCCL, every GPU accumulates and keeps its sums; once all have (so that none waits
