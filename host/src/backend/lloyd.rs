@@ -11,7 +11,7 @@ use kernels_gpu::seeding::WeightScale;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Footprint {
     /// Bytes of the rows themselves (and the staged seeds): on the device only for their turn in
-    /// a streamed fit, and uploaded beside the turn before ([`Lloyd::release_rows`]).
+    /// a streamed fit, and uploaded beside the turn before ([`Residency::release_rows`]).
     pub rows: usize,
     /// Bytes of per-row state: labels, distances, norms, weights, seeding state. In a streamed
     /// fit they are on the device for the rows' turn only; host memory keeps them between turns.
@@ -83,7 +83,7 @@ pub(crate) struct AssignStats {
     /// Points with weight whose label differs from the label they held before.
     pub changed: u64,
     /// Sum of every point's weighted distance to its centroid (in the metric's terms: `1 − cos`
-    /// for cosine): the fixed-point integer of [`Lloyd::fixed_inertia`] times the fit's
+    /// for cosine): the fixed-point integer of [`Readback::fixed_inertia`] times the fit's
     /// inertia unit.
     pub inertia: f64,
 }

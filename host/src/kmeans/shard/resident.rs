@@ -166,7 +166,7 @@ impl Shard {
     }
 
     /// Frees the device's copy of the rows until a request needs them again (a streamed batch
-    /// between its turns; see [`super::batches`]).
+    /// between its turns, as a batch that takes turns on its device).
     pub(crate) fn release_rows(&mut self) -> Result<()> {
         self.cell.with_dependent_mut(|_, fit| match fit {
             Some(lloyd) => lloyd.release_rows(),
