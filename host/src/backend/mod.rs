@@ -4,8 +4,8 @@
 //! The algorithms above (`kmeans`, `knn`, `distances`) reach a backend only through this
 //! module's own items: the traits ([`Backend`], [`Distances`], [`KnnSearch`], [`Lloyd`] and its
 //! roles, [`MiniBatch`]), the plain types they pass, and the objects that
-//! [`Device`](crate::Device) makes. They never name `cpu`, `cuda` or `multi` (`host/tests/layers.rs`
-//! checks it). A backend keeps the data resident (on the GPU: uploaded once, reused by every
+//! [`Device`](crate::Device) makes. They never name `cpu`, `cuda` or `multi`
+//! (`host/tests/layers.rs` checks it). A backend keeps the data resident (on the GPU: uploaded once, reused by every
 //! iteration and every restart) and hands back only small summaries per step.
 
 pub mod cpu;
@@ -44,7 +44,8 @@ pub(crate) trait Backend: Send + Sync + Distances {
     fn describe(&self) -> String;
 
     /// Holds `data` for Lloyd iterations as `spec` says (its precision validated against the
-    /// metric; a backend without a faster path computes [`Precision::Tf32`] exactly).
+    /// metric; a backend without a faster path computes
+    /// [`Precision::Tf32`](vocab::Precision::Tf32) exactly).
     fn lloyd<'a>(
         &'a self,
         data: &'a MatrixView<'a>,

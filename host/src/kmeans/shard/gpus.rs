@@ -1,15 +1,15 @@
-//! A k-means fit over the GPUs of this machine ([`Device::Gpus`](crate::Device::Gpus)), or over
-//! rows beyond one GPU's memory budget: the rows are cut into one contiguous part per GPU, and a
-//! part the GPU's budget cannot hold resident into batches
-//! ([`Backend::lloyd_batches`](crate::backend::Backend::lloyd_batches)). Each part and
-//! batch is a shard; every GPU answers each request on a thread of its own (so the GPUs compute
-//! at the same time), its batches one after another. A step's exact partial sums are added by an
-//! NCCL all-reduce on the devices when the GPUs are distinct and hold their rows resident
-//! ([`Device::sum_group`]; the first GPU reads the totals back), otherwise by the sharded client
-//! on the host. Either way the
-//! fit equals, bit for bit, the fit on one GPU and on the CPU: integer sums add up to the same
-//! totals in any order. Sample weights are quantised here, from all of them, as a
-//! single-process fit does; each shard gets its rows' units.
+//! A k-means fit over the GPUs of this machine ([`Device::Gpus`]), or over rows beyond one GPU's
+//! memory budget: the rows are cut into one contiguous part per GPU, and a part the GPU's budget
+//! cannot hold resident into batches
+//! ([`Backend::lloyd_batches`](crate::backend::Backend::lloyd_batches)). Each part and batch is a
+//! shard of the sharded protocol, in this process; every GPU answers each request on a thread of
+//! its own (so the GPUs compute at the same time), its batches one after another (the runners of
+//! `backend::multi`). A step's exact partial sums are added by an NCCL all-reduce on the devices
+//! when the GPUs are distinct and hold their rows resident ([`Device::sum_group`]; the first GPU
+//! reads the totals back), otherwise by the sharded client on the host. Either way the fit
+//! equals, bit for bit, the fit on one GPU and on the CPU: integer sums add up to the same totals
+//! in any order. Sample weights are quantised here, from all of them, as a single-process fit
+//! does; each shard gets its rows' units.
 
 use super::client::add_partials;
 use super::{Partial, Reply, Request, Shard, Transport, client};
