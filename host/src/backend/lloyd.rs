@@ -297,8 +297,14 @@ pub(crate) trait AcrossGpus {
 /// The devices of a GPU set that add their [`AcrossGpus`] sums among themselves, made by the
 /// device ([`Device::sum_group`](crate::Device)): one [`Rank`] per GPU, in the set's order.
 pub(crate) trait SumGroup: Sync {
-    /// The rank of the set's GPU `gpu`.
-    fn rank(&self, gpu: usize) -> &Rank;
+    /// Adds the sums and weights that `fit`, on the set's GPU `gpu`, holds
+    /// ([`AcrossGpus::hold_sums`]) over the set's GPUs (every GPU's fit calls it at once); the
+    /// first GPU gets the totals, the others `None`.
+    fn sum_across(
+        &self,
+        gpu: usize,
+        fit: &mut dyn AcrossGpus,
+    ) -> Result<Option<(Vec<i64>, Vec<u64>)>>;
     /// What adds the sums, for a model's device text (`NCCL 2.21.5`), where it can say.
     fn describe(&self) -> Option<String>;
 }

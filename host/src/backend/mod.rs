@@ -17,7 +17,7 @@ pub(crate) mod vocab;
 
 pub use cpu::partial::{Farthest, Partial, Tally, farthest, merge_farthest, squared_shift};
 /// One GPU's place in a [`SumGroup`], which [`AcrossGpus::sum_across`] adds over.
-pub(crate) use cuda::nccl::Rank;
+use cuda::nccl::Rank;
 pub(crate) use lloyd::{
     AcrossGpus, AssignStats, BatchReport, Footprint, GreedyPlan, Layout, Lloyd, LloydSpec,
     MiniBatch, Picks, Readback, Residency, SPHERICAL_POINT_SQ_NORM, Seeding, Seeds, StepStats,

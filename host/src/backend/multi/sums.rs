@@ -4,9 +4,9 @@
 //! `k × d` sums cross PCIe once per step, not once per GPU. Integer sums add up to the same
 //! totals in any order, so the fit is the one the host's addition gives.
 
-use crate::backend::SumGroup;
 use crate::backend::cuda::CudaBackend;
 use crate::backend::cuda::nccl::{Nccl, Rank};
+use crate::backend::{AcrossGpus, SumGroup};
 use crate::error::Result;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Mutex, MutexGuard, OnceLock};
@@ -15,8 +15,12 @@ use std::sync::{Mutex, MutexGuard, OnceLock};
 struct NcclGroup(MutexGuard<'static, Vec<Rank>>);
 
 impl SumGroup for NcclGroup {
-    fn rank(&self, gpu: usize) -> &Rank {
-        &self.0[gpu]
+    fn sum_across(
+        &self,
+        gpu: usize,
+        fit: &mut dyn AcrossGpus,
+    ) -> Result<Option<(Vec<i64>, Vec<u64>)>> {
+        fit.sum_across(&self.0[gpu])
     }
 
     fn describe(&self) -> Option<String> {

@@ -205,7 +205,7 @@ impl Transport for OnThreads {
             }
         }
         let summed = on_each(&mut self.groups, |i, group| {
-            group[0].sum_across(across.rank(i))
+            group[0].sum_across(across.as_ref(), i)
         })?;
         match summed.into_iter().next().flatten() {
             Some((sums, weights)) if sums.len() == k * d && weights.len() == k => {
