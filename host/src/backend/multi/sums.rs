@@ -1,8 +1,8 @@
-//! A GPU set's k-means sums added on the GPUs: an NCCL communicator over the set, one
-//! [`Rank`] per GPU, that [`AcrossGpus::sum_across`](crate::backend::AcrossGpus::sum_across)
-//! all-reduces a step's exact integer sums over (the first GPU reads the totals back), so
-//! `k × d` sums cross PCIe once per step, not once per GPU. Integer sums add up to the same
-//! totals in any order, so the fit is the one the host's addition gives.
+//! A GPU set's k-means sums added on the GPUs: an NCCL communicator over the set, one [`Rank`]
+//! per GPU, that [`AcrossGpus::sum_across`] all-reduces a step's exact integer sums over (the
+//! first GPU reads the totals back), so `k × d` sums cross PCIe once per step, not once per GPU.
+//! Integer sums add up to the same totals in any order, so the fit is the one the host's
+//! addition gives.
 
 use crate::backend::cuda::CudaBackend;
 use crate::backend::cuda::nccl::{Nccl, Rank};
