@@ -1,5 +1,5 @@
 //! Initial centroids or labels. k-means++ and k-means‖ run on the backend, on the data the
-//! [`Lloyd`](crate::backend::Lloyd) object holds, through [`Seeding`]; the random numbers come
+//! [`Lloyd`] object holds, through [`Seeding`]; the random numbers come
 //! from the host's ChaCha8 stream, and every choice is made on exact integer weights
 //! ([`WeightScale`], times the sample weights' units), so a seed gives the same start on the CPU
 //! and the GPU. Rows are drawn by their units (uniformly without sample weights): a row of
