@@ -1,6 +1,7 @@
 //! Which backend runs the work: the GPU when there is one, else the CPU.
 
 pub mod cpu_rate;
+mod objects;
 pub mod visible;
 
 use crate::backend::{Backend, cpu::CpuBackend, cuda};
