@@ -1,15 +1,27 @@
 #!/usr/bin/env bash
 # Runs the kmeans-knn GPU bundle on a machine with an NVIDIA GPU (written by `cargo xtask gpu-bundle`).
-#   bash run.sh            tests (GPU required), compute-sanitizer memcheck + racecheck, benchmark
-#   SANITIZE=0 bash run.sh skip compute-sanitizer;  BENCH=0 skip the benchmarks;  PYTEST=0 skip
-#   the Python tests (the kmeans_knn wheel needs python3 with numpy, scipy, scikit-learn, pytest);
-#   COLD_START=0 skip the cold-start timings; DASK=0 skip the Dask tests and benchmark that run
-#   with one worker per GPU when there are two GPUs or more (DASK_BENCH_ARGS: dask_bench.py's);
-#   with two GPUs or more the benchmarks also time k-means and kNN over all of them in one
-#   process (GPUS_CASES: gpu-bench's cases for it, default E,E4,F)
+#   bash run.sh [PART]     PART: all (the default), or one part, each within ten minutes on one
+#                          H100 or 4 × H200 (a GPU machine's call may be limited to that):
+#     tests      every test binary (GPU required), the PTX fallback, cold start, driver entry points
+#     sanitize   compute-sanitizer memcheck + racecheck over the `sanitize_` tests
+#     python     the Python tests (and the Dask tests with a worker per GPU, on two GPUs or more)
+#     bench      gpu-bench, the PyTorch baseline, the Python benchmark (and the GPU-set and Dask
+#                benchmarks on two GPUs or more)
+#   Within a part: SANITIZE=0, PYTEST=0, BENCH=0, COLD_START=0, ENTRY_POINTS=0, DASK=0 skip pieces
+#   (DASK_BENCH_ARGS: dask_bench.py's; GPUS_CASES: gpu-bench's cases over all GPUs, default
+#   E,E4,F); TEST_THREADS: threads of each test binary (default 4).
 # Results also go to $OUT when it is set (the device tool's output folder).
 set -u
 cd "$(dirname "$0")"
+part=${1:-all}
+case $part in
+  all) ;;
+  tests) SANITIZE=0 PYTEST=0 BENCH=0 ;;
+  sanitize) TESTS=0 PYTEST=0 BENCH=0 COLD_START=0 ENTRY_POINTS=0 ;;
+  python) TESTS=0 SANITIZE=0 BENCH=0 COLD_START=0 ENTRY_POINTS=0 ;;
+  bench) TESTS=0 SANITIZE=0 PYTEST=0 COLD_START=0 ENTRY_POINTS=0 ;;
+  *) echo "run.sh: unknown part '$part' (all, tests, sanitize, python or bench)" >&2; exit 2 ;;
+esac
 export KMEANS_KNN_REQUIRE_GPU=1
 # The driver tests run the tool built with fault injection.
 export KMEANS_KNN_BIN=$PWD/bin/kmeans-knn-faults
@@ -41,21 +53,43 @@ if [ "${SANITIZE:-1}" = 1 ]; then
   done
 fi
 
-# Tests that read the source tree (modules `source_tree`) cannot run here: only the executables
-# travel. They run with `cargo test` where the sources are.
-for t in tests/*; do
-  echo "=== test $(basename "$t")"
-  "./$t" --test-threads=1 --skip source_tree:: 2>&1 | tail -n 25
-  [ "${PIPESTATUS[0]}" -eq 0 ] || failed+=("test $(basename "$t")")
-done
+if [ "${TESTS:-1}" = 1 ]; then
+  # Tests that read the source tree (modules `source_tree`) cannot run here: only the executables
+  # travel. They run with `cargo test` where the sources are. The binaries that take minutes
+  # (the emulator's, and the GPU-against-CPU sweeps) run beside the others.
+  run_test() { # run_test BINARY: its last lines into its log, its exit status into LOG.rc
+    local log="$log_dir/test-$(basename "$1").log"
+    "./$1" --test-threads="${TEST_THREADS:-4}" --skip source_tree:: >"$log" 2>&1
+    echo $? >"$log.rc"
+  }
+  test_pids=()
+  for t in tests/*; do
+    case $(basename "$t") in
+      lp | radius | kmeans | kernels_gpu-*) run_test "$t" & test_pids+=($!) ;;
+    esac
+  done
+  for t in tests/*; do
+    case $(basename "$t") in
+      lp | radius | kmeans | kernels_gpu-*) ;;
+      *) run_test "$t" ;;
+    esac
+  done
+  [ ${#test_pids[@]} -gt 0 ] && wait "${test_pids[@]}"
+  for t in tests/*; do
+    log="$log_dir/test-$(basename "$t").log"
+    echo "=== test $(basename "$t") (exit $(cat "$log.rc"))"
+    grep -E "FAILED|panicked|^test result" "$log" | tail -n 12
+    [ "$(cat "$log.rc")" = 0 ] || failed+=("test $(basename "$t")")
+  done
 
-# The same binary on a GPU it has no usable cubin for: the backend loads the PTX (JIT) instead,
-# when told to and when the driver rejects the cubin.
-for fallback in KMEANS_KNN_FORCE_PTX=1 KMEANS_KNN_FAULTS=wrong-cubin; do
-  echo "=== test ptx_fallback with $fallback"
-  env "$fallback" ./tests/ptx_fallback --test-threads=1 --nocapture 2>&1 | tail -n 25
-  [ "${PIPESTATUS[0]}" -eq 0 ] || failed+=("test ptx_fallback ($fallback)")
-done
+  # The same binary on a GPU it has no usable cubin for: the backend loads the PTX (JIT) instead,
+  # when told to and when the driver rejects the cubin.
+  for fallback in KMEANS_KNN_FORCE_PTX=1 KMEANS_KNN_FAULTS=wrong-cubin; do
+    echo "=== test ptx_fallback with $fallback"
+    env "$fallback" ./tests/ptx_fallback --test-threads=1 --nocapture 2>&1 | tail -n 25
+    [ "${PIPESTATUS[0]}" -eq 0 ] || failed+=("test ptx_fallback ($fallback)")
+  done
+fi
 
 if [ "${COLD_START:-1}" = 1 ]; then
   # A new machine or container: `info` and a first small fit, each a fresh process with an empty
