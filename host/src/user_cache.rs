@@ -7,6 +7,7 @@
 //! never read half an entry. The cache is only ever a hint: an entry that is missing, unreadable
 //! or malformed is measured again, and a failure to write one is ignored.
 
+use std::ops::Range;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -67,9 +68,51 @@ pub fn entry_name(parts: &[&str]) -> String {
         .join("-")
 }
 
+/// This machine's name, for keys of measurements that belong to the machine.
+pub fn host() -> String {
+    let name = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    name.trim().to_owned()
+}
+
+/// The figures kept in the entry `name` (numbers separated by spaces, the newest last) that lie
+/// in `plausible`; anything else is dropped.
+pub fn figures(name: &str, plausible: Range<f64>) -> Vec<f64> {
+    parse_figures(read(name).as_deref().unwrap_or(""), plausible)
+}
+
+/// Appends `value` to the figures of the entry `name`, keeping the last `kept`.
+pub fn keep_figure(name: &str, plausible: Range<f64>, value: f64, kept: usize) {
+    let mut values = figures(name, plausible);
+    values.push(value);
+    let values = &values[values.len().saturating_sub(kept)..];
+    let text: Vec<String> = values.iter().map(|v| format!("{v:.4e}")).collect();
+    write(name, &text.join(" "));
+}
+
+/// The median of `values` (the upper one of an even count), so that one outlier does not move it.
+pub fn median(mut values: Vec<f64>) -> Option<f64> {
+    values.sort_by(f64::total_cmp);
+    values.get(values.len() / 2).copied()
+}
+
+fn parse_figures(text: &str, plausible: Range<f64>) -> Vec<f64> {
+    text.split_whitespace()
+        .filter_map(|s| s.parse::<f64>().ok())
+        .filter(|v| v.is_finite() && plausible.contains(v))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn malformed_figures_are_dropped_and_the_median_resists_one_outlier() {
+        let kept = parse_figures("0.21 x 0.25 -1 NaN 1e9 3e-1", 0.0..600.0);
+        assert_eq!(kept, vec![0.21, 0.25, 0.3]);
+        assert_eq!(median(parse_figures("0.9 0.2 0.3", 0.0..600.0)), Some(0.3));
+        assert_eq!(median(parse_figures("garbage", 0.0..600.0)), None);
+    }
 
     #[test]
     fn entry_names_are_plain_file_names() {

@@ -20,12 +20,12 @@ const SHORTEST_SECONDS: f64 = 0.05;
 /// The median multiply-adds a thread did per second in this host's recorded CPU fits on
 /// `threads` threads, else `model`.
 pub fn madds_per_thread(threads: usize, model: f64) -> f64 {
-    median(kept(&entry(threads, None), RATES)).unwrap_or(model)
+    user_cache::median(user_cache::figures(&entry(threads, None), RATES)).unwrap_or(model)
 }
 
 /// The median seconds of this host's recorded CPU fits of `shape` on `threads` threads.
 pub fn seconds_of(shape: &str, threads: usize) -> Option<f64> {
-    median(kept(&entry(threads, Some(shape)), SECONDS))
+    user_cache::median(user_cache::figures(&entry(threads, Some(shape)), SECONDS))
 }
 
 /// Records a CPU fit of `shape`, `work` multiply-adds on `threads` threads of which `effective`
@@ -34,12 +34,9 @@ pub fn record(shape: &str, work: f64, threads: usize, effective: usize, seconds:
     if seconds < SHORTEST_SECONDS || work <= 0.0 || !work.is_finite() {
         return;
     }
-    keep(
-        &entry(threads, None),
-        RATES,
-        work / (seconds * effective.max(1) as f64),
-    );
-    keep(&entry(threads, Some(shape)), SECONDS, seconds);
+    let rate = work / (seconds * effective.max(1) as f64);
+    user_cache::keep_figure(&entry(threads, None), RATES, rate, KEPT);
+    user_cache::keep_figure(&entry(threads, Some(shape)), SECONDS, seconds, KEPT);
 }
 
 /// Plausible multiply-adds a thread per second.
@@ -47,52 +44,11 @@ const RATES: std::ops::Range<f64> = 1e6..1e13;
 /// Plausible seconds of a fit.
 const SECONDS: std::ops::Range<f64> = SHORTEST_SECONDS..1e6;
 
-/// Appends `value` to the entry `name`, keeping the last [`KEPT`].
-fn keep(name: &str, plausible: std::ops::Range<f64>, value: f64) {
-    let mut values = kept(name, plausible);
-    values.push(value);
-    let values = &values[values.len().saturating_sub(KEPT)..];
-    let text: Vec<String> = values.iter().map(|v| format!("{v:.4e}")).collect();
-    user_cache::write(name, &text.join(" "));
-}
-
-/// The plausible figures of the entry `name`.
-fn kept(name: &str, plausible: std::ops::Range<f64>) -> Vec<f64> {
-    parse(user_cache::read(name).as_deref().unwrap_or(""), plausible)
-}
-
 /// The cache entry for this host and thread count: the rate, or a shape's seconds.
 fn entry(threads: usize, shape: Option<&str>) -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
-    let threads = format!("{threads}-threads");
+    let (host, threads) = (user_cache::host(), format!("{threads}-threads"));
     match shape {
-        None => user_cache::entry_name(&["cpu-rate", host.trim(), &threads]),
-        Some(shape) => user_cache::entry_name(&["cpu-fit", host.trim(), &threads, shape]),
-    }
-}
-
-/// The figures of an entry; anything that is not a number in `plausible` is dropped.
-fn parse(text: &str, plausible: std::ops::Range<f64>) -> Vec<f64> {
-    text.split_whitespace()
-        .filter_map(|s| s.parse::<f64>().ok())
-        .filter(|v| v.is_finite() && plausible.contains(v))
-        .collect()
-}
-
-fn median(mut values: Vec<f64>) -> Option<f64> {
-    values.sort_by(f64::total_cmp);
-    values.get(values.len() / 2).copied()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn implausible_figures_are_dropped() {
-        assert_eq!(parse("7.5e9 x -1 NaN 1e20 3e9", RATES), vec![7.5e9, 3e9]);
-        assert_eq!(parse("0.01 0.3 x 2e6 1.5", SECONDS), vec![0.3, 1.5]);
-        assert_eq!(median(parse("", RATES)), None);
-        assert_eq!(median(parse("3e9 9e9 5e9", RATES)), Some(5e9));
+        None => user_cache::entry_name(&["cpu-rate", &host, &threads]),
+        Some(shape) => user_cache::entry_name(&["cpu-fit", &host, &threads, shape]),
     }
 }

@@ -35,49 +35,21 @@ pub(super) fn driver_called() {
 pub(super) fn first_backend_ready(gpus: usize) {
     if let Some(first) = FIRST_CALL.get() {
         let seconds = first.elapsed().as_secs_f64();
-        let name = entry(gpus);
-        let mut kept = parse(user_cache::read(&name).as_deref().unwrap_or(""));
-        kept.push(seconds);
-        let kept = &kept[kept.len().saturating_sub(KEPT)..];
-        let text: Vec<String> = kept.iter().map(|s| format!("{s:.4}")).collect();
-        user_cache::write(&name, &text.join(" "));
+        user_cache::keep_figure(&entry(gpus), PLAUSIBLE, seconds, KEPT);
     }
 }
 
 /// Seconds a fresh process is expected to pay for starting `gpus` GPUs and, at its exit, for
 /// their teardown: the median of this machine's recorded starts, else the model.
 pub fn expected_seconds(gpus: usize) -> f64 {
-    let recorded = parse(user_cache::read(&entry(gpus)).as_deref().unwrap_or(""));
-    EXIT_SECONDS + median(recorded).unwrap_or(MODEL_SECONDS_PER_GPU * gpus.max(1) as f64)
+    let recorded = user_cache::median(user_cache::figures(&entry(gpus), PLAUSIBLE));
+    EXIT_SECONDS + recorded.unwrap_or(MODEL_SECONDS_PER_GPU * gpus.max(1) as f64)
 }
+
+/// Plausible seconds of a start.
+const PLAUSIBLE: std::ops::Range<f64> = 0.0..600.0;
 
 /// The cache entry for this host and GPU count.
 fn entry(gpus: usize) -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
-    user_cache::entry_name(&["gpu-start", host.trim(), &format!("{gpus}-gpus")])
-}
-
-/// The figures of an entry; anything that is not a plausible number of seconds is dropped.
-fn parse(text: &str) -> Vec<f64> {
-    text.split_whitespace()
-        .filter_map(|s| s.parse::<f64>().ok())
-        .filter(|s| s.is_finite() && (0.0..600.0).contains(s))
-        .collect()
-}
-
-fn median(mut values: Vec<f64>) -> Option<f64> {
-    values.sort_by(f64::total_cmp);
-    values.get(values.len() / 2).copied()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_malformed_entry_is_read_as_no_measurement() {
-        assert_eq!(parse("0.21 x 0.25 -1 NaN 1e9 0.3"), vec![0.21, 0.25, 0.3]);
-        assert_eq!(median(parse("0.9 0.2 0.3")), Some(0.3));
-        assert_eq!(median(parse("garbage")), None);
-    }
+    user_cache::entry_name(&["gpu-start", &user_cache::host(), &format!("{gpus}-gpus")])
 }
