@@ -333,6 +333,16 @@ fn sharded_cosine_errors_are_typed() {
     parts[0].handle(&prepare(Metric::Cosine)).unwrap();
 }
 
+/// The GPU-set fits, one at a time: a fit whose GPUs' NCCL communicator another fit holds adds
+/// its sums on the host (the same bits, but not the path [`assert_summed_by_nccl`] checks).
+static GPU_SET_FITS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_gpu_set_fit_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    GPU_SET_FITS
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 /// `Device::Gpus`: the rows cut into one shard per GPU, each on its own thread. On one GPU the
 /// set repeats its ordinal, which runs the same path (shards, threads, exact sums) as several.
 #[test]
@@ -343,6 +353,7 @@ fn fits_over_a_gpu_set_equal_one_gpu_and_the_cpu() {
     let Device::Cuda(ordinal) = gpu else {
         unreachable!("the gate resolves to a GPU")
     };
+    let _one = one_gpu_set_fit_at_a_time();
     let mut sets = vec![vec![ordinal; 2], vec![ordinal; 3]];
     sets.extend(distinct_gpus());
     let mut all = cases();
@@ -375,6 +386,7 @@ fn weighted_fits_over_a_gpu_set_equal_the_cpu() {
     let Some(Device::Cuda(ordinal)) = gpu("weighted_fits_over_a_gpu_set_equal_the_cpu") else {
         return;
     };
+    let _one = one_gpu_set_fit_at_a_time();
     let data = uniform(3000, 40, 21);
     let view = MatrixView::new(&data, 3000, 40).unwrap();
     let weights: Vec<f32> = (0..3000).map(|i| ((i * 37) % 11) as f32 * 0.173).collect();
