@@ -239,7 +239,13 @@ fn uniform_npy(dir: &Path, rows: usize, cols: usize) -> String {
 #[test]
 fn a_cpu_fit_long_enough_to_time_keeps_its_rate_for_auto() {
     let dir = tempfile::tempdir().unwrap();
-    let rows = uniform_npy(dir.path(), 20_000, 16);
+    // Long enough to be timed in either build (a debug build's fit is far slower).
+    let n = if cfg!(debug_assertions) {
+        4_000
+    } else {
+        20_000
+    };
+    let rows = uniform_npy(dir.path(), n, 16);
     let args = [
         "kmeans", &rows, "--k", "64", "--device", "cpu", "--json", "--quiet",
     ];
@@ -266,11 +272,28 @@ fn a_cpu_fit_long_enough_to_time_keeps_its_rate_for_auto() {
         return;
     }
     let kept = kept.expect("a cpu-rate entry for two threads");
-    let text = std::fs::read_to_string(dir.path().join("cache").join(kept)).unwrap();
-    let rates: Vec<f64> = text
-        .split_whitespace()
-        .map(|s| s.parse().unwrap())
-        .collect();
-    assert_eq!(rates.len(), 1, "{text}");
-    assert!(rates[0] > 1e6 && rates[0] < 1e13, "{text}");
+    let figures = |name: &str| -> Vec<f64> {
+        let text = std::fs::read_to_string(dir.path().join("cache").join(name)).unwrap();
+        text.split_whitespace()
+            .map(|s| s.parse().unwrap())
+            .collect()
+    };
+    let rates = figures(&kept);
+    assert!(
+        rates.len() == 1 && rates[0] > 1e6 && rates[0] < 1e13,
+        "{rates:?}"
+    );
+    // And the fit's own seconds under its shape, which the next `auto` of that shape weighs.
+    let shape = format!("kmeans-{n}x16-k64");
+    let fit = std::fs::read_dir(dir.path().join("cache"))
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .find(|name| name.starts_with("cpu-fit-") && name.contains(&shape))
+        .expect("a cpu-fit entry for the shape");
+    let fit = figures(&fit);
+    assert!(
+        fit.len() == 1 && fit[0] >= 0.05 && fit[0] <= seconds,
+        "{fit:?}"
+    );
 }
