@@ -11,7 +11,7 @@ use kmeans_knn::{
     Device, DistanceMetric, Error, KnnClassifier, KnnIndex, KnnResult, MatrixView, Scaler,
     Selection, TieBreak, Weights, pairwise_distances, pairwise_distances_blocks,
 };
-use kmeans_knn_tests::{blobs, gpu, lattice, uniform};
+use kmeans_knn_tests::{blobs, copies_of_one_point, gpu, lattice, uniform};
 
 const METRICS: [DistanceMetric; 6] = DistanceMetric::ALL;
 
@@ -1242,11 +1242,7 @@ fn prefilter_fallback(device: Device, small: bool) {
     } else {
         (40_000, 20_000, 16)
     };
-    let mut train = uniform(n, d, 91);
-    let p: Vec<f32> = (0..d).map(|j| 0.25 + j as f32 * 0.01).collect();
-    for row in train.chunks_mut(d).skip(7).take(dup) {
-        row.copy_from_slice(&p);
-    }
+    let (train, p) = copies_of_one_point(n, dup, d);
     let mut queries = uniform(6, d, 92);
     queries[..d].copy_from_slice(&p); // on the duplicates
     queries[2 * d..3 * d]

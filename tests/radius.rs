@@ -8,7 +8,7 @@
 //! compute-sanitizer.
 
 use kmeans_knn::{Device, DistanceMetric, GpuSet, KnnIndex, MatrixView, RadiusNeighbors};
-use kmeans_knn_tests::{gpu, lattice, uniform};
+use kmeans_knn_tests::{copies_of_one_point, gpu, lattice, uniform};
 
 fn view(x: &[f32], d: usize) -> MatrixView<'_> {
     MatrixView::new(x, x.len() / d, d).unwrap()
@@ -201,11 +201,7 @@ fn prefilter_fallback(device: Device, small: bool) {
     } else {
         (40_000, 20_000, 16)
     };
-    let mut train = uniform(n, d, 91);
-    let p: Vec<f32> = (0..d).map(|j| 0.25 + j as f32 * 0.01).collect();
-    for row in train.chunks_mut(d).skip(7).take(dup) {
-        row.copy_from_slice(&p);
-    }
+    let (train, p) = copies_of_one_point(n, dup, d);
     let mut queries = uniform(6, d, 92);
     queries[..d].copy_from_slice(&p); // on the duplicates
     queries[5 * d..].copy_from_slice(&p); // on them, in a later batch

@@ -6,16 +6,7 @@ use kmeans_knn::kmeans::shard::Shard;
 use kmeans_knn::{
     Device, EmptyClusters, GpuSet, Init, KMeans, KMeansModel, KMeansParams, MatrixView, Stop,
 };
-use kmeans_knn_tests::{gpu, repeat_rows, sample_weights, uniform};
-
-fn fit(data: &[f32], d: usize, params: &KMeansParams, weights: Option<&[f32]>) -> KMeansModel {
-    let x = MatrixView::new(data, data.len() / d, d).unwrap();
-    match weights {
-        Some(w) => params.fit_weighted(x, w),
-        None => params.fit(x),
-    }
-    .unwrap()
-}
+use kmeans_knn_tests::{fit_rows as fit, gpu, repeat_rows, sample_weights, uniform};
 
 fn take(k: usize, start: &[f32]) -> KMeansParams {
     KMeans::params(k)

@@ -1,6 +1,6 @@
 //! Helpers of the cross-backend tests: the GPU-or-skip gate and reproducible test data.
 
-use kmeans_knn::{Device, KMeansModel};
+use kmeans_knn::{Device, KMeansModel, KMeansParams, MatrixView};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::io::Write;
@@ -118,4 +118,30 @@ pub fn repeat_rows(data: &[f32], d: usize, weights: &[f32]) -> Vec<f32> {
         .zip(weights)
         .flat_map(|(row, &w)| std::iter::repeat_n(row, w as usize).flatten().copied())
         .collect()
+}
+
+/// The fit of `data` (rows of `d`) under `params`, weighted by `weights` when given.
+pub fn fit_rows(
+    data: &[f32],
+    d: usize,
+    params: &KMeansParams,
+    weights: Option<&[f32]>,
+) -> KMeansModel {
+    let x = MatrixView::new(data, data.len() / d, d).unwrap();
+    match weights {
+        Some(w) => params.fit_weighted(x, w),
+        None => params.fit(x),
+    }
+    .unwrap()
+}
+
+/// `n × d` uniform rows (seed 91) of which `copies`, from the eighth on, are one point `p`
+/// (returned too): queries on `p` have more candidates than a prefilter's list holds.
+pub fn copies_of_one_point(n: usize, copies: usize, d: usize) -> (Vec<f32>, Vec<f32>) {
+    let mut train = uniform(n, d, 91);
+    let p: Vec<f32> = (0..d).map(|j| 0.25 + j as f32 * 0.01).collect();
+    for row in train.chunks_mut(d).skip(7).take(copies) {
+        row.copy_from_slice(&p);
+    }
+    (train, p)
 }

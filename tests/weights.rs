@@ -7,17 +7,9 @@ use kmeans_knn::{
     Device, EmptyClusters, Error, Init, KMeans, KMeansModel, KMeansParams, MatrixView, Metric,
 };
 use kmeans_knn_tests::{
-    assert_same_fit, gpu, lattice, repeat_rows, same_partition, sample_weights, uniform,
+    assert_same_fit, fit_rows as fit, gpu, lattice, repeat_rows, same_partition, sample_weights,
+    uniform,
 };
-
-fn fit(data: &[f32], d: usize, params: &KMeansParams, weights: Option<&[f32]>) -> KMeansModel {
-    let x = MatrixView::new(data, data.len() / d, d).unwrap();
-    match weights {
-        Some(w) => params.fit_weighted(x, w),
-        None => params.fit(x),
-    }
-    .unwrap()
-}
 
 type Case = (&'static str, Vec<f32>, usize, KMeansParams);
 
