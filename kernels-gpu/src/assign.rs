@@ -9,6 +9,7 @@
 //! lower-index tie rule, so labels match the CPU bit for bit.
 
 use crate::launch::{BLOCK, Kernel};
+use crate::params::{DevPtr, KernelParams};
 #[cfg(all(target_arch = "nvptx64", not(target_feature = "sm_80")))]
 use crate::tile::load_transposed;
 #[cfg(target_arch = "nvptx64")]
@@ -132,7 +133,37 @@ impl AssignTile {
     }
 }
 
-/// Arguments shared by the assign entry points.
+/// The parameters of the four `kmeans_assign_*` entry points (see [`KMEANS_ASSIGN_L2_WIDE`]):
+/// `x` (`n × d`) with its squared norms, the `k × d` centroids with theirs and by dimension
+/// (`centroids_t`, `d × k_padded`), the labels and distances written, the counters, and the
+/// optional `weights`, `sums` and `counts` (null: absent).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct AssignParams {
+    pub x: DevPtr<f32>,
+    pub x_sq_norms: DevPtr<f32>,
+    pub n: u32,
+    pub d: u32,
+    pub centroids: DevPtr<f32>,
+    pub c_sq_norms: DevPtr<f32>,
+    pub k: u32,
+    pub labels: DevPtr<u32>,
+    pub min_dist: DevPtr<f32>,
+    pub changed: DevPtr<u32>,
+    pub block_inertia: DevPtr<i64>,
+    pub inertia_scale: f32,
+    pub weights: DevPtr<f32>,
+    pub scales: DevPtr<f32>,
+    pub sums: DevPtr<i64>,
+    pub counts: DevPtr<u64>,
+    pub centroids_t: DevPtr<f32>,
+    pub k_padded: u32,
+}
+
+// SAFETY: `#[repr(C)]`, device pointers and scalars.
+unsafe impl KernelParams for AssignParams {}
+
+/// Arguments shared by the assign entry points, as the sweeps read them.
 #[cfg(target_arch = "nvptx64")]
 #[derive(Clone, Copy)]
 struct AssignArgs {
@@ -165,7 +196,8 @@ struct AssignArgs {
 macro_rules! assign_kernel {
     ($entry:ident, $name:ident, $metric:expr, $tile:expr, $min_blocks:expr) => {
         #[doc = concat!("The `", stringify!($name), "` entry point. CPU twins: `backend::cpu::kmeans::nearest`, `::accumulate`.")]
-        pub const $entry: Kernel = Kernel::new(stringify!($name), 18).min_blocks($min_blocks);
+        pub const $entry: Kernel =
+            Kernel::entry::<AssignParams>(stringify!($name)).min_blocks($min_blocks);
 
         /// Labels each of the `n` points of `x` (row-major, `d` columns) with its nearest of the
         /// `k` centroids and writes its distance. Squared norms of points and centroids are
@@ -184,34 +216,15 @@ macro_rules! assign_kernel {
         /// `shared_bytes()` of dynamic shared memory for this kernel's tile.
         #[cfg(target_arch = "nvptx64")]
         #[unsafe(no_mangle)]
-        pub unsafe extern "gpu-kernel" fn $name(
-            x: *const f32,
-            x_sq_norms: *const f32,
-            n: u32,
-            d: u32,
-            centroids: *const f32,
-            c_sq_norms: *const f32,
-            k: u32,
-            labels: *mut u32,
-            min_dist: *mut f32,
-            changed: *mut u32,
-            block_inertia: *mut i64,
-            inertia_scale: f32,
-            weights: *const f32,
-            scales: *const f32,
-            sums: *mut i64,
-            counts: *mut u64,
-            centroids_t: *const f32,
-            k_padded: u32,
-        ) {
-            let args = AssignArgs {
+        pub unsafe extern "gpu-kernel" fn $name(params: AssignParams) {
+            let AssignParams {
                 x,
                 x_sq_norms,
-                n: n as usize,
-                d: (d as usize).max(1),
+                n,
+                d,
                 centroids,
                 c_sq_norms,
-                k: k as usize,
+                k,
                 labels,
                 min_dist,
                 changed,
@@ -222,6 +235,26 @@ macro_rules! assign_kernel {
                 sums,
                 counts,
                 centroids_t,
+                k_padded,
+            } = params;
+            let args = AssignArgs {
+                x: x.as_ptr(),
+                x_sq_norms: x_sq_norms.as_ptr(),
+                n: n as usize,
+                d: (d as usize).max(1),
+                centroids: centroids.as_ptr(),
+                c_sq_norms: c_sq_norms.as_ptr(),
+                k: k as usize,
+                labels: labels.as_mut_ptr(),
+                min_dist: min_dist.as_mut_ptr(),
+                changed: changed.as_mut_ptr(),
+                block_inertia: block_inertia.as_mut_ptr(),
+                inertia_scale,
+                weights: weights.as_ptr(),
+                scales: scales.as_ptr(),
+                sums: sums.as_mut_ptr(),
+                counts: counts.as_mut_ptr(),
+                centroids_t: centroids_t.as_ptr(),
                 k_padded: k_padded as usize,
             };
             #[cfg(target_feature = "sm_80")]

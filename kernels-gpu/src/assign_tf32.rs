@@ -17,6 +17,7 @@
 //! The kernel body `run` goes prologue, sweep, merge, re-check (see its comment).
 
 use crate::launch::Kernel;
+use crate::params::{DevPtr, KernelParams};
 #[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
 use crate::{
     cp_async::{commit, copy_4, copy_rows, shared_addr, wait_all, wait_group},
@@ -34,7 +35,33 @@ use {
 
 /// The `kmeans_assign_l2_tf32` entry point (built for sm_80 only). CPU twin:
 /// `backend::cpu::kmeans::nearest`.
-pub const KMEANS_ASSIGN_L2_TF32: Kernel = Kernel::sm80("kmeans_assign_l2_tf32", 14).min_blocks(2);
+pub const KMEANS_ASSIGN_L2_TF32: Kernel =
+    Kernel::entry::<AssignTf32Params>("kmeans_assign_l2_tf32")
+        .only_sm80()
+        .min_blocks(2);
+
+/// `kmeans_assign_l2_tf32`'s parameters.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct AssignTf32Params {
+    pub x: DevPtr<f32>,
+    pub x_sq_norms: DevPtr<f32>,
+    pub n: u32,
+    pub d: u32,
+    pub centroids: DevPtr<f32>,
+    pub c_sq_norms: DevPtr<f32>,
+    pub c_terms: DevPtr<f32>,
+    pub k: u32,
+    pub labels: DevPtr<u32>,
+    pub min_dist: DevPtr<f32>,
+    pub changed: DevPtr<u32>,
+    pub block_inertia: DevPtr<i64>,
+    pub inertia_scale: f32,
+    pub weights: DevPtr<f32>,
+}
+
+// SAFETY: `#[repr(C)]`, device pointers and scalars.
+unsafe impl KernelParams for AssignTf32Params {}
 
 /// Points per block of `kmeans_assign_l2_tf32`: `BLOCK` threads, 8 warps as 4 point rows × 2
 /// centroid columns, each warp 32 points × 64 centroids of `m16n8k8` tiles.
@@ -90,22 +117,46 @@ pub const fn tf32_grid(n: usize) -> usize {
 /// [`tf32_shared_bytes`]`()` of dynamic shared memory.
 #[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
 #[unsafe(no_mangle)]
-pub unsafe extern "gpu-kernel" fn kmeans_assign_l2_tf32(
-    x: *const f32,
-    x_sq_norms: *const f32,
-    n: u32,
-    d: u32,
-    centroids: *const f32,
-    c_sq_norms: *const f32,
-    c_terms: *const f32,
-    k: u32,
-    labels: *mut u32,
-    min_dist: *mut f32,
-    changed: *mut u32,
-    block_inertia: *mut i64,
-    inertia_scale: f32,
-    weights: *const f32,
-) {
+pub unsafe extern "gpu-kernel" fn kmeans_assign_l2_tf32(params: AssignTf32Params) {
+    let AssignTf32Params {
+        x,
+        x_sq_norms,
+        n,
+        d,
+        centroids,
+        c_sq_norms,
+        c_terms,
+        k,
+        labels,
+        min_dist,
+        changed,
+        block_inertia,
+        inertia_scale,
+        weights,
+    } = params;
+    let (
+        x,
+        x_sq_norms,
+        centroids,
+        c_sq_norms,
+        c_terms,
+        labels,
+        min_dist,
+        changed,
+        block_inertia,
+        weights,
+    ) = (
+        x.as_ptr(),
+        x_sq_norms.as_ptr(),
+        centroids.as_ptr(),
+        c_sq_norms.as_ptr(),
+        c_terms.as_ptr(),
+        labels.as_mut_ptr(),
+        min_dist.as_mut_ptr(),
+        changed.as_mut_ptr(),
+        block_inertia.as_mut_ptr(),
+        weights.as_ptr(),
+    );
     let (n, d, k) = (n as usize, (d as usize).max(1), k as usize);
     let a = Tf32AssignArgs {
         x,

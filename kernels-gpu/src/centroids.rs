@@ -3,6 +3,7 @@
 //! with their squared norms computed in the same pass.
 
 use crate::launch::Kernel;
+use crate::params::{DevPtr, KernelParams};
 #[cfg(target_arch = "nvptx64")]
 use crate::{
     gpu::{self, shared, sync_threads},
@@ -22,7 +23,23 @@ pub const SHARED_BYTES: usize = CENTROID_LAYOUT_ROWS * STRIDE * 4;
 
 /// The `kmeans_centroids_by_dimension` entry point. CPU twin:
 /// `backend::cpu::kmeans::CentroidBlocks::new`.
-pub const KMEANS_CENTROIDS_BY_DIMENSION: Kernel = Kernel::new("kmeans_centroids_by_dimension", 6);
+pub const KMEANS_CENTROIDS_BY_DIMENSION: Kernel =
+    Kernel::entry::<CentroidsByDimensionParams>("kmeans_centroids_by_dimension");
+
+/// `kmeans_centroids_by_dimension`'s parameters.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct CentroidsByDimensionParams {
+    pub centroids: DevPtr<f32>,
+    pub k: u32,
+    pub d: u32,
+    pub k_padded: u32,
+    pub out: DevPtr<f32>,
+    pub norms: DevPtr<f32>,
+}
+
+// SAFETY: `#[repr(C)]`, device pointers and scalars.
+unsafe impl KernelParams for CentroidsByDimensionParams {}
 
 /// Blocks of `kmeans_centroids_by_dimension` for `k` centroids: `CENTROID_LAYOUT_ROWS` per block.
 pub const fn centroids_by_dimension_grid(k: usize) -> usize {
@@ -41,13 +58,17 @@ pub const fn centroids_by_dimension_grid(k: usize) -> usize {
 #[cfg(target_arch = "nvptx64")]
 #[unsafe(no_mangle)]
 pub unsafe extern "gpu-kernel" fn kmeans_centroids_by_dimension(
-    centroids: *const f32,
-    k: u32,
-    d: u32,
-    k_padded: u32,
-    out: *mut f32,
-    norms: *mut f32,
+    params: CentroidsByDimensionParams,
 ) {
+    let CentroidsByDimensionParams {
+        centroids,
+        k,
+        d,
+        k_padded,
+        out,
+        norms,
+    } = params;
+    let (centroids, out, norms) = (centroids.as_ptr(), out.as_mut_ptr(), norms.as_mut_ptr());
     const ROWS: usize = CENTROID_LAYOUT_ROWS;
     const COLS: usize = CENTROID_LAYOUT_COLS;
     let (t, threads) = (gpu::thread(), gpu::block_dim());

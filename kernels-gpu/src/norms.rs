@@ -2,6 +2,7 @@
 //! (the kNN prefilter's error bound takes `‖x‖`).
 
 use crate::launch::{BLOCK, Kernel};
+use crate::params::{DevPtr, KernelParams};
 #[cfg(target_arch = "nvptx64")]
 use crate::{gpu, math::fma, tile::load_vec4s};
 
@@ -11,7 +12,20 @@ use crate::{gpu, math::fma, tile::load_vec4s};
 const IN_FLIGHT: usize = 32;
 
 /// The `row_sq_norms` entry point. CPU twin: `backend::cpu::kmeans::row_sq_norms`.
-pub const ROW_SQ_NORMS: Kernel = Kernel::new("row_sq_norms", 4);
+pub const ROW_SQ_NORMS: Kernel = Kernel::entry::<RowSqNormsParams>("row_sq_norms");
+
+/// `row_sq_norms`'s parameters: `x` holds `n × d` values and `out` `n`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct RowSqNormsParams {
+    pub x: DevPtr<f32>,
+    pub n: u32,
+    pub d: u32,
+    pub out: DevPtr<f32>,
+}
+
+// SAFETY: `#[repr(C)]`, device pointers and scalars.
+unsafe impl KernelParams for RowSqNormsParams {}
 
 /// Blocks of `row_sq_norms` for `n` rows: a thread per row.
 pub const fn row_sq_norms_grid(n: usize) -> usize {
@@ -21,10 +35,12 @@ pub const fn row_sq_norms_grid(n: usize) -> usize {
 /// `out[i] = Σ_j x[i][j]²` over the `n` rows of row-major `x` (`d` columns), in dimension order.
 ///
 /// # Safety
-/// `x` holds `n × d` values and `out` `n`; one thread per row.
+/// [`RowSqNormsParams`]; one thread per row.
 #[cfg(target_arch = "nvptx64")]
 #[unsafe(no_mangle)]
-pub unsafe extern "gpu-kernel" fn row_sq_norms(x: *const f32, n: u32, d: u32, out: *mut f32) {
+pub unsafe extern "gpu-kernel" fn row_sq_norms(params: RowSqNormsParams) {
+    let RowSqNormsParams { x, n, d, out } = params;
+    let (x, out) = (x.as_ptr(), out.as_mut_ptr());
     let i = gpu::block() * gpu::block_dim() + gpu::thread();
     if i >= n as usize {
         return;
@@ -52,18 +68,31 @@ pub unsafe extern "gpu-kernel" fn row_sq_norms(x: *const f32, n: u32, d: u32, ou
 }
 
 /// The `row_norm_roots` entry point. CPU twin: [`crate::math::sqrt`] of each norm.
-pub const ROW_NORM_ROOTS: Kernel = Kernel::new("row_norm_roots", 3);
+pub const ROW_NORM_ROOTS: Kernel = Kernel::entry::<RowNormRootsParams>("row_norm_roots");
+
+/// `row_norm_roots`'s parameters: `sq_norms` and `out` hold `n` values.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct RowNormRootsParams {
+    pub sq_norms: DevPtr<f32>,
+    pub n: u32,
+    pub out: DevPtr<f32>,
+}
+
+// SAFETY: `#[repr(C)]`, device pointers and scalars.
+unsafe impl KernelParams for RowNormRootsParams {}
 
 /// `out[i] = sqrt(sq_norms[i])` (correctly rounded, as [`crate::math::sqrt`] on the CPU) for
 /// `i < n`, a thread per value: computed where the norms are, so an index built beside a
 /// running search needs no round trip through the host.
 ///
 /// # Safety
-/// `sq_norms` and `out` hold `n` values; one thread per value (blocks of
-/// [`row_sq_norms_grid`]).
+/// [`RowNormRootsParams`]; one thread per value (blocks of [`row_sq_norms_grid`]).
 #[cfg(target_arch = "nvptx64")]
 #[unsafe(no_mangle)]
-pub unsafe extern "gpu-kernel" fn row_norm_roots(sq_norms: *const f32, n: u32, out: *mut f32) {
+pub unsafe extern "gpu-kernel" fn row_norm_roots(params: RowNormRootsParams) {
+    let RowNormRootsParams { sq_norms, n, out } = params;
+    let (sq_norms, out) = (sq_norms.as_ptr(), out.as_mut_ptr());
     let i = gpu::block() * gpu::block_dim() + gpu::thread();
     if i < n as usize {
         unsafe { *out.add(i) = crate::math::sqrt(*sq_norms.add(i)) };

@@ -2,6 +2,7 @@
 //! changed labels, empty clusters, fixed-point inertia and centroid shift, copied back together.
 
 use crate::launch::{BLOCK, Kernel, REDUCE_BLOCK};
+use crate::params::{DevPtr, KernelParams};
 #[cfg(target_arch = "nvptx64")]
 use crate::{
     gpu::{self, block_sum_f64, block_sum_i64, shared},
@@ -17,7 +18,20 @@ pub const SHIFT_PARTS_SHARED_BYTES: usize = 8 * BLOCK as usize;
 pub const SUMMARY_SHARED_BYTES: usize = 8 * REDUCE_BLOCK as usize;
 
 /// The `kmeans_shift_parts` entry point. CPU twin: `backend::cpu::partial::squared_shift`.
-pub const KMEANS_SHIFT_PARTS: Kernel = Kernel::new("kmeans_shift_parts", 4);
+pub const KMEANS_SHIFT_PARTS: Kernel = Kernel::entry::<ShiftPartsParams>("kmeans_shift_parts");
+
+/// `kmeans_shift_parts`'s parameters.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ShiftPartsParams {
+    pub next: DevPtr<f32>,
+    pub current: DevPtr<f32>,
+    pub len: u32,
+    pub parts: DevPtr<f64>,
+}
+
+// SAFETY: `#[repr(C)]`, device pointers and scalars.
+unsafe impl KernelParams for ShiftPartsParams {}
 
 /// Blocks of `kmeans_shift_parts` (and parts it writes) for `len` coordinates: one per
 /// `SHIFT_PART`.
@@ -35,12 +49,14 @@ pub const fn shift_parts_grid(len: usize) -> usize {
 /// memory; `next` and `current` hold `len` values, `parts` one per block.
 #[cfg(target_arch = "nvptx64")]
 #[unsafe(no_mangle)]
-pub unsafe extern "gpu-kernel" fn kmeans_shift_parts(
-    next: *const f32,
-    current: *const f32,
-    len: u32,
-    parts: *mut f64,
-) {
+pub unsafe extern "gpu-kernel" fn kmeans_shift_parts(params: ShiftPartsParams) {
+    let ShiftPartsParams {
+        next,
+        current,
+        len,
+        parts,
+    } = params;
+    let (next, current, parts) = (next.as_ptr(), current.as_ptr(), parts.as_mut_ptr());
     let (t, bd) = (gpu::thread(), gpu::block_dim());
     let from = gpu::block() * SHIFT_PART;
     let to = (from + SHIFT_PART).min(len as usize);
@@ -76,7 +92,23 @@ pub unsafe extern "gpu-kernel" fn kmeans_shift_parts(
 }
 
 /// The `kmeans_summary` entry point. CPU twin: `backend::cpu::kmeans::CpuLloyd::total`.
-pub const KMEANS_SUMMARY: Kernel = Kernel::new("kmeans_summary", 6);
+pub const KMEANS_SUMMARY: Kernel =
+    Kernel::entry::<SummaryParams>("kmeans_summary").threads(REDUCE_BLOCK);
+
+/// `kmeans_summary`'s parameters.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct SummaryParams {
+    pub counters: DevPtr<u32>,
+    pub block_inertia: DevPtr<i64>,
+    pub blocks: u32,
+    pub shift_parts: DevPtr<f64>,
+    pub parts: u32,
+    pub out: DevPtr<f64>,
+}
+
+// SAFETY: `#[repr(C)]`, device pointers and scalars.
+unsafe impl KernelParams for SummaryParams {}
 
 /// Writes `out = [counters[0], counters[1], Σ block_inertia, Σ shift_parts]` as f64 and zeroes
 /// the counters for the next step (so no step needs a memset before it). Every thread sums a
@@ -88,14 +120,21 @@ pub const KMEANS_SUMMARY: Kernel = Kernel::new("kmeans_summary", 6);
 /// 2 values, `block_inertia` `blocks`, `shift_parts` `parts`, `out` 4.
 #[cfg(target_arch = "nvptx64")]
 #[unsafe(no_mangle)]
-pub unsafe extern "gpu-kernel" fn kmeans_summary(
-    counters: *mut u32,
-    block_inertia: *const i64,
-    blocks: u32,
-    shift_parts: *const f64,
-    parts: u32,
-    out: *mut f64,
-) {
+pub unsafe extern "gpu-kernel" fn kmeans_summary(params: SummaryParams) {
+    let SummaryParams {
+        counters,
+        block_inertia,
+        blocks,
+        shift_parts,
+        parts,
+        out,
+    } = params;
+    let (counters, block_inertia, shift_parts, out) = (
+        counters.as_mut_ptr(),
+        block_inertia.as_ptr(),
+        shift_parts.as_ptr(),
+        out.as_mut_ptr(),
+    );
     let t = gpu::thread();
     let scratch = shared::<f64>();
     let mut inertia = 0i64;

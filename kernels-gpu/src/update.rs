@@ -7,6 +7,7 @@
 //! without them, `q` and 1 (the count).
 
 use crate::launch::{BLOCK, DEFAULT_SHARED_BYTES, Kernel};
+use crate::params::{DevPtr, KernelParams};
 #[cfg(target_arch = "nvptx64")]
 use crate::{
     fixed::{mean, to_fixed, units_at, weighted},
@@ -21,7 +22,26 @@ pub const fn accumulate_shared_bytes(k: usize, d: usize) -> usize {
 }
 
 /// The `kmeans_accumulate_shared` entry point. CPU twin: `backend::cpu::kmeans::accumulate`.
-pub const KMEANS_ACCUMULATE_SHARED: Kernel = Kernel::new("kmeans_accumulate_shared", 9);
+pub const KMEANS_ACCUMULATE_SHARED: Kernel =
+    Kernel::entry::<AccumulateSharedParams>("kmeans_accumulate_shared");
+
+/// `kmeans_accumulate_shared`'s parameters.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct AccumulateSharedParams {
+    pub x: DevPtr<f32>,
+    pub n: u32,
+    pub d: u32,
+    pub labels: DevPtr<u32>,
+    pub k: u32,
+    pub weights: DevPtr<f32>,
+    pub scales: DevPtr<f32>,
+    pub part_sums: DevPtr<i64>,
+    pub part_counts: DevPtr<u64>,
+}
+
+// SAFETY: `#[repr(C)]`, device pointers and scalars.
+unsafe impl KernelParams for AccumulateSharedParams {}
 
 /// Whether per-block fixed-point sums of `k × d` values (plus `k` u64 cluster weights) fit in
 /// shared memory: the `8·k·d + 8·k` bytes of `kmeans_accumulate_shared`.
@@ -41,17 +61,26 @@ pub fn sums_fit_shared(k: usize, d: usize) -> bool {
 /// or `n`; labels `< k`; dynamic shared memory of `8·k·d + 8·k` bytes.
 #[cfg(target_arch = "nvptx64")]
 #[unsafe(no_mangle)]
-pub unsafe extern "gpu-kernel" fn kmeans_accumulate_shared(
-    x: *const f32,
-    n: u32,
-    d: u32,
-    labels: *const u32,
-    k: u32,
-    weights: *const f32,
-    scales: *const f32,
-    part_sums: *mut i64,
-    part_counts: *mut u64,
-) {
+pub unsafe extern "gpu-kernel" fn kmeans_accumulate_shared(params: AccumulateSharedParams) {
+    let AccumulateSharedParams {
+        x,
+        n,
+        d,
+        labels,
+        k,
+        weights,
+        scales,
+        part_sums,
+        part_counts,
+    } = params;
+    let (x, labels, weights, scales, part_sums, part_counts) = (
+        x.as_ptr(),
+        labels.as_ptr(),
+        weights.as_ptr(),
+        scales.as_ptr(),
+        part_sums.as_mut_ptr(),
+        part_counts.as_mut_ptr(),
+    );
     // `max(1)` lets the compiler drop the division-by-zero panics; the host never passes 0.
     let (n, d, k) = (n as usize, (d as usize).max(1), k as usize);
     let (t, threads, b) = (gpu::thread(), gpu::block_dim(), gpu::block());
@@ -119,7 +148,25 @@ pub const fn accumulate_global_grid(n: usize, d: usize, multiprocessors: usize) 
 }
 
 /// The `kmeans_accumulate_global` entry point. CPU twin: `backend::cpu::kmeans::accumulate`.
-pub const KMEANS_ACCUMULATE_GLOBAL: Kernel = Kernel::new("kmeans_accumulate_global", 8);
+pub const KMEANS_ACCUMULATE_GLOBAL: Kernel =
+    Kernel::entry::<AccumulateGlobalParams>("kmeans_accumulate_global");
+
+/// `kmeans_accumulate_global`'s parameters.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct AccumulateGlobalParams {
+    pub x: DevPtr<f32>,
+    pub n: u32,
+    pub d: u32,
+    pub labels: DevPtr<u32>,
+    pub weights: DevPtr<f32>,
+    pub scales: DevPtr<f32>,
+    pub sums: DevPtr<i64>,
+    pub counts: DevPtr<u64>,
+}
+
+// SAFETY: `#[repr(C)]`, device pointers and scalars.
+unsafe impl KernelParams for AccumulateGlobalParams {}
 
 /// Sums straight into global `sums` (`k × d`) and weights `counts` (`k`), zeroed by the host; for
 /// shapes whose per-block sums do not fit in shared memory. Grid-stride over all `n × d` values.
@@ -128,16 +175,25 @@ pub const KMEANS_ACCUMULATE_GLOBAL: Kernel = Kernel::new("kmeans_accumulate_glob
 /// As for [`kmeans_accumulate_shared`], with `sums`/`counts` of `k × d` / `k` elements.
 #[cfg(target_arch = "nvptx64")]
 #[unsafe(no_mangle)]
-pub unsafe extern "gpu-kernel" fn kmeans_accumulate_global(
-    x: *const f32,
-    n: u32,
-    d: u32,
-    labels: *const u32,
-    weights: *const f32,
-    scales: *const f32,
-    sums: *mut i64,
-    counts: *mut u64,
-) {
+pub unsafe extern "gpu-kernel" fn kmeans_accumulate_global(params: AccumulateGlobalParams) {
+    let AccumulateGlobalParams {
+        x,
+        n,
+        d,
+        labels,
+        weights,
+        scales,
+        sums,
+        counts,
+    } = params;
+    let (x, labels, weights, scales, sums, counts) = (
+        x.as_ptr(),
+        labels.as_ptr(),
+        weights.as_ptr(),
+        scales.as_ptr(),
+        sums.as_mut_ptr(),
+        counts.as_mut_ptr(),
+    );
     let (n, d) = (n as usize, (d as usize).max(1));
     let stride = gpu::grid_dim() * gpu::block_dim();
     let first = gpu::block() * gpu::block_dim() + gpu::thread();
@@ -203,7 +259,26 @@ const WARP: usize = 32;
 pub const FINALIZE_SHARED_BYTES: usize = 16 * BLOCK as usize;
 
 /// The `kmeans_finalize` entry point. CPU twin: `backend::cpu::partial::Partial::finish`.
-pub const KMEANS_FINALIZE: Kernel = Kernel::new("kmeans_finalize", 10);
+pub const KMEANS_FINALIZE: Kernel = Kernel::entry::<FinalizeParams>("kmeans_finalize");
+
+/// `kmeans_finalize`'s parameters.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct FinalizeParams {
+    pub part_sums: DevPtr<i64>,
+    pub part_counts: DevPtr<u64>,
+    pub parts: u32,
+    pub k: u32,
+    pub d: u32,
+    pub inv_scales: DevPtr<f64>,
+    pub old_centroids: DevPtr<f32>,
+    pub new_centroids: DevPtr<f32>,
+    pub sizes: DevPtr<u64>,
+    pub empty: DevPtr<u32>,
+}
+
+// SAFETY: `#[repr(C)]`, device pointers and scalars.
+unsafe impl KernelParams for FinalizeParams {}
 
 /// Blocks of `kmeans_finalize` for `k × d` coordinates from `parts` partial sums (a grid-stride
 /// loop): one warp per coordinate (one thread with a single part), at most 16 blocks per
@@ -231,18 +306,28 @@ pub const fn finalize_grid(k: usize, d: usize, parts: usize, multiprocessors: us
 /// 32 threads with `16 × block size` bytes of dynamic shared memory.
 #[cfg(target_arch = "nvptx64")]
 #[unsafe(no_mangle)]
-pub unsafe extern "gpu-kernel" fn kmeans_finalize(
-    part_sums: *const i64,
-    part_counts: *const u64,
-    parts: u32,
-    k: u32,
-    d: u32,
-    inv_scales: *const f64,
-    old_centroids: *const f32,
-    new_centroids: *mut f32,
-    sizes: *mut u64,
-    empty: *mut u32,
-) {
+pub unsafe extern "gpu-kernel" fn kmeans_finalize(params: FinalizeParams) {
+    let FinalizeParams {
+        part_sums,
+        part_counts,
+        parts,
+        k,
+        d,
+        inv_scales,
+        old_centroids,
+        new_centroids,
+        sizes,
+        empty,
+    } = params;
+    let (part_sums, part_counts, inv_scales, old_centroids, new_centroids, sizes, empty) = (
+        part_sums.as_ptr(),
+        part_counts.as_ptr(),
+        inv_scales.as_ptr(),
+        old_centroids.as_ptr(),
+        new_centroids.as_mut_ptr(),
+        sizes.as_mut_ptr(),
+        empty.as_mut_ptr(),
+    );
     let (parts, k, d) = (parts as usize, k as usize, (d as usize).max(1));
     let (t, threads) = (gpu::thread(), gpu::block_dim());
     let (warp, lane) = (t / WARP, t % WARP);
@@ -323,7 +408,21 @@ pub unsafe extern "gpu-kernel" fn kmeans_finalize(
 }
 
 /// The `kmeans_normalize_rows` entry point. CPU twin: [`crate::math::normalize`].
-pub const KMEANS_NORMALIZE_ROWS: Kernel = Kernel::new("kmeans_normalize_rows", 4);
+pub const KMEANS_NORMALIZE_ROWS: Kernel =
+    Kernel::entry::<NormalizeRowsParams>("kmeans_normalize_rows");
+
+/// `kmeans_normalize_rows`'s parameters.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct NormalizeRowsParams {
+    pub centroids: DevPtr<f32>,
+    pub sizes: DevPtr<u64>,
+    pub k: u32,
+    pub d: u32,
+}
+
+// SAFETY: `#[repr(C)]`, device pointers and scalars.
+unsafe impl KernelParams for NormalizeRowsParams {}
 
 /// Blocks of `kmeans_normalize_rows` for `k` centroids: a thread per centroid.
 pub const fn normalize_rows_grid(k: usize) -> usize {
@@ -338,12 +437,14 @@ pub const fn normalize_rows_grid(k: usize) -> usize {
 /// `centroids` holds `k × d` values, `sizes` `k`; at least `k` threads in all.
 #[cfg(target_arch = "nvptx64")]
 #[unsafe(no_mangle)]
-pub unsafe extern "gpu-kernel" fn kmeans_normalize_rows(
-    centroids: *mut f32,
-    sizes: *const u64,
-    k: u32,
-    d: u32,
-) {
+pub unsafe extern "gpu-kernel" fn kmeans_normalize_rows(params: NormalizeRowsParams) {
+    let NormalizeRowsParams {
+        centroids,
+        sizes,
+        k,
+        d,
+    } = params;
+    let (centroids, sizes) = (centroids.as_mut_ptr(), sizes.as_ptr());
     let c = gpu::block() * gpu::block_dim() + gpu::thread();
     let d = d as usize;
     if c < k as usize && unsafe { *sizes.add(c) } > 0 {

@@ -9,7 +9,8 @@
 //! [`super::launch`]; CPU twins: `backend/cpu/init.rs`.
 
 use super::launch::{
-    RowSqNorms, SeedGreedyDraw, SeedLocate, SeedNearest, SeedOwnerWeights, SeedSample, SeedTrials,
+    Reads, SeedGreedyDraw, SeedLocate, SeedNearest, SeedOwnerWeights, SeedSample, SeedTrials,
+    Writes,
 };
 use super::{CudaBackend, arg_u32};
 use crate::backend::cpu::kmeans::row_sq_norms;
@@ -19,6 +20,7 @@ use cudarc::driver::{CudaSlice, DeviceRepr, ValidAsZeroBits};
 use kernels_gpu::init::point_blocks;
 use kernels_gpu::launch::SEED_CANDIDATES;
 use kernels_gpu::math::AssignMetric;
+use kernels_gpu::norms::{ROW_SQ_NORMS, RowSqNormsParams, row_sq_norms_grid};
 use kernels_gpu::seeding::{NO_ROW, WeightScale};
 
 /// The resident rows seeding works on.
@@ -385,13 +387,17 @@ impl CudaSeeder {
 fn row_norms(r: &Rows<'_>) -> Result<CudaSlice<f32>> {
     let rows = r.x.len() / r.d.max(1);
     let mut norms = r.gpu.zeros(rows, "seeding norms")?;
-    RowSqNorms {
-        x: r.x,
-        n: arg_u32(rows, "rows")?,
-        d: r.d as u32,
-        out: &mut norms,
-    }
-    .launch(r.gpu)?;
+    r.gpu.launch(
+        ROW_SQ_NORMS,
+        row_sq_norms_grid(rows),
+        0,
+        RowSqNormsParams {
+            x: r.x.reads(rows * r.d),
+            n: arg_u32(rows, "rows")?,
+            d: r.d as u32,
+            out: norms.writes(rows),
+        },
+    )?;
     Ok(norms)
 }
 

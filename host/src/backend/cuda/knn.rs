@@ -13,8 +13,8 @@
 
 use super::launch::{
     KnnBitonicMergeGlobal, KnnBitonicMergeLocal, KnnSelect, KnnSelectKeys, KnnSortChunks, KnnTake,
-    KnnTf32Candidates, KnnTf32Rerank, KnnTf32Scan, KnnTf32Threshold, KnnVote, Pairwise,
-    RowNormRoots, RowSqNorms,
+    KnnTf32Candidates, KnnTf32Rerank, KnnTf32Scan, KnnTf32Threshold, KnnVote, Pairwise, Reads,
+    Writes,
 };
 use super::{CudaBackend, Mapped, arg_u32};
 use crate::backend::vocab::{PrefilterReport, Selection, rows_per_block};
@@ -33,6 +33,9 @@ use kernels_gpu::knn_tf32::{
     tf32_xc, wg_scan_shared_bytes,
 };
 use kernels_gpu::launch::DEFAULT_SHARED_BYTES;
+use kernels_gpu::norms::{
+    ROW_NORM_ROOTS, ROW_SQ_NORMS, RowNormRootsParams, RowSqNormsParams, row_sq_norms_grid,
+};
 use kernels_gpu::select::{BY_BITONIC, BY_KMIN, BY_RADIX};
 use kernels_gpu::vote::{vote_block_bytes, vote_grid, vote_queries_per_block};
 use ndarray::ArrayView2;
@@ -140,13 +143,17 @@ impl Distances for CudaBackend {
         let b_dev = self.upload(b.as_slice(), "the second matrix")?;
         let mut b_norms = self.zeros::<f32>(n, "row norms")?;
         if metric.needs_norms() {
-            RowSqNorms {
-                x: &b_dev,
-                n: n as u32,
-                d: d as u32,
-                out: &mut b_norms,
-            }
-            .launch(self)?;
+            self.launch(
+                ROW_SQ_NORMS,
+                row_sq_norms_grid(n),
+                0,
+                RowSqNormsParams {
+                    x: b_dev.reads(n * d),
+                    n: n as u32,
+                    d: d as u32,
+                    out: b_norms.writes(n),
+                },
+            )?;
         }
         // A block fits the caller's limit and the device's free memory (rows of A, norms, out).
         let device_rows = self.budget(None, 0)? / (4 * (n + d + 1));
@@ -165,13 +172,17 @@ impl Distances for CudaBackend {
                 "rows of the first matrix",
             )?;
             if metric.needs_norms() {
-                RowSqNorms {
-                    x: &a_dev,
-                    n: r as u32,
-                    d: d as u32,
-                    out: &mut a_norms,
-                }
-                .launch(self)?;
+                self.launch(
+                    ROW_SQ_NORMS,
+                    row_sq_norms_grid(r),
+                    0,
+                    RowSqNormsParams {
+                        x: a_dev.reads(r * d),
+                        n: r as u32,
+                        d: d as u32,
+                        out: a_norms.writes(r),
+                    },
+                )?;
             }
             let a_side = Side {
                 x: &a_dev,
@@ -230,24 +241,34 @@ impl CudaKnn {
         };
         let mut norms = gpu.zeros_on::<f32>(&stream, n, "training norms")?;
         if metric.needs_norms() {
-            RowSqNorms {
-                x: &x,
-                n: n as u32,
-                d: d as u32,
-                out: &mut norms,
-            }
-            .launch_on(&gpu, &stream)?;
+            gpu.launch_on(
+                &stream,
+                ROW_SQ_NORMS,
+                row_sq_norms_grid(n),
+                0,
+                RowSqNormsParams {
+                    x: x.reads(n * d),
+                    n: n as u32,
+                    d: d as u32,
+                    out: norms.writes(n),
+                },
+            )?;
         }
         let tensor_cores = gpu.info().compute_capability.0 >= 8;
         let roots = if tensor_cores && tf32_metric(metric) {
             // SAFETY: the launch below writes all `n`.
             let mut roots = unsafe { gpu.uninit_on::<f32>(&stream, n, "training norm roots")? };
-            RowNormRoots {
-                sq_norms: &norms,
-                n: n as u32,
-                out: &mut roots,
-            }
-            .launch_on(&gpu, &stream)?;
+            gpu.launch_on(
+                &stream,
+                ROW_NORM_ROOTS,
+                row_sq_norms_grid(n),
+                0,
+                RowNormRootsParams {
+                    sq_norms: norms.reads(n),
+                    n: n as u32,
+                    out: roots.writes(n),
+                },
+            )?;
             roots
         } else {
             gpu.zeros_on::<f32>(&stream, 1, "training norm roots")?
@@ -883,13 +904,17 @@ impl CudaKnn {
             "query rows",
         )?;
         if self.metric.needs_norms() {
-            RowSqNorms {
-                x: &bufs.q,
-                n: r as u32,
-                d: d as u32,
-                out: &mut bufs.q_norms,
-            }
-            .launch(gpu)?;
+            gpu.launch(
+                ROW_SQ_NORMS,
+                row_sq_norms_grid(r),
+                0,
+                RowSqNormsParams {
+                    x: bufs.q.reads(r * d),
+                    n: r as u32,
+                    d: d as u32,
+                    out: bufs.q_norms.writes(r),
+                },
+            )?;
         }
         match (plan, job.method) {
             (Some(p), method) => {

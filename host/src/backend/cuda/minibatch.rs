@@ -5,7 +5,7 @@
 
 use super::kmeans::CudaLloyd;
 use super::launch::{
-    KmeansCentroidsByDimension, KmeansMinibatchAssign, KmeansMinibatchShift, KmeansMinibatchUpdate,
+    KmeansMinibatchAssign, KmeansMinibatchShift, KmeansMinibatchUpdate, Reads, Writes,
 };
 use super::{CudaBackend, arg_u32};
 use crate::backend::vocab::Metric;
@@ -13,6 +13,10 @@ use crate::backend::{BatchReport, Layout, Lloyd, LloydSpec, MiniBatch};
 use crate::error::{Error, Result};
 use crate::matrix::MatrixView;
 use cudarc::driver::CudaSlice;
+use kernels_gpu::centroids::{
+    CentroidsByDimensionParams, KMEANS_CENTROIDS_BY_DIMENSION,
+    SHARED_BYTES as CENTROIDS_BY_DIMENSION_SHARED_BYTES, centroids_by_dimension_grid,
+};
 use kernels_gpu::fixed::{inv_pow2_f64, pow2_f32};
 use kernels_gpu::math::AssignMetric;
 
@@ -102,15 +106,21 @@ impl<'a> CudaMiniBatch<'a> {
     /// Queues the copy of the current centroids by dimension, with their squared norms for
     /// squared L2.
     fn queue_centroids_by_dimension(&mut self) -> Result<()> {
-        KmeansCentroidsByDimension {
-            centroids: &self.current,
-            k: self.k as u32,
-            d: self.d as u32,
-            k_padded: self.k.next_multiple_of(4) as u32,
-            out: &mut self.centroids_t,
-            norms: (self.metric == AssignMetric::SqL2).then_some(&mut self.c_sq_norms),
-        }
-        .launch(self.gpu)
+        let (k, d, k_padded) = (self.k, self.d, self.k.next_multiple_of(4));
+        let mut norms = (self.metric == AssignMetric::SqL2).then_some(&mut self.c_sq_norms);
+        self.gpu.launch(
+            KMEANS_CENTROIDS_BY_DIMENSION,
+            centroids_by_dimension_grid(k),
+            CENTROIDS_BY_DIMENSION_SHARED_BYTES,
+            CentroidsByDimensionParams {
+                centroids: self.current.reads(k * d),
+                k: k as u32,
+                d: d as u32,
+                k_padded: k_padded as u32,
+                out: self.centroids_t.writes(d * k_padded),
+                norms: norms.writes(k),
+            },
+        )
     }
 
     /// Queues the assignment of the first `batch` rows of `self.rows`, with their sums.

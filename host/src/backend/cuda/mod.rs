@@ -386,7 +386,7 @@ impl CudaBackend {
         Launch {
             name: kernel.name,
             args: stream.launch_builder(f),
-            params: kernel.params,
+            params: kernel.params.count(),
             pushed: 0,
         }
     }

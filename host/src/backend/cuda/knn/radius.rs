@@ -14,7 +14,7 @@ use super::{CudaKnn, Side, distances};
 use crate::backend::cuda::CudaBackend;
 use crate::backend::cuda::launch::{
     KnnRadiusCount, KnnRadiusFill, KnnRadiusTf32Count, KnnRadiusTf32Fill, KnnTf32Scan,
-    RadiusCandidates, RowSqNorms,
+    RadiusCandidates, Reads, Writes,
 };
 use crate::backend::radius::{RadiusKeys, reserve_keys};
 use crate::backend::vocab::PrefilterReport;
@@ -24,6 +24,7 @@ use cudarc::driver::CudaSlice;
 use kernels_gpu::knn_tf32::{
     SCAN_CANDIDATES, TF32_CAP, bound_coefficient, sq_threshold, tf32_metric,
 };
+use kernels_gpu::norms::{ROW_SQ_NORMS, RowSqNormsParams, row_sq_norms_grid};
 use kernels_gpu::radius::candidates::OVERFLOW;
 use rayon::prelude::*;
 use std::ops::Range;
@@ -138,13 +139,17 @@ impl CudaKnn {
         let rows = &queries.as_slice()[first * d..(first + r) * d];
         gpu.write_rows(rows, &mut bufs.q, 0, "query rows")?;
         if self.metric.needs_norms() {
-            RowSqNorms {
-                x: &bufs.q,
-                n: r as u32,
-                d: d as u32,
-                out: &mut bufs.q_norms,
-            }
-            .launch(gpu)?;
+            gpu.launch(
+                ROW_SQ_NORMS,
+                row_sq_norms_grid(r),
+                0,
+                RowSqNormsParams {
+                    x: bufs.q.reads(r * d),
+                    n: r as u32,
+                    d: d as u32,
+                    out: bufs.q_norms.writes(r),
+                },
+            )?;
         }
         let a = Side {
             x: &bufs.q,
@@ -283,13 +288,17 @@ impl CudaKnn {
         let (n, d) = (self.n, self.d);
         let rows = &queries.as_slice()[first * d..(first + r) * d];
         gpu.write_rows(rows, &mut bufs.q, 0, "query rows")?;
-        RowSqNorms {
-            x: &bufs.q,
-            n: r as u32,
-            d: d as u32,
-            out: &mut bufs.q_norms,
-        }
-        .launch(gpu)?;
+        gpu.launch(
+            ROW_SQ_NORMS,
+            row_sq_norms_grid(r),
+            0,
+            RowSqNormsParams {
+                x: bufs.q.reads(r * d),
+                n: r as u32,
+                d: d as u32,
+                out: bufs.q_norms.writes(r),
+            },
+        )?;
         gpu.clear(&mut bufs.counts, "candidate counts")?;
         KnnTf32Scan {
             q: &bufs.q,

@@ -5,40 +5,30 @@
 //! next to the kernels; the twin table in `kernels_gpu`'s crate documentation maps every kernel
 //! to its launcher here and its CPU twin.
 
-mod assign;
-mod centroids;
 mod distance;
 mod init;
 mod knn_tf32;
 mod minibatch;
-mod norms;
+mod params;
 mod radius;
-mod reduce;
 mod select;
 mod small;
-mod update;
 mod vote;
 
-pub(crate) use assign::{KmeansAssign, KmeansAssignL2Tf32, Tf32CentroidTerms};
-pub(crate) use centroids::KmeansCentroidsByDimension;
 pub(crate) use distance::Pairwise;
 pub(crate) use init::{
     SeedGreedyDraw, SeedLocate, SeedNearest, SeedOwnerWeights, SeedSample, SeedTrials,
 };
 pub(crate) use knn_tf32::{KnnTf32Candidates, KnnTf32Rerank, KnnTf32Scan, KnnTf32Threshold};
 pub(crate) use minibatch::{KmeansMinibatchAssign, KmeansMinibatchShift, KmeansMinibatchUpdate};
-pub(crate) use norms::{RowNormRoots, RowSqNorms};
+pub(crate) use params::{Reads, Writes};
 pub(crate) use radius::{
     KnnRadiusCount, KnnRadiusFill, KnnRadiusTf32Count, KnnRadiusTf32Fill, RadiusCandidates,
 };
-pub(crate) use reduce::{KmeansShiftParts, KmeansSummary};
 pub(crate) use select::{
     KnnBitonicMergeGlobal, KnnBitonicMergeLocal, KnnSelect, KnnSelectKeys, KnnSortChunks, KnnTake,
 };
 pub(crate) use small::{KmeansFinalizeSmall, KmeansSmall};
-pub(crate) use update::{
-    KmeansAccumulateGlobal, KmeansAccumulateShared, KmeansFinalize, KmeansNormalizeRows,
-};
 pub(crate) use vote::KnnVote;
 
 #[cfg(test)]

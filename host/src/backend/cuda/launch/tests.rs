@@ -1,4 +1,4 @@
-//! The kernel names and parameter counts the host launches with, checked against the committed
+//! The kernel names and parameters the host launches with, checked against the committed
 //! PTX and the twin table; no GPU needed.
 
 use crate::backend::cuda::image::{PTX, PTX_SM80};
@@ -19,23 +19,47 @@ fn built(k: &kernels_gpu::launch::Kernel, build: Build) -> bool {
     (build >= Build::Sm80 || !k.sm80_only) && (build == Build::Sm90a || !k.sm90a_only)
 }
 use kernels_gpu::KERNELS;
+use kernels_gpu::launch::Params;
+use kernels_gpu::params::ParamsLayout;
 use std::collections::BTreeMap;
 
-/// Every `.entry` of `ptx` with its number of parameters.
-fn entries(ptx: &str) -> BTreeMap<String, usize> {
+/// Every `.entry` of `ptx` with what it declares: one `.param .align A .b8 name[S]` is a
+/// parameter struct of size `S` and alignment `A`, anything else a list of that many.
+fn entries(ptx: &str) -> BTreeMap<String, Params> {
     let mut found = BTreeMap::new();
     for (at, _) in ptx.match_indices(".entry ") {
         let rest = &ptx[at + ".entry ".len()..];
         let open = rest.find('(').expect("a parameter list after .entry");
         let close = rest.find(')').expect("the end of the parameter list");
-        let params = rest[open..close].matches(".param ").count();
+        let list: Vec<&str> = rest[open + 1..close]
+            .split(',')
+            .map(str::trim)
+            .filter(|p| !p.is_empty())
+            .collect();
+        let params = match list[..] {
+            [one] => aggregate(one).map_or(Params::Listed(1), Params::Struct),
+            _ => Params::Listed(list.len()),
+        };
         found.insert(rest[..open].to_string(), params);
     }
     found
 }
 
-/// The kernels of `KERNELS` that a PTX build has.
-fn expected(build: Build) -> BTreeMap<String, usize> {
+/// The size and alignment of a by-value aggregate parameter (`.param .align 8 .b8 p[40]`).
+fn aggregate(param: &str) -> Option<ParamsLayout> {
+    let rest = param.strip_prefix(".param .align ")?;
+    let (align, rest) = rest.split_once(" .b8 ")?;
+    let size = rest.split_once('[')?.1.strip_suffix(']')?;
+    Some(ParamsLayout {
+        size: size.parse().ok()?,
+        align: align.parse().ok()?,
+    })
+}
+
+/// The kernels of `KERNELS` that a PTX build has, with the parameters the host pushes: the
+/// parameter structs with their host size and alignment, so equality proves that nvptx64 lays
+/// them out as the host does.
+fn expected(build: Build) -> BTreeMap<String, Params> {
     KERNELS
         .iter()
         .filter(|k| built(k, build))
@@ -44,7 +68,7 @@ fn expected(build: Build) -> BTreeMap<String, usize> {
 }
 
 #[test]
-fn every_kernel_is_an_entry_of_its_ptx_builds_with_its_parameter_count() {
+fn every_kernel_is_an_entry_of_its_ptx_builds_with_its_parameters() {
     assert_eq!(entries(PTX), expected(Build::Sm70), "host/ptx/kernels.ptx");
     assert_eq!(
         entries(PTX_SM80),
@@ -217,9 +241,12 @@ mod source_tree {
             if !in_module {
                 wrong.push(format!("{name}: not in module {modules:?}"));
             }
-            // Its launcher is a struct of that launch module.
+            // Its parameter struct (in `kernels_gpu`) or launcher (in that launch module).
             for launcher in &launchers {
-                if !defined(std::slice::from_ref(&launch), launcher) {
+                let found = [&kernels, &launch]
+                    .into_iter()
+                    .any(|src| defined(std::slice::from_ref(src), launcher));
+                if !found {
                     wrong.push(format!("{name}: no launcher {launcher}"));
                 }
             }
