@@ -27,19 +27,19 @@
 //! | `kmeans_normalize_rows` | `update` | `update::NormalizeRowsParams` | `math::normalize` in `Partial::finish` | `tests/cosine.rs` `gpu_matches_cpu_for_cosine` |
 //! | `kmeans_shift_parts` | `reduce` | `reduce::ShiftPartsParams` | `backend::cpu::partial::squared_shift` | `tests/kmeans.rs` `gpu_matches_cpu_on_awkward_shapes` |
 //! | `kmeans_summary` | `reduce` | `reduce::SummaryParams` | `backend::cpu::kmeans::CpuLloyd::total` | `tests/kmeans.rs` `gpu_matches_cpu_on_awkward_shapes` |
-//! | `kmeans_small_l2_0` | `small` | `small::KmeansSmall` | `backend::cpu::kmeans::nearest`, `::accumulate` | `small/tests.rs` `emulated_small_step_matches_the_cpu` |
-//! | `kmeans_small_l2_1` | `small` | `small::KmeansSmall` | `backend::cpu::kmeans::nearest`, `::accumulate` | `small/tests.rs` `emulated_small_step_matches_the_cpu` |
-//! | `kmeans_small_l2_2` | `small` | `small::KmeansSmall` | `backend::cpu::kmeans::nearest`, `::accumulate` | `small/tests.rs` `emulated_small_step_matches_the_cpu` |
-//! | `kmeans_small_l2_3` | `small` | `small::KmeansSmall` | `backend::cpu::kmeans::nearest`, `::accumulate` | `small/tests.rs` `emulated_small_step_matches_the_cpu` |
-//! | `kmeans_small_l1_0` | `small` | `small::KmeansSmall` | `backend::cpu::kmeans::nearest`, `::accumulate` | `small/tests.rs` `emulated_small_step_matches_the_cpu` |
-//! | `kmeans_small_l1_1` | `small` | `small::KmeansSmall` | `backend::cpu::kmeans::nearest`, `::accumulate` | `small/tests.rs` `emulated_small_step_matches_the_cpu` |
-//! | `kmeans_small_l1_2` | `small` | `small::KmeansSmall` | `backend::cpu::kmeans::nearest`, `::accumulate` | `small/tests.rs` `emulated_small_step_matches_the_cpu` |
-//! | `kmeans_small_l1_3` | `small` | `small::KmeansSmall` | `backend::cpu::kmeans::nearest`, `::accumulate` | `small/tests.rs` `emulated_small_step_matches_the_cpu` |
-//! | `kmeans_finalize_small` | `small` | `small::KmeansFinalizeSmall` | `Partial::finish`, `CpuLloyd::total` | `tests/kmeans.rs` `gpu_matches_cpu_on_seed_000_shape` |
-//! | `kmeans_minibatch_assign_l2` | `minibatch` | `minibatch::KmeansMinibatchAssign` | `backend::cpu::minibatch::assign_rows` | `minibatch/tests.rs` `emulated_batch_step_matches_the_formulas` |
-//! | `kmeans_minibatch_assign_l1` | `minibatch` | `minibatch::KmeansMinibatchAssign` | `backend::cpu::minibatch::assign_rows` | `minibatch/tests.rs` `emulated_batch_step_matches_the_formulas` |
-//! | `kmeans_minibatch_update` | `minibatch` | `minibatch::KmeansMinibatchUpdate` | `backend::cpu::minibatch::update_row` | `minibatch/tests.rs` `the_update_is_the_running_mean` |
-//! | `kmeans_minibatch_shift` | `minibatch` | `minibatch::KmeansMinibatchShift` | `backend::cpu::minibatch::CpuMiniBatch::shifts` | `tests/minibatch.rs` `gpu_minibatch_matches_cpu_on_an_embedding_shape` |
+//! | `kmeans_small_l2_0` | `small` | `small::SmallParams` | `backend::cpu::kmeans::nearest`, `::accumulate` | `small/tests.rs` `emulated_small_step_matches_the_cpu` |
+//! | `kmeans_small_l2_1` | `small` | `small::SmallParams` | `backend::cpu::kmeans::nearest`, `::accumulate` | `small/tests.rs` `emulated_small_step_matches_the_cpu` |
+//! | `kmeans_small_l2_2` | `small` | `small::SmallParams` | `backend::cpu::kmeans::nearest`, `::accumulate` | `small/tests.rs` `emulated_small_step_matches_the_cpu` |
+//! | `kmeans_small_l2_3` | `small` | `small::SmallParams` | `backend::cpu::kmeans::nearest`, `::accumulate` | `small/tests.rs` `emulated_small_step_matches_the_cpu` |
+//! | `kmeans_small_l1_0` | `small` | `small::SmallParams` | `backend::cpu::kmeans::nearest`, `::accumulate` | `small/tests.rs` `emulated_small_step_matches_the_cpu` |
+//! | `kmeans_small_l1_1` | `small` | `small::SmallParams` | `backend::cpu::kmeans::nearest`, `::accumulate` | `small/tests.rs` `emulated_small_step_matches_the_cpu` |
+//! | `kmeans_small_l1_2` | `small` | `small::SmallParams` | `backend::cpu::kmeans::nearest`, `::accumulate` | `small/tests.rs` `emulated_small_step_matches_the_cpu` |
+//! | `kmeans_small_l1_3` | `small` | `small::SmallParams` | `backend::cpu::kmeans::nearest`, `::accumulate` | `small/tests.rs` `emulated_small_step_matches_the_cpu` |
+//! | `kmeans_finalize_small` | `small` | `small::FinalizeSmallParams` | `Partial::finish`, `CpuLloyd::total` | `tests/kmeans.rs` `gpu_matches_cpu_on_seed_000_shape` |
+//! | `kmeans_minibatch_assign_l2` | `minibatch` | `minibatch::MinibatchAssignParams` | `backend::cpu::minibatch::assign_rows` | `minibatch/tests.rs` `emulated_batch_step_matches_the_formulas` |
+//! | `kmeans_minibatch_assign_l1` | `minibatch` | `minibatch::MinibatchAssignParams` | `backend::cpu::minibatch::assign_rows` | `minibatch/tests.rs` `emulated_batch_step_matches_the_formulas` |
+//! | `kmeans_minibatch_update` | `minibatch` | `minibatch::MinibatchUpdateParams` | `backend::cpu::minibatch::update_row` | `minibatch/tests.rs` `the_update_is_the_running_mean` |
+//! | `kmeans_minibatch_shift` | `minibatch` | `minibatch::MinibatchShiftParams` | `backend::cpu::minibatch::CpuMiniBatch::shifts` | `tests/minibatch.rs` `gpu_minibatch_matches_cpu_on_an_embedding_shape` |
 //! | `row_sq_norms` | `norms` | `norms::RowSqNormsParams` | `backend::cpu::kmeans::row_sq_norms` | `tests/knn.rs` `gpu_pairwise_matches_cpu` |
 //! | `row_norm_roots` | `norms` | `norms::RowNormRootsParams` | `math::sqrt` | `tests/knn.rs` `gpu_prefilter_matches_cpu` |
 //! | `pairwise_dot` | `distance` | `distance::Pairwise` | `backend::cpu::knn::panel_distances` | `distance.rs` `emulated_tiles_match_the_formula` |

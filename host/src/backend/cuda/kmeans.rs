@@ -7,7 +7,7 @@
 //! scales the new centroids to unit norm.
 
 use super::init::{CudaCandidates, CudaSeeder, ParkedSeeder, Rows};
-use super::launch::{KmeansFinalizeSmall, KmeansSmall, Reads, Writes};
+use super::launch::{Reads, Writes};
 use super::nccl::Rank;
 use super::slot::{Slot, dev_opt};
 use super::{CudaBackend, Mapped, arg_u32};
@@ -42,8 +42,11 @@ use kernels_gpu::reduce::{
     ShiftPartsParams, SummaryParams,
 };
 use kernels_gpu::seeding::WeightScale;
+use kernels_gpu::small::{
+    FINALIZE_SHARED_BYTES as SMALL_FINALIZE_SHARED_BYTES, FinalizeSmallParams,
+    KMEANS_FINALIZE_SMALL, SMALL_L1_KERNELS, SMALL_L2_KERNELS, SMALL_STEPS, SmallParams, SmallStep,
+};
 use kernels_gpu::small::{MODE_ACCUMULATE, MODE_ASSIGN};
-use kernels_gpu::small::{SMALL_STEPS, SmallStep};
 use kernels_gpu::update::sums_fit_shared;
 use kernels_gpu::update::{
     AccumulateGlobalParams, AccumulateSharedParams, FINALIZE_SHARED_BYTES, FinalizeParams,
@@ -766,24 +769,36 @@ impl<'a> CudaLloyd<'a> {
         let Some(small) = self.small.as_mut() else {
             unreachable!("only called on the small path")
         };
-        KmeansSmall {
-            x: on_device(&self.x)?,
-            n: self.n as u32,
-            d: self.d as u32,
-            centroids: self.centroids.dev()?,
-            k: self.k as u32,
-            labels: self.labels.dev_mut()?,
-            min_dist: self.min_dist.dev_mut()?,
-            changed: self.counters.dev_mut()?,
-            block_inertia: self.block_inertia.dev_mut()?,
-            inertia_scale: self.inertia_scale,
-            weights: dev_opt(&self.weights)?,
-            scales: self.scales.dev()?,
-            sums: small.sums.dev_mut()?,
-            counts: small.counts.dev_mut()?,
-            mode,
-        }
-        .launch(self.gpu, self.metric, kernel)
+        let (n, d, k) = (self.n, self.d, self.k);
+        let step = SMALL_STEPS[kernel];
+        debug_assert!(d <= step.max_d);
+        let grid = step.grid(n);
+        let entry = match self.metric {
+            AssignMetric::SqL2 => SMALL_L2_KERNELS[kernel],
+            AssignMetric::L1 => SMALL_L1_KERNELS[kernel],
+        };
+        self.gpu.launch(
+            entry,
+            grid,
+            step.layout(k, d).bytes,
+            SmallParams {
+                x: on_device(&self.x)?.reads(n * d),
+                n: n as u32,
+                d: d as u32,
+                centroids: self.centroids.dev()?.reads(k * d),
+                k: k as u32,
+                labels: self.labels.dev_mut()?.writes(n),
+                min_dist: self.min_dist.dev_mut()?.writes(n),
+                changed: self.counters.dev_mut()?.writes(1),
+                block_inertia: self.block_inertia.dev_mut()?.writes(grid),
+                inertia_scale: self.inertia_scale,
+                weights: dev_opt(&self.weights)?.reads(n),
+                scales: self.scales.dev()?.reads(d),
+                sums: small.sums.dev_mut()?.writes(k * d),
+                counts: small.counts.dev_mut()?.writes(k),
+                mode,
+            },
+        )
     }
 
     /// Queues the small path's finalize: next centroids, sizes and the four summary numbers,
@@ -792,21 +807,27 @@ impl<'a> CudaLloyd<'a> {
         let Some(small) = self.small.as_mut() else {
             unreachable!("only called on the small path")
         };
-        KmeansFinalizeSmall {
-            sums: small.sums.dev_mut()?,
-            counts: small.counts.dev_mut()?,
-            k: self.k as u32,
-            d: self.d as u32,
-            inv_scales: self.inv_scales.dev()?,
-            current: self.centroids.dev()?,
-            next: self.next.dev_mut()?,
-            sizes: self.sizes.dev_mut()?,
-            changed: self.counters.dev_mut()?,
-            block_inertia: self.block_inertia.dev()?,
-            blocks: self.assign_blocks as u32,
-            out: &self.summary,
-        }
-        .launch(self.gpu)?;
+        let (k, d) = (self.k, self.d);
+        debug_assert!(self.summary.len() >= 4);
+        self.gpu.launch(
+            KMEANS_FINALIZE_SMALL,
+            1,
+            SMALL_FINALIZE_SHARED_BYTES,
+            FinalizeSmallParams {
+                sums: small.sums.dev_mut()?.writes(k * d),
+                counts: small.counts.dev_mut()?.writes(k),
+                k: k as u32,
+                d: d as u32,
+                inv_scales: self.inv_scales.dev()?.reads(d),
+                current: self.centroids.dev()?.reads(k * d),
+                next: self.next.dev_mut()?.writes(k * d),
+                sizes: self.sizes.dev_mut()?.writes(k),
+                changed: self.counters.dev_mut()?.writes(1),
+                block_inertia: self.block_inertia.dev()?.reads(self.assign_blocks),
+                blocks: self.assign_blocks as u32,
+                out: DevPtr::from_address(*self.summary.device()),
+            },
+        )?;
         self.read_summary()
     }
 

@@ -8,11 +8,9 @@
 mod distance;
 mod init;
 mod knn_tf32;
-mod minibatch;
 mod params;
 mod radius;
 mod select;
-mod small;
 mod vote;
 
 pub(crate) use distance::Pairwise;
@@ -20,7 +18,6 @@ pub(crate) use init::{
     SeedGreedyDraw, SeedLocate, SeedNearest, SeedOwnerWeights, SeedSample, SeedTrials,
 };
 pub(crate) use knn_tf32::{KnnTf32Candidates, KnnTf32Rerank, KnnTf32Scan, KnnTf32Threshold};
-pub(crate) use minibatch::{KmeansMinibatchAssign, KmeansMinibatchShift, KmeansMinibatchUpdate};
 pub(crate) use params::{Reads, Writes};
 pub(crate) use radius::{
     KnnRadiusCount, KnnRadiusFill, KnnRadiusTf32Count, KnnRadiusTf32Fill, RadiusCandidates,
@@ -28,7 +25,6 @@ pub(crate) use radius::{
 pub(crate) use select::{
     KnnBitonicMergeGlobal, KnnBitonicMergeLocal, KnnSelect, KnnSelectKeys, KnnSortChunks, KnnTake,
 };
-pub(crate) use small::{KmeansFinalizeSmall, KmeansSmall};
 pub(crate) use vote::KnnVote;
 
 #[cfg(test)]
