@@ -9,14 +9,15 @@
 //! `norms`), as `kernels_gpu::seeding::row_distance` gives it on the CPU. Weights are the exact
 //! integers of [`crate::seeding`] times each point's units (`counts` when given, else the sample
 //! weights' `weights`, null: one each), so every sum is order-free. CPU twins:
-//! `host/src/backend/cpu/init.rs` (each kernel names its own); host launchers:
-//! `backend::cuda::launch::init`.
+//! `host/src/backend/cpu/init.rs` (each kernel names its own); the host fills the parameter
+//! structs in `backend::cuda::init`.
 
 pub mod nearest;
 
 use crate::exec::Exec;
 use crate::launch::{BLOCK, Kernel, SEED_CANDIDATES};
 use crate::math::{AssignMetric, assign_step};
+use crate::params::{DevPtr, KernelParams};
 use crate::seeding::distance_from;
 use crate::tile::load_vec4s;
 #[cfg(target_arch = "nvptx64")]
@@ -710,24 +711,45 @@ unsafe fn sample<const M: u32>(
 
 /// The `seed_owner_weights` entry point. CPU twin:
 /// `backend::cpu::init::Seeder::seed_owner_weights`.
-pub const SEED_OWNER_WEIGHTS: Kernel = Kernel::new("seed_owner_weights", 5);
+pub const SEED_OWNER_WEIGHTS: Kernel = Kernel::entry::<OwnerWeightsParams>("seed_owner_weights");
+
+/// [`seed_owner_weights`]'s parameters.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct OwnerWeightsParams {
+    pub owner: DevPtr<u32>,
+    pub n: u32,
+    pub weights: DevPtr<f32>,
+    pub counts: DevPtr<u64>,
+    pub totals: DevPtr<u64>,
+}
+
+// SAFETY: `#[repr(C)]`, device pointers and scalars.
+unsafe impl KernelParams for OwnerWeightsParams {}
 
 /// `totals[owner[i]] += units_i` for every point (the k-means‖ candidate weights; units as
 /// [`units_of`] gives them). CPU twin: `backend::cpu::init::Seeder::seed_owner_weights` (host
-/// crate); launcher: `backend::cuda::launch::init::SeedOwnerWeights`.
+/// crate).
 ///
 /// # Safety
 /// `ceil(n / BLOCK)` blocks of `BLOCK` threads; `weights` and `counts` null or `n` values; every
 /// `owner` value indexes `totals` (zeroed).
 #[cfg(target_arch = "nvptx64")]
 #[unsafe(no_mangle)]
-pub unsafe extern "gpu-kernel" fn seed_owner_weights(
-    owner: *const u32,
-    n: u32,
-    weights: *const f32,
-    counts: *const u64,
-    totals: *mut u64,
-) {
+pub unsafe extern "gpu-kernel" fn seed_owner_weights(params: OwnerWeightsParams) {
+    let OwnerWeightsParams {
+        owner,
+        n,
+        weights,
+        counts,
+        totals,
+    } = params;
+    let (owner, weights, counts, totals) = (
+        owner.as_ptr(),
+        weights.as_ptr(),
+        counts.as_ptr(),
+        totals.as_mut_ptr(),
+    );
     let i = gpu::block() * BLOCK as usize + gpu::thread();
     if i < n as usize {
         unsafe {
@@ -736,6 +758,131 @@ pub unsafe extern "gpu-kernel" fn seed_owner_weights(
         }
     }
 }
+
+/// The parameters of both `seed_trials_*` entry points (see `trials`).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct TrialsParams {
+    pub x: DevPtr<f32>,
+    pub norms: DevPtr<f32>,
+    pub n: u32,
+    pub d: u32,
+    pub weights: DevPtr<f32>,
+    pub counts: DevPtr<u64>,
+    pub min_dist: DevPtr<f32>,
+    pub candidates: DevPtr<u32>,
+    pub count: u32,
+    pub pending: DevPtr<u32>,
+    pub stop: DevPtr<u32>,
+    pub scale: f64,
+    pub cap: u64,
+    pub block_sums: DevPtr<u64>,
+    pub potentials: DevPtr<u64>,
+}
+
+// SAFETY: `#[repr(C)]`, device pointers and scalars.
+unsafe impl KernelParams for TrialsParams {}
+
+/// The parameters of both `seed_nearest_*` entry points (see `nearest_pass`).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct NearestParams {
+    pub x: DevPtr<f32>,
+    pub norms: DevPtr<f32>,
+    pub n: u32,
+    pub d: u32,
+    pub weights: DevPtr<f32>,
+    pub counts: DevPtr<u64>,
+    pub min_dist: DevPtr<f32>,
+    pub owner: DevPtr<u32>,
+    pub rows: DevPtr<u32>,
+    pub count: u32,
+    pub first_id: u32,
+    pub fresh: u32,
+    pub scale: f64,
+    pub cap: u64,
+    pub block_sums: DevPtr<u64>,
+    pub total: DevPtr<u64>,
+}
+
+// SAFETY: `#[repr(C)]`, device pointers and scalars.
+unsafe impl KernelParams for NearestParams {}
+
+/// The parameters of both `seed_locate_*` entry points (see `locate`).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct LocateParams {
+    pub x: DevPtr<f32>,
+    pub norms: DevPtr<f32>,
+    pub n: u32,
+    pub d: u32,
+    pub weights: DevPtr<f32>,
+    pub counts: DevPtr<u64>,
+    pub min_dist: DevPtr<f32>,
+    pub pending: u32,
+    pub sums: DevPtr<u64>,
+    pub nb: u32,
+    pub draws: DevPtr<u64>,
+    pub scale: f64,
+    pub cap: u64,
+    pub out: DevPtr<u32>,
+}
+
+// SAFETY: `#[repr(C)]`, device pointers and scalars.
+unsafe impl KernelParams for LocateParams {}
+
+/// The parameters of both `seed_greedy_draw_*` entry points (see `greedy_draw`).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct GreedyDrawParams {
+    pub x: DevPtr<f32>,
+    pub norms: DevPtr<f32>,
+    pub n: u32,
+    pub d: u32,
+    pub weights: DevPtr<f32>,
+    pub counts: DevPtr<u64>,
+    pub min_dist: DevPtr<f32>,
+    pub block_sums: DevPtr<u64>,
+    pub nb: u32,
+    pub trials: u32,
+    pub step: u32,
+    pub k: u32,
+    pub first_total: u64,
+    pub chosen: DevPtr<u32>,
+    pub uniforms: DevPtr<u64>,
+    pub last_candidates: DevPtr<u32>,
+    pub last_potentials: DevPtr<u64>,
+    pub next_candidates: DevPtr<u32>,
+    pub next_potentials: DevPtr<u64>,
+    pub stop: DevPtr<u32>,
+    pub scale: f64,
+    pub cap: u64,
+}
+
+// SAFETY: `#[repr(C)]`, device pointers and scalars.
+unsafe impl KernelParams for GreedyDrawParams {}
+
+/// The parameters of both `seed_sample_*` entry points (see `sample`).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct SampleParams {
+    pub weights: DevPtr<f32>,
+    pub counts: DevPtr<u64>,
+    pub min_dist: DevPtr<f32>,
+    pub n: u32,
+    pub seed: u64,
+    pub round: u32,
+    pub first_row: u32,
+    pub ell: u64,
+    pub phi: u64,
+    pub scale: f64,
+    pub cap: u64,
+    pub out: DevPtr<u32>,
+    pub count: DevPtr<u32>,
+}
+
+// SAFETY: `#[repr(C)]`, device pointers and scalars.
+unsafe impl KernelParams for SampleParams {}
 
 /// The rows of a seeding kernel's arguments.
 #[cfg(target_arch = "nvptx64")]
@@ -760,33 +907,18 @@ macro_rules! seeding_kernels {
         $SAMPLE:ident $sample:ident $(,)?
     ) => {
         #[doc = concat!("The `", stringify!($trials), "` entry point. CPU twin: `backend::cpu::init::Seeder::seed_trials`.")]
-        pub const $TRIALS: Kernel = Kernel::new(stringify!($trials), 15);
+        pub const $TRIALS: Kernel = Kernel::entry::<TrialsParams>(stringify!($trials));
 
         /// [`trials`] for this metric. CPU twin: `backend::cpu::init::Seeder::seed_trials` (host
-        /// crate); launcher: `backend::cuda::launch::init::SeedTrials`.
+        /// crate).
         ///
         /// # Safety
         /// As [`trials`].
         #[cfg(target_arch = "nvptx64")]
         #[unsafe(no_mangle)]
-        #[allow(clippy::too_many_arguments)]
-        pub unsafe extern "gpu-kernel" fn $trials(
-            x: *const f32,
-            norms: *const f32,
-            n: u32,
-            d: u32,
-            weights: *const f32,
-            counts: *const u64,
-            min_dist: *mut f32,
-            candidates: *const u32,
-            count: u32,
-            pending: *const u32,
-            stop: *const u32,
-            scale: f64,
-            cap: u64,
-            block_sums: *mut u64,
-            potentials: *mut u64,
-        ) {
+        pub unsafe extern "gpu-kernel" fn $trials(params: TrialsParams) {
+let TrialsParams { x, norms, n, d, weights, counts, min_dist, candidates, count, pending, stop, scale, cap, block_sums, potentials } = params;
+let (x, norms, weights, counts, min_dist, candidates, pending, stop, block_sums, potentials) = (x.as_ptr(), norms.as_ptr(), weights.as_ptr(), counts.as_ptr(), min_dist.as_mut_ptr(), candidates.as_ptr(), pending.as_ptr(), stop.as_ptr(), block_sums.as_mut_ptr(), potentials.as_mut_ptr());
             let ws = WeightScale { scale, cap };
             let data = seed_rows(x, norms, n, d);
             unsafe {
@@ -798,34 +930,18 @@ macro_rules! seeding_kernels {
         }
 
         #[doc = concat!("The `", stringify!($nearest), "` entry point. CPU twin: `backend::cpu::init::Seeder::seed_nearest`.")]
-        pub const $NEAREST: Kernel = Kernel::new(stringify!($nearest), 16).min_blocks(2);
+        pub const $NEAREST: Kernel = Kernel::entry::<NearestParams>(stringify!($nearest)).min_blocks(2);
 
         /// [`nearest_pass`] for this metric. CPU twin: `backend::cpu::init::Seeder::seed_nearest`
-        /// (host crate); launcher: `backend::cuda::launch::init::SeedNearest`.
+        /// (host crate).
         ///
         /// # Safety
         /// As [`nearest_pass`].
         #[cfg(target_arch = "nvptx64")]
         #[unsafe(no_mangle)]
-        #[allow(clippy::too_many_arguments)]
-        pub unsafe extern "gpu-kernel" fn $nearest(
-            x: *const f32,
-            norms: *const f32,
-            n: u32,
-            d: u32,
-            weights: *const f32,
-            counts: *const u64,
-            min_dist: *mut f32,
-            owner: *mut u32,
-            rows: *const u32,
-            count: u32,
-            first_id: u32,
-            fresh: u32,
-            scale: f64,
-            cap: u64,
-            block_sums: *mut u64,
-            total: *mut u64,
-        ) {
+        pub unsafe extern "gpu-kernel" fn $nearest(params: NearestParams) {
+let NearestParams { x, norms, n, d, weights, counts, min_dist, owner, rows, count, first_id, fresh, scale, cap, block_sums, total } = params;
+let (x, norms, weights, counts, min_dist, owner, rows, block_sums, total) = (x.as_ptr(), norms.as_ptr(), weights.as_ptr(), counts.as_ptr(), min_dist.as_mut_ptr(), owner.as_mut_ptr(), rows.as_ptr(), block_sums.as_mut_ptr(), total.as_mut_ptr());
             let a = nearest::Nearest {
                 data: seed_rows(x, norms, n, d),
                 min_dist,
@@ -840,32 +956,18 @@ macro_rules! seeding_kernels {
         }
 
         #[doc = concat!("The `", stringify!($locate), "` entry point. CPU twin: `backend::cpu::init::Seeder::locate_all`.")]
-        pub const $LOCATE: Kernel = Kernel::new(stringify!($locate), 14);
+        pub const $LOCATE: Kernel = Kernel::entry::<LocateParams>(stringify!($locate));
 
         /// [`locate`] for this metric. CPU twin: `backend::cpu::init::Seeder::locate_all` (host
-        /// crate); launcher: `backend::cuda::launch::init::SeedLocate`.
+        /// crate).
         ///
         /// # Safety
         /// As [`locate`].
         #[cfg(target_arch = "nvptx64")]
         #[unsafe(no_mangle)]
-        #[allow(clippy::too_many_arguments)]
-        pub unsafe extern "gpu-kernel" fn $locate(
-            x: *const f32,
-            norms: *const f32,
-            n: u32,
-            d: u32,
-            weights: *const f32,
-            counts: *const u64,
-            min_dist: *const f32,
-            pending: u32,
-            sums: *const u64,
-            nb: u32,
-            draws: *const u64,
-            scale: f64,
-            cap: u64,
-            out: *mut u32,
-        ) {
+        pub unsafe extern "gpu-kernel" fn $locate(params: LocateParams) {
+let LocateParams { x, norms, n, d, weights, counts, min_dist, pending, sums, nb, draws, scale, cap, out } = params;
+let (x, norms, weights, counts, min_dist, sums, draws, out) = (x.as_ptr(), norms.as_ptr(), weights.as_ptr(), counts.as_ptr(), min_dist.as_ptr(), sums.as_ptr(), draws.as_ptr(), out.as_mut_ptr());
             let ws = WeightScale { scale, cap };
             let data = seed_rows(x, norms, n, d);
             unsafe {
@@ -876,41 +978,18 @@ macro_rules! seeding_kernels {
         }
 
         #[doc = concat!("The `", stringify!($greedy), "` entry point. Host twin: `backend::greedy_steps` over `backend::cpu::init::Seeder`.")]
-        pub const $GREEDY: Kernel = Kernel::new(stringify!($greedy), 22);
+        pub const $GREEDY: Kernel = Kernel::entry::<GreedyDrawParams>(stringify!($greedy));
 
         /// [`greedy_draw`] for this metric. Host twin: `backend::greedy_steps` (host crate: one
-        /// round trip per step, over `backend::cpu::init::Seeder` or a GPU); launcher:
-        /// `backend::cuda::launch::init::SeedGreedyDraw`.
+        /// round trip per step, over `backend::cpu::init::Seeder` or a GPU).
         ///
         /// # Safety
         /// As [`greedy_draw`].
         #[cfg(target_arch = "nvptx64")]
         #[unsafe(no_mangle)]
-        #[allow(clippy::too_many_arguments)]
-        pub unsafe extern "gpu-kernel" fn $greedy(
-            x: *const f32,
-            norms: *const f32,
-            n: u32,
-            d: u32,
-            weights: *const f32,
-            counts: *const u64,
-            min_dist: *const f32,
-            block_sums: *const u64,
-            nb: u32,
-            trials: u32,
-            step: u32,
-            k: u32,
-            first_total: u64,
-            chosen: *mut u32,
-            uniforms: *const u64,
-            last_candidates: *const u32,
-            last_potentials: *const u64,
-            next_candidates: *mut u32,
-            next_potentials: *mut u64,
-            stop: *mut u32,
-            scale: f64,
-            cap: u64,
-        ) {
+        pub unsafe extern "gpu-kernel" fn $greedy(params: GreedyDrawParams) {
+let GreedyDrawParams { x, norms, n, d, weights, counts, min_dist, block_sums, nb, trials, step, k, first_total, chosen, uniforms, last_candidates, last_potentials, next_candidates, next_potentials, stop, scale, cap } = params;
+let (x, norms, weights, counts, min_dist, block_sums, chosen, uniforms, last_candidates, last_potentials, next_candidates, next_potentials, stop) = (x.as_ptr(), norms.as_ptr(), weights.as_ptr(), counts.as_ptr(), min_dist.as_ptr(), block_sums.as_ptr(), chosen.as_mut_ptr(), uniforms.as_ptr(), last_candidates.as_ptr(), last_potentials.as_ptr(), next_candidates.as_mut_ptr(), next_potentials.as_mut_ptr(), stop.as_mut_ptr());
             let ws = WeightScale { scale, cap };
             let g = Greedy {
                 chosen,
@@ -940,31 +1019,18 @@ macro_rules! seeding_kernels {
         }
 
         #[doc = concat!("The `", stringify!($sample), "` entry point. CPU twin: `backend::cpu::init::Seeder::seed_sample`.")]
-        pub const $SAMPLE: Kernel = Kernel::new(stringify!($sample), 13);
+        pub const $SAMPLE: Kernel = Kernel::entry::<SampleParams>(stringify!($sample));
 
         /// [`sample`] for this metric. CPU twin: `backend::cpu::init::Seeder::seed_sample` (host
-        /// crate); launcher: `backend::cuda::launch::init::SeedSample`.
+        /// crate).
         ///
         /// # Safety
         /// As [`sample`].
         #[cfg(target_arch = "nvptx64")]
         #[unsafe(no_mangle)]
-        #[allow(clippy::too_many_arguments)]
-        pub unsafe extern "gpu-kernel" fn $sample(
-            weights: *const f32,
-            counts: *const u64,
-            min_dist: *const f32,
-            n: u32,
-            seed: u64,
-            round: u32,
-            first_row: u32,
-            ell: u64,
-            phi: u64,
-            scale: f64,
-            cap: u64,
-            out: *mut u32,
-            count: *mut u32,
-        ) {
+        pub unsafe extern "gpu-kernel" fn $sample(params: SampleParams) {
+let SampleParams { weights, counts, min_dist, n, seed, round, first_row, ell, phi, scale, cap, out, count } = params;
+let (weights, counts, min_dist, out, count) = (weights.as_ptr(), counts.as_ptr(), min_dist.as_ptr(), out.as_mut_ptr(), count.as_mut_ptr());
             let ws = WeightScale { scale, cap };
             unsafe {
                 sample::<{ $m }>(

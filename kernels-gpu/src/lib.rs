@@ -66,17 +66,17 @@
 //! | `knn_radius_tf32_count` | `radius::candidates` | `radius::KnnRadiusTf32Count` | `backend::cpu::knn::radius` (`CpuKnn::radius_keys`) | `radius/candidates.rs` `emulated_candidates_give_every_row_within_the_radius`, `tests/radius.rs` `gpu_radius_prefilter_matches_exact_and_cpu` |
 //! | `knn_radius_tf32_fill` | `radius::candidates` | `radius::KnnRadiusTf32Fill` | `backend::cpu::knn::radius` (`CpuKnn::radius_keys`) | `radius/candidates.rs` `emulated_candidates_give_every_row_within_the_radius`, `tests/radius.rs` `gpu_radius_prefilter_matches_exact_and_cpu` |
 //! | `knn_vote` | `vote` | `vote::KnnVote` | `backend::cpu::vote::knn_vote` | `vote.rs` `emulated_votes_match_the_reference` |
-//! | `seed_nearest_l2` | `init` | `init::SeedNearest` | `backend::cpu::init::Seeder::seed_nearest` | `tests/init.rs` `gpu_seeding_matches_cpu` |
-//! | `seed_trials_l2` | `init` | `init::SeedTrials` | `backend::cpu::init::Seeder::seed_trials` | `tests/init.rs` `gpu_seeding_matches_cpu` |
-//! | `seed_locate_l2` | `init` | `init::SeedLocate` | `backend::cpu::init::Seeder::locate_all` | `tests/init.rs` `gpu_seeding_matches_cpu` |
-//! | `seed_sample_l2` | `init` | `init::SeedSample` | `backend::cpu::init::Seeder::seed_sample` | `tests/init.rs` `kmeans_parallel_is_as_good_as_kmeans_plus_plus_on_blobs` |
-//! | `seed_nearest_l1` | `init` | `init::SeedNearest` | `backend::cpu::init::Seeder::seed_nearest` | `tests/init.rs` `gpu_seeding_matches_cpu` |
-//! | `seed_trials_l1` | `init` | `init::SeedTrials` | `backend::cpu::init::Seeder::seed_trials` | `tests/init.rs` `gpu_seeding_matches_cpu` |
-//! | `seed_locate_l1` | `init` | `init::SeedLocate` | `backend::cpu::init::Seeder::locate_all` | `tests/init.rs` `gpu_seeding_matches_cpu` |
-//! | `seed_sample_l1` | `init` | `init::SeedSample` | `backend::cpu::init::Seeder::seed_sample` | `tests/init.rs` `kmeans_parallel_is_as_good_as_kmeans_plus_plus_on_blobs` |
-//! | `seed_greedy_draw_l2` | `init` | `init::SeedGreedyDraw` | `backend::greedy_steps` over `backend::cpu::init::Seeder` | `host/src/kmeans/init.rs` `gpu_greedy_loop_matches_step_by_step` |
-//! | `seed_greedy_draw_l1` | `init` | `init::SeedGreedyDraw` | `backend::greedy_steps` over `backend::cpu::init::Seeder` | `host/src/kmeans/init.rs` `gpu_greedy_loop_matches_step_by_step` |
-//! | `seed_owner_weights` | `init` | `init::SeedOwnerWeights` | `backend::cpu::init::Seeder::seed_owner_weights` | `tests/init.rs` `gpu_seeding_matches_cpu` |
+//! | `seed_nearest_l2` | `init` | `init::NearestParams` | `backend::cpu::init::Seeder::seed_nearest` | `tests/init.rs` `gpu_seeding_matches_cpu` |
+//! | `seed_trials_l2` | `init` | `init::TrialsParams` | `backend::cpu::init::Seeder::seed_trials` | `tests/init.rs` `gpu_seeding_matches_cpu` |
+//! | `seed_locate_l2` | `init` | `init::LocateParams` | `backend::cpu::init::Seeder::locate_all` | `tests/init.rs` `gpu_seeding_matches_cpu` |
+//! | `seed_sample_l2` | `init` | `init::SampleParams` | `backend::cpu::init::Seeder::seed_sample` | `tests/init.rs` `kmeans_parallel_is_as_good_as_kmeans_plus_plus_on_blobs` |
+//! | `seed_nearest_l1` | `init` | `init::NearestParams` | `backend::cpu::init::Seeder::seed_nearest` | `tests/init.rs` `gpu_seeding_matches_cpu` |
+//! | `seed_trials_l1` | `init` | `init::TrialsParams` | `backend::cpu::init::Seeder::seed_trials` | `tests/init.rs` `gpu_seeding_matches_cpu` |
+//! | `seed_locate_l1` | `init` | `init::LocateParams` | `backend::cpu::init::Seeder::locate_all` | `tests/init.rs` `gpu_seeding_matches_cpu` |
+//! | `seed_sample_l1` | `init` | `init::SampleParams` | `backend::cpu::init::Seeder::seed_sample` | `tests/init.rs` `kmeans_parallel_is_as_good_as_kmeans_plus_plus_on_blobs` |
+//! | `seed_greedy_draw_l2` | `init` | `init::GreedyDrawParams` | `backend::greedy_steps` over `backend::cpu::init::Seeder` | `host/src/kmeans/init.rs` `gpu_greedy_loop_matches_step_by_step` |
+//! | `seed_greedy_draw_l1` | `init` | `init::GreedyDrawParams` | `backend::greedy_steps` over `backend::cpu::init::Seeder` | `host/src/kmeans/init.rs` `gpu_greedy_loop_matches_step_by_step` |
+//! | `seed_owner_weights` | `init` | `init::OwnerWeightsParams` | `backend::cpu::init::Seeder::seed_owner_weights` | `tests/init.rs` `gpu_seeding_matches_cpu` |
 #![cfg_attr(target_arch = "nvptx64", no_std)]
 #![cfg_attr(target_arch = "nvptx64", allow(internal_features))]
 #![cfg_attr(

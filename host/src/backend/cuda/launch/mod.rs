@@ -6,7 +6,6 @@
 //! to its launcher here and its CPU twin.
 
 mod distance;
-mod init;
 mod knn_tf32;
 mod params;
 mod radius;
@@ -14,9 +13,6 @@ mod select;
 mod vote;
 
 pub(crate) use distance::Pairwise;
-pub(crate) use init::{
-    SeedGreedyDraw, SeedLocate, SeedNearest, SeedOwnerWeights, SeedSample, SeedTrials,
-};
 pub(crate) use knn_tf32::{KnnTf32Candidates, KnnTf32Rerank, KnnTf32Scan, KnnTf32Threshold};
 pub(crate) use params::{Reads, Writes};
 pub(crate) use radius::{

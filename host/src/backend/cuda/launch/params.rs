@@ -103,7 +103,7 @@ impl<T> Reads<T> for CudaView<'_, T> {
 }
 
 /// An optional buffer: [`DevPtr::NULL`] when absent.
-impl<T> Reads<T> for Option<&CudaSlice<T>> {
+impl<T, B: Reads<T>> Reads<T> for Option<&B> {
     fn reads(&self, len: usize) -> DevPtr<T> {
         self.map_or(DevPtr::NULL, |buf| buf.reads(len))
     }
@@ -122,7 +122,7 @@ impl<T> Writes<T> for CudaViewMut<'_, T> {
 }
 
 /// An optional buffer: [`DevPtr::NULL`] when absent.
-impl<T> Writes<T> for Option<&mut CudaSlice<T>> {
+impl<T, B: Writes<T>> Writes<T> for Option<&mut B> {
     fn writes(&mut self, len: usize) -> DevPtr<T> {
         self.as_mut().map_or(DevPtr::NULL, |buf| buf.writes(len))
     }
