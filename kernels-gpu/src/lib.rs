@@ -42,20 +42,20 @@
 //! | `kmeans_minibatch_shift` | `minibatch` | `minibatch::MinibatchShiftParams` | `backend::cpu::minibatch::CpuMiniBatch::shifts` | `tests/minibatch.rs` `gpu_minibatch_matches_cpu_on_an_embedding_shape` |
 //! | `row_sq_norms` | `norms` | `norms::RowSqNormsParams` | `backend::cpu::kmeans::row_sq_norms` | `tests/knn.rs` `gpu_pairwise_matches_cpu` |
 //! | `row_norm_roots` | `norms` | `norms::RowNormRootsParams` | `math::sqrt` | `tests/knn.rs` `gpu_prefilter_matches_cpu` |
-//! | `pairwise_dot` | `distance` | `distance::Pairwise` | `backend::cpu::knn::panel_distances` | `distance.rs` `emulated_tiles_match_the_formula` |
-//! | `pairwise_l1` | `distance` | `distance::Pairwise` | `backend::cpu::knn::panel_distances` | `distance.rs` `emulated_tiles_match_the_formula` |
-//! | `pairwise_chebyshev` | `lp` | `distance::Pairwise` | `backend::cpu::knn::panel_distances` | `lp.rs` `emulated_tiles_match_the_plain_distance`, `tests/lp.rs` `gpu_lp_matches_cpu` |
-//! | `pairwise_minkowski` | `lp` | `distance::Pairwise` | `backend::cpu::knn::panel_distances` | `lp.rs` `emulated_tiles_match_the_plain_distance`, `tests/lp.rs` `gpu_lp_matches_cpu` |
-//! | `knn_select_kmin` | `select` | `select::KnnSelect` | `backend::cpu::knn::Nearest::offer` | `select.rs` `emulated_streaming_selection_keeps_the_k_smallest` |
-//! | `knn_select_bitonic` | `select` | `select::KnnSelect` | `backend::cpu::knn::Nearest::offer` | `select.rs` `emulated_streaming_selection_keeps_the_k_smallest` |
-//! | `knn_select_radix` | `select` (`radix`) | `select::KnnSelect` | `backend::cpu::knn::Nearest::offer` | `select.rs` `emulated_streaming_selection_keeps_the_k_smallest`, `radix.rs` `the_k_smallest_of_awkward_sets` |
-//! | `knn_select_keys_kmin` | `select` | `select::KnnSelectKeys` | `backend::cpu::knn::Nearest::offer` | `tests/knn.rs` `gpu_prefilter_matches_cpu` |
-//! | `knn_select_keys_bitonic` | `select` | `select::KnnSelectKeys` | `backend::cpu::knn::Nearest::offer` | `tests/knn.rs` `gpu_prefilter_matches_cpu` |
-//! | `knn_select_keys_radix` | `select` (`radix`) | `select::KnnSelectKeys` | `backend::cpu::knn::Nearest::offer` | `tests/knn.rs` `gpu_prefilter_matches_cpu` |
-//! | `knn_sort_chunks` | `select` | `select::KnnSortChunks` | `backend::cpu::knn::Nearest::finish` | `select.rs` `emulated_row_sort_keeps_the_k_smallest` |
-//! | `knn_bitonic_merge_global` | `select` | `select::KnnBitonicMergeGlobal` | `backend::cpu::knn::Nearest::finish` | `select.rs` `emulated_row_sort_keeps_the_k_smallest` |
-//! | `knn_bitonic_merge_local` | `select` | `select::KnnBitonicMergeLocal` | `backend::cpu::knn::Nearest::finish` | `select.rs` `emulated_row_sort_keeps_the_k_smallest` |
-//! | `knn_take` | `select` | `select::KnnTake` | `backend::cpu::knn::Nearest::finish` | `select.rs` `emulated_row_sort_keeps_the_k_smallest` |
+//! | `pairwise_dot` | `distance` | `distance::PairwiseParams` | `backend::cpu::knn::panel_distances` | `distance.rs` `emulated_tiles_match_the_formula` |
+//! | `pairwise_l1` | `distance` | `distance::PairwiseParams` | `backend::cpu::knn::panel_distances` | `distance.rs` `emulated_tiles_match_the_formula` |
+//! | `pairwise_chebyshev` | `lp` | `distance::PairwiseParams` | `backend::cpu::knn::panel_distances` | `lp.rs` `emulated_tiles_match_the_plain_distance`, `tests/lp.rs` `gpu_lp_matches_cpu` |
+//! | `pairwise_minkowski` | `lp` | `distance::PairwiseParams` | `backend::cpu::knn::panel_distances` | `lp.rs` `emulated_tiles_match_the_plain_distance`, `tests/lp.rs` `gpu_lp_matches_cpu` |
+//! | `knn_select_kmin` | `select` | `select::SelectParams` | `backend::cpu::knn::Nearest::offer` | `select.rs` `emulated_streaming_selection_keeps_the_k_smallest` |
+//! | `knn_select_bitonic` | `select` | `select::SelectParams` | `backend::cpu::knn::Nearest::offer` | `select.rs` `emulated_streaming_selection_keeps_the_k_smallest` |
+//! | `knn_select_radix` | `select` (`radix`) | `select::SelectParams` | `backend::cpu::knn::Nearest::offer` | `select.rs` `emulated_streaming_selection_keeps_the_k_smallest`, `radix.rs` `the_k_smallest_of_awkward_sets` |
+//! | `knn_select_keys_kmin` | `select` | `select::SelectKeysParams` | `backend::cpu::knn::Nearest::offer` | `tests/knn.rs` `gpu_prefilter_matches_cpu` |
+//! | `knn_select_keys_bitonic` | `select` | `select::SelectKeysParams` | `backend::cpu::knn::Nearest::offer` | `tests/knn.rs` `gpu_prefilter_matches_cpu` |
+//! | `knn_select_keys_radix` | `select` (`radix`) | `select::SelectKeysParams` | `backend::cpu::knn::Nearest::offer` | `tests/knn.rs` `gpu_prefilter_matches_cpu` |
+//! | `knn_sort_chunks` | `select` | `select::SortChunksParams` | `backend::cpu::knn::Nearest::finish` | `select.rs` `emulated_row_sort_keeps_the_k_smallest` |
+//! | `knn_bitonic_merge_global` | `select` | `select::MergeGlobalParams` | `backend::cpu::knn::Nearest::finish` | `select.rs` `emulated_row_sort_keeps_the_k_smallest` |
+//! | `knn_bitonic_merge_local` | `select` | `select::MergeLocalParams` | `backend::cpu::knn::Nearest::finish` | `select.rs` `emulated_row_sort_keeps_the_k_smallest` |
+//! | `knn_take` | `select` | `select::TakeParams` | `backend::cpu::knn::Nearest::finish` | `select.rs` `emulated_row_sort_keeps_the_k_smallest` |
 //! | `knn_tf32_threshold` | `knn_tf32` | `knn_tf32::KnnTf32Threshold` | `backend::cpu::knn::CpuKnn::nearest` (exact) | `knn_tf32.rs` `emulated_threshold_and_rerank` |
 //! | `knn_tf32_rerank` | `knn_tf32` | `knn_tf32::KnnTf32Rerank` | `backend::cpu::knn::CpuKnn::nearest` (exact) | `knn_tf32.rs` `emulated_threshold_and_rerank` |
 //! | `knn_tf32_scan` | `knn_tf32::scan` | `knn_tf32::KnnTf32Scan` | `backend::cpu::knn::CpuKnn::nearest` (exact) | `tests/knn.rs` `gpu_prefilter_matches_cpu` |
@@ -65,7 +65,7 @@
 //! | `knn_radius_fill` | `radius` | `radius::KnnRadiusFill` | `backend::cpu::knn::radius` (`CpuKnn::radius_keys`) | `radius.rs` `emulated_count_and_fill_find_every_row_within_the_radius`, `tests/radius.rs` `gpu_radius_matches_cpu` |
 //! | `knn_radius_tf32_count` | `radius::candidates` | `radius::KnnRadiusTf32Count` | `backend::cpu::knn::radius` (`CpuKnn::radius_keys`) | `radius/candidates.rs` `emulated_candidates_give_every_row_within_the_radius`, `tests/radius.rs` `gpu_radius_prefilter_matches_exact_and_cpu` |
 //! | `knn_radius_tf32_fill` | `radius::candidates` | `radius::KnnRadiusTf32Fill` | `backend::cpu::knn::radius` (`CpuKnn::radius_keys`) | `radius/candidates.rs` `emulated_candidates_give_every_row_within_the_radius`, `tests/radius.rs` `gpu_radius_prefilter_matches_exact_and_cpu` |
-//! | `knn_vote` | `vote` | `vote::KnnVote` | `backend::cpu::vote::knn_vote` | `vote.rs` `emulated_votes_match_the_reference` |
+//! | `knn_vote` | `vote` | `vote::VoteParams` | `backend::cpu::vote::knn_vote` | `vote.rs` `emulated_votes_match_the_reference` |
 //! | `seed_nearest_l2` | `init` | `init::NearestParams` | `backend::cpu::init::Seeder::seed_nearest` | `tests/init.rs` `gpu_seeding_matches_cpu` |
 //! | `seed_trials_l2` | `init` | `init::TrialsParams` | `backend::cpu::init::Seeder::seed_trials` | `tests/init.rs` `gpu_seeding_matches_cpu` |
 //! | `seed_locate_l2` | `init` | `init::LocateParams` | `backend::cpu::init::Seeder::locate_all` | `tests/init.rs` `gpu_seeding_matches_cpu` |

@@ -11,6 +11,7 @@
 //! chunks of both tiles transposed through shared memory) and need no norms. The CPU twin calls
 //! [`distance`] per pair.
 
+use crate::distance::PairwiseParams;
 use crate::exec::Exec;
 use crate::knn::{DIST_BLOCK, DIST_JC, DIST_STRIDE, DIST_TILE};
 use crate::launch::Kernel;
@@ -33,33 +34,36 @@ pub struct LpPair {
 }
 
 impl LpPair {
+    /// The pair of a launch's parameters (which need no norms).
     #[cfg(target_arch = "nvptx64")]
-    #[allow(clippy::too_many_arguments)]
-    fn of(
-        a: *const f32,
-        a_rows: u32,
-        b: *const f32,
-        b_first: u32,
-        b_cols: u32,
-        d: u32,
-        out: *mut f32,
-        ld: u64,
-    ) -> LpPair {
-        LpPair {
+    fn of(params: PairwiseParams) -> LpPair {
+        let PairwiseParams {
             a,
-            a_rows: a_rows as usize,
+            a_rows,
             b,
+            b_first,
+            b_cols,
+            d,
+            out,
+            ld,
+            ..
+        } = params;
+        LpPair {
+            a: a.as_ptr(),
+            a_rows: a_rows as usize,
+            b: b.as_ptr(),
             b_first: b_first as usize,
             b_cols: b_cols as usize,
             d: (d as usize).max(1),
-            out,
+            out: out.as_mut_ptr(),
             ld: ld as usize,
         }
     }
 }
 
 /// The `pairwise_chebyshev` entry point. CPU twin: `backend::cpu::knn::panel_distances`.
-pub const PAIRWISE_CHEBYSHEV: Kernel = Kernel::new("pairwise_chebyshev", 8);
+pub const PAIRWISE_CHEBYSHEV: Kernel =
+    Kernel::entry::<PairwiseParams>("pairwise_chebyshev").threads(DIST_BLOCK);
 
 /// `out[i · ld + j] = max_t |a[i][t] − b[b_first + j][t]|`; launch as `pairwise_dot`.
 ///
@@ -67,23 +71,14 @@ pub const PAIRWISE_CHEBYSHEV: Kernel = Kernel::new("pairwise_chebyshev", 8);
 /// As for [`pairwise_lp`].
 #[cfg(target_arch = "nvptx64")]
 #[unsafe(no_mangle)]
-#[allow(clippy::too_many_arguments)]
-pub unsafe extern "gpu-kernel" fn pairwise_chebyshev(
-    a: *const f32,
-    a_rows: u32,
-    b: *const f32,
-    b_first: u32,
-    b_cols: u32,
-    d: u32,
-    out: *mut f32,
-    ld: u64,
-) {
-    let args = LpPair::of(a, a_rows, b, b_first, b_cols, d, out, ld);
+pub unsafe extern "gpu-kernel" fn pairwise_chebyshev(params: PairwiseParams) {
+    let args = LpPair::of(params);
     unsafe { pairwise_lp(crate::exec::Gpu, Chebyshev, args) }
 }
 
 /// The `pairwise_minkowski` entry point. CPU twin: `backend::cpu::knn::panel_distances`.
-pub const PAIRWISE_MINKOWSKI: Kernel = Kernel::new("pairwise_minkowski", 9);
+pub const PAIRWISE_MINKOWSKI: Kernel =
+    Kernel::entry::<PairwiseParams>("pairwise_minkowski").threads(DIST_BLOCK);
 
 /// `out[i · ld + j] = (Σ_t |a[i][t] − b[b_first + j][t]|^p)^(1/p)`; launch as `pairwise_dot`.
 ///
@@ -91,20 +86,9 @@ pub const PAIRWISE_MINKOWSKI: Kernel = Kernel::new("pairwise_minkowski", 9);
 /// As for [`pairwise_lp`]; `p` finite and at least 1.
 #[cfg(target_arch = "nvptx64")]
 #[unsafe(no_mangle)]
-#[allow(clippy::too_many_arguments)]
-pub unsafe extern "gpu-kernel" fn pairwise_minkowski(
-    a: *const f32,
-    a_rows: u32,
-    b: *const f32,
-    b_first: u32,
-    b_cols: u32,
-    d: u32,
-    p: f64,
-    out: *mut f32,
-    ld: u64,
-) {
-    let args = LpPair::of(a, a_rows, b, b_first, b_cols, d, out, ld);
-    unsafe { pairwise_lp(crate::exec::Gpu, Minkowski(MinkowskiP(p)), args) }
+pub unsafe extern "gpu-kernel" fn pairwise_minkowski(params: PairwiseParams) {
+    let args = LpPair::of(params);
+    unsafe { pairwise_lp(crate::exec::Gpu, Minkowski(MinkowskiP(params.p)), args) }
 }
 
 /// Rows per thread and columns per thread.

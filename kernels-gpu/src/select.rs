@@ -25,6 +25,7 @@ use crate::bitonic::{ascending, compare_exchange, pair};
 use crate::exec::Exec;
 use crate::knn::{NO_KEY, SELECT_BLOCK, SELECT_CAP, SELECT_PER_THREAD, key, select_shared_bytes};
 use crate::launch::Kernel;
+use crate::params::{DevPtr, KernelParams};
 use core::sync::atomic::{AtomicU32, Ordering};
 
 const B: usize = SELECT_BLOCK as usize;
@@ -168,10 +169,41 @@ fn candidate_slot<const METHOD: u32>(i: usize, k: usize, fresh: bool) -> usize {
     }
 }
 
+/// The parameters of the three `knn_select_*` entry points (see [`KNN_SELECT_KMIN`]): a tile of distances (`cols` per row, row stride `ld`, training rows from `first_index`) merged into every row's running `k` keys `best` (`fresh`: 1 when they start empty).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct SelectParams {
+    pub dist: DevPtr<f32>,
+    pub ld: u64,
+    pub cols: u32,
+    pub first_index: u32,
+    pub best: DevPtr<u64>,
+    pub k: u32,
+    pub fresh: u32,
+}
+
+// SAFETY: `#[repr(C)]`, device pointers and scalars.
+unsafe impl KernelParams for SelectParams {}
+
+/// The parameters of the three `knn_select_keys_*` entry points: as [`SelectParams`] for a tile of ready keys.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct SelectKeysParams {
+    pub keys: DevPtr<u64>,
+    pub ld: u64,
+    pub cols: u32,
+    pub best: DevPtr<u64>,
+    pub k: u32,
+    pub fresh: u32,
+}
+
+// SAFETY: `#[repr(C)]`, device pointers and scalars.
+unsafe impl KernelParams for SelectKeysParams {}
+
 macro_rules! select_kernel {
     ($entry:ident, $(#[$doc:meta])* $name:ident, $method:expr) => {
         #[doc = concat!("The `", stringify!($name), "` entry point. CPU twin: `backend::cpu::knn::Nearest::offer`.")]
-        pub const $entry: Kernel = Kernel::new(stringify!($name), 7);
+        pub const $entry: Kernel = Kernel::entry::<SelectParams>(stringify!($name)).threads(SELECT_BLOCK);
 
         $(#[$doc])*
         ///
@@ -181,15 +213,9 @@ macro_rules! select_kernel {
         /// for those sizes.
         #[cfg(target_arch = "nvptx64")]
         #[unsafe(no_mangle)]
-        pub unsafe extern "gpu-kernel" fn $name(
-            dist: *const f32,
-            ld: u64,
-            cols: u32,
-            first_index: u32,
-            best: *mut u64,
-            k: u32,
-            fresh: u32,
-        ) {
+        pub unsafe extern "gpu-kernel" fn $name(params: SelectParams) {
+let SelectParams { dist, ld, cols, first_index, best, k, fresh } = params;
+let (dist, best) = (dist.as_ptr(), best.as_mut_ptr());
             let tile = Tile {
                 dist,
                 keys: core::ptr::null(),
@@ -227,7 +253,7 @@ select_kernel!(
 macro_rules! select_keys_kernel {
     ($entry:ident, $(#[$doc:meta])* $name:ident, $method:expr) => {
         #[doc = concat!("The `", stringify!($name), "` entry point. CPU twin: `backend::cpu::knn::Nearest::offer`.")]
-        pub const $entry: Kernel = Kernel::new(stringify!($name), 6);
+        pub const $entry: Kernel = Kernel::entry::<SelectKeysParams>(stringify!($name)).threads(SELECT_BLOCK);
 
         $(#[$doc])*
         ///
@@ -237,14 +263,9 @@ macro_rules! select_keys_kernel {
         /// `rows × ld` keys.
         #[cfg(target_arch = "nvptx64")]
         #[unsafe(no_mangle)]
-        pub unsafe extern "gpu-kernel" fn $name(
-            keys: *const u64,
-            ld: u64,
-            cols: u32,
-            best: *mut u64,
-            k: u32,
-            fresh: u32,
-        ) {
+        pub unsafe extern "gpu-kernel" fn $name(params: SelectKeysParams) {
+let SelectKeysParams { keys, ld, cols, best, k, fresh } = params;
+let (keys, best) = (keys.as_ptr(), best.as_mut_ptr());
             let tile = Tile {
                 dist: core::ptr::null(),
                 keys,
@@ -650,7 +671,22 @@ pub unsafe fn take<E: Exec>(
 pub const SORT_SHARED_BYTES: usize = SELECT_CAP * 8;
 
 /// The `knn_sort_chunks` entry point. CPU twin: `backend::cpu::knn::Nearest::finish`.
-pub const KNN_SORT_CHUNKS: Kernel = Kernel::new("knn_sort_chunks", 5);
+pub const KNN_SORT_CHUNKS: Kernel =
+    Kernel::entry::<SortChunksParams>("knn_sort_chunks").threads(SELECT_BLOCK);
+
+/// [`knn_sort_chunks`]'s parameters.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct SortChunksParams {
+    pub dist: DevPtr<f32>,
+    pub ld: u64,
+    pub n: u32,
+    pub row_log2: u32,
+    pub keys: DevPtr<u64>,
+}
+
+// SAFETY: `#[repr(C)]`, device pointers and scalars.
+unsafe impl KernelParams for SortChunksParams {}
 
 /// Blocks of `knn_sort_chunks` and `knn_bitonic_merge_local` for `total` keys (whole rows of a
 /// power of two ≥ `SELECT_CAP`): one per chunk of `SELECT_CAP`.
@@ -665,13 +701,15 @@ pub const fn sort_chunks_grid(total: usize) -> usize {
 /// As for [`sort_chunks`].
 #[cfg(target_arch = "nvptx64")]
 #[unsafe(no_mangle)]
-pub unsafe extern "gpu-kernel" fn knn_sort_chunks(
-    dist: *const f32,
-    ld: u64,
-    n: u32,
-    row_log2: u32,
-    keys: *mut u64,
-) {
+pub unsafe extern "gpu-kernel" fn knn_sort_chunks(params: SortChunksParams) {
+    let SortChunksParams {
+        dist,
+        ld,
+        n,
+        row_log2,
+        keys,
+    } = params;
+    let (dist, keys) = (dist.as_ptr(), keys.as_mut_ptr());
     unsafe {
         sort_chunks(
             crate::exec::Gpu,
@@ -685,7 +723,22 @@ pub unsafe extern "gpu-kernel" fn knn_sort_chunks(
 }
 
 /// The `knn_bitonic_merge_global` entry point. CPU twin: `backend::cpu::knn::Nearest::finish`.
-pub const KNN_BITONIC_MERGE_GLOBAL: Kernel = Kernel::new("knn_bitonic_merge_global", 5);
+pub const KNN_BITONIC_MERGE_GLOBAL: Kernel =
+    Kernel::entry::<MergeGlobalParams>("knn_bitonic_merge_global").threads(SELECT_BLOCK);
+
+/// [`knn_bitonic_merge_global`]'s parameters.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct MergeGlobalParams {
+    pub keys: DevPtr<u64>,
+    pub pairs: u64,
+    pub row_log2: u32,
+    pub size: u64,
+    pub stride: u64,
+}
+
+// SAFETY: `#[repr(C)]`, device pointers and scalars.
+unsafe impl KernelParams for MergeGlobalParams {}
 
 /// Blocks of `knn_bitonic_merge_global` for `pairs` compare-exchanges: a thread per pair.
 pub const fn merge_global_grid(pairs: usize) -> usize {
@@ -698,13 +751,15 @@ pub const fn merge_global_grid(pairs: usize) -> usize {
 /// As for [`merge_global`].
 #[cfg(target_arch = "nvptx64")]
 #[unsafe(no_mangle)]
-pub unsafe extern "gpu-kernel" fn knn_bitonic_merge_global(
-    keys: *mut u64,
-    pairs: u64,
-    row_log2: u32,
-    size: u64,
-    stride: u64,
-) {
+pub unsafe extern "gpu-kernel" fn knn_bitonic_merge_global(params: MergeGlobalParams) {
+    let MergeGlobalParams {
+        keys,
+        pairs,
+        row_log2,
+        size,
+        stride,
+    } = params;
+    let keys = keys.as_mut_ptr();
     unsafe {
         merge_global(
             crate::exec::Gpu,
@@ -718,7 +773,20 @@ pub unsafe extern "gpu-kernel" fn knn_bitonic_merge_global(
 }
 
 /// The `knn_bitonic_merge_local` entry point. CPU twin: `backend::cpu::knn::Nearest::finish`.
-pub const KNN_BITONIC_MERGE_LOCAL: Kernel = Kernel::new("knn_bitonic_merge_local", 3);
+pub const KNN_BITONIC_MERGE_LOCAL: Kernel =
+    Kernel::entry::<MergeLocalParams>("knn_bitonic_merge_local").threads(SELECT_BLOCK);
+
+/// [`knn_bitonic_merge_local`]'s parameters.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct MergeLocalParams {
+    pub keys: DevPtr<u64>,
+    pub row_log2: u32,
+    pub size: u64,
+}
+
+// SAFETY: `#[repr(C)]`, device pointers and scalars.
+unsafe impl KernelParams for MergeLocalParams {}
 
 /// The in-chunk steps of a stage of the row sort; see [`merge_local`].
 ///
@@ -726,16 +794,32 @@ pub const KNN_BITONIC_MERGE_LOCAL: Kernel = Kernel::new("knn_bitonic_merge_local
 /// As for [`merge_local`].
 #[cfg(target_arch = "nvptx64")]
 #[unsafe(no_mangle)]
-pub unsafe extern "gpu-kernel" fn knn_bitonic_merge_local(
-    keys: *mut u64,
-    row_log2: u32,
-    size: u64,
-) {
+pub unsafe extern "gpu-kernel" fn knn_bitonic_merge_local(params: MergeLocalParams) {
+    let MergeLocalParams {
+        keys,
+        row_log2,
+        size,
+    } = params;
+    let keys = keys.as_mut_ptr();
     unsafe { merge_local(crate::exec::Gpu, keys, row_log2, size as usize) }
 }
 
 /// The `knn_take` entry point. CPU twin: `backend::cpu::knn::Nearest::finish`.
-pub const KNN_TAKE: Kernel = Kernel::new("knn_take", 5);
+pub const KNN_TAKE: Kernel = Kernel::entry::<TakeParams>("knn_take").threads(SELECT_BLOCK);
+
+/// [`knn_take`]'s parameters.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct TakeParams {
+    pub keys: DevPtr<u64>,
+    pub row_log2: u32,
+    pub rows: u32,
+    pub k: u32,
+    pub best: DevPtr<u64>,
+}
+
+// SAFETY: `#[repr(C)]`, device pointers and scalars.
+unsafe impl KernelParams for TakeParams {}
 
 /// Blocks of `knn_take` for `rows × k` keys: a thread per key.
 pub const fn take_grid(rows: usize, k: usize) -> usize {
@@ -748,13 +832,15 @@ pub const fn take_grid(rows: usize, k: usize) -> usize {
 /// As for [`take`].
 #[cfg(target_arch = "nvptx64")]
 #[unsafe(no_mangle)]
-pub unsafe extern "gpu-kernel" fn knn_take(
-    keys: *const u64,
-    row_log2: u32,
-    rows: u32,
-    k: u32,
-    best: *mut u64,
-) {
+pub unsafe extern "gpu-kernel" fn knn_take(params: TakeParams) {
+    let TakeParams {
+        keys,
+        row_log2,
+        rows,
+        k,
+        best,
+    } = params;
+    let (keys, best) = (keys.as_ptr(), best.as_mut_ptr());
     unsafe {
         take(
             crate::exec::Gpu,

@@ -12,9 +12,7 @@
 //! * Votes: `knn_vote` on the device-resident neighbour keys; only labels (and shares) come back.
 
 use super::launch::{
-    KnnBitonicMergeGlobal, KnnBitonicMergeLocal, KnnSelect, KnnSelectKeys, KnnSortChunks, KnnTake,
-    KnnTf32Candidates, KnnTf32Rerank, KnnTf32Scan, KnnTf32Threshold, KnnVote, Pairwise, Reads,
-    Writes,
+    KnnTf32Candidates, KnnTf32Rerank, KnnTf32Scan, KnnTf32Threshold, Reads, Writes,
 };
 use super::{CudaBackend, Mapped, arg_u32};
 use crate::backend::vocab::{PrefilterReport, Selection, rows_per_block};
@@ -22,9 +20,11 @@ use crate::backend::{BlockSink, Distances, KnnSearch, Neighbours, Votes, split_k
 use crate::error::{Error, Result};
 use crate::matrix::MatrixView;
 use cudarc::driver::{CudaEvent, CudaSlice, CudaView};
+use kernels_gpu::distance::{PAIRWISE_DOT, PAIRWISE_L1, PairwiseParams};
 use kernels_gpu::fixed::pow2_f32;
 use kernels_gpu::knn::{
-    MAX_STREAM_K, PairMetric, SELECT_CAP, VoteRule, stream_tile, vote_scale_exponent,
+    MAX_STREAM_K, PairMetric, SELECT_CAP, VoteRule, dist_blocks, dist_shared_bytes, stream_tile,
+    vote_scale_exponent,
 };
 use kernels_gpu::knn_tf32::candidates::approx_stride;
 use kernels_gpu::knn_tf32::{
@@ -33,10 +33,19 @@ use kernels_gpu::knn_tf32::{
     tf32_xc, wg_scan_shared_bytes,
 };
 use kernels_gpu::launch::DEFAULT_SHARED_BYTES;
+use kernels_gpu::lp::{PAIRWISE_CHEBYSHEV, PAIRWISE_MINKOWSKI};
 use kernels_gpu::norms::{
     ROW_NORM_ROOTS, ROW_SQ_NORMS, RowNormRootsParams, RowSqNormsParams, row_sq_norms_grid,
 };
 use kernels_gpu::select::{BY_BITONIC, BY_KMIN, BY_RADIX};
+use kernels_gpu::select::{
+    KNN_BITONIC_MERGE_GLOBAL, KNN_BITONIC_MERGE_LOCAL, KNN_SELECT_BITONIC, KNN_SELECT_KEYS_BITONIC,
+    KNN_SELECT_KEYS_KMIN, KNN_SELECT_KEYS_RADIX, KNN_SELECT_KMIN, KNN_SELECT_RADIX,
+    KNN_SORT_CHUNKS, KNN_TAKE, MergeGlobalParams, MergeLocalParams, SORT_SHARED_BYTES,
+    SelectKeysParams, SelectParams, SortChunksParams, TakeParams, merge_global_grid,
+    select_method_shared_bytes, sort_chunks_grid, take_grid,
+};
+use kernels_gpu::vote::{KNN_VOTE, VoteParams};
 use kernels_gpu::vote::{vote_block_bytes, vote_grid, vote_queries_per_block};
 use ndarray::ArrayView2;
 use std::sync::{Arc, Mutex};
@@ -111,20 +120,38 @@ fn distances(
     out: &mut CudaSlice<f32>,
     ld: usize,
 ) -> Result<()> {
-    Pairwise {
-        a: a.x,
-        a_norms: a.norms,
-        a_rows: a.rows as u32,
-        b: b.x,
-        b_norms: b.norms,
-        b_first: b.first as u32,
-        b_cols: b.rows as u32,
-        d: d as u32,
-        metric,
-        out,
-        ld: ld as u64,
-    }
-    .launch(gpu)
+    let kernel = match metric {
+        PairMetric::Chebyshev => PAIRWISE_CHEBYSHEV,
+        PairMetric::Minkowski(_) => PAIRWISE_MINKOWSKI,
+        _ if metric.is_l1() => PAIRWISE_L1,
+        _ => PAIRWISE_DOT,
+    };
+    let p = match metric {
+        PairMetric::Minkowski(p) => p.get(),
+        _ => 0.0,
+    };
+    let b_end = b.first + b.rows;
+    debug_assert!(b.rows <= ld);
+    let out_len = a.rows.checked_sub(1).map_or(0, |last| last * ld + b.rows);
+    gpu.launch(
+        kernel,
+        dist_blocks(a.rows, b.rows),
+        dist_shared_bytes(),
+        PairwiseParams {
+            a: a.x.reads(a.rows * d),
+            a_norms: a.norms.reads(a.rows),
+            a_rows: a.rows as u32,
+            b: b.x.reads(b_end * d),
+            b_norms: b.norms.reads(b_end),
+            b_first: b.first as u32,
+            b_cols: b.rows as u32,
+            d: d as u32,
+            metric: metric.id(),
+            p,
+            out: out.writes(out_len),
+            ld: ld as u64,
+        },
+    )
 }
 
 impl Distances for CudaBackend {
@@ -1112,15 +1139,26 @@ impl CudaKnn {
                 let mut s = 0;
                 while s < plan.ldg {
                     let cols = tile.min(plan.ldg - s);
-                    KnnSelectKeys {
-                        keys: &bufs.gkeys.slice(s..),
-                        ld: plan.ldg as u64,
-                        cols: cols as u32,
-                        best: &mut *best,
-                        k: k32,
-                        fresh: s == 0,
-                    }
-                    .launch(gpu, by, rows)?;
+                    let kernel = match by {
+                        BY_KMIN => KNN_SELECT_KEYS_KMIN,
+                        BY_RADIX => KNN_SELECT_KEYS_RADIX,
+                        _ => KNN_SELECT_KEYS_BITONIC,
+                    };
+                    debug_assert!(k + cols <= SELECT_CAP);
+                    let tile_len = rows.checked_sub(1).map_or(0, |last| last * plan.ldg + cols);
+                    gpu.launch(
+                        kernel,
+                        rows,
+                        select_method_shared_bytes(by, k),
+                        SelectKeysParams {
+                            keys: bufs.gkeys.slice(s..).reads(tile_len),
+                            ld: plan.ldg as u64,
+                            cols: cols as u32,
+                            best: best.writes(rows * k),
+                            k: k32,
+                            fresh: u32::from(s == 0),
+                        },
+                    )?;
                     s += cols;
                 }
                 KnnTf32Threshold {
@@ -1212,17 +1250,29 @@ impl CudaKnn {
         k: usize,
         rows: usize,
     ) -> Result<()> {
-        KnnSelect {
-            dist,
-            ld: ld as u64,
-            cols: cols as u32,
-            first_index: first_index as u32,
-            best,
-            k: k as u32,
-            // The first tile starts from empty running keys (nothing to clear beforehand).
-            fresh: first_index == 0,
-        }
-        .launch(&self.gpu, method.kernel_method(), rows)
+        let by = method.kernel_method();
+        let kernel = match by {
+            BY_KMIN => KNN_SELECT_KMIN,
+            BY_RADIX => KNN_SELECT_RADIX,
+            _ => KNN_SELECT_BITONIC,
+        };
+        debug_assert!(k >= 1 && k + cols <= SELECT_CAP);
+        let tile_len = rows.checked_sub(1).map_or(0, |last| last * ld + cols);
+        self.gpu.launch(
+            kernel,
+            rows,
+            select_method_shared_bytes(by, k),
+            SelectParams {
+                dist: dist.reads(tile_len),
+                ld: ld as u64,
+                cols: cols as u32,
+                first_index: first_index as u32,
+                best: best.writes(rows * k),
+                k: k as u32,
+                // The first tile starts from empty running keys (nothing to clear beforehand).
+                fresh: u32::from(first_index == 0),
+            },
+        )
     }
 
     /// Queues the sort of `rows` distance rows (`n` each) as keys in rows of `row_len` (a power
@@ -1240,44 +1290,62 @@ impl CudaKnn {
         debug_assert!(row_len >= SELECT_CAP && row_len.is_power_of_two());
         let total = rows * row_len;
         let row_log2 = row_len.trailing_zeros();
-        KnnSortChunks {
-            dist,
-            ld: self.n as u64,
-            n: self.n as u32,
-            row_log2,
-            keys: &mut *keys,
-        }
-        .launch(gpu, rows)?;
+        debug_assert!(total.is_multiple_of(SELECT_CAP));
+        let n = self.n;
+        gpu.launch(
+            KNN_SORT_CHUNKS,
+            sort_chunks_grid(total),
+            SORT_SHARED_BYTES,
+            SortChunksParams {
+                dist: dist.reads(rows * n),
+                ld: n as u64,
+                n: n as u32,
+                row_log2,
+                keys: keys.writes(total),
+            },
+        )?;
         let mut size = 2 * SELECT_CAP;
         while size <= row_len {
             let mut stride = size / 2;
             while stride >= SELECT_CAP {
-                KnnBitonicMergeGlobal {
-                    keys: &mut *keys,
-                    pairs: (total / 2) as u64,
-                    row_log2,
-                    size: size as u64,
-                    stride: stride as u64,
-                }
-                .launch(gpu)?;
+                gpu.launch(
+                    KNN_BITONIC_MERGE_GLOBAL,
+                    merge_global_grid(total / 2),
+                    0,
+                    MergeGlobalParams {
+                        keys: keys.writes(total),
+                        pairs: (total / 2) as u64,
+                        row_log2,
+                        size: size as u64,
+                        stride: stride as u64,
+                    },
+                )?;
                 stride /= 2;
             }
-            KnnBitonicMergeLocal {
-                keys: &mut *keys,
-                row_log2,
-                size: size as u64,
-            }
-            .launch(gpu, rows)?;
+            gpu.launch(
+                KNN_BITONIC_MERGE_LOCAL,
+                sort_chunks_grid(total),
+                SORT_SHARED_BYTES,
+                MergeLocalParams {
+                    keys: keys.writes(total),
+                    row_log2,
+                    size: size as u64,
+                },
+            )?;
             size *= 2;
         }
-        KnnTake {
-            keys,
-            row_log2,
-            rows: rows as u32,
-            k: k as u32,
-            best,
-        }
-        .launch(gpu)
+        gpu.launch(
+            KNN_TAKE,
+            take_grid(rows, k),
+            0,
+            TakeParams {
+                keys: keys.reads(total),
+                row_log2,
+                rows: rows as u32,
+                k: k as u32,
+                best: best.writes(rows * k),
+            },
+        )
     }
 
     /// Queues the votes of `rows` queries whose keys are in `best`.
@@ -1288,7 +1356,7 @@ impl CudaKnn {
         k: usize,
         job: VoteJob,
         pred: &mut CudaSlice<u32>,
-        shares: Option<&mut CudaSlice<f32>>,
+        mut shares: Option<&mut CudaSlice<f32>>,
     ) -> Result<()> {
         let gpu = &*self.gpu;
         let labels = self
@@ -1306,21 +1374,31 @@ impl CudaKnn {
         } else {
             Some(gpu.zeros::<u64>(grid * vote_block_bytes(1, c) / 8, "vote scratch")?)
         };
-        KnnVote {
-            best,
-            rows: rows as u32,
-            k: k as u32,
-            labels,
-            row_weights: self.row_weights.as_ref(),
-            classes: c as u32,
-            rule: job.rule,
-            scale: pow2_f32(vote_scale_exponent(k)),
-            per_block: per_block as u32,
-            pred,
-            proba: shares,
-            scratch: scratch.as_mut(),
-        }
-        .launch(gpu)
+        let shared = if in_shared {
+            vote_block_bytes(per_block, c)
+        } else {
+            0
+        };
+        gpu.launch(
+            KNN_VOTE,
+            grid,
+            shared,
+            VoteParams {
+                best: best.reads(rows * k),
+                rows: rows as u32,
+                k: k as u32,
+                // Indexed by training row.
+                labels: labels.reads(labels.len()),
+                row_weights: self.row_weights.as_ref().reads(labels.len()),
+                classes: c as u32,
+                rule: job.rule.flags(),
+                scale: pow2_f32(vote_scale_exponent(k)),
+                per_block: per_block as u32,
+                pred: pred.writes(rows),
+                proba: shares.writes(rows * c),
+                scratch: scratch.as_mut().writes(grid * vote_block_bytes(1, c) / 8),
+            },
+        )
     }
 }
 

@@ -5,23 +5,15 @@
 //! next to the kernels; the twin table in `kernels_gpu`'s crate documentation maps every kernel
 //! to its launcher here and its CPU twin.
 
-mod distance;
 mod knn_tf32;
 mod params;
 mod radius;
-mod select;
-mod vote;
 
-pub(crate) use distance::Pairwise;
 pub(crate) use knn_tf32::{KnnTf32Candidates, KnnTf32Rerank, KnnTf32Scan, KnnTf32Threshold};
 pub(crate) use params::{Reads, Writes};
 pub(crate) use radius::{
     KnnRadiusCount, KnnRadiusFill, KnnRadiusTf32Count, KnnRadiusTf32Fill, RadiusCandidates,
 };
-pub(crate) use select::{
-    KnnBitonicMergeGlobal, KnnBitonicMergeLocal, KnnSelect, KnnSelectKeys, KnnSortChunks, KnnTake,
-};
-pub(crate) use vote::KnnVote;
 
 #[cfg(test)]
 mod tests;
