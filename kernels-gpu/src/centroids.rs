@@ -24,7 +24,7 @@ pub const SHARED_BYTES: usize = CENTROID_LAYOUT_ROWS * STRIDE * 4;
 /// The `kmeans_centroids_by_dimension` entry point. CPU twin:
 /// `backend::cpu::kmeans::CentroidBlocks::new`.
 pub const KMEANS_CENTROIDS_BY_DIMENSION: Kernel =
-    Kernel::entry::<CentroidsByDimensionParams>("kmeans_centroids_by_dimension");
+    Kernel::new::<CentroidsByDimensionParams>("kmeans_centroids_by_dimension");
 
 /// `kmeans_centroids_by_dimension`'s parameters.
 #[repr(C)]

@@ -56,7 +56,7 @@ macro_rules! distance_kernel {
     ($entry:ident, $name:ident, $l1:expr) => {
         #[doc = concat!("The `", stringify!($name), "` entry point. CPU twin: `backend::cpu::knn::panel_distances`.")]
         pub const $entry: Kernel =
-            Kernel::entry::<PairwiseParams>(stringify!($name)).threads(DIST_BLOCK);
+            Kernel::new::<PairwiseParams>(stringify!($name)).threads(DIST_BLOCK);
 
         /// `out[i · ld + j] = dist(a[i], b[b_first + j])` for `i < a_rows`, `j < b_cols`; A and B
         /// are row-major with `d` columns; the norms are squared row norms (read only by the

@@ -711,9 +711,9 @@ unsafe fn sample<const M: u32>(
 
 /// The `seed_owner_weights` entry point. CPU twin:
 /// `backend::cpu::init::Seeder::seed_owner_weights`.
-pub const SEED_OWNER_WEIGHTS: Kernel = Kernel::entry::<OwnerWeightsParams>("seed_owner_weights");
+pub const SEED_OWNER_WEIGHTS: Kernel = Kernel::new::<OwnerWeightsParams>("seed_owner_weights");
 
-/// [`seed_owner_weights`]'s parameters.
+/// `seed_owner_weights`'s parameters.
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct OwnerWeightsParams {
@@ -907,7 +907,7 @@ macro_rules! seeding_kernels {
         $SAMPLE:ident $sample:ident $(,)?
     ) => {
         #[doc = concat!("The `", stringify!($trials), "` entry point. CPU twin: `backend::cpu::init::Seeder::seed_trials`.")]
-        pub const $TRIALS: Kernel = Kernel::entry::<TrialsParams>(stringify!($trials));
+        pub const $TRIALS: Kernel = Kernel::new::<TrialsParams>(stringify!($trials));
 
         /// [`trials`] for this metric. CPU twin: `backend::cpu::init::Seeder::seed_trials` (host
         /// crate).
@@ -930,7 +930,7 @@ let (x, norms, weights, counts, min_dist, candidates, pending, stop, block_sums,
         }
 
         #[doc = concat!("The `", stringify!($nearest), "` entry point. CPU twin: `backend::cpu::init::Seeder::seed_nearest`.")]
-        pub const $NEAREST: Kernel = Kernel::entry::<NearestParams>(stringify!($nearest)).min_blocks(2);
+        pub const $NEAREST: Kernel = Kernel::new::<NearestParams>(stringify!($nearest)).min_blocks(2);
 
         /// [`nearest_pass`] for this metric. CPU twin: `backend::cpu::init::Seeder::seed_nearest`
         /// (host crate).
@@ -956,7 +956,7 @@ let (x, norms, weights, counts, min_dist, owner, rows, block_sums, total) = (x.a
         }
 
         #[doc = concat!("The `", stringify!($locate), "` entry point. CPU twin: `backend::cpu::init::Seeder::locate_all`.")]
-        pub const $LOCATE: Kernel = Kernel::entry::<LocateParams>(stringify!($locate));
+        pub const $LOCATE: Kernel = Kernel::new::<LocateParams>(stringify!($locate));
 
         /// [`locate`] for this metric. CPU twin: `backend::cpu::init::Seeder::locate_all` (host
         /// crate).
@@ -978,7 +978,7 @@ let (x, norms, weights, counts, min_dist, sums, draws, out) = (x.as_ptr(), norms
         }
 
         #[doc = concat!("The `", stringify!($greedy), "` entry point. Host twin: `backend::greedy_steps` over `backend::cpu::init::Seeder`.")]
-        pub const $GREEDY: Kernel = Kernel::entry::<GreedyDrawParams>(stringify!($greedy));
+        pub const $GREEDY: Kernel = Kernel::new::<GreedyDrawParams>(stringify!($greedy));
 
         /// [`greedy_draw`] for this metric. Host twin: `backend::greedy_steps` (host crate: one
         /// round trip per step, over `backend::cpu::init::Seeder` or a GPU).
@@ -1019,7 +1019,7 @@ let (x, norms, weights, counts, min_dist, block_sums, chosen, uniforms, last_can
         }
 
         #[doc = concat!("The `", stringify!($sample), "` entry point. CPU twin: `backend::cpu::init::Seeder::seed_sample`.")]
-        pub const $SAMPLE: Kernel = Kernel::entry::<SampleParams>(stringify!($sample));
+        pub const $SAMPLE: Kernel = Kernel::new::<SampleParams>(stringify!($sample));
 
         /// [`sample`] for this metric. CPU twin: `backend::cpu::init::Seeder::seed_sample` (host
         /// crate).

@@ -5,38 +5,20 @@
 
 use crate::params::{KernelParams, ParamsLayout};
 
-/// What a kernel's `.entry` declares.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Params {
-    /// This many separate parameters, which its host launcher pushes one by one, in order.
-    Listed(usize),
-    /// One parameter struct ([`KernelParams`]) passed by value.
-    Struct(ParamsLayout),
-}
-
-impl Params {
-    /// Arguments the host pushes.
-    pub const fn count(self) -> usize {
-        match self {
-            Params::Listed(n) => n,
-            Params::Struct(_) => 1,
-        }
-    }
-}
-
 /// A kernel entry point of the committed PTX, exported next to its kernel so that the host
-/// names it by constant, never by a string of its own.
+/// names it by constant, never by a string of its own, and launches it with its block size.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Kernel {
     /// The `.entry` name (the `#[no_mangle]` function).
     pub name: &'static str,
-    /// The parameters the entry declares.
-    pub params: Params,
+    /// Its one parameter, a [`KernelParams`] struct passed by value: its layout, which the
+    /// host's struct must have (and the committed PTX's `.param` aggregate does).
+    pub params: ParamsLayout,
     /// Whether only the sm_80 and later PTX builds have it (the TF32 tensor-core kernels).
     pub sm80_only: bool,
     /// Whether only the sm_90a build has it (Hopper's warpgroup `mma`).
     pub sm90a_only: bool,
-    /// Blocks of `BLOCK` threads that ptxas must fit on one multiprocessor (`.minnctapersm`,
+    /// Blocks of `block` threads that ptxas must fit on one multiprocessor (`.minnctapersm`,
     /// which `cargo xtask ptx` writes into the PTX: Rust has no `__launch_bounds__`); 0: no bound.
     pub min_blocks_per_sm: u32,
     /// Threads per block it is launched with.
@@ -44,39 +26,15 @@ pub struct Kernel {
 }
 
 impl Kernel {
-    /// An entry of every PTX build.
-    pub const fn new(name: &'static str, params: usize) -> Self {
+    /// An entry of every PTX build taking one `P` by value, launched with [`BLOCK`] threads.
+    pub const fn new<P: KernelParams>(name: &'static str) -> Self {
         Kernel {
             name,
-            params: Params::Listed(params),
+            params: ParamsLayout::of::<P>(),
             sm80_only: false,
             sm90a_only: false,
             min_blocks_per_sm: 0,
             block: BLOCK,
-        }
-    }
-
-    /// An entry of every PTX build taking one `P` by value, launched with [`BLOCK`] threads.
-    pub const fn entry<P: KernelParams>(name: &'static str) -> Self {
-        Kernel {
-            params: Params::Struct(ParamsLayout::of::<P>()),
-            ..Kernel::new(name, 1)
-        }
-    }
-
-    /// An entry of the sm_80 build only.
-    pub const fn sm80(name: &'static str, params: usize) -> Self {
-        Kernel {
-            sm80_only: true,
-            ..Kernel::new(name, params)
-        }
-    }
-
-    /// An entry of the sm_90a build only.
-    pub const fn sm90a(name: &'static str, params: usize) -> Self {
-        Kernel {
-            sm90a_only: true,
-            ..Kernel::sm80(name, params)
         }
     }
 

@@ -56,15 +56,15 @@
 //! | `knn_bitonic_merge_global` | `select` | `select::MergeGlobalParams` | `backend::cpu::knn::Nearest::finish` | `select.rs` `emulated_row_sort_keeps_the_k_smallest` |
 //! | `knn_bitonic_merge_local` | `select` | `select::MergeLocalParams` | `backend::cpu::knn::Nearest::finish` | `select.rs` `emulated_row_sort_keeps_the_k_smallest` |
 //! | `knn_take` | `select` | `select::TakeParams` | `backend::cpu::knn::Nearest::finish` | `select.rs` `emulated_row_sort_keeps_the_k_smallest` |
-//! | `knn_tf32_threshold` | `knn_tf32` | `knn_tf32::KnnTf32Threshold` | `backend::cpu::knn::CpuKnn::nearest` (exact) | `knn_tf32.rs` `emulated_threshold_and_rerank` |
-//! | `knn_tf32_rerank` | `knn_tf32` | `knn_tf32::KnnTf32Rerank` | `backend::cpu::knn::CpuKnn::nearest` (exact) | `knn_tf32.rs` `emulated_threshold_and_rerank` |
-//! | `knn_tf32_scan` | `knn_tf32::scan` | `knn_tf32::KnnTf32Scan` | `backend::cpu::knn::CpuKnn::nearest` (exact) | `tests/knn.rs` `gpu_prefilter_matches_cpu` |
-//! | `knn_tf32_scan_wg` | `knn_tf32::scan_wgmma` | `knn_tf32::KnnTf32Scan` | `backend::cpu::knn::CpuKnn::nearest` (exact) | `tests/knn.rs` `gpu_prefilter_matches_cpu` (sm_90) |
-//! | `knn_tf32_candidates` | `knn_tf32::candidates` | `knn_tf32::KnnTf32Candidates` | `backend::cpu::knn::CpuKnn::nearest` (exact) | `candidates.rs` `emulated_candidates`, `tests/knn.rs` `gpu_prefilter_matches_cpu` |
-//! | `knn_radius_count` | `radius` | `radius::KnnRadiusCount` | `backend::cpu::knn::radius` (`CpuKnn::radius_keys`) | `radius.rs` `emulated_count_and_fill_find_every_row_within_the_radius`, `tests/radius.rs` `gpu_radius_matches_cpu` |
-//! | `knn_radius_fill` | `radius` | `radius::KnnRadiusFill` | `backend::cpu::knn::radius` (`CpuKnn::radius_keys`) | `radius.rs` `emulated_count_and_fill_find_every_row_within_the_radius`, `tests/radius.rs` `gpu_radius_matches_cpu` |
-//! | `knn_radius_tf32_count` | `radius::candidates` | `radius::KnnRadiusTf32Count` | `backend::cpu::knn::radius` (`CpuKnn::radius_keys`) | `radius/candidates.rs` `emulated_candidates_give_every_row_within_the_radius`, `tests/radius.rs` `gpu_radius_prefilter_matches_exact_and_cpu` |
-//! | `knn_radius_tf32_fill` | `radius::candidates` | `radius::KnnRadiusTf32Fill` | `backend::cpu::knn::radius` (`CpuKnn::radius_keys`) | `radius/candidates.rs` `emulated_candidates_give_every_row_within_the_radius`, `tests/radius.rs` `gpu_radius_prefilter_matches_exact_and_cpu` |
+//! | `knn_tf32_threshold` | `knn_tf32` | `knn_tf32::ExactParams` | `backend::cpu::knn::CpuKnn::nearest` (exact) | `knn_tf32.rs` `emulated_threshold_and_rerank` |
+//! | `knn_tf32_rerank` | `knn_tf32` | `knn_tf32::ExactParams` | `backend::cpu::knn::CpuKnn::nearest` (exact) | `knn_tf32.rs` `emulated_threshold_and_rerank` |
+//! | `knn_tf32_scan` | `knn_tf32::scan` | `knn_tf32::ScanParams` | `backend::cpu::knn::CpuKnn::nearest` (exact) | `tests/knn.rs` `gpu_prefilter_matches_cpu` |
+//! | `knn_tf32_scan_wg` | `knn_tf32::scan_wgmma` | `knn_tf32::ScanParams` | `backend::cpu::knn::CpuKnn::nearest` (exact) | `tests/knn.rs` `gpu_prefilter_matches_cpu` (sm_90) |
+//! | `knn_tf32_candidates` | `knn_tf32::candidates` | `knn_tf32::candidates::CandidatesParams` | `backend::cpu::knn::CpuKnn::nearest` (exact) | `candidates.rs` `emulated_candidates`, `tests/knn.rs` `gpu_prefilter_matches_cpu` |
+//! | `knn_radius_count` | `radius` | `radius::RadiusCountParams` | `backend::cpu::knn::radius` (`CpuKnn::radius_keys`) | `radius.rs` `emulated_count_and_fill_find_every_row_within_the_radius`, `tests/radius.rs` `gpu_radius_matches_cpu` |
+//! | `knn_radius_fill` | `radius` | `radius::RadiusFillParams` | `backend::cpu::knn::radius` (`CpuKnn::radius_keys`) | `radius.rs` `emulated_count_and_fill_find_every_row_within_the_radius`, `tests/radius.rs` `gpu_radius_matches_cpu` |
+//! | `knn_radius_tf32_count` | `radius::candidates` | `radius::candidates::RadiusTf32CountParams` | `backend::cpu::knn::radius` (`CpuKnn::radius_keys`) | `radius/candidates.rs` `emulated_candidates_give_every_row_within_the_radius`, `tests/radius.rs` `gpu_radius_prefilter_matches_exact_and_cpu` |
+//! | `knn_radius_tf32_fill` | `radius::candidates` | `radius::candidates::RadiusTf32FillParams` | `backend::cpu::knn::radius` (`CpuKnn::radius_keys`) | `radius/candidates.rs` `emulated_candidates_give_every_row_within_the_radius`, `tests/radius.rs` `gpu_radius_prefilter_matches_exact_and_cpu` |
 //! | `knn_vote` | `vote` | `vote::VoteParams` | `backend::cpu::vote::knn_vote` | `vote.rs` `emulated_votes_match_the_reference` |
 //! | `seed_nearest_l2` | `init` | `init::NearestParams` | `backend::cpu::init::Seeder::seed_nearest` | `tests/init.rs` `gpu_seeding_matches_cpu` |
 //! | `seed_trials_l2` | `init` | `init::TrialsParams` | `backend::cpu::init::Seeder::seed_trials` | `tests/init.rs` `gpu_seeding_matches_cpu` |

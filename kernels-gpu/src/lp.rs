@@ -63,7 +63,7 @@ impl LpPair {
 
 /// The `pairwise_chebyshev` entry point. CPU twin: `backend::cpu::knn::panel_distances`.
 pub const PAIRWISE_CHEBYSHEV: Kernel =
-    Kernel::entry::<PairwiseParams>("pairwise_chebyshev").threads(DIST_BLOCK);
+    Kernel::new::<PairwiseParams>("pairwise_chebyshev").threads(DIST_BLOCK);
 
 /// `out[i · ld + j] = max_t |a[i][t] − b[b_first + j][t]|`; launch as `pairwise_dot`.
 ///
@@ -78,7 +78,7 @@ pub unsafe extern "gpu-kernel" fn pairwise_chebyshev(params: PairwiseParams) {
 
 /// The `pairwise_minkowski` entry point. CPU twin: `backend::cpu::knn::panel_distances`.
 pub const PAIRWISE_MINKOWSKI: Kernel =
-    Kernel::entry::<PairwiseParams>("pairwise_minkowski").threads(DIST_BLOCK);
+    Kernel::new::<PairwiseParams>("pairwise_minkowski").threads(DIST_BLOCK);
 
 /// `out[i · ld + j] = (Σ_t |a[i][t] − b[b_first + j][t]|^p)^(1/p)`; launch as `pairwise_dot`.
 ///

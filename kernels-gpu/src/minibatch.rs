@@ -292,11 +292,11 @@ pub unsafe fn shifts<E: Exec>(
 
 /// The `kmeans_minibatch_assign_l2` entry point. CPU twin: `backend::cpu::minibatch::assign_rows`.
 pub const KMEANS_MINIBATCH_ASSIGN_L2: Kernel =
-    Kernel::entry::<MinibatchAssignParams>("kmeans_minibatch_assign_l2");
+    Kernel::new::<MinibatchAssignParams>("kmeans_minibatch_assign_l2");
 
 /// The `kmeans_minibatch_assign_l1` entry point. CPU twin: `backend::cpu::minibatch::assign_rows`.
 pub const KMEANS_MINIBATCH_ASSIGN_L1: Kernel =
-    Kernel::entry::<MinibatchAssignParams>("kmeans_minibatch_assign_l1");
+    Kernel::new::<MinibatchAssignParams>("kmeans_minibatch_assign_l1");
 
 /// The parameters of both `kmeans_minibatch_assign_*` entry points: the `batch` rows of `x`
 /// (`d` columns) named by `rows`, the centroids by dimension (`d × k_padded`) with their squared
@@ -323,9 +323,9 @@ unsafe impl KernelParams for MinibatchAssignParams {}
 
 /// The `kmeans_minibatch_update` entry point. CPU twin: `backend::cpu::minibatch::update_row`.
 pub const KMEANS_MINIBATCH_UPDATE: Kernel =
-    Kernel::entry::<MinibatchUpdateParams>("kmeans_minibatch_update").threads(UPDATE_THREADS);
+    Kernel::new::<MinibatchUpdateParams>("kmeans_minibatch_update").threads(UPDATE_THREADS);
 
-/// [`kmeans_minibatch_update`]'s parameters.
+/// `kmeans_minibatch_update`'s parameters.
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct MinibatchUpdateParams {
@@ -344,9 +344,9 @@ unsafe impl KernelParams for MinibatchUpdateParams {}
 
 /// The `kmeans_minibatch_shift` entry point. CPU twin: `backend::cpu::minibatch::CpuMiniBatch`.
 pub const KMEANS_MINIBATCH_SHIFT: Kernel =
-    Kernel::entry::<MinibatchShiftParams>("kmeans_minibatch_shift");
+    Kernel::new::<MinibatchShiftParams>("kmeans_minibatch_shift");
 
-/// [`kmeans_minibatch_shift`]'s parameters.
+/// `kmeans_minibatch_shift`'s parameters.
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct MinibatchShiftParams {

@@ -12,7 +12,7 @@ use crate::{gpu, math::fma, tile::load_vec4s};
 const IN_FLIGHT: usize = 32;
 
 /// The `row_sq_norms` entry point. CPU twin: `backend::cpu::kmeans::row_sq_norms`.
-pub const ROW_SQ_NORMS: Kernel = Kernel::entry::<RowSqNormsParams>("row_sq_norms");
+pub const ROW_SQ_NORMS: Kernel = Kernel::new::<RowSqNormsParams>("row_sq_norms");
 
 /// `row_sq_norms`'s parameters: `x` holds `n × d` values and `out` `n`.
 #[repr(C)]
@@ -68,7 +68,7 @@ pub unsafe extern "gpu-kernel" fn row_sq_norms(params: RowSqNormsParams) {
 }
 
 /// The `row_norm_roots` entry point. CPU twin: [`crate::math::sqrt`] of each norm.
-pub const ROW_NORM_ROOTS: Kernel = Kernel::entry::<RowNormRootsParams>("row_norm_roots");
+pub const ROW_NORM_ROOTS: Kernel = Kernel::new::<RowNormRootsParams>("row_norm_roots");
 
 /// `row_norm_roots`'s parameters: `sq_norms` and `out` hold `n` values.
 #[repr(C)]

@@ -18,7 +18,7 @@ pub const SHIFT_PARTS_SHARED_BYTES: usize = 8 * BLOCK as usize;
 pub const SUMMARY_SHARED_BYTES: usize = 8 * REDUCE_BLOCK as usize;
 
 /// The `kmeans_shift_parts` entry point. CPU twin: `backend::cpu::partial::squared_shift`.
-pub const KMEANS_SHIFT_PARTS: Kernel = Kernel::entry::<ShiftPartsParams>("kmeans_shift_parts");
+pub const KMEANS_SHIFT_PARTS: Kernel = Kernel::new::<ShiftPartsParams>("kmeans_shift_parts");
 
 /// `kmeans_shift_parts`'s parameters.
 #[repr(C)]
@@ -93,7 +93,7 @@ pub unsafe extern "gpu-kernel" fn kmeans_shift_parts(params: ShiftPartsParams) {
 
 /// The `kmeans_summary` entry point. CPU twin: `backend::cpu::kmeans::CpuLloyd::total`.
 pub const KMEANS_SUMMARY: Kernel =
-    Kernel::entry::<SummaryParams>("kmeans_summary").threads(REDUCE_BLOCK);
+    Kernel::new::<SummaryParams>("kmeans_summary").threads(REDUCE_BLOCK);
 
 /// `kmeans_summary`'s parameters.
 #[repr(C)]

@@ -203,7 +203,7 @@ unsafe impl KernelParams for SelectKeysParams {}
 macro_rules! select_kernel {
     ($entry:ident, $(#[$doc:meta])* $name:ident, $method:expr) => {
         #[doc = concat!("The `", stringify!($name), "` entry point. CPU twin: `backend::cpu::knn::Nearest::offer`.")]
-        pub const $entry: Kernel = Kernel::entry::<SelectParams>(stringify!($name)).threads(SELECT_BLOCK);
+        pub const $entry: Kernel = Kernel::new::<SelectParams>(stringify!($name)).threads(SELECT_BLOCK);
 
         $(#[$doc])*
         ///
@@ -253,7 +253,7 @@ select_kernel!(
 macro_rules! select_keys_kernel {
     ($entry:ident, $(#[$doc:meta])* $name:ident, $method:expr) => {
         #[doc = concat!("The `", stringify!($name), "` entry point. CPU twin: `backend::cpu::knn::Nearest::offer`.")]
-        pub const $entry: Kernel = Kernel::entry::<SelectKeysParams>(stringify!($name)).threads(SELECT_BLOCK);
+        pub const $entry: Kernel = Kernel::new::<SelectKeysParams>(stringify!($name)).threads(SELECT_BLOCK);
 
         $(#[$doc])*
         ///
@@ -672,9 +672,9 @@ pub const SORT_SHARED_BYTES: usize = SELECT_CAP * 8;
 
 /// The `knn_sort_chunks` entry point. CPU twin: `backend::cpu::knn::Nearest::finish`.
 pub const KNN_SORT_CHUNKS: Kernel =
-    Kernel::entry::<SortChunksParams>("knn_sort_chunks").threads(SELECT_BLOCK);
+    Kernel::new::<SortChunksParams>("knn_sort_chunks").threads(SELECT_BLOCK);
 
-/// [`knn_sort_chunks`]'s parameters.
+/// `knn_sort_chunks`'s parameters.
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct SortChunksParams {
@@ -724,9 +724,9 @@ pub unsafe extern "gpu-kernel" fn knn_sort_chunks(params: SortChunksParams) {
 
 /// The `knn_bitonic_merge_global` entry point. CPU twin: `backend::cpu::knn::Nearest::finish`.
 pub const KNN_BITONIC_MERGE_GLOBAL: Kernel =
-    Kernel::entry::<MergeGlobalParams>("knn_bitonic_merge_global").threads(SELECT_BLOCK);
+    Kernel::new::<MergeGlobalParams>("knn_bitonic_merge_global").threads(SELECT_BLOCK);
 
-/// [`knn_bitonic_merge_global`]'s parameters.
+/// `knn_bitonic_merge_global`'s parameters.
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct MergeGlobalParams {
@@ -774,9 +774,9 @@ pub unsafe extern "gpu-kernel" fn knn_bitonic_merge_global(params: MergeGlobalPa
 
 /// The `knn_bitonic_merge_local` entry point. CPU twin: `backend::cpu::knn::Nearest::finish`.
 pub const KNN_BITONIC_MERGE_LOCAL: Kernel =
-    Kernel::entry::<MergeLocalParams>("knn_bitonic_merge_local").threads(SELECT_BLOCK);
+    Kernel::new::<MergeLocalParams>("knn_bitonic_merge_local").threads(SELECT_BLOCK);
 
-/// [`knn_bitonic_merge_local`]'s parameters.
+/// `knn_bitonic_merge_local`'s parameters.
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct MergeLocalParams {
@@ -805,9 +805,9 @@ pub unsafe extern "gpu-kernel" fn knn_bitonic_merge_local(params: MergeLocalPara
 }
 
 /// The `knn_take` entry point. CPU twin: `backend::cpu::knn::Nearest::finish`.
-pub const KNN_TAKE: Kernel = Kernel::entry::<TakeParams>("knn_take").threads(SELECT_BLOCK);
+pub const KNN_TAKE: Kernel = Kernel::new::<TakeParams>("knn_take").threads(SELECT_BLOCK);
 
-/// [`knn_take`]'s parameters.
+/// `knn_take`'s parameters.
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct TakeParams {

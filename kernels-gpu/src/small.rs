@@ -463,7 +463,7 @@ macro_rules! small_kernel {
     ($entry:ident, $name:ident, $metric:expr, $shape:literal) => {
         #[doc = concat!("The `", stringify!($name), "` entry point. CPU twins: `backend::cpu::kmeans::nearest`, `::accumulate`.")]
         pub const $entry: Kernel =
-            Kernel::entry::<SmallParams>(stringify!($name)).min_blocks(SMALL_MIN_BLOCKS[$shape]);
+            Kernel::new::<SmallParams>(stringify!($name)).min_blocks(SMALL_MIN_BLOCKS[$shape]);
 
         /// One small Lloyd step (see the module comment) with the shape `SMALL_STEPS[i]` its
         /// name ends in: with `mode & MODE_ASSIGN` labels every point (counting changed
@@ -532,10 +532,10 @@ small_kernel!(KMEANS_SMALL_L1_3, kmeans_small_l1_3, AssignMetric::L1, 3);
 
 /// The `kmeans_finalize_small` entry point. CPU twin: `backend::cpu::partial::Partial::finish`.
 pub const KMEANS_FINALIZE_SMALL: Kernel =
-    Kernel::entry::<FinalizeSmallParams>("kmeans_finalize_small")
+    Kernel::new::<FinalizeSmallParams>("kmeans_finalize_small")
         .threads(crate::launch::REDUCE_BLOCK);
 
-/// [`kmeans_finalize_small`]'s parameters.
+/// `kmeans_finalize_small`'s parameters.
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct FinalizeSmallParams {

@@ -23,7 +23,7 @@ pub const fn accumulate_shared_bytes(k: usize, d: usize) -> usize {
 
 /// The `kmeans_accumulate_shared` entry point. CPU twin: `backend::cpu::kmeans::accumulate`.
 pub const KMEANS_ACCUMULATE_SHARED: Kernel =
-    Kernel::entry::<AccumulateSharedParams>("kmeans_accumulate_shared");
+    Kernel::new::<AccumulateSharedParams>("kmeans_accumulate_shared");
 
 /// `kmeans_accumulate_shared`'s parameters.
 #[repr(C)]
@@ -149,7 +149,7 @@ pub const fn accumulate_global_grid(n: usize, d: usize, multiprocessors: usize) 
 
 /// The `kmeans_accumulate_global` entry point. CPU twin: `backend::cpu::kmeans::accumulate`.
 pub const KMEANS_ACCUMULATE_GLOBAL: Kernel =
-    Kernel::entry::<AccumulateGlobalParams>("kmeans_accumulate_global");
+    Kernel::new::<AccumulateGlobalParams>("kmeans_accumulate_global");
 
 /// `kmeans_accumulate_global`'s parameters.
 #[repr(C)]
@@ -259,7 +259,7 @@ const WARP: usize = 32;
 pub const FINALIZE_SHARED_BYTES: usize = 16 * BLOCK as usize;
 
 /// The `kmeans_finalize` entry point. CPU twin: `backend::cpu::partial::Partial::finish`.
-pub const KMEANS_FINALIZE: Kernel = Kernel::entry::<FinalizeParams>("kmeans_finalize");
+pub const KMEANS_FINALIZE: Kernel = Kernel::new::<FinalizeParams>("kmeans_finalize");
 
 /// `kmeans_finalize`'s parameters.
 #[repr(C)]
@@ -409,7 +409,7 @@ pub unsafe extern "gpu-kernel" fn kmeans_finalize(params: FinalizeParams) {
 
 /// The `kmeans_normalize_rows` entry point. CPU twin: [`crate::math::normalize`].
 pub const KMEANS_NORMALIZE_ROWS: Kernel =
-    Kernel::entry::<NormalizeRowsParams>("kmeans_normalize_rows");
+    Kernel::new::<NormalizeRowsParams>("kmeans_normalize_rows");
 
 /// `kmeans_normalize_rows`'s parameters.
 #[repr(C)]

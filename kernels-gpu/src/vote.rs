@@ -37,9 +37,9 @@ pub struct Vote {
 }
 
 /// The `knn_vote` entry point. CPU twin: `knn::classify::vote_one`.
-pub const KNN_VOTE: Kernel = Kernel::entry::<VoteParams>("knn_vote").threads(VOTE_BLOCK);
+pub const KNN_VOTE: Kernel = Kernel::new::<VoteParams>("knn_vote").threads(VOTE_BLOCK);
 
-/// [`knn_vote`]'s parameters.
+/// `knn_vote`'s parameters.
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct VoteParams {

@@ -44,49 +44,49 @@ impl Tf32ScanArgs {
     /// The entry's parameters as the body takes them (`d`, `xc`, `tiles` at least their
     /// smallest valid values, `group` 16 or 64).
     #[inline(always)]
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn new(
-        q: *const f32,
-        q_norms: *const f32,
-        m: u32,
-        x: *const f32,
-        x_norms: *const f32,
-        x_roots: *const f32,
-        n: u32,
-        d: u32,
-        xc: u32,
-        tiles: u32,
-        mode: u32,
-        group: u32,
-        gkeys: *mut u64,
-        ldg: u64,
-        approx: *mut f32,
-        lda: u64,
-        t_sq: *const f32,
-        counts: *mut u32,
-        cand: *mut u32,
-        c1: f32,
-    ) -> Self {
-        Tf32ScanArgs {
+    pub(super) fn new(params: ScanParams) -> Self {
+        let ScanParams {
             q,
             q_norms,
-            m: m as usize,
+            m,
             x,
             x_norms,
             x_roots,
+            n,
+            d,
+            xc,
+            tiles,
+            mode,
+            group,
+            gkeys,
+            ldg,
+            approx,
+            lda,
+            t_sq,
+            counts,
+            cand,
+            c1,
+        } = params;
+        Tf32ScanArgs {
+            q: q.as_ptr(),
+            q_norms: q_norms.as_ptr(),
+            m: m as usize,
+            x: x.as_ptr(),
+            x_norms: x_norms.as_ptr(),
+            x_roots: x_roots.as_ptr(),
             n: n as usize,
             d: (d as usize).max(1),
             xc: (xc as usize).max(SCAN_CHUNK_DIMS),
             tiles: (tiles as usize).max(1),
             mode,
             group: if group == 16 { 16 } else { 64 },
-            gkeys,
+            gkeys: gkeys.as_mut_ptr(),
             ldg: ldg as usize,
-            approx,
+            approx: approx.as_mut_ptr(),
             lda: lda as usize,
-            t_sq,
-            counts,
-            cand,
+            t_sq: t_sq.as_ptr(),
+            counts: counts.as_mut_ptr(),
+            cand: cand.as_mut_ptr(),
             c1,
         }
     }
@@ -107,33 +107,8 @@ impl Tf32ScanArgs {
 /// Pointers valid for those sizes; `TF32_BLOCK` threads, `tf32_scan_shared_bytes(xc)` of
 /// dynamic shared memory, `xc` a multiple of `SCAN_CHUNK_DIMS`.
 #[unsafe(no_mangle)]
-#[allow(clippy::too_many_arguments)]
-pub unsafe extern "gpu-kernel" fn knn_tf32_scan(
-    q: *const f32,
-    q_norms: *const f32,
-    m: u32,
-    x: *const f32,
-    x_norms: *const f32,
-    x_roots: *const f32,
-    n: u32,
-    d: u32,
-    xc: u32,
-    tiles: u32,
-    mode: u32,
-    group: u32,
-    gkeys: *mut u64,
-    ldg: u64,
-    approx: *mut f32,
-    lda: u64,
-    t_sq: *const f32,
-    counts: *mut u32,
-    cand: *mut u32,
-    c1: f32,
-) {
-    let a = Tf32ScanArgs::new(
-        q, q_norms, m, x, x_norms, x_roots, n, d, xc, tiles, mode, group, gkeys, ldg, approx, lda,
-        t_sq, counts, cand, c1,
-    );
+pub unsafe extern "gpu-kernel" fn knn_tf32_scan(params: ScanParams) {
+    let a = Tf32ScanArgs::new(params);
     if a.d % 4 == 0 {
         unsafe { run::<true>(a) }
     } else {

@@ -41,33 +41,8 @@ pub const fn sw128_word(row: usize, dim: usize, _xc: usize) -> usize {
 /// # Safety
 /// As `knn_tf32_scan`, with 16-byte aligned rows (`d % 4 == 0`).
 #[unsafe(no_mangle)]
-#[allow(clippy::too_many_arguments)]
-pub unsafe extern "gpu-kernel" fn knn_tf32_scan_wg(
-    q: *const f32,
-    q_norms: *const f32,
-    m: u32,
-    x: *const f32,
-    x_norms: *const f32,
-    x_roots: *const f32,
-    n: u32,
-    d: u32,
-    xc: u32,
-    tiles: u32,
-    mode: u32,
-    group: u32,
-    gkeys: *mut u64,
-    ldg: u64,
-    approx: *mut f32,
-    lda: u64,
-    t_sq: *const f32,
-    counts: *mut u32,
-    cand: *mut u32,
-    c1: f32,
-) {
-    let a = Tf32ScanArgs::new(
-        q, q_norms, m, x, x_norms, x_roots, n, d, xc, tiles, mode, group, gkeys, ldg, approx, lda,
-        t_sq, counts, cand, c1,
-    );
+pub unsafe extern "gpu-kernel" fn knn_tf32_scan_wg(params: ScanParams) {
+    let a = Tf32ScanArgs::new(params);
     unsafe { run(a) }
 }
 

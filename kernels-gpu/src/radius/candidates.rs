@@ -12,6 +12,7 @@ use crate::exec::Exec;
 use crate::knn::{PairMetric, key};
 use crate::knn_tf32::{TF32_CAP, exact_distance};
 use crate::launch::Kernel;
+use crate::params::{DevPtr, KernelParams};
 use crate::radius::{RADIUS_BLOCK, within};
 use core::sync::atomic::{AtomicU32, Ordering};
 
@@ -122,40 +123,71 @@ pub unsafe fn fill<E: Exec>(x: E, a: Candidates, at: *const u64, keys: *mut u64)
 
 /// The `knn_radius_tf32_count` entry point. CPU twin: `backend::cpu::knn::radius`
 /// (`CpuKnn::radius_keys`).
-pub const KNN_RADIUS_TF32_COUNT: Kernel = Kernel::new("knn_radius_tf32_count", 11);
+pub const KNN_RADIUS_TF32_COUNT: Kernel =
+    Kernel::new::<RadiusTf32CountParams>("knn_radius_tf32_count").threads(RADIUS_BLOCK);
 
 /// The `knn_radius_tf32_fill` entry point. CPU twin: `backend::cpu::knn::radius`
 /// (`CpuKnn::radius_keys`).
-pub const KNN_RADIUS_TF32_FILL: Kernel = Kernel::new("knn_radius_tf32_fill", 12);
+pub const KNN_RADIUS_TF32_FILL: Kernel =
+    Kernel::new::<RadiusTf32FillParams>("knn_radius_tf32_fill").threads(RADIUS_BLOCK);
+
+/// The parameters both prefiltered radius kernels start with (see [`Candidates`]): query rows
+/// `first_row ..` of the batch (`q`, `q_norms`), the training rows, `metric` (a [`PairMetric`]
+/// id), the radius, and the candidates from `knn_tf32_scan` (`counts`, `cand`).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct CandidateRows {
+    pub q: DevPtr<f32>,
+    pub q_norms: DevPtr<f32>,
+    pub x: DevPtr<f32>,
+    pub x_norms: DevPtr<f32>,
+    pub d: u32,
+    pub metric: u32,
+    pub radius: f32,
+    pub first_row: u32,
+    pub counts: DevPtr<u32>,
+    pub cand: DevPtr<u32>,
+}
+
+/// `knn_radius_tf32_count`'s parameters: `found[b]` for the rows' candidates.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct RadiusTf32CountParams {
+    pub rows: CandidateRows,
+    pub found: DevPtr<u32>,
+}
+
+// SAFETY: `#[repr(C)]`, device pointers and scalars (nested in `CandidateRows`).
+unsafe impl KernelParams for RadiusTf32CountParams {}
+
+/// `knn_radius_tf32_fill`'s parameters: each row's first slot `at[b]` in `keys`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct RadiusTf32FillParams {
+    pub rows: CandidateRows,
+    pub at: DevPtr<u64>,
+    pub keys: DevPtr<u64>,
+}
+
+// SAFETY: `#[repr(C)]`, device pointers and scalars (nested in `CandidateRows`).
+unsafe impl KernelParams for RadiusTf32FillParams {}
 
 #[cfg(target_arch = "nvptx64")]
 mod entry {
     use super::*;
 
-    #[allow(clippy::too_many_arguments)]
-    fn args(
-        q: *const f32,
-        q_norms: *const f32,
-        x: *const f32,
-        x_norms: *const f32,
-        d: u32,
-        metric: u32,
-        radius: f32,
-        first_row: u32,
-        counts: *const u32,
-        cand: *const u32,
-    ) -> Candidates {
+    fn args(rows: CandidateRows) -> Candidates {
         Candidates {
-            q,
-            q_norms,
-            x,
-            x_norms,
-            d: (d as usize).max(1),
-            metric: PairMetric::from_id(metric),
-            radius,
-            first_row: first_row as usize,
-            counts,
-            cand,
+            q: rows.q.as_ptr(),
+            q_norms: rows.q_norms.as_ptr(),
+            x: rows.x.as_ptr(),
+            x_norms: rows.x_norms.as_ptr(),
+            d: (rows.d as usize).max(1),
+            metric: PairMetric::from_id(rows.metric),
+            radius: rows.radius,
+            first_row: rows.first_row as usize,
+            counts: rows.counts.as_ptr(),
+            cand: rows.cand.as_ptr(),
         }
     }
 
@@ -164,23 +196,9 @@ mod entry {
     /// # Safety
     /// As for [`count`].
     #[unsafe(no_mangle)]
-    #[allow(clippy::too_many_arguments)]
-    pub unsafe extern "gpu-kernel" fn knn_radius_tf32_count(
-        q: *const f32,
-        q_norms: *const f32,
-        x: *const f32,
-        x_norms: *const f32,
-        d: u32,
-        metric: u32,
-        radius: f32,
-        first_row: u32,
-        counts: *const u32,
-        cand: *const u32,
-        found: *mut u32,
-    ) {
-        let a = args(
-            q, q_norms, x, x_norms, d, metric, radius, first_row, counts, cand,
-        );
+    pub unsafe extern "gpu-kernel" fn knn_radius_tf32_count(params: RadiusTf32CountParams) {
+        let a = args(params.rows);
+        let found = params.found.as_mut_ptr();
         unsafe { count(crate::exec::Gpu, a, found) }
     }
 
@@ -189,24 +207,9 @@ mod entry {
     /// # Safety
     /// As for [`fill`].
     #[unsafe(no_mangle)]
-    #[allow(clippy::too_many_arguments)]
-    pub unsafe extern "gpu-kernel" fn knn_radius_tf32_fill(
-        q: *const f32,
-        q_norms: *const f32,
-        x: *const f32,
-        x_norms: *const f32,
-        d: u32,
-        metric: u32,
-        radius: f32,
-        first_row: u32,
-        counts: *const u32,
-        cand: *const u32,
-        at: *const u64,
-        keys: *mut u64,
-    ) {
-        let a = args(
-            q, q_norms, x, x_norms, d, metric, radius, first_row, counts, cand,
-        );
+    pub unsafe extern "gpu-kernel" fn knn_radius_tf32_fill(params: RadiusTf32FillParams) {
+        let a = args(params.rows);
+        let (at, keys) = (params.at.as_ptr(), params.keys.as_mut_ptr());
         unsafe { fill(crate::exec::Gpu, a, at, keys) }
     }
 }

@@ -11,9 +11,7 @@
 //!   memory); the first k of every row are kept.
 //! * Votes: `knn_vote` on the device-resident neighbour keys; only labels (and shares) come back.
 
-use super::launch::{
-    KnnTf32Candidates, KnnTf32Rerank, KnnTf32Scan, KnnTf32Threshold, Reads, Writes,
-};
+use super::launch::{Reads, Writes};
 use super::{CudaBackend, Mapped, arg_u32};
 use crate::backend::vocab::{PrefilterReport, Selection, rows_per_block};
 use crate::backend::{BlockSink, Distances, KnnSearch, Neighbours, Votes, split_keys_into};
@@ -27,6 +25,13 @@ use kernels_gpu::knn::{
     vote_scale_exponent,
 };
 use kernels_gpu::knn_tf32::candidates::approx_stride;
+use kernels_gpu::knn_tf32::candidates::{
+    CANDIDATE_SHARED_BYTES, CandidatesParams, KNN_TF32_CANDIDATES, candidates_grid,
+};
+use kernels_gpu::knn_tf32::{
+    ExactParams, KNN_TF32_RERANK, KNN_TF32_THRESHOLD, RERANK_SHARED_BYTES, ScanParams,
+    THRESHOLD_SHARED_BYTES, scan_kernel, tf32_scan_grid,
+};
 use kernels_gpu::knn_tf32::{
     KNN_TF32_SCAN_WG, SCAN_CANDIDATES, SCAN_GROUPS, TF32_CAP, TF32_COLS, TF32_ROWS,
     bound_coefficient, tf32_group, tf32_groups_per_row, tf32_metric, tf32_scan_shared_bytes,
@@ -37,6 +42,7 @@ use kernels_gpu::lp::{PAIRWISE_CHEBYSHEV, PAIRWISE_MINKOWSKI};
 use kernels_gpu::norms::{
     ROW_NORM_ROOTS, ROW_SQ_NORMS, RowNormRootsParams, RowSqNormsParams, row_sq_norms_grid,
 };
+use kernels_gpu::params::DevPtr;
 use kernels_gpu::select::{BY_BITONIC, BY_KMIN, BY_RADIX};
 use kernels_gpu::select::{
     KNN_BITONIC_MERGE_GLOBAL, KNN_BITONIC_MERGE_LOCAL, KNN_SELECT_BITONIC, KNN_SELECT_KEYS_BITONIC,
@@ -1129,7 +1135,8 @@ impl CudaKnn {
         best: &mut CudaSlice<u64>,
     ) -> Result<()> {
         let gpu = &*self.gpu;
-        let (n32, d32, k32) = (self.n as u32, self.d as u32, k as u32);
+        let (n, d) = (self.n, self.d);
+        let (n32, d32, k32) = (n as u32, d as u32, k as u32);
         let by = method.kernel_method();
         for mode in [SCAN_GROUPS, SCAN_CANDIDATES] {
             if mode == SCAN_CANDIDATES {
@@ -1161,79 +1168,102 @@ impl CudaKnn {
                     )?;
                     s += cols;
                 }
-                KnnTf32Threshold {
-                    q,
-                    q_norms,
-                    x: &self.x,
-                    x_norms: &self.norms,
-                    d: d32,
-                    metric: self.metric,
-                    k: k32,
-                    best: &mut *best,
-                    t_sq: &mut bufs.t_sq,
-                    counts: &mut bufs.counts,
-                }
-                .launch(gpu, rows)?;
+                gpu.launch(
+                    KNN_TF32_THRESHOLD,
+                    rows,
+                    THRESHOLD_SHARED_BYTES,
+                    ExactParams {
+                        q: q.reads(rows * d),
+                        q_norms: q_norms.reads(rows),
+                        x: self.x.reads(n * d),
+                        x_norms: self.norms.reads(n),
+                        d: d32,
+                        metric: self.metric.id(),
+                        k: k32,
+                        best: best.writes(rows * k),
+                        t_sq: bufs.t_sq.writes(rows),
+                        counts: bufs.counts.writes(rows),
+                        cand: DevPtr::NULL,
+                        overflow: DevPtr::NULL,
+                        method: 0,
+                    },
+                )?;
             }
             if mode == SCAN_CANDIDATES
                 && let Some(approx) = &bufs.approx
             {
-                KnnTf32Candidates {
-                    approx,
-                    lda: approx_stride(self.n) as u64,
-                    rows: rows as u32,
-                    n: n32,
-                    q_norms,
-                    x_norms: &self.norms,
-                    x_roots: &self.roots,
-                    t_sq: &bufs.t_sq,
-                    c1: bound_coefficient(self.d),
-                    counts: &mut bufs.counts,
-                    cand: &mut bufs.cand,
-                }
-                .launch(gpu)?;
+                let lda = approx_stride(n);
+                gpu.launch(
+                    KNN_TF32_CANDIDATES,
+                    candidates_grid(rows, n),
+                    CANDIDATE_SHARED_BYTES,
+                    CandidatesParams {
+                        approx: approx.reads(rows * lda),
+                        lda: lda as u64,
+                        rows: rows as u32,
+                        n: n32,
+                        q_norms: q_norms.reads(rows),
+                        x_norms: self.norms.reads(n),
+                        x_roots: self.roots.reads(n),
+                        t_sq: bufs.t_sq.reads(rows),
+                        c1: bound_coefficient(d),
+                        counts: bufs.counts.writes(rows),
+                        cand: bufs.cand.writes(rows * TF32_CAP),
+                    },
+                )?;
                 continue;
             }
-            KnnTf32Scan {
-                q,
-                q_norms,
-                m: rows as u32,
-                x: &self.x,
-                x_norms: &self.norms,
-                x_roots: &self.roots,
-                n: n32,
+            let (kernel, shared) = scan_kernel(plan.wgmma, plan.xc);
+            let lda = approx_stride(n);
+            gpu.launch(
+                kernel,
+                tf32_scan_grid(rows, n, plan.tiles),
+                shared,
+                ScanParams {
+                    q: q.reads(rows * d),
+                    q_norms: q_norms.reads(rows),
+                    m: rows as u32,
+                    x: self.x.reads(n * d),
+                    x_norms: self.norms.reads(n),
+                    x_roots: self.roots.reads(n),
+                    n: n32,
+                    d: d32,
+                    xc: plan.xc as u32,
+                    tiles: plan.tiles as u32,
+                    mode,
+                    group: plan.group as u32,
+                    gkeys: bufs.gkeys.writes(rows * plan.ldg),
+                    ldg: plan.ldg as u64,
+                    approx: bufs.approx.as_mut().writes(rows * lda),
+                    lda: lda as u64,
+                    t_sq: bufs.t_sq.reads(rows),
+                    counts: bufs.counts.writes(rows),
+                    cand: bufs.cand.writes(rows * TF32_CAP),
+                    c1: bound_coefficient(d),
+                },
+            )?;
+        }
+        debug_assert!(bufs.overflow.len() >= rows);
+        gpu.launch(
+            KNN_TF32_RERANK,
+            rows,
+            RERANK_SHARED_BYTES,
+            ExactParams {
+                q: q.reads(rows * d),
+                q_norms: q_norms.reads(rows),
+                x: self.x.reads(n * d),
+                x_norms: self.norms.reads(n),
                 d: d32,
-                xc: plan.xc as u32,
-                tiles: plan.tiles as u32,
-                mode,
-                group: plan.group as u32,
-                gkeys: &mut bufs.gkeys,
-                ldg: plan.ldg as u64,
-                approx: bufs.approx.as_mut(),
-                lda: approx_stride(self.n) as u64,
-                t_sq: &bufs.t_sq,
-                counts: &mut bufs.counts,
-                cand: &mut bufs.cand,
-                c1: bound_coefficient(self.d),
-                wgmma: plan.wgmma,
-            }
-            .launch(gpu)?;
-        }
-        KnnTf32Rerank {
-            q,
-            q_norms,
-            x: &self.x,
-            x_norms: &self.norms,
-            d: d32,
-            metric: self.metric,
-            k: k32,
-            best,
-            counts: &mut bufs.counts,
-            cand: &bufs.cand,
-            overflow: &bufs.overflow,
-            method: by,
-        }
-        .launch(gpu, rows)
+                metric: self.metric.id(),
+                k: k32,
+                best: best.writes(rows * k),
+                t_sq: DevPtr::NULL,
+                counts: bufs.counts.writes(rows),
+                cand: bufs.cand.reads(rows * TF32_CAP),
+                overflow: DevPtr::from_address(*bufs.overflow.device()),
+                method: by,
+            },
+        )
     }
 
     /// Queues the merge of a tile's distances (`rows × cols`, row stride `ld`, training rows

@@ -5,15 +5,9 @@
 //! next to the kernels; the twin table in `kernels_gpu`'s crate documentation maps every kernel
 //! to its launcher here and its CPU twin.
 
-mod knn_tf32;
 mod params;
-mod radius;
 
-pub(crate) use knn_tf32::{KnnTf32Candidates, KnnTf32Rerank, KnnTf32Scan, KnnTf32Threshold};
 pub(crate) use params::{Reads, Writes};
-pub(crate) use radius::{
-    KnnRadiusCount, KnnRadiusFill, KnnRadiusTf32Count, KnnRadiusTf32Fill, RadiusCandidates,
-};
 
 #[cfg(test)]
 mod tests;

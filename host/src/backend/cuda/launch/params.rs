@@ -3,12 +3,14 @@
 //! [`Writes`] (which check its length in debug builds), and [`CudaBackend::launch`] pushes it
 //! as the single argument.
 
-use crate::backend::cuda::CudaBackend;
-use crate::error::Result;
+use crate::backend::cuda::{CudaBackend, cuda, faults};
+use crate::error::{Error, Result};
+use cudarc::driver::sys::CUresult;
 use cudarc::driver::{
-    CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr, DevicePtrMut, DeviceRepr,
+    CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr, DevicePtrMut, DeviceRepr, DriverError,
+    LaunchConfig, PushKernelArg,
 };
-use kernels_gpu::launch::{Kernel, Params};
+use kernels_gpu::launch::Kernel;
 use kernels_gpu::params::{DevPtr, KernelParams, ParamsLayout};
 
 /// A parameter struct as cudarc's kernel argument (the orphan rule keeps cudarc's trait off
@@ -44,15 +46,30 @@ impl CudaBackend {
     ) -> Result<()> {
         debug_assert_eq!(
             kernel.params,
-            Params::Struct(ParamsLayout::of::<P>()),
+            ParamsLayout::of::<P>(),
             "kernel {} takes another parameter struct",
             kernel.name
         );
-        let params = ByValue(params);
+        let failed = |e| cuda(&format!("launching kernel {}", kernel.name), e);
+        let grid = u32::try_from(grid.max(1))
+            .map_err(|_| Error::invalid("input size", "too many blocks for one kernel launch"))?;
+        let cfg = LaunchConfig {
+            grid_dim: (grid, 1, 1),
+            block_dim: (kernel.block, 1, 1),
+            shared_mem_bytes: shared as u32,
+        };
         let f = self.function(kernel.name)?;
-        let mut l = self.launch_kernel_on(stream, kernel, &f);
-        l.arg(&params);
-        l.run(grid, kernel.block, shared)
+        if faults::launch_fails() {
+            return Err(failed(DriverError(
+                CUresult::CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES,
+            )));
+        }
+        let params = ByValue(params);
+        let mut args = stream.launch_builder(&f);
+        args.arg(&params);
+        // SAFETY: `P` is the kernel's parameter struct (its layout checked above, and against
+        // the PTX by the tests), filled with buffers of the sizes `Reads`/`Writes` checked.
+        unsafe { args.launch(cfg) }.map(|_| ()).map_err(failed)
     }
 }
 

@@ -19,13 +19,13 @@ fn built(k: &kernels_gpu::launch::Kernel, build: Build) -> bool {
     (build >= Build::Sm80 || !k.sm80_only) && (build == Build::Sm90a || !k.sm90a_only)
 }
 use kernels_gpu::KERNELS;
-use kernels_gpu::launch::Params;
 use kernels_gpu::params::ParamsLayout;
 use std::collections::BTreeMap;
 
-/// Every `.entry` of `ptx` with what it declares: one `.param .align A .b8 name[S]` is a
-/// parameter struct of size `S` and alignment `A`, anything else a list of that many.
-fn entries(ptx: &str) -> BTreeMap<String, Params> {
+/// Every `.entry` of `ptx` with its parameter when it declares exactly one, a by-value
+/// aggregate (`.param .align A .b8 name[S]`): its size `S` and alignment `A`; `None` for any
+/// other list.
+fn entries(ptx: &str) -> BTreeMap<String, Option<ParamsLayout>> {
     let mut found = BTreeMap::new();
     for (at, _) in ptx.match_indices(".entry ") {
         let rest = &ptx[at + ".entry ".len()..];
@@ -37,8 +37,8 @@ fn entries(ptx: &str) -> BTreeMap<String, Params> {
             .filter(|p| !p.is_empty())
             .collect();
         let params = match list[..] {
-            [one] => aggregate(one).map_or(Params::Listed(1), Params::Struct),
-            _ => Params::Listed(list.len()),
+            [one] => aggregate(one),
+            _ => None,
         };
         found.insert(rest[..open].to_string(), params);
     }
@@ -56,19 +56,28 @@ fn aggregate(param: &str) -> Option<ParamsLayout> {
     })
 }
 
-/// The kernels of `KERNELS` that a PTX build has, with the parameters the host pushes: the
-/// parameter structs with their host size and alignment, so equality proves that nvptx64 lays
-/// them out as the host does.
-fn expected(build: Build) -> BTreeMap<String, Params> {
+/// The kernels of `KERNELS` that a PTX build has, each with the size and alignment of its
+/// parameter struct on the host: equal to the PTX's aggregate, they show that nvptx64 lays the
+/// struct out as the host does, so every field the host fills is the one the kernel reads.
+fn expected(build: Build) -> BTreeMap<String, Option<ParamsLayout>> {
     KERNELS
         .iter()
         .filter(|k| built(k, build))
-        .map(|k| (k.name.to_string(), k.params))
+        .map(|k| (k.name.to_string(), Some(k.params)))
         .collect()
 }
 
 #[test]
-fn every_kernel_is_an_entry_of_its_ptx_builds_with_its_parameters() {
+fn a_parameter_list_that_is_not_one_aggregate_is_told_apart() {
+    let two = ".entry k(\n\t.param .u64 k_param_0,\n\t.param .u32 k_param_1\n)\n{";
+    let one = ".entry k(\n\t.param .align 8 .b8 k_param_0[24]\n)\n{";
+    let layout = ParamsLayout { size: 24, align: 8 };
+    assert_eq!(entries(two)["k"], None);
+    assert_eq!(entries(one)["k"], Some(layout));
+}
+
+#[test]
+fn every_kernel_is_an_entry_taking_its_parameter_struct_by_value() {
     assert_eq!(entries(PTX), expected(Build::Sm70), "host/ptx/kernels.ptx");
     assert_eq!(
         entries(PTX_SM80),
