@@ -7,12 +7,12 @@
 //!
 //! # Kernels and their twins
 //!
-//! Every kernel, the module it lives in, its typed host launcher (in the host crate's
-//! `backend::cuda::launch`), its CPU twin (in `kmeans_knn`'s `backend/cpu`) and the test
-//! that holds the two to the same answer. [`KERNELS`] lists the same
-//! kernels with their parameter counts; a host test checks both against the committed PTX.
+//! Every kernel, the module it lives in, its parameter struct (the one argument the host fills
+//! by field name, see [`params`]), its CPU twin (in `kmeans_knn`'s `backend/cpu`) and the test
+//! that holds the two to the same answer. [`KERNELS`] lists the same kernels with their
+//! structs' layouts; a host test checks both against the committed PTX.
 //!
-//! | kernel | module | host launcher | CPU twin | test |
+//! | kernel | module | parameters | CPU twin | test |
 //! |---|---|---|---|---|
 //! | `kmeans_assign_l2_wide` | `assign` | `assign::AssignParams` | `backend::cpu::kmeans::nearest`, `::accumulate` | `tests/kmeans.rs` `gpu_matches_cpu_on_awkward_shapes` |
 //! | `kmeans_assign_l2_narrow` | `assign` | `assign::AssignParams` | `backend::cpu::kmeans::nearest`, `::accumulate` | `tests/kmeans.rs` `gpu_matches_cpu_on_awkward_shapes` |

@@ -5,8 +5,8 @@
 //! A k-means‖ round reads back its sampled rows, and its candidates are reduced to k on the
 //! device ([`CudaCandidates`]). Squared-L2 distances take the expanded form from every row's
 //! squared norm, computed once when the seeding buffers are made (and for scratch rows as points
-//! are staged into them, [`CudaSeeder::restaged`]). Every kernel goes through its launcher in
-//! [`super::launch`]; CPU twins: `backend/cpu/init.rs`.
+//! are staged into them, [`CudaSeeder::restaged`]). Every launch fills its kernel's parameter
+//! struct from `kernels_gpu::init`; CPU twins: `backend/cpu/init.rs`.
 
 use super::launch::{Reads, Writes};
 use super::{CudaBackend, arg_u32};

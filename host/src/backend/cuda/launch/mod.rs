@@ -1,9 +1,9 @@
-//! One typed launcher per kernel, one module per kernel family of `kernels_gpu`: a struct whose
-//! fields are the kernel's parameters, in the kernel's order and under its names, and a `launch`
-//! that checks the buffer lengths (debug builds), pushes every field and runs the grid the
-//! kernel's documentation asks for. The kernel names come from the `Kernel` constants exported
-//! next to the kernels; the twin table in `kernels_gpu`'s crate documentation maps every kernel
-//! to its launcher here and its CPU twin.
+//! Launching a kernel: its call site fills the kernel's `kernels_gpu` parameter struct by field
+//! name, taking every buffer's address through [`Reads`] / [`Writes`], and
+//! `CudaBackend::launch` pushes that struct as the kernel's one argument with the block size of
+//! its `Kernel` constant. The tests check each struct against the committed PTX and the twin
+//! table in `kernels_gpu`'s crate documentation, which maps every kernel to its parameter struct
+//! and its CPU twin.
 
 mod params;
 
