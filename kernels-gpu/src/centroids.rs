@@ -2,13 +2,10 @@
 //! dimension), so that a chunk of dimensions for a tile of centroids is a run of 16-byte rows,
 //! with their squared norms computed in the same pass.
 
+use crate::exec::Exec;
 use crate::launch::Kernel;
+use crate::math::fma;
 use crate::params::{DevPtr, KernelParams};
-#[cfg(target_arch = "nvptx64")]
-use crate::{
-    gpu::{self, shared, sync_threads},
-    math::fma,
-};
 
 /// Centroids per block of `kmeans_centroids_by_dimension`.
 pub const CENTROID_LAYOUT_ROWS: usize = 32;
@@ -60,6 +57,15 @@ pub const fn centroids_by_dimension_grid(k: usize) -> usize {
 pub unsafe extern "gpu-kernel" fn kmeans_centroids_by_dimension(
     params: CentroidsByDimensionParams,
 ) {
+    unsafe { centroids_by_dimension(crate::exec::Gpu, &params) }
+}
+
+/// The body of `kmeans_centroids_by_dimension`.
+///
+/// # Safety
+/// As for `kmeans_centroids_by_dimension`.
+#[inline(always)]
+pub unsafe fn centroids_by_dimension<E: Exec>(ex: E, params: &CentroidsByDimensionParams) {
     let CentroidsByDimensionParams {
         centroids,
         k,
@@ -67,15 +73,15 @@ pub unsafe extern "gpu-kernel" fn kmeans_centroids_by_dimension(
         k_padded,
         out,
         norms,
-    } = params;
+    } = *params;
     let (centroids, out, norms) = (centroids.as_ptr(), out.as_mut_ptr(), norms.as_mut_ptr());
     const ROWS: usize = CENTROID_LAYOUT_ROWS;
     const COLS: usize = CENTROID_LAYOUT_COLS;
-    let (t, threads) = (gpu::thread(), gpu::block_dim());
+    let (t, threads) = (ex.thread(), ex.block_dim());
     let (k, d, k_padded) = (k as usize, d as usize, k_padded as usize);
-    let first = gpu::block() * ROWS;
+    let first = ex.block() * ROWS;
     let rows = k.saturating_sub(first).min(ROWS);
-    let staged = shared::<f32>();
+    let staged = ex.shared::<f32>();
     let mut norm = 0.0;
     let mut j0 = 0;
     while j0 < d {
@@ -88,7 +94,7 @@ pub unsafe extern "gpu-kernel" fn kmeans_centroids_by_dimension(
             }
             e += threads;
         }
-        sync_threads();
+        ex.sync();
         let mut e = t;
         while e < ROWS * COLS {
             let (jj, r) = (e / ROWS, e % ROWS);
@@ -105,10 +111,54 @@ pub unsafe extern "gpu-kernel" fn kmeans_centroids_by_dimension(
                 norm = fma(v, v, norm);
             }
         }
-        sync_threads();
+        ex.sync();
         j0 += width;
     }
     if !norms.is_null() && t < rows {
         unsafe { *norms.add(first + t) = norm };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::exec::emu::launch;
+    use crate::math::sq_norm;
+    use crate::params::tests::{dev, dev_mut};
+
+    #[test]
+    fn emulated_layout_is_the_transpose_with_the_twins_norms() {
+        // k not a multiple of the block's rows, d = 1, d past one staged chunk of dimensions.
+        for (k, d) in [(1usize, 1usize), (3, 1), (33, 5), (70, 130)] {
+            let centroids: Vec<f32> = (0..k * d)
+                .map(|i| ((i * 7919) % 23) as f32 * 0.75 - 8.0)
+                .collect();
+            let k_padded = k.next_multiple_of(4);
+            let mut out = vec![f32::NAN; d * k_padded];
+            let mut norms = vec![f32::NAN; k];
+            let p = CentroidsByDimensionParams {
+                centroids: dev(&centroids),
+                k: k as u32,
+                d: d as u32,
+                k_padded: k_padded as u32,
+                out: dev_mut(&mut out),
+                norms: dev_mut(&mut norms),
+            };
+            launch(
+                centroids_by_dimension_grid(k),
+                64,
+                SHARED_BYTES,
+                |e| unsafe { centroids_by_dimension(e, &p) },
+            );
+            for c in 0..k {
+                for j in 0..d {
+                    assert_eq!(out[j * k_padded + c], centroids[c * d + j], "k={k} d={d}");
+                }
+            }
+            // The padding columns are left as they were.
+            assert!((k..k_padded).all(|c| (0..d).all(|j| out[j * k_padded + c].is_nan())));
+            let want: Vec<f32> = centroids.chunks(d).map(sq_norm).collect();
+            assert_eq!(norms, want, "k={k} d={d}");
+        }
     }
 }

@@ -3,8 +3,7 @@
 //! atomics. This module builds on `exec`, never the other way round.
 
 use crate::exec::{Exec, Gpu};
-use core::arch::nvptx;
-use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+pub use crate::exec::{atomic_add_i64, atomic_add_u32, atomic_add_u64, atomic_fetch_add_u32};
 
 #[inline(always)]
 pub fn thread() -> usize {
@@ -18,14 +17,12 @@ pub fn block() -> usize {
 
 #[inline(always)]
 pub fn block_dim() -> usize {
-    // SAFETY: reads a special register.
-    unsafe { nvptx::_block_dim_x() as usize }
+    Gpu.block_dim()
 }
 
 #[inline(always)]
 pub fn grid_dim() -> usize {
-    // SAFETY: reads a special register.
-    unsafe { nvptx::_grid_dim_x() as usize }
+    Gpu.grid_dim()
 }
 
 #[inline(always)]
@@ -56,42 +53,6 @@ pub unsafe fn block_sum_f64(scratch: *mut f64, value: f64) -> f64 {
 #[inline(always)]
 pub unsafe fn block_sum_i64(scratch: *mut f64, value: i64) -> i64 {
     unsafe { crate::exec::block_sum_i64(Gpu, block_dim(), scratch, value) }
-}
-
-/// Integer add into shared or global memory; integer sums do not depend on the order.
-///
-/// # Safety
-/// `p` is valid, aligned and shared only through atomics.
-#[inline(always)]
-pub unsafe fn atomic_add_i64(p: *mut i64, v: i64) {
-    unsafe { AtomicU64::from_ptr(p.cast::<u64>()) }.fetch_add(v as u64, Ordering::Relaxed);
-}
-
-/// See [`atomic_add_i64`].
-///
-/// # Safety
-/// As for [`atomic_add_i64`].
-#[inline(always)]
-pub unsafe fn atomic_add_u32(p: *mut u32, v: u32) {
-    unsafe { AtomicU32::from_ptr(p) }.fetch_add(v, Ordering::Relaxed);
-}
-
-/// Adds `v` to the u64 at `p` and returns nothing; integer sums do not depend on the order.
-///
-/// # Safety
-/// As for [`atomic_add_i64`].
-#[inline(always)]
-pub unsafe fn atomic_add_u64(p: *mut u64, v: u64) {
-    unsafe { AtomicU64::from_ptr(p) }.fetch_add(v, Ordering::Relaxed);
-}
-
-/// Adds `v` to the u32 at `p` and returns the value it held (a slot in an output list).
-///
-/// # Safety
-/// As for [`atomic_add_i64`].
-#[inline(always)]
-pub unsafe fn atomic_fetch_add_u32(p: *mut u32, v: u32) -> u32 {
-    unsafe { AtomicU32::from_ptr(p) }.fetch_add(v, Ordering::Relaxed)
 }
 
 /// The sum of `v` over the 32 lanes of the warp (every lane gets it); all lanes call this.

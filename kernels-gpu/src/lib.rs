@@ -20,13 +20,13 @@
 //! | `kmeans_assign_l1_narrow` | `assign` | `assign::AssignParams` | `backend::cpu::kmeans::nearest`, `::accumulate` | `tests/kmeans.rs` `gpu_matches_cpu_on_awkward_shapes` |
 //! | `kmeans_assign_l2_tf32` | `assign_tf32` | `assign_tf32::AssignTf32Params` | `backend::cpu::kmeans::nearest` (exact) | `tests/kmeans_tf32.rs` `tf32_labels_equal_exact` `tf32_fits_equal_exact`, `assign_tf32/shortlist/tests.rs` `near_tie_lattices_are_exact` |
 //! | `tf32_centroid_terms` | `assign_tf32::bound` | `assign_tf32::bound::CentroidTermsParams` | `assign_tf32::bound::RowTerms::centroid` | `assign_tf32/bound.rs` `emulated_centroid_terms_equal_the_twin`, `tests/kmeans_tf32.rs` `tf32_labels_equal_exact` |
-//! | `kmeans_centroids_by_dimension` | `centroids` | `centroids::CentroidsByDimensionParams` | `backend::cpu::kmeans::CentroidBlocks::new` | `tests/kmeans.rs` `gpu_matches_cpu_on_awkward_shapes` |
-//! | `kmeans_accumulate_shared` | `update` | `update::AccumulateSharedParams` | `backend::cpu::kmeans::accumulate` | `tests/kmeans.rs` `gpu_matches_cpu_on_awkward_shapes` |
-//! | `kmeans_accumulate_global` | `update` | `update::AccumulateGlobalParams` | `backend::cpu::kmeans::accumulate` | `tests/weights.rs` `gpu_matches_cpu_with_weights` |
-//! | `kmeans_finalize` | `update` | `update::FinalizeParams` | `backend::cpu::partial::Partial::finish` | `tests/kmeans.rs` `gpu_matches_cpu_on_awkward_shapes` |
-//! | `kmeans_normalize_rows` | `update` | `update::NormalizeRowsParams` | `math::normalize` in `Partial::finish` | `tests/cosine.rs` `gpu_matches_cpu_for_cosine` |
-//! | `kmeans_shift_parts` | `reduce` | `reduce::ShiftPartsParams` | `backend::cpu::partial::squared_shift` | `tests/kmeans.rs` `gpu_matches_cpu_on_awkward_shapes` |
-//! | `kmeans_summary` | `reduce` | `reduce::SummaryParams` | `backend::cpu::kmeans::CpuLloyd::total` | `tests/kmeans.rs` `gpu_matches_cpu_on_awkward_shapes` |
+//! | `kmeans_centroids_by_dimension` | `centroids` | `centroids::CentroidsByDimensionParams` | `backend::cpu::kmeans::CentroidBlocks::new` | `tests/kmeans.rs` `gpu_matches_cpu_on_awkward_shapes`, `centroids.rs` `emulated_layout_is_the_transpose_with_the_twins_norms` |
+//! | `kmeans_accumulate_shared` | `update` | `update::AccumulateSharedParams` | `backend::cpu::kmeans::accumulate` | `tests/kmeans.rs` `gpu_matches_cpu_on_awkward_shapes`, `update/tests.rs` `emulated_update_steps_equal_the_twins` |
+//! | `kmeans_accumulate_global` | `update` | `update::AccumulateGlobalParams` | `backend::cpu::kmeans::accumulate` | `tests/weights.rs` `gpu_matches_cpu_with_weights`, `update/tests.rs` `emulated_update_steps_equal_the_twins` |
+//! | `kmeans_finalize` | `update` | `update::FinalizeParams` | `backend::cpu::partial::Partial::finish` | `tests/kmeans.rs` `gpu_matches_cpu_on_awkward_shapes`, `update/tests.rs` `emulated_update_steps_equal_the_twins` |
+//! | `kmeans_normalize_rows` | `update` | `update::NormalizeRowsParams` | `math::normalize` in `Partial::finish` | `tests/cosine.rs` `gpu_matches_cpu_for_cosine`, `update/tests.rs` `emulated_update_steps_equal_the_twins` |
+//! | `kmeans_shift_parts` | `reduce` | `reduce::ShiftPartsParams` | `backend::cpu::partial::squared_shift` | `tests/kmeans.rs` `gpu_matches_cpu_on_awkward_shapes`, `reduce.rs` `emulated_shift_and_summary_equal_the_twins` |
+//! | `kmeans_summary` | `reduce` | `reduce::SummaryParams` | `backend::cpu::kmeans::CpuLloyd::total` | `tests/kmeans.rs` `gpu_matches_cpu_on_awkward_shapes`, `reduce.rs` `emulated_shift_and_summary_equal_the_twins` |
 //! | `kmeans_small_l2_0` | `small` | `small::SmallParams` | `backend::cpu::kmeans::nearest`, `::accumulate` | `small/tests.rs` `emulated_small_step_matches_the_cpu` |
 //! | `kmeans_small_l2_1` | `small` | `small::SmallParams` | `backend::cpu::kmeans::nearest`, `::accumulate` | `small/tests.rs` `emulated_small_step_matches_the_cpu` |
 //! | `kmeans_small_l2_2` | `small` | `small::SmallParams` | `backend::cpu::kmeans::nearest`, `::accumulate` | `small/tests.rs` `emulated_small_step_matches_the_cpu` |
@@ -40,8 +40,8 @@
 //! | `kmeans_minibatch_assign_l1` | `minibatch` | `minibatch::MinibatchAssignParams` | `backend::cpu::minibatch::assign_rows` | `minibatch/tests.rs` `emulated_batch_step_matches_the_formulas` |
 //! | `kmeans_minibatch_update` | `minibatch` | `minibatch::MinibatchUpdateParams` | `backend::cpu::minibatch::update_row` | `minibatch/tests.rs` `the_update_is_the_running_mean` |
 //! | `kmeans_minibatch_shift` | `minibatch` | `minibatch::MinibatchShiftParams` | `backend::cpu::minibatch::CpuMiniBatch::shifts` | `tests/minibatch.rs` `gpu_minibatch_matches_cpu_on_an_embedding_shape` |
-//! | `row_sq_norms` | `norms` | `norms::RowSqNormsParams` | `backend::cpu::kmeans::row_sq_norms` | `tests/knn.rs` `gpu_pairwise_matches_cpu` |
-//! | `row_norm_roots` | `norms` | `norms::RowNormRootsParams` | `math::sqrt` | `tests/knn.rs` `gpu_prefilter_matches_cpu` |
+//! | `row_sq_norms` | `norms` | `norms::RowSqNormsParams` | `backend::cpu::kmeans::row_sq_norms` | `tests/knn.rs` `gpu_pairwise_matches_cpu`, `norms.rs` `emulated_norms_and_roots_equal_the_twins` |
+//! | `row_norm_roots` | `norms` | `norms::RowNormRootsParams` | `math::sqrt` | `tests/knn.rs` `gpu_prefilter_matches_cpu`, `norms.rs` `emulated_norms_and_roots_equal_the_twins` |
 //! | `pairwise_dot` | `distance` | `distance::PairwiseParams` | `backend::cpu::knn::panel_distances` | `distance.rs` `emulated_tiles_match_the_formula` |
 //! | `pairwise_l1` | `distance` | `distance::PairwiseParams` | `backend::cpu::knn::panel_distances` | `distance.rs` `emulated_tiles_match_the_formula` |
 //! | `pairwise_chebyshev` | `lp` | `distance::PairwiseParams` | `backend::cpu::knn::panel_distances` | `lp.rs` `emulated_tiles_match_the_plain_distance`, `tests/lp.rs` `gpu_lp_matches_cpu` |

@@ -66,3 +66,19 @@ impl ParamsLayout {
         }
     }
 }
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::DevPtr;
+
+    /// The address of a host buffer a kernel reads, for the emulator (which runs kernels on the
+    /// host).
+    pub(crate) fn dev<T>(values: &[T]) -> DevPtr<T> {
+        DevPtr::from_address(values.as_ptr() as u64)
+    }
+
+    /// [`dev`] of a buffer a kernel writes.
+    pub(crate) fn dev_mut<T>(values: &mut [T]) -> DevPtr<T> {
+        DevPtr::from_address(values.as_mut_ptr() as u64)
+    }
+}

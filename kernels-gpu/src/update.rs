@@ -6,14 +6,11 @@
 //! integer units) a point adds `units · q` to the sums and `units` to its cluster's weight;
 //! without them, `q` and 1 (the count).
 
+use crate::exec::{Exec, atomic_add_i64, atomic_add_u32, atomic_add_u64};
+use crate::fixed::{mean, to_fixed, units_at, weighted};
 use crate::launch::{BLOCK, DEFAULT_SHARED_BYTES, Kernel};
+use crate::math::normalize;
 use crate::params::{DevPtr, KernelParams};
-#[cfg(target_arch = "nvptx64")]
-use crate::{
-    fixed::{mean, to_fixed, units_at, weighted},
-    gpu::{self, atomic_add_i64, atomic_add_u64, shared, sync_threads},
-    math::normalize,
-};
 
 /// Dynamic shared memory of a `kmeans_accumulate_shared` block: the `k × d` fixed-point sums
 /// and `k` u64 weights of its part ([`sums_fit_shared`] checks that they fit).
@@ -62,6 +59,15 @@ pub fn sums_fit_shared(k: usize, d: usize) -> bool {
 #[cfg(target_arch = "nvptx64")]
 #[unsafe(no_mangle)]
 pub unsafe extern "gpu-kernel" fn kmeans_accumulate_shared(params: AccumulateSharedParams) {
+    unsafe { accumulate_shared(crate::exec::Gpu, &params) }
+}
+
+/// The body of `kmeans_accumulate_shared`.
+///
+/// # Safety
+/// As for `kmeans_accumulate_shared`.
+#[inline(always)]
+pub unsafe fn accumulate_shared<E: Exec>(ex: E, params: &AccumulateSharedParams) {
     let AccumulateSharedParams {
         x,
         n,
@@ -72,7 +78,7 @@ pub unsafe extern "gpu-kernel" fn kmeans_accumulate_shared(params: AccumulateSha
         scales,
         part_sums,
         part_counts,
-    } = params;
+    } = *params;
     let (x, labels, weights, scales, part_sums, part_counts) = (
         x.as_ptr(),
         labels.as_ptr(),
@@ -83,11 +89,11 @@ pub unsafe extern "gpu-kernel" fn kmeans_accumulate_shared(params: AccumulateSha
     );
     // `max(1)` lets the compiler drop the division-by-zero panics; the host never passes 0.
     let (n, d, k) = (n as usize, (d as usize).max(1), k as usize);
-    let (t, threads, b) = (gpu::thread(), gpu::block_dim(), gpu::block());
-    let chunk = n.div_ceil(gpu::grid_dim().max(1));
+    let (t, threads, b) = (ex.thread(), ex.block_dim(), ex.block());
+    let chunk = n.div_ceil(ex.grid_dim().max(1));
     let start = (b * chunk).min(n);
     let end = (start + chunk).min(n);
-    let sums = shared::<i64>();
+    let sums = ex.shared::<i64>();
     let counts = unsafe { sums.add(k * d) }.cast::<u64>();
     unsafe {
         let mut e = t;
@@ -100,7 +106,7 @@ pub unsafe extern "gpu-kernel" fn kmeans_accumulate_shared(params: AccumulateSha
             *counts.add(c) = 0;
             c += threads;
         }
-        sync_threads();
+        ex.sync();
 
         let mut e = t;
         while e < (end - start) * d {
@@ -124,7 +130,7 @@ pub unsafe extern "gpu-kernel" fn kmeans_accumulate_shared(params: AccumulateSha
             );
             i += threads;
         }
-        sync_threads();
+        ex.sync();
 
         let mut e = t;
         while e < k * d {
@@ -176,6 +182,15 @@ unsafe impl KernelParams for AccumulateGlobalParams {}
 #[cfg(target_arch = "nvptx64")]
 #[unsafe(no_mangle)]
 pub unsafe extern "gpu-kernel" fn kmeans_accumulate_global(params: AccumulateGlobalParams) {
+    unsafe { accumulate_global(crate::exec::Gpu, &params) }
+}
+
+/// The body of `kmeans_accumulate_global`.
+///
+/// # Safety
+/// As for `kmeans_accumulate_global`.
+#[inline(always)]
+pub unsafe fn accumulate_global<E: Exec>(ex: E, params: &AccumulateGlobalParams) {
     let AccumulateGlobalParams {
         x,
         n,
@@ -185,7 +200,7 @@ pub unsafe extern "gpu-kernel" fn kmeans_accumulate_global(params: AccumulateGlo
         scales,
         sums,
         counts,
-    } = params;
+    } = *params;
     let (x, labels, weights, scales, sums, counts) = (
         x.as_ptr(),
         labels.as_ptr(),
@@ -195,8 +210,8 @@ pub unsafe extern "gpu-kernel" fn kmeans_accumulate_global(params: AccumulateGlo
         counts.as_mut_ptr(),
     );
     let (n, d) = (n as usize, (d as usize).max(1));
-    let stride = gpu::grid_dim() * gpu::block_dim();
-    let first = gpu::block() * gpu::block_dim() + gpu::thread();
+    let stride = ex.grid_dim() * ex.block_dim();
+    let first = ex.block() * ex.block_dim() + ex.thread();
     if d >= WARP {
         // A warp per row: its label is read once, the row's values coalesced, and no division
         // per value (integer sums: any order gives the same result).
@@ -252,7 +267,6 @@ pub unsafe extern "gpu-kernel" fn kmeans_accumulate_global(params: AccumulateGlo
 }
 
 /// Threads per warp; [`kmeans_finalize`] gives each centroid coordinate one warp.
-#[cfg(target_arch = "nvptx64")]
 const WARP: usize = 32;
 
 /// Dynamic shared memory of a `kmeans_finalize` block: 16 bytes per thread.
@@ -307,6 +321,15 @@ pub const fn finalize_grid(k: usize, d: usize, parts: usize, multiprocessors: us
 #[cfg(target_arch = "nvptx64")]
 #[unsafe(no_mangle)]
 pub unsafe extern "gpu-kernel" fn kmeans_finalize(params: FinalizeParams) {
+    unsafe { finalize(crate::exec::Gpu, &params) }
+}
+
+/// The body of `kmeans_finalize`.
+///
+/// # Safety
+/// As for `kmeans_finalize`.
+#[inline(always)]
+pub unsafe fn finalize<E: Exec>(ex: E, params: &FinalizeParams) {
     let FinalizeParams {
         part_sums,
         part_counts,
@@ -318,7 +341,7 @@ pub unsafe extern "gpu-kernel" fn kmeans_finalize(params: FinalizeParams) {
         new_centroids,
         sizes,
         empty,
-    } = params;
+    } = *params;
     let (part_sums, part_counts, inv_scales, old_centroids, new_centroids, sizes, empty) = (
         part_sums.as_ptr(),
         part_counts.as_ptr(),
@@ -329,13 +352,13 @@ pub unsafe extern "gpu-kernel" fn kmeans_finalize(params: FinalizeParams) {
         empty.as_mut_ptr(),
     );
     let (parts, k, d) = (parts as usize, k as usize, (d as usize).max(1));
-    let (t, threads) = (gpu::thread(), gpu::block_dim());
+    let (t, threads) = (ex.thread(), ex.block_dim());
     let (warp, lane) = (t / WARP, t % WARP);
     let warps_per_block = threads / WARP;
     if parts == 1 {
         // One part (the global sums): a thread per coordinate, no cross-lane combining.
-        let stride = gpu::grid_dim() * threads;
-        let mut e = gpu::block() * threads + t;
+        let stride = ex.grid_dim() * threads;
+        let mut e = ex.block() * threads + t;
         while e < k * d {
             let (c, j) = (e / d, e % d);
             unsafe {
@@ -348,7 +371,7 @@ pub unsafe extern "gpu-kernel" fn kmeans_finalize(params: FinalizeParams) {
                 if j == 0 {
                     *sizes.add(c) = count;
                     if count == 0 {
-                        gpu::atomic_add_u32(empty, 1);
+                        atomic_add_u32(empty, 1);
                     }
                 }
             }
@@ -356,10 +379,10 @@ pub unsafe extern "gpu-kernel" fn kmeans_finalize(params: FinalizeParams) {
         }
         return;
     }
-    let lane_sums = shared::<i64>();
+    let lane_sums = ex.shared::<i64>();
     let lane_counts = unsafe { lane_sums.add(threads) }.cast::<u64>();
     // Uniform trip count across the block, so the barriers below are reached by every thread.
-    let mut base = gpu::block() * warps_per_block;
+    let mut base = ex.block() * warps_per_block;
     while base < k * d {
         let e = base + warp;
         let (mut sum, mut count) = (0i64, 0u64);
@@ -378,7 +401,7 @@ pub unsafe extern "gpu-kernel" fn kmeans_finalize(params: FinalizeParams) {
             *lane_sums.add(t) = sum;
             *lane_counts.add(t) = count;
         }
-        sync_threads();
+        ex.sync();
         if lane == 0 && e < k * d {
             let (c, j) = (e / d, e % d);
             let (mut sum, mut count) = (0i64, 0u64);
@@ -397,13 +420,13 @@ pub unsafe extern "gpu-kernel" fn kmeans_finalize(params: FinalizeParams) {
                 if j == 0 {
                     *sizes.add(c) = count;
                     if count == 0 {
-                        gpu::atomic_add_u32(empty, 1);
+                        atomic_add_u32(empty, 1);
                     }
                 }
             }
         }
-        sync_threads();
-        base += gpu::grid_dim() * warps_per_block;
+        ex.sync();
+        base += ex.grid_dim() * warps_per_block;
     }
 }
 
@@ -438,14 +461,23 @@ pub const fn normalize_rows_grid(k: usize) -> usize {
 #[cfg(target_arch = "nvptx64")]
 #[unsafe(no_mangle)]
 pub unsafe extern "gpu-kernel" fn kmeans_normalize_rows(params: NormalizeRowsParams) {
+    unsafe { normalize_rows(crate::exec::Gpu, &params) }
+}
+
+/// The body of `kmeans_normalize_rows`.
+///
+/// # Safety
+/// As for `kmeans_normalize_rows`.
+#[inline(always)]
+pub unsafe fn normalize_rows<E: Exec>(ex: E, params: &NormalizeRowsParams) {
     let NormalizeRowsParams {
         centroids,
         sizes,
         k,
         d,
-    } = params;
+    } = *params;
     let (centroids, sizes) = (centroids.as_mut_ptr(), sizes.as_ptr());
-    let c = gpu::block() * gpu::block_dim() + gpu::thread();
+    let c = ex.block() * ex.block_dim() + ex.thread();
     let d = d as usize;
     if c < k as usize && unsafe { *sizes.add(c) } > 0 {
         normalize(unsafe { core::slice::from_raw_parts_mut(centroids.add(c * d), d) });
@@ -453,15 +485,4 @@ pub unsafe extern "gpu-kernel" fn kmeans_normalize_rows(params: NormalizeRowsPar
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn shared_sums_count_their_u64_weights() {
-        // 8·k·d + 8·k bytes: k = 1, d = 6143 fills 48 KiB exactly; one more dimension does not.
-        assert!(sums_fit_shared(1, 6143));
-        assert!(!sums_fit_shared(1, 6144));
-        assert!(sums_fit_shared(64, 95) && !sums_fit_shared(64, 96));
-        assert!(!sums_fit_shared(usize::MAX, 2));
-    }
-}
+mod tests;
