@@ -14,11 +14,10 @@ use crate::params::{DevPtr, KernelParams};
 use crate::tile::load_transposed;
 #[cfg(target_arch = "nvptx64")]
 use crate::{
-    fixed::{inertia_term, to_fixed, units_at, weighted},
-    gpu::{
-        self, atomic_add_i64, atomic_add_u32, atomic_add_u64, block_sum_f64, block_sum_i64, shared,
-        sync_threads,
+    exec::{
+        Exec, Gpu, atomic_add_i64, atomic_add_u32, atomic_add_u64, block_sum_f64, block_sum_i64,
     },
+    fixed::{inertia_term, to_fixed, units_at, weighted},
     math::{AssignMetric, assign_distance, assign_score, assign_step, better},
     tile::load_vec4s,
 };
@@ -312,13 +311,13 @@ unsafe fn run<const THREAD_POINTS: usize, const THREAD_CENTROIDS: usize>(
     metric: AssignMetric,
     tile: AssignTile,
 ) {
-    let t = gpu::thread();
+    let t = Gpu.thread();
     let (tx, ty) = (t % tile.centroid_groups, t / tile.centroid_groups);
     let (pb, cb) = (tile.points(), tile.centroids());
     let (xs_stride, cs_stride) = (tile.x_stride(), tile.c_stride());
-    let first_point = gpu::block() * pb;
+    let first_point = Gpu.block() * pb;
 
-    let scratch = shared::<f64>();
+    let scratch = Gpu.shared::<f64>();
     let xs = unsafe { scratch.add(2 * BLOCK as usize) }.cast::<f32>();
     let cs = unsafe { xs.add(ASSIGN_CHUNK_DIMS * xs_stride) };
     let merge_score = unsafe { cs.add(ASSIGN_CHUNK_DIMS * cs_stride) };
@@ -332,9 +331,9 @@ unsafe fn run<const THREAD_POINTS: usize, const THREAD_CENTROIDS: usize>(
         let mut j0 = 0;
         while j0 < a.d {
             let width = ASSIGN_CHUNK_DIMS.min(a.d - j0);
-            sync_threads();
+            Gpu.sync();
             unsafe { stage_tiles(&a, t, tile, first_point, first_centroid, j0, width, xs, cs) };
-            sync_threads();
+            Gpu.sync();
             // A full chunk has a constant trip count, so it unrolls and the shared loads of one
             // dimension overlap the multiply-adds of the previous one.
             if width == ASSIGN_CHUNK_DIMS {
@@ -495,10 +494,10 @@ unsafe fn run_async<
     use crate::cp_async::{commit, wait_group};
     // Two buffers: step `s` reads buffer `s % 2` and norms slot `tile % 2`.
     const _: () = assert!(ASSIGN_STAGES == 2);
-    let t = gpu::thread();
+    let t = Gpu.thread();
     let (tx, ty) = (t % tile.centroid_groups, t / tile.centroid_groups);
     let xs_stride = tile.x_stride();
-    let first_point = gpu::block() * BLOCK_POINTS;
+    let first_point = Gpu.block() * BLOCK_POINTS;
     let l2 = metric == AssignMetric::SqL2;
     let l = AsyncLayout::new::<BLOCK_CENTROIDS>(tile, a.d);
 
@@ -566,7 +565,7 @@ unsafe fn run_async<
         // This thread's copies of step `s` have landed; after the barrier everybody's have, and
         // every thread is done with the buffer of step `s - 1`, which the next issue refills.
         wait_group::<0>();
-        sync_threads();
+        Gpu.sync();
         let last_chunk = kc + 1 == chunks;
         if s + 1 < steps {
             if last_chunk {
@@ -614,7 +613,7 @@ unsafe fn run_async<
         s += 1;
     }
     // Nothing is in flight; the buffers become the merge area.
-    sync_threads();
+    Gpu.sync();
     let merge_score = l.bufs;
     let merge_index = unsafe { l.bufs.add(BLOCK_POINTS * tile.centroid_groups) }.cast::<u32>();
     unsafe {
@@ -665,7 +664,7 @@ impl AsyncLayout {
         let c_chunk = ASSIGN_CHUNK_DIMS * tile.c_stride();
         let stage = if resident { c_chunk } else { x_chunk + c_chunk };
         let c_off = if resident { 0 } else { x_chunk };
-        let scratch = shared::<f64>();
+        let scratch = Gpu.shared::<f64>();
         let bufs = unsafe { scratch.add(2 * BLOCK as usize) }.cast::<f32>();
         let norms = unsafe { bufs.add(ASSIGN_STAGES * stage) };
         let x_tile = unsafe { norms.add(ASSIGN_STAGES * BLOCK_CENTROIDS) };
@@ -851,10 +850,10 @@ unsafe fn finish<const THREAD_POINTS: usize>(
     merge_index: *mut u32,
     scratch: *mut f64,
 ) {
-    let t = gpu::thread();
+    let t = Gpu.thread();
     let (tx, ty) = (t % tile.centroid_groups, t / tile.centroid_groups);
     let pb = tile.points();
-    let first_point = gpu::block() * pb;
+    let first_point = Gpu.block() * pb;
     // Merge the centroid groups' candidates per point, in group order.
     for i in 0..THREAD_POINTS {
         let p = ty * THREAD_POINTS + i;
@@ -863,7 +862,7 @@ unsafe fn finish<const THREAD_POINTS: usize>(
             *merge_index.add(p * tile.centroid_groups + tx) = best_index[i];
         }
     }
-    sync_threads();
+    Gpu.sync();
     let mut moved = 0.0;
     let mut dist_sum = 0i64;
     let mut p = t;
@@ -910,7 +909,7 @@ unsafe fn finish<const THREAD_POINTS: usize>(
         // The update's sums, a warp per point (integer sums: the same in any order). The rows
         // were just read by this block, so they come from L2, and the atomics overlap the other
         // blocks' sweeps.
-        sync_threads();
+        Gpu.sync();
         let (warp, lane) = (t / 32, t % 32);
         let mut p = warp;
         while p < pb {
@@ -939,15 +938,16 @@ unsafe fn finish<const THREAD_POINTS: usize>(
         }
     }
     if !a.changed.is_null() {
-        let total = unsafe { block_sum_f64(scratch, moved) };
+        let total = unsafe { block_sum_f64(Gpu, Gpu.block_dim(), scratch, moved) };
         if t == 0 && total > 0.0 {
             unsafe { atomic_add_u32(a.changed, total as u32) };
         }
     }
     if !a.block_inertia.is_null() {
-        let total = unsafe { block_sum_i64(scratch.add(BLOCK as usize), dist_sum) };
+        let total =
+            unsafe { block_sum_i64(Gpu, Gpu.block_dim(), scratch.add(BLOCK as usize), dist_sum) };
         if t == 0 {
-            unsafe { *a.block_inertia.add(gpu::block()) = total };
+            unsafe { *a.block_inertia.add(Gpu.block()) = total };
         }
     }
 }

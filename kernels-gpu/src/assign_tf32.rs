@@ -21,8 +21,8 @@ use crate::params::{DevPtr, KernelParams};
 #[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
 use crate::{
     cp_async::{commit, copy_4, copy_rows, shared_addr, wait_all, wait_group},
+    exec::{Exec, Gpu, atomic_add_u32, block_sum_f64, block_sum_i64},
     fixed::{inertia_term, units_at},
-    gpu::{self, atomic_add_u32, block_sum_f64, block_sum_i64, shared, sync_threads},
     launch::BLOCK,
     math::{AssignMetric, assign_distance, assign_step, better, l2_score},
     mma::{load4, mma, shfl_xor_u32, to_tf32},
@@ -233,14 +233,14 @@ unsafe fn run<const VEC: bool>(a: Tf32AssignArgs) {
         weights,
     } = a;
     let vec = VEC;
-    let t = gpu::thread();
+    let t = Gpu.thread();
     let (warp, lane) = (t / 32, t % 32);
     let (g, q) = (lane / 4, lane % 4);
     // Warp (wm, wn) covers points wm·32.. and centroids wn·64.. of the block's tiles.
     let (wm, wn) = (warp % 4, warp / 4);
-    let first_point = gpu::block() * TF32_POINTS;
+    let first_point = Gpu.block() * TF32_POINTS;
 
-    let xs = shared::<u32>();
+    let xs = Gpu.shared::<u32>();
     let cs = unsafe { xs.add(TF32_POINTS / 2 * TF32_X_STRIDE) };
     // Per point of the block: its error-bound terms `p` and `X + R_x` (zeros past `n`), read
     // where a tile is ranked (in registers they would spill from the sweep).
@@ -310,12 +310,12 @@ unsafe fn run<const VEC: bool>(a: Tf32AssignArgs) {
         // This step's chunk (and at s = 0 the point tile) has landed for this thread's copies;
         // the barrier makes everyone's visible and frees the buffer of step s − 1.
         wait_group::<{ TF32_STAGES - 2 }>();
-        sync_threads();
+        Gpu.sync();
         let j0 = kc * TF32_CHUNK_DIMS;
         if !resident && s > 0 && j0 % TF32_POINT_DIMS == 0 {
             // This step reads another slice of the dimensions: restage the points.
             unsafe { stage_points(t, vec, x, n, d, first_point, j0, dp, xs) };
-            sync_threads();
+            Gpu.sync();
         }
         // The chunk TF32_STAGES − 1 steps ahead lands while this one is multiplied.
         let ahead = s + TF32_STAGES - 1;
@@ -403,7 +403,7 @@ unsafe fn run<const VEC: bool>(a: Tf32AssignArgs) {
     }
     // Only empty groups can be pending; the barrier frees the point tile for the merge.
     wait_all();
-    sync_threads();
+    Gpu.sync();
 
     // Merge the four lanes of a point row (they saw different centroids), then the two warp
     // columns through shared memory (the point tile is free now).
@@ -432,7 +432,7 @@ unsafe fn run<const VEC: bool>(a: Tf32AssignArgs) {
             }
         }
     }
-    sync_threads();
+    Gpu.sync();
 
     // Exact re-check, two threads per point: the two shortlisted centroids, one each. A point
     // whose shortlist may miss the winner is flagged, and the whole block scores every centroid
@@ -472,7 +472,7 @@ unsafe fn run<const VEC: bool>(a: Tf32AssignArgs) {
             (best, label) = (l2_score(dot, unsafe { *c_sq_norms.add(c) }), cand);
         }
     }
-    sync_threads();
+    Gpu.sync();
     // The flagged points, one at a time (the flags are the same for every thread, so are the
     // barriers): every thread scores centroids t, t + BLOCK, …; the warps' best, then the
     // block's, as the exact path ranks them (`better` orders (score, index) totally, so the
@@ -504,7 +504,7 @@ unsafe fn run<const VEC: bool>(a: Tf32AssignArgs) {
                 *warp_best.add(2 * warp + 1) = fl;
             }
         }
-        sync_threads();
+        Gpu.sync();
         if p == f {
             for w in 0..BLOCK as usize / 32 {
                 let (ob, ol) = unsafe {
@@ -519,7 +519,7 @@ unsafe fn run<const VEC: bool>(a: Tf32AssignArgs) {
             }
         }
         // The warps' slots are written again for the next flagged point.
-        sync_threads();
+        Gpu.sync();
     }
     let (other_best, other) = (shfl_xor_f32(best, 1), shfl_xor_u32(label, 1));
     if better(other_best, other, best, label) {
@@ -545,15 +545,16 @@ unsafe fn run<const VEC: bool>(a: Tf32AssignArgs) {
         dist_sum = inertia_term(dist, inertia_scale, units);
     }
     if !changed.is_null() {
-        let total = unsafe { block_sum_f64(scratch, moved) };
+        let total = unsafe { block_sum_f64(Gpu, Gpu.block_dim(), scratch, moved) };
         if t == 0 && total > 0.0 {
             unsafe { atomic_add_u32(changed, total as u32) };
         }
     }
     if !block_inertia.is_null() {
-        let total = unsafe { block_sum_i64(scratch.add(BLOCK as usize), dist_sum) };
+        let total =
+            unsafe { block_sum_i64(Gpu, Gpu.block_dim(), scratch.add(BLOCK as usize), dist_sum) };
         if t == 0 {
-            unsafe { *block_inertia.add(gpu::block()) = total };
+            unsafe { *block_inertia.add(Gpu.block()) = total };
         }
     }
 }

@@ -22,9 +22,8 @@ use crate::seeding::distance_from;
 use crate::tile::load_vec4s;
 #[cfg(target_arch = "nvptx64")]
 use crate::{
-    exec::Gpu,
+    exec::{Gpu, atomic_add_u64, atomic_fetch_add_u32},
     fixed::units_at,
-    gpu::{self, atomic_add_u64, atomic_fetch_add_u32, shared, sync_threads, warp_sum_u64},
     seeding::{NO_ROW, WeightScale, draw, sampled, uniform32},
 };
 pub use nearest::NEAREST_SHARED_BYTES;
@@ -286,7 +285,7 @@ fn staged() {
 #[inline(always)]
 unsafe fn add_to_block(slot: *mut u64, v: u64) {
     let total = warp_sum_u64(v);
-    if gpu::thread() % 32 == 0 {
+    if Gpu.thread() % 32 == 0 {
         unsafe { atomic_add_u64(slot, total) };
     }
 }
@@ -323,7 +322,7 @@ unsafe fn trials<const M: u32>(
         return;
     }
     let metric = AssignMetric::from_id(M);
-    let (t, b) = (gpu::thread(), gpu::block());
+    let (t, b) = (Gpu.thread(), Gpu.block());
     let i = b * BLOCK as usize + t;
     let live = i < data.n;
     let trials = trials as usize;
@@ -371,11 +370,11 @@ unsafe fn trials<const M: u32>(
             unsafe { add_to_block(slots.add(c), w) };
         }
     }
-    sync_threads();
+    Gpu.sync();
     if t < trials {
         let sum = unsafe { *slots.add(t) };
         unsafe {
-            *block_sums.add(t * gpu::grid_dim() + b) = sum;
+            *block_sums.add(t * Gpu.grid_dim() + b) = sum;
             atomic_add_u64(potentials.add(t), sum);
         }
     }
@@ -401,7 +400,7 @@ unsafe fn nearest_pass<const M: u32>(
     block_sums: *mut u64,
     total: *mut u64,
 ) {
-    let (t, b) = (gpu::thread(), gpu::block());
+    let (t, b) = (Gpu.thread(), Gpu.block());
     let slot = nearest::sum_slot(Gpu);
     if t == 0 {
         unsafe { *slot = 0 };
@@ -415,7 +414,7 @@ unsafe fn nearest_pass<const M: u32>(
         None => 0,
     };
     unsafe { add_to_block(slot, w) };
-    sync_threads();
+    Gpu.sync();
     if t == 0 {
         unsafe {
             *block_sums.add(b) = *slot;
@@ -429,10 +428,10 @@ unsafe fn nearest_pass<const M: u32>(
 #[cfg(target_arch = "nvptx64")]
 #[inline(always)]
 unsafe fn inclusive_scan(scratch: *mut u64, v: u64) -> u64 {
-    let t = gpu::thread();
+    let t = Gpu.thread();
     let mut acc = v;
     unsafe { *scratch.add(t) = acc };
-    sync_threads();
+    Gpu.sync();
     let mut offset = 1;
     while offset < BLOCK as usize {
         let add = if t >= offset {
@@ -440,10 +439,10 @@ unsafe fn inclusive_scan(scratch: *mut u64, v: u64) -> u64 {
         } else {
             0
         };
-        sync_threads();
+        Gpu.sync();
         acc += add;
         unsafe { *scratch.add(t) = acc };
-        sync_threads();
+        Gpu.sync();
         offset *= 2;
     }
     acc
@@ -455,7 +454,7 @@ unsafe fn inclusive_scan(scratch: *mut u64, v: u64) -> u64 {
 #[cfg(target_arch = "nvptx64")]
 #[inline(always)]
 unsafe fn find_in_block(scratch: *mut u64, v: u64, r: u64) -> (usize, u64) {
-    let t = gpu::thread();
+    let t = Gpu.thread();
     let found = unsafe { scratch.add(BLOCK as usize) };
     let through = unsafe { inclusive_scan(scratch, v) };
     let before = through - v;
@@ -466,9 +465,9 @@ unsafe fn find_in_block(scratch: *mut u64, v: u64, r: u64) -> (usize, u64) {
             *found.add(1) = r - before;
         }
     }
-    sync_threads();
+    Gpu.sync();
     let out = unsafe { (*found as usize, *found.add(1)) };
-    sync_threads();
+    Gpu.sync();
     out
 }
 
@@ -493,8 +492,8 @@ unsafe fn locate_draw<const M: u32>(
     ws: WeightScale,
 ) -> u32 {
     let metric = AssignMetric::from_id(M);
-    let (t, bs) = (gpu::thread(), BLOCK as usize);
-    let scratch = shared::<u64>();
+    let (t, bs) = (Gpu.thread(), BLOCK as usize);
+    let scratch = Gpu.shared::<u64>();
     let (mut lo, mut hi, mut rest) = (0, nb, r);
     while hi - lo > 1 {
         let per = (hi - lo).div_ceil(bs);
@@ -552,7 +551,7 @@ unsafe fn locate<const M: u32>(
     ws: WeightScale,
     out: *mut u32,
 ) {
-    let r = unsafe { *draws.add(gpu::block()) };
+    let r = unsafe { *draws.add(Gpu.block()) };
     let row = unsafe {
         locate_draw::<M>(
             data,
@@ -566,8 +565,8 @@ unsafe fn locate<const M: u32>(
             ws,
         )
     };
-    if gpu::thread() == 0 {
-        unsafe { *out.add(gpu::block()) = row };
+    if Gpu.thread() == 0 {
+        unsafe { *out.add(Gpu.block()) = row };
     }
 }
 
@@ -622,7 +621,7 @@ unsafe fn greedy_draw<const M: u32>(
     if unsafe { *g.stop } != 0 {
         return;
     }
-    let (t, b) = (gpu::thread(), gpu::block());
+    let (t, b) = (Gpu.thread(), Gpu.block());
     let trials = trials as usize;
     let (total, pending, row) = if step == 1 {
         (first_total, NO_ROW, 0)
@@ -698,7 +697,7 @@ unsafe fn sample<const M: u32>(
     out: *mut u32,
     count: *mut u32,
 ) {
-    let i = gpu::block() * BLOCK as usize + gpu::thread();
+    let i = Gpu.block() * BLOCK as usize + Gpu.thread();
     if i >= n as usize {
         return;
     }
@@ -750,7 +749,7 @@ pub unsafe extern "gpu-kernel" fn seed_owner_weights(params: OwnerWeightsParams)
         counts.as_ptr(),
         totals.as_mut_ptr(),
     );
-    let i = gpu::block() * BLOCK as usize + gpu::thread();
+    let i = Gpu.block() * BLOCK as usize + Gpu.thread();
     if i < n as usize {
         unsafe {
             let units = units_of(weights, counts, i);
@@ -883,6 +882,32 @@ pub struct SampleParams {
 
 // SAFETY: `#[repr(C)]`, device pointers and scalars.
 unsafe impl KernelParams for SampleParams {}
+
+/// The sum of `v` over the 32 lanes of the warp (every lane gets it); all lanes call this.
+#[cfg(target_arch = "nvptx64")]
+#[inline(always)]
+fn warp_sum_u64(mut v: u64) -> u64 {
+    let mut mask = 16;
+    while mask > 0 {
+        let (lo, hi) = (v as u32, (v >> 32) as u32);
+        let other = (shfl_xor(lo, mask) as u64) | ((shfl_xor(hi, mask) as u64) << 32);
+        v = v.wrapping_add(other);
+        mask /= 2;
+    }
+    v
+}
+
+#[cfg(target_arch = "nvptx64")]
+#[inline(always)]
+fn shfl_xor(v: u32, mask: u32) -> u32 {
+    let r: u32;
+    // SAFETY: every lane of the warp executes this (full member mask).
+    unsafe {
+        core::arch::asm!("shfl.sync.bfly.b32 {r}, {v}, {m}, 31, -1;", r = out(reg32) r,
+            v = in(reg32) v, m = in(reg32) mask, options(nomem, nostack));
+    }
+    r
+}
 
 /// The rows of a seeding kernel's arguments.
 #[cfg(target_arch = "nvptx64")]

@@ -125,9 +125,6 @@ pub mod tile;
 pub mod update;
 pub mod vote;
 
-#[cfg(target_arch = "nvptx64")]
-mod gpu;
-
 use launch::Kernel;
 
 /// Every kernel of the PTX builds, in the order of the twin table above.

@@ -375,7 +375,6 @@ pub const fn shift_grid(k: usize) -> usize {
 mod kernels {
     use super::*;
     use crate::exec::Gpu;
-    use crate::gpu::block_dim;
 
     macro_rules! assign_kernel {
         ($name:ident, $l1:expr) => {
@@ -413,7 +412,7 @@ mod kernels {
                     counts: counts.as_mut_ptr(),
                     distances: distances.as_mut_ptr(),
                 };
-                unsafe { assign::<$l1, _>(Gpu, block_dim(), a) }
+                unsafe { assign::<$l1, _>(Gpu, Gpu.block_dim(), a) }
             }
         };
     }
@@ -456,7 +455,7 @@ mod kernels {
             inv_scales,
             report,
         };
-        unsafe { update(Gpu, block_dim(), u) }
+        unsafe { update(Gpu, Gpu.block_dim(), u) }
     }
 
     /// See [`shifts`].
@@ -473,7 +472,17 @@ mod kernels {
             out,
         } = params;
         let (next, current, out) = (next.as_ptr(), current.as_ptr(), out.as_mut_ptr());
-        unsafe { shifts(Gpu, block_dim(), next, current, k as usize, d as usize, out) }
+        unsafe {
+            shifts(
+                Gpu,
+                Gpu.block_dim(),
+                next,
+                current,
+                k as usize,
+                d as usize,
+                out,
+            )
+        }
     }
 }
 

@@ -9,7 +9,7 @@
 
 use super::*;
 use crate::cp_async::{commit, copy_rows, shared_addr, wait_group};
-use crate::gpu::{self, shared, sync_threads};
+use crate::exec::{Exec, Gpu};
 use crate::knn::{NO_KEY, key};
 use crate::mma::{load4, mma, shfl_xor_u64, to_tf32};
 
@@ -124,13 +124,13 @@ pub unsafe extern "gpu-kernel" fn knn_tf32_scan(params: ScanParams) {
 #[inline(always)]
 unsafe fn run<const VEC: bool>(a: Tf32ScanArgs) {
     let vec = VEC;
-    let t = gpu::thread();
+    let t = Gpu.thread();
     let (warp, lane) = (t / 32, t % 32);
     let (g, qq) = (lane / 4, lane % 4);
     let (wm, wn) = (warp % 4, warp / 4);
     let row_tiles = a.m.div_ceil(TF32_ROWS).max(1);
     let col_tiles = a.n.div_ceil(TF32_COLS);
-    let b = gpu::block();
+    let b = Gpu.block();
     let first_row = (b % row_tiles) * TF32_ROWS;
     let tile0 = (b / row_tiles) * a.tiles;
     if tile0 >= col_tiles {
@@ -139,7 +139,7 @@ unsafe fn run<const VEC: bool>(a: Tf32ScanArgs) {
     let tile1 = col_tiles.min(tile0 + a.tiles);
     let (xc, d) = (a.xc, a.d);
 
-    let xs = shared::<u32>();
+    let xs = Gpu.shared::<u32>();
     let cs = unsafe { xs.add(TF32_ROWS * xc) };
     let cs_addr = shared_addr(cs);
 
@@ -207,7 +207,7 @@ unsafe fn run<const VEC: bool>(a: Tf32ScanArgs) {
         wait_group::<{ TF32_STAGES - 2 }>();
         if !resident && s > 0 && slice_chunk == 0 {
             // The next slice of the query dimensions: once every warp is done with this one.
-            sync_threads();
+            Gpu.sync();
             unsafe {
                 stage_queries(
                     t,
@@ -224,7 +224,7 @@ unsafe fn run<const VEC: bool>(a: Tf32ScanArgs) {
                 )
             };
         }
-        sync_threads();
+        Gpu.sync();
         // The buffer of chunk s − 1 is free now: prefetch chunk s + TF32_STAGES − 1 into it.
         if ahead_tile < tile1 {
             let (first, j0) = (ahead_tile * TF32_COLS, ahead_kc * SCAN_CHUNK_DIMS);

@@ -16,7 +16,7 @@
 use super::scan::{Tf32ScanArgs, stage_queries};
 use super::*;
 use crate::cp_async::{commit, copy_16, shared_addr, wait_group};
-use crate::gpu::{self, shared, sync_threads};
+use crate::exec::{Exec, Gpu};
 use crate::knn::{NO_KEY, key};
 use crate::mma::shfl_xor_u64;
 use crate::wgmma::{self, descriptor_sw128 as sw128, fence_shared_for_async};
@@ -50,12 +50,12 @@ pub unsafe extern "gpu-kernel" fn knn_tf32_scan_wg(params: ScanParams) {
 /// next copy and four `wgmma` per warpgroup, with the [`epilogue`] at each tile's end.
 #[inline(always)]
 unsafe fn run(a: Tf32ScanArgs) {
-    let t = gpu::thread();
+    let t = Gpu.thread();
     let (warp, lane) = (t / 32, t % 32);
     let (g, qq) = (lane / 4, lane % 4);
     let row_tiles = a.m.div_ceil(TF32_ROWS).max(1);
     let col_tiles = a.n.div_ceil(TF32_COLS);
-    let b = gpu::block();
+    let b = Gpu.block();
     let first_row = (b % row_tiles) * TF32_ROWS;
     let tile0 = (b / row_tiles) * a.tiles;
     if tile0 >= col_tiles {
@@ -63,7 +63,7 @@ unsafe fn run(a: Tf32ScanArgs) {
     }
     let tile1 = col_tiles.min(tile0 + a.tiles);
     let (xc, d) = (a.xc, a.d);
-    let xs = shared::<u32>();
+    let xs = Gpu.shared::<u32>();
     let xs_addr = shared_addr(xs);
     let cs_addr = xs_addr + (TF32_ROWS * xc * 4) as u32;
     let dp = d.next_multiple_of(SCAN_CHUNK_DIMS);
@@ -100,7 +100,7 @@ unsafe fn run(a: Tf32ScanArgs) {
         let stage = cs_addr + stage_offset(s);
         wait_group::<{ AHEAD - 1 }>();
         fence_shared_for_async();
-        sync_threads();
+        Gpu.sync();
         if next.0 < tile1 {
             let first = next.0 as usize * TF32_COLS;
             let j0 = next.1 as usize * SCAN_CHUNK_DIMS;
@@ -132,7 +132,7 @@ unsafe fn run(a: Tf32ScanArgs) {
         while kc < chunks {
             if !resident && s > 0 {
                 // The next slice of the query dimensions: no product reads this one now.
-                sync_threads();
+                Gpu.sync();
                 let j0 = kc as usize * SCAN_CHUNK_DIMS;
                 unsafe {
                     stage_queries(t, true, a.q, a.m, d, first_row, j0, dp, xc, xs, sw128_word)
