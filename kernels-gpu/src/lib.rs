@@ -14,10 +14,10 @@
 //!
 //! | kernel | module | parameters | CPU twin | test |
 //! |---|---|---|---|---|
-//! | `kmeans_assign_l2_wide` | `assign` | `assign::AssignParams` | `backend::cpu::kmeans::nearest`, `::accumulate` | `tests/kmeans.rs` `gpu_matches_cpu_on_awkward_shapes` |
-//! | `kmeans_assign_l2_narrow` | `assign` | `assign::AssignParams` | `backend::cpu::kmeans::nearest`, `::accumulate` | `tests/kmeans.rs` `gpu_matches_cpu_on_awkward_shapes` |
-//! | `kmeans_assign_l1_wide` | `assign` | `assign::AssignParams` | `backend::cpu::kmeans::nearest`, `::accumulate` | `tests/kmeans.rs` `gpu_matches_cpu_on_awkward_shapes` |
-//! | `kmeans_assign_l1_narrow` | `assign` | `assign::AssignParams` | `backend::cpu::kmeans::nearest`, `::accumulate` | `tests/kmeans.rs` `gpu_matches_cpu_on_awkward_shapes` |
+//! | `kmeans_assign_l2_wide` | `assign` | `assign::AssignParams` | `backend::cpu::kmeans::nearest`, `::accumulate` | `tests/kmeans.rs` `gpu_matches_cpu_on_awkward_shapes`, `assign.rs` `emulated_assign_matches_the_cpu` (the sm_70 sweep) |
+//! | `kmeans_assign_l2_narrow` | `assign` | `assign::AssignParams` | `backend::cpu::kmeans::nearest`, `::accumulate` | `tests/kmeans.rs` `gpu_matches_cpu_on_awkward_shapes`, `assign.rs` `emulated_assign_matches_the_cpu` (the sm_70 sweep) |
+//! | `kmeans_assign_l1_wide` | `assign` | `assign::AssignParams` | `backend::cpu::kmeans::nearest`, `::accumulate` | `tests/kmeans.rs` `gpu_matches_cpu_on_awkward_shapes`, `assign.rs` `emulated_assign_matches_the_cpu` (the sm_70 sweep) |
+//! | `kmeans_assign_l1_narrow` | `assign` | `assign::AssignParams` | `backend::cpu::kmeans::nearest`, `::accumulate` | `tests/kmeans.rs` `gpu_matches_cpu_on_awkward_shapes`, `assign.rs` `emulated_assign_matches_the_cpu` (the sm_70 sweep) |
 //! | `kmeans_assign_l2_tf32` | `assign_tf32` | `assign_tf32::AssignTf32Params` | `backend::cpu::kmeans::nearest` (exact) | `tests/kmeans_tf32.rs` `tf32_labels_equal_exact` `tf32_fits_equal_exact`, `assign_tf32/shortlist/tests.rs` `near_tie_lattices_are_exact` |
 //! | `tf32_centroid_terms` | `assign_tf32::bound` | `assign_tf32::bound::CentroidTermsParams` | `assign_tf32::bound::RowTerms::centroid` | `assign_tf32/bound.rs` `emulated_centroid_terms_equal_the_twin`, `tests/kmeans_tf32.rs` `tf32_labels_equal_exact` |
 //! | `kmeans_centroids_by_dimension` | `centroids` | `centroids::CentroidsByDimensionParams` | `backend::cpu::kmeans::CentroidBlocks::new` | `tests/kmeans.rs` `gpu_matches_cpu_on_awkward_shapes`, `centroids.rs` `emulated_layout_is_the_transpose_with_the_twins_norms` |
