@@ -1418,8 +1418,8 @@ impl CudaKnn {
                 rows: rows as u32,
                 k: k as u32,
                 // Indexed by training row.
-                labels: labels.reads(labels.len()),
-                row_weights: self.row_weights.as_ref().reads(labels.len()),
+                labels: labels.reads(self.n),
+                row_weights: self.row_weights.as_ref().reads(self.n),
                 classes: c as u32,
                 rule: job.rule.flags(),
                 scale: pow2_f32(vote_scale_exponent(k)),
