@@ -195,8 +195,8 @@ struct AssignArgs {
 macro_rules! assign_kernel {
     ($entry:ident, $name:ident, $metric:expr, $tile:expr, $min_blocks:expr) => {
         #[doc = concat!("The `", stringify!($name), "` entry point. CPU twins: `backend::cpu::kmeans::nearest`, `::accumulate`.")]
-        pub const $entry: Kernel =
-            Kernel::new::<AssignParams>(stringify!($name)).min_blocks($min_blocks);
+        pub const $entry: Kernel<AssignParams> =
+            Kernel::new(stringify!($name)).min_blocks($min_blocks);
 
         /// Labels each of the `n` points of `x` (row-major, `d` columns) with its nearest of the
         /// `k` centroids and writes its distance. Squared norms of points and centroids are

@@ -35,7 +35,7 @@ use {
 
 /// The `kmeans_assign_l2_tf32` entry point (built for sm_80 only). CPU twin:
 /// `backend::cpu::kmeans::nearest`.
-pub const KMEANS_ASSIGN_L2_TF32: Kernel = Kernel::new::<AssignTf32Params>("kmeans_assign_l2_tf32")
+pub const KMEANS_ASSIGN_L2_TF32: Kernel<AssignTf32Params> = Kernel::new("kmeans_assign_l2_tf32")
     .only_sm80()
     .min_blocks(2);
 

@@ -20,8 +20,8 @@ pub const SHARED_BYTES: usize = CENTROID_LAYOUT_ROWS * STRIDE * 4;
 
 /// The `kmeans_centroids_by_dimension` entry point. CPU twin:
 /// `backend::cpu::kmeans::CentroidBlocks::new`.
-pub const KMEANS_CENTROIDS_BY_DIMENSION: Kernel =
-    Kernel::new::<CentroidsByDimensionParams>("kmeans_centroids_by_dimension");
+pub const KMEANS_CENTROIDS_BY_DIMENSION: Kernel<CentroidsByDimensionParams> =
+    Kernel::new("kmeans_centroids_by_dimension");
 
 /// `kmeans_centroids_by_dimension`'s parameters.
 #[repr(C)]

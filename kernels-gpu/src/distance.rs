@@ -55,8 +55,8 @@ unsafe impl KernelParams for PairwiseParams {}
 macro_rules! distance_kernel {
     ($entry:ident, $name:ident, $l1:expr) => {
         #[doc = concat!("The `", stringify!($name), "` entry point. CPU twin: `backend::cpu::knn::panel_distances`.")]
-        pub const $entry: Kernel =
-            Kernel::new::<PairwiseParams>(stringify!($name)).threads(DIST_BLOCK);
+        pub const $entry: Kernel<PairwiseParams> =
+            Kernel::new(stringify!($name)).threads(DIST_BLOCK);
 
         /// `out[i · ld + j] = dist(a[i], b[b_first + j])` for `i < a_rows`, `j < b_cols`; A and B
         /// are row-major with `d` columns; the norms are squared row norms (read only by the

@@ -710,7 +710,7 @@ unsafe fn sample<const M: u32>(
 
 /// The `seed_owner_weights` entry point. CPU twin:
 /// `backend::cpu::init::Seeder::seed_owner_weights`.
-pub const SEED_OWNER_WEIGHTS: Kernel = Kernel::new::<OwnerWeightsParams>("seed_owner_weights");
+pub const SEED_OWNER_WEIGHTS: Kernel<OwnerWeightsParams> = Kernel::new("seed_owner_weights");
 
 /// `seed_owner_weights`'s parameters.
 #[repr(C)]
@@ -932,7 +932,7 @@ macro_rules! seeding_kernels {
         $SAMPLE:ident $sample:ident $(,)?
     ) => {
         #[doc = concat!("The `", stringify!($trials), "` entry point. CPU twin: `backend::cpu::init::Seeder::seed_trials`.")]
-        pub const $TRIALS: Kernel = Kernel::new::<TrialsParams>(stringify!($trials));
+        pub const $TRIALS: Kernel<TrialsParams> = Kernel::new(stringify!($trials));
 
         /// [`trials`] for this metric. CPU twin: `backend::cpu::init::Seeder::seed_trials` (host
         /// crate).
@@ -955,7 +955,7 @@ let (x, norms, weights, counts, min_dist, candidates, pending, stop, block_sums,
         }
 
         #[doc = concat!("The `", stringify!($nearest), "` entry point. CPU twin: `backend::cpu::init::Seeder::seed_nearest`.")]
-        pub const $NEAREST: Kernel = Kernel::new::<NearestParams>(stringify!($nearest)).min_blocks(2);
+        pub const $NEAREST: Kernel<NearestParams> = Kernel::new(stringify!($nearest)).min_blocks(2);
 
         /// [`nearest_pass`] for this metric. CPU twin: `backend::cpu::init::Seeder::seed_nearest`
         /// (host crate).
@@ -981,7 +981,7 @@ let (x, norms, weights, counts, min_dist, owner, rows, block_sums, total) = (x.a
         }
 
         #[doc = concat!("The `", stringify!($locate), "` entry point. CPU twin: `backend::cpu::init::Seeder::locate_all`.")]
-        pub const $LOCATE: Kernel = Kernel::new::<LocateParams>(stringify!($locate));
+        pub const $LOCATE: Kernel<LocateParams> = Kernel::new(stringify!($locate));
 
         /// [`locate`] for this metric. CPU twin: `backend::cpu::init::Seeder::locate_all` (host
         /// crate).
@@ -1003,7 +1003,7 @@ let (x, norms, weights, counts, min_dist, sums, draws, out) = (x.as_ptr(), norms
         }
 
         #[doc = concat!("The `", stringify!($greedy), "` entry point. Host twin: `backend::greedy_steps` over `backend::cpu::init::Seeder`.")]
-        pub const $GREEDY: Kernel = Kernel::new::<GreedyDrawParams>(stringify!($greedy));
+        pub const $GREEDY: Kernel<GreedyDrawParams> = Kernel::new(stringify!($greedy));
 
         /// [`greedy_draw`] for this metric. Host twin: `backend::greedy_steps` (host crate: one
         /// round trip per step, over `backend::cpu::init::Seeder` or a GPU).
@@ -1044,7 +1044,7 @@ let (x, norms, weights, counts, min_dist, block_sums, chosen, uniforms, last_can
         }
 
         #[doc = concat!("The `", stringify!($sample), "` entry point. CPU twin: `backend::cpu::init::Seeder::seed_sample`.")]
-        pub const $SAMPLE: Kernel = Kernel::new::<SampleParams>(stringify!($sample));
+        pub const $SAMPLE: Kernel<SampleParams> = Kernel::new(stringify!($sample));
 
         /// [`sample`] for this metric. CPU twin: `backend::cpu::init::Seeder::seed_sample` (host
         /// crate).

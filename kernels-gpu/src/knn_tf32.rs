@@ -459,12 +459,12 @@ const _: () = assert!(row_set::ROW_SET_BYTES >= 8 * crate::knn::MAX_STREAM_K);
 pub const THRESHOLD_SHARED_BYTES: usize = 8;
 
 /// The `knn_tf32_threshold` entry point. CPU twin: `backend::cpu::knn::CpuKnn::nearest`.
-pub const KNN_TF32_THRESHOLD: Kernel =
-    Kernel::new::<ExactParams>("knn_tf32_threshold").threads(SELECT_BLOCK);
+pub const KNN_TF32_THRESHOLD: Kernel<ExactParams> =
+    Kernel::new("knn_tf32_threshold").threads(SELECT_BLOCK);
 
 /// The `knn_tf32_rerank` entry point. CPU twin: `backend::cpu::knn::CpuKnn::nearest`.
-pub const KNN_TF32_RERANK: Kernel =
-    Kernel::new::<ExactParams>("knn_tf32_rerank").threads(SELECT_BLOCK);
+pub const KNN_TF32_RERANK: Kernel<ExactParams> =
+    Kernel::new("knn_tf32_rerank").threads(SELECT_BLOCK);
 
 /// The parameters of `knn_tf32_threshold` and `knn_tf32_rerank` (see [`Exact`]): `metric` a
 /// [`PairMetric`] id; `t_sq` is written by the threshold step only, `cand`, `overflow` and
@@ -542,13 +542,12 @@ mod entry {
 
 /// The `knn_tf32_scan` entry point (in `scan`, built for sm_80 only). CPU twin:
 /// `backend::cpu::knn::CpuKnn::nearest`.
-pub const KNN_TF32_SCAN: Kernel = Kernel::new::<ScanParams>("knn_tf32_scan")
-    .only_sm80()
-    .threads(TF32_BLOCK);
+pub const KNN_TF32_SCAN: Kernel<ScanParams> =
+    Kernel::new("knn_tf32_scan").only_sm80().threads(TF32_BLOCK);
 
 /// The `knn_tf32_scan_wg` entry point (in `scan_wgmma`, built for sm_90a only): `knn_tf32_scan`
 /// on warpgroup `mma`, for `d % 4 == 0`. CPU twin: `backend::cpu::knn::CpuKnn::nearest`.
-pub const KNN_TF32_SCAN_WG: Kernel = Kernel::new::<ScanParams>("knn_tf32_scan_wg")
+pub const KNN_TF32_SCAN_WG: Kernel<ScanParams> = Kernel::new("knn_tf32_scan_wg")
     .only_sm90a()
     .threads(TF32_BLOCK);
 
@@ -587,7 +586,7 @@ unsafe impl KernelParams for ScanParams {}
 
 /// The scan kernel (Hopper's [`KNN_TF32_SCAN_WG`] with `wgmma`, for `d % 4 == 0`, else
 /// [`KNN_TF32_SCAN`]) and its dynamic shared memory for `xc` staged dimensions.
-pub const fn scan_kernel(wgmma: bool, xc: usize) -> (Kernel, usize) {
+pub const fn scan_kernel(wgmma: bool, xc: usize) -> (Kernel<ScanParams>, usize) {
     match wgmma {
         true => (KNN_TF32_SCAN_WG, wg_scan_shared_bytes(xc)),
         false => (KNN_TF32_SCAN, tf32_scan_shared_bytes(xc)),

@@ -4,11 +4,14 @@
 //! `assign_tf32::tf32_grid`, `small::SMALL_STEPS`, `update::finalize_grid`, `vote::vote_grid`, …
 
 use crate::params::{KernelParams, ParamsLayout};
+use core::marker::PhantomData;
 
 /// A kernel entry point of the committed PTX, exported next to its kernel so that the host
 /// names it by constant, never by a string of its own, and launches it with its block size.
+/// `P` is its parameter struct, so a launch with another struct does not compile; `Kernel` (of
+/// `()`) is the same descriptor without it, as [`crate::KERNELS`] lists them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Kernel {
+pub struct Kernel<P = ()> {
     /// The `.entry` name (the `#[no_mangle]` function).
     pub name: &'static str,
     /// Its one parameter, a [`KernelParams`] struct passed by value: its layout, which the
@@ -23,11 +26,12 @@ pub struct Kernel {
     pub min_blocks_per_sm: u32,
     /// Threads per block it is launched with.
     pub block: u32,
+    takes: PhantomData<fn(P)>,
 }
 
-impl Kernel {
+impl<P: KernelParams> Kernel<P> {
     /// An entry of every PTX build taking one `P` by value, launched with [`BLOCK`] threads.
-    pub const fn new<P: KernelParams>(name: &'static str) -> Self {
+    pub const fn new(name: &'static str) -> Self {
         Kernel {
             name,
             params: ParamsLayout::of::<P>(),
@@ -35,6 +39,20 @@ impl Kernel {
             sm90a_only: false,
             min_blocks_per_sm: 0,
             block: BLOCK,
+            takes: PhantomData,
+        }
+    }
+
+    /// The descriptor without its parameter type, for the table of all kernels.
+    pub const fn erased(self) -> Kernel {
+        Kernel {
+            name: self.name,
+            params: self.params,
+            sm80_only: self.sm80_only,
+            sm90a_only: self.sm90a_only,
+            min_blocks_per_sm: self.min_blocks_per_sm,
+            block: self.block,
+            takes: PhantomData,
         }
     }
 

@@ -62,8 +62,8 @@ impl LpPair {
 }
 
 /// The `pairwise_chebyshev` entry point. CPU twin: `backend::cpu::knn::panel_distances`.
-pub const PAIRWISE_CHEBYSHEV: Kernel =
-    Kernel::new::<PairwiseParams>("pairwise_chebyshev").threads(DIST_BLOCK);
+pub const PAIRWISE_CHEBYSHEV: Kernel<PairwiseParams> =
+    Kernel::new("pairwise_chebyshev").threads(DIST_BLOCK);
 
 /// `out[i · ld + j] = max_t |a[i][t] − b[b_first + j][t]|`; launch as `pairwise_dot`.
 ///
@@ -77,8 +77,8 @@ pub unsafe extern "gpu-kernel" fn pairwise_chebyshev(params: PairwiseParams) {
 }
 
 /// The `pairwise_minkowski` entry point. CPU twin: `backend::cpu::knn::panel_distances`.
-pub const PAIRWISE_MINKOWSKI: Kernel =
-    Kernel::new::<PairwiseParams>("pairwise_minkowski").threads(DIST_BLOCK);
+pub const PAIRWISE_MINKOWSKI: Kernel<PairwiseParams> =
+    Kernel::new("pairwise_minkowski").threads(DIST_BLOCK);
 
 /// `out[i · ld + j] = (Σ_t |a[i][t] − b[b_first + j][t]|^p)^(1/p)`; launch as `pairwise_dot`.
 ///

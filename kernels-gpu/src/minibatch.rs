@@ -291,12 +291,12 @@ pub unsafe fn shifts<E: Exec>(
 }
 
 /// The `kmeans_minibatch_assign_l2` entry point. CPU twin: `backend::cpu::minibatch::assign_rows`.
-pub const KMEANS_MINIBATCH_ASSIGN_L2: Kernel =
-    Kernel::new::<MinibatchAssignParams>("kmeans_minibatch_assign_l2");
+pub const KMEANS_MINIBATCH_ASSIGN_L2: Kernel<MinibatchAssignParams> =
+    Kernel::new("kmeans_minibatch_assign_l2");
 
 /// The `kmeans_minibatch_assign_l1` entry point. CPU twin: `backend::cpu::minibatch::assign_rows`.
-pub const KMEANS_MINIBATCH_ASSIGN_L1: Kernel =
-    Kernel::new::<MinibatchAssignParams>("kmeans_minibatch_assign_l1");
+pub const KMEANS_MINIBATCH_ASSIGN_L1: Kernel<MinibatchAssignParams> =
+    Kernel::new("kmeans_minibatch_assign_l1");
 
 /// The parameters of both `kmeans_minibatch_assign_*` entry points: the `batch` rows of `x`
 /// (`d` columns) named by `rows`, the centroids by dimension (`d × k_padded`) with their squared
@@ -322,8 +322,8 @@ pub struct MinibatchAssignParams {
 unsafe impl KernelParams for MinibatchAssignParams {}
 
 /// The `kmeans_minibatch_update` entry point. CPU twin: `backend::cpu::minibatch::update_row`.
-pub const KMEANS_MINIBATCH_UPDATE: Kernel =
-    Kernel::new::<MinibatchUpdateParams>("kmeans_minibatch_update").threads(UPDATE_THREADS);
+pub const KMEANS_MINIBATCH_UPDATE: Kernel<MinibatchUpdateParams> =
+    Kernel::new("kmeans_minibatch_update").threads(UPDATE_THREADS);
 
 /// `kmeans_minibatch_update`'s parameters.
 #[repr(C)]
@@ -343,8 +343,8 @@ pub struct MinibatchUpdateParams {
 unsafe impl KernelParams for MinibatchUpdateParams {}
 
 /// The `kmeans_minibatch_shift` entry point. CPU twin: `backend::cpu::minibatch::CpuMiniBatch`.
-pub const KMEANS_MINIBATCH_SHIFT: Kernel =
-    Kernel::new::<MinibatchShiftParams>("kmeans_minibatch_shift");
+pub const KMEANS_MINIBATCH_SHIFT: Kernel<MinibatchShiftParams> =
+    Kernel::new("kmeans_minibatch_shift");
 
 /// `kmeans_minibatch_shift`'s parameters.
 #[repr(C)]

@@ -11,7 +11,7 @@ use crate::{math::fma, tile::load_vec4s};
 const IN_FLIGHT: usize = 32;
 
 /// The `row_sq_norms` entry point. CPU twin: `backend::cpu::kmeans::row_sq_norms`.
-pub const ROW_SQ_NORMS: Kernel = Kernel::new::<RowSqNormsParams>("row_sq_norms");
+pub const ROW_SQ_NORMS: Kernel<RowSqNormsParams> = Kernel::new("row_sq_norms");
 
 /// `row_sq_norms`'s parameters: `x` holds `n × d` values and `out` `n`.
 #[repr(C)]
@@ -76,7 +76,7 @@ pub unsafe fn sq_norms<E: Exec>(e: E, params: &RowSqNormsParams) {
 }
 
 /// The `row_norm_roots` entry point. CPU twin: [`crate::math::sqrt`] of each norm.
-pub const ROW_NORM_ROOTS: Kernel = Kernel::new::<RowNormRootsParams>("row_norm_roots");
+pub const ROW_NORM_ROOTS: Kernel<RowNormRootsParams> = Kernel::new("row_norm_roots");
 
 /// `row_norm_roots`'s parameters: `sq_norms` and `out` hold `n` values.
 #[repr(C)]

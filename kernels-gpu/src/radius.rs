@@ -67,8 +67,8 @@ pub unsafe fn count<E: Exec>(x: E, rows: Rows, counts: *mut u32) {
 }
 
 /// The `knn_radius_count` entry point. CPU twin: `backend::cpu::knn::radius` (`CpuKnn::radius_keys`).
-pub const KNN_RADIUS_COUNT: Kernel =
-    Kernel::new::<RadiusCountParams>("knn_radius_count").threads(RADIUS_BLOCK);
+pub const KNN_RADIUS_COUNT: Kernel<RadiusCountParams> =
+    Kernel::new("knn_radius_count").threads(RADIUS_BLOCK);
 
 /// `knn_radius_count`'s parameters.
 #[repr(C)]
@@ -146,8 +146,8 @@ pub unsafe fn fill<E: Exec>(x: E, rows: Rows, at: *mut u64, keys: *mut u64) {
 }
 
 /// The `knn_radius_fill` entry point. CPU twin: `backend::cpu::knn::radius` (`CpuKnn::radius_keys`).
-pub const KNN_RADIUS_FILL: Kernel =
-    Kernel::new::<RadiusFillParams>("knn_radius_fill").threads(RADIUS_BLOCK);
+pub const KNN_RADIUS_FILL: Kernel<RadiusFillParams> =
+    Kernel::new("knn_radius_fill").threads(RADIUS_BLOCK);
 
 /// `knn_radius_fill`'s parameters.
 #[repr(C)]

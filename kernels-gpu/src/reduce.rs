@@ -15,7 +15,7 @@ pub const SHIFT_PARTS_SHARED_BYTES: usize = 8 * BLOCK as usize;
 pub const SUMMARY_SHARED_BYTES: usize = 8 * REDUCE_BLOCK as usize;
 
 /// The `kmeans_shift_parts` entry point. CPU twin: `backend::cpu::partial::squared_shift`.
-pub const KMEANS_SHIFT_PARTS: Kernel = Kernel::new::<ShiftPartsParams>("kmeans_shift_parts");
+pub const KMEANS_SHIFT_PARTS: Kernel<ShiftPartsParams> = Kernel::new("kmeans_shift_parts");
 
 /// `kmeans_shift_parts`'s parameters.
 #[repr(C)]
@@ -98,8 +98,8 @@ pub unsafe fn shift_parts<E: Exec>(ex: E, params: &ShiftPartsParams) {
 }
 
 /// The `kmeans_summary` entry point. CPU twin: `backend::cpu::kmeans::CpuLloyd::total`.
-pub const KMEANS_SUMMARY: Kernel =
-    Kernel::new::<SummaryParams>("kmeans_summary").threads(REDUCE_BLOCK);
+pub const KMEANS_SUMMARY: Kernel<SummaryParams> =
+    Kernel::new("kmeans_summary").threads(REDUCE_BLOCK);
 
 /// `kmeans_summary`'s parameters.
 #[repr(C)]

@@ -203,7 +203,7 @@ unsafe impl KernelParams for SelectKeysParams {}
 macro_rules! select_kernel {
     ($entry:ident, $(#[$doc:meta])* $name:ident, $method:expr) => {
         #[doc = concat!("The `", stringify!($name), "` entry point. CPU twin: `backend::cpu::knn::Nearest::offer`.")]
-        pub const $entry: Kernel = Kernel::new::<SelectParams>(stringify!($name)).threads(SELECT_BLOCK);
+        pub const $entry: Kernel<SelectParams> = Kernel::new(stringify!($name)).threads(SELECT_BLOCK);
 
         $(#[$doc])*
         ///
@@ -253,7 +253,7 @@ select_kernel!(
 macro_rules! select_keys_kernel {
     ($entry:ident, $(#[$doc:meta])* $name:ident, $method:expr) => {
         #[doc = concat!("The `", stringify!($name), "` entry point. CPU twin: `backend::cpu::knn::Nearest::offer`.")]
-        pub const $entry: Kernel = Kernel::new::<SelectKeysParams>(stringify!($name)).threads(SELECT_BLOCK);
+        pub const $entry: Kernel<SelectKeysParams> = Kernel::new(stringify!($name)).threads(SELECT_BLOCK);
 
         $(#[$doc])*
         ///
@@ -671,8 +671,8 @@ pub unsafe fn take<E: Exec>(
 pub const SORT_SHARED_BYTES: usize = SELECT_CAP * 8;
 
 /// The `knn_sort_chunks` entry point. CPU twin: `backend::cpu::knn::Nearest::finish`.
-pub const KNN_SORT_CHUNKS: Kernel =
-    Kernel::new::<SortChunksParams>("knn_sort_chunks").threads(SELECT_BLOCK);
+pub const KNN_SORT_CHUNKS: Kernel<SortChunksParams> =
+    Kernel::new("knn_sort_chunks").threads(SELECT_BLOCK);
 
 /// `knn_sort_chunks`'s parameters.
 #[repr(C)]
@@ -723,8 +723,8 @@ pub unsafe extern "gpu-kernel" fn knn_sort_chunks(params: SortChunksParams) {
 }
 
 /// The `knn_bitonic_merge_global` entry point. CPU twin: `backend::cpu::knn::Nearest::finish`.
-pub const KNN_BITONIC_MERGE_GLOBAL: Kernel =
-    Kernel::new::<MergeGlobalParams>("knn_bitonic_merge_global").threads(SELECT_BLOCK);
+pub const KNN_BITONIC_MERGE_GLOBAL: Kernel<MergeGlobalParams> =
+    Kernel::new("knn_bitonic_merge_global").threads(SELECT_BLOCK);
 
 /// `knn_bitonic_merge_global`'s parameters.
 #[repr(C)]
@@ -773,8 +773,8 @@ pub unsafe extern "gpu-kernel" fn knn_bitonic_merge_global(params: MergeGlobalPa
 }
 
 /// The `knn_bitonic_merge_local` entry point. CPU twin: `backend::cpu::knn::Nearest::finish`.
-pub const KNN_BITONIC_MERGE_LOCAL: Kernel =
-    Kernel::new::<MergeLocalParams>("knn_bitonic_merge_local").threads(SELECT_BLOCK);
+pub const KNN_BITONIC_MERGE_LOCAL: Kernel<MergeLocalParams> =
+    Kernel::new("knn_bitonic_merge_local").threads(SELECT_BLOCK);
 
 /// `knn_bitonic_merge_local`'s parameters.
 #[repr(C)]
@@ -805,7 +805,7 @@ pub unsafe extern "gpu-kernel" fn knn_bitonic_merge_local(params: MergeLocalPara
 }
 
 /// The `knn_take` entry point. CPU twin: `backend::cpu::knn::Nearest::finish`.
-pub const KNN_TAKE: Kernel = Kernel::new::<TakeParams>("knn_take").threads(SELECT_BLOCK);
+pub const KNN_TAKE: Kernel<TakeParams> = Kernel::new("knn_take").threads(SELECT_BLOCK);
 
 /// `knn_take`'s parameters.
 #[repr(C)]

@@ -418,14 +418,14 @@ pub const FINALIZE_SHARED_BYTES: usize =
 pub const SMALL_MIN_BLOCKS: [u32; 4] = [4, 4, 3, 2];
 
 /// The small-step kernels, per metric, in the order of [`crate::small::SMALL_STEPS`].
-pub const SMALL_L2_KERNELS: [Kernel; 4] = [
+pub const SMALL_L2_KERNELS: [Kernel<SmallParams>; 4] = [
     KMEANS_SMALL_L2_0,
     KMEANS_SMALL_L2_1,
     KMEANS_SMALL_L2_2,
     KMEANS_SMALL_L2_3,
 ];
 /// See [`SMALL_L2_KERNELS`].
-pub const SMALL_L1_KERNELS: [Kernel; 4] = [
+pub const SMALL_L1_KERNELS: [Kernel<SmallParams>; 4] = [
     KMEANS_SMALL_L1_0,
     KMEANS_SMALL_L1_1,
     KMEANS_SMALL_L1_2,
@@ -462,8 +462,8 @@ unsafe impl KernelParams for SmallParams {}
 macro_rules! small_kernel {
     ($entry:ident, $name:ident, $metric:expr, $shape:literal) => {
         #[doc = concat!("The `", stringify!($name), "` entry point. CPU twins: `backend::cpu::kmeans::nearest`, `::accumulate`.")]
-        pub const $entry: Kernel =
-            Kernel::new::<SmallParams>(stringify!($name)).min_blocks(SMALL_MIN_BLOCKS[$shape]);
+        pub const $entry: Kernel<SmallParams> =
+            Kernel::new(stringify!($name)).min_blocks(SMALL_MIN_BLOCKS[$shape]);
 
         /// One small Lloyd step (see the module comment) with the shape `SMALL_STEPS[i]` its
         /// name ends in: with `mode & MODE_ASSIGN` labels every point (counting changed
@@ -531,9 +531,8 @@ small_kernel!(KMEANS_SMALL_L1_2, kmeans_small_l1_2, AssignMetric::L1, 2);
 small_kernel!(KMEANS_SMALL_L1_3, kmeans_small_l1_3, AssignMetric::L1, 3);
 
 /// The `kmeans_finalize_small` entry point. CPU twin: `backend::cpu::partial::Partial::finish`.
-pub const KMEANS_FINALIZE_SMALL: Kernel =
-    Kernel::new::<FinalizeSmallParams>("kmeans_finalize_small")
-        .threads(crate::launch::REDUCE_BLOCK);
+pub const KMEANS_FINALIZE_SMALL: Kernel<FinalizeSmallParams> =
+    Kernel::new("kmeans_finalize_small").threads(crate::launch::REDUCE_BLOCK);
 
 /// `kmeans_finalize_small`'s parameters.
 #[repr(C)]

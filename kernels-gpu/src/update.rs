@@ -19,8 +19,8 @@ pub const fn accumulate_shared_bytes(k: usize, d: usize) -> usize {
 }
 
 /// The `kmeans_accumulate_shared` entry point. CPU twin: `backend::cpu::kmeans::accumulate`.
-pub const KMEANS_ACCUMULATE_SHARED: Kernel =
-    Kernel::new::<AccumulateSharedParams>("kmeans_accumulate_shared");
+pub const KMEANS_ACCUMULATE_SHARED: Kernel<AccumulateSharedParams> =
+    Kernel::new("kmeans_accumulate_shared");
 
 /// `kmeans_accumulate_shared`'s parameters.
 #[repr(C)]
@@ -154,8 +154,8 @@ pub const fn accumulate_global_grid(n: usize, d: usize, multiprocessors: usize) 
 }
 
 /// The `kmeans_accumulate_global` entry point. CPU twin: `backend::cpu::kmeans::accumulate`.
-pub const KMEANS_ACCUMULATE_GLOBAL: Kernel =
-    Kernel::new::<AccumulateGlobalParams>("kmeans_accumulate_global");
+pub const KMEANS_ACCUMULATE_GLOBAL: Kernel<AccumulateGlobalParams> =
+    Kernel::new("kmeans_accumulate_global");
 
 /// `kmeans_accumulate_global`'s parameters.
 #[repr(C)]
@@ -273,7 +273,7 @@ const WARP: usize = 32;
 pub const FINALIZE_SHARED_BYTES: usize = 16 * BLOCK as usize;
 
 /// The `kmeans_finalize` entry point. CPU twin: `backend::cpu::partial::Partial::finish`.
-pub const KMEANS_FINALIZE: Kernel = Kernel::new::<FinalizeParams>("kmeans_finalize");
+pub const KMEANS_FINALIZE: Kernel<FinalizeParams> = Kernel::new("kmeans_finalize");
 
 /// `kmeans_finalize`'s parameters.
 #[repr(C)]
@@ -431,8 +431,7 @@ pub unsafe fn finalize<E: Exec>(ex: E, params: &FinalizeParams) {
 }
 
 /// The `kmeans_normalize_rows` entry point. CPU twin: [`crate::math::normalize`].
-pub const KMEANS_NORMALIZE_ROWS: Kernel =
-    Kernel::new::<NormalizeRowsParams>("kmeans_normalize_rows");
+pub const KMEANS_NORMALIZE_ROWS: Kernel<NormalizeRowsParams> = Kernel::new("kmeans_normalize_rows");
 
 /// `kmeans_normalize_rows`'s parameters.
 #[repr(C)]

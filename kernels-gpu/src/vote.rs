@@ -37,7 +37,7 @@ pub struct Vote {
 }
 
 /// The `knn_vote` entry point. CPU twin: `knn::classify::vote_one`.
-pub const KNN_VOTE: Kernel = Kernel::new::<VoteParams>("knn_vote").threads(VOTE_BLOCK);
+pub const KNN_VOTE: Kernel<VoteParams> = Kernel::new("knn_vote").threads(VOTE_BLOCK);
 
 /// `knn_vote`'s parameters.
 #[repr(C)]

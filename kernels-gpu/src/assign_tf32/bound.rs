@@ -48,8 +48,8 @@ use crate::tile::load_vec4s;
 
 /// The `tf32_centroid_terms` entry point (built for sm_80 only, beside its kernel). CPU twin:
 /// [`RowTerms::of`] with [`RowTerms::centroid`].
-pub const TF32_CENTROID_TERMS: Kernel =
-    Kernel::new::<CentroidTermsParams>("tf32_centroid_terms").only_sm80();
+pub const TF32_CENTROID_TERMS: Kernel<CentroidTermsParams> =
+    Kernel::new("tf32_centroid_terms").only_sm80();
 
 /// `tf32_centroid_terms`'s parameters.
 #[repr(C)]

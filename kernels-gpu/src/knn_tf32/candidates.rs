@@ -25,8 +25,8 @@ pub const CANDIDATE_SHARED_BYTES: usize = 8;
 
 /// The `knn_tf32_candidates` entry point. CPU twin: `backend::cpu::knn::CpuKnn::nearest` (the
 /// exact search, whose answer the prefilter must give).
-pub const KNN_TF32_CANDIDATES: Kernel =
-    Kernel::new::<CandidatesParams>("knn_tf32_candidates").threads(CANDIDATE_BLOCK);
+pub const KNN_TF32_CANDIDATES: Kernel<CandidatesParams> =
+    Kernel::new("knn_tf32_candidates").threads(CANDIDATE_BLOCK);
 
 /// `knn_tf32_candidates`'s parameters (see [`Stored`]).
 #[repr(C)]

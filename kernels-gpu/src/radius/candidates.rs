@@ -123,13 +123,13 @@ pub unsafe fn fill<E: Exec>(x: E, a: Candidates, at: *const u64, keys: *mut u64)
 
 /// The `knn_radius_tf32_count` entry point. CPU twin: `backend::cpu::knn::radius`
 /// (`CpuKnn::radius_keys`).
-pub const KNN_RADIUS_TF32_COUNT: Kernel =
-    Kernel::new::<RadiusTf32CountParams>("knn_radius_tf32_count").threads(RADIUS_BLOCK);
+pub const KNN_RADIUS_TF32_COUNT: Kernel<RadiusTf32CountParams> =
+    Kernel::new("knn_radius_tf32_count").threads(RADIUS_BLOCK);
 
 /// The `knn_radius_tf32_fill` entry point. CPU twin: `backend::cpu::knn::radius`
 /// (`CpuKnn::radius_keys`).
-pub const KNN_RADIUS_TF32_FILL: Kernel =
-    Kernel::new::<RadiusTf32FillParams>("knn_radius_tf32_fill").threads(RADIUS_BLOCK);
+pub const KNN_RADIUS_TF32_FILL: Kernel<RadiusTf32FillParams> =
+    Kernel::new("knn_radius_tf32_fill").threads(RADIUS_BLOCK);
 
 /// The parameters both prefiltered radius kernels start with (see [`Candidates`]): query rows
 /// `first_row ..` of the batch (`q`, `q_norms`), the training rows, `metric` (a [`PairMetric`]

@@ -47,7 +47,7 @@ impl Rows<'_> {
     }
 
     /// The kernel of a seeding pair for the rows' metric.
-    fn kernel(&self, l2: Kernel, l1: Kernel) -> Kernel {
+    fn kernel<P>(&self, l2: Kernel<P>, l1: Kernel<P>) -> Kernel<P> {
         match self.metric {
             AssignMetric::SqL2 => l2,
             AssignMetric::L1 => l1,

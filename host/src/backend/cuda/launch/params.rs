@@ -11,7 +11,7 @@ use cudarc::driver::{
     LaunchConfig, PushKernelArg,
 };
 use kernels_gpu::launch::Kernel;
-use kernels_gpu::params::{DevPtr, KernelParams, ParamsLayout};
+use kernels_gpu::params::{DevPtr, KernelParams};
 
 /// A parameter struct as cudarc's kernel argument (the orphan rule keeps cudarc's trait off
 /// `kernels_gpu`'s types).
@@ -27,7 +27,7 @@ impl CudaBackend {
     /// bytes of dynamic shared memory, and `params`.
     pub(crate) fn launch<P: KernelParams>(
         &self,
-        kernel: Kernel,
+        kernel: Kernel<P>,
         grid: usize,
         shared: usize,
         params: P,
@@ -39,17 +39,11 @@ impl CudaBackend {
     pub(crate) fn launch_on<P: KernelParams>(
         &self,
         stream: &CudaStream,
-        kernel: Kernel,
+        kernel: Kernel<P>,
         grid: usize,
         shared: usize,
         params: P,
     ) -> Result<()> {
-        debug_assert_eq!(
-            kernel.params,
-            ParamsLayout::of::<P>(),
-            "kernel {} takes another parameter struct",
-            kernel.name
-        );
         let failed = |e| cuda(&format!("launching kernel {}", kernel.name), e);
         let grid = u32::try_from(grid.max(1))
             .map_err(|_| Error::invalid("input size", "too many blocks for one kernel launch"))?;
@@ -67,8 +61,8 @@ impl CudaBackend {
         let params = ByValue(params);
         let mut args = stream.launch_builder(&f);
         args.arg(&params);
-        // SAFETY: `P` is the kernel's parameter struct (its layout checked above, and against
-        // the PTX by the tests), filled with buffers of the sizes `Reads`/`Writes` checked.
+        // SAFETY: `P` is the kernel's parameter struct (its type says so, and the tests check its
+        // layout against the PTX), filled with buffers of the sizes `Reads`/`Writes` checked.
         unsafe { args.launch(cfg) }.map(|_| ()).map_err(failed)
     }
 }
