@@ -307,9 +307,22 @@ fn gpu_lp_matches_cpu() {
     }
 }
 
+/// The lp kernels alone, for compute-sanitizer: every small shape's distances and one search
+/// per metric against the CPU's (the whole of [`answers`] takes minutes under racecheck).
 #[test]
 fn sanitize_lp_matches_cpu() {
-    if let Some(device) = gpu("sanitize_lp_matches_cpu") {
-        lp_against_cpu(device, true);
+    let Some(device) = gpu("sanitize_lp_matches_cpu") else {
+        return;
+    };
+    for (name, train, queries, d, ks) in shapes(true) {
+        for metric in metrics() {
+            let on = |device| {
+                let all = pairwise_distances(view(&queries, d), view(&train, d), metric, device);
+                let index = KnnIndex::new(view(&train, d), metric, device).unwrap();
+                let r = index.search(view(&queries, d), ks[ks.len() / 2]).unwrap();
+                (bits(&all.unwrap()), r.indices, bits(&r.distances))
+            };
+            assert!(on(device) == on(Device::Cpu), "{name} {metric}");
+        }
     }
 }

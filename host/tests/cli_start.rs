@@ -217,3 +217,60 @@ fn the_same_fit_whichever_gpus_are_visible() {
     assert!(!seconds.is_empty() && seconds.len() <= 5, "{text}");
     assert!(seconds.iter().all(|&s| s > 0.0 && s < 60.0), "{text}");
 }
+
+/// The rows of `rows × cols` uniform values, as `.npy`.
+fn uniform_npy(dir: &Path, rows: usize, cols: usize) -> String {
+    let path = dir.join("uniform.npy");
+    let header = format!("{{'descr': '<f4', 'fortran_order': False, 'shape': ({rows}, {cols}), }}");
+    let pad = 64 - (10 + header.len() + 1) % 64;
+    let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
+    bytes.extend(((header.len() + pad + 1) as u16).to_le_bytes());
+    bytes.extend(header.bytes().chain(std::iter::repeat_n(b' ', pad)));
+    bytes.push(b'\n');
+    let mut state = 1u32;
+    for _ in 0..rows * cols {
+        state = state.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+        bytes.extend(((state >> 8) as f32 / (1u32 << 24) as f32).to_le_bytes());
+    }
+    std::fs::write(&path, bytes).unwrap();
+    path.display().to_string()
+}
+
+#[test]
+fn a_cpu_fit_long_enough_to_time_keeps_its_rate_for_auto() {
+    let dir = tempfile::tempdir().unwrap();
+    let rows = uniform_npy(dir.path(), 20_000, 16);
+    let args = [
+        "kmeans", &rows, "--k", "64", "--device", "cpu", "--json", "--quiet",
+    ];
+    let (out, _) = ok(dir.path(), &args, &[]);
+    let seconds = serde_json::from_str::<serde_json::Value>(&out).unwrap()["seconds"]
+        .as_f64()
+        .expect("the fit's seconds");
+    let kept = std::fs::read_dir(dir.path().join("cache"))
+        .map(|entries| {
+            entries
+                .filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .find(|name| name.starts_with("cpu-rate-") && name.ends_with("-2-threads"))
+        })
+        .ok()
+        .flatten();
+    // Fits under 0.05 s are not timed (their time is mostly the threads' wake-up); the job's
+    // seconds also count reading the file, so a job near the bound may go either way.
+    if seconds < 0.05 {
+        assert!(kept.is_none(), "a {seconds} s fit kept a rate");
+        return;
+    }
+    if seconds < 0.1 && kept.is_none() {
+        return;
+    }
+    let kept = kept.expect("a cpu-rate entry for two threads");
+    let text = std::fs::read_to_string(dir.path().join("cache").join(kept)).unwrap();
+    let rates: Vec<f64> = text
+        .split_whitespace()
+        .map(|s| s.parse().unwrap())
+        .collect();
+    assert_eq!(rates.len(), 1, "{text}");
+    assert!(rates[0] > 1e6 && rates[0] < 1e13, "{text}");
+}

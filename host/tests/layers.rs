@@ -1,7 +1,9 @@
 //! The layers hold: no modules of the host, kernel or xtask crate import each other, directly or
-//! round a longer circle, and the backends import nothing from the algorithm modules that drive
-//! them. Read from the sources (comments and unit-test modules left out), so it runs without
-//! building anything else.
+//! round a longer circle; the backends import nothing from the algorithm modules that drive
+//! them; and the algorithms reach the backends through one door, the traits and types of
+//! `backend` itself and the objects `device` makes, never a concrete backend or a scale
+//! mechanism over them. Read from the sources (comments and unit-test modules left out), so it
+//! runs without building anything else.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -198,6 +200,27 @@ fn circles(graph: &Graph) -> Vec<BTreeSet<String>> {
     found
 }
 
+/// The algorithm modules of the host crate: they drive a backend without knowing which.
+const ALGORITHMS: [&str; 4] = ["kmeans", "knn", "distances", "image_ops"];
+
+/// What the algorithms may not name: the concrete backends and the scale mechanisms over them.
+const CONCRETE: [&str; 3] = ["backend::cpu", "backend::cuda", "backend::multi"];
+
+/// Every `(module, import)` of `graph` where an algorithm module (or one of its submodules)
+/// imports a concrete backend.
+fn concrete_imports(graph: &Graph) -> Vec<(String, String)> {
+    let algorithm = |m: &str| ALGORITHMS.contains(&m.split("::").next().unwrap_or(m));
+    (graph.iter())
+        .filter(|(module, _)| algorithm(module))
+        .flat_map(|(module, targets)| targets.iter().map(move |t| (module.clone(), t.clone())))
+        .filter(|(_, target)| {
+            CONCRETE
+                .iter()
+                .any(|c| target == c || target.starts_with(&format!("{c}::")))
+        })
+        .collect()
+}
+
 fn crate_src(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("..")
@@ -238,10 +261,31 @@ fn a_circle_round_three_modules_is_found_and_a_parent_is_not_one() {
     assert_eq!(circles(&graph), vec![abc]);
 }
 
+#[test]
+fn an_algorithm_naming_a_concrete_backend_is_found() {
+    let graph: Graph = [
+        ("kmeans::shard", vec!["backend", "backend::cuda", "device"]),
+        ("knn", vec!["backend::vocab", "backend::multi"]),
+        ("distances", vec!["backend"]),
+        ("device", vec!["backend::cpu", "backend::multi"]),
+    ]
+    .into_iter()
+    .map(|(m, to)| (m.to_string(), to.into_iter().map(String::from).collect()))
+    .collect();
+    let pair = |m: &str, t: &str| (m.to_string(), t.to_string());
+    assert_eq!(
+        concrete_imports(&graph),
+        vec![
+            pair("kmeans::shard", "backend::cuda"),
+            pair("knn", "backend::multi")
+        ]
+    );
+}
+
 /// The tests that read the source tree: they run where the sources are (`cargo test`), and the
 /// GPU bundle, which carries only the executables, skips them (`--skip source_tree::`).
 mod source_tree {
-    use super::{BTreeSet, circles, crate_src, imports};
+    use super::{BTreeSet, circles, concrete_imports, crate_src, imports};
 
     #[test]
     fn no_modules_import_each_other_in_any_crate() {
@@ -275,5 +319,17 @@ mod source_tree {
                 assert!(!drivers.contains(&top), "{module} imports {target}");
             }
         }
+    }
+
+    #[test]
+    fn algorithms_import_no_concrete_backend() {
+        let graph = imports(&crate_src("host"));
+        for algorithm in super::ALGORITHMS {
+            assert!(
+                graph.contains_key(algorithm),
+                "{algorithm}: no imports found"
+            );
+        }
+        assert_eq!(concrete_imports(&graph), Vec::<(String, String)>::new());
     }
 }

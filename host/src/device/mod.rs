@@ -1,5 +1,7 @@
 //! Which backend runs the work: the GPU when there is one, else the CPU.
 
+pub mod cpu_rate;
+mod objects;
 pub mod visible;
 
 use crate::backend::{Backend, cpu::CpuBackend, cuda};
@@ -83,7 +85,7 @@ impl GpuSet {
 }
 
 /// Multiply-adds one CPU thread does per second in the distance loops, as [`pair_work`] counts
-/// them: seed 000's fit (63,504 × 75, k = 80) took 0.36 s on 16 threads of the H200 host
+/// them, until this host has timed a fit of its own ([`cpu_rate`]): seed 000's fit (63,504 × 75, k = 80) took 0.36 s on 16 threads of the H200 host
 /// (2026-11-27), 4.3 × 10^10 of them.
 const CPU_MADDS_PER_THREAD: f64 = 7.5e9;
 
@@ -98,15 +100,19 @@ const CPU_MIN_PAIR_DIMS: usize = 32;
 
 /// The work of `pairs` distances in `d` dimensions: multiply-adds (at least
 /// [`CPU_MIN_PAIR_DIMS`]), a pair's comparison and bookkeeping counted as 8.
-fn pair_work(pairs: f64, d: usize) -> f64 {
+pub(crate) fn pair_work(pairs: f64, d: usize) -> f64 {
     pairs * (d.max(CPU_MIN_PAIR_DIMS) as f64 + 8.0)
 }
 
-/// Whether `threads` CPU threads would finish `work` ([`pair_work`]) before a GPU could start
-/// in `start_seconds`.
-fn cpu_finishes_first(work: f64, threads: usize, start_seconds: f64) -> bool {
-    let threads = threads.clamp(1, CPU_SCALING_THREADS);
-    work / (CPU_MADDS_PER_THREAD * threads as f64) < start_seconds
+/// The seconds `threads` CPU threads, each doing `rate` multiply-adds a second, take for `work`
+/// ([`pair_work`]).
+fn cpu_seconds(work: f64, threads: usize, rate: f64) -> f64 {
+    work / (rate * scaling_threads(threads) as f64)
+}
+
+/// The threads the estimate counts: at least one, at most [`CPU_SCALING_THREADS`].
+pub(crate) fn scaling_threads(threads: usize) -> usize {
+    threads.clamp(1, CPU_SCALING_THREADS)
 }
 
 impl Device {
@@ -118,14 +124,22 @@ impl Device {
     /// the driver would start (measured by the CUDA backend, for [`visible::gpus_to_start`]). Any other
     /// choice is kept.
     pub fn for_pairs(self, pairs: f64, d: usize) -> Device {
+        self.for_job(pairs, d, None)
+    }
+
+    /// [`Device::for_pairs`] for a job whose CPU time this host may have recorded under `shape`
+    /// ([`cpu_rate`]): the median of those seconds, where there are any, instead of the estimate.
+    pub(crate) fn for_job(self, pairs: f64, d: usize, shape: Option<&str>) -> Device {
         let small = || {
             let gpus = visible::gpus_to_start().unwrap_or(1);
-            !cuda::CudaBackend::is_started(0)
-                && cpu_finishes_first(
-                    pair_work(pairs, d),
-                    rayon::current_num_threads(),
-                    cuda::start_cost::expected_seconds(gpus),
-                )
+            let threads = rayon::current_num_threads();
+            let on_cpu = shape
+                .and_then(|shape| cpu_rate::seconds_of(shape, threads))
+                .unwrap_or_else(|| {
+                    let rate = cpu_rate::madds_per_thread(threads, CPU_MADDS_PER_THREAD);
+                    cpu_seconds(pair_work(pairs, d), threads, rate)
+                });
+            !cuda::CudaBackend::is_started(0) && on_cpu < cuda::start_cost::expected_seconds(gpus)
         };
         if self == Device::Auto && small() {
             Device::Cpu
@@ -248,22 +262,26 @@ mod tests {
 
     #[test]
     fn only_auto_moves_to_the_cpu_and_only_for_small_work() {
+        let model = |work, threads| cpu_seconds(work, threads, CPU_MADDS_PER_THREAD);
         // Seed 004's search on 16 threads: below one GPU's start; 10^10 pairs never are.
         let seed_004 = pair_work(1200.0 * 32768.0, 256);
-        assert!(cpu_finishes_first(seed_004, 16, 0.2));
-        assert!(!cpu_finishes_first(pair_work(1e10, 128), 128, 1.0));
+        assert!(model(seed_004, 16) < 0.2);
+        assert!(model(pair_work(1e10, 128), 128) > 1.0);
         // One thread takes 16 times as long as sixteen, and 64 no less than 16.
-        assert!(!cpu_finishes_first(seed_004, 1, 0.2));
-        assert!(!cpu_finishes_first(seed_004 * 3.0, 64, 0.2));
+        assert!(model(seed_004, 1) > 0.2);
+        assert!(model(seed_004 * 3.0, 64) > 0.2);
         // A start that costs more (four GPUs started) leaves more to the CPU.
-        assert!(cpu_finishes_first(seed_004 * 3.0, 16, 1.0));
+        assert!(model(seed_004 * 3.0, 16) < 1.0);
         // The seeds' fits (100 iterations + 3 passes assumed), against the 4 × H200 host's start
         // of one GPU (~0.45 s with the exit, measured 2026-11-27): seed 000's patches on the CPU
         // (0.37 s there against 0.50 on the GPU), the colour and pixel fits on the GPU.
         let fit = |n: f64, k: f64, d| pair_work(n * k * 103.0, d);
-        assert!(cpu_finishes_first(fit(63_504.0, 80.0, 75), 64, 0.45));
-        assert!(!cpu_finishes_first(fit(1e6, 16.0, 9), 64, 0.45));
-        assert!(!cpu_finishes_first(fit(262_144.0, 255.0, 3), 64, 0.45));
+        assert!(model(fit(63_504.0, 80.0, 75), 64) < 0.45);
+        assert!(model(fit(1e6, 16.0, 9), 64) > 0.45);
+        assert!(model(fit(262_144.0, 255.0, 3), 64) > 0.45);
+        // A host whose recorded fits ran at half the model's rate sends seed 000's to the GPU.
+        let slow = CPU_MADDS_PER_THREAD / 2.0;
+        assert!(cpu_seconds(fit(63_504.0, 80.0, 75), 64, slow) > 0.45);
         for device in [Device::Cpu, Device::Cuda(1), Device::Gpus(GpuSet::ALL)] {
             assert_eq!(device.for_pairs(1.0, 1), device);
             assert_eq!(device.for_pairs(1e18, 1), device);

@@ -1,6 +1,8 @@
 //! Refusing inputs that cannot fit in memory, before allocating for them: a clear error naming
 //! the sizes instead of the kernel's out-of-memory kill.
 
+pub use crate::error::bytes;
+
 use super::{IoError, Result};
 use std::path::Path;
 
@@ -27,21 +29,6 @@ pub fn check(path: &Path, what: &str, needed: u64, available: Option<u64>) -> Re
         )),
         _ => Ok(()),
     }
-}
-
-/// `n` bytes for people: "812 bytes", "3.4 MiB", "1.0 TiB".
-pub fn bytes(n: u64) -> String {
-    const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
-    if n < 1024 {
-        return format!("{n} bytes");
-    }
-    let mut v = n as f64 / 1024.0;
-    let mut unit = 0;
-    while v >= 1024.0 && unit + 1 < UNITS.len() {
-        v /= 1024.0;
-        unit += 1;
-    }
-    format!("{v:.1} {}", UNITS[unit])
 }
 
 #[cfg(test)]

@@ -1,5 +1,5 @@
 //! Initial centroids or labels. k-means++ and k-means‖ run on the backend, on the data the
-//! [`Lloyd`](crate::backend::Lloyd) object holds, through [`Seeding`]; the random numbers come
+//! [`Lloyd`] object holds, through [`Seeding`]; the random numbers come
 //! from the host's ChaCha8 stream, and every choice is made on exact integer weights
 //! ([`WeightScale`], times the sample weights' units), so a seed gives the same start on the CPU
 //! and the GPU. Rows are drawn by their units (uniformly without sample weights): a row of
@@ -8,8 +8,7 @@
 
 use super::Metric;
 use super::weights::Weighting;
-use crate::backend::cpu::Seeder;
-use crate::backend::{GreedyPlan, Lloyd, Seeding, Seeds};
+use crate::backend::{GreedyPlan, Lloyd, Seeding, Seeds, host_seeding};
 use crate::error::{Error, Result};
 use crate::matrix::MatrixView;
 use kernels_gpu::launch::SEED_CANDIDATES;
@@ -197,14 +196,15 @@ pub(super) fn kmeans_parallel(
         return Ok(rows_of(picked));
     }
     let local = seeding.gather(&candidates.iter().map(|&c| c as usize).collect::<Vec<_>>())?;
-    let mut weighted = Seeder::new(&local, d, metric.assign(), 0).weighted(units);
-    let picked = greedy_from(&mut weighted, first, &uniform, k, ws, rng)?;
+    let mut weighted = host_seeding(&local, d, metric.assign(), units);
+    let picked = greedy_from(weighted.as_mut(), first, &uniform, k, ws, rng)?;
     Ok(rows_of(picked))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::cpu::Seeder;
     use crate::backend::greedy_steps;
     use crate::device::Device;
     use crate::kmeans::KMeans;

@@ -24,11 +24,12 @@ pub use crate::backend::vocab::{Metric, Precision};
 pub use minibatch::{MiniBatchKMeans, MiniBatchKMeansModel, MiniBatchParams, MiniBatchStep};
 pub use model::KMeansModel;
 
-use crate::device::Device;
+use crate::device::{Device, cpu_rate, pair_work, scaling_threads};
 use crate::error::{Error, Result};
 use crate::matrix::MatrixView;
 use std::str::FromStr;
 use std::sync::Arc;
+use std::time::Instant;
 
 /// Entry point: `KMeans::params(k)` starts a [`KMeansParams`] builder.
 pub struct KMeans;
@@ -363,7 +364,10 @@ impl KMeansParams {
         sample_weight: Option<&[f32]>,
     ) -> Result<KMeansModel> {
         let device = match self.precision {
-            Precision::Exact => self.device.for_pairs(self.pairs(data), data.cols()),
+            Precision::Exact => {
+                self.device
+                    .for_job(self.pairs(data), data.cols(), Some(&self.shape(data)))
+            }
             Precision::Tf32 => self.device, // TF32 may choose other labels than the CPU.
         };
         if device != self.device {
@@ -375,6 +379,19 @@ impl KMeansParams {
         };
         let placed = shard::gpus::place(self, data, &devices)?;
         match placed.as_slice() {
+            [one] if !one.streamed() && self.device == Device::Cpu => {
+                let start = Instant::now();
+                let model = lloyd::fit(self, data, sample_weight)?;
+                let threads = rayon::current_num_threads();
+                cpu_rate::record(
+                    &self.shape(data),
+                    pair_work(self.pairs_over(data, model.n_iter), data.cols()),
+                    threads,
+                    scaling_threads(threads),
+                    start.elapsed().as_secs_f64(),
+                );
+                Ok(model)
+            }
             [one] if !one.streamed() => lloyd::fit(self, data, sample_weight),
             _ => shard::gpus::fit(self, data, sample_weight, &placed),
         }
@@ -384,7 +401,34 @@ impl KMeansParams {
     /// passes) and 100 iterations over the n × k pairs (fewer with `max_iter`); the iterations
     /// are not known before the fit, and the seeds' images take 100 to 250.
     fn pairs(&self, data: &MatrixView<'_>) -> f64 {
-        let passes = (self.max_iter.min(100) + 3) * self.n_init.max(1);
+        self.pairs_over(data, self.max_iter.min(100))
+    }
+
+    /// What a fit's CPU time is recorded under ([`cpu_rate`]): its rows' shape and what decides
+    /// its work.
+    fn shape(&self, data: &MatrixView<'_>) -> String {
+        let init = match self.init {
+            Init::KMeansPlusPlus => "pp",
+            Init::KMeansParallel => "parallel",
+            Init::RandomPoints => "points",
+            Init::RandomLabels => "labels",
+            Init::Centroids(_) => "given",
+        };
+        format!(
+            "kmeans-{}x{}-k{}-{:?}-{init}-n{}-i{}-tol{:e}",
+            data.rows(),
+            data.cols(),
+            self.k,
+            self.metric,
+            self.n_init,
+            self.max_iter,
+            self.tol,
+        )
+    }
+
+    /// The distances of `n_init` runs of the seeding and `iterations` iterations each.
+    fn pairs_over(&self, data: &MatrixView<'_>, iterations: usize) -> f64 {
+        let passes = (iterations + 3) * self.n_init.max(1);
         data.rows() as f64 * self.k as f64 * passes as f64
     }
 

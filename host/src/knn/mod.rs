@@ -24,12 +24,9 @@
 //! `k ≤ 64`. All give the same answer.
 
 mod classify;
-mod gpus;
-mod parts;
 mod radius;
 mod regress;
 mod scale;
-mod stream;
 
 pub use crate::backend::vocab::{AutoReport, AutoSource, PathTiming, PrefilterReport, Selection};
 pub use classify::{KnnClassifier, TieBreak, Weights};
@@ -42,7 +39,6 @@ use crate::device::Device;
 use crate::distances::DistanceMetric;
 use crate::error::{Error, Result};
 use crate::matrix::MatrixView;
-use kernels_gpu::knn::PairMetric;
 use ndarray::Array2;
 use std::fmt;
 
@@ -55,27 +51,6 @@ fn check_weights(weights: Weights, metric: DistanceMetric) -> Result<()> {
         ));
     }
     Ok(())
-}
-
-/// The index for `train` on one device: resident, or streamed (`true`) when the rows need more
-/// than `budget` (default: [`DEFAULT_BUDGET_SHARE`](crate::backend::DEFAULT_BUDGET_SHARE) of the free memory) of a GPU.
-fn place_on(
-    train: MatrixView<'_>,
-    metric: PairMetric,
-    device: Device,
-    budget: Option<usize>,
-) -> Result<(Box<dyn KnnSearch>, bool)> {
-    let backend = device.backend()?;
-    let Some(free) = backend.device_memory_free()? else {
-        return Ok((backend.knn_index(&train, metric)?, false));
-    };
-    let budget = budget.unwrap_or((free as f64 * crate::backend::DEFAULT_BUDGET_SHARE) as usize);
-    let needed = (train.rows()).saturating_mul(stream::device_bytes_per_row(train.cols()));
-    if needed <= budget {
-        return Ok((backend.knn_index(&train, metric)?, false));
-    }
-    let streamed = stream::Streamed::new(backend, train, metric, budget)?;
-    Ok((Box::new(streamed), true))
 }
 
 /// Largest k that the GPU selects while streaming distance tiles; larger k sort whole rows.
@@ -156,7 +131,7 @@ impl KnnIndex {
             ));
         }
         let (n, d) = (train.rows(), train.cols());
-        let (inner, streamed) = Self::place(train, metric.kernel(), device, budget)?;
+        let (inner, streamed) = device.knn_index(train, metric.kernel(), budget)?;
         Ok(KnnIndex {
             inner,
             n,
@@ -168,24 +143,6 @@ impl KnnIndex {
             prefilter: true,
             streamed,
         })
-    }
-
-    /// The index for `train` on `device`: over a GPU set, resident, or streamed (`true`).
-    fn place(
-        train: MatrixView<'_>,
-        metric: PairMetric,
-        device: Device,
-        budget: Option<usize>,
-    ) -> Result<(Box<dyn KnnSearch>, bool)> {
-        match device.several_gpus()? {
-            Some(ordinals) => {
-                let gpus: Vec<Device> = ordinals.into_iter().map(Device::Cuda).collect();
-                let parts = gpus::GpuParts::new(&train, metric, &gpus, budget)?;
-                let streamed = parts.streamed();
-                Ok((Box::new(parts), streamed))
-            }
-            None => place_on(train, metric, device, budget),
-        }
     }
 
     /// Whether the training rows stay in host memory and stream through the device at every

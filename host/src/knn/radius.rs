@@ -209,8 +209,8 @@ mod tests {
     /// over GPUs) answer as one index.
     #[test]
     fn parts_and_streams_answer_as_one_index() {
-        use super::super::{gpus::GpuParts, stream};
         use crate::backend::KnnSearch;
+        use crate::backend::multi::{GpuParts, stream};
         let (n, d, m) = (61, 2, 300);
         let (train, qs) = (grid(n, d, 2), grid(m, d, 4));
         let train = MatrixView::new(&train, n, d).unwrap();
@@ -218,7 +218,8 @@ mod tests {
         let metric = DistanceMetric::SqEuclidean.kernel();
         let cpu = Device::Cpu.backend().unwrap();
         let one = cpu.knn_index(&train, metric).unwrap();
-        let parts = GpuParts::new(&train, metric, &[Device::Cpu; 3], None).unwrap();
+        let on_cpu = |_| Device::Cpu.backend();
+        let parts = GpuParts::new(&train, metric, 3, &on_cpu, None).unwrap();
         let row = 4 * stream::device_bytes_per_row(d);
         for radius in [0.0, 2.0, 5.0, f32::INFINITY] {
             let want = one.radius(&queries, radius, None).unwrap();

@@ -3,8 +3,8 @@
 use super::Seeder;
 use crate::backend::vocab::CHUNK;
 use crate::backend::{
-    AssignStats, Lloyd, LloydSpec, Picks, SPHERICAL_POINT_SQ_NORM, Seeding, Seeds, StepStats,
-    Trials,
+    AcrossGpus, AssignStats, Lloyd, LloydSpec, Picks, Readback, Residency, SPHERICAL_POINT_SQ_NORM,
+    Seeding, Seeds, StepStats, Trials,
 };
 use crate::backend::{Farthest, Partial, farthest, squared_shift};
 use crate::error::Result;
@@ -518,7 +518,9 @@ impl Lloyd for CpuLloyd<'_> {
             ..partial
         })
     }
+}
 
+impl Readback for CpuLloyd<'_> {
     fn min_distances(&self) -> Result<Vec<f32>> {
         Ok(self.min_dist.clone())
     }
@@ -556,3 +558,8 @@ impl Lloyd for CpuLloyd<'_> {
         self.k
     }
 }
+
+/// The rows lie in host memory, and the sums are added on the host.
+impl Residency for CpuLloyd<'_> {}
+
+impl AcrossGpus for CpuLloyd<'_> {}

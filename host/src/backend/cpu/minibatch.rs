@@ -5,7 +5,7 @@ use super::kmeans::{CentroidBlocks, CpuLloyd, accumulate, nearest, tiled};
 use super::simd::{self, Panels};
 use crate::backend::vocab::CHUNK;
 use crate::backend::vocab::Metric;
-use crate::backend::{BatchReport, Lloyd, LloydSpec, MiniBatch};
+use crate::backend::{BatchReport, Lloyd, LloydSpec, MiniBatch, Readback};
 use crate::error::Result;
 use crate::matrix::MatrixView;
 use kernels_gpu::fixed::{inv_pow2_f64, pow2_f32};

@@ -13,8 +13,8 @@ use super::slot::{Slot, dev_opt};
 use super::{CudaBackend, Mapped, arg_u32};
 use crate::backend::vocab::{Metric, Precision};
 use crate::backend::{
-    AssignStats, Footprint, GreedyPlan, Layout, Lloyd, LloydSpec, Picks, SPHERICAL_POINT_SQ_NORM,
-    Seeding, Seeds, StepStats, Trials,
+    AcrossGpus, AssignStats, Footprint, GreedyPlan, Layout, Lloyd, LloydSpec, Picks, Readback,
+    Residency, SPHERICAL_POINT_SQ_NORM, Seeding, Seeds, StepStats, Trials,
 };
 use crate::backend::{Farthest, Partial, farthest, squared_shift};
 use crate::error::{Error, Result};
@@ -57,7 +57,7 @@ use kernels_gpu::update::{
 
 pub(crate) struct CudaLloyd<'a> {
     gpu: &'a CudaBackend,
-    /// The rows on the host (for [`Lloyd::gather`]).
+    /// The rows on the host (for [`Readback::gather`]).
     host: &'a [f32],
     layout: Layout,
     /// Rows of `x` past the `n` points where seeds given as points are staged.
@@ -75,13 +75,13 @@ pub(crate) struct CudaLloyd<'a> {
     assign_blocks: usize,
     /// Whether the assignment runs on TF32 tensor cores (`kmeans_assign_l2_tf32`).
     tf32: bool,
-    /// The points, then `scratch` rows; `None` while released ([`Lloyd::release_rows`]).
+    /// The points, then `scratch` rows; `None` while released ([`Residency::release_rows`]).
     x: Option<CudaSlice<f32>>,
     /// The scratch rows' values, kept on the host while the rows are released.
     scratch_rows: Vec<f32>,
-    /// Whether accumulations leave their sums on the device ([`Lloyd::hold_sums`]).
+    /// Whether accumulations leave their sums on the device ([`AcrossGpus::hold_sums`]).
     hold_sums: bool,
-    /// The end of the rows' upload on the copy stream ([`Lloyd::prefetch_rows`]), which the
+    /// The end of the rows' upload on the copy stream ([`Residency::prefetch_rows`]), which the
     /// compute stream has yet to wait for.
     rows_ready: Option<CudaEvent>,
     /// Every point's units; `None`: one each (the kernels get a null pointer).
@@ -369,7 +369,7 @@ impl<'a> CudaLloyd<'a> {
         self.metric == AssignMetric::SqL2 && self.small.is_none() && !self.spherical
     }
 
-    /// Frees every device buffer but the rows (see [`Lloyd::release_rows`]), keeping in host
+    /// Frees every device buffer but the rows (see [`Residency::release_rows`]), keeping in host
     /// memory what later requests read: labels, distances, inertia partials, centroids, sizes,
     /// scales and the seeding state. The rest comes back as zeros, which is what the next use
     /// expects of it: the sums and counters are zero between requests, the centroids' norms and
@@ -483,7 +483,7 @@ impl<'a> CudaLloyd<'a> {
         on_device(&self.x)
     }
 
-    /// Uploads the rows again after [`Lloyd::release_rows`], the scratch rows as they were, with
+    /// Uploads the rows again after [`Residency::release_rows`], the scratch rows as they were, with
     /// the rest of the batch's state.
     fn load_rows(&mut self) -> Result<()> {
         self.unpark()?;
@@ -1195,7 +1195,9 @@ impl Lloyd for CudaLloyd<'_> {
             inertia,
         })
     }
+}
 
+impl AcrossGpus for CudaLloyd<'_> {
     fn hold_sums(&mut self, hold: bool) -> Result<()> {
         self.hold_sums = hold;
         Ok(())
@@ -1211,7 +1213,9 @@ impl Lloyd for CudaLloyd<'_> {
         rank.sum_in_place(gpu, sums, kd, counts, k)?;
         self.read_sums(rank.rank == 0)
     }
+}
 
+impl Readback for CudaLloyd<'_> {
     fn min_distances(&self) -> Result<Vec<f32>> {
         match self.min_dist.host() {
             Some(kept) => Ok(kept[..self.n].to_vec()),
@@ -1282,7 +1286,9 @@ impl Lloyd for CudaLloyd<'_> {
     fn k(&self) -> usize {
         self.k
     }
+}
 
+impl Residency for CudaLloyd<'_> {
     fn prefetch_rows(&mut self) -> Result<()> {
         // A parked batch's labels and units go up with its rows: every pass over the rows reads
         // them.

@@ -7,7 +7,7 @@ use super::kmeans::CudaLloyd;
 use super::launch::{Reads, Writes};
 use super::{CudaBackend, arg_u32};
 use crate::backend::vocab::Metric;
-use crate::backend::{BatchReport, Layout, Lloyd, LloydSpec, MiniBatch};
+use crate::backend::{BatchReport, Layout, Lloyd, LloydSpec, MiniBatch, Readback};
 use crate::error::{Error, Result};
 use crate::matrix::MatrixView;
 use cudarc::driver::CudaSlice;

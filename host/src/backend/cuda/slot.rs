@@ -1,5 +1,5 @@
 //! A device buffer that a streamed batch frees between its turns
-//! ([`crate::backend::Lloyd::release_rows`]): its values go to host memory when later turns read
+//! ([`crate::backend::Residency::release_rows`]): its values go to host memory when later turns read
 //! them, else only its length is kept and the buffer comes back as zeros. Between turns a batch
 //! then holds no device memory at all.
 

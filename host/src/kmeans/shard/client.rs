@@ -6,7 +6,9 @@ use super::protocol::{Prepare, Reply, Request};
 use super::{
     Moments, Partial, Tally, merge_farthest, merge_max_abs, scale_exponents, squared_shift,
 };
-use crate::backend::{AssignStats, Lloyd, Picks, Seeding, Seeds, StepStats, Trials};
+use crate::backend::{
+    AcrossGpus, AssignStats, Lloyd, Picks, Readback, Residency, Seeding, Seeds, StepStats, Trials,
+};
 use crate::error::{Error, Result};
 use crate::kmeans::lloyd::{Setup, drive};
 use crate::kmeans::prepare::{distance_bound, init_centroids};
@@ -635,7 +637,9 @@ impl Lloyd for Sharded<'_> {
     fn accumulate(&mut self, assign: bool) -> Result<Partial> {
         self.partial(assign)
     }
+}
 
+impl Readback for Sharded<'_> {
     fn min_distances(&self) -> Result<Vec<f32>> {
         self.concat(Request::Distances, |r| match r {
             Reply::Distances(d) => Some(d),
@@ -691,3 +695,8 @@ impl Lloyd for Sharded<'_> {
         self.k
     }
 }
+
+/// The rows lie in host memory, and the sums are added on the host.
+impl Residency for Sharded<'_> {}
+
+impl AcrossGpus for Sharded<'_> {}

@@ -1,27 +1,25 @@
-//! A k-means fit over the GPUs of this machine ([`Device::Gpus`](crate::Device::Gpus)), or over
-//! rows beyond one GPU's memory budget: the rows are cut into one contiguous part per GPU, and a
-//! part the GPU's budget cannot hold resident into batches ([`super::batches`]). Each part and
-//! batch is a shard; every GPU answers each request on a thread of its own (so the GPUs compute
-//! at the same time), its batches one after another. A step's exact partial sums are added by an
-//! NCCL all-reduce on the devices when the GPUs are distinct and hold their rows resident (the
-//! first GPU reads the totals back), otherwise by the sharded client on the host. Either way the
-//! fit equals, bit for bit, the fit on one GPU and on the CPU: integer sums add up to the same
-//! totals in any order. Sample weights are quantised here, from all of them, as a
-//! single-process fit does; each shard gets its rows' units.
+//! A k-means fit over the GPUs of this machine ([`Device::Gpus`]), or over rows beyond one GPU's
+//! memory budget: the rows are cut into one contiguous part per GPU, and a part the GPU's budget
+//! cannot hold resident into batches
+//! ([`Backend::lloyd_batches`](crate::backend::Backend::lloyd_batches)). Each part and batch is a
+//! shard of the sharded protocol, in this process; every GPU answers each request on a thread of
+//! its own (so the GPUs compute at the same time), its batches one after another (the runners of
+//! `backend::multi`). A step's exact partial sums are added by an NCCL all-reduce on the devices
+//! when the GPUs are distinct and hold their rows resident ([`Device::sum_group`]; the first GPU
+//! reads the totals back), otherwise by the sharded client on the host. Either way the fit
+//! equals, bit for bit, the fit on one GPU and on the CPU: integer sums add up to the same totals
+//! in any order. Sample weights are quantised here, from all of them, as a single-process fit
+//! does; each shard gets its rows' units.
 
 use super::client::add_partials;
-use super::{Partial, Reply, Request, Shard, Transport, batches, client};
-use crate::backend::cuda::CudaBackend;
-use crate::backend::cuda::nccl::{Nccl, Rank};
+use super::{Partial, Reply, Request, Shard, Transport, client};
+use crate::backend::{SumGroup, Turn, answer_in_turns, on_each};
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::kmeans::weights::Weighting;
 use crate::kmeans::{KMeansModel, KMeansParams};
 use crate::matrix::MatrixView;
-use std::collections::{BTreeSet, HashMap};
 use std::ops::Range;
-use std::sync::{Mutex, MutexGuard, OnceLock};
-use std::thread;
 
 /// The rows one device holds, in the batches that take turns on it (one when resident).
 pub(crate) struct Placement {
@@ -51,19 +49,13 @@ pub(crate) fn place(
     let mut placed = Vec::with_capacity(parts);
     for (i, &device) in devices.iter().take(parts).enumerate() {
         let (start, end) = (i * n / parts, (i + 1) * n / parts);
-        let backend = device.backend()?;
-        let fits = match backend.device_memory_free()? {
-            Some(free) => {
-                let budget = params
-                    .budget()
-                    .unwrap_or((free as f64 * crate::backend::DEFAULT_BUDGET_SHARE) as usize);
-                let k = params.k();
-                let footprint = |rows| backend.lloyd_footprint(rows, d, k, seeds_at_once);
-                batches::plan(end - start, d, &footprint, budget)?
-            }
-            // The rows stay where they are, in host memory.
-            None => std::iter::once(0..end - start).collect(),
-        };
+        let fits = device.backend()?.lloyd_batches(
+            end - start,
+            d,
+            params.k(),
+            seeds_at_once,
+            params.budget(),
+        )?;
         placed.push(Placement {
             device,
             batches: fits
@@ -114,9 +106,9 @@ pub(crate) fn fit(
         }
         groups.push(shards);
     }
-    let ranks = nccl_ranks(placed);
-    let summed_by = ranks.as_ref().map(|_| Nccl::shared().map(|n| n.version));
-    let mut transport = OnThreads { groups, ranks };
+    let across = sum_group(placed);
+    let summed_by = across.as_ref().and_then(|group| group.describe());
+    let mut transport = OnThreads { groups, across };
     let mut model = super::fit(params, &mut transport, weights.as_ref())?;
     let mut labels = Vec::with_capacity(n);
     for (i, reply) in transport
@@ -133,152 +125,55 @@ pub(crate) fn fit(
     if placed.iter().any(Placement::streamed) {
         model.device += ", streamed past the memory budget";
     }
-    if let Some(Ok(version)) = summed_by {
-        model.device += &format!(", sums added by NCCL {}", Nccl::version_text(version));
+    if let Some(by) = summed_by {
+        model.device += &format!(", sums added by {by}");
     }
     Ok(model)
 }
 
-/// The NCCL communicator over the GPUs of `placed` when they are two or more distinct GPUs, each
-/// holding its rows resident, and NCCL is installed; otherwise, or while another fit holds the
-/// communicator of the same GPUs, the client adds the sums on the host, which gives the same
-/// result. A communicator is made on first use and kept for the process's later fits: making one
-/// takes a good part of a second.
-fn nccl_ranks(placed: &[Placement]) -> Option<MutexGuard<'static, Vec<Rank>>> {
-    type Communicators = Mutex<HashMap<Vec<usize>, &'static Mutex<Vec<Rank>>>>;
-    static MADE: OnceLock<Communicators> = OnceLock::new();
-    let ordinals: Vec<usize> = (placed.iter())
-        .map(|p| match p.device {
-            Device::Cuda(o) if !p.streamed() => Some(o),
-            _ => None,
-        })
-        .collect::<Option<_>>()?;
-    let distinct: BTreeSet<usize> = ordinals.iter().copied().collect();
-    if ordinals.len() < 2 || distinct.len() != ordinals.len() {
+/// What adds the sums on the GPUs of `placed` ([`Device::sum_group`]) when each holds its rows
+/// resident; `None` (the client adds them on the host, to the same result) otherwise.
+fn sum_group(placed: &[Placement]) -> Option<Box<dyn SumGroup>> {
+    if placed.iter().any(Placement::streamed) {
         return None;
     }
-    let mut made = MADE.get_or_init(Mutex::default).lock().ok()?;
-    let ranks = match made.get(&ordinals) {
-        Some(&ranks) => ranks,
-        None => {
-            let gpus: Vec<_> = (ordinals.iter())
-                .map(|&o| CudaBackend::shared(o))
-                .collect::<Result<_>>()
-                .ok()?;
-            let ranks = Rank::for_gpus(&gpus.iter().map(|g| g.as_ref()).collect::<Vec<_>>());
-            let ranks: &'static _ = Box::leak(Box::new(Mutex::new(ranks.ok()?)));
-            made.insert(ordinals, ranks);
-            ranks
-        }
-    };
-    ranks.try_lock().ok()
+    Device::sum_group(&placed.iter().map(|p| p.device).collect::<Vec<_>>())
 }
 
 /// Shards in this process, a group per device: the groups answer at the same time, each on a
 /// thread of its own, and the shards of a group one after another. In a group of several (a
-/// streamed device) a shard's rows are on the device only for its turn. With `ranks` (one shard
-/// per GPU, see [`nccl_ranks`]) the GPUs add a step's sums among themselves.
+/// streamed device) a shard's rows are on the device only for its turn. With `across` (one shard
+/// per GPU, see [`sum_group`]) the GPUs add a step's sums among themselves.
 struct OnThreads {
     groups: Vec<Vec<Shard>>,
-    ranks: Option<MutexGuard<'static, Vec<Rank>>>,
+    across: Option<Box<dyn SumGroup>>,
 }
 
-impl OnThreads {
-    /// The replies of every shard, in order, to the request `request_for(shard)`.
-    fn answer<'r>(
-        &mut self,
-        request_for: &(dyn Fn(usize) -> &'r Request + Sync),
-    ) -> Result<Vec<Reply>> {
-        let mut first = 0;
-        let starts: Vec<usize> = (self.groups.iter())
-            .map(|g| {
-                first += g.len();
-                first - g.len()
-            })
-            .collect();
-        let answered = on_each(&mut self.groups, |device, group| {
-            turns(group, starts[device], request_for)
-        })?;
-        Ok(answered.into_iter().flatten().collect())
+/// A shard takes its turn on a streamed device as a batch.
+impl Turn for Shard {
+    type Request = Request;
+    type Reply = Reply;
+
+    fn reads_rows(request: &Request) -> bool {
+        request.reads_rows()
     }
-}
 
-/// `work(i, group)` for every group at once, a thread each; the results in order.
-fn on_each<T: Send>(
-    groups: &mut [Vec<Shard>],
-    work: impl Fn(usize, &mut Vec<Shard>) -> Result<T> + Sync,
-) -> Result<Vec<T>> {
-    thread::scope(|scope| {
-        let work = &work;
-        let running: Vec<_> = (groups.iter_mut().enumerate())
-            .map(|(i, group)| scope.spawn(move || work(i, group)))
-            .collect();
-        (running.into_iter().enumerate())
-            .map(|(device, running)| {
-                running.join().unwrap_or_else(|_| {
-                    Err(Error::Shard(format!(
-                        "the thread of device {device} panicked"
-                    )))
-                })
-            })
-            .collect()
-    })
-}
-
-/// The replies of `group`'s shards (`start..` in the whole order) in turn. In a group of several
-/// (a streamed device), for requests that read the rows, the next shard's rows go up on the copy
-/// stream while this one computes, and each shard releases its rows and state after its turn,
-/// while the next one's still go up: one batch's state and two batches' rows are on the device
-/// at a time ([`batches::plan`] leaves room for them). The last
-/// shard's turn also fetches the first shard's rows, for the next request: a fit's next step
-/// reads them (a request that does not read them releases them in its turn).
-fn turns<'r>(
-    group: &mut [Shard],
-    start: usize,
-    request_for: &(dyn Fn(usize) -> &'r Request + Sync),
-) -> Result<Vec<Reply>> {
-    let streamed = group.len() > 1;
-    let mut replies = Vec::with_capacity(group.len());
-    for j in 0..group.len() {
-        let request = request_for(start + j);
-        let reads = streamed && request.reads_rows();
-        let (before, this_and_after) = group.split_at_mut(j);
-        let (this, after) = this_and_after.split_at_mut(1);
-        let shard = &mut this[0];
-        let next = match after.first_mut() {
-            Some(next) => {
-                Some(next).filter(|_| streamed && request_for(start + j + 1).reads_rows())
-            }
-            None => before.first_mut().filter(|_| reads),
-        };
-        if reads {
-            shard.prefetch_rows()?;
-        }
-        let (reply, released, fetched) = thread::scope(|scope| {
-            let fetching = next.map(|next| scope.spawn(move || next.prefetch_rows()));
-            let reply = shard.handle(request);
-            // Released (its state read back) while the next batch still goes up: the two
-            // directions of the bus at once.
-            let released = match streamed {
-                true => shard.release_rows(),
-                false => Ok(()),
-            };
-            let fetched = fetching.map_or(Ok(()), |f| {
-                f.join()
-                    .unwrap_or_else(|_| Err(Error::Shard("an upload's thread panicked".into())))
-            });
-            (reply, released, fetched)
-        });
-        replies.push(reply?);
-        released?;
-        fetched?;
+    fn answer(&mut self, request: &Request) -> Result<Reply> {
+        self.handle(request)
     }
-    Ok(replies)
+
+    fn prefetch_rows(&mut self) -> Result<()> {
+        Shard::prefetch_rows(self)
+    }
+
+    fn release_rows(&mut self) -> Result<()> {
+        Shard::release_rows(self)
+    }
 }
 
 impl Transport for OnThreads {
     fn broadcast(&mut self, request: &Request) -> Result<Vec<Reply>> {
-        self.answer(&|_| request)
+        answer_in_turns(&mut self.groups, &|_| request)
     }
 
     fn scatter(&mut self, requests: Vec<Request>) -> Result<Vec<Reply>> {
@@ -289,14 +184,14 @@ impl Transport for OnThreads {
                 requests.len()
             )));
         }
-        self.answer(&|i| &requests[i])
+        answer_in_turns(&mut self.groups, &|i| &requests[i])
     }
 
     /// With NCCL, every GPU accumulates and keeps its sums; once all have (so that none waits
     /// in the all-reduce for one that failed), they add them up on the devices and the first
     /// reads the totals back: `k × d` sums cross PCIe once per step, not once per GPU.
     fn partial(&mut self, request: &Request, shards: usize, k: usize, d: usize) -> Result<Partial> {
-        let Some(ranks) = &self.ranks else {
+        let Some(across) = &self.across else {
             return add_partials(self.broadcast(request)?, shards, k, d);
         };
         let held = on_each(&mut self.groups, |_, group| {
@@ -309,7 +204,9 @@ impl Transport for OnThreads {
                 _ => return Err(Error::Shard(format!("GPU {i} did not hold its sums"))),
             }
         }
-        let summed = on_each(&mut self.groups, |i, group| group[0].sum_across(&ranks[i]))?;
+        let summed = on_each(&mut self.groups, |i, group| {
+            group[0].sum_across(across.as_ref(), i)
+        })?;
         match summed.into_iter().next().flatten() {
             Some((sums, weights)) if sums.len() == k * d && weights.len() == k => {
                 (total.sums, total.weights) = (sums, weights);

@@ -37,6 +37,14 @@
 //! exact sums, `k` cluster weights (units) and two numbers ([`Partial`]), then finishes the step
 //! itself.
 //!
+//! **Where it sits.** The protocol, its client and [`Shard`] are algorithm-level: they are the
+//! Lloyd loop of a single-process fit, spoken over a wire, and they hold a backend only as the
+//! traits of `backend` that [`Device`](crate::Device) makes (a [`Shard`] holds a `Lloyd`). So
+//! they stay here, with Dask's Python package as their other client, and import no concrete
+//! backend. What a GPU set or a streamed fit adds to them, the threads per device, the batches'
+//! turns and the NCCL sums, is a scale mechanism and lives in `backend::multi`; `gpus` hands it
+//! the shards.
+//!
 //! ```
 //! use kmeans_knn::{Device, KMeans, MatrixView, kmeans::shard::Shard};
 //! let points: Vec<f32> = (0..400).map(|i| (i % 37) as f32 * 0.5).collect();
@@ -54,7 +62,6 @@
 //! # Ok::<(), kmeans_knn::Error>(())
 //! ```
 
-mod batches;
 mod client;
 mod codec;
 mod columns;

@@ -4,8 +4,7 @@
 use super::Tally;
 use super::protocol::{Prepare, Reply, Request};
 use super::{Moments, column_max_abs};
-use crate::backend::cuda::nccl::Rank;
-use crate::backend::{Backend, Layout, Lloyd, LloydSpec, Picks, Seeds};
+use crate::backend::{Backend, Layout, Lloyd, LloydSpec, Picks, Seeds, SumGroup};
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::kmeans::Metric;
@@ -167,7 +166,7 @@ impl Shard {
     }
 
     /// Frees the device's copy of the rows until a request needs them again (a streamed batch
-    /// between its turns; see [`super::batches`]).
+    /// between its turns, as a batch that takes turns on its device).
     pub(crate) fn release_rows(&mut self) -> Result<()> {
         self.cell.with_dependent_mut(|_, fit| match fit {
             Some(lloyd) => lloyd.release_rows(),
@@ -193,10 +192,15 @@ impl Shard {
         reply
     }
 
-    /// Adds the sums and weights held by [`Shard::accumulate_held`] over the GPUs of `rank`'s
-    /// communicator (every shard of it at once); rank 0 gets the totals.
-    pub(crate) fn sum_across(&mut self, rank: &Rank) -> Result<Option<(Vec<i64>, Vec<u64>)>> {
-        self.with_fit(|lloyd| lloyd.sum_across(rank))
+    /// Adds the sums and weights held by [`Shard::accumulate_held`] over the GPUs of `group`,
+    /// this shard's on its GPU `gpu` (every shard of the group at once); the first gets the
+    /// totals.
+    pub(crate) fn sum_across(
+        &mut self,
+        group: &dyn SumGroup,
+        gpu: usize,
+    ) -> Result<Option<(Vec<i64>, Vec<u64>)>> {
+        self.with_fit(|lloyd| group.sum_across(gpu, lloyd))
     }
 
     fn with_fit<T>(&mut self, f: impl FnOnce(&mut dyn Lloyd) -> Result<T>) -> Result<T> {

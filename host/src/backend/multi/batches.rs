@@ -1,16 +1,18 @@
-//! Past a device's memory budget: the rows a device fits cut into batches that take turns on it.
-//! Each batch is a [`Shard`](super::Shard) whose rows, per-row state (labels, distances, norms,
-//! seeding state) and fit buffers (centroids, sums) are on the device for its turn only: after
-//! it the batch writes back to host memory what later requests read and frees the rest
-//! ([`Lloyd::release_rows`](crate::backend::Lloyd::release_rows)). So the device holds one
-//! batch's state and two batches' rows (the next one's go up while one computes), and the least
-//! budget depends on the row width and k, not on the number of rows. Any split gives the same fit
-//! bit for bit (see [`super`]), so a streamed fit equals the resident one and the CPU's.
+//! Past a device's memory budget: the rows a device fits cut into batches that take turns on it
+//! ([`plan`], [`turns`]). Each batch (a shard of a k-means fit, as a [`Turn`]) has its rows,
+//! per-row state (labels, distances, norms, seeding state) and fit buffers (centroids, sums) on
+//! the device for its turn only: after it the batch writes back to host memory what later
+//! requests read and frees the rest
+//! ([`Residency::release_rows`](crate::backend::Residency::release_rows)). So the device holds
+//! one batch's state and two batches' rows (the next one's go up while one computes), and the
+//! least budget depends on the row width and k, not on the number of rows. Any split gives the
+//! same fit bit for bit (exact integer sums, see `kmeans::shard`), so a streamed fit equals the
+//! resident one and the CPU's.
 
 use crate::backend::Footprint;
-use crate::error::{Error, Result};
-use crate::io::memory::bytes;
+use crate::error::{Error, Result, bytes};
 use std::ops::Range;
+use std::thread;
 
 /// Most batches a device's rows are cut into.
 const MAX_BATCHES: usize = 1 << 16;
@@ -67,6 +69,77 @@ pub(crate) fn plan(
         .step_by(size)
         .map(|start| start..(start + size).min(rows))
         .collect())
+}
+
+/// A batch that takes turns on a device, answering its caller's requests (a shard of a k-means
+/// fit): its rows go up for a turn and come down after.
+pub(crate) trait Turn: Send {
+    type Request: Sync;
+    type Reply: Send;
+    /// Whether answering `request` reads the rows.
+    fn reads_rows(request: &Self::Request) -> bool;
+    /// The batch's reply to `request`.
+    fn answer(&mut self, request: &Self::Request) -> Result<Self::Reply>;
+    /// Starts uploading the rows beside the device's other work
+    /// ([`Residency::prefetch_rows`](crate::backend::Residency::prefetch_rows)).
+    fn prefetch_rows(&mut self) -> Result<()>;
+    /// Frees the device's copy of the rows and state until a request needs them
+    /// ([`Residency::release_rows`](crate::backend::Residency::release_rows)).
+    fn release_rows(&mut self) -> Result<()>;
+}
+
+/// The replies of `group`'s batches (`start..` in the whole order) in turn. In a group of
+/// several (a streamed device), for requests that read the rows, the next batch's rows go up on
+/// the copy stream while this one computes, and each batch releases its rows and state after its
+/// turn, while the next one's still go up: one batch's state and two batches' rows are on the
+/// device at a time ([`plan`] leaves room for them). The last batch's turn also fetches the first
+/// batch's rows, for the next request: a fit's next step reads them (a request that does not
+/// read them releases them in its turn).
+pub(crate) fn turns<'r, B: Turn>(
+    group: &mut [B],
+    start: usize,
+    request_for: &(dyn Fn(usize) -> &'r B::Request + Sync),
+) -> Result<Vec<B::Reply>>
+where
+    B::Request: 'r,
+{
+    let streamed = group.len() > 1;
+    let mut replies = Vec::with_capacity(group.len());
+    for j in 0..group.len() {
+        let request = request_for(start + j);
+        let reads = streamed && B::reads_rows(request);
+        let (before, this_and_after) = group.split_at_mut(j);
+        let (this, after) = this_and_after.split_at_mut(1);
+        let batch = &mut this[0];
+        let next = match after.first_mut() {
+            Some(next) => {
+                Some(next).filter(|_| streamed && B::reads_rows(request_for(start + j + 1)))
+            }
+            None => before.first_mut().filter(|_| reads),
+        };
+        if reads {
+            batch.prefetch_rows()?;
+        }
+        let (reply, released, fetched) = thread::scope(|scope| {
+            let fetching = next.map(|next| scope.spawn(move || next.prefetch_rows()));
+            let reply = batch.answer(request);
+            // Released (its state read back) while the next batch still goes up: the two
+            // directions of the bus at once.
+            let released = match streamed {
+                true => batch.release_rows(),
+                false => Ok(()),
+            };
+            let fetched = fetching.map_or(Ok(()), |f| {
+                f.join()
+                    .unwrap_or_else(|_| Err(Error::Shard("an upload's thread panicked".into())))
+            });
+            (reply, released, fetched)
+        });
+        replies.push(reply?);
+        released?;
+        fetched?;
+    }
+    Ok(replies)
 }
 
 // A part of one batch is a list of one range of rows.

@@ -1,19 +1,69 @@
-//! An exact kNN index over several GPUs of this machine ([`Device::Gpus`](crate::Device::Gpus)):
-//! the training rows are cut into one contiguous part per GPU, every search runs on all parts at
-//! once (a thread per part), and each query's candidates are merged by (distance, training
-//! index), the order of a single index. Distances are the same floats on every device, so the
-//! answer equals one GPU's and the CPU's bit for bit. Votes are counted on the host by the
-//! vote's CPU twin over the merged neighbours.
+//! A job over several GPUs of this machine ([`Device::Gpus`](crate::Device::Gpus)), a thread per
+//! device.
+//!
+//! * An exact kNN index ([`GpuParts`]): the training rows are cut into one contiguous part per
+//!   GPU, every search runs on all parts at once, and each query's candidates are merged by
+//!   (distance, training index), the order of a single index. Distances are the same floats on
+//!   every device, so the answer equals one GPU's and the CPU's bit for bit. Votes are counted on
+//!   the host by the vote's CPU twin over the merged neighbours.
+//! * Any members of a caller's job in groups, a group per device ([`on_each`],
+//!   [`answer_in_turns`]): a k-means fit's shards, each group's in turn (see
+//!   [`super::batches::turns`]).
 
-use super::parts::{MergedSearch, TopK, VoteRows, add_reports};
-use crate::backend::KnnSearch;
+use super::batches::{Turn, turns};
+use super::merge::{MergedSearch, TopK, VoteRows, add_reports};
 use crate::backend::radius::RadiusKeys;
 use crate::backend::vocab::{PrefilterReport, Selection};
-use crate::device::Device;
+use crate::backend::{Backend, KnnSearch};
 use crate::error::{Error, Result};
 use crate::matrix::MatrixView;
 use kernels_gpu::knn::PairMetric;
+use std::sync::Arc;
 use std::thread;
+
+/// `work(i, group)` for every group at once, a thread each; the results in order.
+pub(crate) fn on_each<G: Send, T: Send>(
+    groups: &mut [G],
+    work: impl Fn(usize, &mut G) -> Result<T> + Sync,
+) -> Result<Vec<T>> {
+    thread::scope(|scope| {
+        let work = &work;
+        let running: Vec<_> = (groups.iter_mut().enumerate())
+            .map(|(i, group)| scope.spawn(move || work(i, group)))
+            .collect();
+        (running.into_iter().enumerate())
+            .map(|(device, running)| {
+                running.join().unwrap_or_else(|_| {
+                    Err(Error::Shard(format!(
+                        "the thread of device {device} panicked"
+                    )))
+                })
+            })
+            .collect()
+    })
+}
+
+/// The replies of every member of `groups` (a group per device), in order, to the request
+/// `request_for(member)`: the groups at once, a thread each, the members of a group in turn.
+pub(crate) fn answer_in_turns<'r, B: Turn>(
+    groups: &mut [Vec<B>],
+    request_for: &(dyn Fn(usize) -> &'r B::Request + Sync),
+) -> Result<Vec<B::Reply>>
+where
+    B::Request: 'r,
+{
+    let mut first = 0;
+    let starts: Vec<usize> = (groups.iter())
+        .map(|g| {
+            first += g.len();
+            first - g.len()
+        })
+        .collect();
+    let answered = on_each(groups, |device, group| {
+        turns(group, starts[device], request_for)
+    })?;
+    Ok(answered.into_iter().flatten().collect())
+}
 
 /// One GPU's part of the training rows.
 struct Part {
@@ -31,21 +81,22 @@ pub(crate) struct GpuParts {
 }
 
 impl GpuParts {
-    /// Cuts `train` (validated) into a part per device (fewer when there are fewer rows) and
-    /// indexes each on its device within `budget` bytes of it (see `place_on`).
+    /// Cuts `train` (validated) into `devices` parts (fewer when there are fewer rows) and
+    /// indexes part `i` on `backend_of(i)` within `budget` bytes of it (see [`super::place`]).
     pub(crate) fn new(
         train: &MatrixView<'_>,
         metric: PairMetric,
-        devices: &[Device],
+        devices: usize,
+        backend_of: &dyn Fn(usize) -> Result<Arc<dyn Backend>>,
         budget: Option<usize>,
     ) -> Result<GpuParts> {
         let (n, d) = (train.rows(), train.cols());
-        let count = devices.len().min(n).max(1);
+        let count = devices.min(n).max(1);
         let mut parts = Vec::with_capacity(count);
-        for (i, device) in devices.iter().take(count).enumerate() {
+        for i in 0..count {
             let (start, end) = (i * n / count, (i + 1) * n / count);
             let rows = MatrixView::new(&train.as_slice()[start * d..end * d], end - start, d)?;
-            let (index, streamed) = super::place_on(rows, metric, *device, budget)?;
+            let (index, streamed) = super::place(backend_of(i)?, rows, metric, budget)?;
             parts.push(Part {
                 first_row: start as u32,
                 rows: end - start,
@@ -137,6 +188,7 @@ impl MergedSearch for GpuParts {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::device::Device;
     use kernels_gpu::knn::VoteRule;
 
     /// The merge over parts (here on the CPU: the same code as on GPUs) equals one index, with
@@ -159,7 +211,8 @@ mod tests {
             .unwrap()
             .knn_index(&train, metric)
             .unwrap();
-        let mut parts = GpuParts::new(&train, metric, &[Device::Cpu; 3], None).unwrap();
+        let cpu = |_| Device::Cpu.backend();
+        let mut parts = GpuParts::new(&train, metric, 3, &cpu, None).unwrap();
         for index in [one.as_mut(), &mut parts as &mut dyn KnnSearch] {
             index.set_labels(&classes, 3).unwrap();
             index.set_row_weights(&weights).unwrap();

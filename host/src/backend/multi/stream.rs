@@ -5,10 +5,10 @@
 //! training index). The order is a single index's, so the answer equals the resident index's
 //! and the CPU's bit for bit, whatever the budget.
 
-use super::parts::{MergedSearch, TopK, VoteRows, add_reports};
+use super::merge::{MergedSearch, TopK, VoteRows, add_reports};
 use crate::backend::radius::RadiusKeys;
 use crate::backend::vocab::{PrefilterReport, Selection};
-use crate::backend::{Backend, KnnSearch};
+use crate::backend::{Backend, DEFAULT_BUDGET_SHARE, KnnSearch};
 use crate::error::{Error, Result};
 use crate::matrix::MatrixView;
 use kernels_gpu::knn::PairMetric;
@@ -18,6 +18,26 @@ use std::sync::Arc;
 /// root, its class and its sample weight.
 pub(crate) fn device_bytes_per_row(d: usize) -> usize {
     4 * (d + 4)
+}
+
+/// The index for `train` on `backend`: resident, or streamed (`true`) when the rows need more
+/// than `budget` (default: [`DEFAULT_BUDGET_SHARE`] of the free memory) of a GPU.
+pub(crate) fn place(
+    backend: Arc<dyn Backend>,
+    train: MatrixView<'_>,
+    metric: PairMetric,
+    budget: Option<usize>,
+) -> Result<(Box<dyn KnnSearch>, bool)> {
+    let Some(free) = backend.device_memory_free()? else {
+        return Ok((backend.knn_index(&train, metric)?, false));
+    };
+    let budget = budget.unwrap_or((free as f64 * DEFAULT_BUDGET_SHARE) as usize);
+    let needed = (train.rows()).saturating_mul(device_bytes_per_row(train.cols()));
+    if needed <= budget {
+        return Ok((backend.knn_index(&train, metric)?, false));
+    }
+    let streamed = Streamed::new(backend, train, metric, budget)?;
+    Ok((Box::new(streamed), true))
 }
 
 /// A training set streamed through one device, part by part.
