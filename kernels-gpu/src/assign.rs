@@ -11,7 +11,7 @@
 #[cfg(target_arch = "nvptx64")]
 use crate::exec::Gpu;
 use crate::launch::{BLOCK, Kernel};
-use crate::params::{DevPtr, KernelParams};
+use crate::params::DevPtr;
 #[cfg(any(test, all(target_arch = "nvptx64", not(target_feature = "sm_80"))))]
 use crate::tile::load_transposed;
 #[cfg(any(test, target_arch = "nvptx64"))]
@@ -132,35 +132,33 @@ impl AssignTile {
     }
 }
 
-/// The parameters of the four `kmeans_assign_*` entry points (see [`KMEANS_ASSIGN_L2_WIDE`]):
-/// `x` (`n × d`) with its squared norms, the `k × d` centroids with theirs and by dimension
-/// (`centroids_t`, `d × k_padded`), the labels and distances written, the counters, and the
-/// optional `weights`, `sums` and `counts` (null: absent).
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub struct AssignParams {
-    pub x: DevPtr<f32>,
-    pub x_sq_norms: DevPtr<f32>,
-    pub n: u32,
-    pub d: u32,
-    pub centroids: DevPtr<f32>,
-    pub c_sq_norms: DevPtr<f32>,
-    pub k: u32,
-    pub labels: DevPtr<u32>,
-    pub min_dist: DevPtr<f32>,
-    pub changed: DevPtr<u32>,
-    pub block_inertia: DevPtr<i64>,
-    pub inertia_scale: f32,
-    pub weights: DevPtr<f32>,
-    pub scales: DevPtr<f32>,
-    pub sums: DevPtr<i64>,
-    pub counts: DevPtr<u64>,
-    pub centroids_t: DevPtr<f32>,
-    pub k_padded: u32,
+kernel_params! {
+    /// The parameters of the four `kmeans_assign_*` entry points (see [`KMEANS_ASSIGN_L2_WIDE`]):
+    /// `x` (`n × d`) with its squared norms, the `k × d` centroids with theirs and by dimension
+    /// (`centroids_t`, `d × k_padded`), the labels and distances written, the counters, and the
+    /// optional `weights`, `sums` and `counts` (null: absent).
+    pub struct AssignParams {
+        pub x: DevPtr<f32>,
+        pub x_sq_norms: DevPtr<f32>,
+        pub n: u32,
+        pub d: u32,
+        pub centroids: DevPtr<f32>,
+        pub c_sq_norms: DevPtr<f32>,
+        pub k: u32,
+        pub labels: DevPtr<u32>,
+        pub min_dist: DevPtr<f32>,
+        pub changed: DevPtr<u32>,
+        pub block_inertia: DevPtr<i64>,
+        pub inertia_scale: f32,
+        pub weights: DevPtr<f32>,
+        pub scales: DevPtr<f32>,
+        pub sums: DevPtr<i64>,
+        pub counts: DevPtr<u64>,
+        pub centroids_t: DevPtr<f32>,
+        pub k_padded: u32,
+    }
+    entries: assign_entry;
 }
-
-// SAFETY: `#[repr(C)]`, device pointers and scalars.
-unsafe impl KernelParams for AssignParams {}
 
 /// Arguments shared by the assign entry points, as the sweeps read them.
 #[cfg(any(test, target_arch = "nvptx64"))]
@@ -198,79 +196,79 @@ macro_rules! assign_kernel {
         pub const $entry: Kernel<AssignParams> =
             Kernel::new(stringify!($name)).min_blocks($min_blocks);
 
-        /// Labels each of the `n` points of `x` (row-major, `d` columns) with its nearest of the
-        /// `k` centroids and writes its distance. Squared norms of points and centroids are
-        /// inputs (ignored by L1). `weights` (null: one unit each) holds every point's integer
-        /// units. With `changed` non-null, adds the number of labels of points with weight that
-        /// differ from what `labels` held; with `block_inertia` non-null, writes each block's
-        /// fixed-point inertia `Σ units · round(dist · inertia_scale)` at its index. With `sums`
-        /// non-null, also adds every point's fixed-point coordinates (under `scales`, one per
-        /// dimension) times its units to its cluster's row of `sums` (`k × d`) and its units to
-        /// its `counts` entry, as `kmeans_accumulate_global` would.
-        /// `centroids_t` holds the centroids by dimension (`d × k_padded`, `k_padded ≥ k` a multiple of 4;
-        /// read on sm_80 and later).
-        ///
-        /// # Safety
-        /// Pointers valid for those sizes; `BLOCK` threads, `ceil(n / points())` blocks and
-        /// `shared_bytes()` of dynamic shared memory for this kernel's tile.
-        #[cfg(target_arch = "nvptx64")]
-        #[unsafe(no_mangle)]
-        pub unsafe extern "gpu-kernel" fn $name(params: AssignParams) {
-            let AssignParams {
-                x,
-                x_sq_norms,
-                n,
-                d,
-                centroids,
-                c_sq_norms,
-                k,
-                labels,
-                min_dist,
-                changed,
-                block_inertia,
-                inertia_scale,
-                weights,
-                scales,
-                sums,
-                counts,
-                centroids_t,
-                k_padded,
-            } = params;
-            let args = AssignArgs {
-                x: x.as_ptr(),
-                x_sq_norms: x_sq_norms.as_ptr(),
-                n: n as usize,
-                d: (d as usize).max(1),
-                centroids: centroids.as_ptr(),
-                c_sq_norms: c_sq_norms.as_ptr(),
-                k: k as usize,
-                labels: labels.as_mut_ptr(),
-                min_dist: min_dist.as_mut_ptr(),
-                changed: changed.as_mut_ptr(),
-                block_inertia: block_inertia.as_mut_ptr(),
-                inertia_scale,
-                weights: weights.as_ptr(),
-                scales: scales.as_ptr(),
-                sums: sums.as_mut_ptr(),
-                counts: counts.as_mut_ptr(),
-                centroids_t: centroids_t.as_ptr(),
-                k_padded: k_padded as usize,
-            };
-            #[cfg(target_feature = "sm_80")]
-            unsafe {
-                run_async::<
-                    { $tile.points_per_thread },
-                    { $tile.centroids_per_thread },
-                    { $tile.points() },
-                    { $tile.centroids() },
-                    { $tile.c_stride() },
-                >(args, $metric, $tile)
-            }
-            #[cfg(not(target_feature = "sm_80"))]
-            unsafe {
-                run::<_, { $tile.points_per_thread }, { $tile.centroids_per_thread }>(
-                    Gpu, args, $metric, $tile,
-                )
+        assign_entry! {
+            /// Labels each of the `n` points of `x` (row-major, `d` columns) with its nearest of the
+            /// `k` centroids and writes its distance. Squared norms of points and centroids are
+            /// inputs (ignored by L1). `weights` (null: one unit each) holds every point's integer
+            /// units. With `changed` non-null, adds the number of labels of points with weight that
+            /// differ from what `labels` held; with `block_inertia` non-null, writes each block's
+            /// fixed-point inertia `Σ units · round(dist · inertia_scale)` at its index. With `sums`
+            /// non-null, also adds every point's fixed-point coordinates (under `scales`, one per
+            /// dimension) times its units to its cluster's row of `sums` (`k × d`) and its units to
+            /// its `counts` entry, as `kmeans_accumulate_global` would.
+            /// `centroids_t` holds the centroids by dimension (`d × k_padded`, `k_padded ≥ k` a multiple of 4;
+            /// read on sm_80 and later).
+            ///
+            /// # Safety
+            /// Pointers valid for those sizes; `BLOCK` threads, `ceil(n / points())` blocks and
+            /// `shared_bytes()` of dynamic shared memory for this kernel's tile.
+            fn $name(params) {
+                let AssignParams {
+                    x,
+                    x_sq_norms,
+                    n,
+                    d,
+                    centroids,
+                    c_sq_norms,
+                    k,
+                    labels,
+                    min_dist,
+                    changed,
+                    block_inertia,
+                    inertia_scale,
+                    weights,
+                    scales,
+                    sums,
+                    counts,
+                    centroids_t,
+                    k_padded,
+                } = params;
+                let args = AssignArgs {
+                    x: x.as_ptr(),
+                    x_sq_norms: x_sq_norms.as_ptr(),
+                    n: n as usize,
+                    d: (d as usize).max(1),
+                    centroids: centroids.as_ptr(),
+                    c_sq_norms: c_sq_norms.as_ptr(),
+                    k: k as usize,
+                    labels: labels.as_mut_ptr(),
+                    min_dist: min_dist.as_mut_ptr(),
+                    changed: changed.as_mut_ptr(),
+                    block_inertia: block_inertia.as_mut_ptr(),
+                    inertia_scale,
+                    weights: weights.as_ptr(),
+                    scales: scales.as_ptr(),
+                    sums: sums.as_mut_ptr(),
+                    counts: counts.as_mut_ptr(),
+                    centroids_t: centroids_t.as_ptr(),
+                    k_padded: k_padded as usize,
+                };
+                #[cfg(target_feature = "sm_80")]
+                unsafe {
+                    run_async::<
+                        { $tile.points_per_thread },
+                        { $tile.centroids_per_thread },
+                        { $tile.points() },
+                        { $tile.centroids() },
+                        { $tile.c_stride() },
+                    >(args, $metric, $tile)
+                }
+                #[cfg(not(target_feature = "sm_80"))]
+                unsafe {
+                    run::<_, { $tile.points_per_thread }, { $tile.centroids_per_thread }>(
+                        Gpu, args, $metric, $tile,
+                    )
+                }
             }
         }
     };

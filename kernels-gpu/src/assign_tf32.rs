@@ -17,7 +17,7 @@
 //! The kernel body `run` goes prologue, sweep, merge, re-check (see its comment).
 
 use crate::launch::Kernel;
-use crate::params::{DevPtr, KernelParams};
+use crate::params::DevPtr;
 #[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
 use crate::{
     cp_async::{commit, copy_4, copy_rows, shared_addr, wait_all, wait_group},
@@ -39,28 +39,26 @@ pub const KMEANS_ASSIGN_L2_TF32: Kernel<AssignTf32Params> = Kernel::new("kmeans_
     .only_sm80()
     .min_blocks(2);
 
-/// `kmeans_assign_l2_tf32`'s parameters.
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub struct AssignTf32Params {
-    pub x: DevPtr<f32>,
-    pub x_sq_norms: DevPtr<f32>,
-    pub n: u32,
-    pub d: u32,
-    pub centroids: DevPtr<f32>,
-    pub c_sq_norms: DevPtr<f32>,
-    pub c_terms: DevPtr<f32>,
-    pub k: u32,
-    pub labels: DevPtr<u32>,
-    pub min_dist: DevPtr<f32>,
-    pub changed: DevPtr<u32>,
-    pub block_inertia: DevPtr<i64>,
-    pub inertia_scale: f32,
-    pub weights: DevPtr<f32>,
+kernel_params! {
+    /// `kmeans_assign_l2_tf32`'s parameters.
+    pub struct AssignTf32Params {
+        pub x: DevPtr<f32>,
+        pub x_sq_norms: DevPtr<f32>,
+        pub n: u32,
+        pub d: u32,
+        pub centroids: DevPtr<f32>,
+        pub c_sq_norms: DevPtr<f32>,
+        pub c_terms: DevPtr<f32>,
+        pub k: u32,
+        pub labels: DevPtr<u32>,
+        pub min_dist: DevPtr<f32>,
+        pub changed: DevPtr<u32>,
+        pub block_inertia: DevPtr<i64>,
+        pub inertia_scale: f32,
+        pub weights: DevPtr<f32>,
+    }
+    entries: assign_tf32_entry;
 }
-
-// SAFETY: `#[repr(C)]`, device pointers and scalars.
-unsafe impl KernelParams for AssignTf32Params {}
 
 /// Points per block of `kmeans_assign_l2_tf32`: `BLOCK` threads, 8 warps as 4 point rows × 2
 /// centroid columns, each warp 32 points × 64 centroids of `m16n8k8` tiles.
@@ -102,84 +100,85 @@ pub const fn tf32_grid(n: usize) -> usize {
     n.div_ceil(TF32_POINTS)
 }
 
-/// Labels each of the `n` points of `x` (row-major, `d` columns) with its nearest of the `k`
-/// centroids (TF32 shortlist, exact FP32 re-check: the exact path's label) and writes its exact
-/// distance. `c_terms` holds the centroids' error-bound terms (`tf32_centroid_terms`: `k` norms,
-/// then `k` residual terms). `weights`
-/// (null: one unit each) holds every point's integer units. With `changed` non-null, adds the
-/// number of labels of points with weight that differ from what `labels` held; with
-/// `block_inertia` non-null, writes each block's fixed-point inertia `Σ units · round(dist ·
-/// inertia_scale)` at its index.
-///
-/// # Safety
-/// Pointers valid for those sizes; `BLOCK` threads, [`tf32_grid`]`(n)` blocks and
-/// [`tf32_shared_bytes`]`()` of dynamic shared memory.
-#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
-#[unsafe(no_mangle)]
-pub unsafe extern "gpu-kernel" fn kmeans_assign_l2_tf32(params: AssignTf32Params) {
-    let AssignTf32Params {
-        x,
-        x_sq_norms,
-        n,
-        d,
-        centroids,
-        c_sq_norms,
-        c_terms,
-        k,
-        labels,
-        min_dist,
-        changed,
-        block_inertia,
-        inertia_scale,
-        weights,
-    } = params;
-    let (
-        x,
-        x_sq_norms,
-        centroids,
-        c_sq_norms,
-        c_terms,
-        labels,
-        min_dist,
-        changed,
-        block_inertia,
-        weights,
-    ) = (
-        x.as_ptr(),
-        x_sq_norms.as_ptr(),
-        centroids.as_ptr(),
-        c_sq_norms.as_ptr(),
-        c_terms.as_ptr(),
-        labels.as_mut_ptr(),
-        min_dist.as_mut_ptr(),
-        changed.as_mut_ptr(),
-        block_inertia.as_mut_ptr(),
-        weights.as_ptr(),
-    );
-    let (n, d, k) = (n as usize, (d as usize).max(1), k as usize);
-    let a = Tf32AssignArgs {
-        x,
-        x_sq_norms,
-        n,
-        d,
-        centroids,
-        c_sq_norms,
-        c_terms,
-        k,
-        labels,
-        min_dist,
-        changed,
-        block_inertia,
-        inertia_scale,
-        weights,
-    };
-    // Rows of `x` and `centroids` start 16-byte aligned when d is a multiple of 4: stage in
-    // 16-byte copies then, else one word at a time (two specialisations, so neither keeps the
-    // other's addresses live).
-    if d % 4 == 0 {
-        unsafe { run::<true>(a) }
-    } else {
-        unsafe { run::<false>(a) }
+assign_tf32_entry! {
+    /// Labels each of the `n` points of `x` (row-major, `d` columns) with its nearest of the `k`
+    /// centroids (TF32 shortlist, exact FP32 re-check: the exact path's label) and writes its exact
+    /// distance. `c_terms` holds the centroids' error-bound terms (`tf32_centroid_terms`: `k` norms,
+    /// then `k` residual terms). `weights`
+    /// (null: one unit each) holds every point's integer units. With `changed` non-null, adds the
+    /// number of labels of points with weight that differ from what `labels` held; with
+    /// `block_inertia` non-null, writes each block's fixed-point inertia `Σ units · round(dist ·
+    /// inertia_scale)` at its index.
+    ///
+    /// # Safety
+    /// Pointers valid for those sizes; `BLOCK` threads, [`tf32_grid`]`(n)` blocks and
+    /// [`tf32_shared_bytes`]`()` of dynamic shared memory.
+    #[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
+    fn kmeans_assign_l2_tf32(params) {
+        let AssignTf32Params {
+            x,
+            x_sq_norms,
+            n,
+            d,
+            centroids,
+            c_sq_norms,
+            c_terms,
+            k,
+            labels,
+            min_dist,
+            changed,
+            block_inertia,
+            inertia_scale,
+            weights,
+        } = params;
+        let (
+            x,
+            x_sq_norms,
+            centroids,
+            c_sq_norms,
+            c_terms,
+            labels,
+            min_dist,
+            changed,
+            block_inertia,
+            weights,
+        ) = (
+            x.as_ptr(),
+            x_sq_norms.as_ptr(),
+            centroids.as_ptr(),
+            c_sq_norms.as_ptr(),
+            c_terms.as_ptr(),
+            labels.as_mut_ptr(),
+            min_dist.as_mut_ptr(),
+            changed.as_mut_ptr(),
+            block_inertia.as_mut_ptr(),
+            weights.as_ptr(),
+        );
+        let (n, d, k) = (n as usize, (d as usize).max(1), k as usize);
+        let a = Tf32AssignArgs {
+            x,
+            x_sq_norms,
+            n,
+            d,
+            centroids,
+            c_sq_norms,
+            c_terms,
+            k,
+            labels,
+            min_dist,
+            changed,
+            block_inertia,
+            inertia_scale,
+            weights,
+        };
+        // Rows of `x` and `centroids` start 16-byte aligned when d is a multiple of 4: stage in
+        // 16-byte copies then, else one word at a time (two specialisations, so neither keeps the
+        // other's addresses live).
+        if d % 4 == 0 {
+            unsafe { run::<true>(a) }
+        } else {
+            unsafe { run::<false>(a) }
+        }
     }
 }
 

@@ -5,7 +5,7 @@
 use crate::exec::Exec;
 use crate::launch::Kernel;
 use crate::math::fma;
-use crate::params::{DevPtr, KernelParams};
+use crate::params::DevPtr;
 
 /// Centroids per block of `kmeans_centroids_by_dimension`.
 pub const CENTROID_LAYOUT_ROWS: usize = 32;
@@ -23,41 +23,37 @@ pub const SHARED_BYTES: usize = CENTROID_LAYOUT_ROWS * STRIDE * 4;
 pub const KMEANS_CENTROIDS_BY_DIMENSION: Kernel<CentroidsByDimensionParams> =
     Kernel::new("kmeans_centroids_by_dimension");
 
-/// `kmeans_centroids_by_dimension`'s parameters.
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub struct CentroidsByDimensionParams {
-    pub centroids: DevPtr<f32>,
-    pub k: u32,
-    pub d: u32,
-    pub k_padded: u32,
-    pub out: DevPtr<f32>,
-    pub norms: DevPtr<f32>,
+kernel_params! {
+    /// `kmeans_centroids_by_dimension`'s parameters.
+    pub struct CentroidsByDimensionParams {
+        pub centroids: DevPtr<f32>,
+        pub k: u32,
+        pub d: u32,
+        pub k_padded: u32,
+        pub out: DevPtr<f32>,
+        pub norms: DevPtr<f32>,
+    }
+    entries: centroids_by_dimension_entry;
 }
-
-// SAFETY: `#[repr(C)]`, device pointers and scalars.
-unsafe impl KernelParams for CentroidsByDimensionParams {}
 
 /// Blocks of `kmeans_centroids_by_dimension` for `k` centroids: `CENTROID_LAYOUT_ROWS` per block.
 pub const fn centroids_by_dimension_grid(k: usize) -> usize {
     k.div_ceil(CENTROID_LAYOUT_ROWS)
 }
 
-/// `out[j · k_padded + c] = centroids[c · d + j]` for `c < k` (columns `k..k_padded` are left as they are)
-/// and, with `norms` non-null, `norms[c] = Σ_j centroids[c][j]²` in dimension order, as
-/// `row_sq_norms` computes it. Block `b` handles centroids `b · CENTROID_LAYOUT_ROWS..`, staging
-/// `CENTROID_LAYOUT_COLS` dimensions at a time so both the reads and the writes coalesce.
-///
-/// # Safety
-/// `ceil(k / CENTROID_LAYOUT_ROWS)` blocks of `BLOCK` threads with
-/// `CENTROID_LAYOUT_ROWS · (CENTROID_LAYOUT_COLS + 1) · 4` bytes of dynamic shared memory;
-/// `centroids` holds `k × d`, `out` `d × k_padded` (`k_padded ≥ k`), `norms` `k` values.
-#[cfg(target_arch = "nvptx64")]
-#[unsafe(no_mangle)]
-pub unsafe extern "gpu-kernel" fn kmeans_centroids_by_dimension(
-    params: CentroidsByDimensionParams,
-) {
-    unsafe { centroids_by_dimension(crate::exec::Gpu, &params) }
+centroids_by_dimension_entry! {
+    /// `out[j · k_padded + c] = centroids[c · d + j]` for `c < k` (columns `k..k_padded` are left as they are)
+    /// and, with `norms` non-null, `norms[c] = Σ_j centroids[c][j]²` in dimension order, as
+    /// `row_sq_norms` computes it. Block `b` handles centroids `b · CENTROID_LAYOUT_ROWS..`, staging
+    /// `CENTROID_LAYOUT_COLS` dimensions at a time so both the reads and the writes coalesce.
+    ///
+    /// # Safety
+    /// `ceil(k / CENTROID_LAYOUT_ROWS)` blocks of `BLOCK` threads with
+    /// `CENTROID_LAYOUT_ROWS · (CENTROID_LAYOUT_COLS + 1) · 4` bytes of dynamic shared memory;
+    /// `centroids` holds `k × d`, `out` `d × k_padded` (`k_padded ≥ k`), `norms` `k` values.
+    fn kmeans_centroids_by_dimension(params) {
+        unsafe { centroids_by_dimension(crate::exec::Gpu, &params) }
+    }
 }
 
 /// The body of `kmeans_centroids_by_dimension`.

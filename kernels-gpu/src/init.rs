@@ -17,7 +17,7 @@ pub mod nearest;
 use crate::exec::Exec;
 use crate::launch::{BLOCK, Kernel, SEED_CANDIDATES};
 use crate::math::{AssignMetric, assign_step};
-use crate::params::{DevPtr, KernelParams};
+use crate::params::DevPtr;
 use crate::seeding::distance_from;
 use crate::tile::load_vec4s;
 #[cfg(target_arch = "nvptx64")]
@@ -712,176 +712,164 @@ unsafe fn sample<const M: u32>(
 /// `backend::cpu::init::Seeder::seed_owner_weights`.
 pub const SEED_OWNER_WEIGHTS: Kernel<OwnerWeightsParams> = Kernel::new("seed_owner_weights");
 
-/// `seed_owner_weights`'s parameters.
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub struct OwnerWeightsParams {
-    pub owner: DevPtr<u32>,
-    pub n: u32,
-    pub weights: DevPtr<f32>,
-    pub counts: DevPtr<u64>,
-    pub totals: DevPtr<u64>,
+kernel_params! {
+    /// `seed_owner_weights`'s parameters.
+    pub struct OwnerWeightsParams {
+        pub owner: DevPtr<u32>,
+        pub n: u32,
+        pub weights: DevPtr<f32>,
+        pub counts: DevPtr<u64>,
+        pub totals: DevPtr<u64>,
+    }
+    entries: owner_weights_entry;
 }
 
-// SAFETY: `#[repr(C)]`, device pointers and scalars.
-unsafe impl KernelParams for OwnerWeightsParams {}
-
-/// `totals[owner[i]] += units_i` for every point (the k-means‖ candidate weights; units as
-/// [`units_of`] gives them). CPU twin: `backend::cpu::init::Seeder::seed_owner_weights` (host
-/// crate).
-///
-/// # Safety
-/// `ceil(n / BLOCK)` blocks of `BLOCK` threads; `weights` and `counts` null or `n` values; every
-/// `owner` value indexes `totals` (zeroed).
-#[cfg(target_arch = "nvptx64")]
-#[unsafe(no_mangle)]
-pub unsafe extern "gpu-kernel" fn seed_owner_weights(params: OwnerWeightsParams) {
-    let OwnerWeightsParams {
-        owner,
-        n,
-        weights,
-        counts,
-        totals,
-    } = params;
-    let (owner, weights, counts, totals) = (
-        owner.as_ptr(),
-        weights.as_ptr(),
-        counts.as_ptr(),
-        totals.as_mut_ptr(),
-    );
-    let i = Gpu.block() * BLOCK as usize + Gpu.thread();
-    if i < n as usize {
-        unsafe {
-            let units = units_of(weights, counts, i);
-            atomic_add_u64(totals.add(*owner.add(i) as usize), units);
+owner_weights_entry! {
+    /// `totals[owner[i]] += units_i` for every point (the k-means‖ candidate weights; units as
+    /// [`units_of`] gives them). CPU twin: `backend::cpu::init::Seeder::seed_owner_weights` (host
+    /// crate).
+    ///
+    /// # Safety
+    /// `ceil(n / BLOCK)` blocks of `BLOCK` threads; `weights` and `counts` null or `n` values; every
+    /// `owner` value indexes `totals` (zeroed).
+    fn seed_owner_weights(params) {
+        let OwnerWeightsParams {
+            owner,
+            n,
+            weights,
+            counts,
+            totals,
+        } = params;
+        let (owner, weights, counts, totals) = (
+            owner.as_ptr(),
+            weights.as_ptr(),
+            counts.as_ptr(),
+            totals.as_mut_ptr(),
+        );
+        let i = Gpu.block() * BLOCK as usize + Gpu.thread();
+        if i < n as usize {
+            unsafe {
+                let units = units_of(weights, counts, i);
+                atomic_add_u64(totals.add(*owner.add(i) as usize), units);
+            }
         }
     }
 }
 
-/// The parameters of both `seed_trials_*` entry points (see `trials`).
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub struct TrialsParams {
-    pub x: DevPtr<f32>,
-    pub norms: DevPtr<f32>,
-    pub n: u32,
-    pub d: u32,
-    pub weights: DevPtr<f32>,
-    pub counts: DevPtr<u64>,
-    pub min_dist: DevPtr<f32>,
-    pub candidates: DevPtr<u32>,
-    pub count: u32,
-    pub pending: DevPtr<u32>,
-    pub stop: DevPtr<u32>,
-    pub scale: f64,
-    pub cap: u64,
-    pub block_sums: DevPtr<u64>,
-    pub potentials: DevPtr<u64>,
+kernel_params! {
+    /// The parameters of both `seed_trials_*` entry points (see `trials`).
+    pub struct TrialsParams {
+        pub x: DevPtr<f32>,
+        pub norms: DevPtr<f32>,
+        pub n: u32,
+        pub d: u32,
+        pub weights: DevPtr<f32>,
+        pub counts: DevPtr<u64>,
+        pub min_dist: DevPtr<f32>,
+        pub candidates: DevPtr<u32>,
+        pub count: u32,
+        pub pending: DevPtr<u32>,
+        pub stop: DevPtr<u32>,
+        pub scale: f64,
+        pub cap: u64,
+        pub block_sums: DevPtr<u64>,
+        pub potentials: DevPtr<u64>,
+    }
+    entries: trials_entry;
 }
 
-// SAFETY: `#[repr(C)]`, device pointers and scalars.
-unsafe impl KernelParams for TrialsParams {}
-
-/// The parameters of both `seed_nearest_*` entry points (see `nearest_pass`).
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub struct NearestParams {
-    pub x: DevPtr<f32>,
-    pub norms: DevPtr<f32>,
-    pub n: u32,
-    pub d: u32,
-    pub weights: DevPtr<f32>,
-    pub counts: DevPtr<u64>,
-    pub min_dist: DevPtr<f32>,
-    pub owner: DevPtr<u32>,
-    pub rows: DevPtr<u32>,
-    pub count: u32,
-    pub first_id: u32,
-    pub fresh: u32,
-    pub scale: f64,
-    pub cap: u64,
-    pub block_sums: DevPtr<u64>,
-    pub total: DevPtr<u64>,
+kernel_params! {
+    /// The parameters of both `seed_nearest_*` entry points (see `nearest_pass`).
+    pub struct NearestParams {
+        pub x: DevPtr<f32>,
+        pub norms: DevPtr<f32>,
+        pub n: u32,
+        pub d: u32,
+        pub weights: DevPtr<f32>,
+        pub counts: DevPtr<u64>,
+        pub min_dist: DevPtr<f32>,
+        pub owner: DevPtr<u32>,
+        pub rows: DevPtr<u32>,
+        pub count: u32,
+        pub first_id: u32,
+        pub fresh: u32,
+        pub scale: f64,
+        pub cap: u64,
+        pub block_sums: DevPtr<u64>,
+        pub total: DevPtr<u64>,
+    }
+    entries: nearest_entry;
 }
 
-// SAFETY: `#[repr(C)]`, device pointers and scalars.
-unsafe impl KernelParams for NearestParams {}
-
-/// The parameters of both `seed_locate_*` entry points (see `locate`).
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub struct LocateParams {
-    pub x: DevPtr<f32>,
-    pub norms: DevPtr<f32>,
-    pub n: u32,
-    pub d: u32,
-    pub weights: DevPtr<f32>,
-    pub counts: DevPtr<u64>,
-    pub min_dist: DevPtr<f32>,
-    pub pending: u32,
-    pub sums: DevPtr<u64>,
-    pub nb: u32,
-    pub draws: DevPtr<u64>,
-    pub scale: f64,
-    pub cap: u64,
-    pub out: DevPtr<u32>,
+kernel_params! {
+    /// The parameters of both `seed_locate_*` entry points (see `locate`).
+    pub struct LocateParams {
+        pub x: DevPtr<f32>,
+        pub norms: DevPtr<f32>,
+        pub n: u32,
+        pub d: u32,
+        pub weights: DevPtr<f32>,
+        pub counts: DevPtr<u64>,
+        pub min_dist: DevPtr<f32>,
+        pub pending: u32,
+        pub sums: DevPtr<u64>,
+        pub nb: u32,
+        pub draws: DevPtr<u64>,
+        pub scale: f64,
+        pub cap: u64,
+        pub out: DevPtr<u32>,
+    }
+    entries: locate_entry;
 }
 
-// SAFETY: `#[repr(C)]`, device pointers and scalars.
-unsafe impl KernelParams for LocateParams {}
-
-/// The parameters of both `seed_greedy_draw_*` entry points (see `greedy_draw`).
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub struct GreedyDrawParams {
-    pub x: DevPtr<f32>,
-    pub norms: DevPtr<f32>,
-    pub n: u32,
-    pub d: u32,
-    pub weights: DevPtr<f32>,
-    pub counts: DevPtr<u64>,
-    pub min_dist: DevPtr<f32>,
-    pub block_sums: DevPtr<u64>,
-    pub nb: u32,
-    pub trials: u32,
-    pub step: u32,
-    pub k: u32,
-    pub first_total: u64,
-    pub chosen: DevPtr<u32>,
-    pub uniforms: DevPtr<u64>,
-    pub last_candidates: DevPtr<u32>,
-    pub last_potentials: DevPtr<u64>,
-    pub next_candidates: DevPtr<u32>,
-    pub next_potentials: DevPtr<u64>,
-    pub stop: DevPtr<u32>,
-    pub scale: f64,
-    pub cap: u64,
+kernel_params! {
+    /// The parameters of both `seed_greedy_draw_*` entry points (see `greedy_draw`).
+    pub struct GreedyDrawParams {
+        pub x: DevPtr<f32>,
+        pub norms: DevPtr<f32>,
+        pub n: u32,
+        pub d: u32,
+        pub weights: DevPtr<f32>,
+        pub counts: DevPtr<u64>,
+        pub min_dist: DevPtr<f32>,
+        pub block_sums: DevPtr<u64>,
+        pub nb: u32,
+        pub trials: u32,
+        pub step: u32,
+        pub k: u32,
+        pub first_total: u64,
+        pub chosen: DevPtr<u32>,
+        pub uniforms: DevPtr<u64>,
+        pub last_candidates: DevPtr<u32>,
+        pub last_potentials: DevPtr<u64>,
+        pub next_candidates: DevPtr<u32>,
+        pub next_potentials: DevPtr<u64>,
+        pub stop: DevPtr<u32>,
+        pub scale: f64,
+        pub cap: u64,
+    }
+    entries: greedy_draw_entry;
 }
 
-// SAFETY: `#[repr(C)]`, device pointers and scalars.
-unsafe impl KernelParams for GreedyDrawParams {}
-
-/// The parameters of both `seed_sample_*` entry points (see `sample`).
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub struct SampleParams {
-    pub weights: DevPtr<f32>,
-    pub counts: DevPtr<u64>,
-    pub min_dist: DevPtr<f32>,
-    pub n: u32,
-    pub seed: u64,
-    pub round: u32,
-    pub first_row: u32,
-    pub ell: u64,
-    pub phi: u64,
-    pub scale: f64,
-    pub cap: u64,
-    pub out: DevPtr<u32>,
-    pub count: DevPtr<u32>,
+kernel_params! {
+    /// The parameters of both `seed_sample_*` entry points (see `sample`).
+    pub struct SampleParams {
+        pub weights: DevPtr<f32>,
+        pub counts: DevPtr<u64>,
+        pub min_dist: DevPtr<f32>,
+        pub n: u32,
+        pub seed: u64,
+        pub round: u32,
+        pub first_row: u32,
+        pub ell: u64,
+        pub phi: u64,
+        pub scale: f64,
+        pub cap: u64,
+        pub out: DevPtr<u32>,
+        pub count: DevPtr<u32>,
+    }
+    entries: sample_entry;
 }
-
-// SAFETY: `#[repr(C)]`, device pointers and scalars.
-unsafe impl KernelParams for SampleParams {}
 
 /// The sum of `v` over the 32 lanes of the warp (every lane gets it); all lanes call this.
 #[cfg(target_arch = "nvptx64")]
@@ -934,133 +922,133 @@ macro_rules! seeding_kernels {
         #[doc = concat!("The `", stringify!($trials), "` entry point. CPU twin: `backend::cpu::init::Seeder::seed_trials`.")]
         pub const $TRIALS: Kernel<TrialsParams> = Kernel::new(stringify!($trials));
 
-        /// [`trials`] for this metric. CPU twin: `backend::cpu::init::Seeder::seed_trials` (host
-        /// crate).
-        ///
-        /// # Safety
-        /// As [`trials`].
-        #[cfg(target_arch = "nvptx64")]
-        #[unsafe(no_mangle)]
-        pub unsafe extern "gpu-kernel" fn $trials(params: TrialsParams) {
-let TrialsParams { x, norms, n, d, weights, counts, min_dist, candidates, count, pending, stop, scale, cap, block_sums, potentials } = params;
-let (x, norms, weights, counts, min_dist, candidates, pending, stop, block_sums, potentials) = (x.as_ptr(), norms.as_ptr(), weights.as_ptr(), counts.as_ptr(), min_dist.as_mut_ptr(), candidates.as_ptr(), pending.as_ptr(), stop.as_ptr(), block_sums.as_mut_ptr(), potentials.as_mut_ptr());
-            let ws = WeightScale { scale, cap };
-            let data = seed_rows(x, norms, n, d);
-            unsafe {
-                trials::<{ $m }>(
-                    data, weights, counts, min_dist, candidates, count, pending, stop, ws,
-                    block_sums, potentials,
-                )
+        trials_entry! {
+            /// [`trials`] for this metric. CPU twin: `backend::cpu::init::Seeder::seed_trials` (host
+            /// crate).
+            ///
+            /// # Safety
+            /// As [`trials`].
+            fn $trials(params) {
+    let TrialsParams { x, norms, n, d, weights, counts, min_dist, candidates, count, pending, stop, scale, cap, block_sums, potentials } = params;
+    let (x, norms, weights, counts, min_dist, candidates, pending, stop, block_sums, potentials) = (x.as_ptr(), norms.as_ptr(), weights.as_ptr(), counts.as_ptr(), min_dist.as_mut_ptr(), candidates.as_ptr(), pending.as_ptr(), stop.as_ptr(), block_sums.as_mut_ptr(), potentials.as_mut_ptr());
+                let ws = WeightScale { scale, cap };
+                let data = seed_rows(x, norms, n, d);
+                unsafe {
+                    trials::<{ $m }>(
+                        data, weights, counts, min_dist, candidates, count, pending, stop, ws,
+                        block_sums, potentials,
+                    )
+                }
             }
         }
 
         #[doc = concat!("The `", stringify!($nearest), "` entry point. CPU twin: `backend::cpu::init::Seeder::seed_nearest`.")]
         pub const $NEAREST: Kernel<NearestParams> = Kernel::new(stringify!($nearest)).min_blocks(2);
 
-        /// [`nearest_pass`] for this metric. CPU twin: `backend::cpu::init::Seeder::seed_nearest`
-        /// (host crate).
-        ///
-        /// # Safety
-        /// As [`nearest_pass`].
-        #[cfg(target_arch = "nvptx64")]
-        #[unsafe(no_mangle)]
-        pub unsafe extern "gpu-kernel" fn $nearest(params: NearestParams) {
-let NearestParams { x, norms, n, d, weights, counts, min_dist, owner, rows, count, first_id, fresh, scale, cap, block_sums, total } = params;
-let (x, norms, weights, counts, min_dist, owner, rows, block_sums, total) = (x.as_ptr(), norms.as_ptr(), weights.as_ptr(), counts.as_ptr(), min_dist.as_mut_ptr(), owner.as_mut_ptr(), rows.as_ptr(), block_sums.as_mut_ptr(), total.as_mut_ptr());
-            let a = nearest::Nearest {
-                data: seed_rows(x, norms, n, d),
-                min_dist,
-                owner,
-                rows,
-                count: count as usize,
-                first_id,
-                fresh: fresh != 0,
-            };
-            let ws = WeightScale { scale, cap };
-            unsafe { nearest_pass::<{ $m }>(a, weights, counts, ws, block_sums, total) }
+        nearest_entry! {
+            /// [`nearest_pass`] for this metric. CPU twin: `backend::cpu::init::Seeder::seed_nearest`
+            /// (host crate).
+            ///
+            /// # Safety
+            /// As [`nearest_pass`].
+            fn $nearest(params) {
+    let NearestParams { x, norms, n, d, weights, counts, min_dist, owner, rows, count, first_id, fresh, scale, cap, block_sums, total } = params;
+    let (x, norms, weights, counts, min_dist, owner, rows, block_sums, total) = (x.as_ptr(), norms.as_ptr(), weights.as_ptr(), counts.as_ptr(), min_dist.as_mut_ptr(), owner.as_mut_ptr(), rows.as_ptr(), block_sums.as_mut_ptr(), total.as_mut_ptr());
+                let a = nearest::Nearest {
+                    data: seed_rows(x, norms, n, d),
+                    min_dist,
+                    owner,
+                    rows,
+                    count: count as usize,
+                    first_id,
+                    fresh: fresh != 0,
+                };
+                let ws = WeightScale { scale, cap };
+                unsafe { nearest_pass::<{ $m }>(a, weights, counts, ws, block_sums, total) }
+            }
         }
 
         #[doc = concat!("The `", stringify!($locate), "` entry point. CPU twin: `backend::cpu::init::Seeder::locate_all`.")]
         pub const $LOCATE: Kernel<LocateParams> = Kernel::new(stringify!($locate));
 
-        /// [`locate`] for this metric. CPU twin: `backend::cpu::init::Seeder::locate_all` (host
-        /// crate).
-        ///
-        /// # Safety
-        /// As [`locate`].
-        #[cfg(target_arch = "nvptx64")]
-        #[unsafe(no_mangle)]
-        pub unsafe extern "gpu-kernel" fn $locate(params: LocateParams) {
-let LocateParams { x, norms, n, d, weights, counts, min_dist, pending, sums, nb, draws, scale, cap, out } = params;
-let (x, norms, weights, counts, min_dist, sums, draws, out) = (x.as_ptr(), norms.as_ptr(), weights.as_ptr(), counts.as_ptr(), min_dist.as_ptr(), sums.as_ptr(), draws.as_ptr(), out.as_mut_ptr());
-            let ws = WeightScale { scale, cap };
-            let data = seed_rows(x, norms, n, d);
-            unsafe {
-                locate::<{ $m }>(
-                    data, weights, counts, min_dist, pending, sums, nb, draws, ws, out,
-                )
+        locate_entry! {
+            /// [`locate`] for this metric. CPU twin: `backend::cpu::init::Seeder::locate_all` (host
+            /// crate).
+            ///
+            /// # Safety
+            /// As [`locate`].
+            fn $locate(params) {
+    let LocateParams { x, norms, n, d, weights, counts, min_dist, pending, sums, nb, draws, scale, cap, out } = params;
+    let (x, norms, weights, counts, min_dist, sums, draws, out) = (x.as_ptr(), norms.as_ptr(), weights.as_ptr(), counts.as_ptr(), min_dist.as_ptr(), sums.as_ptr(), draws.as_ptr(), out.as_mut_ptr());
+                let ws = WeightScale { scale, cap };
+                let data = seed_rows(x, norms, n, d);
+                unsafe {
+                    locate::<{ $m }>(
+                        data, weights, counts, min_dist, pending, sums, nb, draws, ws, out,
+                    )
+                }
             }
         }
 
         #[doc = concat!("The `", stringify!($greedy), "` entry point. Host twin: `backend::greedy_steps` over `backend::cpu::init::Seeder`.")]
         pub const $GREEDY: Kernel<GreedyDrawParams> = Kernel::new(stringify!($greedy));
 
-        /// [`greedy_draw`] for this metric. Host twin: `backend::greedy_steps` (host crate: one
-        /// round trip per step, over `backend::cpu::init::Seeder` or a GPU).
-        ///
-        /// # Safety
-        /// As [`greedy_draw`].
-        #[cfg(target_arch = "nvptx64")]
-        #[unsafe(no_mangle)]
-        pub unsafe extern "gpu-kernel" fn $greedy(params: GreedyDrawParams) {
-let GreedyDrawParams { x, norms, n, d, weights, counts, min_dist, block_sums, nb, trials, step, k, first_total, chosen, uniforms, last_candidates, last_potentials, next_candidates, next_potentials, stop, scale, cap } = params;
-let (x, norms, weights, counts, min_dist, block_sums, chosen, uniforms, last_candidates, last_potentials, next_candidates, next_potentials, stop) = (x.as_ptr(), norms.as_ptr(), weights.as_ptr(), counts.as_ptr(), min_dist.as_ptr(), block_sums.as_ptr(), chosen.as_mut_ptr(), uniforms.as_ptr(), last_candidates.as_ptr(), last_potentials.as_ptr(), next_candidates.as_mut_ptr(), next_potentials.as_mut_ptr(), stop.as_mut_ptr());
-            let ws = WeightScale { scale, cap };
-            let g = Greedy {
-                chosen,
-                uniforms,
-                last_candidates,
-                last_potentials,
-                next_candidates,
-                next_potentials,
-                stop,
-            };
-            unsafe {
-                greedy_draw::<{ $m }>(
-                    seed_rows(x, norms, n, d),
-                    weights,
-                    counts,
-                    min_dist,
-                    block_sums,
-                    nb,
-                    trials,
-                    step,
-                    k,
-                    first_total,
-                    g,
-                    ws,
-                )
+        greedy_draw_entry! {
+            /// [`greedy_draw`] for this metric. Host twin: `backend::greedy_steps` (host crate: one
+            /// round trip per step, over `backend::cpu::init::Seeder` or a GPU).
+            ///
+            /// # Safety
+            /// As [`greedy_draw`].
+            fn $greedy(params) {
+    let GreedyDrawParams { x, norms, n, d, weights, counts, min_dist, block_sums, nb, trials, step, k, first_total, chosen, uniforms, last_candidates, last_potentials, next_candidates, next_potentials, stop, scale, cap } = params;
+    let (x, norms, weights, counts, min_dist, block_sums, chosen, uniforms, last_candidates, last_potentials, next_candidates, next_potentials, stop) = (x.as_ptr(), norms.as_ptr(), weights.as_ptr(), counts.as_ptr(), min_dist.as_ptr(), block_sums.as_ptr(), chosen.as_mut_ptr(), uniforms.as_ptr(), last_candidates.as_ptr(), last_potentials.as_ptr(), next_candidates.as_mut_ptr(), next_potentials.as_mut_ptr(), stop.as_mut_ptr());
+                let ws = WeightScale { scale, cap };
+                let g = Greedy {
+                    chosen,
+                    uniforms,
+                    last_candidates,
+                    last_potentials,
+                    next_candidates,
+                    next_potentials,
+                    stop,
+                };
+                unsafe {
+                    greedy_draw::<{ $m }>(
+                        seed_rows(x, norms, n, d),
+                        weights,
+                        counts,
+                        min_dist,
+                        block_sums,
+                        nb,
+                        trials,
+                        step,
+                        k,
+                        first_total,
+                        g,
+                        ws,
+                    )
+                }
             }
         }
 
         #[doc = concat!("The `", stringify!($sample), "` entry point. CPU twin: `backend::cpu::init::Seeder::seed_sample`.")]
         pub const $SAMPLE: Kernel<SampleParams> = Kernel::new(stringify!($sample));
 
-        /// [`sample`] for this metric. CPU twin: `backend::cpu::init::Seeder::seed_sample` (host
-        /// crate).
-        ///
-        /// # Safety
-        /// As [`sample`].
-        #[cfg(target_arch = "nvptx64")]
-        #[unsafe(no_mangle)]
-        pub unsafe extern "gpu-kernel" fn $sample(params: SampleParams) {
-let SampleParams { weights, counts, min_dist, n, seed, round, first_row, ell, phi, scale, cap, out, count } = params;
-let (weights, counts, min_dist, out, count) = (weights.as_ptr(), counts.as_ptr(), min_dist.as_ptr(), out.as_mut_ptr(), count.as_mut_ptr());
-            let ws = WeightScale { scale, cap };
-            unsafe {
-                sample::<{ $m }>(
-                    weights, counts, min_dist, n, seed, round, first_row, ell, phi, ws, out, count,
-                )
+        sample_entry! {
+            /// [`sample`] for this metric. CPU twin: `backend::cpu::init::Seeder::seed_sample` (host
+            /// crate).
+            ///
+            /// # Safety
+            /// As [`sample`].
+            fn $sample(params) {
+    let SampleParams { weights, counts, min_dist, n, seed, round, first_row, ell, phi, scale, cap, out, count } = params;
+    let (weights, counts, min_dist, out, count) = (weights.as_ptr(), counts.as_ptr(), min_dist.as_ptr(), out.as_mut_ptr(), count.as_mut_ptr());
+                let ws = WeightScale { scale, cap };
+                unsafe {
+                    sample::<{ $m }>(
+                        weights, counts, min_dist, n, seed, round, first_row, ell, phi, ws, out, count,
+                    )
+                }
             }
         }
     };

@@ -59,7 +59,7 @@ use crate::knn::{PairMetric, SELECT_BLOCK, finish};
 use crate::launch::Kernel;
 use crate::math::fma;
 use crate::math::sqrt;
-use crate::params::{DevPtr, KernelParams};
+use crate::params::DevPtr;
 
 /// `mode` of `knn_tf32_scan`: per query and group, the key of the smallest approximate distance.
 pub const SCAN_GROUPS: u32 = 0;
@@ -459,83 +459,115 @@ const _: () = assert!(row_set::ROW_SET_BYTES >= 8 * crate::knn::MAX_STREAM_K);
 pub const THRESHOLD_SHARED_BYTES: usize = 8;
 
 /// The `knn_tf32_threshold` entry point. CPU twin: `backend::cpu::knn::CpuKnn::nearest`.
-pub const KNN_TF32_THRESHOLD: Kernel<ExactParams> =
+pub const KNN_TF32_THRESHOLD: Kernel<ThresholdParams> =
     Kernel::new("knn_tf32_threshold").threads(SELECT_BLOCK);
 
 /// The `knn_tf32_rerank` entry point. CPU twin: `backend::cpu::knn::CpuKnn::nearest`.
-pub const KNN_TF32_RERANK: Kernel<ExactParams> =
+pub const KNN_TF32_RERANK: Kernel<RerankParams> =
     Kernel::new("knn_tf32_rerank").threads(SELECT_BLOCK);
 
-/// The parameters of `knn_tf32_threshold` and `knn_tf32_rerank` (see [`Exact`]): `metric` a
-/// [`PairMetric`] id; `t_sq` is written by the threshold step only, `cand`, `overflow` and
-/// `method` (a [`crate::select`] method) are read by the rerank only (null or 0 in the other).
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub struct ExactParams {
-    pub q: DevPtr<f32>,
-    pub q_norms: DevPtr<f32>,
-    pub x: DevPtr<f32>,
-    pub x_norms: DevPtr<f32>,
-    pub d: u32,
-    pub metric: u32,
-    pub k: u32,
-    pub best: DevPtr<u64>,
-    pub t_sq: DevPtr<f32>,
-    pub counts: DevPtr<u32>,
-    pub cand: DevPtr<u32>,
-    pub overflow: DevPtr<u32>,
-    pub method: u32,
+kernel_params! {
+    /// `knn_tf32_threshold`'s parameters (see [`Exact`]): the queries and training rows with
+    /// their squared norms, `metric` a [`PairMetric`] id, `k`, the streamed `best` keys, and the
+    /// `t_sq` and `counts` it writes. `knn_tf32_rerank` starts with the same eight.
+    pub struct ThresholdParams {
+        pub q: DevPtr<f32>,
+        pub q_norms: DevPtr<f32>,
+        pub x: DevPtr<f32>,
+        pub x_norms: DevPtr<f32>,
+        pub d: u32,
+        pub metric: u32,
+        pub k: u32,
+        pub best: DevPtr<u64>,
+        pub t_sq: DevPtr<f32>,
+        pub counts: DevPtr<u32>,
+    }
+    entries: threshold_entry;
 }
 
-// SAFETY: `#[repr(C)]`, device pointers and scalars.
-unsafe impl KernelParams for ExactParams {}
+kernel_params! {
+    /// `knn_tf32_rerank`'s parameters: as [`ThresholdParams`]' first eight, then the candidates
+    /// (`counts`, `cand`), the `overflow` flags and `method` (a [`crate::select`] method).
+    pub struct RerankParams {
+        pub q: DevPtr<f32>,
+        pub q_norms: DevPtr<f32>,
+        pub x: DevPtr<f32>,
+        pub x_norms: DevPtr<f32>,
+        pub d: u32,
+        pub metric: u32,
+        pub k: u32,
+        pub best: DevPtr<u64>,
+        pub counts: DevPtr<u32>,
+        pub cand: DevPtr<u32>,
+        pub overflow: DevPtr<u32>,
+        pub method: u32,
+    }
+    entries: rerank_entry;
+}
 
 #[cfg(target_arch = "nvptx64")]
 mod entry {
     use super::*;
 
-    fn exact(params: ExactParams) -> Exact {
-        Exact {
-            q: params.q.as_ptr(),
-            q_norms: params.q_norms.as_ptr(),
-            x: params.x.as_ptr(),
-            x_norms: params.x_norms.as_ptr(),
-            d: (params.d as usize).max(1),
-            metric: PairMetric::from_id(params.metric),
-            k: (params.k as usize).max(1),
-            best: params.best.as_mut_ptr(),
-            t_sq: params.t_sq.as_mut_ptr(),
-            counts: params.counts.as_mut_ptr(),
-            cand: params.cand.as_ptr(),
-            overflow: params.overflow.as_mut_ptr(),
+    /// The [`Exact`] of either kernel's parameters: the eight fields both start with, then
+    /// `t_sq`, `counts`, `cand` and `overflow`.
+    macro_rules! exact {
+        ($params:expr, $t_sq:expr, $counts:expr, $cand:expr, $overflow:expr) => {
+            Exact {
+                q: $params.q.as_ptr(),
+                q_norms: $params.q_norms.as_ptr(),
+                x: $params.x.as_ptr(),
+                x_norms: $params.x_norms.as_ptr(),
+                d: ($params.d as usize).max(1),
+                metric: PairMetric::from_id($params.metric),
+                k: ($params.k as usize).max(1),
+                best: $params.best.as_mut_ptr(),
+                t_sq: $t_sq,
+                counts: $counts,
+                cand: $cand,
+                overflow: $overflow,
+            }
+        };
+    }
+
+    threshold_entry! {
+        /// Step 3: see [`threshold`].
+        ///
+        /// # Safety
+        /// One block of `SELECT_BLOCK` threads per query row, 8 bytes of shared memory; `best`
+        /// holds `rows × k` keys, `t_sq` and `counts` `rows` values.
+        fn knn_tf32_threshold(params) {
+            let a = exact!(
+                params,
+                params.t_sq.as_mut_ptr(),
+                params.counts.as_mut_ptr(),
+                core::ptr::null(),
+                core::ptr::null_mut()
+            );
+            unsafe { threshold(crate::exec::Gpu, a) }
         }
     }
 
-    /// Step 3: see [`threshold`].
-    ///
-    /// # Safety
-    /// One block of `SELECT_BLOCK` threads per query row, 8 bytes of shared memory; `best`
-    /// holds `rows × k` keys, `t_sq` and `counts` `rows` values.
-    #[unsafe(no_mangle)]
-    pub unsafe extern "gpu-kernel" fn knn_tf32_threshold(params: ExactParams) {
-        let a = exact(params);
-        unsafe { threshold(crate::exec::Gpu, a) }
-    }
-
-    /// Step 5: see [`rerank`] (`method`: a [`crate::select`] method).
-    ///
-    /// # Safety
-    /// One block of `SELECT_BLOCK` threads per query row, `select_shared_bytes()` of shared
-    /// memory; `cand` holds `rows × TF32_CAP` indices, `counts` and `overflow` `rows` values.
-    #[unsafe(no_mangle)]
-    pub unsafe extern "gpu-kernel" fn knn_tf32_rerank(params: ExactParams) {
-        let a = exact(params);
-        let method = params.method;
-        use crate::select::{BY_KMIN, BY_RADIX};
-        match method {
-            BY_KMIN => unsafe { rerank::<BY_KMIN, _>(crate::exec::Gpu, a) },
-            BY_RADIX => unsafe { rerank::<BY_RADIX, _>(crate::exec::Gpu, a) },
-            _ => unsafe { rerank::<{ crate::select::BY_BITONIC }, _>(crate::exec::Gpu, a) },
+    rerank_entry! {
+        /// Step 5: see [`rerank`] (`method`: a [`crate::select`] method).
+        ///
+        /// # Safety
+        /// One block of `SELECT_BLOCK` threads per query row, `select_shared_bytes()` of shared
+        /// memory; `cand` holds `rows × TF32_CAP` indices, `counts` and `overflow` `rows` values.
+        fn knn_tf32_rerank(params) {
+            let a = exact!(
+                params,
+                core::ptr::null_mut(),
+                params.counts.as_mut_ptr(),
+                params.cand.as_ptr(),
+                params.overflow.as_mut_ptr()
+            );
+            use crate::select::{BY_KMIN, BY_RADIX};
+            match params.method {
+                BY_KMIN => unsafe { rerank::<BY_KMIN, _>(crate::exec::Gpu, a) },
+                BY_RADIX => unsafe { rerank::<BY_RADIX, _>(crate::exec::Gpu, a) },
+                _ => unsafe { rerank::<{ crate::select::BY_BITONIC }, _>(crate::exec::Gpu, a) },
+            }
         }
     }
 }
@@ -551,38 +583,36 @@ pub const KNN_TF32_SCAN_WG: Kernel<ScanParams> = Kernel::new("knn_tf32_scan_wg")
     .only_sm90a()
     .threads(TF32_BLOCK);
 
-/// The parameters of `knn_tf32_scan` and `knn_tf32_scan_wg` (see `scan::knn_tf32_scan`): the
-/// queries `q` (`m × d`) and training rows `x` (`n × d`) with their squared norms and the
-/// training norms' roots; the shape (`xc`, `tiles`, `group`) and `mode`; the group keys
-/// (`gkeys`, row stride `ldg`), the optional approximations (`approx`, row stride `lda`), the
-/// thresholds `t_sq`, the candidate `counts` and `cand`, and the bound's `c1`.
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub struct ScanParams {
-    pub q: DevPtr<f32>,
-    pub q_norms: DevPtr<f32>,
-    pub m: u32,
-    pub x: DevPtr<f32>,
-    pub x_norms: DevPtr<f32>,
-    pub x_roots: DevPtr<f32>,
-    pub n: u32,
-    pub d: u32,
-    pub xc: u32,
-    pub tiles: u32,
-    pub mode: u32,
-    pub group: u32,
-    pub gkeys: DevPtr<u64>,
-    pub ldg: u64,
-    pub approx: DevPtr<f32>,
-    pub lda: u64,
-    pub t_sq: DevPtr<f32>,
-    pub counts: DevPtr<u32>,
-    pub cand: DevPtr<u32>,
-    pub c1: f32,
+kernel_params! {
+    /// The parameters of `knn_tf32_scan` and `knn_tf32_scan_wg` (see `scan::knn_tf32_scan`): the
+    /// queries `q` (`m × d`) and training rows `x` (`n × d`) with their squared norms and the
+    /// training norms' roots; the shape (`xc`, `tiles`, `group`) and `mode`; the group keys
+    /// (`gkeys`, row stride `ldg`), the optional approximations (`approx`, row stride `lda`), the
+    /// thresholds `t_sq`, the candidate `counts` and `cand`, and the bound's `c1`.
+    pub struct ScanParams {
+        pub q: DevPtr<f32>,
+        pub q_norms: DevPtr<f32>,
+        pub m: u32,
+        pub x: DevPtr<f32>,
+        pub x_norms: DevPtr<f32>,
+        pub x_roots: DevPtr<f32>,
+        pub n: u32,
+        pub d: u32,
+        pub xc: u32,
+        pub tiles: u32,
+        pub mode: u32,
+        pub group: u32,
+        pub gkeys: DevPtr<u64>,
+        pub ldg: u64,
+        pub approx: DevPtr<f32>,
+        pub lda: u64,
+        pub t_sq: DevPtr<f32>,
+        pub counts: DevPtr<u32>,
+        pub cand: DevPtr<u32>,
+        pub c1: f32,
+    }
+    entries: scan_entry;
 }
-
-// SAFETY: `#[repr(C)]`, device pointers and scalars.
-unsafe impl KernelParams for ScanParams {}
 
 /// The scan kernel (Hopper's [`KNN_TF32_SCAN_WG`] with `wgmma`, for `d % 4 == 0`, else
 /// [`KNN_TF32_SCAN`]) and its dynamic shared memory for `xc` staged dimensions.

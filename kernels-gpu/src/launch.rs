@@ -3,7 +3,7 @@
 //! grid, shared-memory size) sits next to it, in its module: `assign::AssignTile`,
 //! `assign_tf32::tf32_grid`, `small::SMALL_STEPS`, `update::finalize_grid`, `vote::vote_grid`, …
 
-use crate::params::{KernelParams, ParamsLayout};
+use crate::params::{Field, KernelParams};
 use core::marker::PhantomData;
 
 /// A kernel entry point of the committed PTX, exported next to its kernel so that the host
@@ -14,9 +14,9 @@ use core::marker::PhantomData;
 pub struct Kernel<P = ()> {
     /// The `.entry` name (the `#[no_mangle]` function).
     pub name: &'static str,
-    /// Its one parameter, a [`KernelParams`] struct passed by value: its layout, which the
-    /// host's struct must have (and the committed PTX's `.param` aggregate does).
-    pub params: ParamsLayout,
+    /// Its parameters: the fields of its [`KernelParams`] struct, in order (as the committed
+    /// PTX declares them, one `.param` each).
+    pub params: &'static [Field],
     /// Whether only the sm_80 and later PTX builds have it (the TF32 tensor-core kernels).
     pub sm80_only: bool,
     /// Whether only the sm_90a build has it (Hopper's warpgroup `mma`).
@@ -30,11 +30,11 @@ pub struct Kernel<P = ()> {
 }
 
 impl<P: KernelParams> Kernel<P> {
-    /// An entry of every PTX build taking one `P` by value, launched with [`BLOCK`] threads.
+    /// An entry of every PTX build taking the fields of `P`, launched with [`BLOCK`] threads.
     pub const fn new(name: &'static str) -> Self {
         Kernel {
             name,
-            params: ParamsLayout::of::<P>(),
+            params: P::FIELDS,
             sm80_only: false,
             sm90a_only: false,
             min_blocks_per_sm: 0,

@@ -44,8 +44,8 @@
 //! | `row_norm_roots` | `norms` | `norms::RowNormRootsParams` | `math::sqrt` | `tests/knn.rs` `gpu_prefilter_matches_cpu`, `norms.rs` `emulated_norms_and_roots_equal_the_twins` |
 //! | `pairwise_dot` | `distance` | `distance::PairwiseParams` | `backend::cpu::knn::panel_distances` | `distance.rs` `emulated_tiles_match_the_formula` |
 //! | `pairwise_l1` | `distance` | `distance::PairwiseParams` | `backend::cpu::knn::panel_distances` | `distance.rs` `emulated_tiles_match_the_formula` |
-//! | `pairwise_chebyshev` | `lp` | `distance::PairwiseParams` | `backend::cpu::knn::panel_distances` | `lp.rs` `emulated_tiles_match_the_plain_distance`, `tests/lp.rs` `gpu_lp_matches_cpu` |
-//! | `pairwise_minkowski` | `lp` | `distance::PairwiseParams` | `backend::cpu::knn::panel_distances` | `lp.rs` `emulated_tiles_match_the_plain_distance`, `tests/lp.rs` `gpu_lp_matches_cpu` |
+//! | `pairwise_chebyshev` | `lp` | `lp::ChebyshevParams` | `backend::cpu::knn::panel_distances` | `lp.rs` `emulated_tiles_match_the_plain_distance`, `tests/lp.rs` `gpu_lp_matches_cpu` |
+//! | `pairwise_minkowski` | `lp` | `lp::MinkowskiParams` | `backend::cpu::knn::panel_distances` | `lp.rs` `emulated_tiles_match_the_plain_distance`, `tests/lp.rs` `gpu_lp_matches_cpu` |
 //! | `knn_select_kmin` | `select` | `select::SelectParams` | `backend::cpu::knn::Nearest::offer` | `select.rs` `emulated_streaming_selection_keeps_the_k_smallest` |
 //! | `knn_select_bitonic` | `select` | `select::SelectParams` | `backend::cpu::knn::Nearest::offer` | `select.rs` `emulated_streaming_selection_keeps_the_k_smallest` |
 //! | `knn_select_radix` | `select` (`radix`) | `select::SelectParams` | `backend::cpu::knn::Nearest::offer` | `select.rs` `emulated_streaming_selection_keeps_the_k_smallest`, `radix.rs` `the_k_smallest_of_awkward_sets` |
@@ -56,8 +56,8 @@
 //! | `knn_bitonic_merge_global` | `select` | `select::MergeGlobalParams` | `backend::cpu::knn::Nearest::finish` | `select.rs` `emulated_row_sort_keeps_the_k_smallest` |
 //! | `knn_bitonic_merge_local` | `select` | `select::MergeLocalParams` | `backend::cpu::knn::Nearest::finish` | `select.rs` `emulated_row_sort_keeps_the_k_smallest` |
 //! | `knn_take` | `select` | `select::TakeParams` | `backend::cpu::knn::Nearest::finish` | `select.rs` `emulated_row_sort_keeps_the_k_smallest` |
-//! | `knn_tf32_threshold` | `knn_tf32` | `knn_tf32::ExactParams` | `backend::cpu::knn::CpuKnn::nearest` (exact) | `knn_tf32.rs` `emulated_threshold_and_rerank` |
-//! | `knn_tf32_rerank` | `knn_tf32` | `knn_tf32::ExactParams` | `backend::cpu::knn::CpuKnn::nearest` (exact) | `knn_tf32.rs` `emulated_threshold_and_rerank` |
+//! | `knn_tf32_threshold` | `knn_tf32` | `knn_tf32::ThresholdParams` | `backend::cpu::knn::CpuKnn::nearest` (exact) | `knn_tf32.rs` `emulated_threshold_and_rerank` |
+//! | `knn_tf32_rerank` | `knn_tf32` | `knn_tf32::RerankParams` | `backend::cpu::knn::CpuKnn::nearest` (exact) | `knn_tf32.rs` `emulated_threshold_and_rerank` |
 //! | `knn_tf32_scan` | `knn_tf32::scan` | `knn_tf32::ScanParams` | `backend::cpu::knn::CpuKnn::nearest` (exact) | `tests/knn.rs` `gpu_prefilter_matches_cpu` |
 //! | `knn_tf32_scan_wg` | `knn_tf32::scan_wgmma` | `knn_tf32::ScanParams` | `backend::cpu::knn::CpuKnn::nearest` (exact) | `tests/knn.rs` `gpu_prefilter_matches_cpu` (sm_90) |
 //! | `knn_tf32_candidates` | `knn_tf32::candidates` | `knn_tf32::candidates::CandidatesParams` | `backend::cpu::knn::CpuKnn::nearest` (exact) | `candidates.rs` `emulated_candidates`, `tests/knn.rs` `gpu_prefilter_matches_cpu` |
@@ -81,9 +81,6 @@
 #![cfg_attr(target_arch = "nvptx64", allow(internal_features))]
 #![cfg_attr(
     target_arch = "nvptx64",
-    // Kernels take their parameter struct by value, which the lint cannot vouch for; the PTX
-    // test in the host crate checks the aggregate each entry declares.
-    allow(improper_gpu_kernel_arg),
     feature(
         abi_gpu_kernel,
         stdarch_nvptx,
@@ -96,6 +93,10 @@
         asm_experimental_arch
     )
 )]
+
+// First, so that every module sees `kernel_params!`.
+#[macro_use]
+pub mod params;
 
 pub mod assign;
 pub mod assign_tf32;
@@ -113,7 +114,6 @@ pub mod lp_distance;
 pub mod math;
 pub mod minibatch;
 pub mod norms;
-pub mod params;
 pub mod powers;
 pub mod radius;
 pub mod radix;

@@ -3,7 +3,7 @@
 
 use crate::exec::Exec;
 use crate::launch::{BLOCK, Kernel};
-use crate::params::{DevPtr, KernelParams};
+use crate::params::DevPtr;
 use crate::{math::fma, tile::load_vec4s};
 
 /// Values a thread loads before their multiply-adds (eight 16-byte loads in flight): a thread
@@ -13,32 +13,30 @@ const IN_FLIGHT: usize = 32;
 /// The `row_sq_norms` entry point. CPU twin: `backend::cpu::kmeans::row_sq_norms`.
 pub const ROW_SQ_NORMS: Kernel<RowSqNormsParams> = Kernel::new("row_sq_norms");
 
-/// `row_sq_norms`'s parameters: `x` holds `n × d` values and `out` `n`.
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub struct RowSqNormsParams {
-    pub x: DevPtr<f32>,
-    pub n: u32,
-    pub d: u32,
-    pub out: DevPtr<f32>,
+kernel_params! {
+    /// `row_sq_norms`'s parameters: `x` holds `n × d` values and `out` `n`.
+    pub struct RowSqNormsParams {
+        pub x: DevPtr<f32>,
+        pub n: u32,
+        pub d: u32,
+        pub out: DevPtr<f32>,
+    }
+    entries: row_sq_norms_entry;
 }
-
-// SAFETY: `#[repr(C)]`, device pointers and scalars.
-unsafe impl KernelParams for RowSqNormsParams {}
 
 /// Blocks of `row_sq_norms` for `n` rows: a thread per row.
 pub const fn row_sq_norms_grid(n: usize) -> usize {
     n.div_ceil(BLOCK as usize)
 }
 
-/// `out[i] = Σ_j x[i][j]²` over the `n` rows of row-major `x` (`d` columns), in dimension order.
-///
-/// # Safety
-/// [`RowSqNormsParams`]; one thread per row.
-#[cfg(target_arch = "nvptx64")]
-#[unsafe(no_mangle)]
-pub unsafe extern "gpu-kernel" fn row_sq_norms(params: RowSqNormsParams) {
-    unsafe { sq_norms(crate::exec::Gpu, &params) }
+row_sq_norms_entry! {
+    /// `out[i] = Σ_j x[i][j]²` over the `n` rows of row-major `x` (`d` columns), in dimension order.
+    ///
+    /// # Safety
+    /// [`RowSqNormsParams`]; one thread per row.
+    fn row_sq_norms(params) {
+        unsafe { sq_norms(crate::exec::Gpu, &params) }
+    }
 }
 
 /// The body of `row_sq_norms`: a thread per row.
@@ -78,28 +76,26 @@ pub unsafe fn sq_norms<E: Exec>(e: E, params: &RowSqNormsParams) {
 /// The `row_norm_roots` entry point. CPU twin: [`crate::math::sqrt`] of each norm.
 pub const ROW_NORM_ROOTS: Kernel<RowNormRootsParams> = Kernel::new("row_norm_roots");
 
-/// `row_norm_roots`'s parameters: `sq_norms` and `out` hold `n` values.
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub struct RowNormRootsParams {
-    pub sq_norms: DevPtr<f32>,
-    pub n: u32,
-    pub out: DevPtr<f32>,
+kernel_params! {
+    /// `row_norm_roots`'s parameters: `sq_norms` and `out` hold `n` values.
+    pub struct RowNormRootsParams {
+        pub sq_norms: DevPtr<f32>,
+        pub n: u32,
+        pub out: DevPtr<f32>,
+    }
+    entries: row_norm_roots_entry;
 }
 
-// SAFETY: `#[repr(C)]`, device pointers and scalars.
-unsafe impl KernelParams for RowNormRootsParams {}
-
-/// `out[i] = sqrt(sq_norms[i])` (correctly rounded, as [`crate::math::sqrt`] on the CPU) for
-/// `i < n`, a thread per value: computed where the norms are, so an index built beside a
-/// running search needs no round trip through the host.
-///
-/// # Safety
-/// [`RowNormRootsParams`]; one thread per value (blocks of [`row_sq_norms_grid`]).
-#[cfg(target_arch = "nvptx64")]
-#[unsafe(no_mangle)]
-pub unsafe extern "gpu-kernel" fn row_norm_roots(params: RowNormRootsParams) {
-    unsafe { norm_roots(crate::exec::Gpu, &params) }
+row_norm_roots_entry! {
+    /// `out[i] = sqrt(sq_norms[i])` (correctly rounded, as [`crate::math::sqrt`] on the CPU) for
+    /// `i < n`, a thread per value: computed where the norms are, so an index built beside a
+    /// running search needs no round trip through the host.
+    ///
+    /// # Safety
+    /// [`RowNormRootsParams`]; one thread per value (blocks of [`row_sq_norms_grid`]).
+    fn row_norm_roots(params) {
+        unsafe { norm_roots(crate::exec::Gpu, &params) }
+    }
 }
 
 /// The body of `row_norm_roots`: a thread per value.

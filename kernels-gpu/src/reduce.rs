@@ -3,7 +3,7 @@
 
 use crate::exec::{Exec, block_sum_f64, block_sum_i64};
 use crate::launch::{BLOCK, Kernel, REDUCE_BLOCK};
-use crate::params::{DevPtr, KernelParams};
+use crate::params::DevPtr;
 use crate::tile::load_vec4s;
 
 /// Centroid coordinates per block of `kmeans_shift_parts` (`BLOCK` threads, four quads each).
@@ -17,18 +17,16 @@ pub const SUMMARY_SHARED_BYTES: usize = 8 * REDUCE_BLOCK as usize;
 /// The `kmeans_shift_parts` entry point. CPU twin: `backend::cpu::partial::squared_shift`.
 pub const KMEANS_SHIFT_PARTS: Kernel<ShiftPartsParams> = Kernel::new("kmeans_shift_parts");
 
-/// `kmeans_shift_parts`'s parameters.
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub struct ShiftPartsParams {
-    pub next: DevPtr<f32>,
-    pub current: DevPtr<f32>,
-    pub len: u32,
-    pub parts: DevPtr<f64>,
+kernel_params! {
+    /// `kmeans_shift_parts`'s parameters.
+    pub struct ShiftPartsParams {
+        pub next: DevPtr<f32>,
+        pub current: DevPtr<f32>,
+        pub len: u32,
+        pub parts: DevPtr<f64>,
+    }
+    entries: shift_parts_entry;
 }
-
-// SAFETY: `#[repr(C)]`, device pointers and scalars.
-unsafe impl KernelParams for ShiftPartsParams {}
 
 /// Blocks of `kmeans_shift_parts` (and parts it writes) for `len` coordinates: one per
 /// `SHIFT_PART`.
@@ -36,18 +34,18 @@ pub const fn shift_parts_grid(len: usize) -> usize {
     len.div_ceil(SHIFT_PART)
 }
 
-/// `parts[b] = Σ (next − current)²` over block `b`'s slice `b·SHIFT_PART..(b + 1)·SHIFT_PART`
-/// (clipped to `len`), in f64, in a fixed order; [`kmeans_summary`] adds the parts in block
-/// order. Spread over blocks because one block converting every coordinate to f64 took tens of
-/// microseconds for 1024 × 128 centroids.
-///
-/// # Safety
-/// `ceil(len / SHIFT_PART)` blocks of `BLOCK` threads with `8 · BLOCK` bytes of dynamic shared
-/// memory; `next` and `current` hold `len` values, `parts` one per block.
-#[cfg(target_arch = "nvptx64")]
-#[unsafe(no_mangle)]
-pub unsafe extern "gpu-kernel" fn kmeans_shift_parts(params: ShiftPartsParams) {
-    unsafe { shift_parts(crate::exec::Gpu, &params) }
+shift_parts_entry! {
+    /// `parts[b] = Σ (next − current)²` over block `b`'s slice `b·SHIFT_PART..(b + 1)·SHIFT_PART`
+    /// (clipped to `len`), in f64, in a fixed order; [`kmeans_summary`] adds the parts in block
+    /// order. Spread over blocks because one block converting every coordinate to f64 took tens of
+    /// microseconds for 1024 × 128 centroids.
+    ///
+    /// # Safety
+    /// `ceil(len / SHIFT_PART)` blocks of `BLOCK` threads with `8 · BLOCK` bytes of dynamic shared
+    /// memory; `next` and `current` hold `len` values, `parts` one per block.
+    fn kmeans_shift_parts(params) {
+        unsafe { shift_parts(crate::exec::Gpu, &params) }
+    }
 }
 
 /// The body of `kmeans_shift_parts`.
@@ -101,33 +99,31 @@ pub unsafe fn shift_parts<E: Exec>(ex: E, params: &ShiftPartsParams) {
 pub const KMEANS_SUMMARY: Kernel<SummaryParams> =
     Kernel::new("kmeans_summary").threads(REDUCE_BLOCK);
 
-/// `kmeans_summary`'s parameters.
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub struct SummaryParams {
-    pub counters: DevPtr<u32>,
-    pub block_inertia: DevPtr<i64>,
-    pub blocks: u32,
-    pub shift_parts: DevPtr<f64>,
-    pub parts: u32,
-    pub out: DevPtr<f64>,
+kernel_params! {
+    /// `kmeans_summary`'s parameters.
+    pub struct SummaryParams {
+        pub counters: DevPtr<u32>,
+        pub block_inertia: DevPtr<i64>,
+        pub blocks: u32,
+        pub shift_parts: DevPtr<f64>,
+        pub parts: u32,
+        pub out: DevPtr<f64>,
+    }
+    entries: summary_entry;
 }
 
-// SAFETY: `#[repr(C)]`, device pointers and scalars.
-unsafe impl KernelParams for SummaryParams {}
-
-/// Writes `out = [counters[0], counters[1], Σ block_inertia, Σ shift_parts]` as f64 and zeroes
-/// the counters for the next step (so no step needs a memset before it). Every thread sums a
-/// fixed set of elements in a fixed order, then a fixed tree combines the threads; the inertia
-/// partials are fixed-point integers (exact in any order), converted once at the end.
-///
-/// # Safety
-/// One block of a power-of-two size `B`, `8·B` bytes of dynamic shared memory; `counters` holds
-/// 2 values, `block_inertia` `blocks`, `shift_parts` `parts`, `out` 4.
-#[cfg(target_arch = "nvptx64")]
-#[unsafe(no_mangle)]
-pub unsafe extern "gpu-kernel" fn kmeans_summary(params: SummaryParams) {
-    unsafe { summary(crate::exec::Gpu, &params) }
+summary_entry! {
+    /// Writes `out = [counters[0], counters[1], Σ block_inertia, Σ shift_parts]` as f64 and zeroes
+    /// the counters for the next step (so no step needs a memset before it). Every thread sums a
+    /// fixed set of elements in a fixed order, then a fixed tree combines the threads; the inertia
+    /// partials are fixed-point integers (exact in any order), converted once at the end.
+    ///
+    /// # Safety
+    /// One block of a power-of-two size `B`, `8·B` bytes of dynamic shared memory; `counters` holds
+    /// 2 values, `block_inertia` `blocks`, `shift_parts` `parts`, `out` 4.
+    fn kmeans_summary(params) {
+        unsafe { summary(crate::exec::Gpu, &params) }
+    }
 }
 
 /// The body of `kmeans_summary`.

@@ -28,7 +28,7 @@ use crate::exec::{Exec, block_sum_i64};
 use crate::fixed::{inertia_term, units_at};
 use crate::launch::{BLOCK, Kernel};
 use crate::math::{AssignMetric, assign_distance, fma};
-use crate::params::{DevPtr, KernelParams};
+use crate::params::DevPtr;
 use core::sync::atomic::{AtomicU32, Ordering};
 use scan::SharedCentroidScan;
 use stage::{centroid_norms, quads_sq_norm, stage_rows};
@@ -432,32 +432,30 @@ pub const SMALL_L1_KERNELS: [Kernel<SmallParams>; 4] = [
     KMEANS_SMALL_L1_3,
 ];
 
-/// The parameters of the eight `kmeans_small_*` entry points (see [`KMEANS_SMALL_L2_0`]): the
-/// `n × d` points, the `k × d` centroids, the labels, distances and counters of the assignment,
-/// the optional `weights` (null: one unit each), the `scales` and the `sums` and `counts` of the
-/// accumulation, and `mode` ([`MODE_ASSIGN`], [`MODE_ACCUMULATE`]).
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub struct SmallParams {
-    pub x: DevPtr<f32>,
-    pub n: u32,
-    pub d: u32,
-    pub centroids: DevPtr<f32>,
-    pub k: u32,
-    pub labels: DevPtr<u32>,
-    pub min_dist: DevPtr<f32>,
-    pub changed: DevPtr<u32>,
-    pub block_inertia: DevPtr<i64>,
-    pub inertia_scale: f32,
-    pub weights: DevPtr<f32>,
-    pub scales: DevPtr<f32>,
-    pub sums: DevPtr<i64>,
-    pub counts: DevPtr<u64>,
-    pub mode: u32,
+kernel_params! {
+    /// The parameters of the eight `kmeans_small_*` entry points (see [`KMEANS_SMALL_L2_0`]): the
+    /// `n × d` points, the `k × d` centroids, the labels, distances and counters of the assignment,
+    /// the optional `weights` (null: one unit each), the `scales` and the `sums` and `counts` of the
+    /// accumulation, and `mode` ([`MODE_ASSIGN`], [`MODE_ACCUMULATE`]).
+    pub struct SmallParams {
+        pub x: DevPtr<f32>,
+        pub n: u32,
+        pub d: u32,
+        pub centroids: DevPtr<f32>,
+        pub k: u32,
+        pub labels: DevPtr<u32>,
+        pub min_dist: DevPtr<f32>,
+        pub changed: DevPtr<u32>,
+        pub block_inertia: DevPtr<i64>,
+        pub inertia_scale: f32,
+        pub weights: DevPtr<f32>,
+        pub scales: DevPtr<f32>,
+        pub sums: DevPtr<i64>,
+        pub counts: DevPtr<u64>,
+        pub mode: u32,
+    }
+    entries: small_entry;
 }
-
-// SAFETY: `#[repr(C)]`, device pointers and scalars.
-unsafe impl KernelParams for SmallParams {}
 
 macro_rules! small_kernel {
     ($entry:ident, $name:ident, $metric:expr, $shape:literal) => {
@@ -465,57 +463,57 @@ macro_rules! small_kernel {
         pub const $entry: Kernel<SmallParams> =
             Kernel::new(stringify!($name)).min_blocks(SMALL_MIN_BLOCKS[$shape]);
 
-        /// One small Lloyd step (see the module comment) with the shape `SMALL_STEPS[i]` its
-        /// name ends in: with `mode & MODE_ASSIGN` labels every point (counting changed
-        /// labels, writing distances and per-block fixed-point inertia under `inertia_scale`),
-        /// else reads the labels; with `mode & MODE_ACCUMULATE` adds the points to `sums` /
-        /// `counts`, weighted by `weights` (null: one unit each).
-        ///
-        /// # Safety
-        /// As for [`step`]: `BLOCK` threads, `ceil(n / block_points())` blocks,
-        /// `layout(k, d).bytes` of dynamic shared memory, `d ≤ max_d`.
-        #[cfg(target_arch = "nvptx64")]
-        #[unsafe(no_mangle)]
-        pub unsafe extern "gpu-kernel" fn $name(params: SmallParams) {
-            let SmallParams {
-                x,
-                n,
-                d,
-                centroids,
-                k,
-                labels,
-                min_dist,
-                changed,
-                block_inertia,
-                inertia_scale,
-                weights,
-                scales,
-                sums,
-                counts,
-                mode,
-            } = params;
-            const SHAPE: SmallStep = crate::small::SMALL_STEPS[$shape];
-            let s = Step {
-                x: x.as_ptr(),
-                n: n as usize,
-                d: (d as usize).clamp(1, SHAPE.max_d),
-                centroids: centroids.as_ptr(),
-                k: k as usize,
-                metric: $metric,
-                labels: labels.as_mut_ptr(),
-                min_dist: min_dist.as_mut_ptr(),
-                changed: changed.as_mut_ptr(),
-                block_inertia: block_inertia.as_mut_ptr(),
-                inertia_scale,
-                weights: weights.as_ptr(),
-                scales: scales.as_ptr(),
-                sums: sums.as_mut_ptr(),
-                counts: counts.as_mut_ptr(),
-                assign: mode & MODE_ASSIGN != 0,
-                accumulate: mode & MODE_ACCUMULATE != 0,
-            };
-            unsafe {
-                step::<{ SHAPE.max_d }, { SHAPE.points }, { SHAPE.unroll }, _>(crate::exec::Gpu, s)
+        small_entry! {
+            /// One small Lloyd step (see the module comment) with the shape `SMALL_STEPS[i]` its
+            /// name ends in: with `mode & MODE_ASSIGN` labels every point (counting changed
+            /// labels, writing distances and per-block fixed-point inertia under `inertia_scale`),
+            /// else reads the labels; with `mode & MODE_ACCUMULATE` adds the points to `sums` /
+            /// `counts`, weighted by `weights` (null: one unit each).
+            ///
+            /// # Safety
+            /// As for [`step`]: `BLOCK` threads, `ceil(n / block_points())` blocks,
+            /// `layout(k, d).bytes` of dynamic shared memory, `d ≤ max_d`.
+            fn $name(params) {
+                let SmallParams {
+                    x,
+                    n,
+                    d,
+                    centroids,
+                    k,
+                    labels,
+                    min_dist,
+                    changed,
+                    block_inertia,
+                    inertia_scale,
+                    weights,
+                    scales,
+                    sums,
+                    counts,
+                    mode,
+                } = params;
+                const SHAPE: SmallStep = crate::small::SMALL_STEPS[$shape];
+                let s = Step {
+                    x: x.as_ptr(),
+                    n: n as usize,
+                    d: (d as usize).clamp(1, SHAPE.max_d),
+                    centroids: centroids.as_ptr(),
+                    k: k as usize,
+                    metric: $metric,
+                    labels: labels.as_mut_ptr(),
+                    min_dist: min_dist.as_mut_ptr(),
+                    changed: changed.as_mut_ptr(),
+                    block_inertia: block_inertia.as_mut_ptr(),
+                    inertia_scale,
+                    weights: weights.as_ptr(),
+                    scales: scales.as_ptr(),
+                    sums: sums.as_mut_ptr(),
+                    counts: counts.as_mut_ptr(),
+                    assign: mode & MODE_ASSIGN != 0,
+                    accumulate: mode & MODE_ACCUMULATE != 0,
+                };
+                unsafe {
+                    step::<{ SHAPE.max_d }, { SHAPE.points }, { SHAPE.unroll }, _>(crate::exec::Gpu, s)
+                }
             }
         }
     };
@@ -534,76 +532,74 @@ small_kernel!(KMEANS_SMALL_L1_3, kmeans_small_l1_3, AssignMetric::L1, 3);
 pub const KMEANS_FINALIZE_SMALL: Kernel<FinalizeSmallParams> =
     Kernel::new("kmeans_finalize_small").threads(crate::launch::REDUCE_BLOCK);
 
-/// `kmeans_finalize_small`'s parameters.
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub struct FinalizeSmallParams {
-    pub sums: DevPtr<i64>,
-    pub counts: DevPtr<u64>,
-    pub k: u32,
-    pub d: u32,
-    pub inv_scales: DevPtr<f64>,
-    pub current: DevPtr<f32>,
-    pub next: DevPtr<f32>,
-    pub sizes: DevPtr<u64>,
-    pub changed: DevPtr<u32>,
-    pub block_inertia: DevPtr<i64>,
-    pub blocks: u32,
-    pub out: DevPtr<f64>,
+kernel_params! {
+    /// `kmeans_finalize_small`'s parameters.
+    pub struct FinalizeSmallParams {
+        pub sums: DevPtr<i64>,
+        pub counts: DevPtr<u64>,
+        pub k: u32,
+        pub d: u32,
+        pub inv_scales: DevPtr<f64>,
+        pub current: DevPtr<f32>,
+        pub next: DevPtr<f32>,
+        pub sizes: DevPtr<u64>,
+        pub changed: DevPtr<u32>,
+        pub block_inertia: DevPtr<i64>,
+        pub blocks: u32,
+        pub out: DevPtr<f64>,
+    }
+    entries: finalize_small_entry;
 }
 
-// SAFETY: `#[repr(C)]`, device pointers and scalars.
-unsafe impl KernelParams for FinalizeSmallParams {}
-
-/// Finishes a small step (see [`finalize`]) in one block of `REDUCE_BLOCK` threads with
-/// `FINALIZE_SCRATCH · 8 · REDUCE_BLOCK` bytes of dynamic shared memory.
-///
-/// # Safety
-/// `sums`: `k × d`; `counts`, `sizes`: `k`; `inv_scales`: `d`; `current`, `next`: `k × d`;
-/// `changed`: 1; `block_inertia`: `blocks`; `out`: 4.
-#[cfg(target_arch = "nvptx64")]
-#[unsafe(no_mangle)]
-pub unsafe extern "gpu-kernel" fn kmeans_finalize_small(params: FinalizeSmallParams) {
-    let FinalizeSmallParams {
-        sums,
-        counts,
-        k,
-        d,
-        inv_scales,
-        current,
-        next,
-        sizes,
-        changed,
-        block_inertia,
-        blocks,
-        out,
-    } = params;
-    let (sums, counts, inv_scales, current, next, sizes, changed, block_inertia, out) = (
-        sums.as_mut_ptr(),
-        counts.as_mut_ptr(),
-        inv_scales.as_ptr(),
-        current.as_ptr(),
-        next.as_mut_ptr(),
-        sizes.as_mut_ptr(),
-        changed.as_mut_ptr(),
-        block_inertia.as_ptr(),
-        out.as_mut_ptr(),
-    );
-    let f = Finalize {
-        sums,
-        counts,
-        k: k as usize,
-        d: (d as usize).max(1),
-        inv_scales,
-        current,
-        next,
-        sizes,
-        changed,
-        block_inertia,
-        blocks: blocks as usize,
-        out,
-    };
-    unsafe { finalize(crate::exec::Gpu, crate::launch::REDUCE_BLOCK as usize, f) }
+finalize_small_entry! {
+    /// Finishes a small step (see [`finalize`]) in one block of `REDUCE_BLOCK` threads with
+    /// `FINALIZE_SCRATCH · 8 · REDUCE_BLOCK` bytes of dynamic shared memory.
+    ///
+    /// # Safety
+    /// `sums`: `k × d`; `counts`, `sizes`: `k`; `inv_scales`: `d`; `current`, `next`: `k × d`;
+    /// `changed`: 1; `block_inertia`: `blocks`; `out`: 4.
+    fn kmeans_finalize_small(params) {
+        let FinalizeSmallParams {
+            sums,
+            counts,
+            k,
+            d,
+            inv_scales,
+            current,
+            next,
+            sizes,
+            changed,
+            block_inertia,
+            blocks,
+            out,
+        } = params;
+        let (sums, counts, inv_scales, current, next, sizes, changed, block_inertia, out) = (
+            sums.as_mut_ptr(),
+            counts.as_mut_ptr(),
+            inv_scales.as_ptr(),
+            current.as_ptr(),
+            next.as_mut_ptr(),
+            sizes.as_mut_ptr(),
+            changed.as_mut_ptr(),
+            block_inertia.as_ptr(),
+            out.as_mut_ptr(),
+        );
+        let f = Finalize {
+            sums,
+            counts,
+            k: k as usize,
+            d: (d as usize).max(1),
+            inv_scales,
+            current,
+            next,
+            sizes,
+            changed,
+            block_inertia,
+            blocks: blocks as usize,
+            out,
+        };
+        unsafe { finalize(crate::exec::Gpu, crate::launch::REDUCE_BLOCK as usize, f) }
+    }
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@ use crate::exec::{Exec, atomic_add_i64, atomic_add_u32, atomic_add_u64};
 use crate::fixed::{mean, to_fixed, units_at, weighted};
 use crate::launch::{BLOCK, DEFAULT_SHARED_BYTES, Kernel};
 use crate::math::normalize;
-use crate::params::{DevPtr, KernelParams};
+use crate::params::DevPtr;
 
 /// Dynamic shared memory of a `kmeans_accumulate_shared` block: the `k × d` fixed-point sums
 /// and `k` u64 weights of its part ([`sums_fit_shared`] checks that they fit).
@@ -22,23 +22,21 @@ pub const fn accumulate_shared_bytes(k: usize, d: usize) -> usize {
 pub const KMEANS_ACCUMULATE_SHARED: Kernel<AccumulateSharedParams> =
     Kernel::new("kmeans_accumulate_shared");
 
-/// `kmeans_accumulate_shared`'s parameters.
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub struct AccumulateSharedParams {
-    pub x: DevPtr<f32>,
-    pub n: u32,
-    pub d: u32,
-    pub labels: DevPtr<u32>,
-    pub k: u32,
-    pub weights: DevPtr<f32>,
-    pub scales: DevPtr<f32>,
-    pub part_sums: DevPtr<i64>,
-    pub part_counts: DevPtr<u64>,
+kernel_params! {
+    /// `kmeans_accumulate_shared`'s parameters.
+    pub struct AccumulateSharedParams {
+        pub x: DevPtr<f32>,
+        pub n: u32,
+        pub d: u32,
+        pub labels: DevPtr<u32>,
+        pub k: u32,
+        pub weights: DevPtr<f32>,
+        pub scales: DevPtr<f32>,
+        pub part_sums: DevPtr<i64>,
+        pub part_counts: DevPtr<u64>,
+    }
+    entries: accumulate_shared_entry;
 }
-
-// SAFETY: `#[repr(C)]`, device pointers and scalars.
-unsafe impl KernelParams for AccumulateSharedParams {}
 
 /// Whether per-block fixed-point sums of `k × d` values (plus `k` u64 cluster weights) fit in
 /// shared memory: the `8·k·d + 8·k` bytes of `kmeans_accumulate_shared`.
@@ -49,17 +47,17 @@ pub fn sums_fit_shared(k: usize, d: usize) -> bool {
         .is_some_and(|b| b <= DEFAULT_SHARED_BYTES)
 }
 
-/// Per-block partial sums: block `b` sums the labels' (weighted) coordinates of its contiguous
-/// chunk of points into shared memory (`k × d` i64 then `k` u64 weights) and writes them to
-/// `part_sums[b]`, `part_counts[b]`.
-///
-/// # Safety
-/// Pointers valid for `n × d` / `n` / `d` / `grid × k × d` / `grid × k` elements, `weights` null
-/// or `n`; labels `< k`; dynamic shared memory of `8·k·d + 8·k` bytes.
-#[cfg(target_arch = "nvptx64")]
-#[unsafe(no_mangle)]
-pub unsafe extern "gpu-kernel" fn kmeans_accumulate_shared(params: AccumulateSharedParams) {
-    unsafe { accumulate_shared(crate::exec::Gpu, &params) }
+accumulate_shared_entry! {
+    /// Per-block partial sums: block `b` sums the labels' (weighted) coordinates of its contiguous
+    /// chunk of points into shared memory (`k × d` i64 then `k` u64 weights) and writes them to
+    /// `part_sums[b]`, `part_counts[b]`.
+    ///
+    /// # Safety
+    /// Pointers valid for `n × d` / `n` / `d` / `grid × k × d` / `grid × k` elements, `weights` null
+    /// or `n`; labels `< k`; dynamic shared memory of `8·k·d + 8·k` bytes.
+    fn kmeans_accumulate_shared(params) {
+        unsafe { accumulate_shared(crate::exec::Gpu, &params) }
+    }
 }
 
 /// The body of `kmeans_accumulate_shared`.
@@ -157,32 +155,30 @@ pub const fn accumulate_global_grid(n: usize, d: usize, multiprocessors: usize) 
 pub const KMEANS_ACCUMULATE_GLOBAL: Kernel<AccumulateGlobalParams> =
     Kernel::new("kmeans_accumulate_global");
 
-/// `kmeans_accumulate_global`'s parameters.
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub struct AccumulateGlobalParams {
-    pub x: DevPtr<f32>,
-    pub n: u32,
-    pub d: u32,
-    pub labels: DevPtr<u32>,
-    pub weights: DevPtr<f32>,
-    pub scales: DevPtr<f32>,
-    pub sums: DevPtr<i64>,
-    pub counts: DevPtr<u64>,
+kernel_params! {
+    /// `kmeans_accumulate_global`'s parameters.
+    pub struct AccumulateGlobalParams {
+        pub x: DevPtr<f32>,
+        pub n: u32,
+        pub d: u32,
+        pub labels: DevPtr<u32>,
+        pub weights: DevPtr<f32>,
+        pub scales: DevPtr<f32>,
+        pub sums: DevPtr<i64>,
+        pub counts: DevPtr<u64>,
+    }
+    entries: accumulate_global_entry;
 }
 
-// SAFETY: `#[repr(C)]`, device pointers and scalars.
-unsafe impl KernelParams for AccumulateGlobalParams {}
-
-/// Sums straight into global `sums` (`k × d`) and weights `counts` (`k`), zeroed by the host; for
-/// shapes whose per-block sums do not fit in shared memory. Grid-stride over all `n × d` values.
-///
-/// # Safety
-/// As for [`kmeans_accumulate_shared`], with `sums`/`counts` of `k × d` / `k` elements.
-#[cfg(target_arch = "nvptx64")]
-#[unsafe(no_mangle)]
-pub unsafe extern "gpu-kernel" fn kmeans_accumulate_global(params: AccumulateGlobalParams) {
-    unsafe { accumulate_global(crate::exec::Gpu, &params) }
+accumulate_global_entry! {
+    /// Sums straight into global `sums` (`k × d`) and weights `counts` (`k`), zeroed by the host; for
+    /// shapes whose per-block sums do not fit in shared memory. Grid-stride over all `n × d` values.
+    ///
+    /// # Safety
+    /// As for [`kmeans_accumulate_shared`], with `sums`/`counts` of `k × d` / `k` elements.
+    fn kmeans_accumulate_global(params) {
+        unsafe { accumulate_global(crate::exec::Gpu, &params) }
+    }
 }
 
 /// The body of `kmeans_accumulate_global`.
@@ -275,24 +271,22 @@ pub const FINALIZE_SHARED_BYTES: usize = 16 * BLOCK as usize;
 /// The `kmeans_finalize` entry point. CPU twin: `backend::cpu::partial::Partial::finish`.
 pub const KMEANS_FINALIZE: Kernel<FinalizeParams> = Kernel::new("kmeans_finalize");
 
-/// `kmeans_finalize`'s parameters.
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub struct FinalizeParams {
-    pub part_sums: DevPtr<i64>,
-    pub part_counts: DevPtr<u64>,
-    pub parts: u32,
-    pub k: u32,
-    pub d: u32,
-    pub inv_scales: DevPtr<f64>,
-    pub old_centroids: DevPtr<f32>,
-    pub new_centroids: DevPtr<f32>,
-    pub sizes: DevPtr<u64>,
-    pub empty: DevPtr<u32>,
+kernel_params! {
+    /// `kmeans_finalize`'s parameters.
+    pub struct FinalizeParams {
+        pub part_sums: DevPtr<i64>,
+        pub part_counts: DevPtr<u64>,
+        pub parts: u32,
+        pub k: u32,
+        pub d: u32,
+        pub inv_scales: DevPtr<f64>,
+        pub old_centroids: DevPtr<f32>,
+        pub new_centroids: DevPtr<f32>,
+        pub sizes: DevPtr<u64>,
+        pub empty: DevPtr<u32>,
+    }
+    entries: finalize_entry;
 }
-
-// SAFETY: `#[repr(C)]`, device pointers and scalars.
-unsafe impl KernelParams for FinalizeParams {}
 
 /// Blocks of `kmeans_finalize` for `k × d` coordinates from `parts` partial sums (a grid-stride
 /// loop): one warp per coordinate (one thread with a single part), at most 16 blocks per
@@ -308,20 +302,20 @@ pub const fn finalize_grid(k: usize, d: usize, parts: usize, multiprocessors: us
     if blocks < cap { blocks } else { cap }
 }
 
-/// Combines the `parts` partial sums and weights and writes the means to `new_centroids`; a
-/// cluster without weight keeps its `old_centroids` row and is counted in `empty`. Writes each
-/// cluster's weight to `sizes`. One warp per centroid coordinate: lanes add every 32nd part, then
-/// lane 0 adds the lanes' totals in lane order (integer sums: exact in any order, so
-/// reproducible). With one part, one thread per coordinate.
-///
-/// # Safety
-/// `part_sums`: `parts × k × d`; `part_counts`: `parts × k`; `inv_scales`: `d`; centroid
-/// buffers `k × d`; `sizes`: `k`; `empty`: one u32 zeroed by the host; blocks of a multiple of
-/// 32 threads with `16 × block size` bytes of dynamic shared memory.
-#[cfg(target_arch = "nvptx64")]
-#[unsafe(no_mangle)]
-pub unsafe extern "gpu-kernel" fn kmeans_finalize(params: FinalizeParams) {
-    unsafe { finalize(crate::exec::Gpu, &params) }
+finalize_entry! {
+    /// Combines the `parts` partial sums and weights and writes the means to `new_centroids`; a
+    /// cluster without weight keeps its `old_centroids` row and is counted in `empty`. Writes each
+    /// cluster's weight to `sizes`. One warp per centroid coordinate: lanes add every 32nd part, then
+    /// lane 0 adds the lanes' totals in lane order (integer sums: exact in any order, so
+    /// reproducible). With one part, one thread per coordinate.
+    ///
+    /// # Safety
+    /// `part_sums`: `parts × k × d`; `part_counts`: `parts × k`; `inv_scales`: `d`; centroid
+    /// buffers `k × d`; `sizes`: `k`; `empty`: one u32 zeroed by the host; blocks of a multiple of
+    /// 32 threads with `16 × block size` bytes of dynamic shared memory.
+    fn kmeans_finalize(params) {
+        unsafe { finalize(crate::exec::Gpu, &params) }
+    }
 }
 
 /// The body of `kmeans_finalize`.
@@ -433,34 +427,32 @@ pub unsafe fn finalize<E: Exec>(ex: E, params: &FinalizeParams) {
 /// The `kmeans_normalize_rows` entry point. CPU twin: [`crate::math::normalize`].
 pub const KMEANS_NORMALIZE_ROWS: Kernel<NormalizeRowsParams> = Kernel::new("kmeans_normalize_rows");
 
-/// `kmeans_normalize_rows`'s parameters.
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub struct NormalizeRowsParams {
-    pub centroids: DevPtr<f32>,
-    pub sizes: DevPtr<u64>,
-    pub k: u32,
-    pub d: u32,
+kernel_params! {
+    /// `kmeans_normalize_rows`'s parameters.
+    pub struct NormalizeRowsParams {
+        pub centroids: DevPtr<f32>,
+        pub sizes: DevPtr<u64>,
+        pub k: u32,
+        pub d: u32,
+    }
+    entries: normalize_rows_entry;
 }
-
-// SAFETY: `#[repr(C)]`, device pointers and scalars.
-unsafe impl KernelParams for NormalizeRowsParams {}
 
 /// Blocks of `kmeans_normalize_rows` for `k` centroids: a thread per centroid.
 pub const fn normalize_rows_grid(k: usize) -> usize {
     k.div_ceil(BLOCK as usize)
 }
 
-/// Spherical k-means: scales every centroid row `c` with weight (`sizes[c] > 0`) to unit length
-/// with [`normalize`], as the CPU twin does after its update (rows without weight keep theirs).
-/// One thread per row.
-///
-/// # Safety
-/// `centroids` holds `k × d` values, `sizes` `k`; at least `k` threads in all.
-#[cfg(target_arch = "nvptx64")]
-#[unsafe(no_mangle)]
-pub unsafe extern "gpu-kernel" fn kmeans_normalize_rows(params: NormalizeRowsParams) {
-    unsafe { normalize_rows(crate::exec::Gpu, &params) }
+normalize_rows_entry! {
+    /// Spherical k-means: scales every centroid row `c` with weight (`sizes[c] > 0`) to unit length
+    /// with [`normalize`], as the CPU twin does after its update (rows without weight keep theirs).
+    /// One thread per row.
+    ///
+    /// # Safety
+    /// `centroids` holds `k × d` values, `sizes` `k`; at least `k` threads in all.
+    fn kmeans_normalize_rows(params) {
+        unsafe { normalize_rows(crate::exec::Gpu, &params) }
+    }
 }
 
 /// The body of `kmeans_normalize_rows`.

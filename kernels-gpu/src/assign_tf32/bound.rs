@@ -43,7 +43,7 @@
 use crate::knn_tf32::tf32_round;
 use crate::launch::Kernel;
 use crate::math::fma;
-use crate::params::{DevPtr, KernelParams};
+use crate::params::DevPtr;
 use crate::tile::load_vec4s;
 
 /// The `tf32_centroid_terms` entry point (built for sm_80 only, beside its kernel). CPU twin:
@@ -51,18 +51,16 @@ use crate::tile::load_vec4s;
 pub const TF32_CENTROID_TERMS: Kernel<CentroidTermsParams> =
     Kernel::new("tf32_centroid_terms").only_sm80();
 
-/// `tf32_centroid_terms`'s parameters.
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub struct CentroidTermsParams {
-    pub centroids: DevPtr<f32>,
-    pub k: u32,
-    pub d: u32,
-    pub out: DevPtr<f32>,
+kernel_params! {
+    /// `tf32_centroid_terms`'s parameters.
+    pub struct CentroidTermsParams {
+        pub centroids: DevPtr<f32>,
+        pub k: u32,
+        pub d: u32,
+        pub out: DevPtr<f32>,
+    }
+    entries: centroid_terms_entry;
 }
-
-// SAFETY: `#[repr(C)]`, device pointers and scalars.
-unsafe impl KernelParams for CentroidTermsParams {}
 
 /// Weight of the squared centroid norm in the bound (`4u`).
 pub const BOUND_NORM: f32 = 1.0 / 4_194_304.0; // 2^-22
@@ -214,22 +212,23 @@ pub fn error_bound(p: f32, x_sum: f32, c_norm: f32, q: f32, nc: f32) -> f32 {
     fma(p, c_norm, fma(q, x_sum, fma(BOUND_NORM, nc, BOUND_ABS)))
 }
 
-/// Writes `out[i] = C_i` and `out[k + i] = A·R_c` ([`RowTerms::centroid`]) for the `k` rows of
-/// `centroids` (`d` columns), a thread per row.
-///
-/// # Safety
-/// `centroids` holds `k × d` values and `out` `2k`; blocks of `BLOCK` threads, enough for `k`.
-#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
-#[unsafe(no_mangle)]
-pub unsafe extern "gpu-kernel" fn tf32_centroid_terms(params: CentroidTermsParams) {
-    let CentroidTermsParams {
-        centroids,
-        k,
-        d,
-        out,
-    } = params;
-    let (centroids, out) = (centroids.as_ptr(), out.as_mut_ptr());
-    unsafe { centroid_terms(crate::exec::Gpu, centroids, k as usize, d as usize, out) }
+centroid_terms_entry! {
+    /// Writes `out[i] = C_i` and `out[k + i] = A·R_c` ([`RowTerms::centroid`]) for the `k` rows of
+    /// `centroids` (`d` columns), a thread per row.
+    ///
+    /// # Safety
+    /// `centroids` holds `k × d` values and `out` `2k`; blocks of `BLOCK` threads, enough for `k`.
+    #[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
+    fn tf32_centroid_terms(params) {
+        let CentroidTermsParams {
+            centroids,
+            k,
+            d,
+            out,
+        } = params;
+        let (centroids, out) = (centroids.as_ptr(), out.as_mut_ptr());
+        unsafe { centroid_terms(crate::exec::Gpu, centroids, k as usize, d as usize, out) }
+    }
 }
 
 /// The body of `tf32_centroid_terms`.

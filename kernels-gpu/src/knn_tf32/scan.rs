@@ -92,27 +92,28 @@ impl Tf32ScanArgs {
     }
 }
 
-/// The TF32 scan of queries `q` (`m × d`) against training rows `x` (`n × d`), with their
-/// squared norms (and, for the bound, `x_roots[j] = sqrt(x_norms[j])`). Block `b` takes query tile `b % ceil(m / 128)` and training tiles
-/// `(b / ceil(m / 128))·tiles ..` (at most `tiles`). Mode `SCAN_GROUPS`: writes
-/// `gkeys[i · ldg + group]`, the key of the group's smallest approximate distance (`NO_KEY`
-/// when the group has no row), groups of `group` (16 or 64) training rows numbered
-/// `tile · (128 / group) + …`, and with a non-null `approx` also every approximation `A` at
-/// `approx[i · lda + j]` (`lda` as [`super::candidates::approx_stride`]: rows past `n` inside it
-/// get values too). Mode `SCAN_CANDIDATES`: appends every `j` that
-/// [`may_be_near`] `t_sq[i]` to `cand[i · TF32_CAP ..]`, counting in `counts[i]` (past
-/// `TF32_CAP` only counted). `c1` is [`bound_coefficient`]`(d)`.
-///
-/// # Safety
-/// Pointers valid for those sizes; `TF32_BLOCK` threads, `tf32_scan_shared_bytes(xc)` of
-/// dynamic shared memory, `xc` a multiple of `SCAN_CHUNK_DIMS`.
-#[unsafe(no_mangle)]
-pub unsafe extern "gpu-kernel" fn knn_tf32_scan(params: ScanParams) {
-    let a = Tf32ScanArgs::new(params);
-    if a.d % 4 == 0 {
-        unsafe { run::<true>(a) }
-    } else {
-        unsafe { run::<false>(a) }
+scan_entry! {
+    /// The TF32 scan of queries `q` (`m × d`) against training rows `x` (`n × d`), with their
+    /// squared norms (and, for the bound, `x_roots[j] = sqrt(x_norms[j])`). Block `b` takes query tile `b % ceil(m / 128)` and training tiles
+    /// `(b / ceil(m / 128))·tiles ..` (at most `tiles`). Mode `SCAN_GROUPS`: writes
+    /// `gkeys[i · ldg + group]`, the key of the group's smallest approximate distance (`NO_KEY`
+    /// when the group has no row), groups of `group` (16 or 64) training rows numbered
+    /// `tile · (128 / group) + …`, and with a non-null `approx` also every approximation `A` at
+    /// `approx[i · lda + j]` (`lda` as [`super::candidates::approx_stride`]: rows past `n` inside it
+    /// get values too). Mode `SCAN_CANDIDATES`: appends every `j` that
+    /// [`may_be_near`] `t_sq[i]` to `cand[i · TF32_CAP ..]`, counting in `counts[i]` (past
+    /// `TF32_CAP` only counted). `c1` is [`bound_coefficient`]`(d)`.
+    ///
+    /// # Safety
+    /// Pointers valid for those sizes; `TF32_BLOCK` threads, `tf32_scan_shared_bytes(xc)` of
+    /// dynamic shared memory, `xc` a multiple of `SCAN_CHUNK_DIMS`.
+    fn knn_tf32_scan(params) {
+        let a = Tf32ScanArgs::new(params);
+        if a.d % 4 == 0 {
+            unsafe { run::<true>(a) }
+        } else {
+            unsafe { run::<false>(a) }
+        }
     }
 }
 

@@ -35,15 +35,16 @@ pub const fn sw128_word(row: usize, dim: usize, _xc: usize) -> usize {
     (dim / 32) * TF32_ROWS * 32 + row * 32 + (piece ^ (row % 8)) * 4 + dim % 4
 }
 
-/// See [`super::scan::knn_tf32_scan`]; `d` must be a multiple of 4 and the launch gives
-/// `wg_scan_shared_bytes(xc)` of dynamic shared memory.
-///
-/// # Safety
-/// As `knn_tf32_scan`, with 16-byte aligned rows (`d % 4 == 0`).
-#[unsafe(no_mangle)]
-pub unsafe extern "gpu-kernel" fn knn_tf32_scan_wg(params: ScanParams) {
-    let a = Tf32ScanArgs::new(params);
-    unsafe { run(a) }
+scan_entry! {
+    /// See [`super::scan::knn_tf32_scan`]; `d` must be a multiple of 4 and the launch gives
+    /// `wg_scan_shared_bytes(xc)` of dynamic shared memory.
+    ///
+    /// # Safety
+    /// As `knn_tf32_scan`, with 16-byte aligned rows (`d % 4 == 0`).
+    fn knn_tf32_scan_wg(params) {
+        let a = Tf32ScanArgs::new(params);
+        unsafe { run(a) }
+    }
 }
 
 /// The scan of one block: the prologue of copies, then per chunk the wait, the barrier, the

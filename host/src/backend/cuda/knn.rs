@@ -29,8 +29,8 @@ use kernels_gpu::knn_tf32::candidates::{
     CANDIDATE_SHARED_BYTES, CandidatesParams, KNN_TF32_CANDIDATES, candidates_grid,
 };
 use kernels_gpu::knn_tf32::{
-    ExactParams, KNN_TF32_RERANK, KNN_TF32_THRESHOLD, RERANK_SHARED_BYTES, ScanParams,
-    THRESHOLD_SHARED_BYTES, scan_kernel, tf32_scan_grid,
+    KNN_TF32_RERANK, KNN_TF32_THRESHOLD, RERANK_SHARED_BYTES, RerankParams, ScanParams,
+    THRESHOLD_SHARED_BYTES, ThresholdParams, scan_kernel, tf32_scan_grid,
 };
 use kernels_gpu::knn_tf32::{
     KNN_TF32_SCAN_WG, SCAN_CANDIDATES, SCAN_GROUPS, TF32_CAP, TF32_COLS, TF32_ROWS,
@@ -38,7 +38,7 @@ use kernels_gpu::knn_tf32::{
     tf32_xc, wg_scan_shared_bytes,
 };
 use kernels_gpu::launch::DEFAULT_SHARED_BYTES;
-use kernels_gpu::lp::{PAIRWISE_CHEBYSHEV, PAIRWISE_MINKOWSKI};
+use kernels_gpu::lp::{ChebyshevParams, MinkowskiParams, PAIRWISE_CHEBYSHEV, PAIRWISE_MINKOWSKI};
 use kernels_gpu::norms::{
     ROW_NORM_ROOTS, ROW_SQ_NORMS, RowNormRootsParams, RowSqNormsParams, row_sq_norms_grid,
 };
@@ -126,38 +126,59 @@ fn distances(
     out: &mut CudaSlice<f32>,
     ld: usize,
 ) -> Result<()> {
-    let kernel = match metric {
-        PairMetric::Chebyshev => PAIRWISE_CHEBYSHEV,
-        PairMetric::Minkowski(_) => PAIRWISE_MINKOWSKI,
-        _ if metric.is_l1() => PAIRWISE_L1,
-        _ => PAIRWISE_DOT,
-    };
-    let p = match metric {
-        PairMetric::Minkowski(p) => p.get(),
-        _ => 0.0,
-    };
     let b_end = b.first + b.rows;
     debug_assert!(b.rows <= ld);
     let out_len = a.rows.checked_sub(1).map_or(0, |last| last * ld + b.rows);
-    gpu.launch(
-        kernel,
-        dist_blocks(a.rows, b.rows),
-        dist_shared_bytes(),
-        PairwiseParams {
-            a: a.x.reads(a.rows * d),
-            a_norms: a.norms.reads(a.rows),
-            a_rows: a.rows as u32,
-            b: b.x.reads(b_end * d),
-            b_norms: b.norms.reads(b_end),
-            b_first: b.first as u32,
-            b_cols: b.rows as u32,
-            d: d as u32,
-            metric: metric.id(),
-            p,
-            out: out.writes(out_len),
-            ld: ld as u64,
-        },
-    )
+    let (grid, shared) = (dist_blocks(a.rows, b.rows), dist_shared_bytes());
+    // The Lp kernels' parameters: the same rows without norms and metric, `p` before `out`.
+    macro_rules! lp {
+        ($params:ident { $($field:ident: $value:expr),* }) => {
+            $params {
+                a: a.x.reads(a.rows * d),
+                a_rows: a.rows as u32,
+                b: b.x.reads(b_end * d),
+                b_first: b.first as u32,
+                b_cols: b.rows as u32,
+                d: d as u32,
+                $($field: $value,)*
+                out: out.writes(out_len),
+                ld: ld as u64,
+            }
+        };
+    }
+    match metric {
+        PairMetric::Chebyshev => {
+            gpu.launch(PAIRWISE_CHEBYSHEV, grid, shared, lp!(ChebyshevParams {}))
+        }
+        PairMetric::Minkowski(p) => gpu.launch(
+            PAIRWISE_MINKOWSKI,
+            grid,
+            shared,
+            lp!(MinkowskiParams { p: p.get() }),
+        ),
+        _ => gpu.launch(
+            if metric.is_l1() {
+                PAIRWISE_L1
+            } else {
+                PAIRWISE_DOT
+            },
+            grid,
+            shared,
+            PairwiseParams {
+                a: a.x.reads(a.rows * d),
+                a_norms: a.norms.reads(a.rows),
+                a_rows: a.rows as u32,
+                b: b.x.reads(b_end * d),
+                b_norms: b.norms.reads(b_end),
+                b_first: b.first as u32,
+                b_cols: b.rows as u32,
+                d: d as u32,
+                metric: metric.id(),
+                out: out.writes(out_len),
+                ld: ld as u64,
+            },
+        ),
+    }
 }
 
 impl Distances for CudaBackend {
@@ -1172,7 +1193,7 @@ impl CudaKnn {
                     KNN_TF32_THRESHOLD,
                     rows,
                     THRESHOLD_SHARED_BYTES,
-                    ExactParams {
+                    ThresholdParams {
                         q: q.reads(rows * d),
                         q_norms: q_norms.reads(rows),
                         x: self.x.reads(n * d),
@@ -1183,9 +1204,6 @@ impl CudaKnn {
                         best: best.writes(rows * k),
                         t_sq: bufs.t_sq.writes(rows),
                         counts: bufs.counts.writes(rows),
-                        cand: DevPtr::NULL,
-                        overflow: DevPtr::NULL,
-                        method: 0,
                     },
                 )?;
             }
@@ -1248,7 +1266,7 @@ impl CudaKnn {
             KNN_TF32_RERANK,
             rows,
             RERANK_SHARED_BYTES,
-            ExactParams {
+            RerankParams {
                 q: q.reads(rows * d),
                 q_norms: q_norms.reads(rows),
                 x: self.x.reads(n * d),
@@ -1257,7 +1275,6 @@ impl CudaKnn {
                 metric: self.metric.id(),
                 k: k32,
                 best: best.writes(rows * k),
-                t_sq: DevPtr::NULL,
                 counts: bufs.counts.writes(rows),
                 cand: bufs.cand.reads(rows * TF32_CAP),
                 overflow: DevPtr::from_address(*bufs.overflow.device()),

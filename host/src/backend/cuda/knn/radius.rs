@@ -26,8 +26,8 @@ use kernels_gpu::norms::{ROW_SQ_NORMS, RowSqNormsParams, row_sq_norms_grid};
 use kernels_gpu::params::DevPtr;
 use kernels_gpu::radius::candidates::OVERFLOW;
 use kernels_gpu::radius::candidates::{
-    CandidateRows, KNN_RADIUS_TF32_COUNT, KNN_RADIUS_TF32_FILL, RADIUS_TF32_SHARED_BYTES,
-    RadiusTf32CountParams, RadiusTf32FillParams,
+    KNN_RADIUS_TF32_COUNT, KNN_RADIUS_TF32_FILL, RADIUS_TF32_SHARED_BYTES, RadiusTf32CountParams,
+    RadiusTf32FillParams,
 };
 use kernels_gpu::radius::{
     KNN_RADIUS_COUNT, KNN_RADIUS_FILL, RADIUS_SHARED_BYTES, RadiusCountParams, RadiusFillParams,
@@ -344,27 +344,31 @@ impl CudaKnn {
                 c1: bound_coefficient(d),
             },
         )?;
-        // Query rows `first_row ..` of the batch, as many as the launch has blocks.
-        let candidates = |first_row: usize, rows: usize| CandidateRows {
-            q: bufs.q.reads((first_row + rows) * d),
-            q_norms: bufs.q_norms.reads(first_row + rows),
-            x: self.x.reads(n * d),
-            x_norms: self.norms.reads(n),
-            d: d as u32,
-            metric: self.metric.id(),
-            radius,
-            first_row: first_row as u32,
-            counts: bufs.counts.reads(first_row + rows),
-            cand: bufs.cand.reads((first_row + rows) * TF32_CAP),
-        };
+        // Either kernel's parameters for query rows `first_row ..` of the batch, as many as the
+        // launch has blocks: the ten fields both start with, then `$rest`.
+        macro_rules! candidates {
+            ($params:ident, $first_row:expr, $rows:expr, $($rest:tt)*) => {{
+                let (first_row, rows): (usize, usize) = ($first_row, $rows);
+                $params {
+                    q: bufs.q.reads((first_row + rows) * d),
+                    q_norms: bufs.q_norms.reads(first_row + rows),
+                    x: self.x.reads(n * d),
+                    x_norms: self.norms.reads(n),
+                    d: d as u32,
+                    metric: self.metric.id(),
+                    radius,
+                    first_row: first_row as u32,
+                    counts: bufs.counts.reads(first_row + rows),
+                    cand: bufs.cand.reads((first_row + rows) * TF32_CAP),
+                    $($rest)*
+                }
+            }};
+        }
         gpu.launch(
             KNN_RADIUS_TF32_COUNT,
             r,
             RADIUS_TF32_SHARED_BYTES,
-            RadiusTf32CountParams {
-                rows: candidates(0, r),
-                found: bufs.found.writes(r),
-            },
+            candidates!(RadiusTf32CountParams, 0, r, found: bufs.found.writes(r)),
         )?;
         let mut counts = gpu.download(&bufs.found, r, "neighbour counts")?;
         let mut over = Vec::new();
@@ -386,11 +390,13 @@ impl CudaKnn {
                         KNN_RADIUS_TF32_FILL,
                         rows.len(),
                         RADIUS_TF32_SHARED_BYTES,
-                        RadiusTf32FillParams {
-                            rows: candidates(rows.start, rows.len()),
+                        candidates!(
+                            RadiusTf32FillParams,
+                            rows.start,
+                            rows.len(),
                             at: at.reads(rows.len()),
                             keys: keys.writes(keys.len()),
-                        },
+                        ),
                     )
                 },
             )?;

@@ -1,26 +1,17 @@
-//! Launches of kernels that take one parameter struct (`kernels_gpu::params`): the call site
-//! fills the kernel's own struct by field name, taking each buffer's address with [`Reads`] or
-//! [`Writes`] (which check its length in debug builds), and [`CudaBackend::launch`] pushes it
-//! as the single argument.
+//! Launches of kernels that take a parameter struct (`kernels_gpu::params`): the call site fills
+//! the kernel's own struct by field name, taking each buffer's address with [`Reads`] or
+//! [`Writes`] (which check its length in debug builds), and [`CudaBackend::launch`] passes the
+//! driver a pointer to each field, the entry's parameters in order.
 
 use crate::backend::cuda::{CudaBackend, cuda, faults};
 use crate::error::{Error, Result};
 use cudarc::driver::sys::CUresult;
 use cudarc::driver::{
-    CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr, DevicePtrMut, DeviceRepr, DriverError,
-    LaunchConfig, PushKernelArg,
+    CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr, DevicePtrMut, DriverError, result,
 };
 use kernels_gpu::launch::Kernel;
 use kernels_gpu::params::{DevPtr, KernelParams};
-
-/// A parameter struct as cudarc's kernel argument (the orphan rule keeps cudarc's trait off
-/// `kernels_gpu`'s types).
-#[repr(transparent)]
-struct ByValue<P>(P);
-
-// SAFETY: `KernelParams` are `#[repr(C)]` plain data laid out as the kernel reads them (the
-// PTX test in `launch::tests` checks size and alignment).
-unsafe impl<P: KernelParams> DeviceRepr for ByValue<P> {}
+use std::ffi::c_void;
 
 impl CudaBackend {
     /// Launches `kernel` on the compute stream: `grid` blocks of its `block` threads, `shared`
@@ -47,23 +38,35 @@ impl CudaBackend {
         let failed = |e| cuda(&format!("launching kernel {}", kernel.name), e);
         let grid = u32::try_from(grid.max(1))
             .map_err(|_| Error::invalid("input size", "too many blocks for one kernel launch"))?;
-        let cfg = LaunchConfig {
-            grid_dim: (grid, 1, 1),
-            block_dim: (kernel.block, 1, 1),
-            shared_mem_bytes: shared as u32,
-        };
         let f = self.function(kernel.name)?;
         if faults::launch_fails() {
             return Err(failed(DriverError(
                 CUresult::CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES,
             )));
         }
-        let params = ByValue(params);
-        let mut args = stream.launch_builder(&f);
-        args.arg(&params);
-        // SAFETY: `P` is the kernel's parameter struct (its type says so, and the tests check its
-        // layout against the PTX), filled with buffers of the sizes `Reads`/`Writes` checked.
-        unsafe { args.launch(cfg) }.map(|_| ()).map_err(failed)
+        // `cuLaunchKernel` takes a pointer to each parameter's value: the struct's fields, which
+        // are the entry's parameters in order, of their sizes (`launch::tests` checks both
+        // against the committed PTX). It copies them before returning.
+        let base = (&raw const params).cast::<u8>();
+        let mut args: Vec<*mut c_void> = P::FIELDS
+            .iter()
+            .map(|field| base.wrapping_add(field.offset).cast_mut().cast())
+            .collect();
+        stream.context().bind_to_thread().map_err(failed)?;
+        // SAFETY: `args` points into `params`, alive until the call returns, at the fields the
+        // entry takes (its parameter list is `P`'s, generated from the same field list), filled
+        // with buffers of the sizes `Reads`/`Writes` checked; `block` is the kernel's own.
+        unsafe {
+            result::launch_kernel(
+                f.cu_function(),
+                (grid, 1, 1),
+                (kernel.block, 1, 1),
+                shared as u32,
+                stream.cu_stream(),
+                &mut args,
+            )
+        }
+        .map_err(failed)
     }
 }
 

@@ -19,65 +19,92 @@ fn built(k: &kernels_gpu::launch::Kernel, build: Build) -> bool {
     (build >= Build::Sm80 || !k.sm80_only) && (build == Build::Sm90a || !k.sm90a_only)
 }
 use kernels_gpu::KERNELS;
-use kernels_gpu::params::ParamsLayout;
 use std::collections::BTreeMap;
 
-/// Every `.entry` of `ptx` with its parameter when it declares exactly one, a by-value
-/// aggregate (`.param .align A .b8 name[S]`): its size `S` and alignment `A`; `None` for any
-/// other list.
-fn entries(ptx: &str) -> BTreeMap<String, Option<ParamsLayout>> {
+/// A parameter as the PTX declares it, or as a parameter struct's field says it must be.
+#[derive(Debug, PartialEq)]
+struct Param {
+    /// Its size in bytes.
+    size: usize,
+    /// Whether it is a pointer (`.ptr`).
+    pointer: bool,
+}
+
+/// Every `.entry` of `ptx` with its parameter list.
+fn entries(ptx: &str) -> BTreeMap<String, Vec<Option<Param>>> {
     let mut found = BTreeMap::new();
     for (at, _) in ptx.match_indices(".entry ") {
         let rest = &ptx[at + ".entry ".len()..];
         let open = rest.find('(').expect("a parameter list after .entry");
         let close = rest.find(')').expect("the end of the parameter list");
-        let list: Vec<&str> = rest[open + 1..close]
+        let list = rest[open + 1..close]
             .split(',')
             .map(str::trim)
             .filter(|p| !p.is_empty())
+            .map(param)
             .collect();
-        let params = match list[..] {
-            [one] => aggregate(one),
-            _ => None,
-        };
-        found.insert(rest[..open].to_string(), params);
+        found.insert(rest[..open].to_string(), list);
     }
     found
 }
 
-/// The size and alignment of a by-value aggregate parameter (`.param .align 8 .b8 p[40]`).
-fn aggregate(param: &str) -> Option<ParamsLayout> {
-    let rest = param.strip_prefix(".param .align ")?;
-    let (align, rest) = rest.split_once(" .b8 ")?;
-    let size = rest.split_once('[')?.1.strip_suffix(']')?;
-    Some(ParamsLayout {
-        size: size.parse().ok()?,
-        align: align.parse().ok()?,
+/// A scalar or pointer parameter (`.param .u32 k_param_1`, `.param .u64 .ptr .align 1
+/// k_param_0`); `None` for any other, such as a by-value aggregate (`.param .align 8 .b8
+/// k_param_0[40]`).
+fn param(decl: &str) -> Option<Param> {
+    let words: Vec<&str> = decl.split_whitespace().collect();
+    let (ty, pointer) = match words[..] {
+        [".param", ty, ".ptr", ".align", _, _] => (ty, true),
+        [".param", ty, _] => (ty, false),
+        _ => return None,
+    };
+    let (".u" | ".s" | ".b" | ".f") = ty.get(..2)? else {
+        return None;
+    };
+    let bits: usize = ty[2..].parse().ok()?;
+    Some(Param {
+        size: bits / 8,
+        pointer,
     })
 }
 
-/// The kernels of `KERNELS` that a PTX build has, each with the size and alignment of its
-/// parameter struct on the host: equal to the PTX's aggregate, they show that nvptx64 lays the
-/// struct out as the host does, so every field the host fills is the one the kernel reads.
-fn expected(build: Build) -> BTreeMap<String, Option<ParamsLayout>> {
+/// The kernels of `KERNELS` that a PTX build has, each with the fields of its parameter struct
+/// on the host: one parameter each, in order, of the field's size, a pointer where the field is
+/// a `DevPtr`. Equal to the PTX's lists, they show that the driver copies each parameter from
+/// the field the host filled.
+fn expected(build: Build) -> BTreeMap<String, Vec<Option<Param>>> {
     KERNELS
         .iter()
         .filter(|k| built(k, build))
-        .map(|k| (k.name.to_string(), Some(k.params)))
+        .map(|k| {
+            let params = k
+                .params
+                .iter()
+                .map(|f| {
+                    Some(Param {
+                        size: f.size,
+                        pointer: f.pointer,
+                    })
+                })
+                .collect();
+            (k.name.to_string(), params)
+        })
         .collect()
 }
 
 #[test]
-fn a_parameter_list_that_is_not_one_aggregate_is_told_apart() {
-    let two = ".entry k(\n\t.param .u64 k_param_0,\n\t.param .u32 k_param_1\n)\n{";
-    let one = ".entry k(\n\t.param .align 8 .b8 k_param_0[24]\n)\n{";
-    let layout = ParamsLayout { size: 24, align: 8 };
-    assert_eq!(entries(two)["k"], None);
-    assert_eq!(entries(one)["k"], Some(layout));
+fn parameters_are_read_with_their_size_and_kind() {
+    let ptx = ".entry k(\n\t.param .u64 .ptr .align 1 k_param_0,\n\t.param .u32 k_param_1,\n\
+               \t.param .f64 k_param_2,\n\t.param .align 8 .b8 k_param_3[24]\n)\n{";
+    let p = |size, pointer| Some(Param { size, pointer });
+    assert_eq!(
+        entries(ptx)["k"],
+        [p(8, true), p(4, false), p(8, false), None]
+    );
 }
 
 #[test]
-fn every_kernel_is_an_entry_taking_its_parameter_struct_by_value() {
+fn every_kernel_is_an_entry_taking_its_struct_fields_in_order() {
     assert_eq!(entries(PTX), expected(Build::Sm70), "host/ptx/kernels.ptx");
     assert_eq!(
         entries(PTX_SM80),
