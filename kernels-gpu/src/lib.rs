@@ -7,10 +7,11 @@
 //!
 //! # Kernels and their twins
 //!
-//! Every kernel, the module it lives in, its parameter struct (the one argument the host fills
-//! by field name, see [`params`]), its CPU twin (in `kmeans_knn`'s `backend/cpu`) and the test
-//! that holds the two to the same answer. [`KERNELS`] lists the same kernels with their
-//! structs' layouts; a host test checks both against the committed PTX.
+//! Every kernel, the module it lives in, its parameter struct (whose fields are the entry's
+//! parameters, which the host fills by field name, see [`params`]), its CPU twin (in
+//! `kmeans_knn`'s `backend/cpu`) and the test that holds the two to the same answer. [`KERNELS`]
+//! lists the same kernels with their structs' fields; a host test checks both against the
+//! committed PTX.
 //!
 //! | kernel | module | parameters | CPU twin | test |
 //! |---|---|---|---|---|
