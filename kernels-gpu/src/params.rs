@@ -9,8 +9,8 @@
 //! PTX that each entry declares one parameter per field, of the field's size and kind.
 
 /// The device address of a buffer of `T`s, as a kernel parameter: a raw pointer (`NULL` for an
-/// absent optional buffer) that only the kernel dereferences, so that an entry declares it as a
-/// pointer parameter.
+/// absent optional buffer) that only the kernel dereferences; an entry declares it as a `*mut T`
+/// parameter.
 #[repr(transparent)]
 pub struct DevPtr<T>(*mut T);
 
@@ -98,7 +98,6 @@ unsafe impl<T> KernelArg for DevPtr<T> {
 /// One field of a parameter struct: one parameter of its entries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Field {
-    pub name: &'static str,
     /// Its offset in the host's struct: where the driver copies the parameter from.
     pub offset: usize,
     /// Its size in bytes: that of the entry's parameter.
@@ -139,11 +138,12 @@ pub unsafe trait KernelParams: Copy {
 /// }
 /// ```
 ///
-/// The entry macro expands to `#[no_mangle] extern "gpu-kernel" fn row_sq_norms(x: DevPtr<f32>,
-/// n: u32, d: u32, out: DevPtr<f32>)` (nvptx64 only), which binds `params` to the struct of
-/// its parameters before running the body. It is a `macro_rules!` in textual scope after the
-/// struct: a module further away imports it (`pub(crate) use row_sq_norms_entry;` next to the
-/// struct), and the struct and the field types must be in scope where it is called.
+/// The entry macro expands to `#[no_mangle] extern "gpu-kernel" fn row_sq_norms(x: *mut f32,
+/// n: u32, d: u32, out: *mut f32)` (nvptx64 only), which binds `params` to the struct of its
+/// parameters before running the body. A field is a `DevPtr<T>`, spelled so (the macro reads
+/// it as a pointer), or a scalar [`KernelArg`]. The entry macro is a `macro_rules!` in textual
+/// scope after the struct: a module further away imports it (`pub(crate) use
+/// row_sq_norms_entry;` next to the struct), and the struct must be in scope where it is called.
 #[macro_export]
 macro_rules! kernel_params {
     (
@@ -163,7 +163,6 @@ macro_rules! kernel_params {
         // SAFETY: `#[repr(C)]`, every field a `KernelArg` (the bound below) and listed in order.
         unsafe impl $crate::params::KernelParams for $name {
             const FIELDS: &'static [$crate::params::Field] = &[$($crate::params::Field {
-                name: stringify!($field),
                 offset: core::mem::offset_of!($name, $field),
                 size: size_of::<$ty $(<$arg>)?>(),
                 pointer: <$ty $(<$arg>)? as $crate::params::KernelArg>::POINTER,
