@@ -211,7 +211,26 @@ macro_rules! __entry_param {
 
 #[cfg(test)]
 pub(crate) mod tests {
-    use super::DevPtr;
+    use super::{DevPtr, Field, KernelParams};
+    use crate::norms::RowSqNormsParams;
+
+    #[test]
+    fn fields_are_listed_in_order_with_their_offset_size_and_kind() {
+        let field = |offset, size, pointer| Field {
+            offset,
+            size,
+            pointer,
+        };
+        assert_eq!(
+            RowSqNormsParams::FIELDS,
+            [
+                field(0, 8, true),
+                field(8, 4, false),
+                field(12, 4, false),
+                field(16, 8, true)
+            ]
+        );
+    }
 
     /// The address of a host buffer a kernel reads, for the emulator (which runs kernels on the
     /// host).
