@@ -206,11 +206,11 @@ macro_rules! select_kernel {
             ///
             /// # Safety
             /// One block of `SELECT_BLOCK` threads per query row, `select_method_shared_bytes` of
-            /// its method and k of dynamic shared memory; `1 ≤ k`, `k + cols ≤ SELECT_CAP`; pointers valid
-            /// for those sizes.
+            /// its method and k of dynamic shared memory; `1 ≤ k`, `k + cols ≤ SELECT_CAP`;
+            /// pointers valid for those sizes.
             fn $name(params) {
-    let SelectParams { dist, ld, cols, first_index, best, k, fresh } = params;
-    let (dist, best) = (dist.as_ptr(), best.as_mut_ptr());
+                let SelectParams { dist, ld, cols, first_index, best, k, fresh } = params;
+                let (dist, best) = (dist.as_ptr(), best.as_mut_ptr());
                 let tile = Tile {
                     dist,
                     keys: core::ptr::null(),
@@ -256,11 +256,11 @@ macro_rules! select_keys_kernel {
             ///
             /// # Safety
             /// One block of `SELECT_BLOCK` threads per query row, `select_method_shared_bytes` of
-            /// its method and k of dynamic shared memory; `1 ≤ k`, `k + cols ≤ SELECT_CAP`; `keys` holds
-            /// `rows × ld` keys.
+            /// its method and k of dynamic shared memory; `1 ≤ k`, `k + cols ≤ SELECT_CAP`; `keys`
+            /// holds `rows × ld` keys.
             fn $name(params) {
-    let SelectKeysParams { keys, ld, cols, best, k, fresh } = params;
-    let (keys, best) = (keys.as_ptr(), best.as_mut_ptr());
+                let SelectKeysParams { keys, ld, cols, best, k, fresh } = params;
+                let (keys, best) = (keys.as_ptr(), best.as_mut_ptr());
                 let tile = Tile {
                     dist: core::ptr::null(),
                     keys,
