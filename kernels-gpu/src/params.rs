@@ -212,7 +212,18 @@ macro_rules! __entry_param {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::{DevPtr, Field, KernelParams};
-    use crate::norms::RowSqNormsParams;
+
+    kernel_params! {
+        /// A parameter list of every kind, with padding after the 32-bit fields.
+        pub struct SampleParams {
+            pub x: DevPtr<f32>,
+            pub n: u32,
+            pub total: u64,
+            pub scale: f32,
+            pub out: DevPtr<u64>,
+        }
+        entries: sample_entry;
+    }
 
     #[test]
     fn fields_are_listed_in_order_with_their_offset_size_and_kind() {
@@ -222,12 +233,13 @@ pub(crate) mod tests {
             pointer,
         };
         assert_eq!(
-            RowSqNormsParams::FIELDS,
+            SampleParams::FIELDS,
             [
                 field(0, 8, true),
                 field(8, 4, false),
-                field(12, 4, false),
-                field(16, 8, true)
+                field(16, 8, false),
+                field(24, 4, false),
+                field(32, 8, true)
             ]
         );
     }
