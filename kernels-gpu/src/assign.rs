@@ -8,16 +8,16 @@
 //! the dimensions in order 0..d, exactly as the CPU twin, and candidates merge with the
 //! lower-index tie rule, so labels match the CPU bit for bit.
 
-use crate::launch::{BLOCK, Kernel};
-#[cfg(all(target_arch = "nvptx64", not(target_feature = "sm_80")))]
-use crate::tile::load_transposed;
 #[cfg(target_arch = "nvptx64")]
+use crate::exec::Gpu;
+use crate::launch::{BLOCK, Kernel};
+use crate::params::DevPtr;
+#[cfg(any(test, all(target_arch = "nvptx64", not(target_feature = "sm_80"))))]
+use crate::tile::load_transposed;
+#[cfg(any(test, target_arch = "nvptx64"))]
 use crate::{
+    exec::{Exec, atomic_add_i64, atomic_add_u32, atomic_add_u64, block_sum_f64, block_sum_i64},
     fixed::{inertia_term, to_fixed, units_at, weighted},
-    gpu::{
-        self, atomic_add_i64, atomic_add_u32, atomic_add_u64, block_sum_f64, block_sum_i64, shared,
-        sync_threads,
-    },
     math::{AssignMetric, assign_distance, assign_score, assign_step, better},
     tile::load_vec4s,
 };
@@ -132,8 +132,36 @@ impl AssignTile {
     }
 }
 
-/// Arguments shared by the assign entry points.
-#[cfg(target_arch = "nvptx64")]
+kernel_params! {
+    /// The parameters of the four `kmeans_assign_*` entry points (see [`KMEANS_ASSIGN_L2_WIDE`]):
+    /// `x` (`n × d`) with its squared norms, the `k × d` centroids with theirs and by dimension
+    /// (`centroids_t`, `d × k_padded`), the labels and distances written, the counters, and the
+    /// optional `weights`, `sums` and `counts` (null: absent).
+    pub struct AssignParams {
+        pub x: DevPtr<f32>,
+        pub x_sq_norms: DevPtr<f32>,
+        pub n: u32,
+        pub d: u32,
+        pub centroids: DevPtr<f32>,
+        pub c_sq_norms: DevPtr<f32>,
+        pub k: u32,
+        pub labels: DevPtr<u32>,
+        pub min_dist: DevPtr<f32>,
+        pub changed: DevPtr<u32>,
+        pub block_inertia: DevPtr<i64>,
+        pub inertia_scale: f32,
+        pub weights: DevPtr<f32>,
+        pub scales: DevPtr<f32>,
+        pub sums: DevPtr<i64>,
+        pub counts: DevPtr<u64>,
+        pub centroids_t: DevPtr<f32>,
+        pub k_padded: u32,
+    }
+    entries: assign_entry;
+}
+
+/// Arguments shared by the assign entry points, as the sweeps read them.
+#[cfg(any(test, target_arch = "nvptx64"))]
 #[derive(Clone, Copy)]
 struct AssignArgs {
     x: *const f32,
@@ -165,78 +193,82 @@ struct AssignArgs {
 macro_rules! assign_kernel {
     ($entry:ident, $name:ident, $metric:expr, $tile:expr, $min_blocks:expr) => {
         #[doc = concat!("The `", stringify!($name), "` entry point. CPU twins: `backend::cpu::kmeans::nearest`, `::accumulate`.")]
-        pub const $entry: Kernel = Kernel::new(stringify!($name), 18).min_blocks($min_blocks);
+        pub const $entry: Kernel<AssignParams> =
+            Kernel::new(stringify!($name)).min_blocks($min_blocks);
 
-        /// Labels each of the `n` points of `x` (row-major, `d` columns) with its nearest of the
-        /// `k` centroids and writes its distance. Squared norms of points and centroids are
-        /// inputs (ignored by L1). `weights` (null: one unit each) holds every point's integer
-        /// units. With `changed` non-null, adds the number of labels of points with weight that
-        /// differ from what `labels` held; with `block_inertia` non-null, writes each block's
-        /// fixed-point inertia `Σ units · round(dist · inertia_scale)` at its index. With `sums`
-        /// non-null, also adds every point's fixed-point coordinates (under `scales`, one per
-        /// dimension) times its units to its cluster's row of `sums` (`k × d`) and its units to
-        /// its `counts` entry, as `kmeans_accumulate_global` would.
-        /// `centroids_t` holds the centroids by dimension (`d × k_padded`, `k_padded ≥ k` a multiple of 4;
-        /// read on sm_80 and later).
-        ///
-        /// # Safety
-        /// Pointers valid for those sizes; `BLOCK` threads, `ceil(n / points())` blocks and
-        /// `shared_bytes()` of dynamic shared memory for this kernel's tile.
-        #[cfg(target_arch = "nvptx64")]
-        #[unsafe(no_mangle)]
-        pub unsafe extern "gpu-kernel" fn $name(
-            x: *const f32,
-            x_sq_norms: *const f32,
-            n: u32,
-            d: u32,
-            centroids: *const f32,
-            c_sq_norms: *const f32,
-            k: u32,
-            labels: *mut u32,
-            min_dist: *mut f32,
-            changed: *mut u32,
-            block_inertia: *mut i64,
-            inertia_scale: f32,
-            weights: *const f32,
-            scales: *const f32,
-            sums: *mut i64,
-            counts: *mut u64,
-            centroids_t: *const f32,
-            k_padded: u32,
-        ) {
-            let args = AssignArgs {
-                x,
-                x_sq_norms,
-                n: n as usize,
-                d: (d as usize).max(1),
-                centroids,
-                c_sq_norms,
-                k: k as usize,
-                labels,
-                min_dist,
-                changed,
-                block_inertia,
-                inertia_scale,
-                weights,
-                scales,
-                sums,
-                counts,
-                centroids_t,
-                k_padded: k_padded as usize,
-            };
-            #[cfg(target_feature = "sm_80")]
-            unsafe {
-                run_async::<
-                    { $tile.points_per_thread },
-                    { $tile.centroids_per_thread },
-                    { $tile.points() },
-                    { $tile.centroids() },
-                    { $tile.c_stride() },
-                >(args, $metric, $tile)
-            }
-            #[cfg(not(target_feature = "sm_80"))]
-            unsafe {
-                run::<{ $tile.points_per_thread }, { $tile.centroids_per_thread }>(args, $metric, $tile)
+        assign_entry! {
+            /// Labels each of the `n` points of `x` (row-major, `d` columns) with its nearest of the
+            /// `k` centroids and writes its distance. Squared norms of points and centroids are
+            /// inputs (ignored by L1). `weights` (null: one unit each) holds every point's integer
+            /// units. With `changed` non-null, adds the number of labels of points with weight that
+            /// differ from what `labels` held; with `block_inertia` non-null, writes each block's
+            /// fixed-point inertia `Σ units · round(dist · inertia_scale)` at its index. With `sums`
+            /// non-null, also adds every point's fixed-point coordinates (under `scales`, one per
+            /// dimension) times its units to its cluster's row of `sums` (`k × d`) and its units to
+            /// its `counts` entry, as `kmeans_accumulate_global` would.
+            /// `centroids_t` holds the centroids by dimension (`d × k_padded`, `k_padded ≥ k` a multiple of 4;
+            /// read on sm_80 and later).
+            ///
+            /// # Safety
+            /// Pointers valid for those sizes; `BLOCK` threads, `ceil(n / points())` blocks and
+            /// `shared_bytes()` of dynamic shared memory for this kernel's tile.
+            fn $name(params) {
+                let AssignParams {
+                    x,
+                    x_sq_norms,
+                    n,
+                    d,
+                    centroids,
+                    c_sq_norms,
+                    k,
+                    labels,
+                    min_dist,
+                    changed,
+                    block_inertia,
+                    inertia_scale,
+                    weights,
+                    scales,
+                    sums,
+                    counts,
+                    centroids_t,
+                    k_padded,
+                } = params;
+                let args = AssignArgs {
+                    x: x.as_ptr(),
+                    x_sq_norms: x_sq_norms.as_ptr(),
+                    n: n as usize,
+                    d: (d as usize).max(1),
+                    centroids: centroids.as_ptr(),
+                    c_sq_norms: c_sq_norms.as_ptr(),
+                    k: k as usize,
+                    labels: labels.as_mut_ptr(),
+                    min_dist: min_dist.as_mut_ptr(),
+                    changed: changed.as_mut_ptr(),
+                    block_inertia: block_inertia.as_mut_ptr(),
+                    inertia_scale,
+                    weights: weights.as_ptr(),
+                    scales: scales.as_ptr(),
+                    sums: sums.as_mut_ptr(),
+                    counts: counts.as_mut_ptr(),
+                    centroids_t: centroids_t.as_ptr(),
+                    k_padded: k_padded as usize,
+                };
+                #[cfg(target_feature = "sm_80")]
+                unsafe {
+                    run_async::<
+                        { $tile.points_per_thread },
+                        { $tile.centroids_per_thread },
+                        { $tile.points() },
+                        { $tile.centroids() },
+                        { $tile.c_stride() },
+                    >(args, $metric, $tile)
+                }
+                #[cfg(not(target_feature = "sm_80"))]
+                unsafe {
+                    run::<_, { $tile.points_per_thread }, { $tile.centroids_per_thread }>(
+                        Gpu, args, $metric, $tile,
+                    )
+                }
             }
         }
     };
@@ -272,20 +304,21 @@ assign_kernel!(
     0
 );
 
-#[cfg(all(target_arch = "nvptx64", not(target_feature = "sm_80")))]
+#[cfg(any(test, all(target_arch = "nvptx64", not(target_feature = "sm_80"))))]
 #[inline(always)]
-unsafe fn run<const THREAD_POINTS: usize, const THREAD_CENTROIDS: usize>(
+unsafe fn run<E: Exec, const THREAD_POINTS: usize, const THREAD_CENTROIDS: usize>(
+    e: E,
     a: AssignArgs,
     metric: AssignMetric,
     tile: AssignTile,
 ) {
-    let t = gpu::thread();
+    let t = e.thread();
     let (tx, ty) = (t % tile.centroid_groups, t / tile.centroid_groups);
     let (pb, cb) = (tile.points(), tile.centroids());
     let (xs_stride, cs_stride) = (tile.x_stride(), tile.c_stride());
-    let first_point = gpu::block() * pb;
+    let first_point = e.block() * pb;
 
-    let scratch = shared::<f64>();
+    let scratch = e.shared::<f64>();
     let xs = unsafe { scratch.add(2 * BLOCK as usize) }.cast::<f32>();
     let cs = unsafe { xs.add(ASSIGN_CHUNK_DIMS * xs_stride) };
     let merge_score = unsafe { cs.add(ASSIGN_CHUNK_DIMS * cs_stride) };
@@ -299,9 +332,9 @@ unsafe fn run<const THREAD_POINTS: usize, const THREAD_CENTROIDS: usize>(
         let mut j0 = 0;
         while j0 < a.d {
             let width = ASSIGN_CHUNK_DIMS.min(a.d - j0);
-            sync_threads();
+            e.sync();
             unsafe { stage_tiles(&a, t, tile, first_point, first_centroid, j0, width, xs, cs) };
-            sync_threads();
+            e.sync();
             // A full chunk has a constant trip count, so it unrolls and the shared loads of one
             // dimension overlap the multiply-adds of the previous one.
             if width == ASSIGN_CHUNK_DIMS {
@@ -334,7 +367,8 @@ unsafe fn run<const THREAD_POINTS: usize, const THREAD_CENTROIDS: usize>(
     }
 
     unsafe {
-        finish::<THREAD_POINTS>(
+        finish::<_, THREAD_POINTS>(
+            e,
             a,
             metric,
             tile,
@@ -352,7 +386,7 @@ unsafe fn run<const THREAD_POINTS: usize, const THREAD_CENTROIDS: usize>(
 ///
 /// # Safety
 /// As [`load_transposed`]; every thread of the block calls it between two barriers.
-#[cfg(all(target_arch = "nvptx64", not(target_feature = "sm_80")))]
+#[cfg(any(test, all(target_arch = "nvptx64", not(target_feature = "sm_80"))))]
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn stage_tiles(
@@ -405,7 +439,7 @@ unsafe fn stage_tiles(
 ///
 /// # Safety
 /// `a.c_sq_norms` holds `k` values.
-#[cfg(all(target_arch = "nvptx64", not(target_feature = "sm_80")))]
+#[cfg(any(test, all(target_arch = "nvptx64", not(target_feature = "sm_80"))))]
 #[inline(always)]
 unsafe fn rank_tile<const THREAD_POINTS: usize, const THREAD_CENTROIDS: usize>(
     a: &AssignArgs,
@@ -462,10 +496,10 @@ unsafe fn run_async<
     use crate::cp_async::{commit, wait_group};
     // Two buffers: step `s` reads buffer `s % 2` and norms slot `tile % 2`.
     const _: () = assert!(ASSIGN_STAGES == 2);
-    let t = gpu::thread();
+    let t = Gpu.thread();
     let (tx, ty) = (t % tile.centroid_groups, t / tile.centroid_groups);
     let xs_stride = tile.x_stride();
-    let first_point = gpu::block() * BLOCK_POINTS;
+    let first_point = Gpu.block() * BLOCK_POINTS;
     let l2 = metric == AssignMetric::SqL2;
     let l = AsyncLayout::new::<BLOCK_CENTROIDS>(tile, a.d);
 
@@ -533,7 +567,7 @@ unsafe fn run_async<
         // This thread's copies of step `s` have landed; after the barrier everybody's have, and
         // every thread is done with the buffer of step `s - 1`, which the next issue refills.
         wait_group::<0>();
-        sync_threads();
+        Gpu.sync();
         let last_chunk = kc + 1 == chunks;
         if s + 1 < steps {
             if last_chunk {
@@ -581,11 +615,12 @@ unsafe fn run_async<
         s += 1;
     }
     // Nothing is in flight; the buffers become the merge area.
-    sync_threads();
+    Gpu.sync();
     let merge_score = l.bufs;
     let merge_index = unsafe { l.bufs.add(BLOCK_POINTS * tile.centroid_groups) }.cast::<u32>();
     unsafe {
-        finish::<THREAD_POINTS>(
+        finish::<_, THREAD_POINTS>(
+            Gpu,
             a,
             metric,
             tile,
@@ -632,7 +667,7 @@ impl AsyncLayout {
         let c_chunk = ASSIGN_CHUNK_DIMS * tile.c_stride();
         let stage = if resident { c_chunk } else { x_chunk + c_chunk };
         let c_off = if resident { 0 } else { x_chunk };
-        let scratch = shared::<f64>();
+        let scratch = Gpu.shared::<f64>();
         let bufs = unsafe { scratch.add(2 * BLOCK as usize) }.cast::<f32>();
         let norms = unsafe { bufs.add(ASSIGN_STAGES * stage) };
         let x_tile = unsafe { norms.add(ASSIGN_STAGES * BLOCK_CENTROIDS) };
@@ -698,7 +733,7 @@ unsafe fn rank_tile_split<
 /// loops unroll and `acc` stays in registers. A thread meets its candidates in increasing index
 /// order (tile after tile, `index` increasing in `q`), so a strict `<` keeps the lower index on
 /// ties, as `better` would.
-#[cfg(target_arch = "nvptx64")]
+#[cfg(any(test, target_arch = "nvptx64"))]
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 fn rank<const THREAD_POINTS: usize, const THREAD_CENTROIDS: usize>(
@@ -805,10 +840,11 @@ unsafe fn accumulate_split<const THREAD_POINTS: usize, const THREAD_CENTROIDS: u
 /// Every thread of the block calls this after its sweep; `merge_score` and `merge_index` hold
 /// `points() × centroid_groups` words of shared memory that no thread touches any more;
 /// `scratch` holds `2 × BLOCK` f64.
-#[cfg(target_arch = "nvptx64")]
+#[cfg(any(test, target_arch = "nvptx64"))]
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn finish<const THREAD_POINTS: usize>(
+unsafe fn finish<E: Exec, const THREAD_POINTS: usize>(
+    e: E,
     a: AssignArgs,
     metric: AssignMetric,
     tile: AssignTile,
@@ -818,10 +854,10 @@ unsafe fn finish<const THREAD_POINTS: usize>(
     merge_index: *mut u32,
     scratch: *mut f64,
 ) {
-    let t = gpu::thread();
+    let t = e.thread();
     let (tx, ty) = (t % tile.centroid_groups, t / tile.centroid_groups);
     let pb = tile.points();
-    let first_point = gpu::block() * pb;
+    let first_point = e.block() * pb;
     // Merge the centroid groups' candidates per point, in group order.
     for i in 0..THREAD_POINTS {
         let p = ty * THREAD_POINTS + i;
@@ -830,7 +866,7 @@ unsafe fn finish<const THREAD_POINTS: usize>(
             *merge_index.add(p * tile.centroid_groups + tx) = best_index[i];
         }
     }
-    sync_threads();
+    e.sync();
     let mut moved = 0.0;
     let mut dist_sum = 0i64;
     let mut p = t;
@@ -877,7 +913,7 @@ unsafe fn finish<const THREAD_POINTS: usize>(
         // The update's sums, a warp per point (integer sums: the same in any order). The rows
         // were just read by this block, so they come from L2, and the atomics overlap the other
         // blocks' sweeps.
-        sync_threads();
+        e.sync();
         let (warp, lane) = (t / 32, t % 32);
         let mut p = warp;
         while p < pb {
@@ -906,15 +942,16 @@ unsafe fn finish<const THREAD_POINTS: usize>(
         }
     }
     if !a.changed.is_null() {
-        let total = unsafe { block_sum_f64(scratch, moved) };
+        let total = unsafe { block_sum_f64(e, e.block_dim(), scratch, moved) };
         if t == 0 && total > 0.0 {
             unsafe { atomic_add_u32(a.changed, total as u32) };
         }
     }
     if !a.block_inertia.is_null() {
-        let total = unsafe { block_sum_i64(scratch.add(BLOCK as usize), dist_sum) };
+        let total =
+            unsafe { block_sum_i64(e, e.block_dim(), scratch.add(BLOCK as usize), dist_sum) };
         if t == 0 {
-            unsafe { *a.block_inertia.add(gpu::block()) = total };
+            unsafe { *a.block_inertia.add(e.block()) = total };
         }
     }
 }
@@ -923,7 +960,7 @@ unsafe fn finish<const THREAD_POINTS: usize>(
 ///
 /// # Safety
 /// The tiles hold dimension `jj` at the strides given; `xs`, `cs` are 16-byte aligned.
-#[cfg(all(target_arch = "nvptx64", not(target_feature = "sm_80")))]
+#[cfg(any(test, all(target_arch = "nvptx64", not(target_feature = "sm_80"))))]
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn accumulate<const THREAD_POINTS: usize, const THREAD_CENTROIDS: usize>(
@@ -951,7 +988,139 @@ unsafe fn accumulate<const THREAD_POINTS: usize, const THREAD_CENTROIDS: usize>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::exec::emu::launch;
+    use crate::fixed::pow2_f32;
     use crate::launch::DEFAULT_SHARED_BYTES;
+    use crate::math::sq_norm;
+
+    /// Values on a coarse grid, so that exact distance ties between centroids happen.
+    fn coarse(len: usize, seed: usize) -> Vec<f32> {
+        (0..len)
+            .map(|i| ((i * 7919 + seed * 104_729) % 9) as f32 * 0.5 - 2.0)
+            .collect()
+    }
+
+    /// The CPU twin (`backend::cpu::kmeans::nearest`): the first centroid of the lowest score,
+    /// each accumulated over the dimensions in order.
+    fn nearest(metric: AssignMetric, row: &[f32], centroids: &[f32]) -> (u32, f32) {
+        let d = row.len();
+        let (mut best, mut label) = (f32::INFINITY, 0);
+        for (c, cr) in centroids.chunks(d).enumerate() {
+            let mut acc = 0.0;
+            for j in 0..d {
+                acc = assign_step(metric, acc, row[j], cr[j]);
+            }
+            let score = assign_score(metric, acc, sq_norm(cr));
+            if score < best {
+                (best, label) = (score, c as u32);
+            }
+        }
+        let x_sq = match metric {
+            AssignMetric::SqL2 => sq_norm(row),
+            AssignMetric::L1 => 0.0,
+        };
+        (label, assign_distance(metric, x_sq, best))
+    }
+
+    /// The arguments, shared by the emulated threads (which synchronise their own accesses).
+    struct Shared(AssignArgs);
+    unsafe impl Sync for Shared {}
+
+    impl Shared {
+        fn args(&self) -> AssignArgs {
+            self.0
+        }
+    }
+
+    /// The sm_70 sweep of one tile shape in the emulator, with the update's sums fused, against
+    /// the twins (`nearest`, `backend::cpu::kmeans::accumulate`).
+    fn check<const P: usize, const C: usize>(tile: AssignTile, metric: AssignMetric) {
+        // n not a multiple of the block's points, d = 1, d past a chunk, k = 1, k = n.
+        for (n, d, k) in [(1, 1, 1), (37, 1, 5), (70, 19, 3), (40, 4, 40)] {
+            let case = format!("{metric:?} {tile:?} n={n} d={d} k={k}");
+            let (x, centroids) = (coarse(n * d, 1), coarse(k * d, 2));
+            let x_sq: Vec<f32> = x.chunks(d).map(sq_norm).collect();
+            let c_sq: Vec<f32> = centroids.chunks(d).map(sq_norm).collect();
+            let inertia_scale = 1024.0;
+            // Sample weights with zeros: those points neither count as changed nor add.
+            let weights: Vec<f32> = (0..n).map(|i| (i % 3) as f32).collect();
+            let scales = vec![pow2_f32(crate::fixed::scale_exponent(2.0, n)); d];
+            let mut sums = vec![0i64; k * d];
+            let mut counts = vec![0u64; k];
+            let grid = tile.grid(n);
+            let mut labels = vec![u32::MAX; n];
+            let mut min_dist = vec![f32::NAN; n];
+            let mut changed = [0u32];
+            let mut block_inertia = vec![i64::MIN; grid];
+            let args = AssignArgs {
+                x: x.as_ptr(),
+                x_sq_norms: x_sq.as_ptr(),
+                n,
+                d,
+                centroids: centroids.as_ptr(),
+                c_sq_norms: c_sq.as_ptr(),
+                k,
+                labels: labels.as_mut_ptr(),
+                min_dist: min_dist.as_mut_ptr(),
+                changed: changed.as_mut_ptr(),
+                block_inertia: block_inertia.as_mut_ptr(),
+                inertia_scale,
+                weights: weights.as_ptr(),
+                scales: scales.as_ptr(),
+                sums: sums.as_mut_ptr(),
+                counts: counts.as_mut_ptr(),
+                centroids_t: core::ptr::null(),
+                k_padded: 0,
+            };
+            let args = Shared(args);
+            launch(grid, BLOCK as usize, tile.shared_bytes(), |e| unsafe {
+                run::<_, P, C>(e, args.args(), metric, tile)
+            });
+            let want: Vec<(u32, f32)> = x
+                .chunks(d)
+                .map(|row| nearest(metric, row, &centroids))
+                .collect();
+            let got: Vec<(u32, f32)> = labels
+                .iter()
+                .copied()
+                .zip(min_dist.iter().copied())
+                .collect();
+            assert_eq!(got, want, "{case}");
+            // Every label differed from the u32::MAX it held; each point's inertia counts once.
+            let units = |i: usize| weights[i] as i64;
+            let moved = (0..n).filter(|&i| units(i) != 0).count();
+            assert_eq!(changed[0] as usize, moved, "{case}");
+            let inertia = (0..n).map(|i| inertia_term(want[i].1, inertia_scale, units(i)));
+            assert_eq!(
+                block_inertia.iter().sum::<i64>(),
+                inertia.sum::<i64>(),
+                "{case}"
+            );
+            let (mut want_sums, mut want_counts) = (vec![0i64; k * d], vec![0u64; k]);
+            for (i, &(label, _)) in want.iter().enumerate() {
+                want_counts[label as usize] += units(i) as u64;
+                for j in 0..d {
+                    let q = weighted(to_fixed(x[i * d + j], scales[j]), units(i));
+                    want_sums[label as usize * d + j] += q;
+                }
+            }
+            assert_eq!((sums, counts), (want_sums, want_counts), "{case}");
+        }
+    }
+
+    #[test]
+    fn emulated_assign_matches_the_cpu() {
+        for metric in [AssignMetric::SqL2, AssignMetric::L1] {
+            check::<{ ASSIGN_WIDE.points_per_thread }, { ASSIGN_WIDE.centroids_per_thread }>(
+                ASSIGN_WIDE,
+                metric,
+            );
+            check::<{ ASSIGN_NARROW.points_per_thread }, { ASSIGN_NARROW.centroids_per_thread }>(
+                ASSIGN_NARROW,
+                metric,
+            );
+        }
+    }
 
     #[test]
     fn assign_tiles_fit_default_shared_memory() {

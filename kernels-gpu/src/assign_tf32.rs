@@ -17,11 +17,12 @@
 //! The kernel body `run` goes prologue, sweep, merge, re-check (see its comment).
 
 use crate::launch::Kernel;
+use crate::params::DevPtr;
 #[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
 use crate::{
     cp_async::{commit, copy_4, copy_rows, shared_addr, wait_all, wait_group},
+    exec::{Exec, Gpu, atomic_add_u32, block_sum_f64, block_sum_i64},
     fixed::{inertia_term, units_at},
-    gpu::{self, atomic_add_u32, block_sum_f64, block_sum_i64, shared, sync_threads},
     launch::BLOCK,
     math::{AssignMetric, assign_distance, assign_step, better, l2_score},
     mma::{load4, mma, shfl_xor_u32, to_tf32},
@@ -34,7 +35,30 @@ use {
 
 /// The `kmeans_assign_l2_tf32` entry point (built for sm_80 only). CPU twin:
 /// `backend::cpu::kmeans::nearest`.
-pub const KMEANS_ASSIGN_L2_TF32: Kernel = Kernel::sm80("kmeans_assign_l2_tf32", 14).min_blocks(2);
+pub const KMEANS_ASSIGN_L2_TF32: Kernel<AssignTf32Params> = Kernel::new("kmeans_assign_l2_tf32")
+    .only_sm80()
+    .min_blocks(2);
+
+kernel_params! {
+    /// `kmeans_assign_l2_tf32`'s parameters.
+    pub struct AssignTf32Params {
+        pub x: DevPtr<f32>,
+        pub x_sq_norms: DevPtr<f32>,
+        pub n: u32,
+        pub d: u32,
+        pub centroids: DevPtr<f32>,
+        pub c_sq_norms: DevPtr<f32>,
+        pub c_terms: DevPtr<f32>,
+        pub k: u32,
+        pub labels: DevPtr<u32>,
+        pub min_dist: DevPtr<f32>,
+        pub changed: DevPtr<u32>,
+        pub block_inertia: DevPtr<i64>,
+        pub inertia_scale: f32,
+        pub weights: DevPtr<f32>,
+    }
+    entries: assign_tf32_entry;
+}
 
 /// Points per block of `kmeans_assign_l2_tf32`: `BLOCK` threads, 8 warps as 4 point rows × 2
 /// centroid columns, each warp 32 points × 64 centroids of `m16n8k8` tiles.
@@ -76,60 +100,85 @@ pub const fn tf32_grid(n: usize) -> usize {
     n.div_ceil(TF32_POINTS)
 }
 
-/// Labels each of the `n` points of `x` (row-major, `d` columns) with its nearest of the `k`
-/// centroids (TF32 shortlist, exact FP32 re-check: the exact path's label) and writes its exact
-/// distance. `c_terms` holds the centroids' error-bound terms (`tf32_centroid_terms`: `k` norms,
-/// then `k` residual terms). `weights`
-/// (null: one unit each) holds every point's integer units. With `changed` non-null, adds the
-/// number of labels of points with weight that differ from what `labels` held; with
-/// `block_inertia` non-null, writes each block's fixed-point inertia `Σ units · round(dist ·
-/// inertia_scale)` at its index.
-///
-/// # Safety
-/// Pointers valid for those sizes; `BLOCK` threads, [`tf32_grid`]`(n)` blocks and
-/// [`tf32_shared_bytes`]`()` of dynamic shared memory.
-#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
-#[unsafe(no_mangle)]
-pub unsafe extern "gpu-kernel" fn kmeans_assign_l2_tf32(
-    x: *const f32,
-    x_sq_norms: *const f32,
-    n: u32,
-    d: u32,
-    centroids: *const f32,
-    c_sq_norms: *const f32,
-    c_terms: *const f32,
-    k: u32,
-    labels: *mut u32,
-    min_dist: *mut f32,
-    changed: *mut u32,
-    block_inertia: *mut i64,
-    inertia_scale: f32,
-    weights: *const f32,
-) {
-    let (n, d, k) = (n as usize, (d as usize).max(1), k as usize);
-    let a = Tf32AssignArgs {
-        x,
-        x_sq_norms,
-        n,
-        d,
-        centroids,
-        c_sq_norms,
-        c_terms,
-        k,
-        labels,
-        min_dist,
-        changed,
-        block_inertia,
-        inertia_scale,
-        weights,
-    };
-    // Rows of `x` and `centroids` start 16-byte aligned when d is a multiple of 4: stage in
-    // 16-byte copies then, else one word at a time (two specialisations, so neither keeps the
-    // other's addresses live).
-    if d % 4 == 0 {
-        unsafe { run::<true>(a) }
-    } else {
-        unsafe { run::<false>(a) }
+assign_tf32_entry! {
+    /// Labels each of the `n` points of `x` (row-major, `d` columns) with its nearest of the `k`
+    /// centroids (TF32 shortlist, exact FP32 re-check: the exact path's label) and writes its exact
+    /// distance. `c_terms` holds the centroids' error-bound terms (`tf32_centroid_terms`: `k` norms,
+    /// then `k` residual terms). `weights`
+    /// (null: one unit each) holds every point's integer units. With `changed` non-null, adds the
+    /// number of labels of points with weight that differ from what `labels` held; with
+    /// `block_inertia` non-null, writes each block's fixed-point inertia `Σ units · round(dist ·
+    /// inertia_scale)` at its index.
+    ///
+    /// # Safety
+    /// Pointers valid for those sizes; `BLOCK` threads, [`tf32_grid`]`(n)` blocks and
+    /// [`tf32_shared_bytes`]`()` of dynamic shared memory.
+    #[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
+    fn kmeans_assign_l2_tf32(params) {
+        let AssignTf32Params {
+            x,
+            x_sq_norms,
+            n,
+            d,
+            centroids,
+            c_sq_norms,
+            c_terms,
+            k,
+            labels,
+            min_dist,
+            changed,
+            block_inertia,
+            inertia_scale,
+            weights,
+        } = params;
+        let (
+            x,
+            x_sq_norms,
+            centroids,
+            c_sq_norms,
+            c_terms,
+            labels,
+            min_dist,
+            changed,
+            block_inertia,
+            weights,
+        ) = (
+            x.as_ptr(),
+            x_sq_norms.as_ptr(),
+            centroids.as_ptr(),
+            c_sq_norms.as_ptr(),
+            c_terms.as_ptr(),
+            labels.as_mut_ptr(),
+            min_dist.as_mut_ptr(),
+            changed.as_mut_ptr(),
+            block_inertia.as_mut_ptr(),
+            weights.as_ptr(),
+        );
+        let (n, d, k) = (n as usize, (d as usize).max(1), k as usize);
+        let a = Tf32AssignArgs {
+            x,
+            x_sq_norms,
+            n,
+            d,
+            centroids,
+            c_sq_norms,
+            c_terms,
+            k,
+            labels,
+            min_dist,
+            changed,
+            block_inertia,
+            inertia_scale,
+            weights,
+        };
+        // Rows of `x` and `centroids` start 16-byte aligned when d is a multiple of 4: stage in
+        // 16-byte copies then, else one word at a time (two specialisations, so neither keeps the
+        // other's addresses live).
+        if d % 4 == 0 {
+            unsafe { run::<true>(a) }
+        } else {
+            unsafe { run::<false>(a) }
+        }
     }
 }
 
@@ -183,14 +232,14 @@ unsafe fn run<const VEC: bool>(a: Tf32AssignArgs) {
         weights,
     } = a;
     let vec = VEC;
-    let t = gpu::thread();
+    let t = Gpu.thread();
     let (warp, lane) = (t / 32, t % 32);
     let (g, q) = (lane / 4, lane % 4);
     // Warp (wm, wn) covers points wm·32.. and centroids wn·64.. of the block's tiles.
     let (wm, wn) = (warp % 4, warp / 4);
-    let first_point = gpu::block() * TF32_POINTS;
+    let first_point = Gpu.block() * TF32_POINTS;
 
-    let xs = shared::<u32>();
+    let xs = Gpu.shared::<u32>();
     let cs = unsafe { xs.add(TF32_POINTS / 2 * TF32_X_STRIDE) };
     // Per point of the block: its error-bound terms `p` and `X + R_x` (zeros past `n`), read
     // where a tile is ranked (in registers they would spill from the sweep).
@@ -260,12 +309,12 @@ unsafe fn run<const VEC: bool>(a: Tf32AssignArgs) {
         // This step's chunk (and at s = 0 the point tile) has landed for this thread's copies;
         // the barrier makes everyone's visible and frees the buffer of step s − 1.
         wait_group::<{ TF32_STAGES - 2 }>();
-        sync_threads();
+        Gpu.sync();
         let j0 = kc * TF32_CHUNK_DIMS;
         if !resident && s > 0 && j0 % TF32_POINT_DIMS == 0 {
             // This step reads another slice of the dimensions: restage the points.
             unsafe { stage_points(t, vec, x, n, d, first_point, j0, dp, xs) };
-            sync_threads();
+            Gpu.sync();
         }
         // The chunk TF32_STAGES − 1 steps ahead lands while this one is multiplied.
         let ahead = s + TF32_STAGES - 1;
@@ -353,7 +402,7 @@ unsafe fn run<const VEC: bool>(a: Tf32AssignArgs) {
     }
     // Only empty groups can be pending; the barrier frees the point tile for the merge.
     wait_all();
-    sync_threads();
+    Gpu.sync();
 
     // Merge the four lanes of a point row (they saw different centroids), then the two warp
     // columns through shared memory (the point tile is free now).
@@ -382,7 +431,7 @@ unsafe fn run<const VEC: bool>(a: Tf32AssignArgs) {
             }
         }
     }
-    sync_threads();
+    Gpu.sync();
 
     // Exact re-check, two threads per point: the two shortlisted centroids, one each. A point
     // whose shortlist may miss the winner is flagged, and the whole block scores every centroid
@@ -422,7 +471,7 @@ unsafe fn run<const VEC: bool>(a: Tf32AssignArgs) {
             (best, label) = (l2_score(dot, unsafe { *c_sq_norms.add(c) }), cand);
         }
     }
-    sync_threads();
+    Gpu.sync();
     // The flagged points, one at a time (the flags are the same for every thread, so are the
     // barriers): every thread scores centroids t, t + BLOCK, …; the warps' best, then the
     // block's, as the exact path ranks them (`better` orders (score, index) totally, so the
@@ -454,7 +503,7 @@ unsafe fn run<const VEC: bool>(a: Tf32AssignArgs) {
                 *warp_best.add(2 * warp + 1) = fl;
             }
         }
-        sync_threads();
+        Gpu.sync();
         if p == f {
             for w in 0..BLOCK as usize / 32 {
                 let (ob, ol) = unsafe {
@@ -469,7 +518,7 @@ unsafe fn run<const VEC: bool>(a: Tf32AssignArgs) {
             }
         }
         // The warps' slots are written again for the next flagged point.
-        sync_threads();
+        Gpu.sync();
     }
     let (other_best, other) = (shfl_xor_f32(best, 1), shfl_xor_u32(label, 1));
     if better(other_best, other, best, label) {
@@ -495,15 +544,16 @@ unsafe fn run<const VEC: bool>(a: Tf32AssignArgs) {
         dist_sum = inertia_term(dist, inertia_scale, units);
     }
     if !changed.is_null() {
-        let total = unsafe { block_sum_f64(scratch, moved) };
+        let total = unsafe { block_sum_f64(Gpu, Gpu.block_dim(), scratch, moved) };
         if t == 0 && total > 0.0 {
             unsafe { atomic_add_u32(changed, total as u32) };
         }
     }
     if !block_inertia.is_null() {
-        let total = unsafe { block_sum_i64(scratch.add(BLOCK as usize), dist_sum) };
+        let total =
+            unsafe { block_sum_i64(Gpu, Gpu.block_dim(), scratch.add(BLOCK as usize), dist_sum) };
         if t == 0 {
-            unsafe { *block_inertia.add(gpu::block()) = total };
+            unsafe { *block_inertia.add(Gpu.block()) = total };
         }
     }
 }

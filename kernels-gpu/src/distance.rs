@@ -8,6 +8,7 @@
 use crate::exec::Exec;
 use crate::knn::{DIST_BLOCK, DIST_JC, DIST_STRIDE, DIST_TILE, PairMetric, finish, pair_step};
 use crate::launch::Kernel;
+use crate::params::DevPtr;
 use crate::tile::{load_transposed, load_vec4s};
 
 /// Arguments of the distance kernels `pairwise_dot` and `pairwise_l1`.
@@ -26,48 +27,71 @@ pub struct Pair {
     pub ld: usize,
 }
 
+kernel_params! {
+    /// The parameters of `pairwise_dot` and `pairwise_l1`: rows `0..a_rows` of `a` against rows
+    /// `b_first..b_first + b_cols` of `b` (both row-major, `d` columns) into `out` (row stride
+    /// `ld`), for `metric` (a [`PairMetric`] id). The squared row norms are read only by the
+    /// metrics that need them. [`crate::lp`]'s kernels take the same without norms and metric.
+    pub struct PairwiseParams {
+        pub a: DevPtr<f32>,
+        pub a_norms: DevPtr<f32>,
+        pub a_rows: u32,
+        pub b: DevPtr<f32>,
+        pub b_norms: DevPtr<f32>,
+        pub b_first: u32,
+        pub b_cols: u32,
+        pub d: u32,
+        pub metric: u32,
+        pub out: DevPtr<f32>,
+        pub ld: u64,
+    }
+    entries: pairwise_entry;
+}
+
 macro_rules! distance_kernel {
     ($entry:ident, $name:ident, $l1:expr) => {
         #[doc = concat!("The `", stringify!($name), "` entry point. CPU twin: `backend::cpu::knn::panel_distances`.")]
-        pub const $entry: Kernel = Kernel::new(stringify!($name), 11);
+        pub const $entry: Kernel<PairwiseParams> =
+            Kernel::new(stringify!($name)).threads(DIST_BLOCK);
 
-        /// `out[i · ld + j] = dist(a[i], b[b_first + j])` for `i < a_rows`, `j < b_cols`; A and B
-        /// are row-major with `d` columns; the norms are squared row norms (read only by the
-        /// metrics that need them). Blocks cover `ceil(a_rows / 128) × ceil(b_cols / 128)`
-        /// tiles, row tile major.
-        ///
-        /// # Safety
-        /// Pointers valid for those sizes; `DIST_BLOCK` threads, `dist_blocks(a_rows, b_cols)`
-        /// blocks, `dist_shared_bytes()` of dynamic shared memory.
-        #[cfg(target_arch = "nvptx64")]
-        #[unsafe(no_mangle)]
-        pub unsafe extern "gpu-kernel" fn $name(
-            a: *const f32,
-            a_norms: *const f32,
-            a_rows: u32,
-            b: *const f32,
-            b_norms: *const f32,
-            b_first: u32,
-            b_cols: u32,
-            d: u32,
-            metric: u32,
-            out: *mut f32,
-            ld: u64,
-        ) {
-            let p = Pair {
-                a,
-                a_norms,
-                a_rows: a_rows as usize,
-                b,
-                b_norms,
-                b_first: b_first as usize,
-                b_cols: b_cols as usize,
-                d: (d as usize).max(1),
-                metric: PairMetric::from_id(metric),
-                out,
-                ld: ld as usize,
-            };
-            unsafe { pairwise::<$l1, _>(crate::exec::Gpu, p) }
+        pairwise_entry! {
+            /// `out[i · ld + j] = dist(a[i], b[b_first + j])` for `i < a_rows`, `j < b_cols`; A and B
+            /// are row-major with `d` columns; the norms are squared row norms (read only by the
+            /// metrics that need them). Blocks cover `ceil(a_rows / 128) × ceil(b_cols / 128)`
+            /// tiles, row tile major.
+            ///
+            /// # Safety
+            /// Pointers valid for those sizes; `DIST_BLOCK` threads, `dist_blocks(a_rows, b_cols)`
+            /// blocks, `dist_shared_bytes()` of dynamic shared memory.
+            fn $name(params) {
+                let PairwiseParams {
+                    a,
+                    a_norms,
+                    a_rows,
+                    b,
+                    b_norms,
+                    b_first,
+                    b_cols,
+                    d,
+                    metric,
+                    out,
+                    ld,
+                } = params;
+                let p = Pair {
+                    a: a.as_ptr(),
+                    a_norms: a_norms.as_ptr(),
+                    a_rows: a_rows as usize,
+                    b: b.as_ptr(),
+                    b_norms: b_norms.as_ptr(),
+                    b_first: b_first as usize,
+                    b_cols: b_cols as usize,
+                    d: (d as usize).max(1),
+                    metric: PairMetric::from_id(metric),
+                    out: out.as_mut_ptr(),
+                    ld: ld as usize,
+                };
+                unsafe { pairwise::<$l1, _>(crate::exec::Gpu, p) }
+            }
         }
     };
 }

@@ -1,10 +1,12 @@
-//! The execution context of the kNN kernel bodies: thread and block index, the block barrier and
-//! dynamic shared memory.
+//! The execution context of the kernel bodies: thread and block index, the block barrier and
+//! dynamic shared memory, and the fixed-order reductions and integer atomics bodies share.
 //!
 //! On nvptx64 `Gpu` reads the special registers (everything inlines to the same PTX as direct
 //! calls). In the host's unit tests, `emu` (test builds) runs the very same bodies with one OS thread per GPU
 //! thread and a real barrier, so the kernels' indexing, barriers and shared-memory use are
 //! exercised without a GPU.
+
+use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// What a kernel body needs from the machine it runs on.
 pub trait Exec: Copy {
@@ -12,6 +14,10 @@ pub trait Exec: Copy {
     fn thread(self) -> usize;
     /// Block index in the grid (x).
     fn block(self) -> usize;
+    /// Threads per block (x).
+    fn block_dim(self) -> usize;
+    /// Blocks in the grid (x).
+    fn grid_dim(self) -> usize;
     /// Block-wide barrier; every thread of the block calls it.
     fn sync(self);
     /// The launch's dynamic shared memory, viewed as `T`.
@@ -117,6 +123,42 @@ pub unsafe fn inclusive_scan_u32<E: Exec>(e: E, values: *mut u32, len: usize) {
     }
 }
 
+/// Integer add into shared or global memory; integer sums do not depend on the order.
+///
+/// # Safety
+/// `p` is valid, aligned and shared only through atomics.
+#[inline(always)]
+pub unsafe fn atomic_add_i64(p: *mut i64, v: i64) {
+    unsafe { AtomicU64::from_ptr(p.cast::<u64>()) }.fetch_add(v as u64, Ordering::Relaxed);
+}
+
+/// See [`atomic_add_i64`].
+///
+/// # Safety
+/// As for [`atomic_add_i64`].
+#[inline(always)]
+pub unsafe fn atomic_add_u32(p: *mut u32, v: u32) {
+    unsafe { AtomicU32::from_ptr(p) }.fetch_add(v, Ordering::Relaxed);
+}
+
+/// Adds `v` to the u64 at `p` and returns nothing; integer sums do not depend on the order.
+///
+/// # Safety
+/// As for [`atomic_add_i64`].
+#[inline(always)]
+pub unsafe fn atomic_add_u64(p: *mut u64, v: u64) {
+    unsafe { AtomicU64::from_ptr(p) }.fetch_add(v, Ordering::Relaxed);
+}
+
+/// Adds `v` to the u32 at `p` and returns the value it held (a slot in an output list).
+///
+/// # Safety
+/// As for [`atomic_add_i64`].
+#[inline(always)]
+pub unsafe fn atomic_fetch_add_u32(p: *mut u32, v: u32) -> u32 {
+    unsafe { AtomicU32::from_ptr(p) }.fetch_add(v, Ordering::Relaxed)
+}
+
 /// The GPU itself.
 #[cfg(target_arch = "nvptx64")]
 #[derive(Clone, Copy)]
@@ -133,6 +175,16 @@ impl Exec for Gpu {
     fn block(self) -> usize {
         // SAFETY: reads a special register.
         unsafe { core::arch::nvptx::_block_idx_x() as usize }
+    }
+    #[inline(always)]
+    fn block_dim(self) -> usize {
+        // SAFETY: reads a special register.
+        unsafe { core::arch::nvptx::_block_dim_x() as usize }
+    }
+    #[inline(always)]
+    fn grid_dim(self) -> usize {
+        // SAFETY: reads a special register.
+        unsafe { core::arch::nvptx::_grid_dim_x() as usize }
     }
     #[inline(always)]
     fn sync(self) {
@@ -158,6 +210,8 @@ pub(crate) mod emu {
     pub(crate) struct Emu<'a> {
         thread: usize,
         block: usize,
+        threads: usize,
+        grid: usize,
         barrier: &'a Barrier,
         shared: *mut u8,
     }
@@ -168,6 +222,12 @@ pub(crate) mod emu {
         }
         fn block(self) -> usize {
             self.block
+        }
+        fn block_dim(self) -> usize {
+            self.threads
+        }
+        fn grid_dim(self) -> usize {
+            self.grid
         }
         fn sync(self) {
             self.barrier.wait();
@@ -215,6 +275,8 @@ pub(crate) mod emu {
                         body(Emu {
                             thread,
                             block,
+                            threads,
+                            grid,
                             barrier,
                             shared: shared.get(),
                         })

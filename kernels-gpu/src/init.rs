@@ -9,21 +9,21 @@
 //! `norms`), as `kernels_gpu::seeding::row_distance` gives it on the CPU. Weights are the exact
 //! integers of [`crate::seeding`] times each point's units (`counts` when given, else the sample
 //! weights' `weights`, null: one each), so every sum is order-free. CPU twins:
-//! `host/src/backend/cpu/init.rs` (each kernel names its own); host launchers:
-//! `backend::cuda::launch::init`.
+//! `host/src/backend/cpu/init.rs` (each kernel names its own); the host fills the parameter
+//! structs in `backend::cuda::init`.
 
 pub mod nearest;
 
 use crate::exec::Exec;
 use crate::launch::{BLOCK, Kernel, SEED_CANDIDATES};
 use crate::math::{AssignMetric, assign_step};
+use crate::params::DevPtr;
 use crate::seeding::distance_from;
 use crate::tile::load_vec4s;
 #[cfg(target_arch = "nvptx64")]
 use crate::{
-    exec::Gpu,
+    exec::{Gpu, atomic_add_u64, atomic_fetch_add_u32},
     fixed::units_at,
-    gpu::{self, atomic_add_u64, atomic_fetch_add_u32, shared, sync_threads, warp_sum_u64},
     seeding::{NO_ROW, WeightScale, draw, sampled, uniform32},
 };
 pub use nearest::NEAREST_SHARED_BYTES;
@@ -285,7 +285,7 @@ fn staged() {
 #[inline(always)]
 unsafe fn add_to_block(slot: *mut u64, v: u64) {
     let total = warp_sum_u64(v);
-    if gpu::thread() % 32 == 0 {
+    if Gpu.thread() % 32 == 0 {
         unsafe { atomic_add_u64(slot, total) };
     }
 }
@@ -322,7 +322,7 @@ unsafe fn trials<const M: u32>(
         return;
     }
     let metric = AssignMetric::from_id(M);
-    let (t, b) = (gpu::thread(), gpu::block());
+    let (t, b) = (Gpu.thread(), Gpu.block());
     let i = b * BLOCK as usize + t;
     let live = i < data.n;
     let trials = trials as usize;
@@ -370,11 +370,11 @@ unsafe fn trials<const M: u32>(
             unsafe { add_to_block(slots.add(c), w) };
         }
     }
-    sync_threads();
+    Gpu.sync();
     if t < trials {
         let sum = unsafe { *slots.add(t) };
         unsafe {
-            *block_sums.add(t * gpu::grid_dim() + b) = sum;
+            *block_sums.add(t * Gpu.grid_dim() + b) = sum;
             atomic_add_u64(potentials.add(t), sum);
         }
     }
@@ -400,7 +400,7 @@ unsafe fn nearest_pass<const M: u32>(
     block_sums: *mut u64,
     total: *mut u64,
 ) {
-    let (t, b) = (gpu::thread(), gpu::block());
+    let (t, b) = (Gpu.thread(), Gpu.block());
     let slot = nearest::sum_slot(Gpu);
     if t == 0 {
         unsafe { *slot = 0 };
@@ -414,7 +414,7 @@ unsafe fn nearest_pass<const M: u32>(
         None => 0,
     };
     unsafe { add_to_block(slot, w) };
-    sync_threads();
+    Gpu.sync();
     if t == 0 {
         unsafe {
             *block_sums.add(b) = *slot;
@@ -428,10 +428,10 @@ unsafe fn nearest_pass<const M: u32>(
 #[cfg(target_arch = "nvptx64")]
 #[inline(always)]
 unsafe fn inclusive_scan(scratch: *mut u64, v: u64) -> u64 {
-    let t = gpu::thread();
+    let t = Gpu.thread();
     let mut acc = v;
     unsafe { *scratch.add(t) = acc };
-    sync_threads();
+    Gpu.sync();
     let mut offset = 1;
     while offset < BLOCK as usize {
         let add = if t >= offset {
@@ -439,10 +439,10 @@ unsafe fn inclusive_scan(scratch: *mut u64, v: u64) -> u64 {
         } else {
             0
         };
-        sync_threads();
+        Gpu.sync();
         acc += add;
         unsafe { *scratch.add(t) = acc };
-        sync_threads();
+        Gpu.sync();
         offset *= 2;
     }
     acc
@@ -454,7 +454,7 @@ unsafe fn inclusive_scan(scratch: *mut u64, v: u64) -> u64 {
 #[cfg(target_arch = "nvptx64")]
 #[inline(always)]
 unsafe fn find_in_block(scratch: *mut u64, v: u64, r: u64) -> (usize, u64) {
-    let t = gpu::thread();
+    let t = Gpu.thread();
     let found = unsafe { scratch.add(BLOCK as usize) };
     let through = unsafe { inclusive_scan(scratch, v) };
     let before = through - v;
@@ -465,9 +465,9 @@ unsafe fn find_in_block(scratch: *mut u64, v: u64, r: u64) -> (usize, u64) {
             *found.add(1) = r - before;
         }
     }
-    sync_threads();
+    Gpu.sync();
     let out = unsafe { (*found as usize, *found.add(1)) };
-    sync_threads();
+    Gpu.sync();
     out
 }
 
@@ -492,8 +492,8 @@ unsafe fn locate_draw<const M: u32>(
     ws: WeightScale,
 ) -> u32 {
     let metric = AssignMetric::from_id(M);
-    let (t, bs) = (gpu::thread(), BLOCK as usize);
-    let scratch = shared::<u64>();
+    let (t, bs) = (Gpu.thread(), BLOCK as usize);
+    let scratch = Gpu.shared::<u64>();
     let (mut lo, mut hi, mut rest) = (0, nb, r);
     while hi - lo > 1 {
         let per = (hi - lo).div_ceil(bs);
@@ -551,7 +551,7 @@ unsafe fn locate<const M: u32>(
     ws: WeightScale,
     out: *mut u32,
 ) {
-    let r = unsafe { *draws.add(gpu::block()) };
+    let r = unsafe { *draws.add(Gpu.block()) };
     let row = unsafe {
         locate_draw::<M>(
             data,
@@ -565,8 +565,8 @@ unsafe fn locate<const M: u32>(
             ws,
         )
     };
-    if gpu::thread() == 0 {
-        unsafe { *out.add(gpu::block()) = row };
+    if Gpu.thread() == 0 {
+        unsafe { *out.add(Gpu.block()) = row };
     }
 }
 
@@ -621,7 +621,7 @@ unsafe fn greedy_draw<const M: u32>(
     if unsafe { *g.stop } != 0 {
         return;
     }
-    let (t, b) = (gpu::thread(), gpu::block());
+    let (t, b) = (Gpu.thread(), Gpu.block());
     let trials = trials as usize;
     let (total, pending, row) = if step == 1 {
         (first_total, NO_ROW, 0)
@@ -697,7 +697,7 @@ unsafe fn sample<const M: u32>(
     out: *mut u32,
     count: *mut u32,
 ) {
-    let i = gpu::block() * BLOCK as usize + gpu::thread();
+    let i = Gpu.block() * BLOCK as usize + Gpu.thread();
     if i >= n as usize {
         return;
     }
@@ -710,31 +710,191 @@ unsafe fn sample<const M: u32>(
 
 /// The `seed_owner_weights` entry point. CPU twin:
 /// `backend::cpu::init::Seeder::seed_owner_weights`.
-pub const SEED_OWNER_WEIGHTS: Kernel = Kernel::new("seed_owner_weights", 5);
+pub const SEED_OWNER_WEIGHTS: Kernel<OwnerWeightsParams> = Kernel::new("seed_owner_weights");
 
-/// `totals[owner[i]] += units_i` for every point (the k-means‖ candidate weights; units as
-/// [`units_of`] gives them). CPU twin: `backend::cpu::init::Seeder::seed_owner_weights` (host
-/// crate); launcher: `backend::cuda::launch::init::SeedOwnerWeights`.
-///
-/// # Safety
-/// `ceil(n / BLOCK)` blocks of `BLOCK` threads; `weights` and `counts` null or `n` values; every
-/// `owner` value indexes `totals` (zeroed).
-#[cfg(target_arch = "nvptx64")]
-#[unsafe(no_mangle)]
-pub unsafe extern "gpu-kernel" fn seed_owner_weights(
-    owner: *const u32,
-    n: u32,
-    weights: *const f32,
-    counts: *const u64,
-    totals: *mut u64,
-) {
-    let i = gpu::block() * BLOCK as usize + gpu::thread();
-    if i < n as usize {
-        unsafe {
-            let units = units_of(weights, counts, i);
-            atomic_add_u64(totals.add(*owner.add(i) as usize), units);
+kernel_params! {
+    /// `seed_owner_weights`'s parameters.
+    pub struct OwnerWeightsParams {
+        pub owner: DevPtr<u32>,
+        pub n: u32,
+        pub weights: DevPtr<f32>,
+        pub counts: DevPtr<u64>,
+        pub totals: DevPtr<u64>,
+    }
+    entries: owner_weights_entry;
+}
+
+owner_weights_entry! {
+    /// `totals[owner[i]] += units_i` for every point (the k-means‖ candidate weights; units as
+    /// [`units_of`] gives them). CPU twin: `backend::cpu::init::Seeder::seed_owner_weights` (host
+    /// crate).
+    ///
+    /// # Safety
+    /// `ceil(n / BLOCK)` blocks of `BLOCK` threads; `weights` and `counts` null or `n` values; every
+    /// `owner` value indexes `totals` (zeroed).
+    fn seed_owner_weights(params) {
+        let OwnerWeightsParams {
+            owner,
+            n,
+            weights,
+            counts,
+            totals,
+        } = params;
+        let (owner, weights, counts, totals) = (
+            owner.as_ptr(),
+            weights.as_ptr(),
+            counts.as_ptr(),
+            totals.as_mut_ptr(),
+        );
+        let i = Gpu.block() * BLOCK as usize + Gpu.thread();
+        if i < n as usize {
+            unsafe {
+                let units = units_of(weights, counts, i);
+                atomic_add_u64(totals.add(*owner.add(i) as usize), units);
+            }
         }
     }
+}
+
+kernel_params! {
+    /// The parameters of both `seed_trials_*` entry points (see `trials`).
+    pub struct TrialsParams {
+        pub x: DevPtr<f32>,
+        pub norms: DevPtr<f32>,
+        pub n: u32,
+        pub d: u32,
+        pub weights: DevPtr<f32>,
+        pub counts: DevPtr<u64>,
+        pub min_dist: DevPtr<f32>,
+        pub candidates: DevPtr<u32>,
+        pub count: u32,
+        pub pending: DevPtr<u32>,
+        pub stop: DevPtr<u32>,
+        pub scale: f64,
+        pub cap: u64,
+        pub block_sums: DevPtr<u64>,
+        pub potentials: DevPtr<u64>,
+    }
+    entries: trials_entry;
+}
+
+kernel_params! {
+    /// The parameters of both `seed_nearest_*` entry points (see `nearest_pass`).
+    pub struct NearestParams {
+        pub x: DevPtr<f32>,
+        pub norms: DevPtr<f32>,
+        pub n: u32,
+        pub d: u32,
+        pub weights: DevPtr<f32>,
+        pub counts: DevPtr<u64>,
+        pub min_dist: DevPtr<f32>,
+        pub owner: DevPtr<u32>,
+        pub rows: DevPtr<u32>,
+        pub count: u32,
+        pub first_id: u32,
+        pub fresh: u32,
+        pub scale: f64,
+        pub cap: u64,
+        pub block_sums: DevPtr<u64>,
+        pub total: DevPtr<u64>,
+    }
+    entries: nearest_entry;
+}
+
+kernel_params! {
+    /// The parameters of both `seed_locate_*` entry points (see `locate`).
+    pub struct LocateParams {
+        pub x: DevPtr<f32>,
+        pub norms: DevPtr<f32>,
+        pub n: u32,
+        pub d: u32,
+        pub weights: DevPtr<f32>,
+        pub counts: DevPtr<u64>,
+        pub min_dist: DevPtr<f32>,
+        pub pending: u32,
+        pub sums: DevPtr<u64>,
+        pub nb: u32,
+        pub draws: DevPtr<u64>,
+        pub scale: f64,
+        pub cap: u64,
+        pub out: DevPtr<u32>,
+    }
+    entries: locate_entry;
+}
+
+kernel_params! {
+    /// The parameters of both `seed_greedy_draw_*` entry points (see `greedy_draw`).
+    pub struct GreedyDrawParams {
+        pub x: DevPtr<f32>,
+        pub norms: DevPtr<f32>,
+        pub n: u32,
+        pub d: u32,
+        pub weights: DevPtr<f32>,
+        pub counts: DevPtr<u64>,
+        pub min_dist: DevPtr<f32>,
+        pub block_sums: DevPtr<u64>,
+        pub nb: u32,
+        pub trials: u32,
+        pub step: u32,
+        pub k: u32,
+        pub first_total: u64,
+        pub chosen: DevPtr<u32>,
+        pub uniforms: DevPtr<u64>,
+        pub last_candidates: DevPtr<u32>,
+        pub last_potentials: DevPtr<u64>,
+        pub next_candidates: DevPtr<u32>,
+        pub next_potentials: DevPtr<u64>,
+        pub stop: DevPtr<u32>,
+        pub scale: f64,
+        pub cap: u64,
+    }
+    entries: greedy_draw_entry;
+}
+
+kernel_params! {
+    /// The parameters of both `seed_sample_*` entry points (see `sample`).
+    pub struct SampleParams {
+        pub weights: DevPtr<f32>,
+        pub counts: DevPtr<u64>,
+        pub min_dist: DevPtr<f32>,
+        pub n: u32,
+        pub seed: u64,
+        pub round: u32,
+        pub first_row: u32,
+        pub ell: u64,
+        pub phi: u64,
+        pub scale: f64,
+        pub cap: u64,
+        pub out: DevPtr<u32>,
+        pub count: DevPtr<u32>,
+    }
+    entries: sample_entry;
+}
+
+/// The sum of `v` over the 32 lanes of the warp (every lane gets it); all lanes call this.
+#[cfg(target_arch = "nvptx64")]
+#[inline(always)]
+fn warp_sum_u64(mut v: u64) -> u64 {
+    let mut mask = 16;
+    while mask > 0 {
+        let (lo, hi) = (v as u32, (v >> 32) as u32);
+        let other = (shfl_xor(lo, mask) as u64) | ((shfl_xor(hi, mask) as u64) << 32);
+        v = v.wrapping_add(other);
+        mask /= 2;
+    }
+    v
+}
+
+#[cfg(target_arch = "nvptx64")]
+#[inline(always)]
+fn shfl_xor(v: u32, mask: u32) -> u32 {
+    let r: u32;
+    // SAFETY: every lane of the warp executes this (full member mask).
+    unsafe {
+        core::arch::asm!("shfl.sync.bfly.b32 {r}, {v}, {m}, 31, -1;", r = out(reg32) r,
+            v = in(reg32) v, m = in(reg32) mask, options(nomem, nostack));
+    }
+    r
 }
 
 /// The rows of a seeding kernel's arguments.
@@ -760,216 +920,135 @@ macro_rules! seeding_kernels {
         $SAMPLE:ident $sample:ident $(,)?
     ) => {
         #[doc = concat!("The `", stringify!($trials), "` entry point. CPU twin: `backend::cpu::init::Seeder::seed_trials`.")]
-        pub const $TRIALS: Kernel = Kernel::new(stringify!($trials), 15);
+        pub const $TRIALS: Kernel<TrialsParams> = Kernel::new(stringify!($trials));
 
-        /// [`trials`] for this metric. CPU twin: `backend::cpu::init::Seeder::seed_trials` (host
-        /// crate); launcher: `backend::cuda::launch::init::SeedTrials`.
-        ///
-        /// # Safety
-        /// As [`trials`].
-        #[cfg(target_arch = "nvptx64")]
-        #[unsafe(no_mangle)]
-        #[allow(clippy::too_many_arguments)]
-        pub unsafe extern "gpu-kernel" fn $trials(
-            x: *const f32,
-            norms: *const f32,
-            n: u32,
-            d: u32,
-            weights: *const f32,
-            counts: *const u64,
-            min_dist: *mut f32,
-            candidates: *const u32,
-            count: u32,
-            pending: *const u32,
-            stop: *const u32,
-            scale: f64,
-            cap: u64,
-            block_sums: *mut u64,
-            potentials: *mut u64,
-        ) {
-            let ws = WeightScale { scale, cap };
-            let data = seed_rows(x, norms, n, d);
-            unsafe {
-                trials::<{ $m }>(
-                    data, weights, counts, min_dist, candidates, count, pending, stop, ws,
-                    block_sums, potentials,
-                )
+        trials_entry! {
+            /// [`trials`] for this metric. CPU twin: `backend::cpu::init::Seeder::seed_trials` (host
+            /// crate).
+            ///
+            /// # Safety
+            /// As [`trials`].
+            fn $trials(params) {
+    let TrialsParams { x, norms, n, d, weights, counts, min_dist, candidates, count, pending, stop, scale, cap, block_sums, potentials } = params;
+    let (x, norms, weights, counts, min_dist, candidates, pending, stop, block_sums, potentials) = (x.as_ptr(), norms.as_ptr(), weights.as_ptr(), counts.as_ptr(), min_dist.as_mut_ptr(), candidates.as_ptr(), pending.as_ptr(), stop.as_ptr(), block_sums.as_mut_ptr(), potentials.as_mut_ptr());
+                let ws = WeightScale { scale, cap };
+                let data = seed_rows(x, norms, n, d);
+                unsafe {
+                    trials::<{ $m }>(
+                        data, weights, counts, min_dist, candidates, count, pending, stop, ws,
+                        block_sums, potentials,
+                    )
+                }
             }
         }
 
         #[doc = concat!("The `", stringify!($nearest), "` entry point. CPU twin: `backend::cpu::init::Seeder::seed_nearest`.")]
-        pub const $NEAREST: Kernel = Kernel::new(stringify!($nearest), 16).min_blocks(2);
+        pub const $NEAREST: Kernel<NearestParams> = Kernel::new(stringify!($nearest)).min_blocks(2);
 
-        /// [`nearest_pass`] for this metric. CPU twin: `backend::cpu::init::Seeder::seed_nearest`
-        /// (host crate); launcher: `backend::cuda::launch::init::SeedNearest`.
-        ///
-        /// # Safety
-        /// As [`nearest_pass`].
-        #[cfg(target_arch = "nvptx64")]
-        #[unsafe(no_mangle)]
-        #[allow(clippy::too_many_arguments)]
-        pub unsafe extern "gpu-kernel" fn $nearest(
-            x: *const f32,
-            norms: *const f32,
-            n: u32,
-            d: u32,
-            weights: *const f32,
-            counts: *const u64,
-            min_dist: *mut f32,
-            owner: *mut u32,
-            rows: *const u32,
-            count: u32,
-            first_id: u32,
-            fresh: u32,
-            scale: f64,
-            cap: u64,
-            block_sums: *mut u64,
-            total: *mut u64,
-        ) {
-            let a = nearest::Nearest {
-                data: seed_rows(x, norms, n, d),
-                min_dist,
-                owner,
-                rows,
-                count: count as usize,
-                first_id,
-                fresh: fresh != 0,
-            };
-            let ws = WeightScale { scale, cap };
-            unsafe { nearest_pass::<{ $m }>(a, weights, counts, ws, block_sums, total) }
+        nearest_entry! {
+            /// [`nearest_pass`] for this metric. CPU twin: `backend::cpu::init::Seeder::seed_nearest`
+            /// (host crate).
+            ///
+            /// # Safety
+            /// As [`nearest_pass`].
+            fn $nearest(params) {
+    let NearestParams { x, norms, n, d, weights, counts, min_dist, owner, rows, count, first_id, fresh, scale, cap, block_sums, total } = params;
+    let (x, norms, weights, counts, min_dist, owner, rows, block_sums, total) = (x.as_ptr(), norms.as_ptr(), weights.as_ptr(), counts.as_ptr(), min_dist.as_mut_ptr(), owner.as_mut_ptr(), rows.as_ptr(), block_sums.as_mut_ptr(), total.as_mut_ptr());
+                let a = nearest::Nearest {
+                    data: seed_rows(x, norms, n, d),
+                    min_dist,
+                    owner,
+                    rows,
+                    count: count as usize,
+                    first_id,
+                    fresh: fresh != 0,
+                };
+                let ws = WeightScale { scale, cap };
+                unsafe { nearest_pass::<{ $m }>(a, weights, counts, ws, block_sums, total) }
+            }
         }
 
         #[doc = concat!("The `", stringify!($locate), "` entry point. CPU twin: `backend::cpu::init::Seeder::locate_all`.")]
-        pub const $LOCATE: Kernel = Kernel::new(stringify!($locate), 14);
+        pub const $LOCATE: Kernel<LocateParams> = Kernel::new(stringify!($locate));
 
-        /// [`locate`] for this metric. CPU twin: `backend::cpu::init::Seeder::locate_all` (host
-        /// crate); launcher: `backend::cuda::launch::init::SeedLocate`.
-        ///
-        /// # Safety
-        /// As [`locate`].
-        #[cfg(target_arch = "nvptx64")]
-        #[unsafe(no_mangle)]
-        #[allow(clippy::too_many_arguments)]
-        pub unsafe extern "gpu-kernel" fn $locate(
-            x: *const f32,
-            norms: *const f32,
-            n: u32,
-            d: u32,
-            weights: *const f32,
-            counts: *const u64,
-            min_dist: *const f32,
-            pending: u32,
-            sums: *const u64,
-            nb: u32,
-            draws: *const u64,
-            scale: f64,
-            cap: u64,
-            out: *mut u32,
-        ) {
-            let ws = WeightScale { scale, cap };
-            let data = seed_rows(x, norms, n, d);
-            unsafe {
-                locate::<{ $m }>(
-                    data, weights, counts, min_dist, pending, sums, nb, draws, ws, out,
-                )
+        locate_entry! {
+            /// [`locate`] for this metric. CPU twin: `backend::cpu::init::Seeder::locate_all` (host
+            /// crate).
+            ///
+            /// # Safety
+            /// As [`locate`].
+            fn $locate(params) {
+    let LocateParams { x, norms, n, d, weights, counts, min_dist, pending, sums, nb, draws, scale, cap, out } = params;
+    let (x, norms, weights, counts, min_dist, sums, draws, out) = (x.as_ptr(), norms.as_ptr(), weights.as_ptr(), counts.as_ptr(), min_dist.as_ptr(), sums.as_ptr(), draws.as_ptr(), out.as_mut_ptr());
+                let ws = WeightScale { scale, cap };
+                let data = seed_rows(x, norms, n, d);
+                unsafe {
+                    locate::<{ $m }>(
+                        data, weights, counts, min_dist, pending, sums, nb, draws, ws, out,
+                    )
+                }
             }
         }
 
         #[doc = concat!("The `", stringify!($greedy), "` entry point. Host twin: `backend::greedy_steps` over `backend::cpu::init::Seeder`.")]
-        pub const $GREEDY: Kernel = Kernel::new(stringify!($greedy), 22);
+        pub const $GREEDY: Kernel<GreedyDrawParams> = Kernel::new(stringify!($greedy));
 
-        /// [`greedy_draw`] for this metric. Host twin: `backend::greedy_steps` (host crate: one
-        /// round trip per step, over `backend::cpu::init::Seeder` or a GPU); launcher:
-        /// `backend::cuda::launch::init::SeedGreedyDraw`.
-        ///
-        /// # Safety
-        /// As [`greedy_draw`].
-        #[cfg(target_arch = "nvptx64")]
-        #[unsafe(no_mangle)]
-        #[allow(clippy::too_many_arguments)]
-        pub unsafe extern "gpu-kernel" fn $greedy(
-            x: *const f32,
-            norms: *const f32,
-            n: u32,
-            d: u32,
-            weights: *const f32,
-            counts: *const u64,
-            min_dist: *const f32,
-            block_sums: *const u64,
-            nb: u32,
-            trials: u32,
-            step: u32,
-            k: u32,
-            first_total: u64,
-            chosen: *mut u32,
-            uniforms: *const u64,
-            last_candidates: *const u32,
-            last_potentials: *const u64,
-            next_candidates: *mut u32,
-            next_potentials: *mut u64,
-            stop: *mut u32,
-            scale: f64,
-            cap: u64,
-        ) {
-            let ws = WeightScale { scale, cap };
-            let g = Greedy {
-                chosen,
-                uniforms,
-                last_candidates,
-                last_potentials,
-                next_candidates,
-                next_potentials,
-                stop,
-            };
-            unsafe {
-                greedy_draw::<{ $m }>(
-                    seed_rows(x, norms, n, d),
-                    weights,
-                    counts,
-                    min_dist,
-                    block_sums,
-                    nb,
-                    trials,
-                    step,
-                    k,
-                    first_total,
-                    g,
-                    ws,
-                )
+        greedy_draw_entry! {
+            /// [`greedy_draw`] for this metric. Host twin: `backend::greedy_steps` (host crate: one
+            /// round trip per step, over `backend::cpu::init::Seeder` or a GPU).
+            ///
+            /// # Safety
+            /// As [`greedy_draw`].
+            fn $greedy(params) {
+    let GreedyDrawParams { x, norms, n, d, weights, counts, min_dist, block_sums, nb, trials, step, k, first_total, chosen, uniforms, last_candidates, last_potentials, next_candidates, next_potentials, stop, scale, cap } = params;
+    let (x, norms, weights, counts, min_dist, block_sums, chosen, uniforms, last_candidates, last_potentials, next_candidates, next_potentials, stop) = (x.as_ptr(), norms.as_ptr(), weights.as_ptr(), counts.as_ptr(), min_dist.as_ptr(), block_sums.as_ptr(), chosen.as_mut_ptr(), uniforms.as_ptr(), last_candidates.as_ptr(), last_potentials.as_ptr(), next_candidates.as_mut_ptr(), next_potentials.as_mut_ptr(), stop.as_mut_ptr());
+                let ws = WeightScale { scale, cap };
+                let g = Greedy {
+                    chosen,
+                    uniforms,
+                    last_candidates,
+                    last_potentials,
+                    next_candidates,
+                    next_potentials,
+                    stop,
+                };
+                unsafe {
+                    greedy_draw::<{ $m }>(
+                        seed_rows(x, norms, n, d),
+                        weights,
+                        counts,
+                        min_dist,
+                        block_sums,
+                        nb,
+                        trials,
+                        step,
+                        k,
+                        first_total,
+                        g,
+                        ws,
+                    )
+                }
             }
         }
 
         #[doc = concat!("The `", stringify!($sample), "` entry point. CPU twin: `backend::cpu::init::Seeder::seed_sample`.")]
-        pub const $SAMPLE: Kernel = Kernel::new(stringify!($sample), 13);
+        pub const $SAMPLE: Kernel<SampleParams> = Kernel::new(stringify!($sample));
 
-        /// [`sample`] for this metric. CPU twin: `backend::cpu::init::Seeder::seed_sample` (host
-        /// crate); launcher: `backend::cuda::launch::init::SeedSample`.
-        ///
-        /// # Safety
-        /// As [`sample`].
-        #[cfg(target_arch = "nvptx64")]
-        #[unsafe(no_mangle)]
-        #[allow(clippy::too_many_arguments)]
-        pub unsafe extern "gpu-kernel" fn $sample(
-            weights: *const f32,
-            counts: *const u64,
-            min_dist: *const f32,
-            n: u32,
-            seed: u64,
-            round: u32,
-            first_row: u32,
-            ell: u64,
-            phi: u64,
-            scale: f64,
-            cap: u64,
-            out: *mut u32,
-            count: *mut u32,
-        ) {
-            let ws = WeightScale { scale, cap };
-            unsafe {
-                sample::<{ $m }>(
-                    weights, counts, min_dist, n, seed, round, first_row, ell, phi, ws, out, count,
-                )
+        sample_entry! {
+            /// [`sample`] for this metric. CPU twin: `backend::cpu::init::Seeder::seed_sample` (host
+            /// crate).
+            ///
+            /// # Safety
+            /// As [`sample`].
+            fn $sample(params) {
+    let SampleParams { weights, counts, min_dist, n, seed, round, first_row, ell, phi, scale, cap, out, count } = params;
+    let (weights, counts, min_dist, out, count) = (weights.as_ptr(), counts.as_ptr(), min_dist.as_ptr(), out.as_mut_ptr(), count.as_mut_ptr());
+                let ws = WeightScale { scale, cap };
+                unsafe {
+                    sample::<{ $m }>(
+                        weights, counts, min_dist, n, seed, round, first_row, ell, phi, ws, out, count,
+                    )
+                }
             }
         }
     };

@@ -55,10 +55,11 @@
 //! ([`tf32_round`] queries, truncated or rounded training values, truncating and rounding
 //! accumulations in several orders).
 
-use crate::knn::{PairMetric, finish};
+use crate::knn::{PairMetric, SELECT_BLOCK, finish};
 use crate::launch::Kernel;
 use crate::math::fma;
 use crate::math::sqrt;
+use crate::params::DevPtr;
 
 /// `mode` of `knn_tf32_scan`: per query and group, the key of the smallest approximate distance.
 pub const SCAN_GROUPS: u32 = 0;
@@ -458,133 +459,169 @@ const _: () = assert!(row_set::ROW_SET_BYTES >= 8 * crate::knn::MAX_STREAM_K);
 pub const THRESHOLD_SHARED_BYTES: usize = 8;
 
 /// The `knn_tf32_threshold` entry point. CPU twin: `backend::cpu::knn::CpuKnn::nearest`.
-pub const KNN_TF32_THRESHOLD: Kernel = Kernel::new("knn_tf32_threshold", 10);
+pub const KNN_TF32_THRESHOLD: Kernel<ThresholdParams> =
+    Kernel::new("knn_tf32_threshold").threads(SELECT_BLOCK);
 
 /// The `knn_tf32_rerank` entry point. CPU twin: `backend::cpu::knn::CpuKnn::nearest`.
-pub const KNN_TF32_RERANK: Kernel = Kernel::new("knn_tf32_rerank", 12);
+pub const KNN_TF32_RERANK: Kernel<RerankParams> =
+    Kernel::new("knn_tf32_rerank").threads(SELECT_BLOCK);
+
+kernel_params! {
+    /// `knn_tf32_threshold`'s parameters (see [`Exact`]): the queries and training rows with
+    /// their squared norms, `metric` a [`PairMetric`] id, `k`, the streamed `best` keys, and the
+    /// `t_sq` and `counts` it writes. `knn_tf32_rerank` starts with the same eight.
+    pub struct ThresholdParams {
+        pub q: DevPtr<f32>,
+        pub q_norms: DevPtr<f32>,
+        pub x: DevPtr<f32>,
+        pub x_norms: DevPtr<f32>,
+        pub d: u32,
+        pub metric: u32,
+        pub k: u32,
+        pub best: DevPtr<u64>,
+        pub t_sq: DevPtr<f32>,
+        pub counts: DevPtr<u32>,
+    }
+    entries: threshold_entry;
+}
+
+kernel_params! {
+    /// `knn_tf32_rerank`'s parameters: as [`ThresholdParams`]' first eight, then the candidates
+    /// (`counts`, `cand`), the `overflow` flags and `method` (a [`crate::select`] method).
+    pub struct RerankParams {
+        pub q: DevPtr<f32>,
+        pub q_norms: DevPtr<f32>,
+        pub x: DevPtr<f32>,
+        pub x_norms: DevPtr<f32>,
+        pub d: u32,
+        pub metric: u32,
+        pub k: u32,
+        pub best: DevPtr<u64>,
+        pub counts: DevPtr<u32>,
+        pub cand: DevPtr<u32>,
+        pub overflow: DevPtr<u32>,
+        pub method: u32,
+    }
+    entries: rerank_entry;
+}
 
 #[cfg(target_arch = "nvptx64")]
 mod entry {
     use super::*;
 
-    #[allow(clippy::too_many_arguments)]
-    fn exact(
-        q: *const f32,
-        q_norms: *const f32,
-        x: *const f32,
-        x_norms: *const f32,
-        d: u32,
-        metric: u32,
-        k: u32,
-        best: *mut u64,
-        t_sq: *mut f32,
-        counts: *mut u32,
-        cand: *const u32,
-        overflow: *mut u32,
-    ) -> Exact {
-        Exact {
-            q,
-            q_norms,
-            x,
-            x_norms,
-            d: (d as usize).max(1),
-            metric: PairMetric::from_id(metric),
-            k: (k as usize).max(1),
-            best,
-            t_sq,
-            counts,
-            cand,
-            overflow,
+    /// The [`Exact`] of either kernel's parameters: the eight fields both start with, then
+    /// `t_sq`, `counts`, `cand` and `overflow`.
+    macro_rules! exact {
+        ($params:expr, $t_sq:expr, $counts:expr, $cand:expr, $overflow:expr) => {
+            Exact {
+                q: $params.q.as_ptr(),
+                q_norms: $params.q_norms.as_ptr(),
+                x: $params.x.as_ptr(),
+                x_norms: $params.x_norms.as_ptr(),
+                d: ($params.d as usize).max(1),
+                metric: PairMetric::from_id($params.metric),
+                k: ($params.k as usize).max(1),
+                best: $params.best.as_mut_ptr(),
+                t_sq: $t_sq,
+                counts: $counts,
+                cand: $cand,
+                overflow: $overflow,
+            }
+        };
+    }
+
+    threshold_entry! {
+        /// Step 3: see [`threshold`].
+        ///
+        /// # Safety
+        /// One block of `SELECT_BLOCK` threads per query row, 8 bytes of shared memory; `best`
+        /// holds `rows × k` keys, `t_sq` and `counts` `rows` values.
+        fn knn_tf32_threshold(params) {
+            let a = exact!(
+                params,
+                params.t_sq.as_mut_ptr(),
+                params.counts.as_mut_ptr(),
+                core::ptr::null(),
+                core::ptr::null_mut()
+            );
+            unsafe { threshold(crate::exec::Gpu, a) }
         }
     }
 
-    /// Step 3: see [`threshold`].
-    ///
-    /// # Safety
-    /// One block of `SELECT_BLOCK` threads per query row, 8 bytes of shared memory; `best`
-    /// holds `rows × k` keys, `t_sq` and `counts` `rows` values.
-    #[unsafe(no_mangle)]
-    #[allow(clippy::too_many_arguments)]
-    pub unsafe extern "gpu-kernel" fn knn_tf32_threshold(
-        q: *const f32,
-        q_norms: *const f32,
-        x: *const f32,
-        x_norms: *const f32,
-        d: u32,
-        metric: u32,
-        k: u32,
-        best: *mut u64,
-        t_sq: *mut f32,
-        counts: *mut u32,
-    ) {
-        let a = exact(
-            q,
-            q_norms,
-            x,
-            x_norms,
-            d,
-            metric,
-            k,
-            best,
-            t_sq,
-            counts,
-            core::ptr::null(),
-            core::ptr::null_mut(),
-        );
-        unsafe { threshold(crate::exec::Gpu, a) }
-    }
-
-    /// Step 5: see [`rerank`] (`method`: a [`crate::select`] method).
-    ///
-    /// # Safety
-    /// One block of `SELECT_BLOCK` threads per query row, `select_shared_bytes()` of shared
-    /// memory; `cand` holds `rows × TF32_CAP` indices, `counts` and `overflow` `rows` values.
-    #[unsafe(no_mangle)]
-    #[allow(clippy::too_many_arguments)]
-    pub unsafe extern "gpu-kernel" fn knn_tf32_rerank(
-        q: *const f32,
-        q_norms: *const f32,
-        x: *const f32,
-        x_norms: *const f32,
-        d: u32,
-        metric: u32,
-        k: u32,
-        best: *mut u64,
-        counts: *mut u32,
-        cand: *const u32,
-        overflow: *mut u32,
-        method: u32,
-    ) {
-        let a = exact(
-            q,
-            q_norms,
-            x,
-            x_norms,
-            d,
-            metric,
-            k,
-            best,
-            core::ptr::null_mut(),
-            counts,
-            cand,
-            overflow,
-        );
-        use crate::select::{BY_KMIN, BY_RADIX};
-        match method {
-            BY_KMIN => unsafe { rerank::<BY_KMIN, _>(crate::exec::Gpu, a) },
-            BY_RADIX => unsafe { rerank::<BY_RADIX, _>(crate::exec::Gpu, a) },
-            _ => unsafe { rerank::<{ crate::select::BY_BITONIC }, _>(crate::exec::Gpu, a) },
+    rerank_entry! {
+        /// Step 5: see [`rerank`] (`method`: a [`crate::select`] method).
+        ///
+        /// # Safety
+        /// One block of `SELECT_BLOCK` threads per query row, `select_shared_bytes()` of shared
+        /// memory; `cand` holds `rows × TF32_CAP` indices, `counts` and `overflow` `rows` values.
+        fn knn_tf32_rerank(params) {
+            let a = exact!(
+                params,
+                core::ptr::null_mut(),
+                params.counts.as_mut_ptr(),
+                params.cand.as_ptr(),
+                params.overflow.as_mut_ptr()
+            );
+            use crate::select::{BY_KMIN, BY_RADIX};
+            match params.method {
+                BY_KMIN => unsafe { rerank::<BY_KMIN, _>(crate::exec::Gpu, a) },
+                BY_RADIX => unsafe { rerank::<BY_RADIX, _>(crate::exec::Gpu, a) },
+                _ => unsafe { rerank::<{ crate::select::BY_BITONIC }, _>(crate::exec::Gpu, a) },
+            }
         }
     }
 }
 
 /// The `knn_tf32_scan` entry point (in `scan`, built for sm_80 only). CPU twin:
 /// `backend::cpu::knn::CpuKnn::nearest`.
-pub const KNN_TF32_SCAN: Kernel = Kernel::sm80("knn_tf32_scan", 20);
+pub const KNN_TF32_SCAN: Kernel<ScanParams> =
+    Kernel::new("knn_tf32_scan").only_sm80().threads(TF32_BLOCK);
 
 /// The `knn_tf32_scan_wg` entry point (in `scan_wgmma`, built for sm_90a only): `knn_tf32_scan`
 /// on warpgroup `mma`, for `d % 4 == 0`. CPU twin: `backend::cpu::knn::CpuKnn::nearest`.
-pub const KNN_TF32_SCAN_WG: Kernel = Kernel::sm90a("knn_tf32_scan_wg", 20);
+pub const KNN_TF32_SCAN_WG: Kernel<ScanParams> = Kernel::new("knn_tf32_scan_wg")
+    .only_sm90a()
+    .threads(TF32_BLOCK);
+
+kernel_params! {
+    /// The parameters of `knn_tf32_scan` and `knn_tf32_scan_wg` (see `scan::knn_tf32_scan`): the
+    /// queries `q` (`m × d`) and training rows `x` (`n × d`) with their squared norms and the
+    /// training norms' roots; the shape (`xc`, `tiles`, `group`) and `mode`; the group keys
+    /// (`gkeys`, row stride `ldg`), the optional approximations (`approx`, row stride `lda`), the
+    /// thresholds `t_sq`, the candidate `counts` and `cand`, and the bound's `c1`.
+    pub struct ScanParams {
+        pub q: DevPtr<f32>,
+        pub q_norms: DevPtr<f32>,
+        pub m: u32,
+        pub x: DevPtr<f32>,
+        pub x_norms: DevPtr<f32>,
+        pub x_roots: DevPtr<f32>,
+        pub n: u32,
+        pub d: u32,
+        pub xc: u32,
+        pub tiles: u32,
+        pub mode: u32,
+        pub group: u32,
+        pub gkeys: DevPtr<u64>,
+        pub ldg: u64,
+        pub approx: DevPtr<f32>,
+        pub lda: u64,
+        pub t_sq: DevPtr<f32>,
+        pub counts: DevPtr<u32>,
+        pub cand: DevPtr<u32>,
+        pub c1: f32,
+    }
+    entries: scan_entry;
+}
+
+/// The scan kernel (Hopper's [`KNN_TF32_SCAN_WG`] with `wgmma`, for `d % 4 == 0`, else
+/// [`KNN_TF32_SCAN`]) and its dynamic shared memory for `xc` staged dimensions.
+pub const fn scan_kernel(wgmma: bool, xc: usize) -> (Kernel<ScanParams>, usize) {
+    match wgmma {
+        true => (KNN_TF32_SCAN_WG, wg_scan_shared_bytes(xc)),
+        false => (KNN_TF32_SCAN, tf32_scan_shared_bytes(xc)),
+    }
+}
 
 /// Blocks of `knn_tf32_scan` for `m` queries against `n` training rows, `tiles` training tiles
 /// per block: every query tile × every run of `tiles` training tiles.

@@ -3,51 +3,81 @@
 //! grid, shared-memory size) sits next to it, in its module: `assign::AssignTile`,
 //! `assign_tf32::tf32_grid`, `small::SMALL_STEPS`, `update::finalize_grid`, `vote::vote_grid`, …
 
+use crate::params::{Field, KernelParams};
+use core::marker::PhantomData;
+
 /// A kernel entry point of the committed PTX, exported next to its kernel so that the host
-/// names it by constant, never by a string of its own.
+/// names it by constant, never by a string of its own, and launches it with its block size.
+/// `P` is its parameter struct, so a launch with another struct does not compile; `Kernel` (of
+/// `()`) is the same descriptor without it, as [`crate::KERNELS`] lists them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Kernel {
+pub struct Kernel<P = ()> {
     /// The `.entry` name (the `#[no_mangle]` function).
     pub name: &'static str,
-    /// Parameters the entry declares; its host launcher pushes exactly these, in order.
-    pub params: usize,
+    /// Its parameters: the fields of its [`KernelParams`] struct, in order (as the committed
+    /// PTX declares them, one `.param` each).
+    pub params: &'static [Field],
     /// Whether only the sm_80 and later PTX builds have it (the TF32 tensor-core kernels).
     pub sm80_only: bool,
     /// Whether only the sm_90a build has it (Hopper's warpgroup `mma`).
     pub sm90a_only: bool,
-    /// Blocks of `BLOCK` threads that ptxas must fit on one multiprocessor (`.minnctapersm`,
+    /// Blocks of `block` threads that ptxas must fit on one multiprocessor (`.minnctapersm`,
     /// which `cargo xtask ptx` writes into the PTX: Rust has no `__launch_bounds__`); 0: no bound.
     pub min_blocks_per_sm: u32,
+    /// Threads per block it is launched with.
+    pub block: u32,
+    takes: PhantomData<fn(P)>,
 }
 
-impl Kernel {
-    /// An entry of every PTX build.
-    pub const fn new(name: &'static str, params: usize) -> Self {
+impl<P: KernelParams> Kernel<P> {
+    /// An entry of every PTX build taking the fields of `P`, launched with [`BLOCK`] threads.
+    pub const fn new(name: &'static str) -> Self {
         Kernel {
             name,
-            params,
+            params: P::FIELDS,
             sm80_only: false,
             sm90a_only: false,
             min_blocks_per_sm: 0,
+            block: BLOCK,
+            takes: PhantomData,
         }
     }
 
-    /// An entry of the sm_80 build only.
-    pub const fn sm80(name: &'static str, params: usize) -> Self {
+    /// The descriptor without its parameter type, for the table of all kernels.
+    pub const fn erased(self) -> Kernel {
         Kernel {
-            name,
-            params,
+            name: self.name,
+            params: self.params,
+            sm80_only: self.sm80_only,
+            sm90a_only: self.sm90a_only,
+            min_blocks_per_sm: self.min_blocks_per_sm,
+            block: self.block,
+            takes: PhantomData,
+        }
+    }
+
+    /// This kernel, in the sm_80 and later builds only.
+    pub const fn only_sm80(self) -> Self {
+        Kernel {
             sm80_only: true,
-            sm90a_only: false,
-            min_blocks_per_sm: 0,
+            ..self
         }
     }
 
-    /// An entry of the sm_90a build only.
-    pub const fn sm90a(name: &'static str, params: usize) -> Self {
+    /// This kernel, in the sm_90a build only.
+    pub const fn only_sm90a(self) -> Self {
         Kernel {
+            sm80_only: true,
             sm90a_only: true,
-            ..Kernel::sm80(name, params)
+            ..self
+        }
+    }
+
+    /// This kernel, launched with `threads` threads per block.
+    pub const fn threads(self, threads: u32) -> Self {
+        Kernel {
+            block: threads,
+            ..self
         }
     }
 

@@ -14,6 +14,7 @@
 use crate::exec::Exec;
 use crate::knn::{DIST_BLOCK, DIST_JC, DIST_STRIDE, DIST_TILE};
 use crate::launch::Kernel;
+use crate::params::DevPtr;
 use crate::tile::{load_transposed, load_vec4s};
 
 pub use crate::lp_distance::{Chebyshev, LpAccumulate, Minkowski, MinkowskiP, distance};
@@ -32,79 +33,83 @@ pub struct LpPair {
     pub ld: usize,
 }
 
-impl LpPair {
-    #[cfg(target_arch = "nvptx64")]
-    #[allow(clippy::too_many_arguments)]
-    fn of(
-        a: *const f32,
-        a_rows: u32,
-        b: *const f32,
-        b_first: u32,
-        b_cols: u32,
-        d: u32,
-        out: *mut f32,
-        ld: u64,
-    ) -> LpPair {
-        LpPair {
-            a,
-            a_rows: a_rows as usize,
-            b,
-            b_first: b_first as usize,
-            b_cols: b_cols as usize,
-            d: (d as usize).max(1),
-            out,
-            ld: ld as usize,
-        }
+kernel_params! {
+    /// `pairwise_chebyshev`'s parameters: as [`crate::distance::PairwiseParams`] without the norms
+    /// and the metric.
+    pub struct ChebyshevParams {
+        pub a: DevPtr<f32>,
+        pub a_rows: u32,
+        pub b: DevPtr<f32>,
+        pub b_first: u32,
+        pub b_cols: u32,
+        pub d: u32,
+        pub out: DevPtr<f32>,
+        pub ld: u64,
     }
+    entries: chebyshev_entry;
+}
+
+kernel_params! {
+    /// `pairwise_minkowski`'s parameters: [`ChebyshevParams`]' with the exponent `p` before `out`.
+    pub struct MinkowskiParams {
+        pub a: DevPtr<f32>,
+        pub a_rows: u32,
+        pub b: DevPtr<f32>,
+        pub b_first: u32,
+        pub b_cols: u32,
+        pub d: u32,
+        pub p: f64,
+        pub out: DevPtr<f32>,
+        pub ld: u64,
+    }
+    entries: minkowski_entry;
+}
+
+/// The [`LpPair`] of either kernel's parameters (which share these fields).
+#[cfg(target_arch = "nvptx64")]
+macro_rules! lp_pair {
+    ($params:expr) => {
+        LpPair {
+            a: $params.a.as_ptr(),
+            a_rows: $params.a_rows as usize,
+            b: $params.b.as_ptr(),
+            b_first: $params.b_first as usize,
+            b_cols: $params.b_cols as usize,
+            d: ($params.d as usize).max(1),
+            out: $params.out.as_mut_ptr(),
+            ld: $params.ld as usize,
+        }
+    };
 }
 
 /// The `pairwise_chebyshev` entry point. CPU twin: `backend::cpu::knn::panel_distances`.
-pub const PAIRWISE_CHEBYSHEV: Kernel = Kernel::new("pairwise_chebyshev", 8);
+pub const PAIRWISE_CHEBYSHEV: Kernel<ChebyshevParams> =
+    Kernel::new("pairwise_chebyshev").threads(DIST_BLOCK);
 
-/// `out[i · ld + j] = max_t |a[i][t] − b[b_first + j][t]|`; launch as `pairwise_dot`.
-///
-/// # Safety
-/// As for [`pairwise_lp`].
-#[cfg(target_arch = "nvptx64")]
-#[unsafe(no_mangle)]
-#[allow(clippy::too_many_arguments)]
-pub unsafe extern "gpu-kernel" fn pairwise_chebyshev(
-    a: *const f32,
-    a_rows: u32,
-    b: *const f32,
-    b_first: u32,
-    b_cols: u32,
-    d: u32,
-    out: *mut f32,
-    ld: u64,
-) {
-    let args = LpPair::of(a, a_rows, b, b_first, b_cols, d, out, ld);
-    unsafe { pairwise_lp(crate::exec::Gpu, Chebyshev, args) }
+chebyshev_entry! {
+    /// `out[i · ld + j] = max_t |a[i][t] − b[b_first + j][t]|`; launch as `pairwise_dot`.
+    ///
+    /// # Safety
+    /// As for [`pairwise_lp`].
+    fn pairwise_chebyshev(params) {
+        let args = lp_pair!(params);
+        unsafe { pairwise_lp(crate::exec::Gpu, Chebyshev, args) }
+    }
 }
 
 /// The `pairwise_minkowski` entry point. CPU twin: `backend::cpu::knn::panel_distances`.
-pub const PAIRWISE_MINKOWSKI: Kernel = Kernel::new("pairwise_minkowski", 9);
+pub const PAIRWISE_MINKOWSKI: Kernel<MinkowskiParams> =
+    Kernel::new("pairwise_minkowski").threads(DIST_BLOCK);
 
-/// `out[i · ld + j] = (Σ_t |a[i][t] − b[b_first + j][t]|^p)^(1/p)`; launch as `pairwise_dot`.
-///
-/// # Safety
-/// As for [`pairwise_lp`]; `p` finite and at least 1.
-#[cfg(target_arch = "nvptx64")]
-#[unsafe(no_mangle)]
-#[allow(clippy::too_many_arguments)]
-pub unsafe extern "gpu-kernel" fn pairwise_minkowski(
-    a: *const f32,
-    a_rows: u32,
-    b: *const f32,
-    b_first: u32,
-    b_cols: u32,
-    d: u32,
-    p: f64,
-    out: *mut f32,
-    ld: u64,
-) {
-    let args = LpPair::of(a, a_rows, b, b_first, b_cols, d, out, ld);
-    unsafe { pairwise_lp(crate::exec::Gpu, Minkowski(MinkowskiP(p)), args) }
+minkowski_entry! {
+    /// `out[i · ld + j] = (Σ_t |a[i][t] − b[b_first + j][t]|^p)^(1/p)`; launch as `pairwise_dot`.
+    ///
+    /// # Safety
+    /// As for [`pairwise_lp`]; `p` finite and at least 1.
+    fn pairwise_minkowski(params) {
+        let args = lp_pair!(params);
+        unsafe { pairwise_lp(crate::exec::Gpu, Minkowski(MinkowskiP(params.p)), args) }
+    }
 }
 
 /// Rows per thread and columns per thread.

@@ -20,6 +20,7 @@
 
 use crate::launch::Kernel;
 use crate::math::{AssignMetric, assign_distance, assign_score, assign_step, better, sq_norm};
+use crate::params::DevPtr;
 use crate::{exec::Exec, fixed::to_fixed};
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
@@ -290,16 +291,68 @@ pub unsafe fn shifts<E: Exec>(
 }
 
 /// The `kmeans_minibatch_assign_l2` entry point. CPU twin: `backend::cpu::minibatch::assign_rows`.
-pub const KMEANS_MINIBATCH_ASSIGN_L2: Kernel = Kernel::new("kmeans_minibatch_assign_l2", 12);
+pub const KMEANS_MINIBATCH_ASSIGN_L2: Kernel<MinibatchAssignParams> =
+    Kernel::new("kmeans_minibatch_assign_l2");
 
 /// The `kmeans_minibatch_assign_l1` entry point. CPU twin: `backend::cpu::minibatch::assign_rows`.
-pub const KMEANS_MINIBATCH_ASSIGN_L1: Kernel = Kernel::new("kmeans_minibatch_assign_l1", 12);
+pub const KMEANS_MINIBATCH_ASSIGN_L1: Kernel<MinibatchAssignParams> =
+    Kernel::new("kmeans_minibatch_assign_l1");
+
+kernel_params! {
+    /// The parameters of both `kmeans_minibatch_assign_*` entry points: the `batch` rows of `x`
+    /// (`d` columns) named by `rows`, the centroids by dimension (`d × k_padded`) with their squared
+    /// norms, and the batch's `scales`, `sums`, `counts` and `distances` (see [`BatchAssign`]).
+    pub struct MinibatchAssignParams {
+        pub x: DevPtr<f32>,
+        pub d: u32,
+        pub rows: DevPtr<u32>,
+        pub batch: u32,
+        pub centroids_t: DevPtr<f32>,
+        pub k_padded: u32,
+        pub c_sq_norms: DevPtr<f32>,
+        pub k: u32,
+        pub scales: DevPtr<f32>,
+        pub sums: DevPtr<i64>,
+        pub counts: DevPtr<u32>,
+        pub distances: DevPtr<f32>,
+    }
+    entries: minibatch_assign_entry;
+}
 
 /// The `kmeans_minibatch_update` entry point. CPU twin: `backend::cpu::minibatch::update_row`.
-pub const KMEANS_MINIBATCH_UPDATE: Kernel = Kernel::new("kmeans_minibatch_update", 8);
+pub const KMEANS_MINIBATCH_UPDATE: Kernel<MinibatchUpdateParams> =
+    Kernel::new("kmeans_minibatch_update").threads(UPDATE_THREADS);
+
+kernel_params! {
+    /// `kmeans_minibatch_update`'s parameters.
+    pub struct MinibatchUpdateParams {
+        pub current: DevPtr<f32>,
+        pub next: DevPtr<f32>,
+        pub d: u32,
+        pub sums: DevPtr<i64>,
+        pub batch_counts: DevPtr<u32>,
+        pub counts: DevPtr<u64>,
+        pub inv_scales: DevPtr<f64>,
+        pub report: DevPtr<u32>,
+    }
+    entries: minibatch_update_entry;
+}
 
 /// The `kmeans_minibatch_shift` entry point. CPU twin: `backend::cpu::minibatch::CpuMiniBatch`.
-pub const KMEANS_MINIBATCH_SHIFT: Kernel = Kernel::new("kmeans_minibatch_shift", 5);
+pub const KMEANS_MINIBATCH_SHIFT: Kernel<MinibatchShiftParams> =
+    Kernel::new("kmeans_minibatch_shift");
+
+kernel_params! {
+    /// `kmeans_minibatch_shift`'s parameters.
+    pub struct MinibatchShiftParams {
+        pub next: DevPtr<f32>,
+        pub current: DevPtr<f32>,
+        pub k: u32,
+        pub d: u32,
+        pub out: DevPtr<f64>,
+    }
+    entries: minibatch_shift_entry;
+}
 
 /// Blocks of `kmeans_minibatch_update` for `k` centroids: one per centroid, `UPDATE_THREADS`
 /// threads each.
@@ -316,44 +369,45 @@ pub const fn shift_grid(k: usize) -> usize {
 mod kernels {
     use super::*;
     use crate::exec::Gpu;
-    use crate::gpu::block_dim;
 
     macro_rules! assign_kernel {
         ($name:ident, $l1:expr) => {
-            /// See [`assign`]; `d`, `k`, `k_padded` of at least 1.
-            ///
-            /// # Safety
-            /// As for [`assign`].
-            #[unsafe(no_mangle)]
-            pub unsafe extern "gpu-kernel" fn $name(
-                x: *const f32,
-                d: u32,
-                rows: *const u32,
-                batch: u32,
-                centroids_t: *const f32,
-                k_padded: u32,
-                c_sq_norms: *const f32,
-                k: u32,
-                scales: *const f32,
-                sums: *mut i64,
-                counts: *mut u32,
-                distances: *mut f32,
-            ) {
-                let a = BatchAssign {
-                    x,
-                    d: d as usize,
-                    rows,
-                    batch: batch as usize,
-                    centroids_t,
-                    k_padded: k_padded as usize,
-                    c_sq_norms,
-                    k: k as usize,
-                    scales,
-                    sums,
-                    counts,
-                    distances,
-                };
-                unsafe { assign::<$l1, _>(Gpu, block_dim(), a) }
+            minibatch_assign_entry! {
+                /// See [`assign`]; `d`, `k`, `k_padded` of at least 1.
+                ///
+                /// # Safety
+                /// As for [`assign`].
+                fn $name(params) {
+                    let MinibatchAssignParams {
+                        x,
+                        d,
+                        rows,
+                        batch,
+                        centroids_t,
+                        k_padded,
+                        c_sq_norms,
+                        k,
+                        scales,
+                        sums,
+                        counts,
+                        distances,
+                    } = params;
+                    let a = BatchAssign {
+                        x: x.as_ptr(),
+                        d: d as usize,
+                        rows: rows.as_ptr(),
+                        batch: batch as usize,
+                        centroids_t: centroids_t.as_ptr(),
+                        k_padded: k_padded as usize,
+                        c_sq_norms: c_sq_norms.as_ptr(),
+                        k: k as usize,
+                        scales: scales.as_ptr(),
+                        sums: sums.as_mut_ptr(),
+                        counts: counts.as_mut_ptr(),
+                        distances: distances.as_mut_ptr(),
+                    };
+                    unsafe { assign::<$l1, _>(Gpu, Gpu.block_dim(), a) }
+                }
             }
         };
     }
@@ -361,47 +415,71 @@ mod kernels {
     assign_kernel!(kmeans_minibatch_assign_l2, false);
     assign_kernel!(kmeans_minibatch_assign_l1, true);
 
-    /// See [`update`].
-    ///
-    /// # Safety
-    /// As for [`update`].
-    #[unsafe(no_mangle)]
-    pub unsafe extern "gpu-kernel" fn kmeans_minibatch_update(
-        current: *const f32,
-        next: *mut f32,
-        d: u32,
-        sums: *mut i64,
-        batch_counts: *mut u32,
-        counts: *mut u64,
-        inv_scales: *const f64,
-        report: *mut u32,
-    ) {
-        let u = BatchUpdate {
-            current,
-            next,
-            d: d as usize,
-            sums,
-            batch_counts,
-            counts,
-            inv_scales,
-            report,
-        };
-        unsafe { update(Gpu, block_dim(), u) }
+    minibatch_update_entry! {
+        /// See [`update`].
+        ///
+        /// # Safety
+        /// As for [`update`].
+        fn kmeans_minibatch_update(params) {
+            let MinibatchUpdateParams {
+                current,
+                next,
+                d,
+                sums,
+                batch_counts,
+                counts,
+                inv_scales,
+                report,
+            } = params;
+            let (current, next, sums, batch_counts, counts, inv_scales, report) = (
+                current.as_ptr(),
+                next.as_mut_ptr(),
+                sums.as_mut_ptr(),
+                batch_counts.as_mut_ptr(),
+                counts.as_mut_ptr(),
+                inv_scales.as_ptr(),
+                report.as_mut_ptr(),
+            );
+            let u = BatchUpdate {
+                current,
+                next,
+                d: d as usize,
+                sums,
+                batch_counts,
+                counts,
+                inv_scales,
+                report,
+            };
+            unsafe { update(Gpu, Gpu.block_dim(), u) }
+        }
     }
 
-    /// See [`shifts`].
-    ///
-    /// # Safety
-    /// As for [`shifts`].
-    #[unsafe(no_mangle)]
-    pub unsafe extern "gpu-kernel" fn kmeans_minibatch_shift(
-        next: *const f32,
-        current: *const f32,
-        k: u32,
-        d: u32,
-        out: *mut f64,
-    ) {
-        unsafe { shifts(Gpu, block_dim(), next, current, k as usize, d as usize, out) }
+    minibatch_shift_entry! {
+        /// See [`shifts`].
+        ///
+        /// # Safety
+        /// As for [`shifts`].
+        fn kmeans_minibatch_shift(params) {
+            let MinibatchShiftParams {
+                next,
+                current,
+                k,
+                d,
+                out,
+            } = params;
+            let (next, current, out) = (next.as_ptr(), current.as_ptr(), out.as_mut_ptr());
+            unsafe {
+                shifts(
+                    Gpu,
+                    Gpu.block_dim(),
+                    next,
+                    current,
+                    k as usize,
+                    d as usize,
+                    out,
+                )
+            }
+        }
     }
 }
 

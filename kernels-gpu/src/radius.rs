@@ -12,6 +12,7 @@ pub mod candidates;
 use crate::exec::{Exec, inclusive_scan_u32};
 use crate::knn::key;
 use crate::launch::Kernel;
+use crate::params::DevPtr;
 use core::sync::atomic::{AtomicU32, Ordering};
 
 /// Threads of a count or fill block (one block per query row).
@@ -66,30 +67,46 @@ pub unsafe fn count<E: Exec>(x: E, rows: Rows, counts: *mut u32) {
 }
 
 /// The `knn_radius_count` entry point. CPU twin: `backend::cpu::knn::radius` (`CpuKnn::radius_keys`).
-pub const KNN_RADIUS_COUNT: Kernel = Kernel::new("knn_radius_count", 6);
+pub const KNN_RADIUS_COUNT: Kernel<RadiusCountParams> =
+    Kernel::new("knn_radius_count").threads(RADIUS_BLOCK);
 
-/// Counts every query row's distances within the radius; see [`count`].
-///
-/// # Safety
-/// As for [`count`].
-#[cfg(target_arch = "nvptx64")]
-#[unsafe(no_mangle)]
-pub unsafe extern "gpu-kernel" fn knn_radius_count(
-    dist: *const f32,
-    ld: u64,
-    cols: u32,
-    first_index: u32,
-    radius: f32,
-    counts: *mut u32,
-) {
-    let r = Rows {
-        dist,
-        ld: ld as usize,
-        cols: cols as usize,
-        first_index,
-        radius,
-    };
-    unsafe { count(crate::exec::Gpu, r, counts) }
+kernel_params! {
+    /// `knn_radius_count`'s parameters.
+    pub struct RadiusCountParams {
+        pub dist: DevPtr<f32>,
+        pub ld: u64,
+        pub cols: u32,
+        pub first_index: u32,
+        pub radius: f32,
+        pub counts: DevPtr<u32>,
+    }
+    entries: radius_count_entry;
+}
+
+radius_count_entry! {
+    /// Counts every query row's distances within the radius; see [`count`].
+    ///
+    /// # Safety
+    /// As for [`count`].
+    fn knn_radius_count(params) {
+        let RadiusCountParams {
+            dist,
+            ld,
+            cols,
+            first_index,
+            radius,
+            counts,
+        } = params;
+        let (dist, counts) = (dist.as_ptr(), counts.as_mut_ptr());
+        let r = Rows {
+            dist,
+            ld: ld as usize,
+            cols: cols as usize,
+            first_index,
+            radius,
+        };
+        unsafe { count(crate::exec::Gpu, r, counts) }
+    }
 }
 
 /// Body of `knn_radius_fill`: writes `key(dist, first_index + c)` of every column `c` within the
@@ -127,31 +144,48 @@ pub unsafe fn fill<E: Exec>(x: E, rows: Rows, at: *mut u64, keys: *mut u64) {
 }
 
 /// The `knn_radius_fill` entry point. CPU twin: `backend::cpu::knn::radius` (`CpuKnn::radius_keys`).
-pub const KNN_RADIUS_FILL: Kernel = Kernel::new("knn_radius_fill", 7);
+pub const KNN_RADIUS_FILL: Kernel<RadiusFillParams> =
+    Kernel::new("knn_radius_fill").threads(RADIUS_BLOCK);
 
-/// Writes every query row's neighbours within the radius as keys; see [`fill`].
-///
-/// # Safety
-/// As for [`fill`].
-#[cfg(target_arch = "nvptx64")]
-#[unsafe(no_mangle)]
-pub unsafe extern "gpu-kernel" fn knn_radius_fill(
-    dist: *const f32,
-    ld: u64,
-    cols: u32,
-    first_index: u32,
-    radius: f32,
-    at: *mut u64,
-    keys: *mut u64,
-) {
-    let r = Rows {
-        dist,
-        ld: ld as usize,
-        cols: cols as usize,
-        first_index,
-        radius,
-    };
-    unsafe { fill(crate::exec::Gpu, r, at, keys) }
+kernel_params! {
+    /// `knn_radius_fill`'s parameters.
+    pub struct RadiusFillParams {
+        pub dist: DevPtr<f32>,
+        pub ld: u64,
+        pub cols: u32,
+        pub first_index: u32,
+        pub radius: f32,
+        pub at: DevPtr<u64>,
+        pub keys: DevPtr<u64>,
+    }
+    entries: radius_fill_entry;
+}
+
+radius_fill_entry! {
+    /// Writes every query row's neighbours within the radius as keys; see [`fill`].
+    ///
+    /// # Safety
+    /// As for [`fill`].
+    fn knn_radius_fill(params) {
+        let RadiusFillParams {
+            dist,
+            ld,
+            cols,
+            first_index,
+            radius,
+            at,
+            keys,
+        } = params;
+        let (dist, at, keys) = (dist.as_ptr(), at.as_mut_ptr(), keys.as_mut_ptr());
+        let r = Rows {
+            dist,
+            ld: ld as usize,
+            cols: cols as usize,
+            first_index,
+            radius,
+        };
+        unsafe { fill(crate::exec::Gpu, r, at, keys) }
+    }
 }
 
 #[cfg(all(test, not(target_arch = "nvptx64")))]

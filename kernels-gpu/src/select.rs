@@ -25,6 +25,7 @@ use crate::bitonic::{ascending, compare_exchange, pair};
 use crate::exec::Exec;
 use crate::knn::{NO_KEY, SELECT_BLOCK, SELECT_CAP, SELECT_PER_THREAD, key, select_shared_bytes};
 use crate::launch::Kernel;
+use crate::params::DevPtr;
 use core::sync::atomic::{AtomicU32, Ordering};
 
 const B: usize = SELECT_BLOCK as usize;
@@ -168,39 +169,60 @@ fn candidate_slot<const METHOD: u32>(i: usize, k: usize, fresh: bool) -> usize {
     }
 }
 
+kernel_params! {
+    /// The parameters of the three `knn_select_*` entry points (see [`KNN_SELECT_KMIN`]): a tile of distances (`cols` per row, row stride `ld`, training rows from `first_index`) merged into every row's running `k` keys `best` (`fresh`: 1 when they start empty).
+    pub struct SelectParams {
+        pub dist: DevPtr<f32>,
+        pub ld: u64,
+        pub cols: u32,
+        pub first_index: u32,
+        pub best: DevPtr<u64>,
+        pub k: u32,
+        pub fresh: u32,
+    }
+    entries: select_entry;
+}
+
+kernel_params! {
+    /// The parameters of the three `knn_select_keys_*` entry points: as [`SelectParams`] for a tile of ready keys.
+    pub struct SelectKeysParams {
+        pub keys: DevPtr<u64>,
+        pub ld: u64,
+        pub cols: u32,
+        pub best: DevPtr<u64>,
+        pub k: u32,
+        pub fresh: u32,
+    }
+    entries: select_keys_entry;
+}
+
 macro_rules! select_kernel {
     ($entry:ident, $(#[$doc:meta])* $name:ident, $method:expr) => {
         #[doc = concat!("The `", stringify!($name), "` entry point. CPU twin: `backend::cpu::knn::Nearest::offer`.")]
-        pub const $entry: Kernel = Kernel::new(stringify!($name), 7);
+        pub const $entry: Kernel<SelectParams> = Kernel::new(stringify!($name)).threads(SELECT_BLOCK);
 
-        $(#[$doc])*
-        ///
-        /// # Safety
-        /// One block of `SELECT_BLOCK` threads per query row, `select_method_shared_bytes` of
-        /// its method and k of dynamic shared memory; `1 ≤ k`, `k + cols ≤ SELECT_CAP`; pointers valid
-        /// for those sizes.
-        #[cfg(target_arch = "nvptx64")]
-        #[unsafe(no_mangle)]
-        pub unsafe extern "gpu-kernel" fn $name(
-            dist: *const f32,
-            ld: u64,
-            cols: u32,
-            first_index: u32,
-            best: *mut u64,
-            k: u32,
-            fresh: u32,
-        ) {
-            let tile = Tile {
-                dist,
-                keys: core::ptr::null(),
-                ld: ld as usize,
-                cols: cols as usize,
-                first_index,
-                best,
-                k: k as usize,
-                fresh: fresh != 0,
-            };
-            unsafe { select::<$method, _>(crate::exec::Gpu, tile) }
+        select_entry! {
+            $(#[$doc])*
+            ///
+            /// # Safety
+            /// One block of `SELECT_BLOCK` threads per query row, `select_method_shared_bytes` of
+            /// its method and k of dynamic shared memory; `1 ≤ k`, `k + cols ≤ SELECT_CAP`;
+            /// pointers valid for those sizes.
+            fn $name(params) {
+                let SelectParams { dist, ld, cols, first_index, best, k, fresh } = params;
+                let (dist, best) = (dist.as_ptr(), best.as_mut_ptr());
+                let tile = Tile {
+                    dist,
+                    keys: core::ptr::null(),
+                    ld: ld as usize,
+                    cols: cols as usize,
+                    first_index,
+                    best,
+                    k: k as usize,
+                    fresh: fresh != 0,
+                };
+                unsafe { select::<$method, _>(crate::exec::Gpu, tile) }
+            }
         }
     };
 }
@@ -227,35 +249,30 @@ select_kernel!(
 macro_rules! select_keys_kernel {
     ($entry:ident, $(#[$doc:meta])* $name:ident, $method:expr) => {
         #[doc = concat!("The `", stringify!($name), "` entry point. CPU twin: `backend::cpu::knn::Nearest::offer`.")]
-        pub const $entry: Kernel = Kernel::new(stringify!($name), 6);
+        pub const $entry: Kernel<SelectKeysParams> = Kernel::new(stringify!($name)).threads(SELECT_BLOCK);
 
-        $(#[$doc])*
-        ///
-        /// # Safety
-        /// One block of `SELECT_BLOCK` threads per query row, `select_method_shared_bytes` of
-        /// its method and k of dynamic shared memory; `1 ≤ k`, `k + cols ≤ SELECT_CAP`; `keys` holds
-        /// `rows × ld` keys.
-        #[cfg(target_arch = "nvptx64")]
-        #[unsafe(no_mangle)]
-        pub unsafe extern "gpu-kernel" fn $name(
-            keys: *const u64,
-            ld: u64,
-            cols: u32,
-            best: *mut u64,
-            k: u32,
-            fresh: u32,
-        ) {
-            let tile = Tile {
-                dist: core::ptr::null(),
-                keys,
-                ld: ld as usize,
-                cols: cols as usize,
-                first_index: 0,
-                best,
-                k: k as usize,
-                fresh: fresh != 0,
-            };
-            unsafe { select::<$method, _>(crate::exec::Gpu, tile) }
+        select_keys_entry! {
+            $(#[$doc])*
+            ///
+            /// # Safety
+            /// One block of `SELECT_BLOCK` threads per query row, `select_method_shared_bytes` of
+            /// its method and k of dynamic shared memory; `1 ≤ k`, `k + cols ≤ SELECT_CAP`; `keys`
+            /// holds `rows × ld` keys.
+            fn $name(params) {
+                let SelectKeysParams { keys, ld, cols, best, k, fresh } = params;
+                let (keys, best) = (keys.as_ptr(), best.as_mut_ptr());
+                let tile = Tile {
+                    dist: core::ptr::null(),
+                    keys,
+                    ld: ld as usize,
+                    cols: cols as usize,
+                    first_index: 0,
+                    best,
+                    k: k as usize,
+                    fresh: fresh != 0,
+                };
+                unsafe { select::<$method, _>(crate::exec::Gpu, tile) }
+            }
         }
     };
 }
@@ -650,7 +667,20 @@ pub unsafe fn take<E: Exec>(
 pub const SORT_SHARED_BYTES: usize = SELECT_CAP * 8;
 
 /// The `knn_sort_chunks` entry point. CPU twin: `backend::cpu::knn::Nearest::finish`.
-pub const KNN_SORT_CHUNKS: Kernel = Kernel::new("knn_sort_chunks", 5);
+pub const KNN_SORT_CHUNKS: Kernel<SortChunksParams> =
+    Kernel::new("knn_sort_chunks").threads(SELECT_BLOCK);
+
+kernel_params! {
+    /// `knn_sort_chunks`'s parameters.
+    pub struct SortChunksParams {
+        pub dist: DevPtr<f32>,
+        pub ld: u64,
+        pub n: u32,
+        pub row_log2: u32,
+        pub keys: DevPtr<u64>,
+    }
+    entries: sort_chunks_entry;
+}
 
 /// Blocks of `knn_sort_chunks` and `knn_bitonic_merge_local` for `total` keys (whole rows of a
 /// power of two ≥ `SELECT_CAP`): one per chunk of `SELECT_CAP`.
@@ -658,112 +688,156 @@ pub const fn sort_chunks_grid(total: usize) -> usize {
     total / SELECT_CAP
 }
 
-/// Builds `rows · 2^row_log2 / SELECT_CAP` sorted chunks of keys from distance rows; see
-/// [`sort_chunks`].
-///
-/// # Safety
-/// As for [`sort_chunks`].
-#[cfg(target_arch = "nvptx64")]
-#[unsafe(no_mangle)]
-pub unsafe extern "gpu-kernel" fn knn_sort_chunks(
-    dist: *const f32,
-    ld: u64,
-    n: u32,
-    row_log2: u32,
-    keys: *mut u64,
-) {
-    unsafe {
-        sort_chunks(
-            crate::exec::Gpu,
+sort_chunks_entry! {
+    /// Builds `rows · 2^row_log2 / SELECT_CAP` sorted chunks of keys from distance rows; see
+    /// [`sort_chunks`].
+    ///
+    /// # Safety
+    /// As for [`sort_chunks`].
+    fn knn_sort_chunks(params) {
+        let SortChunksParams {
             dist,
-            ld as usize,
-            n as usize,
+            ld,
+            n,
             row_log2,
             keys,
-        )
+        } = params;
+        let (dist, keys) = (dist.as_ptr(), keys.as_mut_ptr());
+        unsafe {
+            sort_chunks(
+                crate::exec::Gpu,
+                dist,
+                ld as usize,
+                n as usize,
+                row_log2,
+                keys,
+            )
+        }
     }
 }
 
 /// The `knn_bitonic_merge_global` entry point. CPU twin: `backend::cpu::knn::Nearest::finish`.
-pub const KNN_BITONIC_MERGE_GLOBAL: Kernel = Kernel::new("knn_bitonic_merge_global", 5);
+pub const KNN_BITONIC_MERGE_GLOBAL: Kernel<MergeGlobalParams> =
+    Kernel::new("knn_bitonic_merge_global").threads(SELECT_BLOCK);
+
+kernel_params! {
+    /// `knn_bitonic_merge_global`'s parameters.
+    pub struct MergeGlobalParams {
+        pub keys: DevPtr<u64>,
+        pub pairs: u64,
+        pub row_log2: u32,
+        pub size: u64,
+        pub stride: u64,
+    }
+    entries: merge_global_entry;
+}
 
 /// Blocks of `knn_bitonic_merge_global` for `pairs` compare-exchanges: a thread per pair.
 pub const fn merge_global_grid(pairs: usize) -> usize {
     pairs.div_ceil(SELECT_BLOCK as usize)
 }
 
-/// One global-memory step of the row sort; see [`merge_global`].
-///
-/// # Safety
-/// As for [`merge_global`].
-#[cfg(target_arch = "nvptx64")]
-#[unsafe(no_mangle)]
-pub unsafe extern "gpu-kernel" fn knn_bitonic_merge_global(
-    keys: *mut u64,
-    pairs: u64,
-    row_log2: u32,
-    size: u64,
-    stride: u64,
-) {
-    unsafe {
-        merge_global(
-            crate::exec::Gpu,
+merge_global_entry! {
+    /// One global-memory step of the row sort; see [`merge_global`].
+    ///
+    /// # Safety
+    /// As for [`merge_global`].
+    fn knn_bitonic_merge_global(params) {
+        let MergeGlobalParams {
             keys,
-            pairs as usize,
+            pairs,
             row_log2,
-            size as usize,
-            stride as usize,
-        )
+            size,
+            stride,
+        } = params;
+        let keys = keys.as_mut_ptr();
+        unsafe {
+            merge_global(
+                crate::exec::Gpu,
+                keys,
+                pairs as usize,
+                row_log2,
+                size as usize,
+                stride as usize,
+            )
+        }
     }
 }
 
 /// The `knn_bitonic_merge_local` entry point. CPU twin: `backend::cpu::knn::Nearest::finish`.
-pub const KNN_BITONIC_MERGE_LOCAL: Kernel = Kernel::new("knn_bitonic_merge_local", 3);
+pub const KNN_BITONIC_MERGE_LOCAL: Kernel<MergeLocalParams> =
+    Kernel::new("knn_bitonic_merge_local").threads(SELECT_BLOCK);
 
-/// The in-chunk steps of a stage of the row sort; see [`merge_local`].
-///
-/// # Safety
-/// As for [`merge_local`].
-#[cfg(target_arch = "nvptx64")]
-#[unsafe(no_mangle)]
-pub unsafe extern "gpu-kernel" fn knn_bitonic_merge_local(
-    keys: *mut u64,
-    row_log2: u32,
-    size: u64,
-) {
-    unsafe { merge_local(crate::exec::Gpu, keys, row_log2, size as usize) }
+kernel_params! {
+    /// `knn_bitonic_merge_local`'s parameters.
+    pub struct MergeLocalParams {
+        pub keys: DevPtr<u64>,
+        pub row_log2: u32,
+        pub size: u64,
+    }
+    entries: merge_local_entry;
+}
+
+merge_local_entry! {
+    /// The in-chunk steps of a stage of the row sort; see [`merge_local`].
+    ///
+    /// # Safety
+    /// As for [`merge_local`].
+    fn knn_bitonic_merge_local(params) {
+        let MergeLocalParams {
+            keys,
+            row_log2,
+            size,
+        } = params;
+        let keys = keys.as_mut_ptr();
+        unsafe { merge_local(crate::exec::Gpu, keys, row_log2, size as usize) }
+    }
 }
 
 /// The `knn_take` entry point. CPU twin: `backend::cpu::knn::Nearest::finish`.
-pub const KNN_TAKE: Kernel = Kernel::new("knn_take", 5);
+pub const KNN_TAKE: Kernel<TakeParams> = Kernel::new("knn_take").threads(SELECT_BLOCK);
+
+kernel_params! {
+    /// `knn_take`'s parameters.
+    pub struct TakeParams {
+        pub keys: DevPtr<u64>,
+        pub row_log2: u32,
+        pub rows: u32,
+        pub k: u32,
+        pub best: DevPtr<u64>,
+    }
+    entries: take_entry;
+}
 
 /// Blocks of `knn_take` for `rows × k` keys: a thread per key.
 pub const fn take_grid(rows: usize, k: usize) -> usize {
     (rows * k).div_ceil(SELECT_BLOCK as usize)
 }
 
-/// Keeps the first k keys of every sorted row; see [`take`].
-///
-/// # Safety
-/// As for [`take`].
-#[cfg(target_arch = "nvptx64")]
-#[unsafe(no_mangle)]
-pub unsafe extern "gpu-kernel" fn knn_take(
-    keys: *const u64,
-    row_log2: u32,
-    rows: u32,
-    k: u32,
-    best: *mut u64,
-) {
-    unsafe {
-        take(
-            crate::exec::Gpu,
+take_entry! {
+    /// Keeps the first k keys of every sorted row; see [`take`].
+    ///
+    /// # Safety
+    /// As for [`take`].
+    fn knn_take(params) {
+        let TakeParams {
             keys,
             row_log2,
-            rows as usize,
-            k as usize,
+            rows,
+            k,
             best,
-        )
+        } = params;
+        let (keys, best) = (keys.as_ptr(), best.as_mut_ptr());
+        unsafe {
+            take(
+                crate::exec::Gpu,
+                keys,
+                row_log2,
+                rows as usize,
+                k as usize,
+                best,
+            )
+        }
     }
 }
 

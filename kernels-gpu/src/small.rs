@@ -28,6 +28,7 @@ use crate::exec::{Exec, block_sum_i64};
 use crate::fixed::{inertia_term, units_at};
 use crate::launch::{BLOCK, Kernel};
 use crate::math::{AssignMetric, assign_distance, fma};
+use crate::params::DevPtr;
 use core::sync::atomic::{AtomicU32, Ordering};
 use scan::SharedCentroidScan;
 use stage::{centroid_norms, quads_sq_norm, stage_rows};
@@ -417,76 +418,102 @@ pub const FINALIZE_SHARED_BYTES: usize =
 pub const SMALL_MIN_BLOCKS: [u32; 4] = [4, 4, 3, 2];
 
 /// The small-step kernels, per metric, in the order of [`crate::small::SMALL_STEPS`].
-pub const SMALL_L2_KERNELS: [Kernel; 4] = [
+pub const SMALL_L2_KERNELS: [Kernel<SmallParams>; 4] = [
     KMEANS_SMALL_L2_0,
     KMEANS_SMALL_L2_1,
     KMEANS_SMALL_L2_2,
     KMEANS_SMALL_L2_3,
 ];
 /// See [`SMALL_L2_KERNELS`].
-pub const SMALL_L1_KERNELS: [Kernel; 4] = [
+pub const SMALL_L1_KERNELS: [Kernel<SmallParams>; 4] = [
     KMEANS_SMALL_L1_0,
     KMEANS_SMALL_L1_1,
     KMEANS_SMALL_L1_2,
     KMEANS_SMALL_L1_3,
 ];
 
+kernel_params! {
+    /// The parameters of the eight `kmeans_small_*` entry points (see [`KMEANS_SMALL_L2_0`]): the
+    /// `n × d` points, the `k × d` centroids, the labels, distances and counters of the assignment,
+    /// the optional `weights` (null: one unit each), the `scales` and the `sums` and `counts` of the
+    /// accumulation, and `mode` ([`MODE_ASSIGN`], [`MODE_ACCUMULATE`]).
+    pub struct SmallParams {
+        pub x: DevPtr<f32>,
+        pub n: u32,
+        pub d: u32,
+        pub centroids: DevPtr<f32>,
+        pub k: u32,
+        pub labels: DevPtr<u32>,
+        pub min_dist: DevPtr<f32>,
+        pub changed: DevPtr<u32>,
+        pub block_inertia: DevPtr<i64>,
+        pub inertia_scale: f32,
+        pub weights: DevPtr<f32>,
+        pub scales: DevPtr<f32>,
+        pub sums: DevPtr<i64>,
+        pub counts: DevPtr<u64>,
+        pub mode: u32,
+    }
+    entries: small_entry;
+}
+
 macro_rules! small_kernel {
     ($entry:ident, $name:ident, $metric:expr, $shape:literal) => {
         #[doc = concat!("The `", stringify!($name), "` entry point. CPU twins: `backend::cpu::kmeans::nearest`, `::accumulate`.")]
-        pub const $entry: Kernel =
-            Kernel::new(stringify!($name), 15).min_blocks(SMALL_MIN_BLOCKS[$shape]);
+        pub const $entry: Kernel<SmallParams> =
+            Kernel::new(stringify!($name)).min_blocks(SMALL_MIN_BLOCKS[$shape]);
 
-        /// One small Lloyd step (see the module comment) with the shape `SMALL_STEPS[i]` its
-        /// name ends in: with `mode & MODE_ASSIGN` labels every point (counting changed
-        /// labels, writing distances and per-block fixed-point inertia under `inertia_scale`),
-        /// else reads the labels; with `mode & MODE_ACCUMULATE` adds the points to `sums` /
-        /// `counts`, weighted by `weights` (null: one unit each).
-        ///
-        /// # Safety
-        /// As for [`step`]: `BLOCK` threads, `ceil(n / block_points())` blocks,
-        /// `layout(k, d).bytes` of dynamic shared memory, `d ≤ max_d`.
-        #[cfg(target_arch = "nvptx64")]
-        #[unsafe(no_mangle)]
-        pub unsafe extern "gpu-kernel" fn $name(
-            x: *const f32,
-            n: u32,
-            d: u32,
-            centroids: *const f32,
-            k: u32,
-            labels: *mut u32,
-            min_dist: *mut f32,
-            changed: *mut u32,
-            block_inertia: *mut i64,
-            inertia_scale: f32,
-            weights: *const f32,
-            scales: *const f32,
-            sums: *mut i64,
-            counts: *mut u64,
-            mode: u32,
-        ) {
-            const SHAPE: SmallStep = crate::small::SMALL_STEPS[$shape];
-            let s = Step {
-                x,
-                n: n as usize,
-                d: (d as usize).clamp(1, SHAPE.max_d),
-                centroids,
-                k: k as usize,
-                metric: $metric,
-                labels,
-                min_dist,
-                changed,
-                block_inertia,
-                inertia_scale,
-                weights,
-                scales,
-                sums,
-                counts,
-                assign: mode & MODE_ASSIGN != 0,
-                accumulate: mode & MODE_ACCUMULATE != 0,
-            };
-            unsafe {
-                step::<{ SHAPE.max_d }, { SHAPE.points }, { SHAPE.unroll }, _>(crate::exec::Gpu, s)
+        small_entry! {
+            /// One small Lloyd step (see the module comment) with the shape `SMALL_STEPS[i]` its
+            /// name ends in: with `mode & MODE_ASSIGN` labels every point (counting changed
+            /// labels, writing distances and per-block fixed-point inertia under `inertia_scale`),
+            /// else reads the labels; with `mode & MODE_ACCUMULATE` adds the points to `sums` /
+            /// `counts`, weighted by `weights` (null: one unit each).
+            ///
+            /// # Safety
+            /// As for [`step`]: `BLOCK` threads, `ceil(n / block_points())` blocks,
+            /// `layout(k, d).bytes` of dynamic shared memory, `d ≤ max_d`.
+            fn $name(params) {
+                let SmallParams {
+                    x,
+                    n,
+                    d,
+                    centroids,
+                    k,
+                    labels,
+                    min_dist,
+                    changed,
+                    block_inertia,
+                    inertia_scale,
+                    weights,
+                    scales,
+                    sums,
+                    counts,
+                    mode,
+                } = params;
+                const SHAPE: SmallStep = crate::small::SMALL_STEPS[$shape];
+                let s = Step {
+                    x: x.as_ptr(),
+                    n: n as usize,
+                    d: (d as usize).clamp(1, SHAPE.max_d),
+                    centroids: centroids.as_ptr(),
+                    k: k as usize,
+                    metric: $metric,
+                    labels: labels.as_mut_ptr(),
+                    min_dist: min_dist.as_mut_ptr(),
+                    changed: changed.as_mut_ptr(),
+                    block_inertia: block_inertia.as_mut_ptr(),
+                    inertia_scale,
+                    weights: weights.as_ptr(),
+                    scales: scales.as_ptr(),
+                    sums: sums.as_mut_ptr(),
+                    counts: counts.as_mut_ptr(),
+                    assign: mode & MODE_ASSIGN != 0,
+                    accumulate: mode & MODE_ACCUMULATE != 0,
+                };
+                unsafe {
+                    step::<{ SHAPE.max_d }, { SHAPE.points }, { SHAPE.unroll }, _>(crate::exec::Gpu, s)
+                }
             }
         }
     };
@@ -502,45 +529,77 @@ small_kernel!(KMEANS_SMALL_L1_2, kmeans_small_l1_2, AssignMetric::L1, 2);
 small_kernel!(KMEANS_SMALL_L1_3, kmeans_small_l1_3, AssignMetric::L1, 3);
 
 /// The `kmeans_finalize_small` entry point. CPU twin: `backend::cpu::partial::Partial::finish`.
-pub const KMEANS_FINALIZE_SMALL: Kernel = Kernel::new("kmeans_finalize_small", 12);
+pub const KMEANS_FINALIZE_SMALL: Kernel<FinalizeSmallParams> =
+    Kernel::new("kmeans_finalize_small").threads(crate::launch::REDUCE_BLOCK);
 
-/// Finishes a small step (see [`finalize`]) in one block of `REDUCE_BLOCK` threads with
-/// `FINALIZE_SCRATCH · 8 · REDUCE_BLOCK` bytes of dynamic shared memory.
-///
-/// # Safety
-/// `sums`: `k × d`; `counts`, `sizes`: `k`; `inv_scales`: `d`; `current`, `next`: `k × d`;
-/// `changed`: 1; `block_inertia`: `blocks`; `out`: 4.
-#[cfg(target_arch = "nvptx64")]
-#[unsafe(no_mangle)]
-pub unsafe extern "gpu-kernel" fn kmeans_finalize_small(
-    sums: *mut i64,
-    counts: *mut u64,
-    k: u32,
-    d: u32,
-    inv_scales: *const f64,
-    current: *const f32,
-    next: *mut f32,
-    sizes: *mut u64,
-    changed: *mut u32,
-    block_inertia: *const i64,
-    blocks: u32,
-    out: *mut f64,
-) {
-    let f = Finalize {
-        sums,
-        counts,
-        k: k as usize,
-        d: (d as usize).max(1),
-        inv_scales,
-        current,
-        next,
-        sizes,
-        changed,
-        block_inertia,
-        blocks: blocks as usize,
-        out,
-    };
-    unsafe { finalize(crate::exec::Gpu, crate::launch::REDUCE_BLOCK as usize, f) }
+kernel_params! {
+    /// `kmeans_finalize_small`'s parameters.
+    pub struct FinalizeSmallParams {
+        pub sums: DevPtr<i64>,
+        pub counts: DevPtr<u64>,
+        pub k: u32,
+        pub d: u32,
+        pub inv_scales: DevPtr<f64>,
+        pub current: DevPtr<f32>,
+        pub next: DevPtr<f32>,
+        pub sizes: DevPtr<u64>,
+        pub changed: DevPtr<u32>,
+        pub block_inertia: DevPtr<i64>,
+        pub blocks: u32,
+        pub out: DevPtr<f64>,
+    }
+    entries: finalize_small_entry;
+}
+
+finalize_small_entry! {
+    /// Finishes a small step (see [`finalize`]) in one block of `REDUCE_BLOCK` threads with
+    /// `FINALIZE_SCRATCH · 8 · REDUCE_BLOCK` bytes of dynamic shared memory.
+    ///
+    /// # Safety
+    /// `sums`: `k × d`; `counts`, `sizes`: `k`; `inv_scales`: `d`; `current`, `next`: `k × d`;
+    /// `changed`: 1; `block_inertia`: `blocks`; `out`: 4.
+    fn kmeans_finalize_small(params) {
+        let FinalizeSmallParams {
+            sums,
+            counts,
+            k,
+            d,
+            inv_scales,
+            current,
+            next,
+            sizes,
+            changed,
+            block_inertia,
+            blocks,
+            out,
+        } = params;
+        let (sums, counts, inv_scales, current, next, sizes, changed, block_inertia, out) = (
+            sums.as_mut_ptr(),
+            counts.as_mut_ptr(),
+            inv_scales.as_ptr(),
+            current.as_ptr(),
+            next.as_mut_ptr(),
+            sizes.as_mut_ptr(),
+            changed.as_mut_ptr(),
+            block_inertia.as_ptr(),
+            out.as_mut_ptr(),
+        );
+        let f = Finalize {
+            sums,
+            counts,
+            k: k as usize,
+            d: (d as usize).max(1),
+            inv_scales,
+            current,
+            next,
+            sizes,
+            changed,
+            block_inertia,
+            blocks: blocks as usize,
+            out,
+        };
+        unsafe { finalize(crate::exec::Gpu, crate::launch::REDUCE_BLOCK as usize, f) }
+    }
 }
 
 #[cfg(test)]

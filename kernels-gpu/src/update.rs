@@ -6,13 +6,11 @@
 //! integer units) a point adds `units · q` to the sums and `units` to its cluster's weight;
 //! without them, `q` and 1 (the count).
 
+use crate::exec::{Exec, atomic_add_i64, atomic_add_u32, atomic_add_u64};
+use crate::fixed::{mean, to_fixed, units_at, weighted};
 use crate::launch::{BLOCK, DEFAULT_SHARED_BYTES, Kernel};
-#[cfg(target_arch = "nvptx64")]
-use crate::{
-    fixed::{mean, to_fixed, units_at, weighted},
-    gpu::{self, atomic_add_i64, atomic_add_u64, shared, sync_threads},
-    math::normalize,
-};
+use crate::math::normalize;
+use crate::params::DevPtr;
 
 /// Dynamic shared memory of a `kmeans_accumulate_shared` block: the `k × d` fixed-point sums
 /// and `k` u64 weights of its part ([`sums_fit_shared`] checks that they fit).
@@ -21,7 +19,24 @@ pub const fn accumulate_shared_bytes(k: usize, d: usize) -> usize {
 }
 
 /// The `kmeans_accumulate_shared` entry point. CPU twin: `backend::cpu::kmeans::accumulate`.
-pub const KMEANS_ACCUMULATE_SHARED: Kernel = Kernel::new("kmeans_accumulate_shared", 9);
+pub const KMEANS_ACCUMULATE_SHARED: Kernel<AccumulateSharedParams> =
+    Kernel::new("kmeans_accumulate_shared");
+
+kernel_params! {
+    /// `kmeans_accumulate_shared`'s parameters.
+    pub struct AccumulateSharedParams {
+        pub x: DevPtr<f32>,
+        pub n: u32,
+        pub d: u32,
+        pub labels: DevPtr<u32>,
+        pub k: u32,
+        pub weights: DevPtr<f32>,
+        pub scales: DevPtr<f32>,
+        pub part_sums: DevPtr<i64>,
+        pub part_counts: DevPtr<u64>,
+    }
+    entries: accumulate_shared_entry;
+}
 
 /// Whether per-block fixed-point sums of `k × d` values (plus `k` u64 cluster weights) fit in
 /// shared memory: the `8·k·d + 8·k` bytes of `kmeans_accumulate_shared`.
@@ -32,33 +47,51 @@ pub fn sums_fit_shared(k: usize, d: usize) -> bool {
         .is_some_and(|b| b <= DEFAULT_SHARED_BYTES)
 }
 
-/// Per-block partial sums: block `b` sums the labels' (weighted) coordinates of its contiguous
-/// chunk of points into shared memory (`k × d` i64 then `k` u64 weights) and writes them to
-/// `part_sums[b]`, `part_counts[b]`.
+accumulate_shared_entry! {
+    /// Per-block partial sums: block `b` sums the labels' (weighted) coordinates of its contiguous
+    /// chunk of points into shared memory (`k × d` i64 then `k` u64 weights) and writes them to
+    /// `part_sums[b]`, `part_counts[b]`.
+    ///
+    /// # Safety
+    /// Pointers valid for `n × d` / `n` / `d` / `grid × k × d` / `grid × k` elements, `weights` null
+    /// or `n`; labels `< k`; dynamic shared memory of `8·k·d + 8·k` bytes.
+    fn kmeans_accumulate_shared(params) {
+        unsafe { accumulate_shared(crate::exec::Gpu, &params) }
+    }
+}
+
+/// The body of `kmeans_accumulate_shared`.
 ///
 /// # Safety
-/// Pointers valid for `n × d` / `n` / `d` / `grid × k × d` / `grid × k` elements, `weights` null
-/// or `n`; labels `< k`; dynamic shared memory of `8·k·d + 8·k` bytes.
-#[cfg(target_arch = "nvptx64")]
-#[unsafe(no_mangle)]
-pub unsafe extern "gpu-kernel" fn kmeans_accumulate_shared(
-    x: *const f32,
-    n: u32,
-    d: u32,
-    labels: *const u32,
-    k: u32,
-    weights: *const f32,
-    scales: *const f32,
-    part_sums: *mut i64,
-    part_counts: *mut u64,
-) {
+/// As for `kmeans_accumulate_shared`.
+#[inline(always)]
+pub unsafe fn accumulate_shared<E: Exec>(ex: E, params: &AccumulateSharedParams) {
+    let AccumulateSharedParams {
+        x,
+        n,
+        d,
+        labels,
+        k,
+        weights,
+        scales,
+        part_sums,
+        part_counts,
+    } = *params;
+    let (x, labels, weights, scales, part_sums, part_counts) = (
+        x.as_ptr(),
+        labels.as_ptr(),
+        weights.as_ptr(),
+        scales.as_ptr(),
+        part_sums.as_mut_ptr(),
+        part_counts.as_mut_ptr(),
+    );
     // `max(1)` lets the compiler drop the division-by-zero panics; the host never passes 0.
     let (n, d, k) = (n as usize, (d as usize).max(1), k as usize);
-    let (t, threads, b) = (gpu::thread(), gpu::block_dim(), gpu::block());
-    let chunk = n.div_ceil(gpu::grid_dim().max(1));
+    let (t, threads, b) = (ex.thread(), ex.block_dim(), ex.block());
+    let chunk = n.div_ceil(ex.grid_dim().max(1));
     let start = (b * chunk).min(n);
     let end = (start + chunk).min(n);
-    let sums = shared::<i64>();
+    let sums = ex.shared::<i64>();
     let counts = unsafe { sums.add(k * d) }.cast::<u64>();
     unsafe {
         let mut e = t;
@@ -71,7 +104,7 @@ pub unsafe extern "gpu-kernel" fn kmeans_accumulate_shared(
             *counts.add(c) = 0;
             c += threads;
         }
-        sync_threads();
+        ex.sync();
 
         let mut e = t;
         while e < (end - start) * d {
@@ -95,7 +128,7 @@ pub unsafe extern "gpu-kernel" fn kmeans_accumulate_shared(
             );
             i += threads;
         }
-        sync_threads();
+        ex.sync();
 
         let mut e = t;
         while e < k * d {
@@ -119,28 +152,62 @@ pub const fn accumulate_global_grid(n: usize, d: usize, multiprocessors: usize) 
 }
 
 /// The `kmeans_accumulate_global` entry point. CPU twin: `backend::cpu::kmeans::accumulate`.
-pub const KMEANS_ACCUMULATE_GLOBAL: Kernel = Kernel::new("kmeans_accumulate_global", 8);
+pub const KMEANS_ACCUMULATE_GLOBAL: Kernel<AccumulateGlobalParams> =
+    Kernel::new("kmeans_accumulate_global");
 
-/// Sums straight into global `sums` (`k × d`) and weights `counts` (`k`), zeroed by the host; for
-/// shapes whose per-block sums do not fit in shared memory. Grid-stride over all `n × d` values.
+kernel_params! {
+    /// `kmeans_accumulate_global`'s parameters.
+    pub struct AccumulateGlobalParams {
+        pub x: DevPtr<f32>,
+        pub n: u32,
+        pub d: u32,
+        pub labels: DevPtr<u32>,
+        pub weights: DevPtr<f32>,
+        pub scales: DevPtr<f32>,
+        pub sums: DevPtr<i64>,
+        pub counts: DevPtr<u64>,
+    }
+    entries: accumulate_global_entry;
+}
+
+accumulate_global_entry! {
+    /// Sums straight into global `sums` (`k × d`) and weights `counts` (`k`), zeroed by the host; for
+    /// shapes whose per-block sums do not fit in shared memory. Grid-stride over all `n × d` values.
+    ///
+    /// # Safety
+    /// As for [`kmeans_accumulate_shared`], with `sums`/`counts` of `k × d` / `k` elements.
+    fn kmeans_accumulate_global(params) {
+        unsafe { accumulate_global(crate::exec::Gpu, &params) }
+    }
+}
+
+/// The body of `kmeans_accumulate_global`.
 ///
 /// # Safety
-/// As for [`kmeans_accumulate_shared`], with `sums`/`counts` of `k × d` / `k` elements.
-#[cfg(target_arch = "nvptx64")]
-#[unsafe(no_mangle)]
-pub unsafe extern "gpu-kernel" fn kmeans_accumulate_global(
-    x: *const f32,
-    n: u32,
-    d: u32,
-    labels: *const u32,
-    weights: *const f32,
-    scales: *const f32,
-    sums: *mut i64,
-    counts: *mut u64,
-) {
+/// As for `kmeans_accumulate_global`.
+#[inline(always)]
+pub unsafe fn accumulate_global<E: Exec>(ex: E, params: &AccumulateGlobalParams) {
+    let AccumulateGlobalParams {
+        x,
+        n,
+        d,
+        labels,
+        weights,
+        scales,
+        sums,
+        counts,
+    } = *params;
+    let (x, labels, weights, scales, sums, counts) = (
+        x.as_ptr(),
+        labels.as_ptr(),
+        weights.as_ptr(),
+        scales.as_ptr(),
+        sums.as_mut_ptr(),
+        counts.as_mut_ptr(),
+    );
     let (n, d) = (n as usize, (d as usize).max(1));
-    let stride = gpu::grid_dim() * gpu::block_dim();
-    let first = gpu::block() * gpu::block_dim() + gpu::thread();
+    let stride = ex.grid_dim() * ex.block_dim();
+    let first = ex.block() * ex.block_dim() + ex.thread();
     if d >= WARP {
         // A warp per row: its label is read once, the row's values coalesced, and no division
         // per value (integer sums: any order gives the same result).
@@ -196,14 +263,30 @@ pub unsafe extern "gpu-kernel" fn kmeans_accumulate_global(
 }
 
 /// Threads per warp; [`kmeans_finalize`] gives each centroid coordinate one warp.
-#[cfg(target_arch = "nvptx64")]
 const WARP: usize = 32;
 
 /// Dynamic shared memory of a `kmeans_finalize` block: 16 bytes per thread.
 pub const FINALIZE_SHARED_BYTES: usize = 16 * BLOCK as usize;
 
 /// The `kmeans_finalize` entry point. CPU twin: `backend::cpu::partial::Partial::finish`.
-pub const KMEANS_FINALIZE: Kernel = Kernel::new("kmeans_finalize", 10);
+pub const KMEANS_FINALIZE: Kernel<FinalizeParams> = Kernel::new("kmeans_finalize");
+
+kernel_params! {
+    /// `kmeans_finalize`'s parameters.
+    pub struct FinalizeParams {
+        pub part_sums: DevPtr<i64>,
+        pub part_counts: DevPtr<u64>,
+        pub parts: u32,
+        pub k: u32,
+        pub d: u32,
+        pub inv_scales: DevPtr<f64>,
+        pub old_centroids: DevPtr<f32>,
+        pub new_centroids: DevPtr<f32>,
+        pub sizes: DevPtr<u64>,
+        pub empty: DevPtr<u32>,
+    }
+    entries: finalize_entry;
+}
 
 /// Blocks of `kmeans_finalize` for `k × d` coordinates from `parts` partial sums (a grid-stride
 /// loop): one warp per coordinate (one thread with a single part), at most 16 blocks per
@@ -219,38 +302,57 @@ pub const fn finalize_grid(k: usize, d: usize, parts: usize, multiprocessors: us
     if blocks < cap { blocks } else { cap }
 }
 
-/// Combines the `parts` partial sums and weights and writes the means to `new_centroids`; a
-/// cluster without weight keeps its `old_centroids` row and is counted in `empty`. Writes each
-/// cluster's weight to `sizes`. One warp per centroid coordinate: lanes add every 32nd part, then
-/// lane 0 adds the lanes' totals in lane order (integer sums: exact in any order, so
-/// reproducible). With one part, one thread per coordinate.
+finalize_entry! {
+    /// Combines the `parts` partial sums and weights and writes the means to `new_centroids`; a
+    /// cluster without weight keeps its `old_centroids` row and is counted in `empty`. Writes each
+    /// cluster's weight to `sizes`. One warp per centroid coordinate: lanes add every 32nd part, then
+    /// lane 0 adds the lanes' totals in lane order (integer sums: exact in any order, so
+    /// reproducible). With one part, one thread per coordinate.
+    ///
+    /// # Safety
+    /// `part_sums`: `parts × k × d`; `part_counts`: `parts × k`; `inv_scales`: `d`; centroid
+    /// buffers `k × d`; `sizes`: `k`; `empty`: one u32 zeroed by the host; blocks of a multiple of
+    /// 32 threads with `16 × block size` bytes of dynamic shared memory.
+    fn kmeans_finalize(params) {
+        unsafe { finalize(crate::exec::Gpu, &params) }
+    }
+}
+
+/// The body of `kmeans_finalize`.
 ///
 /// # Safety
-/// `part_sums`: `parts × k × d`; `part_counts`: `parts × k`; `inv_scales`: `d`; centroid
-/// buffers `k × d`; `sizes`: `k`; `empty`: one u32 zeroed by the host; blocks of a multiple of
-/// 32 threads with `16 × block size` bytes of dynamic shared memory.
-#[cfg(target_arch = "nvptx64")]
-#[unsafe(no_mangle)]
-pub unsafe extern "gpu-kernel" fn kmeans_finalize(
-    part_sums: *const i64,
-    part_counts: *const u64,
-    parts: u32,
-    k: u32,
-    d: u32,
-    inv_scales: *const f64,
-    old_centroids: *const f32,
-    new_centroids: *mut f32,
-    sizes: *mut u64,
-    empty: *mut u32,
-) {
+/// As for `kmeans_finalize`.
+#[inline(always)]
+pub unsafe fn finalize<E: Exec>(ex: E, params: &FinalizeParams) {
+    let FinalizeParams {
+        part_sums,
+        part_counts,
+        parts,
+        k,
+        d,
+        inv_scales,
+        old_centroids,
+        new_centroids,
+        sizes,
+        empty,
+    } = *params;
+    let (part_sums, part_counts, inv_scales, old_centroids, new_centroids, sizes, empty) = (
+        part_sums.as_ptr(),
+        part_counts.as_ptr(),
+        inv_scales.as_ptr(),
+        old_centroids.as_ptr(),
+        new_centroids.as_mut_ptr(),
+        sizes.as_mut_ptr(),
+        empty.as_mut_ptr(),
+    );
     let (parts, k, d) = (parts as usize, k as usize, (d as usize).max(1));
-    let (t, threads) = (gpu::thread(), gpu::block_dim());
+    let (t, threads) = (ex.thread(), ex.block_dim());
     let (warp, lane) = (t / WARP, t % WARP);
     let warps_per_block = threads / WARP;
     if parts == 1 {
         // One part (the global sums): a thread per coordinate, no cross-lane combining.
-        let stride = gpu::grid_dim() * threads;
-        let mut e = gpu::block() * threads + t;
+        let stride = ex.grid_dim() * threads;
+        let mut e = ex.block() * threads + t;
         while e < k * d {
             let (c, j) = (e / d, e % d);
             unsafe {
@@ -263,7 +365,7 @@ pub unsafe extern "gpu-kernel" fn kmeans_finalize(
                 if j == 0 {
                     *sizes.add(c) = count;
                     if count == 0 {
-                        gpu::atomic_add_u32(empty, 1);
+                        atomic_add_u32(empty, 1);
                     }
                 }
             }
@@ -271,10 +373,10 @@ pub unsafe extern "gpu-kernel" fn kmeans_finalize(
         }
         return;
     }
-    let lane_sums = shared::<i64>();
+    let lane_sums = ex.shared::<i64>();
     let lane_counts = unsafe { lane_sums.add(threads) }.cast::<u64>();
     // Uniform trip count across the block, so the barriers below are reached by every thread.
-    let mut base = gpu::block() * warps_per_block;
+    let mut base = ex.block() * warps_per_block;
     while base < k * d {
         let e = base + warp;
         let (mut sum, mut count) = (0i64, 0u64);
@@ -293,7 +395,7 @@ pub unsafe extern "gpu-kernel" fn kmeans_finalize(
             *lane_sums.add(t) = sum;
             *lane_counts.add(t) = count;
         }
-        sync_threads();
+        ex.sync();
         if lane == 0 && e < k * d {
             let (c, j) = (e / d, e % d);
             let (mut sum, mut count) = (0i64, 0u64);
@@ -312,39 +414,61 @@ pub unsafe extern "gpu-kernel" fn kmeans_finalize(
                 if j == 0 {
                     *sizes.add(c) = count;
                     if count == 0 {
-                        gpu::atomic_add_u32(empty, 1);
+                        atomic_add_u32(empty, 1);
                     }
                 }
             }
         }
-        sync_threads();
-        base += gpu::grid_dim() * warps_per_block;
+        ex.sync();
+        base += ex.grid_dim() * warps_per_block;
     }
 }
 
 /// The `kmeans_normalize_rows` entry point. CPU twin: [`crate::math::normalize`].
-pub const KMEANS_NORMALIZE_ROWS: Kernel = Kernel::new("kmeans_normalize_rows", 4);
+pub const KMEANS_NORMALIZE_ROWS: Kernel<NormalizeRowsParams> = Kernel::new("kmeans_normalize_rows");
+
+kernel_params! {
+    /// `kmeans_normalize_rows`'s parameters.
+    pub struct NormalizeRowsParams {
+        pub centroids: DevPtr<f32>,
+        pub sizes: DevPtr<u64>,
+        pub k: u32,
+        pub d: u32,
+    }
+    entries: normalize_rows_entry;
+}
 
 /// Blocks of `kmeans_normalize_rows` for `k` centroids: a thread per centroid.
 pub const fn normalize_rows_grid(k: usize) -> usize {
     k.div_ceil(BLOCK as usize)
 }
 
-/// Spherical k-means: scales every centroid row `c` with weight (`sizes[c] > 0`) to unit length
-/// with [`normalize`], as the CPU twin does after its update (rows without weight keep theirs).
-/// One thread per row.
+normalize_rows_entry! {
+    /// Spherical k-means: scales every centroid row `c` with weight (`sizes[c] > 0`) to unit length
+    /// with [`normalize`], as the CPU twin does after its update (rows without weight keep theirs).
+    /// One thread per row.
+    ///
+    /// # Safety
+    /// `centroids` holds `k × d` values, `sizes` `k`; at least `k` threads in all.
+    fn kmeans_normalize_rows(params) {
+        unsafe { normalize_rows(crate::exec::Gpu, &params) }
+    }
+}
+
+/// The body of `kmeans_normalize_rows`.
 ///
 /// # Safety
-/// `centroids` holds `k × d` values, `sizes` `k`; at least `k` threads in all.
-#[cfg(target_arch = "nvptx64")]
-#[unsafe(no_mangle)]
-pub unsafe extern "gpu-kernel" fn kmeans_normalize_rows(
-    centroids: *mut f32,
-    sizes: *const u64,
-    k: u32,
-    d: u32,
-) {
-    let c = gpu::block() * gpu::block_dim() + gpu::thread();
+/// As for `kmeans_normalize_rows`.
+#[inline(always)]
+pub unsafe fn normalize_rows<E: Exec>(ex: E, params: &NormalizeRowsParams) {
+    let NormalizeRowsParams {
+        centroids,
+        sizes,
+        k,
+        d,
+    } = *params;
+    let (centroids, sizes) = (centroids.as_mut_ptr(), sizes.as_ptr());
+    let c = ex.block() * ex.block_dim() + ex.thread();
     let d = d as usize;
     if c < k as usize && unsafe { *sizes.add(c) } > 0 {
         normalize(unsafe { core::slice::from_raw_parts_mut(centroids.add(c * d), d) });
@@ -352,15 +476,4 @@ pub unsafe extern "gpu-kernel" fn kmeans_normalize_rows(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn shared_sums_count_their_u64_weights() {
-        // 8·k·d + 8·k bytes: k = 1, d = 6143 fills 48 KiB exactly; one more dimension does not.
-        assert!(sums_fit_shared(1, 6143));
-        assert!(!sums_fit_shared(1, 6144));
-        assert!(sums_fit_shared(64, 95) && !sums_fit_shared(64, 96));
-        assert!(!sums_fit_shared(usize::MAX, 2));
-    }
-}
+mod tests;

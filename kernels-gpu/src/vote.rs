@@ -10,6 +10,7 @@
 use crate::exec::Exec;
 use crate::knn::{VoteRule, key_distance, key_index, vote_share, vote_weight, vote_winner};
 use crate::launch::{DEFAULT_SHARED_BYTES, Kernel};
+use crate::params::DevPtr;
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// Arguments of the vote kernel: `rows` queries whose `k` neighbour keys (ascending) are rows of
@@ -36,7 +37,26 @@ pub struct Vote {
 }
 
 /// The `knn_vote` entry point. CPU twin: `knn::classify::vote_one`.
-pub const KNN_VOTE: Kernel = Kernel::new("knn_vote", 12);
+pub const KNN_VOTE: Kernel<VoteParams> = Kernel::new("knn_vote").threads(VOTE_BLOCK);
+
+kernel_params! {
+    /// `knn_vote`'s parameters.
+    pub struct VoteParams {
+        pub best: DevPtr<u64>,
+        pub rows: u32,
+        pub k: u32,
+        pub labels: DevPtr<u32>,
+        pub row_weights: DevPtr<f32>,
+        pub classes: u32,
+        pub rule: u32,
+        pub scale: f32,
+        pub per_block: u32,
+        pub pred: DevPtr<u32>,
+        pub proba: DevPtr<f32>,
+        pub scratch: DevPtr<u64>,
+    }
+    entries: vote_entry;
+}
 
 /// Threads of a vote block.
 pub const VOTE_BLOCK: u32 = 128;
@@ -72,42 +92,51 @@ pub const fn vote_grid(rows: usize, per_block: usize) -> usize {
     rows.div_ceil(per_block)
 }
 
-/// The votes of a batch of queries; see [`Vote`] (`rule`: [`VoteRule::flags`]).
-///
-/// # Safety
-/// `ceil(rows / per_block)` blocks of `VOTE_BLOCK` threads; `vote_block_bytes(per_block,
-/// classes)` bytes of dynamic shared memory unless `scratch` is given; sizes as named.
-#[cfg(target_arch = "nvptx64")]
-#[unsafe(no_mangle)]
-pub unsafe extern "gpu-kernel" fn knn_vote(
-    best: *const u64,
-    rows: u32,
-    k: u32,
-    labels: *const u32,
-    row_weights: *const f32,
-    classes: u32,
-    rule: u32,
-    scale: f32,
-    per_block: u32,
-    pred: *mut u32,
-    proba: *mut f32,
-    scratch: *mut u64,
-) {
-    let v = Vote {
-        best,
-        rows: rows as usize,
-        k: k as usize,
-        labels,
-        row_weights,
-        classes: classes as usize,
-        rule: VoteRule::from_flags(rule),
-        scale,
-        per_block: per_block as usize,
-        pred,
-        proba,
-        scratch,
-    };
-    unsafe { vote(crate::exec::Gpu, v) }
+vote_entry! {
+    /// The votes of a batch of queries; see [`Vote`] (`rule`: [`VoteRule::flags`]).
+    ///
+    /// # Safety
+    /// `ceil(rows / per_block)` blocks of `VOTE_BLOCK` threads; `vote_block_bytes(per_block,
+    /// classes)` bytes of dynamic shared memory unless `scratch` is given; sizes as named.
+    fn knn_vote(params) {
+        let VoteParams {
+            best,
+            rows,
+            k,
+            labels,
+            row_weights,
+            classes,
+            rule,
+            scale,
+            per_block,
+            pred,
+            proba,
+            scratch,
+        } = params;
+        let (best, labels, row_weights, pred, proba, scratch) = (
+            best.as_ptr(),
+            labels.as_ptr(),
+            row_weights.as_ptr(),
+            pred.as_mut_ptr(),
+            proba.as_mut_ptr(),
+            scratch.as_mut_ptr(),
+        );
+        let v = Vote {
+            best,
+            rows: rows as usize,
+            k: k as usize,
+            labels,
+            row_weights,
+            classes: classes as usize,
+            rule: VoteRule::from_flags(rule),
+            scale,
+            per_block: per_block as usize,
+            pred,
+            proba,
+            scratch,
+        };
+        unsafe { vote(crate::exec::Gpu, v) }
+    }
 }
 
 /// The body of `knn_vote`.

@@ -5,7 +5,7 @@
 
 use anyhow::{Context, Result, bail};
 use kernels_gpu::KERNELS;
-use kernels_gpu::launch::{BLOCK, Kernel};
+use kernels_gpu::launch::Kernel;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -110,12 +110,12 @@ fn compile(target_cpu: &str) -> Result<String> {
 }
 
 /// `.maxntid` and `.minnctapersm` for a kernel whose `Kernel` const asks ptxas to fit
-/// `min_blocks_per_sm` blocks of `BLOCK` threads on a multiprocessor (Rust has no
+/// `min_blocks_per_sm` blocks of its `block` threads on a multiprocessor (Rust has no
 /// `__launch_bounds__`; the bounds live next to their kernels in `kernels-gpu`).
 fn launch_bounds(kernel: &Kernel) -> String {
     format!(
-        ".maxntid {BLOCK}, 1, 1\n.minnctapersm {}\n",
-        kernel.min_blocks_per_sm
+        ".maxntid {}, 1, 1\n.minnctapersm {}\n",
+        kernel.block, kernel.min_blocks_per_sm
     )
 }
 

@@ -43,11 +43,24 @@
 use crate::knn_tf32::tf32_round;
 use crate::launch::Kernel;
 use crate::math::fma;
+use crate::params::DevPtr;
 use crate::tile::load_vec4s;
 
 /// The `tf32_centroid_terms` entry point (built for sm_80 only, beside its kernel). CPU twin:
 /// [`RowTerms::of`] with [`RowTerms::centroid`].
-pub const TF32_CENTROID_TERMS: Kernel = Kernel::sm80("tf32_centroid_terms", 4);
+pub const TF32_CENTROID_TERMS: Kernel<CentroidTermsParams> =
+    Kernel::new("tf32_centroid_terms").only_sm80();
+
+kernel_params! {
+    /// `tf32_centroid_terms`'s parameters.
+    pub struct CentroidTermsParams {
+        pub centroids: DevPtr<f32>,
+        pub k: u32,
+        pub d: u32,
+        pub out: DevPtr<f32>,
+    }
+    entries: centroid_terms_entry;
+}
 
 /// Weight of the squared centroid norm in the bound (`4u`).
 pub const BOUND_NORM: f32 = 1.0 / 4_194_304.0; // 2^-22
@@ -199,20 +212,23 @@ pub fn error_bound(p: f32, x_sum: f32, c_norm: f32, q: f32, nc: f32) -> f32 {
     fma(p, c_norm, fma(q, x_sum, fma(BOUND_NORM, nc, BOUND_ABS)))
 }
 
-/// Writes `out[i] = C_i` and `out[k + i] = A·R_c` ([`RowTerms::centroid`]) for the `k` rows of
-/// `centroids` (`d` columns), a thread per row.
-///
-/// # Safety
-/// `centroids` holds `k × d` values and `out` `2k`; blocks of `BLOCK` threads, enough for `k`.
-#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
-#[unsafe(no_mangle)]
-pub unsafe extern "gpu-kernel" fn tf32_centroid_terms(
-    centroids: *const f32,
-    k: u32,
-    d: u32,
-    out: *mut f32,
-) {
-    unsafe { centroid_terms(crate::exec::Gpu, centroids, k as usize, d as usize, out) }
+centroid_terms_entry! {
+    /// Writes `out[i] = C_i` and `out[k + i] = A·R_c` ([`RowTerms::centroid`]) for the `k` rows of
+    /// `centroids` (`d` columns), a thread per row.
+    ///
+    /// # Safety
+    /// `centroids` holds `k × d` values and `out` `2k`; blocks of `BLOCK` threads, enough for `k`.
+    #[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
+    fn tf32_centroid_terms(params) {
+        let CentroidTermsParams {
+            centroids,
+            k,
+            d,
+            out,
+        } = params;
+        let (centroids, out) = (centroids.as_ptr(), out.as_mut_ptr());
+        unsafe { centroid_terms(crate::exec::Gpu, centroids, k as usize, d as usize, out) }
+    }
 }
 
 /// The body of `tf32_centroid_terms`.

@@ -11,6 +11,7 @@
 use super::{TF32_CAP, error_bound, may_be_near};
 use crate::exec::Exec;
 use crate::launch::Kernel;
+use crate::params::DevPtr;
 use core::sync::atomic::{AtomicU32, Ordering};
 
 /// Threads of a `knn_tf32_candidates` block.
@@ -24,7 +25,26 @@ pub const CANDIDATE_SHARED_BYTES: usize = 8;
 
 /// The `knn_tf32_candidates` entry point. CPU twin: `backend::cpu::knn::CpuKnn::nearest` (the
 /// exact search, whose answer the prefilter must give).
-pub const KNN_TF32_CANDIDATES: Kernel = Kernel::new("knn_tf32_candidates", 11);
+pub const KNN_TF32_CANDIDATES: Kernel<CandidatesParams> =
+    Kernel::new("knn_tf32_candidates").threads(CANDIDATE_BLOCK);
+
+kernel_params! {
+    /// `knn_tf32_candidates`'s parameters (see [`Stored`]).
+    pub struct CandidatesParams {
+        pub approx: DevPtr<f32>,
+        pub lda: u64,
+        pub rows: u32,
+        pub n: u32,
+        pub q_norms: DevPtr<f32>,
+        pub x_norms: DevPtr<f32>,
+        pub x_roots: DevPtr<f32>,
+        pub t_sq: DevPtr<f32>,
+        pub c1: f32,
+        pub counts: DevPtr<u32>,
+        pub cand: DevPtr<u32>,
+    }
+    entries: candidates_entry;
+}
 
 /// Blocks of `knn_tf32_candidates` for `rows` queries and `n` training rows.
 pub const fn candidates_grid(rows: usize, n: usize) -> usize {
@@ -139,40 +159,50 @@ pub unsafe fn candidates<E: Exec>(x: E, a: Stored) {
 mod entry {
     use super::*;
 
-    /// Step 4 from stored approximations: see [`candidates`].
-    ///
-    /// # Safety
-    /// [`candidates_grid`] blocks of `CANDIDATE_BLOCK` threads, `CANDIDATE_SHARED_BYTES` of
-    /// shared memory; `approx` holds `rows × lda` values, `cand` `rows × TF32_CAP`.
-    #[unsafe(no_mangle)]
-    #[allow(clippy::too_many_arguments)]
-    pub unsafe extern "gpu-kernel" fn knn_tf32_candidates(
-        approx: *const f32,
-        lda: u64,
-        rows: u32,
-        n: u32,
-        q_norms: *const f32,
-        x_norms: *const f32,
-        x_roots: *const f32,
-        t_sq: *const f32,
-        c1: f32,
-        counts: *mut u32,
-        cand: *mut u32,
-    ) {
-        let a = Stored {
-            approx,
-            lda: lda as usize,
-            rows: rows as usize,
-            n: (n as usize).max(1),
-            q_norms,
-            x_norms,
-            x_roots,
-            t_sq,
-            c1,
-            counts,
-            cand,
-        };
-        unsafe { candidates(crate::exec::Gpu, a) }
+    candidates_entry! {
+        /// Step 4 from stored approximations: see [`candidates`].
+        ///
+        /// # Safety
+        /// [`candidates_grid`] blocks of `CANDIDATE_BLOCK` threads, `CANDIDATE_SHARED_BYTES` of
+        /// shared memory; `approx` holds `rows × lda` values, `cand` `rows × TF32_CAP`.
+        fn knn_tf32_candidates(params) {
+            let CandidatesParams {
+                approx,
+                lda,
+                rows,
+                n,
+                q_norms,
+                x_norms,
+                x_roots,
+                t_sq,
+                c1,
+                counts,
+                cand,
+            } = params;
+            let (approx, q_norms, x_norms, x_roots, t_sq, counts, cand) = (
+                approx.as_ptr(),
+                q_norms.as_ptr(),
+                x_norms.as_ptr(),
+                x_roots.as_ptr(),
+                t_sq.as_ptr(),
+                counts.as_mut_ptr(),
+                cand.as_mut_ptr(),
+            );
+            let a = Stored {
+                approx,
+                lda: lda as usize,
+                rows: rows as usize,
+                n: (n as usize).max(1),
+                q_norms,
+                x_norms,
+                x_roots,
+                t_sq,
+                c1,
+                counts,
+                cand,
+            };
+            unsafe { candidates(crate::exec::Gpu, a) }
+        }
     }
 }
 

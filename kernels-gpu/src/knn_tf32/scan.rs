@@ -9,7 +9,7 @@
 
 use super::*;
 use crate::cp_async::{commit, copy_rows, shared_addr, wait_group};
-use crate::gpu::{self, shared, sync_threads};
+use crate::exec::{Exec, Gpu};
 use crate::knn::{NO_KEY, key};
 use crate::mma::{load4, mma, shfl_xor_u64, to_tf32};
 
@@ -44,100 +44,76 @@ impl Tf32ScanArgs {
     /// The entry's parameters as the body takes them (`d`, `xc`, `tiles` at least their
     /// smallest valid values, `group` 16 or 64).
     #[inline(always)]
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn new(
-        q: *const f32,
-        q_norms: *const f32,
-        m: u32,
-        x: *const f32,
-        x_norms: *const f32,
-        x_roots: *const f32,
-        n: u32,
-        d: u32,
-        xc: u32,
-        tiles: u32,
-        mode: u32,
-        group: u32,
-        gkeys: *mut u64,
-        ldg: u64,
-        approx: *mut f32,
-        lda: u64,
-        t_sq: *const f32,
-        counts: *mut u32,
-        cand: *mut u32,
-        c1: f32,
-    ) -> Self {
-        Tf32ScanArgs {
+    pub(super) fn new(params: ScanParams) -> Self {
+        let ScanParams {
             q,
             q_norms,
-            m: m as usize,
+            m,
             x,
             x_norms,
             x_roots,
+            n,
+            d,
+            xc,
+            tiles,
+            mode,
+            group,
+            gkeys,
+            ldg,
+            approx,
+            lda,
+            t_sq,
+            counts,
+            cand,
+            c1,
+        } = params;
+        Tf32ScanArgs {
+            q: q.as_ptr(),
+            q_norms: q_norms.as_ptr(),
+            m: m as usize,
+            x: x.as_ptr(),
+            x_norms: x_norms.as_ptr(),
+            x_roots: x_roots.as_ptr(),
             n: n as usize,
             d: (d as usize).max(1),
             xc: (xc as usize).max(SCAN_CHUNK_DIMS),
             tiles: (tiles as usize).max(1),
             mode,
             group: if group == 16 { 16 } else { 64 },
-            gkeys,
+            gkeys: gkeys.as_mut_ptr(),
             ldg: ldg as usize,
-            approx,
+            approx: approx.as_mut_ptr(),
             lda: lda as usize,
-            t_sq,
-            counts,
-            cand,
+            t_sq: t_sq.as_ptr(),
+            counts: counts.as_mut_ptr(),
+            cand: cand.as_mut_ptr(),
             c1,
         }
     }
 }
 
-/// The TF32 scan of queries `q` (`m × d`) against training rows `x` (`n × d`), with their
-/// squared norms (and, for the bound, `x_roots[j] = sqrt(x_norms[j])`). Block `b` takes query tile `b % ceil(m / 128)` and training tiles
-/// `(b / ceil(m / 128))·tiles ..` (at most `tiles`). Mode `SCAN_GROUPS`: writes
-/// `gkeys[i · ldg + group]`, the key of the group's smallest approximate distance (`NO_KEY`
-/// when the group has no row), groups of `group` (16 or 64) training rows numbered
-/// `tile · (128 / group) + …`, and with a non-null `approx` also every approximation `A` at
-/// `approx[i · lda + j]` (`lda` as [`super::candidates::approx_stride`]: rows past `n` inside it
-/// get values too). Mode `SCAN_CANDIDATES`: appends every `j` that
-/// [`may_be_near`] `t_sq[i]` to `cand[i · TF32_CAP ..]`, counting in `counts[i]` (past
-/// `TF32_CAP` only counted). `c1` is [`bound_coefficient`]`(d)`.
-///
-/// # Safety
-/// Pointers valid for those sizes; `TF32_BLOCK` threads, `tf32_scan_shared_bytes(xc)` of
-/// dynamic shared memory, `xc` a multiple of `SCAN_CHUNK_DIMS`.
-#[unsafe(no_mangle)]
-#[allow(clippy::too_many_arguments)]
-pub unsafe extern "gpu-kernel" fn knn_tf32_scan(
-    q: *const f32,
-    q_norms: *const f32,
-    m: u32,
-    x: *const f32,
-    x_norms: *const f32,
-    x_roots: *const f32,
-    n: u32,
-    d: u32,
-    xc: u32,
-    tiles: u32,
-    mode: u32,
-    group: u32,
-    gkeys: *mut u64,
-    ldg: u64,
-    approx: *mut f32,
-    lda: u64,
-    t_sq: *const f32,
-    counts: *mut u32,
-    cand: *mut u32,
-    c1: f32,
-) {
-    let a = Tf32ScanArgs::new(
-        q, q_norms, m, x, x_norms, x_roots, n, d, xc, tiles, mode, group, gkeys, ldg, approx, lda,
-        t_sq, counts, cand, c1,
-    );
-    if a.d % 4 == 0 {
-        unsafe { run::<true>(a) }
-    } else {
-        unsafe { run::<false>(a) }
+scan_entry! {
+    /// The TF32 scan of queries `q` (`m × d`) against training rows `x` (`n × d`), with their
+    /// squared norms (and, for the bound, `x_roots[j] = sqrt(x_norms[j])`). Block `b` takes query tile `b % ceil(m / 128)` and training tiles
+    /// `(b / ceil(m / 128))·tiles ..` (at most `tiles`). Mode `SCAN_GROUPS`: writes
+    /// `gkeys[i · ldg + group]`, the key of the group's smallest approximate distance (`NO_KEY`
+    /// when the group has no row), groups of `group` (16 or 64) training rows numbered
+    /// `tile · (128 / group) + …`, and with a non-null `approx` also every approximation `A` at
+    /// `approx[i · lda + j]` (`lda` as [`super::candidates::approx_stride`]: rows past `n` inside it
+    /// get values too). Mode `SCAN_CANDIDATES`: appends every `j` that
+    /// [`may_be_near`] `t_sq[i]` to `cand[i · TF32_CAP ..]`, counting in `counts[i]` (past
+    /// `TF32_CAP` only counted). `c1` is [`bound_coefficient`]`(d)`.
+    ///
+    /// # Safety
+    /// Pointers valid for those sizes; `TF32_BLOCK` threads, `tf32_scan_shared_bytes(xc)` of
+    /// dynamic shared memory, `xc` a multiple of `SCAN_CHUNK_DIMS`.
+    fn knn_tf32_scan(params) {
+        let a = Tf32ScanArgs::new(params);
+        if a.d % 4 == 0 {
+            unsafe { run::<true>(a) }
+        } else {
+            unsafe { run::<false>(a) }
+        }
     }
 }
 
@@ -149,13 +125,13 @@ pub unsafe extern "gpu-kernel" fn knn_tf32_scan(
 #[inline(always)]
 unsafe fn run<const VEC: bool>(a: Tf32ScanArgs) {
     let vec = VEC;
-    let t = gpu::thread();
+    let t = Gpu.thread();
     let (warp, lane) = (t / 32, t % 32);
     let (g, qq) = (lane / 4, lane % 4);
     let (wm, wn) = (warp % 4, warp / 4);
     let row_tiles = a.m.div_ceil(TF32_ROWS).max(1);
     let col_tiles = a.n.div_ceil(TF32_COLS);
-    let b = gpu::block();
+    let b = Gpu.block();
     let first_row = (b % row_tiles) * TF32_ROWS;
     let tile0 = (b / row_tiles) * a.tiles;
     if tile0 >= col_tiles {
@@ -164,7 +140,7 @@ unsafe fn run<const VEC: bool>(a: Tf32ScanArgs) {
     let tile1 = col_tiles.min(tile0 + a.tiles);
     let (xc, d) = (a.xc, a.d);
 
-    let xs = shared::<u32>();
+    let xs = Gpu.shared::<u32>();
     let cs = unsafe { xs.add(TF32_ROWS * xc) };
     let cs_addr = shared_addr(cs);
 
@@ -232,7 +208,7 @@ unsafe fn run<const VEC: bool>(a: Tf32ScanArgs) {
         wait_group::<{ TF32_STAGES - 2 }>();
         if !resident && s > 0 && slice_chunk == 0 {
             // The next slice of the query dimensions: once every warp is done with this one.
-            sync_threads();
+            Gpu.sync();
             unsafe {
                 stage_queries(
                     t,
@@ -249,7 +225,7 @@ unsafe fn run<const VEC: bool>(a: Tf32ScanArgs) {
                 )
             };
         }
-        sync_threads();
+        Gpu.sync();
         // The buffer of chunk s − 1 is free now: prefetch chunk s + TF32_STAGES − 1 into it.
         if ahead_tile < tile1 {
             let (first, j0) = (ahead_tile * TF32_COLS, ahead_kc * SCAN_CHUNK_DIMS);

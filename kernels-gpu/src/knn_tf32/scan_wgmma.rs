@@ -16,7 +16,7 @@
 use super::scan::{Tf32ScanArgs, stage_queries};
 use super::*;
 use crate::cp_async::{commit, copy_16, shared_addr, wait_group};
-use crate::gpu::{self, shared, sync_threads};
+use crate::exec::{Exec, Gpu};
 use crate::knn::{NO_KEY, key};
 use crate::mma::shfl_xor_u64;
 use crate::wgmma::{self, descriptor_sw128 as sw128, fence_shared_for_async};
@@ -35,52 +35,28 @@ pub const fn sw128_word(row: usize, dim: usize, _xc: usize) -> usize {
     (dim / 32) * TF32_ROWS * 32 + row * 32 + (piece ^ (row % 8)) * 4 + dim % 4
 }
 
-/// See [`super::scan::knn_tf32_scan`]; `d` must be a multiple of 4 and the launch gives
-/// `wg_scan_shared_bytes(xc)` of dynamic shared memory.
-///
-/// # Safety
-/// As `knn_tf32_scan`, with 16-byte aligned rows (`d % 4 == 0`).
-#[unsafe(no_mangle)]
-#[allow(clippy::too_many_arguments)]
-pub unsafe extern "gpu-kernel" fn knn_tf32_scan_wg(
-    q: *const f32,
-    q_norms: *const f32,
-    m: u32,
-    x: *const f32,
-    x_norms: *const f32,
-    x_roots: *const f32,
-    n: u32,
-    d: u32,
-    xc: u32,
-    tiles: u32,
-    mode: u32,
-    group: u32,
-    gkeys: *mut u64,
-    ldg: u64,
-    approx: *mut f32,
-    lda: u64,
-    t_sq: *const f32,
-    counts: *mut u32,
-    cand: *mut u32,
-    c1: f32,
-) {
-    let a = Tf32ScanArgs::new(
-        q, q_norms, m, x, x_norms, x_roots, n, d, xc, tiles, mode, group, gkeys, ldg, approx, lda,
-        t_sq, counts, cand, c1,
-    );
-    unsafe { run(a) }
+scan_entry! {
+    /// See [`super::scan::knn_tf32_scan`]; `d` must be a multiple of 4 and the launch gives
+    /// `wg_scan_shared_bytes(xc)` of dynamic shared memory.
+    ///
+    /// # Safety
+    /// As `knn_tf32_scan`, with 16-byte aligned rows (`d % 4 == 0`).
+    fn knn_tf32_scan_wg(params) {
+        let a = Tf32ScanArgs::new(params);
+        unsafe { run(a) }
+    }
 }
 
 /// The scan of one block: the prologue of copies, then per chunk the wait, the barrier, the
 /// next copy and four `wgmma` per warpgroup, with the [`epilogue`] at each tile's end.
 #[inline(always)]
 unsafe fn run(a: Tf32ScanArgs) {
-    let t = gpu::thread();
+    let t = Gpu.thread();
     let (warp, lane) = (t / 32, t % 32);
     let (g, qq) = (lane / 4, lane % 4);
     let row_tiles = a.m.div_ceil(TF32_ROWS).max(1);
     let col_tiles = a.n.div_ceil(TF32_COLS);
-    let b = gpu::block();
+    let b = Gpu.block();
     let first_row = (b % row_tiles) * TF32_ROWS;
     let tile0 = (b / row_tiles) * a.tiles;
     if tile0 >= col_tiles {
@@ -88,7 +64,7 @@ unsafe fn run(a: Tf32ScanArgs) {
     }
     let tile1 = col_tiles.min(tile0 + a.tiles);
     let (xc, d) = (a.xc, a.d);
-    let xs = shared::<u32>();
+    let xs = Gpu.shared::<u32>();
     let xs_addr = shared_addr(xs);
     let cs_addr = xs_addr + (TF32_ROWS * xc * 4) as u32;
     let dp = d.next_multiple_of(SCAN_CHUNK_DIMS);
@@ -125,7 +101,7 @@ unsafe fn run(a: Tf32ScanArgs) {
         let stage = cs_addr + stage_offset(s);
         wait_group::<{ AHEAD - 1 }>();
         fence_shared_for_async();
-        sync_threads();
+        Gpu.sync();
         if next.0 < tile1 {
             let first = next.0 as usize * TF32_COLS;
             let j0 = next.1 as usize * SCAN_CHUNK_DIMS;
@@ -157,7 +133,7 @@ unsafe fn run(a: Tf32ScanArgs) {
         while kc < chunks {
             if !resident && s > 0 {
                 // The next slice of the query dimensions: no product reads this one now.
-                sync_threads();
+                Gpu.sync();
                 let j0 = kc as usize * SCAN_CHUNK_DIMS;
                 unsafe {
                     stage_queries(t, true, a.q, a.m, d, first_row, j0, dp, xc, xs, sw128_word)

@@ -12,6 +12,7 @@ use crate::exec::Exec;
 use crate::knn::{PairMetric, key};
 use crate::knn_tf32::{TF32_CAP, exact_distance};
 use crate::launch::Kernel;
+use crate::params::DevPtr;
 use crate::radius::{RADIUS_BLOCK, within};
 use core::sync::atomic::{AtomicU32, Ordering};
 
@@ -122,92 +123,99 @@ pub unsafe fn fill<E: Exec>(x: E, a: Candidates, at: *const u64, keys: *mut u64)
 
 /// The `knn_radius_tf32_count` entry point. CPU twin: `backend::cpu::knn::radius`
 /// (`CpuKnn::radius_keys`).
-pub const KNN_RADIUS_TF32_COUNT: Kernel = Kernel::new("knn_radius_tf32_count", 11);
+pub const KNN_RADIUS_TF32_COUNT: Kernel<RadiusTf32CountParams> =
+    Kernel::new("knn_radius_tf32_count").threads(RADIUS_BLOCK);
 
 /// The `knn_radius_tf32_fill` entry point. CPU twin: `backend::cpu::knn::radius`
 /// (`CpuKnn::radius_keys`).
-pub const KNN_RADIUS_TF32_FILL: Kernel = Kernel::new("knn_radius_tf32_fill", 12);
+pub const KNN_RADIUS_TF32_FILL: Kernel<RadiusTf32FillParams> =
+    Kernel::new("knn_radius_tf32_fill").threads(RADIUS_BLOCK);
+
+kernel_params! {
+    /// `knn_radius_tf32_count`'s parameters: the rows' candidates (see [`Candidates`]: query
+    /// rows `first_row ..` of the batch (`q`, `q_norms`), the training rows, `metric` (a
+    /// [`PairMetric`] id), the radius, and the candidates from `knn_tf32_scan` (`counts`,
+    /// `cand`)), then `found[b]` for each row. `knn_radius_tf32_fill` starts with the same ten.
+    pub struct RadiusTf32CountParams {
+        pub q: DevPtr<f32>,
+        pub q_norms: DevPtr<f32>,
+        pub x: DevPtr<f32>,
+        pub x_norms: DevPtr<f32>,
+        pub d: u32,
+        pub metric: u32,
+        pub radius: f32,
+        pub first_row: u32,
+        pub counts: DevPtr<u32>,
+        pub cand: DevPtr<u32>,
+        pub found: DevPtr<u32>,
+    }
+    entries: radius_tf32_count_entry;
+}
+
+kernel_params! {
+    /// `knn_radius_tf32_fill`'s parameters: the rows' candidates, as for
+    /// [`RadiusTf32CountParams`], then each row's first slot `at[b]` in `keys`.
+    pub struct RadiusTf32FillParams {
+        pub q: DevPtr<f32>,
+        pub q_norms: DevPtr<f32>,
+        pub x: DevPtr<f32>,
+        pub x_norms: DevPtr<f32>,
+        pub d: u32,
+        pub metric: u32,
+        pub radius: f32,
+        pub first_row: u32,
+        pub counts: DevPtr<u32>,
+        pub cand: DevPtr<u32>,
+        pub at: DevPtr<u64>,
+        pub keys: DevPtr<u64>,
+    }
+    entries: radius_tf32_fill_entry;
+}
 
 #[cfg(target_arch = "nvptx64")]
 mod entry {
     use super::*;
 
-    #[allow(clippy::too_many_arguments)]
-    fn args(
-        q: *const f32,
-        q_norms: *const f32,
-        x: *const f32,
-        x_norms: *const f32,
-        d: u32,
-        metric: u32,
-        radius: f32,
-        first_row: u32,
-        counts: *const u32,
-        cand: *const u32,
-    ) -> Candidates {
-        Candidates {
-            q,
-            q_norms,
-            x,
-            x_norms,
-            d: (d as usize).max(1),
-            metric: PairMetric::from_id(metric),
-            radius,
-            first_row: first_row as usize,
-            counts,
-            cand,
+    /// The [`Candidates`] of either kernel's parameters (both start with the same ten fields).
+    macro_rules! candidates {
+        ($params:expr) => {
+            Candidates {
+                q: $params.q.as_ptr(),
+                q_norms: $params.q_norms.as_ptr(),
+                x: $params.x.as_ptr(),
+                x_norms: $params.x_norms.as_ptr(),
+                d: ($params.d as usize).max(1),
+                metric: PairMetric::from_id($params.metric),
+                radius: $params.radius,
+                first_row: $params.first_row as usize,
+                counts: $params.counts.as_ptr(),
+                cand: $params.cand.as_ptr(),
+            }
+        };
+    }
+
+    radius_tf32_count_entry! {
+        /// Counts every row's candidates within the radius; see [`count`].
+        ///
+        /// # Safety
+        /// As for [`count`].
+        fn knn_radius_tf32_count(params) {
+            let a = candidates!(params);
+            let found = params.found.as_mut_ptr();
+            unsafe { count(crate::exec::Gpu, a, found) }
         }
     }
 
-    /// Counts every row's candidates within the radius; see [`count`].
-    ///
-    /// # Safety
-    /// As for [`count`].
-    #[unsafe(no_mangle)]
-    #[allow(clippy::too_many_arguments)]
-    pub unsafe extern "gpu-kernel" fn knn_radius_tf32_count(
-        q: *const f32,
-        q_norms: *const f32,
-        x: *const f32,
-        x_norms: *const f32,
-        d: u32,
-        metric: u32,
-        radius: f32,
-        first_row: u32,
-        counts: *const u32,
-        cand: *const u32,
-        found: *mut u32,
-    ) {
-        let a = args(
-            q, q_norms, x, x_norms, d, metric, radius, first_row, counts, cand,
-        );
-        unsafe { count(crate::exec::Gpu, a, found) }
-    }
-
-    /// Writes every row's candidates within the radius as keys; see [`fill`].
-    ///
-    /// # Safety
-    /// As for [`fill`].
-    #[unsafe(no_mangle)]
-    #[allow(clippy::too_many_arguments)]
-    pub unsafe extern "gpu-kernel" fn knn_radius_tf32_fill(
-        q: *const f32,
-        q_norms: *const f32,
-        x: *const f32,
-        x_norms: *const f32,
-        d: u32,
-        metric: u32,
-        radius: f32,
-        first_row: u32,
-        counts: *const u32,
-        cand: *const u32,
-        at: *const u64,
-        keys: *mut u64,
-    ) {
-        let a = args(
-            q, q_norms, x, x_norms, d, metric, radius, first_row, counts, cand,
-        );
-        unsafe { fill(crate::exec::Gpu, a, at, keys) }
+    radius_tf32_fill_entry! {
+        /// Writes every row's candidates within the radius as keys; see [`fill`].
+        ///
+        /// # Safety
+        /// As for [`fill`].
+        fn knn_radius_tf32_fill(params) {
+            let a = candidates!(params);
+            let (at, keys) = (params.at.as_ptr(), params.keys.as_mut_ptr());
+            unsafe { fill(crate::exec::Gpu, a, at, keys) }
+        }
     }
 }
 

@@ -5,20 +5,26 @@
 //! A k-means‖ round reads back its sampled rows, and its candidates are reduced to k on the
 //! device ([`CudaCandidates`]). Squared-L2 distances take the expanded form from every row's
 //! squared norm, computed once when the seeding buffers are made (and for scratch rows as points
-//! are staged into them, [`CudaSeeder::restaged`]). Every kernel goes through its launcher in
-//! [`super::launch`]; CPU twins: `backend/cpu/init.rs`.
+//! are staged into them, [`CudaSeeder::restaged`]). Every launch fills its kernel's parameter
+//! struct from `kernels_gpu::init`; CPU twins: `backend/cpu/init.rs`.
 
-use super::launch::{
-    RowSqNorms, SeedGreedyDraw, SeedLocate, SeedNearest, SeedOwnerWeights, SeedSample, SeedTrials,
-};
+use super::launch::{Reads, Writes};
 use super::{CudaBackend, arg_u32};
 use crate::backend::cpu::kmeans::row_sq_norms;
 use crate::backend::{GreedyPlan, Picks, Seeding, Seeds, Trials};
 use crate::error::{Error, Result};
 use cudarc::driver::{CudaSlice, DeviceRepr, ValidAsZeroBits};
-use kernels_gpu::init::point_blocks;
+use kernels_gpu::init::{
+    GreedyDrawParams, LocateParams, NEAREST_SHARED_BYTES, NearestParams, OwnerWeightsParams,
+    SEED_GREEDY_DRAW_L1, SEED_GREEDY_DRAW_L2, SEED_LOCATE_L1, SEED_LOCATE_L2, SEED_NEAREST_L1,
+    SEED_NEAREST_L2, SEED_OWNER_WEIGHTS, SEED_SAMPLE_L1, SEED_SAMPLE_L2, SEED_SHARED_BYTES,
+    SEED_TRIALS_L1, SEED_TRIALS_L2, SampleParams, TrialsParams, point_blocks,
+};
+use kernels_gpu::launch::Kernel;
 use kernels_gpu::launch::SEED_CANDIDATES;
 use kernels_gpu::math::AssignMetric;
+use kernels_gpu::norms::{ROW_SQ_NORMS, RowSqNormsParams, row_sq_norms_grid};
+use kernels_gpu::params::DevPtr;
 use kernels_gpu::seeding::{NO_ROW, WeightScale};
 
 /// The resident rows seeding works on.
@@ -38,6 +44,37 @@ impl Rows<'_> {
     /// Blocks of the one-thread-per-point launches, and block weight sums per candidate.
     fn blocks(&self) -> usize {
         point_blocks(self.n)
+    }
+
+    /// The kernel of a seeding pair for the rows' metric.
+    fn kernel<P>(&self, l2: Kernel<P>, l1: Kernel<P>) -> Kernel<P> {
+        match self.metric {
+            AssignMetric::SqL2 => l2,
+            AssignMetric::L1 => l1,
+        }
+    }
+
+    /// The points, as a kernel reads them.
+    fn points(&self) -> DevPtr<f32> {
+        self.x.reads(self.n * self.d)
+    }
+
+    /// `norms`, which hold the squared norm of every row of `x` where the metric reads them
+    /// (the expanded squared-L2 distance; `None` for L1).
+    fn norms(&self, norms: Option<&CudaSlice<f32>>) -> DevPtr<f32> {
+        let rows = self.x.len() / self.d.max(1);
+        debug_assert!(self.metric == AssignMetric::L1 || norms.is_some());
+        norms.reads(rows)
+    }
+
+    /// The optional units as sample weights.
+    fn weights(&self) -> DevPtr<f32> {
+        self.weights.reads(self.n)
+    }
+
+    /// The optional units as integers.
+    fn counts(&self) -> DevPtr<u64> {
+        self.counts.reads(self.n)
     }
 }
 
@@ -186,25 +223,30 @@ impl CudaSeeder {
         }
         gpu.write(rows, &mut self.candidates, "seeding candidates")?;
         gpu.clear(&mut self.potentials, "seeding potentials")?;
-        SeedNearest {
-            x: r.x,
-            norms: self.norms.as_ref(),
-            n: r.n as u32,
-            d: r.d as u32,
-            weights: r.weights,
-            counts: r.counts,
-            min_dist: &mut self.min_dist,
-            owner: &mut self.owner,
-            rows: &self.candidates,
-            count: arg_u32(rows.len(), "seeding candidates")?,
-            first_id,
-            fresh: u32::from(fresh),
-            scale: ws.scale,
-            cap: ws.cap,
-            block_sums: &mut self.block_sums,
-            total: &mut self.potentials,
-        }
-        .launch(gpu, r.metric)?;
+        let n = r.n;
+        gpu.launch(
+            r.kernel(SEED_NEAREST_L2, SEED_NEAREST_L1),
+            r.blocks(),
+            NEAREST_SHARED_BYTES,
+            NearestParams {
+                x: r.points(),
+                norms: r.norms(self.norms.as_ref()),
+                n: n as u32,
+                d: r.d as u32,
+                weights: r.weights(),
+                counts: r.counts(),
+                min_dist: self.min_dist.writes(n),
+                owner: self.owner.writes(n),
+                rows: self.candidates.reads(rows.len()),
+                count: arg_u32(rows.len(), "seeding candidates")?,
+                first_id,
+                fresh: u32::from(fresh),
+                scale: ws.scale,
+                cap: ws.cap,
+                block_sums: self.block_sums.writes(r.blocks()),
+                total: self.potentials.writes(1),
+            },
+        )?;
         Ok(gpu.download(&self.potentials, 1, "the seeding weight")?[0])
     }
 
@@ -240,24 +282,29 @@ impl CudaSeeder {
         }
         gpu.clear(&mut self.potentials, "seeding potentials")?;
         let pending_row = self.pending_row.slice(..);
-        SeedTrials {
-            x: r.x,
-            norms: self.norms.as_ref(),
-            n: r.n as u32,
-            d: r.d as u32,
-            weights: r.weights,
-            counts: r.counts,
-            min_dist: &mut self.min_dist,
-            candidates: &self.candidates,
-            count: trials as u32,
-            pending: (pending != NO_ROW).then_some(&pending_row),
-            stop: None,
-            scale: ws.scale,
-            cap: ws.cap,
-            block_sums: &mut self.block_sums,
-            potentials: &mut self.potentials,
-        }
-        .launch(gpu, r.metric)?;
+        debug_assert!(trials < SEED_CANDIDATES);
+        gpu.launch(
+            r.kernel(SEED_TRIALS_L2, SEED_TRIALS_L1),
+            r.blocks(),
+            SEED_SHARED_BYTES,
+            TrialsParams {
+                x: r.points(),
+                norms: r.norms(self.norms.as_ref()),
+                n: r.n as u32,
+                d: r.d as u32,
+                weights: r.weights(),
+                counts: r.counts(),
+                min_dist: self.min_dist.writes(r.n),
+                candidates: self.candidates.reads(trials),
+                count: trials as u32,
+                pending: (pending != NO_ROW).then_some(&pending_row).reads(1),
+                stop: DevPtr::NULL,
+                scale: ws.scale,
+                cap: ws.cap,
+                block_sums: self.block_sums.writes(trials * r.blocks()),
+                potentials: self.potentials.writes(trials),
+            },
+        )?;
         let candidates = gpu.download(&self.candidates, trials, "seeding candidates")?;
         let potentials = gpu.download(&self.potentials, trials, "seeding potentials")?;
         self.last.clone_from(&candidates);
@@ -299,23 +346,27 @@ impl CudaSeeder {
         let nb = r.blocks();
         let row = accepted.unwrap_or(0);
         let sums = self.block_sums.slice(row * nb..(row + 1) * nb);
-        SeedLocate {
-            x: r.x,
-            norms: self.norms.as_ref(),
-            n: r.n as u32,
-            d: r.d as u32,
-            weights: r.weights,
-            counts: r.counts,
-            min_dist: &self.min_dist,
-            pending,
-            sums: &sums,
-            nb: nb as u32,
-            draws: &self.draws,
-            scale: ws.scale,
-            cap: ws.cap,
-            out: &mut self.candidates,
-        }
-        .launch(gpu, r.metric, draws.len())
+        gpu.launch(
+            r.kernel(SEED_LOCATE_L2, SEED_LOCATE_L1),
+            draws.len(),
+            SEED_SHARED_BYTES,
+            LocateParams {
+                x: r.points(),
+                norms: r.norms(self.norms.as_ref()),
+                n: r.n as u32,
+                d: r.d as u32,
+                weights: r.weights(),
+                counts: r.counts(),
+                min_dist: self.min_dist.reads(r.n),
+                pending,
+                sums: sums.reads(nb),
+                nb: nb as u32,
+                draws: self.draws.reads(draws.len()),
+                scale: ws.scale,
+                cap: ws.cap,
+                out: self.candidates.writes(draws.len()),
+            },
+        )
     }
 
     pub(crate) fn accept(&mut self, trial: usize) {
@@ -343,22 +394,26 @@ impl CudaSeeder {
     ) -> Result<Vec<u32>> {
         let gpu = r.gpu;
         gpu.clear(&mut self.count, "k-means|| sample count")?;
-        SeedSample {
-            weights: r.weights,
-            counts: r.counts,
-            min_dist: &self.min_dist,
-            n: r.n as u32,
-            seed,
-            round,
-            first_row,
-            ell,
-            phi,
-            scale: ws.scale,
-            cap: ws.cap,
-            out: &mut self.sampled,
-            count: &mut self.count,
-        }
-        .launch(gpu, r.metric)?;
+        gpu.launch(
+            r.kernel(SEED_SAMPLE_L2, SEED_SAMPLE_L1),
+            r.blocks(),
+            0,
+            SampleParams {
+                weights: r.weights(),
+                counts: r.counts(),
+                min_dist: self.min_dist.reads(r.n),
+                n: r.n as u32,
+                seed,
+                round,
+                first_row,
+                ell,
+                phi,
+                scale: ws.scale,
+                cap: ws.cap,
+                out: self.sampled.writes(r.n),
+                count: self.count.writes(1),
+            },
+        )?;
         let count = gpu.download(&self.count, 1, "k-means|| sample count")?[0] as usize;
         // The kernel appends in whatever order blocks run; the set is what is deterministic.
         let mut rows = gpu.download(&self.sampled, count, "k-means|| samples")?;
@@ -369,14 +424,19 @@ impl CudaSeeder {
     pub(crate) fn owner_weights(&mut self, r: &Rows<'_>, ids: usize) -> Result<Vec<u64>> {
         let gpu = r.gpu;
         let mut totals = gpu.zeros::<u64>(ids, "k-means|| candidate weights")?;
-        SeedOwnerWeights {
-            owner: &self.owner,
-            n: r.n as u32,
-            weights: r.weights,
-            counts: r.counts,
-            totals: &mut totals,
-        }
-        .launch(gpu)?;
+        gpu.launch(
+            SEED_OWNER_WEIGHTS,
+            r.blocks(),
+            0,
+            OwnerWeightsParams {
+                owner: self.owner.reads(r.n),
+                n: r.n as u32,
+                weights: r.weights(),
+                counts: r.counts(),
+                // Every owner is below `ids`.
+                totals: totals.writes(ids),
+            },
+        )?;
         gpu.download(&totals, ids, "k-means|| candidate weights")
     }
 }
@@ -385,13 +445,17 @@ impl CudaSeeder {
 fn row_norms(r: &Rows<'_>) -> Result<CudaSlice<f32>> {
     let rows = r.x.len() / r.d.max(1);
     let mut norms = r.gpu.zeros(rows, "seeding norms")?;
-    RowSqNorms {
-        x: r.x,
-        n: arg_u32(rows, "rows")?,
-        d: r.d as u32,
-        out: &mut norms,
-    }
-    .launch(r.gpu)?;
+    r.gpu.launch(
+        ROW_SQ_NORMS,
+        row_sq_norms_grid(rows),
+        0,
+        RowSqNormsParams {
+            x: r.x.reads(rows * r.d),
+            n: arg_u32(rows, "rows")?,
+            d: r.d as u32,
+            out: norms.writes(rows),
+        },
+    )?;
     Ok(norms)
 }
 
@@ -499,31 +563,38 @@ impl CudaSeeder {
     ) -> Result<()> {
         let (last_c, next_c) = read_write(&mut state.candidates, step);
         let (last_p, next_p) = read_write(&mut state.potentials, step);
-        SeedGreedyDraw {
-            x: r.x,
-            norms: self.norms.as_ref(),
-            n: r.n as u32,
-            d: r.d as u32,
-            weights: r.weights,
-            counts: r.counts,
-            min_dist: &self.min_dist,
-            block_sums: &self.block_sums,
-            nb: r.blocks() as u32,
-            trials: plan.trials as u32,
-            step: step as u32,
-            k: plan.k as u32,
-            first_total: plan.total,
-            chosen: &mut state.chosen,
-            uniforms: &state.uniforms,
-            last_candidates: last_c,
-            last_potentials: last_p,
-            next_candidates: next_c,
-            next_potentials: next_p,
-            stop: &mut state.stop,
-            scale: ws.scale,
-            cap: ws.cap,
-        }
-        .launch(r.gpu, r.metric)
+        let (trials, k, nb) = (plan.trials, plan.k, r.blocks());
+        debug_assert!(trials < SEED_CANDIDATES && (1..=k).contains(&step));
+        let uniforms = if step == k { 0 } else { step * trials };
+        r.gpu.launch(
+            r.kernel(SEED_GREEDY_DRAW_L2, SEED_GREEDY_DRAW_L1),
+            trials,
+            SEED_SHARED_BYTES,
+            GreedyDrawParams {
+                x: r.points(),
+                norms: r.norms(self.norms.as_ref()),
+                n: r.n as u32,
+                d: r.d as u32,
+                weights: r.weights(),
+                counts: r.counts(),
+                min_dist: self.min_dist.reads(r.n),
+                block_sums: self.block_sums.reads(trials * nb),
+                nb: nb as u32,
+                trials: trials as u32,
+                step: step as u32,
+                k: k as u32,
+                first_total: plan.total,
+                chosen: state.chosen.writes(k),
+                uniforms: state.uniforms.reads(uniforms),
+                last_candidates: last_c.reads(trials),
+                last_potentials: last_p.reads(trials),
+                next_candidates: next_c.writes(trials),
+                next_potentials: next_p.writes(trials),
+                stop: state.stop.writes(1),
+                scale: ws.scale,
+                cap: ws.cap,
+            },
+        )
     }
 
     /// Queues the trials pass of `step < k`: the candidates `seed_greedy_draw` located, against
@@ -539,24 +610,28 @@ impl CudaSeeder {
         let winner = state.chosen.slice(step - 1..step);
         let (_, tried) = read_write(&mut state.candidates, step);
         let (_, scored) = read_write(&mut state.potentials, step);
-        SeedTrials {
-            x: r.x,
-            norms: self.norms.as_ref(),
-            n: r.n as u32,
-            d: r.d as u32,
-            weights: r.weights,
-            counts: r.counts,
-            min_dist: &mut self.min_dist,
-            candidates: tried,
-            count: trials as u32,
-            pending: (step != 1).then_some(&winner),
-            stop: Some(&state.stop),
-            scale: ws.scale,
-            cap: ws.cap,
-            block_sums: &mut self.block_sums,
-            potentials: scored,
-        }
-        .launch(r.gpu, r.metric)
+        r.gpu.launch(
+            r.kernel(SEED_TRIALS_L2, SEED_TRIALS_L1),
+            r.blocks(),
+            SEED_SHARED_BYTES,
+            TrialsParams {
+                x: r.points(),
+                norms: r.norms(self.norms.as_ref()),
+                n: r.n as u32,
+                d: r.d as u32,
+                weights: r.weights(),
+                counts: r.counts(),
+                min_dist: self.min_dist.writes(r.n),
+                candidates: tried.reads(trials),
+                count: trials as u32,
+                pending: (step != 1).then_some(&winner).reads(1),
+                stop: state.stop.reads(1),
+                scale: ws.scale,
+                cap: ws.cap,
+                block_sums: self.block_sums.writes(trials * r.blocks()),
+                potentials: scored.writes(trials),
+            },
+        )
     }
 }
 

@@ -7,11 +7,7 @@
 //! scales the new centroids to unit norm.
 
 use super::init::{CudaCandidates, CudaSeeder, ParkedSeeder, Rows};
-use super::launch::{
-    KmeansAccumulateGlobal, KmeansAccumulateShared, KmeansAssign, KmeansAssignL2Tf32,
-    KmeansCentroidsByDimension, KmeansFinalize, KmeansFinalizeSmall, KmeansNormalizeRows,
-    KmeansShiftParts, KmeansSmall, KmeansSummary, RowSqNorms, Tf32CentroidTerms,
-};
+use super::launch::{Reads, Writes};
 use super::nccl::Rank;
 use super::slot::{Slot, dev_opt};
 use super::{CudaBackend, Mapped, arg_u32};
@@ -24,16 +20,40 @@ use crate::backend::{Farthest, Partial, farthest, squared_shift};
 use crate::error::{Error, Result};
 use crate::matrix::MatrixView;
 use cudarc::driver::{CudaEvent, CudaSlice};
-use kernels_gpu::assign::{ASSIGN_WIDE, AssignTile};
+use kernels_gpu::assign::{
+    ASSIGN_WIDE, AssignParams, AssignTile, KMEANS_ASSIGN_L1_NARROW, KMEANS_ASSIGN_L1_WIDE,
+    KMEANS_ASSIGN_L2_NARROW, KMEANS_ASSIGN_L2_WIDE,
+};
+use kernels_gpu::assign_tf32::bound::{CentroidTermsParams, TF32_CENTROID_TERMS};
 use kernels_gpu::assign_tf32::tf32_grid;
+use kernels_gpu::assign_tf32::{AssignTf32Params, KMEANS_ASSIGN_L2_TF32, tf32_shared_bytes};
+use kernels_gpu::centroids::{
+    CentroidsByDimensionParams, KMEANS_CENTROIDS_BY_DIMENSION,
+    SHARED_BYTES as CENTROIDS_BY_DIMENSION_SHARED_BYTES, centroids_by_dimension_grid,
+};
 use kernels_gpu::fixed::{inv_pow2_f64, pow2_f32};
 use kernels_gpu::launch::{BLOCK, SEED_CANDIDATES};
 use kernels_gpu::math::AssignMetric;
+use kernels_gpu::norms::{ROW_SQ_NORMS, RowSqNormsParams, row_sq_norms_grid};
+use kernels_gpu::params::DevPtr;
 use kernels_gpu::reduce::shift_parts_grid;
+use kernels_gpu::reduce::{
+    KMEANS_SHIFT_PARTS, KMEANS_SUMMARY, SHIFT_PARTS_SHARED_BYTES, SUMMARY_SHARED_BYTES,
+    ShiftPartsParams, SummaryParams,
+};
 use kernels_gpu::seeding::WeightScale;
+use kernels_gpu::small::{
+    FINALIZE_SHARED_BYTES as SMALL_FINALIZE_SHARED_BYTES, FinalizeSmallParams,
+    KMEANS_FINALIZE_SMALL, SMALL_L1_KERNELS, SMALL_L2_KERNELS, SMALL_STEPS, SmallParams, SmallStep,
+};
 use kernels_gpu::small::{MODE_ACCUMULATE, MODE_ASSIGN};
-use kernels_gpu::small::{SMALL_STEPS, SmallStep};
 use kernels_gpu::update::sums_fit_shared;
+use kernels_gpu::update::{
+    AccumulateGlobalParams, AccumulateSharedParams, FINALIZE_SHARED_BYTES, FinalizeParams,
+    KMEANS_ACCUMULATE_GLOBAL, KMEANS_ACCUMULATE_SHARED, KMEANS_FINALIZE, KMEANS_NORMALIZE_ROWS,
+    NormalizeRowsParams, accumulate_global_grid, accumulate_shared_bytes, finalize_grid,
+    normalize_rows_grid,
+};
 
 pub(crate) struct CudaLloyd<'a> {
     gpu: &'a CudaBackend,
@@ -444,13 +464,18 @@ impl<'a> CudaLloyd<'a> {
 
     /// Queues the points' squared norms into `x_sq_norms`.
     fn point_norms(&mut self) -> Result<()> {
-        RowSqNorms {
-            x: on_device(&self.x)?,
-            n: self.n as u32,
-            d: self.d as u32,
-            out: self.x_sq_norms.dev_mut()?,
-        }
-        .launch(self.gpu)
+        let (n, d) = (self.n, self.d);
+        self.gpu.launch(
+            ROW_SQ_NORMS,
+            row_sq_norms_grid(n),
+            0,
+            RowSqNormsParams {
+                x: on_device(&self.x)?.reads(n * d),
+                n: n as u32,
+                d: d as u32,
+                out: self.x_sq_norms.dev_mut()?.writes(n),
+            },
+        )
     }
 
     /// The resident rows (shared with the mini-batch steps, which never release them).
@@ -524,40 +549,54 @@ impl<'a> CudaLloyd<'a> {
         self.load_rows()?;
         self.distances_for(true)?;
         let gpu = self.gpu;
-        let (n, d, k) = (self.n as u32, self.d as u32, self.k as u32);
+        let (n, d, k) = (self.n, self.d, self.k);
         if self.tf32 {
-            RowSqNorms {
-                x: self.centroids.dev()?,
-                n: k,
-                d,
-                out: self.c_sq_norms.dev_mut()?,
-            }
-            .launch(gpu)?;
-            Tf32CentroidTerms {
-                centroids: self.centroids.dev()?,
-                k,
-                d,
-                out: self.c_terms.dev_mut()?,
-            }
-            .launch(gpu)?;
+            let centroids = self.centroids.dev()?;
+            gpu.launch(
+                ROW_SQ_NORMS,
+                row_sq_norms_grid(k),
+                0,
+                RowSqNormsParams {
+                    x: centroids.reads(k * d),
+                    n: k as u32,
+                    d: d as u32,
+                    out: self.c_sq_norms.dev_mut()?.writes(k),
+                },
+            )?;
+            gpu.launch(
+                TF32_CENTROID_TERMS,
+                k.div_ceil(BLOCK as usize),
+                0,
+                CentroidTermsParams {
+                    centroids: centroids.reads(k * d),
+                    k: k as u32,
+                    d: d as u32,
+                    out: self.c_terms.dev_mut()?.writes(2 * k),
+                },
+            )?;
             debug_assert!(!accumulate, "the TF32 kernel does not accumulate");
-            return KmeansAssignL2Tf32 {
-                x: on_device(&self.x)?,
-                x_sq_norms: self.x_sq_norms.dev()?,
-                n,
-                d,
-                centroids: self.centroids.dev()?,
-                c_sq_norms: self.c_sq_norms.dev()?,
-                c_terms: self.c_terms.dev()?,
-                k,
-                labels: self.labels.dev_mut()?,
-                min_dist: self.min_dist.dev_mut()?,
-                changed: self.counters.dev_mut()?,
-                block_inertia: self.block_inertia.dev_mut()?,
-                inertia_scale: self.inertia_scale,
-                weights: dev_opt(&self.weights)?,
-            }
-            .launch(gpu);
+            let grid = tf32_grid(n);
+            return gpu.launch(
+                KMEANS_ASSIGN_L2_TF32,
+                grid,
+                tf32_shared_bytes(),
+                AssignTf32Params {
+                    x: on_device(&self.x)?.reads(n * d),
+                    x_sq_norms: self.x_sq_norms.dev()?.reads(n),
+                    n: n as u32,
+                    d: d as u32,
+                    centroids: centroids.reads(k * d),
+                    c_sq_norms: self.c_sq_norms.dev()?.reads(k),
+                    c_terms: self.c_terms.dev()?.reads(2 * k),
+                    k: k as u32,
+                    labels: self.labels.dev_mut()?.writes(n),
+                    min_dist: self.min_dist.dev_mut()?.writes(n),
+                    changed: self.counters.dev_mut()?.writes(1),
+                    block_inertia: self.block_inertia.dev_mut()?.writes(grid),
+                    inertia_scale: self.inertia_scale,
+                    weights: dev_opt(&self.weights)?.reads(n),
+                },
+            );
         }
         self.queue_centroids_by_dimension()?;
         let shared = self.assign_shared_bytes();
@@ -567,27 +606,40 @@ impl<'a> CudaLloyd<'a> {
             gpu.clear(s.sums.dev_mut()?, "cluster sums")?;
             gpu.clear(s.counts.dev_mut()?, "cluster counts")?;
         }
-        KmeansAssign {
-            x: on_device(&self.x)?,
-            x_sq_norms: self.x_sq_norms.dev()?,
-            n,
-            d,
-            centroids: self.centroids.dev()?,
-            c_sq_norms: self.c_sq_norms.dev()?,
-            k,
-            labels: self.labels.dev_mut()?,
-            min_dist: self.min_dist.dev_mut()?,
-            changed: self.counters.dev_mut()?,
-            block_inertia: self.block_inertia.dev_mut()?,
-            inertia_scale: self.inertia_scale,
-            weights: dev_opt(&self.weights)?,
-            scales: self.scales.dev()?,
-            sums: accumulate.then_some(s.sums.dev_mut()?),
-            counts: accumulate.then_some(s.counts.dev_mut()?),
-            centroids_t: self.centroids_t.dev()?,
-            k_padded: by_dimension_cols(self.k) as u32,
-        }
-        .launch(gpu, self.metric, self.tile, shared)
+        let kernel = match (self.metric, self.tile == ASSIGN_WIDE) {
+            (AssignMetric::SqL2, true) => KMEANS_ASSIGN_L2_WIDE,
+            (AssignMetric::SqL2, false) => KMEANS_ASSIGN_L2_NARROW,
+            (AssignMetric::L1, true) => KMEANS_ASSIGN_L1_WIDE,
+            (AssignMetric::L1, false) => KMEANS_ASSIGN_L1_NARROW,
+        };
+        let grid = self.tile.grid(n);
+        let k_padded = by_dimension_cols(k);
+        debug_assert!(shared >= self.tile.shared_bytes());
+        gpu.launch(
+            kernel,
+            grid,
+            shared,
+            AssignParams {
+                x: on_device(&self.x)?.reads(n * d),
+                x_sq_norms: self.x_sq_norms.dev()?.reads(n),
+                n: n as u32,
+                d: d as u32,
+                centroids: self.centroids.dev()?.reads(k * d),
+                c_sq_norms: self.c_sq_norms.dev()?.reads(k),
+                k: k as u32,
+                labels: self.labels.dev_mut()?.writes(n),
+                min_dist: self.min_dist.dev_mut()?.writes(n),
+                changed: self.counters.dev_mut()?.writes(1),
+                block_inertia: self.block_inertia.dev_mut()?.writes(grid),
+                inertia_scale: self.inertia_scale,
+                weights: dev_opt(&self.weights)?.reads(n),
+                scales: self.scales.dev()?.reads(d),
+                sums: accumulate.then_some(s.sums.dev_mut()?).writes(k * d),
+                counts: accumulate.then_some(s.counts.dev_mut()?).writes(k),
+                centroids_t: self.centroids_t.dev()?.reads(d * k_padded),
+                k_padded: k_padded as u32,
+            },
+        )
     }
 
     /// Queues the copy of the centroids by dimension (`d × k_padded`) that the exact assign kernels
@@ -595,15 +647,20 @@ impl<'a> CudaLloyd<'a> {
     /// whose norms stay 0).
     fn queue_centroids_by_dimension(&mut self) -> Result<()> {
         let norms = self.metric == AssignMetric::SqL2 && !self.spherical;
-        KmeansCentroidsByDimension {
-            centroids: self.centroids.dev()?,
-            k: self.k as u32,
-            d: self.d as u32,
-            k_padded: by_dimension_cols(self.k) as u32,
-            out: self.centroids_t.dev_mut()?,
-            norms: norms.then_some(self.c_sq_norms.dev_mut()?),
-        }
-        .launch(self.gpu)
+        let (k, d, k_padded) = (self.k, self.d, by_dimension_cols(self.k));
+        self.gpu.launch(
+            KMEANS_CENTROIDS_BY_DIMENSION,
+            centroids_by_dimension_grid(k),
+            CENTROIDS_BY_DIMENSION_SHARED_BYTES,
+            CentroidsByDimensionParams {
+                centroids: self.centroids.dev()?.reads(k * d),
+                k: k as u32,
+                d: d as u32,
+                k_padded: k_padded as u32,
+                out: self.centroids_t.dev_mut()?.writes(d * k_padded),
+                norms: norms.then_some(self.c_sq_norms.dev_mut()?).writes(k),
+            },
+        )
     }
 
     /// Whether the assign kernel of a step also accumulates the update's sums (global sums on
@@ -618,48 +675,60 @@ impl<'a> CudaLloyd<'a> {
     fn queue_update(&mut self, accumulated: bool) -> Result<()> {
         self.load_rows()?;
         let gpu = self.gpu;
-        let (n, d, k) = (self.n as u32, self.d as u32, self.k as u32);
+        let (n, d, k) = (self.n, self.d, self.k);
         let s = &mut self.sums;
         if accumulated {
             // The assign kernel added the points.
         } else if s.shared {
-            KmeansAccumulateShared {
-                x: on_device(&self.x)?,
-                n,
-                d,
-                labels: self.labels.dev()?,
-                k,
-                weights: dev_opt(&self.weights)?,
-                scales: self.scales.dev()?,
-                part_sums: s.sums.dev_mut()?,
-                part_counts: s.counts.dev_mut()?,
-            }
-            .launch(gpu, s.parts)?;
+            gpu.launch(
+                KMEANS_ACCUMULATE_SHARED,
+                s.parts,
+                accumulate_shared_bytes(k, d),
+                AccumulateSharedParams {
+                    x: on_device(&self.x)?.reads(n * d),
+                    n: n as u32,
+                    d: d as u32,
+                    labels: self.labels.dev()?.reads(n),
+                    k: k as u32,
+                    weights: dev_opt(&self.weights)?.reads(n),
+                    scales: self.scales.dev()?.reads(d),
+                    part_sums: s.sums.dev_mut()?.writes(s.parts * k * d),
+                    part_counts: s.counts.dev_mut()?.writes(s.parts * k),
+                },
+            )?;
         } else {
             self.queue_accumulate_global()?;
         }
         let s = &self.sums;
-        KmeansFinalize {
-            part_sums: s.sums.dev()?,
-            part_counts: s.counts.dev()?,
-            parts: s.parts as u32,
-            k,
-            d,
-            inv_scales: self.inv_scales.dev()?,
-            old_centroids: self.centroids.dev()?,
-            new_centroids: self.next.dev_mut()?,
-            sizes: self.sizes.dev_mut()?,
-            empty: &mut self.counters.dev_mut()?.slice_mut(1..2),
-        }
-        .launch(gpu)?;
+        gpu.launch(
+            KMEANS_FINALIZE,
+            finalize_grid(k, d, s.parts, gpu.multiprocessors()),
+            FINALIZE_SHARED_BYTES,
+            FinalizeParams {
+                part_sums: s.sums.dev()?.reads(s.parts * k * d),
+                part_counts: s.counts.dev()?.reads(s.parts * k),
+                parts: s.parts as u32,
+                k: k as u32,
+                d: d as u32,
+                inv_scales: self.inv_scales.dev()?.reads(d),
+                old_centroids: self.centroids.dev()?.reads(k * d),
+                new_centroids: self.next.dev_mut()?.writes(k * d),
+                sizes: self.sizes.dev_mut()?.writes(k),
+                empty: self.counters.dev_mut()?.slice_mut(1..2).writes(1),
+            },
+        )?;
         if self.spherical {
-            KmeansNormalizeRows {
-                centroids: self.next.dev_mut()?,
-                sizes: self.sizes.dev()?,
-                k,
-                d,
-            }
-            .launch(gpu)?;
+            gpu.launch(
+                KMEANS_NORMALIZE_ROWS,
+                normalize_rows_grid(k),
+                0,
+                NormalizeRowsParams {
+                    centroids: self.next.dev_mut()?.writes(k * d),
+                    sizes: self.sizes.dev()?.reads(k),
+                    k: k as u32,
+                    d: d as u32,
+                },
+            )?;
         }
         Ok(())
     }
@@ -671,17 +740,22 @@ impl<'a> CudaLloyd<'a> {
         let s = &mut self.sums;
         gpu.clear(s.sums.dev_mut()?, "cluster sums")?;
         gpu.clear(s.counts.dev_mut()?, "cluster counts")?;
-        KmeansAccumulateGlobal {
-            x: on_device(&self.x)?,
-            n: self.n as u32,
-            d: self.d as u32,
-            labels: self.labels.dev()?,
-            weights: dev_opt(&self.weights)?,
-            scales: self.scales.dev()?,
-            sums: s.sums.dev_mut()?,
-            counts: s.counts.dev_mut()?,
-        }
-        .launch(gpu)
+        let (n, d, k) = (self.n, self.d, self.k);
+        gpu.launch(
+            KMEANS_ACCUMULATE_GLOBAL,
+            accumulate_global_grid(n, d, gpu.multiprocessors()),
+            0,
+            AccumulateGlobalParams {
+                x: on_device(&self.x)?.reads(n * d),
+                n: n as u32,
+                d: d as u32,
+                labels: self.labels.dev()?.reads(n),
+                weights: dev_opt(&self.weights)?.reads(n),
+                scales: self.scales.dev()?.reads(d),
+                sums: s.sums.dev_mut()?.writes(k * d),
+                counts: s.counts.dev_mut()?.writes(k),
+            },
+        )
     }
 
     fn small_kernel(&self) -> Option<usize> {
@@ -695,24 +769,36 @@ impl<'a> CudaLloyd<'a> {
         let Some(small) = self.small.as_mut() else {
             unreachable!("only called on the small path")
         };
-        KmeansSmall {
-            x: on_device(&self.x)?,
-            n: self.n as u32,
-            d: self.d as u32,
-            centroids: self.centroids.dev()?,
-            k: self.k as u32,
-            labels: self.labels.dev_mut()?,
-            min_dist: self.min_dist.dev_mut()?,
-            changed: self.counters.dev_mut()?,
-            block_inertia: self.block_inertia.dev_mut()?,
-            inertia_scale: self.inertia_scale,
-            weights: dev_opt(&self.weights)?,
-            scales: self.scales.dev()?,
-            sums: small.sums.dev_mut()?,
-            counts: small.counts.dev_mut()?,
-            mode,
-        }
-        .launch(self.gpu, self.metric, kernel)
+        let (n, d, k) = (self.n, self.d, self.k);
+        let step = SMALL_STEPS[kernel];
+        debug_assert!(d <= step.max_d);
+        let grid = step.grid(n);
+        let entry = match self.metric {
+            AssignMetric::SqL2 => SMALL_L2_KERNELS[kernel],
+            AssignMetric::L1 => SMALL_L1_KERNELS[kernel],
+        };
+        self.gpu.launch(
+            entry,
+            grid,
+            step.layout(k, d).bytes,
+            SmallParams {
+                x: on_device(&self.x)?.reads(n * d),
+                n: n as u32,
+                d: d as u32,
+                centroids: self.centroids.dev()?.reads(k * d),
+                k: k as u32,
+                labels: self.labels.dev_mut()?.writes(n),
+                min_dist: self.min_dist.dev_mut()?.writes(n),
+                changed: self.counters.dev_mut()?.writes(1),
+                block_inertia: self.block_inertia.dev_mut()?.writes(grid),
+                inertia_scale: self.inertia_scale,
+                weights: dev_opt(&self.weights)?.reads(n),
+                scales: self.scales.dev()?.reads(d),
+                sums: small.sums.dev_mut()?.writes(k * d),
+                counts: small.counts.dev_mut()?.writes(k),
+                mode,
+            },
+        )
     }
 
     /// Queues the small path's finalize: next centroids, sizes and the four summary numbers,
@@ -721,21 +807,27 @@ impl<'a> CudaLloyd<'a> {
         let Some(small) = self.small.as_mut() else {
             unreachable!("only called on the small path")
         };
-        KmeansFinalizeSmall {
-            sums: small.sums.dev_mut()?,
-            counts: small.counts.dev_mut()?,
-            k: self.k as u32,
-            d: self.d as u32,
-            inv_scales: self.inv_scales.dev()?,
-            current: self.centroids.dev()?,
-            next: self.next.dev_mut()?,
-            sizes: self.sizes.dev_mut()?,
-            changed: self.counters.dev_mut()?,
-            block_inertia: self.block_inertia.dev()?,
-            blocks: self.assign_blocks as u32,
-            out: &self.summary,
-        }
-        .launch(self.gpu)?;
+        let (k, d) = (self.k, self.d);
+        debug_assert!(self.summary.len() >= 4);
+        self.gpu.launch(
+            KMEANS_FINALIZE_SMALL,
+            1,
+            SMALL_FINALIZE_SHARED_BYTES,
+            FinalizeSmallParams {
+                sums: small.sums.dev_mut()?.writes(k * d),
+                counts: small.counts.dev_mut()?.writes(k),
+                k: k as u32,
+                d: d as u32,
+                inv_scales: self.inv_scales.dev()?.reads(d),
+                current: self.centroids.dev()?.reads(k * d),
+                next: self.next.dev_mut()?.writes(k * d),
+                sizes: self.sizes.dev_mut()?.writes(k),
+                changed: self.counters.dev_mut()?.writes(1),
+                block_inertia: self.block_inertia.dev()?.reads(self.assign_blocks),
+                blocks: self.assign_blocks as u32,
+                out: DevPtr::from_address(*self.summary.device()),
+            },
+        )?;
         self.read_summary()
     }
 
@@ -744,26 +836,37 @@ impl<'a> CudaLloyd<'a> {
     fn summarize(&mut self, shift: bool) -> Result<Summary> {
         let gpu = self.gpu;
         let parts = if shift {
-            KmeansShiftParts {
-                next: self.next.dev()?,
-                current: self.centroids.dev()?,
-                len: (self.k * self.d) as u32,
-                parts: self.shift_parts.dev_mut()?,
-            }
-            .launch(gpu)?;
-            self.shift_parts.dev()?.len() as u32
+            let len = self.k * self.d;
+            let grid = shift_parts_grid(len);
+            gpu.launch(
+                KMEANS_SHIFT_PARTS,
+                grid,
+                SHIFT_PARTS_SHARED_BYTES,
+                ShiftPartsParams {
+                    next: self.next.dev()?.reads(len),
+                    current: self.centroids.dev()?.reads(len),
+                    len: len as u32,
+                    parts: self.shift_parts.dev_mut()?.writes(grid),
+                },
+            )?;
+            self.shift_parts.dev()?.len()
         } else {
             0
         };
-        KmeansSummary {
-            counters: self.counters.dev_mut()?,
-            block_inertia: self.block_inertia.dev()?,
-            blocks: self.assign_blocks as u32,
-            shift_parts: self.shift_parts.dev()?,
-            parts,
-            out: &self.summary,
-        }
-        .launch(gpu)?;
+        debug_assert!(self.summary.len() >= 4);
+        gpu.launch(
+            KMEANS_SUMMARY,
+            1,
+            SUMMARY_SHARED_BYTES,
+            SummaryParams {
+                counters: self.counters.dev_mut()?.writes(2),
+                block_inertia: self.block_inertia.dev()?.reads(self.assign_blocks),
+                blocks: self.assign_blocks as u32,
+                shift_parts: self.shift_parts.dev()?.reads(parts),
+                parts: parts as u32,
+                out: DevPtr::from_address(*self.summary.device()),
+            },
+        )?;
         self.read_summary()
     }
 

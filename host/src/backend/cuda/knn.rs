@@ -11,29 +11,47 @@
 //!   memory); the first k of every row are kept.
 //! * Votes: `knn_vote` on the device-resident neighbour keys; only labels (and shares) come back.
 
-use super::launch::{
-    KnnBitonicMergeGlobal, KnnBitonicMergeLocal, KnnSelect, KnnSelectKeys, KnnSortChunks, KnnTake,
-    KnnTf32Candidates, KnnTf32Rerank, KnnTf32Scan, KnnTf32Threshold, KnnVote, Pairwise,
-    RowNormRoots, RowSqNorms,
-};
+use super::launch::{Reads, Writes};
 use super::{CudaBackend, Mapped, arg_u32};
 use crate::backend::vocab::{PrefilterReport, Selection, rows_per_block};
 use crate::backend::{BlockSink, Distances, KnnSearch, Neighbours, Votes, split_keys_into};
 use crate::error::{Error, Result};
 use crate::matrix::MatrixView;
 use cudarc::driver::{CudaEvent, CudaSlice, CudaView};
+use kernels_gpu::distance::{PAIRWISE_DOT, PAIRWISE_L1, PairwiseParams};
 use kernels_gpu::fixed::pow2_f32;
 use kernels_gpu::knn::{
-    MAX_STREAM_K, PairMetric, SELECT_CAP, VoteRule, stream_tile, vote_scale_exponent,
+    MAX_STREAM_K, PairMetric, SELECT_CAP, VoteRule, dist_blocks, dist_shared_bytes, stream_tile,
+    vote_scale_exponent,
 };
 use kernels_gpu::knn_tf32::candidates::approx_stride;
+use kernels_gpu::knn_tf32::candidates::{
+    CANDIDATE_SHARED_BYTES, CandidatesParams, KNN_TF32_CANDIDATES, candidates_grid,
+};
+use kernels_gpu::knn_tf32::{
+    KNN_TF32_RERANK, KNN_TF32_THRESHOLD, RERANK_SHARED_BYTES, RerankParams, ScanParams,
+    THRESHOLD_SHARED_BYTES, ThresholdParams, scan_kernel, tf32_scan_grid,
+};
 use kernels_gpu::knn_tf32::{
     KNN_TF32_SCAN_WG, SCAN_CANDIDATES, SCAN_GROUPS, TF32_CAP, TF32_COLS, TF32_ROWS,
     bound_coefficient, tf32_group, tf32_groups_per_row, tf32_metric, tf32_scan_shared_bytes,
     tf32_xc, wg_scan_shared_bytes,
 };
 use kernels_gpu::launch::DEFAULT_SHARED_BYTES;
+use kernels_gpu::lp::{ChebyshevParams, MinkowskiParams, PAIRWISE_CHEBYSHEV, PAIRWISE_MINKOWSKI};
+use kernels_gpu::norms::{
+    ROW_NORM_ROOTS, ROW_SQ_NORMS, RowNormRootsParams, RowSqNormsParams, row_sq_norms_grid,
+};
+use kernels_gpu::params::DevPtr;
 use kernels_gpu::select::{BY_BITONIC, BY_KMIN, BY_RADIX};
+use kernels_gpu::select::{
+    KNN_BITONIC_MERGE_GLOBAL, KNN_BITONIC_MERGE_LOCAL, KNN_SELECT_BITONIC, KNN_SELECT_KEYS_BITONIC,
+    KNN_SELECT_KEYS_KMIN, KNN_SELECT_KEYS_RADIX, KNN_SELECT_KMIN, KNN_SELECT_RADIX,
+    KNN_SORT_CHUNKS, KNN_TAKE, MergeGlobalParams, MergeLocalParams, SORT_SHARED_BYTES,
+    SelectKeysParams, SelectParams, SortChunksParams, TakeParams, merge_global_grid,
+    select_method_shared_bytes, sort_chunks_grid, take_grid,
+};
+use kernels_gpu::vote::{KNN_VOTE, VoteParams};
 use kernels_gpu::vote::{vote_block_bytes, vote_grid, vote_queries_per_block};
 use ndarray::ArrayView2;
 use std::sync::{Arc, Mutex};
@@ -108,20 +126,59 @@ fn distances(
     out: &mut CudaSlice<f32>,
     ld: usize,
 ) -> Result<()> {
-    Pairwise {
-        a: a.x,
-        a_norms: a.norms,
-        a_rows: a.rows as u32,
-        b: b.x,
-        b_norms: b.norms,
-        b_first: b.first as u32,
-        b_cols: b.rows as u32,
-        d: d as u32,
-        metric,
-        out,
-        ld: ld as u64,
+    let b_end = b.first + b.rows;
+    debug_assert!(b.rows <= ld);
+    let out_len = a.rows.checked_sub(1).map_or(0, |last| last * ld + b.rows);
+    let (grid, shared) = (dist_blocks(a.rows, b.rows), dist_shared_bytes());
+    // The Lp kernels' parameters: the same rows without norms and metric, `p` before `out`.
+    macro_rules! lp {
+        ($params:ident { $($field:ident: $value:expr),* }) => {
+            $params {
+                a: a.x.reads(a.rows * d),
+                a_rows: a.rows as u32,
+                b: b.x.reads(b_end * d),
+                b_first: b.first as u32,
+                b_cols: b.rows as u32,
+                d: d as u32,
+                $($field: $value,)*
+                out: out.writes(out_len),
+                ld: ld as u64,
+            }
+        };
     }
-    .launch(gpu)
+    match metric {
+        PairMetric::Chebyshev => {
+            gpu.launch(PAIRWISE_CHEBYSHEV, grid, shared, lp!(ChebyshevParams {}))
+        }
+        PairMetric::Minkowski(p) => gpu.launch(
+            PAIRWISE_MINKOWSKI,
+            grid,
+            shared,
+            lp!(MinkowskiParams { p: p.get() }),
+        ),
+        _ => gpu.launch(
+            if metric.is_l1() {
+                PAIRWISE_L1
+            } else {
+                PAIRWISE_DOT
+            },
+            grid,
+            shared,
+            PairwiseParams {
+                a: a.x.reads(a.rows * d),
+                a_norms: a.norms.reads(a.rows),
+                a_rows: a.rows as u32,
+                b: b.x.reads(b_end * d),
+                b_norms: b.norms.reads(b_end),
+                b_first: b.first as u32,
+                b_cols: b.rows as u32,
+                d: d as u32,
+                metric: metric.id(),
+                out: out.writes(out_len),
+                ld: ld as u64,
+            },
+        ),
+    }
 }
 
 impl Distances for CudaBackend {
@@ -140,13 +197,17 @@ impl Distances for CudaBackend {
         let b_dev = self.upload(b.as_slice(), "the second matrix")?;
         let mut b_norms = self.zeros::<f32>(n, "row norms")?;
         if metric.needs_norms() {
-            RowSqNorms {
-                x: &b_dev,
-                n: n as u32,
-                d: d as u32,
-                out: &mut b_norms,
-            }
-            .launch(self)?;
+            self.launch(
+                ROW_SQ_NORMS,
+                row_sq_norms_grid(n),
+                0,
+                RowSqNormsParams {
+                    x: b_dev.reads(n * d),
+                    n: n as u32,
+                    d: d as u32,
+                    out: b_norms.writes(n),
+                },
+            )?;
         }
         // A block fits the caller's limit and the device's free memory (rows of A, norms, out).
         let device_rows = self.budget(None, 0)? / (4 * (n + d + 1));
@@ -165,13 +226,17 @@ impl Distances for CudaBackend {
                 "rows of the first matrix",
             )?;
             if metric.needs_norms() {
-                RowSqNorms {
-                    x: &a_dev,
-                    n: r as u32,
-                    d: d as u32,
-                    out: &mut a_norms,
-                }
-                .launch(self)?;
+                self.launch(
+                    ROW_SQ_NORMS,
+                    row_sq_norms_grid(r),
+                    0,
+                    RowSqNormsParams {
+                        x: a_dev.reads(r * d),
+                        n: r as u32,
+                        d: d as u32,
+                        out: a_norms.writes(r),
+                    },
+                )?;
             }
             let a_side = Side {
                 x: &a_dev,
@@ -230,24 +295,34 @@ impl CudaKnn {
         };
         let mut norms = gpu.zeros_on::<f32>(&stream, n, "training norms")?;
         if metric.needs_norms() {
-            RowSqNorms {
-                x: &x,
-                n: n as u32,
-                d: d as u32,
-                out: &mut norms,
-            }
-            .launch_on(&gpu, &stream)?;
+            gpu.launch_on(
+                &stream,
+                ROW_SQ_NORMS,
+                row_sq_norms_grid(n),
+                0,
+                RowSqNormsParams {
+                    x: x.reads(n * d),
+                    n: n as u32,
+                    d: d as u32,
+                    out: norms.writes(n),
+                },
+            )?;
         }
         let tensor_cores = gpu.info().compute_capability.0 >= 8;
         let roots = if tensor_cores && tf32_metric(metric) {
             // SAFETY: the launch below writes all `n`.
             let mut roots = unsafe { gpu.uninit_on::<f32>(&stream, n, "training norm roots")? };
-            RowNormRoots {
-                sq_norms: &norms,
-                n: n as u32,
-                out: &mut roots,
-            }
-            .launch_on(&gpu, &stream)?;
+            gpu.launch_on(
+                &stream,
+                ROW_NORM_ROOTS,
+                row_sq_norms_grid(n),
+                0,
+                RowNormRootsParams {
+                    sq_norms: norms.reads(n),
+                    n: n as u32,
+                    out: roots.writes(n),
+                },
+            )?;
             roots
         } else {
             gpu.zeros_on::<f32>(&stream, 1, "training norm roots")?
@@ -883,13 +958,17 @@ impl CudaKnn {
             "query rows",
         )?;
         if self.metric.needs_norms() {
-            RowSqNorms {
-                x: &bufs.q,
-                n: r as u32,
-                d: d as u32,
-                out: &mut bufs.q_norms,
-            }
-            .launch(gpu)?;
+            gpu.launch(
+                ROW_SQ_NORMS,
+                row_sq_norms_grid(r),
+                0,
+                RowSqNormsParams {
+                    x: bufs.q.reads(r * d),
+                    n: r as u32,
+                    d: d as u32,
+                    out: bufs.q_norms.writes(r),
+                },
+            )?;
         }
         match (plan, job.method) {
             (Some(p), method) => {
@@ -1077,7 +1156,8 @@ impl CudaKnn {
         best: &mut CudaSlice<u64>,
     ) -> Result<()> {
         let gpu = &*self.gpu;
-        let (n32, d32, k32) = (self.n as u32, self.d as u32, k as u32);
+        let (n, d) = (self.n, self.d);
+        let (n32, d32, k32) = (n as u32, d as u32, k as u32);
         let by = method.kernel_method();
         for mode in [SCAN_GROUPS, SCAN_CANDIDATES] {
             if mode == SCAN_CANDIDATES {
@@ -1087,90 +1167,120 @@ impl CudaKnn {
                 let mut s = 0;
                 while s < plan.ldg {
                     let cols = tile.min(plan.ldg - s);
-                    KnnSelectKeys {
-                        keys: &bufs.gkeys.slice(s..),
-                        ld: plan.ldg as u64,
-                        cols: cols as u32,
-                        best: &mut *best,
-                        k: k32,
-                        fresh: s == 0,
-                    }
-                    .launch(gpu, by, rows)?;
+                    let kernel = match by {
+                        BY_KMIN => KNN_SELECT_KEYS_KMIN,
+                        BY_RADIX => KNN_SELECT_KEYS_RADIX,
+                        _ => KNN_SELECT_KEYS_BITONIC,
+                    };
+                    debug_assert!(k + cols <= SELECT_CAP);
+                    let tile_len = rows.checked_sub(1).map_or(0, |last| last * plan.ldg + cols);
+                    gpu.launch(
+                        kernel,
+                        rows,
+                        select_method_shared_bytes(by, k),
+                        SelectKeysParams {
+                            keys: bufs.gkeys.slice(s..).reads(tile_len),
+                            ld: plan.ldg as u64,
+                            cols: cols as u32,
+                            best: best.writes(rows * k),
+                            k: k32,
+                            fresh: u32::from(s == 0),
+                        },
+                    )?;
                     s += cols;
                 }
-                KnnTf32Threshold {
-                    q,
-                    q_norms,
-                    x: &self.x,
-                    x_norms: &self.norms,
-                    d: d32,
-                    metric: self.metric,
-                    k: k32,
-                    best: &mut *best,
-                    t_sq: &mut bufs.t_sq,
-                    counts: &mut bufs.counts,
-                }
-                .launch(gpu, rows)?;
+                gpu.launch(
+                    KNN_TF32_THRESHOLD,
+                    rows,
+                    THRESHOLD_SHARED_BYTES,
+                    ThresholdParams {
+                        q: q.reads(rows * d),
+                        q_norms: q_norms.reads(rows),
+                        x: self.x.reads(n * d),
+                        x_norms: self.norms.reads(n),
+                        d: d32,
+                        metric: self.metric.id(),
+                        k: k32,
+                        best: best.writes(rows * k),
+                        t_sq: bufs.t_sq.writes(rows),
+                        counts: bufs.counts.writes(rows),
+                    },
+                )?;
             }
             if mode == SCAN_CANDIDATES
                 && let Some(approx) = &bufs.approx
             {
-                KnnTf32Candidates {
-                    approx,
-                    lda: approx_stride(self.n) as u64,
-                    rows: rows as u32,
-                    n: n32,
-                    q_norms,
-                    x_norms: &self.norms,
-                    x_roots: &self.roots,
-                    t_sq: &bufs.t_sq,
-                    c1: bound_coefficient(self.d),
-                    counts: &mut bufs.counts,
-                    cand: &mut bufs.cand,
-                }
-                .launch(gpu)?;
+                let lda = approx_stride(n);
+                gpu.launch(
+                    KNN_TF32_CANDIDATES,
+                    candidates_grid(rows, n),
+                    CANDIDATE_SHARED_BYTES,
+                    CandidatesParams {
+                        approx: approx.reads(rows * lda),
+                        lda: lda as u64,
+                        rows: rows as u32,
+                        n: n32,
+                        q_norms: q_norms.reads(rows),
+                        x_norms: self.norms.reads(n),
+                        x_roots: self.roots.reads(n),
+                        t_sq: bufs.t_sq.reads(rows),
+                        c1: bound_coefficient(d),
+                        counts: bufs.counts.writes(rows),
+                        cand: bufs.cand.writes(rows * TF32_CAP),
+                    },
+                )?;
                 continue;
             }
-            KnnTf32Scan {
-                q,
-                q_norms,
-                m: rows as u32,
-                x: &self.x,
-                x_norms: &self.norms,
-                x_roots: &self.roots,
-                n: n32,
+            let (kernel, shared) = scan_kernel(plan.wgmma, plan.xc);
+            let lda = approx_stride(n);
+            gpu.launch(
+                kernel,
+                tf32_scan_grid(rows, n, plan.tiles),
+                shared,
+                ScanParams {
+                    q: q.reads(rows * d),
+                    q_norms: q_norms.reads(rows),
+                    m: rows as u32,
+                    x: self.x.reads(n * d),
+                    x_norms: self.norms.reads(n),
+                    x_roots: self.roots.reads(n),
+                    n: n32,
+                    d: d32,
+                    xc: plan.xc as u32,
+                    tiles: plan.tiles as u32,
+                    mode,
+                    group: plan.group as u32,
+                    gkeys: bufs.gkeys.writes(rows * plan.ldg),
+                    ldg: plan.ldg as u64,
+                    approx: bufs.approx.as_mut().writes(rows * lda),
+                    lda: lda as u64,
+                    t_sq: bufs.t_sq.reads(rows),
+                    counts: bufs.counts.writes(rows),
+                    cand: bufs.cand.writes(rows * TF32_CAP),
+                    c1: bound_coefficient(d),
+                },
+            )?;
+        }
+        debug_assert!(bufs.overflow.len() >= rows);
+        gpu.launch(
+            KNN_TF32_RERANK,
+            rows,
+            RERANK_SHARED_BYTES,
+            RerankParams {
+                q: q.reads(rows * d),
+                q_norms: q_norms.reads(rows),
+                x: self.x.reads(n * d),
+                x_norms: self.norms.reads(n),
                 d: d32,
-                xc: plan.xc as u32,
-                tiles: plan.tiles as u32,
-                mode,
-                group: plan.group as u32,
-                gkeys: &mut bufs.gkeys,
-                ldg: plan.ldg as u64,
-                approx: bufs.approx.as_mut(),
-                lda: approx_stride(self.n) as u64,
-                t_sq: &bufs.t_sq,
-                counts: &mut bufs.counts,
-                cand: &mut bufs.cand,
-                c1: bound_coefficient(self.d),
-                wgmma: plan.wgmma,
-            }
-            .launch(gpu)?;
-        }
-        KnnTf32Rerank {
-            q,
-            q_norms,
-            x: &self.x,
-            x_norms: &self.norms,
-            d: d32,
-            metric: self.metric,
-            k: k32,
-            best,
-            counts: &mut bufs.counts,
-            cand: &bufs.cand,
-            overflow: &bufs.overflow,
-            method: by,
-        }
-        .launch(gpu, rows)
+                metric: self.metric.id(),
+                k: k32,
+                best: best.writes(rows * k),
+                counts: bufs.counts.writes(rows),
+                cand: bufs.cand.reads(rows * TF32_CAP),
+                overflow: DevPtr::from_address(*bufs.overflow.device()),
+                method: by,
+            },
+        )
     }
 
     /// Queues the merge of a tile's distances (`rows × cols`, row stride `ld`, training rows
@@ -1187,17 +1297,29 @@ impl CudaKnn {
         k: usize,
         rows: usize,
     ) -> Result<()> {
-        KnnSelect {
-            dist,
-            ld: ld as u64,
-            cols: cols as u32,
-            first_index: first_index as u32,
-            best,
-            k: k as u32,
-            // The first tile starts from empty running keys (nothing to clear beforehand).
-            fresh: first_index == 0,
-        }
-        .launch(&self.gpu, method.kernel_method(), rows)
+        let by = method.kernel_method();
+        let kernel = match by {
+            BY_KMIN => KNN_SELECT_KMIN,
+            BY_RADIX => KNN_SELECT_RADIX,
+            _ => KNN_SELECT_BITONIC,
+        };
+        debug_assert!(k >= 1 && k + cols <= SELECT_CAP);
+        let tile_len = rows.checked_sub(1).map_or(0, |last| last * ld + cols);
+        self.gpu.launch(
+            kernel,
+            rows,
+            select_method_shared_bytes(by, k),
+            SelectParams {
+                dist: dist.reads(tile_len),
+                ld: ld as u64,
+                cols: cols as u32,
+                first_index: first_index as u32,
+                best: best.writes(rows * k),
+                k: k as u32,
+                // The first tile starts from empty running keys (nothing to clear beforehand).
+                fresh: u32::from(first_index == 0),
+            },
+        )
     }
 
     /// Queues the sort of `rows` distance rows (`n` each) as keys in rows of `row_len` (a power
@@ -1215,44 +1337,62 @@ impl CudaKnn {
         debug_assert!(row_len >= SELECT_CAP && row_len.is_power_of_two());
         let total = rows * row_len;
         let row_log2 = row_len.trailing_zeros();
-        KnnSortChunks {
-            dist,
-            ld: self.n as u64,
-            n: self.n as u32,
-            row_log2,
-            keys: &mut *keys,
-        }
-        .launch(gpu, rows)?;
+        debug_assert!(total.is_multiple_of(SELECT_CAP));
+        let n = self.n;
+        gpu.launch(
+            KNN_SORT_CHUNKS,
+            sort_chunks_grid(total),
+            SORT_SHARED_BYTES,
+            SortChunksParams {
+                dist: dist.reads(rows * n),
+                ld: n as u64,
+                n: n as u32,
+                row_log2,
+                keys: keys.writes(total),
+            },
+        )?;
         let mut size = 2 * SELECT_CAP;
         while size <= row_len {
             let mut stride = size / 2;
             while stride >= SELECT_CAP {
-                KnnBitonicMergeGlobal {
-                    keys: &mut *keys,
-                    pairs: (total / 2) as u64,
-                    row_log2,
-                    size: size as u64,
-                    stride: stride as u64,
-                }
-                .launch(gpu)?;
+                gpu.launch(
+                    KNN_BITONIC_MERGE_GLOBAL,
+                    merge_global_grid(total / 2),
+                    0,
+                    MergeGlobalParams {
+                        keys: keys.writes(total),
+                        pairs: (total / 2) as u64,
+                        row_log2,
+                        size: size as u64,
+                        stride: stride as u64,
+                    },
+                )?;
                 stride /= 2;
             }
-            KnnBitonicMergeLocal {
-                keys: &mut *keys,
-                row_log2,
-                size: size as u64,
-            }
-            .launch(gpu, rows)?;
+            gpu.launch(
+                KNN_BITONIC_MERGE_LOCAL,
+                sort_chunks_grid(total),
+                SORT_SHARED_BYTES,
+                MergeLocalParams {
+                    keys: keys.writes(total),
+                    row_log2,
+                    size: size as u64,
+                },
+            )?;
             size *= 2;
         }
-        KnnTake {
-            keys,
-            row_log2,
-            rows: rows as u32,
-            k: k as u32,
-            best,
-        }
-        .launch(gpu)
+        gpu.launch(
+            KNN_TAKE,
+            take_grid(rows, k),
+            0,
+            TakeParams {
+                keys: keys.reads(total),
+                row_log2,
+                rows: rows as u32,
+                k: k as u32,
+                best: best.writes(rows * k),
+            },
+        )
     }
 
     /// Queues the votes of `rows` queries whose keys are in `best`.
@@ -1263,7 +1403,7 @@ impl CudaKnn {
         k: usize,
         job: VoteJob,
         pred: &mut CudaSlice<u32>,
-        shares: Option<&mut CudaSlice<f32>>,
+        mut shares: Option<&mut CudaSlice<f32>>,
     ) -> Result<()> {
         let gpu = &*self.gpu;
         let labels = self
@@ -1281,21 +1421,31 @@ impl CudaKnn {
         } else {
             Some(gpu.zeros::<u64>(grid * vote_block_bytes(1, c) / 8, "vote scratch")?)
         };
-        KnnVote {
-            best,
-            rows: rows as u32,
-            k: k as u32,
-            labels,
-            row_weights: self.row_weights.as_ref(),
-            classes: c as u32,
-            rule: job.rule,
-            scale: pow2_f32(vote_scale_exponent(k)),
-            per_block: per_block as u32,
-            pred,
-            proba: shares,
-            scratch: scratch.as_mut(),
-        }
-        .launch(gpu)
+        let shared = if in_shared {
+            vote_block_bytes(per_block, c)
+        } else {
+            0
+        };
+        gpu.launch(
+            KNN_VOTE,
+            grid,
+            shared,
+            VoteParams {
+                best: best.reads(rows * k),
+                rows: rows as u32,
+                k: k as u32,
+                // Indexed by training row.
+                labels: labels.reads(self.n),
+                row_weights: self.row_weights.as_ref().reads(self.n),
+                classes: c as u32,
+                rule: job.rule.flags(),
+                scale: pow2_f32(vote_scale_exponent(k)),
+                per_block: per_block as u32,
+                pred: pred.writes(rows),
+                proba: shares.writes(rows * c),
+                scratch: scratch.as_mut().writes(grid * vote_block_bytes(1, c) / 8),
+            },
+        )
     }
 }
 

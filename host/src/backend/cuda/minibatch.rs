@@ -4,17 +4,24 @@
 //! batch's distances and per-centroid counts. CPU twin: `backend/cpu/minibatch.rs`.
 
 use super::kmeans::CudaLloyd;
-use super::launch::{
-    KmeansCentroidsByDimension, KmeansMinibatchAssign, KmeansMinibatchShift, KmeansMinibatchUpdate,
-};
+use super::launch::{Reads, Writes};
 use super::{CudaBackend, arg_u32};
 use crate::backend::vocab::Metric;
 use crate::backend::{BatchReport, Layout, Lloyd, LloydSpec, MiniBatch, Readback};
 use crate::error::{Error, Result};
 use crate::matrix::MatrixView;
 use cudarc::driver::CudaSlice;
+use kernels_gpu::centroids::{
+    CentroidsByDimensionParams, KMEANS_CENTROIDS_BY_DIMENSION,
+    SHARED_BYTES as CENTROIDS_BY_DIMENSION_SHARED_BYTES, centroids_by_dimension_grid,
+};
 use kernels_gpu::fixed::{inv_pow2_f64, pow2_f32};
 use kernels_gpu::math::AssignMetric;
+use kernels_gpu::minibatch::{
+    KMEANS_MINIBATCH_ASSIGN_L1, KMEANS_MINIBATCH_ASSIGN_L2, KMEANS_MINIBATCH_SHIFT,
+    KMEANS_MINIBATCH_UPDATE, MinibatchAssignParams, MinibatchShiftParams, MinibatchUpdateParams,
+    assign_blocks, assign_shared_bytes, shift_grid, update_grid,
+};
 
 pub(crate) struct CudaMiniBatch<'a> {
     gpu: &'a CudaBackend,
@@ -102,49 +109,71 @@ impl<'a> CudaMiniBatch<'a> {
     /// Queues the copy of the current centroids by dimension, with their squared norms for
     /// squared L2.
     fn queue_centroids_by_dimension(&mut self) -> Result<()> {
-        KmeansCentroidsByDimension {
-            centroids: &self.current,
-            k: self.k as u32,
-            d: self.d as u32,
-            k_padded: self.k.next_multiple_of(4) as u32,
-            out: &mut self.centroids_t,
-            norms: (self.metric == AssignMetric::SqL2).then_some(&mut self.c_sq_norms),
-        }
-        .launch(self.gpu)
+        let (k, d, k_padded) = (self.k, self.d, self.k.next_multiple_of(4));
+        let mut norms = (self.metric == AssignMetric::SqL2).then_some(&mut self.c_sq_norms);
+        self.gpu.launch(
+            KMEANS_CENTROIDS_BY_DIMENSION,
+            centroids_by_dimension_grid(k),
+            CENTROIDS_BY_DIMENSION_SHARED_BYTES,
+            CentroidsByDimensionParams {
+                centroids: self.current.reads(k * d),
+                k: k as u32,
+                d: d as u32,
+                k_padded: k_padded as u32,
+                out: self.centroids_t.writes(d * k_padded),
+                norms: norms.writes(k),
+            },
+        )
     }
 
     /// Queues the assignment of the first `batch` rows of `self.rows`, with their sums.
     fn queue_assign(&mut self, batch: usize) -> Result<()> {
-        KmeansMinibatchAssign {
-            x: self.lloyd.rows()?,
-            d: self.d as u32,
-            rows: &self.rows,
-            batch: batch as u32,
-            centroids_t: &self.centroids_t,
-            k_padded: self.k.next_multiple_of(4) as u32,
-            c_sq_norms: &self.c_sq_norms,
-            k: self.k as u32,
-            scales: &self.scales,
-            sums: &mut self.sums,
-            counts: &mut self.batch_counts,
-            distances: &mut self.distances,
-        }
-        .launch(self.gpu, self.metric)
+        let (d, k, k_padded) = (self.d, self.k, self.k.next_multiple_of(4));
+        let kernel = match self.metric {
+            AssignMetric::SqL2 => KMEANS_MINIBATCH_ASSIGN_L2,
+            AssignMetric::L1 => KMEANS_MINIBATCH_ASSIGN_L1,
+        };
+        let x = self.lloyd.rows()?;
+        self.gpu.launch(
+            kernel,
+            assign_blocks(batch),
+            assign_shared_bytes(kernel.block as usize),
+            MinibatchAssignParams {
+                // Any resident row may be in the batch.
+                x: x.reads(x.len()),
+                d: d as u32,
+                rows: self.rows.reads(batch),
+                batch: batch as u32,
+                centroids_t: self.centroids_t.reads(d * k_padded),
+                k_padded: k_padded as u32,
+                c_sq_norms: self.c_sq_norms.reads(k),
+                k: k as u32,
+                scales: self.scales.reads(d),
+                sums: self.sums.writes(k * d),
+                counts: self.batch_counts.writes(k),
+                distances: self.distances.writes(batch),
+            },
+        )
     }
 
     /// Queues the learning-rate update of every centroid into `next`.
     fn queue_update(&mut self) -> Result<()> {
-        KmeansMinibatchUpdate {
-            current: &self.current,
-            next: &mut self.next,
-            d: self.d as u32,
-            sums: &mut self.sums,
-            batch_counts: &mut self.batch_counts,
-            counts: &mut self.counts,
-            inv_scales: &self.inv_scales,
-            report: &mut self.report,
-        }
-        .launch(self.gpu, self.k)
+        let (d, k) = (self.d, self.k);
+        self.gpu.launch(
+            KMEANS_MINIBATCH_UPDATE,
+            update_grid(k),
+            0,
+            MinibatchUpdateParams {
+                current: self.current.reads(k * d),
+                next: self.next.writes(k * d),
+                d: d as u32,
+                sums: self.sums.writes(k * d),
+                batch_counts: self.batch_counts.writes(k),
+                counts: self.counts.writes(k),
+                inv_scales: self.inv_scales.reads(d),
+                report: self.report.writes(k),
+            },
+        )
     }
 }
 
@@ -193,14 +222,19 @@ impl MiniBatch for CudaMiniBatch<'_> {
 
     fn shifts(&mut self) -> Result<Vec<f64>> {
         let gpu = self.gpu;
-        KmeansMinibatchShift {
-            next: &self.next,
-            current: &self.current,
-            k: self.k as u32,
-            d: self.d as u32,
-            out: &mut self.shifts,
-        }
-        .launch(gpu)?;
+        let (d, k) = (self.d, self.k);
+        gpu.launch(
+            KMEANS_MINIBATCH_SHIFT,
+            shift_grid(k),
+            0,
+            MinibatchShiftParams {
+                next: self.next.reads(k * d),
+                current: self.current.reads(k * d),
+                k: k as u32,
+                d: d as u32,
+                out: self.shifts.writes(k),
+            },
+        )?;
         gpu.download(&self.shifts, self.k, "centroid shifts")
     }
 

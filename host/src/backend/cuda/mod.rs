@@ -23,14 +23,10 @@ use crate::matrix::MatrixView;
 use cudarc::driver::sys::{CUdevice_attribute, CUevent_flags, CUfunction_attribute, CUresult};
 use cudarc::driver::{
     CudaContext, CudaEvent, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, DeviceRepr,
-    DriverError, LaunchArgs, LaunchConfig, PinnedHostSlice, PushKernelArg, ValidAsZeroBits,
+    DriverError, PinnedHostSlice, ValidAsZeroBits,
 };
-use kernels_gpu::launch::Kernel;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
-
-/// A null pointer kernel argument (an optional output the kernel skips).
-static NULL: u64 = 0;
 
 /// Page-locked host memory mapped into the GPU's address space: a kernel writes a few result
 /// values straight into it, and the host reads them after a synchronisation, with no copy
@@ -368,27 +364,6 @@ impl CudaBackend {
     /// Whether the loaded image has kernel `name` (sm_90a's are only in the sm_90 cubin).
     pub(crate) fn has_function(&self, name: &'static str) -> bool {
         self.function(name).is_ok()
-    }
-
-    /// Starts a launch of `kernel` (`f`, from [`Self::function`]); push its parameters in order
-    /// with [`Launch::arg`], then [`Launch::run`], which checks their number in debug builds.
-    pub(crate) fn launch_kernel<'a>(&'a self, kernel: Kernel, f: &'a CudaFunction) -> Launch<'a> {
-        self.launch_kernel_on(&self.stream, kernel, f)
-    }
-
-    /// [`Self::launch_kernel`] queued on `stream` instead of the compute stream.
-    pub(crate) fn launch_kernel_on<'a>(
-        &'a self,
-        stream: &'a CudaStream,
-        kernel: Kernel,
-        f: &'a CudaFunction,
-    ) -> Launch<'a> {
-        Launch {
-            name: kernel.name,
-            args: stream.launch_builder(f),
-            params: kernel.params,
-            pushed: 0,
-        }
     }
 
     /// `len` zeroed elements of device memory; `what` names the buffer in errors.
@@ -846,68 +821,6 @@ fn default_pool(ctx: &CudaContext) -> Option<cudarc::driver::sys::CUmemoryPool> 
     // driver.
     let rc = unsafe { cudarc::driver::sys::cuDeviceGetDefaultMemPool(&mut pool, ctx.cu_device()) };
     (rc == CUresult::CUDA_SUCCESS).then_some(pool)
-}
-
-/// A kernel launch being assembled.
-pub(crate) struct Launch<'a> {
-    name: &'static str,
-    args: LaunchArgs<'a>,
-    /// Parameters the kernel declares.
-    params: usize,
-    /// Parameters pushed with [`Launch::arg`] and [`Launch::opt`].
-    pushed: usize,
-}
-
-impl<'a> Launch<'a> {
-    /// Pushes the next parameter: a buffer, a view of one or a scalar.
-    pub(crate) fn arg<T>(&mut self, arg: T) -> &mut Self
-    where
-        LaunchArgs<'a>: PushKernelArg<T>,
-    {
-        self.args.arg(arg);
-        self.pushed += 1;
-        self
-    }
-
-    /// Pushes an optional buffer parameter: the kernel reads a null pointer as absent.
-    pub(crate) fn opt<T>(&mut self, arg: Option<T>) -> &mut Self
-    where
-        LaunchArgs<'a>: PushKernelArg<T>,
-    {
-        match arg {
-            Some(arg) => self.args.arg(arg),
-            None => PushKernelArg::<&u64>::arg(&mut self.args, &NULL),
-        };
-        self.pushed += 1;
-        self
-    }
-
-    /// Launches with `grid` blocks of `block` threads and `shared` bytes of dynamic shared memory.
-    pub(crate) fn run(mut self, grid: usize, block: u32, shared: usize) -> Result<()> {
-        debug_assert!(
-            self.params == self.pushed,
-            "kernel {} takes {} parameters, {} pushed",
-            self.name,
-            self.params,
-            self.pushed
-        );
-        let grid = u32::try_from(grid.max(1))
-            .map_err(|_| Error::invalid("input size", "too many blocks for one kernel launch"))?;
-        let cfg = LaunchConfig {
-            grid_dim: (grid, 1, 1),
-            block_dim: (block, 1, 1),
-            shared_mem_bytes: shared as u32,
-        };
-        if faults::launch_fails() {
-            let injected = DriverError(CUresult::CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES);
-            return Err(cuda(&format!("launching kernel {}", self.name), injected));
-        }
-        // SAFETY: each caller pushes the arguments its kernel declares, with buffers of the sizes
-        // the kernel's documentation requires.
-        unsafe { self.args.launch(cfg) }
-            .map(|_| ())
-            .map_err(|e| cuda(&format!("launching kernel {}", self.name), e))
-    }
 }
 
 /// A u32 kernel argument, or an error naming the size that does not fit.

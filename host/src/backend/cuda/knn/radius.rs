@@ -12,10 +12,7 @@
 
 use super::{CudaKnn, Side, distances};
 use crate::backend::cuda::CudaBackend;
-use crate::backend::cuda::launch::{
-    KnnRadiusCount, KnnRadiusFill, KnnRadiusTf32Count, KnnRadiusTf32Fill, KnnTf32Scan,
-    RadiusCandidates, RowSqNorms,
-};
+use crate::backend::cuda::launch::{Reads, Writes};
 use crate::backend::radius::{RadiusKeys, reserve_keys};
 use crate::backend::vocab::PrefilterReport;
 use crate::error::Result;
@@ -24,7 +21,17 @@ use cudarc::driver::CudaSlice;
 use kernels_gpu::knn_tf32::{
     SCAN_CANDIDATES, TF32_CAP, bound_coefficient, sq_threshold, tf32_metric,
 };
+use kernels_gpu::knn_tf32::{ScanParams, scan_kernel, tf32_scan_grid};
+use kernels_gpu::norms::{ROW_SQ_NORMS, RowSqNormsParams, row_sq_norms_grid};
+use kernels_gpu::params::DevPtr;
 use kernels_gpu::radius::candidates::OVERFLOW;
+use kernels_gpu::radius::candidates::{
+    KNN_RADIUS_TF32_COUNT, KNN_RADIUS_TF32_FILL, RADIUS_TF32_SHARED_BYTES, RadiusTf32CountParams,
+    RadiusTf32FillParams,
+};
+use kernels_gpu::radius::{
+    KNN_RADIUS_COUNT, KNN_RADIUS_FILL, RADIUS_SHARED_BYTES, RadiusCountParams, RadiusFillParams,
+};
 use rayon::prelude::*;
 use std::ops::Range;
 
@@ -138,13 +145,17 @@ impl CudaKnn {
         let rows = &queries.as_slice()[first * d..(first + r) * d];
         gpu.write_rows(rows, &mut bufs.q, 0, "query rows")?;
         if self.metric.needs_norms() {
-            RowSqNorms {
-                x: &bufs.q,
-                n: r as u32,
-                d: d as u32,
-                out: &mut bufs.q_norms,
-            }
-            .launch(gpu)?;
+            gpu.launch(
+                ROW_SQ_NORMS,
+                row_sq_norms_grid(r),
+                0,
+                RowSqNormsParams {
+                    x: bufs.q.reads(r * d),
+                    n: r as u32,
+                    d: d as u32,
+                    out: bufs.q_norms.writes(r),
+                },
+            )?;
         }
         let a = Side {
             x: &bufs.q,
@@ -160,15 +171,19 @@ impl CudaKnn {
         };
         distances(gpu, self.metric, a, b, d, &mut bufs.dist, n)?;
         gpu.clear(&mut bufs.counts, "neighbour counts")?;
-        KnnRadiusCount {
-            dist: &bufs.dist.slice(..),
-            ld: n as u64,
-            cols: n as u32,
-            first_index: 0,
-            radius,
-            counts: &mut bufs.counts,
-        }
-        .launch(gpu, r)?;
+        gpu.launch(
+            KNN_RADIUS_COUNT,
+            r,
+            RADIUS_SHARED_BYTES,
+            RadiusCountParams {
+                dist: bufs.dist.reads(r * n),
+                ld: n as u64,
+                cols: n as u32,
+                first_index: 0,
+                radius,
+                counts: bufs.counts.writes(r),
+            },
+        )?;
         let counts = gpu.download(&bufs.counts, r, "neighbour counts")?;
         for (rows, total) in fill_groups(&counts, key_slots) {
             gather(
@@ -178,16 +193,20 @@ impl CudaKnn {
                 &mut bufs.at,
                 out,
                 |at, keys| {
-                    KnnRadiusFill {
-                        dist: &bufs.dist.slice(rows.start * n..),
-                        ld: n as u64,
-                        cols: n as u32,
-                        first_index: 0,
-                        radius,
-                        at,
-                        keys,
-                    }
-                    .launch(gpu, rows.len())
+                    gpu.launch(
+                        KNN_RADIUS_FILL,
+                        rows.len(),
+                        RADIUS_SHARED_BYTES,
+                        RadiusFillParams {
+                            dist: bufs.dist.slice(rows.start * n..).reads(rows.len() * n),
+                            ld: n as u64,
+                            cols: n as u32,
+                            first_index: 0,
+                            radius,
+                            at: at.writes(rows.len()),
+                            keys: keys.writes(keys.len()),
+                        },
+                    )
                 },
             )?;
         }
@@ -283,55 +302,74 @@ impl CudaKnn {
         let (n, d) = (self.n, self.d);
         let rows = &queries.as_slice()[first * d..(first + r) * d];
         gpu.write_rows(rows, &mut bufs.q, 0, "query rows")?;
-        RowSqNorms {
-            x: &bufs.q,
-            n: r as u32,
-            d: d as u32,
-            out: &mut bufs.q_norms,
-        }
-        .launch(gpu)?;
+        gpu.launch(
+            ROW_SQ_NORMS,
+            row_sq_norms_grid(r),
+            0,
+            RowSqNormsParams {
+                x: bufs.q.reads(r * d),
+                n: r as u32,
+                d: d as u32,
+                out: bufs.q_norms.writes(r),
+            },
+        )?;
         gpu.clear(&mut bufs.counts, "candidate counts")?;
-        KnnTf32Scan {
-            q: &bufs.q,
-            q_norms: &bufs.q_norms,
-            m: r as u32,
-            x: &self.x,
-            x_norms: &self.norms,
-            x_roots: &self.roots,
-            n: n as u32,
-            d: d as u32,
-            xc: xc as u32,
-            tiles: self.tf32_tiles(r) as u32,
-            mode: SCAN_CANDIDATES,
-            group: 64,
-            gkeys: &mut bufs.no_groups,
-            ldg: 0,
-            approx: None,
-            lda: 0,
-            t_sq: &bufs.t_sq,
-            counts: &mut bufs.counts,
-            cand: &mut bufs.cand,
-            c1: bound_coefficient(d),
-            wgmma: self.warpgroup_scan,
+        let (kernel, shared) = scan_kernel(self.warpgroup_scan, xc);
+        let tiles = self.tf32_tiles(r);
+        gpu.launch(
+            kernel,
+            tf32_scan_grid(r, n, tiles),
+            shared,
+            ScanParams {
+                q: bufs.q.reads(r * d),
+                q_norms: bufs.q_norms.reads(r),
+                m: r as u32,
+                x: self.x.reads(n * d),
+                x_norms: self.norms.reads(n),
+                x_roots: self.roots.reads(n),
+                n: n as u32,
+                d: d as u32,
+                xc: xc as u32,
+                tiles: tiles as u32,
+                mode: SCAN_CANDIDATES,
+                group: 64,
+                // No group keys (`ldg` 0) and no approximations in this mode.
+                gkeys: bufs.no_groups.writes(0),
+                ldg: 0,
+                approx: DevPtr::NULL,
+                lda: 0,
+                t_sq: bufs.t_sq.reads(r),
+                counts: bufs.counts.writes(r),
+                cand: bufs.cand.writes(r * TF32_CAP),
+                c1: bound_coefficient(d),
+            },
+        )?;
+        // Either kernel's parameters for query rows `first_row ..` of the batch, as many as the
+        // launch has blocks: the ten fields both start with, then `$rest`.
+        macro_rules! candidates {
+            ($params:ident, $first_row:expr, $rows:expr, $($rest:tt)*) => {{
+                let (first_row, rows): (usize, usize) = ($first_row, $rows);
+                $params {
+                    q: bufs.q.reads((first_row + rows) * d),
+                    q_norms: bufs.q_norms.reads(first_row + rows),
+                    x: self.x.reads(n * d),
+                    x_norms: self.norms.reads(n),
+                    d: d as u32,
+                    metric: self.metric.id(),
+                    radius,
+                    first_row: first_row as u32,
+                    counts: bufs.counts.reads(first_row + rows),
+                    cand: bufs.cand.reads((first_row + rows) * TF32_CAP),
+                    $($rest)*
+                }
+            }};
         }
-        .launch(gpu)?;
-        let candidates = |first_row: usize| RadiusCandidates {
-            q: &bufs.q,
-            q_norms: &bufs.q_norms,
-            x: &self.x,
-            x_norms: &self.norms,
-            d: d as u32,
-            metric_id: self.metric.id(),
-            radius,
-            first_row: first_row as u32,
-            counts: &bufs.counts,
-            cand: &bufs.cand,
-        };
-        KnnRadiusTf32Count {
-            rows: candidates(0),
-            found: &mut bufs.found,
-        }
-        .launch(gpu, r)?;
+        gpu.launch(
+            KNN_RADIUS_TF32_COUNT,
+            r,
+            RADIUS_TF32_SHARED_BYTES,
+            candidates!(RadiusTf32CountParams, 0, r, found: bufs.found.writes(r)),
+        )?;
         let mut counts = gpu.download(&bufs.found, r, "neighbour counts")?;
         let mut over = Vec::new();
         for (b, c) in counts.iter_mut().enumerate() {
@@ -348,12 +386,18 @@ impl CudaKnn {
                 &mut bufs.at,
                 out,
                 |at, keys| {
-                    KnnRadiusTf32Fill {
-                        rows: candidates(rows.start),
-                        at,
-                        keys,
-                    }
-                    .launch(gpu, rows.len())
+                    gpu.launch(
+                        KNN_RADIUS_TF32_FILL,
+                        rows.len(),
+                        RADIUS_TF32_SHARED_BYTES,
+                        candidates!(
+                            RadiusTf32FillParams,
+                            rows.start,
+                            rows.len(),
+                            at: at.reads(rows.len()),
+                            keys: keys.writes(keys.len()),
+                        ),
+                    )
                 },
             )?;
         }

@@ -1,45 +1,14 @@
-//! One typed launcher per kernel, one module per kernel family of `kernels_gpu`: a struct whose
-//! fields are the kernel's parameters, in the kernel's order and under its names, and a `launch`
-//! that checks the buffer lengths (debug builds), pushes every field and runs the grid the
-//! kernel's documentation asks for. The kernel names come from the `Kernel` constants exported
-//! next to the kernels; the twin table in `kernels_gpu`'s crate documentation maps every kernel
-//! to its launcher here and its CPU twin.
+//! Launching a kernel: its call site fills the kernel's `kernels_gpu` parameter struct by field
+//! name, taking every buffer's address through [`Reads`] / [`Writes`], and
+//! `CudaBackend::launch` passes the driver a pointer to each of its fields (the entry's
+//! parameters, in order) with the block size of its `Kernel` constant. The tests check each
+//! struct's fields against the committed PTX's parameter lists and the twin
+//! table in `kernels_gpu`'s crate documentation, which maps every kernel to its parameter struct
+//! and its CPU twin.
 
-mod assign;
-mod centroids;
-mod distance;
-mod init;
-mod knn_tf32;
-mod minibatch;
-mod norms;
-mod radius;
-mod reduce;
-mod select;
-mod small;
-mod update;
-mod vote;
+mod params;
 
-pub(crate) use assign::{KmeansAssign, KmeansAssignL2Tf32, Tf32CentroidTerms};
-pub(crate) use centroids::KmeansCentroidsByDimension;
-pub(crate) use distance::Pairwise;
-pub(crate) use init::{
-    SeedGreedyDraw, SeedLocate, SeedNearest, SeedOwnerWeights, SeedSample, SeedTrials,
-};
-pub(crate) use knn_tf32::{KnnTf32Candidates, KnnTf32Rerank, KnnTf32Scan, KnnTf32Threshold};
-pub(crate) use minibatch::{KmeansMinibatchAssign, KmeansMinibatchShift, KmeansMinibatchUpdate};
-pub(crate) use norms::{RowNormRoots, RowSqNorms};
-pub(crate) use radius::{
-    KnnRadiusCount, KnnRadiusFill, KnnRadiusTf32Count, KnnRadiusTf32Fill, RadiusCandidates,
-};
-pub(crate) use reduce::{KmeansShiftParts, KmeansSummary};
-pub(crate) use select::{
-    KnnBitonicMergeGlobal, KnnBitonicMergeLocal, KnnSelect, KnnSelectKeys, KnnSortChunks, KnnTake,
-};
-pub(crate) use small::{KmeansFinalizeSmall, KmeansSmall};
-pub(crate) use update::{
-    KmeansAccumulateGlobal, KmeansAccumulateShared, KmeansFinalize, KmeansNormalizeRows,
-};
-pub(crate) use vote::KnnVote;
+pub(crate) use params::{Reads, Writes};
 
 #[cfg(test)]
 mod tests;

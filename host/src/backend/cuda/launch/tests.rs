@@ -1,4 +1,4 @@
-//! The kernel names and parameter counts the host launches with, checked against the committed
+//! The kernel names and parameters the host launches with, checked against the committed
 //! PTX and the twin table; no GPU needed.
 
 use crate::backend::cuda::image::{PTX, PTX_SM80};
@@ -21,30 +21,90 @@ fn built(k: &kernels_gpu::launch::Kernel, build: Build) -> bool {
 use kernels_gpu::KERNELS;
 use std::collections::BTreeMap;
 
-/// Every `.entry` of `ptx` with its number of parameters.
-fn entries(ptx: &str) -> BTreeMap<String, usize> {
+/// A parameter as the PTX declares it, or as a parameter struct's field says it must be.
+#[derive(Debug, PartialEq)]
+struct Param {
+    /// Its size in bytes.
+    size: usize,
+    /// Whether it is a pointer (`.ptr`).
+    pointer: bool,
+}
+
+/// Every `.entry` of `ptx` with its parameter list.
+fn entries(ptx: &str) -> BTreeMap<String, Vec<Option<Param>>> {
     let mut found = BTreeMap::new();
     for (at, _) in ptx.match_indices(".entry ") {
         let rest = &ptx[at + ".entry ".len()..];
         let open = rest.find('(').expect("a parameter list after .entry");
         let close = rest.find(')').expect("the end of the parameter list");
-        let params = rest[open..close].matches(".param ").count();
-        found.insert(rest[..open].to_string(), params);
+        let list = rest[open + 1..close]
+            .split(',')
+            .map(str::trim)
+            .filter(|p| !p.is_empty())
+            .map(param)
+            .collect();
+        found.insert(rest[..open].to_string(), list);
     }
     found
 }
 
-/// The kernels of `KERNELS` that a PTX build has.
-fn expected(build: Build) -> BTreeMap<String, usize> {
+/// A scalar or pointer parameter (`.param .u32 k_param_1`, `.param .u64 .ptr .align 1
+/// k_param_0`); `None` for any other, such as a by-value aggregate (`.param .align 8 .b8
+/// k_param_0[40]`).
+fn param(decl: &str) -> Option<Param> {
+    let words: Vec<&str> = decl.split_whitespace().collect();
+    let (ty, pointer) = match words[..] {
+        [".param", ty, ".ptr", ".align", _, _] => (ty, true),
+        [".param", ty, _] => (ty, false),
+        _ => return None,
+    };
+    let (".u" | ".s" | ".b" | ".f") = ty.get(..2)? else {
+        return None;
+    };
+    let bits: usize = ty[2..].parse().ok()?;
+    Some(Param {
+        size: bits / 8,
+        pointer,
+    })
+}
+
+/// The kernels of `KERNELS` that a PTX build has, each with the fields of its parameter struct
+/// on the host: one parameter each, in order, of the field's size, a pointer where the field is
+/// a `DevPtr`. Equal to the PTX's lists, they show that the driver copies each parameter from
+/// the field the host filled.
+fn expected(build: Build) -> BTreeMap<String, Vec<Option<Param>>> {
     KERNELS
         .iter()
         .filter(|k| built(k, build))
-        .map(|k| (k.name.to_string(), k.params))
+        .map(|k| {
+            let params = k
+                .params
+                .iter()
+                .map(|f| {
+                    Some(Param {
+                        size: f.size,
+                        pointer: f.pointer,
+                    })
+                })
+                .collect();
+            (k.name.to_string(), params)
+        })
         .collect()
 }
 
 #[test]
-fn every_kernel_is_an_entry_of_its_ptx_builds_with_its_parameter_count() {
+fn parameters_are_read_with_their_size_and_kind() {
+    let ptx = ".entry k(\n\t.param .u64 .ptr .align 1 k_param_0,\n\t.param .u32 k_param_1,\n\
+               \t.param .f64 k_param_2,\n\t.param .align 8 .b8 k_param_3[24]\n)\n{";
+    let p = |size, pointer| Some(Param { size, pointer });
+    assert_eq!(
+        entries(ptx)["k"],
+        [p(8, true), p(4, false), p(8, false), None]
+    );
+}
+
+#[test]
+fn every_kernel_is_an_entry_taking_its_struct_fields_in_order() {
     assert_eq!(entries(PTX), expected(Build::Sm70), "host/ptx/kernels.ptx");
     assert_eq!(
         entries(PTX_SM80),
@@ -205,9 +265,8 @@ mod source_tree {
     #[test]
     fn every_column_of_the_twin_table_names_what_exists() {
         let (kernels, host) = (workspace("kernels-gpu/src"), workspace("host/src"));
-        let launch = host.join("backend/cuda/launch");
         let mut wrong = vec![];
-        for [kernel, modules, launchers, twins, tests] in twin_table() {
+        for [kernel, modules, params, twins, tests] in twin_table() {
             let name = &kernel[0];
             // The kernel is in (one of) its modules.
             let in_module = modules.iter().any(|m| {
@@ -217,10 +276,10 @@ mod source_tree {
             if !in_module {
                 wrong.push(format!("{name}: not in module {modules:?}"));
             }
-            // Its launcher is a struct of that launch module.
-            for launcher in &launchers {
-                if !defined(std::slice::from_ref(&launch), launcher) {
-                    wrong.push(format!("{name}: no launcher {launcher}"));
+            // Its parameter struct is a type of `kernels_gpu`.
+            for p in &params {
+                if !defined(std::slice::from_ref(&kernels), p) {
+                    wrong.push(format!("{name}: no parameter struct {p}"));
                 }
             }
             // Its CPU twins exist; `::f` is a sibling of the twin before it.
