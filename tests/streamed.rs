@@ -1,14 +1,29 @@
 //! k-means past the GPU memory budget: rows beyond it take turns on the GPU in batches, and the
-//! fit equals the resident one and the CPU's, bit for bit. Budgets of a few MiB make every path
-//! stream on small shapes.
+//! fit equals the resident one and the CPU's, bit for bit. A budget per regime (resident, a few
+//! batches, many, refused), from the plan's own footprint, makes every path stream on small shapes.
 
+use kmeans_knn::bench::kmeans_least_budget;
 use kmeans_knn::{Device, Error, GpuSet, Init, KMeans, KMeansModel, KMeansParams, MatrixView};
 use kmeans_knn::{Metric, Precision};
 use kmeans_knn_tests::{assert_same_fit, gpu, lattice, uniform};
 
-/// Budgets from 24 MiB down to under 0.2 MiB, each 15 % below the last.
-fn budgets() -> impl Iterator<Item = usize> {
-    (0..30).map(|i| (24.0 * 1048576.0 * 0.85f64.powi(i)) as usize)
+/// Budgets for each streaming regime of a fit with `params` of `rows × d` rows per GPU of
+/// `device`: resident, two and three batches, sixteen, and a byte below the least that streams
+/// (refused). The least budget itself, a few rows a batch, is
+/// `a_budget_of_a_few_rows_a_batch_fits_and_does_not_grow_with_n`'s.
+fn budgets(params: &KMeansParams, rows: usize, d: usize, device: Device) -> Vec<usize> {
+    let one = match device {
+        Device::Gpus(set) => Device::Cuda(set.ordinals().unwrap()[0]),
+        device => device,
+    };
+    let least = |batches| {
+        kmeans_least_budget(params, rows, d, one, batches)
+            .unwrap()
+            .expect("a GPU has a budget")
+    };
+    let mut budgets: Vec<usize> = [1, 2, 3, 16].map(|b| least(Some(b))).into();
+    budgets.push(least(None) - 1);
+    budgets
 }
 
 /// The shards a fit ran on (1 for a resident fit), from its device description.
@@ -19,8 +34,9 @@ fn batches(model: &KMeansModel) -> usize {
         .map_or(1, |(count, _)| count.parse().unwrap())
 }
 
-/// Fits `params` on `device` (with `weights`, when given) under every budget: each fit equals the
-/// CPU's or is refused for its budget; returns the most batches seen.
+/// Fits `params` on `device` (with `weights`, when given) under a budget of each regime
+/// ([`budgets`]): each fit equals the CPU's, but for the one below the least budget, which is
+/// refused for its budget; returns the most batches seen.
 fn under_budgets(
     case: &str,
     view: &MatrixView<'_>,
@@ -33,8 +49,13 @@ fn under_budgets(
         None => params.fit(view),
     };
     let cpu = fit(params.clone().device(Device::Cpu)).unwrap();
-    let mut most = 0;
-    for budget in budgets() {
+    let parts = match device {
+        Device::Gpus(set) => set.ordinals().unwrap().len(),
+        _ => 1,
+    };
+    let (rows, d) = (view.rows().div_ceil(parts), view.cols());
+    let (mut most, mut refused) = (0, 0);
+    for budget in budgets(params, rows, d, device) {
         let case = format!("{case}, budget {budget}");
         match fit(params.clone().device(device).memory_budget(budget)) {
             Ok(fit) => {
@@ -44,10 +65,14 @@ fn under_budgets(
             Err(Error::InvalidParameter {
                 name: "memory budget",
                 ..
-            }) => {}
+            }) => refused += 1,
             Err(e) => panic!("{case}: {e}"),
         }
     }
+    assert_eq!(
+        refused, 1,
+        "{case}: only the budget below the least is refused"
+    );
     most
 }
 

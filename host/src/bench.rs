@@ -128,6 +128,20 @@ pub fn assign_once(
     Ok((lloyd.labels()?, lloyd.min_distances()?))
 }
 
+/// The least memory budget in bytes under which a k-means fit with `params` of `rows × d` rows on
+/// `device` (one GPU) takes at most `batches` batches (1: resident), or with `None` any (a byte
+/// less is refused for its budget); `None` for the CPU. For tests and benchmarks that pick a
+/// budget per streaming regime.
+pub fn kmeans_least_budget(
+    params: &crate::kmeans::KMeansParams,
+    rows: usize,
+    d: usize,
+    device: Device,
+    batches: Option<usize>,
+) -> Result<Option<usize>> {
+    crate::kmeans::shard::gpus::least_budget(params, rows, d, device, batches)
+}
+
 /// What [`knn_search_ms`] measured.
 pub struct KnnTiming {
     /// Per timed search, milliseconds between CUDA events recorded on the search's stream just

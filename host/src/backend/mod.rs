@@ -122,6 +122,26 @@ pub(crate) trait Backend: Send + Sync + Distances {
         let footprint = |n| self.lloyd_footprint(n, d, k, seeds_at_once);
         multi::batches::plan(rows, d, &footprint, budget)
     }
+
+    /// The least budget under which [`Backend::lloyd_batches`] cuts `rows` rows into at most
+    /// `batches` batches (1: resident), or with `None` into any (below it the fit is refused);
+    /// `None` where the data lives in host memory.
+    fn lloyd_budget(
+        &self,
+        rows: usize,
+        d: usize,
+        k: usize,
+        seeds_at_once: usize,
+        batches: Option<usize>,
+    ) -> Result<Option<usize>> {
+        if self.device_memory_free()?.is_none() {
+            return Ok(None);
+        }
+        let footprint = |n| self.lloyd_footprint(n, d, k, seeds_at_once);
+        Ok(Some(multi::batches::least_budget(
+            rows, batches, &footprint,
+        )))
+    }
 }
 
 /// Greedy k-means++ one step per round trip, on any [`Seeding`]: each step's draws located and

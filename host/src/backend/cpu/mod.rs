@@ -4,6 +4,7 @@
 mod init;
 pub(crate) mod kmeans;
 pub(crate) mod knn;
+pub(crate) mod locate;
 pub(crate) mod minibatch;
 pub mod partial;
 mod simd;

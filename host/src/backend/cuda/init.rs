@@ -11,6 +11,7 @@
 use super::launch::{Reads, Writes};
 use super::{CudaBackend, arg_u32};
 use crate::backend::cpu::kmeans::row_sq_norms;
+use crate::backend::cpu::locate::BlockWeights;
 use crate::backend::{GreedyPlan, Picks, Seeding, Seeds, Trials};
 use crate::error::{Error, Result};
 use cudarc::driver::{CudaSlice, DeviceRepr, ValidAsZeroBits};
@@ -20,8 +21,8 @@ use kernels_gpu::init::{
     SEED_NEAREST_L2, SEED_OWNER_WEIGHTS, SEED_SAMPLE_L1, SEED_SAMPLE_L2, SEED_SHARED_BYTES,
     SEED_TRIALS_L1, SEED_TRIALS_L2, SampleParams, TrialsParams, point_blocks,
 };
-use kernels_gpu::launch::Kernel;
 use kernels_gpu::launch::SEED_CANDIDATES;
+use kernels_gpu::launch::{BLOCK, Kernel};
 use kernels_gpu::math::AssignMetric;
 use kernels_gpu::norms::{ROW_SQ_NORMS, RowSqNormsParams, row_sq_norms_grid};
 use kernels_gpu::params::DevPtr;
@@ -141,6 +142,49 @@ impl ParkedSeeder {
     pub(crate) fn accept(&mut self, trial: usize) {
         self.pending = Some(trial);
     }
+
+    /// [`CudaSeeder::locate`] on the host, from the parked state: the rows `draws` pick among
+    /// `x` (the batch's rows; staged points, which the pending winner may be, in `scratch`).
+    pub(crate) fn locate(
+        &self,
+        x: &[f32],
+        scratch: &[f32],
+        h: &HostRows<'_>,
+        draws: &[u64],
+        ws: WeightScale,
+    ) -> Vec<u32> {
+        let (d, n) = (h.d, self.min_dist.len());
+        let nb = point_blocks(n);
+        let trial = self.pending.unwrap_or(0);
+        let pending = self.pending.map(|t| {
+            let row = self.last[t] as usize;
+            match row.checked_sub(n) {
+                None => &x[row * d..(row + 1) * d],
+                Some(s) => &scratch[s * d..(s + 1) * d],
+            }
+        });
+        let weights = BlockWeights {
+            x,
+            d,
+            metric: h.metric,
+            min_dist: &self.min_dist,
+            units: h.units,
+            sums: &self.block_sums[trial * nb..(trial + 1) * nb],
+            block: BLOCK as usize,
+        };
+        draws
+            .iter()
+            .map(|&r| weights.locate(r, pending, ws))
+            .collect()
+    }
+}
+
+/// What a parked seeder's host-side locate reads beside its own state.
+pub(crate) struct HostRows<'a> {
+    pub d: usize,
+    pub metric: AssignMetric,
+    /// Every row's units; `None`: one each.
+    pub units: Option<&'a [f32]>,
 }
 
 impl CudaSeeder {

@@ -6,7 +6,7 @@
 //! Spherical k-means always takes the second path, with one more kernel after the finalize that
 //! scales the new centroids to unit norm.
 
-use super::init::{CudaCandidates, CudaSeeder, ParkedSeeder, Rows};
+use super::init::{CudaCandidates, CudaSeeder, HostRows, ParkedSeeder, Rows};
 use super::launch::{Reads, Writes};
 use super::nccl::Rank;
 use super::slot::{Slot, dev_opt};
@@ -1026,6 +1026,19 @@ impl Seeding for CudaLloyd<'_> {
     }
 
     fn seed_locate(&mut self, draws: &[u64], ws: WeightScale) -> Result<Vec<u32>> {
+        // A batch between its turns (or with no draw to locate) stays off the device: a draw
+        // reads one block of rows, not a pass over them.
+        if draws.is_empty() {
+            return Ok(vec![]);
+        }
+        if let Some(parked) = &self.parked_seeder {
+            let rows = HostRows {
+                d: self.d,
+                metric: self.metric,
+                units: self.host_weights,
+            };
+            return Ok(parked.locate(self.host, &self.scratch_rows, &rows, draws, ws));
+        }
         let (r, s) = self.seeding()?;
         s.locate(&r, draws, ws)
     }

@@ -30,11 +30,7 @@ pub(crate) fn plan(
     footprint: &dyn Fn(usize) -> Footprint,
     budget: usize,
 ) -> Result<Vec<Range<usize>>> {
-    let need = |batches: usize| {
-        let f = footprint(rows.div_ceil(batches));
-        let rows_on_device = f.rows.saturating_mul(batches.min(2));
-        (f.per_row + f.per_fit).saturating_add(rows_on_device)
-    };
+    let need = |batches: usize| need(rows, batches, footprint);
     if need(1) <= budget {
         return Ok(std::iter::once(0..rows).collect());
     }
@@ -69,6 +65,30 @@ pub(crate) fn plan(
         .step_by(size)
         .map(|start| start..(start + size).min(rows))
         .collect())
+}
+
+/// Device bytes of a fit of `rows` rows in `batches` batches: one batch's rows and state, the
+/// next batch's rows (none when resident) and the fit's own buffers.
+pub(crate) fn need(rows: usize, batches: usize, footprint: &dyn Fn(usize) -> Footprint) -> usize {
+    let f = footprint(rows.div_ceil(batches));
+    let rows_on_device = f.rows.saturating_mul(batches.min(2));
+    (f.per_row + f.per_fit).saturating_add(rows_on_device)
+}
+
+/// The least budget under which [`plan`] takes at most `batches` batches of `rows` rows (1:
+/// resident), or with `None` the least under which it takes any (below it the fit is refused).
+pub(crate) fn least_budget(
+    rows: usize,
+    batches: Option<usize>,
+    footprint: &dyn Fn(usize) -> Footprint,
+) -> usize {
+    let most = batches
+        .unwrap_or(usize::MAX)
+        .clamp(1, rows.clamp(1, MAX_BATCHES));
+    (1..=most)
+        .map(|b| need(rows, b, footprint))
+        .min()
+        .expect("at least one count")
 }
 
 /// A batch that takes turns on a device, answering its caller's requests (a shard of a k-means
@@ -221,6 +241,22 @@ mod tests {
         let few = plan(1000, 128, &footprint, least + 6 * (512 + 28)).unwrap();
         assert!((2..=4).contains(&few[0].len()), "{:?}", few[0]);
         assert_eq!(few.last().unwrap().end, 1000);
+    }
+
+    /// The least budget for at most b batches plans at most b, and a byte less plans more (or
+    /// is refused below the least of all).
+    #[test]
+    fn least_budgets_plan_their_batch_counts() {
+        let rows = 100_000;
+        for most in [Some(1), Some(2), Some(3), Some(16), None] {
+            let least = least_budget(rows, most, &footprint);
+            let count = plan(rows, 128, &footprint, least).unwrap().len();
+            assert!(most.is_none_or(|m| count <= m), "{most:?}: {count}");
+            match plan(rows, 128, &footprint, least - 1) {
+                Ok(fewer) => assert!(most.is_some_and(|m| fewer.len() > m), "{most:?}"),
+                Err(_) => assert!(most.is_none() || least == least_budget(rows, None, &footprint)),
+            }
+        }
     }
 
     #[test]

@@ -67,6 +67,22 @@ pub(crate) fn place(
     Ok(placed)
 }
 
+/// The least memory budget of `device` under which a fit with `params` of `rows × d` rows takes at
+/// most `batches` batches there (1: resident), or with `None` any (below it the fit is refused);
+/// `None` where the device has no memory of its own.
+pub(crate) fn least_budget(
+    params: &KMeansParams,
+    rows: usize,
+    d: usize,
+    device: Device,
+    batches: Option<usize>,
+) -> Result<Option<usize>> {
+    let seeds_at_once = client::seeds_at_once(params);
+    device
+        .backend()?
+        .lloyd_budget(rows, d, params.k(), seeds_at_once, batches)
+}
+
 /// Fits `data` (validated by the shards) with `sample_weight` as `placed` says, as
 /// [`KMeansParams::fit`] or [`KMeansParams::fit_weighted`] would on one device.
 pub(crate) fn fit(

@@ -1,0 +1,151 @@
+//! The GPU's `seed_locate_*` kernels on the host, over a seeder's state in host memory: a
+//! streamed batch between its turns locates a k-means++ step's draws here, without its rows and
+//! seeding state going up for a pass that reads one block of rows per draw.
+
+use super::kmeans::row_sq_norms;
+use kernels_gpu::fixed::weight_units;
+use kernels_gpu::math::AssignMetric;
+use kernels_gpu::seeding::{WeightScale, row_distance};
+
+/// Rows and their seeding state as a GPU seeder holds them: every row's distance to its nearest
+/// seed, and the weight sums of the blocks of `block` rows for each trial of the last pass.
+pub(crate) struct BlockWeights<'a> {
+    /// The rows (`min_dist.len() × d`).
+    pub x: &'a [f32],
+    pub d: usize,
+    pub metric: AssignMetric,
+    pub min_dist: &'a [f32],
+    /// Every row's units (integer-valued); `None`: one each.
+    pub units: Option<&'a [f32]>,
+    /// The block sums of the weights being drawn from (one trial's).
+    pub sums: &'a [u64],
+    /// Rows per block of `sums` (`kernels_gpu::launch::BLOCK`).
+    pub block: usize,
+}
+
+impl BlockWeights<'_> {
+    /// The row draw `r` (below the total weight) picks, each row weighing
+    /// `min(min_dist, dist(row, pending))`: the first block whose cumulative sum exceeds `r`,
+    /// then the first row of it whose cumulative weight does (the last block or row when none
+    /// does), as `kernels_gpu::init::locate_draw` finds it.
+    pub(crate) fn locate(&self, r: u64, pending: Option<&[f32]>, ws: WeightScale) -> u32 {
+        let (d, n) = (self.d, self.min_dist.len());
+        let (mut rest, mut b) = (r, 0);
+        while b + 1 < self.sums.len() && rest >= self.sums[b] {
+            rest -= self.sums[b];
+            b += 1;
+        }
+        let start = b * self.block;
+        let end = (start + self.block).min(n);
+        let rows = &self.x[start * d..end * d];
+        let l2 = self.metric == AssignMetric::SqL2;
+        let norms = if l2 { row_sq_norms(rows, d) } else { vec![] };
+        let pending = pending.map(|c| (c, if l2 { row_sq_norms(c, d)[0] } else { 0.0 }));
+        for (j, row) in rows.chunks_exact(d).enumerate() {
+            let i = start + j;
+            let mut m = self.min_dist[i];
+            if let Some((c, c_sq)) = pending {
+                let x_sq = norms.get(j).copied().unwrap_or(0.0);
+                let dist = row_distance(self.metric, row, c, x_sq, c_sq);
+                if dist < m {
+                    m = dist;
+                }
+            }
+            let units = weight_units(self.units.map(|u| u[i])) as u64;
+            let w = ws.weight_of(self.metric, m, units);
+            if rest < w {
+                return i as u32;
+            }
+            rest -= w;
+        }
+        (start + self.block - 1).min(n - 1) as u32
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::cpu::Seeder;
+    use crate::backend::{Picks, Seeding, Seeds};
+
+    /// Located from block sums of 256 rows, the draws pick the rows that the CPU seeder picks
+    /// from its own chunks, with and without a pending winner, for both metrics, with units
+    /// (zeros among them) and with a last block shorter than the others.
+    #[test]
+    fn block_sums_locate_the_rows_the_cpu_seeder_locates() {
+        let (n, d, block) = (1000, 3, 256);
+        let x: Vec<f32> = (0..n * d)
+            .map(|i| ((i * 7919) % 97) as f32 / 13.0)
+            .collect();
+        let units: Vec<f32> = (0..n).map(|i| ((i * 31) % 5) as f32).collect();
+        let ws = WeightScale {
+            scale: 4.0,
+            cap: 1 << 40,
+        };
+        for metric in [AssignMetric::SqL2, AssignMetric::L1] {
+            let mut seeder =
+                Seeder::new(&x, d, metric, 0).weighted(units.iter().map(|&u| u as u64).collect());
+            seeder
+                .seed_nearest(Seeds::Rows(&[17]), 0, true, ws)
+                .unwrap();
+            let l2 = metric == AssignMetric::SqL2;
+            let norms = if l2 {
+                row_sq_norms(&x, d)
+            } else {
+                vec![0.0; n]
+            };
+            let dist = |i: usize, c: usize| {
+                row_distance(
+                    metric,
+                    &x[i * d..][..d],
+                    &x[c * d..][..d],
+                    norms[i],
+                    norms[c],
+                )
+            };
+            let min_dist: Vec<f32> = (0..n).map(|i| dist(i, 17)).collect();
+            // Located after the nearest pass (nothing pending), then after a trials pass with
+            // one of its trials accepted.
+            let mut tried = None;
+            for (t, pending) in [(None, None), (Some(1), Some(3usize)), (Some(2), Some(999))] {
+                if t.is_some() && tried.is_none() {
+                    let trials = [400, 3, 999];
+                    tried = Some(
+                        seeder
+                            .seed_trials(Picks::Seeds(Seeds::Rows(&trials)), ws)
+                            .unwrap(),
+                    );
+                }
+                let weight = |i: usize| {
+                    let m = pending.map_or(min_dist[i], |c| min_dist[i].min(dist(i, c)));
+                    ws.weight_of(metric, m, units[i] as u64)
+                };
+                let sums: Vec<u64> = (0..n.div_ceil(block))
+                    .map(|b| (b * block..((b + 1) * block).min(n)).map(weight).sum())
+                    .collect();
+                let total: u64 = sums.iter().sum();
+                if let Some(t) = t {
+                    assert_eq!(total, tried.as_ref().unwrap().potentials[t]);
+                    seeder.seed_accept(t);
+                }
+                let draws: Vec<u64> = [0, 1, total / 3, total / 2, total - 1].into();
+                let expected = seeder.seed_locate(&draws, ws).unwrap();
+                let weights = BlockWeights {
+                    x: &x,
+                    d,
+                    metric,
+                    min_dist: &min_dist,
+                    units: Some(&units),
+                    sums: &sums,
+                    block,
+                };
+                let point = pending.map(|c| &x[c * d..(c + 1) * d]);
+                let found: Vec<u32> = draws
+                    .iter()
+                    .map(|&r| weights.locate(r, point, ws))
+                    .collect();
+                assert_eq!(found, expected, "{metric:?}, pending {pending:?}");
+            }
+        }
+    }
+}
