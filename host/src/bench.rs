@@ -142,6 +142,30 @@ pub fn kmeans_least_budget(
     crate::kmeans::shard::gpus::least_budget(params, rows, d, device, batches)
 }
 
+pub use crate::kmeans::shard::phases::{Phase, PhaseTotals};
+
+/// What fits over shards in this process (GPU sets, streamed devices) did since the last
+/// [`stream_counters`] call with `reset`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StreamCounters {
+    /// Seeding, Lloyd steps and the rest, in that order.
+    pub phases: [(Phase, PhaseTotals); 3],
+    /// Bytes streamed batches copied to their devices at their turns (rows, per-row state,
+    /// seeding state) and back.
+    pub up_bytes: u64,
+    pub down_bytes: u64,
+}
+
+/// The [`StreamCounters`] since the last call with `reset` (which starts a new count).
+pub fn stream_counters(reset: bool) -> StreamCounters {
+    let (up_bytes, down_bytes) = crate::backend::traffic::totals(reset);
+    StreamCounters {
+        phases: crate::kmeans::shard::phases::totals(reset),
+        up_bytes,
+        down_bytes,
+    }
+}
+
 /// What [`knn_search_ms`] measured.
 pub struct KnnTiming {
     /// Per timed search, milliseconds between CUDA events recorded on the search's stream just

@@ -13,6 +13,7 @@ pub mod cuda;
 mod lloyd;
 pub(crate) mod multi;
 pub(crate) mod radius;
+pub(crate) mod traffic;
 pub(crate) mod vocab;
 
 pub use cpu::partial::{Farthest, Partial, Tally, farthest, merge_farthest, squared_shift};

@@ -12,6 +12,7 @@ use super::launch::{Reads, Writes};
 use super::{CudaBackend, arg_u32};
 use crate::backend::cpu::kmeans::row_sq_norms;
 use crate::backend::cpu::locate::BlockWeights;
+use crate::backend::traffic;
 use crate::backend::{GreedyPlan, Picks, Seeding, Seeds, Trials};
 use crate::error::{Error, Result};
 use cudarc::driver::{CudaSlice, DeviceRepr, ValidAsZeroBits};
@@ -102,40 +103,58 @@ pub(crate) struct CudaSeeder {
     pending: Option<usize>,
 }
 
-/// A [`CudaSeeder`]'s buffers in host memory ([`CudaSeeder::park`]).
+/// A [`CudaSeeder`]'s buffers in host memory ([`CudaSeeder::park`]): its per-row state (each
+/// row's seeding distance and nearest seed) and the small buffers. The rows' squared norms are
+/// computed again from the rows when it goes back (the same kernel, the same bits), and
+/// k-means‖'s samples, which no request reads after the one that drew them, come back as zeros.
 pub(crate) struct ParkedSeeder {
-    norms: Option<Vec<f32>>,
+    norms: bool,
     min_dist: Vec<f32>,
     owner: Vec<u32>,
     block_sums: Vec<u64>,
     candidates: Vec<u32>,
     draws: Vec<u64>,
     potentials: Vec<u64>,
-    sampled: Vec<u32>,
+    sampled: usize,
     count: Vec<u32>,
     pending_row: Vec<u32>,
     last: Vec<u32>,
     pending: Option<usize>,
 }
 
+/// The host memory of a seeder's per-row state while the seeder is on the device, kept for its
+/// next park (no fresh pages to fault in at every turn).
+#[derive(Default)]
+pub(crate) struct SeederSpare {
+    min_dist: Vec<f32>,
+    owner: Vec<u32>,
+}
+
 impl ParkedSeeder {
-    /// The seeder on the device again, as it was parked.
-    pub(crate) fn restore(self, gpu: &CudaBackend) -> Result<CudaSeeder> {
-        let what = "seeding state";
-        Ok(CudaSeeder {
-            norms: self.norms.map(|n| gpu.upload(&n, what)).transpose()?,
-            min_dist: gpu.upload(&self.min_dist, what)?,
-            owner: gpu.upload(&self.owner, what)?,
+    /// The seeder on the device again over the rows `r` (its `x` as at the park), as it was
+    /// parked; with the host memory it was parked in.
+    pub(crate) fn restore(self, r: &Rows<'_>) -> Result<(CudaSeeder, SeederSpare)> {
+        let (gpu, what) = (r.gpu, "seeding state");
+        traffic::up(size_of_val(&self.min_dist[..]) + size_of_val(&self.owner[..]));
+        let seeder = CudaSeeder {
+            norms: self.norms.then(|| row_norms(r)).transpose()?,
+            min_dist: gpu.upload_rows(&self.min_dist, &[], what)?,
+            owner: gpu.upload_rows(&self.owner, &[], what)?,
             block_sums: gpu.upload(&self.block_sums, what)?,
             candidates: gpu.upload(&self.candidates, what)?,
             draws: gpu.upload(&self.draws, what)?,
             potentials: gpu.upload(&self.potentials, what)?,
-            sampled: gpu.upload(&self.sampled, what)?,
+            sampled: gpu.zeros(self.sampled, "k-means|| samples")?,
             count: gpu.upload(&self.count, what)?,
             pending_row: gpu.upload(&self.pending_row, what)?,
             last: self.last,
             pending: self.pending,
-        })
+        };
+        let spare = SeederSpare {
+            min_dist: self.min_dist,
+            owner: self.owner,
+        };
+        Ok((seeder, spare))
     }
 
     /// [`CudaSeeder::accept`] while parked.
@@ -210,24 +229,33 @@ impl CudaSeeder {
         })
     }
 
-    /// Copies every buffer to host memory and frees it (a streamed batch between its turns;
-    /// waits for the work queued before).
-    pub(crate) fn park(self, gpu: &CudaBackend) -> Result<ParkedSeeder> {
+    /// Copies the buffers to host memory (the per-row state into `spare`'s) and frees them (a
+    /// streamed batch between its turns; waits for the work queued before). See
+    /// [`ParkedSeeder`] for what is not kept.
+    pub(crate) fn park(self, gpu: &CudaBackend, spare: SeederSpare) -> Result<ParkedSeeder> {
         fn down<T: DeviceRepr + ValidAsZeroBits + Clone>(
             gpu: &CudaBackend,
             buf: &CudaSlice<T>,
         ) -> Result<Vec<T>> {
             gpu.download(buf, buf.len(), "seeding state")
         }
+        let what = "seeding state";
+        let SeederSpare {
+            mut min_dist,
+            mut owner,
+        } = spare;
+        gpu.download_into(&self.min_dist, self.min_dist.len(), &mut min_dist, what)?;
+        gpu.download_into(&self.owner, self.owner.len(), &mut owner, what)?;
+        traffic::down(size_of_val(&min_dist[..]) + size_of_val(&owner[..]));
         Ok(ParkedSeeder {
-            norms: self.norms.as_ref().map(|n| down(gpu, n)).transpose()?,
-            min_dist: down(gpu, &self.min_dist)?,
-            owner: down(gpu, &self.owner)?,
+            norms: self.norms.is_some(),
+            min_dist,
+            owner,
             block_sums: down(gpu, &self.block_sums)?,
             candidates: down(gpu, &self.candidates)?,
             draws: down(gpu, &self.draws)?,
             potentials: down(gpu, &self.potentials)?,
-            sampled: down(gpu, &self.sampled)?,
+            sampled: self.sampled.len(),
             count: down(gpu, &self.count)?,
             pending_row: down(gpu, &self.pending_row)?,
             last: self.last,

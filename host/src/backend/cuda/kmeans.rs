@@ -6,11 +6,12 @@
 //! Spherical k-means always takes the second path, with one more kernel after the finalize that
 //! scales the new centroids to unit norm.
 
-use super::init::{CudaCandidates, CudaSeeder, HostRows, ParkedSeeder, Rows};
+use super::init::{CudaCandidates, CudaSeeder, HostRows, ParkedSeeder, Rows, SeederSpare};
 use super::launch::{Reads, Writes};
 use super::nccl::Rank;
 use super::slot::{Slot, dev_opt};
 use super::{CudaBackend, Mapped, arg_u32};
+use crate::backend::traffic;
 use crate::backend::vocab::{Metric, Precision};
 use crate::backend::{
     AcrossGpus, AssignStats, Footprint, GreedyPlan, Layout, Lloyd, LloydSpec, Picks, Readback,
@@ -122,6 +123,11 @@ pub(crate) struct CudaLloyd<'a> {
     seeder: Option<CudaSeeder>,
     /// The seeding buffers in host memory while the batch is off the device.
     parked_seeder: Option<ParkedSeeder>,
+    /// The host memory they were parked in, while they are on the device.
+    seeder_spare: SeederSpare,
+    /// Whether the labels were on the device in the batch's last turn (its next turn likely
+    /// reads them too, so they go up beside the rows: [`Residency::prefetch_rows`]).
+    labels_in_use: bool,
     /// Whether the device buffers are freed (a streamed batch between its turns; see
     /// [`CudaLloyd::park`]).
     parked: bool,
@@ -287,8 +293,8 @@ impl<'a> CudaLloyd<'a> {
         let small = match small_shape {
             Some(i) => Some(SmallPath {
                 kernel: i,
-                sums: Slot::Device(gpu.zeros(k * d, "cluster sums")?),
-                counts: Slot::Device(gpu.zeros(k, "cluster counts")?),
+                sums: Slot::device(gpu.zeros(k * d, "cluster sums")?),
+                counts: Slot::device(gpu.zeros(k, "cluster counts")?),
             }),
             None => None,
         };
@@ -324,35 +330,37 @@ impl<'a> CudaLloyd<'a> {
             hold_sums: false,
             rows_ready: None,
             weights: match spec.weights {
-                Some(w) => Some(Slot::Device(gpu.upload(w, "sample weights")?)),
+                Some(w) => Some(Slot::device(gpu.upload(w, "sample weights")?)),
                 None => None,
             },
             host_weights: spec.weights,
-            x_sq_norms: Slot::Device(point_norms_buffer(gpu, norms_len, spherical)?),
-            scales: Slot::Device(gpu.upload(&f32_scales, "fixed-point scales")?),
-            inv_scales: Slot::Device(gpu.upload(&f64_inv, "fixed-point scales")?),
+            x_sq_norms: Slot::device(point_norms_buffer(gpu, norms_len, spherical)?),
+            scales: Slot::device(gpu.upload(&f32_scales, "fixed-point scales")?),
+            inv_scales: Slot::device(gpu.upload(&f64_inv, "fixed-point scales")?),
             inertia_scale: pow2_f32(spec.inertia_exponent),
             inertia_unit: spec.inertia_unit,
-            centroids: Slot::Device(gpu.zeros(k * d, "centroids")?),
-            c_sq_norms: Slot::Device(gpu.zeros(k, "centroid norms")?),
-            c_terms: Slot::Device(gpu.zeros(if tf32 { 2 * k } else { 0 }, "centroid bound terms")?),
-            centroids_t: Slot::Device(gpu.zeros(by_dimension_len, "centroids by dimension")?),
-            next: Slot::Device(gpu.zeros(k * d, "centroids")?),
-            labels: Slot::Device(gpu.zeros(n, "labels")?),
-            min_dist: Slot::Device(gpu.zeros(n, "distances")?),
-            block_inertia: Slot::Device(gpu.zeros(assign_blocks, "inertia partials")?),
-            shift_parts: Slot::Device(gpu.zeros(shift_parts_grid(k * d), "shift partials")?),
-            counters: Slot::Device(gpu.zeros(2, "counters")?),
+            centroids: Slot::device(gpu.zeros(k * d, "centroids")?),
+            c_sq_norms: Slot::device(gpu.zeros(k, "centroid norms")?),
+            c_terms: Slot::device(gpu.zeros(if tf32 { 2 * k } else { 0 }, "centroid bound terms")?),
+            centroids_t: Slot::device(gpu.zeros(by_dimension_len, "centroids by dimension")?),
+            next: Slot::device(gpu.zeros(k * d, "centroids")?),
+            labels: Slot::device(gpu.zeros(n, "labels")?),
+            min_dist: Slot::device(gpu.zeros(n, "distances")?),
+            block_inertia: Slot::device(gpu.zeros(assign_blocks, "inertia partials")?),
+            shift_parts: Slot::device(gpu.zeros(shift_parts_grid(k * d), "shift partials")?),
+            counters: Slot::device(gpu.zeros(2, "counters")?),
             summary: gpu.mapped(4, "the step summary")?,
-            sizes: Slot::Device(gpu.zeros(k, "cluster sizes")?),
+            sizes: Slot::device(gpu.zeros(k, "cluster sizes")?),
             sums: Sums {
                 parts,
                 shared,
-                sums: Slot::Device(gpu.zeros(parts * k * d, "cluster sums")?),
-                counts: Slot::Device(gpu.zeros(parts * k, "cluster counts")?),
+                sums: Slot::device(gpu.zeros(parts * k * d, "cluster sums")?),
+                counts: Slot::device(gpu.zeros(parts * k, "cluster counts")?),
             },
             seeder: None,
             parked_seeder: None,
+            seeder_spare: SeederSpare::default(),
+            labels_in_use: false,
             parked: false,
             norms_stale: false,
             staged: vec![],
@@ -379,6 +387,7 @@ impl<'a> CudaLloyd<'a> {
     /// them).
     fn park(&mut self) -> Result<()> {
         let gpu = self.gpu;
+        self.labels_in_use = self.labels.on_device();
         self.labels.park(gpu, true, "labels")?;
         self.min_dist.park(gpu, true, "distances")?;
         self.block_inertia.park(gpu, false, "inertia partials")?;
@@ -404,16 +413,19 @@ impl<'a> CudaLloyd<'a> {
             small.counts.park(gpu, false, "cluster counts")?;
         }
         if let Some(seeder) = self.seeder.take() {
-            self.parked_seeder = Some(seeder.park(gpu)?);
+            let spare = std::mem::take(&mut self.seeder_spare);
+            self.parked_seeder = Some(seeder.park(gpu, spare)?);
         }
         self.parked = true;
         Ok(())
     }
 
     /// Puts back on the device what [`CudaLloyd::park`] freed; the points' norms are computed
-    /// again once the rows are there ([`CudaLloyd::load_rows`]), the distances stay in host
-    /// memory until a kernel writes them ([`CudaLloyd::distances_for`]), and the seeding state
-    /// until seeding goes on ([`CudaLloyd::seeder_back`]): the steps after seeding never move it.
+    /// again once the rows are there ([`CudaLloyd::load_rows`]), the labels stay in host memory
+    /// until a kernel reads them ([`CudaLloyd::labels_on_device`]: seeding never moves them),
+    /// the distances until a kernel writes them ([`CudaLloyd::distances_for`]), and the seeding
+    /// state until seeding goes on ([`CudaLloyd::seeder_back`]): the steps after seeding never
+    /// move it.
     fn unpark(&mut self) -> Result<()> {
         if !self.parked {
             return Ok(());
@@ -423,20 +435,17 @@ impl<'a> CudaLloyd<'a> {
         if let Some(uploaded) = self.rows_ready.take() {
             gpu.wait_for(&uploaded)?;
         }
-        self.labels.restore(gpu, "labels")?;
         self.block_inertia.restore(gpu, "inertia partials")?;
         self.centroids.restore(gpu, "centroids")?;
         self.next.restore(gpu, "centroids")?;
         self.sizes.restore(gpu, "cluster sizes")?;
         self.scales.restore(gpu, "fixed-point scales")?;
         self.inv_scales.restore(gpu, "fixed-point scales")?;
-        if let (Some(slot @ Slot::Freed(_)), Some(units)) =
-            (self.weights.as_mut(), self.host_weights)
-        {
-            *slot = Slot::Device(gpu.upload(units, "sample weights")?);
+        if let (Some(slot), Some(units)) = (self.weights.as_mut(), self.host_weights) {
+            slot.refill(gpu, units, "sample weights")?;
         }
         let norms_len = if self.small.is_some() { 0 } else { self.n };
-        self.x_sq_norms = Slot::Device(point_norms_buffer(gpu, norms_len, self.spherical)?);
+        self.x_sq_norms = Slot::device(point_norms_buffer(gpu, norms_len, self.spherical)?);
         self.norms_stale = self.computes_point_norms();
         self.c_sq_norms.restore(gpu, "centroid norms")?;
         self.c_terms.restore(gpu, "centroid bound terms")?;
@@ -453,11 +462,17 @@ impl<'a> CudaLloyd<'a> {
         Ok(())
     }
 
+    /// Puts the labels on the device for a kernel that reads or writes them (seeding never does,
+    /// so its turns leave them in host memory).
+    fn labels_on_device(&mut self) -> Result<()> {
+        self.labels.restore(self.gpu, "labels")
+    }
+
     /// Puts the distances on the device for a kernel that takes them, which writes every one
     /// when it `assigns`: their values kept in host memory go up only when it does not.
     fn distances_for(&mut self, assigns: bool) -> Result<()> {
-        if assigns && self.min_dist.host().is_some() {
-            self.min_dist = Slot::Freed(self.n);
+        if assigns {
+            self.min_dist.discard();
         }
         self.min_dist.restore(self.gpu, "distances")
     }
@@ -488,6 +503,7 @@ impl<'a> CudaLloyd<'a> {
     fn load_rows(&mut self) -> Result<()> {
         self.unpark()?;
         if self.x.is_none() {
+            traffic::up(size_of_val(self.host) + size_of_val(&self.scratch_rows[..]));
             self.x = Some(
                 self.gpu
                     .upload_rows(self.host, &self.scratch_rows, "the data")?,
@@ -547,6 +563,7 @@ impl<'a> CudaLloyd<'a> {
     /// cluster sums, which are zeroed first, so [`Self::queue_update`] only finalizes.
     fn queue_assign(&mut self, accumulate: bool) -> Result<()> {
         self.load_rows()?;
+        self.labels_on_device()?;
         self.distances_for(true)?;
         let gpu = self.gpu;
         let (n, d, k) = (self.n, self.d, self.k);
@@ -674,6 +691,7 @@ impl<'a> CudaLloyd<'a> {
     /// `accumulated`, the sums are already there.
     fn queue_update(&mut self, accumulated: bool) -> Result<()> {
         self.load_rows()?;
+        self.labels_on_device()?;
         let gpu = self.gpu;
         let (n, d, k) = (self.n, self.d, self.k);
         let s = &mut self.sums;
@@ -736,6 +754,7 @@ impl<'a> CudaLloyd<'a> {
     /// Queues the sums of the current labels into the first of the sums' parts, zeroed first.
     fn queue_accumulate_global(&mut self) -> Result<()> {
         self.load_rows()?;
+        self.labels_on_device()?;
         let gpu = self.gpu;
         let s = &mut self.sums;
         gpu.clear(s.sums.dev_mut()?, "cluster sums")?;
@@ -765,6 +784,7 @@ impl<'a> CudaLloyd<'a> {
     /// Queues the fused small step: `MODE_ASSIGN` and/or `MODE_ACCUMULATE`.
     fn queue_small(&mut self, kernel: usize, mode: u32) -> Result<()> {
         self.load_rows()?;
+        self.labels_on_device()?;
         self.distances_for(mode & MODE_ASSIGN != 0)?;
         let Some(small) = self.small.as_mut() else {
             unreachable!("only called on the small path")
@@ -908,11 +928,22 @@ fn by_dimension_cols(k: usize) -> usize {
 }
 
 impl CudaLloyd<'_> {
-    /// Puts the seeding state parked with the batch back on the device.
+    /// Puts the seeding state parked with the batch back on the device (the rows are there).
     fn seeder_back(&mut self) -> Result<()> {
-        if let Some(parked) = self.parked_seeder.take() {
-            self.seeder = Some(parked.restore(self.gpu)?);
-        }
+        let Some(parked) = self.parked_seeder.take() else {
+            return Ok(());
+        };
+        let rows = Rows {
+            gpu: self.gpu,
+            x: on_device(&self.x)?,
+            weights: dev_opt(&self.weights)?,
+            counts: None,
+            n: self.n,
+            d: self.d,
+            metric: self.metric,
+        };
+        let (seeder, spare) = parked.restore(&rows)?;
+        (self.seeder, self.seeder_spare) = (Some(seeder), spare);
         Ok(())
     }
 
@@ -1095,7 +1126,12 @@ impl Lloyd for CudaLloyd<'_> {
     }
 
     fn set_labels(&mut self, labels: &[u32]) -> Result<()> {
+        // A parked batch's labels wait in host memory for the kernel that reads them.
+        if self.labels.set_host(labels) {
+            return Ok(());
+        }
         self.unpark()?;
+        self.labels_on_device()?;
         self.gpu.write(labels, self.labels.dev_mut()?, "labels")
     }
 
@@ -1303,15 +1339,19 @@ impl Readback for CudaLloyd<'_> {
 
 impl Residency for CudaLloyd<'_> {
     fn prefetch_rows(&mut self) -> Result<()> {
-        // A parked batch's labels and units go up with its rows: every pass over the rows reads
-        // them.
-        let freed_units = matches!(self.weights, Some(Slot::Freed(_)));
-        let state = self.labels.host().is_some() || freed_units;
-        self.labels.restore_beside(self.gpu, "labels")?;
+        // A parked batch's units go up with its rows (every pass over the rows reads them), and
+        // its labels when its last turn used them (the Lloyd steps; seeding reads none).
+        let freed_units = self.weights.as_ref().is_some_and(Slot::is_freed);
+        let labels = self.labels_in_use && self.labels.host().is_some();
+        let state = labels || freed_units;
+        if labels {
+            self.labels.restore_beside(self.gpu, "labels")?;
+        }
         if let (Some(slot), Some(units)) = (self.weights.as_mut(), self.host_weights) {
             slot.refill_beside(self.gpu, units, "sample weights")?;
         }
         if self.x.is_none() {
+            traffic::up(size_of_val(self.host) + size_of_val(&self.scratch_rows[..]));
             let (x, uploaded) =
                 self.gpu
                     .upload_beside(self.host, &self.scratch_rows, "the data")?;

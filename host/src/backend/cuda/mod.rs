@@ -479,6 +479,25 @@ impl CudaBackend {
         Ok(host)
     }
 
+    /// Copies the first `len` elements of `dev` into `host` (made `len` long), through the
+    /// page-locked staging buffer and on the rayon threads (waits for queued work). Memory that
+    /// `host` already holds is reused: a streamed batch parks its per-row state into the same
+    /// pages at every turn, instead of faulting in fresh ones.
+    pub(crate) fn download_into<T: DeviceRepr + ValidAsZeroBits + Copy + Default + Send + Sync>(
+        &self,
+        dev: &CudaSlice<T>,
+        len: usize,
+        host: &mut Vec<T>,
+        what: &str,
+    ) -> Result<()> {
+        host.resize(len, T::default());
+        let mut at = 0;
+        self.download_each(dev, len, what, |part| {
+            staging::fill(&mut host[at..at + part.len()], part);
+            at += part.len();
+        })
+    }
+
     /// Copies `dev[range]` back to the host (waits for queued work).
     pub(crate) fn download_range<T: DeviceRepr>(
         &self,

@@ -1,65 +1,113 @@
 //! A device buffer that a streamed batch frees between its turns
 //! ([`crate::backend::Residency::release_rows`]): its values go to host memory when later turns read
 //! them, else only its length is kept and the buffer comes back as zeros. Between turns a batch
-//! then holds no device memory at all.
+//! then holds no device memory at all. The host memory stays with the slot from turn to turn, so
+//! parking again writes into pages already faulted in, and every copy of a large slot goes
+//! through the page-locked staging buffers ([`CudaBackend::download_into`],
+//! [`CudaBackend::upload_rows`]); the bytes count in [`crate::backend::traffic`].
 
-use super::{CudaBackend, alloc_error};
+use super::CudaBackend;
+use crate::backend::traffic;
 use crate::error::{Error, Result};
 use cudarc::driver::{CudaSlice, DeviceRepr, ValidAsZeroBits};
 
-pub(crate) enum Slot<T> {
-    /// On the device.
-    Device(CudaSlice<T>),
-    /// Freed, its values in host memory.
-    Host(Vec<T>),
-    /// Freed; it comes back as this many zeros.
-    Freed(usize),
+pub(crate) struct Slot<T> {
+    /// The buffer, while on the device.
+    dev: Option<CudaSlice<T>>,
+    /// While freed with `kept`, the buffer's values; otherwise spare memory for the next park.
+    host: Vec<T>,
+    kept: bool,
+    len: usize,
 }
 
-impl<T: DeviceRepr + ValidAsZeroBits + Clone> Slot<T> {
-    /// The buffer on the device; an error (a bug, not a crash) while it is freed.
-    pub(crate) fn dev(&self) -> Result<&CudaSlice<T>> {
-        match self {
-            Slot::Device(buf) => Ok(buf),
-            _ => Err(parked()),
+impl<T: DeviceRepr + ValidAsZeroBits + Copy + Default + Send + Sync> Slot<T> {
+    /// A slot on the device.
+    pub(crate) fn device(buf: CudaSlice<T>) -> Self {
+        Slot {
+            len: buf.len(),
+            dev: Some(buf),
+            host: Vec::new(),
+            kept: false,
         }
     }
 
+    /// The buffer on the device; an error (a bug, not a crash) while it is freed.
+    pub(crate) fn dev(&self) -> Result<&CudaSlice<T>> {
+        self.dev.as_ref().ok_or_else(parked)
+    }
+
     pub(crate) fn dev_mut(&mut self) -> Result<&mut CudaSlice<T>> {
-        match self {
-            Slot::Device(buf) => Ok(buf),
-            _ => Err(parked()),
-        }
+        self.dev.as_mut().ok_or_else(parked)
     }
 
     /// The values kept in host memory while the buffer is freed.
     pub(crate) fn host(&self) -> Option<&[T]> {
-        match self {
-            Slot::Host(values) => Some(values),
-            _ => None,
+        (self.dev.is_none() && self.kept).then_some(&self.host[..])
+    }
+
+    /// Whether the buffer is on the device.
+    pub(crate) fn on_device(&self) -> bool {
+        self.dev.is_some()
+    }
+
+    /// Whether the buffer is freed without its values (it comes back as zeros).
+    pub(crate) fn is_freed(&self) -> bool {
+        self.dev.is_none() && !self.kept
+    }
+
+    /// Forgets the values kept while freed: the next use writes them all.
+    pub(crate) fn discard(&mut self) {
+        self.kept = false;
+    }
+
+    /// Replaces the values of a freed slot by `values` (as many as it holds), which go up with
+    /// the next restore; `false` (nothing done) while the buffer is on the device.
+    pub(crate) fn set_host(&mut self, values: &[T]) -> bool {
+        if self.dev.is_some() || values.len() != self.len {
+            return false;
         }
+        self.host.clear();
+        self.host.extend_from_slice(values);
+        self.kept = true;
+        true
     }
 
     /// Frees the device buffer, copying its values to host memory first with `keep` (waits for
     /// the work queued before).
     pub(crate) fn park(&mut self, gpu: &CudaBackend, keep: bool, what: &str) -> Result<()> {
-        if let Slot::Device(buf) = self {
-            *self = match keep {
-                true => Slot::Host(gpu.download(buf, buf.len(), what)?),
-                false => Slot::Freed(buf.len()),
-            };
+        if let Some(buf) = &self.dev {
+            if keep {
+                gpu.download_into(buf, buf.len(), &mut self.host, what)?;
+                traffic::down(size_of_val(&self.host[..]));
+            }
+            self.kept = keep;
+            self.dev = None;
         }
         Ok(())
     }
 
     /// Puts the buffer back on the device: its kept values, or zeros.
     pub(crate) fn restore(&mut self, gpu: &CudaBackend, what: &str) -> Result<()> {
-        let buf = match self {
-            Slot::Device(_) => return Ok(()),
-            Slot::Host(values) => gpu.upload(values, what)?,
-            Slot::Freed(len) => gpu.zeros(*len, what)?,
+        if self.dev.is_some() {
+            return Ok(());
+        }
+        let buf = match self.kept {
+            true => {
+                traffic::up(size_of_val(&self.host[..]));
+                gpu.upload_rows(&self.host, &[], what)?
+            }
+            false => gpu.zeros(self.len, what)?,
         };
-        *self = Slot::Device(buf);
+        (self.dev, self.kept) = (Some(buf), false);
+        Ok(())
+    }
+
+    /// [`Slot::restore`] of a freed slot from `values` (which the host holds anyway).
+    pub(crate) fn refill(&mut self, gpu: &CudaBackend, values: &[T], what: &str) -> Result<()> {
+        if self.is_freed() {
+            traffic::up(size_of_val(values));
+            self.dev = Some(gpu.upload_rows(values, &[], what)?);
+        }
         Ok(())
     }
 
@@ -70,10 +118,9 @@ impl<T: DeviceRepr + ValidAsZeroBits + Clone> Slot<T> {
         values: &[T],
         what: &str,
     ) -> Result<()> {
-        if let Slot::Freed(_) = self {
-            let buf = (gpu.copy_stream()?.clone_htod(values))
-                .map_err(|e| alloc_error(what, std::mem::size_of_val(values), e))?;
-            *self = Slot::Device(buf);
+        if self.is_freed() {
+            traffic::up(size_of_val(values));
+            self.dev = Some(gpu.upload_rows_beside(values, &[], what)?);
         }
         Ok(())
     }
@@ -82,17 +129,17 @@ impl<T: DeviceRepr + ValidAsZeroBits + Clone> Slot<T> {
     /// (order what reads them after it with [`CudaBackend::copies_done`]). The buffer is freed on
     /// the copy stream: park it only once the work that read it is done (a download waits).
     pub(crate) fn restore_beside(&mut self, gpu: &CudaBackend, what: &str) -> Result<()> {
-        if let Slot::Host(values) = self {
-            let buf = (gpu.copy_stream()?.clone_htod(values))
-                .map_err(|e| alloc_error(what, std::mem::size_of_val(values.as_slice()), e))?;
-            *self = Slot::Device(buf);
+        if self.host().is_some() {
+            traffic::up(size_of_val(&self.host[..]));
+            self.dev = Some(gpu.upload_rows_beside(&self.host, &[], what)?);
+            self.kept = false;
         }
         Ok(())
     }
 }
 
 /// The device buffer of an optional slot (sample weights: `None` for one unit each).
-pub(crate) fn dev_opt<T: DeviceRepr + ValidAsZeroBits + Clone>(
+pub(crate) fn dev_opt<T: DeviceRepr + ValidAsZeroBits + Copy + Default + Send + Sync>(
     slot: &Option<Slot<T>>,
 ) -> Result<Option<&CudaSlice<T>>> {
     slot.as_ref().map(Slot::dev).transpose()

@@ -6,7 +6,8 @@
 use super::{CudaBackend, cuda};
 use crate::error::Result;
 use cudarc::driver::{
-    CudaContext, CudaEvent, CudaSlice, CudaStream, DevicePtrMut, PinnedHostSlice, result,
+    CudaContext, CudaEvent, CudaSlice, CudaStream, DevicePtrMut, DeviceRepr, PinnedHostSlice,
+    result,
 };
 use rayon::prelude::*;
 use std::sync::{Arc, Mutex};
@@ -48,10 +49,10 @@ impl UploadStaging {
 impl CudaBackend {
     /// Queues the copy of `host` into `dev[at..at + host.len()]` through the staging buffers;
     /// `host` may change once this returns (its values are in page-locked memory or copied).
-    pub(crate) fn write_rows(
+    pub(crate) fn write_rows<T: DeviceRepr + Copy + Send + Sync>(
         &self,
-        host: &[f32],
-        dev: &mut CudaSlice<f32>,
+        host: &[T],
+        dev: &mut CudaSlice<T>,
         at: usize,
         what: &str,
     ) -> Result<()> {
@@ -76,12 +77,12 @@ impl CudaBackend {
 
     /// `host` (through the staging buffers) then `tail` in new device memory, queued on the
     /// compute stream.
-    pub(crate) fn upload_rows(
+    pub(crate) fn upload_rows<T: DeviceRepr + Copy + Send + Sync>(
         &self,
-        host: &[f32],
-        tail: &[f32],
+        host: &[T],
+        tail: &[T],
         what: &str,
-    ) -> Result<CudaSlice<f32>> {
+    ) -> Result<CudaSlice<T>> {
         self.upload_on(&self.stream, &self.upload_staging, host, tail, what)
     }
 
@@ -89,24 +90,24 @@ impl CudaBackend {
     /// meanwhile; with the event that marks the copies done, which work on the compute stream
     /// must wait for ([`CudaBackend::wait_for`]). The memory's frees go on the copy stream: free
     /// it only once the work that read it is done.
-    pub(crate) fn upload_beside(
+    pub(crate) fn upload_beside<T: DeviceRepr + Copy + Send + Sync>(
         &self,
-        host: &[f32],
-        tail: &[f32],
+        host: &[T],
+        tail: &[T],
         what: &str,
-    ) -> Result<(CudaSlice<f32>, CudaEvent)> {
+    ) -> Result<(CudaSlice<T>, CudaEvent)> {
         let dev = self.upload_rows_beside(host, tail, what)?;
         Ok((dev, self.copies_done(what)?))
     }
 
     /// [`CudaBackend::upload_rows`] on the copy stream, through its own staging buffers; order
     /// later work after it with [`CudaBackend::copies_done`].
-    pub(crate) fn upload_rows_beside(
+    pub(crate) fn upload_rows_beside<T: DeviceRepr + Copy + Send + Sync>(
         &self,
-        host: &[f32],
-        tail: &[f32],
+        host: &[T],
+        tail: &[T],
         what: &str,
-    ) -> Result<CudaSlice<f32>> {
+    ) -> Result<CudaSlice<T>> {
         self.upload_on(self.copy_stream()?, &self.copy_staging, host, tail, what)
     }
 
@@ -119,14 +120,14 @@ impl CudaBackend {
         Ok(done)
     }
 
-    fn upload_on(
+    fn upload_on<T: DeviceRepr + Copy + Send + Sync>(
         &self,
         stream: &Arc<CudaStream>,
         staging: &Mutex<Option<UploadStaging>>,
-        host: &[f32],
-        tail: &[f32],
+        host: &[T],
+        tail: &[T],
         what: &str,
-    ) -> Result<CudaSlice<f32>> {
+    ) -> Result<CudaSlice<T>> {
         let len = host.len() + tail.len();
         // SAFETY: both parts are written below, on `stream`, before anything reads them.
         let mut dev = unsafe { self.uninit_on(stream, len, what)? };
@@ -147,12 +148,12 @@ impl CudaBackend {
     }
 
     /// Queues the copy of `host` into `dev[at..]` on `stream` through `staging`'s buffers.
-    fn write_rows_on(
+    fn write_rows_on<T: DeviceRepr + Copy + Send + Sync>(
         &self,
         stream: &CudaStream,
         staging: &Mutex<Option<UploadStaging>>,
-        host: &[f32],
-        dev: &mut CudaSlice<f32>,
+        host: &[T],
+        dev: &mut CudaSlice<T>,
         at: usize,
         what: &str,
     ) -> Result<()> {
@@ -174,7 +175,7 @@ impl CudaBackend {
             *staging = Some(UploadStaging::new(&self.ctx)?);
         }
         let staging = staging.as_mut().expect("made above");
-        let per_piece = PIECE_BYTES / size_of::<f32>();
+        let per_piece = PIECE_BYTES / size_of::<T>();
         let mut view = dev.slice_mut(at..at + host.len());
         let (dst, _written) = view.device_ptr_mut(stream);
         for (p, piece) in host.chunks(per_piece).enumerate() {
@@ -182,10 +183,7 @@ impl CudaBackend {
             // The copy last queued from this buffer must be done before the CPU refills it (an
             // event never recorded is done).
             staging.copied[slot].synchronize().map_err(err)?;
-            let buffer = staging.buffers[slot]
-                .as_mut_ptr()
-                .map_err(err)?
-                .cast::<f32>();
+            let buffer = staging.buffers[slot].as_mut_ptr().map_err(err)?.cast::<T>();
             // SAFETY: the buffer holds PIECE_BYTES page-aligned bytes, room for `piece`, and no
             // copy reads it now (waited for above).
             let staged = unsafe { std::slice::from_raw_parts_mut(buffer, piece.len()) };
@@ -203,7 +201,7 @@ impl CudaBackend {
 
 /// Copies `from` into `to` on the rayon threads: one thread's copy does not keep up with the
 /// link.
-fn fill(to: &mut [f32], from: &[f32]) {
+pub(super) fn fill<T: Copy + Send + Sync>(to: &mut [T], from: &[T]) {
     (to.par_chunks_mut(FILL_GRAIN))
         .zip(from.par_chunks(FILL_GRAIN))
         .for_each(|(t, f)| t.copy_from_slice(f));

@@ -20,6 +20,7 @@ use crate::kmeans::weights::Weighting;
 use crate::kmeans::{KMeansModel, KMeansParams};
 use crate::matrix::MatrixView;
 use std::ops::Range;
+use std::time::Instant;
 
 /// The rows one device holds, in the batches that take turns on it (one when resident).
 pub(crate) struct Placement {
@@ -189,7 +190,10 @@ impl Turn for Shard {
 
 impl Transport for OnThreads {
     fn broadcast(&mut self, request: &Request) -> Result<Vec<Reply>> {
-        answer_in_turns(&mut self.groups, &|_| request)
+        let start = Instant::now();
+        let replies = answer_in_turns(&mut self.groups, &|_| request);
+        super::phases::record(request, start.elapsed());
+        replies
     }
 
     fn scatter(&mut self, requests: Vec<Request>) -> Result<Vec<Reply>> {
@@ -200,7 +204,12 @@ impl Transport for OnThreads {
                 requests.len()
             )));
         }
-        answer_in_turns(&mut self.groups, &|i| &requests[i])
+        let start = Instant::now();
+        let replies = answer_in_turns(&mut self.groups, &|i| &requests[i]);
+        if let Some(first) = requests.first() {
+            super::phases::record(first, start.elapsed());
+        }
+        replies
     }
 
     /// With NCCL, every GPU accumulates and keeps its sums; once all have (so that none waits

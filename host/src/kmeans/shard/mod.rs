@@ -66,6 +66,7 @@ mod client;
 mod codec;
 mod columns;
 pub(crate) mod gpus;
+pub(crate) mod phases;
 mod protocol;
 mod resident;
 
