@@ -6,7 +6,7 @@
 //!                  [--precision tf32] [--knn-exact] [--whole] [--gpus gpu:0,1]
 //!                  [--stream N,D,M,K,BUDGET_MIB] [--stream-kmeans N,D,K,BUDGET_MIB]
 //!                  [--stream-kmeans-widths BUDGET_MIB]
-//!                  [--stream-kmeans-fit N,D,K,BUDGET_MIB,MAX_ITER[,cpu]]
+//!                  [--stream-kmeans-fit N,D,K,BUDGET_MIB,MAX_ITER[,cpu][,l1][,kmeans|||random]]
 //!                  [--all-paths] [--radius]
 //!
 //! `--reps` (default 30) timed runs per case after warm-up; kNN cases of 10^9 distances or more
@@ -44,10 +44,15 @@
 //! rows of four times the budget: the streamed step's time and its host→device rate (rows and
 //! labels) against the copy rate of the rows alone.
 //!
-//! `--stream-kmeans-fit N,D,K,BUDGET_MIB,MAX_ITER[,cpu]` fits N × D uniform rows made in the
-//! process (k-means++, seed 0) streamed within BUDGET_MIB, and with `cpu` also on the CPU, and
-//! says whether the two are the same bit for bit (e.g. `200000000,3,8,8192,20,cpu`, and
-//! `2000000000,3,8,8192,20` where host memory holds no CPU fit beside it).
+//! `--stream-kmeans-fit N,D,K,BUDGET_MIB,MAX_ITER[,cpu][,l1][,kmeans|||random]` fits N × D
+//! uniform rows made in the process (k-means++ unless `kmeans||` or `random` points, seed 0;
+//! squared L2 unless `l1`) streamed within BUDGET_MIB, and with `cpu` also on the CPU, and says
+//! whether the two are the same bit for bit (e.g. `200000000,3,8,8192,20,cpu`, and
+//! `2000000000,3,8,8192,20` where host memory holds no CPU fit beside it). It breaks the fit
+//! down by phase (seeding, Lloyd steps, the rest: wall ms, passes over the rows, requests, and
+//! the rate of rows crossing to the GPU per pass against a staged upload of all rows timed in
+//! the same run), counts the bytes the batches moved up and down at their turns, and ends with
+//! the case as one JSON line.
 //!
 //! `--radius` adds a `-radius` row per kNN case: a radius search whose radius gives about k
 //! neighbours a query (the median k-th neighbour distance), against the k-nearest search (wall
@@ -351,37 +356,106 @@ fn streamed_fit_rows(
     Ok(())
 }
 
-/// The `--stream-kmeans-fit` rows (see the module documentation).
+/// The `--stream-kmeans-fit` rows (see the module documentation): readable lines, then the
+/// case as one JSON line.
 fn fit_against_cpu_rows(shape: &str, device: Device) -> Result<(), Box<dyn std::error::Error>> {
-    let (numbers, cpu) = match shape.strip_suffix(",cpu") {
-        Some(numbers) => (numbers, true),
-        None => (shape, false),
+    let usage = || {
+        format!(
+            "--stream-kmeans-fit {shape}: N,D,K,BUDGET_MIB,MAX_ITER[,cpu][,l1][,kmeans|||random]"
+        )
     };
-    let v: Vec<usize> = numbers
-        .split(',')
-        .map(str::parse)
+    let parts: Vec<&str> = shape.split(',').collect();
+    if parts.len() < 5 {
+        return Err(usage().into());
+    }
+    let v: Vec<usize> = parts[..5]
+        .iter()
+        .map(|p| p.parse())
         .collect::<Result<_, _>>()?;
-    let &[n, d, k, budget_mib, max_iter] = v.as_slice() else {
-        return Err(format!("--stream-kmeans-fit {shape}: N,D,K,BUDGET_MIB,MAX_ITER[,cpu]").into());
+    let mut fit = gpus::WholeFit {
+        n: v[0],
+        d: v[1],
+        k: v[2],
+        budget: v[3] << 20,
+        max_iter: v[4],
+        init: Init::KMeansPlusPlus,
+        metric: Metric::L2,
+        cpu: false,
     };
-    let r = gpus::fit_against_cpu(n, d, k, budget_mib << 20, max_iter, device, cpu)?;
+    for option in &parts[5..] {
+        match *option {
+            "cpu" => fit.cpu = true,
+            "l1" => fit.metric = Metric::L1,
+            "kmeans||" => fit.init = Init::KMeansParallel,
+            "random" => fit.init = Init::RandomPoints,
+            _ => return Err(usage().into()),
+        }
+    }
+    let r = gpus::fit_against_cpu(&fit, device)?;
+    let (n, d, k) = (fit.n, fit.d, fit.k);
+    let rows_gb = (n * d * 4) as f64 / 1e9;
+    let upload_gbps = rows_gb / (r.upload_ms / 1e3);
     println!("device: {}", device.describe()?);
     println!(
-        "stream-kmeans-fit: {n} × {d} rows ({:.2} GB), k = {k}, budget {budget_mib} MiB",
-        (n * d * 4) as f64 / 1e9
+        "stream-kmeans-fit: {n} × {d} rows ({rows_gb:.2} GB), k = {k}, {:?}, {:?}, budget {} MiB",
+        fit.init,
+        fit.metric,
+        fit.budget >> 20
     );
     println!(
-        "  streamed fit         {:>10.1} ms  {} iterations, inertia {}",
+        "  staged upload of all rows {:>10.1} ms  {upload_gbps:>7.2} GB/s",
+        r.upload_ms
+    );
+    println!(
+        "  streamed fit              {:>10.1} ms  {} iterations, inertia {}",
         r.gpu_ms, r.model.n_iter, r.model.inertia
     );
-    println!("  fitted on            {}", r.model.device);
+    let mut phases = serde_json::Map::new();
+    for (phase, t) in &r.counters.phases {
+        // Rows crossing to the device per second of the phase, against the staged upload's rate.
+        let gbps = t.passes as f64 * rows_gb / t.seconds.max(1e-9);
+        println!(
+            "  {:<25} {:>10.1} ms  {:>4} passes over the rows in {:>5} requests, {gbps:>7.2} GB/s of rows ({:.0} % of the upload's rate)",
+            format!("{phase:?}").to_lowercase(),
+            t.seconds * 1e3,
+            t.passes,
+            t.requests,
+            100.0 * gbps / upload_gbps,
+        );
+        phases.insert(
+            format!("{phase:?}").to_lowercase(),
+            serde_json::json!({
+                "seconds": t.seconds, "passes": t.passes, "requests": t.requests,
+                "rows_gbps": gbps,
+            }),
+        );
+    }
+    let (up, down) = (
+        r.counters.up_bytes as f64 / 1e9,
+        r.counters.down_bytes as f64 / 1e9,
+    );
+    println!(
+        "  traffic                   {up:>10.2} GB up, {down:.2} GB down at the batches' turns ({:.2} GB/s up over the fit)",
+        up / (r.gpu_ms / 1e3)
+    );
+    println!("  fitted on                 {}", r.model.device);
     match (r.cpu_ms, r.identical) {
         (Some(ms), Some(same)) => {
-            println!("  CPU fit              {ms:>10.1} ms");
-            println!("  identical to the CPU {same}");
+            println!("  CPU fit                   {ms:>10.1} ms");
+            println!("  identical to the CPU      {same}");
         }
-        _ => println!("  CPU fit              (not run: add ,cpu)"),
+        _ => println!("  CPU fit                   (not run: add ,cpu)"),
     }
+    let line = serde_json::json!({
+        "mode": "stream-kmeans-fit", "device": device.describe()?, "n": n, "d": d, "k": k,
+        "init": format!("{:?}", fit.init), "metric": format!("{:?}", fit.metric),
+        "budget_mib": fit.budget >> 20, "max_iter": fit.max_iter,
+        "fit_ms": r.gpu_ms, "n_iter": r.model.n_iter, "fitted_on": r.model.device,
+        "upload_ms": r.upload_ms, "upload_gbps": upload_gbps,
+        "phases": phases, "up_bytes": r.counters.up_bytes, "down_bytes": r.counters.down_bytes,
+        "cpu_ms": r.cpu_ms, "identical_to_cpu": r.identical,
+    });
+    println!("{line}");
     Ok(())
 }
 

@@ -7,7 +7,7 @@
 
 use crate::data::{Case, KnnCase, uniform};
 use crate::whole::median;
-use kmeans_knn::bench::{Upload, device_peak_bytes, upload_ms};
+use kmeans_knn::bench::{StreamCounters, Upload, device_peak_bytes, stream_counters, upload_ms};
 use kmeans_knn::{Device, DistanceMetric, Init, KMeans, KMeansModel, KnnIndex, MatrixView};
 use std::ops::Range;
 use std::time::Instant;
@@ -303,37 +303,56 @@ pub fn streamed_fit(
     Ok((measured, fitted))
 }
 
+/// The fit [`fit_against_cpu`] runs: `n × d` uniform rows made in the process (no file), `k`
+/// clusters from `init` (seed 0) under `metric`, at most `max_iter` iterations, streamed within
+/// `budget` bytes.
+#[derive(Clone, Debug)]
+pub struct WholeFit {
+    pub n: usize,
+    pub d: usize,
+    pub k: usize,
+    pub budget: usize,
+    pub max_iter: usize,
+    pub init: Init,
+    pub metric: kmeans_knn::Metric,
+    /// Whether the CPU fits the same rows too, for the bit-for-bit comparison.
+    pub cpu: bool,
+}
+
 /// What [`fit_against_cpu`] measured.
 pub struct AgainstCpu {
     /// Wall ms of the streamed fit on the GPU and of the CPU's (when run).
     pub gpu_ms: f64,
     pub cpu_ms: Option<f64>,
+    /// Median ms of one upload of all rows through the page-locked staging, in the same run.
+    pub upload_ms: f64,
+    /// The streamed fit's phases and traffic.
+    pub counters: StreamCounters,
     /// The streamed fit.
     pub model: KMeansModel,
     /// Whether the CPU's fit is the same bit for bit: labels, centroids, inertia, iterations.
     pub identical: Option<bool>,
 }
 
-/// A whole k-means fit (k-means++, seed 0, at most `max_iter` iterations) of `n × d` uniform rows
-/// made in this process (no file), streamed on `device` within `budget` bytes, and with `cpu` the
-/// CPU's fit of the same rows, compared bit for bit.
-pub fn fit_against_cpu(
-    n: usize,
-    d: usize,
-    k: usize,
-    budget: usize,
-    max_iter: usize,
-    device: Device,
-    cpu: bool,
-) -> kmeans_knn::Result<AgainstCpu> {
+/// A whole k-means fit as `fit` says, streamed on `device`, its phases counted, beside one
+/// staged upload of its rows; with `fit.cpu` the CPU's fit of the same rows, compared bit for bit.
+pub fn fit_against_cpu(fit: &WholeFit, device: Device) -> kmeans_knn::Result<AgainstCpu> {
+    let WholeFit { n, d, k, .. } = *fit;
     let data = uniform(n * d, 5);
     let x = MatrixView::new(&data, n, d)?;
-    let params = KMeans::params(k).seed(0).max_iter(max_iter);
+    let upload_ms = upload_ms(device, &data, 1 << 28, Upload::Staged, 3)?;
+    let params = KMeans::params(k)
+        .seed(0)
+        .max_iter(fit.max_iter)
+        .init(fit.init.clone())
+        .metric(fit.metric);
+    stream_counters(true);
     let start = Instant::now();
-    let model = (params.clone().device(device).memory_budget(budget)).fit(x.clone())?;
+    let model = (params.clone().device(device).memory_budget(fit.budget)).fit(x.clone())?;
     let gpu_ms = start.elapsed().as_secs_f64() * 1e3;
+    let counters = stream_counters(true);
     let (mut cpu_ms, mut identical) = (None, None);
-    if cpu {
+    if fit.cpu {
         let start = Instant::now();
         let on_cpu = params.device(Device::Cpu).fit(x)?;
         cpu_ms = Some(start.elapsed().as_secs_f64() * 1e3);
@@ -348,6 +367,8 @@ pub fn fit_against_cpu(
     Ok(AgainstCpu {
         gpu_ms,
         cpu_ms,
+        upload_ms,
+        counters,
         model,
         identical,
     })
