@@ -387,7 +387,11 @@ impl<'a> CudaLloyd<'a> {
     /// them).
     fn park(&mut self) -> Result<()> {
         let gpu = self.gpu;
-        self.labels_in_use = self.labels.on_device();
+        // A turn that left the batch parked (a request that reads no rows) says nothing of the
+        // next one.
+        if !self.parked {
+            self.labels_in_use = self.labels.on_device();
+        }
         self.labels.park(gpu, true, "labels")?;
         self.min_dist.park(gpu, true, "distances")?;
         self.block_inertia.park(gpu, false, "inertia partials")?;
