@@ -16,6 +16,7 @@ use crate::backend::traffic;
 use crate::backend::{GreedyPlan, Picks, Seeding, Seeds, Trials};
 use crate::error::{Error, Result};
 use cudarc::driver::{CudaSlice, DeviceRepr, ValidAsZeroBits};
+use kernels_gpu::fixed::weight_units;
 use kernels_gpu::init::{
     GreedyDrawParams, LocateParams, NEAREST_SHARED_BYTES, NearestParams, OwnerWeightsParams,
     SEED_GREEDY_DRAW_L1, SEED_GREEDY_DRAW_L2, SEED_LOCATE_L1, SEED_LOCATE_L2, SEED_NEAREST_L1,
@@ -160,6 +161,22 @@ impl ParkedSeeder {
     /// [`CudaSeeder::accept`] while parked.
     pub(crate) fn accept(&mut self, trial: usize) {
         self.pending = Some(trial);
+    }
+
+    /// [`CudaSeeder::owner_weights`] on the host, from the parked state: the units (`units`,
+    /// or one each) of the rows whose nearest seed is each of the ids `0..ids`.
+    pub(crate) fn owner_weights(&self, ids: usize, units: Option<&[f32]>) -> Result<Vec<u64>> {
+        let mut totals = vec![0u64; ids];
+        for (i, &o) in self.owner.iter().enumerate() {
+            let total = totals.get_mut(o as usize).ok_or_else(|| {
+                Error::invalid(
+                    "ids",
+                    format!("a row's nearest seed is {o}, not below {ids}"),
+                )
+            })?;
+            *total += weight_units(units.map(|u| u[i])) as u64;
+        }
+        Ok(totals)
     }
 
     /// [`CudaSeeder::locate`] on the host, from the parked state: the rows `draws` pick among

@@ -1101,6 +1101,10 @@ impl Seeding for CudaLloyd<'_> {
     }
 
     fn seed_owner_weights(&mut self, ids: usize) -> Result<Vec<u64>> {
+        // Integer sums of host values: no pass over the rows for a batch between its turns.
+        if let Some(parked) = &self.parked_seeder {
+            return parked.owner_weights(ids, self.host_weights);
+        }
         let (r, s) = self.seeding()?;
         s.owner_weights(&r, ids)
     }
