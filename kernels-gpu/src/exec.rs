@@ -375,6 +375,75 @@ pub(crate) mod emu {
         }
     }
 
+    /// `cp.async` in the emulator: each emulated thread's copies wait in their commit groups
+    /// until it waits for them, so a kernel that reads a stage before waiting for it (or lets
+    /// another thread's copy overwrite a stage still in use) reads stale or garbage values, as
+    /// it could on the GPU.
+    pub(crate) mod async_copy {
+        use std::cell::{Cell, RefCell};
+
+        /// A copy in flight: its destination, its source (null: zero-fill) and its length.
+        type Copy = (*mut u8, *const u8, usize);
+
+        thread_local! {
+            static SHARED: Cell<*mut u8> = const { Cell::new(core::ptr::null_mut()) };
+            /// The committed groups, oldest first, then the copies not committed yet.
+            static GROUPS: RefCell<Vec<Vec<Copy>>> = const { RefCell::new(Vec::new()) };
+            static OPEN: RefCell<Vec<Copy>> = const { RefCell::new(Vec::new()) };
+        }
+
+        /// Sets this OS thread's shared memory (the emulated thread it runs).
+        pub(super) fn enter(shared: *mut u8) {
+            SHARED.with(|s| s.set(shared));
+            GROUPS.with(|g| g.borrow_mut().clear());
+            OPEN.with(|o| o.borrow_mut().clear());
+        }
+
+        /// The shared-window address of `p`: its offset in the block's shared memory.
+        pub(crate) fn shared_addr<T>(p: *mut T) -> u32 {
+            let base = SHARED.with(|s| s.get());
+            (p as usize - base as usize) as u32
+        }
+
+        /// Starts a copy of `bytes` of `src` (the rest of `size` zero-filled) to `dst`.
+        pub(crate) fn start(dst: u32, src: *const u8, bytes: usize, size: usize) {
+            let at = SHARED.with(|s| s.get()).wrapping_add(dst as usize);
+            assert!(
+                bytes == 0 || bytes == size,
+                "partial copies are not emulated"
+            );
+            let src = if bytes == 0 { core::ptr::null() } else { src };
+            OPEN.with(|o| o.borrow_mut().push((at, src, size)));
+        }
+
+        /// Closes the open copies into a group.
+        pub(crate) fn commit() {
+            let open = OPEN.with(|o| std::mem::take(&mut *o.borrow_mut()));
+            GROUPS.with(|g| g.borrow_mut().push(open));
+        }
+
+        /// Lands every group but the `pending` most recent (all copies with `None`).
+        pub(crate) fn wait(pending: Option<usize>) {
+            let mut groups = GROUPS.with(|g| std::mem::take(&mut *g.borrow_mut()));
+            if pending.is_none() {
+                groups.push(OPEN.with(|o| std::mem::take(&mut *o.borrow_mut())));
+            }
+            let keep = pending.unwrap_or(0).min(groups.len());
+            let kept = groups.split_off(groups.len() - keep);
+            for (dst, src, size) in groups.into_iter().flatten() {
+                // SAFETY: the kernel's copies name its shared memory and its input buffers.
+                unsafe {
+                    if src.is_null() {
+                        dst.write_bytes(0, size);
+                    } else {
+                        dst.copy_from_nonoverlapping(src, size);
+                    }
+                }
+            }
+            GROUPS.with(|g| *g.borrow_mut() = kept);
+        }
+    }
+
     /// A pointer that may cross threads (the kernels synchronise their own accesses).
     #[derive(Clone, Copy)]
     pub(crate) struct P<T>(pub *mut T);
@@ -416,6 +485,7 @@ pub(crate) mod emu {
                     let (barrier, warp, body) = (&barrier, &warps[thread / 32], &body);
                     s.spawn(move || {
                         let shared = shared;
+                        async_copy::enter(shared.get());
                         body(Emu {
                             thread,
                             block,

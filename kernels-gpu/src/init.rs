@@ -279,10 +279,11 @@ fn staged() {
 }
 
 /// Adds `v` (one per thread) into the block's shared sum `slot`: warp sums, one atomic per warp.
+#[allow(clippy::manual_is_multiple_of)]
 #[inline(always)]
 unsafe fn add_to_block<E: Exec>(e: E, slot: *mut u64, v: u64) {
     let total = warp_sum_u64(e, v);
-    if e.thread().is_multiple_of(32) {
+    if e.thread() % 32 == 0 {
         unsafe { atomic_add_u64(slot, total) };
     }
 }

@@ -195,9 +195,10 @@ pub const KERNELS: [Kernel; 63] = [
     init::SEED_OWNER_WEIGHTS.erased(),
 ];
 
-#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
+// The tensor-core helpers: on the GPU from sm_80, in the host's tests for the emulator.
+#[cfg(any(test, all(target_arch = "nvptx64", target_feature = "sm_80")))]
 mod cp_async;
-#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
+#[cfg(any(test, all(target_arch = "nvptx64", target_feature = "sm_80")))]
 pub mod mma;
 #[cfg(all(target_arch = "nvptx64", target_feature = "sm_90a"))]
 pub mod wgmma;
