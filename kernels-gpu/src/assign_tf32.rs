@@ -16,18 +16,20 @@
 //!
 //! The kernel body `run` goes prologue, sweep, merge, re-check (see its comment).
 
+#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
+use crate::exec::Gpu;
 use crate::launch::Kernel;
 use crate::params::DevPtr;
-#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
+#[cfg(any(test, all(target_arch = "nvptx64", target_feature = "sm_80")))]
 use crate::{
     cp_async::{commit, copy_4, copy_rows, shared_addr, wait_all, wait_group},
-    exec::{Exec, Gpu, atomic_add_u32, block_sum_f64, block_sum_i64},
+    exec::{Exec, atomic_add_u32, block_sum_f64, block_sum_i64, shfl_xor_f32},
     fixed::{inertia_term, units_at},
     launch::BLOCK,
     math::{AssignMetric, assign_distance, assign_step, better, l2_score},
-    mma::{load4, mma, shfl_xor_u32, to_tf32},
+    mma::{load4, to_tf32},
 };
-#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
+#[cfg(any(test, all(target_arch = "nvptx64", target_feature = "sm_80")))]
 use {
     bound::{RowTerms, error_bound, product_coefficient},
     shortlist::Shortlist,
@@ -175,15 +177,15 @@ assign_tf32_entry! {
         // 16-byte copies then, else one word at a time (two specialisations, so neither keeps the
         // other's addresses live).
         if d % 4 == 0 {
-            unsafe { run::<true>(a) }
+            unsafe { run::<true, _>(Gpu, a) }
         } else {
-            unsafe { run::<false>(a) }
+            unsafe { run::<false, _>(Gpu, a) }
         }
     }
 }
 
 /// Arguments of [`kmeans_assign_l2_tf32`].
-#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
+#[cfg(any(test, all(target_arch = "nvptx64", target_feature = "sm_80")))]
 #[derive(Clone, Copy)]
 struct Tf32AssignArgs {
     x: *const f32,
@@ -212,9 +214,12 @@ struct Tf32AssignArgs {
 /// functions (tried, see the history of this file) reorders instructions and inverts the sweep
 /// loop's latch in the PTX of `kmeans_assign_l2_tf32`. The helpers below (`stage_points`,
 /// `stage_chunk`, `merge_lanes`, `exact_dot`) and [`Shortlist`] are its leaf steps.
-#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
+#[cfg(any(test, all(target_arch = "nvptx64", target_feature = "sm_80")))]
+// Index loops (the fragments and accumulators are indexed by several loop variables at once)
+// and `%` tests, as the PTX was tuned with them (`is_multiple_of` changes the sweep's code).
+#[allow(clippy::needless_range_loop, clippy::manual_is_multiple_of)]
 #[inline(always)]
-unsafe fn run<const VEC: bool>(a: Tf32AssignArgs) {
+unsafe fn run<const VEC: bool, E: Exec>(e: E, a: Tf32AssignArgs) {
     let Tf32AssignArgs {
         x,
         x_sq_norms,
@@ -232,14 +237,14 @@ unsafe fn run<const VEC: bool>(a: Tf32AssignArgs) {
         weights,
     } = a;
     let vec = VEC;
-    let t = Gpu.thread();
+    let t = e.thread();
     let (warp, lane) = (t / 32, t % 32);
     let (g, q) = (lane / 4, lane % 4);
     // Warp (wm, wn) covers points wm·32.. and centroids wn·64.. of the block's tiles.
     let (wm, wn) = (warp % 4, warp / 4);
-    let first_point = Gpu.block() * TF32_POINTS;
+    let first_point = e.block() * TF32_POINTS;
 
-    let xs = Gpu.shared::<u32>();
+    let xs = e.shared::<u32>();
     let cs = unsafe { xs.add(TF32_POINTS / 2 * TF32_X_STRIDE) };
     // Per point of the block: its error-bound terms `p` and `X + R_x` (zeros past `n`), read
     // where a tile is ranked (in registers they would spill from the sweep).
@@ -309,12 +314,12 @@ unsafe fn run<const VEC: bool>(a: Tf32AssignArgs) {
         // This step's chunk (and at s = 0 the point tile) has landed for this thread's copies;
         // the barrier makes everyone's visible and frees the buffer of step s − 1.
         wait_group::<{ TF32_STAGES - 2 }>();
-        Gpu.sync();
+        e.sync();
         let j0 = kc * TF32_CHUNK_DIMS;
         if !resident && s > 0 && j0 % TF32_POINT_DIMS == 0 {
             // This step reads another slice of the dimensions: restage the points.
             unsafe { stage_points(t, vec, x, n, d, first_point, j0, dp, xs) };
-            Gpu.sync();
+            e.sync();
         }
         // The chunk TF32_STAGES − 1 steps ahead lands while this one is multiplied.
         let ahead = s + TF32_STAGES - 1;
@@ -363,7 +368,7 @@ unsafe fn run<const VEC: bool>(a: Tf32AssignArgs) {
             let b = unsafe { load4(buf.add(c * TF32_C_STRIDE + q * 4)) };
             for kk in 0..2 {
                 for mt in 0..2 {
-                    mma(&mut acc[mt][nt], af[mt][kk], [b[2 * kk], b[2 * kk + 1]]);
+                    e.mma_tf32(&mut acc[mt][nt], af[mt][kk], [b[2 * kk], b[2 * kk + 1]]);
                 }
             }
         }
@@ -402,13 +407,13 @@ unsafe fn run<const VEC: bool>(a: Tf32AssignArgs) {
     }
     // Only empty groups can be pending; the barrier frees the point tile for the merge.
     wait_all();
-    Gpu.sync();
+    e.sync();
 
     // Merge the four lanes of a point row (they saw different centroids), then the two warp
     // columns through shared memory (the point tile is free now).
     for list in &mut lists {
-        merge_lanes(list, 1);
-        merge_lanes(list, 2);
+        merge_lanes(e, list, 1);
+        merge_lanes(e, list, 2);
     }
     // Per (point, warp column): the three lower bounds and the upper one, then two centroids.
     let merge_bounds = xs.cast::<f32>();
@@ -431,7 +436,7 @@ unsafe fn run<const VEC: bool>(a: Tf32AssignArgs) {
             }
         }
     }
-    Gpu.sync();
+    e.sync();
 
     // Exact re-check, two threads per point: the two shortlisted centroids, one each. A point
     // whose shortlist may miss the winner is flagged, and the whole block scores every centroid
@@ -471,7 +476,7 @@ unsafe fn run<const VEC: bool>(a: Tf32AssignArgs) {
             (best, label) = (l2_score(dot, unsafe { *c_sq_norms.add(c) }), cand);
         }
     }
-    Gpu.sync();
+    e.sync();
     // The flagged points, one at a time (the flags are the same for every thread, so are the
     // barriers): every thread scores centroids t, t + BLOCK, …; the warps' best, then the
     // block's, as the exact path ranks them (`better` orders (score, index) totally, so the
@@ -492,7 +497,7 @@ unsafe fn run<const VEC: bool>(a: Tf32AssignArgs) {
             c += BLOCK as usize;
         }
         for mask in [16, 8, 4, 2, 1] {
-            let (ob, ol) = (shfl_xor_f32(fb, mask), shfl_xor_u32(fl, mask));
+            let (ob, ol) = (shfl_xor_f32(e, fb, mask), e.shfl_xor_u32(fl, mask));
             if better(ob, ol, fb, fl) {
                 (fb, fl) = (ob, ol);
             }
@@ -503,7 +508,7 @@ unsafe fn run<const VEC: bool>(a: Tf32AssignArgs) {
                 *warp_best.add(2 * warp + 1) = fl;
             }
         }
-        Gpu.sync();
+        e.sync();
         if p == f {
             for w in 0..BLOCK as usize / 32 {
                 let (ob, ol) = unsafe {
@@ -518,9 +523,9 @@ unsafe fn run<const VEC: bool>(a: Tf32AssignArgs) {
             }
         }
         // The warps' slots are written again for the next flagged point.
-        Gpu.sync();
+        e.sync();
     }
-    let (other_best, other) = (shfl_xor_f32(best, 1), shfl_xor_u32(label, 1));
+    let (other_best, other) = (shfl_xor_f32(e, best, 1), e.shfl_xor_u32(label, 1));
     if better(other_best, other, best, label) {
         (best, label) = (other_best, other);
     }
@@ -544,16 +549,16 @@ unsafe fn run<const VEC: bool>(a: Tf32AssignArgs) {
         dist_sum = inertia_term(dist, inertia_scale, units);
     }
     if !changed.is_null() {
-        let total = unsafe { block_sum_f64(Gpu, Gpu.block_dim(), scratch, moved) };
+        let total = unsafe { block_sum_f64(e, e.block_dim(), scratch, moved) };
         if t == 0 && total > 0.0 {
             unsafe { atomic_add_u32(changed, total as u32) };
         }
     }
     if !block_inertia.is_null() {
         let total =
-            unsafe { block_sum_i64(Gpu, Gpu.block_dim(), scratch.add(BLOCK as usize), dist_sum) };
+            unsafe { block_sum_i64(e, e.block_dim(), scratch.add(BLOCK as usize), dist_sum) };
         if t == 0 {
-            unsafe { *block_inertia.add(Gpu.block()) = total };
+            unsafe { *block_inertia.add(e.block()) = total };
         }
     }
 }
@@ -562,7 +567,8 @@ unsafe fn run<const VEC: bool>(a: Tf32AssignArgs) {
 ///
 /// # Safety
 /// `x` and `c` are valid for `d` values.
-#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
+#[cfg(any(test, all(target_arch = "nvptx64", target_feature = "sm_80")))]
+#[allow(clippy::manual_is_multiple_of)]
 #[inline(always)]
 unsafe fn exact_dot(x: *const f32, c: *const f32, d: usize) -> f32 {
     #[repr(C, align(16))]
@@ -588,13 +594,13 @@ unsafe fn exact_dot(x: *const f32, c: *const f32, d: usize) -> f32 {
 }
 
 /// Merges the shortlist of lane `lane ^ mask` (the same point row) into this lane's.
-#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
+#[cfg(any(test, all(target_arch = "nvptx64", target_feature = "sm_80")))]
 #[inline(always)]
-fn merge_lanes(list: &mut Shortlist, mask: u32) {
+fn merge_lanes<E: Exec>(e: E, list: &mut Shortlist, mask: u32) {
     let other = Shortlist {
-        lower: list.lower.map(|v| shfl_xor_f32(v, mask)),
-        index: list.index.map(|v| shfl_xor_u32(v, mask)),
-        upper: shfl_xor_f32(list.upper, mask),
+        lower: list.lower.map(|v| shfl_xor_f32(e, v, mask)),
+        index: list.index.map(|v| e.shfl_xor_u32(v, mask)),
+        upper: shfl_xor_f32(e, list.upper, mask),
     };
     list.merge(other);
 }
@@ -606,7 +612,7 @@ fn merge_lanes(list: &mut Shortlist, mask: u32) {
 ///
 /// # Safety
 /// `x` holds `n × d` values (16-byte aligned rows with `vec`); `xs` is the point tile.
-#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
+#[cfg(any(test, all(target_arch = "nvptx64", target_feature = "sm_80")))]
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn stage_points(
@@ -660,7 +666,7 @@ unsafe fn stage_points(
 /// # Safety
 /// `c` holds `k × d` values (16-byte aligned rows with `vec`), `c_sq_norms` `k`, `c_terms` `2k`;
 /// `buf` is a centroid stage.
-#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
+#[cfg(any(test, all(target_arch = "nvptx64", target_feature = "sm_80")))]
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn stage_chunk(
@@ -703,14 +709,9 @@ unsafe fn stage_chunk(
     }
 }
 
-/// See [`shfl_xor_u32`].
-#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
-#[inline(always)]
-fn shfl_xor_f32(v: f32, mask: u32) -> f32 {
-    f32::from_bits(shfl_xor_u32(v.to_bits(), mask))
-}
-
 pub mod bound;
+#[cfg(test)]
+mod emulated;
 pub mod shortlist;
 
 #[cfg(test)]

@@ -1,18 +1,28 @@
 //! Asynchronous global → shared copies (`cp.async`, sm_80 and later), for every kernel that
-//! stages tiles with them (FP32 assign, TF32 assign, TF32 kNN scan).
+//! stages tiles with them (FP32 assign, TF32 assign, TF32 kNN scan). In the host's tests the
+//! emulator performs them (`exec::emu::async_copy`: each lands when its thread waits for it).
 
+#[cfg(not(target_arch = "nvptx64"))]
+use crate::exec::emu::async_copy;
+#[cfg(target_arch = "nvptx64")]
 use core::arch::asm;
 
 /// The shared-window address of a generic pointer into shared memory.
 #[inline(always)]
 pub fn shared_addr<T>(p: *mut T) -> u32 {
-    let a: u64;
-    // SAFETY: an address conversion in registers.
-    unsafe {
-        asm!("cvta.to.shared.u64 {a}, {p};", a = out(reg64) a, p = in(reg64) p,
-            options(pure, nomem, nostack))
+    #[cfg(target_arch = "nvptx64")]
+    let a = {
+        let a: u64;
+        // SAFETY: an address conversion in registers.
+        unsafe {
+            asm!("cvta.to.shared.u64 {a}, {p};", a = out(reg64) a, p = in(reg64) p,
+                options(pure, nomem, nostack))
+        };
+        a as u32
     };
-    a as u32
+    #[cfg(not(target_arch = "nvptx64"))]
+    let a = async_copy::shared_addr(p);
+    a
 }
 
 /// Starts an asynchronous copy of the f32 at global `src` to shared address `dst`; with `bytes`
@@ -22,6 +32,9 @@ pub fn shared_addr<T>(p: *mut T) -> u32 {
 /// `src` valid for `bytes` (0 or 4); both 4-byte aligned.
 #[inline(always)]
 pub unsafe fn copy_4(dst: u32, src: *const f32, bytes: u32) {
+    #[cfg(not(target_arch = "nvptx64"))]
+    async_copy::start(dst, src.cast(), bytes as usize, 4);
+    #[cfg(target_arch = "nvptx64")]
     unsafe {
         asm!("cp.async.ca.shared.global [{d}], [{s}], 4, {b};", d = in(reg32) dst,
             s = in(reg64) src, b = in(reg32) bytes, options(nostack))
@@ -34,6 +47,9 @@ pub unsafe fn copy_4(dst: u32, src: *const f32, bytes: u32) {
 /// `src` valid for `bytes`; both 16-byte aligned.
 #[inline(always)]
 pub unsafe fn copy_16(dst: u32, src: *const f32, bytes: u32) {
+    #[cfg(not(target_arch = "nvptx64"))]
+    async_copy::start(dst, src.cast(), bytes as usize, 16);
+    #[cfg(target_arch = "nvptx64")]
     unsafe {
         asm!("cp.async.cg.shared.global [{d}], [{s}], 16, {b};", d = in(reg32) dst,
             s = in(reg64) src, b = in(reg32) bytes, options(nostack))
@@ -90,25 +106,41 @@ pub unsafe fn copy_rows<
 /// Closes the group of copies this thread started so far.
 #[inline(always)]
 pub fn commit() {
+    #[cfg(not(target_arch = "nvptx64"))]
+    async_copy::commit();
+    #[cfg(target_arch = "nvptx64")]
     // SAFETY: no operands.
-    unsafe { asm!("cp.async.commit_group;", options(nostack)) };
+    unsafe {
+        asm!("cp.async.commit_group;", options(nostack))
+    };
 }
 
 /// Waits until at most `N` of this thread's most recent groups are still in flight.
 #[inline(always)]
 pub fn wait_group<const N: usize>() {
+    #[cfg(not(target_arch = "nvptx64"))]
+    async_copy::wait(Some(N));
+    #[cfg(target_arch = "nvptx64")]
     // SAFETY: no operands.
-    unsafe { asm!("cp.async.wait_group {n};", n = const N, options(nostack)) };
+    unsafe {
+        asm!("cp.async.wait_group {n};", n = const N, options(nostack))
+    };
 }
 
 /// Waits until every copy this thread started has landed (visible to this thread).
 #[inline(always)]
 pub fn wait_all() {
+    #[cfg(not(target_arch = "nvptx64"))]
+    async_copy::wait(None);
+    #[cfg(target_arch = "nvptx64")]
     // SAFETY: no operands.
-    unsafe { asm!("cp.async.wait_all;", options(nostack)) };
+    unsafe {
+        asm!("cp.async.wait_all;", options(nostack))
+    };
 }
 
 /// The dynamic shared memory of this launch, in bytes (`%dynamic_smem_size`).
+#[cfg(target_arch = "nvptx64")]
 #[inline(always)]
 pub fn dynamic_shared_bytes() -> u32 {
     let n: u32;

@@ -1,10 +1,12 @@
-//! The execution context of the kernel bodies: thread and block index, the block barrier and
-//! dynamic shared memory, and the fixed-order reductions and integer atomics bodies share.
+//! The execution context of the kernel bodies: thread and block index, the block barrier,
+//! dynamic shared memory and the warp-wide instructions (shuffles, the TF32 `mma`), and the
+//! fixed-order reductions and integer atomics bodies share.
 //!
-//! On nvptx64 `Gpu` reads the special registers (everything inlines to the same PTX as direct
-//! calls). In the host's unit tests, `emu` (test builds) runs the very same bodies with one OS thread per GPU
-//! thread and a real barrier, so the kernels' indexing, barriers and shared-memory use are
-//! exercised without a GPU.
+//! On nvptx64 `Gpu` reads the special registers and emits the instructions (everything inlines
+//! to the same PTX as direct calls). In the host's unit tests, `emu` (test builds) runs the very
+//! same bodies with one OS thread per GPU thread and a real barrier, and performs a warp-wide
+//! instruction by exchanging the 32 lanes' operands at a barrier of the warp, so the kernels'
+//! indexing, barriers, shared-memory use and warp exchanges are exercised without a GPU.
 
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
@@ -22,6 +24,48 @@ pub trait Exec: Copy {
     fn sync(self);
     /// The launch's dynamic shared memory, viewed as `T`.
     fn shared<T>(self) -> *mut T;
+    /// `v` of lane `lane ^ mask` of this warp (`shfl.sync.bfly`); every lane of the warp calls
+    /// it with the same `mask < 32`.
+    fn shfl_xor_u32(self, v: u32, mask: u32) -> u32;
+    /// `acc += a · b` for one `m16n8k8` TF32 tile with FP32 accumulation (`mma.sync`), warp-wide;
+    /// the fragment layout is in [`mma_fragments`]. Every lane of the warp calls it.
+    #[cfg(any(not(target_arch = "nvptx64"), target_feature = "sm_80"))]
+    fn mma_tf32(self, acc: &mut [f32; 4], a: [u32; 4], b: [u32; 2]);
+}
+
+/// Fragment layout of [`Exec::mma_tf32`] (PTX ISA, "Matrix Fragments for mma.m16n8k8", `.tf32`),
+/// for lane `l`, `g = l / 4`, `q = l % 4`: A (16 × 8, row major)
+/// `a = [A[g][q], A[g + 8][q], A[g][q + 4], A[g + 8][q + 4]]`; B (8 × 8, column major)
+/// `b = [B[q][g], B[q + 4][g]]`; C/D (16 × 8)
+/// `c = [C[g][2q], C[g][2q + 1], C[g + 8][2q], C[g + 8][2q + 1]]`. The k index is only summed
+/// over, so any relabelling of it that A and B share gives the same products.
+pub mod mma_fragments {
+    /// The (row, k) of A that `a[i]` of lane `lane` holds.
+    pub const fn a(lane: usize, i: usize) -> (usize, usize) {
+        (lane / 4 + 8 * (i % 2), lane % 4 + 4 * (i / 2))
+    }
+    /// The (k, column) of B that `b[i]` of lane `lane` holds.
+    pub const fn b(lane: usize, i: usize) -> (usize, usize) {
+        (lane % 4 + 4 * i, lane / 4)
+    }
+    /// The (row, column) of C and D that `c[i]` of lane `lane` holds.
+    pub const fn c(lane: usize, i: usize) -> (usize, usize) {
+        (lane / 4 + 8 * (i / 2), 2 * (lane % 4) + i % 2)
+    }
+}
+
+/// [`Exec::shfl_xor_u32`] of a u64, as two 32-bit shuffles (low word first).
+#[inline(always)]
+pub fn shfl_xor_u64<E: Exec>(e: E, v: u64, mask: u32) -> u64 {
+    let lo = e.shfl_xor_u32(v as u32, mask) as u64;
+    let hi = e.shfl_xor_u32((v >> 32) as u32, mask) as u64;
+    (hi << 32) | lo
+}
+
+/// [`Exec::shfl_xor_u32`] of an f32's bits.
+#[inline(always)]
+pub fn shfl_xor_f32<E: Exec>(e: E, v: f32, mask: u32) -> f32 {
+    f32::from_bits(e.shfl_xor_u32(v.to_bits(), mask))
 }
 
 /// Sums one f64 per thread in a fixed tree order and returns the total to every thread, so the
@@ -195,15 +239,69 @@ impl Exec for Gpu {
     fn shared<T>(self) -> *mut T {
         core::intrinsics::gpu::gpu_launch_sized_workgroup_mem::<T>()
     }
+    #[inline(always)]
+    fn shfl_xor_u32(self, v: u32, mask: u32) -> u32 {
+        let r: u32;
+        // SAFETY: register-only; every lane of the warp executes it (full member mask).
+        unsafe {
+            core::arch::asm!("shfl.sync.bfly.b32 {r}, {v}, {m}, 31, -1;", r = out(reg32) r,
+                v = in(reg32) v, m = in(reg32) mask, options(nomem, nostack))
+        };
+        r
+    }
+    #[cfg(target_feature = "sm_80")]
+    #[inline(always)]
+    fn mma_tf32(self, acc: &mut [f32; 4], a: [u32; 4], b: [u32; 2]) {
+        // SAFETY: register-only; every lane of the warp executes it (no divergence around it).
+        unsafe {
+            core::arch::asm!(
+                "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {{{0}, {1}, {2}, {3}}}, {{{4}, {5}, {6}, {7}}}, {{{8}, {9}}}, {{{0}, {1}, {2}, {3}}};",
+                inout(reg32) acc[0],
+                inout(reg32) acc[1],
+                inout(reg32) acc[2],
+                inout(reg32) acc[3],
+                in(reg32) a[0],
+                in(reg32) a[1],
+                in(reg32) a[2],
+                in(reg32) a[3],
+                in(reg32) b[0],
+                in(reg32) b[1],
+                options(nomem, nostack)
+            )
+        };
+    }
 }
 
 /// A host emulator of kernel launches for unit tests: blocks run one after the other, the
 /// threads of a block run concurrently as OS threads that meet at a real barrier, and shared
-/// memory starts filled with a garbage pattern so that reading it before writing shows.
+/// memory starts filled with a garbage pattern so that reading it before writing shows. A
+/// warp-wide instruction publishes each lane's operands in its warp's exchange, waits for the
+/// warp's 32 lanes, computes the lane's result from all of them and waits again before the
+/// exchange is reused.
 #[cfg(all(test, not(target_arch = "nvptx64")))]
 pub(crate) mod emu {
-    use super::Exec;
-    use std::sync::Barrier;
+    use super::{Exec, mma_fragments};
+    use std::sync::{Barrier, Mutex};
+
+    /// Words a lane publishes for one warp-wide instruction: an `mma`'s A, B and C fragments.
+    const WORDS: usize = 10;
+
+    /// The warp's meeting point.
+    struct Warp {
+        barrier: Barrier,
+        words: Mutex<[[u32; WORDS]; 32]>,
+    }
+
+    impl Warp {
+        /// Every lane's `mine`, once each lane of the warp has published its own.
+        fn exchange(&self, lane: usize, mine: &[u32]) -> [[u32; WORDS]; 32] {
+            self.words.lock().unwrap()[lane][..mine.len()].copy_from_slice(mine);
+            self.barrier.wait();
+            let all = *self.words.lock().unwrap();
+            self.barrier.wait();
+            all
+        }
+    }
 
     /// One emulated GPU thread.
     #[derive(Clone, Copy)]
@@ -213,7 +311,14 @@ pub(crate) mod emu {
         threads: usize,
         grid: usize,
         barrier: &'a Barrier,
+        warp: &'a Warp,
         shared: *mut u8,
+    }
+
+    impl Emu<'_> {
+        fn lane(self) -> usize {
+            self.thread % 32
+        }
     }
 
     impl Exec for Emu<'_> {
@@ -234,6 +339,108 @@ pub(crate) mod emu {
         }
         fn shared<T>(self) -> *mut T {
             self.shared.cast()
+        }
+        fn shfl_xor_u32(self, v: u32, mask: u32) -> u32 {
+            assert!(mask < 32, "shuffle mask {mask}");
+            self.warp.exchange(self.lane(), &[v])[self.lane() ^ mask as usize][0]
+        }
+        /// The tensor core's contract: operands read as TF32 (the low 13 bits of each word
+        /// ignored), exact products, FP32 sums. The order of the sums is the hardware's own and
+        /// unspecified; this one adds the k products in order, then C.
+        fn mma_tf32(self, acc: &mut [f32; 4], a: [u32; 4], b: [u32; 2]) {
+            let mut mine = [0u32; WORDS];
+            mine[..4].copy_from_slice(&a);
+            mine[4..6].copy_from_slice(&b);
+            for (w, c) in mine[6..].iter_mut().zip(acc.iter()) {
+                *w = c.to_bits();
+            }
+            let all = self.warp.exchange(self.lane(), &mine);
+            let tf32 = |w: u32| f32::from_bits(w & !0x1fff);
+            let (mut am, mut bm) = ([[0f32; 8]; 16], [[0f32; 8]; 8]);
+            for (lane, words) in all.iter().enumerate() {
+                for (i, &w) in words[..4].iter().enumerate() {
+                    let (r, k) = mma_fragments::a(lane, i);
+                    am[r][k] = tf32(w);
+                }
+                for (i, &w) in words[4..6].iter().enumerate() {
+                    let (k, c) = mma_fragments::b(lane, i);
+                    bm[k][c] = tf32(w);
+                }
+            }
+            for (i, out) in acc.iter_mut().enumerate() {
+                let (r, c) = mma_fragments::c(self.lane(), i);
+                let products = (0..8).fold(0f32, |s, k| s + am[r][k] * bm[k][c]);
+                *out += products;
+            }
+        }
+    }
+
+    /// `cp.async` in the emulator: each emulated thread's copies wait in their commit groups
+    /// until it waits for them, so a kernel that reads a stage before waiting for it (or lets
+    /// another thread's copy overwrite a stage still in use) reads stale or garbage values, as
+    /// it could on the GPU.
+    pub(crate) mod async_copy {
+        use std::cell::{Cell, RefCell};
+
+        /// A copy in flight: its destination, its source (null: zero-fill) and its length.
+        type Copy = (*mut u8, *const u8, usize);
+
+        thread_local! {
+            static SHARED: Cell<*mut u8> = const { Cell::new(core::ptr::null_mut()) };
+            /// The committed groups, oldest first, then the copies not committed yet.
+            static GROUPS: RefCell<Vec<Vec<Copy>>> = const { RefCell::new(Vec::new()) };
+            static OPEN: RefCell<Vec<Copy>> = const { RefCell::new(Vec::new()) };
+        }
+
+        /// Sets this OS thread's shared memory (the emulated thread it runs).
+        pub(super) fn enter(shared: *mut u8) {
+            SHARED.with(|s| s.set(shared));
+            GROUPS.with(|g| g.borrow_mut().clear());
+            OPEN.with(|o| o.borrow_mut().clear());
+        }
+
+        /// The shared-window address of `p`: its offset in the block's shared memory.
+        pub(crate) fn shared_addr<T>(p: *mut T) -> u32 {
+            let base = SHARED.with(|s| s.get());
+            (p as usize - base as usize) as u32
+        }
+
+        /// Starts a copy of `bytes` of `src` (the rest of `size` zero-filled) to `dst`.
+        pub(crate) fn start(dst: u32, src: *const u8, bytes: usize, size: usize) {
+            let at = SHARED.with(|s| s.get()).wrapping_add(dst as usize);
+            assert!(
+                bytes == 0 || bytes == size,
+                "partial copies are not emulated"
+            );
+            let src = if bytes == 0 { core::ptr::null() } else { src };
+            OPEN.with(|o| o.borrow_mut().push((at, src, size)));
+        }
+
+        /// Closes the open copies into a group.
+        pub(crate) fn commit() {
+            let open = OPEN.with(|o| std::mem::take(&mut *o.borrow_mut()));
+            GROUPS.with(|g| g.borrow_mut().push(open));
+        }
+
+        /// Lands every group but the `pending` most recent (all copies with `None`).
+        pub(crate) fn wait(pending: Option<usize>) {
+            let mut groups = GROUPS.with(|g| std::mem::take(&mut *g.borrow_mut()));
+            if pending.is_none() {
+                groups.push(OPEN.with(|o| std::mem::take(&mut *o.borrow_mut())));
+            }
+            let keep = pending.unwrap_or(0).min(groups.len());
+            let kept = groups.split_off(groups.len() - keep);
+            for (dst, src, size) in groups.into_iter().flatten() {
+                // SAFETY: the kernel's copies name its shared memory and its input buffers.
+                unsafe {
+                    if src.is_null() {
+                        dst.write_bytes(0, size);
+                    } else {
+                        dst.copy_from_nonoverlapping(src, size);
+                    }
+                }
+            }
+            GROUPS.with(|g| *g.borrow_mut() = kept);
         }
     }
 
@@ -267,22 +474,91 @@ pub(crate) mod emu {
             ];
             let shared = P(mem.as_mut_ptr().cast::<u8>());
             let barrier = Barrier::new(threads);
+            let warps: Vec<Warp> = (0..threads.div_ceil(32))
+                .map(|w| Warp {
+                    barrier: Barrier::new((threads - 32 * w).min(32)),
+                    words: Mutex::new([[0; WORDS]; 32]),
+                })
+                .collect();
             std::thread::scope(|s| {
                 for thread in 0..threads {
-                    let (barrier, body) = (&barrier, &body);
+                    let (barrier, warp, body) = (&barrier, &warps[thread / 32], &body);
                     s.spawn(move || {
                         let shared = shared;
+                        async_copy::enter(shared.get());
                         body(Emu {
                             thread,
                             block,
                             threads,
                             grid,
                             barrier,
+                            warp,
                             shared: shared.get(),
                         })
                     });
                 }
             });
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        /// Shuffles reach the partner lane, and the emulated `mma` is the 16 × 8 × 8 product of
+        /// the PTX layout (checked on small integers, whose sums are exact in any order).
+        #[test]
+        fn warp_instructions_follow_the_ptx_layout() {
+            let a = |r: usize, k: usize| (r * 8 + k) as f32 - 50.0;
+            let b = |k: usize, c: usize| (k as f32 - 3.0) * (c as f32 + 1.0);
+            let mut out = vec![[0u32; 2]; 64];
+            let outp = P::of(&mut out);
+            launch(1, 64, 0, |e| {
+                let lane = e.thread() % 32;
+                let other = e.shfl_xor_u32(e.thread() as u32, 5);
+                let mut acc = [0f32; 4];
+                for (i, c) in acc.iter_mut().enumerate() {
+                    let (r, col) = mma_fragments::c(lane, i);
+                    *c = (r * 100 + col) as f32;
+                }
+                let fa = [0, 1, 2, 3].map(|i| {
+                    let (r, k) = mma_fragments::a(lane, i);
+                    a(r, k).to_bits()
+                });
+                let fb = [0, 1].map(|i| {
+                    let (k, c) = mma_fragments::b(lane, i);
+                    b(k, c).to_bits()
+                });
+                e.mma_tf32(&mut acc, fa, fb);
+                let mut wrong = 0;
+                for (i, &got) in acc.iter().enumerate() {
+                    let (r, c) = mma_fragments::c(lane, i);
+                    let want =
+                        (r * 100 + c) as f32 + (0..8).map(|k| a(r, k) * b(k, c)).sum::<f32>();
+                    wrong += u32::from(got != want);
+                }
+                unsafe { *outp.get().add(e.thread()) = [other, wrong] };
+            });
+            for (t, &[other, wrong]) in out.iter().enumerate() {
+                assert_eq!(other as usize, t ^ 5, "thread {t}");
+                assert_eq!(wrong, 0, "thread {t}");
+            }
+        }
+
+        /// The layout itself, for lane 5 (group 1, thread 1 in the group) and lane 30 (7, 2), as
+        /// the PTX ISA's figures for `.tf32` give it.
+        #[test]
+        fn fragments_are_the_ptx_isa_figures() {
+            let lanes = |f: fn(usize, usize) -> (usize, usize), lane, n| {
+                (0..n).map(|i| f(lane, i)).collect::<Vec<_>>()
+            };
+            use mma_fragments::{a, b, c};
+            assert_eq!(lanes(a, 5, 4), [(1, 1), (9, 1), (1, 5), (9, 5)]);
+            assert_eq!(lanes(b, 5, 2), [(1, 1), (5, 1)]);
+            assert_eq!(lanes(c, 5, 4), [(1, 2), (1, 3), (9, 2), (9, 3)]);
+            assert_eq!(lanes(a, 30, 4), [(7, 2), (15, 2), (7, 6), (15, 6)]);
+            assert_eq!(lanes(b, 30, 2), [(2, 7), (6, 7)]);
+            assert_eq!(lanes(c, 30, 4), [(7, 4), (7, 5), (15, 4), (15, 5)]);
         }
     }
 }

@@ -12,20 +12,19 @@
 //! `host/src/backend/cpu/init.rs` (each kernel names its own); the host fills the parameter
 //! structs in `backend::cuda::init`.
 
+#[cfg(test)]
+mod emulated;
 pub mod nearest;
 
-use crate::exec::Exec;
+#[cfg(target_arch = "nvptx64")]
+use crate::exec::Gpu;
+use crate::exec::{Exec, atomic_add_u64, atomic_fetch_add_u32};
+use crate::fixed::units_at;
 use crate::launch::{BLOCK, Kernel, SEED_CANDIDATES};
 use crate::math::{AssignMetric, assign_step};
 use crate::params::DevPtr;
-use crate::seeding::distance_from;
+use crate::seeding::{NO_ROW, WeightScale, distance_from, draw, sampled, uniform32};
 use crate::tile::load_vec4s;
-#[cfg(target_arch = "nvptx64")]
-use crate::{
-    exec::{Gpu, atomic_add_u64, atomic_fetch_add_u32},
-    fixed::units_at,
-    seeding::{NO_ROW, WeightScale, draw, sampled, uniform32},
-};
 pub use nearest::NEAREST_SHARED_BYTES;
 
 /// The rows a seeding pass reads: `x` row-major with `d` values a row (the points are rows
@@ -74,7 +73,6 @@ pub const fn point_blocks(n: usize) -> usize {
 ///
 /// # Safety
 /// `counts` null or holding more than `i` values; `weights` as for [`units_at`].
-#[cfg(target_arch = "nvptx64")]
 #[inline(always)]
 unsafe fn units_of(weights: *const f32, counts: *const u64, i: usize) -> u64 {
     if counts.is_null() {
@@ -281,11 +279,11 @@ fn staged() {
 }
 
 /// Adds `v` (one per thread) into the block's shared sum `slot`: warp sums, one atomic per warp.
-#[cfg(target_arch = "nvptx64")]
+#[allow(clippy::manual_is_multiple_of)]
 #[inline(always)]
-unsafe fn add_to_block(slot: *mut u64, v: u64) {
-    let total = warp_sum_u64(v);
-    if Gpu.thread() % 32 == 0 {
+unsafe fn add_to_block<E: Exec>(e: E, slot: *mut u64, v: u64) {
+    let total = warp_sum_u64(e, v);
+    if e.thread() % 32 == 0 {
         unsafe { atomic_add_u64(slot, total) };
     }
 }
@@ -302,10 +300,10 @@ unsafe fn add_to_block(slot: *mut u64, v: u64) {
 /// `counts` null or `n`, `min_dist` `n`, `candidates` `trials` rows of `data`, `*pending`
 /// [`NO_ROW`] or a row of `data`, `trials + 1 ≤ SEED_CANDIDATES`, `block_sums`
 /// `trials × gridDim`.
-#[cfg(target_arch = "nvptx64")]
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-unsafe fn trials<const M: u32>(
+unsafe fn trials<const M: u32, E: Exec>(
+    e: E,
     data: SeedRows,
     weights: *const f32,
     counts: *const u64,
@@ -322,7 +320,7 @@ unsafe fn trials<const M: u32>(
         return;
     }
     let metric = AssignMetric::from_id(M);
-    let (t, b) = (Gpu.thread(), Gpu.block());
+    let (t, b) = (e.thread(), e.block());
     let i = b * BLOCK as usize + t;
     let live = i < data.n;
     let trials = trials as usize;
@@ -332,12 +330,12 @@ unsafe fn trials<const M: u32>(
         unsafe { *pending }
     };
     let count = trials + usize::from(pending != NO_ROW);
-    let slots = block_slots(Gpu);
+    let slots = block_slots(e);
     if t < SEED_CANDIDATES {
         unsafe { *slots.add(t) = 0 };
     }
     let acc = unsafe {
-        distances::<M, _>(Gpu, data, b * BLOCK as usize, count, |c| {
+        distances::<M, _>(e, data, b * BLOCK as usize, count, |c| {
             if c < trials {
                 *candidates.add(c)
             } else {
@@ -367,14 +365,14 @@ unsafe fn trials<const M: u32>(
     for (c, &a) in acc.iter().enumerate() {
         if c < trials {
             let w = ws.weight_of(metric, if a < old { a } else { old }, units);
-            unsafe { add_to_block(slots.add(c), w) };
+            unsafe { add_to_block(e, slots.add(c), w) };
         }
     }
-    Gpu.sync();
+    e.sync();
     if t < trials {
         let sum = unsafe { *slots.add(t) };
         unsafe {
-            *block_sums.add(t * Gpu.grid_dim() + b) = sum;
+            *block_sums.add(t * e.grid_dim() + b) = sum;
             atomic_add_u64(potentials.add(t), sum);
         }
     }
@@ -390,9 +388,9 @@ unsafe fn trials<const M: u32>(
 /// `ceil(n / BLOCK)` blocks of `BLOCK` threads, [`NEAREST_SHARED_BYTES`] of dynamic shared
 /// memory; `a` as [`nearest::nearest_points`] asks, `weights` and `counts` as for [`trials`],
 /// `block_sums` `gridDim` values.
-#[cfg(target_arch = "nvptx64")]
 #[inline(always)]
-unsafe fn nearest_pass<const M: u32>(
+unsafe fn nearest_pass<const M: u32, E: Exec>(
+    e: E,
     a: nearest::Nearest,
     weights: *const f32,
     counts: *const u64,
@@ -400,21 +398,21 @@ unsafe fn nearest_pass<const M: u32>(
     block_sums: *mut u64,
     total: *mut u64,
 ) {
-    let (t, b) = (Gpu.thread(), Gpu.block());
-    let slot = nearest::sum_slot(Gpu);
+    let (t, b) = (e.thread(), e.block());
+    let slot = nearest::sum_slot(e);
     if t == 0 {
         unsafe { *slot = 0 };
     }
     // The body's barriers order the zeroing before every thread's addition.
-    let w = match unsafe { nearest::nearest_points::<M, _>(Gpu, a) } {
+    let w = match unsafe { nearest::nearest_points::<M, _>(e, a) } {
         Some(m) => {
             let units = unsafe { units_of(weights, counts, b * BLOCK as usize + t) };
             ws.weight_of(AssignMetric::from_id(M), m, units)
         }
         None => 0,
     };
-    unsafe { add_to_block(slot, w) };
-    Gpu.sync();
+    unsafe { add_to_block(e, slot, w) };
+    e.sync();
     if t == 0 {
         unsafe {
             *block_sums.add(b) = *slot;
@@ -425,13 +423,12 @@ unsafe fn nearest_pass<const M: u32>(
 
 /// Inclusive prefix sums of one u64 per thread over the block (Hillis–Steele through
 /// `scratch`, `BLOCK` values); every thread gets its own. All threads call this.
-#[cfg(target_arch = "nvptx64")]
 #[inline(always)]
-unsafe fn inclusive_scan(scratch: *mut u64, v: u64) -> u64 {
-    let t = Gpu.thread();
+unsafe fn inclusive_scan<E: Exec>(e: E, scratch: *mut u64, v: u64) -> u64 {
+    let t = e.thread();
     let mut acc = v;
     unsafe { *scratch.add(t) = acc };
-    Gpu.sync();
+    e.sync();
     let mut offset = 1;
     while offset < BLOCK as usize {
         let add = if t >= offset {
@@ -439,10 +436,10 @@ unsafe fn inclusive_scan(scratch: *mut u64, v: u64) -> u64 {
         } else {
             0
         };
-        Gpu.sync();
+        e.sync();
         acc += add;
         unsafe { *scratch.add(t) = acc };
-        Gpu.sync();
+        e.sync();
         offset *= 2;
     }
     acc
@@ -451,12 +448,11 @@ unsafe fn inclusive_scan(scratch: *mut u64, v: u64) -> u64 {
 /// With one value per thread: the first thread whose inclusive prefix sum exceeds `r` (the last
 /// thread when none does) and `r` less the sum before that thread, in every thread. `scratch`
 /// holds `BLOCK + 2` u64 of shared memory; all threads call this.
-#[cfg(target_arch = "nvptx64")]
 #[inline(always)]
-unsafe fn find_in_block(scratch: *mut u64, v: u64, r: u64) -> (usize, u64) {
-    let t = Gpu.thread();
+unsafe fn find_in_block<E: Exec>(e: E, scratch: *mut u64, v: u64, r: u64) -> (usize, u64) {
+    let t = e.thread();
     let found = unsafe { scratch.add(BLOCK as usize) };
-    let through = unsafe { inclusive_scan(scratch, v) };
+    let through = unsafe { inclusive_scan(e, scratch, v) };
     let before = through - v;
     // The prefix sums never decrease, so exactly one thread sees `r` fall in its range.
     if before <= r && (t == BLOCK as usize - 1 || through > r) {
@@ -465,9 +461,9 @@ unsafe fn find_in_block(scratch: *mut u64, v: u64, r: u64) -> (usize, u64) {
             *found.add(1) = r - before;
         }
     }
-    Gpu.sync();
+    e.sync();
     let out = unsafe { (*found as usize, *found.add(1)) };
-    Gpu.sync();
+    e.sync();
     out
 }
 
@@ -477,10 +473,10 @@ unsafe fn find_in_block(scratch: *mut u64, v: u64, r: u64) -> (usize, u64) {
 /// The block is found by narrowing ranges of block sums `BLOCK` segments at a time, the point by
 /// recomputing that block's weights. Every thread of the block calls this and gets the row.
 /// CPU twin: `backend::cpu::init::Seeder::locate` (host crate).
-#[cfg(target_arch = "nvptx64")]
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-unsafe fn locate_draw<const M: u32>(
+unsafe fn locate_draw<const M: u32, E: Exec>(
+    e: E,
     data: SeedRows,
     weights: *const f32,
     counts: *const u64,
@@ -492,18 +488,18 @@ unsafe fn locate_draw<const M: u32>(
     ws: WeightScale,
 ) -> u32 {
     let metric = AssignMetric::from_id(M);
-    let (t, bs) = (Gpu.thread(), BLOCK as usize);
-    let scratch = Gpu.shared::<u64>();
+    let (t, bs) = (e.thread(), BLOCK as usize);
+    let scratch = e.shared::<u64>();
     let (mut lo, mut hi, mut rest) = (0, nb, r);
     while hi - lo > 1 {
         let per = (hi - lo).div_ceil(bs);
         let from = (lo + t * per).min(hi);
         let to = (from + per).min(hi);
         let mut s = 0u64;
-        for e in from..to {
-            s += unsafe { *sums.add(e) };
+        for at in from..to {
+            s += unsafe { *sums.add(at) };
         }
-        let (segment, left) = unsafe { find_in_block(scratch, s, rest) };
+        let (segment, left) = unsafe { find_in_block(e, scratch, s, rest) };
         lo = (lo + segment * per).min(hi - 1);
         hi = (lo + per).min(hi);
         rest = left;
@@ -513,7 +509,7 @@ unsafe fn locate_draw<const M: u32>(
     let to_pending = if pending == NO_ROW {
         f32::INFINITY
     } else {
-        unsafe { distances::<M, _>(Gpu, data, lo * bs, 1, |_| pending)[0] }
+        unsafe { distances::<M, _>(e, data, lo * bs, 1, |_| pending)[0] }
     };
     let n = data.n;
     let i = lo * bs + t;
@@ -526,7 +522,7 @@ unsafe fn locate_draw<const M: u32>(
     } else {
         0
     };
-    let (p, _) = unsafe { find_in_block(scratch, w, rest) };
+    let (p, _) = unsafe { find_in_block(e, scratch, w, rest) };
     (lo * bs + p).min(n - 1) as u32
 }
 
@@ -536,10 +532,10 @@ unsafe fn locate_draw<const M: u32>(
 /// # Safety
 /// One block of `BLOCK` threads per draw, `SEED_SHARED_BYTES` of dynamic shared memory; `sums`
 /// the `nb` block sums of exactly these weights, every draw below their total.
-#[cfg(target_arch = "nvptx64")]
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-unsafe fn locate<const M: u32>(
+unsafe fn locate<const M: u32, E: Exec>(
+    e: E,
     data: SeedRows,
     weights: *const f32,
     counts: *const u64,
@@ -551,9 +547,10 @@ unsafe fn locate<const M: u32>(
     ws: WeightScale,
     out: *mut u32,
 ) {
-    let r = unsafe { *draws.add(Gpu.block()) };
+    let r = unsafe { *draws.add(e.block()) };
     let row = unsafe {
-        locate_draw::<M>(
+        locate_draw::<M, E>(
+            e,
             data,
             weights,
             counts,
@@ -565,13 +562,12 @@ unsafe fn locate<const M: u32>(
             ws,
         )
     };
-    if Gpu.thread() == 0 {
-        unsafe { *out.add(Gpu.block()) = row };
+    if e.thread() == 0 {
+        unsafe { *out.add(e.block()) = row };
     }
 }
 
 /// Where the device-side k-means++ loop keeps its state between kernels.
-#[cfg(target_arch = "nvptx64")]
 #[derive(Clone, Copy)]
 struct Greedy {
     /// `k` rows; the host writes `chosen[0]`, [`greedy_draw`] each step's winner.
@@ -601,10 +597,10 @@ struct Greedy {
 /// shared memory; `block_sums` holds `trials × nb` sums of the last pass (step 1: one row, of
 /// the nearest pass), `2 ≤ step ≤ k` reads `trials` last candidates and potentials, `uniforms`
 /// holds `(k − 1) · trials` values; the rest as [`trials`].
-#[cfg(target_arch = "nvptx64")]
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-unsafe fn greedy_draw<const M: u32>(
+unsafe fn greedy_draw<const M: u32, E: Exec>(
+    e: E,
     data: SeedRows,
     weights: *const f32,
     counts: *const u64,
@@ -621,7 +617,7 @@ unsafe fn greedy_draw<const M: u32>(
     if unsafe { *g.stop } != 0 {
         return;
     }
-    let (t, b) = (Gpu.thread(), Gpu.block());
+    let (t, b) = (e.thread(), e.block());
     let trials = trials as usize;
     let (total, pending, row) = if step == 1 {
         (first_total, NO_ROW, 0)
@@ -655,7 +651,8 @@ unsafe fn greedy_draw<const M: u32>(
     let u = unsafe { *g.uniforms.add((step as usize - 1) * trials + b) };
     let sums = unsafe { block_sums.add(row * nb as usize) };
     let found = unsafe {
-        locate_draw::<M>(
+        locate_draw::<M, E>(
+            e,
             data,
             weights,
             counts,
@@ -680,10 +677,10 @@ unsafe fn greedy_draw<const M: u32>(
 /// # Safety
 /// `ceil(n / BLOCK)` blocks of `BLOCK` threads; `weights` and `counts` as for [`trials`],
 /// `min_dist` holds `n`, `out` room for `n`.
-#[cfg(target_arch = "nvptx64")]
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-unsafe fn sample<const M: u32>(
+unsafe fn sample<const M: u32, E: Exec>(
+    e: E,
     weights: *const f32,
     counts: *const u64,
     min_dist: *const f32,
@@ -697,7 +694,7 @@ unsafe fn sample<const M: u32>(
     out: *mut u32,
     count: *mut u32,
 ) {
-    let i = Gpu.block() * BLOCK as usize + Gpu.thread();
+    let i = e.block() * BLOCK as usize + e.thread();
     if i >= n as usize {
         return;
     }
@@ -733,25 +730,34 @@ owner_weights_entry! {
     /// `ceil(n / BLOCK)` blocks of `BLOCK` threads; `weights` and `counts` null or `n` values; every
     /// `owner` value indexes `totals` (zeroed).
     fn seed_owner_weights(params) {
-        let OwnerWeightsParams {
-            owner,
-            n,
-            weights,
-            counts,
-            totals,
-        } = params;
-        let (owner, weights, counts, totals) = (
-            owner.as_ptr(),
-            weights.as_ptr(),
-            counts.as_ptr(),
-            totals.as_mut_ptr(),
-        );
-        let i = Gpu.block() * BLOCK as usize + Gpu.thread();
-        if i < n as usize {
-            unsafe {
-                let units = units_of(weights, counts, i);
-                atomic_add_u64(totals.add(*owner.add(i) as usize), units);
-            }
+        unsafe { owner_weights_kernel(Gpu, &params) }
+    }
+}
+
+/// The body of `seed_owner_weights`.
+///
+/// # Safety
+/// As the entry point.
+#[inline(always)]
+pub unsafe fn owner_weights_kernel<E: Exec>(e: E, params: &OwnerWeightsParams) {
+    let OwnerWeightsParams {
+        owner,
+        n,
+        weights,
+        counts,
+        totals,
+    } = *params;
+    let (owner, weights, counts, totals) = (
+        owner.as_ptr(),
+        weights.as_ptr(),
+        counts.as_ptr(),
+        totals.as_mut_ptr(),
+    );
+    let i = e.block() * BLOCK as usize + e.thread();
+    if i < n as usize {
+        unsafe {
+            let units = units_of(weights, counts, i);
+            atomic_add_u64(totals.add(*owner.add(i) as usize), units);
         }
     }
 }
@@ -872,33 +878,19 @@ kernel_params! {
 }
 
 /// The sum of `v` over the 32 lanes of the warp (every lane gets it); all lanes call this.
-#[cfg(target_arch = "nvptx64")]
 #[inline(always)]
-fn warp_sum_u64(mut v: u64) -> u64 {
+fn warp_sum_u64<E: Exec>(e: E, mut v: u64) -> u64 {
     let mut mask = 16;
     while mask > 0 {
         let (lo, hi) = (v as u32, (v >> 32) as u32);
-        let other = (shfl_xor(lo, mask) as u64) | ((shfl_xor(hi, mask) as u64) << 32);
+        let other = (e.shfl_xor_u32(lo, mask) as u64) | ((e.shfl_xor_u32(hi, mask) as u64) << 32);
         v = v.wrapping_add(other);
         mask /= 2;
     }
     v
 }
 
-#[cfg(target_arch = "nvptx64")]
-#[inline(always)]
-fn shfl_xor(v: u32, mask: u32) -> u32 {
-    let r: u32;
-    // SAFETY: every lane of the warp executes this (full member mask).
-    unsafe {
-        core::arch::asm!("shfl.sync.bfly.b32 {r}, {v}, {m}, 31, -1;", r = out(reg32) r,
-            v = in(reg32) v, m = in(reg32) mask, options(nomem, nostack));
-    }
-    r
-}
-
 /// The rows of a seeding kernel's arguments.
-#[cfg(target_arch = "nvptx64")]
 #[inline(always)]
 fn seed_rows(x: *const f32, norms: *const f32, n: u32, d: u32) -> SeedRows {
     SeedRows {
@@ -906,6 +898,264 @@ fn seed_rows(x: *const f32, norms: *const f32, n: u32, d: u32) -> SeedRows {
         norms,
         n: n as usize,
         d: d as usize,
+    }
+}
+
+/// The body of the `seed_trials_*` entries: [`trials`] of their parameters.
+///
+/// # Safety
+/// As [`trials`].
+#[inline(always)]
+pub unsafe fn trials_kernel<const M: u32, E: Exec>(e: E, params: &TrialsParams) {
+    let TrialsParams {
+        x,
+        norms,
+        n,
+        d,
+        weights,
+        counts,
+        min_dist,
+        candidates,
+        count,
+        pending,
+        stop,
+        scale,
+        cap,
+        block_sums,
+        potentials,
+    } = *params;
+    let (x, norms, weights, counts, min_dist, candidates, pending, stop, block_sums, potentials) = (
+        x.as_ptr(),
+        norms.as_ptr(),
+        weights.as_ptr(),
+        counts.as_ptr(),
+        min_dist.as_mut_ptr(),
+        candidates.as_ptr(),
+        pending.as_ptr(),
+        stop.as_ptr(),
+        block_sums.as_mut_ptr(),
+        potentials.as_mut_ptr(),
+    );
+    let ws = WeightScale { scale, cap };
+    let data = seed_rows(x, norms, n, d);
+    unsafe {
+        trials::<M, E>(
+            e, data, weights, counts, min_dist, candidates, count, pending, stop, ws, block_sums,
+            potentials,
+        )
+    }
+}
+
+/// The body of the `seed_nearest_*` entries: [`nearest_pass`] of their parameters.
+///
+/// # Safety
+/// As [`nearest_pass`].
+#[inline(always)]
+pub unsafe fn nearest_kernel<const M: u32, E: Exec>(e: E, params: &NearestParams) {
+    let NearestParams {
+        x,
+        norms,
+        n,
+        d,
+        weights,
+        counts,
+        min_dist,
+        owner,
+        rows,
+        count,
+        first_id,
+        fresh,
+        scale,
+        cap,
+        block_sums,
+        total,
+    } = *params;
+    let (x, norms, weights, counts, min_dist, owner, rows, block_sums, total) = (
+        x.as_ptr(),
+        norms.as_ptr(),
+        weights.as_ptr(),
+        counts.as_ptr(),
+        min_dist.as_mut_ptr(),
+        owner.as_mut_ptr(),
+        rows.as_ptr(),
+        block_sums.as_mut_ptr(),
+        total.as_mut_ptr(),
+    );
+    let a = nearest::Nearest {
+        data: seed_rows(x, norms, n, d),
+        min_dist,
+        owner,
+        rows,
+        count: count as usize,
+        first_id,
+        fresh: fresh != 0,
+    };
+    let ws = WeightScale { scale, cap };
+    unsafe { nearest_pass::<M, E>(e, a, weights, counts, ws, block_sums, total) }
+}
+
+/// The body of the `seed_locate_*` entries: [`locate`] of their parameters.
+///
+/// # Safety
+/// As [`locate`].
+#[inline(always)]
+pub unsafe fn locate_kernel<const M: u32, E: Exec>(e: E, params: &LocateParams) {
+    let LocateParams {
+        x,
+        norms,
+        n,
+        d,
+        weights,
+        counts,
+        min_dist,
+        pending,
+        sums,
+        nb,
+        draws,
+        scale,
+        cap,
+        out,
+    } = *params;
+    let (x, norms, weights, counts, min_dist, sums, draws, out) = (
+        x.as_ptr(),
+        norms.as_ptr(),
+        weights.as_ptr(),
+        counts.as_ptr(),
+        min_dist.as_ptr(),
+        sums.as_ptr(),
+        draws.as_ptr(),
+        out.as_mut_ptr(),
+    );
+    let ws = WeightScale { scale, cap };
+    let data = seed_rows(x, norms, n, d);
+    unsafe {
+        locate::<M, E>(
+            e, data, weights, counts, min_dist, pending, sums, nb, draws, ws, out,
+        )
+    }
+}
+
+/// The body of the `seed_greedy_draw_*` entries: [`greedy_draw`] of their parameters.
+///
+/// # Safety
+/// As [`greedy_draw`].
+#[inline(always)]
+pub unsafe fn greedy_draw_kernel<const M: u32, E: Exec>(e: E, params: &GreedyDrawParams) {
+    let GreedyDrawParams {
+        x,
+        norms,
+        n,
+        d,
+        weights,
+        counts,
+        min_dist,
+        block_sums,
+        nb,
+        trials,
+        step,
+        k,
+        first_total,
+        chosen,
+        uniforms,
+        last_candidates,
+        last_potentials,
+        next_candidates,
+        next_potentials,
+        stop,
+        scale,
+        cap,
+    } = *params;
+    let (
+        x,
+        norms,
+        weights,
+        counts,
+        min_dist,
+        block_sums,
+        chosen,
+        uniforms,
+        last_candidates,
+        last_potentials,
+        next_candidates,
+        next_potentials,
+        stop,
+    ) = (
+        x.as_ptr(),
+        norms.as_ptr(),
+        weights.as_ptr(),
+        counts.as_ptr(),
+        min_dist.as_ptr(),
+        block_sums.as_ptr(),
+        chosen.as_mut_ptr(),
+        uniforms.as_ptr(),
+        last_candidates.as_ptr(),
+        last_potentials.as_ptr(),
+        next_candidates.as_mut_ptr(),
+        next_potentials.as_mut_ptr(),
+        stop.as_mut_ptr(),
+    );
+    let ws = WeightScale { scale, cap };
+    let g = Greedy {
+        chosen,
+        uniforms,
+        last_candidates,
+        last_potentials,
+        next_candidates,
+        next_potentials,
+        stop,
+    };
+    unsafe {
+        greedy_draw::<M, E>(
+            e,
+            seed_rows(x, norms, n, d),
+            weights,
+            counts,
+            min_dist,
+            block_sums,
+            nb,
+            trials,
+            step,
+            k,
+            first_total,
+            g,
+            ws,
+        )
+    }
+}
+
+/// The body of the `seed_sample_*` entries: [`sample`] of their parameters.
+///
+/// # Safety
+/// As [`sample`].
+#[inline(always)]
+pub unsafe fn sample_kernel<const M: u32, E: Exec>(e: E, params: &SampleParams) {
+    let SampleParams {
+        weights,
+        counts,
+        min_dist,
+        n,
+        seed,
+        round,
+        first_row,
+        ell,
+        phi,
+        scale,
+        cap,
+        out,
+        count,
+    } = *params;
+    let (weights, counts, min_dist, out, count) = (
+        weights.as_ptr(),
+        counts.as_ptr(),
+        min_dist.as_ptr(),
+        out.as_mut_ptr(),
+        count.as_mut_ptr(),
+    );
+    let ws = WeightScale { scale, cap };
+    unsafe {
+        sample::<M, E>(
+            e, weights, counts, min_dist, n, seed, round, first_row, ell, phi, ws, out, count,
+        )
     }
 }
 
@@ -929,16 +1179,7 @@ macro_rules! seeding_kernels {
             /// # Safety
             /// As [`trials`].
             fn $trials(params) {
-    let TrialsParams { x, norms, n, d, weights, counts, min_dist, candidates, count, pending, stop, scale, cap, block_sums, potentials } = params;
-    let (x, norms, weights, counts, min_dist, candidates, pending, stop, block_sums, potentials) = (x.as_ptr(), norms.as_ptr(), weights.as_ptr(), counts.as_ptr(), min_dist.as_mut_ptr(), candidates.as_ptr(), pending.as_ptr(), stop.as_ptr(), block_sums.as_mut_ptr(), potentials.as_mut_ptr());
-                let ws = WeightScale { scale, cap };
-                let data = seed_rows(x, norms, n, d);
-                unsafe {
-                    trials::<{ $m }>(
-                        data, weights, counts, min_dist, candidates, count, pending, stop, ws,
-                        block_sums, potentials,
-                    )
-                }
+                unsafe { trials_kernel::<{ $m }, _>(Gpu, &params) }
             }
         }
 
@@ -952,19 +1193,7 @@ macro_rules! seeding_kernels {
             /// # Safety
             /// As [`nearest_pass`].
             fn $nearest(params) {
-    let NearestParams { x, norms, n, d, weights, counts, min_dist, owner, rows, count, first_id, fresh, scale, cap, block_sums, total } = params;
-    let (x, norms, weights, counts, min_dist, owner, rows, block_sums, total) = (x.as_ptr(), norms.as_ptr(), weights.as_ptr(), counts.as_ptr(), min_dist.as_mut_ptr(), owner.as_mut_ptr(), rows.as_ptr(), block_sums.as_mut_ptr(), total.as_mut_ptr());
-                let a = nearest::Nearest {
-                    data: seed_rows(x, norms, n, d),
-                    min_dist,
-                    owner,
-                    rows,
-                    count: count as usize,
-                    first_id,
-                    fresh: fresh != 0,
-                };
-                let ws = WeightScale { scale, cap };
-                unsafe { nearest_pass::<{ $m }>(a, weights, counts, ws, block_sums, total) }
+                unsafe { nearest_kernel::<{ $m }, _>(Gpu, &params) }
             }
         }
 
@@ -978,15 +1207,7 @@ macro_rules! seeding_kernels {
             /// # Safety
             /// As [`locate`].
             fn $locate(params) {
-    let LocateParams { x, norms, n, d, weights, counts, min_dist, pending, sums, nb, draws, scale, cap, out } = params;
-    let (x, norms, weights, counts, min_dist, sums, draws, out) = (x.as_ptr(), norms.as_ptr(), weights.as_ptr(), counts.as_ptr(), min_dist.as_ptr(), sums.as_ptr(), draws.as_ptr(), out.as_mut_ptr());
-                let ws = WeightScale { scale, cap };
-                let data = seed_rows(x, norms, n, d);
-                unsafe {
-                    locate::<{ $m }>(
-                        data, weights, counts, min_dist, pending, sums, nb, draws, ws, out,
-                    )
-                }
+                unsafe { locate_kernel::<{ $m }, _>(Gpu, &params) }
             }
         }
 
@@ -1000,34 +1221,7 @@ macro_rules! seeding_kernels {
             /// # Safety
             /// As [`greedy_draw`].
             fn $greedy(params) {
-    let GreedyDrawParams { x, norms, n, d, weights, counts, min_dist, block_sums, nb, trials, step, k, first_total, chosen, uniforms, last_candidates, last_potentials, next_candidates, next_potentials, stop, scale, cap } = params;
-    let (x, norms, weights, counts, min_dist, block_sums, chosen, uniforms, last_candidates, last_potentials, next_candidates, next_potentials, stop) = (x.as_ptr(), norms.as_ptr(), weights.as_ptr(), counts.as_ptr(), min_dist.as_ptr(), block_sums.as_ptr(), chosen.as_mut_ptr(), uniforms.as_ptr(), last_candidates.as_ptr(), last_potentials.as_ptr(), next_candidates.as_mut_ptr(), next_potentials.as_mut_ptr(), stop.as_mut_ptr());
-                let ws = WeightScale { scale, cap };
-                let g = Greedy {
-                    chosen,
-                    uniforms,
-                    last_candidates,
-                    last_potentials,
-                    next_candidates,
-                    next_potentials,
-                    stop,
-                };
-                unsafe {
-                    greedy_draw::<{ $m }>(
-                        seed_rows(x, norms, n, d),
-                        weights,
-                        counts,
-                        min_dist,
-                        block_sums,
-                        nb,
-                        trials,
-                        step,
-                        k,
-                        first_total,
-                        g,
-                        ws,
-                    )
-                }
+                unsafe { greedy_draw_kernel::<{ $m }, _>(Gpu, &params) }
             }
         }
 
@@ -1041,14 +1235,7 @@ macro_rules! seeding_kernels {
             /// # Safety
             /// As [`sample`].
             fn $sample(params) {
-    let SampleParams { weights, counts, min_dist, n, seed, round, first_row, ell, phi, scale, cap, out, count } = params;
-    let (weights, counts, min_dist, out, count) = (weights.as_ptr(), counts.as_ptr(), min_dist.as_ptr(), out.as_mut_ptr(), count.as_mut_ptr());
-                let ws = WeightScale { scale, cap };
-                unsafe {
-                    sample::<{ $m }>(
-                        weights, counts, min_dist, n, seed, round, first_row, ell, phi, ws, out, count,
-                    )
-                }
+                unsafe { sample_kernel::<{ $m }, _>(Gpu, &params) }
             }
         }
     };

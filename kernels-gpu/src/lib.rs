@@ -19,7 +19,7 @@
 //! | `kmeans_assign_l2_narrow` | `assign` | `assign::AssignParams` | `backend::cpu::kmeans::nearest`, `::accumulate` | `tests/kmeans.rs` `gpu_matches_cpu_on_awkward_shapes`, `assign.rs` `emulated_assign_matches_the_cpu` (the sm_70 sweep) |
 //! | `kmeans_assign_l1_wide` | `assign` | `assign::AssignParams` | `backend::cpu::kmeans::nearest`, `::accumulate` | `tests/kmeans.rs` `gpu_matches_cpu_on_awkward_shapes`, `assign.rs` `emulated_assign_matches_the_cpu` (the sm_70 sweep) |
 //! | `kmeans_assign_l1_narrow` | `assign` | `assign::AssignParams` | `backend::cpu::kmeans::nearest`, `::accumulate` | `tests/kmeans.rs` `gpu_matches_cpu_on_awkward_shapes`, `assign.rs` `emulated_assign_matches_the_cpu` (the sm_70 sweep) |
-//! | `kmeans_assign_l2_tf32` | `assign_tf32` | `assign_tf32::AssignTf32Params` | `backend::cpu::kmeans::nearest` (exact) | `tests/kmeans_tf32.rs` `tf32_labels_equal_exact` `tf32_fits_equal_exact`, `assign_tf32/shortlist/tests.rs` `near_tie_lattices_are_exact` |
+//! | `kmeans_assign_l2_tf32` | `assign_tf32` | `assign_tf32::AssignTf32Params` | `backend::cpu::kmeans::nearest` (exact) | `tests/kmeans_tf32.rs` `tf32_labels_equal_exact` `tf32_fits_equal_exact`, `assign_tf32/shortlist/tests.rs` `near_tie_lattices_are_exact`, `assign_tf32/emulated.rs` `emulated_tf32_assign_equals_the_exact_path` |
 //! | `tf32_centroid_terms` | `assign_tf32::bound` | `assign_tf32::bound::CentroidTermsParams` | `assign_tf32::bound::RowTerms::centroid` | `assign_tf32/bound.rs` `emulated_centroid_terms_equal_the_twin`, `tests/kmeans_tf32.rs` `tf32_labels_equal_exact` |
 //! | `kmeans_centroids_by_dimension` | `centroids` | `centroids::CentroidsByDimensionParams` | `backend::cpu::kmeans::CentroidBlocks::new` | `tests/kmeans.rs` `gpu_matches_cpu_on_awkward_shapes`, `centroids.rs` `emulated_layout_is_the_transpose_with_the_twins_norms` |
 //! | `kmeans_accumulate_shared` | `update` | `update::AccumulateSharedParams` | `backend::cpu::kmeans::accumulate` | `tests/kmeans.rs` `gpu_matches_cpu_on_awkward_shapes`, `update/tests.rs` `emulated_update_steps_equal_the_twins` |
@@ -67,17 +67,17 @@
 //! | `knn_radius_tf32_count` | `radius::candidates` | `radius::candidates::RadiusTf32CountParams` | `backend::cpu::knn::radius` (`CpuKnn::radius_keys`) | `radius/candidates.rs` `emulated_candidates_give_every_row_within_the_radius`, `tests/radius.rs` `gpu_radius_prefilter_matches_exact_and_cpu` |
 //! | `knn_radius_tf32_fill` | `radius::candidates` | `radius::candidates::RadiusTf32FillParams` | `backend::cpu::knn::radius` (`CpuKnn::radius_keys`) | `radius/candidates.rs` `emulated_candidates_give_every_row_within_the_radius`, `tests/radius.rs` `gpu_radius_prefilter_matches_exact_and_cpu` |
 //! | `knn_vote` | `vote` | `vote::VoteParams` | `backend::cpu::vote::knn_vote` | `vote.rs` `emulated_votes_match_the_reference` |
-//! | `seed_nearest_l2` | `init` | `init::NearestParams` | `backend::cpu::init::Seeder::seed_nearest` | `tests/init.rs` `gpu_seeding_matches_cpu` |
-//! | `seed_trials_l2` | `init` | `init::TrialsParams` | `backend::cpu::init::Seeder::seed_trials` | `tests/init.rs` `gpu_seeding_matches_cpu` |
-//! | `seed_locate_l2` | `init` | `init::LocateParams` | `backend::cpu::init::Seeder::locate_all` | `tests/init.rs` `gpu_seeding_matches_cpu` |
-//! | `seed_sample_l2` | `init` | `init::SampleParams` | `backend::cpu::init::Seeder::seed_sample` | `tests/init.rs` `kmeans_parallel_is_as_good_as_kmeans_plus_plus_on_blobs` |
-//! | `seed_nearest_l1` | `init` | `init::NearestParams` | `backend::cpu::init::Seeder::seed_nearest` | `tests/init.rs` `gpu_seeding_matches_cpu` |
-//! | `seed_trials_l1` | `init` | `init::TrialsParams` | `backend::cpu::init::Seeder::seed_trials` | `tests/init.rs` `gpu_seeding_matches_cpu` |
-//! | `seed_locate_l1` | `init` | `init::LocateParams` | `backend::cpu::init::Seeder::locate_all` | `tests/init.rs` `gpu_seeding_matches_cpu` |
-//! | `seed_sample_l1` | `init` | `init::SampleParams` | `backend::cpu::init::Seeder::seed_sample` | `tests/init.rs` `kmeans_parallel_is_as_good_as_kmeans_plus_plus_on_blobs` |
-//! | `seed_greedy_draw_l2` | `init` | `init::GreedyDrawParams` | `backend::greedy_steps` over `backend::cpu::init::Seeder` | `host/src/kmeans/init.rs` `gpu_greedy_loop_matches_step_by_step` |
-//! | `seed_greedy_draw_l1` | `init` | `init::GreedyDrawParams` | `backend::greedy_steps` over `backend::cpu::init::Seeder` | `host/src/kmeans/init.rs` `gpu_greedy_loop_matches_step_by_step` |
-//! | `seed_owner_weights` | `init` | `init::OwnerWeightsParams` | `backend::cpu::init::Seeder::seed_owner_weights` | `tests/init.rs` `gpu_seeding_matches_cpu` |
+//! | `seed_nearest_l2` | `init` | `init::NearestParams` | `backend::cpu::init::Seeder::seed_nearest` | `tests/init.rs` `gpu_seeding_matches_cpu`, `init/emulated.rs` `emulated_nearest_pass_sums_match_the_twin` |
+//! | `seed_trials_l2` | `init` | `init::TrialsParams` | `backend::cpu::init::Seeder::seed_trials` | `tests/init.rs` `gpu_seeding_matches_cpu`, `init/emulated.rs` `emulated_trials_match_the_twin` |
+//! | `seed_locate_l2` | `init` | `init::LocateParams` | `backend::cpu::init::Seeder::locate_all` | `tests/init.rs` `gpu_seeding_matches_cpu`, `init/emulated.rs` `emulated_locate_finds_the_first_point_past_each_draw` |
+//! | `seed_sample_l2` | `init` | `init::SampleParams` | `backend::cpu::init::Seeder::seed_sample` | `tests/init.rs` `kmeans_parallel_is_as_good_as_kmeans_plus_plus_on_blobs`, `init/emulated.rs` `emulated_sampling_and_owner_weights_match_the_twin` |
+//! | `seed_nearest_l1` | `init` | `init::NearestParams` | `backend::cpu::init::Seeder::seed_nearest` | `tests/init.rs` `gpu_seeding_matches_cpu`, `init/emulated.rs` `emulated_nearest_pass_sums_match_the_twin` |
+//! | `seed_trials_l1` | `init` | `init::TrialsParams` | `backend::cpu::init::Seeder::seed_trials` | `tests/init.rs` `gpu_seeding_matches_cpu`, `init/emulated.rs` `emulated_trials_match_the_twin` |
+//! | `seed_locate_l1` | `init` | `init::LocateParams` | `backend::cpu::init::Seeder::locate_all` | `tests/init.rs` `gpu_seeding_matches_cpu`, `init/emulated.rs` `emulated_locate_finds_the_first_point_past_each_draw` |
+//! | `seed_sample_l1` | `init` | `init::SampleParams` | `backend::cpu::init::Seeder::seed_sample` | `tests/init.rs` `kmeans_parallel_is_as_good_as_kmeans_plus_plus_on_blobs`, `init/emulated.rs` `emulated_sampling_and_owner_weights_match_the_twin` |
+//! | `seed_greedy_draw_l2` | `init` | `init::GreedyDrawParams` | `backend::greedy_steps` over `backend::cpu::init::Seeder` | `host/src/kmeans/init.rs` `gpu_greedy_loop_matches_step_by_step`, `init/emulated.rs` `emulated_greedy_steps_match_the_host_step` |
+//! | `seed_greedy_draw_l1` | `init` | `init::GreedyDrawParams` | `backend::greedy_steps` over `backend::cpu::init::Seeder` | `host/src/kmeans/init.rs` `gpu_greedy_loop_matches_step_by_step`, `init/emulated.rs` `emulated_greedy_steps_match_the_host_step` |
+//! | `seed_owner_weights` | `init` | `init::OwnerWeightsParams` | `backend::cpu::init::Seeder::seed_owner_weights` | `tests/init.rs` `gpu_seeding_matches_cpu`, `init/emulated.rs` `emulated_sampling_and_owner_weights_match_the_twin` |
 #![cfg_attr(target_arch = "nvptx64", no_std)]
 #![cfg_attr(target_arch = "nvptx64", allow(internal_features))]
 #![cfg_attr(
@@ -195,9 +195,10 @@ pub const KERNELS: [Kernel; 63] = [
     init::SEED_OWNER_WEIGHTS.erased(),
 ];
 
-#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
+// The tensor-core helpers: on the GPU from sm_80, in the host's tests for the emulator.
+#[cfg(any(test, all(target_arch = "nvptx64", target_feature = "sm_80")))]
 mod cp_async;
-#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
+#[cfg(any(test, all(target_arch = "nvptx64", target_feature = "sm_80")))]
 pub mod mma;
 #[cfg(all(target_arch = "nvptx64", target_feature = "sm_90a"))]
 pub mod wgmma;

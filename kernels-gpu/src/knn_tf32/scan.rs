@@ -9,9 +9,9 @@
 
 use super::*;
 use crate::cp_async::{commit, copy_rows, shared_addr, wait_group};
-use crate::exec::{Exec, Gpu};
+use crate::exec::{Exec, Gpu, shfl_xor_u64};
 use crate::knn::{NO_KEY, key};
-use crate::mma::{load4, mma, shfl_xor_u64, to_tf32};
+use crate::mma::{load4, to_tf32};
 
 const THREADS: usize = TF32_BLOCK as usize;
 
@@ -254,7 +254,7 @@ unsafe fn run<const VEC: bool>(a: Tf32ScanArgs) {
                 let fb = unsafe { load4(buf.add(col * SCAN_ROW_STRIDE + qq * 8 + half * 4)) };
                 for kk in 0..2 {
                     for mt in 0..2 {
-                        mma(&mut acc[mt][nt], fa[mt][kk], [fb[2 * kk], fb[2 * kk + 1]]);
+                        Gpu.mma_tf32(&mut acc[mt][nt], fa[mt][kk], [fb[2 * kk], fb[2 * kk + 1]]);
                     }
                 }
             }
@@ -325,9 +325,9 @@ unsafe fn epilogue(
             let mut best = if bj == u32::MAX { NO_KEY } else { key(bv, bj) };
             if a.group == 64 {
                 // The four lanes of a row hold the warp's 64 training rows.
-                let other = shfl_xor_u64(best, 1);
+                let other = shfl_xor_u64(Gpu, best, 1);
                 best = if other < best { other } else { best };
-                let other = shfl_xor_u64(best, 2);
+                let other = shfl_xor_u64(Gpu, best, 2);
                 best = if other < best { other } else { best };
             }
             if row_ok[r] && (a.group == 16 || qq == 0) {

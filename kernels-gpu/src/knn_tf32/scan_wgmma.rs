@@ -16,9 +16,8 @@
 use super::scan::{Tf32ScanArgs, stage_queries};
 use super::*;
 use crate::cp_async::{commit, copy_16, shared_addr, wait_group};
-use crate::exec::{Exec, Gpu};
+use crate::exec::{Exec, Gpu, shfl_xor_u64};
 use crate::knn::{NO_KEY, key};
-use crate::mma::shfl_xor_u64;
 use crate::wgmma::{self, descriptor_sw128 as sw128, fence_shared_for_async};
 
 const THREADS: usize = TF32_BLOCK as usize;
@@ -242,9 +241,9 @@ unsafe fn epilogue(a: &Tf32ScanArgs, tile: usize, qq: usize, acc: &[f32; 64], q:
                 }
                 let mut best = if bj == u32::MAX { NO_KEY } else { key(bv, bj) };
                 if a.group == 64 {
-                    let other = shfl_xor_u64(best, 1);
+                    let other = shfl_xor_u64(Gpu, best, 1);
                     best = if other < best { other } else { best };
-                    let other = shfl_xor_u64(best, 2);
+                    let other = shfl_xor_u64(Gpu, best, 2);
                     best = if other < best { other } else { best };
                 }
                 if row_ok[r] && (a.group == 16 || qq == 0) {
