@@ -2,7 +2,10 @@
 # Runs the kmeans-knn GPU bundle on a machine with an NVIDIA GPU (written by `cargo xtask gpu-bundle`).
 #   bash run.sh [PART]     PART: all (the default), or one part, each within ten minutes on one
 #                          H100 or 4 × H200 (a GPU machine's call may be limited to that):
-#     tests      every test binary (GPU required), the PTX fallback, cold start, driver entry points
+#     tests      every test binary but the sweeps (GPU required), the PTX fallback, cold start,
+#                driver entry points
+#     sweeps     the test binaries that sweep shapes and paths against the CPU for minutes (knn,
+#                lp, radius)
 #     sanitize   compute-sanitizer memcheck + racecheck over the `sanitize_` tests
 #     python     the Python tests (and the Dask tests with a worker per GPU, on two GPUs or more)
 #     bench      gpu-bench, the PyTorch baseline, the Python benchmark (and the GPU-set and Dask
@@ -16,11 +19,12 @@ cd "$(dirname "$0")"
 part=${1:-all}
 case $part in
   all) ;;
-  tests) SANITIZE=0 PYTEST=0 BENCH=0 ;;
+  tests) SANITIZE=0 PYTEST=0 BENCH=0 SWEEPS=0 ;;
+  sweeps) SANITIZE=0 PYTEST=0 BENCH=0 COLD_START=0 ENTRY_POINTS=0 SWEEPS=only ;;
   sanitize) TESTS=0 PYTEST=0 BENCH=0 COLD_START=0 ENTRY_POINTS=0 ;;
   python) TESTS=0 SANITIZE=0 BENCH=0 COLD_START=0 ENTRY_POINTS=0 ;;
   bench) TESTS=0 SANITIZE=0 PYTEST=0 COLD_START=0 ENTRY_POINTS=0 ;;
-  *) echo "run.sh: unknown part '$part' (all, tests, sanitize, python or bench)" >&2; exit 2 ;;
+  *) echo "run.sh: unknown part '$part' (all, tests, sweeps, sanitize, python or bench)" >&2; exit 2 ;;
 esac
 export KMEANS_KNN_REQUIRE_GPU=1
 # The driver tests run the tool built with fault injection.
@@ -62,20 +66,29 @@ if [ "${TESTS:-1}" = 1 ]; then
     "./$1" --test-threads="${TEST_THREADS:-4}" --skip source_tree:: >"$log" 2>&1
     echo $? >"$log.rc"
   }
-  test_pids=()
+  # The binaries of this part: the sweeps alone (SWEEPS=only), all but them (SWEEPS=0), or all.
+  binaries=()
   for t in tests/*; do
-    case $(basename "$t") in
-      lp | radius | kmeans | kernels_gpu-*) run_test "$t" & test_pids+=($!) ;;
+    case "${SWEEPS:-1}:$(basename "$t")" in
+      only:knn | only:lp | only:radius | 1:*) binaries+=("$t") ;;
+      0:knn | 0:lp | 0:radius | only:*) ;;
+      *) binaries+=("$t") ;;
     esac
   done
-  for t in tests/*; do
+  test_pids=()
+  for t in "${binaries[@]}"; do
     case $(basename "$t") in
-      lp | radius | kmeans | kernels_gpu-*) ;;
+      knn | lp | radius | kmeans | kernels_gpu-*) run_test "$t" & test_pids+=($!) ;;
+    esac
+  done
+  for t in "${binaries[@]}"; do
+    case $(basename "$t") in
+      knn | lp | radius | kmeans | kernels_gpu-*) ;;
       *) run_test "$t" ;;
     esac
   done
   [ ${#test_pids[@]} -gt 0 ] && wait "${test_pids[@]}"
-  for t in tests/*; do
+  for t in "${binaries[@]}"; do
     log="$log_dir/test-$(basename "$t").log"
     echo "=== test $(basename "$t") (exit $(cat "$log.rc"))"
     grep -E "FAILED|panicked|^test result" "$log" | tail -n 12
@@ -84,7 +97,7 @@ if [ "${TESTS:-1}" = 1 ]; then
 
   # The same binary on a GPU it has no usable cubin for: the backend loads the PTX (JIT) instead,
   # when told to and when the driver rejects the cubin.
-  for fallback in KMEANS_KNN_FORCE_PTX=1 KMEANS_KNN_FAULTS=wrong-cubin; do
+  [ "${SWEEPS:-1}" = only ] || for fallback in KMEANS_KNN_FORCE_PTX=1 KMEANS_KNN_FAULTS=wrong-cubin; do
     echo "=== test ptx_fallback with $fallback"
     env "$fallback" ./tests/ptx_fallback --test-threads=1 --nocapture 2>&1 | tail -n 25
     [ "${PIPESTATUS[0]}" -eq 0 ] || failed+=("test ptx_fallback ($fallback)")
