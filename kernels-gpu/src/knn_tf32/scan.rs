@@ -322,24 +322,18 @@ unsafe fn epilogue<E: Exec>(
         struct V2([f32; 2]);
         for r in 0..4 {
             let (mt, half) = (r / 2, r % 2);
-            // Increasing j, strict `<`: the smallest value, the lowest index on ties (NaN and ∞
-            // never win; a group without a finite value gives NO_KEY, which only loosens the
-            // threshold to ∞).
-            let (mut bv, mut bj) = (f32::INFINITY, u32::MAX);
+            let mut best = (f32::INFINITY, u32::MAX);
             for nt in 0..8 {
                 let j0 = base + nt * 8;
                 let v = [0, 1].map(|h| approx_sq(acc[mt][nt][half * 2 + h], nq[r], nx[nt * 2 + h]));
-                for (h, &v) in v.iter().enumerate() {
-                    let take = (j0 + h < a.n) & (v < bv);
-                    bv = if take { v } else { bv };
-                    bj = if take { (j0 + h) as u32 } else { bj };
-                }
+                best = fold_pair(best, v, j0, a.n);
                 // The pair as one 8-byte store (`lda` is even, pairs start even); rows past `n`
                 // inside `lda` get values too, never read.
                 if !a.approx.is_null() && row_ok[r] && j0 < a.lda {
                     unsafe { *a.approx.add(rows[r] * a.lda + j0).cast::<V2>() = V2(v) };
                 }
             }
+            let (bv, bj) = best;
             let mut best = if bj == u32::MAX { NO_KEY } else { key(bv, bj) };
             if a.group == 64 {
                 // The four lanes of a row hold the warp's 64 training rows.
@@ -375,18 +369,45 @@ unsafe fn epilogue<E: Exec>(
                     let v = approx_sq(acc[mt][nt][half * 2 + h], nq[r], nx[slot]);
                     let bound = error_bound(c1q[r], sx[slot], nq[r], nx[slot]);
                     if j < a.n && may_be_near(v, bound, tsq[r]) {
-                        let at = unsafe { a.counts.add(rows[r]) };
-                        let pos = unsafe {
-                            core::sync::atomic::AtomicU32::from_ptr(at)
-                                .fetch_add(1, core::sync::atomic::Ordering::Relaxed)
-                        } as usize;
-                        if pos < TF32_CAP {
-                            unsafe { *a.cand.add(rows[r] * TF32_CAP + pos) = j as u32 };
-                        }
+                        unsafe { push_candidate(a, rows[r], j) };
                     }
                 }
             }
         }
+    }
+}
+
+// The epilogue steps `knn_tf32_scan_wg` shares. Its approximation stores and group keys stay
+// written out in both epilogues: as shared helpers they change the PTX of both scans.
+
+/// Folds the approximations `v` of training rows `j0` and `j0 + 1` into a group's running
+/// minimum `(value, row)`. Increasing j, strict `<`: the smallest value, the lowest index on
+/// ties (NaN and ∞ never win, rows past `n` are skipped; a group without a finite value keeps
+/// `(∞, u32::MAX)` and gets NO_KEY, which only loosens the threshold to ∞).
+#[inline(always)]
+pub(super) fn fold_pair(best: (f32, u32), v: [f32; 2], j0: usize, n: usize) -> (f32, u32) {
+    let (mut bv, mut bj) = best;
+    for (h, &v) in v.iter().enumerate() {
+        let take = (j0 + h < n) & (v < bv);
+        bv = if take { v } else { bv };
+        bj = if take { (j0 + h) as u32 } else { bj };
+    }
+    (bv, bj)
+}
+
+/// Appends training row `j` to the candidates of query `row` (past `TF32_CAP` only counted).
+///
+/// # Safety
+/// `a.counts` holds `a.m` counts, `a.cand` `a.m × TF32_CAP` indices.
+#[inline(always)]
+pub(super) unsafe fn push_candidate(a: &Tf32ScanArgs, row: usize, j: usize) {
+    let at = unsafe { a.counts.add(row) };
+    let pos = unsafe {
+        core::sync::atomic::AtomicU32::from_ptr(at)
+            .fetch_add(1, core::sync::atomic::Ordering::Relaxed)
+    } as usize;
+    if pos < TF32_CAP {
+        unsafe { *a.cand.add(row * TF32_CAP + pos) = j as u32 };
     }
 }
 
