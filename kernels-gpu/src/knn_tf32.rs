@@ -53,7 +53,8 @@
 //!
 //! The host tests check the bound against brute force with an emulated TF32 product
 //! ([`tf32_round`] queries, truncated or rounded training values, truncating and rounding
-//! accumulations in several orders).
+//! accumulations in several orders), and `scan/emulated.rs` runs the scan and every step after
+//! it in the emulator against the exact search.
 
 use crate::knn::{PairMetric, SELECT_BLOCK, finish};
 use crate::launch::Kernel;
@@ -631,7 +632,7 @@ pub const fn tf32_scan_grid(m: usize, n: usize, tiles: usize) -> usize {
 
 pub mod candidates;
 pub mod row_set;
-#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
+#[cfg(any(test, all(target_arch = "nvptx64", target_feature = "sm_80")))]
 pub mod scan;
 #[cfg(all(target_arch = "nvptx64", target_feature = "sm_90a"))]
 pub mod scan_wgmma;

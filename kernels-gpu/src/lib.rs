@@ -50,18 +50,18 @@
 //! | `knn_select_kmin` | `select` | `select::SelectParams` | `backend::cpu::knn::Nearest::offer` | `select.rs` `emulated_streaming_selection_keeps_the_k_smallest` |
 //! | `knn_select_bitonic` | `select` | `select::SelectParams` | `backend::cpu::knn::Nearest::offer` | `select.rs` `emulated_streaming_selection_keeps_the_k_smallest` |
 //! | `knn_select_radix` | `select` (`radix`) | `select::SelectParams` | `backend::cpu::knn::Nearest::offer` | `select.rs` `emulated_streaming_selection_keeps_the_k_smallest`, `radix.rs` `the_k_smallest_of_awkward_sets` |
-//! | `knn_select_keys_kmin` | `select` | `select::SelectKeysParams` | `backend::cpu::knn::Nearest::offer` | `tests/knn.rs` `gpu_prefilter_matches_cpu` |
-//! | `knn_select_keys_bitonic` | `select` | `select::SelectKeysParams` | `backend::cpu::knn::Nearest::offer` | `tests/knn.rs` `gpu_prefilter_matches_cpu` |
-//! | `knn_select_keys_radix` | `select` (`radix`) | `select::SelectKeysParams` | `backend::cpu::knn::Nearest::offer` | `tests/knn.rs` `gpu_prefilter_matches_cpu` |
+//! | `knn_select_keys_kmin` | `select` | `select::SelectKeysParams` | `backend::cpu::knn::Nearest::offer` | `tests/knn.rs` `gpu_prefilter_matches_cpu`, `knn_tf32/scan/emulated.rs` `emulated_prefilter_equals_the_exact_search` |
+//! | `knn_select_keys_bitonic` | `select` | `select::SelectKeysParams` | `backend::cpu::knn::Nearest::offer` | `tests/knn.rs` `gpu_prefilter_matches_cpu`, `knn_tf32/scan/emulated.rs` `emulated_prefilter_equals_the_exact_search` |
+//! | `knn_select_keys_radix` | `select` (`radix`) | `select::SelectKeysParams` | `backend::cpu::knn::Nearest::offer` | `tests/knn.rs` `gpu_prefilter_matches_cpu`, `knn_tf32/scan/emulated.rs` `emulated_prefilter_equals_the_exact_search` |
 //! | `knn_sort_chunks` | `select` | `select::SortChunksParams` | `backend::cpu::knn::Nearest::finish` | `select.rs` `emulated_row_sort_keeps_the_k_smallest` |
 //! | `knn_bitonic_merge_global` | `select` | `select::MergeGlobalParams` | `backend::cpu::knn::Nearest::finish` | `select.rs` `emulated_row_sort_keeps_the_k_smallest` |
 //! | `knn_bitonic_merge_local` | `select` | `select::MergeLocalParams` | `backend::cpu::knn::Nearest::finish` | `select.rs` `emulated_row_sort_keeps_the_k_smallest` |
 //! | `knn_take` | `select` | `select::TakeParams` | `backend::cpu::knn::Nearest::finish` | `select.rs` `emulated_row_sort_keeps_the_k_smallest` |
-//! | `knn_tf32_threshold` | `knn_tf32` | `knn_tf32::ThresholdParams` | `backend::cpu::knn::CpuKnn::nearest` (exact) | `knn_tf32.rs` `emulated_threshold_and_rerank` |
-//! | `knn_tf32_rerank` | `knn_tf32` | `knn_tf32::RerankParams` | `backend::cpu::knn::CpuKnn::nearest` (exact) | `knn_tf32.rs` `emulated_threshold_and_rerank` |
-//! | `knn_tf32_scan` | `knn_tf32::scan` | `knn_tf32::ScanParams` | `backend::cpu::knn::CpuKnn::nearest` (exact) | `tests/knn.rs` `gpu_prefilter_matches_cpu` |
+//! | `knn_tf32_threshold` | `knn_tf32` | `knn_tf32::ThresholdParams` | `backend::cpu::knn::CpuKnn::nearest` (exact) | `knn_tf32.rs` `emulated_threshold_and_rerank`, `knn_tf32/scan/emulated.rs` `emulated_prefilter_equals_the_exact_search` |
+//! | `knn_tf32_rerank` | `knn_tf32` | `knn_tf32::RerankParams` | `backend::cpu::knn::CpuKnn::nearest` (exact) | `knn_tf32.rs` `emulated_threshold_and_rerank`, `knn_tf32/scan/emulated.rs` `emulated_prefilter_equals_the_exact_search` |
+//! | `knn_tf32_scan` | `knn_tf32::scan` | `knn_tf32::ScanParams` | `backend::cpu::knn::CpuKnn::nearest` (exact) | `tests/knn.rs` `gpu_prefilter_matches_cpu`, `knn_tf32/scan/emulated.rs` `emulated_prefilter_equals_the_exact_search` `emulated_scan_over_query_tiles_and_dimension_slices` |
 //! | `knn_tf32_scan_wg` | `knn_tf32::scan_wgmma` | `knn_tf32::ScanParams` | `backend::cpu::knn::CpuKnn::nearest` (exact) | `tests/knn.rs` `gpu_prefilter_matches_cpu` (sm_90) |
-//! | `knn_tf32_candidates` | `knn_tf32::candidates` | `knn_tf32::candidates::CandidatesParams` | `backend::cpu::knn::CpuKnn::nearest` (exact) | `candidates.rs` `emulated_candidates`, `tests/knn.rs` `gpu_prefilter_matches_cpu` |
+//! | `knn_tf32_candidates` | `knn_tf32::candidates` | `knn_tf32::candidates::CandidatesParams` | `backend::cpu::knn::CpuKnn::nearest` (exact) | `candidates.rs` `emulated_candidates`, `tests/knn.rs` `gpu_prefilter_matches_cpu`, `knn_tf32/scan/emulated.rs` `emulated_prefilter_equals_the_exact_search` |
 //! | `knn_radius_count` | `radius` | `radius::RadiusCountParams` | `backend::cpu::knn::radius` (`CpuKnn::radius_keys`) | `radius.rs` `emulated_count_and_fill_find_every_row_within_the_radius`, `tests/radius.rs` `gpu_radius_matches_cpu` |
 //! | `knn_radius_fill` | `radius` | `radius::RadiusFillParams` | `backend::cpu::knn::radius` (`CpuKnn::radius_keys`) | `radius.rs` `emulated_count_and_fill_find_every_row_within_the_radius`, `tests/radius.rs` `gpu_radius_matches_cpu` |
 //! | `knn_radius_tf32_count` | `radius::candidates` | `radius::candidates::RadiusTf32CountParams` | `backend::cpu::knn::radius` (`CpuKnn::radius_keys`) | `radius/candidates.rs` `emulated_candidates_give_every_row_within_the_radius`, `tests/radius.rs` `gpu_radius_prefilter_matches_exact_and_cpu` |

@@ -9,7 +9,9 @@
 
 use super::*;
 use crate::cp_async::{commit, copy_rows, shared_addr, wait_group};
-use crate::exec::{Exec, Gpu, shfl_xor_u64};
+#[cfg(target_arch = "nvptx64")]
+use crate::exec::Gpu;
+use crate::exec::{Exec, shfl_xor_u64};
 use crate::knn::{NO_KEY, key};
 use crate::mma::{load4, to_tf32};
 
@@ -108,12 +110,25 @@ scan_entry! {
     /// Pointers valid for those sizes; `TF32_BLOCK` threads, `tf32_scan_shared_bytes(xc)` of
     /// dynamic shared memory, `xc` a multiple of `SCAN_CHUNK_DIMS`.
     fn knn_tf32_scan(params) {
-        let a = Tf32ScanArgs::new(params);
-        if a.d % 4 == 0 {
-            unsafe { run::<true>(a) }
-        } else {
-            unsafe { run::<false>(a) }
-        }
+        unsafe { scan(Gpu, params) }
+    }
+}
+
+/// The body of `knn_tf32_scan`: 16-byte copies when every row starts 16-byte aligned
+/// (`d % 4 == 0`), else one word at a time (two specialisations, so neither keeps the other's
+/// addresses live).
+///
+/// # Safety
+/// As `knn_tf32_scan`.
+// `%`, as the PTX was tuned with it.
+#[allow(clippy::manual_is_multiple_of)]
+#[inline(always)]
+pub(super) unsafe fn scan<E: Exec>(e: E, params: ScanParams) {
+    let a = Tf32ScanArgs::new(params);
+    if a.d % 4 == 0 {
+        unsafe { run::<true, _>(e, a) }
+    } else {
+        unsafe { run::<false, _>(e, a) }
     }
 }
 
@@ -122,16 +137,18 @@ scan_entry! {
 ///
 /// Kept whole at ~150 lines: moving the prologue or the query-row setup into
 /// `#[inline(always)]` helpers reorders and re-branches the PTX of `knn_tf32_scan`.
+// Index loops: the fragments and accumulators are indexed by several loop variables at once.
+#[allow(clippy::needless_range_loop)]
 #[inline(always)]
-unsafe fn run<const VEC: bool>(a: Tf32ScanArgs) {
+unsafe fn run<const VEC: bool, E: Exec>(e: E, a: Tf32ScanArgs) {
     let vec = VEC;
-    let t = Gpu.thread();
+    let t = e.thread();
     let (warp, lane) = (t / 32, t % 32);
     let (g, qq) = (lane / 4, lane % 4);
     let (wm, wn) = (warp % 4, warp / 4);
     let row_tiles = a.m.div_ceil(TF32_ROWS).max(1);
     let col_tiles = a.n.div_ceil(TF32_COLS);
-    let b = Gpu.block();
+    let b = e.block();
     let first_row = (b % row_tiles) * TF32_ROWS;
     let tile0 = (b / row_tiles) * a.tiles;
     if tile0 >= col_tiles {
@@ -140,7 +157,7 @@ unsafe fn run<const VEC: bool>(a: Tf32ScanArgs) {
     let tile1 = col_tiles.min(tile0 + a.tiles);
     let (xc, d) = (a.xc, a.d);
 
-    let xs = Gpu.shared::<u32>();
+    let xs = e.shared::<u32>();
     let cs = unsafe { xs.add(TF32_ROWS * xc) };
     let cs_addr = shared_addr(cs);
 
@@ -208,7 +225,7 @@ unsafe fn run<const VEC: bool>(a: Tf32ScanArgs) {
         wait_group::<{ TF32_STAGES - 2 }>();
         if !resident && s > 0 && slice_chunk == 0 {
             // The next slice of the query dimensions: once every warp is done with this one.
-            Gpu.sync();
+            e.sync();
             unsafe {
                 stage_queries(
                     t,
@@ -225,7 +242,7 @@ unsafe fn run<const VEC: bool>(a: Tf32ScanArgs) {
                 )
             };
         }
-        Gpu.sync();
+        e.sync();
         // The buffer of chunk s − 1 is free now: prefetch chunk s + TF32_STAGES − 1 into it.
         if ahead_tile < tile1 {
             let (first, j0) = (ahead_tile * TF32_COLS, ahead_kc * SCAN_CHUNK_DIMS);
@@ -254,7 +271,7 @@ unsafe fn run<const VEC: bool>(a: Tf32ScanArgs) {
                 let fb = unsafe { load4(buf.add(col * SCAN_ROW_STRIDE + qq * 8 + half * 4)) };
                 for kk in 0..2 {
                     for mt in 0..2 {
-                        Gpu.mma_tf32(&mut acc[mt][nt], fa[mt][kk], [fb[2 * kk], fb[2 * kk + 1]]);
+                        e.mma_tf32(&mut acc[mt][nt], fa[mt][kk], [fb[2 * kk], fb[2 * kk + 1]]);
                     }
                 }
             }
@@ -265,7 +282,7 @@ unsafe fn run<const VEC: bool>(a: Tf32ScanArgs) {
             slice_chunk = 0;
         }
         if kc == chunks {
-            unsafe { epilogue(&a, tile, wn, qq, &acc, &rows, &row_ok, &nq, &c1q, &tsq) };
+            unsafe { epilogue(e, &a, tile, wn, qq, &acc, &rows, &row_ok, &nq, &c1q, &tsq) };
             acc = [[[0f32; 4]; 8]; 2];
             (tile, kc, slice_chunk) = (tile + 1, 0, 0);
         }
@@ -277,8 +294,9 @@ unsafe fn run<const VEC: bool>(a: Tf32ScanArgs) {
 /// `acc[mt][nt][half·2 + h]` is query row `r = mt·2 + half` × training row
 /// `tile·128 + wn·64 + nt·8 + 2q + h`.
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
-unsafe fn epilogue(
+#[allow(clippy::too_many_arguments, clippy::needless_range_loop)]
+unsafe fn epilogue<E: Exec>(
+    e: E,
     a: &Tf32ScanArgs,
     tile: usize,
     wn: usize,
@@ -304,30 +322,24 @@ unsafe fn epilogue(
         struct V2([f32; 2]);
         for r in 0..4 {
             let (mt, half) = (r / 2, r % 2);
-            // Increasing j, strict `<`: the smallest value, the lowest index on ties (NaN and ∞
-            // never win; a group without a finite value gives NO_KEY, which only loosens the
-            // threshold to ∞).
-            let (mut bv, mut bj) = (f32::INFINITY, u32::MAX);
+            let mut best = (f32::INFINITY, u32::MAX);
             for nt in 0..8 {
                 let j0 = base + nt * 8;
                 let v = [0, 1].map(|h| approx_sq(acc[mt][nt][half * 2 + h], nq[r], nx[nt * 2 + h]));
-                for (h, &v) in v.iter().enumerate() {
-                    let take = (j0 + h < a.n) & (v < bv);
-                    bv = if take { v } else { bv };
-                    bj = if take { (j0 + h) as u32 } else { bj };
-                }
+                best = fold_pair(best, v, j0, a.n);
                 // The pair as one 8-byte store (`lda` is even, pairs start even); rows past `n`
                 // inside `lda` get values too, never read.
                 if !a.approx.is_null() && row_ok[r] && j0 < a.lda {
                     unsafe { *a.approx.add(rows[r] * a.lda + j0).cast::<V2>() = V2(v) };
                 }
             }
+            let (bv, bj) = best;
             let mut best = if bj == u32::MAX { NO_KEY } else { key(bv, bj) };
             if a.group == 64 {
                 // The four lanes of a row hold the warp's 64 training rows.
-                let other = shfl_xor_u64(Gpu, best, 1);
+                let other = shfl_xor_u64(e, best, 1);
                 best = if other < best { other } else { best };
-                let other = shfl_xor_u64(Gpu, best, 2);
+                let other = shfl_xor_u64(e, best, 2);
                 best = if other < best { other } else { best };
             }
             if row_ok[r] && (a.group == 16 || qq == 0) {
@@ -353,22 +365,49 @@ unsafe fn epilogue(
             for nt in 0..8 {
                 for h in 0..2 {
                     let j = base + nt * 8 + h;
-                    let e = nt * 2 + h;
-                    let v = approx_sq(acc[mt][nt][half * 2 + h], nq[r], nx[e]);
-                    let bound = error_bound(c1q[r], sx[e], nq[r], nx[e]);
+                    let slot = nt * 2 + h;
+                    let v = approx_sq(acc[mt][nt][half * 2 + h], nq[r], nx[slot]);
+                    let bound = error_bound(c1q[r], sx[slot], nq[r], nx[slot]);
                     if j < a.n && may_be_near(v, bound, tsq[r]) {
-                        let at = unsafe { a.counts.add(rows[r]) };
-                        let pos = unsafe {
-                            core::sync::atomic::AtomicU32::from_ptr(at)
-                                .fetch_add(1, core::sync::atomic::Ordering::Relaxed)
-                        } as usize;
-                        if pos < TF32_CAP {
-                            unsafe { *a.cand.add(rows[r] * TF32_CAP + pos) = j as u32 };
-                        }
+                        unsafe { push_candidate(a, rows[r], j) };
                     }
                 }
             }
         }
+    }
+}
+
+// The epilogue steps `knn_tf32_scan_wg` shares. Its approximation stores and group keys stay
+// written out in both epilogues: as shared helpers they change the PTX of both scans.
+
+/// Folds the approximations `v` of training rows `j0` and `j0 + 1` into a group's running
+/// minimum `(value, row)`. Increasing j, strict `<`: the smallest value, the lowest index on
+/// ties (NaN and ∞ never win, rows past `n` are skipped; a group without a finite value keeps
+/// `(∞, u32::MAX)` and gets NO_KEY, which only loosens the threshold to ∞).
+#[inline(always)]
+pub(super) fn fold_pair(best: (f32, u32), v: [f32; 2], j0: usize, n: usize) -> (f32, u32) {
+    let (mut bv, mut bj) = best;
+    for (h, &v) in v.iter().enumerate() {
+        let take = (j0 + h < n) & (v < bv);
+        bv = if take { v } else { bv };
+        bj = if take { (j0 + h) as u32 } else { bj };
+    }
+    (bv, bj)
+}
+
+/// Appends training row `j` to the candidates of query `row` (past `TF32_CAP` only counted).
+///
+/// # Safety
+/// `a.counts` holds `a.m` counts, `a.cand` `a.m × TF32_CAP` indices.
+#[inline(always)]
+pub(super) unsafe fn push_candidate(a: &Tf32ScanArgs, row: usize, j: usize) {
+    let at = unsafe { a.counts.add(row) };
+    let pos = unsafe {
+        core::sync::atomic::AtomicU32::from_ptr(at)
+            .fetch_add(1, core::sync::atomic::Ordering::Relaxed)
+    } as usize;
+    if pos < TF32_CAP {
+        unsafe { *a.cand.add(row * TF32_CAP + pos) = j as u32 };
     }
 }
 
@@ -456,3 +495,6 @@ unsafe fn stage_chunk(
     };
     commit();
 }
+
+#[cfg(test)]
+mod emulated;

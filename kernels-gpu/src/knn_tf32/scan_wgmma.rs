@@ -13,7 +13,7 @@
 //! barrier). Queries are TF32-rounded when staged, training rows go in raw (read at TF32
 //! precision), as in `knn_tf32_scan`.
 
-use super::scan::{Tf32ScanArgs, stage_queries};
+use super::scan::{Tf32ScanArgs, fold_pair, push_candidate, stage_queries};
 use super::*;
 use crate::cp_async::{commit, copy_16, shared_addr, wait_group};
 use crate::exec::{Exec, Gpu, shfl_xor_u64};
@@ -223,22 +223,18 @@ unsafe fn epilogue(a: &Tf32ScanArgs, tile: usize, qq: usize, acc: &[f32; 64], q:
                 *nx = unsafe { *a.x_norms.add(j) };
             }
             for r in 0..2 {
-                // Increasing j, strict `<`: the smallest value, the lowest index on ties.
-                let (mut bv, mut bj) = (f32::INFINITY, u32::MAX);
+                let mut best = (f32::INFINITY, u32::MAX);
                 for jj in 0..8 {
                     let j = 8 * jh + jj;
                     let j0 = base + j * 8;
                     let v =
                         [0, 1].map(|h| approx_sq(acc[4 * j + 2 * r + h], nq[r], nx[2 * jj + h]));
-                    for (h, &v) in v.iter().enumerate() {
-                        let take = (j0 + h < a.n) & (v < bv);
-                        bv = if take { v } else { bv };
-                        bj = if take { (j0 + h) as u32 } else { bj };
-                    }
+                    best = fold_pair(best, v, j0, a.n);
                     if !a.approx.is_null() && row_ok[r] && j0 < a.lda {
                         unsafe { *a.approx.add(rows[r] * a.lda + j0).cast::<V2>() = V2(v) };
                     }
                 }
+                let (bv, bj) = best;
                 let mut best = if bj == u32::MAX { NO_KEY } else { key(bv, bj) };
                 if a.group == 64 {
                     let other = shfl_xor_u64(Gpu, best, 1);
@@ -263,14 +259,7 @@ unsafe fn epilogue(a: &Tf32ScanArgs, tile: usize, qq: usize, acc: &[f32; 64], q:
                     let v = approx_sq(acc[4 * j + 2 * r + h], nq[r], nx);
                     let bound = error_bound(c1q[r], sx, nq[r], nx);
                     if row_ok[r] && col < a.n && may_be_near(v, bound, tsq[r]) {
-                        let at = unsafe { a.counts.add(rows[r]) };
-                        let pos = unsafe {
-                            core::sync::atomic::AtomicU32::from_ptr(at)
-                                .fetch_add(1, core::sync::atomic::Ordering::Relaxed)
-                        } as usize;
-                        if pos < TF32_CAP {
-                            unsafe { *a.cand.add(rows[r] * TF32_CAP + pos) = col as u32 };
-                        }
+                        unsafe { push_candidate(a, rows[r], col) };
                     }
                 }
             }
