@@ -901,10 +901,10 @@ fn seed_rows(x: *const f32, norms: *const f32, n: u32, d: u32) -> SeedRows {
     }
 }
 
-/// The body of the `seed_trials_*` entries: [`trials`] of their parameters.
+/// The body of the `seed_trials_*` entries: `trials` of their parameters.
 ///
 /// # Safety
-/// As [`trials`].
+/// As `trials`.
 #[inline(always)]
 pub unsafe fn trials_kernel<const M: u32, E: Exec>(e: E, params: &TrialsParams) {
     let TrialsParams {
@@ -946,10 +946,10 @@ pub unsafe fn trials_kernel<const M: u32, E: Exec>(e: E, params: &TrialsParams) 
     }
 }
 
-/// The body of the `seed_nearest_*` entries: [`nearest_pass`] of their parameters.
+/// The body of the `seed_nearest_*` entries: `nearest_pass` of their parameters.
 ///
 /// # Safety
-/// As [`nearest_pass`].
+/// As `nearest_pass`.
 #[inline(always)]
 pub unsafe fn nearest_kernel<const M: u32, E: Exec>(e: E, params: &NearestParams) {
     let NearestParams {
@@ -994,10 +994,10 @@ pub unsafe fn nearest_kernel<const M: u32, E: Exec>(e: E, params: &NearestParams
     unsafe { nearest_pass::<M, E>(e, a, weights, counts, ws, block_sums, total) }
 }
 
-/// The body of the `seed_locate_*` entries: [`locate`] of their parameters.
+/// The body of the `seed_locate_*` entries: `locate` of their parameters.
 ///
 /// # Safety
-/// As [`locate`].
+/// As `locate`.
 #[inline(always)]
 pub unsafe fn locate_kernel<const M: u32, E: Exec>(e: E, params: &LocateParams) {
     let LocateParams {
@@ -1035,10 +1035,10 @@ pub unsafe fn locate_kernel<const M: u32, E: Exec>(e: E, params: &LocateParams) 
     }
 }
 
-/// The body of the `seed_greedy_draw_*` entries: [`greedy_draw`] of their parameters.
+/// The body of the `seed_greedy_draw_*` entries: `greedy_draw` of their parameters.
 ///
 /// # Safety
-/// As [`greedy_draw`].
+/// As `greedy_draw`.
 #[inline(always)]
 pub unsafe fn greedy_draw_kernel<const M: u32, E: Exec>(e: E, params: &GreedyDrawParams) {
     let GreedyDrawParams {
@@ -1123,10 +1123,10 @@ pub unsafe fn greedy_draw_kernel<const M: u32, E: Exec>(e: E, params: &GreedyDra
     }
 }
 
-/// The body of the `seed_sample_*` entries: [`sample`] of their parameters.
+/// The body of the `seed_sample_*` entries: `sample` of their parameters.
 ///
 /// # Safety
-/// As [`sample`].
+/// As `sample`.
 #[inline(always)]
 pub unsafe fn sample_kernel<const M: u32, E: Exec>(e: E, params: &SampleParams) {
     let SampleParams {
