@@ -2,12 +2,14 @@
 //! after warm-up, and a kNN search per kNN case; prints medians and writes JSON lines for
 //! `torch_baseline.py` to compare against.
 //!
+//! ```text
 //! usage: gpu-bench [--cases A,B,C,D,E,S,S512,F] [--reps N] [--json FILE] [--device gpu|cpu]
 //!                  [--precision tf32] [--knn-exact] [--whole] [--gpus gpu:0,1]
 //!                  [--stream N,D,M,K,BUDGET_MIB] [--stream-kmeans N,D,K,BUDGET_MIB]
 //!                  [--stream-kmeans-widths BUDGET_MIB]
 //!                  [--stream-kmeans-fit N,D,K,BUDGET_MIB,MAX_ITER[,cpu][,l1][,kmeans|||random]]
 //!                  [--all-paths] [--radius]
+//! ```
 //!
 //! `--reps` (default 30) timed runs per case after warm-up; kNN cases of 10^9 distances or more
 //! take at most 5.
