@@ -139,16 +139,8 @@ pub const fn query_word(row: usize, dim: usize, xc: usize) -> usize {
     query_fragment(rt, chunk, half, kk, g * 4 + q, xc) + top + 2 * h
 }
 
-/// `v` rounded to TF32 as `cvt.rna.tf32.f32` does: to nearest with 10 mantissa bits, ties away
-/// from zero (non-finite values unchanged).
-pub fn tf32_round(v: f32) -> f32 {
-    if !v.is_finite() {
-        return v;
-    }
-    let bits = v.to_bits();
-    let r = bits.wrapping_add(0x1000) & !0x1fff;
-    f32::from_bits(r)
-}
+/// The rounding of the tensor cores' operands, kept here for the bound's users.
+pub use crate::math::tf32_round;
 
 /// `c1` of [`error_bound`] for `d` dimensions, rounded up to f32.
 pub fn bound_coefficient(d: usize) -> f32 {

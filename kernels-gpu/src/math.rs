@@ -160,6 +160,17 @@ pub fn better(dist: f32, index: u32, best_dist: f32, best_index: u32) -> bool {
     dist < best_dist || (dist == best_dist && index < best_index)
 }
 
+/// `v` rounded to TF32 as `cvt.rna.tf32.f32` does: to nearest with 10 mantissa bits, ties away
+/// from zero (non-finite values unchanged).
+pub fn tf32_round(v: f32) -> f32 {
+    if !v.is_finite() {
+        return v;
+    }
+    let bits = v.to_bits();
+    let r = bits.wrapping_add(0x1000) & !0x1fff;
+    f32::from_bits(r)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

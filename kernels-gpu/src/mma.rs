@@ -19,7 +19,7 @@ pub unsafe fn load4(p: *const u32) -> [u32; 4] {
 }
 
 /// `v` rounded to TF32 (round to nearest, ties away from zero), as its bits; the host twin is
-/// [`crate::knn_tf32::tf32_round`].
+/// [`crate::math::tf32_round`].
 #[inline(always)]
 pub fn to_tf32(v: f32) -> u32 {
     #[cfg(target_arch = "nvptx64")]
@@ -33,6 +33,6 @@ pub fn to_tf32(v: f32) -> u32 {
         r
     };
     #[cfg(not(target_arch = "nvptx64"))]
-    let r = crate::knn_tf32::tf32_round(v).to_bits();
+    let r = crate::math::tf32_round(v).to_bits();
     r
 }
