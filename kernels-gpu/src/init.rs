@@ -892,10 +892,10 @@ fn warp_sum_u64<E: Exec>(e: E, mut v: u64) -> u64 {
 
 /// The rows of a seeding kernel's arguments.
 #[inline(always)]
-fn seed_rows(x: *const f32, norms: *const f32, n: u32, d: u32) -> SeedRows {
+fn seed_rows(x: DevPtr<f32>, norms: DevPtr<f32>, n: u32, d: u32) -> SeedRows {
     SeedRows {
-        x,
-        norms,
+        x: x.as_ptr(),
+        norms: norms.as_ptr(),
         n: n as usize,
         d: d as usize,
     }
@@ -924,24 +924,20 @@ pub unsafe fn trials_kernel<const M: u32, E: Exec>(e: E, params: &TrialsParams) 
         block_sums,
         potentials,
     } = *params;
-    let (x, norms, weights, counts, min_dist, candidates, pending, stop, block_sums, potentials) = (
-        x.as_ptr(),
-        norms.as_ptr(),
-        weights.as_ptr(),
-        counts.as_ptr(),
-        min_dist.as_mut_ptr(),
-        candidates.as_ptr(),
-        pending.as_ptr(),
-        stop.as_ptr(),
-        block_sums.as_mut_ptr(),
-        potentials.as_mut_ptr(),
-    );
-    let ws = WeightScale { scale, cap };
-    let data = seed_rows(x, norms, n, d);
     unsafe {
         trials::<M, E>(
-            e, data, weights, counts, min_dist, candidates, count, pending, stop, ws, block_sums,
-            potentials,
+            e,
+            seed_rows(x, norms, n, d),
+            weights.as_ptr(),
+            counts.as_ptr(),
+            min_dist.as_mut_ptr(),
+            candidates.as_ptr(),
+            count,
+            pending.as_ptr(),
+            stop.as_ptr(),
+            WeightScale { scale, cap },
+            block_sums.as_mut_ptr(),
+            potentials.as_mut_ptr(),
         )
     }
 }
@@ -970,28 +966,27 @@ pub unsafe fn nearest_kernel<const M: u32, E: Exec>(e: E, params: &NearestParams
         block_sums,
         total,
     } = *params;
-    let (x, norms, weights, counts, min_dist, owner, rows, block_sums, total) = (
-        x.as_ptr(),
-        norms.as_ptr(),
-        weights.as_ptr(),
-        counts.as_ptr(),
-        min_dist.as_mut_ptr(),
-        owner.as_mut_ptr(),
-        rows.as_ptr(),
-        block_sums.as_mut_ptr(),
-        total.as_mut_ptr(),
-    );
     let a = nearest::Nearest {
         data: seed_rows(x, norms, n, d),
-        min_dist,
-        owner,
-        rows,
+        min_dist: min_dist.as_mut_ptr(),
+        owner: owner.as_mut_ptr(),
+        rows: rows.as_ptr(),
         count: count as usize,
         first_id,
         fresh: fresh != 0,
     };
     let ws = WeightScale { scale, cap };
-    unsafe { nearest_pass::<M, E>(e, a, weights, counts, ws, block_sums, total) }
+    unsafe {
+        nearest_pass::<M, E>(
+            e,
+            a,
+            weights.as_ptr(),
+            counts.as_ptr(),
+            ws,
+            block_sums.as_mut_ptr(),
+            total.as_mut_ptr(),
+        )
+    }
 }
 
 /// The body of the `seed_locate_*` entries: `locate` of their parameters.
@@ -1016,21 +1011,19 @@ pub unsafe fn locate_kernel<const M: u32, E: Exec>(e: E, params: &LocateParams) 
         cap,
         out,
     } = *params;
-    let (x, norms, weights, counts, min_dist, sums, draws, out) = (
-        x.as_ptr(),
-        norms.as_ptr(),
-        weights.as_ptr(),
-        counts.as_ptr(),
-        min_dist.as_ptr(),
-        sums.as_ptr(),
-        draws.as_ptr(),
-        out.as_mut_ptr(),
-    );
-    let ws = WeightScale { scale, cap };
-    let data = seed_rows(x, norms, n, d);
     unsafe {
         locate::<M, E>(
-            e, data, weights, counts, min_dist, pending, sums, nb, draws, ws, out,
+            e,
+            seed_rows(x, norms, n, d),
+            weights.as_ptr(),
+            counts.as_ptr(),
+            min_dist.as_ptr(),
+            pending,
+            sums.as_ptr(),
+            nb,
+            draws.as_ptr(),
+            WeightScale { scale, cap },
+            out.as_mut_ptr(),
         )
     }
 }
@@ -1065,60 +1058,30 @@ pub unsafe fn greedy_draw_kernel<const M: u32, E: Exec>(e: E, params: &GreedyDra
         scale,
         cap,
     } = *params;
-    let (
-        x,
-        norms,
-        weights,
-        counts,
-        min_dist,
-        block_sums,
-        chosen,
-        uniforms,
-        last_candidates,
-        last_potentials,
-        next_candidates,
-        next_potentials,
-        stop,
-    ) = (
-        x.as_ptr(),
-        norms.as_ptr(),
-        weights.as_ptr(),
-        counts.as_ptr(),
-        min_dist.as_ptr(),
-        block_sums.as_ptr(),
-        chosen.as_mut_ptr(),
-        uniforms.as_ptr(),
-        last_candidates.as_ptr(),
-        last_potentials.as_ptr(),
-        next_candidates.as_mut_ptr(),
-        next_potentials.as_mut_ptr(),
-        stop.as_mut_ptr(),
-    );
-    let ws = WeightScale { scale, cap };
     let g = Greedy {
-        chosen,
-        uniforms,
-        last_candidates,
-        last_potentials,
-        next_candidates,
-        next_potentials,
-        stop,
+        chosen: chosen.as_mut_ptr(),
+        uniforms: uniforms.as_ptr(),
+        last_candidates: last_candidates.as_ptr(),
+        last_potentials: last_potentials.as_ptr(),
+        next_candidates: next_candidates.as_mut_ptr(),
+        next_potentials: next_potentials.as_mut_ptr(),
+        stop: stop.as_mut_ptr(),
     };
     unsafe {
         greedy_draw::<M, E>(
             e,
             seed_rows(x, norms, n, d),
-            weights,
-            counts,
-            min_dist,
-            block_sums,
+            weights.as_ptr(),
+            counts.as_ptr(),
+            min_dist.as_ptr(),
+            block_sums.as_ptr(),
             nb,
             trials,
             step,
             k,
             first_total,
             g,
-            ws,
+            WeightScale { scale, cap },
         )
     }
 }
@@ -1144,17 +1107,21 @@ pub unsafe fn sample_kernel<const M: u32, E: Exec>(e: E, params: &SampleParams) 
         out,
         count,
     } = *params;
-    let (weights, counts, min_dist, out, count) = (
-        weights.as_ptr(),
-        counts.as_ptr(),
-        min_dist.as_ptr(),
-        out.as_mut_ptr(),
-        count.as_mut_ptr(),
-    );
-    let ws = WeightScale { scale, cap };
     unsafe {
         sample::<M, E>(
-            e, weights, counts, min_dist, n, seed, round, first_row, ell, phi, ws, out, count,
+            e,
+            weights.as_ptr(),
+            counts.as_ptr(),
+            min_dist.as_ptr(),
+            n,
+            seed,
+            round,
+            first_row,
+            ell,
+            phi,
+            WeightScale { scale, cap },
+            out.as_mut_ptr(),
+            count.as_mut_ptr(),
         )
     }
 }
