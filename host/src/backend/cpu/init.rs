@@ -6,6 +6,7 @@
 //! equal the GPU's.
 
 use super::kmeans::row_sq_norms;
+use super::locate::{draw_block, draw_row};
 use crate::backend::vocab::CHUNK;
 use crate::backend::{Picks, Seeding, Seeds, Trials};
 use crate::error::Result;
@@ -162,15 +163,9 @@ impl<'a> Seeder<'a> {
     /// The point where draw `r` falls in the cumulative weights (chunk sums `sums`), with the
     /// pending point (coordinates and squared norm) applied to the weights.
     fn locate(&self, r: u64, sums: &[u64], pending: Option<(&[f32], f32)>, ws: WeightScale) -> u32 {
-        let mut rest = r;
-        let mut chunk = 0;
-        while chunk + 1 < sums.len() && rest >= sums[chunk] {
-            rest -= sums[chunk];
-            chunk += 1;
-        }
+        let (chunk, rest) = draw_block(r, sums);
         let (d, n) = (self.d, self.rows());
-        let end = ((chunk + 1) * CHUNK).min(n);
-        for i in chunk * CHUNK..end {
+        draw_row(rest, chunk * CHUNK..((chunk + 1) * CHUNK).min(n), |i| {
             let mut m = self.min_dist[i];
             if let Some((c, c_sq)) = pending {
                 let x = &self.x[i * d..(i + 1) * d];
@@ -179,13 +174,8 @@ impl<'a> Seeder<'a> {
                     m = dist;
                 }
             }
-            let w = self.weight(ws, i, m);
-            if rest < w {
-                return i as u32;
-            }
-            rest -= w;
-        }
-        (end - 1) as u32
+            self.weight(ws, i, m)
+        })
     }
 
     /// The rows `draws` pick in the weights of the accepted trial (or of the last nearest pass).

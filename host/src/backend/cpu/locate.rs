@@ -6,6 +6,7 @@ use super::kmeans::row_sq_norms;
 use kernels_gpu::fixed::weight_units;
 use kernels_gpu::math::AssignMetric;
 use kernels_gpu::seeding::{WeightScale, row_distance};
+use std::ops::Range;
 
 /// Rows and their seeding state as a GPU seeder holds them: every row's distance to its nearest
 /// seed, and the weight sums of the blocks of `block` rows for each trial of the last pass.
@@ -23,42 +24,65 @@ pub(crate) struct BlockWeights<'a> {
     pub block: usize,
 }
 
+/// The block where draw `r` falls in cumulative weights kept as block sums (the first whose
+/// cumulative sum exceeds `r`; the last when none does), and what is left of `r` at its start.
+pub(crate) fn draw_block(r: u64, sums: &[u64]) -> (usize, u64) {
+    let (mut rest, mut b) = (r, 0);
+    while b + 1 < sums.len() && rest >= sums[b] {
+        rest -= sums[b];
+        b += 1;
+    }
+    (b, rest)
+}
+
+/// The row of `rows` where `rest` falls, row `i` weighing `weight(i)`: the first whose
+/// cumulative weight exceeds `rest`, the last when none does.
+pub(crate) fn draw_row(
+    mut rest: u64,
+    rows: Range<usize>,
+    mut weight: impl FnMut(usize) -> u64,
+) -> u32 {
+    let last = rows.end - 1;
+    for i in rows {
+        let w = weight(i);
+        if rest < w {
+            return i as u32;
+        }
+        rest -= w;
+    }
+    last as u32
+}
+
 impl BlockWeights<'_> {
     /// The row draw `r` (below the total weight) picks, each row weighing
-    /// `min(min_dist, dist(row, pending))`: the first block whose cumulative sum exceeds `r`,
-    /// then the first row of it whose cumulative weight does (the last block or row when none
-    /// does), as `kernels_gpu::init::locate_draw` finds it.
+    /// `min(min_dist, dist(row, pending))`, as `kernels_gpu::init::locate_draw` finds it.
     pub(crate) fn locate(&self, r: u64, pending: Option<&[f32]>, ws: WeightScale) -> u32 {
         let (d, n) = (self.d, self.min_dist.len());
-        let (mut rest, mut b) = (r, 0);
-        while b + 1 < self.sums.len() && rest >= self.sums[b] {
-            rest -= self.sums[b];
-            b += 1;
-        }
+        let (b, rest) = draw_block(r, self.sums);
         let start = b * self.block;
         let end = (start + self.block).min(n);
-        let rows = &self.x[start * d..end * d];
         let l2 = self.metric == AssignMetric::SqL2;
-        let norms = if l2 { row_sq_norms(rows, d) } else { vec![] };
+        let norms = if l2 {
+            row_sq_norms(&self.x[start * d..end * d], d)
+        } else {
+            vec![]
+        };
         let pending = pending.map(|c| (c, if l2 { row_sq_norms(c, d)[0] } else { 0.0 }));
-        for (j, row) in rows.chunks_exact(d).enumerate() {
-            let i = start + j;
+        draw_row(rest, start..end, |i| {
             let mut m = self.min_dist[i];
             if let Some((c, c_sq)) = pending {
-                let x_sq = norms.get(j).copied().unwrap_or(0.0);
-                let dist = row_distance(self.metric, row, c, x_sq, c_sq);
+                let x_sq = norms.get(i - start).copied().unwrap_or(0.0);
+                let dist = row_distance(self.metric, &self.x[i * d..(i + 1) * d], c, x_sq, c_sq);
                 if dist < m {
                     m = dist;
                 }
             }
-            let units = weight_units(self.units.map(|u| u[i])) as u64;
-            let w = ws.weight_of(self.metric, m, units);
-            if rest < w {
-                return i as u32;
-            }
-            rest -= w;
-        }
-        (start + self.block - 1).min(n - 1) as u32
+            ws.weight_of(
+                self.metric,
+                m,
+                weight_units(self.units.map(|u| u[i])) as u64,
+            )
+        })
     }
 }
 
