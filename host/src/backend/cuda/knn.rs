@@ -696,6 +696,14 @@ impl CudaKnn {
         (1..=col_tiles).min_by_key(|&t| (cost(t), t)).unwrap_or(1)
     }
 
+    /// The distance columns a streaming launch covers per query (the row stride of its
+    /// distances): `TILES_PER_LAUNCH` selection tiles, or the whole index when it is smaller, so
+    /// that a small index (a streamed part of a few rows) does not reserve 64 KB a query and
+    /// shrink its batches to one query.
+    fn stream_span(&self, k: usize) -> usize {
+        (stream_tile(k) * TILES_PER_LAUNCH).min(self.n.max(1))
+    }
+
     /// Device bytes per query row of a batch.
     fn bytes_per_row(
         &self,
@@ -714,9 +722,7 @@ impl CudaKnn {
                 };
                 8 * p.ldg + 4 * TF32_CAP + 12 + stored
             }
-            (None, Method::KMin | Method::Bitonic | Method::Radix) => {
-                4 * stream_tile(k) * TILES_PER_LAUNCH
-            }
+            (None, Method::KMin | Method::Bitonic | Method::Radix) => 4 * self.stream_span(k),
             (None, Method::Sort) => 4 * self.n + 8 * self.n.next_power_of_two(),
         };
         let votes = match vote {
@@ -910,7 +916,7 @@ impl CudaKnn {
         let (dist, sort_keys) = match (shape.tf32, shape.sort) {
             (Some(_), _) => (gpu.zeros::<f32>(1, "distances")?, None),
             (None, false) => (
-                gpu.zeros::<f32>(rows * stream_tile(k) * TILES_PER_LAUNCH, "distances")?,
+                gpu.zeros::<f32>(rows * self.stream_span(k), "distances")?,
                 None,
             ),
             (None, true) => (
@@ -1065,8 +1071,7 @@ impl CudaKnn {
         r: usize,
     ) -> Result<()> {
         let (n, k) = (self.n, job.k);
-        let tile = stream_tile(k);
-        let span = tile * TILES_PER_LAUNCH;
+        let (tile, span) = (stream_tile(k), self.stream_span(k));
         let mut t0 = 0;
         while t0 < n {
             let width = span.min(n - t0);
