@@ -440,6 +440,13 @@ fn fit_against_cpu_rows(shape: &str, device: Device) -> Result<(), Box<dyn std::
         "  traffic                   {up:>10.2} GB up, {down:.2} GB down at the batches' turns ({:.2} GB/s up over the fit)",
         up / (r.gpu_ms / 1e3)
     );
+    let t = r.counters.turns;
+    println!(
+        "  streamed turns            {:>10.1} ms answering, {:.1} ms releasing (state read back), {:.1} ms waiting for the next rows",
+        t.answer * 1e3,
+        t.release * 1e3,
+        t.upload_wait * 1e3
+    );
     println!("  fitted on                 {}", r.model.device);
     match (r.cpu_ms, r.identical) {
         (Some(ms), Some(same)) => {
@@ -455,6 +462,7 @@ fn fit_against_cpu_rows(shape: &str, device: Device) -> Result<(), Box<dyn std::
         "fit_ms": r.gpu_ms, "n_iter": r.model.n_iter, "fitted_on": r.model.device,
         "upload_ms": r.upload_ms, "upload_gbps": upload_gbps,
         "phases": phases, "up_bytes": r.counters.up_bytes, "down_bytes": r.counters.down_bytes,
+        "turn_seconds": {"answer": t.answer, "release": t.release, "upload_wait": t.upload_wait},
         "cpu_ms": r.cpu_ms, "identical_to_cpu": r.identical,
     });
     println!("{line}");

@@ -142,6 +142,7 @@ pub fn kmeans_least_budget(
     crate::kmeans::shard::gpus::least_budget(params, rows, d, device, batches)
 }
 
+pub use crate::backend::traffic::TurnSeconds;
 pub use crate::kmeans::shard::phases::{Phase, PhaseTotals};
 
 /// What fits over shards in this process (GPU sets, streamed devices) did since the last
@@ -154,6 +155,8 @@ pub struct StreamCounters {
     /// seeding state) and back.
     pub up_bytes: u64,
     pub down_bytes: u64,
+    /// Where the streamed batches' turns spent their wall time.
+    pub turns: TurnSeconds,
 }
 
 /// The [`StreamCounters`] since the last call with `reset` (which starts a new count).
@@ -163,6 +166,7 @@ pub fn stream_counters(reset: bool) -> StreamCounters {
         phases: crate::kmeans::shard::phases::totals(reset),
         up_bytes,
         down_bytes,
+        turns: crate::backend::traffic::turn_totals(reset),
     }
 }
 

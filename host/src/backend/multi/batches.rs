@@ -9,10 +9,11 @@
 //! same fit bit for bit (exact integer sums, see `kmeans::shard`), so a streamed fit equals the
 //! resident one and the CPU's.
 
-use crate::backend::Footprint;
+use crate::backend::{Footprint, traffic};
 use crate::error::{Error, Result, bytes};
 use std::ops::Range;
 use std::thread;
+use std::time::Instant;
 
 /// Most batches a device's rows are cut into.
 const MAX_BATCHES: usize = 1 << 16;
@@ -142,17 +143,24 @@ where
         }
         let (reply, released, fetched) = thread::scope(|scope| {
             let fetching = next.map(|next| scope.spawn(move || next.prefetch_rows()));
+            let start = Instant::now();
             let reply = batch.answer(request);
+            let answered = Instant::now();
             // Released (its state read back) while the next batch still goes up: the two
             // directions of the bus at once.
             let released = match streamed {
                 true => batch.release_rows(),
                 false => Ok(()),
             };
+            let release_done = Instant::now();
             let fetched = fetching.map_or(Ok(()), |f| {
                 f.join()
                     .unwrap_or_else(|_| Err(Error::Shard("an upload's thread panicked".into())))
             });
+            if streamed {
+                let waited = release_done.elapsed();
+                traffic::turn(answered - start, release_done - answered, waited);
+            }
             (reply, released, fetched)
         });
         replies.push(reply?);
