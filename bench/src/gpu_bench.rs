@@ -432,6 +432,18 @@ fn fit_against_cpu_rows(shape: &str, device: Device) -> Result<(), Box<dyn std::
             }),
         );
     }
+    let mut requests = serde_json::Map::new();
+    for (name, t) in &r.counters.requests {
+        println!(
+            "    {name:<23} {:>10.1} ms  in {:>5} requests",
+            t.seconds * 1e3,
+            t.requests
+        );
+        requests.insert(
+            name.to_string(),
+            serde_json::json!({ "seconds": t.seconds, "requests": t.requests }),
+        );
+    }
     let (up, down) = (
         r.counters.up_bytes as f64 / 1e9,
         r.counters.down_bytes as f64 / 1e9,
@@ -461,7 +473,7 @@ fn fit_against_cpu_rows(shape: &str, device: Device) -> Result<(), Box<dyn std::
         "budget_mib": fit.budget >> 20, "max_iter": fit.max_iter,
         "fit_ms": r.gpu_ms, "n_iter": r.model.n_iter, "fitted_on": r.model.device,
         "upload_ms": r.upload_ms, "upload_gbps": upload_gbps,
-        "phases": phases, "up_bytes": r.counters.up_bytes, "down_bytes": r.counters.down_bytes,
+        "phases": phases, "requests": requests, "up_bytes": r.counters.up_bytes, "down_bytes": r.counters.down_bytes,
         "turn_seconds": {"answer": t.answer, "release": t.release, "upload_wait": t.upload_wait},
         "cpu_ms": r.cpu_ms, "identical_to_cpu": r.identical,
     });

@@ -151,6 +151,8 @@ pub use crate::kmeans::shard::phases::{Phase, PhaseTotals};
 pub struct StreamCounters {
     /// Seeding, Lloyd steps and the rest, in that order.
     pub phases: [(Phase, PhaseTotals); 3],
+    /// Each kind of request sent, by name.
+    pub requests: Vec<(&'static str, PhaseTotals)>,
     /// Bytes streamed batches copied to their devices at their turns (rows, per-row state,
     /// seeding state) and back.
     pub up_bytes: u64,
@@ -164,6 +166,7 @@ pub fn stream_counters(reset: bool) -> StreamCounters {
     let (up_bytes, down_bytes) = crate::backend::traffic::totals(reset);
     StreamCounters {
         phases: crate::kmeans::shard::phases::totals(reset),
+        requests: crate::kmeans::shard::phases::by_request(reset),
         up_bytes,
         down_bytes,
         turns: crate::backend::traffic::turn_totals(reset),

@@ -124,7 +124,7 @@ fn precision_id(p: Precision) -> u8 {
 }
 
 /// The requests' names, by tag.
-const REQUESTS: [&str; 17] = [
+pub(crate) const REQUESTS: [&str; 17] = [
     "Columns",
     "Moments",
     "Prepare",
@@ -151,36 +151,56 @@ impl Request {
         REQUESTS.get(usize::from(*bytes.first()?)).copied()
     }
 
+    /// The request's tag: its first byte in [`Request::to_bytes`], its name's index in
+    /// [`REQUESTS`].
+    pub(crate) fn tag(&self) -> usize {
+        match self {
+            Request::Columns { .. } => 0,
+            Request::Moments { .. } => 1,
+            Request::Prepare(_) => 2,
+            Request::Assign { .. } => 3,
+            Request::Step { .. } => 4,
+            Request::Accumulate => 5,
+            Request::SetLabels { .. } => 6,
+            Request::Farthest { .. } => 7,
+            Request::Tally => 8,
+            Request::Labels => 9,
+            Request::Distances => 10,
+            Request::Gather { .. } => 11,
+            Request::SeedNearest { .. } => 12,
+            Request::SeedLocate { .. } => 13,
+            Request::SeedTrials { .. } => 14,
+            Request::SeedSample { .. } => 15,
+            Request::SeedOwnerCounts { .. } => 16,
+        }
+    }
+
     /// The request as bytes.
     pub fn to_bytes(&self) -> Vec<u8> {
         let mut w = Writer::default();
+        w.word(self.tag() as u8);
         match self {
-            Request::Columns { unit_rows } => w.word(0u8).word(u8::from(*unit_rows)),
-            Request::Moments { scales } => w.word(1u8).words(scales),
+            Request::Columns { unit_rows } => w.word(u8::from(*unit_rows)),
+            Request::Moments { scales } => w.words(scales),
             Request::Prepare(p) => w
-                .word(2u8)
                 .len(p.k)
                 .word(metric_id(p.metric))
                 .word(precision_id(p.precision))
                 .words(&p.scales)
                 .len(p.seeds_at_once)
                 .word(p.inertia_exponent),
-            Request::Assign { centroids } => w.word(3u8).words(centroids),
-            Request::Step { centroids } => w.word(4u8).words(centroids),
-            Request::Accumulate => w.word(5u8),
-            Request::SetLabels { labels } => w.word(6u8).words(labels),
-            Request::Farthest { count } => w.word(7u8).len(*count),
-            Request::Tally => w.word(8u8),
-            Request::Labels => w.word(9u8),
-            Request::Distances => w.word(10u8),
-            Request::Gather { rows } => w.word(11u8).words(rows),
+            Request::Assign { centroids } => w.words(centroids),
+            Request::Step { centroids } => w.words(centroids),
+            Request::Accumulate | Request::Tally | Request::Labels | Request::Distances => &mut w,
+            Request::SetLabels { labels } => w.words(labels),
+            Request::Farthest { count } => w.len(*count),
+            Request::Gather { rows } => w.words(rows),
             Request::SeedNearest {
                 points,
                 first_id,
                 fresh,
                 weights,
             } => w
-                .word(12u8)
                 .words(points)
                 .word(*first_id)
                 .word(u8::from(*fresh))
@@ -189,12 +209,12 @@ impl Request {
                 accept,
                 draws,
                 weights,
-            } => w.word(13u8).option(*accept).words(draws).weights(*weights),
+            } => w.option(*accept).words(draws).weights(*weights),
             Request::SeedTrials {
                 accept,
                 points,
                 weights,
-            } => w.word(14u8).option(*accept).words(points).weights(*weights),
+            } => w.option(*accept).words(points).weights(*weights),
             Request::SeedSample {
                 seed,
                 round,
@@ -202,13 +222,12 @@ impl Request {
                 phi,
                 weights,
             } => w
-                .word(15u8)
                 .word(*seed)
                 .word(*round)
                 .word(*ell)
                 .word(*phi)
                 .weights(*weights),
-            Request::SeedOwnerCounts { ids } => w.word(16u8).len(*ids),
+            Request::SeedOwnerCounts { ids } => w.len(*ids),
         };
         w.0
     }

@@ -1,9 +1,11 @@
 //! Where a fit over shards in this process (a GPU set, a streamed device) spends its wall time,
-//! by phase of the fit: seeding, Lloyd steps and the rest (columns, moments, labels, gathers).
+//! by phase of the fit (seeding, Lloyd steps and the rest: columns, moments, labels, gathers)
+//! and by request.
 //! Counted process-wide per request the client sends, for the benchmarks' breakdown of a
 //! streamed fit (`bench::stream_counters`); relaxed atomics, a count and not a synchronisation.
 
 use super::Request;
+use super::codec::REQUESTS;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
@@ -53,41 +55,63 @@ struct Counter {
     passes: AtomicU64,
 }
 
-static COUNTERS: [Counter; 3] = [const {
-    Counter {
-        nanos: AtomicU64::new(0),
-        requests: AtomicU64::new(0),
-        passes: AtomicU64::new(0),
+impl Counter {
+    const fn new() -> Self {
+        Counter {
+            nanos: AtomicU64::new(0),
+            requests: AtomicU64::new(0),
+            passes: AtomicU64::new(0),
+        }
     }
-}; 3];
+}
+
+static COUNTERS: [Counter; 3] = [const { Counter::new() }; 3];
+static BY_REQUEST: [Counter; REQUESTS.len()] = [const { Counter::new() }; REQUESTS.len()];
+
+impl Counter {
+    fn add(&self, request: &Request, elapsed: Duration) {
+        self.nanos.fetch_add(elapsed.as_nanos() as u64, Relaxed);
+        self.requests.fetch_add(1, Relaxed);
+        self.passes
+            .fetch_add(u64::from(request.reads_rows()), Relaxed);
+    }
+
+    fn totals(&self, reset: bool) -> PhaseTotals {
+        let take = |a: &AtomicU64| {
+            if reset {
+                a.swap(0, Relaxed)
+            } else {
+                a.load(Relaxed)
+            }
+        };
+        PhaseTotals {
+            seconds: take(&self.nanos) as f64 / 1e9,
+            requests: take(&self.requests),
+            passes: take(&self.passes),
+        }
+    }
+}
 
 /// Counts `request`, answered by every shard in `elapsed`.
 pub(crate) fn record(request: &Request, elapsed: Duration) {
-    let c = &COUNTERS[Phase::of(request) as usize];
-    c.nanos.fetch_add(elapsed.as_nanos() as u64, Relaxed);
-    c.requests.fetch_add(1, Relaxed);
-    c.passes.fetch_add(u64::from(request.reads_rows()), Relaxed);
+    COUNTERS[Phase::of(request) as usize].add(request, elapsed);
+    BY_REQUEST[request.tag()].add(request, elapsed);
 }
 
 /// The totals of seeding, steps and the rest (in [`Phase`]'s order) since the last call with
 /// `reset`.
 pub(crate) fn totals(reset: bool) -> [(Phase, PhaseTotals); 3] {
-    let take = |a: &AtomicU64| {
-        if reset {
-            a.swap(0, Relaxed)
-        } else {
-            a.load(Relaxed)
-        }
-    };
-    Phase::ALL.map(|phase| {
-        let c = &COUNTERS[phase as usize];
-        let totals = PhaseTotals {
-            seconds: take(&c.nanos) as f64 / 1e9,
-            requests: take(&c.requests),
-            passes: take(&c.passes),
-        };
-        (phase, totals)
-    })
+    Phase::ALL.map(|phase| (phase, COUNTERS[phase as usize].totals(reset)))
+}
+
+/// The totals of each request sent since the last call with `reset`, by name.
+pub(crate) fn by_request(reset: bool) -> Vec<(&'static str, PhaseTotals)> {
+    REQUESTS
+        .iter()
+        .zip(&BY_REQUEST)
+        .map(|(&name, c)| (name, c.totals(reset)))
+        .filter(|(_, t)| t.requests > 0)
+        .collect()
 }
 
 #[cfg(test)]
