@@ -11,17 +11,25 @@ use std::ops::Range;
 /// Rows and their seeding state as a GPU seeder holds them: every row's distance to its nearest
 /// seed, and the weight sums of the blocks of `block` rows for each trial of the last pass.
 pub(crate) struct BlockWeights<'a> {
-    /// The rows (`min_dist.len() × d`).
+    /// The rows (`n × d`).
     pub x: &'a [f32],
     pub d: usize,
     pub metric: AssignMetric,
-    pub min_dist: &'a [f32],
+    pub min_dist: MinDist<'a>,
     /// Every row's units (integer-valued); `None`: one each.
     pub units: Option<&'a [f32]>,
     /// The block sums of the weights being drawn from (one trial's).
     pub sums: &'a [u64],
     /// Rows per block of `sums` (`kernels_gpu::launch::BLOCK`).
     pub block: usize,
+}
+
+/// Every row's distance to its nearest seed: kept, or the least of its distances to the seeds
+/// (row-major), computed for the rows a draw reads.
+#[derive(Clone, Copy)]
+pub(crate) enum MinDist<'a> {
+    Kept(&'a [f32]),
+    Seeds(&'a [f32]),
 }
 
 /// The block where draw `r` falls in cumulative weights kept as block sums (the first whose
@@ -57,25 +65,37 @@ impl BlockWeights<'_> {
     /// The row draw `r` (below the total weight) picks, each row weighing
     /// `min(min_dist, dist(row, pending))`, as `kernels_gpu::init::locate_draw` finds it.
     pub(crate) fn locate(&self, r: u64, pending: Option<&[f32]>, ws: WeightScale) -> u32 {
-        let (d, n) = (self.d, self.min_dist.len());
+        let d = self.d;
+        let n = self.x.len() / d.max(1);
         let (b, rest) = draw_block(r, self.sums);
         let start = b * self.block;
         let end = (start + self.block).min(n);
         let l2 = self.metric == AssignMetric::SqL2;
-        let norms = if l2 {
-            row_sq_norms(&self.x[start * d..end * d], d)
-        } else {
-            vec![]
+        let sq_norms = |rows: &[f32]| match l2 {
+            true => row_sq_norms(rows, d),
+            false => vec![0.0; rows.len() / d.max(1)],
         };
-        let pending = pending.map(|c| (c, if l2 { row_sq_norms(c, d)[0] } else { 0.0 }));
+        let norms = sq_norms(&self.x[start * d..end * d]);
+        let (seeds, seed_norms) = match self.min_dist {
+            MinDist::Kept(_) => (&[][..], vec![]),
+            MinDist::Seeds(s) => (s, sq_norms(s)),
+        };
+        let pending = pending.map(|c| (c, sq_norms(c)[0]));
         draw_row(rest, start..end, |i| {
-            let mut m = self.min_dist[i];
+            let (row, x_sq) = (&self.x[i * d..(i + 1) * d], norms[i - start]);
+            // The nearest and trials kernels' `min`: lowered only by a strictly nearer seed.
+            let lower = |m: f32, c: &[f32], c_sq: f32| {
+                let dist = row_distance(self.metric, row, c, x_sq, c_sq);
+                if dist < m { dist } else { m }
+            };
+            let mut m = match self.min_dist {
+                MinDist::Kept(kept) => kept[i],
+                MinDist::Seeds(_) => (seeds.chunks_exact(d))
+                    .zip(&seed_norms)
+                    .fold(f32::INFINITY, |m, (c, &c_sq)| lower(m, c, c_sq)),
+            };
             if let Some((c, c_sq)) = pending {
-                let x_sq = norms.get(i - start).copied().unwrap_or(0.0);
-                let dist = row_distance(self.metric, &self.x[i * d..(i + 1) * d], c, x_sq, c_sq);
-                if dist < m {
-                    m = dist;
-                }
+                m = lower(m, c, c_sq);
             }
             ws.weight_of(
                 self.metric,
@@ -154,21 +174,33 @@ mod tests {
                 }
                 let draws: Vec<u64> = [0, 1, total / 3, total / 2, total - 1].into();
                 let expected = seeder.seed_locate(&draws, ws).unwrap();
-                let weights = BlockWeights {
-                    x: &x,
-                    d,
-                    metric,
-                    min_dist: &min_dist,
-                    units: Some(&units),
-                    sums: &sums,
-                    block,
-                };
-                let point = pending.map(|c| &x[c * d..(c + 1) * d]);
-                let found: Vec<u32> = draws
+                // The distances kept, or made again from the seed (row 17); with row 3
+                // pending, also from both (a seed applied again changes no `min`).
+                let seeds: Vec<f32> = [17, 3]
                     .iter()
-                    .map(|&r| weights.locate(r, point, ws))
+                    .flat_map(|&r| x[r * d..][..d].to_vec())
                     .collect();
-                assert_eq!(found, expected, "{metric:?}, pending {pending:?}");
+                let mut kinds = vec![MinDist::Kept(&min_dist), MinDist::Seeds(&seeds[..d])];
+                if pending == Some(3) {
+                    kinds.push(MinDist::Seeds(&seeds));
+                }
+                for min_dist in kinds {
+                    let weights = BlockWeights {
+                        x: &x,
+                        d,
+                        metric,
+                        min_dist,
+                        units: Some(&units),
+                        sums: &sums,
+                        block,
+                    };
+                    let point = pending.map(|c| &x[c * d..(c + 1) * d]);
+                    let found: Vec<u32> = draws
+                        .iter()
+                        .map(|&r| weights.locate(r, point, ws))
+                        .collect();
+                    assert_eq!(found, expected, "{metric:?}, pending {pending:?}");
+                }
             }
         }
     }

@@ -11,7 +11,7 @@
 use super::launch::{Reads, Writes};
 use super::{CudaBackend, arg_u32};
 use crate::backend::cpu::kmeans::row_sq_norms;
-use crate::backend::cpu::locate::BlockWeights;
+use crate::backend::cpu::locate::{BlockWeights, MinDist};
 use crate::backend::traffic;
 use crate::backend::{GreedyPlan, Picks, Seeding, Seeds, Trials};
 use crate::error::{Error, Result};
@@ -89,6 +89,8 @@ pub(crate) struct CudaSeeder {
     owner: CudaSlice<u32>,
     /// `SEED_CANDIDATES × blocks` weight sums of the last pass (one row per trial).
     block_sums: CudaSlice<u64>,
+    /// Rows of `block_sums` that the last pass wrote (its trials; one for a nearest pass).
+    sums_rows: usize,
     /// Candidate rows of the current pass (k-means‖: the new rows, grown as needed).
     candidates: CudaSlice<u32>,
     draws: CudaSlice<u64>,
@@ -108,11 +110,17 @@ pub(crate) struct CudaSeeder {
 /// row's seeding distance and nearest seed) and the small buffers. The rows' squared norms are
 /// computed again from the rows when it goes back (the same kernel, the same bits), and
 /// k-means‖'s samples, which no request reads after the one that drew them, come back as zeros.
+/// A greedy k-means++ seeding's per-row state is not kept but replayed from its seeds
+/// ([`SeedReplay`]): then `min_dist` and `owner` are only memory for a later park.
 pub(crate) struct ParkedSeeder {
     norms: bool,
+    /// The seeds whose distances `min_dist` would hold, when it was not kept.
+    replay: Option<SeedReplay>,
     min_dist: Vec<f32>,
     owner: Vec<u32>,
+    /// The rows of the block sums that the last pass wrote (the rest come back as zeros).
     block_sums: Vec<u64>,
+    sums_rows: usize,
     candidates: Vec<u32>,
     draws: Vec<u64>,
     potentials: Vec<u64>,
@@ -131,17 +139,63 @@ pub(crate) struct SeederSpare {
     owner: Vec<u32>,
 }
 
+/// The seeds of a greedy k-means++ seeding so far (row-major, in the order they lowered the
+/// distances): the first seed, alone in a fresh nearest pass with id 0, then each accepted
+/// trial. Every row's seeding distance is then the least of its distances to them (`min` is
+/// exact and ignores order, and the nearest and trials kernels compute a distance alike), and
+/// its nearest seed is 0. A streamed batch replays them ([`CudaSeeder::replay`]) instead of
+/// moving its 8 bytes a row of seeding state down and up again at every turn, while a replay's
+/// work stays below [`SeedReplay::MAX_VALUES`].
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct SeedReplay {
+    pub points: Vec<f32>,
+}
+
+impl SeedReplay {
+    /// Seed values (seeds × d) up to which a replay is cheaper than moving the state: a
+    /// replay costs a multiply-add per value and row, which the GPU does at ~10^13 a second;
+    /// the state costs 16 bytes a row over a bus of ~2.5 · 10^10 bytes a second, as long as
+    /// ~6,000 multiply-adds. A quarter of that leaves room for the replay's staging and launches.
+    pub const MAX_VALUES: usize = 1536;
+
+    /// Whether replaying is cheaper than keeping the state.
+    pub fn pays(&self) -> bool {
+        self.points.len() <= Self::MAX_VALUES
+    }
+}
+
 impl ParkedSeeder {
     /// The seeder on the device again over the rows `r` (its `x` as at the park), as it was
     /// parked; with the host memory it was parked in.
+    /// A seeder whose state was not kept comes back with zeros for it, to be replayed
+    /// ([`ParkedSeeder::replay`]).
     pub(crate) fn restore(self, r: &Rows<'_>) -> Result<(CudaSeeder, SeederSpare)> {
         let (gpu, what) = (r.gpu, "seeding state");
-        traffic::up(size_of_val(&self.min_dist[..]) + size_of_val(&self.owner[..]));
+        let (min_dist, owner) = match self.replay {
+            Some(_) => (
+                gpu.zeros(r.n, "seeding distances")?,
+                gpu.zeros(r.n, "nearest seeds")?,
+            ),
+            None => {
+                traffic::up(size_of_val(&self.min_dist[..]) + size_of_val(&self.owner[..]));
+                (
+                    gpu.upload_rows(&self.min_dist, &[], what)?,
+                    gpu.upload_rows(&self.owner, &[], what)?,
+                )
+            }
+        };
         let seeder = CudaSeeder {
             norms: self.norms.then(|| row_norms(r)).transpose()?,
-            min_dist: gpu.upload_rows(&self.min_dist, &[], what)?,
-            owner: gpu.upload_rows(&self.owner, &[], what)?,
-            block_sums: gpu.upload(&self.block_sums, what)?,
+            min_dist,
+            owner,
+            block_sums: {
+                let mut sums = gpu.zeros(SEED_CANDIDATES * r.blocks(), "seeding weight sums")?;
+                if !self.block_sums.is_empty() {
+                    gpu.write(&self.block_sums, &mut sums, what)?;
+                }
+                sums
+            },
+            sums_rows: self.sums_rows,
             candidates: gpu.upload(&self.candidates, what)?,
             draws: gpu.upload(&self.draws, what)?,
             potentials: gpu.upload(&self.potentials, what)?,
@@ -163,10 +217,34 @@ impl ParkedSeeder {
         self.pending = Some(trial);
     }
 
+    /// The seeds to replay when it goes back, when its state was not kept.
+    pub(crate) fn replay(&self) -> Option<&SeedReplay> {
+        self.replay.as_ref()
+    }
+
+    /// The accepted trial of the last step, when one is pending.
+    pub(crate) fn pending(&self) -> Option<usize> {
+        self.pending
+    }
+
     /// [`CudaSeeder::owner_weights`] on the host, from the parked state: the units (`units`,
     /// or one each) of the rows whose nearest seed is each of the ids `0..ids`.
-    pub(crate) fn owner_weights(&self, ids: usize, units: Option<&[f32]>) -> Result<Vec<u64>> {
+    pub(crate) fn owner_weights(
+        &self,
+        ids: usize,
+        n: usize,
+        units: Option<&[f32]>,
+    ) -> Result<Vec<u64>> {
         let mut totals = vec![0u64; ids];
+        if self.replay.is_some() {
+            // Every row's nearest seed is the first (id 0).
+            if let Some(first) = totals.first_mut() {
+                *first = (0..n)
+                    .map(|i| weight_units(units.map(|u| u[i])) as u64)
+                    .sum();
+            }
+            return Ok(totals);
+        }
         for (i, &o) in self.owner.iter().enumerate() {
             let total = totals.get_mut(o as usize).ok_or_else(|| {
                 Error::invalid(
@@ -189,7 +267,7 @@ impl ParkedSeeder {
         draws: &[u64],
         ws: WeightScale,
     ) -> Vec<u32> {
-        let (d, n) = (h.d, self.min_dist.len());
+        let (d, n) = (h.d, x.len() / h.d.max(1));
         let nb = point_blocks(n);
         let trial = self.pending.unwrap_or(0);
         let pending = self.pending.map(|t| {
@@ -203,7 +281,10 @@ impl ParkedSeeder {
             x,
             d,
             metric: h.metric,
-            min_dist: &self.min_dist,
+            min_dist: match &self.replay {
+                Some(r) => MinDist::Seeds(&r.points),
+                None => MinDist::Kept(&self.min_dist),
+            },
             units: h.units,
             sums: &self.block_sums[trial * nb..(trial + 1) * nb],
             block: BLOCK as usize,
@@ -235,6 +316,7 @@ impl CudaSeeder {
             min_dist: gpu.zeros(r.n, "seeding distances")?,
             owner: gpu.zeros(r.n, "nearest seeds")?,
             block_sums: gpu.zeros(SEED_CANDIDATES * r.blocks(), "seeding weight sums")?,
+            sums_rows: 0,
             candidates: gpu.zeros(SEED_CANDIDATES, "seeding candidates")?,
             draws: gpu.zeros(SEED_CANDIDATES, "seeding draws")?,
             potentials: gpu.zeros(SEED_CANDIDATES, "seeding potentials")?,
@@ -246,10 +328,15 @@ impl CudaSeeder {
         })
     }
 
-    /// Copies the buffers to host memory (the per-row state into `spare`'s) and frees them (a
-    /// streamed batch between its turns; waits for the work queued before). See
-    /// [`ParkedSeeder`] for what is not kept.
-    pub(crate) fn park(self, gpu: &CudaBackend, spare: SeederSpare) -> Result<ParkedSeeder> {
+    /// Copies the buffers to host memory (the per-row state into `spare`'s, unless `replay`
+    /// makes it again) and frees them (a streamed batch between its turns; waits for the work
+    /// queued before). See [`ParkedSeeder`] for what is not kept.
+    pub(crate) fn park(
+        self,
+        gpu: &CudaBackend,
+        spare: SeederSpare,
+        replay: Option<SeedReplay>,
+    ) -> Result<ParkedSeeder> {
         fn down<T: DeviceRepr + ValidAsZeroBits + Clone>(
             gpu: &CudaBackend,
             buf: &CudaSlice<T>,
@@ -261,14 +348,21 @@ impl CudaSeeder {
             mut min_dist,
             mut owner,
         } = spare;
-        gpu.download_into(&self.min_dist, self.min_dist.len(), &mut min_dist, what)?;
-        gpu.download_into(&self.owner, self.owner.len(), &mut owner, what)?;
-        traffic::down(size_of_val(&min_dist[..]) + size_of_val(&owner[..]));
+        if replay.is_none() {
+            gpu.download_into(&self.min_dist, self.min_dist.len(), &mut min_dist, what)?;
+            gpu.download_into(&self.owner, self.owner.len(), &mut owner, what)?;
+            traffic::down(size_of_val(&min_dist[..]) + size_of_val(&owner[..]));
+        }
         Ok(ParkedSeeder {
             norms: self.norms.is_some(),
+            replay,
             min_dist,
             owner,
-            block_sums: down(gpu, &self.block_sums)?,
+            block_sums: {
+                let used = self.sums_rows * (self.block_sums.len() / SEED_CANDIDATES);
+                gpu.download(&self.block_sums, used, what)?
+            },
+            sums_rows: self.sums_rows,
             candidates: down(gpu, &self.candidates)?,
             draws: down(gpu, &self.draws)?,
             potentials: down(gpu, &self.potentials)?,
@@ -312,6 +406,7 @@ impl CudaSeeder {
         }
         gpu.write(rows, &mut self.candidates, "seeding candidates")?;
         gpu.clear(&mut self.potentials, "seeding potentials")?;
+        self.sums_rows = 1;
         let n = r.n;
         gpu.launch(
             r.kernel(SEED_NEAREST_L2, SEED_NEAREST_L1),
@@ -337,6 +432,46 @@ impl CudaSeeder {
             },
         )?;
         Ok(gpu.download(&self.potentials, 1, "the seeding weight")?[0])
+    }
+
+    /// Lowers the seeding distances to the rows `rows` (staged seeds; from +∞ with `fresh`),
+    /// as [`CudaSeeder::nearest`] does but into a pass's own weight sums, which the next
+    /// request does not read: a step of [`SeedReplay`]. The nearest seeds it writes are cleared
+    /// by [`CudaSeeder::replayed`].
+    pub(crate) fn replay(&mut self, r: &Rows<'_>, rows: &[u32], fresh: bool) -> Result<()> {
+        let gpu = r.gpu;
+        let n = r.n;
+        let candidates = gpu.upload(rows, "replayed seeds")?;
+        let mut block_sums = gpu.zeros::<u64>(r.blocks(), "replayed weight sums")?;
+        let mut total = gpu.zeros::<u64>(1, "replayed seeding weight")?;
+        gpu.launch(
+            r.kernel(SEED_NEAREST_L2, SEED_NEAREST_L1),
+            r.blocks(),
+            NEAREST_SHARED_BYTES,
+            NearestParams {
+                x: r.points(),
+                norms: r.norms(self.norms.as_ref()),
+                n: n as u32,
+                d: r.d as u32,
+                weights: r.weights(),
+                counts: r.counts(),
+                min_dist: self.min_dist.writes(n),
+                owner: self.owner.writes(n),
+                rows: candidates.reads(rows.len()),
+                count: arg_u32(rows.len(), "replayed seeds")?,
+                first_id: 0,
+                fresh: u32::from(fresh),
+                scale: 1.0,
+                cap: 0,
+                block_sums: block_sums.writes(r.blocks()),
+                total: total.writes(1),
+            },
+        )
+    }
+
+    /// Ends a replay: every row's nearest seed is the first, as [`SeedReplay`] says.
+    pub(crate) fn replayed(&mut self, gpu: &CudaBackend) -> Result<()> {
+        gpu.clear(&mut self.owner, "nearest seeds")
     }
 
     pub(crate) fn trials(
@@ -370,6 +505,7 @@ impl CudaSeeder {
             gpu.write(&[pending], &mut self.pending_row, "the accepted seed")?;
         }
         gpu.clear(&mut self.potentials, "seeding potentials")?;
+        self.sums_rows = trials;
         let pending_row = self.pending_row.slice(..);
         debug_assert!(trials < SEED_CANDIDATES);
         gpu.launch(
@@ -460,6 +596,11 @@ impl CudaSeeder {
 
     pub(crate) fn accept(&mut self, trial: usize) {
         self.pending = Some(trial);
+    }
+
+    /// The accepted trial of the last step, when one is pending.
+    pub(crate) fn pending(&self) -> Option<usize> {
+        self.pending
     }
 
     /// The row of the accepted trial of the last step, when one is pending.
@@ -630,6 +771,7 @@ impl CudaSeeder {
         arg_u32(k, "k")?;
         self.pending = None;
         self.last.clear();
+        self.sums_rows = plan.trials;
         let mut state = GreedyLoop::new(gpu, plan, steps)?;
         for step in 1..k {
             self.queue_greedy_draw(r, &mut state, plan, step, ws)?;

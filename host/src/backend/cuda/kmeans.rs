@@ -6,7 +6,9 @@
 //! Spherical k-means always takes the second path, with one more kernel after the finalize that
 //! scales the new centroids to unit norm.
 
-use super::init::{CudaCandidates, CudaSeeder, HostRows, ParkedSeeder, Rows, SeederSpare};
+use super::init::{
+    CudaCandidates, CudaSeeder, HostRows, ParkedSeeder, Rows, SeedReplay, SeederSpare,
+};
 use super::launch::{Reads, Writes};
 use super::nccl::Rank;
 use super::slot::{Slot, dev_opt};
@@ -32,6 +34,7 @@ use kernels_gpu::centroids::{
     CentroidsByDimensionParams, KMEANS_CENTROIDS_BY_DIMENSION,
     SHARED_BYTES as CENTROIDS_BY_DIMENSION_SHARED_BYTES, centroids_by_dimension_grid,
 };
+use kernels_gpu::fixed::weight_units;
 use kernels_gpu::fixed::{inv_pow2_f64, pow2_f32};
 use kernels_gpu::launch::{BLOCK, SEED_CANDIDATES};
 use kernels_gpu::math::AssignMetric;
@@ -133,8 +136,14 @@ pub(crate) struct CudaLloyd<'a> {
     parked: bool,
     /// Whether the points' squared norms are to be computed again (after a turn off the device).
     norms_stale: bool,
+    /// Whether the assignment under way counts its changed labels on the host
+    /// ([`CudaLloyd::labels_for_assignment`]).
+    changes_on_host: bool,
     /// The trials last given as points (staged in the scratch rows).
     staged: Vec<f32>,
+    /// The seeds so far while the seeding is a greedy k-means++ one from points (see
+    /// [`SeedReplay`]); `None` otherwise.
+    replay: Option<SeedReplay>,
 }
 
 /// Where the update accumulates: per-block partials (shared memory) or one global set; `counts`
@@ -363,7 +372,9 @@ impl<'a> CudaLloyd<'a> {
             labels_in_use: false,
             parked: false,
             norms_stale: false,
+            changes_on_host: false,
             staged: vec![],
+            replay: None,
         };
         if lloyd.computes_point_norms() {
             lloyd.point_norms()?;
@@ -418,7 +429,8 @@ impl<'a> CudaLloyd<'a> {
         }
         if let Some(seeder) = self.seeder.take() {
             let spare = std::mem::take(&mut self.seeder_spare);
-            self.parked_seeder = Some(seeder.park(gpu, spare)?);
+            let replay = self.replay.clone().filter(SeedReplay::pays);
+            self.parked_seeder = Some(seeder.park(gpu, spare, replay)?);
         }
         self.parked = true;
         Ok(())
@@ -470,6 +482,14 @@ impl<'a> CudaLloyd<'a> {
     /// so its turns leave them in host memory).
     fn labels_on_device(&mut self) -> Result<()> {
         self.labels.restore(self.gpu, "labels")
+    }
+
+    /// Puts the labels on the device for an assignment, which reads the last ones only to count
+    /// the changes: a parked batch's stay in host memory (nothing goes up) and the changes are
+    /// counted there as the new ones come back ([`CudaLloyd::read_summary`]).
+    fn labels_for_assignment(&mut self) -> Result<()> {
+        self.changes_on_host = self.labels.restore_blank(self.gpu, "labels")?;
+        Ok(())
     }
 
     /// Puts the distances on the device for a kernel that takes them, which writes every one
@@ -567,7 +587,7 @@ impl<'a> CudaLloyd<'a> {
     /// cluster sums, which are zeroed first, so [`Self::queue_update`] only finalizes.
     fn queue_assign(&mut self, accumulate: bool) -> Result<()> {
         self.load_rows()?;
-        self.labels_on_device()?;
+        self.labels_for_assignment()?;
         self.distances_for(true)?;
         let gpu = self.gpu;
         let (n, d, k) = (self.n, self.d, self.k);
@@ -788,7 +808,10 @@ impl<'a> CudaLloyd<'a> {
     /// Queues the fused small step: `MODE_ASSIGN` and/or `MODE_ACCUMULATE`.
     fn queue_small(&mut self, kernel: usize, mode: u32) -> Result<()> {
         self.load_rows()?;
-        self.labels_on_device()?;
+        match mode & MODE_ASSIGN != 0 {
+            true => self.labels_for_assignment()?,
+            false => self.labels_on_device()?,
+        }
         self.distances_for(mode & MODE_ASSIGN != 0)?;
         let Some(small) = self.small.as_mut() else {
             unreachable!("only called on the small path")
@@ -904,10 +927,19 @@ impl<'a> CudaLloyd<'a> {
         Ok((s.changed, self.fixed_inertia()?))
     }
 
-    fn read_summary(&self) -> Result<Summary> {
+    fn read_summary(&mut self) -> Result<Summary> {
         let s = self.gpu.read_mapped(&self.summary, "the step summary")?;
+        let changed = match std::mem::take(&mut self.changes_on_host) {
+            // The labels come back now rather than when the batch is released.
+            true => {
+                let units = self.host_weights;
+                let counts = |i: usize| weight_units(units.map(|u| u[i])) != 0;
+                self.labels.park_changes(self.gpu, "labels", counts)?
+            }
+            false => s[0] as u64,
+        };
         Ok(Summary {
-            changed: s[0] as u64,
+            changed,
             empty: s[1] as usize,
             inertia: s[2] * self.inertia_unit,
             shift: s[3],
@@ -946,8 +978,28 @@ impl CudaLloyd<'_> {
             d: self.d,
             metric: self.metric,
         };
+        let replay = parked.replay().cloned();
         let (seeder, spare) = parked.restore(&rows)?;
         (self.seeder, self.seeder_spare) = (Some(seeder), spare);
+        match replay {
+            Some(replay) => self.replay_seeds(&replay),
+            None => Ok(()),
+        }
+    }
+
+    /// Makes the seeding distances that a park did not keep again from `replay`'s seeds,
+    /// staged in the scratch rows a group at a time (one nearest pass each); then puts back
+    /// the scratch rows as they were (the staged trials, the pending winner).
+    fn replay_seeds(&mut self, replay: &SeedReplay) -> Result<()> {
+        for (g, group) in replay.points.chunks(self.scratch * self.d).enumerate() {
+            let rows = self.stage(group, 0)?;
+            let (r, s) = self.seeding()?;
+            s.replay(&r, &rows, g == 0)?;
+        }
+        let gpu = self.gpu;
+        self.seeder.as_mut().expect("restored").replayed(gpu)?;
+        let scratch = self.scratch_rows.clone();
+        self.stage(&scratch, 0)?;
         Ok(())
     }
 
@@ -1027,10 +1079,15 @@ impl Seeding for CudaLloyd<'_> {
             Seeds::Points(p) if !p.is_empty() => p,
             Seeds::Points(_) => &[],
             Seeds::Rows(rows) => {
+                self.replay = None;
                 let (r, s) = self.seeding()?;
                 return s.nearest(&r, rows, first_id, fresh, ws);
             }
         };
+        // Made by a park before this pass, replayed by the first `seeding` below.
+        let replay = (fresh && first_id == 0 && points.len() == self.d).then(|| SeedReplay {
+            points: points.to_vec(),
+        });
         // Staged `scratch` at a time; later groups keep what earlier ones found, as one pass
         // over all of them would.
         let per = self.scratch * self.d;
@@ -1041,14 +1098,28 @@ impl Seeding for CudaLloyd<'_> {
             let (r, s) = self.seeding()?;
             total = s.nearest(&r, &rows, id, fresh && g == 0, ws)?;
         }
+        self.replay = replay;
         Ok(total)
     }
 
     fn seed_trials(&mut self, picks: Picks<'_>, ws: WeightScale) -> Result<Trials> {
         let Picks::Seeds(Seeds::Points(points)) = picks else {
+            self.replay = None;
             let (r, s) = self.seeding()?;
             return s.trials(&r, picks, ws);
         };
+        // This pass lowers the distances to the accepted trial of the last (a staged point).
+        let pending = match (&self.seeder, &self.parked_seeder) {
+            (Some(s), _) => s.pending(),
+            (None, Some(p)) => p.pending(),
+            (None, None) => None,
+        };
+        let d = self.d;
+        if let (Some(replay), Some(t)) = (self.replay.as_mut(), pending) {
+            replay
+                .points
+                .extend_from_slice(&self.staged[t * d..(t + 1) * d]);
+        }
         self.park_pending()?;
         let rows = self.stage(points, 0)?;
         self.staged = points.to_vec();
@@ -1103,13 +1174,14 @@ impl Seeding for CudaLloyd<'_> {
     fn seed_owner_weights(&mut self, ids: usize) -> Result<Vec<u64>> {
         // Integer sums of host values: no pass over the rows for a batch between its turns.
         if let Some(parked) = &self.parked_seeder {
-            return parked.owner_weights(ids, self.host_weights);
+            return parked.owner_weights(ids, self.n, self.host_weights);
         }
         let (r, s) = self.seeding()?;
         s.owner_weights(&r, ids)
     }
 
     fn seed_greedy(&mut self, plan: &GreedyPlan<'_>, ws: WeightScale) -> Result<Vec<u32>> {
+        self.replay = None;
         let (r, s) = self.seeding()?;
         s.greedy(&r, plan, ws)
     }

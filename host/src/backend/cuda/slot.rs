@@ -10,6 +10,10 @@ use super::CudaBackend;
 use crate::backend::traffic;
 use crate::error::{Error, Result};
 use cudarc::driver::{CudaSlice, DeviceRepr, ValidAsZeroBits};
+use rayon::prelude::*;
+
+/// Values a CPU thread compares at a time in [`Slot::park_changes`].
+const CHANGE_GRAIN: usize = 1 << 16;
 
 pub(crate) struct Slot<T> {
     /// The buffer, while on the device.
@@ -100,6 +104,56 @@ impl<T: DeviceRepr + ValidAsZeroBits + Copy + Default + Send + Sync> Slot<T> {
         };
         (self.dev, self.kept) = (Some(buf), false);
         Ok(())
+    }
+
+    /// Puts the buffer back on the device as zeros, for kernels that write every value before
+    /// they read it, and leaves its kept values in host memory for [`Slot::park_changes`]:
+    /// nothing goes up. `false` (and [`Slot::restore`]) where nothing was kept.
+    pub(crate) fn restore_blank(&mut self, gpu: &CudaBackend, what: &str) -> Result<bool> {
+        if self.dev.is_some() || !self.kept {
+            self.restore(gpu, what)?;
+            return Ok(false);
+        }
+        (self.dev, self.kept) = (Some(gpu.zeros(self.len, what)?), false);
+        Ok(true)
+    }
+
+    /// [`Slot::park`] with `keep` after [`Slot::restore_blank`]: also counts the values that
+    /// differ from those the host held, at the indices where `counts` says so (waits for the
+    /// work queued before).
+    pub(crate) fn park_changes(
+        &mut self,
+        gpu: &CudaBackend,
+        what: &str,
+        counts: impl Fn(usize) -> bool + Sync,
+    ) -> Result<u64>
+    where
+        T: PartialEq,
+    {
+        let Some(buf) = self.dev.take() else {
+            return Err(parked());
+        };
+        let (host, mut at, mut changed) = (&mut self.host, 0, 0);
+        host.resize(self.len, T::default());
+        gpu.download_each(&buf, self.len, what, |part| {
+            let old = &mut host[at..at + part.len()];
+            changed += (old.par_chunks_mut(CHANGE_GRAIN))
+                .zip(part.par_chunks(CHANGE_GRAIN))
+                .enumerate()
+                .map(|(c, (old, new))| {
+                    let first = at + c * CHANGE_GRAIN;
+                    let moved = (old.iter().zip(new).enumerate())
+                        .filter(|&(i, (o, v))| o != v && counts(first + i))
+                        .count();
+                    old.copy_from_slice(new);
+                    moved as u64
+                })
+                .sum::<u64>();
+            at += part.len();
+        })?;
+        traffic::down(size_of_val(&self.host[..]));
+        self.kept = true;
+        Ok(changed)
     }
 
     /// [`Slot::restore`] of a freed slot from `values` (which the host holds anyway).
