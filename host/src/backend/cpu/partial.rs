@@ -3,6 +3,7 @@
 
 use kernels_gpu::fixed::mean;
 use kernels_gpu::math::normalize;
+use rayon::prelude::*;
 use std::cmp::Ordering;
 
 /// What one shard's assignment and accumulation report: everything a step needs from it.
@@ -85,11 +86,25 @@ pub struct Tally {
 }
 
 impl Tally {
-    /// The tally of `labels` (below `k`).
+    /// The tally of `labels` (below `k`), counted on the rayon threads a chunk each.
     pub fn of(labels: &[u32], k: usize) -> Self {
-        let mut sizes = vec![0u32; k];
-        labels.iter().for_each(|&l| sizes[l as usize] += 1);
-        Tally { sizes }
+        let count = |chunk: &[u32]| {
+            let mut sizes = vec![0u32; k];
+            chunk.iter().for_each(|&l| sizes[l as usize] += 1);
+            Tally { sizes }
+        };
+        // Each chunk counts into k sizes of its own: many labels a size.
+        let grain = (1 << 20).max(16 * k);
+        if labels.len() <= grain {
+            return count(labels);
+        }
+        labels.par_chunks(grain).map(count).reduce(
+            || Tally { sizes: vec![0; k] },
+            |mut a, b| {
+                a.merge(&b);
+                a
+            },
+        )
     }
 
     /// Adds another shard's tally.
@@ -170,6 +185,21 @@ pub fn merge_farthest(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Counted in chunks on several threads (more labels than a chunk, a short last one) or in
+    /// one, the tally is the labels' count.
+    #[test]
+    fn tallies_count_every_label_once() {
+        let k = 7;
+        for n in [0, 5, (1 << 20) + 12_345, 3 << 20] {
+            let labels: Vec<u32> = (0..n)
+                .map(|i| ((i * 2_654_435_761usize) % k) as u32)
+                .collect();
+            let mut want = vec![0u32; k];
+            labels.iter().for_each(|&l| want[l as usize] += 1);
+            assert_eq!(Tally::of(&labels, k).sizes, want, "n = {n}");
+        }
+    }
 
     #[test]
     fn finish_takes_means_and_keeps_empty_clusters() {

@@ -19,7 +19,7 @@ use crate::backend::{
     AcrossGpus, AssignStats, Footprint, GreedyPlan, Layout, Lloyd, LloydSpec, Picks, Readback,
     Residency, SPHERICAL_POINT_SQ_NORM, Seeding, Seeds, StepStats, Trials,
 };
-use crate::backend::{Farthest, Partial, farthest, squared_shift};
+use crate::backend::{Farthest, Partial, Tally, farthest, squared_shift};
 use crate::error::{Error, Result};
 use crate::matrix::MatrixView;
 use cudarc::driver::{CudaEvent, CudaSlice};
@@ -58,6 +58,7 @@ use kernels_gpu::update::{
     NormalizeRowsParams, accumulate_global_grid, accumulate_shared_bytes, finalize_grid,
     normalize_rows_grid,
 };
+use rayon::prelude::*;
 
 pub(crate) struct CudaLloyd<'a> {
     gpu: &'a CudaBackend,
@@ -302,8 +303,8 @@ impl<'a> CudaLloyd<'a> {
         let small = match small_shape {
             Some(i) => Some(SmallPath {
                 kernel: i,
-                sums: Slot::device(gpu.zeros(k * d, "cluster sums")?),
-                counts: Slot::device(gpu.zeros(k, "cluster counts")?),
+                sums: Slot::zeros(gpu, k * d, "cluster sums")?,
+                counts: Slot::zeros(gpu, k, "cluster counts")?,
             }),
             None => None,
         };
@@ -348,23 +349,23 @@ impl<'a> CudaLloyd<'a> {
             inv_scales: Slot::device(gpu.upload(&f64_inv, "fixed-point scales")?),
             inertia_scale: pow2_f32(spec.inertia_exponent),
             inertia_unit: spec.inertia_unit,
-            centroids: Slot::device(gpu.zeros(k * d, "centroids")?),
-            c_sq_norms: Slot::device(gpu.zeros(k, "centroid norms")?),
-            c_terms: Slot::device(gpu.zeros(if tf32 { 2 * k } else { 0 }, "centroid bound terms")?),
-            centroids_t: Slot::device(gpu.zeros(by_dimension_len, "centroids by dimension")?),
-            next: Slot::device(gpu.zeros(k * d, "centroids")?),
-            labels: Slot::device(gpu.zeros(n, "labels")?),
-            min_dist: Slot::device(gpu.zeros(n, "distances")?),
-            block_inertia: Slot::device(gpu.zeros(assign_blocks, "inertia partials")?),
-            shift_parts: Slot::device(gpu.zeros(shift_parts_grid(k * d), "shift partials")?),
-            counters: Slot::device(gpu.zeros(2, "counters")?),
+            centroids: Slot::zeros(gpu, k * d, "centroids")?,
+            c_sq_norms: Slot::zeros(gpu, k, "centroid norms")?,
+            c_terms: Slot::zeros(gpu, if tf32 { 2 * k } else { 0 }, "centroid bound terms")?,
+            centroids_t: Slot::zeros(gpu, by_dimension_len, "centroids by dimension")?,
+            next: Slot::zeros(gpu, k * d, "centroids")?,
+            labels: Slot::zeros(gpu, n, "labels")?,
+            min_dist: Slot::zeros(gpu, n, "distances")?,
+            block_inertia: Slot::zeros(gpu, assign_blocks, "inertia partials")?,
+            shift_parts: Slot::zeros(gpu, shift_parts_grid(k * d), "shift partials")?,
+            counters: Slot::zeros(gpu, 2, "counters")?,
             summary: gpu.mapped(4, "the step summary")?,
-            sizes: Slot::device(gpu.zeros(k, "cluster sizes")?),
+            sizes: Slot::zeros(gpu, k, "cluster sizes")?,
             sums: Sums {
                 parts,
                 shared,
-                sums: Slot::device(gpu.zeros(parts * k * d, "cluster sums")?),
-                counts: Slot::device(gpu.zeros(parts * k, "cluster counts")?),
+                sums: Slot::zeros(gpu, parts * k * d, "cluster sums")?,
+                counts: Slot::zeros(gpu, parts * k, "cluster counts")?,
             },
             seeder: None,
             parked_seeder: None,
@@ -1398,8 +1399,16 @@ impl Readback for CudaLloyd<'_> {
             self.gpu.wait_for(uploaded)?;
         }
         match self.labels.host() {
-            Some(kept) => Ok(kept[..self.n].to_vec()),
+            // Copied on the rayon threads (fresh pages fault in on each).
+            Some(kept) => Ok(kept[..self.n].par_iter().copied().collect()),
             None => self.gpu.download(self.labels.dev()?, self.n, "labels"),
+        }
+    }
+
+    fn sizes(&self) -> Result<Vec<u32>> {
+        match self.labels.host() {
+            Some(kept) => Ok(Tally::of(&kept[..self.n], self.k).sizes),
+            None => Ok(Tally::of(&self.labels()?, self.k).sizes),
         }
     }
 

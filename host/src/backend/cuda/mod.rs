@@ -490,7 +490,10 @@ impl CudaBackend {
         host: &mut Vec<T>,
         what: &str,
     ) -> Result<()> {
-        host.resize(len, T::default());
+        if host.len() != len {
+            // Zeroed pages, mapped as the threads of the fill first touch them.
+            *host = vec![T::default(); len];
+        }
         let mut at = 0;
         self.download_each(dev, len, what, |part| {
             staging::fill(&mut host[at..at + part.len()], part);

@@ -21,6 +21,9 @@ pub(crate) struct Slot<T> {
     /// While freed with `kept`, the buffer's values; otherwise spare memory for the next park.
     host: Vec<T>,
     kept: bool,
+    /// Whether the device buffer still holds the zeros it was made with (nothing took it
+    /// mutably since): parking it then copies nothing back.
+    zeros: bool,
     len: usize,
 }
 
@@ -32,7 +35,16 @@ impl<T: DeviceRepr + ValidAsZeroBits + Copy + Default + Send + Sync> Slot<T> {
             dev: Some(buf),
             host: Vec::new(),
             kept: false,
+            zeros: false,
         }
+    }
+
+    /// A slot of `len` zeros on the device.
+    pub(crate) fn zeros(gpu: &CudaBackend, len: usize, what: &str) -> Result<Self> {
+        Ok(Slot {
+            zeros: true,
+            ..Slot::device(gpu.zeros(len, what)?)
+        })
     }
 
     /// The buffer on the device; an error (a bug, not a crash) while it is freed.
@@ -40,7 +52,9 @@ impl<T: DeviceRepr + ValidAsZeroBits + Copy + Default + Send + Sync> Slot<T> {
         self.dev.as_ref().ok_or_else(parked)
     }
 
+    /// The buffer on the device, for work that may write it.
     pub(crate) fn dev_mut(&mut self) -> Result<&mut CudaSlice<T>> {
+        self.zeros = false;
         self.dev.as_mut().ok_or_else(parked)
     }
 
@@ -80,11 +94,14 @@ impl<T: DeviceRepr + ValidAsZeroBits + Copy + Default + Send + Sync> Slot<T> {
     /// the work queued before).
     pub(crate) fn park(&mut self, gpu: &CudaBackend, keep: bool, what: &str) -> Result<()> {
         if let Some(buf) = &self.dev {
-            if keep {
+            if keep && self.zeros {
+                // Zeroed pages, mapped when first touched.
+                self.host = vec![T::default(); self.len];
+            } else if keep {
                 gpu.download_into(buf, buf.len(), &mut self.host, what)?;
                 traffic::down(size_of_val(&self.host[..]));
             }
-            self.kept = keep;
+            (self.kept, self.zeros) = (keep, false);
             self.dev = None;
         }
         Ok(())
@@ -102,6 +119,7 @@ impl<T: DeviceRepr + ValidAsZeroBits + Copy + Default + Send + Sync> Slot<T> {
             }
             false => gpu.zeros(self.len, what)?,
         };
+        self.zeros = !self.kept;
         (self.dev, self.kept) = (Some(buf), false);
         Ok(())
     }
@@ -115,6 +133,7 @@ impl<T: DeviceRepr + ValidAsZeroBits + Copy + Default + Send + Sync> Slot<T> {
             return Ok(false);
         }
         (self.dev, self.kept) = (Some(gpu.zeros(self.len, what)?), false);
+        self.zeros = true;
         Ok(true)
     }
 
@@ -161,6 +180,7 @@ impl<T: DeviceRepr + ValidAsZeroBits + Copy + Default + Send + Sync> Slot<T> {
         if self.is_freed() {
             traffic::up(size_of_val(values));
             self.dev = Some(gpu.upload_rows(values, &[], what)?);
+            self.zeros = false;
         }
         Ok(())
     }
@@ -175,6 +195,7 @@ impl<T: DeviceRepr + ValidAsZeroBits + Copy + Default + Send + Sync> Slot<T> {
         if self.is_freed() {
             traffic::up(size_of_val(values));
             self.dev = Some(gpu.upload_rows_beside(values, &[], what)?);
+            self.zeros = false;
         }
         Ok(())
     }
@@ -186,7 +207,7 @@ impl<T: DeviceRepr + ValidAsZeroBits + Copy + Default + Send + Sync> Slot<T> {
         if self.host().is_some() {
             traffic::up(size_of_val(&self.host[..]));
             self.dev = Some(gpu.upload_rows_beside(&self.host, &[], what)?);
-            self.kept = false;
+            (self.kept, self.zeros) = (false, false);
         }
         Ok(())
     }

@@ -17,8 +17,12 @@ use crate::kmeans::weights::Weighting;
 use crate::kmeans::{Init, KMeansModel, KMeansParams, Metric, init};
 use kernels_gpu::fixed::{inertia_exponent, inv_pow2_f64};
 use kernels_gpu::seeding::WeightScale;
+use rayon::prelude::*;
 use std::cell::RefCell;
 use std::collections::HashMap;
+
+/// Values a thread copies at a time when the shards' per-row answers are put together.
+const COPY_GRAIN: usize = 1 << 20;
 
 /// How a sharded fit's client reaches its shards: each [`Shard`](super::Shard) answers with
 /// [`Shard::handle`](super::Shard::handle), wherever it lives (this process, another process,
@@ -310,15 +314,30 @@ impl Sharded<'_> {
     }
 
     /// Every shard's reply to `request`, one vector each, concatenated in row order.
-    fn concat<T>(
+    fn concat<T: Copy + Default + Send + Sync>(
         &self,
         request: Request,
         take: impl Fn(Reply) -> Option<Vec<T>>,
     ) -> Result<Vec<T>> {
-        let mut all = Vec::new();
-        for (i, reply) in self.broadcast(&request)?.into_iter().enumerate() {
-            all.extend(take(reply).ok_or_else(|| unexpected(i, "a request for every row"))?);
+        let mut parts = (self.broadcast(&request)?.into_iter().enumerate())
+            .map(|(i, reply)| take(reply).ok_or_else(|| unexpected(i, "a request for every row")))
+            .collect::<Result<Vec<_>>>()?;
+        if parts.len() == 1 {
+            return Ok(parts.pop().expect("one part"));
         }
+        // A value for every row of a large data set: copied into zeroed pages on the rayon
+        // threads, a piece each.
+        let mut all = vec![T::default(); parts.iter().map(Vec::len).sum()];
+        let mut pieces = Vec::new();
+        let mut rest = &mut all[..];
+        for part in &parts {
+            let (to, tail) = rest.split_at_mut(part.len());
+            pieces.extend(to.chunks_mut(COPY_GRAIN).zip(part.chunks(COPY_GRAIN)));
+            rest = tail;
+        }
+        pieces
+            .into_par_iter()
+            .for_each(|(to, from)| to.copy_from_slice(from));
         Ok(all)
     }
 
@@ -648,10 +667,15 @@ impl Readback for Sharded<'_> {
     }
 
     fn farthest(&self, count: usize) -> Result<Vec<Farthest>> {
-        let lists = self.concat(Request::Farthest { count }, |r| match r {
-            Reply::Farthest(f) => Some(vec![f]),
-            _ => None,
-        })?;
+        let lists = (self
+            .broadcast(&Request::Farthest { count })?
+            .into_iter()
+            .enumerate())
+        .map(|(i, reply)| match reply {
+            Reply::Farthest(f) => Ok(f),
+            _ => Err(unexpected(i, "Farthest")),
+        })
+        .collect::<Result<Vec<_>>>()?;
         Ok(merge_farthest(lists, count))
     }
 

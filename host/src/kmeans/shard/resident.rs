@@ -442,7 +442,9 @@ fn serve(lloyd: &mut dyn Lloyd, held: &Held, k: usize, request: &Request) -> Res
             far.iter_mut().for_each(|f| f.row += first_row);
             Reply::Farthest(far)
         }
-        Request::Tally => Reply::Tally(Tally::of(&lloyd.labels()?, k)),
+        Request::Tally => Reply::Tally(Tally {
+            sizes: lloyd.sizes()?,
+        }),
         Request::Labels => Reply::Labels(lloyd.labels()?),
         Request::Distances => Reply::Distances(lloyd.min_distances()?),
         Request::SeedNearest {
