@@ -434,39 +434,23 @@ impl CudaSeeder {
         Ok(gpu.download(&self.potentials, 1, "the seeding weight")?[0])
     }
 
-    /// Lowers the seeding distances to the rows `rows` (staged seeds; from +∞ with `fresh`),
-    /// as [`CudaSeeder::nearest`] does but into a pass's own weight sums, which the next
-    /// request does not read: a step of [`SeedReplay`]. The nearest seeds it writes are cleared
-    /// by [`CudaSeeder::replayed`].
+    /// Lowers the seeding distances to the rows `rows` (staged seeds; from +∞ with `fresh`):
+    /// a step of [`SeedReplay`]. A nearest pass, into weight sums of its own (the next request
+    /// reads the last pass's), that leaves the pending winner pending. The nearest seeds it
+    /// writes are cleared by [`CudaSeeder::replayed`].
     pub(crate) fn replay(&mut self, r: &Rows<'_>, rows: &[u32], fresh: bool) -> Result<()> {
         let gpu = r.gpu;
-        let n = r.n;
-        let candidates = gpu.upload(rows, "replayed seeds")?;
-        let mut block_sums = gpu.zeros::<u64>(r.blocks(), "replayed weight sums")?;
-        let mut total = gpu.zeros::<u64>(1, "replayed seeding weight")?;
-        gpu.launch(
-            r.kernel(SEED_NEAREST_L2, SEED_NEAREST_L1),
-            r.blocks(),
-            NEAREST_SHARED_BYTES,
-            NearestParams {
-                x: r.points(),
-                norms: r.norms(self.norms.as_ref()),
-                n: n as u32,
-                d: r.d as u32,
-                weights: r.weights(),
-                counts: r.counts(),
-                min_dist: self.min_dist.writes(n),
-                owner: self.owner.writes(n),
-                rows: candidates.reads(rows.len()),
-                count: arg_u32(rows.len(), "replayed seeds")?,
-                first_id: 0,
-                fresh: u32::from(fresh),
-                scale: 1.0,
-                cap: 0,
-                block_sums: block_sums.writes(r.blocks()),
-                total: total.writes(1),
-            },
-        )
+        let sums = gpu.zeros(r.blocks(), "replayed weight sums")?;
+        let sums = std::mem::replace(&mut self.block_sums, sums);
+        let total = gpu.zeros(1, "replayed seeding weight")?;
+        let potentials = std::mem::replace(&mut self.potentials, total);
+        let (pending, last, sums_rows) =
+            (self.pending, std::mem::take(&mut self.last), self.sums_rows);
+        let no_weights = WeightScale { scale: 1.0, cap: 0 };
+        let done = self.nearest(r, rows, 0, fresh, no_weights);
+        (self.block_sums, self.potentials) = (sums, potentials);
+        (self.pending, self.last, self.sums_rows) = (pending, last, sums_rows);
+        done.map(drop)
     }
 
     /// Ends a replay: every row's nearest seed is the first, as [`SeedReplay`] says.
