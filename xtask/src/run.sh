@@ -6,7 +6,8 @@
 #                driver entry points
 #     sweeps     the test binaries that sweep shapes and paths against the CPU for minutes (knn,
 #                lp, radius)
-#     sanitize   compute-sanitizer memcheck + racecheck over the `sanitize_` tests
+#     sanitize   compute-sanitizer memcheck + racecheck over the `sanitize_` tests (on one GPU
+#                over ten minutes: run its halves, `memcheck` and `racecheck`, one at a time)
 #     python     the Python tests (and the Dask tests with a worker per GPU, on two GPUs or more)
 #     bench      gpu-bench, the PyTorch baseline, the Python benchmark (and the GPU-set and Dask
 #                benchmarks on two GPUs or more)
@@ -22,9 +23,10 @@ case $part in
   tests) SANITIZE=0 PYTEST=0 BENCH=0 SWEEPS=0 ;;
   sweeps) SANITIZE=0 PYTEST=0 BENCH=0 COLD_START=0 ENTRY_POINTS=0 SWEEPS=only ;;
   sanitize) TESTS=0 PYTEST=0 BENCH=0 COLD_START=0 ENTRY_POINTS=0 ;;
+  memcheck | racecheck) TESTS=0 PYTEST=0 BENCH=0 COLD_START=0 ENTRY_POINTS=0 SANITIZE_TOOLS=$part ;;
   python) TESTS=0 SANITIZE=0 BENCH=0 COLD_START=0 ENTRY_POINTS=0 ;;
   bench) TESTS=0 SANITIZE=0 PYTEST=0 COLD_START=0 ENTRY_POINTS=0 ;;
-  *) echo "run.sh: unknown part '$part' (all, tests, sweeps, sanitize, python or bench)" >&2; exit 2 ;;
+  *) echo "run.sh: unknown part '$part' (all, tests, sweeps, sanitize, memcheck, racecheck, python or bench)" >&2; exit 2 ;;
 esac
 export KMEANS_KNN_REQUIRE_GPU=1
 # The driver tests run the tool built with fault injection.
@@ -38,18 +40,24 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader ||
 
 # compute-sanitizer memcheck and racecheck over the tests whose names start with `sanitize_`
 # (every kernel on small shapes): every (tool, test binary) pair is its own process, all started
-# now in the background so that they run beside the tests; collected before the benchmarks.
+# now in the background so that they run beside the tests, each on a GPU of its own in turn
+# where there are several; collected before the benchmarks.
+gpu_count=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 sanitizer_pids=()
 if [ "${SANITIZE:-1}" = 1 ]; then
-  for tool in memcheck racecheck; do
+  runs=0
+  for tool in ${SANITIZE_TOOLS:-memcheck racecheck}; do
     for t in tests/*; do
       "./$t" --list 2>/dev/null | grep -q '^sanitize_' || continue
+      runs=$((runs + 1))
+      pin=()
+      [ "$gpu_count" -ge 2 ] && pin=(CUDA_VISIBLE_DEVICES=$((runs % gpu_count)))
       log="$log_dir/sanitize-$tool-$(basename "$t").log"
       # Racecheck loses track of launches that come from several host threads at once
       # ("Internal Sanitizer Error: failure to track a kernel launch"); blocking launches keep
       # the host threads concurrent while each launch completes before the next is tracked.
       blocking=$([ "$tool" = racecheck ] && echo 1 || echo 0)
-      (CUDA_LAUNCH_BLOCKING=$blocking timeout "${SANITIZE_TIMEOUT:-540}" compute-sanitizer \
+      (env "${pin[@]}" CUDA_LAUNCH_BLOCKING=$blocking timeout "${SANITIZE_TIMEOUT:-540}" compute-sanitizer \
         --tool "$tool" --error-exitcode 99 --print-limit 20 "./$t" sanitize_ --test-threads=1 \
         >"$log" 2>&1; echo $? >"$log.rc") &
       sanitizer_pids+=($!)
@@ -78,7 +86,6 @@ if [ "${TESTS:-1}" = 1 ]; then
   # Processes sharing one GPU take turns on it (time slices), and the sweeps wait on the GPU
   # thousands of times: with several GPUs each sweep gets one of its own (they build their GPU
   # sets on one ordinal); with one GPU they run one after another.
-  gpu_count=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
   test_pids=()
   sweep=0
   for t in "${binaries[@]}"; do
