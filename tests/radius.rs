@@ -69,8 +69,9 @@ fn radius_against_cpu(device: Device, small: bool) {
                     let want = bits(&cpu.radius_search(view(&queries, d), radius).unwrap());
                     let case = format!("{case} radius {radius}");
                     // The default budget; one query a batch and one row a fill group (for
-                    // shapes small enough: it launches per query and row); a few.
-                    let tiny = (n * m <= 20_000).then_some(1);
+                    // shapes small enough: it launches per query and row, which under a
+                    // sanitizer takes minutes past a few hundred pairs); a few.
+                    let tiny = (n * m <= if small { 1_000 } else { 20_000 }).then_some(1);
                     for limit in [None, tiny, Some(5 * 4 * (d + n + 4))] {
                         let index = KnnIndex::new(view(&train, d), metric, device).unwrap();
                         let got = (index.with_memory_limit(limit))
