@@ -182,6 +182,18 @@ fn max_abs(data: &MatrixView<'_>, weights: &Weighting) -> Vec<f32> {
 /// `scales` (which leave room for the total units, so both fit in 128 bits): the same result in
 /// any order of the rows' additions, and for integer weights the same as for repeated rows.
 fn mean_variance(data: &MatrixView<'_>, weights: &Weighting, scales: &[i32]) -> f64 {
+    let (first, second) = column_moments(data, weights.units(), scales);
+    variance_of_moments(&first, &second, weights.total(), scales)
+}
+
+/// Per-column `Σ units · q` and `Σ units · q²` of the rows' fixed-point values `q` under
+/// `scales` (`units`: one per row, `None`: one each), on the rayon threads a chunk of rows each:
+/// integers, so any split of the rows adds up to the same.
+pub(crate) fn column_moments(
+    data: &MatrixView<'_>,
+    units: Option<&[f32]>,
+    scales: &[i32],
+) -> (Vec<i128>, Vec<i128>) {
     let d = data.cols();
     let chunk = crate::backend::vocab::CHUNK;
     let factors: Vec<f32> = scales.iter().map(|&s| pow2_f32(s)).collect();
@@ -195,9 +207,7 @@ fn mean_variance(data: &MatrixView<'_>, weights: &Weighting, scales: &[i32]) -> 
         .enumerate()
         .map(|(ci, rows)| {
             let mut m = zero();
-            let units = weights
-                .units()
-                .map(|u| &u[ci * chunk..ci * chunk + rows.len() / d]);
+            let units = units.map(|u| &u[ci * chunk..ci * chunk + rows.len() / d]);
             m.add_rows(rows, units, &factors);
             m
         })
@@ -209,7 +219,7 @@ fn mean_variance(data: &MatrixView<'_>, weights: &Weighting, scales: &[i32]) -> 
                 .for_each(|(a, b)| *a += b);
             a
         });
-    variance_of_moments(&sums.first, &sums.second, weights.total(), scales)
+    (sums.first, sums.second)
 }
 
 /// The mean over the columns of their variance from the exact moments `Σ units · q` (`first`)

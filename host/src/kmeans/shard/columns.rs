@@ -3,8 +3,9 @@
 //! fixed-point scales, then exact integer moments for `tol`.
 
 use crate::backend::vocab::CHUNK;
+use crate::kmeans::prepare::column_moments;
 use crate::matrix::MatrixView;
-use kernels_gpu::fixed::{pow2_f32, scale_exponent, to_fixed, weight_units};
+use kernels_gpu::fixed::{scale_exponent, weight_units};
 use rayon::prelude::*;
 
 /// Each column's largest magnitude over the rows with weight (every row without `units`; else
@@ -64,33 +65,17 @@ impl Moments {
     /// The moments of `data` (its rows weighing `units`, one each without) under the exponents
     /// `scales`: the single-process fit's `Σ units · q` and `Σ units · q²`.
     pub fn of(data: &MatrixView<'_>, units: Option<&[f32]>, scales: &[i32]) -> Self {
-        let d = data.cols();
-        let scale: Vec<f32> = scales.iter().map(|&s| pow2_f32(s)).collect();
-        data.as_slice()
-            .par_chunks(CHUNK * d)
-            .enumerate()
-            .map(|(ci, rows)| {
-                let mut m = Moments::zeros(d);
-                for (r, row) in rows.chunks_exact(d).enumerate() {
-                    let u = weight_units(units.map(|u| u[ci * CHUNK + r]));
-                    for j in 0..d {
-                        let q = to_fixed(row[j], scale[j]);
-                        // |u·q| ≤ 2^61: the bound of the centroid sums.
-                        let uq = u * q;
-                        m.sums[j] += uq;
-                        m.squares[j] += (i128::from(uq) * i128::from(q)) as u128;
-                    }
-                    m.rows += u as u64;
-                }
-                m
-            })
-            .reduce(
-                || Moments::zeros(d),
-                |mut a, b| {
-                    a.merge(&b);
-                    a
-                },
-            )
+        let (first, second) = column_moments(data, units, scales);
+        let rows = match units {
+            Some(u) => u.iter().map(|&w| weight_units(Some(w)) as u64).sum(),
+            None => data.rows() as u64,
+        };
+        // |Σ units · q| ≤ 2^61 (the bound of the centroid sums); the squares are non-negative.
+        Moments {
+            rows,
+            sums: first.iter().map(|&s| s as i64).collect(),
+            squares: second.iter().map(|&s| s as u128).collect(),
+        }
     }
 
     /// Adds the moments of other rows.
