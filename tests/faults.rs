@@ -49,15 +49,32 @@ fn with_fault<T>(fault: Fault, work: impl FnOnce() -> T) -> T {
 }
 
 #[test]
-fn sanitize_out_of_memory_at_every_allocation_of_a_fit_is_an_error_then_the_gpu_works() {
+fn out_of_memory_at_every_allocation_of_a_fit_is_an_error_then_the_gpu_works() {
+    out_of_memory_at("out_of_memory_at_every_allocation_of_a_fit", 1..);
+}
+
+/// Under a sanitizer (blocking launches, two fits an allocation) every allocation takes minutes:
+/// the first few and a spread of the rest.
+#[test]
+fn sanitize_out_of_memory_at_some_allocations_of_a_fit_is_an_error_then_the_gpu_works() {
+    let spread = (1..=4).chain((3..).map(|i| 1 << i));
+    out_of_memory_at(
+        "sanitize_out_of_memory_at_some_allocations_of_a_fit",
+        spread,
+    );
+}
+
+/// Out of memory at each allocation `nths` names (increasing), until one past a fit's last, is
+/// an error, and the GPU then fits as the CPU does.
+fn out_of_memory_at(name: &str, nths: impl Iterator<Item = u64>) {
     let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
-    let Some(gpu) = gpu("out_of_memory_at_every_allocation_of_a_fit") else {
+    let Some(gpu) = gpu(name) else {
         return;
     };
     let data = uniform(N, D, 1);
     let cpu = fit(&data, Device::Cpu).unwrap();
     let mut failed = 0;
-    for nth in 1.. {
+    for nth in nths {
         let outcome = with_fault(Fault::Alloc(nth), || fit(&data, gpu));
         same_model(&fit(&data, gpu).unwrap(), &cpu);
         match outcome {
