@@ -38,16 +38,17 @@ pub(crate) fn turn(answer: Duration, release: Duration, upload_wait: Duration) {
     }
 }
 
+/// A counter's value, zeroed with `reset` (the start of a new count).
+pub(crate) fn take(counter: &AtomicU64, reset: bool) -> u64 {
+    match reset {
+        true => counter.swap(0, Relaxed),
+        false => counter.load(Relaxed),
+    }
+}
+
 /// The turns' split since the last call with `reset`.
 pub(crate) fn turn_totals(reset: bool) -> TurnSeconds {
-    let [answer, release, upload_wait] = TURN_NANOS.each_ref().map(|a| {
-        let nanos = if reset {
-            a.swap(0, Relaxed)
-        } else {
-            a.load(Relaxed)
-        };
-        nanos as f64 / 1e9
-    });
+    let [answer, release, upload_wait] = TURN_NANOS.each_ref().map(|a| take(a, reset) as f64 / 1e9);
     TurnSeconds {
         answer,
         release,
@@ -57,8 +58,5 @@ pub(crate) fn turn_totals(reset: bool) -> TurnSeconds {
 
 /// The bytes counted up and down since the last call with `reset`.
 pub(crate) fn totals(reset: bool) -> (u64, u64) {
-    match reset {
-        true => (UP.swap(0, Relaxed), DOWN.swap(0, Relaxed)),
-        false => (UP.load(Relaxed), DOWN.load(Relaxed)),
-    }
+    (take(&UP, reset), take(&DOWN, reset))
 }

@@ -166,12 +166,14 @@ impl SeedReplay {
 
 impl ParkedSeeder {
     /// The seeder on the device again over the rows `r` (its `x` as at the park), as it was
-    /// parked; with the host memory it was parked in.
-    /// A seeder whose state was not kept comes back with zeros for it, to be replayed
-    /// ([`ParkedSeeder::replay`]).
-    pub(crate) fn restore(self, r: &Rows<'_>) -> Result<(CudaSeeder, SeederSpare)> {
+    /// parked; with the host memory it was parked in. A seeder whose state was not kept comes
+    /// back with zeros for it, and with the seeds to replay ([`CudaSeeder::replay`]).
+    pub(crate) fn restore(
+        self,
+        r: &Rows<'_>,
+    ) -> Result<(CudaSeeder, SeederSpare, Option<SeedReplay>)> {
         let (gpu, what) = (r.gpu, "seeding state");
-        let (min_dist, owner) = match self.replay {
+        let (min_dist, owner) = match &self.replay {
             Some(_) => (
                 gpu.zeros(r.n, "seeding distances")?,
                 gpu.zeros(r.n, "nearest seeds")?,
@@ -209,17 +211,12 @@ impl ParkedSeeder {
             min_dist: self.min_dist,
             owner: self.owner,
         };
-        Ok((seeder, spare))
+        Ok((seeder, spare, self.replay))
     }
 
     /// [`CudaSeeder::accept`] while parked.
     pub(crate) fn accept(&mut self, trial: usize) {
         self.pending = Some(trial);
-    }
-
-    /// The seeds to replay when it goes back, when its state was not kept.
-    pub(crate) fn replay(&self) -> Option<&SeedReplay> {
-        self.replay.as_ref()
     }
 
     /// The accepted trial of the last step, when one is pending.

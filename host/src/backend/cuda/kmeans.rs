@@ -979,8 +979,7 @@ impl CudaLloyd<'_> {
             d: self.d,
             metric: self.metric,
         };
-        let replay = parked.replay().cloned();
-        let (seeder, spare) = parked.restore(&rows)?;
+        let (seeder, spare, replay) = parked.restore(&rows)?;
         (self.seeder, self.seeder_spare) = (Some(seeder), spare);
         match replay {
             Some(replay) => self.replay_seeds(&replay),

@@ -6,6 +6,7 @@
 
 use super::Request;
 use super::codec::REQUESTS;
+use crate::backend::traffic::take;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
@@ -55,6 +56,9 @@ struct Counter {
     passes: AtomicU64,
 }
 
+static COUNTERS: [Counter; 3] = [const { Counter::new() }; 3];
+static BY_REQUEST: [Counter; REQUESTS.len()] = [const { Counter::new() }; REQUESTS.len()];
+
 impl Counter {
     const fn new() -> Self {
         Counter {
@@ -63,12 +67,7 @@ impl Counter {
             passes: AtomicU64::new(0),
         }
     }
-}
 
-static COUNTERS: [Counter; 3] = [const { Counter::new() }; 3];
-static BY_REQUEST: [Counter; REQUESTS.len()] = [const { Counter::new() }; REQUESTS.len()];
-
-impl Counter {
     fn add(&self, request: &Request, elapsed: Duration) {
         self.nanos.fetch_add(elapsed.as_nanos() as u64, Relaxed);
         self.requests.fetch_add(1, Relaxed);
@@ -77,17 +76,10 @@ impl Counter {
     }
 
     fn totals(&self, reset: bool) -> PhaseTotals {
-        let take = |a: &AtomicU64| {
-            if reset {
-                a.swap(0, Relaxed)
-            } else {
-                a.load(Relaxed)
-            }
-        };
         PhaseTotals {
-            seconds: take(&self.nanos) as f64 / 1e9,
-            requests: take(&self.requests),
-            passes: take(&self.passes),
+            seconds: take(&self.nanos, reset) as f64 / 1e9,
+            requests: take(&self.requests, reset),
+            passes: take(&self.passes, reset),
         }
     }
 }
