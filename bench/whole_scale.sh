@@ -9,6 +9,9 @@
 #
 #   bash bench/whole_scale.sh BIN [N] [D] [K] [BUDGET]   (defaults 4000000 128 256 512MiB)
 #
+# JOBS (default "kmeans knn"), INIT (default kmeans||; kmeans++ is the fit's own default) and
+# REPS (default 1: every run repeated, each a fresh process) change what runs; DEVICES (default
+# all of them) picks the runs by label, spaces as underscores: "gpu:0 cpu gpu:0_streamed".
 # BIN is the kmeans-knn binary; python3 with numpy writes the uniform random inputs.
 set -u
 bin=${1:?usage: whole_scale.sh KMEANS_KNN_BIN [N] [D] [K] [BUDGET]}
@@ -25,15 +28,22 @@ PY
 gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
 runs=("gpu:0|--device gpu:0" "cpu|--device cpu" "gpu:0 streamed|--device gpu:0 --gpu-memory $budget")
 [ "$gpus" -ge 2 ] && runs+=("gpu:all|--device gpu:all")
-echo "$n × $d rows ($(du -h "$dir/x.npy" | cut -f1)), k-means k = $k, kNN k = 100 of 10^4 queries"
+picked=()
+for run in "${runs[@]}"; do
+  label=${run%%|*}
+  [ -z "${DEVICES:-}" ] && { picked+=("$run"); continue; }
+  case " $DEVICES " in *" ${label// /_} "*) picked+=("$run") ;; esac
+done
+echo "$n × $d rows ($(du -h "$dir/x.npy" | cut -f1)), k-means k = $k (init ${INIT:-kmeans||}), kNN k = 100 of 10^4 queries; $(nproc) cores, RAYON_NUM_THREADS=${RAYON_NUM_THREADS:-all}"
 printf '%-7s %-16s %9s %9s  %-9s %s\n' job device "wall s" "json s" same device
-for job in kmeans knn; do
-  for run in "${runs[@]}"; do
+for job in ${JOBS:-kmeans knn}; do
+  for run in "${picked[@]}"; do
+  for _ in $(seq "${REPS:-1}"); do
     label=${run%%|*}
     read -r -a flags <<<"${run#*|}"
     out="$dir/$job-${label//[ :]/_}.npy"
     if [ "$job" = kmeans ]; then
-      cmd=("$bin" kmeans "$dir/x.npy" --k "$k" --init 'kmeans||' --max-iter 20 --tol 0 --labels-out "$out")
+      cmd=("$bin" kmeans "$dir/x.npy" --k "$k" --init "${INIT:-kmeans||}" --max-iter 20 --tol 0 --labels-out "$out")
     else
       cmd=("$bin" knn --train "$dir/x.npy" --query "$dir/q.npy" --k 100 --indices-out "$out")
     fi
@@ -44,5 +54,6 @@ for job in kmeans knn; do
     same=$([ -f "$ref" ] && cmp -s "$out" "$ref" && echo yes || echo no)
     python3 -c 'import json, sys; j = json.loads(sys.argv[4]); print("%-7s %-16s %9.2f %9.2f  %-9s %s" % (sys.argv[1], sys.argv[2], float(sys.argv[3]), j["seconds"], sys.argv[5], j["device"]))' \
       "$job" "$label" "$(python3 -c "print($end - $start)")" "$json" "$same"
+  done
   done
 done
