@@ -11,14 +11,14 @@
 //!   [`super::batches::turns`]).
 
 use super::batches::{Turn, turns};
-use super::merge::{MergedSearch, TopK, VoteRows, add_reports};
+use super::merge::{MergedSearch, PartKeys, TopK, VoteRows, add_reports};
 use crate::backend::radius::RadiusKeys;
 use crate::backend::vocab::{PrefilterReport, Selection};
 use crate::backend::{Backend, KnnSearch};
 use crate::error::{Error, Result};
 use crate::matrix::MatrixView;
 use kernels_gpu::knn::PairMetric;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread;
 
 /// `work(i, group)` for every group at once, a thread each; the results in order.
@@ -78,6 +78,8 @@ struct Part {
 pub(crate) struct GpuParts {
     parts: Vec<Part>,
     vote_rows: VoteRows,
+    /// Each part's keys of the last search, kept for the next one's.
+    answers: Mutex<Vec<Vec<u64>>>,
 }
 
 impl GpuParts {
@@ -107,6 +109,7 @@ impl GpuParts {
         Ok(GpuParts {
             parts,
             vote_rows: VoteRows::default(),
+            answers: Mutex::default(),
         })
     }
 
@@ -124,7 +127,10 @@ impl MergedSearch for GpuParts {
         selection: Selection,
         max_bytes: Option<usize>,
     ) -> Result<(TopK, Selection, Option<PrefilterReport>)> {
-        let mut keys = vec![Vec::new(); self.parts.len()];
+        // The parts' answers land in the last search's buffers (their pages already faulted
+        // in); a search beside another finds none and makes its own.
+        let mut keys = std::mem::take(&mut *self.answers.lock().unwrap());
+        keys.resize_with(self.parts.len(), Vec::new);
         let found: Vec<Result<_>> = thread::scope(|scope| {
             let running: Vec<_> = (self.parts.iter().zip(keys.iter_mut()))
                 .map(|(p, keys)| {
@@ -138,13 +144,15 @@ impl MergedSearch for GpuParts {
                 .collect()
         });
         let found = found.into_iter().collect::<Result<Vec<_>>>()?;
-        let mut each = self.parts.iter().zip(keys);
-        let (first, first_keys) = each.next().expect("at least one part");
-        let kp = k.min(first.rows);
-        let mut top = TopK::first(queries.rows(), k, first_keys, kp, first.first_row);
-        for (part, keys) in each {
-            top.merge(&keys, k.min(part.rows), part.first_row);
-        }
+        let answers: Vec<PartKeys<'_>> = (self.parts.iter().zip(&keys))
+            .map(|(part, keys)| PartKeys {
+                keys,
+                kp: k.min(part.rows),
+                first_row: part.first_row,
+            })
+            .collect();
+        let top = TopK::of_parts(queries.rows(), k, &answers);
+        *self.answers.lock().unwrap() = keys;
         let prefilter = found.iter().filter_map(|f| f.1).reduce(add_reports);
         Ok((top, found[0].0, prefilter))
     }

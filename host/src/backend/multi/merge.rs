@@ -21,6 +21,14 @@ pub(crate) struct TopK {
     keys: Vec<u64>,
 }
 
+/// One part's answer to merge: its `kp` nearest per query as keys, rows counted from the part's
+/// first row `first_row`, nearest first.
+pub(crate) struct PartKeys<'a> {
+    pub keys: &'a [u64],
+    pub kp: usize,
+    pub first_row: u32,
+}
+
 /// Queries a rayon task merges at a time: at least this many, and a megabyte of keys or more
 /// ([`crate::host_tasks`]; 10^4 queries × k = 100 took milliseconds on one thread).
 const MERGE_GRAIN: usize = 64;
@@ -39,25 +47,44 @@ impl TopK {
         }
     }
 
-    /// The running keys of a first part's answer (`found`, as for [`TopK::merge`]), taken over
-    /// without a merge into empty keys when the part has `k` per query.
-    pub(crate) fn first(
-        queries: usize,
-        k: usize,
-        mut found: Vec<u64>,
-        kp: usize,
-        first_row: u32,
-    ) -> TopK {
-        if kp != k {
-            let mut top = TopK::new(queries, k);
-            top.merge(&found, kp, first_row);
-            return top;
+    /// Every query's `k` nearest over all `parts` at once: a merge of the parts' answers per
+    /// query (each sorted, keys unique, so the result is the single index's, whatever the
+    /// parts), queries on the rayon threads in tasks sized by the keys they read.
+    pub(crate) fn of_parts(queries: usize, k: usize, parts: &[PartKeys<'_>]) -> TopK {
+        // Zeros (fresh pages, faulted in by the tasks that write them): every slot is written.
+        let mut keys = vec![0u64; queries * k];
+        if k == 0 {
+            return TopK { k, keys };
         }
-        let per_task = k * queries_per_task(queries, k);
-        (found.par_chunks_mut(per_task.max(1))).for_each(|keys| {
-            keys.iter_mut().for_each(|key| *key += first_row as u64);
+        let read = 8 * parts.iter().map(|p| p.kp).sum::<usize>().max(1);
+        let per_task = crate::host_tasks::items_per_task(queries, read, 1).max(MERGE_GRAIN);
+        (keys.par_chunks_mut(k * per_task).enumerate()).for_each(|(block, out)| {
+            // Each part's next key (EMPTY once it has given all `kp`) and where it is.
+            let (mut next, mut heads) = (vec![EMPTY; parts.len()], vec![0usize; parts.len()]);
+            for (i, out) in out.chunks_exact_mut(k).enumerate() {
+                let q = block * per_task + i;
+                // The row index is the key's low half: offsetting it cannot carry (rows < 2^32).
+                let key = |part: &PartKeys<'_>, head: usize| match head < part.kp {
+                    true => part.keys[q * part.kp + head] + part.first_row as u64,
+                    false => EMPTY,
+                };
+                heads.fill(0);
+                for (next, part) in next.iter_mut().zip(parts) {
+                    *next = key(part, 0);
+                }
+                for slot in out {
+                    let (p, &least) = (next.iter().enumerate())
+                        .min_by_key(|&(_, key)| *key)
+                        .expect("at least one part");
+                    *slot = least;
+                    if least != EMPTY {
+                        heads[p] += 1;
+                        next[p] = key(&parts[p], heads[p]);
+                    }
+                }
+            }
         });
-        TopK { k, keys: found }
+        TopK { k, keys }
     }
 
     /// Merges a part's answer (`found`: its `kp` nearest per query as keys, rows counted from
@@ -236,5 +263,54 @@ pub(crate) fn add_reports(a: PrefilterReport, b: PrefilterReport) -> PrefilterRe
         queries: a.queries + b.queries,
         exact_fallbacks: a.exact_fallbacks + b.exact_fallbacks,
         stored: a.stored + b.stored,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One pass over every part equals merging the parts one by one (the streamed index's
+    /// way), with parts of fewer than k keys, k above all of them together, and ties of
+    /// distance broken by row.
+    #[test]
+    fn one_pass_over_the_parts_equals_merging_them_in_turn() {
+        let queries = 300;
+        for (k, kps) in [
+            (1, vec![1]),
+            (5, vec![5, 5, 2]),
+            (7, vec![3, 1, 2]),
+            (4, vec![4; 5]),
+        ] {
+            // Part j's keys: distances from a small set (ties), rows ascending within a part.
+            let parts: Vec<Vec<u64>> = (kps.iter().enumerate())
+                .map(|(j, &kp)| {
+                    (0..queries * kp)
+                        .map(|i| {
+                            let (q, r) = (i / kp, i % kp);
+                            let distance = ((q * 7 + j * 3) % 5 + r) as u64;
+                            (distance << 32) | r as u64
+                        })
+                        .collect()
+                })
+                .collect();
+            let first_row = |j: usize| (j * 1000) as u32;
+            let mut turns = TopK::new(queries, k);
+            for (j, (keys, &kp)) in parts.iter().zip(&kps).enumerate() {
+                turns.merge(keys, kp, first_row(j));
+            }
+            let answers: Vec<PartKeys<'_>> = (parts.iter().zip(&kps).enumerate())
+                .map(|(j, (keys, &kp))| PartKeys {
+                    keys,
+                    kp,
+                    first_row: first_row(j),
+                })
+                .collect();
+            assert_eq!(
+                TopK::of_parts(queries, k, &answers).keys,
+                turns.keys,
+                "k={k} {kps:?}"
+            );
+        }
     }
 }
