@@ -206,6 +206,43 @@ def test_a_step_moves_the_centroids_once_out_and_the_sums_once_back_per_worker(c
         assert 0 < r.busiest <= r.end - r.start, r
 
 
+def shared_folders():
+    return {n for n in os.listdir("/dev/shm") if n.startswith("kmeans-knn-")}
+
+
+@pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="no /dev/shm")
+def test_large_messages_go_through_shared_memory_on_the_clients_host(client, monkeypatch):
+    # k × d = 128 × 128: a step's centroids (64 KiB) and sums (128 KiB) are large enough to go
+    # through files in /dev/shm to and from workers on this host; the fit is the same either way,
+    # and the folder goes with the fit.
+    from kmeans_knn.dask import _resident
+
+    X, k = data(n=400, d=128, seed=4), 128
+    params = dict(random_state=1, max_iter=3, n_init=1)
+    ref = kmeans_knn.KMeans(k, device="cpu", **params).fit(X)
+    before = shared_folders()
+    written, read = [], []
+    put, read_shared = _resident._SharedFolder.put, _resident._read_shared
+    monkeypatch.setattr(
+        _resident._SharedFolder, "put", lambda self, b: written.append(len(b)) or put(self, b)
+    )
+    monkeypatch.setattr(_resident, "_read_shared", lambda s: read.append(s.size) or read_shared(s))
+    km = kd.KMeans(k, **params).fit(da.from_array(X, chunks=(150, 128)))
+    assert_same_fit(km, ref, (150, 150, 100))
+    steps = [r for r in km._timings if r.label == "Step"]
+    assert steps
+    # The centroids once a step, whatever the workers; a reply of sums from every worker.
+    assert written.count(9 + 4 * k * 128) == len(steps)
+    assert read.count(33 + 8 * k * 128 + 8 * k) >= len(steps)
+    assert shared_folders() <= before
+    monkeypatch.setenv("KMEANS_KNN_DASK_SHARED_MEMORY", "0")
+    written.clear()
+    read.clear()
+    km = kd.KMeans(k, **params).fit(da.from_array(X, chunks=(150, 128)))
+    assert_same_fit(km, ref, (150, 150, 100))
+    assert written == [] and read == []
+
+
 @pytest.mark.parametrize("metric", ["euclidean", "cosine", "manhattan"])
 def test_kneighbors_equals_single_process_for_every_partitioning(client, metric):
     # Integer values: many distance ties, which go to the lowest training index.
