@@ -65,6 +65,10 @@ where
     Ok(answered.into_iter().flatten().collect())
 }
 
+/// Most keys of a part's answer kept for the next search (64 MiB: F's 10^4 queries × k = 100
+/// are 8 MB); a larger answer's memory goes back when the search ends.
+const KEEP_ANSWER_KEYS: usize = 8 << 20;
+
 /// One GPU's part of the training rows.
 struct Part {
     first_row: u32,
@@ -152,6 +156,11 @@ impl MergedSearch for GpuParts {
             })
             .collect();
         let top = TopK::of_parts(queries.rows(), k, &answers);
+        for part in &mut keys {
+            if part.capacity() > KEEP_ANSWER_KEYS {
+                *part = Vec::new();
+            }
+        }
         *self.answers.lock().unwrap() = keys;
         let prefilter = found.iter().filter_map(|f| f.1).reduce(add_reports);
         Ok((top, found[0].0, prefilter))
