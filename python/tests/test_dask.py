@@ -243,6 +243,16 @@ def test_large_messages_go_through_shared_memory_on_the_clients_host(client, mon
     assert written == [] and read == []
 
 
+def test_bytes_that_cannot_be_left_in_shared_memory_go_in_the_message(tmp_path):
+    from kmeans_knn.dask import _resident
+
+    data = b"x" * 100
+    assert _resident._write_shared(str(tmp_path / "missing" / "file"), data) is data
+    shared = _resident._write_shared(str(tmp_path / "file"), data)
+    assert shared == _resident._Shared(str(tmp_path / "file"), 100)
+    assert _resident._read_shared(shared) == data
+
+
 @pytest.mark.parametrize("metric", ["euclidean", "cosine", "manhattan"])
 def test_kneighbors_equals_single_process_for_every_partitioning(client, metric):
     # Integer values: many distance ties, which go to the lowest training index.

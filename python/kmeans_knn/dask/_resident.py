@@ -18,6 +18,7 @@ message carries only the file's name. `KMEANS_KNN_DASK_SHARED_MEMORY=0` turns th
 """
 
 import asyncio
+import contextlib
 import os
 import shutil
 import tempfile
@@ -71,8 +72,15 @@ class _Shared(NamedTuple):
 
 
 def _write_shared(path, data):
-    with open(path, "wb") as f:
-        f.write(data)
+    """`data` left in the file `path`, as `_Shared`; `data` itself where the file cannot be
+    written (e.g. a small `/dev/shm` full), to go in the message instead."""
+    try:
+        with open(path, "wb") as f:
+            f.write(data)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        return data
     return _Shared(path, len(data))
 
 
@@ -107,7 +115,7 @@ class _SharedFolder:
         self._written = 0
 
     def put(self, data):
-        """`data` in a new file of the folder."""
+        """`data` in a new file of the folder (see `_write_shared`)."""
         self._written += 1
         return _write_shared(os.path.join(self.path, f"request-{self._written}"), data)
 
@@ -117,10 +125,8 @@ class _SharedFolder:
     def clear(self):
         """Removes the requests' files (the replies' are rewritten by each call)."""
         for i in range(1, self._written + 1):
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 os.unlink(os.path.join(self.path, f"request-{i}"))
-            except FileNotFoundError:
-                pass
         self._written = 0
 
     def remove(self):
@@ -189,7 +195,8 @@ async def _call_many(token, method, calls, combine, reply_to=None, dask_worker=N
 
 
 def _share(result, path):
-    """Large bytes `result` left in the file `path`, as `_Shared`; any other result as it is."""
+    """Large bytes `result` left in the file `path`, as `_Shared` (see `_write_shared`); any
+    other result as it is."""
     if isinstance(result, bytes) and len(result) >= _SHARED_MIN_BYTES:
         return _write_shared(path, result)
     return result
