@@ -33,11 +33,6 @@ pub(crate) struct PartKeys<'a> {
 /// ([`crate::host_tasks`]; 10^4 queries × k = 100 took milliseconds on one thread).
 const MERGE_GRAIN: usize = 64;
 
-/// Queries per merge task for `queries` queries of `k` keys.
-fn queries_per_task(queries: usize, k: usize) -> usize {
-    crate::host_tasks::items_per_task(queries, 8 * k, 1).max(MERGE_GRAIN)
-}
-
 impl TopK {
     /// Nothing yet for `queries` queries.
     pub(crate) fn new(queries: usize, k: usize) -> TopK {
@@ -88,38 +83,26 @@ impl TopK {
     }
 
     /// Merges a part's answer (`found`: its `kp` nearest per query as keys, rows counted from
-    /// the part's first row `first_row`, nearest first). Within a part the order by (distance,
-    /// row) is the order by (distance, row + first_row), so a two-way merge keeps the keys
-    /// sorted; keys are unique, so the result is the single index's, whatever the parts.
-    /// Queries merge on the rayon threads (each on its own; 10^4 queries × k = 100 took
-    /// milliseconds on one thread).
+    /// the part's first row `first_row`, nearest first) into the running keys, as
+    /// [`TopK::of_parts`] merges parts. Within a part the order by (distance, row) is the order
+    /// by (distance, row + first_row), so the merge keeps the keys sorted; keys are unique, so
+    /// the result is the single index's, whatever the parts.
     pub(crate) fn merge(&mut self, found: &[u64], kp: usize, first_row: u32) {
-        let k = self.k;
-        if k == 0 {
-            return;
-        }
-        let per_task = queries_per_task(self.keys.len() / k, k);
-        (self.keys.par_chunks_mut(k * per_task).enumerate()).for_each(|(block, queries)| {
-            let mut merged = Vec::with_capacity(k);
-            for (i, running) in queries.chunks_exact_mut(k).enumerate() {
-                let q = block * per_task + i;
-                // The row index is the key's low half: offsetting it cannot carry (rows < 2^32).
-                let part = found[q * kp..(q + 1) * kp]
-                    .iter()
-                    .map(|&key| key + first_row as u64);
-                let (mut old, mut new) = (running.iter().copied().peekable(), part.peekable());
-                merged.clear();
-                while merged.len() < k {
-                    let next = match (old.peek(), new.peek()) {
-                        (Some(&a), Some(&b)) if b < a => new.next(),
-                        (Some(_), _) => old.next(),
-                        (None, _) => new.next(),
-                    };
-                    merged.push(next.unwrap_or(EMPTY));
-                }
-                running.copy_from_slice(&merged);
-            }
-        });
+        // The running keys are a part of k a query from row 0 (their EMPTY tail sorts last).
+        let (queries, k) = (self.keys.len() / self.k.max(1), self.k);
+        let parts = [
+            PartKeys {
+                keys: &self.keys,
+                kp: k,
+                first_row: 0,
+            },
+            PartKeys {
+                keys: found,
+                kp,
+                first_row,
+            },
+        ];
+        *self = TopK::of_parts(queries, k, &parts);
     }
 
     /// The keys, `queries × k`.
