@@ -8,8 +8,8 @@
 //! every kNN kernel, for compute-sanitizer.
 
 use kmeans_knn::{
-    Device, DistanceMetric, Error, KnnClassifier, KnnIndex, KnnResult, MatrixView, Scaler,
-    Selection, TieBreak, Weights, pairwise_distances, pairwise_distances_blocks,
+    Device, DistanceMetric, Error, KnnClassifier, KnnIndex, KnnLayout, KnnResult, MatrixView,
+    Scaler, Selection, TieBreak, Weights, pairwise_distances, pairwise_distances_blocks,
 };
 use kmeans_knn_tests::{blobs, copies_of_one_point, gpu, lattice, uniform};
 
@@ -1366,10 +1366,11 @@ fn sanitize_prefilter_classify_matches_cpu() {
     }
 }
 
-/// `Device::Gpus`: the training rows cut into a part per GPU, each query's candidates merged by
-/// (distance, index). On one GPU the set repeats its ordinal (the same path, parts on one GPU):
-/// searches, votes and averages equal one GPU's and the CPU's bit for bit, with ties across
-/// parts and k above a part's rows.
+/// `Device::Gpus`, both layouts: the training rows cut into a part per GPU, each query's
+/// candidates merged by (distance, index), and the rows copied to every GPU, each answering a
+/// share of the queries. On one GPU the set repeats its ordinal (the same path, parts or copies
+/// on one GPU): searches, votes and averages equal one GPU's and the CPU's bit for bit, with ties
+/// across parts and k above a part's rows. `KnnLayout::Auto` copies rows this small.
 #[test]
 fn a_gpu_set_answers_as_one_gpu_and_the_cpu() {
     let Some(gpu) = gpu("a_gpu_set_answers_as_one_gpu_and_the_cpu") else {
@@ -1380,6 +1381,18 @@ fn a_gpu_set_answers_as_one_gpu_and_the_cpu() {
     };
     let sets = [vec![o; 2], vec![o; 3]];
     let (n, d) = (301, 3);
+    let small = uniform(n, d, 91);
+    for (layout, chosen) in [
+        (KnnLayout::Auto, KnnLayout::Replicate),
+        (KnnLayout::Shard, KnnLayout::Shard),
+        (KnnLayout::Replicate, KnnLayout::Replicate),
+    ] {
+        let set = kmeans_knn::GpuSet::new(&sets[0])
+            .unwrap()
+            .with_knn_layout(layout);
+        let index = KnnIndex::new(view(&small, d), DistanceMetric::L1, Device::Gpus(set)).unwrap();
+        assert_eq!(index.layout(), Some(chosen), "{layout}");
+    }
     let cases = [
         ("uniform", uniform(n, d, 91)),
         ("lattice ties", lattice(n, d, 3, 92)),
@@ -1427,8 +1440,16 @@ fn a_gpu_set_answers_as_one_gpu_and_the_cpu() {
                 let cpu = answer(Device::Cpu);
                 assert!(cpu == answer(gpu), "{name} {metric} k={k}: one GPU");
                 for set in &sets {
-                    let device = Device::Gpus(kmeans_knn::GpuSet::new(set).unwrap());
-                    assert!(cpu == answer(device), "{name} {metric} k={k}: {device}");
+                    for layout in [KnnLayout::Shard, KnnLayout::Replicate] {
+                        let set = kmeans_knn::GpuSet::new(set)
+                            .unwrap()
+                            .with_knn_layout(layout);
+                        let device = Device::Gpus(set);
+                        assert!(
+                            cpu == answer(device),
+                            "{name} {metric} k={k}: {device} {layout}"
+                        );
+                    }
                 }
             }
         }

@@ -2,8 +2,8 @@
 //! test binary, so that no other test's buffers share the process's memory pools while it
 //! measures their high-water marks.
 
-use kmeans_knn::bench::{device_peak_bytes, knn_part_overhead_bytes};
-use kmeans_knn::{Device, DistanceMetric, KnnIndex, MatrixView};
+use kmeans_knn::bench::{device_peak_bytes, knn_set_overhead_bytes};
+use kmeans_knn::{Device, DistanceMetric, GpuSet, KnnIndex, KnnLayout, MatrixView};
 use kmeans_knn_tests::{gpu, uniform};
 
 fn view(data: &[f32], d: usize) -> MatrixView<'_> {
@@ -11,9 +11,11 @@ fn view(data: &[f32], d: usize) -> MatrixView<'_> {
 }
 
 /// Each GPU of a set holds at most its share of one GPU's peak for the same search plus the
-/// fixed overhead of `docs/SCALE.md` (`knn_part_overhead_bytes`): with a part small enough for
-/// the prefilter to store its approximations (one GPU with all the rows stores none), the store
-/// no longer grows with the queries. Needs two GPUs or more (every GPU of the machine).
+/// fixed overhead of `docs/SCALE.md` (`knn_set_overhead_bytes`), in both layouts: with a part
+/// small enough for the prefilter to store its approximations (one GPU with all the rows stores
+/// none), the store no longer grows with the queries; a copy of all the rows holds the rows
+/// beyond its share and a share of the queries' buffers. Needs two GPUs or more (every GPU of
+/// the machine).
 #[test]
 fn each_gpu_of_a_set_peaks_at_its_share_plus_the_overhead() {
     let test = "each_gpu_of_a_set_peaks_at_its_share_plus_the_overhead";
@@ -40,16 +42,23 @@ fn each_gpu_of_a_set_peaks_at_its_share_plus_the_overhead() {
     };
     let (one, one_peak) = peaks(Device::Cuda(0));
     let ordinals: Vec<usize> = (0..count).collect();
-    let (set, set_peaks) = peaks(Device::Gpus(kmeans_knn::GpuSet::new(&ordinals).unwrap()));
-    assert!(one == set, "the set's answer differs from one GPU's");
-    let overhead = knn_part_overhead_bytes(m, d, k);
-    for (g, &peak) in set_peaks.iter().enumerate() {
-        let rows = (g + 1) * n / count - g * n / count;
-        let bound = one_peak[0] * rows / n + overhead;
+    for layout in [KnnLayout::Shard, KnnLayout::Replicate] {
+        let set = GpuSet::new(&ordinals).unwrap().with_knn_layout(layout);
+        let (found, set_peaks) = peaks(Device::Gpus(set));
         assert!(
-            peak <= bound,
-            "GPU {g} of {count}: peak {peak} bytes above {bound} (one GPU {}, overhead {overhead})",
-            one_peak[0]
+            one == found,
+            "the set's answer differs from one GPU's ({layout})"
         );
+        let overhead = knn_set_overhead_bytes(n, d, m, k, count, layout);
+        for (g, &peak) in set_peaks.iter().enumerate() {
+            let rows = (g + 1) * n / count - g * n / count;
+            let bound = one_peak[0] * rows / n + overhead;
+            assert!(
+                peak <= bound,
+                "{layout}, GPU {g} of {count}: peak {peak} bytes above {bound} (one GPU {}, \
+                 overhead {overhead})",
+                one_peak[0]
+            );
+        }
     }
 }

@@ -7,7 +7,9 @@
 //! `sanitize_radius_prefilter_matches_exact_and_cpu` run the kernels on small shapes, for
 //! compute-sanitizer.
 
-use kmeans_knn::{Device, DistanceMetric, GpuSet, KnnIndex, MatrixView, RadiusNeighbors};
+use kmeans_knn::{
+    Device, DistanceMetric, GpuSet, KnnIndex, KnnLayout, MatrixView, RadiusNeighbors,
+};
 use kmeans_knn_tests::{copies_of_one_point, gpu, lattice, uniform};
 
 fn view(x: &[f32], d: usize) -> MatrixView<'_> {
@@ -63,12 +65,10 @@ fn radius_against_cpu(device: Device, small: bool) {
                     KnnIndex::with_memory_budget(view(&train, d), metric, device, Some(budget))
                         .unwrap();
                 assert_eq!(streamed.is_streamed(), n * row > budget, "{case}");
-                let set = KnnIndex::new(
-                    view(&train, d),
-                    metric,
-                    Device::Gpus(GpuSet::new(&[o, o]).unwrap()),
-                )
-                .unwrap();
+                let sets = [KnnLayout::Shard, KnnLayout::Replicate].map(|layout| {
+                    let set = GpuSet::new(&[o, o]).unwrap().with_knn_layout(layout);
+                    KnnIndex::new(view(&train, d), metric, Device::Gpus(set)).unwrap()
+                });
                 let every = radii(&cpu, &queries, d);
                 for radius in every.into_iter().step_by(if small { 2 } else { 1 }) {
                     let want = bits(&cpu.radius_search(view(&queries, d), radius).unwrap());
@@ -86,8 +86,10 @@ fn radius_against_cpu(device: Device, small: bool) {
                     }
                     let got = streamed.radius_search(view(&queries, d), radius).unwrap();
                     assert_eq!(bits(&got), want, "{case} streamed");
-                    let got = set.radius_search(view(&queries, d), radius).unwrap();
-                    assert_eq!(bits(&got), want, "{case} GPU set");
+                    for set in &sets {
+                        let got = set.radius_search(view(&queries, d), radius).unwrap();
+                        assert_eq!(bits(&got), want, "{case} GPU set {:?}", set.layout());
+                    }
                 }
             }
         }

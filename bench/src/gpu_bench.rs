@@ -65,7 +65,7 @@
 //! exact's after one assignment from the same centroids.
 
 use kmeans_knn::bench::{knn_search_ms, lloyd_iteration_ms};
-use kmeans_knn::{Device, DistanceMetric, KnnIndex, MatrixView, Metric, Precision};
+use kmeans_knn::{Device, DistanceMetric, KnnIndex, KnnLayout, MatrixView, Metric, Precision};
 use kmeans_knn::{Init, KMeans};
 use kmeans_knn_bench::data::{CASES, KNN_CASES, uniform};
 use kmeans_knn_bench::{all_paths, gpus, whole};
@@ -562,55 +562,83 @@ fn gpu_set_rows(
         }
     }
     for case in KNN_CASES.iter().filter(|c| wanted(c.name)) {
-        let ((t1, i1), peak1) = gpus::with_peak(one, || gpus::knn_ms(case, one, reps, None))?;
-        let ((ts, is), peaks) = gpus::with_peak(set, || gpus::knn_ms(case, set, reps, None))?;
-        println!(
-            "{:<5} {:>10} {t1:>12.3} {ts:>12.3} {:>8.2}× {:>10}  {} / {}",
-            case.name,
-            case.n,
-            t1 / ts,
-            i1 == is,
-            gib(&peak1),
-            gib(&peaks)
-        );
-        // Each GPU's peak against its bound: its share of one GPU's, plus the fixed overhead
-        // of docs/SCALE.md.
+        let ((t1, i1, _), peak1) = gpus::with_peak(one, || gpus::knn_ms(case, one, reps, None))?;
         let ordinals = gpus.ordinals()?;
-        let overhead = kmeans_knn::bench::knn_part_overhead_bytes(case.m, case.d, case.k);
-        let bounds: Vec<Option<usize>> = (0..ordinals.len())
-            .map(|i| {
-                let rows = (i + 1) * case.n / ordinals.len() - i * case.n / ordinals.len();
-                peak1[0].map(|p| p * rows / case.n + overhead)
-            })
-            .collect();
-        let within = (peaks.iter().zip(&bounds))
-            .all(|(p, b)| matches!((p, b), (Some(p), Some(b)) if p <= b));
-        println!(
-            "      peak bound (share of one GPU's + {:.2} GiB overhead): {} GiB; within: {within}",
-            overhead as f64 / (1u64 << 30) as f64,
-            gib(&bounds)
-        );
-        // Each GPU's part searched alone: what the set's search would take if the parts ran
-        // side by side without slowing each other.
-        let parts = (ordinals.iter().enumerate())
-            .map(|(i, &o)| {
-                let rows = i * case.n / ordinals.len()..(i + 1) * case.n / ordinals.len();
-                Ok(gpus::knn_ms(case, Device::Cuda(o), reps, Some(rows))?.0)
-            })
-            .collect::<kmeans_knn::Result<Vec<f64>>>()?;
-        let alone = parts.iter().map(|ms| format!("{ms:.3}"));
-        let side_by_side = gpus::knn_side_by_side_ms(case, &ordinals, reps)?;
-        println!(
-            "      each GPU's part alone: {} ms; all parts at once, without the merge: \
-             {side_by_side:.3} ms",
-            alone.collect::<Vec<_>>().join(", ")
-        );
-        if let Some(f) = json.as_deref_mut() {
-            let row = serde_json::json!({"case": case.name, "gpus": set.to_string(),
-                "search_ms_one": t1, "search_ms_set": ts, "identical": i1 == is,
-                "part_alone_ms": parts, "parts_at_once_ms": side_by_side,
-                "peak_bytes_one": peak1, "peak_bytes_set": peaks, "peak_bound_bytes": bounds});
-            writeln!(f, "{row}")?;
+        // The layout `Auto` takes, then the other one.
+        let mut layouts = vec![KnnLayout::Auto];
+        while let Some(&layout) = layouts.last() {
+            let set = Device::Gpus(gpus.with_knn_layout(layout));
+            let ((ts, is, took), peaks) =
+                gpus::with_peak(set, || gpus::knn_ms(case, set, reps, None))?;
+            let took = took.expect("a GPU set's index has a layout");
+            let name = match layout {
+                KnnLayout::Auto => format!("{} (auto: {took})", case.name),
+                _ => format!("{} ({took})", case.name),
+            };
+            println!(
+                "{name:<5} {:>10} {t1:>12.3} {ts:>12.3} {:>8.2}× {:>10}  {} / {}",
+                case.n,
+                t1 / ts,
+                i1 == is,
+                gib(&peak1),
+                gib(&peaks)
+            );
+            // Each GPU's peak against its bound: its share of one GPU's, plus the fixed
+            // overhead of docs/SCALE.md.
+            let overhead = kmeans_knn::bench::knn_set_overhead_bytes(
+                case.n,
+                case.d,
+                case.m,
+                case.k,
+                ordinals.len(),
+                took,
+            );
+            let bounds: Vec<Option<usize>> = (0..ordinals.len())
+                .map(|i| {
+                    let rows = (i + 1) * case.n / ordinals.len() - i * case.n / ordinals.len();
+                    peak1[0].map(|p| p * rows / case.n + overhead)
+                })
+                .collect();
+            let within = (peaks.iter().zip(&bounds))
+                .all(|(p, b)| matches!((p, b), (Some(p), Some(b)) if p <= b));
+            println!(
+                "      peak bound (share of one GPU's + {:.2} GiB overhead): {} GiB; within: {within}",
+                overhead as f64 / (1u64 << 30) as f64,
+                gib(&bounds)
+            );
+            // Each GPU's part searched alone: what the sharded search would take if the parts
+            // ran side by side without slowing each other.
+            let (mut parts, mut side_by_side) = (Vec::new(), None);
+            if took == KnnLayout::Shard {
+                parts = (ordinals.iter().enumerate())
+                    .map(|(i, &o)| {
+                        let rows = i * case.n / ordinals.len()..(i + 1) * case.n / ordinals.len();
+                        Ok(gpus::knn_ms(case, Device::Cuda(o), reps, Some(rows))?.0)
+                    })
+                    .collect::<kmeans_knn::Result<Vec<f64>>>()?;
+                let alone = parts.iter().map(|ms| format!("{ms:.3}"));
+                let at_once = gpus::knn_side_by_side_ms(case, &ordinals, reps)?;
+                println!(
+                    "      each GPU's part alone: {} ms; all parts at once, without the merge: \
+                     {at_once:.3} ms",
+                    alone.collect::<Vec<_>>().join(", ")
+                );
+                side_by_side = Some(at_once);
+            }
+            if let Some(f) = json.as_deref_mut() {
+                let row = serde_json::json!({"case": case.name, "gpus": set.to_string(),
+                    "layout": took.to_string(), "auto": layout == KnnLayout::Auto,
+                    "search_ms_one": t1, "search_ms_set": ts, "identical": i1 == is,
+                    "part_alone_ms": parts, "parts_at_once_ms": side_by_side,
+                    "peak_bytes_one": peak1, "peak_bytes_set": peaks,
+                    "peak_bound_bytes": bounds});
+                writeln!(f, "{row}")?;
+            }
+            layouts.push(match (layout, took) {
+                (KnnLayout::Auto, KnnLayout::Shard) => KnnLayout::Replicate,
+                (KnnLayout::Auto, _) => KnnLayout::Shard,
+                _ => break,
+            });
         }
     }
     Ok(())

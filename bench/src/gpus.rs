@@ -8,7 +8,9 @@
 use crate::data::{Case, KnnCase, uniform};
 use crate::whole::median;
 use kmeans_knn::bench::{StreamCounters, Upload, device_peak_bytes, stream_counters, upload_ms};
-use kmeans_knn::{Device, DistanceMetric, Init, KMeans, KMeansModel, KnnIndex, MatrixView};
+use kmeans_knn::{
+    Device, DistanceMetric, Init, KMeans, KMeansModel, KnnIndex, KnnLayout, MatrixView,
+};
 use std::ops::Range;
 use std::time::Instant;
 
@@ -77,14 +79,15 @@ pub fn step_ms(
     steps_ms(x, centroids, case.k, device, None, STEPS, reps)
 }
 
-/// Median ms of a whole kNN search of `case` (index made once) on `device`, and its indices;
-/// with `rows`, against that range of the training rows alone (a GPU set's part).
+/// Median ms of a whole kNN search of `case` (index made once) on `device`, its indices, and
+/// the index's layout over a GPU set; with `rows`, against that range of the training rows alone
+/// (a GPU set's part).
 pub fn knn_ms(
     case: &KnnCase,
     device: Device,
     reps: usize,
     rows: Option<Range<usize>>,
-) -> kmeans_knn::Result<(f64, Vec<u32>)> {
+) -> kmeans_knn::Result<(f64, Vec<u32>, Option<KnnLayout>)> {
     let train = uniform(case.n * case.d, 1);
     let queries = uniform(case.m * case.d, 2);
     let rows = rows.unwrap_or(0..case.n);
@@ -106,7 +109,7 @@ pub fn knn_ms(
         times.push(start.elapsed().as_secs_f64() * 1e3);
     }
     let indices = found.expect("one repetition").indices.into_iter().collect();
-    Ok((median(times), indices))
+    Ok((median(times), indices, index.layout()))
 }
 
 /// Median wall ms of the searches of `case`'s parts, cut as a GPU set cuts its rows (`parts[i]`

@@ -95,13 +95,26 @@ pub fn device_peak_bytes(device: Device, reset: bool) -> Result<Vec<Option<usize
     }
 }
 
-/// The most device memory a GPU of a set holds for a kNN search of `queries` queries of `d`
-/// dimensions (k = `k`) beyond its share of one GPU's peak for the same search over all the rows:
-/// one batch's buffers that do not grow with the training rows, and the prefilter's stored
-/// approximations, which only a GPU with few enough rows keeps (`docs/SCALE.md`).
-pub fn knn_part_overhead_bytes(queries: usize, d: usize, k: usize) -> usize {
+/// The most device memory a GPU of a set of `gpus` holds for a kNN search of `queries` queries
+/// (k = `k`) over `n` training rows of `d` dimensions in `layout` (`Shard` or `Replicate`)
+/// beyond its share of one GPU's peak for the same search: one batch's buffers that do not grow
+/// with the training rows, the prefilter's stored approximations, which only a GPU with few
+/// enough rows or queries keeps, and for a copy of the rows the rows beyond its share,
+/// `(gpus − 1) / gpus` of them (`docs/SCALE.md`).
+pub fn knn_set_overhead_bytes(
+    n: usize,
+    d: usize,
+    queries: usize,
+    k: usize,
+    gpus: usize,
+    layout: crate::KnnLayout,
+) -> usize {
     use crate::backend::cuda::knn::{MAX_BATCH_ROWS, STORE_MAX_BYTES, query_overhead_bytes};
-    queries.min(MAX_BATCH_ROWS) * query_overhead_bytes(d, k) + STORE_MAX_BYTES
+    let rows = match layout {
+        crate::KnnLayout::Replicate => n * d * 4 / gpus.max(1) * (gpus.max(1) - 1),
+        _ => 0,
+    };
+    queries.min(MAX_BATCH_ROWS) * query_overhead_bytes(d, k) + STORE_MAX_BYTES + rows
 }
 
 /// One assignment of every point of `data` to its nearest of `centroids` (`k × d`) with

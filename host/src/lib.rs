@@ -75,8 +75,8 @@ pub use kmeans::{
     MiniBatchKMeansModel, MiniBatchParams, MiniBatchStep, Precision, Stop,
 };
 pub use knn::{
-    AutoReport, AutoSource, FittedScaler, KnnClassifier, KnnIndex, KnnRegressor, KnnResult,
-    PathTiming, PrefilterReport, RadiusNeighbors, Scaler, Selection, TieBreak, Weights,
+    AutoReport, AutoSource, FittedScaler, KnnClassifier, KnnIndex, KnnLayout, KnnRegressor,
+    KnnResult, PathTiming, PrefilterReport, RadiusNeighbors, Scaler, Selection, TieBreak, Weights,
 };
 pub use matrix::MatrixView;
 pub use threads::{set_global_threads, with_threads};

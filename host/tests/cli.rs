@@ -1090,6 +1090,22 @@ fn knn_finds_the_nearest_rows() {
         2,
         &["heap"],
     );
+    fails(
+        d,
+        &[
+            "knn",
+            "--train",
+            "train.csv",
+            "--query",
+            "query.csv",
+            "--k",
+            "1",
+            "--knn-layout",
+            "mirror",
+        ],
+        2,
+        &["mirror", "shard", "replicate"],
+    );
 }
 
 fn labelled_groups() -> String {

@@ -288,6 +288,12 @@ pub(crate) trait KnnSearch: Send + Sync {
         None
     }
 
+    /// How the index spreads over a GPU set ([`vocab::KnnLayout::Shard`] or
+    /// [`vocab::KnnLayout::Replicate`]); `None` on one device.
+    fn layout(&self) -> Option<vocab::KnnLayout> {
+        None
+    }
+
     /// Sets the class (`< classes`) of every training row, for [`KnnSearch::vote`].
     fn set_labels(&mut self, class_ids: &[u32], classes: usize) -> Result<()>;
 

@@ -77,6 +77,31 @@ impl RadiusKeys {
     }
 }
 
+impl RadiusKeys {
+    /// One answer from the answers to consecutive shares of the queries, in query order. The
+    /// prefilter reports add up.
+    pub(crate) fn end_to_end(shares: Vec<RadiusKeys>) -> Result<RadiusKeys> {
+        let mut whole = RadiusKeys::default();
+        reserve_keys(&mut whole.keys, shares.iter().map(|s| s.keys.len()).sum())?;
+        for share in shares {
+            let base = whole.keys.len();
+            whole
+                .offsets
+                .extend(share.offsets[1..].iter().map(|o| o + base));
+            whole.keys.extend_from_slice(&share.keys);
+            whole.prefilter = match (whole.prefilter, share.prefilter) {
+                (Some(a), Some(b)) => Some(PrefilterReport {
+                    queries: a.queries + b.queries,
+                    exact_fallbacks: a.exact_fallbacks + b.exact_fallbacks,
+                    stored: a.stored + b.stored,
+                }),
+                (a, b) => a.or(b),
+            };
+        }
+        Ok(whole)
+    }
+}
+
 /// Room for `more` keys in `keys`, or a typed error when the host cannot hold them (a radius
 /// that catches too much).
 pub(crate) fn reserve_keys(keys: &mut Vec<u64>, more: usize) -> Result<()> {

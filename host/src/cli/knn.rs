@@ -64,6 +64,8 @@ pub struct Args {
     /// larger training set stays in host memory and streams through the GPU (same answer).
     #[arg(long, value_name = "BYTES")]
     gpu_memory: Option<super::Bytes>,
+    #[command(flatten)]
+    layout: super::LayoutArgs,
     /// Print one JSON object on stdout (k, queries, device, seconds, selection, streamed).
     #[arg(long)]
     json: bool,
@@ -126,7 +128,8 @@ pub fn run(mut a: Args, ui: Ui) -> Result<(), CliError> {
         query.rows, train.rows
     ));
     let budget = a.gpu_memory.map(|b| b.0);
-    let index = KnnIndex::with_memory_budget(train.view(), metric, a.device, budget);
+    let device = a.layout.on(a.device);
+    let index = KnnIndex::with_memory_budget(train.view(), metric, device, budget);
     let mut streamed = false;
     let result = about(&a.train, index).and_then(|index| {
         streamed = index.is_streamed();

@@ -629,6 +629,27 @@ pub fn fit_summary_tail(m: &crate::KMeansModel, secs: f64, outs: &[&Path]) -> St
     s
 }
 
+/// `--knn-layout`: how a kNN index over several GPUs (`--device gpu:0,1`, `gpu:all`) holds its
+/// training rows.
+#[derive(clap::Args, Clone, Copy, Debug)]
+pub struct LayoutArgs {
+    /// With several GPUs: replicate (every GPU holds all the training rows and answers a share
+    /// of the queries), shard (each GPU holds a part of the rows and every query's neighbours
+    /// are merged), or auto (replicate up to 512 MiB of rows). Same answer either way.
+    #[arg(long = "knn-layout", value_name = "LAYOUT", default_value = "auto")]
+    layout: crate::KnnLayout,
+}
+
+impl LayoutArgs {
+    /// `device` with this layout where it names several GPUs.
+    pub fn on(self, device: crate::Device) -> crate::Device {
+        match device {
+            crate::Device::Gpus(set) => crate::Device::Gpus(set.with_knn_layout(self.layout)),
+            other => other,
+        }
+    }
+}
+
 /// A number of bytes as people write it: `123`, `500M`, `8GiB`, `1.5G` (K, M, G, T are powers of
 /// 1024, with or without `iB`/`B`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -54,6 +54,8 @@ pub struct Args {
     /// GPU memory the index may use, e.g. 8GiB or 500M (default: 70 % of what is free).
     #[arg(long, value_name = "BYTES")]
     gpu_memory: Option<super::Bytes>,
+    #[command(flatten)]
+    layout: super::LayoutArgs,
     /// Print one JSON object on stdout (radius, queries, neighbours, device, seconds).
     #[arg(long)]
     json: bool,
@@ -88,7 +90,8 @@ pub fn run(mut a: Args, ui: Ui) -> Result<(), CliError> {
         query.rows, train.rows
     ));
     let budget = a.gpu_memory.map(|b| b.0);
-    let index = KnnIndex::with_memory_budget(train.view(), metric, a.device, budget);
+    let device = a.layout.on(a.device);
+    let index = KnnIndex::with_memory_budget(train.view(), metric, device, budget);
     let result = about(&a.train, index)
         .and_then(|index| about(&a.query, index.radius_search(query.view(), a.radius)));
     spinner.finish_and_clear();

@@ -38,6 +38,8 @@ pub struct NeighbourArgs {
     #[arg(long, value_name = "BYTES")]
     pub gpu_memory: Option<super::Bytes>,
     #[command(flatten)]
+    pub layout: super::LayoutArgs,
+    #[command(flatten)]
     pub sample_weight: SampleWeightOpts,
     /// Print one JSON object on stdout (with --truth: the scores too).
     #[arg(long)]
@@ -56,7 +58,8 @@ impl NeighbourArgs {
     /// The index over the training features, within `--gpu-memory`.
     pub fn index(&self, train: MatrixView<'_>) -> Result<KnnIndex, CliError> {
         let budget = self.gpu_memory.map(|b| b.0);
-        let index = KnnIndex::with_memory_budget(train, self.metric.get()?, self.device, budget);
+        let device = self.layout.on(self.device);
+        let index = KnnIndex::with_memory_budget(train, self.metric.get()?, device, budget);
         Ok(about(&self.train, index)?.with_selection(self.selection))
     }
 }

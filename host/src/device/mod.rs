@@ -4,6 +4,7 @@ pub mod cpu_rate;
 mod objects;
 pub mod visible;
 
+use crate::backend::vocab::KnnLayout;
 use crate::backend::{Backend, cpu::CpuBackend, cuda};
 use crate::error::{Error, Result};
 use serde::{Deserialize, Serialize};
@@ -36,6 +37,9 @@ pub struct GpuSet {
     /// Ordinals in `ordinals[..len]`; `len == 0`: every visible GPU.
     ordinals: [u8; GpuSet::MAX],
     len: u8,
+    /// How a kNN index spreads over the set.
+    #[serde(default)]
+    knn_layout: KnnLayout,
 }
 
 impl GpuSet {
@@ -46,6 +50,7 @@ impl GpuSet {
     pub const ALL: GpuSet = GpuSet {
         ordinals: [0; GpuSet::MAX],
         len: 0,
+        knn_layout: KnnLayout::Auto,
     };
 
     /// These ordinals (1 to [`GpuSet::MAX`] of them, each below 256).
@@ -59,12 +64,26 @@ impl GpuSet {
         let mut set = GpuSet {
             ordinals: [0; Self::MAX],
             len: ordinals.len() as u8,
+            knn_layout: KnnLayout::Auto,
         };
         for (slot, &o) in set.ordinals.iter_mut().zip(ordinals) {
             *slot = u8::try_from(o)
                 .map_err(|_| Error::invalid("device", format!("GPU {o} is not an ordinal")))?;
         }
         Ok(set)
+    }
+
+    /// This set, with a kNN index over it held as `layout` (default [`KnnLayout::Auto`]).
+    pub fn with_knn_layout(self, layout: KnnLayout) -> GpuSet {
+        GpuSet {
+            knn_layout: layout,
+            ..self
+        }
+    }
+
+    /// How a kNN index over this set holds its training rows.
+    pub fn knn_layout(self) -> KnnLayout {
+        self.knn_layout
     }
 
     /// The ordinals: those given, or every visible GPU's (an error when there is none).
@@ -185,7 +204,8 @@ impl Device {
                 for &o in &ordinals {
                     cuda::CudaBackend::shared(o)?;
                 }
-                GpuSet::new(&ordinals).map(Device::Gpus)
+                let resolved = GpuSet::new(&ordinals)?.with_knn_layout(set.knn_layout);
+                Ok(Device::Gpus(resolved))
             }
         }
     }

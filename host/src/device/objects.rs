@@ -3,15 +3,19 @@
 //! the scale mechanism ([`backend::multi`](crate::backend::multi)) behind them.
 
 use super::Device;
+use crate::backend::vocab::{KnnLayout, REPLICATE_MAX_BYTES};
 use crate::backend::{KnnSearch, SumGroup, multi};
 use crate::error::Result;
 use crate::matrix::MatrixView;
 use kernels_gpu::knn::PairMetric;
 
 impl Device {
-    /// An exact kNN index over `train` (validated) on this device: over a GPU set (a part per
-    /// GPU), resident, or streamed (`true`, some part exceeds `budget` bytes of its GPU; default
+    /// An exact kNN index over `train` (validated) on this device: over a GPU set (a copy or a
+    /// part per GPU, as the set's [`KnnLayout`] says), resident, or streamed (`true`, some copy
+    /// or part exceeds `budget` bytes of its GPU; default
     /// [`DEFAULT_BUDGET_SHARE`](crate::backend::DEFAULT_BUDGET_SHARE) of the free memory).
+    /// `KnnLayout::Auto` copies rows of at most [`REPLICATE_MAX_BYTES`] that each GPU holds
+    /// resident, and cuts the rest into parts.
     pub(crate) fn knn_index(
         self,
         train: MatrixView<'_>,
@@ -21,6 +25,24 @@ impl Device {
         match self.several_gpus()? {
             Some(ordinals) => {
                 let backend_of = |i: usize| Device::Cuda(ordinals[i]).backend();
+                let layout = match self {
+                    Device::Gpus(set) => set.knn_layout(),
+                    _ => KnnLayout::Auto,
+                };
+                let small = train.rows() * train.cols() * 4 <= REPLICATE_MAX_BYTES;
+                if layout == KnnLayout::Replicate || (layout == KnnLayout::Auto && small) {
+                    let copies = multi::GpuReplicas::new(
+                        &train,
+                        metric,
+                        ordinals.len(),
+                        &backend_of,
+                        budget,
+                    )?;
+                    if layout == KnnLayout::Replicate || !copies.streamed() {
+                        let streamed = copies.streamed();
+                        return Ok((Box::new(copies), streamed));
+                    }
+                }
                 let parts =
                     multi::GpuParts::new(&train, metric, ordinals.len(), &backend_of, budget)?;
                 let streamed = parts.streamed();

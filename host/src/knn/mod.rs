@@ -28,7 +28,9 @@ mod radius;
 mod regress;
 mod scale;
 
-pub use crate::backend::vocab::{AutoReport, AutoSource, PathTiming, PrefilterReport, Selection};
+pub use crate::backend::vocab::{
+    AutoReport, AutoSource, KnnLayout, PathTiming, PrefilterReport, REPLICATE_MAX_BYTES, Selection,
+};
 pub use classify::{KnnClassifier, TieBreak, Weights};
 pub use radius::RadiusNeighbors;
 pub use regress::KnnRegressor;
@@ -100,8 +102,10 @@ impl fmt::Debug for KnnIndex {
 impl KnnIndex {
     /// Copies `train` (non-empty, finite) to `device` (the GPU keeps it resident) within the
     /// default memory budget of [`KnnIndex::with_memory_budget`]. With [`Device::Gpus`] the
-    /// rows are cut into a contiguous part per GPU, every search runs on all of them at once and
-    /// each query's candidates are merged by (distance, index): the same answer as one GPU's.
+    /// set's [`KnnLayout`] says how: every GPU holds all the rows and answers a share of each
+    /// search's queries, or a contiguous part of the rows, every search running on all parts at
+    /// once and each query's candidates merged by (distance, index). Either way the answer is
+    /// one GPU's.
     pub fn new<'a>(
         train: impl Into<MatrixView<'a>>,
         metric: DistanceMetric,
@@ -149,6 +153,12 @@ impl KnnIndex {
     /// search (they exceed the memory budget).
     pub fn is_streamed(&self) -> bool {
         self.streamed
+    }
+
+    /// How the index spreads over a GPU set: [`KnnLayout::Shard`] or [`KnnLayout::Replicate`]
+    /// (what the set's `KnnLayout::Auto` chose); `None` on one device.
+    pub fn layout(&self) -> Option<KnnLayout> {
+        self.inner.layout()
     }
 
     /// Allows (default) or forbids the TF32 tensor-core prefilter. Where it applies (GPU of

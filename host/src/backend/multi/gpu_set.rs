@@ -13,7 +13,7 @@
 use super::batches::{Turn, turns};
 use super::merge::{MergedSearch, PartKeys, TopK, VoteRows, add_reports};
 use crate::backend::radius::RadiusKeys;
-use crate::backend::vocab::{PrefilterReport, Selection};
+use crate::backend::vocab::{KnnLayout, PrefilterReport, Selection};
 use crate::backend::{Backend, KnnSearch};
 use crate::error::{Error, Result};
 use crate::matrix::MatrixView;
@@ -193,6 +193,10 @@ impl MergedSearch for GpuParts {
 
     fn votes_of(&self) -> &VoteRows {
         &self.vote_rows
+    }
+
+    fn layout(&self) -> Option<KnnLayout> {
+        Some(KnnLayout::Shard)
     }
 
     fn set_prefilter(&mut self, allowed: bool) {

@@ -4,7 +4,7 @@
 
 use crate::backend::cpu::knn_vote;
 use crate::backend::radius::RadiusKeys;
-use crate::backend::vocab::{PrefilterReport, Selection};
+use crate::backend::vocab::{KnnLayout, PrefilterReport, Selection};
 use crate::backend::{KnnSearch, Neighbours, Votes, split_keys_into};
 use crate::error::Result;
 use crate::matrix::MatrixView;
@@ -181,6 +181,10 @@ pub(crate) trait MergedSearch: Send + Sync {
     fn votes_of(&self) -> &VoteRows;
     /// Allows or forbids the TF32 prefilter in the parts.
     fn set_prefilter(&mut self, allowed: bool);
+    /// [`KnnSearch::layout`].
+    fn layout(&self) -> Option<KnnLayout> {
+        None
+    }
 }
 
 impl<T: MergedSearch> KnnSearch for T {
@@ -212,6 +216,10 @@ impl<T: MergedSearch> KnnSearch for T {
 
     fn set_prefilter(&mut self, allowed: bool) {
         MergedSearch::set_prefilter(self, allowed);
+    }
+
+    fn layout(&self) -> Option<KnnLayout> {
+        MergedSearch::layout(self)
     }
 
     fn set_labels(&mut self, class_ids: &[u32], classes: usize) -> Result<()> {

@@ -5,6 +5,8 @@
 //! * [`gpu_set`]: a job over a GPU set, a thread per device: a kNN index with a part of the
 //!   training rows per GPU, searched at once ([`GpuParts`]); any caller's members in a group per
 //!   device ([`on_each`], [`answer_in_turns`]: a k-means fit's shards).
+//! * [`replicas`]: a kNN index copied whole to every GPU of a set, each search's queries shared
+//!   out between the copies ([`GpuReplicas`]).
 //! * [`stream`]: a kNN index over training rows past one device's budget, streamed through it
 //!   part by part; [`place`] picks it or a resident index.
 //! * [`batches`]: a k-means fit's rows past one device's budget, cut into batches
@@ -30,10 +32,12 @@
 pub(crate) mod batches;
 pub(crate) mod gpu_set;
 pub(crate) mod merge;
+pub(crate) mod replicas;
 pub(crate) mod stream;
 pub(crate) mod sums;
 
 pub(crate) use batches::Turn;
 pub(crate) use gpu_set::{GpuParts, answer_in_turns, on_each};
+pub(crate) use replicas::GpuReplicas;
 pub(crate) use stream::place;
 pub(crate) use sums::nccl_group;

@@ -1,0 +1,276 @@
+//! A kNN index copied whole to every GPU of a set ([`KnnLayout::Replicate`], FAISS's
+//! `IndexReplicas`): each search's queries are cut into a contiguous share per copy, the copies
+//! answer their shares at once, a thread each, and the answers are laid end to end. A query's
+//! answer does not depend on the queries beside it, so this is one GPU's answer bit for bit.
+//!
+//! Against a part of the rows per GPU ([`super::GpuParts`]) nothing is merged and no per-query
+//! work (the prefilter's threshold, candidates and re-rank) is repeated on every GPU; the cost is
+//! a copy of the rows on each GPU, which [`KnnLayout::Auto`] pays only up to
+//! [`REPLICATE_MAX_BYTES`](crate::backend::vocab::REPLICATE_MAX_BYTES).
+//!
+//! [`KnnLayout::Replicate`]: crate::backend::vocab::KnnLayout::Replicate
+//! [`KnnLayout::Auto`]: crate::backend::vocab::KnnLayout::Auto
+
+use super::gpu_set::on_each;
+use super::merge::add_reports;
+use crate::backend::radius::RadiusKeys;
+use crate::backend::vocab::{AutoReport, KnnLayout, Selection};
+use crate::backend::{Backend, KnnSearch, Neighbours, Votes, split_keys_into};
+use crate::error::Result;
+use crate::matrix::MatrixView;
+use kernels_gpu::knn::{PairMetric, VoteRule};
+use std::ops::Range;
+use std::sync::{Arc, Mutex};
+
+/// Most keys of a copy's answer kept for the next search (as [`super::GpuParts`] keeps its
+/// parts'); a larger answer's memory goes back when the search ends.
+const KEEP_ANSWER_KEYS: usize = 8 << 20;
+
+/// The copies of an index, one per GPU.
+pub(crate) struct GpuReplicas {
+    copies: Vec<Box<dyn KnnSearch>>,
+    /// Whether the copies stream through their GPUs (the rows exceed the budget).
+    streamed: bool,
+    /// Each copy's keys of the last search, kept for the next one's.
+    answers: Mutex<Vec<Vec<u64>>>,
+}
+
+impl GpuReplicas {
+    /// Copies `train` (validated) to `devices` devices at once, copy `i` on `backend_of(i)`
+    /// within `budget` bytes of it (see [`super::place`]).
+    pub(crate) fn new(
+        train: &MatrixView<'_>,
+        metric: PairMetric,
+        devices: usize,
+        backend_of: &(dyn Fn(usize) -> Result<Arc<dyn Backend>> + Sync),
+        budget: Option<usize>,
+    ) -> Result<GpuReplicas> {
+        let mut slots: Vec<usize> = (0..devices.max(1)).collect();
+        let placed = on_each(&mut slots, |_, &mut i| {
+            super::place(backend_of(i)?, train.clone(), metric, budget)
+        })?;
+        let streamed = placed.iter().any(|(_, streamed)| *streamed);
+        Ok(GpuReplicas {
+            copies: placed.into_iter().map(|(copy, _)| copy).collect(),
+            streamed,
+            answers: Mutex::default(),
+        })
+    }
+
+    /// Whether the copies stream through their GPUs.
+    pub(crate) fn streamed(&self) -> bool {
+        self.streamed
+    }
+
+    /// The queries of each copy that answers a search of `rows` queries: contiguous shares, one
+    /// per copy while there are queries for it (every copy when `rows` is 0 would be idle, so
+    /// the first takes the empty search).
+    fn shares(&self, rows: usize) -> Vec<Range<usize>> {
+        let count = self.copies.len().min(rows).max(1);
+        (0..count)
+            .map(|i| i * rows / count..(i + 1) * rows / count)
+            .collect()
+    }
+
+    /// `work(copy, its share of the queries)` for every share at once, a thread each; the
+    /// results in query order.
+    fn each_share<T: Send>(
+        &self,
+        queries: &MatrixView<'_>,
+        work: impl Fn(&dyn KnnSearch, &MatrixView<'_>) -> Result<T> + Sync,
+    ) -> Result<Vec<T>> {
+        let d = queries.cols();
+        let mut shares = self.shares(queries.rows());
+        on_each(&mut shares, |i, share| {
+            let rows = &queries.as_slice()[share.start * d..share.end * d];
+            work(&*self.copies[i], &MatrixView::new(rows, share.len(), d)?)
+        })
+    }
+}
+
+impl KnnSearch for GpuReplicas {
+    fn search(
+        &self,
+        queries: &MatrixView<'_>,
+        k: usize,
+        selection: Selection,
+        max_bytes: Option<usize>,
+    ) -> Result<Neighbours> {
+        let shares = self.shares(queries.rows());
+        let (mut indices, mut distances) =
+            (vec![0; queries.rows() * k], vec![0.0; queries.rows() * k]);
+        // Each copy's answer lands in the last search's key buffer (its pages already faulted
+        // in), then is split straight into its rows of the caller's arrays.
+        let mut keys = std::mem::take(&mut *self.answers.lock().unwrap());
+        keys.resize_with(shares.len(), Vec::new);
+        let mut slots: Vec<_> = (shares.iter().cloned())
+            .zip(keys.iter_mut())
+            .zip(split_rows(&mut indices, &shares, k))
+            .zip(split_rows(&mut distances, &shares, k))
+            .map(|(((share, keys), indices), distances)| (share, keys, indices, distances))
+            .collect();
+        let d = queries.cols();
+        let found = on_each(&mut slots, |i, (share, keys, indices, distances)| {
+            let rows = &queries.as_slice()[share.start * d..share.end * d];
+            let rows = MatrixView::new(rows, share.len(), d)?;
+            let found = self.copies[i].search_keys(&rows, k, selection, max_bytes, keys)?;
+            split_keys_into(keys, indices, distances);
+            Ok(found)
+        })?;
+        drop(slots);
+        for copy in &mut keys {
+            if copy.capacity() > KEEP_ANSWER_KEYS {
+                *copy = Vec::new();
+            }
+        }
+        *self.answers.lock().unwrap() = keys;
+        Ok(Neighbours {
+            indices,
+            distances,
+            selection: found[0].0,
+            prefilter: found.iter().filter_map(|f| f.1).reduce(add_reports),
+        })
+    }
+
+    fn radius(
+        &self,
+        queries: &MatrixView<'_>,
+        radius: f32,
+        max_bytes: Option<usize>,
+    ) -> Result<RadiusKeys> {
+        let found = self.each_share(queries, |copy, rows| copy.radius(rows, radius, max_bytes))?;
+        RadiusKeys::end_to_end(found)
+    }
+
+    fn set_prefilter(&mut self, allowed: bool) {
+        self.copies
+            .iter_mut()
+            .for_each(|c| c.set_prefilter(allowed));
+    }
+
+    fn prepare(
+        &self,
+        queries: usize,
+        k: usize,
+        selection: Selection,
+        max_bytes: Option<usize>,
+        vote: Option<bool>,
+    ) -> Result<()> {
+        let share = self.shares(queries)[0].len();
+        let mut copies: Vec<usize> = (0..self.copies.len()).collect();
+        on_each(&mut copies, |_, &mut i| {
+            self.copies[i].prepare(share, k, selection, max_bytes, vote)
+        })?;
+        Ok(())
+    }
+
+    fn auto_report(&self, k: usize) -> Option<AutoReport> {
+        self.copies[0].auto_report(k)
+    }
+
+    fn layout(&self) -> Option<KnnLayout> {
+        Some(KnnLayout::Replicate)
+    }
+
+    fn set_labels(&mut self, class_ids: &[u32], classes: usize) -> Result<()> {
+        (self.copies.iter_mut()).try_for_each(|c| c.set_labels(class_ids, classes))
+    }
+
+    fn set_row_weights(&mut self, relative: &[f32]) -> Result<()> {
+        (self.copies.iter_mut()).try_for_each(|c| c.set_row_weights(relative))
+    }
+
+    fn vote(
+        &self,
+        queries: &MatrixView<'_>,
+        k: usize,
+        selection: Selection,
+        max_bytes: Option<usize>,
+        rule: VoteRule,
+        proba: bool,
+    ) -> Result<Votes> {
+        let found = self.each_share(queries, |copy, rows| {
+            copy.vote(rows, k, selection, max_bytes, rule, proba)
+        })?;
+        Ok(Votes {
+            classes: found
+                .iter()
+                .flat_map(|v| v.classes.iter().copied())
+                .collect(),
+            proba: found.iter().flat_map(|v| v.proba.iter().copied()).collect(),
+        })
+    }
+}
+
+/// `out` (`rows × k`) cut into the rows of each share, in order.
+fn split_rows<'a, T>(out: &'a mut [T], shares: &[Range<usize>], k: usize) -> Vec<&'a mut [T]> {
+    let mut rest = out;
+    (shares.iter())
+        .map(|share| {
+            let (mine, after) = std::mem::take(&mut rest).split_at_mut(share.len() * k);
+            rest = after;
+            mine
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::Device;
+
+    /// Copies (here on the CPU: the same code as on GPUs) answer as one index: searches, votes
+    /// and radius searches, with the queries shared unevenly, fewer queries than copies, and ties.
+    #[test]
+    fn copies_answer_as_one_index() {
+        let (n, d) = (60, 2);
+        let train: Vec<f32> = (0..n * d).map(|i| ((i * 7) % 5) as f32).collect();
+        let train = MatrixView::new(&train, n, d).unwrap();
+        let classes: Vec<u32> = (0..n as u32).map(|i| i % 3).collect();
+        let weights: Vec<f32> = (0..n).map(|i| 1.0 / (1 + i % 4) as f32).collect();
+        let metric = PairMetric::Euclidean;
+        let mut one = Device::Cpu
+            .backend()
+            .unwrap()
+            .knn_index(&train, metric)
+            .unwrap();
+        let cpu = |_| Device::Cpu.backend();
+        let mut copies = GpuReplicas::new(&train, metric, 3, &cpu, None).unwrap();
+        assert!(!copies.streamed());
+        assert_eq!(copies.layout(), Some(KnnLayout::Replicate));
+        for index in [one.as_mut(), &mut copies as &mut dyn KnnSearch] {
+            index.set_labels(&classes, 3).unwrap();
+            index.set_row_weights(&weights).unwrap();
+        }
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        for m in [1, 2, 3, 100] {
+            let queries: Vec<f32> = (0..m * d).map(|i| ((i * 3) % 7) as f32 * 0.7).collect();
+            let queries = MatrixView::new(&queries, m, d).unwrap();
+            for k in [1, 5, 17, n] {
+                let (a, b) = (
+                    one.search(&queries, k, Selection::Auto, None).unwrap(),
+                    copies.search(&queries, k, Selection::Auto, None).unwrap(),
+                );
+                assert_eq!(a.indices, b.indices, "m={m} k={k}");
+                assert_eq!(bits(&a.distances), bits(&b.distances), "m={m} k={k}");
+                let rule = VoteRule {
+                    weighted: true,
+                    smallest_label: k % 2 == 0,
+                };
+                let vote = |index: &dyn KnnSearch| {
+                    (index.vote(&queries, k, Selection::Auto, None, rule, true)).unwrap()
+                };
+                let (a, b) = (vote(one.as_ref()), vote(&copies));
+                assert_eq!(a.classes, b.classes, "m={m} k={k}");
+                assert_eq!(bits(&a.proba), bits(&b.proba), "m={m} k={k}");
+            }
+            for radius in [0.0, 1.5, 100.0] {
+                let (a, b) = (
+                    one.radius(&queries, radius, None).unwrap(),
+                    copies.radius(&queries, radius, None).unwrap(),
+                );
+                assert_eq!((a.offsets, a.keys), (b.offsets, b.keys), "m={m} r={radius}");
+            }
+        }
+    }
+}
