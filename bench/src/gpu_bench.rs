@@ -497,11 +497,11 @@ fn print_streamed(s: &gpus::Streamed, pass: &str, budget_mib: usize) {
         gbps(s.streamed_ms),
         100.0 * s.upload_ms / s.streamed_ms
     );
-    if s.state_up > 0.0 {
+    if s.state_down > 0.0 {
         let up = (s.bytes + s.state_up) / s.streamed_ms / 1e6;
         println!(
             "  host→device          {up:>18.2} GB/s  ({:.0} % of the upload's rate; rows and \
-             {:.0} MB of labels up, {:.0} MB of labels and distances down a {pass})",
+             {:.0} MB of state up, {:.0} MB of labels and distances down a {pass})",
             100.0 * up / gbps(s.upload_ms),
             s.state_up / 1e6,
             s.state_down / 1e6,

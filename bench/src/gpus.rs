@@ -166,7 +166,7 @@ pub struct Streamed {
     /// Bytes of rows crossing to the device per pass (a search, a Lloyd step).
     pub bytes: f64,
     /// Bytes of per-row state crossing to the device beside the rows per pass (a streamed
-    /// k-means step's labels), and back from it (its labels and distances).
+    /// k-means step's, as the turns counted them), and back from it (its labels and distances).
     pub state_up: f64,
     pub state_down: f64,
     /// Median ms of one upload of all rows through the staging buffers (as the streams copy
@@ -271,21 +271,23 @@ pub fn streamed_fit(
     let pageable = upload_ms(device, &data, 1 << 28, Upload::Pageable, reps)?;
     let bytes = (n * d * 4) as f64;
     let resident = if bytes <= 16e9 {
-        Some(steps_ms(
-            &x,
-            centroids,
-            k,
-            device,
-            None,
-            STREAMED_STEPS,
-            reps,
-        )?)
+        Some(steps_ms(&x, centroids, k, device, None, STEPS, reps)?)
     } else {
         None
     };
     let ((streamed_ms, streamed), peaks) = with_peak(device, || {
         steps_ms(&x, centroids, k, device, Some(budget), STREAMED_STEPS, reps)
     })?;
+    // What crosses the bus a step: the turns' counts over a fit of 1 + STREAMED_STEPS steps
+    // less those over a fit of one.
+    let mut traffic = [(0, 0); 2];
+    for (counted, steps) in traffic.iter_mut().zip([1, 1 + STREAMED_STEPS]) {
+        stream_counters(true);
+        fit_ms(&x, centroids, k, steps, device, Some(budget))?;
+        let c = stream_counters(true);
+        *counted = (c.up_bytes, c.down_bytes);
+    }
+    let per_step = |a: u64, b: u64| b.saturating_sub(a) as f64 / STREAMED_STEPS as f64;
     let streamed_past = streamed.device.contains("streamed past the memory budget");
     let identical = streamed_past
         && resident
@@ -293,8 +295,8 @@ pub fn streamed_fit(
             .is_none_or(|(_, r)| r.labels == streamed.labels && r.centroids == streamed.centroids);
     let measured = Streamed {
         bytes,
-        state_up: 4.0 * n as f64,
-        state_down: 8.0 * n as f64,
+        state_up: (per_step(traffic[0].0, traffic[1].0) - bytes).max(0.0),
+        state_down: per_step(traffic[0].1, traffic[1].1),
         upload_ms: staged,
         pageable_ms: pageable,
         resident_ms: resident.map(|(ms, _)| ms),

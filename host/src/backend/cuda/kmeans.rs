@@ -129,9 +129,15 @@ pub(crate) struct CudaLloyd<'a> {
     parked_seeder: Option<ParkedSeeder>,
     /// The host memory they were parked in, while they are on the device.
     seeder_spare: SeederSpare,
-    /// Whether the labels were on the device in the batch's last turn (its next turn likely
-    /// reads them too, so they go up beside the rows: [`Residency::prefetch_rows`]).
+    /// Whether the batch's last turn read the labels it held before the turn (its next turn
+    /// likely reads them too, so they go up beside the rows: [`Residency::prefetch_rows`]). A
+    /// Lloyd step's turn does not: its assignment writes every label before the update reads
+    /// them, and counts the changes against the host's copy as they come back.
     labels_in_use: bool,
+    /// Whether this turn read labels that it did not assign.
+    labels_read: bool,
+    /// Whether this turn's assignment wrote every label.
+    labels_assigned: bool,
     /// Whether the device buffers are freed (a streamed batch between its turns; see
     /// [`CudaLloyd::park`]).
     parked: bool,
@@ -371,6 +377,8 @@ impl<'a> CudaLloyd<'a> {
             parked_seeder: None,
             seeder_spare: SeederSpare::default(),
             labels_in_use: false,
+            labels_read: false,
+            labels_assigned: false,
             parked: false,
             norms_stale: false,
             changes_on_host: false,
@@ -402,8 +410,9 @@ impl<'a> CudaLloyd<'a> {
         // A turn that left the batch parked (a request that reads no rows) says nothing of the
         // next one.
         if !self.parked {
-            self.labels_in_use = self.labels.on_device();
+            self.labels_in_use = self.labels_read;
         }
+        (self.labels_read, self.labels_assigned) = (false, false);
         self.labels.park(gpu, true, "labels")?;
         self.min_dist.park(gpu, true, "distances")?;
         self.block_inertia.park(gpu, false, "inertia partials")?;
@@ -482,6 +491,7 @@ impl<'a> CudaLloyd<'a> {
     /// Puts the labels on the device for a kernel that reads or writes them (seeding never does,
     /// so its turns leave them in host memory).
     fn labels_on_device(&mut self) -> Result<()> {
+        self.labels_read |= !self.labels_assigned;
         self.labels.restore(self.gpu, "labels")
     }
 
@@ -490,6 +500,7 @@ impl<'a> CudaLloyd<'a> {
     /// counted there as the new ones come back ([`CudaLloyd::read_summary`]).
     fn labels_for_assignment(&mut self) -> Result<()> {
         self.changes_on_host = self.labels.restore_blank(self.gpu, "labels")?;
+        self.labels_assigned = true;
         Ok(())
     }
 

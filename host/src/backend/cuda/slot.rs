@@ -63,11 +63,6 @@ impl<T: DeviceRepr + ValidAsZeroBits + Copy + Default + Send + Sync> Slot<T> {
         (self.dev.is_none() && self.kept).then_some(&self.host[..])
     }
 
-    /// Whether the buffer is on the device.
-    pub(crate) fn on_device(&self) -> bool {
-        self.dev.is_some()
-    }
-
     /// Whether the buffer is freed without its values (it comes back as zeros).
     pub(crate) fn is_freed(&self) -> bool {
         self.dev.is_none() && !self.kept
