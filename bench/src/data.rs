@@ -92,7 +92,7 @@ pub struct KnnCase {
 
 /// The kNN cases: a mid-sized search (1,200 queries × 32,768 × 256) at its k and at a k past its
 /// crossover, and a large one; then the mid-sized search's sweep of k (`S1` … `S2048`, with `S`
-/// and `S512`), which runs when asked for by name.
+/// and `S512`) and `F2500`, which run when asked for by name.
 pub const KNN_CASES: &[KnnCase] = &[
     KnnCase {
         name: "S",
@@ -122,6 +122,14 @@ pub const KNN_CASES: &[KnnCase] = &[
     s_with_k("S100", 100),
     s_with_k("S1024", 1024),
     s_with_k("S2048", 2048),
+    KnnCase {
+        name: "F2500",
+        m: 2_500,
+        n: 1_000_000,
+        d: 128,
+        k: 100,
+        origin: "F's first quarter of queries: one GPU's share of F on four copies",
+    },
 ];
 
 /// Case S with another k.

@@ -507,6 +507,15 @@ fn print_streamed(s: &gpus::Streamed, pass: &str, budget_mib: usize) {
             s.state_down / 1e6,
         );
     }
+    if let Some(t) = s.turns {
+        println!(
+            "  a step's turns        answering {:.1} ms, releasing {:.1} ms, then waiting for \
+             the next rows {:.1} ms",
+            1e3 * t.answer,
+            1e3 * t.release,
+            1e3 * t.upload_wait
+        );
+    }
     match s.resident_ms {
         Some(ms) => println!("  resident {pass}      {ms:>10.1} ms"),
         None => println!("  resident {pass}      (the rows do not fit the default budget)"),

@@ -7,7 +7,9 @@
 
 use crate::data::{Case, KnnCase, uniform};
 use crate::whole::median;
-use kmeans_knn::bench::{StreamCounters, Upload, device_peak_bytes, stream_counters, upload_ms};
+use kmeans_knn::bench::{
+    StreamCounters, TurnSeconds, Upload, device_peak_bytes, stream_counters, upload_ms,
+};
 use kmeans_knn::{
     Device, DistanceMetric, Init, KMeans, KMeansModel, KnnIndex, KnnLayout, MatrixView,
 };
@@ -182,6 +184,8 @@ pub struct Streamed {
     pub identical: bool,
     /// The most device memory the streamed passes held at once (with the index or fit's own).
     pub peak_bytes: Option<usize>,
+    /// Where a streamed k-means step's turns spent their wall time, in seconds a step.
+    pub turns: Option<TurnSeconds>,
 }
 
 /// Times a kNN search of `m` queries against `n × d` uniform rows on `device`, streamed within
@@ -244,6 +248,7 @@ pub fn streamed_search(
         bytes,
         state_up: 0.0,
         state_down: 0.0,
+        turns: None,
         upload_ms: staged,
         pageable_ms: pageable,
         resident_ms: resident.map(|(ms, _)| ms),
@@ -280,19 +285,30 @@ pub fn streamed_fit(
     })?;
     // What crosses the bus a step: the turns' counts over a fit of 1 + STREAMED_STEPS steps
     // less those over a fit of one.
-    let mut traffic = [(0, 0); 2];
+    let mut traffic = [(0, 0, TurnSeconds::default()); 2];
     for (counted, steps) in traffic.iter_mut().zip([1, 1 + STREAMED_STEPS]) {
         stream_counters(true);
         fit_ms(&x, centroids, k, steps, device, Some(budget))?;
         let c = stream_counters(true);
-        *counted = (c.up_bytes, c.down_bytes);
+        *counted = (c.up_bytes, c.down_bytes, c.turns);
     }
     let per_step = |a: u64, b: u64| b.saturating_sub(a) as f64 / STREAMED_STEPS as f64;
+    let (one, more) = (traffic[0].2, traffic[1].2);
+    let turns = TurnSeconds {
+        answer: (more.answer - one.answer) / STREAMED_STEPS as f64,
+        release: (more.release - one.release) / STREAMED_STEPS as f64,
+        upload_wait: (more.upload_wait - one.upload_wait) / STREAMED_STEPS as f64,
+    };
+    // The resident fit of as many steps as the streamed one's, for the identity check.
+    let resident_fit = match resident {
+        Some(_) => Some(fit_ms(&x, centroids, k, 1 + STREAMED_STEPS, device, None)?.1),
+        None => None,
+    };
     let streamed_past = streamed.device.contains("streamed past the memory budget");
     let identical = streamed_past
-        && resident
+        && resident_fit
             .as_ref()
-            .is_none_or(|(_, r)| r.labels == streamed.labels && r.centroids == streamed.centroids);
+            .is_none_or(|r| r.labels == streamed.labels && r.centroids == streamed.centroids);
     let measured = Streamed {
         bytes,
         state_up: (per_step(traffic[0].0, traffic[1].0) - bytes).max(0.0),
@@ -303,6 +319,7 @@ pub fn streamed_fit(
         streamed_ms,
         identical,
         peak_bytes: peaks[0],
+        turns: Some(turns),
     };
     let fitted = format!("{} ({} iterations)", streamed.device, streamed.n_iter);
     Ok((measured, fitted))

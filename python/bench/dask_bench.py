@@ -8,7 +8,8 @@ Per Lloyd step, medians over every step of --reps fits, measured inside the fits
 rounds of requests are timed on the client, and each worker times its engine calls):
 - step: from sending a step's request to sending the next request.
 - engine: the time the busiest worker spent in the engine (its partitions' assignment and
-  exact sums, on its GPU or CPU, and adding them up when it holds several).
+  exact sums, on its GPU or CPU, and adding them up when it holds several); eng.least: the
+  least busy worker's.
 - messaging: the step's round trip to the workers beyond that (moving the messages, decoding,
   the worker's event loop and thread pool).
 - client: from the step's replies to the next request (the merge and finish of the k × d sums,
@@ -96,7 +97,8 @@ def partitioned_data(client, rows, dims):
 
 def per_step(fit, iters, reps):
     """Medians over the steps of `reps` fits of `iters` steps: (step, engine, messaging,
-    client) seconds and (sent, received) bytes; and the fits' median wall seconds."""
+    client) seconds, (sent, received) bytes and the least busy worker's engine seconds; and the
+    fits' median wall seconds."""
     fit(2)  # warm-up: imports, CUDA contexts, kernels
     steps, walls = [], []
     for _ in range(reps):
@@ -107,8 +109,8 @@ def per_step(fit, iters, reps):
             if r.label == "Step":
                 trip, client = r.end - r.start, after.start - r.end
                 split = (trip + client, r.busiest, trip - r.busiest, client)
-                steps.append(split + (r.sent, r.received))
-    per = tuple(statistics.median(s[i] for s in steps) for i in range(6))
+                steps.append(split + (r.sent, r.received, r.least_busy))
+    per = tuple(statistics.median(s[i] for s in steps) for i in range(7))
     return per, statistics.median(walls)
 
 
@@ -143,7 +145,7 @@ def measure(args, workers):
             devices.append(km.device_)
             return km._timings
 
-        (step, engine, messaging, glue, sent, received), fit_s = per_step(
+        (step, engine, messaging, glue, sent, received, calmest), fit_s = per_step(
             fit, args.iters, args.reps
         )
         addresses = sorted(client.scheduler_info()["workers"])
@@ -167,6 +169,7 @@ def measure(args, workers):
         "fit_s": fit_s,
         "step_ms": 1e3 * step,
         "engine_ms": 1e3 * engine,
+        "engine_least_ms": 1e3 * calmest,
         "messaging_ms": 1e3 * messaging,
         "client_ms": 1e3 * glue,
         "sent_kib": sent / 1024,
@@ -182,10 +185,12 @@ def main():
     shape = f"{args.rows} × {args.dims}, k = {args.k}, {args.iters} steps"
     results = [measure(args, workers) for workers in args.workers]
     print(f"kmeans_knn.dask.KMeans, {shape}, --device {args.device}")
-    columns = ("workers", "step ms", "engine", "messaging", "client", "sent KiB", "recv KiB")
+    columns = ("workers", "step ms", "engine", "eng.least", "messaging", "client", "sent KiB")
+    columns += ("recv KiB",)
     columns += ("rtt", "transfer", "sched.rtt", "sched.tr.", "fit s")
     print(" ".join(f"{c:>9}" for c in columns) + "  device")
-    keys = ("step_ms", "engine_ms", "messaging_ms", "client_ms", "sent_kib", "received_kib")
+    keys = ("step_ms", "engine_ms", "engine_least_ms", "messaging_ms", "client_ms", "sent_kib")
+    keys += ("received_kib",)
     keys += ("direct_rtt_ms", "direct_transfer_ms", "scheduler_rtt_ms")
     keys += ("scheduler_transfer_ms", "fit_s")
     for r in results:

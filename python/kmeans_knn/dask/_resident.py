@@ -260,8 +260,8 @@ def _payload(value, seen=None):
 
 class Round(NamedTuple):
     """One `Resident.map`: its label, when it started and ended on the client
-    (`time.perf_counter()`), the seconds the busiest worker spent in its calls, and the payload
-    bytes sent to the workers and received from them."""
+    (`time.perf_counter()`), the seconds the busiest and the least busy worker spent in its
+    calls, and the payload bytes sent to the workers and received from them."""
 
     label: str
     start: float
@@ -269,6 +269,7 @@ class Round(NamedTuple):
     busiest: float
     sent: int
     received: int
+    least_busy: float = 0.0
 
 
 class Resident:
@@ -345,13 +346,13 @@ class Resident:
             if self.shared is not None:
                 self.shared.clear()
         end = time.perf_counter()
-        results, busiest = {}, 0.0
+        results, busiest, least_busy = {}, 0.0, float("inf")
         for worker, (reply, seconds) in replies.items():
             results[worker] = reply
-            busiest = max(busiest, seconds)
+            busiest, least_busy = max(busiest, seconds), min(least_busy, seconds)
         sent = sum(_payload(mine) for mine in calls.values())  # each worker's message
         received = _payload(list(results.values()))
-        self.timings.append(Round(label, start, end, busiest, sent, received))
+        self.timings.append(Round(label, start, end, busiest, sent, received, least_busy))
         if combine is not None:
             return [results[worker] for worker in calls]
         merged = {}
