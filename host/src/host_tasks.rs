@@ -4,6 +4,10 @@
 //! pieces cost a search more than the work (issue 33: S512 ran 2–4× slower at 64 rayon threads
 //! than at 16 on the same GPU).
 
+/// Answers (indices and distances) of this many bytes or more are made (their pages first
+/// touched, [`zeroed`]) on other threads while the GPUs search.
+pub(crate) const BESIDE_BYTES: usize = 1 << 20;
+
 /// Bytes a task takes at least.
 pub(crate) const TASK_BYTES: usize = 1 << 20;
 
@@ -12,6 +16,15 @@ pub(crate) const TASK_BYTES: usize = 1 << 20;
 /// task: no other thread is woken) when the work is under two tasks' worth.
 pub(crate) fn items_per_task(len: usize, item_bytes: usize, multiple: usize) -> usize {
     tasks_of(len, item_bytes, multiple, rayon::current_num_threads())
+}
+
+/// `len` zeros, written (their pages first touched) on the rayon threads in a few large tasks.
+pub(crate) fn zeroed<T: Copy + Default + Send + Sync>(len: usize) -> Vec<T> {
+    use rayon::prelude::*;
+    let per_task = items_per_task(len, size_of::<T>(), 1);
+    let mut v = Vec::with_capacity(len);
+    v.par_extend(rayon::iter::repeat_n(T::default(), len).with_min_len(per_task));
+    v
 }
 
 fn tasks_of(len: usize, item_bytes: usize, multiple: usize, threads: usize) -> usize {

@@ -16,6 +16,7 @@ use super::{CudaBackend, Mapped, arg_u32};
 use crate::backend::vocab::{PrefilterReport, Selection, rows_per_block};
 use crate::backend::{BlockSink, Distances, KnnSearch, Neighbours, Votes, split_keys_into};
 use crate::error::{Error, Result};
+use crate::host_tasks;
 use crate::matrix::MatrixView;
 use cudarc::driver::{CudaEvent, CudaSlice, CudaView};
 use kernels_gpu::distance::{PAIRWISE_DOT, PAIRWISE_L1, PairwiseParams};
@@ -70,9 +71,6 @@ const TILES_PER_LAUNCH: usize = 4;
 /// Most training rows for which the prefilter stores its approximations (1 MiB a query) and
 /// reads them back for the candidates instead of a second tensor-core scan.
 const STORE_MAX_N: usize = 1 << 18;
-/// Answers (indices and distances) of this many bytes or more are made on other threads while
-/// the GPU searches.
-const PREPARE_BESIDE_BYTES: usize = 1 << 20;
 /// Queries a batch must still hold (or all of a smaller call's) for the prefilter to store its
 /// approximations: with fewer the batches stay large and the scan runs twice (a GPU of a set
 /// holding a quarter of F's rows, storing in batches of 536 queries under [`STORE_MAX_BYTES`],
@@ -612,16 +610,6 @@ impl BatchBuffers {
     }
 }
 
-/// `len` zeros, written (their pages first touched) on the rayon threads in a few large tasks
-/// ([`crate::host_tasks`]).
-fn zeroed<T: Copy + Default + Send + Sync>(len: usize) -> Vec<T> {
-    use rayon::prelude::*;
-    let per_task = crate::host_tasks::items_per_task(len, size_of::<T>(), 1);
-    let mut v = Vec::with_capacity(len);
-    v.par_extend(rayon::iter::repeat_n(T::default(), len).with_min_len(per_task));
-    v
-}
-
 impl CudaKnn {
     /// The path for `selection` and `k`: `Auto` takes the choice made for this shape (in this
     /// process, or kept in the user cache), else times the paths on a sample of `queries`
@@ -757,7 +745,7 @@ impl CudaKnn {
         // Large answers' arrays are made (their pages first touched, on the rayon threads) while
         // the GPU works on the first batch: fresh pages cost the host more than the copy that
         // fills them. Smaller ones are not worth a thread.
-        let beside = split && len * 8 >= PREPARE_BESIDE_BYTES;
+        let beside = split && len * 8 >= host_tasks::BESIDE_BYTES;
         if split && !beside {
             (output.indices, output.distances) = (vec![0; len], vec![0.0; len]);
         }
@@ -769,7 +757,7 @@ impl CudaKnn {
                 // one) makes the arrays while this thread queues the batch.
                 let mut made = (Vec::new(), Vec::new());
                 let searched = rayon::in_place_scope(|s| {
-                    s.spawn(|_| made = (zeroed(len), zeroed(len)));
+                    s.spawn(|_| made = (host_tasks::zeroed(len), host_tasks::zeroed(len)));
                     self.search_batch(&job, plan.as_ref(), &mut bufs, 0, r, report.as_mut())
                 });
                 (output.indices, output.distances) = made;

@@ -17,6 +17,7 @@ use crate::backend::radius::RadiusKeys;
 use crate::backend::vocab::{AutoReport, KnnLayout, Selection};
 use crate::backend::{Backend, KnnSearch, Neighbours, Votes, split_keys_into};
 use crate::error::Result;
+use crate::host_tasks;
 use crate::matrix::MatrixView;
 use kernels_gpu::knn::{PairMetric, VoteRule};
 use std::ops::Range;
@@ -96,28 +97,36 @@ impl KnnSearch for GpuReplicas {
         selection: Selection,
         max_bytes: Option<usize>,
     ) -> Result<Neighbours> {
-        let shares = self.shares(queries.rows());
-        let (mut indices, mut distances) =
-            (vec![0; queries.rows() * k], vec![0.0; queries.rows() * k]);
+        let (m, d) = (queries.rows(), queries.cols());
+        let shares = self.shares(m);
         // Each copy's answer lands in the last search's key buffer (its pages already faulted
-        // in), then is split straight into its rows of the caller's arrays.
+        // in). The caller's arrays are made meanwhile, as one GPU makes them beside its search
+        // (fresh pages cost the host more than the split that fills them).
         let mut keys = std::mem::take(&mut *self.answers.lock().unwrap());
         keys.resize_with(shares.len(), Vec::new);
-        let mut slots: Vec<_> = (shares.iter().cloned())
-            .zip(keys.iter_mut())
-            .zip(split_rows(&mut indices, &shares, k))
-            .zip(split_rows(&mut distances, &shares, k))
-            .map(|(((share, keys), indices), distances)| (share, keys, indices, distances))
-            .collect();
-        let d = queries.cols();
-        let found = on_each(&mut slots, |i, (share, keys, indices, distances)| {
-            let rows = &queries.as_slice()[share.start * d..share.end * d];
-            let rows = MatrixView::new(rows, share.len(), d)?;
-            let found = self.copies[i].search_keys(&rows, k, selection, max_bytes, keys)?;
+        let len = m * k;
+        let mut made = (Vec::new(), Vec::new());
+        let found = rayon::in_place_scope(|s| {
+            if len * 8 >= host_tasks::BESIDE_BYTES {
+                s.spawn(|_| made = (host_tasks::zeroed(len), host_tasks::zeroed(len)));
+            } else {
+                made = (vec![0; len], vec![0.0; len]);
+            }
+            let mut slots: Vec<_> = shares.iter().cloned().zip(keys.iter_mut()).collect();
+            on_each(&mut slots, |i, (share, keys)| {
+                let rows = &queries.as_slice()[share.start * d..share.end * d];
+                let rows = MatrixView::new(rows, share.len(), d)?;
+                self.copies[i].search_keys(&rows, k, selection, max_bytes, keys)
+            })
+        });
+        let found = found?;
+        let (mut indices, mut distances) = made;
+        let outputs = split_rows(&mut indices, &shares, k)
+            .into_iter()
+            .zip(split_rows(&mut distances, &shares, k));
+        for (keys, (indices, distances)) in keys.iter().zip(outputs) {
             split_keys_into(keys, indices, distances);
-            Ok(found)
-        })?;
-        drop(slots);
+        }
         for copy in &mut keys {
             if copy.capacity() > KEEP_ANSWER_KEYS {
                 *copy = Vec::new();
