@@ -11,14 +11,14 @@
 //!   [`super::batches::turns`]).
 
 use super::batches::{Turn, turns};
-use super::merge::{MergedSearch, PartKeys, TopK, VoteRows, add_reports};
+use super::merge::{KeptKeys, MergedSearch, PartKeys, TopK, VoteRows, add_reports};
 use crate::backend::radius::RadiusKeys;
 use crate::backend::vocab::{KnnLayout, PrefilterReport, Selection};
 use crate::backend::{Backend, KnnSearch};
 use crate::error::{Error, Result};
 use crate::matrix::MatrixView;
 use kernels_gpu::knn::PairMetric;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::thread;
 
 /// `work(i, group)` for every group at once, a thread each; the results in order.
@@ -65,10 +65,6 @@ where
     Ok(answered.into_iter().flatten().collect())
 }
 
-/// Most keys of a part's answer kept for the next search (64 MiB: F's 10^4 queries × k = 100
-/// are 8 MB); a larger answer's memory goes back when the search ends.
-const KEEP_ANSWER_KEYS: usize = 8 << 20;
-
 /// One GPU's part of the training rows.
 struct Part {
     first_row: u32,
@@ -83,7 +79,7 @@ pub(crate) struct GpuParts {
     parts: Vec<Part>,
     vote_rows: VoteRows,
     /// Each part's keys of the last search, kept for the next one's.
-    answers: Mutex<Vec<Vec<u64>>>,
+    answers: KeptKeys,
 }
 
 impl GpuParts {
@@ -113,7 +109,7 @@ impl GpuParts {
         Ok(GpuParts {
             parts,
             vote_rows: VoteRows::default(),
-            answers: Mutex::default(),
+            answers: KeptKeys::default(),
         })
     }
 
@@ -131,10 +127,7 @@ impl MergedSearch for GpuParts {
         selection: Selection,
         max_bytes: Option<usize>,
     ) -> Result<(TopK, Selection, Option<PrefilterReport>)> {
-        // The parts' answers land in the last search's buffers (their pages already faulted
-        // in); a search beside another finds none and makes its own.
-        let mut keys = std::mem::take(&mut *self.answers.lock().unwrap());
-        keys.resize_with(self.parts.len(), Vec::new);
+        let mut keys = self.answers.take(self.parts.len());
         let found: Vec<Result<_>> = thread::scope(|scope| {
             let running: Vec<_> = (self.parts.iter().zip(keys.iter_mut()))
                 .map(|(p, keys)| {
@@ -156,12 +149,7 @@ impl MergedSearch for GpuParts {
             })
             .collect();
         let top = TopK::of_parts(queries.rows(), k, &answers);
-        for part in &mut keys {
-            if part.capacity() > KEEP_ANSWER_KEYS {
-                *part = Vec::new();
-            }
-        }
-        *self.answers.lock().unwrap() = keys;
+        self.answers.keep(keys);
         let prefilter = found.iter().filter_map(|f| f.1).reduce(add_reports);
         Ok((top, found[0].0, prefilter))
     }

@@ -11,6 +11,7 @@ use crate::matrix::MatrixView;
 use kernels_gpu::fixed::pow2_f32;
 use kernels_gpu::knn::{VoteRule, vote_scale_exponent};
 use rayon::prelude::*;
+use std::sync::Mutex;
 
 /// No neighbour yet: above every real key (a real key's index is below `u32::MAX`).
 const EMPTY: u64 = u64::MAX;
@@ -153,6 +154,34 @@ impl VoteRows {
             classes,
             proba: shares,
         }
+    }
+}
+
+/// Most keys of a part's answer kept for the next search (64 MiB: F's 10^4 queries × k = 100
+/// are 8 MB); a larger answer's memory goes back when the search ends.
+const KEEP_ANSWER_KEYS: usize = 8 << 20;
+
+/// Each part's (or copy's) key buffer of the last search, kept for the next one to write into:
+/// their pages are already faulted in. A search beside another finds none and makes its own.
+#[derive(Default)]
+pub(crate) struct KeptKeys(Mutex<Vec<Vec<u64>>>);
+
+impl KeptKeys {
+    /// `count` buffers: the kept ones, and empty ones for the rest.
+    pub(crate) fn take(&self, count: usize) -> Vec<Vec<u64>> {
+        let mut keys = std::mem::take(&mut *self.0.lock().unwrap());
+        keys.resize_with(count, Vec::new);
+        keys
+    }
+
+    /// Keeps `keys` for the next search, but the memory of those above [`KEEP_ANSWER_KEYS`].
+    pub(crate) fn keep(&self, mut keys: Vec<Vec<u64>>) {
+        for part in &mut keys {
+            if part.capacity() > KEEP_ANSWER_KEYS {
+                *part = Vec::new();
+            }
+        }
+        *self.0.lock().unwrap() = keys;
     }
 }
 

@@ -12,7 +12,7 @@
 //! [`KnnLayout::Auto`]: crate::backend::vocab::KnnLayout::Auto
 
 use super::gpu_set::on_each;
-use super::merge::add_reports;
+use super::merge::{KeptKeys, add_reports};
 use crate::backend::radius::RadiusKeys;
 use crate::backend::vocab::{AutoReport, KnnLayout, Selection};
 use crate::backend::{Backend, KnnSearch, Neighbours, Votes, split_keys_into};
@@ -21,11 +21,7 @@ use crate::host_tasks;
 use crate::matrix::MatrixView;
 use kernels_gpu::knn::{PairMetric, VoteRule};
 use std::ops::Range;
-use std::sync::{Arc, Mutex};
-
-/// Most keys of a copy's answer kept for the next search (as [`super::GpuParts`] keeps its
-/// parts'); a larger answer's memory goes back when the search ends.
-const KEEP_ANSWER_KEYS: usize = 8 << 20;
+use std::sync::Arc;
 
 /// The copies of an index, one per GPU.
 pub(crate) struct GpuReplicas {
@@ -33,7 +29,7 @@ pub(crate) struct GpuReplicas {
     /// Whether the copies stream through their GPUs (the rows exceed the budget).
     streamed: bool,
     /// Each copy's keys of the last search, kept for the next one's.
-    answers: Mutex<Vec<Vec<u64>>>,
+    answers: KeptKeys,
 }
 
 impl GpuReplicas {
@@ -54,7 +50,7 @@ impl GpuReplicas {
         Ok(GpuReplicas {
             copies: placed.into_iter().map(|(copy, _)| copy).collect(),
             streamed,
-            answers: Mutex::default(),
+            answers: KeptKeys::default(),
         })
     }
 
@@ -99,11 +95,10 @@ impl KnnSearch for GpuReplicas {
     ) -> Result<Neighbours> {
         let (m, d) = (queries.rows(), queries.cols());
         let shares = self.shares(m);
-        // Each copy's answer lands in the last search's key buffer (its pages already faulted
-        // in). The caller's arrays are made meanwhile, as one GPU makes them beside its search
-        // (fresh pages cost the host more than the split that fills them).
-        let mut keys = std::mem::take(&mut *self.answers.lock().unwrap());
-        keys.resize_with(shares.len(), Vec::new);
+        // Each copy's answer lands in the last search's key buffer; the caller's arrays are
+        // made meanwhile, as one GPU makes them beside its search (fresh pages cost the host
+        // more than the split that fills them).
+        let mut keys = self.answers.take(shares.len());
         let len = m * k;
         let mut made = (Vec::new(), Vec::new());
         let found = rayon::in_place_scope(|s| {
@@ -127,12 +122,7 @@ impl KnnSearch for GpuReplicas {
         for (keys, (indices, distances)) in keys.iter().zip(outputs) {
             split_keys_into(keys, indices, distances);
         }
-        for copy in &mut keys {
-            if copy.capacity() > KEEP_ANSWER_KEYS {
-                *copy = Vec::new();
-            }
-        }
-        *self.answers.lock().unwrap() = keys;
+        self.answers.keep(keys);
         Ok(Neighbours {
             indices,
             distances,
