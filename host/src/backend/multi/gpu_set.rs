@@ -196,8 +196,8 @@ impl MergedSearch for GpuParts {
 
 #[cfg(test)]
 mod tests {
+    use super::super::fixture::{cpu, lattice, one_index_voting_as};
     use super::*;
-    use crate::device::Device;
     use kernels_gpu::knn::VoteRule;
 
     /// The merge over parts (here on the CPU: the same code as on GPUs) equals one index, with
@@ -206,26 +206,15 @@ mod tests {
     #[test]
     fn parts_answer_as_one_index() {
         let (n, d, m) = (50, 2, 600);
-        let train: Vec<f32> = (0..n * d).map(|i| ((i * 7) % 5) as f32).collect();
+        let train = lattice(n, d);
         let queries: Vec<f32> = (0..m * d).map(|i| ((i * 3) % 7) as f32 * 0.7).collect();
         let (train, queries) = (
             MatrixView::new(&train, n, d).unwrap(),
             MatrixView::new(&queries, m, d).unwrap(),
         );
-        let classes: Vec<u32> = (0..n as u32).map(|i| i % 3).collect();
-        let weights: Vec<f32> = (0..n).map(|i| 1.0 / (1 + i % 4) as f32).collect();
         let metric = PairMetric::Euclidean;
-        let mut one = Device::Cpu
-            .backend()
-            .unwrap()
-            .knn_index(&train, metric)
-            .unwrap();
-        let cpu = |_| Device::Cpu.backend();
         let mut parts = GpuParts::new(&train, metric, 3, &cpu, None).unwrap();
-        for index in [one.as_mut(), &mut parts as &mut dyn KnnSearch] {
-            index.set_labels(&classes, 3).unwrap();
-            index.set_row_weights(&weights).unwrap();
-        }
+        let one = one_index_voting_as(&train, metric, &mut parts);
         for k in [1, 5, 17, 30, n] {
             let (a, b) = (
                 one.search(&queries, k, Selection::Auto, None).unwrap(),

@@ -41,3 +41,44 @@ pub(crate) use gpu_set::{GpuParts, answer_in_turns, on_each};
 pub(crate) use replicas::GpuReplicas;
 pub(crate) use stream::place;
 pub(crate) use sums::nccl_group;
+
+/// What the unit tests of the GPU-set layouts share: the layouts run over CPU backends where
+/// there is no GPU, against one CPU index over the same rows.
+#[cfg(test)]
+pub(crate) mod fixture {
+    use crate::backend::{Backend, KnnSearch};
+    use crate::device::Device;
+    use crate::error::Result;
+    use crate::matrix::MatrixView;
+    use kernels_gpu::knn::PairMetric;
+    use std::sync::Arc;
+
+    /// `n × d` training rows on a small lattice (ties across parts and copies).
+    pub(crate) fn lattice(n: usize, d: usize) -> Vec<f32> {
+        (0..n * d).map(|i| ((i * 7) % 5) as f32).collect()
+    }
+
+    /// The CPU backend, for every device of a set.
+    pub(crate) fn cpu(_: usize) -> Result<Arc<dyn Backend>> {
+        Device::Cpu.backend()
+    }
+
+    /// One CPU index over `train`; it and `set` get a class (of three) and a weight per row.
+    pub(crate) fn one_index_voting_as(
+        train: &MatrixView<'_>,
+        metric: PairMetric,
+        set: &mut dyn KnnSearch,
+    ) -> Box<dyn KnnSearch> {
+        let n = train.rows();
+        let classes: Vec<u32> = (0..n as u32).map(|i| i % 3).collect();
+        let weights: Vec<f32> = (0..n).map(|i| 1.0 / (1 + i % 4) as f32).collect();
+        let votes = |index: &mut dyn KnnSearch| {
+            index.set_labels(&classes, 3).unwrap();
+            index.set_row_weights(&weights).unwrap();
+        };
+        let mut one = cpu(0).unwrap().knn_index(train, metric).unwrap();
+        votes(one.as_mut());
+        votes(set);
+        one
+    }
+}

@@ -215,32 +215,21 @@ fn split_rows<'a, T>(out: &'a mut [T], shares: &[Range<usize>], k: usize) -> Vec
 
 #[cfg(test)]
 mod tests {
+    use super::super::fixture::{cpu, lattice, one_index_voting_as};
     use super::*;
-    use crate::device::Device;
 
     /// Copies (here on the CPU: the same code as on GPUs) answer as one index: searches, votes
     /// and radius searches, with the queries shared unevenly, fewer queries than copies, and ties.
     #[test]
     fn copies_answer_as_one_index() {
         let (n, d) = (60, 2);
-        let train: Vec<f32> = (0..n * d).map(|i| ((i * 7) % 5) as f32).collect();
+        let train = lattice(n, d);
         let train = MatrixView::new(&train, n, d).unwrap();
-        let classes: Vec<u32> = (0..n as u32).map(|i| i % 3).collect();
-        let weights: Vec<f32> = (0..n).map(|i| 1.0 / (1 + i % 4) as f32).collect();
         let metric = PairMetric::Euclidean;
-        let mut one = Device::Cpu
-            .backend()
-            .unwrap()
-            .knn_index(&train, metric)
-            .unwrap();
-        let cpu = |_| Device::Cpu.backend();
         let mut copies = GpuReplicas::new(&train, metric, 3, &cpu, None).unwrap();
         assert!(!copies.streamed());
         assert_eq!(copies.layout(), Some(KnnLayout::Replicate));
-        for index in [one.as_mut(), &mut copies as &mut dyn KnnSearch] {
-            index.set_labels(&classes, 3).unwrap();
-            index.set_row_weights(&weights).unwrap();
-        }
+        let one = one_index_voting_as(&train, metric, &mut copies);
         let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
         for m in [1, 2, 3, 100] {
             let queries: Vec<f32> = (0..m * d).map(|i| ((i * 3) % 7) as f32 * 0.7).collect();
