@@ -46,8 +46,8 @@ pub(crate) use sums::nccl_group;
 /// there is no GPU, against one CPU index over the same rows.
 #[cfg(test)]
 pub(crate) mod fixture {
+    use crate::backend::cpu::CpuBackend;
     use crate::backend::{Backend, KnnSearch};
-    use crate::device::Device;
     use crate::error::Result;
     use crate::matrix::MatrixView;
     use kernels_gpu::knn::PairMetric;
@@ -60,7 +60,7 @@ pub(crate) mod fixture {
 
     /// The CPU backend, for every device of a set.
     pub(crate) fn cpu(_: usize) -> Result<Arc<dyn Backend>> {
-        Device::Cpu.backend()
+        CpuBackend::shared()
     }
 
     /// One CPU index over `train`; it and `set` get a class (of three) and a weight per row.
