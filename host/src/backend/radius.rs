@@ -67,17 +67,10 @@ impl RadiusKeys {
             })
             .collect();
         let mut merged = RadiusKeys::from_rows(rows)?;
-        merged.prefilter =
-            (parts.iter().filter_map(|(_, p)| p.prefilter)).reduce(|a, b| PrefilterReport {
-                queries: a.queries + b.queries,
-                exact_fallbacks: a.exact_fallbacks + b.exact_fallbacks,
-                stored: a.stored + b.stored,
-            });
+        merged.prefilter = (parts.iter().filter_map(|(_, p)| p.prefilter)).reduce(|a, b| a + b);
         Ok(merged)
     }
-}
 
-impl RadiusKeys {
     /// One answer from the answers to consecutive shares of the queries, in query order. The
     /// prefilter reports add up.
     pub(crate) fn end_to_end(shares: Vec<RadiusKeys>) -> Result<RadiusKeys> {
@@ -89,14 +82,9 @@ impl RadiusKeys {
                 .offsets
                 .extend(share.offsets[1..].iter().map(|o| o + base));
             whole.keys.extend_from_slice(&share.keys);
-            whole.prefilter = match (whole.prefilter, share.prefilter) {
-                (Some(a), Some(b)) => Some(PrefilterReport {
-                    queries: a.queries + b.queries,
-                    exact_fallbacks: a.exact_fallbacks + b.exact_fallbacks,
-                    stored: a.stored + b.stored,
-                }),
-                (a, b) => a.or(b),
-            };
+            whole.prefilter = (whole.prefilter.into_iter())
+                .chain(share.prefilter)
+                .reduce(|a, b| a + b);
         }
         Ok(whole)
     }

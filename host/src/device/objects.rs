@@ -29,8 +29,22 @@ impl Device {
                     Device::Gpus(set) => set.knn_layout(),
                     _ => KnnLayout::Auto,
                 };
-                let small = train.rows() * train.cols() * 4 <= REPLICATE_MAX_BYTES;
-                if layout == KnnLayout::Replicate || (layout == KnnLayout::Auto && small) {
+                let (n, d) = (train.rows(), train.cols());
+                // Auto copies small rows only where every GPU holds them resident.
+                let every_gpu_holds_them = || -> Result<bool> {
+                    for i in 0..ordinals.len() {
+                        if multi::exceeded_budget(&*backend_of(i)?, n, d, budget)?.is_some() {
+                            return Ok(false);
+                        }
+                    }
+                    Ok(true)
+                };
+                let copy = match layout {
+                    KnnLayout::Replicate => true,
+                    KnnLayout::Shard => false,
+                    KnnLayout::Auto => n * d * 4 <= REPLICATE_MAX_BYTES && every_gpu_holds_them()?,
+                };
+                if copy {
                     let copies = multi::GpuReplicas::new(
                         &train,
                         metric,
@@ -38,10 +52,8 @@ impl Device {
                         &backend_of,
                         budget,
                     )?;
-                    if layout == KnnLayout::Replicate || !copies.streamed() {
-                        let streamed = copies.streamed();
-                        return Ok((Box::new(copies), streamed));
-                    }
+                    let streamed = copies.streamed();
+                    return Ok((Box::new(copies), streamed));
                 }
                 let parts =
                     multi::GpuParts::new(&train, metric, ordinals.len(), &backend_of, budget)?;

@@ -11,7 +11,7 @@
 //!   [`super::batches::turns`]).
 
 use super::batches::{Turn, turns};
-use super::merge::{KeptKeys, MergedSearch, PartKeys, TopK, VoteRows, add_reports};
+use super::merge::{KeptKeys, MergedSearch, PartKeys, TopK, VoteRows};
 use crate::backend::radius::RadiusKeys;
 use crate::backend::vocab::{KnnLayout, PrefilterReport, Selection};
 use crate::backend::{Backend, KnnSearch};
@@ -150,7 +150,7 @@ impl MergedSearch for GpuParts {
             .collect();
         let top = TopK::of_parts(queries.rows(), k, &answers);
         self.answers.keep(keys);
-        let prefilter = found.iter().filter_map(|f| f.1).reduce(add_reports);
+        let prefilter = found.iter().filter_map(|f| f.1).reduce(|a, b| a + b);
         Ok((top, found[0].0, prefilter))
     }
 

@@ -277,15 +277,6 @@ impl<T: MergedSearch> KnnSearch for T {
     }
 }
 
-/// Two prefilter reports as one.
-pub(crate) fn add_reports(a: PrefilterReport, b: PrefilterReport) -> PrefilterReport {
-    PrefilterReport {
-        queries: a.queries + b.queries,
-        exact_fallbacks: a.exact_fallbacks + b.exact_fallbacks,
-        stored: a.stored + b.stored,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -39,7 +39,7 @@ pub(crate) mod sums;
 pub(crate) use batches::Turn;
 pub(crate) use gpu_set::{GpuParts, answer_in_turns, on_each};
 pub(crate) use replicas::GpuReplicas;
-pub(crate) use stream::place;
+pub(crate) use stream::{exceeded_budget, place};
 pub(crate) use sums::nccl_group;
 
 /// What the unit tests of the GPU-set layouts share: the layouts run over CPU backends where

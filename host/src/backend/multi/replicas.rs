@@ -12,7 +12,7 @@
 //! [`KnnLayout::Auto`]: crate::backend::vocab::KnnLayout::Auto
 
 use super::gpu_set::on_each;
-use super::merge::{KeptKeys, add_reports};
+use super::merge::KeptKeys;
 use crate::backend::radius::RadiusKeys;
 use crate::backend::vocab::{AutoReport, KnnLayout, Selection};
 use crate::backend::{Backend, KnnSearch, Neighbours, Votes, split_keys_into};
@@ -127,7 +127,7 @@ impl KnnSearch for GpuReplicas {
             indices,
             distances,
             selection: found[0].0,
-            prefilter: found.iter().filter_map(|f| f.1).reduce(add_reports),
+            prefilter: found.iter().filter_map(|f| f.1).reduce(|a, b| a + b),
         })
     }
 

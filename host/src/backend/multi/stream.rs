@@ -5,7 +5,7 @@
 //! training index). The order is a single index's, so the answer equals the resident index's
 //! and the CPU's bit for bit, whatever the budget.
 
-use super::merge::{MergedSearch, TopK, VoteRows, add_reports};
+use super::merge::{MergedSearch, TopK, VoteRows};
 use crate::backend::radius::RadiusKeys;
 use crate::backend::vocab::{PrefilterReport, Selection};
 use crate::backend::{Backend, DEFAULT_BUDGET_SHARE, KnnSearch};
@@ -20,6 +20,22 @@ pub(crate) fn device_bytes_per_row(d: usize) -> usize {
     4 * (d + 4)
 }
 
+/// The budget that `rows × d` training rows exceed on `backend` (the given one, or
+/// [`DEFAULT_BUDGET_SHARE`] of the free memory), or `None` when they fit it resident (and on a
+/// backend without a device budget).
+pub(crate) fn exceeded_budget(
+    backend: &dyn Backend,
+    rows: usize,
+    d: usize,
+    budget: Option<usize>,
+) -> Result<Option<usize>> {
+    let Some(free) = backend.device_memory_free()? else {
+        return Ok(None);
+    };
+    let budget = budget.unwrap_or((free as f64 * DEFAULT_BUDGET_SHARE) as usize);
+    Ok((rows.saturating_mul(device_bytes_per_row(d)) > budget).then_some(budget))
+}
+
 /// The index for `train` on `backend`: resident, or streamed (`true`) when the rows need more
 /// than `budget` (default: [`DEFAULT_BUDGET_SHARE`] of the free memory) of a GPU.
 pub(crate) fn place(
@@ -28,16 +44,13 @@ pub(crate) fn place(
     metric: PairMetric,
     budget: Option<usize>,
 ) -> Result<(Box<dyn KnnSearch>, bool)> {
-    let Some(free) = backend.device_memory_free()? else {
-        return Ok((backend.knn_index(&train, metric)?, false));
-    };
-    let budget = budget.unwrap_or((free as f64 * DEFAULT_BUDGET_SHARE) as usize);
-    let needed = (train.rows()).saturating_mul(device_bytes_per_row(train.cols()));
-    if needed <= budget {
-        return Ok((backend.knn_index(&train, metric)?, false));
+    match exceeded_budget(&*backend, train.rows(), train.cols(), budget)? {
+        None => Ok((backend.knn_index(&train, metric)?, false)),
+        Some(budget) => {
+            let streamed = Streamed::new(backend, train, metric, budget)?;
+            Ok((Box::new(streamed), true))
+        }
     }
-    let streamed = Streamed::new(backend, train, metric, budget)?;
-    Ok((Box::new(streamed), true))
 }
 
 /// A training set streamed through one device, part by part.
@@ -128,10 +141,7 @@ impl MergedSearch for Streamed {
                     index.search_keys(queries, kp, selection, max_bytes, &mut keys)?;
                 top.merge(&keys, kp, start as u32);
                 ran = selected;
-                prefilter = match (prefilter, report) {
-                    (Some(a), Some(b)) => Some(add_reports(a, b)),
-                    (a, b) => a.or(b),
-                };
+                prefilter = prefilter.into_iter().chain(report).reduce(|a, b| a + b);
             }
             Ok((top, ran, prefilter))
         })

@@ -63,6 +63,20 @@ pub struct PrefilterReport {
     pub stored: usize,
 }
 
+/// The reports of searches over parts of the rows or of the queries, as one (a query counts
+/// once per part it was searched in).
+impl std::ops::Add for PrefilterReport {
+    type Output = PrefilterReport;
+
+    fn add(self, other: PrefilterReport) -> PrefilterReport {
+        PrefilterReport {
+            queries: self.queries + other.queries,
+            exact_fallbacks: self.exact_fallbacks + other.exact_fallbacks,
+            stored: self.stored + other.stored,
+        }
+    }
+}
+
 /// How [`Selection::Auto`] came by its choice for a shape.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AutoSource {
