@@ -76,13 +76,21 @@ impl GpuReplicas {
         queries: &MatrixView<'_>,
         work: impl Fn(&dyn KnnSearch, &MatrixView<'_>) -> Result<T> + Sync,
     ) -> Result<Vec<T>> {
-        let d = queries.cols();
         let mut shares = self.shares(queries.rows());
         on_each(&mut shares, |i, share| {
-            let rows = &queries.as_slice()[share.start * d..share.end * d];
-            work(&*self.copies[i], &MatrixView::new(rows, share.len(), d)?)
+            work(&*self.copies[i], &share_of(queries, share)?)
         })
     }
+}
+
+/// The rows of `queries` in `share`.
+fn share_of<'q>(queries: &'q MatrixView<'_>, share: &Range<usize>) -> Result<MatrixView<'q>> {
+    let d = queries.cols();
+    MatrixView::new(
+        &queries.as_slice()[share.start * d..share.end * d],
+        share.len(),
+        d,
+    )
 }
 
 impl KnnSearch for GpuReplicas {
@@ -93,7 +101,7 @@ impl KnnSearch for GpuReplicas {
         selection: Selection,
         max_bytes: Option<usize>,
     ) -> Result<Neighbours> {
-        let (m, d) = (queries.rows(), queries.cols());
+        let m = queries.rows();
         let shares = self.shares(m);
         // Each copy's answer lands in the last search's key buffer; the caller's arrays are
         // made meanwhile, as one GPU makes them beside its search (fresh pages cost the host
@@ -109,8 +117,7 @@ impl KnnSearch for GpuReplicas {
             }
             let mut slots: Vec<_> = shares.iter().cloned().zip(keys.iter_mut()).collect();
             on_each(&mut slots, |i, (share, keys)| {
-                let rows = &queries.as_slice()[share.start * d..share.end * d];
-                let rows = MatrixView::new(rows, share.len(), d)?;
+                let rows = share_of(queries, share)?;
                 self.copies[i].search_keys(&rows, k, selection, max_bytes, keys)
             })
         });
