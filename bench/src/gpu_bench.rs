@@ -618,9 +618,9 @@ fn gpu_set_rows(
                 overhead as f64 / (1u64 << 30) as f64,
                 gib(&bounds)
             );
-            // Each GPU's part searched alone: what the sharded search would take if the parts
-            // ran side by side without slowing each other.
-            let (mut parts, mut side_by_side) = (Vec::new(), None);
+            // Each GPU's part searched alone (for parts: the sharded search if they ran side
+            // by side without slowing each other), and every GPU's work at once without the set.
+            let mut parts = Vec::new();
             if took == KnnLayout::Shard {
                 parts = (ordinals.iter().enumerate())
                     .map(|(i, &o)| {
@@ -629,19 +629,22 @@ fn gpu_set_rows(
                     })
                     .collect::<kmeans_knn::Result<Vec<f64>>>()?;
                 let alone = parts.iter().map(|ms| format!("{ms:.3}"));
-                let at_once = gpus::knn_side_by_side_ms(case, &ordinals, reps)?;
                 println!(
-                    "      each GPU's part alone: {} ms; all parts at once, without the merge: \
-                     {at_once:.3} ms",
+                    "      each GPU's part alone: {} ms",
                     alone.collect::<Vec<_>>().join(", ")
                 );
-                side_by_side = Some(at_once);
             }
+            let at_once = gpus::knn_side_by_side_ms(case, &ordinals, took, reps)?;
+            println!(
+                "      every GPU's work at once, indexes of their own, without the set: \
+                 {at_once:.3} ms"
+            );
+            let side_by_side = Some(at_once);
             if let Some(f) = json.as_deref_mut() {
                 let row = serde_json::json!({"case": case.name, "gpus": set.to_string(),
                     "layout": took.to_string(), "auto": layout == KnnLayout::Auto,
                     "search_ms_one": t1, "search_ms_set": ts, "identical": i1 == is,
-                    "part_alone_ms": parts, "parts_at_once_ms": side_by_side,
+                    "part_alone_ms": parts, "at_once_ms": side_by_side,
                     "peak_bytes_one": peak1, "peak_bytes_set": peaks,
                     "peak_bound_bytes": bounds});
                 writeln!(f, "{row}")?;

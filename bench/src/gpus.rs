@@ -114,39 +114,45 @@ pub fn knn_ms(
     Ok((median(times), indices, index.layout()))
 }
 
-/// Median wall ms of the searches of `case`'s parts, cut as a GPU set cuts its rows (`parts[i]`
-/// on GPU `ordinals[i]`), run at once on threads of their own, each answering for itself: the
-/// set's search without its merge. Against the set, what the merge costs; against each part
-/// alone, what running side by side costs.
+/// Median wall ms of a GPU set's searches of `case` without the set around them: each GPU
+/// `ordinals[i]` gets an index of its own, cut as the set cuts its work in `layout` (its part of
+/// the rows, `Shard`; all rows and its share of the queries, `Replicate`), and they search at
+/// once on threads of their own, each answering for itself. Against the set, what its merge or
+/// split and its threads cost; against each GPU's work alone, what running side by side costs.
 pub fn knn_side_by_side_ms(
     case: &KnnCase,
     ordinals: &[usize],
+    layout: KnnLayout,
     reps: usize,
 ) -> kmeans_knn::Result<f64> {
     let train = uniform(case.n * case.d, 1);
     let queries = uniform(case.m * case.d, 2);
-    let queries = MatrixView::new(&queries, case.m, case.d)?;
     let count = ordinals.len();
-    let indexes = (ordinals.iter().enumerate())
+    let cut = |i: usize, len: usize| i * len / count..(i + 1) * len / count;
+    let copies = layout == KnnLayout::Replicate;
+    let work = (ordinals.iter().enumerate())
         .map(|(i, &o)| {
-            let rows = i * case.n / count..(i + 1) * case.n / count;
+            let rows = if copies { 0..case.n } else { cut(i, case.n) };
             let part = &train[rows.start * case.d..rows.end * case.d];
             let part = MatrixView::new(part, rows.len(), case.d)?;
+            let share = if copies { cut(i, case.m) } else { 0..case.m };
+            let share = &queries[share.start * case.d..share.end * case.d];
+            let share = MatrixView::new(share, share.len() / case.d, case.d)?;
             let index = KnnIndex::new(part, DistanceMetric::SqEuclidean, Device::Cuda(o))?;
-            index.search(queries.clone(), case.k)?;
-            Ok(index)
+            index.search(share.clone(), case.k)?;
+            Ok((index, share))
         })
         .collect::<kmeans_knn::Result<Vec<_>>>()?;
     let mut times = Vec::new();
     for _ in 0..reps.max(1) {
         let start = Instant::now();
         std::thread::scope(|scope| {
-            let running: Vec<_> = (indexes.iter())
-                .map(|index| scope.spawn(|| index.search(queries.clone(), case.k)))
+            let running: Vec<_> = (work.iter())
+                .map(|(index, share)| scope.spawn(|| index.search(share.clone(), case.k)))
                 .collect();
             running
                 .into_iter()
-                .try_for_each(|r| r.join().expect("a part's search thread").map(|_| ()))
+                .try_for_each(|r| r.join().expect("a GPU's search thread").map(|_| ()))
         })?;
         times.push(start.elapsed().as_secs_f64() * 1e3);
     }

@@ -519,17 +519,11 @@ unsafe fn run_async<
                 } else {
                     buf
                 };
-                stage_chunk::<BLOCK_POINTS>(
-                    t,
-                    a.x,
-                    a.n,
-                    a.d,
-                    first_point,
-                    j0,
-                    width,
-                    xbuf,
-                    xs_stride,
-                );
+                crate::cp_async::copy_transposed::<
+                    BLOCK_POINTS,
+                    ASSIGN_CHUNK_DIMS,
+                    { BLOCK as usize },
+                >(t, a.x, a.n, a.d, first_point, j0, width, xbuf, xs_stride);
             }
             // Rows j0.. of the centroids by dimension, columns first_c..: 16-byte copies when
             // they divide among the threads (the wide tile), else one word each.
@@ -751,48 +745,6 @@ fn rank<const THREAD_POINTS: usize, const THREAD_CENTROIDS: usize>(
             let take = valid[q] && score < best_score[i];
             best_score[i] = if take { score } else { best_score[i] };
             best_index[i] = if take { index[q] } else { best_index[i] };
-        }
-    }
-}
-
-/// Starts copying rows `first..first + ROWS` (zeros past `total`), columns `j0..j0 + width` of a
-/// row-major `total × d` matrix, transposed, to shared address `dst` (`dst[jj * stride + r]`).
-/// Thread `t` copies column `t % ASSIGN_CHUNK_DIMS` of every `BLOCK / ASSIGN_CHUNK_DIMS`-th row, so consecutive
-/// threads read consecutive words of a row.
-///
-/// # Safety
-/// `src` holds `total × d` values, `j0 + width ≤ d`; `dst` holds `ASSIGN_CHUNK_DIMS × stride` words
-/// with `stride ≥ ROWS`.
-#[cfg(target_feature = "sm_80")]
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-unsafe fn stage_chunk<const ROWS: usize>(
-    t: usize,
-    src: *const f32,
-    total: usize,
-    d: usize,
-    first: usize,
-    j0: usize,
-    width: usize,
-    dst: u32,
-    stride: usize,
-) {
-    const PER_PASS: usize = BLOCK as usize / ASSIGN_CHUNK_DIMS;
-    let (r0, jj) = (t / ASSIGN_CHUNK_DIMS, t % ASSIGN_CHUNK_DIMS);
-    if jj < width {
-        for u in 0..ROWS.div_ceil(PER_PASS) {
-            let r = r0 + u * PER_PASS;
-            if ROWS % PER_PASS == 0 || r < ROWS {
-                let row = first + r;
-                let ok = row < total;
-                let p = if ok {
-                    unsafe { src.add(row * d + j0 + jj) }
-                } else {
-                    src
-                };
-                let at = dst + (4 * (jj * stride + r)) as u32;
-                unsafe { crate::cp_async::copy_4(at, p, if ok { 4 } else { 0 }) };
-            }
         }
     }
 }

@@ -103,6 +103,48 @@ pub unsafe fn copy_rows<
     }
 }
 
+/// Starts copying rows `first..first + ROWS` (zeros past `total`), columns `j0..j0 + width` of a
+/// row-major `total × d` matrix, transposed, to shared address `dst` (`dst[jj * stride + r]`),
+/// 4 bytes a copy. Thread `t` of `THREADS` copies column `t % CHUNK` of every
+/// `THREADS / CHUNK`-th row, so consecutive threads read consecutive words of a row. Columns
+/// `width..CHUNK` are left as they were. Commits nothing.
+///
+/// # Safety
+/// `src` holds `total × d` values, `j0 + width ≤ d`, `width ≤ CHUNK`, `CHUNK` divides
+/// `THREADS`; `dst` holds `CHUNK × stride` words with `stride ≥ ROWS`.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn copy_transposed<const ROWS: usize, const CHUNK: usize, const THREADS: usize>(
+    t: usize,
+    src: *const f32,
+    total: usize,
+    d: usize,
+    first: usize,
+    j0: usize,
+    width: usize,
+    dst: u32,
+    stride: usize,
+) {
+    let per_pass = THREADS / CHUNK;
+    let (r0, jj) = (t / CHUNK, t % CHUNK);
+    if jj < width {
+        for u in 0..ROWS.div_ceil(per_pass) {
+            let r = r0 + u * per_pass;
+            if ROWS.is_multiple_of(per_pass) || r < ROWS {
+                let row = first + r;
+                let ok = row < total;
+                let p = if ok {
+                    unsafe { src.add(row * d + j0 + jj) }
+                } else {
+                    src
+                };
+                let at = dst + (4 * (jj * stride + r)) as u32;
+                unsafe { copy_4(at, p, if ok { 4 } else { 0 }) };
+            }
+        }
+    }
+}
+
 /// Closes the group of copies this thread started so far.
 #[inline(always)]
 pub fn commit() {

@@ -1,6 +1,7 @@
 //! Pairwise distances, GEMM-style: a block owns `DIST_TILE` rows of A × `DIST_TILE` rows of B;
-//! both tiles stream through shared memory `DIST_JC` dimensions at a time, transposed, and each
-//! of the 256 threads accumulates an 8 × 8 register tile. The dot-product kernel serves the L2
+//! both tiles stream through shared memory `DIST_JC` dimensions at a time, transposed (on sm_80
+//! and later copied with `cp.async` into two buffers, the next chunk while the current one is
+//! multiplied), and each of the 256 threads accumulates an 8 × 8 register tile. The dot-product kernel serves the L2
 //! family (`‖x‖² + ‖y‖² − 2·x·y`), inner product and cosine; the L1 kernel accumulates
 //! `|x − y|` directly. Every output accumulates over the dimensions in order 0..d, exactly as the
 //! CPU twin, so the distances are the same floats on both backends. Output offsets are 64-bit.
@@ -9,7 +10,9 @@ use crate::exec::Exec;
 use crate::knn::{DIST_BLOCK, DIST_JC, DIST_STRIDE, DIST_TILE, PairMetric, finish, pair_step};
 use crate::launch::Kernel;
 use crate::params::DevPtr;
-use crate::tile::{load_transposed, load_vec4s};
+#[cfg(any(not(target_arch = "nvptx64"), not(target_feature = "sm_80")))]
+use crate::tile::load_transposed;
+use crate::tile::load_vec4s;
 
 /// Arguments of the distance kernels `pairwise_dot` and `pairwise_l1`.
 #[derive(Clone, Copy)]
@@ -52,7 +55,7 @@ macro_rules! distance_kernel {
     ($entry:ident, $name:ident, $l1:expr) => {
         #[doc = concat!("The `", stringify!($name), "` entry point. CPU twin: `backend::cpu::knn::panel_distances`.")]
         pub const $entry: Kernel<PairwiseParams> =
-            Kernel::new(stringify!($name)).threads(DIST_BLOCK);
+            Kernel::new(stringify!($name)).threads(DIST_BLOCK).min_blocks(2);
 
         pairwise_entry! {
             /// `out[i · ld + j] = dist(a[i], b[b_first + j])` for `i < a_rows`, `j < b_cols`; A and B
@@ -90,6 +93,9 @@ macro_rules! distance_kernel {
                     out: out.as_mut_ptr(),
                     ld: ld as usize,
                 };
+                #[cfg(target_feature = "sm_80")]
+                unsafe { pairwise_async::<$l1, _>(crate::exec::Gpu, p) }
+                #[cfg(not(target_feature = "sm_80"))]
                 unsafe { pairwise::<$l1, _>(crate::exec::Gpu, p) }
             }
         }
@@ -105,19 +111,24 @@ const TC: usize = 8;
 /// Column groups: thread `t` owns rows `(t / 16)·8 + i` and columns `h·64 + (t % 16)·4 + l`.
 const GROUPS: usize = 16;
 
-/// The body of the distance kernels (`L1`: `pairwise_l1`, else `pairwise_dot`).
+/// The first row of A and of B (output column) of block `blk`'s tile.
+#[inline(always)]
+fn tile_origin(blk: usize, b_cols: usize) -> (usize, usize) {
+    let col_tiles = b_cols.div_ceil(DIST_TILE).max(1);
+    ((blk / col_tiles) * DIST_TILE, (blk % col_tiles) * DIST_TILE)
+}
+
+/// The body of the distance kernels (`L1`: `pairwise_l1`, else `pairwise_dot`) before sm_80:
+/// each chunk loaded, then multiplied, between barriers.
 ///
 /// # Safety
 /// As for the kernels: `DIST_BLOCK` threads per block, `dist_blocks(a_rows, b_cols)` blocks,
 /// `dist_shared_bytes()` of 16-byte-aligned shared memory, pointers valid for the sizes.
+#[cfg(any(not(target_arch = "nvptx64"), not(target_feature = "sm_80")))]
 #[inline(always)]
 pub unsafe fn pairwise<const L1: bool, E: Exec>(e: E, p: Pair) {
     let t = e.thread();
-    let (tx, ty) = (t % GROUPS, t / GROUPS);
-    let col_tiles = p.b_cols.div_ceil(DIST_TILE).max(1);
-    let blk = e.block();
-    let row0 = (blk / col_tiles) * DIST_TILE;
-    let col0 = (blk % col_tiles) * DIST_TILE;
+    let (row0, col0) = tile_origin(e.block(), p.b_cols);
     let a_tile = e.shared::<f32>();
     let b_tile = unsafe { a_tile.add(DIST_JC * DIST_STRIDE) };
     let b = unsafe { p.b.add(p.b_first * p.d) };
@@ -129,59 +140,140 @@ pub unsafe fn pairwise<const L1: bool, E: Exec>(e: E, p: Pair) {
         e.sync();
         unsafe {
             let threads = DIST_BLOCK as usize;
+            let (rows, stride) = (DIST_TILE, DIST_STRIDE);
             load_transposed::<DIST_JC>(
+                t, threads, p.a, p.a_rows, p.d, row0, rows, j0, width, a_tile, stride,
+            );
+            load_transposed::<DIST_JC>(
+                t, threads, b, p.b_cols, p.d, col0, rows, j0, width, b_tile, stride,
+            );
+        }
+        e.sync();
+        unsafe { accumulate_chunk::<L1>(&mut acc, a_tile, b_tile, width, t) };
+        j0 += width;
+    }
+    unsafe { write_tile::<L1>(&p, &acc, row0, col0, t) };
+}
+
+/// The body of the distance kernels on sm_80 and later: as [`pairwise`], with both tiles' next
+/// chunk copied (`cp.async`, two buffers) while the current one is multiplied.
+///
+/// # Safety
+/// As for [`pairwise`].
+#[cfg(any(test, all(target_arch = "nvptx64", target_feature = "sm_80")))]
+#[inline(always)]
+pub unsafe fn pairwise_async<const L1: bool, E: Exec>(e: E, p: Pair) {
+    use crate::cp_async::{commit, copy_transposed, shared_addr, wait_group};
+    const THREADS: usize = DIST_BLOCK as usize;
+    // Floats of one buffer: the chunk of A, then the chunk of B.
+    const STAGE: usize = 2 * DIST_JC * DIST_STRIDE;
+    let t = e.thread();
+    let (row0, col0) = tile_origin(e.block(), p.b_cols);
+    let bufs = e.shared::<f32>();
+    let bufs_addr = shared_addr(bufs);
+    let b = unsafe { p.b.add(p.b_first * p.d) };
+    let chunks = p.d.div_ceil(DIST_JC);
+    let width_of = |c: usize| DIST_JC.min(p.d - c * DIST_JC);
+
+    // Chunk `c` goes to buffer `c % 2`.
+    let issue = |c: usize| {
+        let (j0, width) = (c * DIST_JC, width_of(c));
+        let a_at = bufs_addr + (4 * (c % 2) * STAGE) as u32;
+        let b_at = a_at + (4 * DIST_JC * DIST_STRIDE) as u32;
+        unsafe {
+            copy_transposed::<DIST_TILE, DIST_JC, THREADS>(
                 t,
-                threads,
                 p.a,
                 p.a_rows,
                 p.d,
                 row0,
-                DIST_TILE,
                 j0,
                 width,
-                a_tile,
+                a_at,
                 DIST_STRIDE,
             );
-            load_transposed::<DIST_JC>(
+            copy_transposed::<DIST_TILE, DIST_JC, THREADS>(
                 t,
-                threads,
                 b,
                 p.b_cols,
                 p.d,
                 col0,
-                DIST_TILE,
                 j0,
                 width,
-                b_tile,
+                b_at,
                 DIST_STRIDE,
             );
         }
+        commit();
+    };
+
+    issue(0);
+    let mut acc = [[0f32; TC]; TR];
+    for c in 0..chunks {
+        // This thread's copies of chunk `c` have landed; after the barrier everybody's have,
+        // and every thread is done with chunk `c - 1`'s buffer, which the next issue refills.
+        wait_group::<0>();
         e.sync();
-        // A full chunk has a constant trip count, so it unrolls and the shared loads of one
-        // dimension overlap the multiply-adds of the previous one.
-        let step = |acc: &mut [[f32; TC]; TR], jj: usize| {
-            let xv: [f32; TR] = unsafe { load_vec4s(a_tile.add(jj * DIST_STRIDE + ty * TR)) };
-            let lo: [f32; 4] = unsafe { load_vec4s(b_tile.add(jj * DIST_STRIDE + tx * 4)) };
-            let hi: [f32; 4] = unsafe { load_vec4s(b_tile.add(jj * DIST_STRIDE + 64 + tx * 4)) };
-            let yv = [lo[0], lo[1], lo[2], lo[3], hi[0], hi[1], hi[2], hi[3]];
-            for i in 0..TR {
-                for q in 0..TC {
-                    acc[i][q] = pair_step(L1, acc[i][q], xv[i], yv[q]);
-                }
-            }
-        };
-        if width == DIST_JC {
-            for jj in 0..DIST_JC {
-                step(&mut acc, jj);
-            }
-        } else {
-            for jj in 0..width {
-                step(&mut acc, jj);
+        if c + 1 < chunks {
+            issue(c + 1);
+        }
+        let a_tile = unsafe { bufs.add((c % 2) * STAGE) };
+        let b_tile = unsafe { a_tile.add(DIST_JC * DIST_STRIDE) };
+        unsafe { accumulate_chunk::<L1>(&mut acc, a_tile, b_tile, width_of(c), t) };
+    }
+    unsafe { write_tile::<L1>(&p, &acc, row0, col0, t) };
+}
+
+/// Adds the `width` dimensions of one transposed chunk to thread `t`'s 8 × 8 tile.
+///
+/// # Safety
+/// `a_tile` and `b_tile` hold `width` rows of `DIST_STRIDE` floats, 16-byte aligned.
+#[inline(always)]
+unsafe fn accumulate_chunk<const L1: bool>(
+    acc: &mut [[f32; TC]; TR],
+    a_tile: *const f32,
+    b_tile: *const f32,
+    width: usize,
+    t: usize,
+) {
+    let (tx, ty) = (t % GROUPS, t / GROUPS);
+    // A full chunk has a constant trip count, so it unrolls and the shared loads of one
+    // dimension overlap the multiply-adds of the previous one.
+    let step = |acc: &mut [[f32; TC]; TR], jj: usize| {
+        let xv: [f32; TR] = unsafe { load_vec4s(a_tile.add(jj * DIST_STRIDE + ty * TR)) };
+        let lo: [f32; 4] = unsafe { load_vec4s(b_tile.add(jj * DIST_STRIDE + tx * 4)) };
+        let hi: [f32; 4] = unsafe { load_vec4s(b_tile.add(jj * DIST_STRIDE + 64 + tx * 4)) };
+        let yv = [lo[0], lo[1], lo[2], lo[3], hi[0], hi[1], hi[2], hi[3]];
+        for i in 0..TR {
+            for q in 0..TC {
+                acc[i][q] = pair_step(L1, acc[i][q], xv[i], yv[q]);
             }
         }
-        j0 += width;
+    };
+    if width == DIST_JC {
+        for jj in 0..DIST_JC {
+            step(acc, jj);
+        }
+    } else {
+        for jj in 0..width {
+            step(acc, jj);
+        }
     }
+}
 
+/// Writes thread `t`'s finished 8 × 8 tile of the block at (`row0`, `col0`).
+///
+/// # Safety
+/// As for the kernels.
+#[inline(always)]
+unsafe fn write_tile<const L1: bool>(
+    p: &Pair,
+    acc: &[[f32; TC]; TR],
+    row0: usize,
+    col0: usize,
+    t: usize,
+) {
+    let (tx, ty) = (t % GROUPS, t / GROUPS);
     let norms = !L1 && p.metric.needs_norms();
     let mut yn = [0f32; TC];
     for (q, y) in yn.iter_mut().enumerate() {
@@ -227,6 +319,12 @@ mod tests {
 
     /// Runs the kernel body in the emulator and compares every output with the plain formula.
     fn check(m: usize, n: usize, d: usize, b_first: usize, metric: PairMetric) {
+        check_body(m, n, d, b_first, metric, false);
+        check_body(m, n, d, b_first, metric, true);
+    }
+
+    /// `check` for one body: `pairwise_async` (sm_80 and later) with `staged`, else `pairwise`.
+    fn check_body(m: usize, n: usize, d: usize, b_first: usize, metric: PairMetric, staged: bool) {
         let a = data(m, d, 1);
         let b = data(b_first + n, d, 2);
         let a_norms: Vec<f32> = a.chunks(d).map(sq_norm).collect();
@@ -254,10 +352,11 @@ mod tests {
             |x| {
                 let p = unsafe { *args.get() };
                 unsafe {
-                    if metric.is_l1() {
-                        pairwise::<true, _>(x, p)
-                    } else {
-                        pairwise::<false, _>(x, p)
+                    match (metric.is_l1(), staged) {
+                        (true, false) => pairwise::<true, _>(x, p),
+                        (false, false) => pairwise::<false, _>(x, p),
+                        (true, true) => pairwise_async::<true, _>(x, p),
+                        (false, true) => pairwise_async::<false, _>(x, p),
                     }
                 }
             },
@@ -269,7 +368,7 @@ mod tests {
                 assert_eq!(
                     got.to_bits(),
                     want.to_bits(),
-                    "{metric:?} {m}×{n}×{d} ({i}, {j})"
+                    "{metric:?} {m}×{n}×{d} ({i}, {j}), staged {staged}"
                 );
             }
             assert!(
@@ -290,6 +389,7 @@ mod tests {
         ] {
             check(3, 5, 1, 0, metric);
             check(130, 129, 17, 7, metric);
+            check(5, 130, 40, 1, metric);
         }
         check(1, 300, 40, 2, PairMetric::L1);
     }

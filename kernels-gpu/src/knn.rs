@@ -199,9 +199,11 @@ pub const DIST_JC: usize = 16;
 /// Row stride (f32) of a transposed shared tile; +4 keeps rows 16-byte aligned.
 pub const DIST_STRIDE: usize = DIST_TILE + 4;
 
-/// Dynamic shared memory of a distance block, in bytes.
+/// Dynamic shared memory of a distance block, in bytes: two buffers of a chunk of both tiles
+/// (the sm_80 kernels copy the next chunk into one while multiplying the other; the others, and
+/// the Lp kernels, use the first).
 pub const fn dist_shared_bytes() -> usize {
-    2 * DIST_JC * DIST_STRIDE * 4
+    2 * 2 * DIST_JC * DIST_STRIDE * 4
 }
 
 /// Blocks of a distance launch over `rows × cols` outputs.
