@@ -5,11 +5,12 @@
 # host's cores and the rayon threads. Results go to OUT (default ./host-sweep).
 #
 #   bash bench/host_sweep.sh gpu-bundle [OUT]
-#   CASES=S1,S,S100,S512,S1024,S2048 REPS=30 AUTO_RUNS=10 SKIP=seed,cold,python  (the defaults but SKIP)
+#   CASES=S1,S,S100,S512,S1024,S2048,F REPS=30 THREADS="16 all" AUTO_RUNS=10 SKIP=seed,cold,python
+#   (the defaults but SKIP; "all": every core)
 set -u
 bundle=$(realpath "${1:?usage: host_sweep.sh GPU_BUNDLE [OUT]}")
 out=$(mkdir -p "${2:-host-sweep}" && realpath "${2:-host-sweep}")
-cases=${CASES:-S1,S,S100,S512,S1024,S2048}
+cases=${CASES:-S1,S,S100,S512,S1024,S2048,F}
 reps=${REPS:-30}
 skip=",${SKIP:-},"
 cores=$(nproc)
@@ -19,10 +20,11 @@ echo "host: $cores cores, $gpus GPUs ($(nvidia-smi --query-gpu=name --format=csv
 # Each process measures from an empty cache unless a step says otherwise.
 export KMEANS_KNN_CACHE_DIR=off
 
-for threads in 16 "$cores"; do
+threads_list=${THREADS:-16 all}
+for threads in ${threads_list//all/$cores}; do
   echo "=== kNN sweep, every path, RAYON_NUM_THREADS=$threads of $cores cores, CUDA_VISIBLE_DEVICES=0"
   for pass in 1 2; do
-    CUDA_VISIBLE_DEVICES=0 RAYON_NUM_THREADS=$threads "$bench" --cases "$cases,F" --reps "$reps" \
+    CUDA_VISIBLE_DEVICES=0 RAYON_NUM_THREADS=$threads "$bench" --cases "$cases" --reps "$reps" \
       --all-paths --json "$out/knn-paths-t$threads-$pass.jsonl" > "$out/knn-paths-t$threads-$pass.txt" 2>&1
     grep '"path":"auto"' "$out/knn-paths-t$threads-$pass.jsonl" | python3 -c '
 import json, sys
@@ -33,10 +35,11 @@ for line in sys.stdin:
   done
 done
 
-echo "=== PyTorch on the same cases (on device, and host to host), against Auto at $cores threads"
-grep -h '"path":"auto"' "$out/knn-paths-t$cores-1.jsonl" > "$out/auto-t$cores.jsonl"
-CUDA_VISIBLE_DEVICES=0 python3 "$bundle/torch_baseline.py" --cases "$cases,F" --reps "$reps" \
-  --ours "$out/auto-t$cores.jsonl" --out "$out/torch.json" 2>&1 | tail -n 12
+last=$threads
+echo "=== PyTorch on the same cases (on device, and host to host), against Auto at $last threads"
+grep -h '"path":"auto"' "$out/knn-paths-t$last-1.jsonl" > "$out/auto-t$last.jsonl"
+CUDA_VISIBLE_DEVICES=0 python3 "$bundle/torch_baseline.py" --cases "$cases" --reps "$reps" \
+  --ours "$out/auto-t$last.jsonl" --out "$out/torch.json" 2>&1 | tail -n 12
 
 echo "=== Auto's choice in ${AUTO_RUNS:-10} fresh processes (cache off), S512 and S2048, $cores threads"
 for i in $(seq "${AUTO_RUNS:-10}"); do

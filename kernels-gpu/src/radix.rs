@@ -5,7 +5,10 @@
 //! the front. Keys are unique but for `NO_KEY` padding, which the equal-prefix count handles.
 //!
 //! A pass is a histogram with shared atomics and a 256-bin prefix sum. Unique 64-bit keys of
-//! `float` distances usually settle in two to four passes.
+//! `float` distances usually settle in two to four passes. The passes start at the highest bit
+//! where the smallest and the largest key differ: distances of one query often share their sign,
+//! exponent and first mantissa bits, and a pass over one bin would serialise every thread's
+//! atomic on it.
 
 use crate::exec::Exec;
 use crate::knn::SELECT_BLOCK;
@@ -43,12 +46,17 @@ pub unsafe fn smallest<E: Exec>(
     // [digit, rank still wanted among the keys of the prefix, whether all of them are wanted,
     //  keys taken below the prefix]
     let state = unsafe { scratch.add(BINS) };
-    let (mut prefix, mut mask) = (0u64, 0u64);
+    // Every key shares the leading bits on which the smallest and the largest agree.
+    let (lo, hi) = unsafe { min_max(x, keys, total, scratch.cast()) };
+    let mut shift = (u64::BITS - (lo ^ hi).leading_zeros()).max(DIGIT_BITS);
+    let mut mask = u64::MAX.checked_shl(shift).unwrap_or(0);
+    let mut prefix = lo & mask;
     let mut want = k as u32;
-    let mut shift = u64::BITS;
     let mut all_equal_wanted = false;
     while shift > 0 && !all_equal_wanted {
-        shift -= DIGIT_BITS;
+        // Past a start that is not a whole digit from the bottom, the last digit overlaps bits
+        // already known: they are the prefix's in every key it counts.
+        shift = shift.saturating_sub(DIGIT_BITS);
         unsafe { *bins.add(t) = 0 };
         x.sync();
         let mut e = t;
@@ -106,6 +114,42 @@ pub unsafe fn smallest<E: Exec>(
         e += B;
     }
     x.sync();
+}
+
+/// The smallest and the largest of `keys[0..total]`, to every thread (`total ≥ 1`); ends
+/// synchronised, `scratch` free again.
+///
+/// # Safety
+/// As for [`smallest`]; `scratch` holds `2 · SELECT_BLOCK / 32` words of 8 bytes.
+#[inline(always)]
+unsafe fn min_max<E: Exec>(x: E, keys: *const u64, total: usize, scratch: *mut u64) -> (u64, u64) {
+    const WARPS: usize = B / 32;
+    let t = x.thread();
+    let (mut lo, mut hi) = (u64::MAX, 0u64);
+    let mut e = t;
+    while e < total {
+        let v = unsafe { *keys.add(e) };
+        (lo, hi) = (lo.min(v), hi.max(v));
+        e += B;
+    }
+    for m in [16, 8, 4, 2, 1] {
+        lo = lo.min(crate::exec::shfl_xor_u64(x, lo, m));
+        hi = hi.max(crate::exec::shfl_xor_u64(x, hi, m));
+    }
+    if t.is_multiple_of(32) {
+        unsafe {
+            *scratch.add(t / 32) = lo;
+            *scratch.add(WARPS + t / 32) = hi;
+        }
+    }
+    x.sync();
+    for w in 0..WARPS {
+        lo = lo.min(unsafe { *scratch.add(w) });
+        hi = hi.max(unsafe { *scratch.add(WARPS + w) });
+    }
+    // Everyone has read the warps' figures before the passes clear their bins.
+    x.sync();
+    (lo, hi)
 }
 
 #[cfg(all(test, not(target_arch = "nvptx64")))]
@@ -169,8 +213,8 @@ mod tests {
             (4096, 1),
             (4096, 4096),
         ] {
-            // Random distances; few distinct distances (ties broken by index); and the running
-            // slots of a fresh tile, `NO_KEY` padding, beside real keys.
+            // Random distances; few distinct distances (ties broken by index); the running slots
+            // of a fresh tile, `NO_KEY` padding, beside real keys.
             let random: Vec<u64> = (0..total)
                 .map(|i| key(f32::from_bits((next() as u32) >> 2), i as u32))
                 .collect();
@@ -188,7 +232,12 @@ mod tests {
                     _ => key(1.0 + (i % 7) as f32, i as u32),
                 })
                 .collect();
-            for keys in [random, ties, padded] {
+            // Distances of one narrow range: their keys share a long prefix (the passes start
+            // below it).
+            let near: Vec<u64> = (0..total)
+                .map(|i| key(40.0 + (next() % 4096) as f32 / 65536.0, i as u32))
+                .collect();
+            for keys in [random, ties, padded, near] {
                 assert_eq!(run(&keys, k), want(&keys, k), "total {total}, k {k}");
             }
         }

@@ -13,7 +13,10 @@
 //!   by one bitonic merge of `K` keys. Sorting the running keys again with the candidates, as
 //!   `k + count` padded, takes at least twice the compare-exchanges.
 //! * `knn_select_radix` ([`radix_sorted`]): a radix selection of the k smallest of the running
-//!   keys and the candidates ([`crate::radix`]), then a bitonic sort of those k alone.
+//!   keys and the candidates ([`crate::radix`]), then a bitonic sort of those k alone, on a
+//!   search's last tile only; on the others the k stay unsorted but for the largest, last, which
+//!   the next tile's candidates must beat ([`radix_kept`]): at k = 2048 the sort is most of a
+//!   tile's work.
 //!
 //! Large k: `knn_sort_chunks`, `knn_bitonic_merge_global` and `knn_bitonic_merge_local` sort
 //! whole distance rows (padded to a power of two) in global memory with the same network;
@@ -52,7 +55,9 @@ pub const fn select_method_shared_bytes(method: u32, k: usize) -> usize {
 /// Arguments of a streaming selection: `dist` holds the tile's distances, query row `q` at
 /// `q · ld`, `cols` of them, column `c` being training row `first_index + c`; `best` holds
 /// `rows × k` running keys (ascending), updated in place; with `fresh` (the first tile) they are
-/// not read but taken as empty. With `keys` non-null the tile is made of ready keys instead
+/// not read but taken as empty. Without `last` (a tile that is not the search's last) the radix
+/// method leaves them unsorted but for the largest, which it puts last; the others read them as
+/// a set and keep them sorted. With `keys` non-null the tile is made of ready keys instead
 /// (`keys[q · ld + c]`, any training indices; `dist` and `first_index` are not read).
 #[derive(Clone, Copy)]
 pub struct Tile {
@@ -64,6 +69,7 @@ pub struct Tile {
     pub best: *mut u64,
     pub k: usize,
     pub fresh: bool,
+    pub last: bool,
 }
 
 /// The body of the streaming selection kernels: one block per query row. Gathers the row's
@@ -139,12 +145,20 @@ pub unsafe fn select<const METHOD: u32, E: Exec>(x: E, a: Tile) {
     } else {
         unsafe { *counter as usize }
     };
-    if count > 0 {
+    if METHOD == BY_RADIX && count == 0 && a.last && !a.fresh {
+        // Running keys that an earlier tile left unsorted, and nothing to add.
+        unsafe { bitonic_sorted(x, keys, k, k, best_row) };
+    } else if count > 0 {
         if METHOD == BY_KMIN {
             unsafe { kmin(x, keys, k + count, k, scratch, best_row) };
         } else if METHOD == BY_RADIX {
             let chosen = unsafe { x.shared::<u8>().add(select_shared_bytes()) }.cast::<u64>();
-            unsafe { radix_sorted(x, keys, k + count, k, scratch.cast(), chosen, best_row) };
+            let total = k + count;
+            if a.last {
+                unsafe { radix_sorted(x, keys, total, k, scratch.cast(), chosen, best_row) };
+            } else {
+                unsafe { radix_kept(x, keys, total, k, scratch.cast(), chosen, best_row) };
+            }
         } else if a.fresh {
             unsafe { bitonic_sorted(x, keys, count, k, best_row) };
         } else {
@@ -170,7 +184,7 @@ fn candidate_slot<const METHOD: u32>(i: usize, k: usize, fresh: bool) -> usize {
 }
 
 kernel_params! {
-    /// The parameters of the three `knn_select_*` entry points (see [`KNN_SELECT_KMIN`]): a tile of distances (`cols` per row, row stride `ld`, training rows from `first_index`) merged into every row's running `k` keys `best` (`fresh`: 1 when they start empty).
+    /// The parameters of the three `knn_select_*` entry points (see [`KNN_SELECT_KMIN`]): a tile of distances (`cols` per row, row stride `ld`, training rows from `first_index`) merged into every row's running `k` keys `best` (`fresh`: 1 when they start empty; `last`: 1 on the search's last tile, which leaves them sorted).
     pub struct SelectParams {
         pub dist: DevPtr<f32>,
         pub ld: u64,
@@ -179,6 +193,7 @@ kernel_params! {
         pub best: DevPtr<u64>,
         pub k: u32,
         pub fresh: u32,
+        pub last: u32,
     }
     entries: select_entry;
 }
@@ -192,6 +207,7 @@ kernel_params! {
         pub best: DevPtr<u64>,
         pub k: u32,
         pub fresh: u32,
+        pub last: u32,
     }
     entries: select_keys_entry;
 }
@@ -209,7 +225,7 @@ macro_rules! select_kernel {
             /// its method and k of dynamic shared memory; `1 ≤ k`, `k + cols ≤ SELECT_CAP`;
             /// pointers valid for those sizes.
             fn $name(params) {
-                let SelectParams { dist, ld, cols, first_index, best, k, fresh } = params;
+                let SelectParams { dist, ld, cols, first_index, best, k, fresh, last } = params;
                 let (dist, best) = (dist.as_ptr(), best.as_mut_ptr());
                 let tile = Tile {
                     dist,
@@ -220,6 +236,7 @@ macro_rules! select_kernel {
                     best,
                     k: k as usize,
                     fresh: fresh != 0,
+                    last: last != 0,
                 };
                 unsafe { select::<$method, _>(crate::exec::Gpu, tile) }
             }
@@ -259,7 +276,7 @@ macro_rules! select_keys_kernel {
             /// its method and k of dynamic shared memory; `1 ≤ k`, `k + cols ≤ SELECT_CAP`; `keys`
             /// holds `rows × ld` keys.
             fn $name(params) {
-                let SelectKeysParams { keys, ld, cols, best, k, fresh } = params;
+                let SelectKeysParams { keys, ld, cols, best, k, fresh, last } = params;
                 let (keys, best) = (keys.as_ptr(), best.as_mut_ptr());
                 let tile = Tile {
                     dist: core::ptr::null(),
@@ -270,6 +287,7 @@ macro_rules! select_keys_kernel {
                     best,
                     k: k as usize,
                     fresh: fresh != 0,
+                    last: last != 0,
                 };
                 unsafe { select::<$method, _>(crate::exec::Gpu, tile) }
             }
@@ -419,6 +437,71 @@ pub unsafe fn radix_sorted<E: Exec>(
     unsafe {
         crate::radix::smallest(x, keys, total, k, scratch, chosen);
         bitonic_sorted(x, chosen, k, k, out);
+    }
+}
+
+/// Writes the `k` smallest of `keys[0..total]` to `out` unsorted but for the largest, which
+/// goes last (`out[k − 1]`, the key a later tile's candidates must beat): [`radix_sorted`]
+/// without its sort, for the tiles before a search's last (`k ≤ total`).
+///
+/// # Safety
+/// As for [`radix_sorted`].
+#[inline(always)]
+pub unsafe fn radix_kept<E: Exec>(
+    x: E,
+    keys: *const u64,
+    total: usize,
+    k: usize,
+    scratch: *mut u32,
+    chosen: *mut u64,
+    out: *mut u64,
+) {
+    const WARPS: usize = B / 32;
+    let t = x.thread();
+    unsafe { crate::radix::smallest(x, keys, total, k, scratch, chosen) };
+    // The largest chosen key: per thread, per warp, then across the warps.
+    let mut top = 0u64;
+    let mut e = t;
+    while e < k {
+        top = top.max(unsafe { *chosen.add(e) });
+        e += B;
+    }
+    for mask in [16, 8, 4, 2, 1] {
+        top = top.max(crate::exec::shfl_xor_u64(x, top, mask));
+    }
+    let warp_tops = scratch.cast::<u64>();
+    let slot = unsafe { scratch.add(2 * WARPS) };
+    if t.is_multiple_of(32) {
+        unsafe { *warp_tops.add(t / 32) = top };
+    }
+    if t == 0 {
+        unsafe { *slot = 0 };
+    }
+    x.sync();
+    for w in 0..WARPS {
+        top = top.max(unsafe { *warp_tops.add(w) });
+    }
+    // Its highest position (`NO_KEY` padding may repeat), swapped with the last on the way out.
+    let mut e = t;
+    while e < k {
+        if unsafe { *chosen.add(e) } == top {
+            unsafe { AtomicU32::from_ptr(slot) }.fetch_max(e as u32, Ordering::Relaxed);
+        }
+        e += B;
+    }
+    x.sync();
+    let at = unsafe { *slot } as usize;
+    let mut e = t;
+    while e < k {
+        let to = if e == at {
+            k - 1
+        } else if e == k - 1 {
+            at
+        } else {
+            e
+        };
+        unsafe { *out.add(to) = *chosen.add(e) };
+        e += B;
     }
 }
 
@@ -912,6 +995,7 @@ mod tests {
                 best: best.as_mut_ptr(),
                 k,
                 fresh: t0 == 0,
+                last: t0 + cols == n,
             };
             let a = P(&a as *const Tile as *mut Tile);
             launch(rows, B, select_method_shared_bytes(method, k), |x| unsafe {

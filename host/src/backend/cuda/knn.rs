@@ -1178,6 +1178,7 @@ impl CudaKnn {
                             best: best.writes(rows * k),
                             k: k32,
                             fresh: u32::from(s == 0),
+                            last: u32::from(s + cols == plan.ldg),
                         },
                     )?;
                     s += cols;
@@ -1311,6 +1312,8 @@ impl CudaKnn {
                 k: k as u32,
                 // The first tile starts from empty running keys (nothing to clear beforehand).
                 fresh: u32::from(first_index == 0),
+                // The last leaves them sorted for whatever reads them next.
+                last: u32::from(first_index + cols == self.n),
             },
         )
     }

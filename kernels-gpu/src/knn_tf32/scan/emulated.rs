@@ -234,6 +234,7 @@ fn search(s: Shape, q: &[f32], x: &[f32], k: usize, metric: PairMetric, method: 
             best: best.as_mut_ptr(),
             k,
             fresh: first == 0,
+            last: first + cols == ldg,
         };
         let tile = P(&tile as *const Tile as *mut Tile);
         launch(
