@@ -3,7 +3,7 @@
 //! * Distances: the GEMM-style `pairwise_dot` / `pairwise_l1` kernels write row blocks of the
 //!   matrix (64-bit offsets), sized to the memory budget and copied back block by block.
 //! * Search, `k ≤ MAX_STREAM_K`: queries in batches; one distance launch per
-//!   `TILES_PER_LAUNCH` tiles of training rows (batch × span), then per tile one selection launch
+//!   `LAUNCH_COLUMNS` of training rows (batch × span), then per tile one selection launch
 //!   (a block per query) that merges the tile into the query's running k keys. The batch × n
 //!   matrix is never stored.
 //! * Search, larger k: whole distance rows of a batch, sorted as keys by a bitonic network in
@@ -65,9 +65,11 @@ mod radius;
 const FREE_SHARE: f64 = 0.7;
 /// Most query rows per batch.
 pub(crate) const MAX_BATCH_ROWS: usize = 1 << 16;
-/// Selection tiles whose distances one launch computes: a wider launch fills the GPU with more
-/// blocks (one selection tile alone can leave most of the last wave empty).
-const TILES_PER_LAUNCH: usize = 4;
+/// Training rows whose distances one streaming launch computes at least, in whole selection
+/// tiles: four tiles of the smallest k. A wider launch fills the GPU with more blocks (one tile
+/// alone can leave most of the last wave empty); large k have narrower tiles, and four of them
+/// (640 blocks for 1,200 queries at k = 2048) left a third of the last of three waves idle.
+const LAUNCH_COLUMNS: usize = 4 * stream_tile(1);
 /// Most training rows for which the prefilter stores its approximations (1 MiB a query) and
 /// reads them back for the candidates instead of a second tensor-core scan.
 const STORE_MAX_N: usize = 1 << 18;
@@ -685,11 +687,12 @@ impl CudaKnn {
     }
 
     /// The distance columns a streaming launch covers per query (the row stride of its
-    /// distances): `TILES_PER_LAUNCH` selection tiles, or the whole index when it is smaller, so
-    /// that a small index (a streamed part of a few rows) does not reserve 64 KB a query and
-    /// shrink its batches to one query.
+    /// distances): the selection tiles that make `LAUNCH_COLUMNS`, or the whole index when it is
+    /// smaller, so that a small index (a streamed part of a few rows) does not reserve 64 KB a
+    /// query and shrink its batches to one query.
     fn stream_span(&self, k: usize) -> usize {
-        (stream_tile(k) * TILES_PER_LAUNCH).min(self.n.max(1))
+        let tile = stream_tile(k);
+        (tile * LAUNCH_COLUMNS.div_ceil(tile)).min(self.n.max(1))
     }
 
     /// Device bytes per query row of a batch.
@@ -1050,7 +1053,7 @@ impl CudaKnn {
         Ok((over, exact.keys.unwrap_or_default()))
     }
 
-    /// The streaming search of a batch of `r` queries: distances to `TILES_PER_LAUNCH` tiles of
+    /// The streaming search of a batch of `r` queries: distances to `LAUNCH_COLUMNS` (whole tiles) of
     /// training rows at a time, each tile merged into the running keys.
     fn stream_batch(
         &self,
