@@ -105,11 +105,30 @@ macro_rules! distance_kernel {
 distance_kernel!(PAIRWISE_DOT, pairwise_dot, false);
 distance_kernel!(PAIRWISE_L1, pairwise_l1, true);
 
-/// Rows per thread and columns per thread.
-const TR: usize = 8;
-const TC: usize = 8;
+/// Rows per thread and columns per thread (also [`crate::lp`]'s).
+pub(crate) const TR: usize = 8;
+pub(crate) const TC: usize = 8;
 /// Column groups: thread `t` owns rows `(t / 16)·8 + i` and columns `h·64 + (t % 16)·4 + l`.
-const GROUPS: usize = 16;
+pub(crate) const GROUPS: usize = 16;
+
+/// Thread `(tx, ty)`'s operands of dimension `jj` of a transposed chunk: its 8 rows of A and its
+/// 8 columns (rows of B), as four 16-byte shared loads.
+///
+/// # Safety
+/// `a_tile` and `b_tile` hold the chunk, `DIST_STRIDE` floats a dimension, 16-byte aligned.
+#[inline(always)]
+pub(crate) unsafe fn operands(
+    a_tile: *const f32,
+    b_tile: *const f32,
+    jj: usize,
+    tx: usize,
+    ty: usize,
+) -> ([f32; TR], [f32; TC]) {
+    let xv: [f32; TR] = unsafe { load_vec4s(a_tile.add(jj * DIST_STRIDE + ty * TR)) };
+    let lo: [f32; 4] = unsafe { load_vec4s(b_tile.add(jj * DIST_STRIDE + tx * 4)) };
+    let hi: [f32; 4] = unsafe { load_vec4s(b_tile.add(jj * DIST_STRIDE + 64 + tx * 4)) };
+    (xv, [lo[0], lo[1], lo[2], lo[3], hi[0], hi[1], hi[2], hi[3]])
+}
 
 /// The first row of A and of B (output column) of block `blk`'s tile.
 #[inline(always)]
@@ -240,10 +259,7 @@ unsafe fn accumulate_chunk<const L1: bool>(
     // A full chunk has a constant trip count, so it unrolls and the shared loads of one
     // dimension overlap the multiply-adds of the previous one.
     let step = |acc: &mut [[f32; TC]; TR], jj: usize| {
-        let xv: [f32; TR] = unsafe { load_vec4s(a_tile.add(jj * DIST_STRIDE + ty * TR)) };
-        let lo: [f32; 4] = unsafe { load_vec4s(b_tile.add(jj * DIST_STRIDE + tx * 4)) };
-        let hi: [f32; 4] = unsafe { load_vec4s(b_tile.add(jj * DIST_STRIDE + 64 + tx * 4)) };
-        let yv = [lo[0], lo[1], lo[2], lo[3], hi[0], hi[1], hi[2], hi[3]];
+        let (xv, yv) = unsafe { operands(a_tile, b_tile, jj, tx, ty) };
         for i in 0..TR {
             for q in 0..TC {
                 acc[i][q] = pair_step(L1, acc[i][q], xv[i], yv[q]);

@@ -11,11 +11,12 @@
 //! chunks of both tiles transposed through shared memory) and need no norms. The CPU twin calls
 //! [`distance`] per pair.
 
+use crate::distance::{GROUPS, TC, TR, operands};
 use crate::exec::Exec;
 use crate::knn::{DIST_BLOCK, DIST_JC, DIST_STRIDE, DIST_TILE};
 use crate::launch::Kernel;
 use crate::params::DevPtr;
-use crate::tile::{load_transposed, load_vec4s};
+use crate::tile::load_transposed;
 
 pub use crate::lp_distance::{Chebyshev, LpAccumulate, Minkowski, MinkowskiP, distance};
 
@@ -112,12 +113,6 @@ minkowski_entry! {
     }
 }
 
-/// Rows per thread and columns per thread.
-const TR: usize = 8;
-const TC: usize = 8;
-/// Column groups: thread `t` owns rows `(t / 16)·8 + i` and columns `h·64 + (t % 16)·4 + l`.
-const GROUPS: usize = 16;
-
 /// One dimension (`jj` of the chunk in shared memory) of thread `(tx, ty)`'s 8 × 8 outputs.
 ///
 /// # Safety
@@ -132,10 +127,7 @@ unsafe fn step_dimension<A: LpAccumulate>(
     tx: usize,
     ty: usize,
 ) {
-    let xv: [f32; TR] = unsafe { load_vec4s(a_tile.add(jj * DIST_STRIDE + ty * TR)) };
-    let lo: [f32; 4] = unsafe { load_vec4s(b_tile.add(jj * DIST_STRIDE + tx * 4)) };
-    let hi: [f32; 4] = unsafe { load_vec4s(b_tile.add(jj * DIST_STRIDE + 64 + tx * 4)) };
-    let yv = [lo[0], lo[1], lo[2], lo[3], hi[0], hi[1], hi[2], hi[3]];
+    let (xv, yv) = unsafe { operands(a_tile, b_tile, jj, tx, ty) };
     for i in 0..TR {
         for q in 0..TC {
             acc[i][q] = acc_of.step(acc[i][q], xv[i], yv[q]);
