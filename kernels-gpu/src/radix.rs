@@ -31,7 +31,7 @@ pub const RADIX_SCRATCH_WORDS: usize = BINS + 4;
 ///
 /// # Safety
 /// `SELECT_BLOCK` threads; `keys` holds `total` keys and `out` `k` keys in shared memory, apart;
-/// `scratch` [`RADIX_SCRATCH_WORDS`] words of shared memory.
+/// `scratch` [`RADIX_SCRATCH_WORDS`] words of shared memory, 8-byte aligned.
 #[inline(always)]
 pub unsafe fn smallest<E: Exec>(
     x: E,

@@ -3,10 +3,10 @@
 //!
 //! * **Measured, resisting noise**: the first candidate path runs once untimed (the driver loads
 //!   the prefilter's kernels on their first launch, and the GPU's clock rises from idle); then
-//!   every candidate runs once for the cut below (the warm-up), then `TIMED_ROUNDS` interleaved rounds time each survivor with CUDA events; a
-//!   path's figure is its minimum (host jitter only ever adds time). Paths within `TIE` of the
-//!   fastest count as tied and the first in a fixed order wins, so near-equal paths do not flip
-//!   the choice from one process to the next.
+//!   every candidate runs once for the cut below (the warm-up), then `TIMED_ROUNDS` interleaved
+//!   rounds time each survivor with CUDA events; a path's figure is its minimum (host jitter
+//!   only ever adds time). Paths within `TIE` of the fastest count as tied and the first in a
+//!   fixed order wins, so near-equal paths do not flip the choice from one process to the next.
 //! * **A cost model skips paths that cannot win**: the exact path's distance arithmetic alone, at
 //!   the GPU's FP32 peak, is a lower bound on its time; when it exceeds the fastest prefilter
 //!   path's warm-up, the exact paths are not run at all. A path over twice the fastest warm-up is
