@@ -435,7 +435,16 @@ pub unsafe fn rerank<const METHOD: u32, E: crate::exec::Exec>(x: E, a: Exact) {
         BY_KMIN => unsafe { crate::select::kmin(x, keys, total, a.k, scratch, best) },
         // The row set is done with: the radix selection chooses into its room.
         BY_RADIX => unsafe {
-            crate::select::radix_sorted(x, keys, total, a.k, scratch.cast(), set.cast(), best)
+            crate::select::radix_smallest(
+                x,
+                keys,
+                total,
+                a.k,
+                scratch.cast(),
+                set.cast(),
+                best,
+                true,
+            )
         },
         _ => unsafe { crate::select::bitonic_sorted(x, keys, total, a.k, best) },
     }

@@ -116,13 +116,23 @@ pub unsafe fn smallest<E: Exec>(
     x.sync();
 }
 
+/// `u32` words of scratch that [`min_max`] uses: two 8-byte words a warp.
+pub const MIN_MAX_WORDS: usize = 4 * B / 32;
+// `select::radix_smallest` keeps a word of its own after them.
+const _: () = assert!(MIN_MAX_WORDS < RADIX_SCRATCH_WORDS);
+
 /// The smallest and the largest of `keys[0..total]`, to every thread (`total ≥ 1`); ends
 /// synchronised, `scratch` free again.
 ///
 /// # Safety
-/// As for [`smallest`]; `scratch` holds `2 · SELECT_BLOCK / 32` words of 8 bytes.
+/// As for [`smallest`]; `scratch` holds [`MIN_MAX_WORDS`] words, 8-byte aligned.
 #[inline(always)]
-unsafe fn min_max<E: Exec>(x: E, keys: *const u64, total: usize, scratch: *mut u64) -> (u64, u64) {
+pub unsafe fn min_max<E: Exec>(
+    x: E,
+    keys: *const u64,
+    total: usize,
+    scratch: *mut u64,
+) -> (u64, u64) {
     const WARPS: usize = B / 32;
     let t = x.thread();
     let (mut lo, mut hi) = (u64::MAX, 0u64);

@@ -12,10 +12,10 @@
 //!   later one the sorted candidates are merged into the running k (padded to a power of two `K`)
 //!   by one bitonic merge of `K` keys. Sorting the running keys again with the candidates, as
 //!   `k + count` padded, takes at least twice the compare-exchanges.
-//! * `knn_select_radix` ([`radix_sorted`]): a radix selection of the k smallest of the running
+//! * `knn_select_radix` ([`radix_smallest`]): a radix selection of the k smallest of the running
 //!   keys and the candidates ([`crate::radix`]), then a bitonic sort of those k alone, on a
 //!   search's last tile only; on the others the k stay unsorted but for the largest, last, which
-//!   the next tile's candidates must beat ([`radix_kept`]): at k = 2048 the sort is most of a
+//!   the next tile's candidates must beat: at k = 2048 the sort is most of a
 //!   tile's work.
 //!
 //! Large k: `knn_sort_chunks`, `knn_bitonic_merge_global` and `knn_bitonic_merge_local` sort
@@ -38,7 +38,7 @@ const B: usize = SELECT_BLOCK as usize;
 pub const BY_KMIN: u32 = 0;
 /// Bitonic sorts and merges ([`bitonic_sorted`], [`bitonic_merged`]).
 pub const BY_BITONIC: u32 = 1;
-/// A radix selection, then a sort of the k ([`radix_sorted`]).
+/// A radix selection, then a sort of the k ([`radix_smallest`]).
 pub const BY_RADIX: u32 = 2;
 
 /// Dynamic shared memory of a selection block of `method` for `k` (≤ `MAX_STREAM_K`): the radix
@@ -74,7 +74,7 @@ pub struct Tile {
 
 /// The body of the streaming selection kernels: one block per query row. Gathers the row's
 /// running k keys and the tile's candidates below its k-th key into shared memory (see
-/// `candidate_slot`), then keeps the k smallest by `METHOD`: [`kmin`], [`radix_sorted`], or
+/// `candidate_slot`), then keeps the k smallest by `METHOD`: [`kmin`], [`radix_smallest`], or
 /// [`bitonic_sorted`] on the first tile and [`bitonic_merged`] on later ones.
 ///
 /// # Safety
@@ -153,12 +153,8 @@ pub unsafe fn select<const METHOD: u32, E: Exec>(x: E, a: Tile) {
             unsafe { kmin(x, keys, k + count, k, scratch, best_row) };
         } else if METHOD == BY_RADIX {
             let chosen = unsafe { x.shared::<u8>().add(select_shared_bytes()) }.cast::<u64>();
-            let total = k + count;
-            if a.last {
-                unsafe { radix_sorted(x, keys, total, k, scratch.cast(), chosen, best_row) };
-            } else {
-                unsafe { radix_kept(x, keys, total, k, scratch.cast(), chosen, best_row) };
-            }
+            let (total, scratch) = (k + count, scratch.cast());
+            unsafe { radix_smallest(x, keys, total, k, scratch, chosen, best_row, a.last) };
         } else if a.fresh {
             unsafe { bitonic_sorted(x, keys, count, k, best_row) };
         } else {
@@ -417,15 +413,17 @@ pub unsafe fn bitonic_sorted<E: Exec>(x: E, keys: *mut u64, total: usize, k: usi
     }
 }
 
-/// Writes the `k` smallest of `keys[0..total]` to `out`, ascending: a radix selection of the k
-/// into `chosen` ([`crate::radix::smallest`]), then a bitonic sort of those k alone
-/// (`k ≤ total`).
+/// Writes the `k` smallest of `keys[0..total]` to `out` (`k ≤ total`): a radix selection of the
+/// k into `chosen` ([`crate::radix::smallest`]), then with `sorted` a bitonic sort of those k
+/// alone; without it (the tiles before a search's last) they stay unsorted but for the largest,
+/// which goes last (`out[k − 1]`, the key a later tile's candidates must beat).
 ///
 /// # Safety
-/// As for [`select`]; `scratch` holds [`crate::radix::RADIX_SCRATCH_WORDS`] words and `chosen`
-/// `k.next_power_of_two()` keys, both in shared memory apart from `keys`.
+/// As for [`select`]; `scratch` holds [`crate::radix::RADIX_SCRATCH_WORDS`] words (8-byte
+/// aligned) and `chosen` `k.next_power_of_two()` keys, both in shared memory apart from `keys`.
 #[inline(always)]
-pub unsafe fn radix_sorted<E: Exec>(
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn radix_smallest<E: Exec>(
     x: E,
     keys: *const u64,
     total: usize,
@@ -433,54 +431,20 @@ pub unsafe fn radix_sorted<E: Exec>(
     scratch: *mut u32,
     chosen: *mut u64,
     out: *mut u64,
+    sorted: bool,
 ) {
-    unsafe {
-        crate::radix::smallest(x, keys, total, k, scratch, chosen);
-        bitonic_sorted(x, chosen, k, k, out);
-    }
-}
-
-/// Writes the `k` smallest of `keys[0..total]` to `out` unsorted but for the largest, which
-/// goes last (`out[k − 1]`, the key a later tile's candidates must beat): [`radix_sorted`]
-/// without its sort, for the tiles before a search's last (`k ≤ total`).
-///
-/// # Safety
-/// As for [`radix_sorted`].
-#[inline(always)]
-pub unsafe fn radix_kept<E: Exec>(
-    x: E,
-    keys: *const u64,
-    total: usize,
-    k: usize,
-    scratch: *mut u32,
-    chosen: *mut u64,
-    out: *mut u64,
-) {
-    const WARPS: usize = B / 32;
-    let t = x.thread();
     unsafe { crate::radix::smallest(x, keys, total, k, scratch, chosen) };
-    // The largest chosen key: per thread, per warp, then across the warps.
-    let mut top = 0u64;
-    let mut e = t;
-    while e < k {
-        top = top.max(unsafe { *chosen.add(e) });
-        e += B;
+    if sorted {
+        unsafe { bitonic_sorted(x, chosen, k, k, out) };
+        return;
     }
-    for mask in [16, 8, 4, 2, 1] {
-        top = top.max(crate::exec::shfl_xor_u64(x, top, mask));
-    }
-    let warp_tops = scratch.cast::<u64>();
-    let slot = unsafe { scratch.add(2 * WARPS) };
-    if t.is_multiple_of(32) {
-        unsafe { *warp_tops.add(t / 32) = top };
-    }
+    let t = x.thread();
+    // Past the words that `min_max` uses.
+    let slot = unsafe { scratch.add(crate::radix::MIN_MAX_WORDS) };
     if t == 0 {
         unsafe { *slot = 0 };
     }
-    x.sync();
-    for w in 0..WARPS {
-        top = top.max(unsafe { *warp_tops.add(w) });
-    }
+    let (_, top) = unsafe { crate::radix::min_max(x, chosen, k, scratch.cast()) };
     // Its highest position (`NO_KEY` padding may repeat), swapped with the last on the way out.
     let mut e = t;
     while e < k {
