@@ -29,11 +29,14 @@ use kernels_gpu::knn::MAX_STREAM_K;
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 
-/// Query rows the paths are timed on (the queries repeated when there are fewer): enough blocks
-/// for several waves, so that a faster selection shows through the search's fixed costs (with
-/// 128, S512's choice went either way from one process to the next), and the same sample size
-/// whatever the caller's query count, since the choice is kept per shape.
-pub(super) const SAMPLE_ROWS: usize = 512;
+/// Query rows the paths are timed on (the queries repeated when there are fewer), the same
+/// whatever the caller's query count, since the choice is kept per shape. Enough for several
+/// waves of the exact path's distance tiles: it pays more than the prefilter in fixed costs
+/// (tails of its waves) and less per row, so a short sample favours the prefilter. On 512 rows
+/// S1024's two radix paths lay within 10 % and the choice went either way, while at 1,200
+/// queries the exact one was 1.26–1.33× faster (2026-11-27); with 128, even S512's went either
+/// way.
+pub(super) const SAMPLE_ROWS: usize = 1024;
 /// Timed rounds of each surviving path after the warm-up.
 const TIMED_ROUNDS: usize = 5;
 /// Paths whose warm-up took over this many times the fastest are not timed again.
@@ -46,7 +49,7 @@ const TIE: f64 = 0.10;
 /// (Ampere's GA10x, Ada, Hopper), so that its bound stays below the real time everywhere.
 const FP32_LANES: f64 = 128.0;
 /// First line of a cache entry.
-const ENTRY_HEADER: &str = "kmeans-knn knn auto 1";
+const ENTRY_HEADER: &str = "kmeans-knn knn auto 2";
 
 /// What a choice is kept under.
 #[derive(Clone, PartialEq, Eq, Hash)]
@@ -461,19 +464,19 @@ mod tests {
 
     #[test]
     fn bad_cache_entries_are_ignored() {
-        let good = "kmeans-knn knn auto 1\nchoice radix tf32\npath radix tf32 0.2 0.1 0.11\n";
+        let good = "kmeans-knn knn auto 2\nchoice radix tf32\npath radix tf32 0.2 0.1 0.11\n";
         assert!(parse_entry(good, &candidates()).is_some());
         let bad = [
             "",
             "kmeans-knn knn auto 0\nchoice radix tf32\n",
-            "kmeans-knn knn auto 1\nchoice heap tf32\n",
-            "kmeans-knn knn auto 1\nchoice auto tf32\n",
-            "kmeans-knn knn auto 1\nchoice radix fp16\n",
-            "kmeans-knn knn auto 1\nchoice radix\n",
-            "kmeans-knn knn auto 1\nchoice radix tf32\npath radix tf32 0.2 x 0.1\n",
-            "kmeans-knn knn auto 1\nchoice radix tf32\npath radix tf32 0.2 -1 0.1\n",
-            "kmeans-knn knn auto 1\nchoice radix tf32\npath radix tf32 0.2 0.1\n",
-            "kmeans-knn knn auto 1\nchoice radix tf32\nroute radix tf32 0.2 0.1 0.1\n",
+            "kmeans-knn knn auto 2\nchoice heap tf32\n",
+            "kmeans-knn knn auto 2\nchoice auto tf32\n",
+            "kmeans-knn knn auto 2\nchoice radix fp16\n",
+            "kmeans-knn knn auto 2\nchoice radix\n",
+            "kmeans-knn knn auto 2\nchoice radix tf32\npath radix tf32 0.2 x 0.1\n",
+            "kmeans-knn knn auto 2\nchoice radix tf32\npath radix tf32 0.2 -1 0.1\n",
+            "kmeans-knn knn auto 2\nchoice radix tf32\npath radix tf32 0.2 0.1\n",
+            "kmeans-knn knn auto 2\nchoice radix tf32\nroute radix tf32 0.2 0.1 0.1\n",
         ];
         for text in bad {
             assert!(parse_entry(text, &candidates()).is_none(), "{text:?}");
@@ -483,7 +486,7 @@ mod tests {
             method: Method::Radix,
             prefilter: true,
         }];
-        let fp32 = "kmeans-knn knn auto 1\nchoice radix fp32\n";
+        let fp32 = "kmeans-knn knn auto 2\nchoice radix fp32\n";
         assert!(parse_entry(fp32, &only_exact).is_none());
         assert!(parse_entry(fp32, &candidates()).is_some());
     }
