@@ -5,8 +5,9 @@
 # host's cores and the rayon threads. Results go to OUT (default ./host-sweep).
 #
 #   bash bench/host_sweep.sh gpu-bundle [OUT]
-#   CASES=S1,S,S100,S512,S1024,S2048,F REPS=30 THREADS="16 all" AUTO_RUNS=10 SKIP=seed,cold,python
-#   (the defaults but SKIP; "all": every core)
+#   CASES=S1,S,S100,S512,S1024,S2048,F REPS=30 THREADS="16 all" AUTO_RUNS=10
+#   AUTO_CASES=S1,S,S100,S512,S1024,S2048 SKIP=seed,cold,python (the defaults but SKIP; "all":
+#   every core)
 set -u
 bundle=$(realpath "${1:?usage: host_sweep.sh GPU_BUNDLE [OUT]}")
 out=$(mkdir -p "${2:-host-sweep}" && realpath "${2:-host-sweep}")
@@ -41,9 +42,10 @@ grep -h '"path":"auto"' "$out/knn-paths-t$last-1.jsonl" > "$out/auto-t$last.json
 CUDA_VISIBLE_DEVICES=0 python3 "$bundle/torch_baseline.py" --cases "$cases" --reps "$reps" \
   --ours "$out/auto-t$last.jsonl" --out "$out/torch.json" 2>&1 | tail -n 12
 
-echo "=== Auto's choice in ${AUTO_RUNS:-10} fresh processes (cache off), S512 and S2048, $cores threads"
+auto_cases=${AUTO_CASES:-S1,S,S100,S512,S1024,S2048}
+echo "=== Auto's choice in ${AUTO_RUNS:-10} fresh processes (cache off), $auto_cases, $cores threads"
 for i in $(seq "${AUTO_RUNS:-10}"); do
-  CUDA_VISIBLE_DEVICES=0 "$bench" --cases S512,S2048 --reps 5 --all-paths 2>/dev/null |
+  CUDA_VISIBLE_DEVICES=0 "$bench" --cases "$auto_cases" --reps 5 --all-paths 2>/dev/null |
     grep '"path":"auto"' | python3 -c '
 import json, sys
 print(" ".join("%s:%s" % (r.get("case"), r.get("auto_took")) for r in map(json.loads, sys.stdin)))'
