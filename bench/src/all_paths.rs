@@ -2,7 +2,8 @@
 //! selection with the TF32 prefilter and on the exact FP32 path), beside the search with
 //! `Selection::Auto`, and which path `Auto` took and from what timings. One JSON line per
 //! (case, path) on stdout (and in `--json`): CUDA-event medians and minimums after warm-up,
-//! their spread (median over minimum), and the host's cores and rayon threads.
+//! their spread (median over minimum), every timed search in order (`ms`), and the host's cores
+//! and rayon threads.
 
 use crate::data::{KnnCase, uniform};
 use kmeans_knn::bench::{KnnTiming, knn_search_ms};
@@ -53,7 +54,7 @@ pub fn rows(case: &KnnCase, device: Device, reps: usize) -> kmeans_knn::Result<V
         let mut row = base.clone();
         let fields = json!({
             "path": path, "median_ms": median, "min_ms": min, "spread": median / min,
-            "wall_median_ms": wall, "reps": timing.ms.len(),
+            "wall_median_ms": wall, "reps": timing.ms.len(), "ms": timing.ms,
         });
         for source in [fields, extra] {
             if let (Some(row), Value::Object(more)) = (row.as_object_mut(), source) {

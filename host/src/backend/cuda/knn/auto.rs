@@ -5,8 +5,10 @@
 //!   the prefilter's kernels on their first launch, and the GPU's clock rises from idle); then
 //!   every candidate runs once for the cut below (the warm-up), then `TIMED_ROUNDS` interleaved
 //!   rounds time each survivor with CUDA events; a path's figure is its minimum (host jitter
-//!   only ever adds time). Paths within `TIE` of the fastest count as tied and the first in a
-//!   fixed order wins, so near-equal paths do not flip the choice from one process to the next.
+//!   only ever adds time). The way (with the prefilter or exact) is chosen first, the two tied
+//!   only within `WAY_TIE` (3 %); within it, selections within `TIE` (10 %) of its fastest
+//!   count as tied and the first in a fixed order wins, so near-equal paths do not flip the
+//!   choice from one process to the next.
 //! * **A cost model skips paths that cannot win**: the exact path's distance arithmetic alone, at
 //!   the GPU's FP32 peak, is a lower bound on its time; when it exceeds the fastest prefilter
 //!   path's warm-up, the exact paths are not run at all. A path over twice the fastest warm-up is
@@ -41,10 +43,15 @@ pub(super) const SAMPLE_ROWS: usize = 1024;
 const TIMED_ROUNDS: usize = 5;
 /// Paths whose warm-up took over this many times the fastest are not timed again.
 const WARM_UP_CUTOFF: f64 = 2.0;
-/// Paths whose minimum is within this share of the fastest are tied: S512's radix and bitonic
-/// selections lie 2–5 % apart, and with 3 % the choice still flipped in 2 of 10 fresh processes
-/// on the 4 × H200 host (2026-11-27); a tie costs at most this share.
+/// Selections of one way (with the prefilter, or exact) whose minimum is within this share of
+/// that way's fastest are tied: S512's radix and bitonic selections lie 2–8 % apart, and with 3 %
+/// the choice still flipped in 2 of 10 fresh processes on the 4 × H200 host (2026-11-27); a tie
+/// costs at most this share.
 const TIE: f64 = 0.10;
+/// The two ways are tied only within this share: they are different algorithms, 12–21 % apart
+/// at S512 and S1024 on 1,024 rows, and with `TIE` between them too S1024 took the slower way in
+/// 1 of 10 fresh processes on an H100 (2026-11-28).
+const WAY_TIE: f64 = 0.03;
 /// FP32 lanes per multiprocessor that the cost model assumes: the most of any architecture
 /// (Ampere's GA10x, Ada, Hopper), so that its bound stays below the real time everywhere.
 const FP32_LANES: f64 = 128.0;
@@ -287,16 +294,26 @@ fn fastest_warmup(timings: &[PathTiming], prefilter_only: bool) -> Option<f64> {
         .min_by(f64::total_cmp)
 }
 
-/// The chosen timing: the first (in the candidates' order) whose minimum is within `TIE` of the
-/// fastest minimum; `None` when none was timed.
+/// The chosen timing: first the way — with the prefilter unless the exact paths' fastest minimum
+/// beats its fastest by more than `WAY_TIE` — then, within it, the first (in the candidates'
+/// order) whose minimum is within `TIE` of the way's fastest; `None` when none was timed.
 fn choose(timings: &[PathTiming]) -> Option<usize> {
-    let best = timings
-        .iter()
-        .filter_map(|t| t.min_ms)
-        .min_by(f64::total_cmp)?;
-    timings
-        .iter()
-        .position(|t| t.min_ms.is_some_and(|ms| ms <= best * (1.0 + TIE)))
+    let fastest = |prefilter: bool| {
+        (timings.iter())
+            .filter(|t| t.prefilter == prefilter)
+            .filter_map(|t| t.min_ms)
+            .min_by(f64::total_cmp)
+    };
+    let prefilter = match (fastest(true), fastest(false)) {
+        (Some(with), Some(exact)) => with <= exact * (1.0 + WAY_TIE),
+        (Some(_), None) => true,
+        (None, Some(_)) => false,
+        (None, None) => return None,
+    };
+    let best = fastest(prefilter)?;
+    (timings.iter()).position(|t| {
+        t.prefilter == prefilter && t.min_ms.is_some_and(|ms| ms <= best * (1.0 + TIE))
+    })
 }
 
 /// The path a report names.
@@ -433,6 +450,30 @@ mod tests {
         t[0].min_ms = Some(0.1);
         assert_eq!(choose(&t), Some(2));
         assert_eq!(choose(&[timing(Radix, true, None)]), None);
+    }
+
+    #[test]
+    fn the_way_is_chosen_first_with_a_tighter_tie() {
+        use Selection::*;
+        // S1024-like: the exact way's fastest 8 % under the prefilter's — within `TIE`, not
+        // within `WAY_TIE`: the exact way, and its first selection within 10 % of its best.
+        let mut t = vec![
+            timing(Radix, true, Some(0.108)),
+            timing(Bitonic, true, Some(0.112)),
+            timing(Radix, false, Some(0.105)),
+            timing(Bitonic, false, Some(0.100)),
+        ];
+        assert_eq!(choose(&t), Some(2));
+        // Within 3 %: the prefilter's way, whose first selection is within 10 % of its best.
+        t[0].min_ms = Some(0.1025);
+        assert_eq!(choose(&t), Some(0));
+        // Only exact paths timed (the prefilter's cut by the warm-up).
+        t[0].min_ms = None;
+        t[1].min_ms = None;
+        assert_eq!(choose(&t), Some(2));
+        // Only the prefilter's.
+        t = vec![timing(Radix, true, Some(0.2)), timing(Radix, false, None)];
+        assert_eq!(choose(&t), Some(0));
     }
 
     #[test]
