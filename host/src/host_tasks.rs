@@ -27,6 +27,15 @@ pub(crate) fn zeroed<T: Copy + Default + Send + Sync>(len: usize) -> Vec<T> {
     v
 }
 
+/// `f` of every item of `items`, written on the rayon threads in a few large tasks.
+pub(crate) fn mapped<T: Sync, U: Send>(items: &[T], f: impl Fn(&T) -> U + Sync + Send) -> Vec<U> {
+    use rayon::prelude::*;
+    let per_task = items_per_task(items.len(), size_of::<T>() + size_of::<U>(), 1);
+    let mut v = Vec::with_capacity(items.len());
+    v.par_extend(items.par_iter().with_min_len(per_task).map(f));
+    v
+}
+
 fn tasks_of(len: usize, item_bytes: usize, multiple: usize, threads: usize) -> usize {
     let multiple = multiple.max(1);
     let tasks = (len.saturating_mul(item_bytes) / TASK_BYTES).clamp(1, threads.max(1));
@@ -36,6 +45,23 @@ fn tasks_of(len: usize, item_bytes: usize, multiple: usize, threads: usize) -> u
 #[cfg(test)]
 mod tests {
     use super::tasks_of;
+
+    #[test]
+    fn mapped_keeps_every_item_in_order() {
+        // 3 MiB of input and output: three tasks where there are threads for them.
+        let items: Vec<u32> = (0..262_144u32)
+            .map(|i| i.wrapping_mul(2_654_435_761))
+            .collect();
+        let widened = super::mapped(&items, |&i| i64::from(i) - 7);
+        assert_eq!(widened.len(), items.len());
+        assert!(
+            widened
+                .iter()
+                .zip(&items)
+                .all(|(&w, &i)| w == i64::from(i) - 7)
+        );
+        assert!(super::mapped(&[] as &[u32], |&i| i).is_empty());
+    }
 
     #[test]
     fn tasks_are_bounded_by_bytes_and_threads() {

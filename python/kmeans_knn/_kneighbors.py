@@ -317,7 +317,8 @@ class KNeighborsQueries(KNeighborsMixin):
             distances, indices = self._model().search(queries, k_found, threads(self.n_jobs))
         if X is None:
             distances, indices = leave_self_out(distances, indices)
-        indices = indices.astype(np.intp)
+        # The engine's indices are intp already; the CPU fallback's and the self-less ones too.
+        indices = indices.astype(np.intp, copy=False)
         if self._engine_metric is not None and dtype == np.float64:
             distances, indices = self._exact_distances(exact, indices)
         return distances.astype(dtype, copy=False), indices

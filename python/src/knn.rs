@@ -37,8 +37,9 @@ fn neighbour_options(
 /// many rows then costs what later ones do; larger ones grow the buffers once.
 const PREPARED_QUERIES: usize = 4096;
 
-/// What a search returns: distances and training row indices, queries × k.
-type Neighbours<'py> = (Bound<'py, PyArray2<f32>>, Bound<'py, PyArray2<u32>>);
+/// What a search returns: distances and training row indices (`intp`, as scikit-learn's),
+/// queries × k.
+type Neighbours<'py> = (Bound<'py, PyArray2<f32>>, Bound<'py, PyArray2<i64>>);
 
 /// What a radius search returns: CSR offsets, distances and training row indices.
 type RadiusNeighbours<'py> = (
@@ -124,11 +125,12 @@ fn search<'py>(
     threads: Option<usize>,
 ) -> PyResult<Neighbours<'py>> {
     let queries = matrix(&queries)?;
-    let found = engine_on(py, threads, || index.search(&queries, k))?;
-    Ok((
-        found.distances.into_pyarray(py),
-        found.indices.into_pyarray(py),
-    ))
+    let (distances, indices) = engine_on(py, threads, || {
+        let found = index.search(&queries, k)?;
+        let indices = found.indices_i64();
+        Ok((found.distances, indices))
+    })?;
+    Ok((distances.into_pyarray(py), indices.into_pyarray(py)))
 }
 
 /// A kNN classifier over training rows labelled 0..C−1.

@@ -71,6 +71,19 @@ pub struct KnnResult {
     pub prefilter: Option<PrefilterReport>,
 }
 
+impl KnnResult {
+    /// The indices as `i64` (NumPy's `intp`, scikit-learn's index type): widened on the rayon
+    /// threads in a few large tasks, so that the caller's final array costs no single-threaded
+    /// copy (one through NumPy took 3 ms of a 7 ms search at k = 2048, 1,200 queries).
+    pub fn indices_i64(&self) -> Array2<i64> {
+        let values = match self.indices.as_slice() {
+            Some(indices) => crate::host_tasks::mapped(indices, |&i| i64::from(i)),
+            None => self.indices.iter().map(|&i| i64::from(i)).collect(),
+        };
+        Array2::from_shape_vec(self.indices.raw_dim(), values).expect("the indices' shape")
+    }
+}
+
 /// An exact kNN index over a set of training vectors, resident on its device.
 pub struct KnnIndex {
     inner: Box<dyn KnnSearch>,
