@@ -14,7 +14,7 @@
 //!                       (`bash seed_jobs.sh bin/kmeans-knn`)
 //!   whole_scale.sh      whole jobs past one GPU (`bash whole_scale.sh bin/kmeans-knn`)
 //!   python/             the kmeans_knn wheel, its pytest suite (tests/), bench.py,
-//!                       minibatch.py, dask_bench.py and first_call.py, and wheels/: dask and distributed with their
+//!                       minibatch.py, dask_bench.py, first_call.py and timeline.py, and wheels/: dask and distributed with their
 //!                       dependencies for CPython KMEANS_KNN_BUNDLE_PYTHON (default 3.12) on
 //!                       x86-64 Linux (pure Python but for four small compiled ones); run.sh
 //!                       installs them offline (pip --no-index) into a temporary folder;
@@ -80,7 +80,13 @@ fn write_python(root: &Path, out: &Path) -> Result<()> {
     std::fs::create_dir_all(out.join("tests"))?;
     copy(&wheel, &out.join(wheel.file_name().expect("a wheel file")))?;
     copy_python_files(&root.join("python/tests"), &out.join("tests"))?;
-    for bench in ["bench.py", "minibatch.py", "dask_bench.py", "first_call.py"] {
+    for bench in [
+        "bench.py",
+        "minibatch.py",
+        "dask_bench.py",
+        "first_call.py",
+        "timeline.py",
+    ] {
         copy(&root.join("python/bench").join(bench), &out.join(bench))?;
     }
     Ok(())
