@@ -14,17 +14,15 @@ set); a summary is printed.
 import argparse
 import json
 import os
+import sys
 import time
 
-CASES = {
-    "S1": (1200, 32_768, 256, 1),
-    "S": (1200, 32_768, 256, 25),
-    "S100": (1200, 32_768, 256, 100),
-    "S512": (1200, 32_768, 256, 512),
-    "S1024": (1200, 32_768, 256, 1024),
-    "S2048": (1200, 32_768, 256, 2048),
-    "F": (10_000, 1_000_000, 128, 100),
-}
+# The cases' shapes are torch_baseline.py's: in bench/ in the repository, in the bundle's top
+# folder on the GPU machine.
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [os.path.join(_HERE, ".."), os.path.join(_HERE, "..", "..", "bench")]
+from torch_baseline import KNN_CASES as CASES  # noqa: E402
+
 GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
 
 
