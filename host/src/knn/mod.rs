@@ -322,7 +322,7 @@ mod tests {
 
     #[test]
     fn indices_widen_whatever_the_layout() {
-        let indices = Array2::from_shape_fn((3, 4), |(r, c)| (r * 10 + c) as u32 + u32::MAX - 40);
+        let indices = Array2::from_shape_fn((3, 4), |(r, c)| u32::MAX - 40 + (r * 10 + c) as u32);
         let mut result = KnnResult {
             indices: indices.clone(),
             distances: Array2::zeros((3, 4)),
