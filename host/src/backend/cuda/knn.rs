@@ -58,6 +58,9 @@ use ndarray::ArrayView2;
 use std::sync::{Arc, Mutex};
 
 mod auto;
+mod clock;
+
+use clock::KernelClock;
 
 mod radius;
 
@@ -505,6 +508,8 @@ struct SearchJob<'a, 'q> {
     method: Method,
     max_bytes: Option<usize>,
     vote: Option<VoteJob>,
+    /// Where `Auto`'s timing reads the kernels' time, when it asks.
+    clock: Option<&'a KernelClock>,
 }
 
 /// What sizes a search: its query rows and the rest of its [`SearchJob`].
@@ -540,6 +545,7 @@ impl<'a, 'q> SearchJob<'a, 'q> {
             method,
             max_bytes,
             vote: None,
+            clock: None,
         }
     }
 }
@@ -933,11 +939,37 @@ impl CudaKnn {
         })
     }
 
-    /// Batch: copies queries `first..first + r` in, queues their norms, then their search into
+    /// Batch: copies queries `first..first + r` in, then queues their search
+    /// ([`CudaKnn::queue_search`]), timed by the job's clock when it has one.
+    fn search_batch(
+        &self,
+        job: &SearchJob<'_, '_>,
+        plan: Option<&Tf32Plan>,
+        bufs: &mut BatchBuffers,
+        first: usize,
+        r: usize,
+        report: Option<&mut PrefilterReport>,
+    ) -> Result<()> {
+        let (gpu, d) = (&*self.gpu, self.d);
+        gpu.write_rows(
+            &job.queries.as_slice()[first * d..(first + r) * d],
+            &mut bufs.q,
+            0,
+            "query rows",
+        )?;
+        let start = job.clock.map(|_| gpu.mark()).transpose()?;
+        self.queue_search(job, plan, bufs, first, r, report)?;
+        match (job.clock, start) {
+            (Some(clock), Some(start)) => clock.add(start, gpu),
+            _ => Ok(()),
+        }
+    }
+
+    /// Queues the norms of the batch's queries (on the device), then their search into
     /// `bufs.best` by the prefilter (`plan`; with a vote, its overflows take
     /// [`CudaKnn::exact_fallback`] here, else after the answer's download), the streaming
     /// selection or the row sort.
-    fn search_batch(
+    fn queue_search(
         &self,
         job: &SearchJob<'_, '_>,
         plan: Option<&Tf32Plan>,
@@ -948,12 +980,6 @@ impl CudaKnn {
     ) -> Result<()> {
         let gpu = &*self.gpu;
         let (d, k) = (self.d, job.k);
-        gpu.write_rows(
-            &job.queries.as_slice()[first * d..(first + r) * d],
-            &mut bufs.q,
-            0,
-            "query rows",
-        )?;
         if self.metric.needs_norms() {
             gpu.launch(
                 ROW_SQ_NORMS,
@@ -1046,7 +1072,10 @@ impl CudaKnn {
             ..Output::default()
         };
         let exact = self.run(
-            SearchJob::new(&view, k, job.method, job.max_bytes),
+            SearchJob {
+                clock: job.clock,
+                ..SearchJob::new(&view, k, job.method, job.max_bytes)
+            },
             false,
             keys,
         )?;

@@ -700,6 +700,12 @@ impl CudaBackend {
     pub(crate) fn multiprocessors(&self) -> usize {
         self.info.multiprocessors
     }
+
+    /// A timing event recorded after the work queued so far on the compute stream.
+    pub(crate) fn mark(&self) -> Result<CudaEvent> {
+        let timing = Some(CUevent_flags::CU_EVENT_DEFAULT);
+        (self.stream.record_event(timing)).map_err(|e| cuda("recording an event", e))
+    }
 }
 
 impl Backend for CudaBackend {
@@ -729,15 +735,9 @@ impl Backend for CudaBackend {
     }
 
     fn time_ms(&self, work: &mut dyn FnMut() -> Result<()>) -> Result<f64> {
-        let timing = Some(CUevent_flags::CU_EVENT_DEFAULT);
-        let record = || {
-            self.stream
-                .record_event(timing)
-                .map_err(|e| cuda("recording an event", e))
-        };
-        let start = record()?;
+        let start = self.mark()?;
         work()?;
-        let end = record()?;
+        let end = self.mark()?;
         let ms = start
             .elapsed_ms(&end)
             .map_err(|e| cuda("timing with events", e))?;

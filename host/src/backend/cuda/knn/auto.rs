@@ -4,8 +4,11 @@
 //! * **Measured, resisting noise**: the first candidate path runs once untimed (the driver loads
 //!   the prefilter's kernels on their first launch, and the GPU's clock rises from idle); then
 //!   every candidate runs once for the cut below (the warm-up), then `TIMED_ROUNDS` interleaved
-//!   rounds time each survivor with CUDA events; a path's figure is its minimum (host jitter
-//!   only ever adds time). The way (with the prefilter or exact) is chosen first, the two tied
+//!   rounds time each survivor. A search's time is its kernels' ([`KernelClock`]: CUDA events
+//!   from the queries on the device to the answer ready), which is what differs between paths:
+//!   the host's part around them is the same for all, and its stalls (milliseconds in a Python
+//!   process) would otherwise decide. A path's figure is its minimum (jitter only ever adds
+//!   time). The way (with the prefilter or exact) is chosen first, the two tied
 //!   only within `WAY_TIE` (3 %); within it, selections within `TIE` (10 %) of its fastest
 //!   count as tied and the first in a fixed order wins, so near-equal paths do not flip the
 //!   choice from one process to the next.
@@ -21,8 +24,7 @@
 //! The buffers of each path are made before its timed runs ([`CudaKnn::reserve`]), so that no
 //! timing holds an allocation.
 
-use super::{CudaKnn, Method, Output, Path, STREAMING, SearchJob};
-use crate::backend::Backend;
+use super::{CudaKnn, KernelClock, Method, Output, Path, STREAMING, SearchJob};
 use crate::backend::vocab::{AutoReport, AutoSource, PathTiming, Selection};
 use crate::error::Result;
 use crate::matrix::MatrixView;
@@ -56,7 +58,7 @@ const WAY_TIE: f64 = 0.03;
 /// (Ampere's GA10x, Ada, Hopper), so that its bound stays below the real time everywhere.
 const FP32_LANES: f64 = 128.0;
 /// First line of a cache entry.
-const ENTRY_HEADER: &str = "kmeans-knn knn auto 2";
+const ENTRY_HEADER: &str = "kmeans-knn knn auto 3";
 
 /// What a choice is kept under.
 #[derive(Clone, PartialEq, Eq, Hash)]
@@ -215,10 +217,13 @@ impl CudaKnn {
         let run = |path: Path| -> Result<f64> {
             let job = SearchJob::new(&sample, k, path.method, max_bytes);
             self.reserve(&job.shape(), path)?;
-            self.gpu.time_ms(&mut || {
-                let job = SearchJob::new(&sample, k, path.method, max_bytes);
-                self.run(job, path.prefilter, Output::default()).map(drop)
-            })
+            let clock = KernelClock::default();
+            let job = SearchJob {
+                clock: Some(&clock),
+                ..job
+            };
+            self.run(job, path.prefilter, Output::default())?;
+            clock.total_ms()
         };
         let mut timings: Vec<PathTiming> = (candidates.iter())
             .map(|p| PathTiming {
@@ -505,21 +510,23 @@ mod tests {
 
     #[test]
     fn bad_cache_entries_are_ignored() {
-        let good = "kmeans-knn knn auto 2\nchoice radix tf32\npath radix tf32 0.2 0.1 0.11\n";
+        let h = ENTRY_HEADER;
+        let good = &format!("{h}\nchoice radix tf32\npath radix tf32 0.2 0.1 0.11\n");
         assert!(parse_entry(good, &candidates()).is_some());
         let bad = [
-            "",
-            "kmeans-knn knn auto 0\nchoice radix tf32\n",
-            "kmeans-knn knn auto 2\nchoice heap tf32\n",
-            "kmeans-knn knn auto 2\nchoice auto tf32\n",
-            "kmeans-knn knn auto 2\nchoice radix fp16\n",
-            "kmeans-knn knn auto 2\nchoice radix\n",
-            "kmeans-knn knn auto 2\nchoice radix tf32\npath radix tf32 0.2 x 0.1\n",
-            "kmeans-knn knn auto 2\nchoice radix tf32\npath radix tf32 0.2 -1 0.1\n",
-            "kmeans-knn knn auto 2\nchoice radix tf32\npath radix tf32 0.2 0.1\n",
-            "kmeans-knn knn auto 2\nchoice radix tf32\nroute radix tf32 0.2 0.1 0.1\n",
+            String::new(),
+            // An older version's entry: its figures were whole searches', host part included.
+            "kmeans-knn knn auto 2\nchoice radix tf32\n".to_string(),
+            format!("{h}\nchoice heap tf32\n"),
+            format!("{h}\nchoice auto tf32\n"),
+            format!("{h}\nchoice radix fp16\n"),
+            format!("{h}\nchoice radix\n"),
+            format!("{h}\nchoice radix tf32\npath radix tf32 0.2 x 0.1\n"),
+            format!("{h}\nchoice radix tf32\npath radix tf32 0.2 -1 0.1\n"),
+            format!("{h}\nchoice radix tf32\npath radix tf32 0.2 0.1\n"),
+            format!("{h}\nchoice radix tf32\nroute radix tf32 0.2 0.1 0.1\n"),
         ];
-        for text in bad {
+        for text in &bad {
             assert!(parse_entry(text, &candidates()).is_none(), "{text:?}");
         }
         // A path this index cannot take (the exact path where the prefilter does not apply).
@@ -527,7 +534,7 @@ mod tests {
             method: Method::Radix,
             prefilter: true,
         }];
-        let fp32 = "kmeans-knn knn auto 2\nchoice radix fp32\n";
+        let fp32 = &format!("{h}\nchoice radix fp32\n");
         assert!(parse_entry(fp32, &only_exact).is_none());
         assert!(parse_entry(fp32, &candidates()).is_some());
     }
