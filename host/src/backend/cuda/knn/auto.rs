@@ -46,13 +46,11 @@ const TIMED_ROUNDS: usize = 5;
 /// Paths whose warm-up took over this many times the fastest are not timed again.
 const WARM_UP_CUTOFF: f64 = 2.0;
 /// Selections of one way (with the prefilter, or exact) whose minimum is within this share of
-/// that way's fastest are tied: S512's radix and bitonic selections lie 2–8 % apart, and with 3 %
-/// the choice still flipped in 2 of 10 fresh processes on the 4 × H200 host (2026-11-27); a tie
-/// costs at most this share.
+/// that way's fastest are tied and the first in order wins: S1's radix and k-min kernels lie
+/// 4 % apart, S512's radix and bitonic 10 % (H100, 2026-11-28); a tie costs at most this share.
 const TIE: f64 = 0.10;
-/// The two ways are tied only within this share: they are different algorithms, 12–21 % apart
-/// at S512 and S1024 on 1,024 rows, and with `TIE` between them too S1024 took the slower way in
-/// 1 of 10 fresh processes on an H100 (2026-11-28).
+/// The two ways are tied only within this share: they are different algorithms, whose kernels
+/// lie 26–30 % apart at S512 and S1024 (H100), and a wider tie could keep the slower one.
 const WAY_TIE: f64 = 0.03;
 /// FP32 lanes per multiprocessor that the cost model assumes: the most of any architecture
 /// (Ampere's GA10x, Ada, Hopper), so that its bound stays below the real time everywhere.
