@@ -715,6 +715,10 @@ fn search_against_cpu(device: Device, small: bool) {
                 }
                 assert_same_neighbours(&case, &r, &want_idx, &want_dist);
                 assert_eq!(r.distances, cpu.distances, "{case}: not bit-identical");
+                // The same answer with i64 indices, split straight out of the GPU's keys.
+                let wide = index.search_i64(view(&c.queries, c.d), c.k).unwrap();
+                assert_eq!(wide.indices, cpu.indices.mapv(i64::from), "{case}: i64");
+                assert_eq!(wide.distances, cpu.distances, "{case}: i64");
             }
         }
     }
@@ -750,6 +754,13 @@ fn batched_against_cpu(device: Device, small: bool) {
             let r = index.search(view(&queries, d), k).unwrap();
             assert_eq!(r.indices, cpu.indices, "k={k} limit={limit}");
             assert_eq!(r.distances, cpu.distances, "k={k} limit={limit}");
+            let wide = index.search_i64(view(&queries, d), k).unwrap();
+            assert_eq!(
+                wide.indices,
+                cpu.indices.mapv(i64::from),
+                "k={k} limit={limit}"
+            );
+            assert_eq!(wide.distances, cpu.distances, "k={k} limit={limit}");
         }
     }
 }

@@ -126,9 +126,8 @@ fn search<'py>(
 ) -> PyResult<Neighbours<'py>> {
     let queries = matrix(&queries)?;
     let (distances, indices) = engine_on(py, threads, || {
-        let found = index.search(&queries, k)?;
-        let indices = found.indices_i64();
-        Ok((found.distances, indices))
+        let found = index.search_i64(&queries, k)?;
+        Ok((found.distances, found.indices))
     })?;
     Ok((distances.into_pyarray(py), indices.into_pyarray(py)))
 }

@@ -34,7 +34,7 @@ use kernels_gpu::knn::{PairMetric, VoteRule};
 use kernels_gpu::math::AssignMetric;
 use kernels_gpu::seeding::{WeightScale, draw};
 use std::ops::Range;
-use vocab::{Metric, Selection};
+use vocab::{Metric, NeighbourIndex, Selection};
 
 /// Share of the free device memory that a job may use when it is given no memory budget.
 pub(crate) const DEFAULT_BUDGET_SHARE: f64 = 0.7;
@@ -236,6 +236,24 @@ pub(crate) trait KnnSearch: Send + Sync {
         max_bytes: Option<usize>,
     ) -> Result<Neighbours>;
 
+    /// [`KnnSearch::search`] with `i64` indices: by default widened from its `u32` ones on the
+    /// rayon threads; the GPU writes them straight from its keys.
+    fn search_i64(
+        &self,
+        queries: &MatrixView<'_>,
+        k: usize,
+        selection: Selection,
+        max_bytes: Option<usize>,
+    ) -> Result<Neighbours<i64>> {
+        let found = self.search(queries, k, selection, max_bytes)?;
+        Ok(Neighbours {
+            indices: crate::host_tasks::mapped(&found.indices, |&i| i64::from(i)),
+            distances: found.distances,
+            selection: found.selection,
+            prefilter: found.prefilter,
+        })
+    }
+
     /// [`KnnSearch::search`]'s neighbours as keys ([`kernels_gpu::knn::key`]), written over
     /// `keys` (`rows × k`, each row nearest first) so that a caller can reuse its memory; the
     /// selection that ran and the prefilter's report.
@@ -315,9 +333,9 @@ pub(crate) trait KnnSearch: Send + Sync {
 }
 
 /// What a kNN search returns.
-pub(crate) struct Neighbours {
+pub(crate) struct Neighbours<I = u32> {
     /// `rows × k` training row indices, each row nearest first.
-    pub indices: Vec<u32>,
+    pub indices: Vec<I>,
     /// The matching distances.
     pub distances: Vec<f32>,
     /// The selection that ran.
@@ -339,18 +357,23 @@ pub(crate) fn split_keys(keys: &[u64], indices: &mut Vec<u32>, distances: &mut V
 /// arrays fresh from the allocator (`vec![0; len]`, pages not yet touched), the first touch of
 /// their pages, which costs microseconds a page on the GPU machines, is spread over the tasks
 /// too.
-pub(crate) fn split_keys_into(keys: &[u64], indices: &mut [u32], distances: &mut [f32]) {
+pub(crate) fn split_keys_into<I: NeighbourIndex>(
+    keys: &[u64],
+    indices: &mut [I],
+    distances: &mut [f32],
+) {
     use kernels_gpu::knn::{key_distance, key_index};
     use rayon::prelude::*;
-    /// Keys a task splits are a multiple of this: 16 KiB of indices, a run of whole pages.
+    /// Keys a task splits are a multiple of this: whole pages of indices (16 or 32 KiB).
     const PAGES: usize = 1 << 12;
-    let split = |((indices, distances), keys): ((&mut [u32], &mut [f32]), &[u64])| {
+    let split = |((indices, distances), keys): ((&mut [I], &mut [f32]), &[u64])| {
         for ((i, d), &key) in indices.iter_mut().zip(distances).zip(keys) {
-            (*i, *d) = (key_index(key), key_distance(key));
+            (*i, *d) = (I::from(key_index(key)), key_distance(key));
         }
     };
-    // A key and its split: 16 bytes.
-    let per_task = crate::host_tasks::items_per_task(keys.len(), 16, PAGES);
+    // A key and its split.
+    let bytes = 12 + size_of::<I>();
+    let per_task = crate::host_tasks::items_per_task(keys.len(), bytes, PAGES);
     if per_task >= keys.len() {
         return split(((indices, distances), keys));
     }

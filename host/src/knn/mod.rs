@@ -29,7 +29,8 @@ mod regress;
 mod scale;
 
 pub use crate::backend::vocab::{
-    AutoReport, AutoSource, KnnLayout, PathTiming, PrefilterReport, REPLICATE_MAX_BYTES, Selection,
+    AutoReport, AutoSource, KnnLayout, NeighbourIndex, PathTiming, PrefilterReport,
+    REPLICATE_MAX_BYTES, Selection,
 };
 pub use classify::{KnnClassifier, TieBreak, Weights};
 pub use radius::RadiusNeighbors;
@@ -58,29 +59,18 @@ fn check_weights(weights: Weights, metric: DistanceMetric) -> Result<()> {
 /// Largest k that the GPU selects while streaming distance tiles; larger k sort whole rows.
 pub const MAX_GPU_STREAM_K: usize = kernels_gpu::knn::MAX_STREAM_K;
 
-/// The k nearest training rows of every query row.
+/// The k nearest training rows of every query row, their indices of type `I`
+/// ([`KnnIndex::search`]: `u32`; [`KnnIndex::search_i64`]: `i64`).
 #[derive(Clone, Debug, PartialEq)]
-pub struct KnnResult {
+pub struct KnnResult<I = u32> {
     /// `queries × k` training row indices, nearest first (equal distances by index).
-    pub indices: Array2<u32>,
+    pub indices: Array2<I>,
     /// `queries × k` distances, ascending.
     pub distances: Array2<f32>,
     /// The selection that actually ran (never `Auto`).
     pub selection: Selection,
     /// What the TF32 prefilter did, when it ran (see [`KnnIndex::with_prefilter`]).
     pub prefilter: Option<PrefilterReport>,
-}
-
-impl KnnResult {
-    /// The indices as `i64` (NumPy's `intp`, scikit-learn's index type): widened on the rayon
-    /// threads in a few large tasks, so that the caller's final array costs no single-threaded
-    /// copy (one through NumPy took 3 ms of a 7 ms search at k = 2048, 1,200 queries).
-    pub fn indices_i64(&self) -> Array2<i64> {
-        let indices = self.indices.as_standard_layout();
-        let flat = indices.as_slice().expect("one slice");
-        let values = crate::host_tasks::mapped(flat, |&i| i64::from(i));
-        Array2::from_shape_vec(indices.raw_dim(), values).expect("the indices' shape")
-    }
 }
 
 /// An exact kNN index over a set of training vectors, resident on its device.
@@ -266,13 +256,24 @@ impl KnnIndex {
         let found = self
             .inner
             .search(&queries, k, self.selection, self.max_bytes)?;
-        let m = queries.rows();
-        Ok(KnnResult {
-            indices: Array2::from_shape_vec((m, k), found.indices).expect("m × k indices"),
-            distances: Array2::from_shape_vec((m, k), found.distances).expect("m × k distances"),
-            selection: found.selection,
-            prefilter: found.prefilter,
-        })
+        Ok(result(found, queries.rows(), k))
+    }
+
+    /// [`KnnIndex::search`] with `i64` indices (NumPy's `intp`, scikit-learn's index type),
+    /// written as such: on the GPU straight from the downloaded answer, elsewhere widened on the
+    /// rayon threads in a few large tasks, so that the caller's final array costs no second pass
+    /// (one widening through NumPy took 3 ms of a 7 ms search at k = 2048, 1,200 queries).
+    pub fn search_i64<'q>(
+        &self,
+        queries: impl Into<MatrixView<'q>>,
+        k: usize,
+    ) -> Result<KnnResult<i64>> {
+        let queries = queries.into();
+        self.check(&queries, k)?;
+        let found = self
+            .inner
+            .search_i64(&queries, k, self.selection, self.max_bytes)?;
+        Ok(result(found, queries.rows(), k))
     }
 
     pub(crate) fn inner_mut(&mut self) -> &mut dyn KnnSearch {
@@ -285,6 +286,16 @@ impl KnnIndex {
 
     pub(crate) fn max_bytes(&self) -> Option<usize> {
         self.max_bytes
+    }
+}
+
+/// A backend's `m × k` answer as a [`KnnResult`].
+fn result<I>(found: crate::backend::Neighbours<I>, m: usize, k: usize) -> KnnResult<I> {
+    KnnResult {
+        indices: Array2::from_shape_vec((m, k), found.indices).expect("m × k indices"),
+        distances: Array2::from_shape_vec((m, k), found.distances).expect("m × k distances"),
+        selection: found.selection,
+        prefilter: found.prefilter,
     }
 }
 
@@ -321,26 +332,23 @@ mod tests {
     }
 
     #[test]
-    fn indices_widen_whatever_the_layout() {
-        let indices = Array2::from_shape_fn((3, 4), |(r, c)| u32::MAX - 40 + (r * 10 + c) as u32);
-        let mut result = KnnResult {
-            indices: indices.clone(),
-            distances: Array2::zeros((3, 4)),
-            selection: Selection::Radix,
-            prefilter: None,
-        };
-        assert_eq!(result.indices_i64(), indices.mapv(i64::from));
-        // A transposed (column-major) view of the same indices.
-        result.indices = indices
-            .t()
-            .as_standard_layout()
-            .into_owned()
-            .reversed_axes();
-        assert!(result.indices.as_slice().is_none());
-        assert_eq!(
-            result.indices_i64(),
-            indices.t().mapv(i64::from).t().to_owned()
-        );
+    fn i64_indices_are_the_u32_ones_widened() {
+        // Duplicates and ties: the order by (distance, index) must survive the index type.
+        let train: Vec<f32> = (0..40u32).map(|i| (i % 7) as f32).collect();
+        let queries = [0.5f32, 3.0, 6.5];
+        let train = MatrixView::new(&train, 40, 1).unwrap();
+        let index = KnnIndex::new(train, DistanceMetric::Euclidean, Device::Cpu).unwrap();
+        for k in [1, 9, 40] {
+            let narrow = index
+                .search(MatrixView::new(&queries, 3, 1).unwrap(), k)
+                .unwrap();
+            let wide = index
+                .search_i64(MatrixView::new(&queries, 3, 1).unwrap(), k)
+                .unwrap();
+            assert_eq!(wide.indices, narrow.indices.mapv(i64::from));
+            assert_eq!(wide.distances, narrow.distances);
+            assert_eq!(wide.selection, narrow.selection);
+        }
     }
 
     #[test]

@@ -13,7 +13,7 @@
 
 use super::launch::{Reads, Writes};
 use super::{CudaBackend, Mapped, arg_u32};
-use crate::backend::vocab::{PrefilterReport, Selection, rows_per_block};
+use crate::backend::vocab::{NeighbourIndex, PrefilterReport, Selection, rows_per_block};
 use crate::backend::{BlockSink, Distances, KnnSearch, Neighbours, Votes, split_keys_into};
 use crate::error::{Error, Result};
 use crate::host_tasks;
@@ -441,19 +441,19 @@ struct VoteJob {
     proba: bool,
 }
 
-/// What [`CudaKnn::run`] brings back.
+/// What [`CudaKnn::run`] brings back, with indices of type `I`.
 #[derive(Default)]
-struct Output {
+struct Output<I = u32> {
     /// The neighbours as keys, when the search asked for them (else split into the next two).
     keys: Option<Vec<u64>>,
-    indices: Vec<u32>,
+    indices: Vec<I>,
     distances: Vec<f32>,
     classes: Vec<u32>,
     proba: Vec<f32>,
     prefilter: Option<PrefilterReport>,
 }
 
-impl Output {
+impl<I: NeighbourIndex> Output<I> {
     /// Overwrites the neighbours of queries `first + i` (`i` in `rows`) with `keys`, `k` a query,
     /// in whichever form the answer takes (keys, or indices and distances).
     fn patch_rows(&mut self, k: usize, first: usize, rows: &[usize], keys: &[u64]) {
@@ -741,7 +741,12 @@ impl CudaKnn {
     /// [`CudaKnn::exact_fallback`] for prefilter overflows: before the vote, which reads the keys
     /// on the device, else after the keys have come back (their download is the batch's one
     /// wait) into the answer's rows.
-    fn run(&self, job: SearchJob<'_, '_>, tf32: bool, mut output: Output) -> Result<Output> {
+    fn run<I: NeighbourIndex>(
+        &self,
+        job: SearchJob<'_, '_>,
+        tf32: bool,
+        mut output: Output<I>,
+    ) -> Result<Output<I>> {
         arg_u32(job.k, "k")?;
         if let Some(ready) = &self.ready {
             self.gpu.wait_for(ready)?;
@@ -756,7 +761,7 @@ impl CudaKnn {
         // fills them. Smaller ones are not worth a thread.
         let beside = split && len * 8 >= host_tasks::BESIDE_BYTES;
         if split && !beside {
-            (output.indices, output.distances) = (vec![0; len], vec![0.0; len]);
+            (output.indices, output.distances) = (vec![I::default(); len], vec![0.0; len]);
         }
         let mut first = 0;
         while first < m {
@@ -1067,7 +1072,7 @@ impl CudaKnn {
             sub.extend_from_slice(&rows_of[(first + i) * d..(first + i + 1) * d]);
         }
         let view = MatrixView::new(&sub, over.len(), d)?;
-        let keys = Output {
+        let keys = Output::<u32> {
             keys: Some(Vec::with_capacity(over.len() * k)),
             ..Output::default()
         };
@@ -1123,13 +1128,13 @@ impl CudaKnn {
     /// Collect: brings the answers of a batch's `r` queries from query `first` back into
     /// `output`, as keys (appended) or split into its indices and distances (made whole by
     /// [`CudaKnn::run`]), or (with a vote) as the device's classes and shares.
-    fn collect_batch(
+    fn collect_batch<I: NeighbourIndex>(
         &self,
         job: &SearchJob<'_, '_>,
         bufs: &mut BatchBuffers,
         first: usize,
         r: usize,
-        output: &mut Output,
+        output: &mut Output<I>,
     ) -> Result<()> {
         let gpu = &*self.gpu;
         let k = job.k;
@@ -1477,6 +1482,30 @@ impl CudaKnn {
     }
 }
 
+impl CudaKnn {
+    /// [`KnnSearch::search`] with indices of type `I`, split straight out of the downloaded keys.
+    fn neighbours<I: NeighbourIndex>(
+        &self,
+        queries: &MatrixView<'_>,
+        k: usize,
+        selection: Selection,
+        max_bytes: Option<usize>,
+    ) -> Result<Neighbours<I>> {
+        let path = self.path(queries, k, selection, max_bytes)?;
+        let out = self.run(
+            SearchJob::new(queries, k, path.method, max_bytes),
+            path.prefilter,
+            Output::<I>::default(),
+        )?;
+        Ok(Neighbours {
+            indices: out.indices,
+            distances: out.distances,
+            selection: path.method.reported(),
+            prefilter: out.prefilter,
+        })
+    }
+}
+
 impl KnnSearch for CudaKnn {
     fn search(
         &self,
@@ -1485,18 +1514,17 @@ impl KnnSearch for CudaKnn {
         selection: Selection,
         max_bytes: Option<usize>,
     ) -> Result<Neighbours> {
-        let path = self.path(queries, k, selection, max_bytes)?;
-        let out = self.run(
-            SearchJob::new(queries, k, path.method, max_bytes),
-            path.prefilter,
-            Output::default(),
-        )?;
-        Ok(Neighbours {
-            indices: out.indices,
-            distances: out.distances,
-            selection: path.method.reported(),
-            prefilter: out.prefilter,
-        })
+        self.neighbours(queries, k, selection, max_bytes)
+    }
+
+    fn search_i64(
+        &self,
+        queries: &MatrixView<'_>,
+        k: usize,
+        selection: Selection,
+        max_bytes: Option<usize>,
+    ) -> Result<Neighbours<i64>> {
+        self.neighbours(queries, k, selection, max_bytes)
     }
 
     fn search_keys(
@@ -1509,7 +1537,7 @@ impl KnnSearch for CudaKnn {
     ) -> Result<(Selection, Option<PrefilterReport>)> {
         let path = self.path(queries, k, selection, max_bytes)?;
         keys.clear();
-        let output = Output {
+        let output = Output::<u32> {
             keys: Some(std::mem::take(keys)),
             ..Output::default()
         };
@@ -1612,7 +1640,7 @@ impl KnnSearch for CudaKnn {
             vote: Some(VoteJob { rule, proba }),
             ..SearchJob::new(queries, k, path.method, max_bytes)
         };
-        let out = self.run(job, path.prefilter, Output::default())?;
+        let out = self.run(job, path.prefilter, Output::<u32>::default())?;
         Ok(Votes {
             classes: out.classes,
             proba: out.proba,

@@ -4,11 +4,13 @@
 //! public ones are re-exported where users look for them (`kmeans::Metric`, `knn::Selection`).
 
 mod blocks;
+mod index;
 mod layout;
 mod metric;
 mod selection;
 
 pub(crate) use blocks::{CHUNK, rows_per_block};
+pub use index::NeighbourIndex;
 pub use layout::{KnnLayout, REPLICATE_MAX_BYTES};
 pub use metric::{Metric, Precision};
 pub use selection::{AutoReport, AutoSource, PathTiming, PrefilterReport, Selection};

@@ -220,7 +220,7 @@ impl CudaKnn {
                 clock: Some(&clock),
                 ..job
             };
-            self.run(job, path.prefilter, Output::default())?;
+            self.run(job, path.prefilter, Output::<u32>::default())?;
             clock.total_ms()
         };
         let mut timings: Vec<PathTiming> = (candidates.iter())
@@ -238,7 +238,7 @@ impl CudaKnn {
         if let Some(&first) = candidates.first() {
             let job = SearchJob::new(&sample, k, first.method, max_bytes);
             self.reserve(&job.shape(), first)?;
-            self.run(job, first.prefilter, Output::default())?;
+            self.run(job, first.prefilter, Output::<u32>::default())?;
         }
         let exact_floor = self.exact_floor_ms(sample.rows());
         let has_both = candidates.iter().any(|p| !p.prefilter) && candidates.len() > 1;
