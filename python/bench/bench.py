@@ -73,6 +73,8 @@ if ARGS.device.startswith("cuda"):
     import torch_baseline
 
     torch.backends.cuda.matmul.allow_tf32 = False
+    # On the GPU, the sweep of k too (S1 … S2048).
+    KNN_CASES.update(torch_baseline.KNN_CASES)
 
 
 def median_run(f, reps):
