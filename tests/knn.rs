@@ -1417,6 +1417,9 @@ fn a_gpu_set_answers_as_one_gpu_and_the_cpu() {
                 let answer = |device: Device| {
                     let index = KnnIndex::new(view(train, d), metric, device).unwrap();
                     let found = index.search(view(&queries, d), k).unwrap();
+                    let wide = index.search_i64(view(&queries, d), k).unwrap();
+                    assert_eq!(wide.indices, found.indices.mapv(i64::from), "i64");
+                    assert_eq!(wide.distances, found.distances, "i64");
                     // Distance weights need a non-negative distance (not the inner product).
                     let weights = if metric.is_non_negative() {
                         Weights::Distance

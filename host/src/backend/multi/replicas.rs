@@ -14,7 +14,7 @@
 use super::gpu_set::on_each;
 use super::merge::KeptKeys;
 use crate::backend::radius::RadiusKeys;
-use crate::backend::vocab::{AutoReport, KnnLayout, Selection};
+use crate::backend::vocab::{AutoReport, KnnLayout, NeighbourIndex, Selection};
 use crate::backend::{Backend, KnnSearch, Neighbours, Votes, split_keys_into};
 use crate::error::Result;
 use crate::host_tasks;
@@ -93,14 +93,15 @@ fn share_of<'q>(queries: &'q MatrixView<'_>, share: &Range<usize>) -> Result<Mat
     )
 }
 
-impl KnnSearch for GpuReplicas {
-    fn search(
+impl GpuReplicas {
+    /// [`KnnSearch::search`] with indices of type `I`, split straight out of the copies' keys.
+    fn neighbours<I: NeighbourIndex>(
         &self,
         queries: &MatrixView<'_>,
         k: usize,
         selection: Selection,
         max_bytes: Option<usize>,
-    ) -> Result<Neighbours> {
+    ) -> Result<Neighbours<I>> {
         let m = queries.rows();
         let shares = self.shares(m);
         // Each copy's answer lands in the last search's key buffer; the caller's arrays are
@@ -113,7 +114,7 @@ impl KnnSearch for GpuReplicas {
             if len * 8 >= host_tasks::BESIDE_BYTES {
                 s.spawn(|_| made = (host_tasks::zeroed(len), host_tasks::zeroed(len)));
             } else {
-                made = (vec![0; len], vec![0.0; len]);
+                made = (vec![I::default(); len], vec![0.0; len]);
             }
             let mut slots: Vec<_> = shares.iter().cloned().zip(keys.iter_mut()).collect();
             on_each(&mut slots, |i, (share, keys)| {
@@ -136,6 +137,28 @@ impl KnnSearch for GpuReplicas {
             selection: found[0].0,
             prefilter: found.iter().filter_map(|f| f.1).reduce(|a, b| a + b),
         })
+    }
+}
+
+impl KnnSearch for GpuReplicas {
+    fn search(
+        &self,
+        queries: &MatrixView<'_>,
+        k: usize,
+        selection: Selection,
+        max_bytes: Option<usize>,
+    ) -> Result<Neighbours> {
+        self.neighbours(queries, k, selection, max_bytes)
+    }
+
+    fn search_i64(
+        &self,
+        queries: &MatrixView<'_>,
+        k: usize,
+        selection: Selection,
+        max_bytes: Option<usize>,
+    ) -> Result<Neighbours<i64>> {
+        self.neighbours(queries, k, selection, max_bytes)
     }
 
     fn radius(
