@@ -59,10 +59,9 @@ use std::sync::{Arc, Mutex};
 
 mod auto;
 mod clock;
+mod radius;
 
 use clock::KernelClock;
-
-mod radius;
 
 /// Share of the free device memory that a call plans to use when the caller sets no limit.
 const FREE_SHARE: f64 = 0.7;
