@@ -12,19 +12,10 @@ pub(crate) const BESIDE_BYTES: usize = 1 << 20;
 pub(crate) const TASK_BYTES: usize = 1 << 20;
 
 /// Items per task for `len` items of `item_bytes` each, a multiple of `multiple` (≥ 1): at most
-/// one task per `TASK_BYTES`, and at most one per thread of the current rayon pool and per core;
-/// `len` (one task: no other thread is woken) when the work is under two tasks' worth.
+/// one task per `TASK_BYTES` and at most one per thread of the current rayon pool; `len` (one
+/// task: no other thread is woken) when the work is under two tasks' worth.
 pub(crate) fn items_per_task(len: usize, item_bytes: usize, multiple: usize) -> usize {
-    let threads = rayon::current_num_threads().min(cores());
-    tasks_of(len, item_bytes, multiple, threads)
-}
-
-/// The cores this process may run on. A pool larger than that (`n_jobs = 64` on 16 cores) would
-/// otherwise wake threads that only take turns on the cores with the one driving the GPU
-/// (S2048 at 64 rayon threads on a 16-core host: 6.9 ms a search against 2.8 at 16).
-fn cores() -> usize {
-    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+    tasks_of(len, item_bytes, multiple, rayon::current_num_threads())
 }
 
 /// `len` zeros, written (their pages first touched) on the rayon threads in a few large tasks.
