@@ -29,8 +29,7 @@ mod regress;
 mod scale;
 
 pub use crate::backend::vocab::{
-    AutoReport, AutoSource, KnnLayout, NeighbourIndex, PathTiming, PrefilterReport,
-    REPLICATE_MAX_BYTES, Selection,
+    AutoReport, AutoSource, KnnLayout, PathTiming, PrefilterReport, REPLICATE_MAX_BYTES, Selection,
 };
 pub use classify::{KnnClassifier, TieBreak, Weights};
 pub use radius::RadiusNeighbors;
