@@ -943,37 +943,11 @@ impl CudaKnn {
         })
     }
 
-    /// Batch: copies queries `first..first + r` in, then queues their search
-    /// ([`CudaKnn::queue_search`]), timed by the job's clock when it has one.
-    fn search_batch(
-        &self,
-        job: &SearchJob<'_, '_>,
-        plan: Option<&Tf32Plan>,
-        bufs: &mut BatchBuffers,
-        first: usize,
-        r: usize,
-        report: Option<&mut PrefilterReport>,
-    ) -> Result<()> {
-        let (gpu, d) = (&*self.gpu, self.d);
-        gpu.write_rows(
-            &job.queries.as_slice()[first * d..(first + r) * d],
-            &mut bufs.q,
-            0,
-            "query rows",
-        )?;
-        let start = job.clock.map(|_| gpu.mark()).transpose()?;
-        self.queue_search(job, plan, bufs, first, r, report)?;
-        match (job.clock, start) {
-            (Some(clock), Some(start)) => clock.add(start, gpu),
-            _ => Ok(()),
-        }
-    }
-
-    /// Queues the norms of the batch's queries (on the device), then their search into
+    /// Batch: copies queries `first..first + r` in, queues their norms, then their search into
     /// `bufs.best` by the prefilter (`plan`; with a vote, its overflows take
     /// [`CudaKnn::exact_fallback`] here, else after the answer's download), the streaming
-    /// selection or the row sort.
-    fn queue_search(
+    /// selection or the row sort; the job's clock, when it has one, times what follows the copy.
+    fn search_batch(
         &self,
         job: &SearchJob<'_, '_>,
         plan: Option<&Tf32Plan>,
@@ -984,6 +958,13 @@ impl CudaKnn {
     ) -> Result<()> {
         let gpu = &*self.gpu;
         let (d, k) = (self.d, job.k);
+        gpu.write_rows(
+            &job.queries.as_slice()[first * d..(first + r) * d],
+            &mut bufs.q,
+            0,
+            "query rows",
+        )?;
+        let start = job.clock.map(|_| gpu.mark()).transpose()?;
         if self.metric.needs_norms() {
             gpu.launch(
                 ROW_SQ_NORMS,
@@ -997,7 +978,7 @@ impl CudaKnn {
                 },
             )?;
         }
-        match (plan, job.method) {
+        let queued = match (plan, job.method) {
             (Some(p), method) => {
                 let tf32 = bufs.tf32.as_mut().expect("prefilter buffers");
                 self.tf32_batch(
@@ -1042,6 +1023,11 @@ impl CudaKnn {
                 let row_len = self.n.next_power_of_two();
                 self.sort_rows(&bufs.dist, keys, row_len, r, k, &mut bufs.best)
             }
+        };
+        queued?;
+        match (job.clock, start) {
+            (Some(clock), Some(start)) => clock.add(start, gpu),
+            _ => Ok(()),
         }
     }
 
