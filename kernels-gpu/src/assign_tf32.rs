@@ -5,12 +5,12 @@
 //! `cvt.rna` once staged) and centroid chunks (raw f32, which the tensor cores read at TF32
 //! precision, streamed through a `TF32_STAGES`-deep `cp.async` ring with one barrier per chunk)
 //! are zero-padded past `n`, `k` and `d` and multiplied with `mma.sync.m16n8k8` (FP32
-//! accumulation). Each TF32 score `‖c‖² − 2·x·c` comes with a proven bound on its error (from
-//! the norms and the measured TF32 rounding residuals of the point and the centroid, see
-//! [`bound`]), and every point keeps a [`shortlist::Shortlist`]: the
-//! centroids that may still be its exact nearest. Those are re-scored exactly as the CPU does —
-//! a dimension-ordered chain of single-rounding FMAs on the unrounded rows, lowest index on
-//! ties — usually one or two of them; when more than two may win, all `k` are, by the whole
+//! accumulation). Each TF32 score `‖c‖² − 2·x·c` less a proven bound on its error (one per point
+//! and centroid tile, from the norms and the measured TF32 rounding residuals, see [`bound`]) is
+//! a lower bound on the exact score, and every point keeps the centroids of the two smallest
+//! ([`shortlist::Shortlist`]). Both are re-scored exactly as the CPU does — a dimension-ordered
+//! chain of single-rounding FMAs on the unrounded rows, lowest index on ties — and when the
+//! third smallest lower bound does not exceed the better exact score, all `k` are, by the whole
 //! block together. Labels and distances are therefore the exact path's whatever the data (see
 //! [`shortlist`] for the proof).
 //!
@@ -31,7 +31,7 @@ use crate::{
 };
 #[cfg(any(test, all(target_arch = "nvptx64", target_feature = "sm_80")))]
 use {
-    bound::{RowTerms, error_bound, product_coefficient},
+    bound::{RowTerms, TILE_MAXIMA_WORDS, product_coefficient, tile_bound},
     shortlist::Shortlist,
 };
 
@@ -50,7 +50,7 @@ kernel_params! {
         pub d: u32,
         pub centroids: DevPtr<f32>,
         pub c_sq_norms: DevPtr<f32>,
-        pub c_terms: DevPtr<f32>,
+        pub tile_maxima: DevPtr<f32>,
         pub k: u32,
         pub labels: DevPtr<u32>,
         pub min_dist: DevPtr<f32>,
@@ -87,8 +87,14 @@ pub const TF32_X_STRIDE: usize = 2 * TF32_POINT_DIMS + 4;
 /// each quarter warp (2 rows × 4 lanes) fall in 32 distinct banks.
 pub const TF32_C_STRIDE: usize = TF32_CHUNK_DIMS;
 /// Words of one centroid stage: the chunk, then the squared norms of its tile's centroids and
-/// their two error-bound terms (staged with the tile's last chunk, whose step ranks the tile).
-pub const TF32_STAGE_WORDS: usize = TF32_CENTROIDS * TF32_C_STRIDE + 3 * TF32_CENTROIDS;
+/// the tile's maxima ([`bound::TILE_MAXIMA_WORDS`], padded to 16 bytes), staged with the tile's
+/// last chunk, whose step ranks the tile.
+pub const TF32_STAGE_WORDS: usize = TF32_CENTROIDS * TF32_C_STRIDE + TF32_CENTROIDS + 4;
+const _: () = assert!(
+    TF32_CENTROIDS + bound::TILE_MAXIMA_WORDS <= 4 + TF32_CENTROIDS
+        && TF32_CENTROIDS + bound::TILE_MAXIMA_WORDS <= crate::launch::BLOCK as usize,
+    "a word after the chunk for each thread of the first ones"
+);
 
 /// Dynamic shared memory of one block of the TF32 assign kernel, in bytes: the point tile (after
 /// the sweep it holds the shortlist merge and the reduction scratch), the centroid stages, and
@@ -102,11 +108,16 @@ pub const fn tf32_grid(n: usize) -> usize {
     n.div_ceil(TF32_POINTS)
 }
 
+/// Centroid tiles of `kmeans_assign_l2_tf32` for `k` centroids (the blocks of `tf32_tile_maxima`).
+pub const fn tf32_tiles(k: usize) -> usize {
+    k.div_ceil(TF32_CENTROIDS)
+}
+
 assign_tf32_entry! {
     /// Labels each of the `n` points of `x` (row-major, `d` columns) with its nearest of the `k`
     /// centroids (TF32 shortlist, exact FP32 re-check: the exact path's label) and writes its exact
-    /// distance. `c_terms` holds the centroids' error-bound terms (`tf32_centroid_terms`: `k` norms,
-    /// then `k` residual terms). `weights`
+    /// distance. `tile_maxima` holds each centroid tile's largest error-bound terms
+    /// (`tf32_tile_maxima`). `weights`
     /// (null: one unit each) holds every point's integer units. With `changed` non-null, adds the
     /// number of labels of points with weight that differ from what `labels` held; with
     /// `block_inertia` non-null, writes each block's fixed-point inertia `Σ units · round(dist ·
@@ -124,7 +135,7 @@ assign_tf32_entry! {
             d,
             centroids,
             c_sq_norms,
-            c_terms,
+            tile_maxima,
             k,
             labels,
             min_dist,
@@ -138,7 +149,7 @@ assign_tf32_entry! {
             x_sq_norms,
             centroids,
             c_sq_norms,
-            c_terms,
+            tile_maxima,
             labels,
             min_dist,
             changed,
@@ -149,7 +160,7 @@ assign_tf32_entry! {
             x_sq_norms.as_ptr(),
             centroids.as_ptr(),
             c_sq_norms.as_ptr(),
-            c_terms.as_ptr(),
+            tile_maxima.as_ptr(),
             labels.as_mut_ptr(),
             min_dist.as_mut_ptr(),
             changed.as_mut_ptr(),
@@ -164,7 +175,7 @@ assign_tf32_entry! {
             d,
             centroids,
             c_sq_norms,
-            c_terms,
+            tile_maxima,
             k,
             labels,
             min_dist,
@@ -194,7 +205,7 @@ struct Tf32AssignArgs {
     d: usize,
     centroids: *const f32,
     c_sq_norms: *const f32,
-    c_terms: *const f32,
+    tile_maxima: *const f32,
     k: usize,
     labels: *mut u32,
     min_dist: *mut f32,
@@ -227,7 +238,7 @@ unsafe fn run<const VEC: bool, E: Exec>(e: E, a: Tf32AssignArgs) {
         d,
         centroids,
         c_sq_norms,
-        c_terms,
+        tile_maxima,
         k,
         labels,
         min_dist,
@@ -258,16 +269,17 @@ unsafe fn run<const VEC: bool, E: Exec>(e: E, a: Tf32AssignArgs) {
     let steps = tiles * chunks;
 
     // The shortlists of this thread's four point rows r: tile rows
-    // wm·32 + (r / 2)·16 + (r % 2)·8 + g. The sweep's first barrier publishes the row terms.
+    // wm·32 + (r / 2)·16 + (r % 2)·8 + g, and whether each may be trusted (every tile's bound
+    // finite). The sweep's first barrier publishes the row terms.
     let mut lists = [Shortlist::EMPTY; 4];
+    let mut trusted = [true; 4];
     if t < TF32_POINTS {
         let i = first_point + t;
-        let mut terms = RowTerms::default();
-        if i < n {
-            for j in 0..d {
-                terms.add(unsafe { *x.add(i * d + j) }, true);
-            }
-        }
+        let terms = if i < n {
+            unsafe { RowTerms::read(x.add(i * d), d, true) }
+        } else {
+            RowTerms::default()
+        };
         let (p, x_sum) = terms.point(d, product_coefficient(d));
         unsafe {
             *row_p.add(t) = p;
@@ -288,13 +300,14 @@ unsafe fn run<const VEC: bool, E: Exec>(e: E, a: Tf32AssignArgs) {
                     vec,
                     centroids,
                     c_sq_norms,
-                    c_terms,
+                    tile_maxima,
                     k,
                     d,
                     pt * TF32_CENTROIDS,
                     pk * TF32_CHUNK_DIMS,
                     pk == chunks - 1,
                     cs_addr + (4 * p * TF32_STAGE_WORDS) as u32,
+                    cs.add(p * TF32_STAGE_WORDS),
                 )
             };
             pk += 1;
@@ -330,13 +343,14 @@ unsafe fn run<const VEC: bool, E: Exec>(e: E, a: Tf32AssignArgs) {
                     vec,
                     centroids,
                     c_sq_norms,
-                    c_terms,
+                    tile_maxima,
                     k,
                     d,
                     pt * TF32_CENTROIDS,
                     pk * TF32_CHUNK_DIMS,
                     pk == chunks - 1,
                     cs_addr + (4 * (ahead % TF32_STAGES) * TF32_STAGE_WORDS) as u32,
+                    cs.add((ahead % TF32_STAGES) * TF32_STAGE_WORDS),
                 )
             };
             pk += 1;
@@ -373,27 +387,29 @@ unsafe fn run<const VEC: bool, E: Exec>(e: E, a: Tf32AssignArgs) {
             }
         }
         if kc == chunks - 1 {
-            // The tile is done: offer its centroids to this thread's four shortlists with
-            // their error bounds. The tile's norms and bound terms came with this chunk.
-            let local = wn * 64 + 2 * q;
+            // The tile is done: insert its centroids' lower bounds `T − Ē` into this thread's
+            // four shortlists. The tile's squared norms (`+∞` past k) and maxima came with this
+            // chunk.
             let tile_norms = unsafe { buf.add(TF32_CENTROIDS * TF32_C_STRIDE) }.cast::<f32>();
-            let tile_c = unsafe { tile_norms.add(TF32_CENTROIDS) };
-            let tile_q = unsafe { tile_c.add(TF32_CENTROIDS) };
+            let maxima = unsafe { tile_norms.add(TF32_CENTROIDS) };
+            let [c_max, q_max, nc_max] = [0, 1, 2].map(|w| unsafe { *maxima.add(w) });
+            let mut bounds = [0f32; 4];
+            for (r, bound) in bounds.iter_mut().enumerate() {
+                let row = wm * 32 + (r / 2) * 16 + (r % 2) * 8 + g;
+                let (p, x_sum) = unsafe { (*row_p.add(row), *row_x_sum.add(row)) };
+                *bound = tile_bound(p, x_sum, c_max, q_max, nc_max);
+                trusted[r] &= *bound < f32::INFINITY;
+            }
+            let local = wn * 64 + 2 * q;
             for nt in 0..8 {
                 for h in 0..2 {
                     let c = tile * TF32_CENTROIDS + local + nt * 8 + h;
-                    let valid = c < k;
                     let c_sq = unsafe { *tile_norms.add(local + nt * 8 + h) };
-                    let c_norm = unsafe { *tile_c.add(local + nt * 8 + h) };
-                    let c_q = unsafe { *tile_q.add(local + nt * 8 + h) };
                     for mt in 0..2 {
                         for half in 0..2 {
                             let r = mt * 2 + half;
-                            let row = wm * 32 + mt * 16 + half * 8 + g;
-                            let (p, x_sum) = unsafe { (*row_p.add(row), *row_x_sum.add(row)) };
-                            let score = l2_score(acc[mt][nt][half * 2 + h], c_sq);
-                            let bound = error_bound(p, x_sum, c_norm, c_q, c_sq);
-                            lists[r].offer(valid, score, bound, c as u32);
+                            let lower = l2_score(acc[mt][nt][half * 2 + h], c_sq) - bounds[r];
+                            lists[r].insert(lower, c as u32);
                         }
                     }
                 }
@@ -411,11 +427,13 @@ unsafe fn run<const VEC: bool, E: Exec>(e: E, a: Tf32AssignArgs) {
 
     // Merge the four lanes of a point row (they saw different centroids), then the two warp
     // columns through shared memory (the point tile is free now).
-    for list in &mut lists {
-        merge_lanes(e, list, 1);
-        merge_lanes(e, list, 2);
-    }
-    // Per (point, warp column): the three lower bounds and the upper one, then two centroids.
+    // (Four calls with constant indices: a loop over the rows keeps `lists` in local memory.)
+    let [l0, l1, l2, l3] = &mut lists;
+    merge_row(e, l0, trusted[0]);
+    merge_row(e, l1, trusted[1]);
+    merge_row(e, l2, trusted[2]);
+    merge_row(e, l3, trusted[3]);
+    // Per (point, warp column): the three lower bounds (and a word unused), then two centroids.
     let merge_bounds = xs.cast::<f32>();
     let merge_index = unsafe { xs.add(TF32_POINTS * 8) };
     let scratch = unsafe { xs.add(TF32_POINTS * 12) }.cast::<f64>();
@@ -430,7 +448,6 @@ unsafe fn run<const VEC: bool, E: Exec>(e: E, a: Tf32AssignArgs) {
                 for e in 0..3 {
                     *merge_bounds.add(at * 4 + e) = list.lower[e];
                 }
-                *merge_bounds.add(at * 4 + 3) = list.upper;
                 *merge_index.add(at * 2) = list.index[0];
                 *merge_index.add(at * 2 + 1) = list.index[1];
             }
@@ -438,11 +455,10 @@ unsafe fn run<const VEC: bool, E: Exec>(e: E, a: Tf32AssignArgs) {
     }
     e.sync();
 
-    // Exact re-check, two threads per point: the two shortlisted centroids, one each. A point
-    // whose shortlist may miss the winner is flagged, and the whole block scores every centroid
-    // for it below (a pair alone would run k serial dot products and hold the block). Each
-    // thread keeps the better of its scores as the exact path ranks them; then the pair's
-    // better wins.
+    // Exact re-check, two threads per point: the two shortlisted centroids, one each; the
+    // pair's better as the exact path ranks them. A point whose shortlist may miss the winner is
+    // flagged, and the whole block scores every centroid for it below (a pair alone would run k
+    // serial dot products and hold the block).
     let (p, which) = (t / 2, t % 2);
     let i = first_point + p;
     let mut list = Shortlist::EMPTY;
@@ -453,28 +469,29 @@ unsafe fn run<const VEC: bool, E: Exec>(e: E, a: Tf32AssignArgs) {
             for e in 0..3 {
                 part.lower[e] = *merge_bounds.add(at * 4 + e);
             }
-            part.upper = *merge_bounds.add(at * 4 + 3);
             part.index = [*merge_index.add(at * 2), *merge_index.add(at * 2 + 1)];
         }
         list.merge(part);
     }
-    let full = i < n && list.needs_full_pass();
-    if which == 0 {
-        unsafe { *full_points.add(p) = u32::from(full) };
-    }
     let (mut best, mut label) = (f32::INFINITY, u32::MAX);
-    if i < n && !full {
-        // (A select, not an index: a variable index puts the array on the stack.)
-        let cand = if which == 0 {
-            list.index[0]
-        } else {
-            list.index[1]
-        };
-        if cand != u32::MAX {
-            let c = cand as usize;
-            let dot = unsafe { exact_dot(x.add(i * d), centroids.add(c * d), d) };
-            (best, label) = (l2_score(dot, unsafe { *c_sq_norms.add(c) }), cand);
-        }
+    // (A select, not an index: a variable index puts the array on the stack.)
+    let cand = if which == 0 {
+        list.index[0]
+    } else {
+        list.index[1]
+    };
+    if i < n && cand != u32::MAX {
+        let c = cand as usize;
+        let dot = unsafe { exact_dot(x.add(i * d), centroids.add(c * d), d) };
+        (best, label) = (l2_score(dot, unsafe { *c_sq_norms.add(c) }), cand);
+    }
+    let (other_best, other) = (shfl_xor_f32(e, best, 1), e.shfl_xor_u32(label, 1));
+    if better(other_best, other, best, label) {
+        (best, label) = (other_best, other);
+    }
+    if which == 0 {
+        let full = i < n && list.needs_full_pass(best);
+        unsafe { *full_points.add(p) = u32::from(full) };
     }
     e.sync();
     // The flagged points, one at a time (the flags are the same for every thread, so are the
@@ -524,10 +541,6 @@ unsafe fn run<const VEC: bool, E: Exec>(e: E, a: Tf32AssignArgs) {
         }
         // The warps' slots are written again for the next flagged point.
         e.sync();
-    }
-    let (other_best, other) = (shfl_xor_f32(e, best, 1), e.shfl_xor_u32(label, 1));
-    if better(other_best, other, best, label) {
-        (best, label) = (other_best, other);
     }
     let mut moved = 0.0;
     let mut dist_sum = 0i64;
@@ -593,6 +606,18 @@ unsafe fn exact_dot(x: *const f32, c: *const f32, d: usize) -> f32 {
     acc
 }
 
+/// A point row's shortlist after the sweep (untrusted unless `trusted`), merged over the four
+/// lanes that share the row.
+#[cfg(any(test, all(target_arch = "nvptx64", target_feature = "sm_80")))]
+#[inline(always)]
+fn merge_row<E: Exec>(e: E, list: &mut Shortlist, trusted: bool) {
+    if !trusted {
+        *list = Shortlist::UNTRUSTED;
+    }
+    merge_lanes(e, list, 1);
+    merge_lanes(e, list, 2);
+}
+
 /// Merges the shortlist of lane `lane ^ mask` (the same point row) into this lane's.
 #[cfg(any(test, all(target_arch = "nvptx64", target_feature = "sm_80")))]
 #[inline(always)]
@@ -600,7 +625,6 @@ fn merge_lanes<E: Exec>(e: E, list: &mut Shortlist, mask: u32) {
     let other = Shortlist {
         lower: list.lower.map(|v| shfl_xor_f32(e, v, mask)),
         index: list.index.map(|v| e.shfl_xor_u32(v, mask)),
-        upper: shfl_xor_f32(e, list.upper, mask),
     };
     list.merge(other);
 }
@@ -660,12 +684,14 @@ unsafe fn stage_points(
 }
 
 /// Starts copying centroids `first..first + TF32_CENTROIDS`, dimensions `j0..j0 + TF32_CHUNK_DIMS` into the centroid
-/// stage at shared address `buf` (row-major, stride `TF32_C_STRIDE`), zeros past `k` and `d`; with
-/// `norms`, also their squared norms and their two bound terms after the chunk. Commits nothing.
+/// stage at shared address `buf` (row-major, stride `TF32_C_STRIDE`; `stage` points at it), zeros past `k` and `d`; with
+/// `norms`, also their squared norms (`+∞` past `k`, stored at once) and the tile's maxima after the chunk. Commits
+/// nothing.
 ///
 /// # Safety
-/// `c` holds `k × d` values (16-byte aligned rows with `vec`), `c_sq_norms` `k`, `c_terms` `2k`;
-/// `buf` is a centroid stage.
+/// `c` holds `k × d` values (16-byte aligned rows with `vec`), `c_sq_norms` `k`, `tile_maxima`
+/// [`bound::TILE_MAXIMA_WORDS`] per tile; `buf` and `stage` are a centroid stage that no thread
+/// reads until the next barrier.
 #[cfg(any(test, all(target_arch = "nvptx64", target_feature = "sm_80")))]
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
@@ -674,38 +700,34 @@ unsafe fn stage_chunk(
     vec: bool,
     c: *const f32,
     c_sq_norms: *const f32,
-    c_terms: *const f32,
+    tile_maxima: *const f32,
     k: usize,
     d: usize,
     first: usize,
     j0: usize,
     norms: bool,
     buf: u32,
+    stage: *mut u32,
 ) {
     unsafe {
         copy_rows::<TF32_CENTROIDS, TF32_CHUNK_DIMS, TF32_C_STRIDE, { BLOCK as usize }>(
             t, vec, c, k, d, first, j0, buf,
         )
     };
-    // Word w of the 3·TF32_CENTROIDS after the chunk: the squared norms, the norms, then the
-    // residual terms of the tile's centroids.
-    let mut w = t;
-    while norms && w < 3 * TF32_CENTROIDS {
-        let (part, e) = (w / TF32_CENTROIDS, w % TF32_CENTROIDS);
-        let from = match part {
-            0 => c_sq_norms,
-            1 => c_terms,
-            _ => unsafe { c_terms.add(k) },
-        };
-        let ok = first + e < k;
-        let src = if ok {
-            unsafe { from.add(first + e) }
+    // Word w after the chunk: the squared norms of the tile's centroids, then its maxima.
+    let w = t;
+    if norms && w < TF32_CENTROIDS + TILE_MAXIMA_WORDS {
+        let at = TF32_CENTROIDS * TF32_C_STRIDE + w;
+        if w >= TF32_CENTROIDS {
+            let src = unsafe {
+                tile_maxima.add(first / TF32_CENTROIDS * TILE_MAXIMA_WORDS + w - TF32_CENTROIDS)
+            };
+            unsafe { copy_4(buf + 4 * at as u32, src, 4) };
+        } else if first + w < k {
+            unsafe { copy_4(buf + 4 * at as u32, c_sq_norms.add(first + w), 4) };
         } else {
-            from
-        };
-        let dst = buf + 4 * (TF32_CENTROIDS * TF32_C_STRIDE + w) as u32;
-        unsafe { copy_4(dst, src, if ok { 4 } else { 0 }) };
-        w += BLOCK as usize;
+            unsafe { *stage.add(at) = f32::INFINITY.to_bits() };
+        }
     }
 }
 

@@ -1,6 +1,6 @@
 //! The error bound of `kmeans_assign_l2_tf32`'s TF32 scores, from the measured TF32 rounding
-//! residuals of each point and centroid (`tf32_centroid_terms` computes the centroids' once per
-//! step; the assign kernel's prologue the points').
+//! residuals of each point and centroid (`tf32_tile_maxima` takes the centroids' largest per
+//! tile once per step; the assign kernel's prologue computes the points').
 //!
 //! # The bound
 //! `u = 2^-24`; `x, c ∈ R^d` a point and a centroid (f32); `x̃`, `c̃` what the tensor cores
@@ -40,27 +40,36 @@
 //! residual norms are about `2^-12·‖v‖` for points and `2^-11·‖v‖` for centroids, against the
 //! `3·2^-10·‖x‖·‖c‖` a bound from the norms alone must assume.
 
+use super::TF32_CENTROIDS;
+use crate::exec::Exec;
 use crate::knn_tf32::tf32_round;
-use crate::launch::Kernel;
+use crate::launch::{BLOCK, Kernel};
 use crate::math::fma;
 use crate::params::DevPtr;
 use crate::tile::load_vec4s;
 
-/// The `tf32_centroid_terms` entry point (built for sm_80 only, beside its kernel). CPU twin:
-/// [`RowTerms::of`] with [`RowTerms::centroid`].
-pub const TF32_CENTROID_TERMS: Kernel<CentroidTermsParams> =
-    Kernel::new("tf32_centroid_terms").only_sm80();
+/// The `tf32_tile_maxima` entry point (built for sm_80 only, beside its kernel). CPU twin:
+/// [`tile_maxima_of`].
+pub const TF32_TILE_MAXIMA: Kernel<TileMaximaParams> = Kernel::new("tf32_tile_maxima").only_sm80();
 
 kernel_params! {
-    /// `tf32_centroid_terms`'s parameters.
-    pub struct CentroidTermsParams {
+    /// `tf32_tile_maxima`'s parameters.
+    pub struct TileMaximaParams {
         pub centroids: DevPtr<f32>,
+        pub c_sq_norms: DevPtr<f32>,
         pub k: u32,
         pub d: u32,
         pub out: DevPtr<f32>,
     }
-    entries: centroid_terms_entry;
+    entries: tile_maxima_entry;
 }
+
+/// Words of `tf32_tile_maxima`'s output per centroid tile: the largest `C`, `A·R_c` and squared
+/// norm of the tile's centroids.
+pub const TILE_MAXIMA_WORDS: usize = 3;
+
+/// Dynamic shared memory of a `tf32_tile_maxima` block, in bytes: each warp's three maxima.
+pub const TILE_MAXIMA_SHARED_BYTES: usize = TILE_MAXIMA_WORDS * (BLOCK as usize / 32) * 4;
 
 /// Weight of the squared centroid norm in the bound (`4u`).
 pub const BOUND_NORM: f32 = 1.0 / 4_194_304.0; // 2^-22
@@ -212,46 +221,114 @@ pub fn error_bound(p: f32, x_sum: f32, c_norm: f32, q: f32, nc: f32) -> f32 {
     fma(p, c_norm, fma(q, x_sum, fma(BOUND_NORM, nc, BOUND_ABS)))
 }
 
-centroid_terms_entry! {
-    /// Writes `out[i] = C_i` and `out[k + i] = A·R_c` ([`RowTerms::centroid`]) for the `k` rows of
-    /// `centroids` (`d` columns), a thread per row.
+/// Scores below this magnitude are finite with room to spare (`2^126`).
+const SCORE_LIMIT: f32 = 8.507_059e37;
+
+/// `Ē`, a bound on `E` for a point with terms `(p, x_sum)` and every centroid of a tile with
+/// maxima `(c_max, q_max, nc_max)` ([`TILE_MAXIMA_WORDS`]): [`error_bound`] is non-decreasing
+/// in each of its non-negative arguments, roundings included, so `Ē ≥ E_c` and
+/// `fl(T_c − Ē) ≤ fl(T_c − E_c) ≤ S_c`. `+∞` where a TF32 score of the tile may not be finite
+/// (`|T| ≤ nc + 2·1.0011·(X + R_x)·C·(1 + 2^-10)` stays below [`SCORE_LIMIT`] otherwise) or the
+/// bound itself is not: the point's shortlist is not trusted then.
+#[inline(always)]
+pub fn tile_bound(p: f32, x_sum: f32, c_max: f32, q_max: f32, nc_max: f32) -> f32 {
+    let e = error_bound(p, x_sum, c_max, q_max, nc_max);
+    let size = fma(4.0 * x_sum, c_max, nc_max);
+    if size < SCORE_LIMIT && e < f32::INFINITY {
+        e
+    } else {
+        f32::INFINITY
+    }
+}
+
+tile_maxima_entry! {
+    /// Writes, for each tile of `TF32_CENTROIDS` of the `k` centroids (`d` columns), the largest
+    /// `C`, `A·R_c` ([`RowTerms::centroid`]) and squared norm (`c_sq_norms`) of its centroids at
+    /// `out[3·tile..]` ([`TILE_MAXIMA_WORDS`]), a block per tile and a thread per centroid.
     ///
     /// # Safety
-    /// `centroids` holds `k × d` values and `out` `2k`; blocks of `BLOCK` threads, enough for `k`.
+    /// `centroids` holds `k × d` values, `c_sq_norms` `k` and `out` `3·⌈k / TF32_CENTROIDS⌉`;
+    /// that many blocks of `BLOCK` threads with [`TILE_MAXIMA_SHARED_BYTES`] of dynamic shared
+    /// memory.
     #[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
-    fn tf32_centroid_terms(params) {
-        let CentroidTermsParams {
+    fn tf32_tile_maxima(params) {
+        let TileMaximaParams {
             centroids,
+            c_sq_norms,
             k,
             d,
             out,
         } = params;
-        let (centroids, out) = (centroids.as_ptr(), out.as_mut_ptr());
-        unsafe { centroid_terms(crate::exec::Gpu, centroids, k as usize, d as usize, out) }
+        let (centroids, c_sq_norms, out) =
+            (centroids.as_ptr(), c_sq_norms.as_ptr(), out.as_mut_ptr());
+        unsafe {
+            tile_maxima(crate::exec::Gpu, centroids, c_sq_norms, k as usize, d as usize, out)
+        }
     }
 }
 
-/// The body of `tf32_centroid_terms`.
+/// The body of `tf32_tile_maxima`. The values are non-negative (or NaN), so their bits with the
+/// sign cleared order as the values do, NaN above `+∞`: a NaN anywhere in a tile reaches its
+/// maxima, and every point's [`tile_bound`] there is `+∞`.
 ///
 /// # Safety
 /// As the kernel's.
 #[inline(always)]
-pub unsafe fn centroid_terms<E: crate::exec::Exec>(
+pub unsafe fn tile_maxima<E: Exec>(
     e: E,
     centroids: *const f32,
+    c_sq_norms: *const f32,
     k: usize,
     d: usize,
     out: *mut f32,
 ) {
-    let i = e.block() * crate::launch::BLOCK as usize + e.thread();
-    if i >= k {
-        return;
+    let t = e.thread();
+    let c = e.block() * TF32_CENTROIDS + t;
+    let mut m = [0u32; TILE_MAXIMA_WORDS];
+    if t < TF32_CENTROIDS && c < k {
+        let (norm, q) = unsafe { RowTerms::read(centroids.add(c * d), d, false) }.centroid(d);
+        m = [norm, q, unsafe { *c_sq_norms.add(c) }].map(|v| v.to_bits() & 0x7fff_ffff);
     }
-    let (c, q) = unsafe { RowTerms::read(centroids.add(i * d), d, false) }.centroid(d);
-    unsafe {
-        *out.add(i) = c;
-        *out.add(k + i) = q;
+    for mask in [16, 8, 4, 2, 1] {
+        for v in &mut m {
+            *v = (*v).max(e.shfl_xor_u32(*v, mask));
+        }
     }
+    let warps = e.shared::<u32>();
+    if t.is_multiple_of(32) {
+        for (j, v) in m.iter().enumerate() {
+            unsafe { *warps.add(TILE_MAXIMA_WORDS * (t / 32) + j) = *v };
+        }
+    }
+    e.sync();
+    if t < TILE_MAXIMA_WORDS {
+        let mut v = 0;
+        for w in 0..BLOCK as usize / 32 {
+            v = v.max(unsafe { *warps.add(TILE_MAXIMA_WORDS * w + t) });
+        }
+        unsafe { *out.add(TILE_MAXIMA_WORDS * e.block() + t) = f32::from_bits(v) };
+    }
+}
+
+/// The CPU twin of `tf32_tile_maxima`: the maxima of each tile of `centroids` (`d` columns)
+/// with squared norms `c_sq_norms`.
+#[cfg(test)]
+pub fn tile_maxima_of(centroids: &[f32], c_sq_norms: &[f32], d: usize) -> Vec<f32> {
+    let mut out = Vec::new();
+    for (rows, norms) in centroids
+        .chunks(TF32_CENTROIDS * d)
+        .zip(c_sq_norms.chunks(TF32_CENTROIDS))
+    {
+        let mut m = [0u32; TILE_MAXIMA_WORDS];
+        for (row, &nc) in rows.chunks(d).zip(norms) {
+            let (norm, q) = RowTerms::of(row, false).centroid(d);
+            for (m, v) in m.iter_mut().zip([norm, q, nc]) {
+                *m = (*m).max(v.to_bits() & 0x7fff_ffff);
+            }
+        }
+        out.extend(m.map(f32::from_bits));
+    }
+    out
 }
 
 #[cfg(test)]
@@ -324,26 +401,67 @@ mod tests {
     }
 
     #[test]
-    fn emulated_centroid_terms_equal_the_twin() {
-        for (d, k) in [(7, 1usize), (7, 255), (40, 257)] {
-            let cents: Vec<f32> = (0..k * d)
+    fn emulated_tile_maxima_equal_the_twin() {
+        // One centroid; a tile and one; a NaN in the second tile (its maxima NaN, the first's not).
+        for (d, k, nan) in [
+            (7, 1usize, None),
+            (7, 255, None),
+            (40, 257, Some(200 * 40 + 3)),
+        ] {
+            let mut cents: Vec<f32> = (0..k * d)
                 .map(|i| ((i * 7919 % 1000) as f32 - 500.0) * 1.37e-3)
                 .collect();
-            let mut out = vec![f32::NAN; 2 * k];
-            let (pc, po) = (P(cents.as_ptr() as *mut f32), P::of(&mut out));
-            launch(k.div_ceil(BLOCK as usize), BLOCK as usize, 0, |e| unsafe {
-                centroid_terms(e, pc.get(), k, d, po.get())
-            });
-            for i in 0..k {
-                let (c, q) = RowTerms::of(&cents[i * d..][..d], false).centroid(d);
-                assert_eq!((out[i], out[k + i]), (c, q), "k {k} row {i}");
-                let norm = cents[i * d..][..d]
-                    .iter()
-                    .map(|&v| v as f64 * v as f64)
-                    .sum::<f64>()
-                    .sqrt();
-                assert!(c as f64 >= norm);
+            if let Some(at) = nan {
+                cents[at] = f32::NAN;
+            }
+            let c_sq: Vec<f32> = cents.chunks(d).map(sq_norm).collect();
+            let tiles = k.div_ceil(TF32_CENTROIDS);
+            let mut out = vec![-1.0; TILE_MAXIMA_WORDS * tiles];
+            let (pc, pn, po) = (
+                P(cents.as_ptr() as *mut f32),
+                P(c_sq.as_ptr() as *mut f32),
+                P::of(&mut out),
+            );
+            launch(
+                tiles,
+                BLOCK as usize,
+                TILE_MAXIMA_SHARED_BYTES,
+                |e| unsafe { tile_maxima(e, pc.get(), pn.get(), k, d, po.get()) },
+            );
+            let want = tile_maxima_of(&cents, &c_sq, d);
+            let bits = |v: &[f32]| v.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&out), bits(&want), "d {d} k {k}");
+            for (tile, rows) in cents.chunks(TF32_CENTROIDS * d).enumerate() {
+                let m = &out[TILE_MAXIMA_WORDS * tile..][..TILE_MAXIMA_WORDS];
+                if rows.iter().any(|v| v.is_nan()) {
+                    assert!(m[0].is_nan() && m[2].is_nan(), "tile {tile}");
+                    continue;
+                }
+                for (row, &nc) in rows.chunks(d).zip(&c_sq[tile * TF32_CENTROIDS..]) {
+                    let (c, q) = RowTerms::of(row, false).centroid(d);
+                    assert!(c <= m[0] && q <= m[1] && nc <= m[2], "tile {tile}");
+                }
             }
         }
+    }
+
+    #[test]
+    fn the_tile_bound_covers_every_centroid_and_flags_overflow() {
+        let d = 16;
+        let x: Vec<f32> = (0..d).map(|j| 0.3 + j as f32 * 0.01).collect();
+        let cents: Vec<f32> = (0..5 * d).map(|i| ((i * 31 % 17) as f32) * 0.2).collect();
+        let c_sq: Vec<f32> = cents.chunks(d).map(sq_norm).collect();
+        let m = tile_maxima_of(&cents, &c_sq, d);
+        let (p, x_sum) = RowTerms::of(&x, true).point(d, product_coefficient(d));
+        let bar = tile_bound(p, x_sum, m[0], m[1], m[2]);
+        for (row, &nc) in cents.chunks(d).zip(&c_sq) {
+            let (c_norm, q) = RowTerms::of(row, false).centroid(d);
+            assert!(error_bound(p, x_sum, c_norm, q, nc) <= bar);
+        }
+        // Scores that may overflow, a NaN row: not trusted.
+        let big: Vec<f32> = x.iter().map(|v| v * 1e37).collect();
+        let (p, x_sum) = RowTerms::of(&big, true).point(d, product_coefficient(d));
+        assert_eq!(tile_bound(p, x_sum, m[0], m[1], m[2]), f32::INFINITY);
+        assert_eq!(tile_bound(f32::NAN, 1.0, m[0], m[1], m[2]), f32::INFINITY);
     }
 }

@@ -32,10 +32,7 @@ fn check(x: &[f32], centroids: &[f32], d: usize, weights: &[f32], what: &str) {
     let (n, k) = (x.len() / d, centroids.len() / d);
     let x_sq: Vec<f32> = x.chunks(d).map(sq_norm).collect();
     let c_sq: Vec<f32> = centroids.chunks(d).map(sq_norm).collect();
-    let mut c_terms = vec![0f32; 2 * k];
-    for (c, row) in centroids.chunks(d).enumerate() {
-        (c_terms[c], c_terms[k + c]) = RowTerms::of(row, false).centroid(d);
-    }
+    let tile_maxima = bound::tile_maxima_of(centroids, &c_sq, d);
     let old_labels: Vec<u32> = (0..n as u32).map(|i| i % 3).collect();
     let mut labels = old_labels.clone();
     let mut min_dist = vec![f32::NAN; n];
@@ -56,7 +53,7 @@ fn check(x: &[f32], centroids: &[f32], d: usize, weights: &[f32], what: &str) {
         d,
         centroids: centroids.as_ptr(),
         c_sq_norms: c_sq.as_ptr(),
-        c_terms: c_terms.as_ptr(),
+        tile_maxima: tile_maxima.as_ptr(),
         k,
         labels: labels.as_mut_ptr(),
         min_dist: min_dist.as_mut_ptr(),

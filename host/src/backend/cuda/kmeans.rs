@@ -27,9 +27,11 @@ use kernels_gpu::assign::{
     ASSIGN_WIDE, AssignParams, AssignTile, KMEANS_ASSIGN_L1_NARROW, KMEANS_ASSIGN_L1_WIDE,
     KMEANS_ASSIGN_L2_NARROW, KMEANS_ASSIGN_L2_WIDE,
 };
-use kernels_gpu::assign_tf32::bound::{CentroidTermsParams, TF32_CENTROID_TERMS};
-use kernels_gpu::assign_tf32::tf32_grid;
+use kernels_gpu::assign_tf32::bound::{
+    TF32_TILE_MAXIMA, TILE_MAXIMA_SHARED_BYTES, TILE_MAXIMA_WORDS, TileMaximaParams,
+};
 use kernels_gpu::assign_tf32::{AssignTf32Params, KMEANS_ASSIGN_L2_TF32, tf32_shared_bytes};
+use kernels_gpu::assign_tf32::{tf32_grid, tf32_tiles};
 use kernels_gpu::centroids::{
     CentroidsByDimensionParams, KMEANS_CENTROIDS_BY_DIMENSION,
     SHARED_BYTES as CENTROIDS_BY_DIMENSION_SHARED_BYTES, centroids_by_dimension_grid,
@@ -102,7 +104,7 @@ pub(crate) struct CudaLloyd<'a> {
     c_sq_norms: Slot<f32>,
     /// The centroids' norms and TF32 residual terms (`2k`) for the TF32 kernel's error bound
     /// (empty on the other paths).
-    c_terms: Slot<f32>,
+    tile_maxima: Slot<f32>,
     /// The centroids by dimension, `d × k_padded` (`k_padded`: `k` rounded up to 4; the padding columns
     /// stay zero), for the exact assign kernels.
     centroids_t: Slot<f32>,
@@ -357,7 +359,15 @@ impl<'a> CudaLloyd<'a> {
             inertia_unit: spec.inertia_unit,
             centroids: Slot::zeros(gpu, k * d, "centroids")?,
             c_sq_norms: Slot::zeros(gpu, k, "centroid norms")?,
-            c_terms: Slot::zeros(gpu, if tf32 { 2 * k } else { 0 }, "centroid bound terms")?,
+            tile_maxima: Slot::zeros(
+                gpu,
+                if tf32 {
+                    TILE_MAXIMA_WORDS * tf32_tiles(k)
+                } else {
+                    0
+                },
+                "centroid tiles' bound terms",
+            )?,
             centroids_t: Slot::zeros(gpu, by_dimension_len, "centroids by dimension")?,
             next: Slot::zeros(gpu, k * d, "centroids")?,
             labels: Slot::zeros(gpu, n, "labels")?,
@@ -426,7 +436,8 @@ impl<'a> CudaLloyd<'a> {
         }
         self.x_sq_norms.park(gpu, false, "point norms")?;
         self.c_sq_norms.park(gpu, false, "centroid norms")?;
-        self.c_terms.park(gpu, false, "centroid bound terms")?;
+        self.tile_maxima
+            .park(gpu, false, "centroid tiles' bound terms")?;
         self.centroids_t
             .park(gpu, false, "centroids by dimension")?;
         self.shift_parts.park(gpu, false, "shift partials")?;
@@ -474,7 +485,8 @@ impl<'a> CudaLloyd<'a> {
         self.x_sq_norms = Slot::device(point_norms_buffer(gpu, norms_len, self.spherical)?);
         self.norms_stale = self.computes_point_norms();
         self.c_sq_norms.restore(gpu, "centroid norms")?;
-        self.c_terms.restore(gpu, "centroid bound terms")?;
+        self.tile_maxima
+            .restore(gpu, "centroid tiles' bound terms")?;
         self.centroids_t.restore(gpu, "centroids by dimension")?;
         self.shift_parts.restore(gpu, "shift partials")?;
         self.counters.restore(gpu, "counters")?;
@@ -616,15 +628,17 @@ impl<'a> CudaLloyd<'a> {
                     out: self.c_sq_norms.dev_mut()?.writes(k),
                 },
             )?;
+            let maxima = TILE_MAXIMA_WORDS * tf32_tiles(k);
             gpu.launch(
-                TF32_CENTROID_TERMS,
-                k.div_ceil(BLOCK as usize),
-                0,
-                CentroidTermsParams {
+                TF32_TILE_MAXIMA,
+                tf32_tiles(k),
+                TILE_MAXIMA_SHARED_BYTES,
+                TileMaximaParams {
                     centroids: centroids.reads(k * d),
+                    c_sq_norms: self.c_sq_norms.dev()?.reads(k),
                     k: k as u32,
                     d: d as u32,
-                    out: self.c_terms.dev_mut()?.writes(2 * k),
+                    out: self.tile_maxima.dev_mut()?.writes(maxima),
                 },
             )?;
             debug_assert!(!accumulate, "the TF32 kernel does not accumulate");
@@ -640,7 +654,7 @@ impl<'a> CudaLloyd<'a> {
                     d: d as u32,
                     centroids: centroids.reads(k * d),
                     c_sq_norms: self.c_sq_norms.dev()?.reads(k),
-                    c_terms: self.c_terms.dev()?.reads(2 * k),
+                    tile_maxima: self.tile_maxima.dev()?.reads(maxima),
                     k: k as u32,
                     labels: self.labels.dev_mut()?.writes(n),
                     min_dist: self.min_dist.dev_mut()?.writes(n),

@@ -5,7 +5,10 @@
 //! d = 1, k = 1, k = 2, k = n and non-finite rows.
 
 use super::Shortlist;
-use crate::assign_tf32::bound::{RowTerms, error_bound, product_coefficient};
+use crate::assign_tf32::TF32_CENTROIDS;
+use crate::assign_tf32::bound::{
+    RowTerms, TILE_MAXIMA_WORDS, error_bound, product_coefficient, tile_bound, tile_maxima_of,
+};
 use crate::knn_tf32::tests::{Rng, tf32_dot};
 use crate::math::{better, fma, l2_score, sq_norm};
 
@@ -42,23 +45,31 @@ fn shortlisted_nearest(
 ) -> (u32, f32, bool) {
     let nx = sq_norm(x);
     let (p, x_sum) = RowTerms::of(x, true).point(d, product_coefficient(d));
+    let maxima = tile_maxima_of(cents, norms, d);
     let mut parts = [Shortlist::EMPTY; 8];
+    let mut trusted = true;
     for (c, &nc) in norms.iter().enumerate() {
+        let m = &maxima[c / TF32_CENTROIDS * TILE_MAXIMA_WORDS..][..TILE_MAXIMA_WORDS];
+        let bar = tile_bound(p, x_sum, m[0], m[1], m[2]);
+        trusted &= bar < f32::INFINITY;
         let row = &cents[c * d..][..d];
         let t = l2_score(tf32_dot(x, row, order, truncated), nc);
-        let (c_norm, q) = RowTerms::of(row, false).centroid(d);
-        let e = error_bound(p, x_sum, c_norm, q, nc);
         let s = exact_score(x, row, nc);
-        if t.is_finite() && e.is_finite() {
-            // As the kernel forms them: L = fl(T − E) ≤ S ≤ fl(T + E) = U.
+        if bar < f32::INFINITY {
+            // As the kernel forms it: L = fl(T − Ē) ≤ fl(T − E) ≤ S, and T is finite.
+            let (c_norm, q) = RowTerms::of(row, false).centroid(d);
+            assert!(error_bound(p, x_sum, c_norm, q, nc) <= bar);
             assert!(
-                t - e <= s && s <= t + e,
-                "centroid {c}: T = {t}, S = {s}, E = {e}"
+                t.is_finite() && t - bar <= s,
+                "centroid {c}: T = {t}, S = {s}, Ē = {bar}"
             );
         }
-        parts[part(c)].offer(true, t, e, c as u32);
-        // Padding centroids past k offer nothing.
-        parts[part(c)].offer(false, f32::NAN, 0.0, u32::MAX);
+        parts[part(c)].insert(t - bar, c as u32);
+        // Padding centroids past k (squared norm +∞) are never kept.
+        parts[part(c)].insert(l2_score(0.0, f32::INFINITY) - bar, u32::MAX);
+    }
+    if !trusted {
+        parts = [Shortlist::UNTRUSTED; 8];
     }
     // The lanes' butterfly (masks 1 and 2) inside each warp column, then both columns.
     for mask in [1, 2] {
@@ -70,17 +81,19 @@ fn shortlisted_nearest(
     let mut list = Shortlist::EMPTY;
     list.merge(parts[0]);
     list.merge(parts[4]);
-    let full = list.needs_full_pass();
-    let candidates: Vec<u32> = if full {
-        (0..norms.len() as u32).collect()
-    } else {
-        list.index.to_vec()
-    };
+    let score = |c: u32| exact_score(x, &cents[c as usize * d..][..d], norms[c as usize]);
     let (mut best, mut label) = (f32::INFINITY, u32::MAX);
-    for c in candidates.into_iter().filter(|&c| c != u32::MAX) {
-        let s = exact_score(x, &cents[c as usize * d..][..d], norms[c as usize]);
-        if better(s, c, best, label) {
-            (best, label) = (s, c);
+    for c in list.index.into_iter().filter(|&c| c != u32::MAX) {
+        if better(score(c), c, best, label) {
+            (best, label) = (score(c), c);
+        }
+    }
+    let full = list.needs_full_pass(best);
+    if full {
+        for c in 0..norms.len() as u32 {
+            if better(score(c), c, best, label) {
+                (best, label) = (score(c), c);
+            }
         }
     }
     // `better` never takes NaN: every score was +∞ or NaN.
@@ -205,30 +218,31 @@ fn non_finite_rows_take_the_full_pass() {
 fn merging_keeps_the_three_smallest() {
     let mut a = Shortlist::EMPTY;
     for (l, i) in [(5.0, 5), (1.0, 1), (3.0, 3)] {
-        a.offer(true, l, 0.0, i);
+        a.insert(l, i);
     }
     let mut b = Shortlist::EMPTY;
-    for (l, i) in [(2.0, 2), (0.5, 0), (4.0, 4)] {
-        b.offer(true, l, 0.0, i);
+    for (l, i) in [(2.0, 2), (0.5, 0), (4.0, 4), (f32::NAN, 9)] {
+        b.insert(l, i);
     }
     a.merge(b);
     assert_eq!(a.lower, [0.5, 1.0, 2.0]);
     assert_eq!(a.index, [0, 1]);
-    assert_eq!(a.upper, 0.5);
-    assert!(a.needs_full_pass() == (2.0 <= 0.5));
-    // A bound that reaches the third smallest score asks for every centroid.
-    let mut c = Shortlist::EMPTY;
-    for i in 0..3 {
-        c.offer(true, i as f32, 1.0, i);
-    }
-    assert!(c.needs_full_pass());
-    // Non-finite scores are always kept and never bound the winner.
-    let mut n = Shortlist::EMPTY;
-    n.offer(true, f32::NAN, 0.0, 7);
-    assert_eq!(
-        (n.lower[0], n.index[0], n.upper),
-        (f32::NEG_INFINITY, 7, f32::INFINITY)
-    );
+    // The third smallest bound must exceed the better exact score of the two kept.
+    assert!(!a.needs_full_pass(1.9));
+    assert!(a.needs_full_pass(2.0));
+    assert!(a.needs_full_pass(f32::NAN));
+    // Fewer than three centroids: the kept ones are all.
+    let mut two = Shortlist::EMPTY;
+    two.insert(1.0, 0);
+    two.insert(2.0, 1);
+    assert!(!two.needs_full_pass(3.0));
+    // An untrusted shortlist stays so through merges and always takes the full pass.
+    let mut u = Shortlist::UNTRUSTED;
+    u.merge(a);
+    assert_eq!(u, Shortlist::UNTRUSTED);
+    a.merge(Shortlist::UNTRUSTED);
+    assert!(a.needs_full_pass(f32::NEG_INFINITY));
+    assert_eq!(a.index, [u32::MAX; 2]);
 }
 
 /// The share of points that take the full pass on the benchmark's shape (d = 128, k = 1024),
