@@ -22,8 +22,8 @@ use crate::launch::Kernel;
 use crate::params::DevPtr;
 #[cfg(any(test, all(target_arch = "nvptx64", target_feature = "sm_80")))]
 use crate::{
-    cp_async::{commit, copy_4, copy_rows, shared_addr, wait_all, wait_group},
-    exec::{Exec, atomic_add_u32, block_sum_f64, block_sum_i64, shfl_xor_f32},
+    cp_async::{commit, copy_4, copy_16, copy_rows, shared_addr, wait_all, wait_group},
+    exec::{Exec, atomic_add_u32, atomic_or_u32, block_sum_f64, block_sum_i64, shfl_xor_f32},
     fixed::{inertia_term, units_at},
     launch::BLOCK,
     math::{AssignMetric, assign_distance, assign_step, better, l2_score},
@@ -273,17 +273,29 @@ unsafe fn run<const VEC: bool, E: Exec>(e: E, a: Tf32AssignArgs) {
     // finite). The sweep's first barrier publishes the row terms.
     let mut lists = [Shortlist::EMPTY; 4];
     let mut trusted = [true; 4];
-    if t < TF32_POINTS {
-        let i = first_point + t;
-        let terms = if i < n {
-            unsafe { RowTerms::read(x.add(i * d), d, true) }
+    {
+        // Two threads a point row, each a part of its dimensions (the first `split`, a multiple
+        // of 4 so the second part stays 16-byte aligned, and the rest); then the pair's sums.
+        let (row, half) = (t / 2, t % 2);
+        let i = first_point + row;
+        let split = d / 8 * 4;
+        let (from, len) = if half == 0 {
+            (0, split)
+        } else {
+            (split, d - split)
+        };
+        let part = if i < n {
+            unsafe { RowTerms::read(x.add(i * d + from), len, true) }
         } else {
             RowTerms::default()
         };
-        let (p, x_sum) = terms.point(d, product_coefficient(d));
-        unsafe {
-            *row_p.add(t) = p;
-            *row_x_sum.add(t) = x_sum;
+        let terms = part.plus(part.map_bits(|v| e.shfl_xor_u32(v, 1)));
+        if half == 0 {
+            let (p, x_sum) = terms.point(d, product_coefficient(d));
+            unsafe {
+                *row_p.add(row) = p;
+                *row_x_sum.add(row) = x_sum;
+            }
         }
     }
 
@@ -292,12 +304,14 @@ unsafe fn run<const VEC: bool, E: Exec>(e: E, a: Tf32AssignArgs) {
     // last step keep the group count per step uniform), then the point tile through registers.
     // (tile, chunk) of the next step to prefetch.
     let (mut pt, mut pk) = (0, 0);
+    let mut cursor = unsafe { ChunkCursor::at_tile(t, centroids, k, d, 0) };
     for p in 0..TF32_STAGES - 1 {
         if p < steps {
             unsafe {
                 stage_chunk(
                     t,
                     vec,
+                    &mut cursor,
                     centroids,
                     c_sq_norms,
                     tile_maxima,
@@ -313,6 +327,7 @@ unsafe fn run<const VEC: bool, E: Exec>(e: E, a: Tf32AssignArgs) {
             pk += 1;
             if pk == chunks {
                 (pt, pk) = (pt + 1, 0);
+                cursor = unsafe { ChunkCursor::at_tile(t, centroids, k, d, pt) };
             }
         }
         commit();
@@ -341,6 +356,7 @@ unsafe fn run<const VEC: bool, E: Exec>(e: E, a: Tf32AssignArgs) {
                 stage_chunk(
                     t,
                     vec,
+                    &mut cursor,
                     centroids,
                     c_sq_norms,
                     tile_maxima,
@@ -356,6 +372,7 @@ unsafe fn run<const VEC: bool, E: Exec>(e: E, a: Tf32AssignArgs) {
             pk += 1;
             if pk == chunks {
                 (pt, pk) = (pt + 1, 0);
+                cursor = unsafe { ChunkCursor::at_tile(t, centroids, k, d, pt) };
             }
         }
         commit();
@@ -437,10 +454,14 @@ unsafe fn run<const VEC: bool, E: Exec>(e: E, a: Tf32AssignArgs) {
     let merge_bounds = xs.cast::<f32>();
     let merge_index = unsafe { xs.add(TF32_POINTS * 8) };
     let scratch = unsafe { xs.add(TF32_POINTS * 12) }.cast::<f64>();
-    // After the reduction scratch: per point whether it takes the block-wide pass, then each
-    // warp's best (score bits, centroid) of that pass.
+    // After the reduction scratch: a bit per point, set where it takes the block-wide pass
+    // (cleared before the barrier below), then each warp's best (score bits, centroid) of that
+    // pass.
     let full_points = unsafe { xs.add(TF32_POINTS * 12 + 4 * BLOCK as usize) };
     let warp_best = unsafe { full_points.add(TF32_POINTS) };
+    if t < TF32_POINTS / 32 {
+        unsafe { *full_points.add(t) = 0 };
+    }
     if q == 0 {
         for (r, list) in lists.iter().enumerate() {
             let at = (wm * 32 + (r / 2) * 16 + (r % 2) * 8 + g) * 2 + wn;
@@ -489,58 +510,62 @@ unsafe fn run<const VEC: bool, E: Exec>(e: E, a: Tf32AssignArgs) {
     if better(other_best, other, best, label) {
         (best, label) = (other_best, other);
     }
-    if which == 0 {
-        let full = i < n && list.needs_full_pass(best);
-        unsafe { *full_points.add(p) = u32::from(full) };
+    if which == 0 && i < n && list.needs_full_pass(best) {
+        unsafe { atomic_or_u32(full_points.add(p / 32), 1 << (p % 32)) };
     }
     e.sync();
     // The flagged points, one at a time (the flags are the same for every thread, so are the
     // barriers): every thread scores centroids t, t + BLOCK, …; the warps' best, then the
     // block's, as the exact path ranks them (`better` orders (score, index) totally, so the
     // order of the reduction does not matter).
-    for f in 0..TF32_POINTS {
-        if unsafe { *full_points.add(f) } == 0 {
-            continue;
-        }
-        let row = unsafe { x.add((first_point + f) * d) };
-        let (mut fb, mut fl) = (f32::INFINITY, u32::MAX);
-        let mut c = t;
-        while c < k {
-            let dot = unsafe { exact_dot(row, centroids.add(c * d), d) };
-            let score = l2_score(dot, unsafe { *c_sq_norms.add(c) });
-            if better(score, c as u32, fb, fl) {
-                (fb, fl) = (score, c as u32);
+    for w in 0..TF32_POINTS / 32 {
+        let mut flagged = unsafe { *full_points.add(w) };
+        while flagged != 0 {
+            let f = w * 32 + flagged.trailing_zeros() as usize;
+            flagged &= flagged - 1;
+            let row = unsafe { x.add((first_point + f) * d) };
+            let (mut fb, mut fl) = (f32::INFINITY, u32::MAX);
+            let mut c = t;
+            while c < k {
+                let dot = unsafe { exact_dot(row, centroids.add(c * d), d) };
+                let score = l2_score(dot, unsafe { *c_sq_norms.add(c) });
+                if better(score, c as u32, fb, fl) {
+                    (fb, fl) = (score, c as u32);
+                }
+                c += BLOCK as usize;
             }
-            c += BLOCK as usize;
-        }
-        for mask in [16, 8, 4, 2, 1] {
-            let (ob, ol) = (shfl_xor_f32(e, fb, mask), e.shfl_xor_u32(fl, mask));
-            if better(ob, ol, fb, fl) {
-                (fb, fl) = (ob, ol);
+            // (Halving a mask, not a loop over an array: the array would live in local memory.)
+            let mut mask = 16;
+            while mask > 0 {
+                let (ob, ol) = (shfl_xor_f32(e, fb, mask), e.shfl_xor_u32(fl, mask));
+                if better(ob, ol, fb, fl) {
+                    (fb, fl) = (ob, ol);
+                }
+                mask /= 2;
             }
-        }
-        if lane == 0 {
-            unsafe {
-                *warp_best.add(2 * warp) = fb.to_bits();
-                *warp_best.add(2 * warp + 1) = fl;
-            }
-        }
-        e.sync();
-        if p == f {
-            for w in 0..BLOCK as usize / 32 {
-                let (ob, ol) = unsafe {
-                    (
-                        f32::from_bits(*warp_best.add(2 * w)),
-                        *warp_best.add(2 * w + 1),
-                    )
-                };
-                if better(ob, ol, best, label) {
-                    (best, label) = (ob, ol);
+            if lane == 0 {
+                unsafe {
+                    *warp_best.add(2 * warp) = fb.to_bits();
+                    *warp_best.add(2 * warp + 1) = fl;
                 }
             }
+            e.sync();
+            if p == f {
+                for other in 0..BLOCK as usize / 32 {
+                    let (ob, ol) = unsafe {
+                        (
+                            f32::from_bits(*warp_best.add(2 * other)),
+                            *warp_best.add(2 * other + 1),
+                        )
+                    };
+                    if better(ob, ol, best, label) {
+                        (best, label) = (ob, ol);
+                    }
+                }
+            }
+            // The warps' slots are written again for the next flagged point.
+            e.sync();
         }
-        // The warps' slots are written again for the next flagged point.
-        e.sync();
     }
     let mut moved = 0.0;
     let mut dist_sum = 0i64;
@@ -668,8 +693,9 @@ unsafe fn stage_points(
             } else {
                 V4([0.0; 4])
             };
-            for (i, v) in v.into_iter().enumerate() {
-                unsafe { *xs.add(at + 2 * i) = to_tf32(v) };
+            // By reference: an array iterated by value stays in local memory.
+            for (i, v) in v.iter().enumerate() {
+                unsafe { *xs.add(at + 2 * i) = to_tf32(*v) };
             }
         } else {
             let v = if ok {
@@ -683,8 +709,78 @@ unsafe fn stage_points(
     }
 }
 
+/// Where a thread stages its two 16-byte pieces of each centroid chunk from (16-byte rows): rows
+/// `t / 4` and `t / 4 + TF32_CENTROIDS / 2` of the tile, dimensions `4·(t % 4)..` of the chunk. Moved
+/// along a tile a chunk at a time, so a step's copies cost a few additions.
+#[cfg(any(test, all(target_arch = "nvptx64", target_feature = "sm_80")))]
+#[derive(Clone, Copy)]
+struct ChunkCursor {
+    /// The two pieces' sources (past `k`: not read).
+    src: [*const f32; 2],
+    /// Whether each piece's row is below `k`.
+    live: [bool; 2],
+    /// The pieces' first dimension.
+    col: usize,
+}
+
+#[cfg(any(test, all(target_arch = "nvptx64", target_feature = "sm_80")))]
+const _: () = assert!(
+    TF32_CENTROIDS * TF32_CHUNK_DIMS == 2 * 4 * BLOCK as usize,
+    "two 16-byte pieces of a chunk a thread"
+);
+
+#[cfg(any(test, all(target_arch = "nvptx64", target_feature = "sm_80")))]
+impl ChunkCursor {
+    /// Thread `t`'s pieces of the first chunk of centroid tile `tile` (`k × d` centroids at `c`).
+    ///
+    /// # Safety
+    /// `c` holds `k × d` values.
+    #[inline(always)]
+    unsafe fn at_tile(t: usize, c: *const f32, k: usize, d: usize, tile: usize) -> ChunkCursor {
+        let col = 4 * (t % 4);
+        let rows = [0, 1].map(|m| tile * TF32_CENTROIDS + t / 4 + m * TF32_CENTROIDS / 2);
+        let live = rows.map(|r| r < k);
+        ChunkCursor {
+            src: [0, 1].map(|m| {
+                if live[m] {
+                    unsafe { c.add(rows[m] * d + col) }
+                } else {
+                    c
+                }
+            }),
+            live,
+            col,
+        }
+    }
+
+    /// Starts this thread's copies of the chunk into the stage at shared address `buf` (zeros
+    /// past `k` and `d`; `c` is a readable fallback address), then moves to the next chunk.
+    ///
+    /// # Safety
+    /// As [`stage_chunk`]'s, with 16-byte aligned rows.
+    #[inline(always)]
+    unsafe fn stage(&mut self, t: usize, d: usize, c: *const f32, buf: u32) {
+        let in_d = self.col < d;
+        let at = buf + 4 * ((t / 4) * TF32_C_STRIDE + 4 * (t % 4)) as u32;
+        for m in 0..2 {
+            let ok = in_d & self.live[m];
+            let dst = at + (4 * m * TF32_CENTROIDS / 2 * TF32_C_STRIDE) as u32;
+            unsafe {
+                copy_16(
+                    dst,
+                    if ok { self.src[m] } else { c },
+                    if ok { 16 } else { 0 },
+                )
+            };
+            self.src[m] = self.src[m].wrapping_add(TF32_CHUNK_DIMS);
+        }
+        self.col += TF32_CHUNK_DIMS;
+    }
+}
+
 /// Starts copying centroids `first..first + TF32_CENTROIDS`, dimensions `j0..j0 + TF32_CHUNK_DIMS` into the centroid
-/// stage at shared address `buf` (row-major, stride `TF32_C_STRIDE`; `stage` points at it), zeros past `k` and `d`; with
+/// stage at shared address `buf` (row-major, stride `TF32_C_STRIDE`; `stage` points at it; with `vec` through
+/// `cursor`, which is at this chunk and moves to the next), zeros past `k` and `d`; with
 /// `norms`, also their squared norms (`+∞` past `k`, stored at once) and the tile's maxima after the chunk. Commits
 /// nothing.
 ///
@@ -698,6 +794,7 @@ unsafe fn stage_points(
 unsafe fn stage_chunk(
     t: usize,
     vec: bool,
+    cursor: &mut ChunkCursor,
     c: *const f32,
     c_sq_norms: *const f32,
     tile_maxima: *const f32,
@@ -709,11 +806,15 @@ unsafe fn stage_chunk(
     buf: u32,
     stage: *mut u32,
 ) {
-    unsafe {
-        copy_rows::<TF32_CENTROIDS, TF32_CHUNK_DIMS, TF32_C_STRIDE, { BLOCK as usize }>(
-            t, vec, c, k, d, first, j0, buf,
-        )
-    };
+    if vec {
+        unsafe { cursor.stage(t, d, c, buf) };
+    } else {
+        unsafe {
+            copy_rows::<TF32_CENTROIDS, TF32_CHUNK_DIMS, TF32_C_STRIDE, { BLOCK as usize }>(
+                t, vec, c, k, d, first, j0, buf,
+            )
+        };
+    }
     // Word w after the chunk: the squared norms of the tile's centroids, then its maxima.
     let w = t;
     if norms && w < TF32_CENTROIDS + TILE_MAXIMA_WORDS {

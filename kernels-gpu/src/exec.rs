@@ -185,6 +185,15 @@ pub unsafe fn atomic_add_u32(p: *mut u32, v: u32) {
     unsafe { AtomicU32::from_ptr(p) }.fetch_add(v, Ordering::Relaxed);
 }
 
+/// Sets the bits of `v` in the u32 at `p` (flags that threads raise in any order).
+///
+/// # Safety
+/// As for [`atomic_add_i64`].
+#[inline(always)]
+pub unsafe fn atomic_or_u32(p: *mut u32, v: u32) {
+    unsafe { AtomicU32::from_ptr(p) }.fetch_or(v, Ordering::Relaxed);
+}
+
 /// Adds `v` to the u64 at `p` and returns nothing; integer sums do not depend on the order.
 ///
 /// # Safety

@@ -150,6 +150,28 @@ impl RowTerms {
         self.sq_residual += r * r;
     }
 
+    /// The sums of two parts of a row.
+    #[inline(always)]
+    pub fn plus(self, other: RowTerms) -> RowTerms {
+        RowTerms {
+            sq_norm: self.sq_norm + other.sq_norm,
+            sq_residual: self.sq_residual + other.sq_residual,
+        }
+    }
+
+    /// Both sums' bits through `f`, 32 at a time (a warp shuffle of the terms).
+    #[inline(always)]
+    pub fn map_bits(self, f: impl Fn(u32) -> u32) -> RowTerms {
+        let g = |v: f64| {
+            let b = v.to_bits();
+            f64::from_bits((f(b as u32) as u64) | ((f((b >> 32) as u32) as u64) << 32))
+        };
+        RowTerms {
+            sq_norm: g(self.sq_norm),
+            sq_residual: g(self.sq_residual),
+        }
+    }
+
     /// The terms of a whole row.
     pub fn of(row: &[f32], point: bool) -> RowTerms {
         let mut t = RowTerms::default();
