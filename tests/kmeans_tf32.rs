@@ -218,10 +218,38 @@ fn tf32_on_the_cpu_is_exact() {
     assert_eq!(exact.inertia, tf32.inertia);
 }
 
+/// The default, `Precision::Auto`, on shapes where it takes the TF32 assignment (d ≥ 64, k ≥ 256)
+/// and where it does not: whole fits equal to `Precision::Exact`'s bit for bit.
+#[test]
+fn auto_precision_fits_equal_exact() {
+    let Some(gpu) = gpu("auto_precision_fits_equal_exact") else {
+        return;
+    };
+    for (n, d, k) in [
+        (6000, 128, 300),
+        (3000, 64, 256),
+        (2000, 130, 20),
+        (4000, 40, 300),
+    ] {
+        let data = uniform(n, d, 50 + d as u64);
+        let x = MatrixView::new(&data, n, d).unwrap();
+        let p = KMeans::params(k).seed(3).max_iter(6).device(gpu);
+        let auto = p.clone().fit(&x).unwrap();
+        let exact = p.precision(Precision::Exact).fit(&x).unwrap();
+        let what = format!("n={n} d={d} k={k}");
+        assert_eq!(auto.labels, exact.labels, "{what}");
+        let bits = |c: &[f32]| c.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&auto.centroids), bits(&exact.centroids), "{what}");
+        assert_eq!(auto.inertia.to_bits(), exact.inertia.to_bits(), "{what}");
+        assert_eq!(auto.n_iter, exact.n_iter, "{what}");
+    }
+}
+
 #[test]
 fn precision_parses() {
     assert_eq!("tf32".parse::<Precision>().unwrap(), Precision::Tf32);
     assert_eq!("exact".parse::<Precision>().unwrap(), Precision::Exact);
-    assert_eq!(Precision::default(), Precision::Exact);
+    assert_eq!("auto".parse::<Precision>().unwrap(), Precision::Auto);
+    assert_eq!(Precision::default(), Precision::Auto);
     assert!("bf16".parse::<Precision>().is_err());
 }

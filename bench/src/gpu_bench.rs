@@ -8,7 +8,7 @@
 //!                  [--stream N,D,M,K,BUDGET_MIB] [--stream-kmeans N,D,K,BUDGET_MIB]
 //!                  [--stream-kmeans-widths BUDGET_MIB]
 //!                  [--stream-kmeans-fit N,D,K,BUDGET_MIB,MAX_ITER[,cpu][,l1][,kmeans|||random]]
-//!                  [--all-paths] [--radius]
+//!                  [--all-paths] [--radius] [--precision-shapes N]
 //! ```
 //!
 //! `--reps` (default 30) timed runs per case after warm-up; kNN cases of 10^9 distances or more
@@ -60,6 +60,9 @@
 //! neighbours a query (the median k-th neighbour distance), against the k-nearest search (wall
 //! clock; `bench/src/radius.rs`).
 //!
+//! `--precision-shapes N` instead times one Lloyd step with each precision over a grid of
+//! dimensions and cluster counts at N uniform points (`precision_shapes.rs`), and exits.
+//!
 //! With `--precision tf32`, every k-means case is also timed with `Precision::Tf32` (a `-tf32`
 //! row after the exact one) with its speed-up over exact and the share of labels identical to
 //! exact's after one assignment from the same centroids.
@@ -68,7 +71,7 @@ use kmeans_knn::bench::{knn_search_ms, lloyd_iteration_ms};
 use kmeans_knn::{Device, DistanceMetric, KnnIndex, KnnLayout, MatrixView, Metric, Precision};
 use kmeans_knn::{Init, KMeans};
 use kmeans_knn_bench::data::{CASES, KNN_CASES, uniform};
-use kmeans_knn_bench::{all_paths, gpus, whole};
+use kmeans_knn_bench::{all_paths, gpus, precision_shapes, whole};
 use std::io::Write;
 
 fn main() {
@@ -118,6 +121,9 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     }
     if let Some(shape) = opt("--stream-kmeans-fit") {
         return fit_against_cpu_rows(&shape, device);
+    }
+    if let Some(n) = opt("--precision-shapes") {
+        return precision_shapes::rows(device, n.parse()?, reps.min(10), json.as_mut());
     }
     if let Some(set) = opt("--gpus") {
         return gpu_set_rows(set.parse()?, &cases, reps.min(5), json.as_mut());

@@ -3,5 +3,6 @@
 pub mod all_paths;
 pub mod data;
 pub mod gpus;
+pub mod precision_shapes;
 pub mod radius;
 pub mod whole;

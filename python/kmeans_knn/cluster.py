@@ -43,8 +43,10 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin, Ba
         rows scaled to unit length — a row of zeros is an error —, assigned to the centroid of
         largest inner product, centroids renormalised after each update; inertia is the sum of
         1 − cos, transform gives 1 − cos, predict normalises its rows).
-    precision : "exact" (FP32, the same labels on every backend) or "tf32" (tensor cores on GPUs
-        of compute capability 8.0+, the two best candidates re-checked in FP32).
+    precision : "auto" (the default: "tf32" where it is faster, else "exact"), "exact" (FP32
+        arithmetic only) or "tf32" (tensor cores on GPUs of compute capability 8.0+, every
+        centroid a proven error bound cannot rule out re-scored in FP32). All three give the
+        same labels, centroids, inertia and iteration counts, bit for bit.
     device : "auto", "cpu", "cuda" or "cuda:N"; or several GPUs, "cuda:0,1" or "cuda:all", over
         which ``fit`` shards the rows (the same result as one GPU). "auto" takes the GPU when
         there is one, except for fits the CPU finishes before a GPU's driver could start (while
@@ -85,7 +87,7 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin, Ba
         tol=1e-4,
         random_state=None,
         metric="euclidean",
-        precision="exact",
+        precision="auto",
         device="auto",
         memory_budget=None,
         verbose=0,

@@ -42,11 +42,11 @@ pub struct Args {
     /// k-means: rows of norm 0 are an error).
     #[arg(long, value_name = "METRIC", default_value = "l2")]
     metric: Metric,
-    /// Assignment arithmetic: exact (FP32, the same labels on CPU and GPU) or tf32 (distance
-    /// products on TF32 tensor cores, the two best candidates re-checked in FP32; l2 only, GPU
-    /// of compute capability 8.0+; labels agree with exact on all but rare near-ties, distances
-    /// and inertia stay exact; the CPU computes it exactly).
-    #[arg(long, value_name = "PRECISION", default_value = "exact")]
+    /// Assignment arithmetic, the same answer bit for bit whichever: auto (tf32 where it is
+    /// faster, else exact), exact (FP32 only) or tf32 (distance products on TF32 tensor cores
+    /// with a proven error bound, every centroid the bound cannot rule out re-scored in FP32;
+    /// l2 only, GPU of compute capability 8.0+; the CPU computes it in FP32).
+    #[arg(long, value_name = "PRECISION", default_value = "auto")]
     precision: Precision,
     #[command(flatten)]
     out: FitOutputs,

@@ -52,7 +52,7 @@ impl KMeans {
             metric: Metric::L2,
             device: Device::Auto,
             empty_clusters: EmptyClusters::FarthestPoint,
-            precision: Precision::Exact,
+            precision: Precision::Auto,
             memory_budget: None,
             progress: None,
         }
@@ -364,11 +364,12 @@ impl KMeansParams {
         sample_weight: Option<&[f32]>,
     ) -> Result<KMeansModel> {
         let device = match self.precision {
-            Precision::Exact => {
+            Precision::Auto | Precision::Exact => {
                 self.device
                     .for_job(self.pairs(data), data.cols(), Some(&self.shape(data)))
             }
-            Precision::Tf32 => self.device, // TF32 may choose other labels than the CPU.
+            // Asked for the tensor cores: the device asked for.
+            Precision::Tf32 => self.device,
         };
         if device != self.device {
             return self.clone().device(device).fit_rows(data, sample_weight);

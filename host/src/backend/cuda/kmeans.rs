@@ -211,6 +211,22 @@ fn check_tf32(gpu: &CudaBackend, spec: &LloydSpec<'_>) -> Result<()> {
 /// kernel (measured 2.5–7× on the benchmark's A, B, C), and exact. Spherical k-means needs the
 /// tiled path: its point and centroid norms are given, not computed, and its centroids are
 /// renormalised between the finalize and the shift.
+/// Whether `Precision::Auto` takes the TF32 assignment for `d` dimensions and `k` clusters (past
+/// the small-shape step, which [`assign_path`] prefers): squared L2 on sm_80 or later, with at
+/// least [`TF32_MIN_DIMS`] dimensions and [`TF32_MIN_K`] clusters, where `gpu-bench
+/// --precision-shapes` measured it faster than the FP32 kernels (docs/BENCHMARKS.md).
+fn tf32_pays(gpu: &CudaBackend, metric: Metric, d: usize, k: usize) -> bool {
+    metric == Metric::L2
+        && gpu.info().compute_capability.0 >= 8
+        && d >= TF32_MIN_DIMS
+        && k >= TF32_MIN_K
+}
+
+/// The fewest dimensions at which `Precision::Auto` takes the TF32 assignment.
+const TF32_MIN_DIMS: usize = 64;
+/// The fewest clusters at which `Precision::Auto` takes the TF32 assignment.
+const TF32_MIN_K: usize = 256;
+
 fn assign_path(
     gpu: &CudaBackend,
     d: usize,
@@ -297,10 +313,14 @@ impl<'a> CudaLloyd<'a> {
         arg_u32(n + scratch, "number of points")?;
         arg_u32(d, "number of dimensions")?;
         arg_u32(k, "k")?;
-        let tf32 = spec.precision == Precision::Tf32;
-        if tf32 {
-            check_tf32(gpu, spec)?;
-        }
+        let tf32 = match spec.precision {
+            Precision::Tf32 => {
+                check_tf32(gpu, spec)?;
+                true
+            }
+            Precision::Auto => tf32_pays(gpu, spec.metric, d, k),
+            Precision::Exact => false,
+        };
         let tile = AssignTile::for_k(k);
         let (small_shape, tf32) = assign_path(gpu, d, k, spherical, tf32);
         let assign_blocks = match small_shape {

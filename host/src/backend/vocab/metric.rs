@@ -62,19 +62,23 @@ impl fmt::Display for Metric {
     }
 }
 
-/// Arithmetic of the assignment step.
+/// Arithmetic of the assignment step. Every choice gives the same labels, distances, centroids,
+/// inertia and iteration counts, bit for bit; they differ only in speed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Precision {
-    /// FP32 throughout, bit-identical on the CPU and the GPU.
+    /// [`Precision::Tf32`] where it is faster (squared L2 on a GPU of compute capability 8.0
+    /// or later, at shapes past the fused small-shape step with enough dimensions and clusters
+    /// for the tensor cores to pay, see docs/KMEANS.md), [`Precision::Exact`] elsewhere.
     #[default]
+    Auto,
+    /// FP32 arithmetic only, bit-identical on the CPU and the GPU.
     Exact,
     /// The same answer as [`Precision::Exact`], bit for bit, through a TF32 shortlist: the
     /// distance products on TF32 tensor cores (`mma.sync`, inputs cut to 10-bit mantissas, FP32
     /// accumulation) with a proven bound on their error; every centroid within the bound of a
     /// point's best is re-scored in exact FP32 (usually one or two, all `k` on near-ties), so
     /// labels, distances, centroids, inertia and iteration counts are the exact ones (see
-    /// docs/KMEANS.md, "The TF32 assignment"). Faster only where few centroids fall within the
-    /// bound. Squared L2 only, on a GPU of compute capability 8.0 or later (an error on older GPUs); on
+    /// docs/KMEANS.md, "The TF32 assignment"). Squared L2 only, on a GPU of compute capability 8.0 or later (an error on older GPUs); on
     /// the CPU backend the fit is computed exactly (the same answer as [`Precision::Exact`]).
     /// Shapes that the GPU's fused small-shape step serves (up to 96 dimensions with the
     /// centroids in shared memory) are also computed exactly: that step is faster than the
@@ -86,11 +90,12 @@ impl FromStr for Precision {
     type Err = Error;
     fn from_str(s: &str) -> Result<Self> {
         match s {
+            "auto" => Ok(Precision::Auto),
             "exact" | "fp32" => Ok(Precision::Exact),
             "tf32" => Ok(Precision::Tf32),
             _ => Err(Error::invalid(
                 "precision",
-                format!("'{s}' is not one of exact, tf32"),
+                format!("'{s}' is not one of auto, exact, tf32"),
             )),
         }
     }
@@ -99,6 +104,7 @@ impl FromStr for Precision {
 impl fmt::Display for Precision {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
+            Precision::Auto => "auto",
             Precision::Exact => "exact",
             Precision::Tf32 => "tf32",
         })

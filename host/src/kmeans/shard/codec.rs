@@ -120,6 +120,7 @@ fn precision_id(p: Precision) -> u8 {
     match p {
         Precision::Exact => 0,
         Precision::Tf32 => 1,
+        Precision::Auto => 2,
     }
 }
 
@@ -251,6 +252,7 @@ impl Request {
                 precision: match r.word::<u8>()? {
                     0 => Precision::Exact,
                     1 => Precision::Tf32,
+                    2 => Precision::Auto,
                     _ => return Err(truncated()),
                 },
                 scales: r.words()?,
