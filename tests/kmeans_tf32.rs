@@ -218,8 +218,9 @@ fn tf32_on_the_cpu_is_exact() {
     assert_eq!(exact.inertia, tf32.inertia);
 }
 
-/// The default, `Precision::Auto`, on shapes where it takes the TF32 assignment (d ≥ 64, k ≥ 256)
-/// and where it does not: whole fits equal to `Precision::Exact`'s bit for bit.
+/// The default, `Precision::Auto`, on shapes where it takes the TF32 assignment (d a multiple of 4
+/// from 32 to 256, k ≥ 1024) and where it does not: whole fits equal to `Precision::Exact`'s bit
+/// for bit.
 #[test]
 fn auto_precision_fits_equal_exact() {
     let Some(gpu) = gpu("auto_precision_fits_equal_exact") else {

@@ -212,20 +212,23 @@ fn check_tf32(gpu: &CudaBackend, spec: &LloydSpec<'_>) -> Result<()> {
 /// tiled path: its point and centroid norms are given, not computed, and its centroids are
 /// renormalised between the finalize and the shift.
 /// Whether `Precision::Auto` takes the TF32 assignment for `d` dimensions and `k` clusters (past
-/// the small-shape step, which [`assign_path`] prefers): squared L2 on sm_80 or later, with at
-/// least [`TF32_MIN_DIMS`] dimensions and [`TF32_MIN_K`] clusters, where `gpu-bench
-/// --precision-shapes` measured it faster than the FP32 kernels (docs/BENCHMARKS.md).
+/// the small-shape step, which [`assign_path`] prefers): squared L2 on sm_80 or later, with
+/// [`TF32_DIMS`] dimensions (a multiple of 4: rows staged in 16-byte copies) and at least
+/// [`TF32_MIN_K`] clusters, where `gpu-bench --precision-shapes 200000` measured it 1.1–1.8×
+/// faster than the FP32 kernels on an H100 (docs/BENCHMARKS.md); slower at fewer clusters, at
+/// 512 dimensions (the points restaged per 128) and at odd widths (word copies).
 fn tf32_pays(gpu: &CudaBackend, metric: Metric, d: usize, k: usize) -> bool {
     metric == Metric::L2
         && gpu.info().compute_capability.0 >= 8
-        && d >= TF32_MIN_DIMS
+        && TF32_DIMS.contains(&d)
+        && d.is_multiple_of(4)
         && k >= TF32_MIN_K
 }
 
-/// The fewest dimensions at which `Precision::Auto` takes the TF32 assignment.
-const TF32_MIN_DIMS: usize = 64;
+/// The dimensions at which `Precision::Auto` takes the TF32 assignment.
+const TF32_DIMS: std::ops::RangeInclusive<usize> = 32..=256;
 /// The fewest clusters at which `Precision::Auto` takes the TF32 assignment.
-const TF32_MIN_K: usize = 256;
+const TF32_MIN_K: usize = 1024;
 
 fn assign_path(
     gpu: &CudaBackend,
