@@ -525,22 +525,14 @@ unsafe fn run<const VEC: bool, E: Exec>(e: E, a: Tf32AssignArgs) {
             flagged &= flagged - 1;
             let row = unsafe { x.add((first_point + f) * d) };
             let (mut fb, mut fl) = (f32::INFINITY, u32::MAX);
-            // Four centroids at a time, their FMA chains interleaved (one chain would wait on
-            // each FMA); a centroid past k reads centroid 0 and is not ranked.
             let mut c = t;
             while c < k {
-                let cs = [0, 1, 2, 3].map(|j| c + j * BLOCK as usize);
-                let rows = cs.map(|cj| unsafe { centroids.add(if cj < k { cj * d } else { 0 }) });
-                let dots = unsafe { exact_dots4(row, rows, d) };
-                for j in 0..4 {
-                    if cs[j] < k {
-                        let score = l2_score(dots[j], unsafe { *c_sq_norms.add(cs[j]) });
-                        if better(score, cs[j] as u32, fb, fl) {
-                            (fb, fl) = (score, cs[j] as u32);
-                        }
-                    }
+                let dot = unsafe { exact_dot(row, centroids.add(c * d), d) };
+                let score = l2_score(dot, unsafe { *c_sq_norms.add(c) });
+                if better(score, c as u32, fb, fl) {
+                    (fb, fl) = (score, c as u32);
                 }
-                c += 4 * BLOCK as usize;
+                c += BLOCK as usize;
             }
             // (Halving a mask, not a loop over an array: the array would live in local memory.)
             let mut mask = 16;
@@ -637,48 +629,6 @@ unsafe fn exact_dot(x: *const f32, c: *const f32, d: usize) -> f32 {
         }
     }
     acc
-}
-
-/// [`exact_dot`] of `x` with four rows at once, the four chains interleaved.
-///
-/// # Safety
-/// `x` and each of `c` are valid for `d` values.
-#[cfg(any(test, all(target_arch = "nvptx64", target_feature = "sm_80")))]
-#[allow(clippy::manual_is_multiple_of)]
-#[inline(always)]
-unsafe fn exact_dots4(x: *const f32, c: [*const f32; 4], d: usize) -> [f32; 4] {
-    #[repr(C, align(16))]
-    #[derive(Clone, Copy)]
-    struct V4([f32; 4]);
-    let step = |acc: f32, a: f32, b: f32| assign_step(AssignMetric::SqL2, acc, a, b);
-    let (mut a0, mut a1, mut a2, mut a3) = (0.0, 0.0, 0.0, 0.0);
-    let aligned = c.iter().all(|&p| (p as usize) % 16 == 0);
-    if d % 4 == 0 && (x as usize) % 16 == 0 && aligned {
-        let xv = x.cast::<V4>();
-        let [c0, c1, c2, c3] = c.map(|p| p.cast::<V4>());
-        for h in 0..d / 4 {
-            let V4(xs) = unsafe { *xv.add(h) };
-            let (V4(r0), V4(r1), V4(r2), V4(r3)) =
-                unsafe { (*c0.add(h), *c1.add(h), *c2.add(h), *c3.add(h)) };
-            for j in 0..4 {
-                a0 = step(a0, xs[j], r0[j]);
-                a1 = step(a1, xs[j], r1[j]);
-                a2 = step(a2, xs[j], r2[j]);
-                a3 = step(a3, xs[j], r3[j]);
-            }
-        }
-    } else {
-        for j in 0..d {
-            let v = unsafe { *x.add(j) };
-            unsafe {
-                a0 = step(a0, v, *c[0].add(j));
-                a1 = step(a1, v, *c[1].add(j));
-                a2 = step(a2, v, *c[2].add(j));
-                a3 = step(a3, v, *c[3].add(j));
-            }
-        }
-    }
-    [a0, a1, a2, a3]
 }
 
 /// A point row's shortlist after the sweep (untrusted unless `trusted`), merged over the four
