@@ -93,7 +93,7 @@ pub const TF32_STAGE_WORDS: usize = TF32_CENTROIDS * TF32_C_STRIDE + TF32_CENTRO
 const _: () = assert!(
     TF32_CENTROIDS + bound::TILE_MAXIMA_WORDS <= 4 + TF32_CENTROIDS
         && TF32_CENTROIDS + bound::TILE_MAXIMA_WORDS <= crate::launch::BLOCK as usize,
-    "a word after the chunk for each thread of the first ones"
+    "the tile's norms and maxima fit after the chunk, a word for each of the first threads"
 );
 
 /// Dynamic shared memory of one block of the TF32 assign kernel, in bytes: the point tile (after

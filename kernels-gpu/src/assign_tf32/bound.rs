@@ -181,10 +181,9 @@ impl RowTerms {
         t
     }
 
-    /// [`Self::of`] the `d` values at `row` (a centroid's, in `tf32_centroid_terms`), in the
-    /// same order, `IN_FLIGHT` loads at a time
-    /// where the row is 16-byte aligned (one load at a time would wait a memory round trip per
-    /// value).
+    /// [`Self::of`] the `d` values at `row` (a centroid's in `tf32_tile_maxima`, part of a
+    /// point's in the assign kernel), in the same order, `IN_FLIGHT` loads at a time where the
+    /// row is 16-byte aligned (one load at a time would wait a memory round trip per value).
     ///
     /// # Safety
     /// `row` is valid for `d` values.
