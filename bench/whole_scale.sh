@@ -3,7 +3,8 @@
 # wall clock, on the same NPY files in one run:
 #   k-means: k-means‖ then 20 Lloyd iterations (tol 0), labels written to .npy;
 #   kNN: k = 100 nearest of 10^4 queries, indices written to .npy;
-# each on one GPU with the rows resident, on the CPU, on one GPU streaming them within
+# each on one GPU with the rows resident (k-means: with the default precision, auto, and with
+# FP32 only, `gpu:0 exact`), on the CPU, on one GPU streaming them within
 # --gpu-memory, and on every GPU of the machine (when it has several). The last column says
 # whether the output file is byte for byte the one-GPU resident run's.
 #
@@ -26,7 +27,7 @@ np.save(f"{out}/x.npy", rng.random((n, d), dtype=np.float32))
 np.save(f"{out}/q.npy", rng.random((10000, d), dtype=np.float32))
 PY
 gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
-runs=("gpu:0|--device gpu:0" "cpu|--device cpu" "gpu:0 streamed|--device gpu:0 --gpu-memory $budget")
+runs=("gpu:0|--device gpu:0" "gpu:0 exact|--device gpu:0 --precision exact" "cpu|--device cpu" "gpu:0 streamed|--device gpu:0 --gpu-memory $budget")
 [ "$gpus" -ge 2 ] && runs+=("gpu:all|--device gpu:all")
 picked=()
 for run in "${runs[@]}"; do
@@ -40,6 +41,7 @@ for job in ${JOBS:-kmeans knn}; do
   for run in "${picked[@]}"; do
   for _ in $(seq "${REPS:-1}"); do
     label=${run%%|*}
+    [ "$job" = knn ] && [ "$label" = "gpu:0 exact" ] && continue  # precision is k-means's
     read -r -a flags <<<"${run#*|}"
     out="$dir/$job-${label//[ :]/_}.npy"
     if [ "$job" = kmeans ]; then

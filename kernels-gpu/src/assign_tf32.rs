@@ -23,7 +23,10 @@ use crate::params::DevPtr;
 #[cfg(any(test, all(target_arch = "nvptx64", target_feature = "sm_80")))]
 use crate::{
     cp_async::{commit, copy_4, copy_16, copy_rows, shared_addr, wait_all, wait_group},
-    exec::{Exec, atomic_add_u32, atomic_or_u32, block_sum_f64, block_sum_i64, shfl_xor_f32},
+    exec::{
+        Exec, atomic_add_u32, atomic_or_u32, block_sum_f64, block_sum_i64, shfl_xor_f32,
+        shfl_xor_u64,
+    },
     fixed::{inertia_term, units_at},
     launch::BLOCK,
     math::{AssignMetric, assign_distance, assign_step, better, l2_score},
@@ -289,7 +292,7 @@ unsafe fn run<const VEC: bool, E: Exec>(e: E, a: Tf32AssignArgs) {
         } else {
             RowTerms::default()
         };
-        let terms = part.plus(part.map_bits(|v| e.shfl_xor_u32(v, 1)));
+        let terms = part.plus(part.map(|v| f64::from_bits(shfl_xor_u64(e, v.to_bits(), 1))));
         if half == 0 {
             let (p, x_sum) = terms.point(d, product_coefficient(d));
             unsafe {

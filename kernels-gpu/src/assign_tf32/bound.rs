@@ -159,16 +159,12 @@ impl RowTerms {
         }
     }
 
-    /// Both sums' bits through `f`, 32 at a time (a warp shuffle of the terms).
+    /// Both sums through `f` (a warp shuffle of the terms).
     #[inline(always)]
-    pub fn map_bits(self, f: impl Fn(u32) -> u32) -> RowTerms {
-        let g = |v: f64| {
-            let b = v.to_bits();
-            f64::from_bits((f(b as u32) as u64) | ((f((b >> 32) as u32) as u64) << 32))
-        };
+    pub fn map(self, f: impl Fn(f64) -> f64) -> RowTerms {
         RowTerms {
-            sq_norm: g(self.sq_norm),
-            sq_residual: g(self.sq_residual),
+            sq_norm: f(self.sq_norm),
+            sq_residual: f(self.sq_residual),
         }
     }
 

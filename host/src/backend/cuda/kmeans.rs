@@ -102,8 +102,8 @@ pub(crate) struct CudaLloyd<'a> {
     inertia_unit: f64,
     centroids: Slot<f32>,
     c_sq_norms: Slot<f32>,
-    /// The centroids' norms and TF32 residual terms (`2k`) for the TF32 kernel's error bound
-    /// (empty on the other paths).
+    /// Each centroid tile's largest bound terms (`tf32_tile_maxima`, three words a tile) for the
+    /// TF32 kernel's error bound (empty on the other paths).
     tile_maxima: Slot<f32>,
     /// The centroids by dimension, `d × k_padded` (`k_padded`: `k` rounded up to 4; the padding columns
     /// stay zero), for the exact assign kernels.
@@ -203,14 +203,6 @@ fn check_tf32(gpu: &CudaBackend, spec: &LloydSpec<'_>) -> Result<()> {
     Ok(())
 }
 
-/// The assign path of a job: the small step's index in `SMALL_STEPS` when it applies, and
-/// whether the TF32 kernel runs (asked for by `tf32`, and not on the small path).
-///
-/// The small step runs when two of its blocks fit on a multiprocessor (fewer hide no latency).
-/// It also serves TF32 requests: for these shapes the exact step is faster than the tensor-core
-/// kernel (measured 2.5–7× on the benchmark's A, B, C), and exact. Spherical k-means needs the
-/// tiled path: its point and centroid norms are given, not computed, and its centroids are
-/// renormalised between the finalize and the shift.
 /// Whether `Precision::Auto` takes the TF32 assignment for `d` dimensions and `k` clusters (past
 /// the small-shape step, which [`assign_path`] prefers): squared L2 on sm_80 or later, with
 /// [`TF32_DIMS`] dimensions (a multiple of 4: rows staged in 16-byte copies) and at least
@@ -230,6 +222,14 @@ const TF32_DIMS: std::ops::RangeInclusive<usize> = 32..=256;
 /// The fewest clusters at which `Precision::Auto` takes the TF32 assignment.
 const TF32_MIN_K: usize = 1024;
 
+/// The assign path of a job: the small step's index in `SMALL_STEPS` when it applies, and
+/// whether the TF32 kernel runs (asked for by `tf32`, and not on the small path).
+///
+/// The small step runs when two of its blocks fit on a multiprocessor (fewer hide no latency).
+/// It also serves TF32 requests: for these shapes the exact step is faster than the tensor-core
+/// kernel (measured 2.5–7× on the benchmark's A, B, C), and exact. Spherical k-means needs the
+/// tiled path: its point and centroid norms are given, not computed, and its centroids are
+/// renormalised between the finalize and the shift.
 fn assign_path(
     gpu: &CudaBackend,
     d: usize,
