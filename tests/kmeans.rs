@@ -8,6 +8,7 @@ use kmeans_knn_tests::{assert_same_fit, blobs, gpu, lattice, same_partition, uni
 
 // In this test binary rather than its own: every test binary embeds the kernels (~12 MB), and
 // the GPU bundle carries each one.
+mod queued;
 mod sharded;
 mod streamed;
 

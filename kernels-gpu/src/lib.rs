@@ -36,7 +36,7 @@
 //! | `kmeans_small_l1_1` | `small` | `small::SmallParams` | `backend::cpu::kmeans::nearest`, `::accumulate` | `small/tests.rs` `emulated_small_step_matches_the_cpu` |
 //! | `kmeans_small_l1_2` | `small` | `small::SmallParams` | `backend::cpu::kmeans::nearest`, `::accumulate` | `small/tests.rs` `emulated_small_step_matches_the_cpu` |
 //! | `kmeans_small_l1_3` | `small` | `small::SmallParams` | `backend::cpu::kmeans::nearest`, `::accumulate` | `small/tests.rs` `emulated_small_step_matches_the_cpu` |
-//! | `kmeans_finalize_small` | `small` | `small::FinalizeSmallParams` | `Partial::finish`, `CpuLloyd::total` | `tests/kmeans.rs` `gpu_matches_cpu_on_seed_000_shape` |
+//! | `kmeans_finalize_small` | `small` | `small::FinalizeSmallParams` | `Partial::finish`, `CpuLloyd::total`; the halt rule: the Lloyd loop (`kmeans::lloyd::run_once`) | `tests/kmeans.rs` `gpu_matches_cpu_on_seed_000_shape`, `tests/queued.rs` `queued_steps_stop_where_single_steps_do`, `small/tests.rs` |
 //! | `kmeans_minibatch_assign_l2` | `minibatch` | `minibatch::MinibatchAssignParams` | `backend::cpu::minibatch::assign_rows` | `minibatch/tests.rs` `emulated_batch_step_matches_the_formulas` |
 //! | `kmeans_minibatch_assign_l1` | `minibatch` | `minibatch::MinibatchAssignParams` | `backend::cpu::minibatch::assign_rows` | `minibatch/tests.rs` `emulated_batch_step_matches_the_formulas` |
 //! | `kmeans_minibatch_update` | `minibatch` | `minibatch::MinibatchUpdateParams` | `backend::cpu::minibatch::update_row` | `minibatch/tests.rs` `the_update_is_the_running_mean` |

@@ -18,10 +18,12 @@
 //! the order of the additions, so the centroids stay reproducible. `kmeans_finalize_small` turns
 //! the sums into means, reduces the step's summary and zeroes the sums for the next step.
 
+pub mod halt;
 mod scan;
 mod stage;
 mod sums;
 
+pub use halt::HaltRule;
 pub use sums::{FINALIZE_SCRATCH, Finalize, finalize};
 
 use crate::exec::{Exec, block_sum_i64};
@@ -436,7 +438,8 @@ kernel_params! {
     /// The parameters of the eight `kmeans_small_*` entry points (see [`KMEANS_SMALL_L2_0`]): the
     /// `n × d` points, the `k × d` centroids, the labels, distances and counters of the assignment,
     /// the optional `weights` (null: one unit each), the `scales` and the `sums` and `counts` of the
-    /// accumulation, and `mode` ([`MODE_ASSIGN`], [`MODE_ACCUMULATE`]).
+    /// accumulation, `mode` ([`MODE_ASSIGN`], [`MODE_ACCUMULATE`]) and the `halt` word of steps
+    /// queued back to back (null for a step on its own; see [`halt`]).
     pub struct SmallParams {
         pub x: DevPtr<f32>,
         pub n: u32,
@@ -453,6 +456,7 @@ kernel_params! {
         pub sums: DevPtr<i64>,
         pub counts: DevPtr<u64>,
         pub mode: u32,
+        pub halt: DevPtr<u32>,
     }
     entries: small_entry;
 }
@@ -468,7 +472,8 @@ macro_rules! small_kernel {
             /// name ends in: with `mode & MODE_ASSIGN` labels every point (counting changed
             /// labels, writing distances and per-block fixed-point inertia under `inertia_scale`),
             /// else reads the labels; with `mode & MODE_ACCUMULATE` adds the points to `sums` /
-            /// `counts`, weighted by `weights` (null: one unit each).
+            /// `counts`, weighted by `weights` (null: one unit each). Does nothing while `halt` is
+            /// set.
             ///
             /// # Safety
             /// As for [`step`]: `BLOCK` threads, `ceil(n / block_points())` blocks,
@@ -490,7 +495,11 @@ macro_rules! small_kernel {
                     sums,
                     counts,
                     mode,
+                    halt,
                 } = params;
+                if unsafe { halt::halted(halt.as_ptr()) } {
+                    return;
+                }
                 const SHAPE: SmallStep = crate::small::SMALL_STEPS[$shape];
                 let s = Step {
                     x: x.as_ptr(),
@@ -547,13 +556,19 @@ kernel_params! {
         pub block_inertia: DevPtr<i64>,
         pub blocks: u32,
         pub out: DevPtr<f64>,
+        pub halt: DevPtr<u32>,
+        pub halt_shift: f64,
+        pub halt_unchanged: u32,
+        pub halt_empty: u32,
     }
     entries: finalize_small_entry;
 }
 
 finalize_small_entry! {
     /// Finishes a small step (see [`finalize`]) in one block of `REDUCE_BLOCK` threads with
-    /// `FINALIZE_SCRATCH · 8 · REDUCE_BLOCK` bytes of dynamic shared memory.
+    /// `FINALIZE_SCRATCH · 8 · REDUCE_BLOCK` bytes of dynamic shared memory. With `halt`
+    /// non-null, does nothing while it is set and sets it when the step meets the [`HaltRule`]
+    /// of `halt_shift`, `halt_unchanged` and `halt_empty` (non-zero: true).
     ///
     /// # Safety
     /// `sums`: `k × d`; `counts`, `sizes`: `k`; `inv_scales`: `d`; `current`, `next`: `k × d`;
@@ -572,6 +587,10 @@ finalize_small_entry! {
             block_inertia,
             blocks,
             out,
+            halt,
+            halt_shift,
+            halt_unchanged,
+            halt_empty,
         } = params;
         let (sums, counts, inv_scales, current, next, sizes, changed, block_inertia, out) = (
             sums.as_mut_ptr(),
@@ -597,6 +616,12 @@ finalize_small_entry! {
             block_inertia,
             blocks: blocks as usize,
             out,
+            halt: halt.as_mut_ptr(),
+            rule: HaltRule {
+                shift: halt_shift,
+                unchanged: halt_unchanged != 0,
+                empty: halt_empty != 0,
+            },
         };
         unsafe { finalize(crate::exec::Gpu, crate::launch::REDUCE_BLOCK as usize, f) }
     }

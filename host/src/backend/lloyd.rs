@@ -6,6 +6,7 @@ use super::vocab::{Metric, Precision};
 use super::{Farthest, Partial, Rank, Tally, greedy_steps};
 use crate::error::Result;
 use kernels_gpu::seeding::WeightScale;
+use kernels_gpu::small::HaltRule;
 
 /// Upper bounds of the device memory of a Lloyd fit, for planning a streamed one.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -98,6 +99,26 @@ pub(crate) struct StepStats {
     pub empty: usize,
     /// Squared shift Σ‖next − current‖² of the centroids.
     pub shift: f64,
+}
+
+/// Lloyd steps that a backend may queue back to back ([`Lloyd::steps`]): at most `max`, halting
+/// after the first that meets `first_halt` (the run's first step) or, for the later steps,
+/// [`StepRun::later_halt`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct StepRun {
+    pub max: usize,
+    pub first_halt: HaltRule,
+}
+
+impl StepRun {
+    /// The rule of the run's steps after the first, which always halt on an unchanged step (a
+    /// fixed point after at least one step).
+    pub fn later_halt(&self) -> HaltRule {
+        HaltRule {
+            unchanged: true,
+            ..self.first_halt
+        }
+    }
 }
 
 /// Where the seeds of a seeding pass are.
@@ -211,6 +232,14 @@ pub(crate) trait Lloyd: Seeding + Readback + Residency + AcrossGpus {
     fn assign(&mut self) -> Result<AssignStats>;
     /// Assigns, then computes the means of the new labels as the next centroids.
     fn step(&mut self) -> Result<StepStats>;
+    /// Up to `run.max` steps (at least one), each as [`Lloyd::step`] and every one but the last
+    /// committed, ending after the first that meets the run's halt rules; their reports in
+    /// order. A backend that cannot queue steps without reading each report runs one (this
+    /// default).
+    fn steps(&mut self, run: &StepRun) -> Result<Vec<StepStats>> {
+        let _ = run;
+        Ok(vec![self.step()?])
+    }
     /// Computes the (weighted) means of the current labels as the next centroids; returns the
     /// number of clusters without weight.
     fn update(&mut self) -> Result<usize>;

@@ -21,8 +21,8 @@ pub use cpu::partial::{Farthest, Partial, Tally, farthest, merge_farthest, squar
 use cuda::nccl::Rank;
 pub(crate) use lloyd::{
     AcrossGpus, AssignStats, BatchReport, Footprint, GreedyPlan, Layout, Lloyd, LloydSpec,
-    MiniBatch, Picks, Readback, Residency, SPHERICAL_POINT_SQ_NORM, Seeding, Seeds, StepStats,
-    SumGroup, Trials,
+    MiniBatch, Picks, Readback, Residency, SPHERICAL_POINT_SQ_NORM, Seeding, Seeds, StepRun,
+    StepStats, SumGroup, Trials,
 };
 /// The runners of [`multi`] that take the caller's own members (a k-means fit's shards): a
 /// group per device at once, each group's members in turn.

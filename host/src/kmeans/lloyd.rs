@@ -7,10 +7,11 @@ use super::init::{self, Start};
 use super::prepare::Prepared;
 use super::weights::Weighting;
 use super::{EmptyClusters, Init, Iteration, KMeansModel, KMeansParams, Stop};
-use crate::backend::{AssignStats, Lloyd};
+use crate::backend::{AssignStats, Lloyd, StepRun};
 use crate::error::{Error, Result};
 use crate::matrix::MatrixView;
 use kernels_gpu::seeding::WeightScale;
+use kernels_gpu::small::HaltRule;
 use rand::SeedableRng;
 use rand::seq::index::sample;
 use rand_chacha::ChaCha8Rng;
@@ -201,7 +202,27 @@ fn run_once(
             consistent = true;
             break Stop::MaxIter;
         }
-        let step = lloyd.step()?;
+        let run_of_steps = step_run(params, tol, n_iter, labels_known);
+        let steps = lloyd.steps(&run_of_steps)?;
+        let (&step, passed) = steps.split_last().expect("a run of steps has one");
+        for (i, s) in passed.iter().enumerate() {
+            // Steps that met no halt rule: the loop neither stops nor acts on them, and the
+            // backend committed them.
+            let rule = match i {
+                0 => run_of_steps.first_halt,
+                _ => run_of_steps.later_halt(),
+            };
+            debug_assert!(!rule.halts(s.assign.changed.min(1) as u32, s.empty as u32, s.shift));
+            n_iter += 1;
+            report(&Iteration {
+                run,
+                iteration: n_iter,
+                changed: s.assign.changed,
+                inertia: s.assign.inertia,
+                shift: s.shift,
+                stop: None,
+            });
+        }
         stats = step.assign;
         if stats.changed == 0 && (n_iter > 0 || labels_known) {
             // The current centroids are the means of exactly these labels (points without weight
@@ -256,6 +277,21 @@ fn run_once(
         converged: stop != Stop::MaxIter,
         stop,
     })
+}
+
+/// The steps that the loop may have `lloyd` queue at once from iteration `n_iter`: up to
+/// `max_iter`, halting after any step that the loop would stop at or act on (no label changed
+/// after the first step, or after one from known labels; a cluster left empty that the policy
+/// relocates; a shift that [`within_tol`] could find within `tol`, with room for its rounding).
+fn step_run(params: &KMeansParams, tol: f64, n_iter: usize, labels_known: bool) -> StepRun {
+    StepRun {
+        max: params.max_iter - n_iter,
+        first_halt: HaltRule {
+            shift: tol + 2e-6 * tol,
+            unchanged: n_iter > 0 || labels_known,
+            empty: params.empty_clusters != EmptyClusters::KeepPrevious,
+        },
+    }
 }
 
 /// Whether a squared shift `shift` reported by `lloyd` is at most `tol`. A backend may sum the

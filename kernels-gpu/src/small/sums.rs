@@ -1,6 +1,7 @@
 //! The update side of the small step: the block's points added to the global fixed-point sums,
 //! and the one-block finalize that turns the sums into means and the step's summary.
 
+use super::halt::{HaltRule, halted};
 use super::{Smem, Step};
 use crate::exec::{Exec, block_sum_i64, block_sums};
 use crate::fixed::{mean, to_fixed, units_at, weighted};
@@ -152,6 +153,10 @@ pub struct Finalize {
     pub block_inertia: *const i64,
     pub blocks: usize,
     pub out: *mut f64,
+    /// The halt word of steps queued back to back (null for a step on its own): nothing is done
+    /// when it is set, and it is set when the step meets `rule` ([`super::halt`]).
+    pub halt: *mut u32,
+    pub rule: HaltRule,
 }
 
 /// The body of `kmeans_finalize_small` (the kernel).
@@ -161,6 +166,9 @@ pub struct Finalize {
 /// dynamic shared memory; pointers valid for the sizes.
 #[inline(always)]
 pub unsafe fn finalize<E: Exec>(e: E, threads: usize, f: Finalize) {
+    if unsafe { halted(f.halt) } {
+        return;
+    }
     let t = e.thread();
     let scratch = e.shared::<f64>();
     let (mut shift, mut empty) = (0.0, 0.0);
@@ -224,11 +232,15 @@ pub unsafe fn finalize<E: Exec>(e: E, threads: usize, f: Finalize) {
     }
     if t == 0 {
         unsafe {
-            *f.out = *f.changed as f64;
+            let changed = *f.changed;
+            *f.out = changed as f64;
             *f.changed = 0;
             *f.out.add(1) = empty;
             *f.out.add(2) = inertia as f64;
             *f.out.add(3) = shift;
+            if !f.halt.is_null() && f.rule.halts(changed, empty as u32, shift) {
+                *f.halt = 1;
+            }
         }
     }
 }

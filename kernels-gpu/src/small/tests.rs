@@ -198,7 +198,9 @@ struct StepOut {
 }
 
 /// The finalize kernel after a step from centroids `c`: means, sizes and summary match `want`
-/// (`weighty` points with weight changed); sums, counts and the change counter are cleared.
+/// (`weighty` points with weight changed); sums, counts and the change counter are cleared; the
+/// halt word is set by a rule that the step meets (any empty cluster), and a halted finalize
+/// leaves everything as it was.
 fn check_finalize(
     case: &str,
     c: &[f32],
@@ -219,6 +221,12 @@ fn check_finalize(
     let mut next = vec![f32::NAN; k * d];
     let mut sizes = vec![0u64; k];
     let mut out = vec![0f64; 4];
+    let mut halt = [0u32];
+    let rule = HaltRule {
+        shift: f64::NEG_INFINITY,
+        unchanged: false,
+        empty: true,
+    };
     let f = Finalize {
         sums: sums.as_mut_ptr(),
         counts: counts.as_mut_ptr(),
@@ -232,11 +240,25 @@ fn check_finalize(
         block_inertia: inertia.as_ptr(),
         blocks,
         out: out.as_mut_ptr(),
+        halt: halt.as_mut_ptr(),
+        rule,
     };
     let f = P(&f as *const Finalize as *mut Finalize);
     launch(1, 64, FINALIZE_SCRATCH * 64 * 8, |e| unsafe {
         finalize(e, 64, *f.get())
     });
+    // Halted: a second finalize changes nothing (the sums it would read are zero now).
+    let (kept_next, kept_out) = (next.clone(), out.clone());
+    if halt[0] != 0 {
+        launch(1, 64, FINALIZE_SCRATCH * 64 * 8, |e| unsafe {
+            finalize(e, 64, *f.get())
+        });
+        assert_eq!(
+            (next_bits(&next), out_bits(&out)),
+            (next_bits(&kept_next), out_bits(&kept_out)),
+            "{case}"
+        );
+    }
     let mut empty = 0;
     for cl in 0..k {
         for q in 0..d {
@@ -253,6 +275,7 @@ fn check_finalize(
     assert_eq!(out[0] as usize, weighty);
     assert_eq!(out[1] as usize, empty);
     assert_eq!(out[2], want.inertia as f64, "{case}");
+    assert_eq!(halt[0] != 0, empty > 0, "{case}: halts on an empty cluster");
     assert!(sums.iter().all(|&v| v == 0) && counts.iter().all(|&v| v == 0));
     assert_eq!(
         changed[0], 0,
@@ -371,3 +394,11 @@ const SMALL_STEP_8: SmallStep = SmallStep {
     points: 4,
     unroll: 2,
 };
+
+fn next_bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+fn out_bits(v: &[f64]) -> Vec<u64> {
+    v.iter().map(|x| x.to_bits()).collect()
+}

@@ -17,7 +17,7 @@ use crate::backend::traffic;
 use crate::backend::vocab::{Metric, Precision};
 use crate::backend::{
     AcrossGpus, AssignStats, Footprint, GreedyPlan, Layout, Lloyd, LloydSpec, Picks, Readback,
-    Residency, SPHERICAL_POINT_SQ_NORM, Seeding, Seeds, StepStats, Trials,
+    Residency, SPHERICAL_POINT_SQ_NORM, Seeding, Seeds, StepRun, StepStats, Trials,
 };
 use crate::backend::{Farthest, Partial, Tally, farthest, squared_shift};
 use crate::error::{Error, Result};
@@ -52,7 +52,7 @@ use kernels_gpu::small::{
     FINALIZE_SHARED_BYTES as SMALL_FINALIZE_SHARED_BYTES, FinalizeSmallParams,
     KMEANS_FINALIZE_SMALL, SMALL_L1_KERNELS, SMALL_L2_KERNELS, SMALL_STEPS, SmallParams, SmallStep,
 };
-use kernels_gpu::small::{MODE_ACCUMULATE, MODE_ASSIGN};
+use kernels_gpu::small::{HaltRule, MODE_ACCUMULATE, MODE_ASSIGN};
 use kernels_gpu::update::sums_fit_shared;
 use kernels_gpu::update::{
     AccumulateGlobalParams, AccumulateSharedParams, FINALIZE_SHARED_BYTES, FinalizeParams,
@@ -61,6 +61,8 @@ use kernels_gpu::update::{
     normalize_rows_grid,
 };
 use rayon::prelude::*;
+
+mod queued;
 
 pub(crate) struct CudaLloyd<'a> {
     gpu: &'a CudaBackend,
@@ -120,8 +122,13 @@ pub(crate) struct CudaLloyd<'a> {
     /// zero them after reading).
     counters: Slot<u32>,
     /// `[changed, empty, inertia, shift]`: what comes back per step, written by the summary
-    /// kernels straight into mapped host memory (the inertia as its fixed-point integer).
+    /// kernels straight into mapped host memory (the inertia as its fixed-point integer); a slot
+    /// of four per step queued back to back ([`queued`]).
     summary: Mapped<f64>,
+    /// The halt word of steps queued back to back ([`queued`]).
+    halt: Slot<u32>,
+    /// How many steps the next run of queued steps may hold ([`queued`]).
+    queued_steps: usize,
     /// Every cluster's weight from the last update.
     sizes: Slot<u64>,
     sums: Sums,
@@ -179,6 +186,20 @@ struct Summary {
     empty: usize,
     inertia: f64,
     shift: f64,
+}
+
+impl Summary {
+    /// What a Lloyd step reports.
+    fn step_stats(&self) -> StepStats {
+        StepStats {
+            assign: AssignStats {
+                changed: self.changed,
+                inertia: self.inertia,
+            },
+            empty: self.empty,
+            shift: self.shift,
+        }
+    }
 }
 
 /// Whether this GPU and `spec` allow the TF32 assignment (squared L2, tensor cores).
@@ -398,7 +419,9 @@ impl<'a> CudaLloyd<'a> {
             block_inertia: Slot::zeros(gpu, assign_blocks, "inertia partials")?,
             shift_parts: Slot::zeros(gpu, shift_parts_grid(k * d), "shift partials")?,
             counters: Slot::zeros(gpu, 2, "counters")?,
-            summary: gpu.mapped(4, "the step summary")?,
+            summary: gpu.mapped(4 * queued::MAX_STEPS, "the step summary")?,
+            halt: Slot::zeros(gpu, 1, "the halt word")?,
+            queued_steps: queued::FIRST_STEPS,
             sizes: Slot::zeros(gpu, k, "cluster sizes")?,
             sums: Sums {
                 parts,
@@ -854,8 +877,9 @@ impl<'a> CudaLloyd<'a> {
         self.small.as_ref().map(|s| s.kernel)
     }
 
-    /// Queues the fused small step: `MODE_ASSIGN` and/or `MODE_ACCUMULATE`.
-    fn queue_small(&mut self, kernel: usize, mode: u32) -> Result<()> {
+    /// Queues the fused small step: `MODE_ASSIGN` and/or `MODE_ACCUMULATE`; with `halted`, one of
+    /// steps queued back to back, which does nothing once the halt word is set.
+    fn queue_small(&mut self, kernel: usize, mode: u32, halted: bool) -> Result<()> {
         self.load_rows()?;
         match mode & MODE_ASSIGN != 0 {
             true => self.labels_for_assignment()?,
@@ -893,6 +917,7 @@ impl<'a> CudaLloyd<'a> {
                 sums: small.sums.dev_mut()?.writes(k * d),
                 counts: small.counts.dev_mut()?.writes(k),
                 mode,
+                halt: halted.then_some(self.halt.dev()?).reads(1),
             },
         )
     }
@@ -900,11 +925,19 @@ impl<'a> CudaLloyd<'a> {
     /// Queues the small path's finalize: next centroids, sizes and the four summary numbers,
     /// then copies those back.
     fn finalize_small(&mut self) -> Result<Summary> {
+        self.queue_finalize_small(0, None)?;
+        self.read_summary()
+    }
+
+    /// Queues the small path's finalize, its four summary numbers at `slot · 4` of the summary;
+    /// with `halt`, one of steps queued back to back (see `kernels_gpu::small::halt`).
+    fn queue_finalize_small(&mut self, slot: usize, halt: Option<HaltRule>) -> Result<()> {
         let Some(small) = self.small.as_mut() else {
             unreachable!("only called on the small path")
         };
         let (k, d) = (self.k, self.d);
-        debug_assert!(self.summary.len() >= 4);
+        debug_assert!(self.summary.len() >= 4 * (slot + 1));
+        let rule = halt.unwrap_or(HaltRule::NEVER);
         self.gpu.launch(
             KMEANS_FINALIZE_SMALL,
             1,
@@ -921,10 +954,13 @@ impl<'a> CudaLloyd<'a> {
                 changed: self.counters.dev_mut()?.writes(1),
                 block_inertia: self.block_inertia.dev()?.reads(self.assign_blocks),
                 blocks: self.assign_blocks as u32,
-                out: DevPtr::from_address(*self.summary.device()),
+                out: DevPtr::from_address(*self.summary.device() + (32 * slot) as u64),
+                halt: halt.map(|_| self.halt.dev_mut()).transpose()?.writes(1),
+                halt_shift: rule.shift,
+                halt_unchanged: rule.unchanged as u32,
+                halt_empty: rule.empty as u32,
             },
-        )?;
-        self.read_summary()
+        )
     }
 
     /// Reduces the counters, inertia partials and (with `shift`) the centroid shift's parts in
@@ -978,21 +1014,24 @@ impl<'a> CudaLloyd<'a> {
 
     fn read_summary(&mut self) -> Result<Summary> {
         let s = self.gpu.read_mapped(&self.summary, "the step summary")?;
-        let changed = match std::mem::take(&mut self.changes_on_host) {
+        let mut summary = self.summary_of(&s[..4]);
+        if std::mem::take(&mut self.changes_on_host) {
             // The labels come back now rather than when the batch is released.
-            true => {
-                let units = self.host_weights;
-                let counts = |i: usize| weight_units(units.map(|u| u[i])) != 0;
-                self.labels.park_changes(self.gpu, "labels", counts)?
-            }
-            false => s[0] as u64,
-        };
-        Ok(Summary {
-            changed,
+            let units = self.host_weights;
+            let counts = |i: usize| weight_units(units.map(|u| u[i])) != 0;
+            summary.changed = self.labels.park_changes(self.gpu, "labels", counts)?;
+        }
+        Ok(summary)
+    }
+
+    /// A summary from the four numbers a summary kernel wrote.
+    fn summary_of(&self, s: &[f64]) -> Summary {
+        Summary {
+            changed: s[0] as u64,
             empty: s[1] as usize,
             inertia: s[2] * self.inertia_unit,
             shift: s[3],
-        })
+        }
     }
 }
 
@@ -1265,7 +1304,7 @@ impl Lloyd for CudaLloyd<'_> {
 
     fn assign(&mut self) -> Result<AssignStats> {
         match self.small_kernel() {
-            Some(kernel) => self.queue_small(kernel, MODE_ASSIGN)?,
+            Some(kernel) => self.queue_small(kernel, MODE_ASSIGN, false)?,
             None => self.queue_assign(false)?,
         }
         let s = self.summarize(false)?;
@@ -1278,7 +1317,7 @@ impl Lloyd for CudaLloyd<'_> {
     fn step(&mut self) -> Result<StepStats> {
         let s = match self.small_kernel() {
             Some(kernel) => {
-                self.queue_small(kernel, MODE_ASSIGN | MODE_ACCUMULATE)?;
+                self.queue_small(kernel, MODE_ASSIGN | MODE_ACCUMULATE, false)?;
                 self.finalize_small()?
             }
             None => {
@@ -1288,20 +1327,22 @@ impl Lloyd for CudaLloyd<'_> {
                 self.summarize(true)?
             }
         };
-        Ok(StepStats {
-            assign: AssignStats {
-                changed: s.changed,
-                inertia: s.inertia,
-            },
-            empty: s.empty,
-            shift: s.shift,
-        })
+        Ok(s.step_stats())
+    }
+
+    fn steps(&mut self, run: &StepRun) -> Result<Vec<StepStats>> {
+        match self.small_kernel() {
+            Some(kernel) if run.max > 1 && !self.parked && !self.labels.is_freed() => {
+                self.queue_steps(kernel, run)
+            }
+            _ => Ok(vec![self.step()?]),
+        }
     }
 
     fn update(&mut self) -> Result<usize> {
         let s = match self.small_kernel() {
             Some(kernel) => {
-                self.queue_small(kernel, MODE_ACCUMULATE)?;
+                self.queue_small(kernel, MODE_ACCUMULATE, false)?;
                 self.finalize_small()?
             }
             None => {
@@ -1347,7 +1388,7 @@ impl Lloyd for CudaLloyd<'_> {
         let (changed, inertia) = match self.small_kernel() {
             Some(kernel) => {
                 let mode = if assign { MODE_ASSIGN } else { 0 } | MODE_ACCUMULATE;
-                self.queue_small(kernel, mode)?;
+                self.queue_small(kernel, mode, false)?;
                 self.assign_summary(assign)?
             }
             None => {

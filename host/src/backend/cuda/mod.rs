@@ -47,6 +47,18 @@ impl<T> Mapped<T> {
     pub(crate) fn len(&self) -> usize {
         self.host.len()
     }
+
+    /// Sets its first `len` values to `value` from the host, before queuing kernels that write
+    /// them (none may be running).
+    pub(crate) fn fill(&mut self, len: usize, value: T) -> Result<()>
+    where
+        T: Copy + ValidAsZeroBits,
+    {
+        let slice =
+            (self.host.as_mut_slice()).map_err(|e| cuda("writing mapped host memory", e))?;
+        slice[..len].fill(value);
+        Ok(())
+    }
 }
 
 /// Most bytes of page-locked memory that downloads stage through.
