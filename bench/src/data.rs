@@ -1,16 +1,18 @@
 //! Benchmark data shared by `gpu-bench` and the CPU criterion benches.
 
+use kmeans_knn::Metric;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rayon::prelude::*;
 
-/// One benchmark shape: `n` points of `d` dimensions, `k` clusters.
+/// One benchmark shape: `n` points of `d` dimensions, `k` clusters, assigned by `metric`.
 #[derive(Clone, Copy, Debug)]
 pub struct Case {
     pub name: &'static str,
     pub n: usize,
     pub d: usize,
     pub k: usize,
+    pub metric: Metric,
     pub origin: &'static str,
 }
 
@@ -33,13 +35,15 @@ impl Case {
     }
 }
 
-/// The benchmark cases; E is GPU-only in practice.
+/// The benchmark cases; E is GPU-only in practice. C1 is C with the L1 metric, as seed 003 runs
+/// it (scikit-learn has no L1 k-means; C is the squared-L2 peer).
 pub const CASES: &[Case] = &[
     Case {
         name: "A",
         n: 63_504,
         d: 75,
         k: 80,
+        metric: Metric::L2,
         origin: "image patches, 5 × 5 × 3",
     },
     Case {
@@ -47,6 +51,7 @@ pub const CASES: &[Case] = &[
         n: 1_000_000,
         d: 9,
         k: 16,
+        metric: Metric::L2,
         origin: "colour quantisation",
     },
     Case {
@@ -54,13 +59,23 @@ pub const CASES: &[Case] = &[
         n: 1_048_576,
         d: 3,
         k: 255,
-        origin: "pixels, L1 segmentation",
+        metric: Metric::L2,
+        origin: "pixels (seed 003's shape, squared L2)",
+    },
+    Case {
+        name: "C1",
+        n: 1_048_576,
+        d: 3,
+        k: 255,
+        metric: Metric::L1,
+        origin: "pixels, seed 003's L1 segmentation",
     },
     Case {
         name: "D",
         n: 200_000,
         d: 128,
         k: 1024,
+        metric: Metric::L2,
         origin: "embeddings",
     },
     Case {
@@ -68,6 +83,7 @@ pub const CASES: &[Case] = &[
         n: 10_000_000,
         d: 128,
         k: 1024,
+        metric: Metric::L2,
         origin: "embeddings, large",
     },
     Case {
@@ -75,6 +91,7 @@ pub const CASES: &[Case] = &[
         n: 40_000_000,
         d: 128,
         k: 1024,
+        metric: Metric::L2,
         origin: "embeddings, 4 × E (several GPUs)",
     },
 ];

@@ -3,7 +3,7 @@
 //! `torch_baseline.py` to compare against.
 //!
 //! ```text
-//! usage: gpu-bench [--cases A,B,C,D,E,S,S512,F] [--reps N] [--json FILE] [--device gpu|cpu]
+//! usage: gpu-bench [--cases A,B,C,C1,D,E,S,S512,F] [--reps N] [--json FILE] [--device gpu|cpu]
 //!                  [--precision tf32] [--knn-exact] [--whole] [--gpus gpu:0,1]
 //!                  [--stream N,D,M,K,BUDGET_MIB] [--stream-kmeans N,D,K,BUDGET_MIB]
 //!                  [--stream-kmeans-widths BUDGET_MIB]
@@ -88,7 +88,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
             .position(|a| a == name)
             .map(|i| args[i + 1].clone())
     };
-    let cases = opt("--cases").unwrap_or_else(|| "A,B,C,D,E,S,S512,F".into());
+    let cases = opt("--cases").unwrap_or_else(|| "A,B,C,C1,D,E,S,S512,F".into());
     let reps: usize = opt("--reps").map_or(Ok(30), |r| r.parse())?;
     let device: Device = opt("--device").unwrap_or_else(|| "gpu".into()).parse()?;
     let json_path = opt("--json");
@@ -143,7 +143,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
             device,
             &x,
             &centroids,
-            Metric::L2,
+            case.metric,
             Precision::Exact,
             3,
             reps,
@@ -171,12 +171,13 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         if let Some(f) = json.as_mut() {
             let line = serde_json::json!({
                 "case": case.name, "n": case.n, "d": case.d, "k": case.k,
+                "metric": format!("{:?}", case.metric),
                 "median_ms": median, "min_ms": ms[0], "device": device.describe()?,
                 "tflops": tflops, "tbytes_per_s": tbytes, "device_mib": mib,
             });
             writeln!(f, "{line}")?;
         }
-        if tf32 {
+        if tf32 && case.metric == Metric::L2 {
             let with_tf32 =
                 lloyd_iteration_ms(device, &x, &centroids, Metric::L2, Precision::Tf32, 3, reps)?;
             let mut ms = with_tf32.ms.clone();

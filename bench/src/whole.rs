@@ -69,7 +69,7 @@ pub fn runs(case: &Case, device: Device) -> Vec<(String, KMeansParams)> {
     };
     let parallel = init == Init::KMeansParallel;
     let name = if parallel { "kmeans||" } else { "kmeans++" };
-    let base = KMeans::params(case.k).init(init).seed(0).device(device);
+    let base = (KMeans::params(case.k).init(init).seed(0).device(device)).metric(case.metric);
     let mut runs = vec![
         (format!("fit {name} to convergence"), base.clone()),
         (
