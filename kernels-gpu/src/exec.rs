@@ -143,6 +143,59 @@ pub unsafe fn block_sum_i64<E: Exec>(e: E, threads: usize, scratch: *mut f64, va
     }
 }
 
+/// Totals over the block of `N` values a thread (as bits), each combined by `add(i, a, b)` (the
+/// value's index and two partials; 0 bits must be its identity): by shuffles within each warp,
+/// then the warps' partials by the first warp, with two barriers instead of a tree's one per
+/// level. The order of the additions is fixed by the block's shape, and is not the CPU's: for
+/// exact sums, or float sums whose last bits the caller does not rely on. Every thread gets the
+/// totals.
+///
+/// # Safety
+/// `threads` is a multiple of 32 up to 1,024; `scratch` holds `33 · N` u64 of shared memory that
+/// no thread touches meanwhile; every thread of the block calls this.
+#[inline(always)]
+pub unsafe fn block_totals<const N: usize, E: Exec>(
+    e: E,
+    threads: usize,
+    scratch: *mut u64,
+    values: [u64; N],
+    add: impl Fn(usize, u64, u64) -> u64,
+) -> [u64; N] {
+    let (warp, lane) = (e.thread() / 32, e.thread() % 32);
+    let warp_total = |mut v: [u64; N]| {
+        let mut mask = 16;
+        while mask > 0 {
+            for (i, v) in v.iter_mut().enumerate() {
+                *v = add(i, *v, shfl_xor_u64(e, *v, mask));
+            }
+            mask /= 2;
+        }
+        v
+    };
+    let v = warp_total(values);
+    if lane == 0 {
+        for (i, &v) in v.iter().enumerate() {
+            unsafe { *scratch.add(i * 32 + warp) = v };
+        }
+    }
+    e.sync();
+    let totals = unsafe { scratch.add(32 * N) };
+    if warp == 0 {
+        let parts = core::array::from_fn(|i| match lane < threads / 32 {
+            true => unsafe { *scratch.add(i * 32 + lane) },
+            false => 0,
+        });
+        let v = warp_total(parts);
+        if lane == 0 {
+            for (i, &v) in v.iter().enumerate() {
+                unsafe { *totals.add(i) = v };
+            }
+        }
+    }
+    e.sync();
+    core::array::from_fn(|i| unsafe { *totals.add(i) })
+}
+
 /// Turns `values[t]` (one u32 per thread) into the inclusive prefix sum `values[0] + … +
 /// values[t]` in place (Hillis–Steele: a barrier per doubling of the stride while it is below
 /// `len`); slots past `len` take part and hold sums of their own. Ends synchronised.
@@ -513,6 +566,7 @@ pub(crate) mod emu {
     #[cfg(test)]
     mod tests {
         use super::*;
+        use crate::exec::block_totals;
 
         /// Shuffles reach the partner lane, and the emulated `mma` is the 16 × 8 × 8 product of
         /// the PTX layout (checked on small integers, whose sums are exact in any order).
@@ -551,6 +605,33 @@ pub(crate) mod emu {
             for (t, &[other, wrong]) in out.iter().enumerate() {
                 assert_eq!(other as usize, t ^ 5, "thread {t}");
                 assert_eq!(wrong, 0, "thread {t}");
+            }
+        }
+
+        /// Block totals reach every thread: wrapping i64 sums and exact small f64 sums, on blocks
+        /// of one warp, of three (not a power of two) and of 32.
+        #[test]
+        fn block_totals_add_every_thread() {
+            for threads in [32, 96, 1024] {
+                let mut out = vec![[0u64; 2]; threads];
+                let outp = P::of(&mut out);
+                launch(1, threads, 33 * 2 * 8, |e| {
+                    let t = e.thread() as i64;
+                    let values = [(i64::MAX - t).cast_unsigned(), (t as f64).to_bits()];
+                    let add = |i: usize, a: u64, b: u64| match i {
+                        0 => a.wrapping_add(b),
+                        _ => (f64::from_bits(a) + f64::from_bits(b)).to_bits(),
+                    };
+                    let totals = unsafe { block_totals(e, threads, e.shared(), values, add) };
+                    unsafe { *outp.get().add(e.thread()) = totals };
+                });
+                let n = threads as i64;
+                let want_i = (0..n).fold(0i64, |s, t| s.wrapping_add(i64::MAX - t));
+                let want_f = (n * (n - 1) / 2) as f64;
+                for &[i, f] in &out {
+                    assert_eq!(i.cast_signed(), want_i, "{threads} threads");
+                    assert_eq!(f64::from_bits(f), want_f, "{threads} threads");
+                }
             }
         }
 

@@ -24,7 +24,7 @@ mod stage;
 mod sums;
 
 pub use halt::HaltRule;
-pub use sums::{FINALIZE_SCRATCH, Finalize, finalize};
+pub use sums::{FINALIZE_SHARED_BYTES, Finalize, finalize};
 
 use crate::exec::{Exec, block_sum_i64};
 use crate::fixed::{inertia_term, units_at};
@@ -410,10 +410,6 @@ pub const MODE_ASSIGN: u32 = 1;
 /// See [`MODE_ASSIGN`].
 pub const MODE_ACCUMULATE: u32 = 2;
 
-/// Dynamic shared memory of the `kmeans_finalize_small` block: `FINALIZE_SCRATCH` f64 per thread.
-pub const FINALIZE_SHARED_BYTES: usize =
-    FINALIZE_SCRATCH * crate::launch::REDUCE_BLOCK as usize * 8;
-
 /// Blocks per multiprocessor that ptxas must fit of each small step, in the order of
 /// [`crate::small::SMALL_STEPS`]: the steps of few dimensions are chains of short phases
 /// separated by barriers and need several blocks per multiprocessor to overlap them.
@@ -566,7 +562,7 @@ kernel_params! {
 
 finalize_small_entry! {
     /// Finishes a small step (see [`finalize`]) in one block of `REDUCE_BLOCK` threads with
-    /// `FINALIZE_SCRATCH · 8 · REDUCE_BLOCK` bytes of dynamic shared memory. With `halt`
+    /// [`FINALIZE_SHARED_BYTES`] of dynamic shared memory. With `halt`
     /// non-null, does nothing while it is set and sets it when the step meets the [`HaltRule`]
     /// of `halt_shift`, `halt_unchanged` and `halt_empty` (non-zero: true).
     ///

@@ -3,7 +3,7 @@
 
 use super::halt::{HaltRule, halted};
 use super::{Smem, Step};
-use crate::exec::{Exec, block_sum_i64, block_sums};
+use crate::exec::{Exec, block_totals};
 use crate::fixed::{mean, to_fixed, units_at, weighted};
 use crate::launch::BLOCK;
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -162,16 +162,23 @@ pub struct Finalize {
 /// The body of `kmeans_finalize_small` (the kernel).
 ///
 /// # Safety
-/// One block of `threads` (a power of two) threads with `FINALIZE_SCRATCH · 8 · threads` bytes of
-/// dynamic shared memory; pointers valid for the sizes.
+/// One block of `threads` (a multiple of 32 up to 1,024) threads with [`FINALIZE_SHARED_BYTES`]
+/// of dynamic shared memory; pointers valid for the sizes.
 #[inline(always)]
 pub unsafe fn finalize<E: Exec>(e: E, threads: usize, f: Finalize) {
     if unsafe { halted(f.halt) } {
         return;
     }
     let t = e.thread();
-    let scratch = e.shared::<f64>();
-    let (mut shift, mut empty) = (0.0, 0.0);
+    let scratch = e.shared::<u64>();
+    // The blocks' inertia first, so that its loads are in flight beside the cells'.
+    let mut inertia = 0i64;
+    let mut b = t;
+    while b < f.blocks {
+        inertia = inertia.wrapping_add(unsafe { *f.block_inertia.add(b) });
+        b += threads;
+    }
+    let (mut shift, mut empty) = (0.0f64, 0.0f64);
     // Cells t, t + threads, … in order, their loads issued four cells at a time (one round trip
     // per four instead of one per cell).
     const BATCH: usize = 4;
@@ -216,14 +223,15 @@ pub unsafe fn finalize<E: Exec>(e: E, threads: usize, f: Finalize) {
         }
         first += BATCH as u32 * th;
     }
-    let mut inertia = 0i64;
-    let mut b = t;
-    while b < f.blocks {
-        inertia = inertia.wrapping_add(unsafe { *f.block_inertia.add(b) });
-        b += threads;
-    }
-    let inertia = unsafe { block_sum_i64(e, threads, scratch, inertia) };
-    let [shift, empty] = unsafe { block_sums(e, threads, scratch, [shift, empty]) };
+    // The inertia wraps as the blocks' partials do; the shift's order is this kernel's own (the
+    // Lloyd loop asks the host's exact shift where the order could decide the tolerance test).
+    let add = |i: usize, a: u64, b: u64| match i {
+        0 => (a as i64).wrapping_add(b as i64) as u64,
+        _ => (f64::from_bits(a) + f64::from_bits(b)).to_bits(),
+    };
+    let values = [inertia as u64, shift.to_bits(), empty.to_bits()];
+    let [inertia, shift, empty] = unsafe { block_totals(e, threads, scratch, values, add) };
+    let (inertia, shift, empty) = (inertia as i64, f64::from_bits(shift), f64::from_bits(empty));
     // Every thread has read the counts (the barriers above); clear them for the next step.
     let mut c = t;
     while c < f.k {
@@ -245,6 +253,5 @@ pub unsafe fn finalize<E: Exec>(e: E, threads: usize, f: Finalize) {
     }
 }
 
-/// f64 values per thread that [`finalize`] reduces at once (shift and empty clusters; the inertia
-/// reuses the first).
-pub const FINALIZE_SCRATCH: usize = 2;
+/// Dynamic shared memory of [`finalize`]: [`block_totals`]'s scratch for its three totals.
+pub const FINALIZE_SHARED_BYTES: usize = 33 * 3 * 8;

@@ -244,13 +244,13 @@ fn check_finalize(
         rule,
     };
     let f = P(&f as *const Finalize as *mut Finalize);
-    launch(1, 64, FINALIZE_SCRATCH * 64 * 8, |e| unsafe {
+    launch(1, 64, FINALIZE_SHARED_BYTES, |e| unsafe {
         finalize(e, 64, *f.get())
     });
     // Halted: a second finalize changes nothing (the sums it would read are zero now).
     let (kept_next, kept_out) = (next.clone(), out.clone());
     if halt[0] != 0 {
-        launch(1, 64, FINALIZE_SCRATCH * 64 * 8, |e| unsafe {
+        launch(1, 64, FINALIZE_SHARED_BYTES, |e| unsafe {
             finalize(e, 64, *f.get())
         });
         assert_eq!(
