@@ -1,8 +1,9 @@
 //! Lloyd iterations on the GPU: the data stays resident and a step copies back four numbers.
 //! Small shapes (few dimensions, centroids that fit in shared memory) take the fused path of
-//! `kernels_gpu::small`: one kernel assigns and accumulates, one finalizes and summarizes. Other
-//! shapes launch five kernels: centroid norms, the register-tiled assign, accumulate, finalize
-//! and summary (four when the sums are global: the exact assign kernel then accumulates too).
+//! `kernels_gpu::small`: one kernel assigns and accumulates, one finalizes and summarizes, and a
+//! fit queues many such steps before it waits ([`queued`]). Other shapes launch five kernels:
+//! centroid norms, the register-tiled assign, accumulate, finalize and summary (four when the
+//! sums are global: the exact assign kernel then accumulates too).
 //! Spherical k-means always takes the second path, with one more kernel after the finalize that
 //! scales the new centroids to unit norm.
 
@@ -954,7 +955,9 @@ impl<'a> CudaLloyd<'a> {
                 changed: self.counters.dev_mut()?.writes(1),
                 block_inertia: self.block_inertia.dev()?.reads(self.assign_blocks),
                 blocks: self.assign_blocks as u32,
-                out: DevPtr::from_address(*self.summary.device() + (32 * slot) as u64),
+                out: DevPtr::from_address(
+                    *self.summary.device() + (4 * slot * size_of::<f64>()) as u64,
+                ),
                 halt: halt.map(|_| self.halt.dev_mut()).transpose()?.writes(1),
                 halt_shift: rule.shift,
                 halt_unchanged: rule.unchanged as u32,
