@@ -102,20 +102,20 @@ pub(crate) struct StepStats {
 }
 
 /// Lloyd steps that a backend may queue back to back ([`Lloyd::steps`]): at most `max`, halting
-/// after the first that meets `first_halt` (the run's first step) or, for the later steps,
-/// [`StepRun::later_halt`].
+/// after the first that meets its [`StepRun::halt`] rule.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct StepRun {
     pub max: usize,
+    /// The rule of the run's first step.
     pub first_halt: HaltRule,
 }
 
 impl StepRun {
-    /// The rule of the run's steps after the first, which always halt on an unchanged step (a
-    /// fixed point after at least one step).
-    pub fn later_halt(&self) -> HaltRule {
+    /// The rule of the run's step `i`: the first's, and for every later step also a halt on no
+    /// changed label (a fixed point after at least one step).
+    pub fn halt(&self, i: usize) -> HaltRule {
         HaltRule {
-            unchanged: true,
+            unchanged: self.first_halt.unchanged || i > 0,
             ..self.first_halt
         }
     }

@@ -208,10 +208,7 @@ fn run_once(
         for (i, s) in passed.iter().enumerate() {
             // Steps that met no halt rule: the loop neither stops nor acts on them, and the
             // backend committed them.
-            let rule = match i {
-                0 => run_of_steps.first_halt,
-                _ => run_of_steps.later_halt(),
-            };
+            let rule = run_of_steps.halt(i);
             debug_assert!(!rule.halts(s.assign.changed.min(1) as u32, s.empty as u32, s.shift));
             n_iter += 1;
             report(&Iteration {

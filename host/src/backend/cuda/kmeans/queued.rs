@@ -26,13 +26,9 @@ impl CudaLloyd<'_> {
         self.summary.fill(4 * queued, f64::NAN)?;
         self.gpu.clear(self.halt.dev_mut()?, "the halt word")?;
         for step in 0..queued {
-            let rule = match step {
-                0 => run.first_halt,
-                _ => run.later_halt(),
-            };
             self.queue_small(kernel, MODE_ASSIGN | MODE_ACCUMULATE, true)?;
             debug_assert!(!self.changes_on_host, "the labels stay on the device");
-            self.queue_finalize_small(step, Some(rule))?;
+            self.queue_finalize_small(step, Some(run.halt(step)))?;
             if step + 1 < queued {
                 self.commit();
             }
