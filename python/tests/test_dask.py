@@ -253,6 +253,22 @@ def test_bytes_that_cannot_be_left_in_shared_memory_go_in_the_message(tmp_path):
     assert _resident._read_shared(shared) == data
 
 
+def test_shared_files_are_overwritten_in_place(tmp_path):
+    # A step writes its centroids and sums to the same files every time: the file keeps its
+    # pages (the same inode), and shorter bytes leave no tail of the longer ones behind.
+    from kmeans_knn.dask import _resident
+
+    path = str(tmp_path / "reply")
+    long, short = bytes(range(200)) * 2, memoryview(b"y" * 150)
+    assert _resident._write_shared(path, long) == _resident._Shared(path, 400)
+    inode = os.stat(path).st_ino
+    assert _resident._write_shared(path, short) == _resident._Shared(path, 150)
+    assert os.stat(path).st_ino == inode
+    assert _resident._read_shared(_resident._Shared(path, 150)) == b"y" * 150
+    with pytest.raises(RuntimeError, match="holds 150 bytes, not 400"):
+        _resident._read_shared(_resident._Shared(path, 400))
+
+
 @pytest.mark.parametrize("metric", ["euclidean", "cosine", "manhattan"])
 def test_kneighbors_equals_single_process_for_every_partitioning(client, metric):
     # Integer values: many distance ties, which go to the lowest training index.
