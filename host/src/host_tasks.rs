@@ -4,8 +4,8 @@
 //! pieces cost a search more than the work (issue 33: S512 ran 2–4× slower at 64 rayon threads
 //! than at 16 on the same GPU).
 
-/// Answers (indices and distances) of this many bytes or more have their pages first touched
-/// ([`touch`]) on other threads while the GPUs search.
+/// Answers (indices and distances) of this many bytes or more are made (their pages first
+/// touched, [`zeroed`]) on other threads while the GPUs search.
 pub(crate) const BESIDE_BYTES: usize = 1 << 20;
 
 /// Bytes a task takes at least.
@@ -18,13 +18,13 @@ pub(crate) fn items_per_task(len: usize, item_bytes: usize, multiple: usize) -> 
     tasks_of(len, item_bytes, multiple, rayon::current_num_threads())
 }
 
-/// Writes `T::default()` over `items` on the rayon threads in a few large tasks, so that their
-/// pages (fresh ones of a large `vec![0; n]`, which the allocator leaves untouched) are first
-/// touched there, not by whoever fills them next.
-pub(crate) fn touch<T: Copy + Default + Send>(items: &mut [T]) {
+/// `len` zeros, written (their pages first touched) on the rayon threads in a few large tasks.
+pub(crate) fn zeroed<T: Copy + Default + Send + Sync>(len: usize) -> Vec<T> {
     use rayon::prelude::*;
-    let per_task = items_per_task(items.len(), size_of::<T>(), 1);
-    (items.par_chunks_mut(per_task)).for_each(|chunk| chunk.fill(T::default()));
+    let per_task = items_per_task(len, size_of::<T>(), 1);
+    let mut v = Vec::with_capacity(len);
+    v.par_extend(rayon::iter::repeat_n(T::default(), len).with_min_len(per_task));
+    v
 }
 
 /// `f` of every item of `items`, written on the rayon threads in a few large tasks.
@@ -61,15 +61,6 @@ mod tests {
                 .all(|(&w, &i)| w == i64::from(i) - 7)
         );
         assert!(super::mapped(&[] as &[u32], |&i| i).is_empty());
-    }
-
-    #[test]
-    fn touch_writes_defaults_over_every_item() {
-        // 3 MiB: several tasks where there are threads for them.
-        let mut items = vec![7u64; 3 << 17];
-        super::touch(&mut items);
-        assert!(items.iter().all(|&i| i == 0));
-        super::touch(&mut [] as &mut [u64]);
     }
 
     #[test]

@@ -254,39 +254,6 @@ pub(crate) trait KnnSearch: Send + Sync {
         })
     }
 
-    /// [`KnnSearch::search`]'s neighbours written into the caller's `indices` and `distances`
-    /// (`rows × k` each), so that the copies of a GPU set write their shares of one answer; the
-    /// selection that ran and the prefilter's report.
-    fn search_into(
-        &self,
-        queries: &MatrixView<'_>,
-        k: usize,
-        selection: Selection,
-        max_bytes: Option<usize>,
-        indices: vocab::IndicesMut<'_>,
-        distances: &mut [f32],
-    ) -> Result<(Selection, Option<vocab::PrefilterReport>)> {
-        fn copied<I: Copy>(
-            found: Neighbours<I>,
-            indices: &mut [I],
-            distances: &mut [f32],
-        ) -> (Selection, Option<vocab::PrefilterReport>) {
-            indices.copy_from_slice(&found.indices);
-            distances.copy_from_slice(&found.distances);
-            (found.selection, found.prefilter)
-        }
-        Ok(match indices {
-            vocab::IndicesMut::U32(into) => {
-                let found = self.search(queries, k, selection, max_bytes)?;
-                copied(found, into, distances)
-            }
-            vocab::IndicesMut::I64(into) => {
-                let found = self.search_i64(queries, k, selection, max_bytes)?;
-                copied(found, into, distances)
-            }
-        })
-    }
-
     /// [`KnnSearch::search`]'s neighbours as keys ([`kernels_gpu::knn::key`]), written over
     /// `keys` (`rows × k`, each row nearest first) so that a caller can reuse its memory; the
     /// selection that ran and the prefilter's report.

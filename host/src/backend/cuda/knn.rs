@@ -13,9 +13,7 @@
 
 use super::launch::{Reads, Writes};
 use super::{CudaBackend, Mapped, arg_u32};
-use crate::backend::vocab::{
-    IndicesMut, NeighbourIndex, PrefilterReport, Selection, rows_per_block,
-};
+use crate::backend::vocab::{NeighbourIndex, PrefilterReport, Selection, rows_per_block};
 use crate::backend::{BlockSink, Distances, KnnSearch, Neighbours, Votes, split_keys_into};
 use crate::error::{Error, Result};
 use crate::host_tasks;
@@ -444,13 +442,9 @@ struct VoteJob {
 
 /// What [`CudaKnn::run`] brings back, with indices of type `I`.
 #[derive(Default)]
-struct Output<'a, I = u32> {
-    /// The neighbours as keys, when the search asked for them (else split into indices and
-    /// distances).
+struct Output<I = u32> {
+    /// The neighbours as keys, when the search asked for them (else split into the next two).
     keys: Option<Vec<u64>>,
-    /// The caller's arrays to split the neighbours into, when it gave them (else `run` makes
-    /// the next two).
-    into: Option<(&'a mut [I], &'a mut [f32])>,
     indices: Vec<I>,
     distances: Vec<f32>,
     classes: Vec<u32>,
@@ -458,15 +452,7 @@ struct Output<'a, I = u32> {
     prefilter: Option<PrefilterReport>,
 }
 
-impl<I: NeighbourIndex> Output<'_, I> {
-    /// The indices and distances that the neighbours are split into.
-    fn split_mut(&mut self) -> (&mut [I], &mut [f32]) {
-        match &mut self.into {
-            Some((indices, distances)) => (indices, distances),
-            None => (&mut self.indices, &mut self.distances),
-        }
-    }
-
+impl<I: NeighbourIndex> Output<I> {
     /// Overwrites the neighbours of queries `first + i` (`i` in `rows`) with `keys`, `k` a query,
     /// in whichever form the answer takes (keys, or indices and distances).
     fn patch_rows(&mut self, k: usize, first: usize, rows: &[usize], keys: &[u64]) {
@@ -475,8 +461,8 @@ impl<I: NeighbourIndex> Output<'_, I> {
             match &mut self.keys {
                 Some(all) => all[at].copy_from_slice(row),
                 None => {
-                    let (indices, distances) = self.split_mut();
-                    split_keys_into(row, &mut indices[at.clone()], &mut distances[at]);
+                    let indices = &mut self.indices[at.clone()];
+                    split_keys_into(row, indices, &mut self.distances[at]);
                 }
             }
         }
@@ -754,12 +740,12 @@ impl CudaKnn {
     /// [`CudaKnn::exact_fallback`] for prefilter overflows: before the vote, which reads the keys
     /// on the device, else after the keys have come back (their download is the batch's one
     /// wait) into the answer's rows.
-    fn run<'a, I: NeighbourIndex>(
+    fn run<I: NeighbourIndex>(
         &self,
         job: SearchJob<'_, '_>,
         tf32: bool,
-        mut output: Output<'a, I>,
-    ) -> Result<Output<'a, I>> {
+        mut output: Output<I>,
+    ) -> Result<Output<I>> {
         arg_u32(job.k, "k")?;
         if let Some(ready) = &self.ready {
             self.gpu.wait_for(ready)?;
@@ -769,29 +755,25 @@ impl CudaKnn {
         let m = job.queries.rows();
         let len = m * job.k;
         let split = job.vote.is_none() && output.keys.is_none();
-        if split && output.into.is_none() {
-            // Large arrays of zeros are fresh pages that nothing has touched yet.
+        // Large answers' arrays are made (their pages first touched, on the rayon threads) while
+        // the GPU works on the first batch: fresh pages cost the host more than the copy that
+        // fills them. Smaller ones are not worth a thread.
+        let beside = split && len * 8 >= host_tasks::BESIDE_BYTES;
+        if split && !beside {
             (output.indices, output.distances) = (vec![I::default(); len], vec![0.0; len]);
         }
-        debug_assert!(!split || output.split_mut().0.len() == len);
-        // Large answers' pages are first touched (on the rayon threads) while the GPU works on
-        // the first batch: fresh pages cost the host more than the copy that fills them.
-        // Smaller ones are not worth a thread.
-        let beside = split && len * 8 >= host_tasks::BESIDE_BYTES;
         let mut first = 0;
         while first < m {
             let r = rows.min(m - first);
             if beside && first == 0 {
                 // A task of the caller's rayon pool (the one `install` chose, else the global
-                // one) touches the arrays while this thread queues the batch.
-                let (indices, distances) = output.split_mut();
+                // one) makes the arrays while this thread queues the batch.
+                let mut made = (Vec::new(), Vec::new());
                 let searched = rayon::in_place_scope(|s| {
-                    s.spawn(|_| {
-                        host_tasks::touch(indices);
-                        host_tasks::touch(distances);
-                    });
+                    s.spawn(|_| made = (host_tasks::zeroed(len), host_tasks::zeroed(len)));
                     self.search_batch(&job, plan.as_ref(), &mut bufs, 0, r, report.as_mut())
                 });
+                (output.indices, output.distances) = made;
                 searched?;
             } else {
                 self.search_batch(&job, plan.as_ref(), &mut bufs, first, r, report.as_mut())?;
@@ -1137,7 +1119,7 @@ impl CudaKnn {
         bufs: &mut BatchBuffers,
         first: usize,
         r: usize,
-        output: &mut Output<'_, I>,
+        output: &mut Output<I>,
     ) -> Result<()> {
         let gpu = &*self.gpu;
         let k = job.k;
@@ -1150,8 +1132,9 @@ impl CudaKnn {
                         Some(all) => all.extend_from_slice(keys),
                         None => {
                             let to = at..at + keys.len();
-                            let (indices, distances) = output.split_mut();
-                            split_keys_into(keys, &mut indices[to.clone()], &mut distances[to]);
+                            let (i, d) =
+                                (&mut output.indices[to.clone()], &mut output.distances[to]);
+                            split_keys_into(keys, i, d);
                         }
                     }
                     at += keys.len();
@@ -1506,25 +1489,6 @@ impl CudaKnn {
             prefilter: out.prefilter,
         })
     }
-
-    /// [`KnnSearch::search_into`] with indices of type `I`.
-    fn neighbours_into<I: NeighbourIndex>(
-        &self,
-        queries: &MatrixView<'_>,
-        k: usize,
-        selection: Selection,
-        max_bytes: Option<usize>,
-        into: (&mut [I], &mut [f32]),
-    ) -> Result<(Selection, Option<PrefilterReport>)> {
-        let path = self.path(queries, k, selection, max_bytes)?;
-        let output = Output {
-            into: Some(into),
-            ..Output::default()
-        };
-        let job = SearchJob::new(queries, k, path.method, max_bytes);
-        let out = self.run(job, path.prefilter, output)?;
-        Ok((path.method.reported(), out.prefilter))
-    }
 }
 
 impl KnnSearch for CudaKnn {
@@ -1546,25 +1510,6 @@ impl KnnSearch for CudaKnn {
         max_bytes: Option<usize>,
     ) -> Result<Neighbours<i64>> {
         self.neighbours(queries, k, selection, max_bytes)
-    }
-
-    fn search_into(
-        &self,
-        queries: &MatrixView<'_>,
-        k: usize,
-        selection: Selection,
-        max_bytes: Option<usize>,
-        indices: IndicesMut<'_>,
-        distances: &mut [f32],
-    ) -> Result<(Selection, Option<PrefilterReport>)> {
-        match indices {
-            IndicesMut::U32(into) => {
-                self.neighbours_into(queries, k, selection, max_bytes, (into, distances))
-            }
-            IndicesMut::I64(into) => {
-                self.neighbours_into(queries, k, selection, max_bytes, (into, distances))
-            }
-        }
     }
 
     fn search_keys(

@@ -10,7 +10,7 @@ mod metric;
 mod selection;
 
 pub(crate) use blocks::{CHUNK, rows_per_block};
-pub(crate) use index::{IndicesMut, NeighbourIndex};
+pub(crate) use index::NeighbourIndex;
 pub use layout::{KnnLayout, REPLICATE_MAX_BYTES};
 pub use metric::{Metric, Precision};
 pub use selection::{AutoReport, AutoSource, PathTiming, PrefilterReport, Selection};
