@@ -882,9 +882,7 @@ kernel_params! {
 fn warp_sum_u64<E: Exec>(e: E, mut v: u64) -> u64 {
     let mut mask = 16;
     while mask > 0 {
-        let (lo, hi) = (v as u32, (v >> 32) as u32);
-        let other = (e.shfl_xor_u32(lo, mask) as u64) | ((e.shfl_xor_u32(hi, mask) as u64) << 32);
-        v = v.wrapping_add(other);
+        v = v.wrapping_add(crate::exec::shfl_xor_u64(e, v, mask));
         mask /= 2;
     }
     v
