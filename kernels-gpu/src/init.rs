@@ -18,7 +18,7 @@ pub mod nearest;
 
 #[cfg(target_arch = "nvptx64")]
 use crate::exec::Gpu;
-use crate::exec::{Exec, atomic_add_u64, atomic_fetch_add_u32};
+use crate::exec::{Exec, atomic_add_u64, atomic_fetch_add_u32, shfl_xor_u64};
 use crate::fixed::units_at;
 use crate::launch::{BLOCK, Kernel, SEED_CANDIDATES};
 use crate::math::{AssignMetric, assign_step};
@@ -882,7 +882,7 @@ kernel_params! {
 fn warp_sum_u64<E: Exec>(e: E, mut v: u64) -> u64 {
     let mut mask = 16;
     while mask > 0 {
-        v = v.wrapping_add(crate::exec::shfl_xor_u64(e, v, mask));
+        v = v.wrapping_add(shfl_xor_u64(e, v, mask));
         mask /= 2;
     }
     v
