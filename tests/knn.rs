@@ -1470,6 +1470,57 @@ fn a_gpu_set_answers_as_one_gpu_and_the_cpu() {
     }
 }
 
+/// Copies on a GPU set write each share of a large answer straight into the caller's arrays (its
+/// pages touched beside the search, then each batch split into them): the whole answer equals
+/// one GPU's and the CPU's, in one batch a copy and in several, as `u32` and as `i64` indices;
+/// an answer of 3 queries (too small to touch beside the search) too.
+#[test]
+fn a_gpu_set_of_copies_writes_large_answers_whole() {
+    let Some(gpu) = gpu("a_gpu_set_of_copies_writes_large_answers_whole") else {
+        return;
+    };
+    let Device::Cuda(o) = gpu else {
+        unreachable!("the gate resolves to a GPU")
+    };
+    let (n, d, k) = (20_000, 8, 100);
+    let train = uniform(n, d, 97);
+    // Shares of 1,400 queries: 1.1 MB of keys each.
+    for m in [2_801, 3] {
+        let queries = uniform(m, d, 98);
+        let cpu = KnnIndex::new(view(&train, d), DistanceMetric::SqEuclidean, Device::Cpu)
+            .unwrap()
+            .search(view(&queries, d), k)
+            .unwrap();
+        let one = KnnIndex::new(view(&train, d), DistanceMetric::SqEuclidean, gpu).unwrap();
+        let one = one.search(view(&queries, d), k).unwrap();
+        assert_eq!(one.indices, cpu.indices, "m={m}: one GPU");
+        // 2 MiB: a few hundred queries a batch.
+        for limit in [None, Some(2 << 20)] {
+            let set = kmeans_knn::GpuSet::new(&[o, o])
+                .unwrap()
+                .with_knn_layout(KnnLayout::Replicate);
+            let index = KnnIndex::new(
+                view(&train, d),
+                DistanceMetric::SqEuclidean,
+                Device::Gpus(set),
+            )
+            .unwrap()
+            .with_memory_limit(limit);
+            let found = index.search(view(&queries, d), k).unwrap();
+            let wide = index.search_i64(view(&queries, d), k).unwrap();
+            let case = format!("m={m} limit {limit:?}");
+            assert_eq!(found.indices, cpu.indices, "{case}");
+            assert_eq!(
+                found.distances.mapv(f32::to_bits),
+                cpu.distances.mapv(f32::to_bits),
+                "{case}"
+            );
+            assert_eq!(wide.indices, cpu.indices.mapv(i64::from), "{case}: i64");
+            assert_eq!(wide.distances, found.distances, "{case}: i64");
+        }
+    }
+}
+
 /// A training set above the memory budget stays in host memory and streams through the GPU at
 /// every search: the answer equals the resident index's and the CPU's, whatever the budget
 /// (parts of one row, of a few rows, and a budget that holds it all).

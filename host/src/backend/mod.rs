@@ -33,6 +33,7 @@ use crate::matrix::MatrixView;
 use kernels_gpu::knn::{PairMetric, VoteRule};
 use kernels_gpu::math::AssignMetric;
 use kernels_gpu::seeding::{WeightScale, draw};
+use std::mem::MaybeUninit;
 use std::ops::Range;
 use vocab::{Metric, NeighbourIndex, Selection};
 
@@ -195,6 +196,15 @@ pub(crate) fn host_seeding<'a>(
 /// Where row blocks of a distance matrix go: `(first row, block)`.
 pub(crate) type BlockSink<'s> = dyn FnMut(usize, ndarray::ArrayView2<'_, f32>) -> Result<()> + 's;
 
+/// Where [`KnnSearch::search_to`] puts a search's keys (`rows × k`, each row nearest first).
+pub(crate) trait KeySink: Send {
+    /// Readies the place of every key (first-touches its pages), beside the search's first
+    /// batch while the device works; a search may skip it (small answers).
+    fn prepare(&mut self);
+    /// Keys `at..at + keys.len()` of the answer.
+    fn put(&mut self, at: usize, keys: &[u64]);
+}
+
 /// The pairwise-distance and kNN methods of a backend (every [`Backend`] has them).
 pub(crate) trait Distances {
     /// Distances from every row of `a` to every row of `b` (validated, same columns), in blocks
@@ -270,6 +280,23 @@ pub(crate) trait KnnSearch: Send + Sync {
         let pairs = found.indices.iter().zip(&found.distances);
         keys.extend(pairs.map(|(&i, &d)| kernels_gpu::knn::key(d, i)));
         Ok((found.selection, found.prefilter))
+    }
+
+    /// [`KnnSearch::search_keys`] into `sink`, which places the keys itself (a copy of a GPU set
+    /// writes its share of one answer). By default the keys come whole, at the end; the GPU
+    /// readies the sink beside its first batch and hands it each piece as it comes back.
+    fn search_to(
+        &self,
+        queries: &MatrixView<'_>,
+        k: usize,
+        selection: Selection,
+        max_bytes: Option<usize>,
+        sink: &mut dyn KeySink,
+    ) -> Result<(Selection, Option<vocab::PrefilterReport>)> {
+        let mut keys = Vec::new();
+        let found = self.search_keys(queries, k, selection, max_bytes, &mut keys)?;
+        sink.put(0, &keys);
+        Ok(found)
     }
 
     /// Every query row's training rows at distance `≤ radius` (not NaN), as keys sorted per
@@ -362,13 +389,33 @@ pub(crate) fn split_keys_into<I: NeighbourIndex>(
     indices: &mut [I],
     distances: &mut [f32],
 ) {
+    // SAFETY: `MaybeUninit<T>` has `T`'s layout, and the split writes only initialised values
+    // through these views, so the arrays stay initialised.
+    let (indices, distances) = unsafe {
+        (
+            &mut *(indices as *mut [I] as *mut [MaybeUninit<I>]),
+            &mut *(distances as *mut [f32] as *mut [MaybeUninit<f32>]),
+        )
+    };
+    split_keys_to(keys, indices, distances);
+}
+
+/// [`split_keys_into`] for arrays that may not be written yet (a share of an answer's spare
+/// capacity): every slot of the first `keys.len()` of each is written.
+pub(crate) fn split_keys_to<I: NeighbourIndex>(
+    keys: &[u64],
+    indices: &mut [MaybeUninit<I>],
+    distances: &mut [MaybeUninit<f32>],
+) {
     use kernels_gpu::knn::{key_distance, key_index};
     use rayon::prelude::*;
     /// Keys a task splits are a multiple of this: whole pages of indices (16 or 32 KiB).
     const PAGES: usize = 1 << 12;
-    let split = |((indices, distances), keys): ((&mut [I], &mut [f32]), &[u64])| {
+    type Slots<'a, I> = (&'a mut [MaybeUninit<I>], &'a mut [MaybeUninit<f32>]);
+    let split = |((indices, distances), keys): (Slots<'_, I>, &[u64])| {
         for ((i, d), &key) in indices.iter_mut().zip(distances).zip(keys) {
-            (*i, *d) = (I::from(key_index(key)), key_distance(key));
+            i.write(I::from(key_index(key)));
+            d.write(key_distance(key));
         }
     };
     // A key and its split.

@@ -14,7 +14,9 @@
 use super::launch::{Reads, Writes};
 use super::{CudaBackend, Mapped, arg_u32};
 use crate::backend::vocab::{NeighbourIndex, PrefilterReport, Selection, rows_per_block};
-use crate::backend::{BlockSink, Distances, KnnSearch, Neighbours, Votes, split_keys_into};
+use crate::backend::{
+    BlockSink, Distances, KeySink, KnnSearch, Neighbours, Votes, split_keys_into,
+};
 use crate::error::{Error, Result};
 use crate::host_tasks;
 use crate::matrix::MatrixView;
@@ -440,11 +442,19 @@ struct VoteJob {
     proba: bool,
 }
 
+/// Where a search's keys go when it asks for keys rather than indices and distances.
+enum Keys<'s> {
+    /// Appended to this vector.
+    Kept(Vec<u64>),
+    /// Put in place by the caller's sink as each piece comes back.
+    Sink(&'s mut dyn KeySink),
+}
+
 /// What [`CudaKnn::run`] brings back, with indices of type `I`.
 #[derive(Default)]
-struct Output<I = u32> {
+struct Output<'s, I = u32> {
     /// The neighbours as keys, when the search asked for them (else split into the next two).
-    keys: Option<Vec<u64>>,
+    keys: Option<Keys<'s>>,
     indices: Vec<I>,
     distances: Vec<f32>,
     classes: Vec<u32>,
@@ -452,14 +462,15 @@ struct Output<I = u32> {
     prefilter: Option<PrefilterReport>,
 }
 
-impl<I: NeighbourIndex> Output<I> {
+impl<I: NeighbourIndex> Output<'_, I> {
     /// Overwrites the neighbours of queries `first + i` (`i` in `rows`) with `keys`, `k` a query,
     /// in whichever form the answer takes (keys, or indices and distances).
     fn patch_rows(&mut self, k: usize, first: usize, rows: &[usize], keys: &[u64]) {
         for (row, &i) in keys.chunks_exact(k).zip(rows) {
             let at = (first + i) * k..(first + i + 1) * k;
             match &mut self.keys {
-                Some(all) => all[at].copy_from_slice(row),
+                Some(Keys::Kept(all)) => all[at].copy_from_slice(row),
+                Some(Keys::Sink(sink)) => sink.put(at.start, row),
                 None => {
                     let indices = &mut self.indices[at.clone()];
                     split_keys_into(row, indices, &mut self.distances[at]);
@@ -740,12 +751,12 @@ impl CudaKnn {
     /// [`CudaKnn::exact_fallback`] for prefilter overflows: before the vote, which reads the keys
     /// on the device, else after the keys have come back (their download is the batch's one
     /// wait) into the answer's rows.
-    fn run<I: NeighbourIndex>(
+    fn run<'s, I: NeighbourIndex>(
         &self,
         job: SearchJob<'_, '_>,
         tf32: bool,
-        mut output: Output<I>,
-    ) -> Result<Output<I>> {
+        mut output: Output<'s, I>,
+    ) -> Result<Output<'s, I>> {
         arg_u32(job.k, "k")?;
         if let Some(ready) = &self.ready {
             self.gpu.wait_for(ready)?;
@@ -755,10 +766,11 @@ impl CudaKnn {
         let m = job.queries.rows();
         let len = m * job.k;
         let split = job.vote.is_none() && output.keys.is_none();
-        // Large answers' arrays are made (their pages first touched, on the rayon threads) while
-        // the GPU works on the first batch: fresh pages cost the host more than the copy that
-        // fills them. Smaller ones are not worth a thread.
-        let beside = split && len * 8 >= host_tasks::BESIDE_BYTES;
+        // Large answers' arrays are made (their pages first touched, on the rayon threads), or
+        // a sink readied, while the GPU works on the first batch: fresh pages cost the host more
+        // than the copy that fills them. Smaller ones are not worth a thread.
+        let sink = matches!(output.keys, Some(Keys::Sink(_)));
+        let beside = (split || sink) && len * 8 >= host_tasks::BESIDE_BYTES;
         if split && !beside {
             (output.indices, output.distances) = (vec![I::default(); len], vec![0.0; len]);
         }
@@ -770,10 +782,15 @@ impl CudaKnn {
                 // one) makes the arrays while this thread queues the batch.
                 let mut made = (Vec::new(), Vec::new());
                 let searched = rayon::in_place_scope(|s| {
-                    s.spawn(|_| made = (host_tasks::zeroed(len), host_tasks::zeroed(len)));
+                    match &mut output.keys {
+                        Some(Keys::Sink(sink)) => s.spawn(|_| sink.prepare()),
+                        _ => s.spawn(|_| made = (host_tasks::zeroed(len), host_tasks::zeroed(len))),
+                    }
                     self.search_batch(&job, plan.as_ref(), &mut bufs, 0, r, report.as_mut())
                 });
-                (output.indices, output.distances) = made;
+                if split {
+                    (output.indices, output.distances) = made;
+                }
                 searched?;
             } else {
                 self.search_batch(&job, plan.as_ref(), &mut bufs, first, r, report.as_mut())?;
@@ -1058,7 +1075,7 @@ impl CudaKnn {
         }
         let view = MatrixView::new(&sub, over.len(), d)?;
         let keys = Output::<u32> {
-            keys: Some(Vec::with_capacity(over.len() * k)),
+            keys: Some(Keys::Kept(Vec::with_capacity(over.len() * k))),
             ..Output::default()
         };
         let exact = self.run(
@@ -1069,7 +1086,10 @@ impl CudaKnn {
             false,
             keys,
         )?;
-        Ok((over, exact.keys.unwrap_or_default()))
+        match exact.keys {
+            Some(Keys::Kept(keys)) => Ok((over, keys)),
+            _ => unreachable!("the fallback asked for its keys kept"),
+        }
     }
 
     /// The streaming search of a batch of `r` queries: distances to `LAUNCH_COLUMNS` (whole tiles) of
@@ -1119,7 +1139,7 @@ impl CudaKnn {
         bufs: &mut BatchBuffers,
         first: usize,
         r: usize,
-        output: &mut Output<I>,
+        output: &mut Output<'_, I>,
     ) -> Result<()> {
         let gpu = &*self.gpu;
         let k = job.k;
@@ -1129,7 +1149,8 @@ impl CudaKnn {
                 let mut at = first * k;
                 gpu.download_each(&bufs.best, r * k, "neighbour keys", |keys| {
                     match &mut output.keys {
-                        Some(all) => all.extend_from_slice(keys),
+                        Some(Keys::Kept(all)) => all.extend_from_slice(keys),
+                        Some(Keys::Sink(sink)) => sink.put(at, keys),
                         None => {
                             let to = at..at + keys.len();
                             let (i, d) =
@@ -1523,12 +1544,32 @@ impl KnnSearch for CudaKnn {
         let path = self.path(queries, k, selection, max_bytes)?;
         keys.clear();
         let output = Output::<u32> {
-            keys: Some(std::mem::take(keys)),
+            keys: Some(Keys::Kept(std::mem::take(keys))),
             ..Output::default()
         };
         let job = SearchJob::new(queries, k, path.method, max_bytes);
         let out = self.run(job, path.prefilter, output)?;
-        *keys = out.keys.unwrap_or_default();
+        if let Some(Keys::Kept(kept)) = out.keys {
+            *keys = kept;
+        }
+        Ok((path.method.reported(), out.prefilter))
+    }
+
+    fn search_to(
+        &self,
+        queries: &MatrixView<'_>,
+        k: usize,
+        selection: Selection,
+        max_bytes: Option<usize>,
+        sink: &mut dyn KeySink,
+    ) -> Result<(Selection, Option<PrefilterReport>)> {
+        let path = self.path(queries, k, selection, max_bytes)?;
+        let output = Output::<u32> {
+            keys: Some(Keys::Sink(sink)),
+            ..Output::default()
+        };
+        let job = SearchJob::new(queries, k, path.method, max_bytes);
+        let out = self.run(job, path.prefilter, output)?;
         Ok((path.method.reported(), out.prefilter))
     }
 

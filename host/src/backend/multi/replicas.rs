@@ -12,14 +12,13 @@
 //! [`KnnLayout::Auto`]: crate::backend::vocab::KnnLayout::Auto
 
 use super::gpu_set::on_each;
-use super::merge::KeptKeys;
 use crate::backend::radius::RadiusKeys;
 use crate::backend::vocab::{AutoReport, KnnLayout, NeighbourIndex, Selection};
-use crate::backend::{Backend, KnnSearch, Neighbours, Votes, split_keys_into};
-use crate::error::Result;
-use crate::host_tasks;
+use crate::backend::{Backend, KeySink, KnnSearch, Neighbours, Votes, split_keys_to};
+use crate::error::{Error, Result};
 use crate::matrix::MatrixView;
 use kernels_gpu::knn::{PairMetric, VoteRule};
+use std::mem::MaybeUninit;
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -28,8 +27,6 @@ pub(crate) struct GpuReplicas {
     copies: Vec<Box<dyn KnnSearch>>,
     /// Whether the copies stream through their GPUs (the rows exceed the budget).
     streamed: bool,
-    /// Each copy's keys of the last search, kept for the next one's.
-    answers: KeptKeys,
 }
 
 impl GpuReplicas {
@@ -50,7 +47,6 @@ impl GpuReplicas {
         Ok(GpuReplicas {
             copies: placed.into_iter().map(|(copy, _)| copy).collect(),
             streamed,
-            answers: KeptKeys::default(),
         })
     }
 
@@ -94,7 +90,9 @@ fn share_of<'q>(queries: &'q MatrixView<'_>, share: &Range<usize>) -> Result<Mat
 }
 
 impl GpuReplicas {
-    /// [`KnnSearch::search`] with indices of type `I`, split straight out of the copies' keys.
+    /// [`KnnSearch::search`] with indices of type `I`: each copy splits its keys straight into
+    /// its share of the answer's arrays as they come back, having first touched the share's
+    /// pages beside its search (fresh pages cost the host more than the split that fills them).
     fn neighbours<I: NeighbourIndex>(
         &self,
         queries: &MatrixView<'_>,
@@ -104,39 +102,73 @@ impl GpuReplicas {
     ) -> Result<Neighbours<I>> {
         let m = queries.rows();
         let shares = self.shares(m);
-        // Each copy's answer lands in the last search's key buffer; the caller's arrays are
-        // made meanwhile, as one GPU makes them beside its search (fresh pages cost the host
-        // more than the split that fills them).
-        let mut keys = self.answers.take(shares.len());
         let len = m * k;
-        let mut made = (Vec::new(), Vec::new());
-        let found = rayon::in_place_scope(|s| {
-            if len * 8 >= host_tasks::BESIDE_BYTES {
-                s.spawn(|_| made = (host_tasks::zeroed(len), host_tasks::zeroed(len)));
-            } else {
-                made = (vec![I::default(); len], vec![0.0; len]);
-            }
-            let mut slots: Vec<_> = shares.iter().cloned().zip(keys.iter_mut()).collect();
-            on_each(&mut slots, |i, (share, keys)| {
-                let rows = share_of(queries, share)?;
-                self.copies[i].search_keys(&rows, k, selection, max_bytes, keys)
-            })
-        });
-        let found = found?;
-        let (mut indices, mut distances) = made;
-        let outputs = split_rows(&mut indices, &shares, k)
-            .into_iter()
-            .zip(split_rows(&mut distances, &shares, k));
-        for (keys, (indices, distances)) in keys.iter().zip(outputs) {
-            split_keys_into(keys, indices, distances);
+        let (mut indices, mut distances) = (Vec::with_capacity(len), Vec::with_capacity(len));
+        let sinks = (split_rows(&mut indices.spare_capacity_mut()[..len], &shares, k).into_iter())
+            .zip(split_rows(
+                &mut distances.spare_capacity_mut()[..len],
+                &shares,
+                k,
+            ))
+            .map(|(indices, distances)| ShareSink {
+                indices,
+                distances,
+                written: 0,
+            });
+        let mut slots: Vec<_> = shares.iter().cloned().zip(sinks).collect();
+        let found = on_each(&mut slots, |i, (share, sink)| {
+            let rows = share_of(queries, share)?;
+            self.copies[i].search_to(&rows, k, selection, max_bytes, sink)
+        })?;
+        if let Some((share, _)) = slots.iter().find(|(_, sink)| !sink.whole()) {
+            return Err(Error::Shard(format!(
+                "the copy answering queries {share:?} left part of its answer unwritten"
+            )));
         }
-        self.answers.keep(keys);
+        drop(slots);
+        // SAFETY: the shares cover `0..len` of both arrays' spare capacity, and every share is
+        // written whole (checked above).
+        unsafe {
+            indices.set_len(len);
+            distances.set_len(len);
+        }
         Ok(Neighbours {
             indices,
             distances,
             selection: found[0].0,
             prefilter: found.iter().filter_map(|f| f.1).reduce(|a, b| a + b),
         })
+    }
+}
+
+/// A copy's share of an answer's indices and distances, written by the split of its keys.
+struct ShareSink<'a, I> {
+    indices: &'a mut [MaybeUninit<I>],
+    distances: &'a mut [MaybeUninit<f32>],
+    /// How many of the share's slots, from its start, are written.
+    written: usize,
+}
+
+impl<I> ShareSink<'_, I> {
+    /// Whether every slot of the share is written.
+    fn whole(&self) -> bool {
+        self.written == self.indices.len()
+    }
+}
+
+impl<I: NeighbourIndex> KeySink for ShareSink<'_, I> {
+    fn prepare(&mut self) {
+        self.indices.fill(MaybeUninit::new(I::default()));
+        self.distances.fill(MaybeUninit::new(0.0));
+        self.written = self.indices.len();
+    }
+
+    fn put(&mut self, at: usize, keys: &[u64]) {
+        let to = at..at + keys.len();
+        split_keys_to(keys, &mut self.indices[to.clone()], &mut self.distances[to]);
+        if at <= self.written {
+            self.written = self.written.max(at + keys.len());
+        }
     }
 }
 
@@ -247,6 +279,39 @@ fn split_rows<'a, T>(out: &'a mut [T], shares: &[Range<usize>], k: usize) -> Vec
 mod tests {
     use super::super::fixture::{cpu, lattice, one_index_voting_as};
     use super::*;
+
+    /// A share is whole once readied, or once its keys are put from its start without a gap,
+    /// whatever the order of the pieces after that; a gap leaves it not whole.
+    #[test]
+    fn a_share_is_whole_only_when_every_slot_is_written() {
+        let keys: Vec<u64> = (0..6u32)
+            .map(|i| kernels_gpu::knn::key(i as f32, i))
+            .collect();
+        let mut slots = (
+            vec![MaybeUninit::uninit(); 6],
+            vec![MaybeUninit::uninit(); 6],
+        );
+        let mut share = |f: &dyn Fn(&mut ShareSink<'_, u32>)| {
+            let mut sink = ShareSink {
+                indices: &mut slots.0,
+                distances: &mut slots.1,
+                written: 0,
+            };
+            f(&mut sink);
+            sink.whole()
+        };
+        assert!(share(&|s| s.prepare()));
+        assert!(share(&|s| {
+            s.put(0, &keys[..2]);
+            s.put(2, &keys[2..]);
+            s.put(1, &keys[1..2]);
+        }));
+        assert!(!share(&|s| {
+            s.put(0, &keys[..2]);
+            s.put(3, &keys[3..]);
+        }));
+        assert!(!share(&|s| s.put(2, &keys[2..])));
+    }
 
     /// Copies (here on the CPU: the same code as on GPUs) answer as one index: searches, votes
     /// and radius searches, with the queries shared unevenly, fewer queries than copies, and ties.
