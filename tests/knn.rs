@@ -291,6 +291,67 @@ fn distances_are_accurate() {
 
 // ---- bad input -----------------------------------------------------------------------------
 
+/// A large query matrix's values are checked while the search runs: a bad value far into it is
+/// still its typed error, naming the row and column, from searches, wide searches and votes;
+/// the same matrix made good is answered.
+fn large_bad_queries_are_refused(device: Device) {
+    let (n, m, d) = (500, 70_000, 4);
+    let train = uniform(n, d, 3);
+    let labels: Vec<u32> = (0..n as u32).map(|i| i % 3).collect();
+    let index = KnnIndex::new(view(&train, d), DistanceMetric::SqEuclidean, device).unwrap();
+    let clf = KnnClassifier::fit(
+        view(&train, d),
+        &labels,
+        3,
+        Weights::Uniform,
+        DistanceMetric::SqEuclidean,
+        device,
+    )
+    .unwrap();
+    let good = uniform(m, d, 4);
+    assert_eq!(
+        index.search(view(&good, d), 3).unwrap().indices.dim(),
+        (m, 3)
+    );
+    for bad in [f32::NAN, f32::INFINITY] {
+        let mut q = good.clone();
+        q[69_000 * d + 2] = bad;
+        let named = |e: Error| {
+            matches!(
+                e,
+                Error::NonFinite {
+                    row: 69_000,
+                    col: 2,
+                    ..
+                }
+            )
+        };
+        assert!(named(index.search(view(&q, d), 3).unwrap_err()), "{device}");
+        assert!(
+            named(index.search_i64(view(&q, d), 3).unwrap_err()),
+            "{device}"
+        );
+        assert!(named(clf.predict(view(&q, d)).unwrap_err()), "{device}");
+    }
+}
+
+#[test]
+fn large_bad_queries_are_refused_on_the_cpu() {
+    large_bad_queries_are_refused(Device::Cpu);
+}
+
+#[test]
+fn large_bad_queries_are_refused_on_gpus() {
+    let Some(device) = gpu("large_bad_queries_are_refused_on_gpus") else {
+        return;
+    };
+    let Device::Cuda(o) = device else {
+        unreachable!("the gate resolves to a GPU")
+    };
+    large_bad_queries_are_refused(device);
+    large_bad_queries_are_refused(Device::Gpus(kmeans_knn::GpuSet::new(&[o, o]).unwrap()));
+}
+
 #[test]
 fn bad_input_gets_typed_errors() {
     let train = uniform(10, 3, 1);

@@ -72,19 +72,52 @@ impl<'a> MatrixView<'a> {
         &self.data[i * self.cols..(i + 1) * self.cols]
     }
 
-    /// Checks that the matrix is non-empty and finite; `what` names it in the error.
     /// The values, row-major: moved out when the view owns them, else copied.
     pub(crate) fn into_vec(self) -> Vec<f32> {
         self.data.into_owned()
     }
 
+    /// Checks that the matrix is non-empty and finite; `what` names it in the error.
     pub(crate) fn validate(&self, what: &'static str) -> Result<()> {
+        self.validate_shape()?;
+        self.check_finite(what)
+    }
+
+    /// Checks that the matrix has rows and columns.
+    pub(crate) fn validate_shape(&self) -> Result<()> {
         if self.rows == 0 {
             return Err(Error::EmptyData);
         }
         if self.cols == 0 {
             return Err(Error::ZeroDimension);
         }
+        Ok(())
+    }
+
+    /// `work()` with the values checked finite meanwhile (on the rayon threads, when there is
+    /// more than a chunk of them; before it, when fewer): a bad value's error wins and `work`'s
+    /// result is dropped. For work that is harmless on any values, such as a search: scanning
+    /// 10^4 queries of 128 dimensions first held a search on four GPUs back by 0.3–0.46 ms.
+    pub(crate) fn checked_during<T>(
+        &self,
+        what: &'static str,
+        work: impl FnOnce() -> Result<T>,
+    ) -> Result<T> {
+        if self.data.len() <= FINITE_CHUNK {
+            self.check_finite(what)?;
+            return work();
+        }
+        let mut values = Ok(());
+        let done = rayon::in_place_scope(|s| {
+            s.spawn(|_| values = self.check_finite(what));
+            work()
+        });
+        values?;
+        done
+    }
+
+    /// Checks that every value is finite; `what` names the matrix in the error.
+    fn check_finite(&self, what: &'static str) -> Result<()> {
         // Whole chunks, each a branch-free pass the compiler vectorises, in parallel only when
         // there are several (waking the thread pool costs more than checking a small matrix);
         // only a chunk that fails is searched for its first bad value.

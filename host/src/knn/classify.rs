@@ -255,18 +255,20 @@ impl KnnClassifier {
     }
 
     fn vote(&self, queries: &MatrixView<'_>, proba: bool) -> Result<crate::backend::Votes> {
-        self.index.check(queries, self.k)?;
-        self.index.inner().vote(
-            queries,
-            self.k,
-            self.index.selection(),
-            self.index.max_bytes(),
-            kernels_gpu::knn::VoteRule {
-                weighted: self.weights == Weights::Distance,
-                smallest_label: self.tie_break == TieBreak::SmallestLabel,
-            },
-            proba,
-        )
+        self.index.check_shape(queries, self.k)?;
+        queries.checked_during("the queries", || {
+            self.index.inner().vote(
+                queries,
+                self.k,
+                self.index.selection(),
+                self.index.max_bytes(),
+                kernels_gpu::knn::VoteRule {
+                    weighted: self.weights == Weights::Distance,
+                    smallest_label: self.tie_break == TieBreak::SmallestLabel,
+                },
+                proba,
+            )
+        })
     }
 }
 

@@ -241,20 +241,21 @@ impl KnnIndex {
         self.inner.auto_report(k)
     }
 
-    /// Checks a query matrix and `k` against the index.
-    pub(crate) fn check<'q>(&self, queries: &MatrixView<'q>, k: usize) -> Result<()> {
+    /// Checks `k` and a query matrix's shape against the index; its values are checked while
+    /// the search runs ([`MatrixView::checked_during`]).
+    pub(crate) fn check_shape(&self, queries: &MatrixView<'_>, k: usize) -> Result<()> {
         check_k(k, self.n)?;
-        queries.validate("the queries")?;
+        queries.validate_shape()?;
         queries.expect_cols("the queries", self.d)
     }
 
     /// The `k` nearest training rows of every row of `queries`, nearest first.
     pub fn search<'q>(&self, queries: impl Into<MatrixView<'q>>, k: usize) -> Result<KnnResult> {
         let queries = queries.into();
-        self.check(&queries, k)?;
-        let found = self
-            .inner
-            .search(&queries, k, self.selection, self.max_bytes)?;
+        self.check_shape(&queries, k)?;
+        let found = queries.checked_during("the queries", || {
+            (self.inner).search(&queries, k, self.selection, self.max_bytes)
+        })?;
         Ok(result(found, queries.rows(), k))
     }
 
@@ -268,10 +269,10 @@ impl KnnIndex {
         k: usize,
     ) -> Result<KnnResult<i64>> {
         let queries = queries.into();
-        self.check(&queries, k)?;
-        let found = self
-            .inner
-            .search_i64(&queries, k, self.selection, self.max_bytes)?;
+        self.check_shape(&queries, k)?;
+        let found = queries.checked_during("the queries", || {
+            (self.inner).search_i64(&queries, k, self.selection, self.max_bytes)
+        })?;
         Ok(result(found, queries.rows(), k))
     }
 
