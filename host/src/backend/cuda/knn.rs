@@ -378,10 +378,21 @@ pub(crate) struct CudaKnn {
     prefilter: bool,
     /// Whether its scan may run on Hopper's warpgroup `mma` (`knn_tf32_scan_wg`).
     warpgroup_scan: bool,
-    /// The device buffers of the last search to finish, kept for the next search of the same
-    /// shape. A search takes them out while it runs, so concurrent and nested searches (the
-    /// exact fallback, `Auto`'s timings) never share a set.
-    spare: Mutex<Option<(BatchShape, BatchBuffers)>>,
+    /// The device buffers of the last search to finish and its plan, kept for the next search
+    /// of the same shape. A search takes them out while it runs, so concurrent and nested
+    /// searches (the exact fallback, `Auto`'s timings) never share a set.
+    spare: Mutex<Option<Planned>>,
+}
+
+/// A search's plan ([`CudaKnn::plan_batches`]) with the device buffers made for it.
+struct Planned {
+    /// The search it was made for (its shape, and whether it asked for the prefilter).
+    job: (JobShape, bool),
+    /// Queries per batch.
+    rows: usize,
+    plan: Option<Tf32Plan>,
+    shape: BatchShape,
+    bufs: BatchBuffers,
 }
 
 impl Drop for CudaKnn {
@@ -436,7 +447,7 @@ impl Method {
 }
 
 /// What a vote asks for.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 struct VoteJob {
     rule: VoteRule,
     proba: bool,
@@ -523,6 +534,7 @@ struct SearchJob<'a, 'q> {
 }
 
 /// What sizes a search: its query rows and the rest of its [`SearchJob`].
+#[derive(Clone, Copy, PartialEq, Eq)]
 struct JobShape {
     rows: usize,
     k: usize,
@@ -761,7 +773,8 @@ impl CudaKnn {
         if let Some(ready) = &self.ready {
             self.gpu.wait_for(ready)?;
         }
-        let (rows, plan, shape, mut bufs) = self.take_buffers(&job.shape(), tf32)?;
+        let mut planned = self.take_buffers(&job.shape(), tf32)?;
+        let (rows, plan, bufs) = (planned.rows, planned.plan, &mut planned.bufs);
         let mut report = plan.map(|_| PrefilterReport::default());
         let m = job.queries.rows();
         let len = m * job.k;
@@ -786,16 +799,16 @@ impl CudaKnn {
                         Some(Keys::Sink(sink)) => s.spawn(|_| sink.prepare()),
                         _ => s.spawn(|_| made = (host_tasks::zeroed(len), host_tasks::zeroed(len))),
                     }
-                    self.search_batch(&job, plan.as_ref(), &mut bufs, 0, r, report.as_mut())
+                    self.search_batch(&job, plan.as_ref(), bufs, 0, r, report.as_mut())
                 });
                 if split {
                     (output.indices, output.distances) = made;
                 }
                 searched?;
             } else {
-                self.search_batch(&job, plan.as_ref(), &mut bufs, first, r, report.as_mut())?;
+                self.search_batch(&job, plan.as_ref(), bufs, first, r, report.as_mut())?;
             }
-            self.collect_batch(&job, &mut bufs, first, r, &mut output)?;
+            self.collect_batch(&job, bufs, first, r, &mut output)?;
             if let (None, Some(tf32), Some(rep)) = (job.vote, &bufs.tf32, report.as_mut()) {
                 let (over, keys) = self.exact_fallback(&job, first, r, &tf32.overflow, rep)?;
                 output.patch_rows(job.k, first, &over, &keys);
@@ -804,22 +817,23 @@ impl CudaKnn {
         }
         output.prefilter = report;
         // A set that another search put back meanwhile is freed outside the lock.
-        let replaced = self.spare.lock().unwrap().replace((shape, bufs));
+        let replaced = self.spare.lock().unwrap().replace(planned);
         drop(replaced);
         Ok(output)
     }
 
     /// The plan of a search of `job` ([`CudaKnn::plan_batches`]) and its device buffers: the
-    /// spare set when it serves the plan's shape (its memory counts as free to the plan: it is
-    /// reused, or freed before a new set is made), else a new set. Returns the queries per
-    /// batch, the prefilter's plan, and the buffers with the shape they were made for.
-    fn take_buffers(
-        &self,
-        job: &JobShape,
-        tf32: bool,
-    ) -> Result<(usize, Option<Tf32Plan>, BatchShape, BatchBuffers)> {
-        let spare = self.spare.lock().unwrap().take();
-        let held = spare.as_ref().map_or(0, |(_, bufs)| bufs.device_bytes());
+    /// spare set and its plan when they were made for the same search (planning asks the
+    /// driver for the free memory, 0.1 ms a search on the GPU machines; a batch's size never
+    /// changes an answer), else a new plan with the spare set when it serves the plan's shape
+    /// (its memory counts as free to the plan: it is reused, or freed before a new set is
+    /// made), else with a new set.
+    fn take_buffers(&self, job: &JobShape, tf32: bool) -> Result<Planned> {
+        let spare = match self.spare.lock().unwrap().take() {
+            Some(planned) if planned.job == (*job, tf32) => return Ok(planned),
+            other => other,
+        };
+        let held = spare.as_ref().map_or(0, |s| s.bufs.device_bytes());
         let (rows, plan) = self.plan_batches(job, tf32, held)?;
         let need = BatchShape {
             rows,
@@ -829,21 +843,28 @@ impl CudaKnn {
             vote: (job.vote).map(|v| if v.proba { self.classes.max(1) } else { 0 }),
         };
         let (shape, bufs) = match spare {
-            Some((shape, bufs)) if shape.serves(&need) => (shape, bufs),
+            Some(s) if s.shape.serves(&need) => (s.shape, s.bufs),
             other => {
                 drop(other);
                 (need, self.batch_buffers(&need)?)
             }
         };
-        Ok((rows, plan, shape, bufs))
+        Ok(Planned {
+            job: (*job, tf32),
+            rows,
+            plan,
+            shape,
+            bufs,
+        })
     }
 
     /// Makes the spare buffers serve a search of `job` along `path`, outside any timing: the
     /// first search (and each of `Auto`'s timed runs) then finds them made. Returns the
     /// queries per batch.
     fn reserve(&self, job: &JobShape, path: Path) -> Result<usize> {
-        let (rows, _, shape, bufs) = self.take_buffers(job, path.prefilter)?;
-        let replaced = self.spare.lock().unwrap().replace((shape, bufs));
+        let planned = self.take_buffers(job, path.prefilter)?;
+        let rows = planned.rows;
+        let replaced = self.spare.lock().unwrap().replace(planned);
         drop(replaced);
         Ok(rows)
     }
