@@ -22,74 +22,33 @@ use std::panic::{self, AssertUnwindSafe};
 use std::sync::Arc;
 use std::thread;
 
-/// Threads of the caller's rayon pool per group from which [`on_each_independent`] runs the
-/// groups as its tasks: each group blocks its thread while its GPU works, and the pool keeps
-/// threads for the host work that the groups hand it.
-const POOL_THREADS_PER_GROUP: usize = 4;
-
-/// `work(i, group)` for every group at once, each on a thread of its own (the first on the
-/// calling thread, which has nothing else to do meanwhile), so that groups that wait for one
-/// another (NCCL's collectives) all run; the results in order, a group's panic as its error.
+/// `work(i, group)` for every group at once, a thread each (the first on the calling thread,
+/// which has nothing else to do meanwhile: one thread fewer to start, ~0.1 ms a call); the
+/// results in order, a group's panic as its error.
 pub(crate) fn on_each<G: Send, T: Send>(
     groups: &mut [G],
     work: impl Fn(usize, &mut G) -> Result<T> + Sync,
 ) -> Result<Vec<T>> {
-    on_each_in(groups, work, false)
-}
-
-/// [`on_each`] for groups that never wait for one another (the copies of a kNN index): when the
-/// caller's rayon pool has [`POOL_THREADS_PER_GROUP`] threads for each group, the others run as
-/// its tasks, on threads that are running or wake at once, where new threads took 0.1–0.2 ms to
-/// start (a search of four GPUs' copies, 16.6–16.7 ms, took 0.2 ms longer on new threads).
-pub(crate) fn on_each_independent<G: Send, T: Send>(
-    groups: &mut [G],
-    work: impl Fn(usize, &mut G) -> Result<T> + Sync,
-) -> Result<Vec<T>> {
-    let pooled = rayon::current_num_threads() >= POOL_THREADS_PER_GROUP * groups.len();
-    on_each_in(groups, work, pooled)
-}
-
-/// [`on_each`], on the rayon pool's threads or on new ones.
-fn on_each_in<G: Send, T: Send>(
-    groups: &mut [G],
-    work: impl Fn(usize, &mut G) -> Result<T> + Sync,
-    pooled: bool,
-) -> Result<Vec<T>> {
     let Some((first, rest)) = groups.split_first_mut() else {
         return Ok(Vec::new());
     };
-    let work = &work;
-    let mut mine = || panic::catch_unwind(AssertUnwindSafe(|| work(0, first)));
-    let done: Vec<Option<thread::Result<Result<T>>>> = if pooled {
-        let mut others: Vec<_> = rest.iter_mut().map(|group| (group, None)).collect();
-        let mine = rayon::in_place_scope(|scope| {
-            for (i, (group, done)) in others.iter_mut().enumerate() {
-                scope.spawn(move |_| {
-                    *done = Some(panic::catch_unwind(AssertUnwindSafe(|| work(i + 1, group))))
-                });
-            }
-            mine()
-        });
-        let others = others.into_iter().map(|(_, done)| done);
-        std::iter::once(Some(mine)).chain(others).collect()
-    } else {
-        thread::scope(|scope| {
-            let running: Vec<_> = (rest.iter_mut().enumerate())
-                .map(|(i, group)| scope.spawn(move || work(i + 1, group)))
-                .collect();
-            let mine = mine();
-            let others = running.into_iter().map(|r| Some(r.join()));
-            std::iter::once(Some(mine)).chain(others).collect()
-        })
-    };
-    (done.into_iter().enumerate())
-        .map(|(device, done)| match done {
-            Some(Ok(result)) => result,
-            _ => Err(Error::Shard(format!(
-                "the thread of device {device} panicked"
-            ))),
-        })
-        .collect()
+    thread::scope(|scope| {
+        let work = &work;
+        let running: Vec<_> = (rest.iter_mut().enumerate())
+            .map(|(i, group)| scope.spawn(move || work(i + 1, group)))
+            .collect();
+        let mine = panic::catch_unwind(AssertUnwindSafe(|| work(0, first)));
+        (std::iter::once(mine).chain(running.into_iter().map(|r| r.join())))
+            .enumerate()
+            .map(|(device, done)| {
+                done.unwrap_or_else(|_| {
+                    Err(Error::Shard(format!(
+                        "the thread of device {device} panicked"
+                    )))
+                })
+            })
+            .collect()
+    })
 }
 
 /// The replies of every member of `groups` (a group per device), in order, to the request
@@ -251,36 +210,29 @@ mod tests {
 
     /// Every group's work runs, its results come back in order, and a group whose work panics
     /// (the first, on the calling thread, or another) is that group's error, not the caller's
-    /// panic: on new threads and on the rayon pool's.
+    /// panic.
     #[test]
     fn each_group_answers_in_order_and_a_panic_is_an_error() {
-        for pooled in [false, true] {
-            let mut groups: Vec<usize> = (10..14).collect();
-            let twice = on_each_in(
-                &mut groups,
-                |i, g| {
-                    *g *= 2;
-                    Ok((i, *g))
-                },
-                pooled,
-            );
-            assert_eq!(twice.unwrap(), vec![(0, 20), (1, 22), (2, 24), (3, 26)]);
-            let none = on_each_in(&mut [] as &mut [usize], |_, _| Ok(()), pooled);
-            assert!(none.unwrap().is_empty());
-            for bad in [0, 2] {
-                let failed = on_each_in(
-                    &mut groups,
-                    |i, _| {
-                        assert_ne!(i, bad, "group {i} fails");
-                        Ok(i)
-                    },
-                    pooled,
-                );
-                let Err(Error::Shard(message)) = failed else {
-                    panic!("group {bad}'s panic became {failed:?} (pooled: {pooled})")
-                };
-                assert!(message.contains(&format!("device {bad}")), "{message}");
-            }
+        let mut groups: Vec<usize> = (10..14).collect();
+        let twice = on_each(&mut groups, |i, g| {
+            *g *= 2;
+            Ok((i, *g))
+        });
+        assert_eq!(twice.unwrap(), vec![(0, 20), (1, 22), (2, 24), (3, 26)]);
+        assert!(
+            on_each(&mut [] as &mut [usize], |_, _| Ok(()))
+                .unwrap()
+                .is_empty()
+        );
+        for bad in [0, 2] {
+            let failed = on_each(&mut groups, |i, _| {
+                assert_ne!(i, bad, "group {i} fails");
+                Ok(i)
+            });
+            let Err(Error::Shard(message)) = failed else {
+                panic!("group {bad}'s panic became {failed:?}")
+            };
+            assert!(message.contains(&format!("device {bad}")), "{message}");
         }
     }
 

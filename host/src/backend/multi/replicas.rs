@@ -11,7 +11,7 @@
 //! [`KnnLayout::Replicate`]: crate::backend::vocab::KnnLayout::Replicate
 //! [`KnnLayout::Auto`]: crate::backend::vocab::KnnLayout::Auto
 
-use super::gpu_set::{on_each, on_each_independent};
+use super::gpu_set::on_each;
 use crate::backend::radius::RadiusKeys;
 use crate::backend::vocab::{AutoReport, KnnLayout, NeighbourIndex, Selection};
 use crate::backend::{Backend, KeySink, KnnSearch, Neighbours, Votes, split_keys_to};
@@ -73,7 +73,7 @@ impl GpuReplicas {
         work: impl Fn(&dyn KnnSearch, &MatrixView<'_>) -> Result<T> + Sync,
     ) -> Result<Vec<T>> {
         let mut shares = self.shares(queries.rows());
-        on_each_independent(&mut shares, |i, share| {
+        on_each(&mut shares, |i, share| {
             work(&*self.copies[i], &share_of(queries, share)?)
         })
     }
@@ -116,7 +116,7 @@ impl GpuReplicas {
                 written: 0,
             });
         let mut slots: Vec<_> = shares.iter().cloned().zip(sinks).collect();
-        let found = on_each_independent(&mut slots, |i, (share, sink)| {
+        let found = on_each(&mut slots, |i, (share, sink)| {
             let rows = share_of(queries, share)?;
             self.copies[i].search_to(&rows, k, selection, max_bytes, sink)
         })?;
