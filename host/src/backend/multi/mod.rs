@@ -6,7 +6,8 @@
 //!   training rows per GPU, searched at once ([`GpuParts`]); any caller's members in a group per
 //!   device ([`on_each`], [`answer_in_turns`]: a k-means fit's shards).
 //! * [`replicas`]: a kNN index copied whole to every GPU of a set, each search's queries shared
-//!   out between the copies ([`GpuReplicas`]).
+//!   out between the copies ([`GpuReplicas`]), on threads kept from search to search
+//!   ([`drivers`]).
 //! * [`stream`]: a kNN index over training rows past one device's budget, streamed through it
 //!   part by part; [`place`] picks it or a resident index.
 //! * [`batches`]: a k-means fit's rows past one device's budget, cut into batches
@@ -30,6 +31,7 @@
 //! and its communicator.
 
 pub(crate) mod batches;
+pub(crate) mod drivers;
 pub(crate) mod gpu_set;
 pub(crate) mod merge;
 pub(crate) mod replicas;

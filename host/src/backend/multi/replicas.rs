@@ -11,6 +11,7 @@
 //! [`KnnLayout::Replicate`]: crate::backend::vocab::KnnLayout::Replicate
 //! [`KnnLayout::Auto`]: crate::backend::vocab::KnnLayout::Auto
 
+use super::drivers::Drivers;
 use super::gpu_set::on_each;
 use crate::backend::radius::RadiusKeys;
 use crate::backend::vocab::{AutoReport, KnnLayout, NeighbourIndex, Selection};
@@ -27,6 +28,8 @@ pub(crate) struct GpuReplicas {
     copies: Vec<Box<dyn KnnSearch>>,
     /// Whether the copies stream through their GPUs (the rows exceed the budget).
     streamed: bool,
+    /// The threads that drive the copies' searches.
+    drivers: Drivers,
 }
 
 impl GpuReplicas {
@@ -45,6 +48,7 @@ impl GpuReplicas {
         })?;
         let streamed = placed.iter().any(|(_, streamed)| *streamed);
         Ok(GpuReplicas {
+            drivers: Drivers::new(placed.len()),
             copies: placed.into_iter().map(|(copy, _)| copy).collect(),
             streamed,
         })
@@ -73,7 +77,7 @@ impl GpuReplicas {
         work: impl Fn(&dyn KnnSearch, &MatrixView<'_>) -> Result<T> + Sync,
     ) -> Result<Vec<T>> {
         let mut shares = self.shares(queries.rows());
-        on_each(&mut shares, |i, share| {
+        (self.drivers).on_each(&mut shares, |i, share| {
             work(&*self.copies[i], &share_of(queries, share)?)
         })
     }
@@ -116,7 +120,7 @@ impl GpuReplicas {
                 written: 0,
             });
         let mut slots: Vec<_> = shares.iter().cloned().zip(sinks).collect();
-        let found = on_each(&mut slots, |i, (share, sink)| {
+        let found = self.drivers.on_each(&mut slots, |i, (share, sink)| {
             let rows = share_of(queries, share)?;
             self.copies[i].search_to(&rows, k, selection, max_bytes, sink)
         })?;
