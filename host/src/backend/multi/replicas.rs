@@ -1,7 +1,8 @@
 //! A kNN index copied whole to every GPU of a set ([`KnnLayout::Replicate`], FAISS's
 //! `IndexReplicas`): each search's queries are cut into a contiguous share per copy, the copies
-//! answer their shares at once, a thread each, and the answers are laid end to end. A query's
-//! answer does not depend on the queries beside it, so this is one GPU's answer bit for bit.
+//! answer their shares at once on the set's driver threads ([`Drivers`]), and each writes its
+//! answer straight into its share of the caller's arrays. A query's answer does not depend on
+//! the queries beside it, so this is one GPU's answer bit for bit.
 //!
 //! Against a part of the rows per GPU ([`super::GpuParts`]) nothing is merged and no per-query
 //! work (the prefilter's threshold, candidates and re-rank) is repeated on every GPU; the cost is
