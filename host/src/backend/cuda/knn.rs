@@ -1533,6 +1533,28 @@ impl CudaKnn {
     }
 }
 
+impl CudaKnn {
+    /// A search whose neighbours go to `keys`: the selection that ran, the prefilter's report,
+    /// and `keys` back.
+    fn keys_search<'s>(
+        &self,
+        queries: &MatrixView<'_>,
+        k: usize,
+        selection: Selection,
+        max_bytes: Option<usize>,
+        keys: Keys<'s>,
+    ) -> Result<(Selection, Option<PrefilterReport>, Option<Keys<'s>>)> {
+        let path = self.path(queries, k, selection, max_bytes)?;
+        let output = Output::<u32> {
+            keys: Some(keys),
+            ..Output::default()
+        };
+        let job = SearchJob::new(queries, k, path.method, max_bytes);
+        let out = self.run(job, path.prefilter, output)?;
+        Ok((path.method.reported(), out.prefilter, out.keys))
+    }
+}
+
 impl KnnSearch for CudaKnn {
     fn search(
         &self,
@@ -1562,18 +1584,13 @@ impl KnnSearch for CudaKnn {
         max_bytes: Option<usize>,
         keys: &mut Vec<u64>,
     ) -> Result<(Selection, Option<PrefilterReport>)> {
-        let path = self.path(queries, k, selection, max_bytes)?;
         keys.clear();
-        let output = Output::<u32> {
-            keys: Some(Keys::Kept(std::mem::take(keys))),
-            ..Output::default()
-        };
-        let job = SearchJob::new(queries, k, path.method, max_bytes);
-        let out = self.run(job, path.prefilter, output)?;
-        if let Some(Keys::Kept(kept)) = out.keys {
+        let kept = Keys::Kept(std::mem::take(keys));
+        let (selection, report, back) = self.keys_search(queries, k, selection, max_bytes, kept)?;
+        if let Some(Keys::Kept(kept)) = back {
             *keys = kept;
         }
-        Ok((path.method.reported(), out.prefilter))
+        Ok((selection, report))
     }
 
     fn search_to(
@@ -1584,14 +1601,9 @@ impl KnnSearch for CudaKnn {
         max_bytes: Option<usize>,
         sink: &mut dyn KeySink,
     ) -> Result<(Selection, Option<PrefilterReport>)> {
-        let path = self.path(queries, k, selection, max_bytes)?;
-        let output = Output::<u32> {
-            keys: Some(Keys::Sink(sink)),
-            ..Output::default()
-        };
-        let job = SearchJob::new(queries, k, path.method, max_bytes);
-        let out = self.run(job, path.prefilter, output)?;
-        Ok((path.method.reported(), out.prefilter))
+        let to = Keys::Sink(sink);
+        let (selection, report, _) = self.keys_search(queries, k, selection, max_bytes, to)?;
+        Ok((selection, report))
     }
 
     fn radius(
