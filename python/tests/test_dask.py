@@ -6,6 +6,7 @@ two GPUs) and the fits must run on the GPUs; otherwise three CPU worker processe
 there: a GPU when the machine has one)."""
 
 import contextlib
+import functools
 import gc
 import os
 import pickle
@@ -267,6 +268,83 @@ def test_shared_files_are_overwritten_in_place(tmp_path):
     assert _resident._read_shared(_resident._Shared(path, 150)) == b"y" * 150
     with pytest.raises(RuntimeError, match="holds 150 bytes, not 400"):
         _resident._read_shared(_resident._Shared(path, 400))
+
+
+@pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="no /dev/shm")
+def test_a_fits_rounds_go_over_lines_to_workers_on_the_clients_host(client, monkeypatch):
+    # Not one round of the fit goes through Dask's comm while every worker shares this host
+    # (the lines carry them); with shared memory off, every round does. The same fit either way.
+    from kmeans_knn.dask import _resident
+
+    X = data(n=500, d=4, seed=6)
+    ref = kmeans_knn.KMeans(5, random_state=2, device="cpu").fit(X)
+    direct = []
+    through_dask = _resident._direct_each
+    monkeypatch.setattr(
+        _resident, "_direct_each", lambda *a: direct.append(a[1]) or through_dask(*a)
+    )
+    km = kd.KMeans(5, random_state=2).fit(da.from_array(X, chunks=(120, 4)))
+    assert_same_fit(km, ref, (120, 120, 120, 120, 20))
+    assert direct == []
+    monkeypatch.setenv("KMEANS_KNN_DASK_SHARED_MEMORY", "0")
+    km = kd.KMeans(5, random_state=2).fit(da.from_array(X, chunks=(120, 4)))
+    assert_same_fit(km, ref, (120, 120, 120, 120, 20))
+    assert len(direct) == len(km._timings)
+
+
+@pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="no /dev/shm")
+def test_a_workers_error_over_a_line_is_raised_and_the_lines_stay_in_step(client):
+    from kmeans_knn.dask import _resident
+    from kmeans_knn.dask.cluster import _new_shard
+
+    X = da.from_array(data(n=90), chunks=30)
+    make = functools.partial(_new_shard, device="cpu")
+    columns = (b"\x00\x00",)  # Request::Columns { unit_rows: false }
+    blocks = client.compute(list(X.to_delayed().ravel()))
+    with _resident.Resident(client, blocks, [30] * 3, make) as r:
+        assert r.lines.reach(set(r.workers))
+        with pytest.raises(RuntimeError, match="malformed shard message"):
+            r.map("handle", [(b"\xff",), columns, columns])
+        over_lines = r.map("handle", [columns] * 3)
+        r.lines.close()
+        assert not r.lines.reach(set(r.workers))
+        assert r.map("handle", [columns] * 3) == over_lines
+        assert len({reply[:1] for reply in over_lines}) == 1
+
+
+def test_lines_answer_raise_and_break_clearly(tmp_path):
+    import socket
+    import time
+
+    from kmeans_knn.dask import _lines
+
+    def answer(x):
+        if x < 0:
+            raise ValueError(f"{x} is negative")
+        return 2 * x
+
+    lines = _lines.Lines({"a": _lines.open_line(str(tmp_path), answer, lambda: True)})
+    assert lines.round({"a": (3,)}, lambda r: r + 1) == {"a": 7}
+    with pytest.raises(ValueError, match="-1 is negative"):
+        lines.round({"a": (-1,)}, lambda r: r)
+    assert lines.round({"a": (5,)}, lambda r: r) == {"a": 10}
+    # A worker that goes away mid-round: a clear error, and no round goes over lines again.
+    path = str(tmp_path / "gone")
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(path)
+    server.listen(1)
+    lines = _lines.Lines({"tcp://gone:1": path})
+    server.accept()[0].close()
+    server.close()
+    with pytest.raises(RuntimeError, match="line to the worker at tcp://gone:1 broke"):
+        lines.round({"tcp://gone:1": (1,)}, lambda r: r)
+    assert not lines.reach({"tcp://gone:1"})
+    # A line no client connects to closes once it is no longer wanted.
+    unwanted = _lines.open_line(str(tmp_path), answer, lambda: False)
+    deadline = time.monotonic() + 10
+    while _lines.Lines({"b": unwanted}).reach({"b"}):
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
 
 
 @pytest.mark.parametrize("metric", ["euclidean", "cosine", "manhattan"])

@@ -14,7 +14,8 @@ so that it sends one reply however many partitions it holds.
 Where a worker shares the client's host (it reads a file the client left in the host's shared
 memory, `/dev/shm`), a call's large bytes (a step's centroids out, its sums back) go through
 files in a folder there instead of Dask's comm, which moved them at ~0.8 GB/s on one host; the
-message carries only the file's name. `KMEANS_KNN_DASK_SHARED_MEMORY=0` turns this off.
+message carries only the file's name, and the rounds themselves go over a Unix socket in the
+same folder (`_lines`) instead of Dask's comm. `KMEANS_KNN_DASK_SHARED_MEMORY=0` turns both off.
 """
 
 import asyncio
@@ -34,9 +35,12 @@ from distributed.core import clean_exception
 from distributed.protocol.pickle import dumps
 
 from ._input import engine_rows
+from ._lines import Lines, open_line
 
 # token -> {partition: engine object}, in each worker process.
 _REGISTRY = {}
+# token -> the path of this worker's line for it (`_lines.open_line`).
+_LINES = {}
 _LOCK = threading.Lock()
 
 
@@ -58,6 +62,24 @@ def _get(token, part):
 def _drop(token):
     with _LOCK:
         _REGISTRY.pop(token, None)
+        _LINES.pop(token, None)
+
+
+def _wanted(token):
+    with _LOCK:
+        return token in _REGISTRY
+
+
+def _line(token, folder):
+    """This worker's line for `token`'s objects, opened on the first call: a socket in the
+    client's `folder` answering `_answer` calls; None where it cannot be opened."""
+    with _LOCK:
+        if token not in _LINES:
+            try:
+                _LINES[token] = open_line(folder, _answer, lambda: _wanted(token))
+            except OSError:
+                _LINES[token] = None
+        return _LINES[token]
 
 
 # Bytes of at least this size go through shared memory to and from a worker on the client's host.
@@ -149,11 +171,13 @@ def _sees(probe):
 
 
 def _make(token, part, block, make, probe=None):
-    """On the worker that holds `block`: makes the engine object; returns where it lives and
-    whether it shares the client's host memory (reads `probe`)."""
+    """On the worker that holds `block`: makes the engine object; returns where it lives,
+    whether it shares the client's host memory (reads `probe`) and, if so, its line's path."""
     block = engine_rows(block)
     _put(token, part, make(block))
-    return get_worker().address, _sees(probe)
+    sees = _sees(probe)
+    line = _line(token, os.path.dirname(probe[0])) if sees else None
+    return get_worker().address, sees, line
 
 
 def _call(token, part, method, *args):
@@ -165,36 +189,36 @@ def _read_args(args, read):
     return tuple(read(a) if isinstance(a, _Shared) else a for a in args)
 
 
-async def _call_many(token, method, calls, combine, reply_to=None, dask_worker=None):
-    """`_call` for this worker's partitions (`calls`: partition -> args), in its thread pool:
-    their results by partition, or with `combine` the one result `combine(results in partition
-    order)`; with the seconds the calls took. Arguments given as `_Shared` are read from their
-    files; with `reply_to` (a path on the client's host), large bytes results are left in
-    files there and returned as `_Shared`."""
+def _answer(token, method, calls, combine, reply_to=None):
+    """`_call` for this worker's partitions (`calls`: partition -> args): their results by
+    partition, or with `combine` the one result `combine(results in partition order)`; with the
+    seconds the calls took. Arguments given as `_Shared` are read from their files; with
+    `reply_to` (a path on the client's host), large bytes results are left in files there and
+    returned as `_Shared`."""
+    start = time.perf_counter()
+    cache = {}
 
-    def work():
-        start = time.perf_counter()
-        cache = {}
+    def read(shared):
+        if shared.path not in cache:
+            cache[shared.path] = _read_shared(shared)
+        return cache[shared.path]
 
-        def read(shared):
-            if shared.path not in cache:
-                cache[shared.path] = _read_shared(shared)
-            return cache[shared.path]
+    results = {
+        part: _call(token, part, method, *_read_args(args, read)) for part, args in calls.items()
+    }
+    if combine is not None:
+        ordered = [results[part] for part in sorted(results)]
+        results = ordered[0] if len(ordered) == 1 else combine(ordered)
+        if reply_to is not None:
+            results = _share(results, reply_to)
+    elif reply_to is not None:
+        results = {part: _share(r, f"{reply_to}-{part}") for part, r in results.items()}
+    return results, time.perf_counter() - start
 
-        results = {
-            part: _call(token, part, method, *_read_args(args, read))
-            for part, args in calls.items()
-        }
-        if combine is not None:
-            ordered = [results[part] for part in sorted(results)]
-            results = ordered[0] if len(ordered) == 1 else combine(ordered)
-            if reply_to is not None:
-                results = _share(results, reply_to)
-        elif reply_to is not None:
-            results = {part: _share(r, f"{reply_to}-{part}") for part, r in results.items()}
-        return results, time.perf_counter() - start
 
-    return await asyncio.get_running_loop().run_in_executor(dask_worker.executor, work)
+async def _call_many(*args, dask_worker=None):
+    """`_answer(*args)` in the worker's thread pool, reached through Dask's comm."""
+    return await asyncio.get_running_loop().run_in_executor(dask_worker.executor, _answer, *args)
 
 
 def _share(result, path):
@@ -300,6 +324,7 @@ class Resident:
         self.rows = list(rows)
         self.starts = np.concatenate([[0], np.cumsum(self.rows)]).astype(np.int64)
         self.shared = _SharedFolder.make()
+        self.lines = Lines({})
         probe = None if self.shared is None else self.shared.probe
         made = [
             client.submit(
@@ -313,10 +338,11 @@ class Resident:
             client.run(_drop, self.token)
             self._unshare()
             raise
-        self.workers = [address for address, _ in placed]
-        # The workers that share this host's memory, each with its reply file.
-        local = sorted({address for address, sees in placed if sees})
+        self.workers = [address for address, _, _ in placed]
+        # The workers that share this host's memory, each with its reply file, and their lines.
+        local = sorted({address for address, sees, _ in placed if sees})
         self.reply_to = {address: self.shared.reply_path(i) for i, address in enumerate(local)}
+        self.lines = Lines({address: line for address, _, line in placed if line})
         if not self.reply_to:
             self._unshare()
 
@@ -353,9 +379,12 @@ class Resident:
         }
         arrived = None if each is None else (lambda result: each(result[0]))
         try:
-            replies = self.client.sync(
-                _direct_each, self.client, _call_many, args, arrived, _unshared_reply
-            )
+            if self.lines.reach(args):
+                replies = self.lines.round(args, _received(arrived))
+            else:
+                replies = self.client.sync(
+                    _direct_each, self.client, _call_many, args, arrived, _unshared_reply
+                )
         finally:
             if self.shared is not None:
                 self.shared.rewind()
@@ -391,6 +420,7 @@ class Resident:
         return {part: tuple(put(a) for a in args) for part, args in calls.items()}
 
     def _unshare(self):
+        self.lines.close()
         if self.shared is not None:
             self.shared.remove()
         self.shared, self.reply_to = None, {}
@@ -410,6 +440,19 @@ class Resident:
 
     def __exit__(self, *exc):
         self.release()
+
+
+def _received(arrived):
+    """What a round over lines does with each reply as it arrives: reads its `_Shared` results
+    back, then `arrived(reply)` where given."""
+
+    def received(reply):
+        reply = _unshared_reply(reply)
+        if arrived is not None:
+            arrived(reply)
+        return reply
+
+    return received
 
 
 class _Bound:
