@@ -1582,6 +1582,40 @@ fn a_gpu_set_of_copies_writes_large_answers_whole() {
     }
 }
 
+/// Two searches of one GPU side by side on the threads of one rayon pool (as two Python threads
+/// with the same `n_jobs` run them), with answers large enough that taking them back from the
+/// GPU runs on the pool: both answer as the CPU does, every time. (A thread that waits there
+/// for its part may take up the other search, which then must not wait for a buffer the first
+/// one holds; this interleaving is rare, and `shelf.rs`'s unit test pins that a loan inside a
+/// loan on one thread does not wait.)
+#[test]
+fn searches_of_one_gpu_side_by_side_in_one_pool_answer() {
+    let Some(gpu) = gpu("searches_of_one_gpu_side_by_side_in_one_pool_answer") else {
+        return;
+    };
+    let (d, k) = (8, 100);
+    let train = uniform(20_000, d, 91);
+    // 4 MB of keys an answer.
+    let queries = uniform(5_000, d, 92);
+    let cpu = KnnIndex::new(view(&train, d), DistanceMetric::SqEuclidean, Device::Cpu)
+        .unwrap()
+        .search(view(&queries, d), k)
+        .unwrap();
+    let index = KnnIndex::new(view(&train, d), DistanceMetric::SqEuclidean, gpu).unwrap();
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(4)
+        .build()
+        .unwrap();
+    for round in 0..20 {
+        let search = || index.search(view(&queries, d), k).unwrap();
+        let (a, b) = pool.install(|| rayon::join(search, search));
+        for found in [a, b] {
+            assert_eq!(found.indices, cpu.indices, "round {round}");
+            assert_eq!(found.distances, cpu.distances, "round {round}");
+        }
+    }
+}
+
 /// A training set above the memory budget stays in host memory and streams through the GPU at
 /// every search: the answer equals the resident index's and the CPU's, whatever the budget
 /// (parts of one row, of a few rows, and a budget that holds it all).

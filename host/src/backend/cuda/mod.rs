@@ -12,6 +12,7 @@ mod launch;
 mod minibatch;
 pub mod nccl;
 mod nvml;
+mod shelf;
 mod slot;
 mod staging;
 pub mod start_cost;
@@ -25,6 +26,7 @@ use cudarc::driver::{
     CudaContext, CudaEvent, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, DeviceRepr,
     DriverError, PinnedHostSlice, ValidAsZeroBits,
 };
+use shelf::Shelf;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -96,12 +98,12 @@ pub struct CudaBackend {
     /// Page-locked memory that downloads land in before they are copied out (made on first use,
     /// grown up to `STAGING_BYTES`): a copy straight into pageable memory runs at ~1 GB/s
     /// (8 MB of kNN keys took 8 ms).
-    staging: Mutex<Option<DownloadStaging>>,
-    /// Page-locked memory that rows are uploaded through (made on first use): one pair of
-    /// buffers for the compute stream's uploads and one for the copy stream's, so that a query
+    staging: Shelf<DownloadStaging>,
+    /// Page-locked memory that rows are uploaded through (made on first use): pairs of buffers
+    /// for the compute stream's uploads and others for the copy stream's, so that a query
     /// upload never waits behind a long upload beside it.
-    upload_staging: Mutex<Option<staging::UploadStaging>>,
-    copy_staging: Mutex<Option<staging::UploadStaging>>,
+    upload_staging: Shelf<staging::UploadStaging>,
+    copy_staging: Shelf<staging::UploadStaging>,
     /// A non-blocking stream for uploads that overlap the compute stream's work (made on first
     /// use); work across the two is ordered by explicit events.
     copies: OnceLock<Arc<CudaStream>>,
@@ -303,9 +305,9 @@ impl CudaBackend {
             stream,
             module,
             functions: Mutex::default(),
-            staging: Mutex::default(),
-            upload_staging: Mutex::default(),
-            copy_staging: Mutex::default(),
+            staging: Shelf::default(),
+            upload_staging: Shelf::default(),
+            copy_staging: Shelf::default(),
             copies: OnceLock::new(),
             info,
         })
@@ -581,15 +583,15 @@ impl CudaBackend {
         }
         let err = |e| cuda(&format!("copying {what} from the GPU"), e);
         let (per_piece, slot_bytes, bytes) = download_layout(len, size_of::<T>());
-        let mut staging = self.staging.lock().unwrap();
-        self.grow_download_staging(&mut staging, bytes)?;
-        let staging = staging.as_mut().expect("staging buffer");
+        let mut staging = self
+            .staging
+            .lend(|old| self.grown_download_staging(old, bytes))?;
         let base = staging.buffer.as_mut_ptr().map_err(err)?;
         // SAFETY (both closures): each half holds `per_piece` values of T, each zero bits (valid
         // for `ValidAsZeroBits`) or a T copied from the GPU; a half is written by the copy of
         // piece p and read by `each` only after `copied[p % 2]` says that copy is done, and
-        // refilled only after `each` is done with it; nothing else uses the buffer while the
-        // lock is held.
+        // refilled only after `each` is done with it; nothing else uses the buffer while it is
+        // lent.
         let half = |p: usize| {
             let count = per_piece.min(len - p * per_piece);
             let ptr = unsafe { base.add((p % 2) * slot_bytes) }.cast::<T>();
@@ -624,23 +626,22 @@ impl CudaBackend {
             return Ok(());
         }
         let (_, _, bytes) = download_layout(len, size_of::<T>());
-        self.grow_download_staging(&mut self.staging.lock().unwrap(), bytes)
+        self.staging
+            .lend(|old| self.grown_download_staging(old, bytes))
+            .map(drop)
     }
 
-    /// Replaces `staging` by a buffer of at least `bytes` when it is smaller.
-    fn grow_download_staging(
+    /// `staging` when it holds at least `bytes`, else a new buffer that does.
+    fn grown_download_staging(
         &self,
-        staging: &mut Option<DownloadStaging>,
+        staging: Option<DownloadStaging>,
         bytes: usize,
-    ) -> Result<()> {
-        if staging
-            .as_ref()
-            .is_some_and(|s| s.buffer.num_bytes() >= bytes)
-        {
-            return Ok(());
+    ) -> Result<DownloadStaging> {
+        if let Some(s) = staging.filter(|s| s.buffer.num_bytes() >= bytes) {
+            return Ok(s);
         }
-        // Free the smaller buffer first; sizes grow by powers of two up to the cap.
-        *staging = None;
+        // The smaller buffer is freed first (dropped above); sizes grow by powers of two up to
+        // the cap.
         let size = bytes.next_power_of_two().min(STAGING_BYTES).max(bytes);
         injected_oom("the download staging buffer", size)?;
         let pin_err = |e| cuda("allocating page-locked host memory", e);
@@ -649,11 +650,10 @@ impl CudaBackend {
             unsafe { self.ctx.alloc_pinned_with_flags::<u8>(size, 0) }.map_err(pin_err)?;
         buffer.as_mut_slice().map_err(pin_err)?.fill(0);
         let event = || self.ctx.new_event(None).map_err(pin_err);
-        *staging = Some(DownloadStaging {
+        Ok(DownloadStaging {
             buffer,
             copied: [event()?, event()?],
-        });
-        Ok(())
+        })
     }
 
     /// Copies `len` elements from `src[src_at..]` to `dst[dst_at..]` on the device.
