@@ -49,16 +49,34 @@ pub const SEED_POINT_STRIDE: usize = SEED_DIMS + 1;
 /// staging stores of a warp (one candidate, 32 dimensions) over 8 banks.
 pub const SEED_CANDIDATE_STRIDE: usize = SEED_CANDIDATES + 4;
 /// Dynamic shared memory of the one-thread-per-point seeding kernels that compare points with
-/// candidate rows (`seed_trials_*`, `seed_locate_*`, `seed_greedy_draw_*`): the staged
-/// candidates (`SEED_DIMS` rows of [`SEED_CANDIDATE_STRIDE`]), one u64 sum per candidate, the
-/// candidates' squared norms, then the staged points (`BLOCK` rows of stride
-/// [`SEED_POINT_STRIDE`]). The locating search's scratch (`BLOCK + 2` u64) overlaps the
-/// candidate tile. `seed_nearest_*` takes [`NEAREST_SHARED_BYTES`]; `seed_sample_*` and
-/// `seed_owner_weights` none.
-pub const SEED_SHARED_BYTES: usize = SEED_DIMS * SEED_CANDIDATE_STRIDE * 4
-    + SEED_CANDIDATES * 8
-    + SEED_CANDIDATES * 4
-    + BLOCK as usize * SEED_POINT_STRIDE * 4;
+/// candidate rows (`seed_trials_*`, `seed_locate_*`, `seed_greedy_draw_*`) for points of more
+/// than [`SEED_DIRECT_D`] dimensions: the staged candidates (`SEED_DIMS` rows of
+/// [`SEED_CANDIDATE_STRIDE`]), one u64 sum per candidate, the candidates' squared norms, then
+/// the staged points (`BLOCK` rows of stride [`SEED_POINT_STRIDE`]). The locating search's
+/// scratch (`BLOCK + 2` u64) overlaps the candidate tile. `seed_nearest_*` takes
+/// [`NEAREST_SHARED_BYTES`]; `seed_sample_*` and `seed_owner_weights` none.
+pub const SEED_SHARED_BYTES: usize = SEED_CANDIDATE_BYTES + BLOCK as usize * SEED_POINT_STRIDE * 4;
+
+/// The shared memory before the point tile: candidates, their sums and their norms.
+const SEED_CANDIDATE_BYTES: usize =
+    SEED_DIMS * SEED_CANDIDATE_STRIDE * 4 + SEED_CANDIDATES * 8 + SEED_CANDIDATES * 4;
+
+/// Points of at most this many dimensions are read by each thread straight from global memory
+/// into the distance loop instead of being staged (a warp's rows are a few contiguous lines):
+/// such a block needs no point tile, so eight blocks of `BLOCK` fit a multiprocessor instead of
+/// five, and no thread waits for the staging of its point. On seed 003's pixels (d = 3) the
+/// staged trials pass took 60 µs a step on an H200, eleven times its memory traffic.
+pub const SEED_DIRECT_D: usize = 16;
+
+/// Dynamic shared memory of the seeding kernels that [`SEED_SHARED_BYTES`] names, for points
+/// of `d` dimensions.
+pub const fn seed_shared_bytes(d: usize) -> usize {
+    if d <= SEED_DIRECT_D {
+        SEED_CANDIDATE_BYTES
+    } else {
+        SEED_SHARED_BYTES
+    }
+}
 
 /// Blocks of `BLOCK` threads of the one-thread-per-point seeding launches (`seed_nearest_*`,
 /// `seed_trials_*`, `seed_sample_*`, `seed_owner_weights`) over `n` points: also the number of
@@ -115,7 +133,7 @@ fn point_tile<E: Exec>(e: E) -> *mut f32 {
 /// on are meaningless). The inner loop is unrolled for `count` rounded up to 4, 6, 8, 10, 12, 16
 /// or `SEED_CANDIDATES` (a k-means++ pass tries `3 + ⌊ln k⌋` rows): testing every candidate of
 /// a full tile costs more than the distances themselves. Every thread of the block calls this,
-/// with `SEED_SHARED_BYTES` of dynamic shared memory.
+/// with [`seed_shared_bytes`]`(d)` of dynamic shared memory.
 ///
 /// # Safety
 /// `data` valid for its sizes, every `row(c)` (`c < count`) a row of `data.x`.
@@ -146,8 +164,9 @@ pub unsafe fn distances<const M: u32, E: Exec>(
 /// [`distances`] with the first `C ≥ count` candidates accumulated into `acc` (zeros), then
 /// finished into distances (squared L2: with the point's norm and the candidates', staged with
 /// the first chunk) before the last barrier, so that a later call may restage them. Both tiles
-/// are loaded row segment by row segment (a warp reads 32 consecutive floats of a row, see
-/// [`stage`]). `C ≤ SEED_CANDIDATES`.
+/// (the candidates only, for points of at most [`SEED_DIRECT_D`] dimensions, which each thread
+/// reads itself) are loaded row segment by row segment (a warp reads 32 consecutive floats of a
+/// row, see [`stage`]). `C ≤ SEED_CANDIDATES`.
 #[inline(always)]
 unsafe fn distances_of<const M: u32, const C: usize, E: Exec>(
     e: E,
@@ -164,12 +183,15 @@ unsafe fn distances_of<const M: u32, const C: usize, E: Exec>(
     let t = e.thread();
     let lane = t % SEED_DIMS;
     let rows = (n - first).min(BLOCK as usize);
+    let direct = d <= SEED_DIRECT_D;
     let mut j0 = 0;
     while j0 < d {
         let width = SEED_DIMS.min(d - j0);
         if lane < width {
             let cand_dst = unsafe { cands.add(lane * SEED_CANDIDATE_STRIDE) };
             unsafe { stage(e, x, d, j0 + lane, count, C, &row, cand_dst, 1) };
+        }
+        if lane < width && !direct {
             let point_rows = |p: usize| (first + p) as u32;
             let point_dst = unsafe { points.add(lane) };
             let stride = SEED_POINT_STRIDE;
@@ -193,7 +215,11 @@ unsafe fn distances_of<const M: u32, const C: usize, E: Exec>(
         staged();
         e.sync();
         if t < rows {
-            let point = unsafe { points.add(t * SEED_POINT_STRIDE) };
+            let point = if direct {
+                unsafe { x.add((first + t) * d + j0) }
+            } else {
+                unsafe { points.add(t * SEED_POINT_STRIDE) }
+            };
             for j in 0..width {
                 let v = unsafe { *point.add(j) };
                 let dim: [f32; C] = unsafe { load_vec4s(cands.add(j * SEED_CANDIDATE_STRIDE)) };
@@ -295,7 +321,7 @@ unsafe fn add_to_block<E: Exec>(e: E, slot: *mut u64, v: u64) {
 /// nothing once `*stop` (when not null) is set.
 ///
 /// # Safety
-/// `ceil(n / BLOCK)` blocks of `BLOCK` threads, `SEED_SHARED_BYTES` of dynamic shared memory;
+/// `ceil(n / BLOCK)` blocks of `BLOCK` threads, [`seed_shared_bytes`]`(d)` of dynamic shared memory;
 /// `data` valid for its rows (the points and every row named here), `weights` null or `n`,
 /// `counts` null or `n`, `min_dist` `n`, `candidates` `trials` rows of `data`, `*pending`
 /// [`NO_ROW`] or a row of `data`, `trials + 1 ≤ SEED_CANDIDATES`, `block_sums`
@@ -530,7 +556,7 @@ unsafe fn locate_draw<const M: u32, E: Exec>(
 /// sums are `sums`, with `pending` applied; writes `out[block]`.
 ///
 /// # Safety
-/// One block of `BLOCK` threads per draw, `SEED_SHARED_BYTES` of dynamic shared memory; `sums`
+/// One block of `BLOCK` threads per draw, [`seed_shared_bytes`]`(d)` of dynamic shared memory; `sums`
 /// the `nb` block sums of exactly these weights, every draw below their total.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
@@ -593,7 +619,7 @@ struct Greedy {
 /// sits on a seed and the host decides the rest. Does nothing once `stop` is set.
 ///
 /// # Safety
-/// `trials ≤ SEED_CANDIDATES − 1` blocks of `BLOCK` threads, `SEED_SHARED_BYTES` of dynamic
+/// `trials ≤ SEED_CANDIDATES − 1` blocks of `BLOCK` threads, [`seed_shared_bytes`]`(d)` of dynamic
 /// shared memory; `block_sums` holds `trials × nb` sums of the last pass (step 1: one row, of
 /// the nearest pass), `2 ≤ step ≤ k` reads `trials` last candidates and potentials, `uniforms`
 /// holds `(k − 1) · trials` values; the rest as [`trials`].
@@ -1262,7 +1288,7 @@ mod tests {
             candidates,
             P::of(&mut got),
         );
-        launch(point_blocks(n), BLOCK as usize, SEED_SHARED_BYTES, |e| {
+        launch(point_blocks(n), BLOCK as usize, seed_shared_bytes(d), |e| {
             let data = unsafe { *data.get() };
             let first = e.block() * BLOCK as usize;
             let row = |c: usize| rows[c];
@@ -1304,6 +1330,9 @@ mod tests {
             check(metric, 300, 1, 0, &[17]);
             // Two dimension tiles (the last partial), a repeated candidate.
             check(metric, 257, 40, 0, &[0, 256, 3, 0, 100]);
+            // The widest points read straight from memory, and the narrowest staged ones.
+            check(metric, 260, SEED_DIRECT_D, 0, &[5, 259, 5, 0]);
+            check(metric, 260, SEED_DIRECT_D + 1, 0, &[5, 259, 5, 0]);
             // Duplicate rows (ties), every unrolled width up to a full candidate tile.
             let all: Vec<u32> = (0..SEED_CANDIDATES as u32).map(|c| c * 3 % 90).collect();
             for count in [3, 6, 7, 10, 12, 13, SEED_CANDIDATES] {

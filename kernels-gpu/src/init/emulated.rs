@@ -197,7 +197,7 @@ fn check_trials(f: &Fixture, candidates: &[u32], pending: Option<u32>, stop: boo
         block_sums: DevPtr::from_ptr(block_sums.as_mut_ptr()),
         potentials: DevPtr::from_ptr(potentials.as_mut_ptr()),
     };
-    launch(grid, BLOCK as usize, SEED_SHARED_BYTES, |e| unsafe {
+    launch(grid, BLOCK as usize, seed_shared_bytes(f.d), |e| unsafe {
         match f.metric {
             AssignMetric::SqL2 => trials_kernel::<L2, _>(e, &params),
             AssignMetric::L1 => trials_kernel::<L1, _>(e, &params),
@@ -344,12 +344,17 @@ fn check_locate(f: &Fixture, pending: Option<u32>) {
         cap: f.ws.cap,
         out: DevPtr::from_ptr(out.as_mut_ptr()),
     };
-    launch(draws.len(), BLOCK as usize, SEED_SHARED_BYTES, |e| unsafe {
-        match f.metric {
-            AssignMetric::SqL2 => locate_kernel::<L2, _>(e, &params),
-            AssignMetric::L1 => locate_kernel::<L1, _>(e, &params),
-        }
-    });
+    launch(
+        draws.len(),
+        BLOCK as usize,
+        seed_shared_bytes(f.d),
+        |e| unsafe {
+            match f.metric {
+                AssignMetric::SqL2 => locate_kernel::<L2, _>(e, &params),
+                AssignMetric::L1 => locate_kernel::<L1, _>(e, &params),
+            }
+        },
+    );
     for (&r, &got) in draws.iter().zip(&out) {
         assert_eq!(
             got,
@@ -443,7 +448,7 @@ fn check_greedy(f: &Fixture, step: u32, k: u32, rows: &[u32], forced: Option<u64
         scale: f.ws.scale,
         cap: f.ws.cap,
     };
-    launch(trials, BLOCK as usize, SEED_SHARED_BYTES, |e| unsafe {
+    launch(trials, BLOCK as usize, seed_shared_bytes(f.d), |e| unsafe {
         match f.metric {
             AssignMetric::SqL2 => greedy_draw_kernel::<L2, _>(e, &params),
             AssignMetric::L1 => greedy_draw_kernel::<L1, _>(e, &params),

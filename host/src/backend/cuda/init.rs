@@ -20,8 +20,8 @@ use kernels_gpu::fixed::weight_units;
 use kernels_gpu::init::{
     GreedyDrawParams, LocateParams, NEAREST_SHARED_BYTES, NearestParams, OwnerWeightsParams,
     SEED_GREEDY_DRAW_L1, SEED_GREEDY_DRAW_L2, SEED_LOCATE_L1, SEED_LOCATE_L2, SEED_NEAREST_L1,
-    SEED_NEAREST_L2, SEED_OWNER_WEIGHTS, SEED_SAMPLE_L1, SEED_SAMPLE_L2, SEED_SHARED_BYTES,
-    SEED_TRIALS_L1, SEED_TRIALS_L2, SampleParams, TrialsParams, point_blocks,
+    SEED_NEAREST_L2, SEED_OWNER_WEIGHTS, SEED_SAMPLE_L1, SEED_SAMPLE_L2, SEED_TRIALS_L1,
+    SEED_TRIALS_L2, SampleParams, TrialsParams, point_blocks, seed_shared_bytes,
 };
 use kernels_gpu::launch::SEED_CANDIDATES;
 use kernels_gpu::launch::{BLOCK, Kernel};
@@ -492,7 +492,7 @@ impl CudaSeeder {
         gpu.launch(
             r.kernel(SEED_TRIALS_L2, SEED_TRIALS_L1),
             r.blocks(),
-            SEED_SHARED_BYTES,
+            seed_shared_bytes(r.d),
             TrialsParams {
                 x: r.points(),
                 norms: r.norms(self.norms.as_ref()),
@@ -555,7 +555,7 @@ impl CudaSeeder {
         gpu.launch(
             r.kernel(SEED_LOCATE_L2, SEED_LOCATE_L1),
             draws.len(),
-            SEED_SHARED_BYTES,
+            seed_shared_bytes(r.d),
             LocateParams {
                 x: r.points(),
                 norms: r.norms(self.norms.as_ref()),
@@ -781,7 +781,7 @@ impl CudaSeeder {
         r.gpu.launch(
             r.kernel(SEED_GREEDY_DRAW_L2, SEED_GREEDY_DRAW_L1),
             trials,
-            SEED_SHARED_BYTES,
+            seed_shared_bytes(r.d),
             GreedyDrawParams {
                 x: r.points(),
                 norms: r.norms(self.norms.as_ref()),
@@ -825,7 +825,7 @@ impl CudaSeeder {
         r.gpu.launch(
             r.kernel(SEED_TRIALS_L2, SEED_TRIALS_L1),
             r.blocks(),
-            SEED_SHARED_BYTES,
+            seed_shared_bytes(r.d),
             TrialsParams {
                 x: r.points(),
                 norms: r.norms(self.norms.as_ref()),
