@@ -39,6 +39,7 @@
 mod backend;
 #[doc(hidden)]
 pub mod bench;
+mod beside;
 /// The `kmeans-knn` command line (the binary's body), public only for its fuzz tests.
 #[doc(hidden)]
 pub mod cli;

@@ -26,8 +26,6 @@ pub(super) struct Prepared<'a> {
     pub init_centroids: Option<Vec<f32>>,
     /// Per-dimension fixed-point exponents of the centroid sums.
     pub scales: Vec<i32>,
-    /// `tol` times the weighted mean per-feature variance.
-    pub tol: f64,
     /// The seeding weights' scale.
     pub seeding: WeightScale,
     pub inertia_exponent: i32,
@@ -62,7 +60,6 @@ impl<'a> Prepared<'a> {
             .iter()
             .map(|&m| scale_exponent(m, total as usize))
             .collect();
-        let tol = params.tol_for(|| mean_variance(&data, &weights, &scales));
         let seeding = init::weight_scale(&max_abs, total, params.metric);
         // Centroids are means of rows with weight, those rows, or the given ones.
         let mut reach = max_abs;
@@ -83,11 +80,16 @@ impl<'a> Prepared<'a> {
             weights,
             init_centroids,
             scales,
-            tol,
             seeding,
             inertia_exponent,
             inertia_unit,
         })
+    }
+
+    /// `params.tol` times the weighted mean per-feature variance: a pass over every row unless
+    /// the tolerance is absolute.
+    pub(super) fn tol(&self, params: &KMeansParams) -> f64 {
+        params.tol_for(|| mean_variance(&self.data, &self.weights, &self.scales))
     }
 
     /// The backend's view of this fit with `k` clusters.

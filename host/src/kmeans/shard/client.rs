@@ -151,9 +151,10 @@ pub(crate) fn fit(
         }
     }
     let inertia_exponent = inertia_exponent(distance_bound(&reach, params.metric), total);
+    let tol = params.tol_for(|| moments.mean_variance(&scales));
     let setup = Setup {
         d,
-        tol: params.tol_for(|| moments.mean_variance(&scales)),
+        tol: &|| tol,
         seeding: init::weight_scale(&max_abs, total, params.metric),
         weights,
         init_centroids: init_centroids.as_deref(),
