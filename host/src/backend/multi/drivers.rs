@@ -4,6 +4,7 @@
 //! that holds its GPU's staging buffer while its split waits on rayon is never asked to run
 //! another copy of the same GPU (rayon's threads were, and waited for that buffer themselves).
 
+use super::gpu_set::panicked;
 use crate::error::{Error, Result};
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::mpsc::{Sender, channel};
@@ -81,9 +82,7 @@ impl Drivers {
         (std::iter::once(Some(mine)).chain(done).enumerate())
             .map(|(device, done)| match done {
                 Some(Ok(result)) => result,
-                _ => Err(Error::Shard(format!(
-                    "the thread of device {device} panicked"
-                ))),
+                _ => Err(panicked(device)),
             })
             .collect()
     }

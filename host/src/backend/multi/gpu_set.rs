@@ -40,15 +40,14 @@ pub(crate) fn on_each<G: Send, T: Send>(
         let mine = panic::catch_unwind(AssertUnwindSafe(|| work(0, first)));
         (std::iter::once(mine).chain(running.into_iter().map(|r| r.join())))
             .enumerate()
-            .map(|(device, done)| {
-                done.unwrap_or_else(|_| {
-                    Err(Error::Shard(format!(
-                        "the thread of device {device} panicked"
-                    )))
-                })
-            })
+            .map(|(device, done)| done.unwrap_or_else(|_| Err(panicked(device))))
             .collect()
     })
+}
+
+/// The error for a device's work that panicked on its thread.
+pub(crate) fn panicked(device: usize) -> Error {
+    Error::Shard(format!("the thread of device {device} panicked"))
 }
 
 /// The replies of every member of `groups` (a group per device), in order, to the request
