@@ -61,12 +61,12 @@ def _serve(server, answer, wanted):
                 message = conn.recv_bytes()
             except (EOFError, OSError):
                 return
-            conn.send_bytes(_reply_bytes(answer, loads(message)))
+            conn.send_bytes(_reply_bytes(answer, message))
 
 
 def _reply_bytes(answer, message):
     try:
-        return dumps((True, answer(*message)))
+        return dumps((True, answer(*loads(message))))
     except BaseException as error:  # noqa: BLE001 - every failure goes back to the client
         try:
             return dumps((False, error))
@@ -98,11 +98,13 @@ class Lines:
         by address, each made `received(reply)` as it arrives. Every reply is taken before a
         worker's exception (or one of `received`) is raised, so the lines stay in step. A line
         that breaks is an error, and the lines close: later rounds go through Dask."""
+        # Every message is pickled before any is sent: a round goes to all of them or to none.
+        payloads = {address: dumps(message) for address, message in messages.items()}
         pending, address = {}, None
         try:
-            for address, message in messages.items():
+            for address, payload in payloads.items():
                 conn = self._conns[address]
-                conn.send_bytes(dumps(message))
+                conn.send_bytes(payload)
                 pending[conn] = address
             replies, error = {}, None
             while pending:
