@@ -85,7 +85,7 @@ pub(super) fn fit(
     sample_weight: Option<&[f32]>,
 ) -> Result<KMeansModel> {
     let prepared = Prepared::new(params, data, sample_weight)?;
-    // The pass over every row that `tol` takes (3–5 ms for seed 000's rows on 16 threads) runs
+    // The pass over every row that `tol` takes (~2 ms for seed 000's rows on 16 threads) runs
     // while the backend takes the rows and seeds.
     let tol = Beside::new(|| prepared.tol(params));
     tol.during(|| {
