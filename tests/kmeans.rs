@@ -92,6 +92,14 @@ fn cross_cases() -> Vec<(&'static str, Vec<f32>, usize, usize, KMeansParams)> {
             p(9),
         ),
         (
+            // Rows of an even number of quads (padded in shared memory), ties and duplicates.
+            "small d96 lattice k=n n=90 d=64 k=90",
+            lattice(90, 64, 3, 21),
+            90,
+            64,
+            p(90),
+        ),
+        (
             "small d96 l1 n=600 d=50 k=12",
             uniform(600, 50, 16),
             600,
@@ -226,6 +234,7 @@ fn sanitize_kmeans_kernels() {
         "small d96 n=700 d=75 k=20",
         "small d96 n=500 d=90 k=9",
         "small d96 l1 n=600 d=50 k=12",
+        "small d96 lattice k=n n=90 d=64 k=90",
         "global sums k=100 d=100",
         "global tile d=12000 k=3",
         "wide streamed n=300 d=200 k=40",
