@@ -56,6 +56,19 @@ pub fn sqrt(x: f32) -> f32 {
     }
 }
 
+/// Correctly rounded f64 square root on both targets.
+#[inline(always)]
+pub fn sqrt_f64(x: f64) -> f64 {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        core::f64::math::sqrt(x)
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        x.sqrt()
+    }
+}
+
 /// One dimension's contribution to a running squared-L2 distance.
 #[inline(always)]
 pub fn sq_l2_step(acc: f32, x: f32, c: f32) -> f32 {

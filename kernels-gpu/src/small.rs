@@ -19,12 +19,13 @@
 //! the sums into means, reduces the step's summary and zeroes the sums for the next step.
 
 pub mod halt;
+pub mod prune;
 mod scan;
 mod stage;
 mod sums;
 
 pub use halt::HaltRule;
-pub use sums::{FINALIZE_SHARED_BYTES, Finalize, finalize};
+pub use sums::{Finalize, finalize, finalize_shared_bytes};
 
 use crate::exec::{Exec, block_sum_i64};
 use crate::fixed::{inertia_term, units_at};
@@ -81,7 +82,8 @@ pub const SMALL_REGISTER_D: usize = 32;
 /// of 4), the block's points (rows padded so that threads reading one row each hit different
 /// banks, see [`SmallStep::layout`]), the centroids' squared norms, the fixed-point scales,
 /// per-cluster counts and offsets of the block's points, the block's points ordered by cluster,
-/// and scratch for the fixed-order reductions.
+/// the pruned scan's pending points (wide steps only, [`prune::pending_words`]) and scratch for
+/// the fixed-order reductions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SmallLayout {
     pub centroids: usize,
@@ -93,6 +95,7 @@ pub struct SmallLayout {
     pub counts: usize,
     pub offsets: usize,
     pub order: usize,
+    pub pending: usize,
     pub scratch: usize,
     pub bytes: usize,
 }
@@ -137,8 +140,13 @@ impl SmallStep {
         let counts = scales + d * 4;
         let offsets = counts + k * 4;
         let order = offsets + k * 4;
+        let pending = order + self.block_points() * 4;
+        let pending_words = match self.rows_in_shared() {
+            true => prune::pending_words(self.block_points()),
+            false => 0,
+        };
         // f64 scratch, 8-byte aligned.
-        let scratch = (order + self.block_points() * 4).div_ceil(8) * 8;
+        let scratch = (pending + pending_words * 4).div_ceil(8) * 8;
         let bytes = scratch + BLOCK as usize * 8;
         SmallLayout {
             centroids,
@@ -149,6 +157,7 @@ impl SmallStep {
             counts,
             offsets,
             order,
+            pending,
             scratch,
             bytes,
         }
@@ -193,6 +202,12 @@ pub struct Step {
     pub assign: bool,
     /// Add the points to the cluster sums.
     pub accumulate: bool,
+    /// Each point's lower bound for the pruned scan ([`prune`]; wide steps, squared L2,
+    /// assigning); null: every point is scanned.
+    pub lower: *mut f32,
+    /// The largest distance a centroid moved since the bounds were written (`[drift]`, from the
+    /// last finalize); null: the bounds are not valid yet and every point is scanned.
+    pub drift: *const f64,
 }
 
 /// The body of the small-step kernels: `S.points` points per thread of up to `S.max_d`
@@ -222,6 +237,13 @@ pub unsafe fn step<const MAXD: usize, const P: usize, const CU: usize, E: Exec>(
 
     let rows = s.n.saturating_sub(first).min(shape.block_points());
     let d4 = s.d.div_ceil(4) * 4;
+    let pruned =
+        shape.rows_in_shared() && s.assign && s.metric == AssignMetric::SqL2 && !s.lower.is_null();
+    if pruned && t == 0 {
+        // The pending count and the largest centroid norm, before the barrier.
+        let words = prune::pending_words(shape.block_points());
+        unsafe { m.pending.add(words - 2).write_bytes(0, 2) };
+    }
     unsafe {
         stage_rows(e, s.x.add(first * s.d), rows, s.d, m.points, m.point_stride);
         if s.assign {
@@ -253,7 +275,11 @@ pub unsafe fn step<const MAXD: usize, const P: usize, const CU: usize, E: Exec>(
         };
         let quads = s.d.div_ceil(4);
         let mut x_sq = [0f32; P];
-        let (best, found) = if shape.rows_in_shared() {
+        let (best, found) = if pruned {
+            let found = unsafe { prune::assign::<P, CU, E>(e, &s, &m, scan, &old, point) };
+            x_sq = found.x_sq;
+            (found.best, found.label)
+        } else if shape.rows_in_shared() {
             // Rows are zero-padded to whole quads; the padding leaves the norms unchanged.
             let xrows: [*const f32; P] = core::array::from_fn(|p| unsafe {
                 m.points
@@ -265,7 +291,8 @@ pub unsafe fn step<const MAXD: usize, const P: usize, const CU: usize, E: Exec>(
                     *sq = unsafe { quads_sq_norm(*row, quads) };
                 }
             }
-            unsafe { scan.run_rows::<P, CU>(&xrows, quads) }
+            let (best, label, _) = unsafe { scan.run_rows::<P, CU, false>(&xrows, quads) };
+            (best, label)
         } else {
             let mut xr = [[0f32; MAXD]; P];
             for (p, row) in xr.iter_mut().enumerate() {
@@ -338,6 +365,7 @@ struct Smem {
     counts: *mut u32,
     offsets: *mut u32,
     order: *mut u32,
+    pending: *mut u32,
     scratch: *mut f64,
 }
 
@@ -357,6 +385,7 @@ impl Smem {
                 counts: base.add(layout.counts).cast(),
                 offsets: base.add(layout.offsets).cast(),
                 order: base.add(layout.order).cast(),
+                pending: base.add(layout.pending).cast(),
                 scratch: base.add(layout.scratch).cast(),
             }
         }
@@ -434,8 +463,9 @@ kernel_params! {
     /// The parameters of the eight `kmeans_small_*` entry points (see [`KMEANS_SMALL_L2_0`]): the
     /// `n × d` points, the `k × d` centroids, the labels, distances and counters of the assignment,
     /// the optional `weights` (null: one unit each), the `scales` and the `sums` and `counts` of the
-    /// accumulation, `mode` ([`MODE_ASSIGN`], [`MODE_ACCUMULATE`]) and the `halt` word of steps
-    /// queued back to back (null for a step on its own; see [`halt`]).
+    /// accumulation, `mode` ([`MODE_ASSIGN`], [`MODE_ACCUMULATE`]), the `halt` word of steps
+    /// queued back to back (null for a step on its own; see [`halt`]), and the pruned scan's
+    /// `lower` bounds and `drift` (see [`Step::lower`], [`Step::drift`]).
     pub struct SmallParams {
         pub x: DevPtr<f32>,
         pub n: u32,
@@ -453,6 +483,8 @@ kernel_params! {
         pub counts: DevPtr<u64>,
         pub mode: u32,
         pub halt: DevPtr<u32>,
+        pub lower: DevPtr<f32>,
+        pub drift: DevPtr<f64>,
     }
     entries: small_entry;
 }
@@ -492,6 +524,8 @@ macro_rules! small_kernel {
                     counts,
                     mode,
                     halt,
+                    lower,
+                    drift,
                 } = params;
                 if unsafe { halt::halted(halt.as_ptr()) } {
                     return;
@@ -515,6 +549,8 @@ macro_rules! small_kernel {
                     counts: counts.as_mut_ptr(),
                     assign: mode & MODE_ASSIGN != 0,
                     accumulate: mode & MODE_ACCUMULATE != 0,
+                    lower: lower.as_mut_ptr(),
+                    drift: drift.as_ptr(),
                 };
                 unsafe {
                     step::<{ SHAPE.max_d }, { SHAPE.points }, { SHAPE.unroll }, _>(crate::exec::Gpu, s)
@@ -556,19 +592,21 @@ kernel_params! {
         pub halt_shift: f64,
         pub halt_unchanged: u32,
         pub halt_empty: u32,
+        pub drift: DevPtr<f64>,
     }
     entries: finalize_small_entry;
 }
 
 finalize_small_entry! {
     /// Finishes a small step (see [`finalize`]) in one block of `REDUCE_BLOCK` threads with
-    /// [`FINALIZE_SHARED_BYTES`] of dynamic shared memory. With `halt`
+    /// [`finalize_shared_bytes`] of dynamic shared memory. With `halt`
     /// non-null, does nothing while it is set and sets it when the step meets the [`HaltRule`]
-    /// of `halt_shift`, `halt_unchanged` and `halt_empty` (non-zero: true).
+    /// of `halt_shift`, `halt_unchanged` and `halt_empty` (non-zero: true). With `drift`
+    /// non-null, writes there the largest distance a centroid moved (for [`prune`]).
     ///
     /// # Safety
     /// `sums`: `k × d`; `counts`, `sizes`: `k`; `inv_scales`: `d`; `current`, `next`: `k × d`;
-    /// `changed`: 1; `block_inertia`: `blocks`; `out`: 4.
+    /// `changed`: 1; `block_inertia`: `blocks`; `out`: 4; `drift`: 1.
     fn kmeans_finalize_small(params) {
         let FinalizeSmallParams {
             sums,
@@ -587,6 +625,7 @@ finalize_small_entry! {
             halt_shift,
             halt_unchanged,
             halt_empty,
+            drift,
         } = params;
         let (sums, counts, inv_scales, current, next, sizes, changed, block_inertia, out) = (
             sums.as_mut_ptr(),
@@ -618,6 +657,7 @@ finalize_small_entry! {
                 unchanged: halt_unchanged != 0,
                 empty: halt_empty != 0,
             },
+            drift: drift.as_mut_ptr(),
         };
         unsafe { finalize(crate::exec::Gpu, crate::launch::REDUCE_BLOCK as usize, f) }
     }

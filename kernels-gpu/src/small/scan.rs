@@ -111,33 +111,37 @@ impl SharedCentroidScan {
         if !(WD == 4 && LAST < 4) {
             c_sq = unsafe { self.norms::<G>(c) };
         }
-        unsafe { self.keep_better(&acc, &c_sq, c, best, label) };
+        let mut second = [f32::INFINITY; P];
+        unsafe { self.keep_better::<P, G, false>(&acc, &c_sq, c, best, label, &mut second) };
     }
 
     /// As [`SharedCentroidScan::run`], reading each point's row (zero-padded to whole quads) from shared
-    /// memory a quad at a time instead of holding it in registers.
+    /// memory a quad at a time instead of holding it in registers; with `SECOND`, also each
+    /// point's least score among the other centroids (+∞ without one).
     ///
     /// # Safety
     /// `xrows` are 16-byte aligned rows of `4 · quads ≤ d4` words.
     #[inline(always)]
-    pub(super) unsafe fn run_rows<const P: usize, const CU: usize>(
+    pub(super) unsafe fn run_rows<const P: usize, const CU: usize, const SECOND: bool>(
         self,
         xrows: &[*const f32; P],
         quads: usize,
-    ) -> ([f32; P], [u32; P]) {
+    ) -> ([f32; P], [u32; P], [f32; P]) {
         let mut best = [f32::INFINITY; P];
         let mut label = [0u32; P];
+        let mut second = [f32::INFINITY; P];
+        let ranks = (&mut best, &mut label, &mut second);
         let grouped = self.k - self.k % CU as u32;
         let mut c = 0;
         while c < grouped {
-            unsafe { self.group_rows::<P, CU>(xrows, quads, c, &mut best, &mut label) };
+            unsafe { self.group_rows::<P, CU, SECOND>(xrows, quads, c, ranks.0, ranks.1, ranks.2) };
             c += CU as u32;
         }
         while c < self.k {
-            unsafe { self.group_rows::<P, 1>(xrows, quads, c, &mut best, &mut label) };
+            unsafe { self.group_rows::<P, 1, SECOND>(xrows, quads, c, ranks.0, ranks.1, ranks.2) };
             c += 1;
         }
-        (best, label)
+        (best, label, second)
     }
 
     /// As [`SharedCentroidScan::group`], with the points' rows in shared memory.
@@ -145,13 +149,14 @@ impl SharedCentroidScan {
     /// # Safety
     /// As for [`SharedCentroidScan::run_rows`], with `c + G ≤ k`.
     #[inline(always)]
-    unsafe fn group_rows<const P: usize, const G: usize>(
+    unsafe fn group_rows<const P: usize, const G: usize, const SECOND: bool>(
         self,
         xrows: &[*const f32; P],
         quads: usize,
         c: u32,
         best: &mut [f32; P],
         label: &mut [u32; P],
+        second: &mut [f32; P],
     ) {
         let mut acc = [[0f32; G]; P];
         let crows: [*const f32; G] = core::array::from_fn(|u| unsafe {
@@ -170,7 +175,7 @@ impl SharedCentroidScan {
             }
         }
         let c_sq = unsafe { self.norms::<G>(c) };
-        unsafe { self.keep_better(&acc, &c_sq, c, best, label) };
+        unsafe { self.keep_better::<P, G, SECOND>(&acc, &c_sq, c, best, label, second) };
     }
 
     /// The squared norms of centroids `c..c + G` (zeros for L1, which does not use them).
@@ -189,25 +194,32 @@ impl SharedCentroidScan {
     }
 
     /// Ranks centroids `c..c + G` (squared norms `c_sq`) by their finished accumulators, in
-    /// centroid order, keeping each point's first minimum.
+    /// centroid order, keeping each point's first minimum (and with `SECOND` the least score
+    /// of the others).
     ///
     /// # Safety
     /// `c + G ≤ k`.
     #[inline(always)]
-    unsafe fn keep_better<const P: usize, const G: usize>(
+    unsafe fn keep_better<const P: usize, const G: usize, const SECOND: bool>(
         self,
         acc: &[[f32; G]; P],
         c_sq: &[f32; G],
         c: u32,
         best: &mut [f32; P],
         label: &mut [u32; P],
+        second: &mut [f32; P],
     ) {
         for u in 0..G {
             for p in 0..P {
                 let score = assign_score(self.metric, acc[p][u], c_sq[u]);
                 if score < best[p] {
+                    if SECOND {
+                        second[p] = best[p];
+                    }
                     best[p] = score;
                     label[p] = c + u as u32;
+                } else if SECOND && score < second[p] {
+                    second[p] = score;
                 }
             }
         }

@@ -6,6 +6,7 @@ use super::{Smem, Step};
 use crate::exec::{Exec, block_totals};
 use crate::fixed::{mean, to_fixed, units_at, weighted};
 use crate::launch::BLOCK;
+use crate::math::sqrt_f64;
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// Adds the block's points to the global cluster sums and weights (see the module comment),
@@ -157,13 +158,17 @@ pub struct Finalize {
     /// when it is set, and it is set when the step meets `rule` ([`super::halt`]).
     pub halt: *mut u32,
     pub rule: HaltRule,
+    /// Where the largest distance a centroid moved goes, rounded up (null: not computed); the
+    /// cells' squared differences pass through shared memory ([`finalize_shared_bytes`]).
+    pub drift: *mut f64,
 }
 
 /// The body of `kmeans_finalize_small` (the kernel).
 ///
 /// # Safety
-/// One block of `threads` (a multiple of 32 up to 1,024) threads with [`FINALIZE_SHARED_BYTES`]
-/// of dynamic shared memory; pointers valid for the sizes.
+/// One block of `threads` (a multiple of 32 up to 1,024) threads with
+/// `finalize_shared_bytes(k, d, !drift.is_null())` of dynamic shared memory; pointers valid for
+/// the sizes.
 #[inline(always)]
 pub unsafe fn finalize<E: Exec>(e: E, threads: usize, f: Finalize) {
     if unsafe { halted(f.halt) } {
@@ -171,6 +176,7 @@ pub unsafe fn finalize<E: Exec>(e: E, threads: usize, f: Finalize) {
     }
     let t = e.thread();
     let scratch = e.shared::<u64>();
+    let diffs = unsafe { scratch.add(TOTALS_WORDS).cast::<f32>() };
     // The blocks' inertia first, so that its loads are in flight beside the cells'.
     let mut inertia = 0i64;
     let mut b = t;
@@ -215,6 +221,9 @@ pub unsafe fn finalize<E: Exec>(e: E, threads: usize, f: Finalize) {
                 }
                 let diff = new as f64 - old as f64;
                 shift += diff * diff;
+                if !f.drift.is_null() {
+                    unsafe { *diffs.add(i as usize) = (diff * diff) as f32 };
+                }
                 if i % d == 0 {
                     unsafe { *f.sizes.add((i / d) as usize) = count };
                     empty += (count == 0) as u32 as f64;
@@ -223,14 +232,35 @@ pub unsafe fn finalize<E: Exec>(e: E, threads: usize, f: Finalize) {
         }
         first += BATCH as u32 * th;
     }
+    let mut drift = 0.0f64;
+    if !f.drift.is_null() {
+        e.sync();
+        // A cluster per thread; its squared differences were rounded to f32, whence the margin.
+        let mut c = t;
+        while c < f.k {
+            let mut sq = 0.0f64;
+            for j in 0..f.d {
+                sq += unsafe { *diffs.add(c * f.d + j) } as f64;
+            }
+            drift = drift.max(sq * (1.0 + 1.0 / 1_048_576.0));
+            c += threads;
+        }
+    }
     // The inertia wraps as the blocks' partials do; the shift's order is this kernel's own (the
-    // Lloyd loop asks the host's exact shift where the order could decide the tolerance test).
+    // Lloyd loop asks the host's exact shift where the order could decide the tolerance test);
+    // the drift is a maximum (non-negative floats order as their bits).
     let add = |i: usize, a: u64, b: u64| match i {
         0 => (a as i64).wrapping_add(b as i64) as u64,
+        3 => a.max(b),
         _ => (f64::from_bits(a) + f64::from_bits(b)).to_bits(),
     };
-    let values = [inertia as u64, shift.to_bits(), empty.to_bits()];
-    let [inertia, shift, empty] = unsafe { block_totals(e, threads, scratch, values, add) };
+    let values = [
+        inertia as u64,
+        shift.to_bits(),
+        empty.to_bits(),
+        drift.to_bits(),
+    ];
+    let [inertia, shift, empty, drift] = unsafe { block_totals(e, threads, scratch, values, add) };
     let (inertia, shift, empty) = (inertia as i64, f64::from_bits(shift), f64::from_bits(empty));
     // Every thread has read the counts (the barriers above); clear them for the next step.
     let mut c = t;
@@ -249,9 +279,18 @@ pub unsafe fn finalize<E: Exec>(e: E, threads: usize, f: Finalize) {
             if !f.halt.is_null() && f.rule.halts(changed, empty as u32, shift) {
                 *f.halt = 1;
             }
+            if !f.drift.is_null() {
+                *f.drift = sqrt_f64(f64::from_bits(drift)) * (1.0 + 1.0 / 1_048_576.0);
+            }
         }
     }
 }
 
-/// Dynamic shared memory of [`finalize`]: [`block_totals`]'s scratch for its three totals.
-pub const FINALIZE_SHARED_BYTES: usize = 33 * 3 * 8;
+/// Words of [`block_totals`]' scratch for the finalize's four totals.
+const TOTALS_WORDS: usize = 33 * 4;
+
+/// Dynamic shared memory of [`finalize`] for `k × d` cells: [`block_totals`]' scratch, then
+/// with `drift` the cells' squared differences.
+pub const fn finalize_shared_bytes(k: usize, d: usize, drift: bool) -> usize {
+    TOTALS_WORDS * 8 + if drift { k * d * 4 } else { 0 }
+}

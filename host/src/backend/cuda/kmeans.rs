@@ -50,8 +50,8 @@ use kernels_gpu::reduce::{
 };
 use kernels_gpu::seeding::WeightScale;
 use kernels_gpu::small::{
-    FINALIZE_SHARED_BYTES as SMALL_FINALIZE_SHARED_BYTES, FinalizeSmallParams,
-    KMEANS_FINALIZE_SMALL, SMALL_L1_KERNELS, SMALL_L2_KERNELS, SMALL_STEPS, SmallParams, SmallStep,
+    FinalizeSmallParams, KMEANS_FINALIZE_SMALL, SMALL_L1_KERNELS, SMALL_L2_KERNELS, SMALL_STEPS,
+    SmallParams, SmallStep, finalize_shared_bytes,
 };
 use kernels_gpu::small::{HaltRule, MODE_ACCUMULATE, MODE_ASSIGN};
 use kernels_gpu::update::sums_fit_shared;
@@ -179,6 +179,19 @@ struct SmallPath {
     kernel: usize,
     sums: Slot<i64>,
     counts: Slot<u64>,
+    /// The pruned scan's bounds, on the wide steps for squared L2.
+    prune: Option<Pruning>,
+}
+
+/// The per-point lower bounds and the centroids' drift of the pruned scan
+/// (`kernels_gpu::small::prune`), which steps queued back to back keep up to date.
+struct Pruning {
+    lower: Slot<f32>,
+    drift: Slot<f64>,
+    /// Whether the bounds and drift belong to the current labels and centroids: set once a
+    /// queued step has written them, cleared by everything else that moves either (a step then
+    /// scans every point and writes them afresh).
+    valid: bool,
 }
 
 /// What [`CudaLloyd::summarize`] reads back.
@@ -295,9 +308,9 @@ pub(crate) fn footprint(
     // (at most two blocks a multiprocessor, whatever the rows).
     let sum_sets = 1 + update_parts(gpu, usize::MAX / 2, false, sums_fit_shared(k, d));
     // Distances, norms and sample weights; seeding norms, distances, nearest seeds and samples;
-    // the per-block partials (inertia, seeding sums) take under a byte per row: 4 more. The
-    // labels go up with the rows (`rows`).
-    let per_row = 7 * 4 + 4;
+    // the pruned scan's bounds; the per-block partials (inertia, seeding sums) take under a
+    // byte per row: 4 more. The labels go up with the rows (`rows`).
+    let per_row = 8 * 4 + 4;
     // Centroids, next and by dimension (padded); norms, sizes and counts; the shift's parts; a
     // margin for the small buffers.
     let per_fit = 2 * kd * f32s
@@ -358,6 +371,14 @@ impl<'a> CudaLloyd<'a> {
                 kernel: i,
                 sums: Slot::zeros(gpu, k * d, "cluster sums")?,
                 counts: Slot::zeros(gpu, k, "cluster counts")?,
+                prune: match SMALL_STEPS[i].rows_in_shared() && metric == AssignMetric::SqL2 {
+                    true => Some(Pruning {
+                        lower: Slot::zeros(gpu, n, "the points' bounds")?,
+                        drift: Slot::zeros(gpu, 1, "the centroids' drift")?,
+                        valid: false,
+                    }),
+                    false => None,
+                },
             }),
             None => None,
         };
@@ -494,6 +515,11 @@ impl<'a> CudaLloyd<'a> {
         if let Some(small) = self.small.as_mut() {
             small.sums.park(gpu, false, "cluster sums")?;
             small.counts.park(gpu, false, "cluster counts")?;
+            if let Some(prune) = small.prune.as_mut() {
+                prune.lower.park(gpu, false, "the points' bounds")?;
+                prune.drift.park(gpu, false, "the centroids' drift")?;
+                prune.valid = false;
+            }
         }
         if let Some(seeder) = self.seeder.take() {
             let spare = std::mem::take(&mut self.seeder_spare);
@@ -542,6 +568,10 @@ impl<'a> CudaLloyd<'a> {
         if let Some(small) = self.small.as_mut() {
             small.sums.restore(gpu, "cluster sums")?;
             small.counts.restore(gpu, "cluster counts")?;
+            if let Some(prune) = small.prune.as_mut() {
+                prune.lower.restore(gpu, "the points' bounds")?;
+                prune.drift.restore(gpu, "the centroids' drift")?;
+            }
         }
         self.parked = false;
         Ok(())
@@ -879,9 +909,14 @@ impl<'a> CudaLloyd<'a> {
     }
 
     /// Queues the fused small step: `MODE_ASSIGN` and/or `MODE_ACCUMULATE`; with `halted`, one of
-    /// steps queued back to back, which does nothing once the halt word is set.
+    /// steps queued back to back, which does nothing once the halt word is set and prunes its
+    /// scan where the path has bounds (a step on its own scans every point and leaves the bounds
+    /// behind).
     fn queue_small(&mut self, kernel: usize, mode: u32, halted: bool) -> Result<()> {
         self.load_rows()?;
+        if !halted {
+            self.bounds_moved();
+        }
         match mode & MODE_ASSIGN != 0 {
             true => self.labels_for_assignment()?,
             false => self.labels_on_device()?,
@@ -893,6 +928,14 @@ impl<'a> CudaLloyd<'a> {
         let (n, d, k) = (self.n, self.d, self.k);
         let step = SMALL_STEPS[kernel];
         debug_assert!(d <= step.max_d);
+        let prune = small.prune.as_mut().filter(|_| halted);
+        let (lower, drift) = match prune {
+            Some(p) => (
+                p.lower.dev_mut()?.writes(n),
+                p.valid.then_some(p.drift.dev()?).reads(1),
+            ),
+            None => (DevPtr::NULL, DevPtr::NULL),
+        };
         let grid = step.grid(n);
         let entry = match self.metric {
             AssignMetric::SqL2 => SMALL_L2_KERNELS[kernel],
@@ -919,8 +962,17 @@ impl<'a> CudaLloyd<'a> {
                 counts: small.counts.dev_mut()?.writes(k),
                 mode,
                 halt: halted.then_some(self.halt.dev()?).reads(1),
+                lower,
+                drift,
             },
         )
+    }
+
+    /// Forgets the pruned scan's bounds: the labels or centroids moved outside queued steps.
+    fn bounds_moved(&mut self) {
+        if let Some(prune) = self.small.as_mut().and_then(|s| s.prune.as_mut()) {
+            prune.valid = false;
+        }
     }
 
     /// Queues the small path's finalize: next centroids, sizes and the four summary numbers,
@@ -939,10 +991,19 @@ impl<'a> CudaLloyd<'a> {
         let (k, d) = (self.k, self.d);
         debug_assert!(self.summary.len() >= 4 * (slot + 1));
         let rule = halt.unwrap_or(HaltRule::NEVER);
+        // Queued steps keep the pruned scan's drift; the next one may use the bounds.
+        let prune = small.prune.as_mut().filter(|_| halt.is_some());
+        let drift = match prune {
+            Some(p) => {
+                p.valid = true;
+                p.drift.dev_mut()?.writes(1)
+            }
+            None => DevPtr::NULL,
+        };
         self.gpu.launch(
             KMEANS_FINALIZE_SMALL,
             1,
-            SMALL_FINALIZE_SHARED_BYTES,
+            finalize_shared_bytes(k, d, !drift.as_ptr().is_null()),
             FinalizeSmallParams {
                 sums: small.sums.dev_mut()?.writes(k * d),
                 counts: small.counts.dev_mut()?.writes(k),
@@ -962,6 +1023,7 @@ impl<'a> CudaLloyd<'a> {
                 halt_shift: rule.shift,
                 halt_unchanged: rule.unchanged as u32,
                 halt_empty: rule.empty as u32,
+                drift,
             },
         )
     }
@@ -1291,11 +1353,13 @@ impl Seeding for CudaLloyd<'_> {
 impl Lloyd for CudaLloyd<'_> {
     fn set_centroids(&mut self, centroids: &[f32]) -> Result<()> {
         self.unpark()?;
+        self.bounds_moved();
         self.gpu
             .write(centroids, self.centroids.dev_mut()?, "centroids")
     }
 
     fn set_labels(&mut self, labels: &[u32]) -> Result<()> {
+        self.bounds_moved();
         // A parked batch's labels wait in host memory for the kernel that reads them.
         if self.labels.set_host(labels) {
             return Ok(());
@@ -1360,6 +1424,7 @@ impl Lloyd for CudaLloyd<'_> {
         let d = self.d;
         let what = "a point into an empty cluster";
         self.unpark()?;
+        self.bounds_moved();
         let row = &self.host[point * d..(point + 1) * d];
         self.gpu
             .write_at(row, self.next.dev_mut()?, cluster * d, what)
@@ -1368,6 +1433,7 @@ impl Lloyd for CudaLloyd<'_> {
     fn copy_next_row(&mut self, from: usize, to: usize) -> Result<()> {
         let (d, what) = (self.d, "a centroid into an empty cluster");
         self.unpark()?;
+        self.bounds_moved();
         let row = (self.gpu).download_range(self.next.dev()?, from * d..(from + 1) * d, what)?;
         self.gpu.write_at(&row, self.next.dev_mut()?, to * d, what)
     }

@@ -1,0 +1,262 @@
+//! The pruned scan ([`crate::small::prune`]): steps with bounds give the full step's labels,
+//! distances, sums and inertia bit for bit, iteration after iteration, while skipping scans.
+
+use super::*;
+use crate::small::prune::{fresh_lower, keeps_label, moved_lower};
+
+/// Deterministic values in `[0, 1)`.
+fn uniform(len: usize, seed: u64) -> Vec<f64> {
+    let mut state = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+    (0..len)
+        .map(|_| {
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            (state >> 11) as f64 / (1u64 << 53) as f64
+        })
+        .collect()
+}
+
+/// `n` points around `centers` blobs, every coordinate shifted by `offset` (large norms with
+/// small differences when the offset dwarfs the spread).
+fn blobs(n: usize, d: usize, centers: usize, offset: f32, seed: u64) -> Vec<f32> {
+    let u = uniform(centers * d + n * (d + 1), seed);
+    let (means, rest) = u.split_at(centers * d);
+    let mut x = Vec::with_capacity(n * d);
+    for (i, r) in rest.chunks(d + 1).enumerate().take(n) {
+        let c = (r[0] * centers as f64) as usize;
+        for j in 0..d {
+            let v = (means[c * d + j] - 0.5) * 40.0 + (r[j + 1] - 0.5) * 6.0;
+            // Every seventh point repeats the one before (duplicates).
+            x.push(if i % 7 == 6 {
+                x[x.len() - d]
+            } else {
+                v as f32 + offset
+            });
+        }
+    }
+    x
+}
+
+/// The CPU's squared norm of `row` and score against `c` (the scan's arithmetic).
+fn cpu_score(row: &[f32], c: &[f32]) -> (f32, f32) {
+    let mut acc = 0.0;
+    for (&a, &b) in row.iter().zip(c) {
+        acc = assign_step(AssignMetric::SqL2, acc, a, b);
+    }
+    (
+        sq_norm(row),
+        assign_score(AssignMetric::SqL2, acc, sq_norm(c)),
+    )
+}
+
+/// Runs `iters` Lloyd steps of shape 3 with bounds from the first `k` points, checking every
+/// step against the CPU twin; returns how many scans the bounds skipped in all.
+fn pruned_fit(x: &[f32], d: usize, k: usize, iters: usize, case: &str) -> usize {
+    const S: SmallStep = crate::small::SMALL_STEPS[3];
+    let n = x.len() / d;
+    let (x_buf, skip) = placed(x, false);
+    let exps: Vec<i32> = (0..d).map(|_| scale_exponent(2048.0, n)).collect();
+    let scales: Vec<f32> = exps.iter().map(|&s| pow2_f32(s)).collect();
+    let inv: Vec<f64> = exps.iter().map(|&s| inv_pow2_f64(s)).collect();
+    let inertia_scale = pow2_f32(inertia_exponent(1e7 * d as f64, n as u64));
+    let blocks = n.div_ceil(S.block_points());
+    let mut c = x[..k * d].to_vec();
+    let mut labels = vec![u32::MAX; n];
+    let mut lower = vec![f32::NAN; n];
+    let mut drift = [f64::NAN];
+    let mut skipped = 0;
+    for iter in 0..iters {
+        let case = format!("{case} iteration {iter}");
+        let want = reference(x, &c, d, AssignMetric::SqL2, &scales, None, inertia_scale);
+        // The points whose scan the kernel may skip: the same test on the CPU.
+        if iter > 0 {
+            let c_sq_max = c.chunks(d).map(sq_norm).fold(0f32, f32::max);
+            let kappa = 4.0 * (d as f64 + 4.0) / 16_777_216.0;
+            for (i, row) in x.chunks(d).enumerate() {
+                let a = labels[i] as usize;
+                let (x_sq, score) = cpu_score(row, &c[a * d..][..d]);
+                let moved = moved_lower(lower[i], drift[0]) as f64;
+                if keeps_label(moved, x_sq, score, c_sq_max, kappa) {
+                    skipped += 1;
+                    assert_eq!(a as u32, want.labels[i], "{case}: point {i} kept wrongly");
+                }
+            }
+        }
+        let old = labels.clone();
+        let mut min_dist = vec![f32::NAN; n];
+        let mut changed = vec![0u32];
+        let mut inertia = vec![0i64; blocks];
+        let mut sums = vec![0i64; k * d];
+        let mut counts = vec![0u64; k];
+        let args = Step {
+            x: unsafe { x_buf.as_ptr().cast::<f32>().add(skip) },
+            n,
+            d,
+            centroids: c.as_ptr(),
+            k,
+            metric: AssignMetric::SqL2,
+            labels: labels.as_mut_ptr(),
+            min_dist: min_dist.as_mut_ptr(),
+            changed: changed.as_mut_ptr(),
+            block_inertia: inertia.as_mut_ptr(),
+            inertia_scale,
+            weights: core::ptr::null(),
+            scales: scales.as_ptr(),
+            sums: sums.as_mut_ptr(),
+            counts: counts.as_mut_ptr(),
+            assign: true,
+            accumulate: true,
+            lower: lower.as_mut_ptr(),
+            drift: if iter == 0 {
+                core::ptr::null()
+            } else {
+                drift.as_ptr()
+            },
+        };
+        let args = P(&args as *const Step as *mut Step);
+        launch(blocks, BLOCK as usize, S.layout(k, d).bytes, |e| unsafe {
+            step::<{ S.max_d }, { S.points }, { S.unroll }, _>(e, *args.get())
+        });
+        assert_eq!(labels, want.labels, "{case}");
+        assert_eq!(next_bits(&min_dist), next_bits(&want.dists), "{case}");
+        assert_eq!(sums, want.sums, "{case}");
+        assert_eq!(counts, want.counts, "{case}");
+        assert_eq!(inertia.iter().sum::<i64>(), want.inertia, "{case}");
+        let moved = (0..n).filter(|&i| old[i] != labels[i]).count();
+        assert_eq!(changed[0] as usize, moved, "{case}");
+        // Every bound is below the true distance to every other centroid.
+        for (i, row) in x.chunks(d).enumerate() {
+            for (j, cr) in c.chunks(d).enumerate() {
+                if j != labels[i] as usize {
+                    let true_sq: f64 = (row.iter().zip(cr))
+                        .map(|(&a, &b)| (a as f64 - b as f64).powi(2))
+                        .sum();
+                    assert!((lower[i] as f64) <= true_sq.sqrt(), "{case}: bound of {i}");
+                }
+            }
+        }
+
+        let mut next = vec![f32::NAN; k * d];
+        let (mut sizes, mut out, mut halt) = (vec![0u64; k], vec![0f64; 4], [0u32]);
+        let f = Finalize {
+            sums: sums.as_mut_ptr(),
+            counts: counts.as_mut_ptr(),
+            k,
+            d,
+            inv_scales: inv.as_ptr(),
+            current: c.as_ptr(),
+            next: next.as_mut_ptr(),
+            sizes: sizes.as_mut_ptr(),
+            changed: changed.as_mut_ptr(),
+            block_inertia: inertia.as_ptr(),
+            blocks,
+            out: out.as_mut_ptr(),
+            halt: halt.as_mut_ptr(),
+            rule: HaltRule::NEVER,
+            drift: drift.as_mut_ptr(),
+        };
+        let f = P(&f as *const Finalize as *mut Finalize);
+        launch(1, 64, finalize_shared_bytes(k, d, true), |e| unsafe {
+            finalize(e, 64, *f.get())
+        });
+        let true_drift = (c.chunks(d).zip(next.chunks(d)))
+            .map(|(a, b)| {
+                (a.iter().zip(b))
+                    .map(|(&u, &v)| (u as f64 - v as f64).powi(2))
+                    .sum::<f64>()
+                    .sqrt()
+            })
+            .fold(0f64, f64::max);
+        assert!(
+            drift[0] >= true_drift,
+            "{case}: drift {} < {true_drift}",
+            drift[0]
+        );
+        assert!(
+            drift[0] <= true_drift * 1.001 + 1e-30,
+            "{case}: drift {}",
+            drift[0]
+        );
+        c = next;
+    }
+    skipped
+}
+
+#[test]
+fn pruned_steps_match_full_steps() {
+    // n not a multiple of the block; d odd (padded quads) and even; k = 1, k = n.
+    let x = blobs(600, 75, 12, 0.0, 1);
+    let skipped = pruned_fit(&x, 75, 80, 6, "blobs 600 × 75, k = 80");
+    assert!(skipped > 600, "the bounds skipped only {skipped} scans");
+    let x = blobs(300, 40, 5, 1000.0, 2);
+    let skipped = pruned_fit(&x, 40, 6, 5, "offset blobs 300 × 40, k = 6");
+    assert!(skipped > 300, "the bounds skipped only {skipped} scans");
+    pruned_fit(&blobs(260, 33, 3, 0.0, 3), 33, 1, 3, "k = 1");
+    pruned_fit(&blobs(90, 64, 4, 0.0, 4), 64, 90, 3, "k = n");
+    // Ties: a coarse grid, whose centroids tie exactly.
+    pruned_fit(&grid(300 * 36, 5), 36, 17, 4, "grid 300 × 36, k = 17");
+}
+
+#[test]
+fn a_kept_label_is_the_first_minimum_under_large_norms() {
+    // Centroids of large norm, a hair to far apart, and points among them: wherever the test
+    // keeps a label with the exact lower bound, the FP32 scan picks that label, and the bound
+    // from the second-best score is below every true distance.
+    let d = 96;
+    let kappa = 4.0 * (d as f64 + 4.0) / 16_777_216.0;
+    let mut kept = 0;
+    for (seed, spread) in [0.1f64, 30.0, 1000.0].into_iter().enumerate() {
+        let u = uniform(80 * d, seed as u64 + 9);
+        let c: Vec<f32> = u[..40 * d]
+            .iter()
+            .map(|&v| (1e4 + v * spread) as f32)
+            .collect();
+        let c_sq_max = c.chunks(d).map(sq_norm).fold(0f32, f32::max);
+        for (i, noise) in u[40 * d..].chunks(d).enumerate() {
+            // Each point near a centroid of its own, at a distance of the spread's order.
+            let near = &c[(i % 40) * d..][..d];
+            let row: Vec<f32> = (near.iter().zip(noise))
+                .map(|(&q, &v)| (q as f64 + (v - 0.5) * spread * 0.3) as f32)
+                .collect();
+            kept += check_kept(&row, &c, d, c_sq_max, kappa);
+        }
+    }
+    assert!(kept > 0, "no label kept: the test shows nothing");
+}
+
+/// The labels that the test keeps for `row` with exact lower bounds (all must be the FP32
+/// scan's first minimum), after checking the bound from the second-best score.
+fn check_kept(row: &[f32], c: &[f32], d: usize, c_sq_max: f32, kappa: f64) -> usize {
+    let true_dist = |cr: &[f32]| {
+        (row.iter().zip(cr))
+            .map(|(&p, &q)| (p as f64 - q as f64).powi(2))
+            .sum::<f64>()
+            .sqrt()
+    };
+    let scores: Vec<(f32, f32)> = c.chunks(d).map(|cr| cpu_score(row, cr)).collect();
+    let first = (0..scores.len())
+        .min_by(|&a, &b| scores[a].1.total_cmp(&scores[b].1).then(a.cmp(&b)))
+        .unwrap();
+    let mut kept = 0;
+    for a in 0..scores.len() {
+        let true_lower = (c.chunks(d).enumerate())
+            .filter(|&(j, _)| j != a)
+            .map(|(_, cr)| true_dist(cr))
+            .fold(f64::INFINITY, f64::min);
+        let (x_sq, score) = scores[a];
+        if keeps_label(true_lower * (1.0 - 1e-15), x_sq, score, c_sq_max, kappa) {
+            kept += 1;
+            assert_eq!(a, first);
+        }
+    }
+    let second = (0..scores.len())
+        .filter(|&j| j != first)
+        .map(|j| scores[j].1)
+        .fold(f32::INFINITY, f32::min);
+    let lower = fresh_lower(scores[first].0, second, c_sq_max, kappa) as f64;
+    for (j, cr) in c.chunks(d).enumerate().filter(|&(j, _)| j != first) {
+        assert!(lower <= true_dist(cr), "centroid {j}");
+    }
+    kept
+}
