@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! usage: gpu-bench [--cases A,B,C,C1,D,E,S,S512,F] [--reps N] [--json FILE] [--device gpu|cpu]
-//!                  [--precision tf32] [--knn-exact] [--whole] [--gpus gpu:0,1]
+//!                  [--precision tf32] [--knn-exact] [--whole] [--whole-only] [--gpus gpu:0,1]
 //!                  [--stream N,D,M,K,BUDGET_MIB] [--stream-kmeans N,D,K,BUDGET_MIB]
 //!                  [--stream-kmeans-widths BUDGET_MIB]
 //!                  [--stream-kmeans-fit N,D,K,BUDGET_MIB,MAX_ITER[,cpu][,l1][,kmeans|||random]]
@@ -27,7 +27,8 @@
 //! `--whole` adds whole-job rows per k-means case (wall clock around the public API): the
 //! seeding alone (`init ms`, k-means++ and, for D and E, k-means‖) and a whole `fit` from the
 //! default init to convergence and with 20 fixed iterations (`fit ms`, with the init's share);
-//! E runs k-means‖. `--reps` applies (at most 3 for D and E).
+//! E runs k-means‖. `--reps` applies (at most 3 for D and E). `--whole-only` prints those rows
+//! alone (no per-step rows: a profiler's launch count then starts at the fits).
 //!
 //! `--gpus SET` (e.g. `gpu:0,1`, `gpu:all`) instead times each k-means case's Lloyd step and each
 //! kNN case's search on that GPU set against its first GPU (wall clock; see `gpus.rs`), says
@@ -127,6 +128,9 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     }
     if let Some(set) = opt("--gpus") {
         return gpu_set_rows(set.parse()?, &cases, reps.min(5), json.as_mut());
+    }
+    if args.iter().any(|a| a == "--whole-only") {
+        return whole_job_rows(&cases, reps, device, json.as_mut());
     }
     println!("device: {}", device.describe()?);
     println!(

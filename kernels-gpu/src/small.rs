@@ -35,7 +35,7 @@ use crate::params::DevPtr;
 use core::sync::atomic::{AtomicU32, Ordering};
 use scan::SharedCentroidScan;
 use stage::{centroid_norms, quads_sq_norm, stage_rows};
-use sums::accumulate;
+use sums::{accumulate, move_changed};
 
 /// Shape of a small-shape Lloyd step kernel ([`crate::small`]): every thread holds `points`
 /// points of up to `max_d` dimensions in registers while all `k` centroids sit in shared memory.
@@ -140,7 +140,8 @@ impl SmallStep {
         let counts = scales + d * 4;
         let offsets = counts + k * 4;
         let order = offsets + k * 4;
-        let pending = order + self.block_points() * 4;
+        // 8-byte aligned: it starts with one u64 a point.
+        let pending = (order + self.block_points() * 4).div_ceil(8) * 8;
         let pending_words = match self.rows_in_shared() {
             true => prune::pending_words(self.block_points()),
             false => 0,
@@ -202,12 +203,13 @@ pub struct Step {
     pub assign: bool,
     /// Add the points to the cluster sums.
     pub accumulate: bool,
-    /// Each point's lower bound for the pruned scan ([`prune`]; wide steps, squared L2,
-    /// assigning); null: every point is scanned.
+    /// Each point's lower bounds for the pruned scan, one per group of centroids, group by
+    /// group (`prune::groups(k) × n`; [`prune`]: wide steps, squared L2, assigning); null:
+    /// every point is scanned.
     pub lower: *mut f32,
-    /// The largest distance a centroid moved since the bounds were written (`[drift]`, from the
-    /// last finalize); null: the bounds are not valid yet and every point is scanned.
-    pub drift: *const f64,
+    /// How far each centroid moved since the bounds were written (`k`, from the last
+    /// finalize); null: the bounds are not valid yet and every point is scanned.
+    pub drift: *const f32,
 }
 
 /// The body of the small-step kernels: `S.points` points per thread of up to `S.max_d`
@@ -240,9 +242,10 @@ pub unsafe fn step<const MAXD: usize, const P: usize, const CU: usize, E: Exec>(
     let pruned =
         shape.rows_in_shared() && s.assign && s.metric == AssignMetric::SqL2 && !s.lower.is_null();
     if pruned && t == 0 {
-        // The pending count and the largest centroid norm, before the barrier.
+        // The counters of the pruned scan, before the barrier.
         let words = prune::pending_words(shape.block_points());
-        unsafe { m.pending.add(words - 2).write_bytes(0, 2) };
+        let counters = prune::ZEROED_WORDS;
+        unsafe { m.pending.add(words - counters).write_bytes(0, counters) };
     }
     unsafe {
         stage_rows(e, s.x.add(first * s.d), rows, s.d, m.points, m.point_stride);
@@ -252,6 +255,7 @@ pub unsafe fn step<const MAXD: usize, const P: usize, const CU: usize, E: Exec>(
     }
     e.sync();
     let mut label = [0u32; P];
+    let mut old = [0u32; P];
     if s.assign {
         if s.metric == AssignMetric::SqL2 {
             let norm_in_padding = MAXD == 4 && s.d < 4;
@@ -259,7 +263,6 @@ pub unsafe fn step<const MAXD: usize, const P: usize, const CU: usize, E: Exec>(
         }
         e.sync();
         // Loaded now so that their latency hides behind the centroid loop.
-        let mut old = [0u32; P];
         for (p, o) in old.iter_mut().enumerate() {
             let i = point(p);
             if i < s.n {
@@ -350,7 +353,9 @@ pub unsafe fn step<const MAXD: usize, const P: usize, const CU: usize, E: Exec>(
             }
         }
     }
-    if s.accumulate {
+    if s.accumulate && pruned && !s.drift.is_null() {
+        unsafe { move_changed(e, &s, &old, &label, &m, point) };
+    } else if s.accumulate {
         unsafe { accumulate(e, &s, &label, &m, point) };
     }
 }
@@ -484,7 +489,7 @@ kernel_params! {
         pub mode: u32,
         pub halt: DevPtr<u32>,
         pub lower: DevPtr<f32>,
-        pub drift: DevPtr<f64>,
+        pub drift: DevPtr<f32>,
     }
     entries: small_entry;
 }
@@ -592,7 +597,7 @@ kernel_params! {
         pub halt_shift: f64,
         pub halt_unchanged: u32,
         pub halt_empty: u32,
-        pub drift: DevPtr<f64>,
+        pub drift: DevPtr<f32>,
     }
     entries: finalize_small_entry;
 }
@@ -602,11 +607,11 @@ finalize_small_entry! {
     /// [`finalize_shared_bytes`] of dynamic shared memory. With `halt`
     /// non-null, does nothing while it is set and sets it when the step meets the [`HaltRule`]
     /// of `halt_shift`, `halt_unchanged` and `halt_empty` (non-zero: true). With `drift`
-    /// non-null, writes there the largest distance a centroid moved (for [`prune`]).
+    /// non-null, writes there how far each centroid moved (for [`prune`]).
     ///
     /// # Safety
     /// `sums`: `k × d`; `counts`, `sizes`: `k`; `inv_scales`: `d`; `current`, `next`: `k × d`;
-    /// `changed`: 1; `block_inertia`: `blocks`; `out`: 4; `drift`: 1.
+    /// `changed`: 1; `block_inertia`: `blocks`; `out`: 4; `drift`: `k`.
     fn kmeans_finalize_small(params) {
         let FinalizeSmallParams {
             sums,

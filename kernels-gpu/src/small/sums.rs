@@ -2,6 +2,7 @@
 //! and the one-block finalize that turns the sums into means and the step's summary.
 
 use super::halt::{HaltRule, halted};
+use super::prune::f32_up;
 use super::{Smem, Step};
 use crate::exec::{Exec, block_totals};
 use crate::fixed::{mean, to_fixed, units_at, weighted};
@@ -50,10 +51,12 @@ pub(super) unsafe fn accumulate<const P: usize, E: Exec>(
         }
     }
     e.sync();
-    // One thread per (cluster, dimension), reading the staged points.
+    // One thread per (cluster, dimension), reading the staged points; stepping the cell by
+    // `threads` steps (c, j) by (threads / d, threads % d), without a division per cell.
+    let (dc, dj) = (threads / s.d, threads % s.d);
+    let (mut c, mut j) = (t / s.d, t % s.d);
     let mut cell = t;
     while cell < s.k * s.d {
-        let (c, j) = (cell / s.d, cell % s.d);
         let (from, count) = unsafe { (*offsets.add(c), *counts.add(c)) };
         if count > 0 {
             let scale = unsafe { *m.scales.add(j) };
@@ -79,6 +82,10 @@ pub(super) unsafe fn accumulate<const P: usize, E: Exec>(
             total.fetch_add(sum as u64, Ordering::Relaxed);
         }
         cell += threads;
+        (c, j) = (c + dc, j + dj);
+        if j >= s.d {
+            (c, j) = (c + 1, j - s.d);
+        }
     }
     let mut c = t;
     while c < s.k {
@@ -97,6 +104,45 @@ pub(super) unsafe fn accumulate<const P: usize, E: Exec>(
             unsafe { AtomicU64::from_ptr(s.counts.add(c)) }.fetch_add(weight, Ordering::Relaxed);
         }
         c += threads;
+    }
+}
+
+/// Moves the block's relabelled points (`old` → `label`) between the global cluster sums and
+/// weights, which hold the sums of the old labels: the steps with bounds
+/// ([`super::prune`]) keep the sums from step to step, and integer sums do not depend on the
+/// order of their terms, so they end as [`accumulate`] would make them afresh.
+#[inline(always)]
+pub(super) unsafe fn move_changed<const P: usize, E: Exec>(
+    e: E,
+    s: &Step,
+    old: &[u32; P],
+    label: &[u32; P],
+    m: &Smem,
+    point: impl Fn(usize) -> usize,
+) {
+    let (t, threads) = (e.thread(), BLOCK as usize);
+    for p in 0..P {
+        let i = point(p);
+        if i < s.n && old[p] != label[p] {
+            let units = unsafe { units_at(s.weights, i) };
+            let row = unsafe { m.points.add((t + p * threads) * m.point_stride) };
+            let (from, to) = (old[p] as usize * s.d, label[p] as usize * s.d);
+            let add = |cell: usize, v: i64| {
+                let total = unsafe { AtomicU64::from_ptr(s.sums.add(cell).cast::<u64>()) };
+                total.fetch_add(v as u64, Ordering::Relaxed);
+            };
+            for j in 0..s.d {
+                let v = weighted(
+                    to_fixed(unsafe { *row.add(j) }, unsafe { *s.scales.add(j) }),
+                    units,
+                );
+                add(to + j, v);
+                add(from + j, v.wrapping_neg());
+            }
+            let weight = |c: u32| unsafe { AtomicU64::from_ptr(s.counts.add(c as usize)) };
+            weight(label[p]).fetch_add(units as u64, Ordering::Relaxed);
+            weight(old[p]).fetch_sub(units as u64, Ordering::Relaxed);
+        }
     }
 }
 
@@ -158,9 +204,10 @@ pub struct Finalize {
     /// when it is set, and it is set when the step meets `rule` ([`super::halt`]).
     pub halt: *mut u32,
     pub rule: HaltRule,
-    /// Where the largest distance a centroid moved goes, rounded up (null: not computed); the
-    /// cells' squared differences pass through shared memory ([`finalize_shared_bytes`]).
-    pub drift: *mut f64,
+    /// Where each centroid's distance moved goes, `k` values rounded up (null: not computed);
+    /// the cells' squared differences pass through shared memory ([`finalize_shared_bytes`]).
+    /// With it, the sums and weights stay for the next step (see [`move_changed`]).
+    pub drift: *mut f32,
 }
 
 /// The body of `kmeans_finalize_small` (the kernel).
@@ -215,9 +262,9 @@ pub unsafe fn finalize<E: Exec>(e: E, threads: usize, f: Finalize) {
                 } else {
                     old
                 };
-                unsafe {
-                    *f.next.add(i as usize) = new;
-                    *f.sums.add(i as usize) = 0;
+                unsafe { *f.next.add(i as usize) = new };
+                if f.drift.is_null() {
+                    unsafe { *f.sums.add(i as usize) = 0 };
                 }
                 let diff = new as f64 - old as f64;
                 shift += diff * diff;
@@ -232,7 +279,6 @@ pub unsafe fn finalize<E: Exec>(e: E, threads: usize, f: Finalize) {
         }
         first += BATCH as u32 * th;
     }
-    let mut drift = 0.0f64;
     if !f.drift.is_null() {
         e.sync();
         // A cluster per thread; its squared differences were rounded to f32, whence the margin.
@@ -242,29 +288,24 @@ pub unsafe fn finalize<E: Exec>(e: E, threads: usize, f: Finalize) {
             for j in 0..f.d {
                 sq += unsafe { *diffs.add(c * f.d + j) } as f64;
             }
-            drift = drift.max(sq * (1.0 + 1.0 / 1_048_576.0));
+            let moved = sqrt_f64(sq * (1.0 + 1.0 / 1_048_576.0)) * (1.0 + 1.0 / 1_048_576.0);
+            unsafe { *f.drift.add(c) = f32_up(moved) };
             c += threads;
         }
     }
     // The inertia wraps as the blocks' partials do; the shift's order is this kernel's own (the
-    // Lloyd loop asks the host's exact shift where the order could decide the tolerance test);
-    // the drift is a maximum (non-negative floats order as their bits).
+    // Lloyd loop asks the host's exact shift where the order could decide the tolerance test).
     let add = |i: usize, a: u64, b: u64| match i {
         0 => (a as i64).wrapping_add(b as i64) as u64,
-        3 => a.max(b),
         _ => (f64::from_bits(a) + f64::from_bits(b)).to_bits(),
     };
-    let values = [
-        inertia as u64,
-        shift.to_bits(),
-        empty.to_bits(),
-        drift.to_bits(),
-    ];
-    let [inertia, shift, empty, drift] = unsafe { block_totals(e, threads, scratch, values, add) };
+    let values = [inertia as u64, shift.to_bits(), empty.to_bits()];
+    let [inertia, shift, empty] = unsafe { block_totals(e, threads, scratch, values, add) };
     let (inertia, shift, empty) = (inertia as i64, f64::from_bits(shift), f64::from_bits(empty));
-    // Every thread has read the counts (the barriers above); clear them for the next step.
+    // Every thread has read the counts (the barriers above); clear them for the next step
+    // (steps with bounds keep them).
     let mut c = t;
-    while c < f.k {
+    while c < f.k && f.drift.is_null() {
         unsafe { *f.counts.add(c) = 0 };
         c += threads;
     }
@@ -279,15 +320,12 @@ pub unsafe fn finalize<E: Exec>(e: E, threads: usize, f: Finalize) {
             if !f.halt.is_null() && f.rule.halts(changed, empty as u32, shift) {
                 *f.halt = 1;
             }
-            if !f.drift.is_null() {
-                *f.drift = sqrt_f64(f64::from_bits(drift)) * (1.0 + 1.0 / 1_048_576.0);
-            }
         }
     }
 }
 
-/// Words of [`block_totals`]' scratch for the finalize's four totals.
-const TOTALS_WORDS: usize = 33 * 4;
+/// Words of [`block_totals`]' scratch for the finalize's three totals.
+const TOTALS_WORDS: usize = 33 * 3;
 
 /// Dynamic shared memory of [`finalize`] for `k × d` cells: [`block_totals`]' scratch, then
 /// with `drift` the cells' squared differences.

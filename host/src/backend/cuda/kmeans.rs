@@ -53,7 +53,7 @@ use kernels_gpu::small::{
     FinalizeSmallParams, KMEANS_FINALIZE_SMALL, SMALL_L1_KERNELS, SMALL_L2_KERNELS, SMALL_STEPS,
     SmallParams, SmallStep, finalize_shared_bytes,
 };
-use kernels_gpu::small::{HaltRule, MODE_ACCUMULATE, MODE_ASSIGN};
+use kernels_gpu::small::{HaltRule, MODE_ACCUMULATE, MODE_ASSIGN, prune};
 use kernels_gpu::update::sums_fit_shared;
 use kernels_gpu::update::{
     AccumulateGlobalParams, AccumulateSharedParams, FINALIZE_SHARED_BYTES, FinalizeParams,
@@ -183,14 +183,15 @@ struct SmallPath {
     prune: Option<Pruning>,
 }
 
-/// The per-point lower bounds and the centroids' drift of the pruned scan
-/// (`kernels_gpu::small::prune`), which steps queued back to back keep up to date.
+/// The per-point, per-group lower bounds and the centroids' drifts of the pruned scan
+/// (`kernels_gpu::small::prune`), which steps queued back to back keep up to date, with the
+/// cluster sums and weights of the current labels (their finalize leaves them).
 struct Pruning {
     lower: Slot<f32>,
-    drift: Slot<f64>,
-    /// Whether the bounds and drift belong to the current labels and centroids: set once a
-    /// queued step has written them, cleared by everything else that moves either (a step then
-    /// scans every point and writes them afresh).
+    drift: Slot<f32>,
+    /// Whether the bounds, drift and sums belong to the current labels and centroids: set once
+    /// a queued step has written them, cleared by everything else that moves either (a step
+    /// then scans every point and writes them afresh, from zeroed sums).
     valid: bool,
 }
 
@@ -308,9 +309,9 @@ pub(crate) fn footprint(
     // (at most two blocks a multiprocessor, whatever the rows).
     let sum_sets = 1 + update_parts(gpu, usize::MAX / 2, false, sums_fit_shared(k, d));
     // Distances, norms and sample weights; seeding norms, distances, nearest seeds and samples;
-    // the pruned scan's bounds; the per-block partials (inertia, seeding sums) take under a
-    // byte per row: 4 more. The labels go up with the rows (`rows`).
-    let per_row = 8 * 4 + 4;
+    // the per-block partials (inertia, seeding sums) take under a byte per row: 4 more; the
+    // pruned scan's bounds. The labels go up with the rows (`rows`).
+    let per_row = 7 * 4 + 4 + prune::MAX_GROUPS * 4;
     // Centroids, next and by dimension (padded); norms, sizes and counts; the shift's parts; a
     // margin for the small buffers.
     let per_fit = 2 * kd * f32s
@@ -373,8 +374,8 @@ impl<'a> CudaLloyd<'a> {
                 counts: Slot::zeros(gpu, k, "cluster counts")?,
                 prune: match SMALL_STEPS[i].rows_in_shared() && metric == AssignMetric::SqL2 {
                     true => Some(Pruning {
-                        lower: Slot::zeros(gpu, n, "the points' bounds")?,
-                        drift: Slot::zeros(gpu, 1, "the centroids' drift")?,
+                        lower: Slot::zeros(gpu, prune::groups(k) * n, "the points' bounds")?,
+                        drift: Slot::zeros(gpu, k, "the centroids' drift")?,
                         valid: false,
                     }),
                     false => None,
@@ -915,7 +916,7 @@ impl<'a> CudaLloyd<'a> {
     fn queue_small(&mut self, kernel: usize, mode: u32, halted: bool) -> Result<()> {
         self.load_rows()?;
         if !halted {
-            self.bounds_moved();
+            self.bounds_moved()?;
         }
         match mode & MODE_ASSIGN != 0 {
             true => self.labels_for_assignment()?,
@@ -931,8 +932,8 @@ impl<'a> CudaLloyd<'a> {
         let prune = small.prune.as_mut().filter(|_| halted);
         let (lower, drift) = match prune {
             Some(p) => (
-                p.lower.dev_mut()?.writes(n),
-                p.valid.then_some(p.drift.dev()?).reads(1),
+                p.lower.dev_mut()?.writes(prune::groups(k) * n),
+                p.valid.then_some(p.drift.dev()?).reads(k),
             ),
             None => (DevPtr::NULL, DevPtr::NULL),
         };
@@ -968,11 +969,18 @@ impl<'a> CudaLloyd<'a> {
         )
     }
 
-    /// Forgets the pruned scan's bounds: the labels or centroids moved outside queued steps.
-    fn bounds_moved(&mut self) {
-        if let Some(prune) = self.small.as_mut().and_then(|s| s.prune.as_mut()) {
+    /// Forgets the pruned scan's bounds: the labels or centroids move outside queued steps. The
+    /// sums that the steps with bounds kept are cleared: every other use starts from zero.
+    fn bounds_moved(&mut self) -> Result<()> {
+        let Some(small) = self.small.as_mut() else {
+            return Ok(());
+        };
+        if let Some(prune) = small.prune.as_mut().filter(|p| p.valid) {
             prune.valid = false;
+            self.gpu.clear(small.sums.dev_mut()?, "cluster sums")?;
+            self.gpu.clear(small.counts.dev_mut()?, "cluster counts")?;
         }
+        Ok(())
     }
 
     /// Queues the small path's finalize: next centroids, sizes and the four summary numbers,
@@ -996,7 +1004,7 @@ impl<'a> CudaLloyd<'a> {
         let drift = match prune {
             Some(p) => {
                 p.valid = true;
-                p.drift.dev_mut()?.writes(1)
+                p.drift.dev_mut()?.writes(k)
             }
             None => DevPtr::NULL,
         };
@@ -1353,13 +1361,13 @@ impl Seeding for CudaLloyd<'_> {
 impl Lloyd for CudaLloyd<'_> {
     fn set_centroids(&mut self, centroids: &[f32]) -> Result<()> {
         self.unpark()?;
-        self.bounds_moved();
+        self.bounds_moved()?;
         self.gpu
             .write(centroids, self.centroids.dev_mut()?, "centroids")
     }
 
     fn set_labels(&mut self, labels: &[u32]) -> Result<()> {
-        self.bounds_moved();
+        self.bounds_moved()?;
         // A parked batch's labels wait in host memory for the kernel that reads them.
         if self.labels.set_host(labels) {
             return Ok(());
@@ -1424,7 +1432,7 @@ impl Lloyd for CudaLloyd<'_> {
         let d = self.d;
         let what = "a point into an empty cluster";
         self.unpark()?;
-        self.bounds_moved();
+        self.bounds_moved()?;
         let row = &self.host[point * d..(point + 1) * d];
         self.gpu
             .write_at(row, self.next.dev_mut()?, cluster * d, what)
@@ -1433,7 +1441,7 @@ impl Lloyd for CudaLloyd<'_> {
     fn copy_next_row(&mut self, from: usize, to: usize) -> Result<()> {
         let (d, what) = (self.d, "a centroid into an empty cluster");
         self.unpark()?;
-        self.bounds_moved();
+        self.bounds_moved()?;
         let row = (self.gpu).download_range(self.next.dev()?, from * d..(from + 1) * d, what)?;
         self.gpu.write_at(&row, self.next.dev_mut()?, to * d, what)
     }

@@ -1,8 +1,8 @@
 //! The pruned scan ([`crate::small::prune`]): steps with bounds give the full step's labels,
-//! distances, sums and inertia bit for bit, iteration after iteration, while skipping scans.
+//! distances, sums and inertia bit for bit, iteration after iteration, while skipping groups.
 
 use super::*;
-use crate::small::prune::{fresh_lower, keeps_label, moved_lower};
+use crate::small::prune::{fresh_lower, group_size, groups, kappa, moved_lower, skips_group};
 
 /// Deterministic values in `[0, 1)`.
 fn uniform(len: usize, seed: u64) -> Vec<f64> {
@@ -51,7 +51,7 @@ fn cpu_score(row: &[f32], c: &[f32]) -> (f32, f32) {
 }
 
 /// Runs `iters` Lloyd steps of shape 3 with bounds from the first `k` points, checking every
-/// step against the CPU twin; returns how many scans the bounds skipped in all.
+/// step against the CPU twin; returns how many (point, group) scans the bounds skipped in all.
 fn pruned_fit(x: &[f32], d: usize, k: usize, iters: usize, case: &str) -> usize {
     const S: SmallStep = crate::small::SMALL_STEPS[3];
     let n = x.len() / d;
@@ -63,23 +63,32 @@ fn pruned_fit(x: &[f32], d: usize, k: usize, iters: usize, case: &str) -> usize 
     let blocks = n.div_ceil(S.block_points());
     let mut c = x[..k * d].to_vec();
     let mut labels = vec![u32::MAX; n];
-    let mut lower = vec![f32::NAN; n];
-    let mut drift = [f64::NAN];
+    let (size, groups) = (group_size(k), groups(k));
+    let mut lower = vec![f32::NAN; groups * n];
+    let mut drift = vec![f32::NAN; k];
     let mut skipped = 0;
+    // Steps with bounds keep the sums from step to step.
+    let mut sums = vec![0i64; k * d];
+    let mut counts = vec![0u64; k];
     for iter in 0..iters {
         let case = format!("{case} iteration {iter}");
         let want = reference(x, &c, d, AssignMetric::SqL2, &scales, None, inertia_scale);
         // The points whose scan the kernel may skip: the same test on the CPU.
         if iter > 0 {
             let c_sq_max = c.chunks(d).map(sq_norm).fold(0f32, f32::max);
-            let kappa = 4.0 * (d as f64 + 4.0) / 16_777_216.0;
             for (i, row) in x.chunks(d).enumerate() {
                 let a = labels[i] as usize;
                 let (x_sq, score) = cpu_score(row, &c[a * d..][..d]);
-                let moved = moved_lower(lower[i], drift[0]) as f64;
-                if keeps_label(moved, x_sq, score, c_sq_max, kappa) {
-                    skipped += 1;
-                    assert_eq!(a as u32, want.labels[i], "{case}: point {i} kept wrongly");
+                for g in 0..groups {
+                    let most = drift[g * size..((g + 1) * size).min(k)]
+                        .iter()
+                        .fold(0f32, |m, &v| m.max(v));
+                    let moved = moved_lower(lower[g * n + i], most);
+                    if skips_group(moved, x_sq, score, c_sq_max, kappa(d)) {
+                        skipped += 1;
+                        let w = want.labels[i] as usize;
+                        assert!(w == a || w / size != g, "{case}: point {i} skipped wrongly");
+                    }
                 }
             }
         }
@@ -87,8 +96,6 @@ fn pruned_fit(x: &[f32], d: usize, k: usize, iters: usize, case: &str) -> usize 
         let mut min_dist = vec![f32::NAN; n];
         let mut changed = vec![0u32];
         let mut inertia = vec![0i64; blocks];
-        let mut sums = vec![0i64; k * d];
-        let mut counts = vec![0u64; k];
         let args = Step {
             x: unsafe { x_buf.as_ptr().cast::<f32>().add(skip) },
             n,
@@ -125,14 +132,15 @@ fn pruned_fit(x: &[f32], d: usize, k: usize, iters: usize, case: &str) -> usize 
         assert_eq!(inertia.iter().sum::<i64>(), want.inertia, "{case}");
         let moved = (0..n).filter(|&i| old[i] != labels[i]).count();
         assert_eq!(changed[0] as usize, moved, "{case}");
-        // Every bound is below the true distance to every other centroid.
+        // Every bound is below the true distance to every other centroid of its group.
         for (i, row) in x.chunks(d).enumerate() {
             for (j, cr) in c.chunks(d).enumerate() {
                 if j != labels[i] as usize {
                     let true_sq: f64 = (row.iter().zip(cr))
                         .map(|(&a, &b)| (a as f64 - b as f64).powi(2))
                         .sum();
-                    assert!((lower[i] as f64) <= true_sq.sqrt(), "{case}: bound of {i}");
+                    let bound = lower[(j / size) * n + i] as f64;
+                    assert!(bound <= true_sq.sqrt(), "{case}: bound of {i} for {j}");
                 }
             }
         }
@@ -160,24 +168,21 @@ fn pruned_fit(x: &[f32], d: usize, k: usize, iters: usize, case: &str) -> usize 
         launch(1, 64, finalize_shared_bytes(k, d, true), |e| unsafe {
             finalize(e, 64, *f.get())
         });
-        let true_drift = (c.chunks(d).zip(next.chunks(d)))
-            .map(|(a, b)| {
-                (a.iter().zip(b))
-                    .map(|(&u, &v)| (u as f64 - v as f64).powi(2))
-                    .sum::<f64>()
-                    .sqrt()
-            })
-            .fold(0f64, f64::max);
-        assert!(
-            drift[0] >= true_drift,
-            "{case}: drift {} < {true_drift}",
-            drift[0]
-        );
-        assert!(
-            drift[0] <= true_drift * 1.001 + 1e-30,
-            "{case}: drift {}",
-            drift[0]
-        );
+        for (j, (a, b)) in c.chunks(d).zip(next.chunks(d)).enumerate() {
+            let true_drift = (a.iter().zip(b))
+                .map(|(&u, &v)| (u as f64 - v as f64).powi(2))
+                .sum::<f64>()
+                .sqrt();
+            let got = drift[j] as f64;
+            assert!(
+                got >= true_drift,
+                "{case}: drift of {j}: {got} < {true_drift}"
+            );
+            assert!(
+                got <= true_drift * 1.001 + 1e-30,
+                "{case}: drift of {j}: {got}"
+            );
+        }
         c = next;
     }
     skipped
@@ -188,10 +193,18 @@ fn pruned_steps_match_full_steps() {
     // n not a multiple of the block; d odd (padded quads) and even; k = 1, k = n.
     let x = blobs(600, 75, 12, 0.0, 1);
     let skipped = pruned_fit(&x, 75, 80, 6, "blobs 600 × 75, k = 80");
-    assert!(skipped > 600, "the bounds skipped only {skipped} scans");
+    // 5 steps with bounds × 600 points × 10 groups.
+    assert!(
+        skipped > 15_000,
+        "the bounds skipped only {skipped} group scans"
+    );
     let x = blobs(300, 40, 5, 1000.0, 2);
     let skipped = pruned_fit(&x, 40, 6, 5, "offset blobs 300 × 40, k = 6");
-    assert!(skipped > 300, "the bounds skipped only {skipped} scans");
+    // 4 × 300 × 1 group.
+    assert!(
+        skipped > 300,
+        "the bounds skipped only {skipped} group scans"
+    );
     pruned_fit(&blobs(260, 33, 3, 0.0, 3), 33, 1, 3, "k = 1");
     pruned_fit(&blobs(90, 64, 4, 0.0, 4), 64, 90, 3, "k = n");
     // Ties: a coarse grid, whose centroids tie exactly.
@@ -204,7 +217,7 @@ fn a_kept_label_is_the_first_minimum_under_large_norms() {
     // keeps a label with the exact lower bound, the FP32 scan picks that label, and the bound
     // from the second-best score is below every true distance.
     let d = 96;
-    let kappa = 4.0 * (d as f64 + 4.0) / 16_777_216.0;
+    let kappa = kappa(d);
     let mut kept = 0;
     for (seed, spread) in [0.1f64, 30.0, 1000.0].into_iter().enumerate() {
         let u = uniform(80 * d, seed as u64 + 9);
@@ -239,13 +252,13 @@ fn check_kept(row: &[f32], c: &[f32], d: usize, c_sq_max: f32, kappa: f64) -> us
         .min_by(|&a, &b| scores[a].1.total_cmp(&scores[b].1).then(a.cmp(&b)))
         .unwrap();
     let mut kept = 0;
-    for a in 0..scores.len() {
+    for (a, &(x_sq, score)) in scores.iter().enumerate() {
         let true_lower = (c.chunks(d).enumerate())
             .filter(|&(j, _)| j != a)
             .map(|(_, cr)| true_dist(cr))
             .fold(f64::INFINITY, f64::min);
-        let (x_sq, score) = scores[a];
-        if keeps_label(true_lower * (1.0 - 1e-15), x_sq, score, c_sq_max, kappa) {
+        let lower = (true_lower * (1.0 - 1e-7)) as f32;
+        if skips_group(lower, x_sq, score, c_sq_max, kappa) {
             kept += 1;
             assert_eq!(a, first);
         }
