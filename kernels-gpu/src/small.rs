@@ -354,9 +354,18 @@ pub unsafe fn step<const MAXD: usize, const P: usize, const CU: usize, E: Exec>(
         }
     }
     if s.accumulate && pruned && !s.drift.is_null() {
-        unsafe { move_changed(e, &s, &old, &label, &m, point) };
+        // The sums stay from the last step: only the relabelled points move, one by one when
+        // few, else sorted by cluster as a fresh accumulation.
+        if unsafe { prune::relabelled(&m, shape.block_points()) } <= MOVED_ONE_BY_ONE {
+            unsafe { move_changed(e, &s, &old, &label, &m, point) };
+        } else {
+            let changed: [bool; P] = core::array::from_fn(|p| old[p] != label[p]);
+            unsafe { accumulate(e, &s, &old, &changed, true, &m, point) };
+            e.sync();
+            unsafe { accumulate(e, &s, &label, &changed, false, &m, point) };
+        }
     } else if s.accumulate {
-        unsafe { accumulate(e, &s, &label, &m, point) };
+        unsafe { accumulate(e, &s, &label, &[true; P], false, &m, point) };
     }
 }
 
@@ -438,6 +447,10 @@ unsafe fn finish_assign<const P: usize, E: Exec>(
         unsafe { *s.block_inertia.add(e.block()) = total };
     }
 }
+
+/// Most relabelled points of a block that a step with bounds moves between the sums one by one
+/// (each `2·d` atomics of one thread); more are moved as two sorted accumulations.
+const MOVED_ONE_BY_ONE: u32 = 32;
 
 /// `mode` bits of the small-step kernels.
 pub const MODE_ASSIGN: u32 = 1;

@@ -54,15 +54,28 @@ pub const fn groups(k: usize) -> usize {
 }
 
 /// Words of [`SmallLayout::pending`](super::SmallLayout::pending) for `points` points a block:
-/// each point's best (score, label) key, the (point, group) scans by group (two a point at
-/// most), the groups' drifts, then the [`ZEROED_WORDS`] counters: scans per group, scans placed
-/// per group, pending points and the largest centroid norm.
+/// each point's best (score, label) key, the (point, group) scans by group ([`SCANS_A_THREAD`]
+/// a thread at most), the groups' drifts, then the [`ZEROED_WORDS`] counters: scans per group,
+/// scans placed per group, pending points, the largest centroid norm and relabelled points.
 pub const fn pending_words(points: usize) -> usize {
-    4 * points + MAX_GROUPS + ZEROED_WORDS
+    (2 + SCANS_A_THREAD) * points + MAX_GROUPS + ZEROED_WORDS
 }
 
+/// Most (point, group) scans a thread runs; a block with more scans every group of its
+/// pending points.
+const SCANS_A_THREAD: usize = 4;
+
 /// The last words of [`pending_words`], which the step zeroes before its first barrier.
-pub const ZEROED_WORDS: usize = 2 * MAX_GROUPS + 2;
+pub const ZEROED_WORDS: usize = 2 * MAX_GROUPS + 3;
+
+/// How many of the block's points the last [`assign`] relabelled (after a barrier).
+///
+/// # Safety
+/// `m` is the step's shared memory for `points` points a block.
+#[inline(always)]
+pub(super) unsafe fn relabelled(m: &Smem, points: usize) -> u32 {
+    unsafe { *m.pending.add(pending_words(points) - 1) }
+}
 
 /// The order of `(score, label)` pairs by (score, then label) as one integer: the first
 /// minimum in centroid order is the least key (scores are never NaN here).
@@ -180,8 +193,8 @@ pub(super) fn f32_up(v: f64) -> f32 {
 /// The wide step's assignment with bounds (squared L2, rows staged in shared memory, centroids
 /// and norms staged with a barrier passed). Each thread tests its points' groups; the
 /// (point, group) scans left are sorted by group, one a thread, so that a warp reads the same
-/// centroids, and merged per point by the least [`rank_key`]. A block with more scans than two
-/// a point, or whose bounds are not valid yet (`s.drift` null), scans every group of its
+/// centroids, and merged per point by the least [`rank_key`]. A block with more scans than
+/// [`SCANS_A_THREAD`] a thread, or whose bounds are not valid yet (`s.drift` null), scans every group of its
 /// pending points instead, the points packed into its first threads. Every scan is the full
 /// step's ([`SharedCentroidScan::run_rows`], keeping the second-best score too). Writes the
 /// points' new bounds.
@@ -205,18 +218,20 @@ pub(super) unsafe fn assign<const P: usize, const CU: usize, E: Exec>(
     let points = P * threads;
     let (size, groups) = (group_size(s.k), groups(s.k));
     let keys = m.pending.cast::<u64>();
+    let scans_end = (2 + SCANS_A_THREAD) * points;
     let (items, group_drift, per_group) = unsafe {
         (
             m.pending.add(2 * points),
-            m.pending.add(4 * points).cast::<f32>(),
-            m.pending.add(4 * points + MAX_GROUPS),
+            m.pending.add(scans_end).cast::<f32>(),
+            m.pending.add(scans_end + MAX_GROUPS),
         )
     };
     let placed = unsafe { per_group.add(MAX_GROUPS) };
-    let (count, c_max) = unsafe {
+    let (count, c_max, moved) = unsafe {
         (
             AtomicU32::from_ptr(placed.add(MAX_GROUPS)),
             AtomicU32::from_ptr(placed.add(MAX_GROUPS + 1)),
+            AtomicU32::from_ptr(placed.add(MAX_GROUPS + 2)),
         )
     };
     let key = |r: usize| unsafe { AtomicU64::from_ptr(keys.add(r)) };
@@ -324,9 +339,9 @@ pub(super) unsafe fn assign<const P: usize, const CU: usize, E: Exec>(
         .map(|g| unsafe { *per_group.add(g) } as usize)
         .sum::<usize>();
     // Block-wide: every thread reads the same counts.
-    let sparse = !fresh && scans <= 2 * threads;
+    let sparse = !fresh && scans <= SCANS_A_THREAD * threads;
     // The scans this thread ran in the sparse case: (row, group, label, second-best score).
-    let mut ran = [(0usize, usize::MAX, 0u32, 0f32); 2];
+    let mut ran = [(0usize, usize::MAX, 0u32, 0f32); SCANS_A_THREAD];
     if sparse {
         // Counting sort of the scans by group (the counts are final after the barrier).
         for (p, &groups_left) in to_scan.iter().enumerate() {
@@ -399,6 +414,9 @@ pub(super) unsafe fn assign<const P: usize, const CU: usize, E: Exec>(
                 unsafe { *bound(a_group, i) = (*bound(a_group, i)).min(with_a) };
             }
             (out.best[p], out.label[p]) = (best, label);
+            if !fresh && label != a {
+                moved.fetch_add(1, Ordering::Relaxed);
+            }
         }
     }
     out

@@ -10,13 +10,16 @@ use crate::launch::BLOCK;
 use crate::math::sqrt_f64;
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-/// Adds the block's points to the global cluster sums and weights (see the module comment),
-/// each point counted as many times as its units.
+/// Adds the block's points that `take` to the global cluster sums and weights of their `label`
+/// (see the module comment), each point counted as many times as its units; with `negate`,
+/// subtracts them instead.
 #[inline(always)]
 pub(super) unsafe fn accumulate<const P: usize, E: Exec>(
     e: E,
     s: &Step,
     label: &[u32; P],
+    take: &[bool; P],
+    negate: bool,
     m: &Smem,
     point: impl Fn(usize) -> usize,
 ) {
@@ -35,7 +38,7 @@ pub(super) unsafe fn accumulate<const P: usize, E: Exec>(
     // Counting sort by label; the order within a cluster does not matter for integer sums.
     let mut slot = [0u32; P];
     for p in 0..P {
-        if point(p) < s.n {
+        if point(p) < s.n && take[p] {
             let count = unsafe { AtomicU32::from_ptr(counts.add(label[p] as usize)) };
             slot[p] = count.fetch_add(1, Ordering::Relaxed);
         }
@@ -43,7 +46,7 @@ pub(super) unsafe fn accumulate<const P: usize, E: Exec>(
     e.sync();
     unsafe { exclusive_scan(e, counts, offsets, s.k, m.scratch) };
     for p in 0..P {
-        if point(p) < s.n {
+        if point(p) < s.n && take[p] {
             unsafe {
                 let at = *offsets.add(label[p] as usize) + slot[p];
                 *order.add(at as usize) = (point(p) - first) as u32;
@@ -79,6 +82,7 @@ pub(super) unsafe fn accumulate<const P: usize, E: Exec>(
                 }
             }
             let total = unsafe { AtomicU64::from_ptr(s.sums.add(cell).cast::<u64>()) };
+            let sum = if negate { sum.wrapping_neg() } else { sum };
             total.fetch_add(sum as u64, Ordering::Relaxed);
         }
         cell += threads;
@@ -101,7 +105,11 @@ pub(super) unsafe fn accumulate<const P: usize, E: Exec>(
             units
         };
         if weight > 0 {
-            unsafe { AtomicU64::from_ptr(s.counts.add(c)) }.fetch_add(weight, Ordering::Relaxed);
+            let total = unsafe { AtomicU64::from_ptr(s.counts.add(c)) };
+            match negate {
+                true => total.fetch_sub(weight, Ordering::Relaxed),
+                false => total.fetch_add(weight, Ordering::Relaxed),
+            };
         }
         c += threads;
     }
