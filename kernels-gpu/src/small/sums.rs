@@ -54,12 +54,10 @@ pub(super) unsafe fn accumulate<const P: usize, E: Exec>(
         }
     }
     e.sync();
-    // One thread per (cluster, dimension), reading the staged points; stepping the cell by
-    // `threads` steps (c, j) by (threads / d, threads % d), without a division per cell.
-    let (dc, dj) = (threads / s.d, threads % s.d);
-    let (mut c, mut j) = (t / s.d, t % s.d);
+    // One thread per (cluster, dimension), reading the staged points.
     let mut cell = t;
     while cell < s.k * s.d {
+        let (c, j) = (cell / s.d, cell % s.d);
         let (from, count) = unsafe { (*offsets.add(c), *counts.add(c)) };
         if count > 0 {
             let scale = unsafe { *m.scales.add(j) };
@@ -86,10 +84,6 @@ pub(super) unsafe fn accumulate<const P: usize, E: Exec>(
             total.fetch_add(sum as u64, Ordering::Relaxed);
         }
         cell += threads;
-        (c, j) = (c + dc, j + dj);
-        if j >= s.d {
-            (c, j) = (c + 1, j - s.d);
-        }
     }
     let mut c = t;
     while c < s.k {
