@@ -65,6 +65,13 @@ fn queued_steps_stop_where_single_steps_do() {
             p(25).metric(Metric::L1).tol(0.0),
         ),
         ("d 75".into(), uniform(3000, 75, 22), 75, p(30).tol(0.0)),
+        // Wide rows take the pruned scan, whose bounds and kept sums restarts must drop.
+        (
+            "d 40, three runs".into(),
+            uniform(3000, 40, 29),
+            40,
+            p(12).n_init(3),
+        ),
         // No label changes at the first step from centroids (k = 1), which must not halt.
         ("k 1".into(), uniform(500, 5, 23), 5, p(1).tol(0.0)),
         // From labels the first step may already stop.
@@ -100,6 +107,10 @@ fn queued_steps_stop_where_single_steps_do() {
         let params = p(3).init(far_centroid_init()).empty_clusters(policy);
         let name = format!("empty clusters, {policy:?}");
         cases.push((name, uniform(400, 2, 13), 2, params.max_iter(30)));
+        // The same on the pruned scan: a relocation drops its bounds and kept sums.
+        let params = p(3).init(far_centroids(36)).empty_clusters(policy);
+        let name = format!("empty clusters, d 36, {policy:?}");
+        cases.push((name, uniform(400, 36, 14), 36, params.max_iter(30)));
     }
     for (case, data, d, params) in cases {
         let (cpu, cpu_reports) = fit_reporting(&data, d, None, params.clone().device(Device::Cpu));
@@ -112,12 +123,24 @@ fn queued_steps_stop_where_single_steps_do() {
         assert_same_fit(&case, &cpu, &dev);
         assert_eq!(cpu_reports, dev_reports, "{case}: reports differ");
     }
-    // Weights: points without weight never count as changed.
-    let (data, d) = (uniform(5000, 4, 27), 4);
-    let w = sample_weights(5000, false, 28);
-    let params = p(12).tol(0.0);
-    let (cpu, cpu_reports) = fit_reporting(&data, d, Some(&w), params.clone().device(Device::Cpu));
-    let (dev, dev_reports) = fit_reporting(&data, d, Some(&w), params.device(gpu));
-    assert_same_fit("weights", &cpu, &dev);
-    assert_eq!(cpu_reports, dev_reports, "weights: reports differ");
+    // Weights: points without weight never count as changed (d 40: the pruned scan moves
+    // weighted points between its kept sums).
+    for d in [4, 40] {
+        let data = uniform(5000, d, 27);
+        let w = sample_weights(5000, false, 28);
+        let params = p(12).tol(0.0);
+        let cpu_params = params.clone().device(Device::Cpu);
+        let (cpu, cpu_reports) = fit_reporting(&data, d, Some(&w), cpu_params);
+        let (dev, dev_reports) = fit_reporting(&data, d, Some(&w), params.device(gpu));
+        assert_same_fit(&format!("weights, d {d}"), &cpu, &dev);
+        assert_eq!(cpu_reports, dev_reports, "weights, d {d}: reports differ");
+    }
+}
+
+/// Three centroids of `d` dimensions: two among the points of [−1, 1)^d, one far from all.
+fn far_centroids(d: usize) -> Init {
+    let mut c = vec![-0.5; 3 * d];
+    c[d..2 * d].fill(0.5);
+    c[2 * d..].fill(1000.0);
+    Init::Centroids(c)
 }

@@ -53,6 +53,18 @@ fn cpu_score(row: &[f32], c: &[f32]) -> (f32, f32) {
 /// Runs `iters` Lloyd steps of shape 3 with bounds from the first `k` points, checking every
 /// step against the CPU twin; returns how many (point, group) scans the bounds skipped in all.
 fn pruned_fit(x: &[f32], d: usize, k: usize, iters: usize, case: &str) -> usize {
+    pruned_fit_weighted(x, d, k, iters, None, case)
+}
+
+/// [`pruned_fit`] with the points' quantised `weights` (units; `None`: one each).
+fn pruned_fit_weighted(
+    x: &[f32],
+    d: usize,
+    k: usize,
+    iters: usize,
+    weights: Option<&[f32]>,
+    case: &str,
+) -> usize {
     const S: SmallStep = crate::small::SMALL_STEPS[3];
     let n = x.len() / d;
     let (x_buf, skip) = placed(x, false);
@@ -72,7 +84,15 @@ fn pruned_fit(x: &[f32], d: usize, k: usize, iters: usize, case: &str) -> usize 
     let mut counts = vec![0u64; k];
     for iter in 0..iters {
         let case = format!("{case} iteration {iter}");
-        let want = reference(x, &c, d, AssignMetric::SqL2, &scales, None, inertia_scale);
+        let want = reference(
+            x,
+            &c,
+            d,
+            AssignMetric::SqL2,
+            &scales,
+            weights,
+            inertia_scale,
+        );
         // The points whose scan the kernel may skip: the same test on the CPU.
         if iter > 0 {
             let c_sq_max = c.chunks(d).map(sq_norm).fold(0f32, f32::max);
@@ -108,7 +128,7 @@ fn pruned_fit(x: &[f32], d: usize, k: usize, iters: usize, case: &str) -> usize 
             changed: changed.as_mut_ptr(),
             block_inertia: inertia.as_mut_ptr(),
             inertia_scale,
-            weights: core::ptr::null(),
+            weights: weights.map_or(core::ptr::null(), |w| w.as_ptr()),
             scales: scales.as_ptr(),
             sums: sums.as_mut_ptr(),
             counts: counts.as_mut_ptr(),
@@ -130,7 +150,10 @@ fn pruned_fit(x: &[f32], d: usize, k: usize, iters: usize, case: &str) -> usize 
         assert_eq!(sums, want.sums, "{case}");
         assert_eq!(counts, want.counts, "{case}");
         assert_eq!(inertia.iter().sum::<i64>(), want.inertia, "{case}");
-        let moved = (0..n).filter(|&i| old[i] != labels[i]).count();
+        let weighty = |i: usize| weights.is_none_or(|w| w[i] > 0.0);
+        let moved = (0..n)
+            .filter(|&i| old[i] != labels[i] && weighty(i))
+            .count();
         assert_eq!(changed[0] as usize, moved, "{case}");
         // Every bound is below the true distance to every other centroid of its group.
         for (i, row) in x.chunks(d).enumerate() {
@@ -209,6 +232,9 @@ fn pruned_steps_match_full_steps() {
     pruned_fit(&blobs(90, 64, 4, 0.0, 4), 64, 90, 3, "k = n");
     // Ties: a coarse grid, whose centroids tie exactly.
     pruned_fit(&grid(300 * 36, 5), 36, 17, 4, "grid 300 × 36, k = 17");
+    // Weights 0..=3: the kept sums move weighted points; points without weight still move.
+    let x = blobs(520, 48, 6, 0.0, 6);
+    pruned_fit_weighted(&x, 48, 20, 5, Some(&units(520)), "weighted blobs 520 × 48");
 }
 
 #[test]
