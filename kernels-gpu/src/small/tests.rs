@@ -200,6 +200,55 @@ struct StepOut {
     inertia: Vec<i64>,
 }
 
+/// What the finalize kernel writes: next centroids, sizes, summary and halt word.
+struct Finalized {
+    next: Vec<f32>,
+    sizes: Vec<u64>,
+    out: Vec<f64>,
+    halt: [u32; 1],
+}
+
+impl Finalized {
+    fn new(k: usize, d: usize) -> Self {
+        Finalized {
+            next: vec![f32::NAN; k * d],
+            sizes: vec![0; k],
+            out: vec![0.0; 4],
+            halt: [0],
+        }
+    }
+
+    /// Runs the emulated finalize (64 threads) of `step` from centroids `c` under `rule`, with
+    /// the centroids' drifts written to `drift` unless null.
+    fn run(&mut self, step: &mut StepOut, c: &[f32], inv: &[f64], rule: HaltRule, drift: *mut f32) {
+        let (k, d) = (step.counts.len(), c.len() / step.counts.len());
+        let f = Finalize {
+            sums: step.sums.as_mut_ptr(),
+            counts: step.counts.as_mut_ptr(),
+            k,
+            d,
+            inv_scales: inv.as_ptr(),
+            current: c.as_ptr(),
+            next: self.next.as_mut_ptr(),
+            sizes: self.sizes.as_mut_ptr(),
+            changed: step.changed.as_mut_ptr(),
+            block_inertia: step.inertia.as_ptr(),
+            blocks: step.inertia.len(),
+            out: self.out.as_mut_ptr(),
+            halt: self.halt.as_mut_ptr(),
+            rule,
+            drift,
+        };
+        let f = P(&f as *const Finalize as *mut Finalize);
+        launch(
+            1,
+            64,
+            finalize_shared_bytes(k, d, !drift.is_null()),
+            |e| unsafe { finalize(e, 64, *f.get()) },
+        );
+    }
+}
+
 /// The finalize kernel after a step from centroids `c`: means, sizes and summary match `want`
 /// (`weighty` points with weight changed); sums, counts and the change counter are cleared; the
 /// halt word is set by a rule that the step meets (any empty cluster), and a halted finalize
@@ -210,59 +259,40 @@ fn check_finalize(
     d: usize,
     exps: &[i32],
     want: &Want,
-    step: StepOut,
+    mut step: StepOut,
     weighty: usize,
 ) {
-    let StepOut {
-        mut sums,
-        mut counts,
-        mut changed,
-        inertia,
-    } = step;
-    let (k, blocks) = (counts.len(), inertia.len());
+    let k = step.counts.len();
     let inv: Vec<f64> = exps.iter().map(|&s| inv_pow2_f64(s)).collect();
-    let mut next = vec![f32::NAN; k * d];
-    let mut sizes = vec![0u64; k];
-    let mut out = vec![0f64; 4];
-    let mut halt = [0u32];
     let rule = HaltRule {
         shift: f64::NEG_INFINITY,
         unchanged: false,
         empty: true,
     };
-    let f = Finalize {
-        sums: sums.as_mut_ptr(),
-        counts: counts.as_mut_ptr(),
-        k,
-        d,
-        inv_scales: inv.as_ptr(),
-        current: c.as_ptr(),
-        next: next.as_mut_ptr(),
-        sizes: sizes.as_mut_ptr(),
-        changed: changed.as_mut_ptr(),
-        block_inertia: inertia.as_ptr(),
-        blocks,
-        out: out.as_mut_ptr(),
-        halt: halt.as_mut_ptr(),
-        rule,
-        drift: core::ptr::null_mut(),
-    };
-    let f = P(&f as *const Finalize as *mut Finalize);
-    launch(1, 64, finalize_shared_bytes(k, d, false), |e| unsafe {
-        finalize(e, 64, *f.get())
-    });
+    let mut fin = Finalized::new(k, d);
+    fin.run(&mut step, c, &inv, rule, core::ptr::null_mut());
     // Halted: a second finalize changes nothing (the sums it would read are zero now).
-    let (kept_next, kept_out) = (next.clone(), out.clone());
-    if halt[0] != 0 {
-        launch(1, 64, finalize_shared_bytes(k, d, false), |e| unsafe {
-            finalize(e, 64, *f.get())
-        });
+    let (kept_next, kept_out) = (fin.next.clone(), fin.out.clone());
+    if fin.halt[0] != 0 {
+        fin.run(&mut step, c, &inv, rule, core::ptr::null_mut());
         assert_eq!(
-            (next_bits(&next), out_bits(&out)),
+            (next_bits(&fin.next), out_bits(&fin.out)),
             (next_bits(&kept_next), out_bits(&kept_out)),
             "{case}"
         );
     }
+    let Finalized {
+        next,
+        sizes,
+        out,
+        halt,
+    } = fin;
+    let StepOut {
+        sums,
+        counts,
+        changed,
+        ..
+    } = step;
     let mut empty = 0;
     for cl in 0..k {
         for q in 0..d {

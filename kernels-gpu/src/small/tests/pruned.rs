@@ -168,29 +168,17 @@ fn pruned_fit_weighted(
             }
         }
 
-        let mut next = vec![f32::NAN; k * d];
-        let (mut sizes, mut out, mut halt) = (vec![0u64; k], vec![0f64; 4], [0u32]);
-        let f = Finalize {
-            sums: sums.as_mut_ptr(),
-            counts: counts.as_mut_ptr(),
-            k,
-            d,
-            inv_scales: inv.as_ptr(),
-            current: c.as_ptr(),
-            next: next.as_mut_ptr(),
-            sizes: sizes.as_mut_ptr(),
-            changed: changed.as_mut_ptr(),
-            block_inertia: inertia.as_ptr(),
-            blocks,
-            out: out.as_mut_ptr(),
-            halt: halt.as_mut_ptr(),
-            rule: HaltRule::NEVER,
-            drift: drift.as_mut_ptr(),
+        // The kept sums go through the finalize and come back for the next step.
+        let mut out = StepOut {
+            sums: core::mem::take(&mut sums),
+            counts: core::mem::take(&mut counts),
+            changed,
+            inertia,
         };
-        let f = P(&f as *const Finalize as *mut Finalize);
-        launch(1, 64, finalize_shared_bytes(k, d, true), |e| unsafe {
-            finalize(e, 64, *f.get())
-        });
+        let mut fin = Finalized::new(k, d);
+        fin.run(&mut out, &c, &inv, HaltRule::NEVER, drift.as_mut_ptr());
+        (sums, counts) = (out.sums, out.counts);
+        let next = fin.next;
         for (j, (a, b)) in c.chunks(d).zip(next.chunks(d)).enumerate() {
             let true_drift = (a.iter().zip(b))
                 .map(|(&u, &v)| (u as f64 - v as f64).powi(2))
