@@ -194,10 +194,10 @@ pub(super) fn f32_up(v: f64) -> f32 {
 /// and norms staged with a barrier passed). Each thread tests its points' groups; the
 /// (point, group) scans left are sorted by group, one a thread, so that a warp reads the same
 /// centroids, and merged per point by the least [`rank_key`]. A block with more scans than
-/// [`SCANS_A_THREAD`] a thread, or whose bounds are not valid yet (`s.drift` null), scans every group of its
-/// pending points instead, the points packed into its first threads. Every scan is the full
-/// step's ([`SharedCentroidScan::run_rows`], keeping the second-best score too). Writes the
-/// points' new bounds.
+/// [`SCANS_A_THREAD`] a thread, or whose bounds are not valid yet (`s.drift` null), scans every
+/// group of its pending points instead, the points packed into its first threads. Every scan is
+/// the full step's ([`SharedCentroidScan::run_rows`], keeping the second-best score too).
+/// Writes the points' new bounds.
 ///
 /// # Safety
 /// As for [`super::step`] with `s.lower` non-null; `old` are the points' labels (`< k` unless
