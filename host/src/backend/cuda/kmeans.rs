@@ -310,8 +310,13 @@ pub(crate) fn footprint(
     let sum_sets = 1 + update_parts(gpu, usize::MAX / 2, false, sums_fit_shared(k, d));
     // Distances, norms and sample weights; seeding norms, distances, nearest seeds and samples;
     // the per-block partials (inertia, seeding sums) take under a byte per row: 4 more; the
-    // pruned scan's bounds. The labels go up with the rows (`rows`).
-    let per_row = 7 * 4 + 4 + prune::MAX_GROUPS * 4;
+    // pruned scan's bounds where the wide small step may run (squared L2 or not). The labels
+    // go up with the rows (`rows`).
+    let wide_small = assign_path(gpu, d, k, false, false)
+        .0
+        .is_some_and(|i| SMALL_STEPS[i].rows_in_shared());
+    let bounds = if wide_small { prune::groups(k) * 4 } else { 0 };
+    let per_row = 7 * 4 + 4 + bounds;
     // Centroids, next and by dimension (padded); norms, sizes and counts; the shift's parts; a
     // margin for the small buffers.
     let per_fit = 2 * kd * f32s
