@@ -78,9 +78,11 @@ pub(super) unsafe fn relabelled(m: &Smem, points: usize) -> u32 {
 }
 
 /// The order of `(score, label)` pairs by (score, then label) as one integer: the first
-/// minimum in centroid order is the least key (scores are never NaN here).
+/// minimum in centroid order is the least key. Scores are never NaN here (the scans keep none),
+/// nor −0, which would rank below +0: `fma(−2, dot, ‖c‖²)` rounds an exact zero to +0 and
+/// `‖c‖²` is a sum of squares from +0.
 #[inline(always)]
-fn rank_key(score: f32, label: u32) -> u64 {
+pub(super) fn rank_key(score: f32, label: u32) -> u64 {
     let bits = score.to_bits();
     let ordered = if bits >> 31 == 1 {
         !bits
@@ -92,7 +94,7 @@ fn rank_key(score: f32, label: u32) -> u64 {
 
 /// The (score, label) of a [`rank_key`].
 #[inline(always)]
-fn from_key(key: u64) -> (f32, u32) {
+pub(super) fn from_key(key: u64) -> (f32, u32) {
     let ordered = (key >> 32) as u32;
     let bits = if ordered >> 31 == 1 {
         ordered & !(1 << 31)

@@ -287,3 +287,54 @@ fn check_kept(row: &[f32], c: &[f32], d: usize, c_sq_max: f32, kappa: f64) -> us
     }
     kept
 }
+
+#[test]
+fn rank_keys_order_as_score_then_label() {
+    use crate::small::prune::{from_key, rank_key};
+    let scores = [
+        f32::NEG_INFINITY,
+        -3.5,
+        -1e-30,
+        0.0,
+        1e-30,
+        2.0,
+        2.5e30,
+        f32::INFINITY,
+    ];
+    let mut pairs = vec![];
+    for &s in &scores {
+        for l in [0u32, 1, 7, u32::MAX] {
+            pairs.push((s, l));
+        }
+    }
+    for &(s, l) in &pairs {
+        assert_eq!(from_key(rank_key(s, l)).0.to_bits(), s.to_bits());
+        assert_eq!(from_key(rank_key(s, l)).1, l);
+        for &(t, m) in &pairs {
+            let want = (s < t) || (s == t && l < m);
+            let got = rank_key(s, l) < rank_key(t, m);
+            assert_eq!(got, want, "({s}, {l}) against ({t}, {m})");
+        }
+    }
+}
+
+#[test]
+fn bounds_round_toward_safety() {
+    use crate::small::prune::moved_lower;
+    // A bound moved by a drift is at most the exact difference, and never negative.
+    for (lower, drift) in [
+        (1.0f32, 0.1f32),
+        (3.0e-7, 1.0e-7),
+        (1.0e10, 1.0),
+        (0.5, 0.5),
+        (0.1, 2.0),
+    ] {
+        let moved = moved_lower(lower, drift) as f64;
+        assert!(
+            moved <= lower as f64 - drift as f64 || moved == 0.0,
+            "{lower} − {drift}"
+        );
+        assert!(moved >= 0.0);
+    }
+    assert_eq!(moved_lower(f32::INFINITY, 1.0), f32::INFINITY);
+}
