@@ -10,13 +10,15 @@
 //! fixed at compile time; wider points are read from their staged rows a quad at a time. The
 //! distance of every (point, centroid) pair runs over the dimensions in order 0..d with the same
 //! steps as the CPU twin, and the first minimum in centroid order wins, so labels are the CPU's
-//! bit for bit.
+//! bit for bit. Steps queued back to back on the wide shape scan only the groups of centroids
+//! that their bounds cannot prove to lose ([`prune`]), with the same result.
 //!
 //! The sums: the block sorts its points by label in shared memory (a counting sort), then one
 //! thread per (cluster, dimension) adds that cluster's fixed-point coordinates in registers and
 //! adds the total to the global sums with one 64-bit integer atomic. Integer sums do not depend on
 //! the order of the additions, so the centroids stay reproducible. `kmeans_finalize_small` turns
-//! the sums into means, reduces the step's summary and zeroes the sums for the next step.
+//! the sums into means, reduces the step's summary and zeroes the sums for the next step (steps
+//! with bounds keep them and move only their relabelled points: [`prune`]).
 
 pub mod halt;
 pub mod prune;

@@ -63,7 +63,7 @@ pub const fn pending_words(points: usize) -> usize {
 
 /// Most (point, group) scans a thread runs; a block with more scans every group of its
 /// pending points.
-const SCANS_A_THREAD: usize = 4;
+pub const SCANS_A_THREAD: usize = 4;
 
 /// The last words of [`pending_words`], which the step zeroes before its first barrier.
 pub const ZEROED_WORDS: usize = 2 * MAX_GROUPS + 3;

@@ -206,9 +206,9 @@ pub struct Finalize {
     /// when it is set, and it is set when the step meets `rule` ([`super::halt`]).
     pub halt: *mut u32,
     pub rule: HaltRule,
-    /// Where each centroid's distance moved goes, `k` values rounded up (null: not computed);
+    /// How far each centroid moved, `k` values rounded up, written here (null: not computed);
     /// the cells' squared differences pass through shared memory ([`finalize_shared_bytes`]).
-    /// With it, the sums and weights stay for the next step (see [`move_changed`]).
+    /// With it, the sums and weights stay for the next step (see `move_changed`).
     pub drift: *mut f32,
 }
 
