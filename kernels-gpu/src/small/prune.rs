@@ -106,60 +106,69 @@ pub(super) fn from_key(key: u64) -> (f32, u32) {
 
 /// `κ` of the module comment for `d` dimensions.
 #[inline(always)]
-pub fn kappa(d: usize) -> f64 {
+fn kappa(d: usize) -> f64 {
     4.0 * (d as f64 + 4.0) * (1.0 / 16_777_216.0)
 }
 
-/// `E` of the module comment and the upper bound on `‖x‖²`, from the FP32 `x_sq` and the
-/// largest FP32 squared centroid norm `c_sq_max`.
-#[inline(always)]
-fn error_terms(x_sq: f32, c_sq_max: f32, kappa: f64) -> (f64, f64) {
-    let x_hi = x_sq as f64 * (1.0 + kappa);
-    let c_hi = c_sq_max as f64 * (1.0 + kappa);
-    let root = sqrt_f64(x_hi) + sqrt_f64(c_hi);
-    (kappa * root * root, x_hi)
-}
-
-/// Whether a point whose bound for a group is `lower` may skip the group, its current
-/// centroid scoring `score`.
-#[inline(always)]
-pub fn skips_group(lower: f32, x_sq: f32, score: f32, c_sq_max: f32, kappa: f64) -> bool {
-    SkipTest::new(x_sq, score, c_sq_max, kappa).skips(lower)
-}
-
-/// [`skips_group`] for one point, its terms computed once for all groups.
+/// The bound `E` of the module comment for one block's centroids, whose part from the largest
+/// centroid norm (`C`) is computed once.
 #[derive(Clone, Copy)]
-struct SkipTest {
-    /// `‖x‖²`'s upper bound plus `E` plus the score.
-    threshold: f64,
+pub struct ErrorBound {
+    kappa: f64,
+    c_root: f64,
 }
 
-impl SkipTest {
+impl ErrorBound {
+    /// For `d` dimensions and the largest FP32 squared centroid norm `c_sq_max`.
     #[inline(always)]
-    fn new(x_sq: f32, score: f32, c_sq_max: f32, kappa: f64) -> Self {
-        let (e, x_hi) = error_terms(x_sq, c_sq_max, kappa);
-        SkipTest {
-            threshold: x_hi + e + score as f64,
+    pub fn new(d: usize, c_sq_max: f32) -> Self {
+        let kappa = kappa(d);
+        ErrorBound {
+            kappa,
+            c_root: sqrt_f64(c_sq_max as f64 * (1.0 + kappa)),
         }
     }
 
+    /// The terms of a point whose FP32 squared norm is `x_sq`.
     #[inline(always)]
-    fn skips(self, lower: f32) -> bool {
-        let lower = lower as f64;
-        lower > 0.0 && lower * lower > self.threshold
+    pub fn point(self, x_sq: f32) -> PointBound {
+        let x_hi = x_sq as f64 * (1.0 + self.kappa);
+        let root = sqrt_f64(x_hi) + self.c_root;
+        PointBound {
+            x_lo: x_sq as f64 * (1.0 - self.kappa),
+            x_hi,
+            e: self.kappa * root * root,
+        }
     }
 }
 
-/// A lower bound on the distance to every centroid that scores at least `score` (+∞: none),
-/// rounded down to f32.
-#[inline(always)]
-pub fn fresh_lower(x_sq: f32, score: f32, c_sq_max: f32, kappa: f64) -> f32 {
-    let (e, _) = error_terms(x_sq, c_sq_max, kappa);
-    let sq = x_sq as f64 * (1.0 - kappa) + score as f64 - e;
-    if sq > 0.0 {
-        f32_down(sqrt_f64(sq))
-    } else {
-        0.0
+/// One point's terms of the tests: bounds on `‖x‖²` either way, and `E`.
+#[derive(Clone, Copy)]
+pub struct PointBound {
+    x_lo: f64,
+    x_hi: f64,
+    e: f64,
+}
+
+impl PointBound {
+    /// Whether the point may skip a group whose bound is `lower`, its current centroid scoring
+    /// `score`.
+    #[inline(always)]
+    pub fn skips(self, lower: f32, score: f32) -> bool {
+        let lower = lower as f64;
+        lower > 0.0 && lower * lower > self.x_hi + self.e + score as f64
+    }
+
+    /// A lower bound on the distance to every centroid that scores at least `score` (+∞: none),
+    /// rounded down to f32.
+    #[inline(always)]
+    pub fn lower(self, score: f32) -> f32 {
+        let sq = self.x_lo + score as f64 - self.e;
+        if sq > 0.0 {
+            f32_down(sqrt_f64(sq))
+        } else {
+            0.0
+        }
     }
 }
 
@@ -290,7 +299,7 @@ pub(super) unsafe fn assign<const P: usize, const CU: usize, E: Exec>(
         unsafe { *group_drift.add(t) = most };
     }
     e.sync();
-    let (c_sq_max, kappa) = (f32::from_bits(c_max.load(Ordering::Relaxed)), kappa(s.d));
+    let error = ErrorBound::new(s.d, f32::from_bits(c_max.load(Ordering::Relaxed)));
     let all_groups = (1u32 << groups) - 1;
     let mut to_scan = [0u32; P];
     for p in 0..P {
@@ -306,11 +315,11 @@ pub(super) unsafe fn assign<const P: usize, const CU: usize, E: Exec>(
                         *l = unsafe { *bound(g, i) };
                     }
                 }
-                let test = SkipTest::new(out.x_sq[p], out.best[p], c_sq_max, kappa);
+                let terms = error.point(out.x_sq[p]);
                 for (g, &l) in lower.iter().enumerate() {
                     if g < groups {
                         let moved = moved_lower(l, unsafe { *group_drift.add(g) });
-                        if test.skips(moved) {
+                        if terms.skips(moved, out.best[p]) {
                             to_scan[p] &= !(1 << g);
                             unsafe { *bound(g, i) = moved };
                         }
@@ -342,7 +351,8 @@ pub(super) unsafe fn assign<const P: usize, const CU: usize, E: Exec>(
         .sum::<usize>();
     // Block-wide: every thread reads the same counts.
     let sparse = !fresh && scans <= SCANS_A_THREAD * threads;
-    // The scans this thread ran in the sparse case: (row, group, label, second-best score).
+    // The scans this thread ran in the sparse case: (row, group, label, the group's bound should
+    // the label be the point's: from the second-best score).
     let mut ran = [(0usize, usize::MAX, 0u32, 0f32); SCANS_A_THREAD];
     if sparse {
         // Counting sort of the scans by group (the counts are final after the barrier).
@@ -364,11 +374,11 @@ pub(super) unsafe fn assign<const P: usize, const CU: usize, E: Exec>(
                 let packed = unsafe { *items.add(item) } as usize;
                 let (r, g) = (packed >> 4, packed & 15);
                 let i = point(0) - t + r;
-                let x_sq = unsafe { super::stage::quads_sq_norm(row(r), quads) };
+                let terms = error.point(unsafe { super::stage::quads_sq_norm(row(r), quads) });
                 let (b, l, second) = scan_group(g, r);
-                unsafe { *bound(g, i) = fresh_lower(x_sq, b, c_sq_max, kappa) };
+                unsafe { *bound(g, i) = terms.lower(b) };
                 key(r).fetch_min(rank_key(b, l), Ordering::Relaxed);
-                *ran = (r, g, l, second);
+                *ran = (r, g, l, terms.lower(second));
             }
         }
     } else {
@@ -377,31 +387,29 @@ pub(super) unsafe fn assign<const P: usize, const CU: usize, E: Exec>(
         while slot < pending {
             let r = unsafe { *m.order.add(slot) } as usize;
             let i = point(0) - t + r;
-            let x_sq = unsafe { super::stage::quads_sq_norm(row(r), quads) };
+            let terms = error.point(unsafe { super::stage::quads_sq_norm(row(r), quads) });
             let mut best = from_key(key(r).load(Ordering::Relaxed));
             let (mut best_group, mut second) = (usize::MAX, f32::INFINITY);
             for g in 0..groups {
                 let (b, l, sec) = scan_group(g, r);
-                unsafe { *bound(g, i) = fresh_lower(x_sq, b, c_sq_max, kappa) };
+                unsafe { *bound(g, i) = terms.lower(b) };
                 if better(b, l, best.0, best.1) {
                     (best, best_group, second) = ((b, l), g, sec);
                 }
             }
             if best_group < groups {
                 // The label's own group: bounded by the others in it.
-                unsafe { *bound(best_group, i) = fresh_lower(x_sq, second, c_sq_max, kappa) };
+                unsafe { *bound(best_group, i) = terms.lower(second) };
             }
             key(r).store(rank_key(best.0, best.1), Ordering::Relaxed);
             slot += threads;
         }
     }
     e.sync();
-    for &(r, g, l, second) in &ran {
+    for &(r, g, l, own_group_bound) in &ran {
         if g < groups && from_key(key(r).load(Ordering::Relaxed)).1 == l {
             // The label's own group: bounded by the others in it.
-            let x_sq = unsafe { super::stage::quads_sq_norm(row(r), quads) };
-            let i = point(0) - t + r;
-            unsafe { *bound(g, i) = fresh_lower(x_sq, second, c_sq_max, kappa) };
+            unsafe { *bound(g, point(0) - t + r) = own_group_bound };
         }
     }
     for p in 0..P {
@@ -412,7 +420,7 @@ pub(super) unsafe fn assign<const P: usize, const CU: usize, E: Exec>(
             let a_group = a as usize / size;
             if !fresh && to_scan[p] & (1 << a_group) == 0 && label != a {
                 // The old label's group, unscanned, now also bounds the distance to `a`.
-                let with_a = fresh_lower(out.x_sq[p], s_a, c_sq_max, kappa);
+                let with_a = error.point(out.x_sq[p]).lower(s_a);
                 unsafe { *bound(a_group, i) = (*bound(a_group, i)).min(with_a) };
             }
             (out.best[p], out.label[p]) = (best, label);

@@ -2,7 +2,7 @@
 //! distances, sums and inertia bit for bit, iteration after iteration, while skipping groups.
 
 use super::*;
-use crate::small::prune::{fresh_lower, group_size, groups, kappa, moved_lower, skips_group};
+use crate::small::prune::{ErrorBound, group_size, groups, moved_lower};
 
 /// Deterministic values in `[0, 1)`.
 fn uniform(len: usize, seed: u64) -> Vec<f64> {
@@ -104,7 +104,7 @@ fn pruned_fit_weighted(
                         .iter()
                         .fold(0f32, |m, &v| m.max(v));
                     let moved = moved_lower(lower[g * n + i], most);
-                    if skips_group(moved, x_sq, score, c_sq_max, kappa(d)) {
+                    if ErrorBound::new(d, c_sq_max).point(x_sq).skips(moved, score) {
                         skipped += 1;
                         let w = want.labels[i] as usize;
                         assert!(w == a || w / size != g, "{case}: point {i} skipped wrongly");
@@ -231,7 +231,6 @@ fn a_kept_label_is_the_first_minimum_under_large_norms() {
     // keeps a label with the exact lower bound, the FP32 scan picks that label, and the bound
     // from the second-best score is below every true distance.
     let d = 96;
-    let kappa = kappa(d);
     let mut kept = 0;
     for (seed, spread) in [0.1f64, 30.0, 1000.0].into_iter().enumerate() {
         let u = uniform(80 * d, seed as u64 + 9);
@@ -246,7 +245,7 @@ fn a_kept_label_is_the_first_minimum_under_large_norms() {
             let row: Vec<f32> = (near.iter().zip(noise))
                 .map(|(&q, &v)| (q as f64 + (v - 0.5) * spread * 0.3) as f32)
                 .collect();
-            kept += check_kept(&row, &c, d, c_sq_max, kappa);
+            kept += check_kept(&row, &c, d, ErrorBound::new(d, c_sq_max));
         }
     }
     assert!(kept > 0, "no label kept: the test shows nothing");
@@ -254,7 +253,7 @@ fn a_kept_label_is_the_first_minimum_under_large_norms() {
 
 /// The labels that the test keeps for `row` with exact lower bounds (all must be the FP32
 /// scan's first minimum), after checking the bound from the second-best score.
-fn check_kept(row: &[f32], c: &[f32], d: usize, c_sq_max: f32, kappa: f64) -> usize {
+fn check_kept(row: &[f32], c: &[f32], d: usize, error: ErrorBound) -> usize {
     let true_dist = |cr: &[f32]| {
         (row.iter().zip(cr))
             .map(|(&p, &q)| (p as f64 - q as f64).powi(2))
@@ -272,7 +271,7 @@ fn check_kept(row: &[f32], c: &[f32], d: usize, c_sq_max: f32, kappa: f64) -> us
             .map(|(_, cr)| true_dist(cr))
             .fold(f64::INFINITY, f64::min);
         let lower = (true_lower * (1.0 - 1e-7)) as f32;
-        if skips_group(lower, x_sq, score, c_sq_max, kappa) {
+        if error.point(x_sq).skips(lower, score) {
             kept += 1;
             assert_eq!(a, first);
         }
@@ -281,7 +280,7 @@ fn check_kept(row: &[f32], c: &[f32], d: usize, c_sq_max: f32, kappa: f64) -> us
         .filter(|&j| j != first)
         .map(|j| scores[j].1)
         .fold(f32::INFINITY, f32::min);
-    let lower = fresh_lower(scores[first].0, second, c_sq_max, kappa) as f64;
+    let lower = error.point(scores[first].0).lower(second) as f64;
     for (j, cr) in c.chunks(d).enumerate().filter(|&(j, _)| j != first) {
         assert!(lower <= true_dist(cr), "centroid {j}");
     }
