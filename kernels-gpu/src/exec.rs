@@ -265,6 +265,20 @@ pub unsafe fn atomic_fetch_add_u32(p: *mut u32, v: u32) -> u32 {
     unsafe { AtomicU32::from_ptr(p) }.fetch_add(v, Ordering::Relaxed)
 }
 
+/// Orders this thread's global memory accesses before and after it for every thread of the
+/// device (`fence.acq_rel.gpu`): the last block of a grid to arrive sees what the others wrote
+/// before they arrived.
+#[inline(always)]
+pub fn fence_device() {
+    #[cfg(target_arch = "nvptx64")]
+    // SAFETY: a memory fence; no operands.
+    unsafe {
+        core::arch::asm!("fence.acq_rel.gpu;", options(nostack))
+    };
+    #[cfg(not(target_arch = "nvptx64"))]
+    core::sync::atomic::fence(Ordering::SeqCst);
+}
+
 /// The GPU itself.
 #[cfg(target_arch = "nvptx64")]
 #[derive(Clone, Copy)]

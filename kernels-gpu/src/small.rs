@@ -27,7 +27,9 @@ mod stage;
 mod sums;
 
 pub use halt::HaltRule;
-pub use sums::{Finalize, finalize, finalize_shared_bytes};
+pub use sums::{
+    Finalize, finalize, finalize_shared_bytes, finalize_small_grid, finalize_small_parts,
+};
 
 use crate::exec::{Exec, block_sum_i64};
 use crate::fixed::{inertia_term, units_at};
@@ -613,20 +615,22 @@ kernel_params! {
         pub halt_unchanged: u32,
         pub halt_empty: u32,
         pub drift: DevPtr<f32>,
+        pub parts: DevPtr<u64>,
     }
     entries: finalize_small_entry;
 }
 
 finalize_small_entry! {
-    /// Finishes a small step (see [`finalize`]) in one block of `REDUCE_BLOCK` threads with
-    /// [`finalize_shared_bytes`] of dynamic shared memory. With `halt`
+    /// Finishes a small step (see [`finalize`]) in [`finalize_small_grid`] blocks of `REDUCE_BLOCK`
+    /// threads with [`finalize_shared_bytes`] of dynamic shared memory. With `halt`
     /// non-null, does nothing while it is set and sets it when the step meets the [`HaltRule`]
     /// of `halt_shift`, `halt_unchanged` and `halt_empty` (non-zero: true). With `drift`
     /// non-null, writes there how far each centroid moved (for [`prune`]).
     ///
     /// # Safety
     /// `sums`: `k × d`; `counts`, `sizes`: `k`; `inv_scales`: `d`; `current`, `next`: `k × d`;
-    /// `changed`: 1; `block_inertia`: `blocks`; `out`: 4; `drift`: `k`.
+    /// `changed`: 1; `block_inertia`: `blocks`; `out`: 4; `drift`: `k`; `parts`:
+    /// [`finalize_small_parts`], zero.
     fn kmeans_finalize_small(params) {
         let FinalizeSmallParams {
             sums,
@@ -646,6 +650,7 @@ finalize_small_entry! {
             halt_unchanged,
             halt_empty,
             drift,
+            parts,
         } = params;
         let (sums, counts, inv_scales, current, next, sizes, changed, block_inertia, out) = (
             sums.as_mut_ptr(),
@@ -678,6 +683,7 @@ finalize_small_entry! {
                 empty: halt_empty != 0,
             },
             drift: drift.as_mut_ptr(),
+            parts: parts.as_mut_ptr(),
         };
         unsafe { finalize(crate::exec::Gpu, crate::launch::REDUCE_BLOCK as usize, f) }
     }

@@ -1,10 +1,10 @@
 //! The update side of the small step: the block's points added to the global fixed-point sums,
-//! and the one-block finalize that turns the sums into means and the step's summary.
+//! and the finalize that turns the sums into means and the step's summary.
 
 use super::halt::{HaltRule, halted};
 use super::prune::f32_up;
 use super::{Smem, Step};
-use crate::exec::{Exec, block_totals};
+use crate::exec::{Exec, block_totals, fence_device, shfl_xor_u64};
 use crate::fixed::{mean, to_fixed, units_at, weighted};
 use crate::launch::BLOCK;
 use crate::math::sqrt_f64;
@@ -183,10 +183,12 @@ unsafe fn exclusive_scan<E: Exec>(
     e.sync();
 }
 
-/// The summary of a small step, in one block of `REDUCE_BLOCK` threads: means of the sums (a
-/// cluster without weight keeps its centroid), cluster weights, `out = [changed, empty clusters,
-/// fixed-point inertia, squared shift]` with the same reductions as `kmeans_summary`; then zeroes
-/// the sums, weights and the changed-label counter for the next step.
+/// The summary of a small step: means of the sums (a cluster without weight keeps its
+/// centroid), cluster weights, `out = [changed, empty clusters, fixed-point inertia, squared
+/// shift]` with the same reductions as `kmeans_summary`; then zeroes the sums, weights and the
+/// changed-label counter for the next step. Each block takes the cells of
+/// [`finalize_centroids`] consecutive centroids and a share of the inertia partials; the last
+/// block to finish adds the blocks' totals up (`parts`).
 #[derive(Clone, Copy)]
 pub struct Finalize {
     pub sums: *mut i64,
@@ -210,41 +212,77 @@ pub struct Finalize {
     /// the cells' squared differences pass through shared memory ([`finalize_shared_bytes`]).
     /// With it, the sums and weights stay for the next step (see `move_changed`).
     pub drift: *mut f32,
+    /// [`finalize_small_parts`]: each block's three totals, then the count of blocks done
+    /// (zero between launches: the last block puts it back).
+    pub parts: *mut u64,
 }
 
-/// The body of `kmeans_finalize_small` (the kernel).
+/// Cells (centroid coordinates) that one block of the finalize takes, about: a multiprocessor
+/// issues the whole finalize of one block, ~100 instructions a cell (the divisions), so a
+/// fit's centroids spread over several blocks.
+pub const FINALIZE_CELLS: usize = 1024;
+
+/// Centroids a block of the finalize takes for `d` dimensions (whole centroids, so that each
+/// centroid's drift is one block's).
+pub const fn finalize_centroids(d: usize) -> usize {
+    let c = FINALIZE_CELLS / if d == 0 { 1 } else { d };
+    if c == 0 { 1 } else { c }
+}
+
+/// Blocks of the finalize for `k` centroids of `d` dimensions.
+pub const fn finalize_small_grid(k: usize, d: usize) -> usize {
+    let g = k.div_ceil(finalize_centroids(d));
+    if g == 0 { 1 } else { g }
+}
+
+/// Words of [`Finalize::parts`] for `k` centroids of `d` dimensions.
+pub const fn finalize_small_parts(k: usize, d: usize) -> usize {
+    3 * finalize_small_grid(k, d) + 1
+}
+
+/// The body of `kmeans_finalize_small` (the kernel): [`finalize_small_grid`] blocks.
 ///
 /// # Safety
-/// One block of `threads` (a multiple of 32 up to 1,024) threads with
+/// [`finalize_small_grid`]`(k, d)` blocks of `threads` (a multiple of 32 up to 1,024) threads with
 /// `finalize_shared_bytes(k, d, !drift.is_null())` of dynamic shared memory; pointers valid for
 /// the sizes.
 #[inline(always)]
 pub unsafe fn finalize<E: Exec>(e: E, threads: usize, f: Finalize) {
-    if unsafe { halted(f.halt) } {
-        return;
-    }
-    let t = e.thread();
+    // Every load that does not depend on another goes out before the first wait: the halt word
+    // (a halted finalize writes nothing, but may read), the changed-label counter (final since
+    // the step), the inertia partials and the first cells.
+    let is_halted = unsafe { halted(f.halt) };
+    let (t, b, grid) = (e.thread(), e.block(), e.grid_dim());
+    let changed = if t == 0 { unsafe { *f.changed } } else { 0 };
     let scratch = e.shared::<u64>();
-    let diffs = unsafe { scratch.add(TOTALS_WORDS).cast::<f32>() };
-    // The blocks' inertia first, so that its loads are in flight beside the cells'.
+    let last_flag = unsafe { scratch.add(TOTALS_WORDS) };
+    let diffs = unsafe { scratch.add(TOTALS_WORDS + 1).cast::<f32>() };
+    let per = finalize_centroids(f.d);
+    let (c0, c1) = (b * per, ((b + 1) * per).min(f.k));
+    // This block's share of the inertia partials.
     let mut inertia = 0i64;
-    let mut b = t;
-    while b < f.blocks {
-        inertia = inertia.wrapping_add(unsafe { *f.block_inertia.add(b) });
-        b += threads;
+    let mut j = b * threads + t;
+    while j < f.blocks {
+        inertia = inertia.wrapping_add(unsafe { *f.block_inertia.add(j) });
+        j += grid * threads;
     }
     let (mut shift, mut empty) = (0.0f64, 0.0f64);
-    // Cells t, t + threads, … in order, their loads issued four cells at a time (one round trip
-    // per four instead of one per cell).
+    // The block's cells t, t + threads, … in order, their loads issued four cells at a time (one
+    // round trip per four instead of one per cell).
     const BATCH: usize = 4;
-    let (cells, d, th) = ((f.k * f.d) as u32, f.d as u32, threads as u32);
-    let mut first = t as u32;
-    while first < cells {
+    let (from, to, d, th) = (
+        (c0 * f.d) as u32,
+        (c1 * f.d) as u32,
+        f.d as u32,
+        threads as u32,
+    );
+    let mut first = from + t as u32;
+    while first < to {
         let cell = |u: usize| first + u as u32 * th;
         let mut loaded = [(0u64, 0f32, 0i64, 0f64); BATCH];
         for (u, l) in loaded.iter_mut().enumerate() {
             let i = cell(u);
-            if i < cells {
+            if i < to {
                 let (c, j) = (i / d, i % d);
                 *l = unsafe {
                     (
@@ -256,9 +294,12 @@ pub unsafe fn finalize<E: Exec>(e: E, threads: usize, f: Finalize) {
                 };
             }
         }
+        if is_halted {
+            return;
+        }
         for (u, &(count, old, sum, inv_scale)) in loaded.iter().enumerate() {
             let i = cell(u);
-            if i < cells {
+            if i < to {
                 let new = if count > 0 {
                     mean(sum, inv_scale, count)
                 } else {
@@ -271,7 +312,7 @@ pub unsafe fn finalize<E: Exec>(e: E, threads: usize, f: Finalize) {
                 let diff = new as f64 - old as f64;
                 shift += diff * diff;
                 if !f.drift.is_null() {
-                    unsafe { *diffs.add(i as usize) = (diff * diff) as f32 };
+                    unsafe { *diffs.add((i - from) as usize) = (diff * diff) as f32 };
                 }
                 if i % d == 0 {
                     unsafe { *f.sizes.add((i / d) as usize) = count };
@@ -281,18 +322,32 @@ pub unsafe fn finalize<E: Exec>(e: E, threads: usize, f: Finalize) {
         }
         first += BATCH as u32 * th;
     }
+    if is_halted {
+        return;
+    }
     if !f.drift.is_null() {
         e.sync();
-        // A cluster per thread; its squared differences were rounded to f32, whence the margin.
-        let mut c = t;
-        while c < f.k {
+        // A centroid per warp, its lanes over the dimensions; the squared differences were
+        // rounded to f32, whence the margin.
+        let (warp, lane) = (t / 32, t % 32);
+        let mut c = c0 + warp;
+        while c < c1 {
             let mut sq = 0.0f64;
-            for j in 0..f.d {
-                sq += unsafe { *diffs.add(c * f.d + j) } as f64;
+            let mut j = lane;
+            while j < f.d {
+                sq += unsafe { *diffs.add((c - c0) * f.d + j) } as f64;
+                j += 32;
             }
-            let moved = sqrt_f64(sq * (1.0 + 1.0 / 1_048_576.0)) * (1.0 + 1.0 / 1_048_576.0);
-            unsafe { *f.drift.add(c) = f32_up(moved) };
-            c += threads;
+            let mut mask = 16;
+            while mask > 0 {
+                sq += f64::from_bits(shfl_xor_u64(e, sq.to_bits(), mask));
+                mask /= 2;
+            }
+            if lane == 0 {
+                let moved = sqrt_f64(sq * (1.0 + 1.0 / 1_048_576.0)) * (1.0 + 1.0 / 1_048_576.0);
+                unsafe { *f.drift.add(c) = f32_up(moved) };
+            }
+            c += threads / 32;
         }
     }
     // The inertia wraps as the blocks' partials do; the shift's order is this kernel's own (the
@@ -302,18 +357,47 @@ pub unsafe fn finalize<E: Exec>(e: E, threads: usize, f: Finalize) {
         _ => (f64::from_bits(a) + f64::from_bits(b)).to_bits(),
     };
     let values = [inertia as u64, shift.to_bits(), empty.to_bits()];
-    let [inertia, shift, empty] = unsafe { block_totals(e, threads, scratch, values, add) };
-    let (inertia, shift, empty) = (inertia as i64, f64::from_bits(shift), f64::from_bits(empty));
-    // Every thread has read the counts (the barriers above); clear them for the next step
-    // (steps with bounds keep them).
-    let mut c = t;
-    while c < f.k && f.drift.is_null() {
+    let mut totals = unsafe { block_totals(e, threads, scratch, values, add) };
+    // Every thread has read the block's counts (the barriers above); clear them for the next
+    // step (steps with bounds keep them).
+    let mut c = c0 + t;
+    while c < c1 && f.drift.is_null() {
         unsafe { *f.counts.add(c) = 0 };
         c += threads;
     }
+    if grid > 1 {
+        // The blocks' totals meet in the last block to finish, which adds them in block order.
+        let done = unsafe { f.parts.add(3 * grid) };
+        if t == 0 {
+            for (w, &v) in totals.iter().enumerate() {
+                unsafe { f.parts.add(3 * b + w).write_volatile(v) };
+            }
+            fence_device();
+            let before = unsafe { AtomicU64::from_ptr(done) }.fetch_add(1, Ordering::Relaxed);
+            unsafe { *last_flag = (before + 1 == grid as u64) as u64 };
+        }
+        e.sync();
+        if unsafe { *last_flag } == 0 {
+            return;
+        }
+        fence_device();
+        let mut parts = [0u64; 3];
+        let mut j = t;
+        while j < grid {
+            for (w, p) in parts.iter_mut().enumerate() {
+                *p = add(w, *p, unsafe { f.parts.add(3 * j + w).read_volatile() });
+            }
+            j += threads;
+        }
+        totals = unsafe { block_totals(e, threads, scratch, parts, add) };
+        if t == 0 {
+            unsafe { done.write_volatile(0) };
+        }
+    }
+    let [inertia, shift, empty] = totals;
+    let (inertia, shift, empty) = (inertia as i64, f64::from_bits(shift), f64::from_bits(empty));
     if t == 0 {
         unsafe {
-            let changed = *f.changed;
             *f.out = changed as f64;
             *f.changed = 0;
             *f.out.add(1) = empty;
@@ -329,8 +413,10 @@ pub unsafe fn finalize<E: Exec>(e: E, threads: usize, f: Finalize) {
 /// Words of [`block_totals`]' scratch for the finalize's three totals.
 const TOTALS_WORDS: usize = 33 * 3;
 
-/// Dynamic shared memory of [`finalize`] for `k × d` cells: [`block_totals`]' scratch, then
-/// with `drift` the cells' squared differences.
+/// Dynamic shared memory of [`finalize`] for `k × d` cells: [`block_totals`]' scratch and the
+/// last block's flag, then with `drift` the squared differences of a block's cells.
 pub const fn finalize_shared_bytes(k: usize, d: usize, drift: bool) -> usize {
-    TOTALS_WORDS * 8 + if drift { k * d * 4 } else { 0 }
+    let per = finalize_centroids(d);
+    let centroids = if k < per { k } else { per };
+    (TOTALS_WORDS + 1) * 8 + if drift { centroids * d * 4 } else { 0 }
 }

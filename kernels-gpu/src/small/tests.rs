@@ -206,6 +206,7 @@ struct Finalized {
     sizes: Vec<u64>,
     out: Vec<f64>,
     halt: [u32; 1],
+    parts: Vec<u64>,
 }
 
 impl Finalized {
@@ -215,11 +216,13 @@ impl Finalized {
             sizes: vec![0; k],
             out: vec![0.0; 4],
             halt: [0],
+            parts: vec![0; finalize_small_parts(k, d)],
         }
     }
 
-    /// Runs the emulated finalize (64 threads) of `step` from centroids `c` under `rule`, with
-    /// the centroids' drifts written to `drift` unless null.
+    /// Runs the emulated finalize ([`finalize_small_grid`] blocks of 64 threads) of `step` from
+    /// centroids `c` under `rule`, with the centroids' drifts written to `drift` unless null;
+    /// the count of blocks done is back at zero after it.
     fn run(&mut self, step: &mut StepOut, c: &[f32], inv: &[f64], rule: HaltRule, drift: *mut f32) {
         let (k, d) = (step.counts.len(), c.len() / step.counts.len());
         let f = Finalize {
@@ -238,14 +241,16 @@ impl Finalized {
             halt: self.halt.as_mut_ptr(),
             rule,
             drift,
+            parts: self.parts.as_mut_ptr(),
         };
         let f = P(&f as *const Finalize as *mut Finalize);
         launch(
-            1,
+            finalize_small_grid(k, d),
             64,
             finalize_shared_bytes(k, d, !drift.is_null()),
             |e| unsafe { finalize(e, 64, *f.get()) },
         );
+        assert_eq!(self.parts.last(), Some(&0), "blocks done, put back");
     }
 }
 
@@ -286,6 +291,7 @@ fn check_finalize(
         sizes,
         out,
         halt,
+        ..
     } = fin;
     let StepOut {
         sums,

@@ -51,7 +51,7 @@ use kernels_gpu::reduce::{
 use kernels_gpu::seeding::WeightScale;
 use kernels_gpu::small::{
     FinalizeSmallParams, KMEANS_FINALIZE_SMALL, SMALL_L1_KERNELS, SMALL_L2_KERNELS, SMALL_STEPS,
-    SmallParams, SmallStep, finalize_shared_bytes,
+    SmallParams, SmallStep, finalize_shared_bytes, finalize_small_grid, finalize_small_parts,
 };
 use kernels_gpu::small::{HaltRule, MODE_ACCUMULATE, MODE_ASSIGN, prune};
 use kernels_gpu::update::sums_fit_shared;
@@ -179,6 +179,8 @@ struct SmallPath {
     kernel: usize,
     sums: Slot<i64>,
     counts: Slot<u64>,
+    /// The finalize's per-block totals and its count of blocks done (zero between launches).
+    finalize_parts: Slot<u64>,
     /// The pruned scan's bounds, on the wide steps for squared L2.
     prune: Option<Pruning>,
 }
@@ -377,6 +379,11 @@ impl<'a> CudaLloyd<'a> {
                 kernel: i,
                 sums: Slot::zeros(gpu, k * d, "cluster sums")?,
                 counts: Slot::zeros(gpu, k, "cluster counts")?,
+                finalize_parts: Slot::zeros(
+                    gpu,
+                    finalize_small_parts(k, d),
+                    "the finalize's block totals",
+                )?,
                 prune: match SMALL_STEPS[i].rows_in_shared() && metric == AssignMetric::SqL2 {
                     true => Some(Pruning {
                         lower: Slot::zeros(gpu, prune::groups(k) * n, "the points' bounds")?,
@@ -521,6 +528,9 @@ impl<'a> CudaLloyd<'a> {
         if let Some(small) = self.small.as_mut() {
             small.sums.park(gpu, false, "cluster sums")?;
             small.counts.park(gpu, false, "cluster counts")?;
+            small
+                .finalize_parts
+                .park(gpu, false, "the finalize's block totals")?;
             if let Some(prune) = small.prune.as_mut() {
                 prune.lower.park(gpu, false, "the points' bounds")?;
                 prune.drift.park(gpu, false, "the centroids' drift")?;
@@ -574,6 +584,9 @@ impl<'a> CudaLloyd<'a> {
         if let Some(small) = self.small.as_mut() {
             small.sums.restore(gpu, "cluster sums")?;
             small.counts.restore(gpu, "cluster counts")?;
+            small
+                .finalize_parts
+                .restore(gpu, "the finalize's block totals")?;
             if let Some(prune) = small.prune.as_mut() {
                 prune.lower.restore(gpu, "the points' bounds")?;
                 prune.drift.restore(gpu, "the centroids' drift")?;
@@ -1015,7 +1028,7 @@ impl<'a> CudaLloyd<'a> {
         };
         self.gpu.launch(
             KMEANS_FINALIZE_SMALL,
-            1,
+            finalize_small_grid(k, d),
             finalize_shared_bytes(k, d, !drift.as_ptr().is_null()),
             FinalizeSmallParams {
                 sums: small.sums.dev_mut()?.writes(k * d),
@@ -1037,6 +1050,10 @@ impl<'a> CudaLloyd<'a> {
                 halt_unchanged: rule.unchanged as u32,
                 halt_empty: rule.empty as u32,
                 drift,
+                parts: small
+                    .finalize_parts
+                    .dev_mut()?
+                    .writes(finalize_small_parts(k, d)),
             },
         )
     }
