@@ -49,7 +49,7 @@ use crate::params::DevPtr;
 use crate::tile::load_vec4s;
 
 /// The `tf32_tile_maxima` entry point (built for sm_80 only, beside its kernel). CPU twin:
-/// [`tile_maxima_of`].
+/// `tile_maxima_of` (test builds).
 pub const TF32_TILE_MAXIMA: Kernel<TileMaximaParams> = Kernel::new("tf32_tile_maxima").only_sm80();
 
 kernel_params! {
@@ -245,7 +245,7 @@ const SCORE_LIMIT: f32 = 8.507_059e37;
 /// maxima `(c_max, q_max, nc_max)` ([`TILE_MAXIMA_WORDS`]): [`error_bound`] is non-decreasing
 /// in each of its non-negative arguments, roundings included, so `Ē ≥ E_c` and
 /// `fl(T_c − Ē) ≤ fl(T_c − E_c) ≤ S_c`. `+∞` where a TF32 score of the tile may not be finite
-/// (`|T| ≤ nc + 2·1.0011·(X + R_x)·C·(1 + 2^-10)` stays below [`SCORE_LIMIT`] otherwise) or the
+/// (`|T| ≤ nc + 2·1.0011·(X + R_x)·C·(1 + 2^-10)` stays below `SCORE_LIMIT` otherwise) or the
 /// bound itself is not: the point's shortlist is not trusted then.
 #[inline(always)]
 pub fn tile_bound(p: f32, x_sum: f32, c_max: f32, q_max: f32, nc_max: f32) -> f32 {

@@ -187,7 +187,7 @@ unsafe fn exclusive_scan<E: Exec>(
 /// centroid), cluster weights, `out = [changed, empty clusters, fixed-point inertia, squared
 /// shift]` with the same reductions as `kmeans_summary`; then zeroes the sums, weights and the
 /// changed-label counter for the next step. Each block takes the cells of
-/// [`finalize_centroids`] consecutive centroids and a share of the inertia partials; the last
+/// `finalize_centroids` consecutive centroids and a share of the inertia partials; the last
 /// block to finish adds the blocks' totals up (`parts`).
 #[derive(Clone, Copy)]
 pub struct Finalize {
