@@ -220,11 +220,11 @@ pub struct Finalize {
 /// Cells (centroid coordinates) that one block of the finalize takes, about: a multiprocessor
 /// issues the whole finalize of one block, ~100 instructions a cell (the divisions), so a
 /// fit's centroids spread over several blocks.
-pub const FINALIZE_CELLS: usize = 1024;
+const FINALIZE_CELLS: usize = 1024;
 
 /// Centroids a block of the finalize takes for `d` dimensions (whole centroids, so that each
 /// centroid's drift is one block's).
-pub const fn finalize_centroids(d: usize) -> usize {
+const fn finalize_centroids(d: usize) -> usize {
     let c = FINALIZE_CELLS / if d == 0 { 1 } else { d };
     if c == 0 { 1 } else { c }
 }
