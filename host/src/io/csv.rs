@@ -317,10 +317,14 @@ pub fn read_labels(path: &Path, opts: &ReadOptions) -> Result<Vec<String>> {
 mod tests {
     use super::*;
 
+    /// A new file ending in `name` holding `text`; every call gets its own path, as tests run
+    /// in parallel threads of one process.
     fn file(name: &str, text: &str) -> std::path::PathBuf {
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         let dir = std::env::temp_dir().join(format!("kmk-csv-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let p = dir.join(name);
+        let call = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let p = dir.join(format!("{call}-{name}"));
         std::fs::write(&p, text).unwrap();
         p
     }
