@@ -48,6 +48,10 @@ fn shapes() -> Vec<Shape> {
         random(2000, 256, 130, 8),
         random(1001, 100, 1, 9),
         random(300, 1, 40_000, 10),
+        // Four dimensions (16-byte staging) over 157 centroid tiles, and one centroid with the
+        // dimensions past the point tile.
+        random(600, 4, 20_000, 11),
+        random(400, 160, 1, 12),
     ];
     // k = n: every point is also a centroid (distance 0 for itself).
     let data = uniform(300, 130, 9);
@@ -174,6 +178,8 @@ fn sanitize_kmeans_tf32() {
         random(130, 129, 3, 33),
         random(70, 160, 20, 34),
         random(200, 1, 40_000, 35),
+        random(100, 4, 40_000, 36),
+        random(150, 132, 129, 37),
     ] {
         check_assignment(gpu, &s);
     }
