@@ -151,6 +151,22 @@ fn emulated_tf32_assign_equals_the_exact_path() {
             .collect()
     };
     check(&far(150 * 3, 8), &far(20 * 3, 9), 3, &[], "large norms");
+    // The same over more centroids than threads (the block-wide pass takes several a thread),
+    // with 16-byte rows and with word rows.
+    check(
+        &far(40 * 36, 12),
+        &far(600 * 36, 13),
+        36,
+        &[],
+        "large norms, k = 600, d = 36",
+    );
+    check(
+        &far(40 * 7, 14),
+        &far(300 * 7, 15),
+        7,
+        &[],
+        "large norms, k = 300, d = 7",
+    );
 }
 
 #[test]
