@@ -317,16 +317,12 @@ pub fn read_labels(path: &Path, opts: &ReadOptions) -> Result<Vec<String>> {
 mod tests {
     use super::*;
 
-    /// A new file ending in `name` holding `text`; every call gets its own path, as tests run
-    /// in parallel threads of one process.
-    fn file(name: &str, text: &str) -> std::path::PathBuf {
-        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-        let dir = std::env::temp_dir().join(format!("kmk-csv-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let call = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let p = dir.join(format!("{call}-{name}"));
-        std::fs::write(&p, text).unwrap();
-        p
+    /// A new file ending in `name` holding `text`, removed when dropped; every call gets its own
+    /// path, as tests run in parallel threads of one process.
+    fn file(name: &str, text: &str) -> tempfile::TempPath {
+        let f = tempfile::Builder::new().suffix(name).tempfile().unwrap();
+        std::fs::write(f.path(), text).unwrap();
+        f.into_temp_path()
     }
 
     #[test]
