@@ -18,6 +18,7 @@
 
 #[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
 use crate::exec::Gpu;
+use crate::knn_tf32::{SCAN_CHUNK_DIMS, WG_CHUNK_BYTES};
 use crate::launch::Kernel;
 use crate::params::DevPtr;
 #[cfg(any(test, all(target_arch = "nvptx64", target_feature = "sm_80")))]
@@ -43,6 +44,14 @@ use {
 pub const KMEANS_ASSIGN_L2_TF32: Kernel<AssignTf32Params> = Kernel::new("kmeans_assign_l2_tf32")
     .only_sm80()
     .min_blocks(2);
+
+/// The `kmeans_assign_l2_tf32_wg` entry point (in `sweep_wgmma`, built for sm_90a only):
+/// `kmeans_assign_l2_tf32` on Hopper's warpgroup `mma`, for `d % 4 == 0`. CPU twin:
+/// `backend::cpu::kmeans::nearest`.
+pub const KMEANS_ASSIGN_L2_TF32_WG: Kernel<AssignTf32Params> =
+    Kernel::new("kmeans_assign_l2_tf32_wg")
+        .only_sm90a()
+        .min_blocks(2);
 
 kernel_params! {
     /// `kmeans_assign_l2_tf32`'s parameters.
@@ -104,6 +113,29 @@ const _: () = assert!(
 /// per point its two error-bound terms ([`bound::RowTerms::point`]).
 pub const fn tf32_shared_bytes() -> usize {
     (TF32_POINTS / 2 * TF32_X_STRIDE + TF32_STAGES * TF32_STAGE_WORDS + 2 * TF32_POINTS) * 4
+}
+
+/// Centroid chunks (of `knn_tf32::SCAN_CHUNK_DIMS` dimensions) in the ring of
+/// `kmeans_assign_l2_tf32_wg`, whose copies run `WG_ASSIGN_STAGES − 2` ahead: three keep two
+/// blocks on a multiprocessor at d = 128.
+pub const WG_ASSIGN_STAGES: usize = 3;
+
+/// Dimensions of the staged point slice of `kmeans_assign_l2_tf32_wg`: all of them, padded to a
+/// chunk, up to `TF32_POINT_DIMS`.
+pub const fn wg_point_dims(d: usize) -> usize {
+    let dp = d.next_multiple_of(SCAN_CHUNK_DIMS);
+    if dp < TF32_POINT_DIMS {
+        dp
+    } else {
+        TF32_POINT_DIMS
+    }
+}
+
+/// Dynamic shared memory of one block of `kmeans_assign_l2_tf32_wg`, in bytes: the point slice
+/// (after the sweep it holds the shortlist merge and the reduction scratch), the centroid ring,
+/// and per point its two error-bound terms.
+pub const fn wg_shared_bytes(d: usize) -> usize {
+    (TF32_POINTS * wg_point_dims(d) + 2 * TF32_POINTS) * 4 + WG_ASSIGN_STAGES * WG_CHUNK_BYTES
 }
 
 /// Blocks of `kmeans_assign_l2_tf32` for `n` points.
@@ -236,19 +268,13 @@ struct Tf32AssignArgs {
 unsafe fn run<const VEC: bool, E: Exec>(e: E, a: Tf32AssignArgs) {
     let Tf32AssignArgs {
         x,
-        x_sq_norms,
         n,
         d,
         centroids,
         c_sq_norms,
         tile_maxima,
         k,
-        labels,
-        min_dist,
-        changed,
-        block_inertia,
-        inertia_scale,
-        weights,
+        ..
     } = a;
     let vec = VEC;
     let t = e.thread();
@@ -276,31 +302,7 @@ unsafe fn run<const VEC: bool, E: Exec>(e: E, a: Tf32AssignArgs) {
     // finite). The sweep's first barrier publishes the row terms.
     let mut lists = [Shortlist::EMPTY; 4];
     let mut trusted = [true; 4];
-    {
-        // Two threads a point row, each a part of its dimensions (the first `split`, a multiple
-        // of 4 so the second part stays 16-byte aligned, and the rest); then the pair's sums.
-        let (row, half) = (t / 2, t % 2);
-        let i = first_point + row;
-        let split = d / 8 * 4;
-        let (from, len) = if half == 0 {
-            (0, split)
-        } else {
-            (split, d - split)
-        };
-        let part = if i < n {
-            unsafe { RowTerms::read(x.add(i * d + from), len, true) }
-        } else {
-            RowTerms::default()
-        };
-        let terms = part.plus(part.map(|v| f64::from_bits(shfl_xor_u64(e, v.to_bits(), 1))));
-        if half == 0 {
-            let (p, x_sum) = terms.point(d, product_coefficient(d));
-            unsafe {
-                *row_p.add(row) = p;
-                *row_x_sum.add(row) = x_sum;
-            }
-        }
-    }
+    unsafe { stage_row_terms(e, x, n, d, first_point, row_p) };
 
     let cs_addr = shared_addr(cs);
     // Prologue: the first TF32_STAGES − 1 centroid chunks, one group each (empty groups past the
@@ -453,7 +455,48 @@ unsafe fn run<const VEC: bool, E: Exec>(e: E, a: Tf32AssignArgs) {
     merge_row(e, l1, trusted[1]);
     merge_row(e, l2, trusted[2]);
     merge_row(e, l3, trusted[3]);
-    // Per (point, warp column): the three lower bounds (and a word unused), then two centroids.
+    let slot = |r: usize| (wm * 32 + (r / 2) * 16 + (r % 2) * 8 + g) * 2 + wn;
+    unsafe { finish::<2, 4, _>(e, &a, first_point, xs, &lists, slot, q == 0) };
+}
+
+/// The end of both TF32 kernels, after the sweep: each point's shortlists (`COLUMNS` of them,
+/// from the warps that swept different centroids; this thread's `lists`, published where
+/// `publish`, list `r` at slot `slot(r)` = point · `COLUMNS` + column) merged, the exact
+/// re-check, then labels, distances and the block's totals. Reuses the point tile `xs`.
+///
+/// # Safety
+/// As the kernels': every thread of the block calls it, after a barrier that ends the sweep.
+#[cfg(any(test, all(target_arch = "nvptx64", target_feature = "sm_80")))]
+#[allow(clippy::manual_is_multiple_of)]
+#[inline(always)]
+unsafe fn finish<const COLUMNS: usize, const R: usize, E: Exec>(
+    e: E,
+    a: &Tf32AssignArgs,
+    first_point: usize,
+    xs: *mut u32,
+    lists: &[Shortlist; R],
+    slot: impl Fn(usize) -> usize,
+    publish: bool,
+) {
+    let Tf32AssignArgs {
+        x,
+        x_sq_norms,
+        n,
+        d,
+        centroids,
+        c_sq_norms,
+        k,
+        labels,
+        min_dist,
+        changed,
+        block_inertia,
+        inertia_scale,
+        weights,
+        ..
+    } = *a;
+    let t = e.thread();
+    let (warp, lane) = (t / 32, t % 32);
+    // Per (point, column): the three lower bounds (and a word unused), then two centroids.
     let merge_bounds = xs.cast::<f32>();
     let merge_index = unsafe { xs.add(TF32_POINTS * 8) };
     let scratch = unsafe { xs.add(TF32_POINTS * 12) }.cast::<f64>();
@@ -465,9 +508,9 @@ unsafe fn run<const VEC: bool, E: Exec>(e: E, a: Tf32AssignArgs) {
     if t < TF32_POINTS / 32 {
         unsafe { *full_points.add(t) = 0 };
     }
-    if q == 0 {
+    if publish {
         for (r, list) in lists.iter().enumerate() {
-            let at = (wm * 32 + (r / 2) * 16 + (r % 2) * 8 + g) * 2 + wn;
+            let at = slot(r);
             unsafe {
                 for e in 0..3 {
                     *merge_bounds.add(at * 4 + e) = list.lower[e];
@@ -486,8 +529,8 @@ unsafe fn run<const VEC: bool, E: Exec>(e: E, a: Tf32AssignArgs) {
     let (p, which) = (t / 2, t % 2);
     let i = first_point + p;
     let mut list = Shortlist::EMPTY;
-    for column in 0..2 {
-        let at = p * 2 + column;
+    for column in 0..COLUMNS {
+        let at = p * COLUMNS + column;
         let mut part = Shortlist::EMPTY;
         unsafe {
             for e in 0..3 {
@@ -600,6 +643,48 @@ unsafe fn run<const VEC: bool, E: Exec>(e: E, a: Tf32AssignArgs) {
             unsafe { block_sum_i64(e, e.block_dim(), scratch.add(BLOCK as usize), dist_sum) };
         if t == 0 {
             unsafe { *block_inertia.add(e.block()) = total };
+        }
+    }
+}
+
+/// Each point's error-bound terms ([`RowTerms::point`]: `p` at `terms[row]`, `X + R_x` at
+/// `terms[TF32_POINTS + row]`; zeros past `n`), two threads a point row.
+///
+/// # Safety
+/// `x` holds `n × d` values; `terms` is `2 · TF32_POINTS` words of shared memory.
+#[cfg(any(test, all(target_arch = "nvptx64", target_feature = "sm_80")))]
+#[inline(always)]
+unsafe fn stage_row_terms<E: Exec>(
+    e: E,
+    x: *const f32,
+    n: usize,
+    d: usize,
+    first_point: usize,
+    terms: *mut f32,
+) {
+    let t = e.thread();
+
+    // Two threads a point row, each a part of its dimensions (the first `split`, a multiple
+    // of 4 so the second part stays 16-byte aligned, and the rest); then the pair's sums.
+    let (row, half) = (t / 2, t % 2);
+    let i = first_point + row;
+    let split = d / 8 * 4;
+    let (from, len) = if half == 0 {
+        (0, split)
+    } else {
+        (split, d - split)
+    };
+    let part = if i < n {
+        unsafe { RowTerms::read(x.add(i * d + from), len, true) }
+    } else {
+        RowTerms::default()
+    };
+    let sums = part.plus(part.map(|v| f64::from_bits(shfl_xor_u64(e, v.to_bits(), 1))));
+    if half == 0 {
+        let (p, x_sum) = sums.point(d, product_coefficient(d));
+        unsafe {
+            *terms.add(row) = p;
+            *terms.add(TF32_POINTS + row) = x_sum;
         }
     }
 }
@@ -839,6 +924,8 @@ pub mod bound;
 #[cfg(test)]
 mod emulated;
 pub mod shortlist;
+#[cfg(all(target_arch = "nvptx64", target_feature = "sm_90a"))]
+mod sweep_wgmma;
 
 #[cfg(test)]
 mod tests {
@@ -869,5 +956,21 @@ mod tests {
             ASSIGN_WIDE.points(),
             "same inertia partials as the exact kernel"
         );
+        // The warpgroup kernel: two blocks at d = 128; the narrowest point slice holds the
+        // merge and scratch; slices are whole chunks and whole swizzle atoms.
+        assert!(2 * (wg_shared_bytes(128) + 1024) <= 228 * 1024);
+        assert!(
+            TF32_POINTS * 2 * 6 * 4 + 2 * BLOCK as usize * 8 + TF32_POINTS * 4 + BLOCK as usize / 4
+                <= TF32_POINTS * wg_point_dims(1) * 4
+        );
+        for d in [1, 4, 32, 100, 128, 256] {
+            assert_eq!(wg_point_dims(d) % SCAN_CHUNK_DIMS, 0);
+            assert!(wg_point_dims(d) <= TF32_POINT_DIMS);
+            assert_eq!(
+                TF32_POINTS * wg_point_dims(d) * 4 % 1024,
+                0,
+                "the ring's atoms aligned"
+            );
+        }
     }
 }

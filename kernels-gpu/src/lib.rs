@@ -129,12 +129,13 @@ pub mod vote;
 use launch::Kernel;
 
 /// Every kernel of the PTX builds, in the order of the twin table above.
-pub const KERNELS: [Kernel; 63] = [
+pub const KERNELS: [Kernel; 64] = [
     assign::KMEANS_ASSIGN_L2_WIDE.erased(),
     assign::KMEANS_ASSIGN_L2_NARROW.erased(),
     assign::KMEANS_ASSIGN_L1_WIDE.erased(),
     assign::KMEANS_ASSIGN_L1_NARROW.erased(),
     assign_tf32::KMEANS_ASSIGN_L2_TF32.erased(),
+    assign_tf32::KMEANS_ASSIGN_L2_TF32_WG.erased(),
     assign_tf32::bound::TF32_TILE_MAXIMA.erased(),
     centroids::KMEANS_CENTROIDS_BY_DIMENSION.erased(),
     update::KMEANS_ACCUMULATE_SHARED.erased(),

@@ -420,7 +420,7 @@ pub(super) unsafe fn push_candidate(a: &Tf32ScanArgs, row: usize, j: usize) {
 /// `src` holds `total × d` values (16-byte aligned rows with `vec`); `xs` holds `TF32_ROWS × xc` words.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-pub(super) unsafe fn stage_queries(
+pub(crate) unsafe fn stage_queries(
     t: usize,
     vec: bool,
     src: *const f32,

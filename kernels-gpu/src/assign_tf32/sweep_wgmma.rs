@@ -1,0 +1,272 @@
+//! `kmeans_assign_l2_tf32_wg`: [`super::kmeans_assign_l2_tf32`] on Hopper's warpgroup `mma`
+//! (sm_90a), with its arguments, outputs and bound, for `d` a multiple of 4.
+//!
+//! The block's two warpgroups own 64 points each of the 128-point tile and every centroid of each
+//! 128-centroid tile. Per centroid chunk (32 dimensions of 128 rows) each issues four `wgmma` of
+//! 64 × 128 × 8 that read both operands from shared memory, so the tensor cores run while the
+//! warps wait for the next chunk — the tile layouts and copies are the kNN prefilter's
+//! (`knn_tf32::scan_wgmma`): points rounded to TF32 when staged, centroids raw, both K-major
+//! with the 128-byte swizzle. The ring holds [`WG_ASSIGN_STAGES`] chunks (two blocks fit a
+//! multiprocessor at d = 128), the copies run one chunk ahead, and a chunk's buffer is refilled
+//! once the products two steps back are done. At a tile's end each thread offers its two points'
+//! 32 lower bounds to their shortlists; after the sweep the four lanes of a point merge and the
+//! exact re-check is the sm_80 kernel's ([`super::finish`]), so labels and distances are the
+//! exact path's, whatever the data.
+
+use super::*;
+use crate::cp_async::{commit, shared_addr, wait_all, wait_group};
+use crate::exec::Gpu;
+use crate::knn_tf32::scan::stage_queries;
+use crate::knn_tf32::scan_wgmma::{stage_chunk, sw128_word};
+use crate::knn_tf32::{SCAN_CHUNK_DIMS, WG_CHUNK_BYTES};
+use crate::wgmma::{self, descriptor_sw128 as sw128, fence_shared_for_async};
+
+/// Chunks the copies run ahead of the products.
+const AHEAD: usize = WG_ASSIGN_STAGES - 2;
+/// Bytes of one block of 32 dimensions of the 128-point tile (128 rows × 128 bytes).
+const K_BLOCK: u32 = (TF32_POINTS * 128) as u32;
+
+assign_tf32_entry! {
+    /// See [`super::kmeans_assign_l2_tf32`]; `d` must be a multiple of 4 and the launch gives
+    /// [`wg_shared_bytes`]`(d)` of dynamic shared memory.
+    ///
+    /// # Safety
+    /// As `kmeans_assign_l2_tf32`, with 16-byte aligned rows (`d % 4 == 0`).
+    fn kmeans_assign_l2_tf32_wg(params) {
+        let AssignTf32Params {
+            x,
+            x_sq_norms,
+            n,
+            d,
+            centroids,
+            c_sq_norms,
+            tile_maxima,
+            k,
+            labels,
+            min_dist,
+            changed,
+            block_inertia,
+            inertia_scale,
+            weights,
+        } = params;
+        let a = Tf32AssignArgs {
+            x: x.as_ptr(),
+            x_sq_norms: x_sq_norms.as_ptr(),
+            n: n as usize,
+            d: (d as usize).max(1),
+            centroids: centroids.as_ptr(),
+            c_sq_norms: c_sq_norms.as_ptr(),
+            tile_maxima: tile_maxima.as_ptr(),
+            k: k as usize,
+            labels: labels.as_mut_ptr(),
+            min_dist: min_dist.as_mut_ptr(),
+            changed: changed.as_mut_ptr(),
+            block_inertia: block_inertia.as_mut_ptr(),
+            inertia_scale,
+            weights: weights.as_ptr(),
+        };
+        unsafe { run(a) }
+    }
+}
+
+/// The sweep of one block: the prologue of copies, then per chunk the wait, the barrier, the
+/// next copy and four `wgmma` per warpgroup, each tile's end offered to the shortlists; then
+/// [`finish`].
+#[inline(always)]
+unsafe fn run(a: Tf32AssignArgs) {
+    let e = Gpu;
+    let t = e.thread();
+    let (warp, lane) = (t / 32, t % 32);
+    let (g, q) = (lane / 4, lane % 4);
+    let first_point = e.block() * TF32_POINTS;
+    let (d, k) = (a.d, a.k);
+    let xc = wg_point_dims(d);
+    let dp = d.next_multiple_of(SCAN_CHUNK_DIMS);
+    let chunks = dp / SCAN_CHUNK_DIMS;
+    let resident = dp <= xc;
+    let tiles = k.div_ceil(TF32_CENTROIDS);
+    let steps = tiles * chunks;
+    let xs = e.shared::<u32>();
+    let xs_addr = shared_addr(xs);
+    let cs_addr = xs_addr + (TF32_POINTS * xc * 4) as u32;
+    // Per point of the block: its error-bound terms `p`, then `X + R_x`, read where a tile is
+    // ranked.
+    let terms =
+        unsafe { xs.add(TF32_POINTS * xc + WG_ASSIGN_STAGES * WG_CHUNK_BYTES / 4) }.cast::<f32>();
+    unsafe { stage_row_terms(e, a.x, a.n, d, first_point, terms) };
+
+    // Prologue: the first AHEAD chunks, one copy group each (empty past the end, so that the
+    // group count stays uniform), then the point slice while they are in flight.
+    for p in 0..AHEAD {
+        if p < steps {
+            let first = (p / chunks) * TF32_CENTROIDS;
+            let j0 = (p % chunks) * SCAN_CHUNK_DIMS;
+            unsafe {
+                stage_chunk(
+                    t,
+                    a.centroids,
+                    k,
+                    d,
+                    first,
+                    j0,
+                    cs_addr + stage_offset(p as u32),
+                )
+            };
+        }
+        commit();
+    }
+    unsafe { stage_queries(t, true, a.x, a.n, d, first_point, 0, dp, xc, xs, sw128_word) };
+    fence_shared_for_async();
+
+    let (chunks, tiles) = (chunks as u32, tiles as u32);
+    let slice_chunks = (xc / SCAN_CHUNK_DIMS) as u32;
+    let ahead = AHEAD as u32;
+    // The next chunk to copy: (tile, chunk of the tile).
+    let mut next = (ahead / chunks, ahead % chunks);
+    // This warpgroup's 64 point rows: 64·wg.. of the tile.
+    let a_rows = xs_addr + (warp / 4) as u32 * 64 * 128;
+    // Step `s`: chunk `kc` of the tile, `in_slice` of the staged point slice. Chunk s has landed
+    // (later ones may be in flight) and is visible to the tensor cores; after the barrier every
+    // product of chunk s − 2 is done (each warpgroup left only its last step's group pending),
+    // so its buffer takes chunk s + AHEAD; then the four products of chunk s (a tile's first
+    // overwrites), and this warpgroup's products of chunk s − 1 are awaited.
+    let step = |s: u32, kc: u32, in_slice: u32, acc: &mut [f32; 64], next: &mut (u32, u32)| {
+        let stage = cs_addr + stage_offset(s);
+        wait_group::<{ AHEAD - 1 }>();
+        fence_shared_for_async();
+        e.sync();
+        if next.0 < tiles {
+            let first = next.0 as usize * TF32_CENTROIDS;
+            let j0 = next.1 as usize * SCAN_CHUNK_DIMS;
+            let dst = cs_addr + stage_offset(s + ahead);
+            unsafe { stage_chunk(t, a.centroids, k, d, first, j0, dst) };
+            next.1 += 1;
+            if next.1 == chunks {
+                *next = (next.0 + 1, 0);
+            }
+        }
+        commit();
+        wgmma::fence(acc);
+        for ks in 0..SCAN_CHUNK_DIMS as u32 / 8 {
+            // Dimensions 8·ks.. of the chunk: 32 bytes into each row (of the point slice, in
+            // block `in_slice`).
+            let da = sw128(a_rows + in_slice * K_BLOCK + 32 * ks);
+            let db = sw128(stage + 32 * ks);
+            unsafe { wgmma::mma_m64n128k8(acc, da, db, kc > 0 || ks > 0) };
+        }
+        wgmma::commit();
+        wgmma::wait::<1>(acc);
+    };
+    // This thread's two points `r` ↔ tile row 16·warp + g + 8·r (`crate::wgmma`'s layout), their
+    // shortlists, and whether each may be trusted (every tile's bound finite).
+    let rows = [0, 1].map(|r| 16 * warp + g + 8 * r);
+    let mut lists = [Shortlist::EMPTY; 2];
+    let mut trusted = [true; 2];
+    // Every edge into a loop's head leaves the products in the same state (none pending at a
+    // slice's start, one in its chunk loop): else ptxas reconciles them by waiting for every
+    // product at each step.
+    let mut acc = [0f32; 64];
+    let mut s = 0u32;
+    for tile in 0..tiles {
+        let mut kc = 0;
+        while kc < chunks {
+            if !resident && s > 0 {
+                // The next slice of the point dimensions: no product reads this one now.
+                e.sync();
+                let j0 = kc as usize * SCAN_CHUNK_DIMS;
+                unsafe {
+                    stage_queries(
+                        t,
+                        true,
+                        a.x,
+                        a.n,
+                        d,
+                        first_point,
+                        j0,
+                        dp,
+                        xc,
+                        xs,
+                        sw128_word,
+                    )
+                };
+                fence_shared_for_async();
+            }
+            let slice_end = chunks.min(kc + slice_chunks);
+            let slice_start = kc;
+            step(s, kc, 0, &mut acc, &mut next);
+            (s, kc) = (s + 1, kc + 1);
+            while kc < slice_end {
+                step(s, kc, kc - slice_start, &mut acc, &mut next);
+                (s, kc) = (s + 1, kc + 1);
+            }
+            wgmma::wait::<0>(&mut acc);
+        }
+        unsafe {
+            offer_tile(
+                &a,
+                tile as usize,
+                q,
+                &acc,
+                rows,
+                terms,
+                &mut lists,
+                &mut trusted,
+            )
+        };
+    }
+    // Only empty groups can be pending; the barrier frees the point tile for the merge.
+    wait_all();
+    e.sync();
+    let [l0, l1] = &mut lists;
+    merge_row(e, l0, trusted[0]);
+    merge_row(e, l1, trusted[1]);
+    unsafe { finish::<1, 2, _>(e, &a, first_point, xs, &lists, |r| rows[r], q == 0) };
+}
+
+/// Byte offset of the ring buffer of chunk `s`.
+#[inline(always)]
+fn stage_offset(s: u32) -> u32 {
+    (s % WG_ASSIGN_STAGES as u32) * WG_CHUNK_BYTES as u32
+}
+
+/// Offers centroid tile `tile`'s lower bounds `T − Ē` to this thread's two shortlists. Element
+/// `acc[4·j + 2·r + h]` is point row `rows[r]` × centroid `tile·128 + 8·j + 2q + h`; centroids
+/// past `k` take a squared norm of `+∞`, so their bounds are `+∞` and never kept.
+///
+/// # Safety
+/// `a`'s norms and maxima are valid for `k` centroids; `terms` holds the block's row terms.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn offer_tile(
+    a: &Tf32AssignArgs,
+    tile: usize,
+    q: usize,
+    acc: &[f32; 64],
+    rows: [usize; 2],
+    terms: *const f32,
+    lists: &mut [Shortlist; 2],
+    trusted: &mut [bool; 2],
+) {
+    let maxima = unsafe { a.tile_maxima.add(tile * TILE_MAXIMA_WORDS) };
+    let [c_max, q_max, nc_max] = [0, 1, 2].map(|w| unsafe { *maxima.add(w) });
+    let mut bounds = [0f32; 2];
+    for r in 0..2 {
+        let (p, x_sum) = unsafe { (*terms.add(rows[r]), *terms.add(TF32_POINTS + rows[r])) };
+        bounds[r] = tile_bound(p, x_sum, c_max, q_max, nc_max);
+        trusted[r] &= bounds[r] < f32::INFINITY;
+    }
+    let base = tile * TF32_CENTROIDS + 2 * q;
+    for j in 0..16 {
+        for h in 0..2 {
+            let c = base + 8 * j + h;
+            let c_sq = if c < a.k {
+                unsafe { *a.c_sq_norms.add(c) }
+            } else {
+                f32::INFINITY
+            };
+            for r in 0..2 {
+                lists[r].insert(l2_score(acc[4 * j + 2 * r + h], c_sq) - bounds[r], c as u32);
+            }
+        }
+    }
+}
