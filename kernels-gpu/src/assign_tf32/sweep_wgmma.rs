@@ -1,5 +1,6 @@
 //! `kmeans_assign_l2_tf32_wg`: [`super::kmeans_assign_l2_tf32`] on Hopper's warpgroup `mma`
-//! (sm_90a), with its arguments, outputs and bound, for `d` a multiple of 4.
+//! (sm_90a), with its arguments, outputs and bound, for `d` a multiple of 4 up to 128 (every
+//! dimension staged once).
 //!
 //! The block's two warpgroups own 64 points each of the 128-point tile and every centroid of each
 //! 128-centroid tile. Per centroid chunk (32 dimensions of 128 rows) each issues four `wgmma` of
@@ -83,7 +84,6 @@ unsafe fn run(a: Tf32AssignArgs) {
     let xc = wg_point_dims(d);
     let dp = d.next_multiple_of(SCAN_CHUNK_DIMS);
     let chunks = dp / SCAN_CHUNK_DIMS;
-    let resident = dp <= xc;
     let tiles = k.div_ceil(TF32_CENTROIDS);
     let steps = tiles * chunks;
     let xs = e.shared::<u32>();
@@ -119,18 +119,17 @@ unsafe fn run(a: Tf32AssignArgs) {
     fence_shared_for_async();
 
     let (chunks, tiles) = (chunks as u32, tiles as u32);
-    let slice_chunks = (xc / SCAN_CHUNK_DIMS) as u32;
     let ahead = AHEAD as u32;
     // The next chunk to copy: (tile, chunk of the tile).
     let mut next = (ahead / chunks, ahead % chunks);
     // This warpgroup's 64 point rows: 64·wg.. of the tile.
     let a_rows = xs_addr + (warp / 4) as u32 * 64 * 128;
-    // Step `s`: chunk `kc` of the tile, `in_slice` of the staged point slice. Chunk s has landed
+    // Step `s`: chunk `kc` of the tile. Chunk s has landed
     // (later ones may be in flight) and is visible to the tensor cores; after the barrier every
     // product of chunk s − 2 is done (each warpgroup left only its last step's group pending),
     // so its buffer takes chunk s + AHEAD; then the four products of chunk s (a tile's first
     // overwrites), and this warpgroup's products of chunk s − 1 are awaited.
-    let step = |s: u32, kc: u32, in_slice: u32, acc: &mut [f32; 64], next: &mut (u32, u32)| {
+    let step = |s: u32, kc: u32, acc: &mut [f32; 64], next: &mut (u32, u32)| {
         let stage = cs_addr + stage_offset(s);
         wait_group::<{ AHEAD - 1 }>();
         fence_shared_for_async();
@@ -148,9 +147,9 @@ unsafe fn run(a: Tf32AssignArgs) {
         commit();
         wgmma::fence(acc);
         for ks in 0..SCAN_CHUNK_DIMS as u32 / 8 {
-            // Dimensions 8·ks.. of the chunk: 32 bytes into each row (of the point slice, in
-            // block `in_slice`).
-            let da = sw128(a_rows + in_slice * K_BLOCK + 32 * ks);
+            // Dimensions 8·ks.. of the chunk: 32 bytes into each row (of the point tile, in
+            // block `kc`).
+            let da = sw128(a_rows + kc * K_BLOCK + 32 * ks);
             let db = sw128(stage + 32 * ks);
             unsafe { wgmma::mma_m64n128k8(acc, da, db, kc > 0 || ks > 0) };
         }
@@ -162,45 +161,19 @@ unsafe fn run(a: Tf32AssignArgs) {
     let rows = [0, 1].map(|r| 16 * warp + g + 8 * r);
     let mut lists = [Shortlist::EMPTY; 2];
     let mut trusted = [true; 2];
-    // Every edge into a loop's head leaves the products in the same state (none pending at a
-    // slice's start, one in its chunk loop): else ptxas reconciles them by waiting for every
-    // product at each step.
+    // No product is pending at a tile's start, one inside its chunk loop (every edge into a
+    // loop's head must leave them in the same state, else ptxas waits for every product at
+    // each step).
     let mut acc = [0f32; 64];
     let mut s = 0u32;
     for tile in 0..tiles {
-        let mut kc = 0;
-        while kc < chunks {
-            if !resident && s > 0 {
-                // The next slice of the point dimensions: no product reads this one now.
-                e.sync();
-                let j0 = kc as usize * SCAN_CHUNK_DIMS;
-                unsafe {
-                    stage_queries(
-                        t,
-                        true,
-                        a.x,
-                        a.n,
-                        d,
-                        first_point,
-                        j0,
-                        dp,
-                        xc,
-                        xs,
-                        sw128_word,
-                    )
-                };
-                fence_shared_for_async();
-            }
-            let slice_end = chunks.min(kc + slice_chunks);
-            let slice_start = kc;
-            step(s, kc, 0, &mut acc, &mut next);
-            (s, kc) = (s + 1, kc + 1);
-            while kc < slice_end {
-                step(s, kc, kc - slice_start, &mut acc, &mut next);
-                (s, kc) = (s + 1, kc + 1);
-            }
-            wgmma::wait::<0>(&mut acc);
+        step(s, 0, &mut acc, &mut next);
+        s += 1;
+        for kc in 1..chunks {
+            step(s, kc, &mut acc, &mut next);
+            s += 1;
         }
+        wgmma::wait::<0>(&mut acc);
         unsafe {
             offer_tile(
                 &a,
