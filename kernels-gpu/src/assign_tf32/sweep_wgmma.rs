@@ -167,6 +167,7 @@ unsafe fn run(a: Tf32AssignArgs) {
     let mut acc = [0f32; 64];
     let mut s = 0u32;
     for tile in 0..tiles {
+        let norms = unsafe { TileNorms::load(&a, tile as usize, lane) };
         step(s, 0, &mut acc, &mut next);
         s += 1;
         for kc in 1..chunks {
@@ -176,9 +177,10 @@ unsafe fn run(a: Tf32AssignArgs) {
         wgmma::wait::<0>(&mut acc);
         unsafe {
             offer_tile(
-                &a,
+                e,
                 tile as usize,
                 q,
+                &norms,
                 &acc,
                 rows,
                 terms,
@@ -202,41 +204,79 @@ fn stage_offset(s: u32) -> u32 {
     (s % WG_ASSIGN_STAGES as u32) * WG_CHUNK_BYTES as u32
 }
 
+/// A centroid tile's squared norms and maxima, a few words a lane: loaded before the tile's
+/// products (global loads may not cross the `wgmma` fences), handed out by shuffles when it is
+/// ranked, so the ranking does not wait on memory.
+struct TileNorms {
+    /// Lane `l`: the squared norms of the tile's centroids `l + 32·m` (`+∞` past `k`).
+    c_sq: [f32; TF32_CENTROIDS / 32],
+    /// Lane `w < TILE_MAXIMA_WORDS`: the tile's maximum `w`.
+    maxima: f32,
+}
+
+impl TileNorms {
+    /// Lane `lane`'s words of tile `tile`.
+    ///
+    /// # Safety
+    /// `a`'s norms and maxima are valid for `k` centroids.
+    #[inline(always)]
+    unsafe fn load(a: &Tf32AssignArgs, tile: usize, lane: usize) -> TileNorms {
+        let c_sq = core::array::from_fn(|m| {
+            let c = tile * TF32_CENTROIDS + lane + 32 * m;
+            if c < a.k {
+                unsafe { *a.c_sq_norms.add(c) }
+            } else {
+                f32::INFINITY
+            }
+        });
+        let maxima = if lane < TILE_MAXIMA_WORDS {
+            unsafe { *a.tile_maxima.add(tile * TILE_MAXIMA_WORDS + lane) }
+        } else {
+            0.0
+        };
+        TileNorms { c_sq, maxima }
+    }
+
+    /// The squared norm of the tile's centroid `c < TF32_CENTROIDS` (`c / 32` the same on every
+    /// lane).
+    #[inline(always)]
+    fn c_sq(&self, e: Gpu, c: usize) -> f32 {
+        f32::from_bits(e.shfl_idx_u32(self.c_sq[c / 32].to_bits(), (c % 32) as u32))
+    }
+}
+
 /// Offers centroid tile `tile`'s lower bounds `T − Ē` to this thread's two shortlists. Element
 /// `acc[4·j + 2·r + h]` is point row `rows[r]` × centroid `tile·128 + 8·j + 2q + h`; centroids
 /// past `k` take a squared norm of `+∞`, so their bounds are `+∞` and never kept.
 ///
 /// # Safety
-/// `a`'s norms and maxima are valid for `k` centroids; `terms` holds the block's row terms.
+/// `terms` holds the block's row terms.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn offer_tile(
-    a: &Tf32AssignArgs,
+    e: Gpu,
     tile: usize,
     q: usize,
+    norms: &TileNorms,
     acc: &[f32; 64],
     rows: [usize; 2],
     terms: *const f32,
     lists: &mut [Shortlist; 2],
     trusted: &mut [bool; 2],
 ) {
-    let maxima = unsafe { a.tile_maxima.add(tile * TILE_MAXIMA_WORDS) };
-    let [c_max, q_max, nc_max] = [0, 1, 2].map(|w| unsafe { *maxima.add(w) });
+    let [c_max, q_max, nc_max] =
+        [0, 1, 2].map(|w| f32::from_bits(e.shfl_idx_u32(norms.maxima.to_bits(), w)));
     let mut bounds = [0f32; 2];
     for r in 0..2 {
         let (p, x_sum) = unsafe { (*terms.add(rows[r]), *terms.add(TF32_POINTS + rows[r])) };
         bounds[r] = tile_bound(p, x_sum, c_max, q_max, nc_max);
         trusted[r] &= bounds[r] < f32::INFINITY;
     }
-    let base = tile * TF32_CENTROIDS + 2 * q;
     for j in 0..16 {
         for h in 0..2 {
-            let c = base + 8 * j + h;
-            let c_sq = if c < a.k {
-                unsafe { *a.c_sq_norms.add(c) }
-            } else {
-                f32::INFINITY
-            };
+            let in_tile = 8 * j + 2 * q + h;
+            let c = tile * TF32_CENTROIDS + in_tile;
+            let c_sq = norms.c_sq(e, in_tile);
             for r in 0..2 {
                 lists[r].insert(l2_score(acc[4 * j + 2 * r + h], c_sq) - bounds[r], c as u32);
             }

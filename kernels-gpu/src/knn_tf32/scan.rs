@@ -462,8 +462,11 @@ pub(crate) unsafe fn stage_queries(
             let e = e0 + u * THREADS;
             if e < total_words {
                 let (r, jj) = (e / per_row, (e % per_row) * w);
-                for (i, &v) in v.iter().enumerate().take(w) {
-                    unsafe { *xs.add(word(r, jj + i, xc)) = to_tf32(v) };
+                // A constant trip count, by reference: else the loads go through local memory.
+                for (i, v) in v.iter().enumerate() {
+                    if i < w {
+                        unsafe { *xs.add(word(r, jj + i, xc)) = to_tf32(*v) };
+                    }
                 }
             }
         }
