@@ -17,9 +17,9 @@
 use super::*;
 use crate::cp_async::{commit, shared_addr, wait_all, wait_group};
 use crate::exec::Gpu;
-use crate::knn_tf32::scan::stage_queries;
 use crate::knn_tf32::scan_wgmma::{stage_chunk, sw128_word};
 use crate::knn_tf32::{SCAN_CHUNK_DIMS, WG_CHUNK_BYTES};
+use crate::tile::{load_vec4s, store_vec4};
 use crate::wgmma::{self, descriptor_sw128 as sw128, fence_shared_for_async};
 
 /// Chunks the copies run ahead of the products.
@@ -93,10 +93,16 @@ unsafe fn run(a: Tf32AssignArgs) {
     // ranked.
     let terms =
         unsafe { xs.add(TF32_POINTS * xc + WG_ASSIGN_STAGES * WG_CHUNK_BYTES / 4) }.cast::<f32>();
-    unsafe { stage_row_terms(e, a.x, a.n, d, first_point, terms) };
 
-    // Prologue: the first AHEAD chunks, one copy group each (empty past the end, so that the
-    // group count stays uniform), then the point slice while they are in flight.
+    // Prologue: the point tile's raw rows, a chunk's layout per 32 dimensions, in one copy
+    // group, then the first AHEAD centroid chunks, a group each (empty past the end, so that
+    // the group count stays uniform); the row terms and the rounding to TF32 once the points
+    // have landed, while the centroids are in flight.
+    for kc in 0..chunks {
+        let dst = xs_addr + kc as u32 * K_BLOCK;
+        unsafe { stage_chunk(t, a.x, a.n, d, first_point, kc * SCAN_CHUNK_DIMS, dst) };
+    }
+    commit();
     for p in 0..AHEAD {
         if p < steps {
             let first = (p / chunks) * TF32_CENTROIDS;
@@ -115,8 +121,9 @@ unsafe fn run(a: Tf32AssignArgs) {
         }
         commit();
     }
-    unsafe { stage_queries(t, true, a.x, a.n, d, first_point, 0, dp, xc, xs, sw128_word) };
-    fence_shared_for_async();
+    wait_group::<AHEAD>();
+    e.sync();
+    unsafe { row_terms_then_round(e, d, xs, terms) };
 
     let (chunks, tiles) = (chunks as u32, tiles as u32);
     let ahead = AHEAD as u32;
@@ -196,6 +203,39 @@ unsafe fn run(a: Tf32AssignArgs) {
     merge_row(e, l0, trusted[0]);
     merge_row(e, l1, trusted[1]);
     unsafe { finish::<1, 2, _>(e, &a, first_point, xs, &lists, |r| rows[r], q == 0) };
+}
+
+/// Each point's error-bound terms, as [`stage_row_terms`] computes them from the rows in global
+/// memory, but from the staged tile; then the tile rounded to TF32 in place. Two threads a row,
+/// each a part of its dimensions (the first `d / 8 · 4` and the rest, in order); each rounds
+/// the words it read, so no barrier separates the two.
+///
+/// # Safety
+/// The raw point tile has landed and is visible; `terms` is `2 · TF32_POINTS` words.
+#[inline(always)]
+unsafe fn row_terms_then_round(e: Gpu, d: usize, xs: *mut u32, terms: *mut f32) {
+    let t = e.thread();
+    let (row, half) = (t / 2, t % 2);
+    let split = d / 8 * 4;
+    let (from, to) = if half == 0 { (0, split) } else { (split, d) };
+    let mut part = RowTerms::default();
+    for j in (from..to).step_by(4) {
+        // Four dimensions share a 16-byte piece of the swizzled row.
+        let quad = unsafe { xs.add(sw128_word(row, j, 0)) }.cast::<f32>();
+        let v: [f32; 4] = unsafe { load_vec4s(quad) };
+        for v in &v {
+            part.add(*v, true);
+        }
+        unsafe { store_vec4(quad, v.map(|v| f32::from_bits(to_tf32(v)))) };
+    }
+    let sums = part.plus(part.map(|v| f64::from_bits(shfl_xor_u64(e, v.to_bits(), 1))));
+    if half == 0 {
+        let (p, x_sum) = sums.point(d, product_coefficient(d));
+        unsafe {
+            *terms.add(row) = p;
+            *terms.add(TF32_POINTS + row) = x_sum;
+        }
+    }
 }
 
 /// Byte offset of the ring buffer of chunk `s`.
