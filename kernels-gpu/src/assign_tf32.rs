@@ -160,66 +160,11 @@ assign_tf32_entry! {
     /// [`tf32_shared_bytes`]`()` of dynamic shared memory.
     #[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
     fn kmeans_assign_l2_tf32(params) {
-        let AssignTf32Params {
-            x,
-            x_sq_norms,
-            n,
-            d,
-            centroids,
-            c_sq_norms,
-            tile_maxima,
-            k,
-            labels,
-            min_dist,
-            changed,
-            block_inertia,
-            inertia_scale,
-            weights,
-        } = params;
-        let (
-            x,
-            x_sq_norms,
-            centroids,
-            c_sq_norms,
-            tile_maxima,
-            labels,
-            min_dist,
-            changed,
-            block_inertia,
-            weights,
-        ) = (
-            x.as_ptr(),
-            x_sq_norms.as_ptr(),
-            centroids.as_ptr(),
-            c_sq_norms.as_ptr(),
-            tile_maxima.as_ptr(),
-            labels.as_mut_ptr(),
-            min_dist.as_mut_ptr(),
-            changed.as_mut_ptr(),
-            block_inertia.as_mut_ptr(),
-            weights.as_ptr(),
-        );
-        let (n, d, k) = (n as usize, (d as usize).max(1), k as usize);
-        let a = Tf32AssignArgs {
-            x,
-            x_sq_norms,
-            n,
-            d,
-            centroids,
-            c_sq_norms,
-            tile_maxima,
-            k,
-            labels,
-            min_dist,
-            changed,
-            block_inertia,
-            inertia_scale,
-            weights,
-        };
+        let a = Tf32AssignArgs::new(params);
         // Rows of `x` and `centroids` start 16-byte aligned when d is a multiple of 4: stage in
         // 16-byte copies then, else one word at a time (two specialisations, so neither keeps the
         // other's addresses live).
-        if d % 4 == 0 {
+        if a.d % 4 == 0 {
             unsafe { run::<true, _>(Gpu, a) }
         } else {
             unsafe { run::<false, _>(Gpu, a) }
@@ -245,6 +190,46 @@ struct Tf32AssignArgs {
     block_inertia: *mut i64,
     inertia_scale: f32,
     weights: *const f32,
+}
+
+#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
+impl Tf32AssignArgs {
+    /// The launch's parameters as pointers and sizes (`d` at least 1).
+    #[inline(always)]
+    fn new(params: AssignTf32Params) -> Tf32AssignArgs {
+        let AssignTf32Params {
+            x,
+            x_sq_norms,
+            n,
+            d,
+            centroids,
+            c_sq_norms,
+            tile_maxima,
+            k,
+            labels,
+            min_dist,
+            changed,
+            block_inertia,
+            inertia_scale,
+            weights,
+        } = params;
+        Tf32AssignArgs {
+            x: x.as_ptr(),
+            x_sq_norms: x_sq_norms.as_ptr(),
+            n: n as usize,
+            d: (d as usize).max(1),
+            centroids: centroids.as_ptr(),
+            c_sq_norms: c_sq_norms.as_ptr(),
+            tile_maxima: tile_maxima.as_ptr(),
+            k: k as usize,
+            labels: labels.as_mut_ptr(),
+            min_dist: min_dist.as_mut_ptr(),
+            changed: changed.as_mut_ptr(),
+            block_inertia: block_inertia.as_mut_ptr(),
+            inertia_scale,
+            weights: weights.as_ptr(),
+        }
+    }
 }
 
 /// The kernel body, in four steps: the prologue (the first `TF32_STAGES − 1` centroid chunks in

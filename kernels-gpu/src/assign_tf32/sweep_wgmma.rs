@@ -34,38 +34,7 @@ assign_tf32_entry! {
     /// # Safety
     /// As `kmeans_assign_l2_tf32`, with 16-byte aligned rows (`d % 4 == 0`).
     fn kmeans_assign_l2_tf32_wg(params) {
-        let AssignTf32Params {
-            x,
-            x_sq_norms,
-            n,
-            d,
-            centroids,
-            c_sq_norms,
-            tile_maxima,
-            k,
-            labels,
-            min_dist,
-            changed,
-            block_inertia,
-            inertia_scale,
-            weights,
-        } = params;
-        let a = Tf32AssignArgs {
-            x: x.as_ptr(),
-            x_sq_norms: x_sq_norms.as_ptr(),
-            n: n as usize,
-            d: (d as usize).max(1),
-            centroids: centroids.as_ptr(),
-            c_sq_norms: c_sq_norms.as_ptr(),
-            tile_maxima: tile_maxima.as_ptr(),
-            k: k as usize,
-            labels: labels.as_mut_ptr(),
-            min_dist: min_dist.as_mut_ptr(),
-            changed: changed.as_mut_ptr(),
-            block_inertia: block_inertia.as_mut_ptr(),
-            inertia_scale,
-            weights: weights.as_ptr(),
-        };
+        let a = Tf32AssignArgs::new(params);
         unsafe { run(a) }
     }
 }
