@@ -52,10 +52,16 @@ fn shapes() -> Vec<Shape> {
         // dimensions past the point tile.
         random(600, 4, 20_000, 11),
         random(400, 160, 1, 12),
+        // Hopper's warpgroup kernel (d a multiple of 4 up to 128): k = 1 over a last block of
+        // one point, and nine pieces of 4 dimensions in a chunk padded to 32.
+        random(129, 4, 1, 13),
+        random(1000, 36, 260, 14),
     ];
-    // k = n: every point is also a centroid (distance 0 for itself).
+    // k = n: every point is also a centroid (distance 0 for itself), on both kernels.
     let data = uniform(300, 130, 9);
     v.push(shape("k=n=300 d=130", data.clone(), 130, data));
+    let data = uniform(300, 12, 10);
+    v.push(shape("k=n=300 d=12", data.clone(), 12, data));
     // Integer lattices: duplicate points and exact distance ties between centroids, which the
     // exact re-check must resolve to the lowest index like the CPU.
     for (n, d, k, levels) in [
@@ -164,9 +170,9 @@ fn tf32_fits_equal_exact() {
     }
 }
 
-/// Small shapes through every path of the TF32 kernel (word and 16-byte staging, several
-/// centroid tiles, dimensions past the point tile); the GPU bundle runs this under
-/// compute-sanitizer.
+/// Small shapes through every path of both TF32 kernels (word and 16-byte staging, several
+/// centroid tiles, dimensions past the point tile; on Hopper the warpgroup kernel for d a
+/// multiple of 4 up to 128); the GPU bundle runs this under compute-sanitizer.
 #[test]
 fn sanitize_kmeans_tf32() {
     let Some(gpu) = gpu("sanitize_kmeans_tf32") else {
@@ -180,6 +186,8 @@ fn sanitize_kmeans_tf32() {
         random(200, 1, 40_000, 35),
         random(100, 4, 40_000, 36),
         random(150, 132, 129, 37),
+        random(130, 128, 200, 38),
+        random(140, 36, 130, 39),
     ] {
         check_assignment(gpu, &s);
     }

@@ -18,6 +18,7 @@
 
 #[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
 use crate::exec::Gpu;
+use crate::knn_tf32::{SCAN_CHUNK_DIMS, WG_CHUNK_BYTES};
 use crate::launch::Kernel;
 use crate::params::DevPtr;
 #[cfg(any(test, all(target_arch = "nvptx64", target_feature = "sm_80")))]
@@ -43,6 +44,15 @@ use {
 pub const KMEANS_ASSIGN_L2_TF32: Kernel<AssignTf32Params> = Kernel::new("kmeans_assign_l2_tf32")
     .only_sm80()
     .min_blocks(2);
+
+/// The `kmeans_assign_l2_tf32_wg` entry point (in `sweep_wgmma`, built for sm_90a only):
+/// `kmeans_assign_l2_tf32` on Hopper's warpgroup `mma`, for `d % 4 == 0` and `d ≤
+/// TF32_POINT_DIMS`. CPU twin:
+/// `backend::cpu::kmeans::nearest`.
+pub const KMEANS_ASSIGN_L2_TF32_WG: Kernel<AssignTf32Params> =
+    Kernel::new("kmeans_assign_l2_tf32_wg")
+        .only_sm90a()
+        .min_blocks(2);
 
 kernel_params! {
     /// `kmeans_assign_l2_tf32`'s parameters.
@@ -106,6 +116,25 @@ pub const fn tf32_shared_bytes() -> usize {
     (TF32_POINTS / 2 * TF32_X_STRIDE + TF32_STAGES * TF32_STAGE_WORDS + 2 * TF32_POINTS) * 4
 }
 
+/// Centroid chunks (of `knn_tf32::SCAN_CHUNK_DIMS` dimensions) in the ring of
+/// `kmeans_assign_l2_tf32_wg`, whose copies run `WG_ASSIGN_STAGES − 2` ahead: three keep two
+/// blocks on a multiprocessor at d = 128.
+pub const WG_ASSIGN_STAGES: usize = 3;
+
+/// Dimensions of the staged point tile of `kmeans_assign_l2_tf32_wg`: all of them, padded to a
+/// chunk. The kernel takes `d ≤ TF32_POINT_DIMS` only (restaging slices inside its sweep would
+/// keep the slice's loads live beside the accumulators: ptxas spilled at 128 registers).
+pub const fn wg_point_dims(d: usize) -> usize {
+    d.next_multiple_of(SCAN_CHUNK_DIMS)
+}
+
+/// Dynamic shared memory of one block of `kmeans_assign_l2_tf32_wg`, in bytes: the point slice
+/// (after the sweep it holds the shortlist merge and the reduction scratch), the centroid ring,
+/// and per point its two error-bound terms.
+pub const fn wg_shared_bytes(d: usize) -> usize {
+    (TF32_POINTS * wg_point_dims(d) + 2 * TF32_POINTS) * 4 + WG_ASSIGN_STAGES * WG_CHUNK_BYTES
+}
+
 /// Blocks of `kmeans_assign_l2_tf32` for `n` points.
 pub const fn tf32_grid(n: usize) -> usize {
     n.div_ceil(TF32_POINTS)
@@ -131,66 +160,11 @@ assign_tf32_entry! {
     /// [`tf32_shared_bytes`]`()` of dynamic shared memory.
     #[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
     fn kmeans_assign_l2_tf32(params) {
-        let AssignTf32Params {
-            x,
-            x_sq_norms,
-            n,
-            d,
-            centroids,
-            c_sq_norms,
-            tile_maxima,
-            k,
-            labels,
-            min_dist,
-            changed,
-            block_inertia,
-            inertia_scale,
-            weights,
-        } = params;
-        let (
-            x,
-            x_sq_norms,
-            centroids,
-            c_sq_norms,
-            tile_maxima,
-            labels,
-            min_dist,
-            changed,
-            block_inertia,
-            weights,
-        ) = (
-            x.as_ptr(),
-            x_sq_norms.as_ptr(),
-            centroids.as_ptr(),
-            c_sq_norms.as_ptr(),
-            tile_maxima.as_ptr(),
-            labels.as_mut_ptr(),
-            min_dist.as_mut_ptr(),
-            changed.as_mut_ptr(),
-            block_inertia.as_mut_ptr(),
-            weights.as_ptr(),
-        );
-        let (n, d, k) = (n as usize, (d as usize).max(1), k as usize);
-        let a = Tf32AssignArgs {
-            x,
-            x_sq_norms,
-            n,
-            d,
-            centroids,
-            c_sq_norms,
-            tile_maxima,
-            k,
-            labels,
-            min_dist,
-            changed,
-            block_inertia,
-            inertia_scale,
-            weights,
-        };
+        let a = Tf32AssignArgs::new(params);
         // Rows of `x` and `centroids` start 16-byte aligned when d is a multiple of 4: stage in
         // 16-byte copies then, else one word at a time (two specialisations, so neither keeps the
         // other's addresses live).
-        if d % 4 == 0 {
+        if a.d % 4 == 0 {
             unsafe { run::<true, _>(Gpu, a) }
         } else {
             unsafe { run::<false, _>(Gpu, a) }
@@ -218,6 +192,46 @@ struct Tf32AssignArgs {
     weights: *const f32,
 }
 
+#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
+impl Tf32AssignArgs {
+    /// The launch's parameters as pointers and sizes (`d` at least 1).
+    #[inline(always)]
+    fn new(params: AssignTf32Params) -> Tf32AssignArgs {
+        let AssignTf32Params {
+            x,
+            x_sq_norms,
+            n,
+            d,
+            centroids,
+            c_sq_norms,
+            tile_maxima,
+            k,
+            labels,
+            min_dist,
+            changed,
+            block_inertia,
+            inertia_scale,
+            weights,
+        } = params;
+        Tf32AssignArgs {
+            x: x.as_ptr(),
+            x_sq_norms: x_sq_norms.as_ptr(),
+            n: n as usize,
+            d: (d as usize).max(1),
+            centroids: centroids.as_ptr(),
+            c_sq_norms: c_sq_norms.as_ptr(),
+            tile_maxima: tile_maxima.as_ptr(),
+            k: k as usize,
+            labels: labels.as_mut_ptr(),
+            min_dist: min_dist.as_mut_ptr(),
+            changed: changed.as_mut_ptr(),
+            block_inertia: block_inertia.as_mut_ptr(),
+            inertia_scale,
+            weights: weights.as_ptr(),
+        }
+    }
+}
+
 /// The kernel body, in four steps: the prologue (the first `TF32_STAGES − 1` centroid chunks in
 /// flight, the point tile staged), the sweep (one `mma` step per centroid chunk, each finished
 /// tile offered to every row's shortlist), the merge of the shortlists of the lanes and warp
@@ -236,19 +250,13 @@ struct Tf32AssignArgs {
 unsafe fn run<const VEC: bool, E: Exec>(e: E, a: Tf32AssignArgs) {
     let Tf32AssignArgs {
         x,
-        x_sq_norms,
         n,
         d,
         centroids,
         c_sq_norms,
         tile_maxima,
         k,
-        labels,
-        min_dist,
-        changed,
-        block_inertia,
-        inertia_scale,
-        weights,
+        ..
     } = a;
     let vec = VEC;
     let t = e.thread();
@@ -276,31 +284,7 @@ unsafe fn run<const VEC: bool, E: Exec>(e: E, a: Tf32AssignArgs) {
     // finite). The sweep's first barrier publishes the row terms.
     let mut lists = [Shortlist::EMPTY; 4];
     let mut trusted = [true; 4];
-    {
-        // Two threads a point row, each a part of its dimensions (the first `split`, a multiple
-        // of 4 so the second part stays 16-byte aligned, and the rest); then the pair's sums.
-        let (row, half) = (t / 2, t % 2);
-        let i = first_point + row;
-        let split = d / 8 * 4;
-        let (from, len) = if half == 0 {
-            (0, split)
-        } else {
-            (split, d - split)
-        };
-        let part = if i < n {
-            unsafe { RowTerms::read(x.add(i * d + from), len, true) }
-        } else {
-            RowTerms::default()
-        };
-        let terms = part.plus(part.map(|v| f64::from_bits(shfl_xor_u64(e, v.to_bits(), 1))));
-        if half == 0 {
-            let (p, x_sum) = terms.point(d, product_coefficient(d));
-            unsafe {
-                *row_p.add(row) = p;
-                *row_x_sum.add(row) = x_sum;
-            }
-        }
-    }
+    unsafe { stage_row_terms(e, x, n, d, first_point, row_p) };
 
     let cs_addr = shared_addr(cs);
     // Prologue: the first TF32_STAGES − 1 centroid chunks, one group each (empty groups past the
@@ -453,7 +437,48 @@ unsafe fn run<const VEC: bool, E: Exec>(e: E, a: Tf32AssignArgs) {
     merge_row(e, l1, trusted[1]);
     merge_row(e, l2, trusted[2]);
     merge_row(e, l3, trusted[3]);
-    // Per (point, warp column): the three lower bounds (and a word unused), then two centroids.
+    let slot = |r: usize| (wm * 32 + (r / 2) * 16 + (r % 2) * 8 + g) * 2 + wn;
+    unsafe { finish::<2, 4, 1, _>(e, &a, first_point, xs, &lists, slot, q == 0) };
+}
+
+/// The end of both TF32 kernels, after the sweep: each point's shortlists (`COLUMNS` of them,
+/// from the warps that swept different centroids; this thread's `lists`, published where
+/// `publish`, list `r` at slot `slot(r)` = point · `COLUMNS` + column) merged, the exact
+/// re-check, then labels, distances and the block's totals. Reuses the point tile `xs`.
+///
+/// # Safety
+/// As the kernels': every thread of the block calls it, after a barrier that ends the sweep.
+#[cfg(any(test, all(target_arch = "nvptx64", target_feature = "sm_80")))]
+#[allow(clippy::manual_is_multiple_of)]
+#[inline(always)]
+unsafe fn finish<const COLUMNS: usize, const R: usize, const BATCH: usize, E: Exec>(
+    e: E,
+    a: &Tf32AssignArgs,
+    first_point: usize,
+    xs: *mut u32,
+    lists: &[Shortlist; R],
+    slot: impl Fn(usize) -> usize,
+    publish: bool,
+) {
+    let Tf32AssignArgs {
+        x,
+        x_sq_norms,
+        n,
+        d,
+        centroids,
+        c_sq_norms,
+        k,
+        labels,
+        min_dist,
+        changed,
+        block_inertia,
+        inertia_scale,
+        weights,
+        ..
+    } = *a;
+    let t = e.thread();
+    let (warp, lane) = (t / 32, t % 32);
+    // Per (point, column): the three lower bounds (and a word unused), then two centroids.
     let merge_bounds = xs.cast::<f32>();
     let merge_index = unsafe { xs.add(TF32_POINTS * 8) };
     let scratch = unsafe { xs.add(TF32_POINTS * 12) }.cast::<f64>();
@@ -465,9 +490,9 @@ unsafe fn run<const VEC: bool, E: Exec>(e: E, a: Tf32AssignArgs) {
     if t < TF32_POINTS / 32 {
         unsafe { *full_points.add(t) = 0 };
     }
-    if q == 0 {
+    if publish {
         for (r, list) in lists.iter().enumerate() {
-            let at = (wm * 32 + (r / 2) * 16 + (r % 2) * 8 + g) * 2 + wn;
+            let at = slot(r);
             unsafe {
                 for e in 0..3 {
                     *merge_bounds.add(at * 4 + e) = list.lower[e];
@@ -486,8 +511,8 @@ unsafe fn run<const VEC: bool, E: Exec>(e: E, a: Tf32AssignArgs) {
     let (p, which) = (t / 2, t % 2);
     let i = first_point + p;
     let mut list = Shortlist::EMPTY;
-    for column in 0..2 {
-        let at = p * 2 + column;
+    for column in 0..COLUMNS {
+        let at = p * COLUMNS + column;
         let mut part = Shortlist::EMPTY;
         unsafe {
             for e in 0..3 {
@@ -506,7 +531,7 @@ unsafe fn run<const VEC: bool, E: Exec>(e: E, a: Tf32AssignArgs) {
     };
     if i < n && cand != u32::MAX {
         let c = cand as usize;
-        let dot = unsafe { exact_dot(x.add(i * d), centroids.add(c * d), d) };
+        let dot = unsafe { exact_dot::<BATCH>(x.add(i * d), centroids.add(c * d), d) };
         (best, label) = (l2_score(dot, unsafe { *c_sq_norms.add(c) }), cand);
     }
     let (other_best, other) = (shfl_xor_f32(e, best, 1), e.shfl_xor_u32(label, 1));
@@ -530,7 +555,7 @@ unsafe fn run<const VEC: bool, E: Exec>(e: E, a: Tf32AssignArgs) {
             let (mut fb, mut fl) = (f32::INFINITY, u32::MAX);
             let mut c = t;
             while c < k {
-                let dot = unsafe { exact_dot(row, centroids.add(c * d), d) };
+                let dot = unsafe { exact_dot::<BATCH>(row, centroids.add(c * d), d) };
                 let score = l2_score(dot, unsafe { *c_sq_norms.add(c) });
                 if better(score, c as u32, fb, fl) {
                     (fb, fl) = (score, c as u32);
@@ -604,21 +629,80 @@ unsafe fn run<const VEC: bool, E: Exec>(e: E, a: Tf32AssignArgs) {
     }
 }
 
-/// The CPU's dot product: dimension order, one single-rounding FMA per dimension.
+/// Each point's error-bound terms ([`RowTerms::point`]: `p` at `terms[row]`, `X + R_x` at
+/// `terms[TF32_POINTS + row]`; zeros past `n`), two threads a point row.
+///
+/// # Safety
+/// `x` holds `n × d` values; `terms` is `2 · TF32_POINTS` words of shared memory.
+#[cfg(any(test, all(target_arch = "nvptx64", target_feature = "sm_80")))]
+#[inline(always)]
+unsafe fn stage_row_terms<E: Exec>(
+    e: E,
+    x: *const f32,
+    n: usize,
+    d: usize,
+    first_point: usize,
+    terms: *mut f32,
+) {
+    let t = e.thread();
+
+    // Two threads a point row, each a part of its dimensions (the first `split`, a multiple
+    // of 4 so the second part stays 16-byte aligned, and the rest); then the pair's sums.
+    let (row, half) = (t / 2, t % 2);
+    let i = first_point + row;
+    let split = d / 8 * 4;
+    let (from, len) = if half == 0 {
+        (0, split)
+    } else {
+        (split, d - split)
+    };
+    let part = if i < n {
+        unsafe { RowTerms::read(x.add(i * d + from), len, true) }
+    } else {
+        RowTerms::default()
+    };
+    let sums = part.plus(part.map(|v| f64::from_bits(shfl_xor_u64(e, v.to_bits(), 1))));
+    if half == 0 {
+        let (p, x_sum) = sums.point(d, product_coefficient(d));
+        unsafe {
+            *terms.add(row) = p;
+            *terms.add(TF32_POINTS + row) = x_sum;
+        }
+    }
+}
+
+/// The CPU's dot product: dimension order, one single-rounding FMA per dimension. With 16-byte
+/// rows, `BATCH > 1` loads `BATCH` pieces of 4 dimensions of each row before their FMAs (fewer
+/// memory round trips a chain, more registers: the warpgroup kernel has them to spare after its
+/// sweep, the sm_80 kernel does not).
 ///
 /// # Safety
 /// `x` and `c` are valid for `d` values.
 #[cfg(any(test, all(target_arch = "nvptx64", target_feature = "sm_80")))]
 #[allow(clippy::manual_is_multiple_of)]
 #[inline(always)]
-unsafe fn exact_dot(x: *const f32, c: *const f32, d: usize) -> f32 {
+unsafe fn exact_dot<const BATCH: usize>(x: *const f32, c: *const f32, d: usize) -> f32 {
     #[repr(C, align(16))]
     #[derive(Clone, Copy)]
     struct V4([f32; 4]);
     let mut acc = 0.0;
     if d % 4 == 0 && (x as usize) % 16 == 0 && (c as usize) % 16 == 0 {
         let (xv, cv) = (x.cast::<V4>(), c.cast::<V4>());
-        for h in 0..d / 4 {
+        let mut first = 0;
+        if BATCH > 1 {
+            while first + BATCH <= d / 4 {
+                let pieces: [(V4, V4); BATCH] =
+                    core::array::from_fn(|u| unsafe { (*xv.add(first + u), *cv.add(first + u)) });
+                // By reference: an array iterated by value stays in local memory.
+                for (V4(a), V4(b)) in &pieces {
+                    for j in 0..4 {
+                        acc = assign_step(AssignMetric::SqL2, acc, a[j], b[j]);
+                    }
+                }
+                first += BATCH;
+            }
+        }
+        for h in first..d / 4 {
             let (V4(a), V4(b)) = unsafe { (*xv.add(h), *cv.add(h)) };
             for j in 0..4 {
                 acc = assign_step(AssignMetric::SqL2, acc, a[j], b[j]);
@@ -839,6 +923,8 @@ pub mod bound;
 #[cfg(test)]
 mod emulated;
 pub mod shortlist;
+#[cfg(all(target_arch = "nvptx64", target_feature = "sm_90a"))]
+mod sweep_wgmma;
 
 #[cfg(test)]
 mod tests {
@@ -869,5 +955,21 @@ mod tests {
             ASSIGN_WIDE.points(),
             "same inertia partials as the exact kernel"
         );
+        // The warpgroup kernel: two blocks at d = 128; the narrowest point slice holds the
+        // merge and scratch; slices are whole chunks and whole swizzle atoms.
+        assert!(2 * (wg_shared_bytes(128) + 1024) <= 228 * 1024);
+        assert!(
+            TF32_POINTS * 2 * 6 * 4 + 2 * BLOCK as usize * 8 + TF32_POINTS * 4 + BLOCK as usize / 4
+                <= TF32_POINTS * wg_point_dims(1) * 4
+        );
+        for d in [1, 4, 32, 100, 128] {
+            assert_eq!(wg_point_dims(d) % SCAN_CHUNK_DIMS, 0);
+            assert!(wg_point_dims(d) <= TF32_POINT_DIMS);
+            assert_eq!(
+                TF32_POINTS * wg_point_dims(d) * 4 % 1024,
+                0,
+                "the ring's atoms aligned"
+            );
+        }
     }
 }

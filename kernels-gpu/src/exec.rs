@@ -27,6 +27,8 @@ pub trait Exec: Copy {
     /// `v` of lane `lane ^ mask` of this warp (`shfl.sync.bfly`); every lane of the warp calls
     /// it with the same `mask < 32`.
     fn shfl_xor_u32(self, v: u32, mask: u32) -> u32;
+    /// `v` of lane `src < 32` of this warp (`shfl.sync.idx`); every lane of the warp calls it.
+    fn shfl_idx_u32(self, v: u32, src: u32) -> u32;
     /// `acc += a · b` for one `m16n8k8` TF32 tile with FP32 accumulation (`mma.sync`), warp-wide;
     /// the fragment layout is in [`mma_fragments`]. Every lane of the warp calls it.
     #[cfg(any(not(target_arch = "nvptx64"), target_feature = "sm_80"))]
@@ -325,6 +327,16 @@ impl Exec for Gpu {
         };
         r
     }
+    #[inline(always)]
+    fn shfl_idx_u32(self, v: u32, src: u32) -> u32 {
+        let r: u32;
+        // SAFETY: register-only; every lane of the warp executes it (full member mask).
+        unsafe {
+            core::arch::asm!("shfl.sync.idx.b32 {r}, {v}, {s}, 31, -1;", r = out(reg32) r,
+                v = in(reg32) v, s = in(reg32) src, options(nomem, nostack))
+        };
+        r
+    }
     #[cfg(target_feature = "sm_80")]
     #[inline(always)]
     fn mma_tf32(self, acc: &mut [f32; 4], a: [u32; 4], b: [u32; 2]) {
@@ -419,6 +431,10 @@ pub(crate) mod emu {
         fn shfl_xor_u32(self, v: u32, mask: u32) -> u32 {
             assert!(mask < 32, "shuffle mask {mask}");
             self.warp.exchange(self.lane(), &[v])[self.lane() ^ mask as usize][0]
+        }
+        fn shfl_idx_u32(self, v: u32, src: u32) -> u32 {
+            assert!(src < 32, "shuffle source lane {src}");
+            self.warp.exchange(self.lane(), &[v])[src as usize][0]
         }
         /// The tensor core's contract: operands read as TF32 (the low 13 bits of each word
         /// ignored), exact products, FP32 sums. The order of the sums is the hardware's own and

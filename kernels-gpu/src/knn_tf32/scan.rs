@@ -420,7 +420,7 @@ pub(super) unsafe fn push_candidate(a: &Tf32ScanArgs, row: usize, j: usize) {
 /// `src` holds `total × d` values (16-byte aligned rows with `vec`); `xs` holds `TF32_ROWS × xc` words.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-pub(super) unsafe fn stage_queries(
+pub(crate) unsafe fn stage_queries(
     t: usize,
     vec: bool,
     src: *const f32,
@@ -462,8 +462,11 @@ pub(super) unsafe fn stage_queries(
             let e = e0 + u * THREADS;
             if e < total_words {
                 let (r, jj) = (e / per_row, (e % per_row) * w);
-                for (i, &v) in v.iter().enumerate().take(w) {
-                    unsafe { *xs.add(word(r, jj + i, xc)) = to_tf32(v) };
+                // A constant trip count, by reference: else the loads go through local memory.
+                for (i, v) in v.iter().enumerate() {
+                    if i < w {
+                        unsafe { *xs.add(word(r, jj + i, xc)) = to_tf32(*v) };
+                    }
                 }
             }
         }

@@ -275,7 +275,7 @@ unsafe fn epilogue(a: &Tf32ScanArgs, tile: usize, qq: usize, acc: &[f32; 64], q:
 /// # Safety
 /// `x` holds `n × d` values in 16-byte aligned rows (`d % 4 == 0`).
 #[inline(always)]
-unsafe fn stage_chunk(
+pub(crate) unsafe fn stage_chunk(
     t: usize,
     x: *const f32,
     n: usize,

@@ -31,7 +31,10 @@ use kernels_gpu::assign::{
 use kernels_gpu::assign_tf32::bound::{
     TF32_TILE_MAXIMA, TILE_MAXIMA_SHARED_BYTES, TILE_MAXIMA_WORDS, TileMaximaParams,
 };
-use kernels_gpu::assign_tf32::{AssignTf32Params, KMEANS_ASSIGN_L2_TF32, tf32_shared_bytes};
+use kernels_gpu::assign_tf32::{
+    AssignTf32Params, KMEANS_ASSIGN_L2_TF32, KMEANS_ASSIGN_L2_TF32_WG, TF32_POINT_DIMS,
+    tf32_shared_bytes, wg_shared_bytes,
+};
 use kernels_gpu::assign_tf32::{tf32_grid, tf32_tiles};
 use kernels_gpu::centroids::{
     CentroidsByDimensionParams, KMEANS_CENTROIDS_BY_DIMENSION,
@@ -738,11 +741,21 @@ impl<'a> CudaLloyd<'a> {
                 },
             )?;
             debug_assert!(!accumulate, "the TF32 kernel does not accumulate");
+            // Hopper's warpgroup kernel reads 16-byte pieces of the rows and stages every
+            // dimension once, and only the sm_90 cubin has it.
+            let (kernel, shared) = if d.is_multiple_of(4)
+                && d <= TF32_POINT_DIMS
+                && gpu.has_function(KMEANS_ASSIGN_L2_TF32_WG.name)
+            {
+                (KMEANS_ASSIGN_L2_TF32_WG, wg_shared_bytes(d))
+            } else {
+                (KMEANS_ASSIGN_L2_TF32, tf32_shared_bytes())
+            };
             let grid = tf32_grid(n);
             return gpu.launch(
-                KMEANS_ASSIGN_L2_TF32,
+                kernel,
                 grid,
-                tf32_shared_bytes(),
+                shared,
                 AssignTf32Params {
                     x: on_device(&self.x)?.reads(n * d),
                     x_sq_norms: self.x_sq_norms.dev()?.reads(n),
