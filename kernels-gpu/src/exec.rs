@@ -598,17 +598,18 @@ pub(crate) mod emu {
         use super::*;
         use crate::exec::block_totals;
 
-        /// Shuffles reach the partner lane, and the emulated `mma` is the 16 × 8 × 8 product of
+        /// Shuffles reach the partner lane (by mask and by index), and the emulated `mma` is the 16 × 8 × 8 product of
         /// the PTX layout (checked on small integers, whose sums are exact in any order).
         #[test]
         fn warp_instructions_follow_the_ptx_layout() {
             let a = |r: usize, k: usize| (r * 8 + k) as f32 - 50.0;
             let b = |k: usize, c: usize| (k as f32 - 3.0) * (c as f32 + 1.0);
-            let mut out = vec![[0u32; 2]; 64];
+            let mut out = vec![[0u32; 3]; 64];
             let outp = P::of(&mut out);
             launch(1, 64, 0, |e| {
                 let lane = e.thread() % 32;
                 let other = e.shfl_xor_u32(e.thread() as u32, 5);
+                let picked = e.shfl_idx_u32(3 * e.thread() as u32, (7 * lane % 32) as u32);
                 let mut acc = [0f32; 4];
                 for (i, c) in acc.iter_mut().enumerate() {
                     let (r, col) = mma_fragments::c(lane, i);
@@ -630,10 +631,15 @@ pub(crate) mod emu {
                         (r * 100 + c) as f32 + (0..8).map(|k| a(r, k) * b(k, c)).sum::<f32>();
                     wrong += u32::from(got != want);
                 }
-                unsafe { *outp.get().add(e.thread()) = [other, wrong] };
+                unsafe { *outp.get().add(e.thread()) = [other, picked, wrong] };
             });
-            for (t, &[other, wrong]) in out.iter().enumerate() {
+            for (t, &[other, picked, wrong]) in out.iter().enumerate() {
                 assert_eq!(other as usize, t ^ 5, "thread {t}");
+                assert_eq!(
+                    picked as usize,
+                    3 * (t / 32 * 32 + 7 * (t % 32) % 32),
+                    "thread {t}"
+                );
                 assert_eq!(wrong, 0, "thread {t}");
             }
         }
