@@ -247,7 +247,7 @@ fn check_tf32(gpu: &CudaBackend, spec: &LloydSpec<'_>) -> Result<()> {
 /// Whether `Precision::Auto` takes the TF32 assignment for `d` dimensions and `k` clusters (past
 /// the small-shape step, which [`assign_path`] prefers): squared L2 on sm_80 or later, with
 /// [`TF32_DIMS`] dimensions (a multiple of 4: rows staged in 16-byte copies) and at least
-/// [`TF32_MIN_K`] clusters, where `gpu-bench --precision-shapes 200000` measured it 1.1–1.8×
+/// [`TF32_MIN_K`] clusters, where `gpu-bench --precision-shapes 200000` measured it 1.1–2.4×
 /// faster than the FP32 kernels on an H100 (docs/BENCHMARKS.md); slower at fewer clusters, at
 /// 512 dimensions (the points restaged per 128) and at odd widths (word copies).
 fn tf32_pays(gpu: &CudaBackend, metric: Metric, d: usize, k: usize) -> bool {
