@@ -214,6 +214,39 @@ fn non_finite_rows_take_the_full_pass() {
     check("non-finite", &data, &cents, d);
 }
 
+/// Insertion keeps what a stable sort keeps: the three smallest bounds in order, the first two
+/// with the centroid inserted first among equals; NaN and +∞ never enter. Ties, signed zeros,
+/// infinities and NaN on every draw.
+#[test]
+fn insertion_keeps_the_first_three_smallest() {
+    let mut rng = Rng(17);
+    let values = [-1.0, -0.0, 0.0, 0.5, 1.0, 2.0, f32::INFINITY, f32::NAN];
+    for trial in 0..2000 {
+        let len = 1 + trial % 12;
+        let draws: Vec<(f32, u32)> = (0..len)
+            .map(|i| {
+                (
+                    values[(rng.next() % values.len() as u64) as usize],
+                    i as u32,
+                )
+            })
+            .collect();
+        let mut list = Shortlist::EMPTY;
+        for &(l, i) in &draws {
+            list.insert(l, i);
+        }
+        let mut sorted: Vec<(f32, u32)> = draws
+            .iter()
+            .copied()
+            .filter(|d| d.0 < f32::INFINITY)
+            .collect();
+        sorted.sort_by(|a, b| a.0.partial_cmp(&b.0).unwrap());
+        let want = |j: usize| sorted.get(j).copied().unwrap_or((f32::INFINITY, u32::MAX));
+        assert_eq!(list.lower, [0, 1, 2].map(|j| want(j).0), "{draws:?}");
+        assert_eq!(list.index, [0, 1].map(|j| want(j).1), "{draws:?}");
+    }
+}
+
 #[test]
 fn merging_keeps_the_three_smallest() {
     let mut a = Shortlist::EMPTY;
