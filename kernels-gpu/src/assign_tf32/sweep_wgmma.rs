@@ -6,11 +6,12 @@
 //! 128-centroid tile. Per centroid chunk (32 dimensions of 128 rows) each issues four `wgmma` of
 //! 64 × 128 × 8 that read both operands from shared memory, so the tensor cores run while the
 //! warps wait for the next chunk — the tile layouts and copies are the kNN prefilter's
-//! (`knn_tf32::scan_wgmma`): points rounded to TF32 when staged, centroids raw, both K-major
-//! with the 128-byte swizzle. The ring holds [`WG_ASSIGN_STAGES`] chunks (two blocks fit a
-//! multiprocessor at d = 128), the copies run one chunk ahead, and a chunk's buffer is refilled
-//! once the products two steps back are done. At a tile's end each thread offers its two points'
-//! 32 lower bounds to their shortlists; after the sweep the four lanes of a point merge and the
+//! (`knn_tf32::scan_wgmma`), both K-major with the 128-byte swizzle: the point tile copied raw,
+//! its row terms taken from it and then rounded to TF32 in place; centroids raw. The ring holds
+//! [`WG_ASSIGN_STAGES`] chunks (two blocks fit a multiprocessor at d = 128), the copies run one
+//! chunk ahead, and a chunk's buffer is refilled once the products two steps back are done. At a
+//! tile's end each thread offers its two points' 32 lower bounds to their shortlists (the tile's
+//! norms from registers, by shuffles); after the sweep the four lanes of a point merge and the
 //! exact re-check is the sm_80 kernel's ([`super::finish`]), so labels and distances are the
 //! exact path's, whatever the data.
 
