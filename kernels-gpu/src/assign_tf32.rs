@@ -661,6 +661,24 @@ unsafe fn stage_row_terms<E: Exec>(
     } else {
         RowTerms::default()
     };
+    unsafe { publish_row_terms(e, part, d, row, half, terms) };
+}
+
+/// Adds the two halves' terms of point `row` (lanes `2·row + half`, adjacent) and writes its
+/// `p` and `X + R_x` to `terms` from the first half.
+///
+/// # Safety
+/// `terms` is `2 · TF32_POINTS` words of shared memory; both lanes of the pair call it.
+#[cfg(any(test, all(target_arch = "nvptx64", target_feature = "sm_80")))]
+#[inline(always)]
+unsafe fn publish_row_terms<E: Exec>(
+    e: E,
+    part: RowTerms,
+    d: usize,
+    row: usize,
+    half: usize,
+    terms: *mut f32,
+) {
     let sums = part.plus(part.map(|v| f64::from_bits(shfl_xor_u64(e, v.to_bits(), 1))));
     if half == 0 {
         let (p, x_sum) = sums.point(d, product_coefficient(d));

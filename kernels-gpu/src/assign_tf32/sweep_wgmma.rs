@@ -198,14 +198,7 @@ unsafe fn row_terms_then_round(e: Gpu, d: usize, xs: *mut u32, terms: *mut f32) 
         }
         unsafe { store_vec4(quad, v.map(|v| f32::from_bits(to_tf32(v)))) };
     }
-    let sums = part.plus(part.map(|v| f64::from_bits(shfl_xor_u64(e, v.to_bits(), 1))));
-    if half == 0 {
-        let (p, x_sum) = sums.point(d, product_coefficient(d));
-        unsafe {
-            *terms.add(row) = p;
-            *terms.add(TF32_POINTS + row) = x_sum;
-        }
-    }
+    unsafe { publish_row_terms(e, part, d, row, half, terms) };
 }
 
 /// Pieces of 4 dimensions of each row the exact re-check loads at a time (its chains wait a
