@@ -369,6 +369,7 @@ impl Exec for Gpu {
 #[cfg(all(test, not(target_arch = "nvptx64")))]
 pub(crate) mod emu {
     use super::{Exec, mma_fragments};
+    use std::panic::{AssertUnwindSafe, catch_unwind};
     use std::sync::{Barrier, Mutex};
 
     /// Words a lane publishes for one warp-wide instruction: an `mma`'s A, B and C fragments.
@@ -552,45 +553,66 @@ pub(crate) mod emu {
     }
 
     /// Runs `body` as `grid` blocks of `threads` threads with `shared_bytes` of shared memory.
+    ///
+    /// One OS thread per GPU thread runs every block in turn (spawning them per block made
+    /// thousands of short-lived threads a test, and a run of several emulated kernels at once
+    /// died in `pthread_detach` of an exited thread); each is joined, not detached. A panic in
+    /// a kernel body aborts the process: the block's other threads would wait for it forever.
     pub(crate) fn launch(
         grid: usize,
         threads: usize,
         shared_bytes: usize,
         body: impl Fn(Emu<'_>) + Sync,
     ) {
-        for block in 0..grid {
-            // u128 keeps the shared memory 16-byte aligned, as the vector loads need.
-            let mut mem = vec![
-                0x5a5a_5a5a_5a5a_5a5a_5a5a_5a5a_5a5a_5a5au128;
-                shared_bytes.div_ceil(16).max(1)
-            ];
-            let shared = P(mem.as_mut_ptr().cast::<u8>());
-            let barrier = Barrier::new(threads);
-            let warps: Vec<Warp> = (0..threads.div_ceil(32))
-                .map(|w| Warp {
-                    barrier: Barrier::new((threads - 32 * w).min(32)),
-                    words: Mutex::new([[0; WORDS]; 32]),
-                })
-                .collect();
-            std::thread::scope(|s| {
-                for thread in 0..threads {
+        // u128 keeps the shared memory 16-byte aligned, as the vector loads need.
+        const GARBAGE: u128 = 0x5a5a_5a5a_5a5a_5a5a_5a5a_5a5a_5a5a_5a5a;
+        let mut mem = vec![GARBAGE; shared_bytes.div_ceil(16).max(1)];
+        let (words, shared) = (mem.len(), P(mem.as_mut_ptr()));
+        let barrier = Barrier::new(threads);
+        let warps: Vec<Warp> = (0..threads.div_ceil(32))
+            .map(|w| Warp {
+                barrier: Barrier::new((threads - 32 * w).min(32)),
+                words: Mutex::new([[0; WORDS]; 32]),
+            })
+            .collect();
+        std::thread::scope(|s| {
+            let handles: Vec<_> = (0..threads)
+                .map(|thread| {
                     let (barrier, warp, body) = (&barrier, &warps[thread / 32], &body);
                     s.spawn(move || {
                         let shared = shared;
-                        async_copy::enter(shared.get());
-                        body(Emu {
-                            thread,
-                            block,
-                            threads,
-                            grid,
-                            barrier,
-                            warp,
-                            shared: shared.get(),
-                        })
-                    });
-                }
-            });
-        }
+                        for block in 0..grid {
+                            // Every thread has left the previous block (the barrier at its end),
+                            // so its shared memory may start over as garbage.
+                            if thread == 0 && block > 0 {
+                                // SAFETY: no other thread touches `mem` until the barrier.
+                                unsafe { core::slice::from_raw_parts_mut(shared.get(), words) }
+                                    .fill(GARBAGE);
+                            }
+                            barrier.wait();
+                            async_copy::enter(shared.get().cast());
+                            let emu = Emu {
+                                thread,
+                                block,
+                                threads,
+                                grid,
+                                barrier,
+                                warp,
+                                shared: shared.get().cast(),
+                            };
+                            if catch_unwind(AssertUnwindSafe(|| body(emu))).is_err() {
+                                eprintln!("emulated thread {thread} of block {block} panicked");
+                                std::process::abort();
+                            }
+                            barrier.wait();
+                        }
+                    })
+                })
+                .collect();
+            for handle in handles {
+                handle.join().expect("emulated threads abort on panic");
+            }
+        });
     }
 
     #[cfg(test)]
