@@ -438,7 +438,7 @@ unsafe fn run<const VEC: bool, E: Exec>(e: E, a: Tf32AssignArgs) {
     merge_row(e, l2, trusted[2]);
     merge_row(e, l3, trusted[3]);
     let slot = |r: usize| (wm * 32 + (r / 2) * 16 + (r % 2) * 8 + g) * 2 + wn;
-    unsafe { finish::<2, 4, 1, _>(e, &a, first_point, xs, &lists, slot, q == 0) };
+    unsafe { finish::<2, 4, _>(e, &a, first_point, xs, &lists, slot, q == 0) };
 }
 
 /// The end of both TF32 kernels, after the sweep: each point's shortlists (`COLUMNS` of them,
@@ -451,7 +451,7 @@ unsafe fn run<const VEC: bool, E: Exec>(e: E, a: Tf32AssignArgs) {
 #[cfg(any(test, all(target_arch = "nvptx64", target_feature = "sm_80")))]
 #[allow(clippy::manual_is_multiple_of)]
 #[inline(always)]
-unsafe fn finish<const COLUMNS: usize, const R: usize, const BATCH: usize, E: Exec>(
+unsafe fn finish<const COLUMNS: usize, const R: usize, E: Exec>(
     e: E,
     a: &Tf32AssignArgs,
     first_point: usize,
@@ -531,7 +531,7 @@ unsafe fn finish<const COLUMNS: usize, const R: usize, const BATCH: usize, E: Ex
     };
     if i < n && cand != u32::MAX {
         let c = cand as usize;
-        let dot = unsafe { exact_dot::<BATCH>(x.add(i * d), centroids.add(c * d), d) };
+        let dot = unsafe { exact_dot(x.add(i * d), centroids.add(c * d), d) };
         (best, label) = (l2_score(dot, unsafe { *c_sq_norms.add(c) }), cand);
     }
     let (other_best, other) = (shfl_xor_f32(e, best, 1), e.shfl_xor_u32(label, 1));
@@ -555,7 +555,7 @@ unsafe fn finish<const COLUMNS: usize, const R: usize, const BATCH: usize, E: Ex
             let (mut fb, mut fl) = (f32::INFINITY, u32::MAX);
             let mut c = t;
             while c < k {
-                let dot = unsafe { exact_dot::<BATCH>(row, centroids.add(c * d), d) };
+                let dot = unsafe { exact_dot(row, centroids.add(c * d), d) };
                 let score = l2_score(dot, unsafe { *c_sq_norms.add(c) });
                 if better(score, c as u32, fb, fl) {
                     (fb, fl) = (score, c as u32);
@@ -689,38 +689,21 @@ unsafe fn publish_row_terms<E: Exec>(
     }
 }
 
-/// The CPU's dot product: dimension order, one single-rounding FMA per dimension. With 16-byte
-/// rows, `BATCH > 1` loads `BATCH` pieces of 4 dimensions of each row before their FMAs (fewer
-/// memory round trips a chain, more registers: the warpgroup kernel has them to spare after its
-/// sweep, the sm_80 kernel does not).
+/// The CPU's dot product: dimension order, one single-rounding FMA per dimension.
 ///
 /// # Safety
 /// `x` and `c` are valid for `d` values.
 #[cfg(any(test, all(target_arch = "nvptx64", target_feature = "sm_80")))]
 #[allow(clippy::manual_is_multiple_of)]
 #[inline(always)]
-unsafe fn exact_dot<const BATCH: usize>(x: *const f32, c: *const f32, d: usize) -> f32 {
+unsafe fn exact_dot(x: *const f32, c: *const f32, d: usize) -> f32 {
     #[repr(C, align(16))]
     #[derive(Clone, Copy)]
     struct V4([f32; 4]);
     let mut acc = 0.0;
     if d % 4 == 0 && (x as usize) % 16 == 0 && (c as usize) % 16 == 0 {
         let (xv, cv) = (x.cast::<V4>(), c.cast::<V4>());
-        let mut first = 0;
-        if BATCH > 1 {
-            while first + BATCH <= d / 4 {
-                let pieces: [(V4, V4); BATCH] =
-                    core::array::from_fn(|u| unsafe { (*xv.add(first + u), *cv.add(first + u)) });
-                // By reference: an array iterated by value stays in local memory.
-                for (V4(a), V4(b)) in &pieces {
-                    for j in 0..4 {
-                        acc = assign_step(AssignMetric::SqL2, acc, a[j], b[j]);
-                    }
-                }
-                first += BATCH;
-            }
-        }
-        for h in first..d / 4 {
+        for h in 0..d / 4 {
             let (V4(a), V4(b)) = unsafe { (*xv.add(h), *cv.add(h)) };
             for j in 0..4 {
                 acc = assign_step(AssignMetric::SqL2, acc, a[j], b[j]);

@@ -54,28 +54,18 @@ impl Shortlist {
     };
 
     /// Puts lower bound `lower` of centroid `index` among the three smallest if it is (NaN
-    /// never is). Selects only, no branches.
+    /// never is: `min` returns the other operand). Two comparisons, minima and selects, no
+    /// branches. Where `lower` equals a kept bound, either zero's sign may stay: the bounds are
+    /// only compared.
     #[inline(always)]
     pub fn insert(&mut self, lower: f32, index: u32) {
         let [l0, l1, l2] = self.lower;
         let [i0, i1] = self.index;
-        let (a, b, c) = (lower < l0, lower < l1, lower < l2);
+        let (a, b) = (lower < l0, lower < l1);
         self.lower = [
-            if a { lower } else { l0 },
-            if a {
-                l0
-            } else if b {
-                lower
-            } else {
-                l1
-            },
-            if b {
-                l1
-            } else if c {
-                lower
-            } else {
-                l2
-            },
+            l0.min(lower),
+            if a { l0 } else { l1.min(lower) },
+            if b { l1 } else { l2.min(lower) },
         ];
         self.index = [
             if a { index } else { i0 },

@@ -172,7 +172,7 @@ unsafe fn run(a: Tf32AssignArgs) {
     let [l0, l1] = &mut lists;
     merge_row(e, l0, trusted[0]);
     merge_row(e, l1, trusted[1]);
-    unsafe { finish::<1, 2, DOT_BATCH, _>(e, &a, first_point, xs, &lists, |r| rows[r], q == 0) };
+    unsafe { finish::<1, 2, _>(e, &a, first_point, xs, &lists, |r| rows[r], q == 0) };
 }
 
 /// Each point's error-bound terms, as [`stage_row_terms`] computes them from the rows in global
@@ -200,10 +200,6 @@ unsafe fn row_terms_then_round(e: Gpu, d: usize, xs: *mut u32, terms: *mut f32) 
     }
     unsafe { publish_row_terms(e, part, d, row, half, terms) };
 }
-
-/// Pieces of 4 dimensions of each row the exact re-check loads at a time (its chains wait a
-/// memory round trip per batch).
-const DOT_BATCH: usize = 8;
 
 /// Byte offset of the ring buffer of chunk `s`.
 #[inline(always)]
