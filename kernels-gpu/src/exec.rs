@@ -666,6 +666,36 @@ pub(crate) mod emu {
             }
         }
 
+        /// Each GPU thread index runs on one OS thread for every block of a launch, and every
+        /// block's shared memory starts as the garbage pattern whatever the block before wrote.
+        #[test]
+        fn blocks_reuse_their_threads_and_start_from_garbage() {
+            let (grid, threads) = (5, 64);
+            let ids = Mutex::new(vec![None; grid * threads]);
+            let mut seen = vec![0u32; grid * threads];
+            let seenp = P::of(&mut seen);
+            launch(grid, threads, threads * 4, |e| {
+                let mine = unsafe { e.shared::<u32>().add(e.thread()) };
+                let slot = e.block() * threads + e.thread();
+                unsafe { *seenp.get().add(slot) = *mine };
+                e.sync();
+                unsafe { *mine = slot as u32 };
+                ids.lock().unwrap()[slot] = Some(std::thread::current().id());
+            });
+            assert!(seen.iter().all(|&w| w == 0x5a5a_5a5a));
+            let ids = ids.into_inner().unwrap();
+            for t in 0..threads {
+                assert!(
+                    (1..grid).all(|b| ids[b * threads + t] == ids[t]),
+                    "thread {t}"
+                );
+            }
+            let mut firsts: Vec<_> = ids[..threads].iter().map(|id| format!("{id:?}")).collect();
+            firsts.sort();
+            firsts.dedup();
+            assert_eq!(firsts.len(), threads);
+        }
+
         /// Block totals reach every thread: wrapping i64 sums and exact small f64 sums, on blocks
         /// of one warp, of three (not a power of two) and of 32.
         #[test]
