@@ -620,8 +620,9 @@ pub(crate) mod emu {
         use super::*;
         use crate::exec::block_totals;
 
-        /// Shuffles reach the partner lane (by mask and by index), and the emulated `mma` is the 16 × 8 × 8 product of
-        /// the PTX layout (checked on small integers, whose sums are exact in any order).
+        /// Shuffles reach the partner lane (by mask and by index), and the emulated `mma` is the
+        /// 16 × 8 × 8 product of the PTX layout (checked on small integers, whose sums are exact
+        /// in any order).
         #[test]
         fn warp_instructions_follow_the_ptx_layout() {
             let a = |r: usize, k: usize| (r * 8 + k) as f32 - 50.0;
