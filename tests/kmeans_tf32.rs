@@ -188,7 +188,7 @@ fn sanitize_kmeans_tf32() {
         random(150, 132, 129, 37),
         random(130, 128, 200, 38),
         random(140, 36, 130, 39),
-        // The warpgroup kernel's tile keys with fewer than three centroids, and k = n.
+        // The warpgroup kernel with fewer than three centroids, and k = n.
         random(129, 4, 1, 40),
         random(150, 64, 2, 41),
         shape(

@@ -36,7 +36,7 @@ use crate::{
 #[cfg(any(test, all(target_arch = "nvptx64", target_feature = "sm_80")))]
 use {
     bound::{RowTerms, TILE_MAXIMA_WORDS, product_coefficient, tile_bound},
-    shortlist::{Shortlist, TileKeys},
+    shortlist::Shortlist,
 };
 
 /// The `kmeans_assign_l2_tf32` entry point (built for sm_80 only). CPU twin:
@@ -391,8 +391,8 @@ unsafe fn run<const VEC: bool, E: Exec>(e: E, a: Tf32AssignArgs) {
             }
         }
         if kc == chunks - 1 {
-            // The tile is done: rank its scores by key for each of this thread's four points
-            // and merge the three smallest into their shortlists as lower bounds under `Ē`. The tile's squared norms (`+∞` past k) and maxima came with this
+            // The tile is done: insert its centroids' lower bounds `T − Ē` into this thread's
+            // four shortlists. The tile's squared norms (`+∞` past k) and maxima came with this
             // chunk.
             let tile_norms = unsafe { buf.add(TF32_CENTROIDS * TF32_C_STRIDE) }.cast::<f32>();
             let maxima = unsafe { tile_norms.add(TF32_CENTROIDS) };
@@ -404,24 +404,19 @@ unsafe fn run<const VEC: bool, E: Exec>(e: E, a: Tf32AssignArgs) {
                 *bound = tile_bound(p, x_sum, c_max, q_max, nc_max);
                 trusted[r] &= *bound < f32::INFINITY;
             }
-            // Slot 2·nt + h: centroid local + 8·nt + h of the tile.
             let local = wn * 64 + 2 * q;
-            let mut keys = [TileKeys::EMPTY; 4];
             for nt in 0..8 {
                 for h in 0..2 {
+                    let c = tile * TF32_CENTROIDS + local + nt * 8 + h;
                     let c_sq = unsafe { *tile_norms.add(local + nt * 8 + h) };
                     for mt in 0..2 {
                         for half in 0..2 {
-                            let t = l2_score(acc[mt][nt][half * 2 + h], c_sq);
-                            keys[mt * 2 + half].offer(t, (2 * nt + h) as u32);
+                            let r = mt * 2 + half;
+                            let lower = l2_score(acc[mt][nt][half * 2 + h], c_sq) - bounds[r];
+                            lists[r].insert(lower, c as u32);
                         }
                     }
                 }
-            }
-            let first = (tile * TF32_CENTROIDS + local) as u32;
-            let centroid = |slot: u32| first + 8 * (slot / 2) + slot % 2;
-            for (list, (keys, bound)) in lists.iter_mut().zip(keys.iter().zip(bounds)) {
-                list.merge(keys.shortlist(bound, centroid));
             }
             acc = [[[0f32; 4]; 8]; 2];
             (tile, kc) = (tile + 1, 0);

@@ -19,15 +19,6 @@
 //!   is the exact path's label and distance, bit for bit. Otherwise ([`needs_full_pass`]:
 //!   near-ties of three or more centroids, duplicated centroids) every centroid is scored
 //!   exactly.
-//! * Tile keys. Within one centroid tile a thread ranks a point's scores by *key*: `T`'s bits
-//!   with the low [`SLOT_BITS`] replaced by the score's slot in the thread's part of the tile
-//!   ([`TileKeys`]), and keeps the three smallest keys with three minima and two maxima — no
-//!   comparisons or selects. Replacing the low bits moves a value by less than 2⁵ units in the
-//!   last place and keeps order between keys up to that; [`TileKeys::floor`] undoes it downwards
-//!   (the smallest score a key can come from) and is monotone in the key. So every score of the
-//!   tile not kept has `T ≥ floor(K₃)` and, `fl(· − Ē)` being monotone, `L ≥ fl(floor(K₃) − Ē)`;
-//!   the kept ones enter the shortlist with `fl(floor(K) − Ē) ≤ L`. Lower bounds no larger than
-//!   the `L` above keep the argument of the shortlist whole.
 //! * Trust. Where a tile's `Ē` is `+∞` (a score that may not be finite, a NaN in the point or
 //!   in a centroid) the point's shortlist is [`Shortlist::UNTRUSTED`], which always takes the
 //!   full pass. Centroids past `k` get `T = +∞` (a staged squared norm of `+∞`), so `L = +∞`
@@ -103,65 +94,6 @@ impl Shortlist {
     #[allow(clippy::neg_cmp_op_on_partial_ord)]
     pub fn needs_full_pass(&self, best: f32) -> bool {
         !(self.lower[2] > best)
-    }
-}
-
-/// Low bits of a [`TileKeys`] key that carry the score's slot.
-pub const SLOT_BITS: u32 = 5;
-const SLOT_MASK: u32 = (1 << SLOT_BITS) - 1;
-
-/// The three smallest keys of one point's scores in one centroid tile (up to `2^SLOT_BITS` of
-/// them a thread); see the module.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct TileKeys {
-    keys: [f32; 3],
-}
-
-impl TileKeys {
-    /// Nothing offered yet.
-    pub const EMPTY: TileKeys = TileKeys {
-        keys: [f32::INFINITY; 3],
-    };
-
-    /// Offers score `t` from slot `slot < 2^SLOT_BITS`. A key that is NaN (a score of `+∞` or
-    /// NaN: padding past `k`, or a tile whose bound is `+∞` anyway) changes nothing, since `min`
-    /// and `max` return the other operand; the median form keeps that true for every place.
-    #[inline(always)]
-    pub fn offer(&mut self, t: f32, slot: u32) {
-        let key = f32::from_bits((t.to_bits() & !SLOT_MASK) | slot);
-        let [k0, k1, k2] = self.keys;
-        self.keys = [k0.min(key), k0.max(k1.min(key)), k1.max(k2.min(key))];
-    }
-
-    /// The smallest score whose key is `key`: the slot's bits cleared (positive) or set
-    /// (negative, larger magnitude). Monotone in `key`; `+∞` stays `+∞`.
-    #[inline(always)]
-    pub fn floor(key: f32) -> f32 {
-        let bits = key.to_bits();
-        f32::from_bits(if bits >> 31 == 1 {
-            bits | SLOT_MASK
-        } else {
-            bits & !SLOT_MASK
-        })
-    }
-
-    /// The tile's part of a shortlist, under the point's tile bound `bound` (`Ē`): lower bounds
-    /// `fl(floor(K) − Ē)`, the first two with centroid `centroid(slot)` (`u32::MAX` where fewer
-    /// than two keys were finite).
-    #[inline(always)]
-    pub fn shortlist(self, bound: f32, centroid: impl Fn(u32) -> u32) -> Shortlist {
-        let [k0, k1, _] = self.keys;
-        let index = |k: f32| {
-            if k < f32::INFINITY {
-                centroid(k.to_bits() & SLOT_MASK)
-            } else {
-                u32::MAX
-            }
-        };
-        Shortlist {
-            lower: self.keys.map(|k| Self::floor(k) - bound),
-            index: [index(k0), index(k1)],
-        }
     }
 }
 

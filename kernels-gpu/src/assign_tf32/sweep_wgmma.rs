@@ -248,10 +248,9 @@ impl TileNorms {
     }
 }
 
-/// Offers centroid tile `tile`'s scores to this thread's two shortlists: ranked by key within the
-/// tile ([`TileKeys`]), the three smallest merged as lower bounds under the tile's `Ē`. Element
+/// Offers centroid tile `tile`'s lower bounds `T − Ē` to this thread's two shortlists. Element
 /// `acc[4·j + 2·r + h]` is point row `rows[r]` × centroid `tile·128 + 8·j + 2q + h`; centroids
-/// past `k` take a squared norm of `+∞`, so their keys are NaN and never kept.
+/// past `k` take a squared norm of `+∞`, so their bounds are `+∞` and never kept.
 ///
 /// # Safety
 /// `terms` holds the block's row terms.
@@ -276,19 +275,14 @@ unsafe fn offer_tile(
         bounds[r] = tile_bound(p, x_sum, c_max, q_max, nc_max);
         trusted[r] &= bounds[r] < f32::INFINITY;
     }
-    // Slot 2j + h: centroid 8j + 2q + h of the tile.
-    let mut keys = [TileKeys::EMPTY; 2];
     for j in 0..16 {
         for h in 0..2 {
-            let c_sq = norms.c_sq(e, 8 * j + 2 * q + h);
+            let in_tile = 8 * j + 2 * q + h;
+            let c = tile * TF32_CENTROIDS + in_tile;
+            let c_sq = norms.c_sq(e, in_tile);
             for r in 0..2 {
-                keys[r].offer(l2_score(acc[4 * j + 2 * r + h], c_sq), (2 * j + h) as u32);
+                lists[r].insert(l2_score(acc[4 * j + 2 * r + h], c_sq) - bounds[r], c as u32);
             }
         }
-    }
-    let first = (tile * TF32_CENTROIDS + 2 * q) as u32;
-    for r in 0..2 {
-        let centroid = |slot: u32| first + 8 * (slot / 2) + slot % 2;
-        lists[r].merge(keys[r].shortlist(bounds[r], centroid));
     }
 }

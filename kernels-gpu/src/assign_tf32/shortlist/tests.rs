@@ -4,7 +4,7 @@
 //! equal the exact scan's bit for bit on near-tie lattices, duplicated centroids, large offsets,
 //! d = 1, k = 1, k = 2, k = n and non-finite rows.
 
-use super::{Shortlist, TileKeys};
+use super::Shortlist;
 use crate::assign_tf32::TF32_CENTROIDS;
 use crate::assign_tf32::bound::{
     RowTerms, TILE_MAXIMA_WORDS, error_bound, product_coefficient, tile_bound, tile_maxima_of,
@@ -29,24 +29,9 @@ fn exact_nearest(x: &[f32], cents: &[f32], norms: &[f32], d: usize) -> (u32, f32
     (label, (sq_norm(x) + best).max(0.0))
 }
 
-/// How a kernel splits a point's scores among its threads and ranks them.
-#[derive(Clone, Copy, Debug)]
-enum Ranking {
-    /// `kmeans_assign_l2_tf32`: part = warp column `(c % 128) / 64` and lane column
-    /// `(c % 8) / 2`; every lower bound inserted.
-    Insert,
-    /// `kmeans_assign_l2_tf32_wg`: part = lane column `(c % 8) / 2` (slot `2·((c % 128) / 8) +
-    /// c % 2`); per tile, keys ([`TileKeys`]) and their three smallest merged.
-    TileKeys,
-}
-
-impl Ranking {
-    fn part(self, c: usize) -> usize {
-        match self {
-            Ranking::Insert => ((c % 128) / 64) * 4 + (c % 8) / 2,
-            Ranking::TileKeys => (c % 8) / 2,
-        }
-    }
+/// The kernel's part of centroid `c`: warp column `(c % 128) / 64`, lane column `(c % 8) / 2`.
+fn part(c: usize) -> usize {
+    ((c % 128) / 64) * 4 + (c % 8) / 2
 }
 
 /// The kernel's answer for one point, with whether it took the full pass.
@@ -57,58 +42,31 @@ fn shortlisted_nearest(
     d: usize,
     order: u32,
     truncated: bool,
-    ranking: Ranking,
 ) -> (u32, f32, bool) {
     let nx = sq_norm(x);
     let (p, x_sum) = RowTerms::of(x, true).point(d, product_coefficient(d));
     let maxima = tile_maxima_of(cents, norms, d);
     let mut parts = [Shortlist::EMPTY; 8];
     let mut trusted = true;
-    let tiles = norms.len().div_ceil(TF32_CENTROIDS);
-    for tile in 0..tiles {
-        let m = &maxima[tile * TILE_MAXIMA_WORDS..][..TILE_MAXIMA_WORDS];
+    for (c, &nc) in norms.iter().enumerate() {
+        let m = &maxima[c / TF32_CENTROIDS * TILE_MAXIMA_WORDS..][..TILE_MAXIMA_WORDS];
         let bar = tile_bound(p, x_sum, m[0], m[1], m[2]);
         trusted &= bar < f32::INFINITY;
-        let mut keys = [TileKeys::EMPTY; 8];
-        for in_tile in 0..TF32_CENTROIDS {
-            let c = tile * TF32_CENTROIDS + in_tile;
-            // Padding past k: squared norm +∞, never kept.
-            let t = match norms.get(c) {
-                Some(&nc) => {
-                    let row = &cents[c * d..][..d];
-                    let t = l2_score(tf32_dot(x, row, order, truncated), nc);
-                    let s = exact_score(x, row, nc);
-                    if bar < f32::INFINITY {
-                        // As the kernel forms it: L = fl(T − Ē) ≤ fl(T − E) ≤ S, T finite.
-                        let (c_norm, q) = RowTerms::of(row, false).centroid(d);
-                        assert!(error_bound(p, x_sum, c_norm, q, nc) <= bar);
-                        assert!(
-                            t.is_finite() && t - bar <= s,
-                            "centroid {c}: T = {t}, S = {s}, Ē = {bar}"
-                        );
-                    }
-                    t
-                }
-                None => l2_score(0.0, f32::INFINITY),
-            };
-            let part = ranking.part(c);
-            match ranking {
-                Ranking::Insert => {
-                    let index = if c < norms.len() { c as u32 } else { u32::MAX };
-                    parts[part].insert(t - bar, index);
-                }
-                Ranking::TileKeys => {
-                    keys[part].offer(t, (2 * (in_tile / 8) + in_tile % 2) as u32);
-                }
-            }
+        let row = &cents[c * d..][..d];
+        let t = l2_score(tf32_dot(x, row, order, truncated), nc);
+        let s = exact_score(x, row, nc);
+        if bar < f32::INFINITY {
+            // As the kernel forms it: L = fl(T − Ē) ≤ fl(T − E) ≤ S, and T is finite.
+            let (c_norm, q) = RowTerms::of(row, false).centroid(d);
+            assert!(error_bound(p, x_sum, c_norm, q, nc) <= bar);
+            assert!(
+                t.is_finite() && t - bar <= s,
+                "centroid {c}: T = {t}, S = {s}, Ē = {bar}"
+            );
         }
-        if let Ranking::TileKeys = ranking {
-            for (q, keys) in keys.iter().take(4).enumerate() {
-                let first = (tile * TF32_CENTROIDS + 2 * q) as u32;
-                let centroid = |slot: u32| first + 8 * (slot / 2) + slot % 2;
-                parts[q].merge(keys.shortlist(bar, centroid));
-            }
-        }
+        parts[part(c)].insert(t - bar, c as u32);
+        // Padding centroids past k (squared norm +∞) are never kept.
+        parts[part(c)].insert(l2_score(0.0, f32::INFINITY) - bar, u32::MAX);
     }
     if !trusted {
         parts = [Shortlist::UNTRUSTED; 8];
@@ -151,17 +109,11 @@ fn check(name: &str, data: &[f32], cents: &[f32], d: usize) -> usize {
     let mut full = 0;
     for (i, x) in data.chunks(d).enumerate() {
         let (want, want_dist) = exact_nearest(x, cents, &norms, d);
-        for ranking in [Ranking::Insert, Ranking::TileKeys] {
-            for (order, truncated) in [(0, true), (1, false), (2, true)] {
-                let (label, dist, f) =
-                    shortlisted_nearest(x, cents, &norms, d, order, truncated, ranking);
-                assert_eq!(
-                    label, want,
-                    "{name}: point {i} ({ranking:?}, order {order})"
-                );
-                assert_eq!(dist.to_bits(), want_dist.to_bits(), "{name}: point {i}");
-                full += usize::from(f && order == 0);
-            }
+        for (order, truncated) in [(0, true), (1, false), (2, true)] {
+            let (label, dist, f) = shortlisted_nearest(x, cents, &norms, d, order, truncated);
+            assert_eq!(label, want, "{name}: point {i} (order {order})");
+            assert_eq!(dist.to_bits(), want_dist.to_bits(), "{name}: point {i}");
+            full += usize::from(f && order == 0);
         }
     }
     full
@@ -331,10 +283,8 @@ fn merging_keeps_the_three_smallest() {
 #[test]
 fn benchmark_shapes_mostly_shortlist() {
     let (n, d, k) = (300, 128, 1024);
-    for ((name, scale, offset, ceiling), ranking) in
+    for (name, scale, offset, ceiling) in
         [("uniform", 1.0, 0.0, 0.10), ("centred", 2.0, -1.0, 0.10)]
-            .into_iter()
-            .flat_map(|case| [(case, Ranking::Insert), (case, Ranking::TileKeys)])
     {
         let mut rng = Rng(21);
         let data = uniform(&mut rng, n * d, scale, offset);
@@ -343,90 +293,15 @@ fn benchmark_shapes_mostly_shortlist() {
         let mut full = 0;
         for (i, x) in data.chunks(d).enumerate() {
             let (want, _) = exact_nearest(x, &cents, &norms, d);
-            let (label, _, f) = shortlisted_nearest(x, &cents, &norms, d, 0, true, ranking);
-            assert_eq!(label, want, "{name}: point {i} ({ranking:?})");
+            let (label, _, f) = shortlisted_nearest(x, &cents, &norms, d, 0, true);
+            assert_eq!(label, want, "{name}: point {i}");
             full += usize::from(f);
         }
         let share = full as f64 / n as f64;
         eprintln!(
-            "{name} {d} dimensions, k={k}, {ranking:?}: {full} of {n} points ({:.1} %) take the \
-             full pass",
+            "{name} {d} dimensions, k={k}: {full} of {n} points ({:.1} %) take the full pass",
             100.0 * share
         );
         assert!(share <= ceiling, "{name}: {full} of {n} full passes");
-    }
-}
-
-/// Keys keep the three smallest scores up to their slot bits: against a sort of the floors, on
-/// draws with ties, signed zeros, negatives, tiny and huge values, infinities and NaN.
-#[test]
-fn tile_keys_keep_the_three_smallest_floors() {
-    let mut rng = Rng(19);
-    let values = [
-        -3.4e38,
-        -1.0,
-        -1.0 + f32::EPSILON,
-        -0.0,
-        0.0,
-        1e-40,
-        0.5,
-        1.0,
-        1.0 + f32::EPSILON,
-        3.4e38,
-        f32::INFINITY,
-        f32::NAN,
-    ];
-    for trial in 0..4000 {
-        let len = 1 + trial % 32;
-        let draws: Vec<f32> = (0..len)
-            .map(|_| values[(rng.next() % values.len() as u64) as usize])
-            .collect();
-        let mut keys = TileKeys::EMPTY;
-        for (slot, &t) in draws.iter().enumerate() {
-            keys.offer(t, slot as u32);
-        }
-        let list = keys.shortlist(0.0, |slot| slot);
-        // Every floor is a lower bound on its score; the kept floors are the three smallest.
-        let mut floors: Vec<(f32, u32)> = draws
-            .iter()
-            .enumerate()
-            .filter(|(_, t)| **t < f32::INFINITY)
-            .map(|(slot, &t)| {
-                let floor = TileKeys::floor(f32::from_bits((t.to_bits() & !31) | slot as u32));
-                assert!(floor <= t, "{t}: floor {floor}");
-                (floor, slot as u32)
-            })
-            .collect();
-        floors.sort_by(|a, b| a.0.partial_cmp(&b.0).unwrap().then(a.1.cmp(&b.1)));
-        let want = |j: usize| floors.get(j).copied().unwrap_or((f32::INFINITY, u32::MAX));
-        assert_eq!(list.lower, [0, 1, 2].map(|j| want(j).0), "{draws:?}");
-        // Equal floors may come in either slot order; their scores share every bit but the slot's.
-        for j in 0..2 {
-            let slot = list.index[j];
-            assert!(
-                slot == want(j).1
-                    || (slot != u32::MAX && TileKeys::floor(draws[slot as usize]) == want(j).0),
-                "{draws:?}: place {j} kept slot {slot}"
-            );
-        }
-    }
-}
-
-#[test]
-fn tile_key_floors_are_monotone_and_below_their_scores() {
-    let mut rng = Rng(23);
-    for _ in 0..20000 {
-        let [a, b] = [0, 1].map(|_| f32::from_bits(rng.next() as u32));
-        if a.is_nan() || b.is_nan() {
-            continue;
-        }
-        let slot = (rng.next() % 32) as u32;
-        let key = f32::from_bits((a.to_bits() & !31) | slot);
-        if key.is_nan() {
-            continue;
-        }
-        assert!(TileKeys::floor(key) <= a, "{a:e} slot {slot}");
-        let (lo, hi) = if a <= b { (a, b) } else { (b, a) };
-        assert!(TileKeys::floor(lo) <= TileKeys::floor(hi), "{lo:e} {hi:e}");
     }
 }
