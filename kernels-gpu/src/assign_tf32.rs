@@ -10,9 +10,9 @@
 //! a lower bound on the exact score, and every point keeps the centroids of the two smallest
 //! ([`shortlist::Shortlist`]). Both are re-scored exactly as the CPU does — a dimension-ordered
 //! chain of single-rounding FMAs on the unrounded rows, lowest index on ties — and when the
-//! third smallest lower bound does not exceed the better exact score, all `k` are, by the whole
-//! block together. Labels and distances are therefore the exact path's whatever the data (see
-//! [`shortlist`] for the proof).
+//! third smallest lower bound does not exceed the better exact score, all `k` are, by
+//! `kmeans_assign_l2_full_pass` ([`full_pass`]) after the kernel. Labels and distances are
+//! therefore the exact path's whatever the data (see [`shortlist`] for the proof).
 //!
 //! The kernel body `run` goes prologue, sweep, merge, re-check (see its comment).
 
@@ -25,7 +25,7 @@ use crate::params::DevPtr;
 use crate::{
     cp_async::{commit, copy_4, copy_16, copy_rows, shared_addr, wait_all, wait_group},
     exec::{
-        Exec, atomic_add_u32, atomic_or_u32, block_sum_f64, block_sum_i64, shfl_xor_f32,
+        Exec, atomic_add_u32, atomic_fetch_add_u32, block_sum_f64, block_sum_i64, shfl_xor_f32,
         shfl_xor_u64,
     },
     fixed::{inertia_term, units_at},
@@ -71,6 +71,7 @@ kernel_params! {
         pub block_inertia: DevPtr<i64>,
         pub inertia_scale: f32,
         pub weights: DevPtr<f32>,
+        pub flagged: DevPtr<u32>,
     }
     entries: assign_tf32_entry;
 }
@@ -190,6 +191,7 @@ struct Tf32AssignArgs {
     block_inertia: *mut i64,
     inertia_scale: f32,
     weights: *const f32,
+    flagged: *mut u32,
 }
 
 #[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
@@ -212,6 +214,7 @@ impl Tf32AssignArgs {
             block_inertia,
             inertia_scale,
             weights,
+            flagged,
         } = params;
         Tf32AssignArgs {
             x: x.as_ptr(),
@@ -228,6 +231,7 @@ impl Tf32AssignArgs {
             block_inertia: block_inertia.as_mut_ptr(),
             inertia_scale,
             weights: weights.as_ptr(),
+            flagged: flagged.as_mut_ptr(),
         }
     }
 }
@@ -467,29 +471,20 @@ unsafe fn finish<const COLUMNS: usize, const R: usize, E: Exec>(
         d,
         centroids,
         c_sq_norms,
-        k,
         labels,
         min_dist,
         changed,
         block_inertia,
         inertia_scale,
         weights,
+        flagged,
         ..
     } = *a;
     let t = e.thread();
-    let (warp, lane) = (t / 32, t % 32);
     // Per (point, column): the three lower bounds (and a word unused), then two centroids.
     let merge_bounds = xs.cast::<f32>();
     let merge_index = unsafe { xs.add(TF32_POINTS * 8) };
     let scratch = unsafe { xs.add(TF32_POINTS * 12) }.cast::<f64>();
-    // After the reduction scratch: a bit per point, set where it takes the block-wide pass
-    // (cleared before the barrier below), then each warp's best (score bits, centroid) of that
-    // pass.
-    let full_points = unsafe { xs.add(TF32_POINTS * 12 + 4 * BLOCK as usize) };
-    let warp_best = unsafe { full_points.add(TF32_POINTS) };
-    if t < TF32_POINTS / 32 {
-        unsafe { *full_points.add(t) = 0 };
-    }
     if publish {
         for (r, list) in lists.iter().enumerate() {
             let at = slot(r);
@@ -506,8 +501,8 @@ unsafe fn finish<const COLUMNS: usize, const R: usize, E: Exec>(
 
     // Exact re-check, two threads per point: the two shortlisted centroids, one each; the
     // pair's better as the exact path ranks them. A point whose shortlist may miss the winner is
-    // flagged, and the whole block scores every centroid for it below (a pair alone would run k
-    // serial dot products and hold the block).
+    // queued for `kmeans_assign_l2_full_pass` ([`full_pass`]), which scores every centroid for
+    // it and writes its label, distance and totals (scored here, it would hold the block).
     let (p, which) = (t / 2, t % 2);
     let i = first_point + p;
     let mut list = Shortlist::EMPTY;
@@ -538,66 +533,16 @@ unsafe fn finish<const COLUMNS: usize, const R: usize, E: Exec>(
     if better(other_best, other, best, label) {
         (best, label) = (other_best, other);
     }
-    if which == 0 && i < n && list.needs_full_pass(best) {
-        unsafe { atomic_or_u32(full_points.add(p / 32), 1 << (p % 32)) };
-    }
-    e.sync();
-    // The flagged points, one at a time (the flags are the same for every thread, so are the
-    // barriers): every thread scores centroids t, t + BLOCK, …; the warps' best, then the
-    // block's, as the exact path ranks them (`better` orders (score, index) totally, so the
-    // order of the reduction does not matter).
-    for w in 0..TF32_POINTS / 32 {
-        let mut flagged = unsafe { *full_points.add(w) };
-        while flagged != 0 {
-            let f = w * 32 + flagged.trailing_zeros() as usize;
-            flagged &= flagged - 1;
-            let row = unsafe { x.add((first_point + f) * d) };
-            let (mut fb, mut fl) = (f32::INFINITY, u32::MAX);
-            let mut c = t;
-            while c < k {
-                let dot = unsafe { exact_dot(row, centroids.add(c * d), d) };
-                let score = l2_score(dot, unsafe { *c_sq_norms.add(c) });
-                if better(score, c as u32, fb, fl) {
-                    (fb, fl) = (score, c as u32);
-                }
-                c += BLOCK as usize;
-            }
-            // (Halving a mask, not a loop over an array: the array would live in local memory.)
-            let mut mask = 16;
-            while mask > 0 {
-                let (ob, ol) = (shfl_xor_f32(e, fb, mask), e.shfl_xor_u32(fl, mask));
-                if better(ob, ol, fb, fl) {
-                    (fb, fl) = (ob, ol);
-                }
-                mask /= 2;
-            }
-            if lane == 0 {
-                unsafe {
-                    *warp_best.add(2 * warp) = fb.to_bits();
-                    *warp_best.add(2 * warp + 1) = fl;
-                }
-            }
-            e.sync();
-            if p == f {
-                for other in 0..BLOCK as usize / 32 {
-                    let (ob, ol) = unsafe {
-                        (
-                            f32::from_bits(*warp_best.add(2 * other)),
-                            *warp_best.add(2 * other + 1),
-                        )
-                    };
-                    if better(ob, ol, best, label) {
-                        (best, label) = (ob, ol);
-                    }
-                }
-            }
-            // The warps' slots are written again for the next flagged point.
-            e.sync();
+    let queued = which == 0 && i < n && list.needs_full_pass(best);
+    if queued {
+        unsafe {
+            let at = atomic_fetch_add_u32(flagged, 1) as usize;
+            *flagged.add(full_pass::FLAGGED_HEADER + at) = i as u32;
         }
     }
     let mut moved = 0.0;
     let mut dist_sum = 0i64;
-    if which == 0 && i < n {
+    if which == 0 && i < n && !queued {
         #[allow(clippy::neg_cmp_op_on_partial_ord)]
         if !(best < f32::INFINITY) {
             // Every score was +inf or NaN: the CPU's first-minimum scan keeps centroid 0.
@@ -923,6 +868,7 @@ unsafe fn stage_chunk(
 pub mod bound;
 #[cfg(test)]
 mod emulated;
+pub mod full_pass;
 pub mod shortlist;
 #[cfg(all(target_arch = "nvptx64", target_feature = "sm_90a"))]
 mod sweep_wgmma;
@@ -938,11 +884,9 @@ mod tests {
         // Two blocks per multiprocessor on sm_80 / sm_90 (164 / 228 KiB per SM).
         assert!(2 * (tf32_shared_bytes() + 1024) <= 228 * 1024);
         // The point tile is reused for the merge (128 points × 2 warp columns × (4 bounds, 2
-        // centroids)), the reduction scratch (2 f64 per thread), the block-wide pass's flags (a
-        // word per point) and its warps' best (2 words per warp).
+        // centroids)) and the reduction scratch (2 f64 per thread).
         assert!(
-            TF32_POINTS * 2 * 6 * 4 + 2 * BLOCK as usize * 8 + TF32_POINTS * 4 + BLOCK as usize / 4
-                <= TF32_POINTS / 2 * TF32_X_STRIDE * 4
+            TF32_POINTS * 2 * 6 * 4 + 2 * BLOCK as usize * 8 <= TF32_POINTS / 2 * TF32_X_STRIDE * 4
         );
         assert_eq!(TF32_X_STRIDE % 32, 4);
         assert_eq!(TF32_C_STRIDE % 32, 16);
@@ -960,8 +904,7 @@ mod tests {
         // merge and scratch; slices are whole chunks and whole swizzle atoms.
         assert!(2 * (wg_shared_bytes(128) + 1024) <= 228 * 1024);
         assert!(
-            TF32_POINTS * 2 * 6 * 4 + 2 * BLOCK as usize * 8 + TF32_POINTS * 4 + BLOCK as usize / 4
-                <= TF32_POINTS * wg_point_dims(1) * 4
+            TF32_POINTS * 2 * 6 * 4 + 2 * BLOCK as usize * 8 <= TF32_POINTS * wg_point_dims(1) * 4
         );
         for d in [1, 4, 32, 100, 128] {
             assert_eq!(wg_point_dims(d) % SCAN_CHUNK_DIMS, 0);

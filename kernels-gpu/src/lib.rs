@@ -21,6 +21,7 @@
 //! | `kmeans_assign_l1_narrow` | `assign` | `assign::AssignParams` | `backend::cpu::kmeans::nearest`, `::accumulate` | `tests/kmeans.rs` `gpu_matches_cpu_on_awkward_shapes`, `assign.rs` `emulated_assign_matches_the_cpu` (the sm_70 sweep) |
 //! | `kmeans_assign_l2_tf32` | `assign_tf32` | `assign_tf32::AssignTf32Params` | `backend::cpu::kmeans::nearest` (exact) | `tests/kmeans_tf32.rs` `tf32_labels_equal_exact` `tf32_fits_equal_exact`, `assign_tf32/shortlist/tests.rs` `near_tie_lattices_are_exact`, `assign_tf32/emulated.rs` `emulated_tf32_assign_equals_the_exact_path` |
 //! | `kmeans_assign_l2_tf32_wg` | `assign_tf32::sweep_wgmma` | `assign_tf32::AssignTf32Params` | `backend::cpu::kmeans::nearest` (exact) | `tests/kmeans_tf32.rs` `tf32_labels_equal_exact` `sanitize_kmeans_tf32` (sm_90) |
+//! | `kmeans_assign_l2_full_pass` | `assign_tf32::full_pass` | `assign_tf32::full_pass::FullPassParams` | `backend::cpu::kmeans::nearest` (exact) | `tests/kmeans_tf32.rs` `tf32_labels_equal_exact` `sanitize_kmeans_tf32`, `assign_tf32/emulated.rs` `emulated_tf32_assign_equals_the_exact_path` |
 //! | `tf32_tile_maxima` | `assign_tf32::bound` | `assign_tf32::bound::TileMaximaParams` | `assign_tf32::bound::tile_maxima_of` | `assign_tf32/bound.rs` `emulated_tile_maxima_equal_the_twin`, `tests/kmeans_tf32.rs` `tf32_labels_equal_exact` |
 //! | `kmeans_centroids_by_dimension` | `centroids` | `centroids::CentroidsByDimensionParams` | `backend::cpu::kmeans::CentroidBlocks::new` | `tests/kmeans.rs` `gpu_matches_cpu_on_awkward_shapes`, `centroids.rs` `emulated_layout_is_the_transpose_with_the_twins_norms` |
 //! | `kmeans_accumulate_shared` | `update` | `update::AccumulateSharedParams` | `backend::cpu::kmeans::accumulate` | `tests/kmeans.rs` `gpu_matches_cpu_on_awkward_shapes`, `update/tests.rs` `emulated_update_steps_equal_the_twins` |
@@ -130,13 +131,14 @@ pub mod vote;
 use launch::Kernel;
 
 /// Every kernel of the PTX builds, in the order of the twin table above.
-pub const KERNELS: [Kernel; 64] = [
+pub const KERNELS: [Kernel; 65] = [
     assign::KMEANS_ASSIGN_L2_WIDE.erased(),
     assign::KMEANS_ASSIGN_L2_NARROW.erased(),
     assign::KMEANS_ASSIGN_L1_WIDE.erased(),
     assign::KMEANS_ASSIGN_L1_NARROW.erased(),
     assign_tf32::KMEANS_ASSIGN_L2_TF32.erased(),
     assign_tf32::KMEANS_ASSIGN_L2_TF32_WG.erased(),
+    assign_tf32::full_pass::KMEANS_ASSIGN_L2_FULL_PASS.erased(),
     assign_tf32::bound::TF32_TILE_MAXIMA.erased(),
     centroids::KMEANS_CENTROIDS_BY_DIMENSION.erased(),
     update::KMEANS_ACCUMULATE_SHARED.erased(),

@@ -1,12 +1,16 @@
-//! `kmeans_assign_l2_tf32` run whole in the emulator (its `mma`s over the PTX fragment layout,
-//! its `cp.async` ring landing only when waited for) against the CPU twin's exact assignment:
-//! whatever the order of the tensor cores' sums, labels, distances and block totals are the
-//! exact path's, bit for bit.
+//! `kmeans_assign_l2_tf32` and the full pass after it run whole in the emulator (its `mma`s over
+//! the PTX fragment layout, its `cp.async` ring landing only when waited for) against the CPU
+//! twin's exact assignment: whatever the order of the tensor cores' sums, labels, distances and
+//! block totals are the exact path's, bit for bit.
 
+use super::full_pass::{
+    FLAGGED_HEADER, FullPassParams, flagged_len, full_pass, full_pass_grid, full_pass_shared_bytes,
+};
 use super::*;
 use crate::exec::emu::launch;
 use crate::fixed::inertia_term;
 use crate::math::{assign_score, sq_norm};
+use crate::params::DevPtr;
 
 /// The CPU twin (`backend::cpu::kmeans::nearest`): the first centroid of the lowest score, each
 /// accumulated over the dimensions in order.
@@ -26,9 +30,10 @@ fn nearest(row: &[f32], centroids: &[f32]) -> (u32, f32) {
     (label, assign_distance(metric, sq_norm(row), best))
 }
 
-/// Runs the kernel on `x` (`d` columns) and `centroids` with sample `weights` (empty: one unit
-/// each) and compares every output with the twin's.
-fn check(x: &[f32], centroids: &[f32], d: usize, weights: &[f32], what: &str) {
+/// Runs the kernel and the full pass on `x` (`d` columns) and `centroids` with sample `weights`
+/// (empty: one unit each), compares every output with the twin's and returns how many points
+/// the full pass took.
+fn check(x: &[f32], centroids: &[f32], d: usize, weights: &[f32], what: &str) -> usize {
     let (n, k) = (x.len() / d, centroids.len() / d);
     let x_sq: Vec<f32> = x.chunks(d).map(sq_norm).collect();
     let c_sq: Vec<f32> = centroids.chunks(d).map(sq_norm).collect();
@@ -38,6 +43,7 @@ fn check(x: &[f32], centroids: &[f32], d: usize, weights: &[f32], what: &str) {
     let mut min_dist = vec![f32::NAN; n];
     let mut changed = [0u32];
     let mut block_inertia = vec![i64::MIN; tf32_grid(n)];
+    let mut flagged = vec![0u32; flagged_len(n)];
     let inertia_scale = 4096.0;
     let ptr = |v: &[f32]| {
         if v.is_empty() {
@@ -61,6 +67,7 @@ fn check(x: &[f32], centroids: &[f32], d: usize, weights: &[f32], what: &str) {
         block_inertia: block_inertia.as_mut_ptr(),
         inertia_scale,
         weights: ptr(weights),
+        flagged: flagged.as_mut_ptr(),
     };
     /// The arguments, shared by the emulated threads (which synchronise their own accesses).
     struct Shared(Tf32AssignArgs);
@@ -85,6 +92,52 @@ fn check(x: &[f32], centroids: &[f32], d: usize, weights: &[f32], what: &str) {
             }
         },
     );
+    let queued = flagged[0] as usize;
+    let mut ids = flagged[FLAGGED_HEADER..FLAGGED_HEADER + queued].to_vec();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), queued, "{what}: each point queued once");
+    let params = FullPassParams {
+        x: DevPtr::from_ptr(x.as_ptr()),
+        x_sq_norms: DevPtr::from_ptr(x_sq.as_ptr()),
+        d: d as u32,
+        centroids: DevPtr::from_ptr(centroids.as_ptr()),
+        c_sq_norms: DevPtr::from_ptr(c_sq.as_ptr()),
+        k: k as u32,
+        flagged: DevPtr::from_ptr(flagged.as_mut_ptr()),
+        labels: DevPtr::from_ptr(labels.as_mut_ptr()),
+        min_dist: DevPtr::from_ptr(min_dist.as_mut_ptr()),
+        changed: DevPtr::from_ptr(changed.as_mut_ptr()),
+        block_inertia: DevPtr::from_ptr(block_inertia.as_mut_ptr()),
+        inertia_scale,
+        weights: DevPtr::from_ptr(ptr(weights)),
+    };
+    // Fewer blocks than groups too (a block takes every `grid`-th group): the same outputs.
+    let before = (
+        labels.clone(),
+        min_dist.clone(),
+        changed,
+        block_inertia.clone(),
+    );
+    let mut outputs = Vec::new();
+    for grid in [full_pass_grid(n), 1] {
+        labels.copy_from_slice(&before.0);
+        min_dist.copy_from_slice(&before.1);
+        changed = before.2;
+        block_inertia.copy_from_slice(&before.3);
+        flagged[0] = queued as u32;
+        launch(grid, BLOCK as usize, full_pass_shared_bytes(), |e| unsafe {
+            full_pass(e, &params)
+        });
+        assert_eq!(
+            flagged[..FLAGGED_HEADER],
+            [0, 0],
+            "{what}: the queue's header cleared"
+        );
+        let dist_bits: Vec<u32> = min_dist.iter().map(|v| v.to_bits()).collect();
+        outputs.push((labels.clone(), dist_bits, changed, block_inertia.clone()));
+    }
+    assert_eq!(outputs[0], outputs[1], "{what}: one block or many");
     let mut want_changed = 0;
     let mut want_inertia = vec![0i64; tf32_grid(n)];
     for i in 0..n {
@@ -101,6 +154,7 @@ fn check(x: &[f32], centroids: &[f32], d: usize, weights: &[f32], what: &str) {
     }
     assert_eq!(changed[0], want_changed, "{what}: changed labels");
     assert_eq!(block_inertia, want_inertia, "{what}: block inertia");
+    queued
 }
 
 /// Reproducible values in `[-1, 1)`.
@@ -150,16 +204,18 @@ fn emulated_tf32_assign_equals_the_exact_path() {
             .map(|v| 1000.0 + v * 1e-2)
             .collect()
     };
-    check(&far(150 * 3, 8), &far(20 * 3, 9), 3, &[], "large norms");
-    // The same over more centroids than threads (the block-wide pass takes several a thread),
-    // with 16-byte rows and with word rows.
-    check(
+    let queued = check(&far(150 * 3, 8), &far(20 * 3, 9), 3, &[], "large norms");
+    assert!(queued > 0, "the full pass is exercised");
+    // The same over more centroids than threads (the full pass takes several a thread), with
+    // 16-byte rows and with word rows.
+    let queued = check(
         &far(40 * 36, 12),
         &far(600 * 36, 13),
         36,
         &[],
         "large norms, k = 600, d = 36",
     );
+    assert!(queued > 0, "the full pass is exercised");
     check(
         &far(40 * 7, 14),
         &far(300 * 7, 15),

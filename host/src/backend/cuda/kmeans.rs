@@ -31,6 +31,9 @@ use kernels_gpu::assign::{
 use kernels_gpu::assign_tf32::bound::{
     TF32_TILE_MAXIMA, TILE_MAXIMA_SHARED_BYTES, TILE_MAXIMA_WORDS, TileMaximaParams,
 };
+use kernels_gpu::assign_tf32::full_pass::{
+    FullPassParams, KMEANS_ASSIGN_L2_FULL_PASS, flagged_len, full_pass_grid, full_pass_shared_bytes,
+};
 use kernels_gpu::assign_tf32::{
     AssignTf32Params, KMEANS_ASSIGN_L2_TF32, KMEANS_ASSIGN_L2_TF32_WG, TF32_POINT_DIMS,
     tf32_shared_bytes, wg_shared_bytes,
@@ -111,6 +114,9 @@ pub(crate) struct CudaLloyd<'a> {
     /// Each centroid tile's largest bound terms (`tf32_tile_maxima`, three words a tile) for the
     /// TF32 kernel's error bound (empty on the other paths).
     tile_maxima: Slot<f32>,
+    /// The points the TF32 kernel leaves to `kmeans_assign_l2_full_pass`: `[count, tickets,
+    /// ids…]`, zero between steps (empty on the other paths).
+    flagged: Slot<u32>,
     /// The centroids by dimension, `d × k_padded` (`k_padded`: `k` rounded up to 4; the padding columns
     /// stay zero), for the exact assign kernels.
     centroids_t: Slot<f32>,
@@ -314,14 +320,14 @@ pub(crate) fn footprint(
     // (at most two blocks a multiprocessor, whatever the rows).
     let sum_sets = 1 + update_parts(gpu, usize::MAX / 2, false, sums_fit_shared(k, d));
     // Distances, norms and sample weights; seeding norms, distances, nearest seeds and samples;
-    // the per-block partials (inertia, seeding sums) take under a byte per row: 4 more; the
-    // pruned scan's bounds where the wide small step may run (squared L2 or not). The labels
-    // go up with the rows (`rows`).
+    // the TF32 path's queue for the full pass; the per-block partials (inertia, seeding sums)
+    // take under a byte per row: 4 more; the pruned scan's bounds where the wide small step may
+    // run (squared L2 or not). The labels go up with the rows (`rows`).
     let wide_small = assign_path(gpu, d, k, false, false)
         .0
         .is_some_and(|i| SMALL_STEPS[i].rows_in_shared());
     let bounds = if wide_small { prune::groups(k) * 4 } else { 0 };
-    let per_row = 7 * 4 + 4 + bounds;
+    let per_row = 8 * 4 + 4 + bounds;
     // Centroids, next and by dimension (padded); norms, sizes and counts; the shift's parts; a
     // margin for the small buffers.
     let per_fit = 2 * kd * f32s
@@ -450,6 +456,11 @@ impl<'a> CudaLloyd<'a> {
                 },
                 "centroid tiles' bound terms",
             )?,
+            flagged: Slot::zeros(
+                gpu,
+                if tf32 { flagged_len(n) } else { 0 },
+                "the full pass's queue",
+            )?,
             centroids_t: Slot::zeros(gpu, by_dimension_len, "centroids by dimension")?,
             next: Slot::zeros(gpu, k * d, "centroids")?,
             labels: Slot::zeros(gpu, n, "labels")?,
@@ -522,6 +533,7 @@ impl<'a> CudaLloyd<'a> {
         self.c_sq_norms.park(gpu, false, "centroid norms")?;
         self.tile_maxima
             .park(gpu, false, "centroid tiles' bound terms")?;
+        self.flagged.park(gpu, false, "the full pass's queue")?;
         self.centroids_t
             .park(gpu, false, "centroids by dimension")?;
         self.shift_parts.park(gpu, false, "shift partials")?;
@@ -579,6 +591,7 @@ impl<'a> CudaLloyd<'a> {
         self.c_sq_norms.restore(gpu, "centroid norms")?;
         self.tile_maxima
             .restore(gpu, "centroid tiles' bound terms")?;
+        self.flagged.restore(gpu, "the full pass's queue")?;
         self.centroids_t.restore(gpu, "centroids by dimension")?;
         self.shift_parts.restore(gpu, "shift partials")?;
         self.counters.restore(gpu, "counters")?;
@@ -752,7 +765,7 @@ impl<'a> CudaLloyd<'a> {
                 (KMEANS_ASSIGN_L2_TF32, tf32_shared_bytes())
             };
             let grid = tf32_grid(n);
-            return gpu.launch(
+            gpu.launch(
                 kernel,
                 grid,
                 shared,
@@ -765,6 +778,28 @@ impl<'a> CudaLloyd<'a> {
                     c_sq_norms: self.c_sq_norms.dev()?.reads(k),
                     tile_maxima: self.tile_maxima.dev()?.reads(maxima),
                     k: k as u32,
+                    labels: self.labels.dev_mut()?.writes(n),
+                    min_dist: self.min_dist.dev_mut()?.writes(n),
+                    changed: self.counters.dev_mut()?.writes(1),
+                    block_inertia: self.block_inertia.dev_mut()?.writes(grid),
+                    inertia_scale: self.inertia_scale,
+                    weights: dev_opt(&self.weights)?.reads(n),
+                    flagged: self.flagged.dev_mut()?.writes(flagged_len(n)),
+                },
+            )?;
+            // The points whose shortlists could not settle them, every centroid scored.
+            return gpu.launch(
+                KMEANS_ASSIGN_L2_FULL_PASS,
+                full_pass_grid(n),
+                full_pass_shared_bytes(),
+                FullPassParams {
+                    x: on_device(&self.x)?.reads(n * d),
+                    x_sq_norms: self.x_sq_norms.dev()?.reads(n),
+                    d: d as u32,
+                    centroids: centroids.reads(k * d),
+                    c_sq_norms: self.c_sq_norms.dev()?.reads(k),
+                    k: k as u32,
+                    flagged: self.flagged.dev_mut()?.writes(flagged_len(n)),
                     labels: self.labels.dev_mut()?.writes(n),
                     min_dist: self.min_dist.dev_mut()?.writes(n),
                     changed: self.counters.dev_mut()?.writes(1),
