@@ -91,16 +91,18 @@ fn shapes() -> Vec<Shape> {
         centroids,
     ));
     // Large norms, small differences: everything offset by 1e4.
-    let offset = |mut v: Vec<f32>| {
-        v.iter_mut().for_each(|x| *x += 1e4);
-        v
-    };
     v.push(shape(
         "offset 1e4 d=128 k=200",
         offset(uniform(2000, 128, 15)),
         128,
         offset(uniform(200, 128, 16)),
     ));
+    v
+}
+
+/// `v` offset by 1e4: large norms, small differences.
+fn offset(mut v: Vec<f32>) -> Vec<f32> {
+    v.iter_mut().for_each(|x| *x += 1e4);
     v
 }
 
@@ -196,6 +198,19 @@ fn sanitize_kmeans_tf32() {
             uniform(140, 12, 42),
             12,
             uniform(140, 12, 42),
+        ),
+        // Offsets of 1e4: most points go to the full pass (queued from both kernels).
+        shape(
+            "offset 1e4 d=36 k=300",
+            offset(uniform(150, 36, 43)),
+            36,
+            offset(uniform(300, 36, 44)),
+        ),
+        shape(
+            "offset 1e4 d=7 k=130",
+            offset(uniform(150, 7, 45)),
+            7,
+            offset(uniform(130, 7, 46)),
         ),
     ] {
         check_assignment(gpu, &s);
