@@ -257,7 +257,7 @@ fn tf32_on_the_cpu_is_exact() {
 }
 
 /// The default, `Precision::Auto`, on shapes where it takes the TF32 assignment (d a multiple of 4
-/// from 32 to 256, k ≥ 1024) and where it does not: whole fits equal to `Precision::Exact`'s bit
+/// from 32 to 512, k ≥ 1024) and where it does not: whole fits equal to `Precision::Exact`'s bit
 /// for bit.
 #[test]
 fn auto_precision_fits_equal_exact() {
@@ -269,6 +269,7 @@ fn auto_precision_fits_equal_exact() {
         (3000, 64, 256),
         (2000, 130, 20),
         (4000, 40, 300),
+        (2500, 512, 1024),
     ] {
         let data = uniform(n, d, 50 + d as u64);
         let x = MatrixView::new(&data, n, d).unwrap();

@@ -253,9 +253,9 @@ fn check_tf32(gpu: &CudaBackend, spec: &LloydSpec<'_>) -> Result<()> {
 /// Whether `Precision::Auto` takes the TF32 assignment for `d` dimensions and `k` clusters (past
 /// the small-shape step, which [`assign_path`] prefers): squared L2 on sm_80 or later, with
 /// [`TF32_DIMS`] dimensions (a multiple of 4: rows staged in 16-byte copies) and at least
-/// [`TF32_MIN_K`] clusters, where `gpu-bench --precision-shapes 200000` measured it 1.1–2.4×
-/// faster than the FP32 kernels on an H100 (docs/BENCHMARKS.md); slower at fewer clusters, at
-/// 512 dimensions (the points restaged per 128) and at odd widths (word copies).
+/// [`TF32_MIN_K`] clusters, where `gpu-bench --precision-shapes 200000` measured it 1.1–3×
+/// faster than the FP32 kernels on an H100 (docs/BENCHMARKS.md); slower at fewer clusters and
+/// at odd widths (word copies).
 fn tf32_pays(gpu: &CudaBackend, metric: Metric, d: usize, k: usize) -> bool {
     metric == Metric::L2
         && gpu.info().compute_capability.0 >= 8
@@ -265,7 +265,7 @@ fn tf32_pays(gpu: &CudaBackend, metric: Metric, d: usize, k: usize) -> bool {
 }
 
 /// The dimensions at which `Precision::Auto` takes the TF32 assignment.
-const TF32_DIMS: std::ops::RangeInclusive<usize> = 32..=256;
+const TF32_DIMS: std::ops::RangeInclusive<usize> = 32..=512;
 /// The fewest clusters at which `Precision::Auto` takes the TF32 assignment.
 const TF32_MIN_K: usize = 1024;
 

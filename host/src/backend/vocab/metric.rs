@@ -67,7 +67,7 @@ impl fmt::Display for Metric {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Precision {
     /// [`Precision::Tf32`] where it is faster (squared L2 on a GPU of compute capability 8.0
-    /// or later, 32 to 256 dimensions (a multiple of 4) and at least 1,024 clusters, where the
+    /// or later, 32 to 512 dimensions (a multiple of 4) and at least 1,024 clusters, where the
     /// tensor cores pay; see docs/KMEANS.md), [`Precision::Exact`] elsewhere.
     #[default]
     Auto,
