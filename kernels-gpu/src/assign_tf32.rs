@@ -543,12 +543,8 @@ unsafe fn finish<const COLUMNS: usize, const R: usize, E: Exec>(
     let mut moved = 0.0;
     let mut dist_sum = 0i64;
     if which == 0 && i < n && !queued {
-        #[allow(clippy::neg_cmp_op_on_partial_ord)]
-        if !(best < f32::INFINITY) {
-            // Every score was +inf or NaN: the CPU's first-minimum scan keeps centroid 0.
-            label = 0;
-        }
-        let dist = assign_distance(AssignMetric::SqL2, unsafe { *x_sq_norms.add(i) }, best);
+        let dist;
+        (label, dist) = settle(best, label, unsafe { *x_sq_norms.add(i) });
         let units = unsafe { units_at(weights, i) };
         unsafe {
             if *labels.add(i) != label && units != 0 {
@@ -632,6 +628,16 @@ unsafe fn publish_row_terms<E: Exec>(
             *terms.add(TF32_POINTS + row) = x_sum;
         }
     }
+}
+
+/// A point's label and exact distance from the first minimum `(best, label)` of its scores:
+/// centroid 0 where every score was +inf or NaN, as the CPU's first-minimum scan keeps it.
+#[cfg(any(test, all(target_arch = "nvptx64", target_feature = "sm_80")))]
+#[inline(always)]
+fn settle(best: f32, label: u32, x_sq_norm: f32) -> (u32, f32) {
+    #[allow(clippy::neg_cmp_op_on_partial_ord)]
+    let label = if !(best < f32::INFINITY) { 0 } else { label };
+    (label, assign_distance(AssignMetric::SqL2, x_sq_norm, best))
 }
 
 /// The CPU's dot product: dimension order, one single-rounding FMA per dimension.

@@ -204,16 +204,7 @@ pub(super) unsafe fn full_pass<E: Exec>(e: E, params: &FullPassParams) {
                     (score, label) = (ob, ol);
                 }
             }
-            #[allow(clippy::neg_cmp_op_on_partial_ord)]
-            if !(score < f32::INFINITY) {
-                // Every score was +inf or NaN: the CPU's first-minimum scan keeps centroid 0.
-                label = 0;
-            }
-            let dist = assign_distance(
-                AssignMetric::SqL2,
-                unsafe { *x_sq_norms.as_ptr().add(i) },
-                score,
-            );
+            let (label, dist) = settle(score, label, unsafe { *x_sq_norms.as_ptr().add(i) });
             let units = unsafe { units_at(weights, i) };
             unsafe {
                 if !changed.is_null() && *labels.as_ptr().add(i) != label && units != 0 {
