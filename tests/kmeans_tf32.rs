@@ -5,7 +5,7 @@
 
 use kmeans_knn::bench::assign_once;
 use kmeans_knn::{Device, Error, KMeans, MatrixView, Metric, Precision};
-use kmeans_knn_tests::{blobs, gpu, lattice, same_partition, uniform};
+use kmeans_knn_tests::{blobs, gpu, lattice, same_partition, sample_weights, uniform};
 
 struct Shape {
     name: String,
@@ -224,6 +224,17 @@ fn sanitize_kmeans_tf32() {
         .fit(MatrixView::new(&data, 500, 6).unwrap())
         .unwrap();
     assert!(model.labels.iter().all(|&l| l < 9));
+    // Enough points per cluster for the update's sorted sums (`sorted_sums_equal_the_cpu`).
+    let (n, d, k) = (80_000, 128, 48);
+    let data = uniform(n, d, 36);
+    let model = KMeans::params(k)
+        .seed(4)
+        .max_iter(2)
+        .precision(Precision::Tf32)
+        .device(gpu)
+        .fit(MatrixView::new(&data, n, d).unwrap())
+        .unwrap();
+    assert!(model.labels.iter().all(|&l| l < k as u32));
 }
 
 #[test]
@@ -282,6 +293,35 @@ fn auto_precision_fits_equal_exact() {
         assert_eq!(bits(&auto.centroids), bits(&exact.centroids), "{what}");
         assert_eq!(auto.inertia.to_bits(), exact.inertia.to_bits(), "{what}");
         assert_eq!(auto.n_iter, exact.n_iter, "{what}");
+    }
+}
+
+/// Shapes whose update sorts each block's points by label (`kmeans_accumulate_sorted`: at least
+/// four points per cluster in a block's chunk; the TF32 step leaves the sums to the update):
+/// whole fits equal the exact CPU fit bit for bit, with and without sample weights.
+#[test]
+fn sorted_sums_equal_the_cpu() {
+    let Some(gpu) = gpu("sorted_sums_equal_the_cpu") else {
+        return;
+    };
+    let bits = |c: &[f32]| c.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+    let (n, d, k) = (150_000, 128, 64);
+    let data = uniform(n, d, 60);
+    let x = MatrixView::new(&data, n, d).unwrap();
+    let weights = sample_weights(n, false, 61);
+    for weighted in [false, true] {
+        let p = KMeans::params(k).seed(5).max_iter(4);
+        let fit = |p: kmeans_knn::KMeansParams| match weighted {
+            true => p.fit_weighted(&x, &weights).unwrap(),
+            false => p.fit(&x).unwrap(),
+        };
+        let tf32 = fit(p.clone().precision(Precision::Tf32).device(gpu));
+        let cpu = fit(p.precision(Precision::Exact).device(Device::Cpu));
+        let what = format!("n={n} d={d} k={k} weighted={weighted}");
+        assert_eq!(tf32.labels, cpu.labels, "{what}");
+        assert_eq!(bits(&tf32.centroids), bits(&cpu.centroids), "{what}");
+        assert_eq!(tf32.inertia.to_bits(), cpu.inertia.to_bits(), "{what}");
+        assert_eq!(tf32.n_iter, cpu.n_iter, "{what}");
     }
 }
 

@@ -222,6 +222,41 @@ pub unsafe fn inclusive_scan_u32<E: Exec>(e: E, values: *mut u32, len: usize) {
     }
 }
 
+/// `offsets[c] = counts[0] + … + counts[c − 1]` for `c < k`: each thread scans a contiguous
+/// segment of the counts, then the segment totals are scanned across the block.
+///
+/// # Safety
+/// `counts` and `offsets` hold `k` u32 and `scratch` `BLOCK` f64 of shared memory; every thread
+/// of the block calls this.
+#[inline(always)]
+pub unsafe fn exclusive_scan<E: Exec>(
+    e: E,
+    counts: *const u32,
+    offsets: *mut u32,
+    k: usize,
+    scratch: *mut f64,
+) {
+    let (t, threads) = (e.thread(), crate::launch::BLOCK as usize);
+    let per = k.div_ceil(threads);
+    let (from, to) = ((t * per).min(k), ((t + 1) * per).min(k));
+    let mut running = 0u32;
+    for c in from..to {
+        unsafe { *offsets.add(c) = running };
+        running += unsafe { *counts.add(c) };
+    }
+    // Hillis–Steele inclusive scan of the segment totals, over the segments that exist.
+    let segments = k.div_ceil(per.max(1));
+    let totals = scratch.cast::<u32>();
+    unsafe { *totals.add(t) = running };
+    e.sync();
+    unsafe { inclusive_scan_u32(e, totals, segments) };
+    let start = unsafe { *totals.add(t) } - running;
+    for c in from..to {
+        unsafe { *offsets.add(c) += start };
+    }
+    e.sync();
+}
+
 /// Integer add into shared or global memory; integer sums do not depend on the order.
 ///
 /// # Safety

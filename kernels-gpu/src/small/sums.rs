@@ -4,7 +4,7 @@
 use super::halt::{HaltRule, halted};
 use super::prune::f32_up;
 use super::{Smem, Step};
-use crate::exec::{Exec, block_totals, fence_device, shfl_xor_u64};
+use crate::exec::{Exec, block_totals, exclusive_scan, fence_device, shfl_xor_u64};
 use crate::fixed::{mean, to_fixed, units_at, weighted};
 use crate::launch::BLOCK;
 use crate::math::sqrt_f64;
@@ -146,41 +146,6 @@ pub(super) unsafe fn move_changed<const P: usize, E: Exec>(
             weight(old[p]).fetch_sub(units as u64, Ordering::Relaxed);
         }
     }
-}
-
-/// `offsets[c] = counts[0] + … + counts[c − 1]` for `c < k`: each thread scans a contiguous
-/// segment of the counts, then the segment totals are scanned across the block.
-///
-/// # Safety
-/// `counts` and `offsets` hold `k` u32 and `scratch` `BLOCK` f64 of shared memory; every thread
-/// of the block calls this.
-#[inline(always)]
-unsafe fn exclusive_scan<E: Exec>(
-    e: E,
-    counts: *const u32,
-    offsets: *mut u32,
-    k: usize,
-    scratch: *mut f64,
-) {
-    let (t, threads) = (e.thread(), BLOCK as usize);
-    let per = k.div_ceil(threads);
-    let (from, to) = ((t * per).min(k), ((t + 1) * per).min(k));
-    let mut running = 0u32;
-    for c in from..to {
-        unsafe { *offsets.add(c) = running };
-        running += unsafe { *counts.add(c) };
-    }
-    // Hillis–Steele inclusive scan of the segment totals, over the segments that exist.
-    let segments = k.div_ceil(per.max(1));
-    let totals = scratch.cast::<u32>();
-    unsafe { *totals.add(t) = running };
-    e.sync();
-    unsafe { crate::exec::inclusive_scan_u32(e, totals, segments) };
-    let start = unsafe { *totals.add(t) } - running;
-    for c in from..to {
-        unsafe { *offsets.add(c) += start };
-    }
-    e.sync();
 }
 
 /// The summary of a small step: means of the sums (a cluster without weight keeps its

@@ -191,3 +191,72 @@ fn shared_sums_count_their_u64_weights() {
     assert!(sums_fit_shared(64, 95) && !sums_fit_shared(64, 96));
     assert!(!sums_fit_shared(usize::MAX, 2));
 }
+
+#[test]
+fn emulated_sorted_sums_equal_the_twin() {
+    // Chunks not a multiple of the block (or odd), d = 1, d past one pass of the lanes
+    // (`WARP · LANE_DIMS` = 128), k = 1 (one run over every warp and block), k = n, weights.
+    for (n, d, k, rows, weighted) in [
+        (1, 1, 1, 1, false),
+        (1000, 1, 1, 300, true),
+        (777, 33, 5, 100, false),
+        (500, 200, 7, 37, true),
+        (300, 40, 300, 64, false),
+        (2000, 129, 3, 2000, true),
+    ] {
+        let case = Case::new(n, d, k, weighted);
+        let tag = format!("n={n} d={d} k={k} rows={rows} weighted={weighted}");
+        let (want_sums, want_counts) = case.sums();
+        let mut sums = vec![0i64; k * d];
+        let mut counts = vec![0u64; k];
+        let p = sorted::AccumulateSortedParams {
+            x: dev(&case.x),
+            n: n as u32,
+            d: d as u32,
+            labels: dev(&case.labels),
+            k: k as u32,
+            rows: rows as u32,
+            weights: case.weights(),
+            scales: dev(&case.scales),
+            sums: dev_mut(&mut sums),
+            counts: dev_mut(&mut counts),
+        };
+        let grid = n.div_ceil(rows);
+        let bytes = sorted::accumulate_sorted_bytes(k, rows);
+        launch(grid, BLOCK as usize, bytes, |e| unsafe {
+            sorted::accumulate_sorted(e, &p)
+        });
+        assert_eq!((&sums, &counts), (&want_sums, &want_counts), "{tag}");
+    }
+}
+
+#[test]
+fn sorted_rows_take_shapes_with_several_points_per_cluster() {
+    // E (10^7 × 128, k = 1,024) on 132 multiprocessors with 227 KiB a block: 16,384 rows fit,
+    // three blocks a multiprocessor, two waves of 396 blocks.
+    let max_shared = 227 * 1024;
+    assert_eq!(
+        sorted::sorted_rows(10_000_000, 1024, 128, 132, max_shared),
+        Some(10_000_000usize.div_ceil(2 * 396))
+    );
+    // D (200,000 points): 506 rows a block, under four points per cluster.
+    assert_eq!(
+        sorted::sorted_rows(200_000, 1024, 128, 132, max_shared),
+        None
+    );
+    // Narrow rows, too many clusters, too little shared memory.
+    assert_eq!(
+        sorted::sorted_rows(10_000_000, 64, 16, 132, max_shared),
+        None
+    );
+    assert_eq!(
+        sorted::sorted_rows(10_000_000, 8192, 128, 132, max_shared),
+        None
+    );
+    assert_eq!(
+        sorted::sorted_rows(10_000_000, 1024, 128, 132, 16 * 1024),
+        None
+    );
+    let rows = sorted::sorted_rows(10_000_000, 1024, 128, 132, 48 * 1024).unwrap();
+    assert!(sorted::accumulate_sorted_bytes(1024, rows) <= 48 * 1024);
+}

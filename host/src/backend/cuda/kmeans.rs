@@ -60,6 +60,9 @@ use kernels_gpu::small::{
     SmallParams, SmallStep, finalize_shared_bytes, finalize_small_grid, finalize_small_parts,
 };
 use kernels_gpu::small::{HaltRule, MODE_ACCUMULATE, MODE_ASSIGN, prune};
+use kernels_gpu::update::sorted::{
+    AccumulateSortedParams, KMEANS_ACCUMULATE_SORTED, accumulate_sorted_bytes, sorted_rows,
+};
 use kernels_gpu::update::sums_fit_shared;
 use kernels_gpu::update::{
     AccumulateGlobalParams, AccumulateSharedParams, FINALIZE_SHARED_BYTES, FinalizeParams,
@@ -945,7 +948,9 @@ impl<'a> CudaLloyd<'a> {
         Ok(())
     }
 
-    /// Queues the sums of the current labels into the first of the sums' parts, zeroed first.
+    /// Queues the sums of the current labels into the first of the sums' parts, zeroed first:
+    /// sorted by label in each block where its chunk holds several points per cluster
+    /// (`sorted_rows`), else one global atomic per coordinate.
     fn queue_accumulate_global(&mut self) -> Result<()> {
         self.load_rows()?;
         self.labels_on_device()?;
@@ -954,6 +959,26 @@ impl<'a> CudaLloyd<'a> {
         gpu.clear(s.sums.dev_mut()?, "cluster sums")?;
         gpu.clear(s.counts.dev_mut()?, "cluster counts")?;
         let (n, d, k) = (self.n, self.d, self.k);
+        let sorted = sorted_rows(n, k, d, gpu.multiprocessors(), gpu.max_shared_per_block());
+        if let Some(rows) = sorted {
+            return gpu.launch(
+                KMEANS_ACCUMULATE_SORTED,
+                n.div_ceil(rows),
+                accumulate_sorted_bytes(k, rows),
+                AccumulateSortedParams {
+                    x: on_device(&self.x)?.reads(n * d),
+                    n: n as u32,
+                    d: d as u32,
+                    labels: self.labels.dev()?.reads(n),
+                    k: k as u32,
+                    rows: rows as u32,
+                    weights: dev_opt(&self.weights)?.reads(n),
+                    scales: self.scales.dev()?.reads(d),
+                    sums: s.sums.dev_mut()?.writes(k * d),
+                    counts: s.counts.dev_mut()?.writes(k),
+                },
+            );
+        }
         gpu.launch(
             KMEANS_ACCUMULATE_GLOBAL,
             accumulate_global_grid(n, d, gpu.multiprocessors()),
