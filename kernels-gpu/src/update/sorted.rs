@@ -176,13 +176,9 @@ pub unsafe fn accumulate_sorted<E: Exec>(e: E, params: &AccumulateSortedParams) 
                 0.0
             }
         });
-        let mut run = Run::<LANE_DIMS> {
-            label: u32::MAX,
-            sums: [0; LANE_DIMS],
-            units: 0,
-        };
-        let flush = |run: &Run<LANE_DIMS>| {
-            if run.label == u32::MAX {
+        let mut run = Run::of(NO_RUN);
+        let flush = |run: &Run| {
+            if run.label == NO_RUN {
                 return;
             }
             let row = run.label as usize * d;
@@ -218,11 +214,7 @@ pub unsafe fn accumulate_sorted<E: Exec>(e: E, params: &AccumulateSortedParams) 
                     let label = entry[u] >> ROW_BITS;
                     if label != run.label {
                         flush(&run);
-                        run = Run {
-                            label,
-                            sums: [0; LANE_DIMS],
-                            units: 0,
-                        };
+                        run = Run::of(label);
                     }
                     for m in 0..LANE_DIMS {
                         let v = to_fixed(values[u][m], scale[m]);
@@ -243,10 +235,25 @@ pub unsafe fn accumulate_sorted<E: Exec>(e: E, params: &AccumulateSortedParams) 
     }
 }
 
+/// The label of a warp's run before its first point.
+const NO_RUN: u32 = u32::MAX;
+
 /// A warp's run of sorted points of one cluster: the lane's coordinate sums and the points'
-/// units (`label` `u32::MAX`: no run yet).
-struct Run<const M: usize> {
+/// units.
+struct Run {
     label: u32,
-    sums: [i64; M],
+    sums: [i64; LANE_DIMS],
     units: i64,
+}
+
+impl Run {
+    /// An empty run of `label`.
+    #[inline(always)]
+    fn of(label: u32) -> Run {
+        Run {
+            label,
+            sums: [0; LANE_DIMS],
+            units: 0,
+        }
+    }
 }
