@@ -224,17 +224,20 @@ fn sanitize_kmeans_tf32() {
         .fit(MatrixView::new(&data, 500, 6).unwrap())
         .unwrap();
     assert!(model.labels.iter().all(|&l| l < 9));
-    // Enough points per cluster for the update's sorted sums (`sorted_sums_equal_the_cpu`).
-    let (n, d, k) = (80_000, 128, 48);
-    let data = uniform(n, d, 36);
-    let model = KMeans::params(k)
-        .seed(4)
-        .max_iter(2)
-        .precision(Precision::Tf32)
-        .device(gpu)
-        .fit(MatrixView::new(&data, n, d).unwrap())
-        .unwrap();
-    assert!(model.labels.iter().all(|&l| l < k as u32));
+    // Enough points per cluster for the update's sorted sums (80,000 on an H100) and its
+    // column slices (60,000: too few a block to sort); `update_sums_equal_the_cpu`.
+    for n in [80_000, 60_000] {
+        let (d, k) = (128, 48);
+        let data = uniform(n, d, 36);
+        let model = KMeans::params(k)
+            .seed(4)
+            .max_iter(2)
+            .precision(Precision::Tf32)
+            .device(gpu)
+            .fit(MatrixView::new(&data, n, d).unwrap())
+            .unwrap();
+        assert!(model.labels.iter().all(|&l| l < k as u32));
+    }
 }
 
 #[test]
@@ -296,32 +299,35 @@ fn auto_precision_fits_equal_exact() {
     }
 }
 
-/// Shapes whose update sorts each block's points by label (`kmeans_accumulate_sorted`: at least
-/// four points per cluster in a block's chunk; the TF32 step leaves the sums to the update):
-/// whole fits equal the exact CPU fit bit for bit, with and without sample weights.
+/// Shapes whose update takes the sums in shared memory (the TF32 step leaves the sums to the
+/// update): sorted by label in each block (`kmeans_accumulate_sorted`: 150,000 points, k = 64,
+/// 378 a block on an H100) or a slice of columns at a time (`kmeans_accumulate_columns`:
+/// 120,000 points, k = 256, too few a block to sort; d = 100 leaves the last slice part
+/// empty). Whole fits equal the exact CPU fit bit for bit, with and without sample weights.
 #[test]
-fn sorted_sums_equal_the_cpu() {
-    let Some(gpu) = gpu("sorted_sums_equal_the_cpu") else {
+fn update_sums_equal_the_cpu() {
+    let Some(gpu) = gpu("update_sums_equal_the_cpu") else {
         return;
     };
     let bits = |c: &[f32]| c.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
-    let (n, d, k) = (150_000, 128, 64);
-    let data = uniform(n, d, 60);
-    let x = MatrixView::new(&data, n, d).unwrap();
-    let weights = sample_weights(n, false, 61);
-    for weighted in [false, true] {
-        let p = KMeans::params(k).seed(5).max_iter(4);
-        let fit = |p: kmeans_knn::KMeansParams| match weighted {
-            true => p.fit_weighted(&x, &weights).unwrap(),
-            false => p.fit(&x).unwrap(),
-        };
-        let tf32 = fit(p.clone().precision(Precision::Tf32).device(gpu));
-        let cpu = fit(p.precision(Precision::Exact).device(Device::Cpu));
-        let what = format!("n={n} d={d} k={k} weighted={weighted}");
-        assert_eq!(tf32.labels, cpu.labels, "{what}");
-        assert_eq!(bits(&tf32.centroids), bits(&cpu.centroids), "{what}");
-        assert_eq!(tf32.inertia.to_bits(), cpu.inertia.to_bits(), "{what}");
-        assert_eq!(tf32.n_iter, cpu.n_iter, "{what}");
+    for (n, d, k) in [(150_000, 128, 64), (120_000, 128, 256), (120_000, 100, 256)] {
+        let data = uniform(n, d, 60);
+        let x = MatrixView::new(&data, n, d).unwrap();
+        let weights = sample_weights(n, false, 61);
+        for weighted in [false, true] {
+            let p = KMeans::params(k).seed(5).max_iter(4);
+            let fit = |p: kmeans_knn::KMeansParams| match weighted {
+                true => p.fit_weighted(&x, &weights).unwrap(),
+                false => p.fit(&x).unwrap(),
+            };
+            let tf32 = fit(p.clone().precision(Precision::Tf32).device(gpu));
+            let cpu = fit(p.precision(Precision::Exact).device(Device::Cpu));
+            let what = format!("n={n} d={d} k={k} weighted={weighted}");
+            assert_eq!(tf32.labels, cpu.labels, "{what}");
+            assert_eq!(bits(&tf32.centroids), bits(&cpu.centroids), "{what}");
+            assert_eq!(tf32.inertia.to_bits(), cpu.inertia.to_bits(), "{what}");
+            assert_eq!(tf32.n_iter, cpu.n_iter, "{what}");
+        }
     }
 }
 

@@ -26,7 +26,8 @@
 //! | `kmeans_centroids_by_dimension` | `centroids` | `centroids::CentroidsByDimensionParams` | `backend::cpu::kmeans::CentroidBlocks::new` | `tests/kmeans.rs` `gpu_matches_cpu_on_awkward_shapes`, `centroids.rs` `emulated_layout_is_the_transpose_with_the_twins_norms` |
 //! | `kmeans_accumulate_shared` | `update` | `update::AccumulateSharedParams` | `backend::cpu::kmeans::accumulate` | `tests/kmeans.rs` `gpu_matches_cpu_on_awkward_shapes`, `update/tests.rs` `emulated_update_steps_equal_the_twins` |
 //! | `kmeans_accumulate_global` | `update` | `update::AccumulateGlobalParams` | `backend::cpu::kmeans::accumulate` | `tests/weights.rs` `gpu_matches_cpu_with_weights`, `update/tests.rs` `emulated_update_steps_equal_the_twins` |
-//! | `kmeans_accumulate_sorted` | `update::sorted` | `update::sorted::AccumulateSortedParams` | `backend::cpu::kmeans::accumulate` | `tests/kmeans_tf32.rs` `sorted_sums_equal_the_cpu`, `update/tests.rs` `emulated_sorted_sums_equal_the_twin` |
+//! | `kmeans_accumulate_sorted` | `update::sorted` | `update::sorted::AccumulateSortedParams` | `backend::cpu::kmeans::accumulate` | `tests/kmeans_tf32.rs` `update_sums_equal_the_cpu`, `update/tests.rs` `emulated_sorted_sums_equal_the_twin` |
+//! | `kmeans_accumulate_columns` | `update::columns` | `update::columns::AccumulateColumnsParams` | `backend::cpu::kmeans::accumulate` | `tests/kmeans_tf32.rs` `update_sums_equal_the_cpu`, `update/tests.rs` `emulated_column_sums_equal_the_twin` |
 //! | `kmeans_finalize` | `update` | `update::FinalizeParams` | `backend::cpu::partial::Partial::finish` | `tests/kmeans.rs` `gpu_matches_cpu_on_awkward_shapes`, `update/tests.rs` `emulated_update_steps_equal_the_twins` |
 //! | `kmeans_normalize_rows` | `update` | `update::NormalizeRowsParams` | `math::normalize` in `Partial::finish` | `tests/cosine.rs` `gpu_matches_cpu_for_cosine`, `update/tests.rs` `emulated_update_steps_equal_the_twins` |
 //! | `kmeans_shift_parts` | `reduce` | `reduce::ShiftPartsParams` | `backend::cpu::partial::squared_shift` | `tests/kmeans.rs` `gpu_matches_cpu_on_awkward_shapes`, `reduce.rs` `emulated_shift_and_summary_equal_the_twins` |
@@ -132,7 +133,7 @@ pub mod vote;
 use launch::Kernel;
 
 /// Every kernel of the PTX builds, in the order of the twin table above.
-pub const KERNELS: [Kernel; 66] = [
+pub const KERNELS: [Kernel; 67] = [
     assign::KMEANS_ASSIGN_L2_WIDE.erased(),
     assign::KMEANS_ASSIGN_L2_NARROW.erased(),
     assign::KMEANS_ASSIGN_L1_WIDE.erased(),
@@ -145,6 +146,7 @@ pub const KERNELS: [Kernel; 66] = [
     update::KMEANS_ACCUMULATE_SHARED.erased(),
     update::KMEANS_ACCUMULATE_GLOBAL.erased(),
     update::sorted::KMEANS_ACCUMULATE_SORTED.erased(),
+    update::columns::KMEANS_ACCUMULATE_COLUMNS.erased(),
     update::KMEANS_FINALIZE.erased(),
     update::KMEANS_NORMALIZE_ROWS.erased(),
     reduce::KMEANS_SHIFT_PARTS.erased(),

@@ -6,6 +6,7 @@
 //! integer units) a point adds `units · q` to the sums and `units` to its cluster's weight;
 //! without them, `q` and 1 (the count).
 
+pub mod columns;
 pub mod sorted;
 
 use crate::exec::{Exec, atomic_add_i64, atomic_add_u32, atomic_add_u64};

@@ -260,3 +260,77 @@ fn sorted_rows_take_shapes_with_several_points_per_cluster() {
     let rows = sorted::sorted_rows(10_000_000, 1024, 128, 132, 48 * 1024).unwrap();
     assert!(sorted::accumulate_sorted_bytes(1024, rows) <= 48 * 1024);
 }
+
+#[test]
+fn emulated_column_sums_equal_the_twin() {
+    // Chunks not a multiple of the block, d = 1, d not a multiple of the slice, one slice
+    // wider than d, k = 1 (every lane on one cluster), k = n, weights.
+    for (n, d, k, cols, rows, weighted) in [
+        (1, 1, 1, 1, 1, false),
+        (1000, 1, 1, 1, 300, true),
+        (777, 33, 5, 8, 100, false),
+        (500, 200, 7, 16, 37, true),
+        (300, 40, 300, 32, 64, false),
+        (2000, 129, 3, 4, 2000, true),
+        (90, 3, 2, 4, 50, true),
+    ] {
+        let case = Case::new(n, d, k, weighted);
+        let tag = format!("n={n} d={d} k={k} cols={cols} rows={rows} weighted={weighted}");
+        let (want_sums, want_counts) = case.sums();
+        let mut sums = vec![0i64; k * d];
+        let mut counts = vec![0u64; k];
+        let p = columns::AccumulateColumnsParams {
+            x: dev(&case.x),
+            n: n as u32,
+            d: d as u32,
+            labels: dev(&case.labels),
+            k: k as u32,
+            cols: cols as u32,
+            rows: rows as u32,
+            weights: case.weights(),
+            scales: dev(&case.scales),
+            sums: dev_mut(&mut sums),
+            counts: dev_mut(&mut counts),
+        };
+        let plan = columns::ColumnPlan { cols, rows };
+        let bytes = columns::accumulate_columns_bytes(k, cols);
+        launch(plan.grid(n, d), BLOCK as usize, bytes, |e| unsafe {
+            columns::accumulate_columns(e, &p)
+        });
+        assert_eq!((&sums, &counts), (&want_sums, &want_counts), "{tag}");
+    }
+}
+
+#[test]
+fn column_plans_take_chunks_with_several_points_per_cluster() {
+    use columns::{ColumnPlan, column_plan};
+    let max_shared = 227 * 1024;
+    // D (200,000 × 128, k = 1,024) on 132 multiprocessors: 8 columns (72 KiB) leave three
+    // blocks a multiprocessor, 16 slices and 24 chunks of 8,334 points.
+    assert_eq!(
+        column_plan(200_000, 1024, 128, 132, max_shared),
+        Some(ColumnPlan {
+            cols: 8,
+            rows: 200_000usize.div_ceil(24)
+        })
+    );
+    // k = 64: a warp's 32 columns, 16 KiB, eight blocks a multiprocessor.
+    let plan = column_plan(200_000, 64, 128, 132, max_shared).unwrap();
+    assert_eq!(plan.cols, 32);
+    assert_eq!(
+        plan.grid(200_000, 128),
+        4 * 200_000usize.div_ceil(plan.rows)
+    );
+    // Narrow rows take slices no wider than them.
+    assert_eq!(
+        column_plan(10_000_000, 1024, 3, 132, max_shared)
+            .unwrap()
+            .cols,
+        4
+    );
+    // Too few points per cluster; too many clusters for one column.
+    assert_eq!(column_plan(20_000, 1024, 128, 132, max_shared), None);
+    assert_eq!(column_plan(10_000_000, 20_000, 128, 132, max_shared), None);
+    let plan = column_plan(10_000_000, 2048, 128, 132, 48 * 1024).unwrap();
+    assert!(columns::accumulate_columns_bytes(2048, plan.cols) <= 48 * 1024);
+}

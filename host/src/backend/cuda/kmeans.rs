@@ -60,6 +60,9 @@ use kernels_gpu::small::{
     SmallParams, SmallStep, finalize_shared_bytes, finalize_small_grid, finalize_small_parts,
 };
 use kernels_gpu::small::{HaltRule, MODE_ACCUMULATE, MODE_ASSIGN, prune};
+use kernels_gpu::update::columns::{
+    AccumulateColumnsParams, KMEANS_ACCUMULATE_COLUMNS, accumulate_columns_bytes, column_plan,
+};
 use kernels_gpu::update::sorted::{
     AccumulateSortedParams, KMEANS_ACCUMULATE_SORTED, accumulate_sorted_bytes, sorted_rows,
 };
@@ -950,7 +953,8 @@ impl<'a> CudaLloyd<'a> {
 
     /// Queues the sums of the current labels into the first of the sums' parts, zeroed first:
     /// sorted by label in each block where its chunk holds several points per cluster
-    /// (`sorted_rows`), else one global atomic per coordinate.
+    /// (`sorted_rows`), else in shared memory a slice of columns at a time where a chunk too
+    /// small to sort still holds several (`column_plan`), else one global atomic per coordinate.
     fn queue_accumulate_global(&mut self) -> Result<()> {
         self.load_rows()?;
         self.labels_on_device()?;
@@ -972,6 +976,27 @@ impl<'a> CudaLloyd<'a> {
                     labels: self.labels.dev()?.reads(n),
                     k: k as u32,
                     rows: rows as u32,
+                    weights: dev_opt(&self.weights)?.reads(n),
+                    scales: self.scales.dev()?.reads(d),
+                    sums: s.sums.dev_mut()?.writes(k * d),
+                    counts: s.counts.dev_mut()?.writes(k),
+                },
+            );
+        }
+        let columns = column_plan(n, k, d, gpu.multiprocessors(), gpu.max_shared_per_block());
+        if let Some(plan) = columns {
+            return gpu.launch(
+                KMEANS_ACCUMULATE_COLUMNS,
+                plan.grid(n, d),
+                accumulate_columns_bytes(k, plan.cols),
+                AccumulateColumnsParams {
+                    x: on_device(&self.x)?.reads(n * d),
+                    n: n as u32,
+                    d: d as u32,
+                    labels: self.labels.dev()?.reads(n),
+                    k: k as u32,
+                    cols: plan.cols as u32,
+                    rows: plan.rows as u32,
                     weights: dev_opt(&self.weights)?.reads(n),
                     scales: self.scales.dev()?.reads(d),
                     sums: s.sums.dev_mut()?.writes(k * d),
