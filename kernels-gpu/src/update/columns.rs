@@ -60,7 +60,10 @@ pub fn column_plan(
         *cols <= d.max(1).next_power_of_two() && accumulate_columns_bytes(k, *cols) <= max_shared
     };
     let mut widths = [32, 16, 8, 4, 2, 1].into_iter().filter(fits);
-    let cols = widths.clone().find(|&c| per_sm(c) >= 2).or(widths.next_back())?;
+    let cols = widths
+        .clone()
+        .find(|&c| per_sm(c) >= 2)
+        .or(widths.next_back())?;
     let slots = per_sm(cols).min(8) * multiprocessors.max(1);
     let chunks = (slots / d.div_ceil(cols)).max(1);
     let rows = n.div_ceil(chunks);
