@@ -104,3 +104,17 @@ pub const SEED_CANDIDATES: usize = 32;
 
 /// Dynamic shared memory the host is willing to give one block without opting in (48 KiB).
 pub const DEFAULT_SHARED_BYTES: usize = 48 * 1024;
+
+/// Blocks of [`BLOCK`] threads that stay resident on a multiprocessor when each takes `bytes` of
+/// the `max_shared` a block may have: a multiprocessor has 1 KiB more than that, and the runtime
+/// reserves 1 KiB of it per block; at least one, at most eight (2,048 threads).
+pub const fn resident_blocks(max_shared: usize, bytes: usize) -> usize {
+    let blocks = (max_shared + 1024) / (bytes + 1024);
+    if blocks < 1 {
+        1
+    } else if blocks > 8 {
+        8
+    } else {
+        blocks
+    }
+}

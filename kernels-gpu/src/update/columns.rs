@@ -8,7 +8,7 @@
 
 use crate::exec::{Exec, atomic_add_i64, atomic_add_u64};
 use crate::fixed::{to_fixed, units_at, weighted};
-use crate::launch::{BLOCK, Kernel};
+use crate::launch::{BLOCK, Kernel, resident_blocks};
 use crate::params::DevPtr;
 
 /// Points a lane loads before adding them: loads in flight per lane.
@@ -53,9 +53,7 @@ pub fn column_plan(
     multiprocessors: usize,
     max_shared: usize,
 ) -> Option<ColumnPlan> {
-    // A multiprocessor has 1 KiB more shared memory than a block may take, and the runtime
-    // reserves 1 KiB of it per block; at most eight blocks of `BLOCK` threads.
-    let per_sm = |cols| (max_shared + 1024) / (accumulate_columns_bytes(k, cols) + 1024);
+    let per_sm = |cols| resident_blocks(max_shared, accumulate_columns_bytes(k, cols));
     let fits = |cols: &usize| {
         *cols <= d.max(1).next_power_of_two() && accumulate_columns_bytes(k, *cols) <= max_shared
     };
@@ -64,7 +62,7 @@ pub fn column_plan(
         .clone()
         .find(|&c| per_sm(c) >= 2)
         .or(widths.next_back())?;
-    let slots = per_sm(cols).min(8) * multiprocessors.max(1);
+    let slots = per_sm(cols) * multiprocessors.max(1);
     let chunks = (slots / d.div_ceil(cols)).max(1);
     let rows = n.div_ceil(chunks);
     (rows >= 4 * k).then_some(ColumnPlan { cols, rows })

@@ -11,7 +11,7 @@ use crate::exec::{
     Exec, atomic_add_i64, atomic_add_u32, atomic_add_u64, atomic_fetch_add_u32, exclusive_scan,
 };
 use crate::fixed::{to_fixed, units_at, weighted};
-use crate::launch::{BLOCK, Kernel};
+use crate::launch::{BLOCK, Kernel, resident_blocks};
 use crate::params::DevPtr;
 
 /// Most points of a block: a sorted entry packs the point's row within the chunk into its low
@@ -58,9 +58,7 @@ pub fn sorted_rows(
     }
     let fit = (max_shared.saturating_sub(accumulate_sorted_bytes(k, 0)) / 8 * 2)
         .clamp(1, SORTED_MAX_ROWS);
-    // A multiprocessor has 1 KiB more shared memory than a block may take, and the runtime
-    // reserves 1 KiB of it per block; at most eight blocks of `BLOCK` threads.
-    let per_sm = ((max_shared + 1024) / (accumulate_sorted_bytes(k, fit) + 1024)).clamp(1, 8);
+    let per_sm = resident_blocks(max_shared, accumulate_sorted_bytes(k, fit));
     let slots = per_sm * multiprocessors.max(1);
     let waves = n.div_ceil(slots * fit).max(1);
     let rows = n.div_ceil(waves * slots);
