@@ -293,6 +293,36 @@ pub unsafe fn atomic_add_u64(p: *mut u64, v: u64) {
     unsafe { AtomicU64::from_ptr(p) }.fetch_add(v, Ordering::Relaxed);
 }
 
+/// Adds `v` to the u64 at `p` in shared memory as two native 32-bit atomic adds, the low
+/// word's carry going into the high word. ptxas lowers a 64-bit shared-memory atomic add to a
+/// compare-and-swap loop (sm_70 through sm_90), which contending lanes retry; the two words
+/// need no loop, and the sum is exact because the lane whose add wraps the low word adds the
+/// carry to the high one.
+///
+/// # Safety
+/// `p` is valid and 8-byte aligned, and until the block's next barrier it is touched only
+/// through this function.
+#[inline(always)]
+pub unsafe fn shared_add_u64(p: *mut u64, v: u64) {
+    const { assert!(cfg!(target_endian = "little"), "the low word comes first") };
+    let words = p.cast::<u32>();
+    let (low, high) = (v as u32, (v >> 32) as u32);
+    let before = unsafe { atomic_fetch_add_u32(words, low) };
+    let high = high.wrapping_add(before.overflowing_add(low).1 as u32);
+    if high != 0 {
+        unsafe { atomic_add_u32(words.add(1), high) };
+    }
+}
+
+/// [`shared_add_u64`] of a two's complement i64 (fixed-point sums).
+///
+/// # Safety
+/// As for [`shared_add_u64`].
+#[inline(always)]
+pub unsafe fn shared_add_i64(p: *mut i64, v: i64) {
+    unsafe { shared_add_u64(p.cast::<u64>(), v as u64) };
+}
+
 /// Adds `v` to the u32 at `p` and returns the value it held (a slot in an output list).
 ///
 /// # Safety
@@ -653,7 +683,7 @@ pub(crate) mod emu {
     #[cfg(test)]
     mod tests {
         use super::*;
-        use crate::exec::block_totals;
+        use crate::exec::{block_totals, shared_add_i64};
 
         /// Shuffles reach the partner lane (by mask and by index), and the emulated `mma` is the
         /// 16 × 8 × 8 product of the PTX layout (checked on small integers, whose sums are exact
@@ -756,6 +786,44 @@ pub(crate) mod emu {
                     assert_eq!(i.cast_signed(), want_i, "{threads} threads");
                     assert_eq!(f64::from_bits(f), want_f, "{threads} threads");
                 }
+            }
+        }
+
+        /// Two-word shared adds are exact 64-bit sums: low words that wrap (carries), negative
+        /// values (high word all ones), values of only a high word, and zero, from 96 threads
+        /// at once into four slots.
+        #[test]
+        fn shared_adds_carry_into_the_high_word() {
+            let threads = 96;
+            let value = |t: usize| -> i64 {
+                match t % 4 {
+                    0 => 0xffff_fff0 + t as i64,
+                    1 => -(t as i64) * 0x1_0000_0001,
+                    2 => (t as i64) << 32,
+                    _ => 0,
+                }
+            };
+            let mut out = vec![0i64; 4];
+            let outp = P::of(&mut out);
+            launch(1, threads, 4 * 8, |e| {
+                let slots = e.shared::<i64>();
+                if e.thread() < 4 {
+                    unsafe { *slots.add(e.thread()) = i64::MAX - e.thread() as i64 };
+                }
+                e.sync();
+                for slot in 0..4 {
+                    unsafe { shared_add_i64(slots.add(slot), value(e.thread() + slot)) };
+                }
+                e.sync();
+                if e.thread() < 4 {
+                    unsafe { *outp.get().add(e.thread()) = *slots.add(e.thread()) };
+                }
+            });
+            for (slot, &got) in out.iter().enumerate() {
+                let want = (0..threads).fold(i64::MAX - slot as i64, |s, t| {
+                    s.wrapping_add(value(t + slot))
+                });
+                assert_eq!(got, want, "slot {slot}");
             }
         }
 

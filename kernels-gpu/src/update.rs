@@ -9,7 +9,9 @@
 pub mod columns;
 pub mod sorted;
 
-use crate::exec::{Exec, atomic_add_i64, atomic_add_u32, atomic_add_u64};
+use crate::exec::{
+    Exec, atomic_add_i64, atomic_add_u32, atomic_add_u64, shared_add_i64, shared_add_u64,
+};
 use crate::fixed::{mean, to_fixed, units_at, weighted};
 use crate::launch::{BLOCK, DEFAULT_SHARED_BYTES, Kernel};
 use crate::math::normalize;
@@ -120,12 +122,12 @@ pub unsafe fn accumulate_shared<E: Exec>(ex: E, params: &AccumulateSharedParams)
             } else {
                 weighted(q, units_at(weights, i))
             };
-            atomic_add_i64(sums.add(label * d + j), q);
+            shared_add_i64(sums.add(label * d + j), q);
             e += threads;
         }
         let mut i = start + t;
         while i < end {
-            atomic_add_u64(
+            shared_add_u64(
                 counts.add(*labels.add(i) as usize),
                 units_at(weights, i) as u64,
             );

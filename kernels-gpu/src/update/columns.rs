@@ -6,7 +6,7 @@
 //! coordinate, whose contention bounded the TF32 step's update at 200,000 points. Integer sums
 //! do not depend on the order of their terms, so the sums are the twin's whatever the split.
 
-use crate::exec::{Exec, atomic_add_i64, atomic_add_u64};
+use crate::exec::{Exec, atomic_add_i64, atomic_add_u64, shared_add_i64, shared_add_u64};
 use crate::fixed::{to_fixed, units_at, weighted};
 use crate::launch::{BLOCK, Kernel, resident_blocks};
 use crate::params::DevPtr;
@@ -188,10 +188,10 @@ pub unsafe fn accumulate_columns<E: Exec>(e: E, params: &AccumulateColumnsParams
                     } else {
                         weighted(v, units[u])
                     };
-                    unsafe { atomic_add_i64(shared_sums.add((cluster << shift) + col), v) };
+                    unsafe { shared_add_i64(shared_sums.add((cluster << shift) + col), v) };
                 }
                 if counting {
-                    unsafe { atomic_add_u64(shared_counts.add(cluster), units[u] as u64) };
+                    unsafe { shared_add_u64(shared_counts.add(cluster), units[u] as u64) };
                 }
             }
         }
