@@ -56,9 +56,9 @@ kernel_params! {
     /// `tf32_tile_maxima`'s parameters.
     pub struct TileMaximaParams {
         pub centroids: DevPtr<f32>,
-        pub c_sq_norms: DevPtr<f32>,
         pub k: u32,
         pub d: u32,
+        pub c_sq_norms: DevPtr<f32>,
         pub out: DevPtr<f32>,
     }
     entries: tile_maxima_entry;
@@ -177,31 +177,15 @@ impl RowTerms {
         t
     }
 
-    /// [`Self::of`] the `d` values at `row` (a centroid's in `tf32_tile_maxima`, part of a
-    /// point's in the assign kernel), in the same order, `IN_FLIGHT` loads at a time where the
-    /// row is 16-byte aligned (one load at a time would wait a memory round trip per value).
+    /// [`Self::of`] the `d` values at `row` (part of a point's in the assign kernel), in the
+    /// same order ([`read_each`]).
     ///
     /// # Safety
     /// `row` is valid for `d` values.
     #[inline(always)]
     pub unsafe fn read(row: *const f32, d: usize, point: bool) -> RowTerms {
-        const IN_FLIGHT: usize = 16;
         let mut t = RowTerms::default();
-        let mut j = 0;
-        if (row as usize).is_multiple_of(16) {
-            while j + IN_FLIGHT <= d {
-                let v: [f32; IN_FLIGHT] = unsafe { load_vec4s(row.add(j)) };
-                // By reference: an array iterated by value stays in local memory.
-                for v in &v {
-                    t.add(*v, point);
-                }
-                j += IN_FLIGHT;
-            }
-        }
-        while j < d {
-            t.add(unsafe { *row.add(j) }, point);
-            j += 1;
-        }
+        unsafe { read_each(row, d, |v| t.add(v, point)) };
         t
     }
 
@@ -228,6 +212,31 @@ impl RowTerms {
     pub fn point(self, d: usize, c2: f32) -> (f32, f32) {
         let (x, r) = self.roots(d);
         (up(RESIDUAL_WEIGHT * r + c2 as f64 * x), up(x + r))
+    }
+}
+
+/// Calls `f` with each of the `d` values at `row` in order, `IN_FLIGHT` loads at a time where
+/// the row is 16-byte aligned (one load at a time would wait a memory round trip per value).
+///
+/// # Safety
+/// `row` is valid for `d` values.
+#[inline(always)]
+unsafe fn read_each(row: *const f32, d: usize, mut f: impl FnMut(f32)) {
+    const IN_FLIGHT: usize = 16;
+    let mut j = 0;
+    if (row as usize).is_multiple_of(16) {
+        while j + IN_FLIGHT <= d {
+            let v: [f32; IN_FLIGHT] = unsafe { load_vec4s(row.add(j)) };
+            // By reference: an array iterated by value stays in local memory.
+            for v in &v {
+                f(*v);
+            }
+            j += IN_FLIGHT;
+        }
+    }
+    while j < d {
+        f(unsafe { *row.add(j) });
+        j += 1;
     }
 }
 
@@ -259,9 +268,11 @@ pub fn tile_bound(p: f32, x_sum: f32, c_max: f32, q_max: f32, nc_max: f32) -> f3
 }
 
 tile_maxima_entry! {
-    /// Writes, for each tile of `TF32_CENTROIDS` of the `k` centroids (`d` columns), the largest
-    /// `C`, `A·R_c` ([`RowTerms::centroid`]) and squared norm (`c_sq_norms`) of its centroids at
-    /// `out[3·tile..]` ([`TILE_MAXIMA_WORDS`]), a block per tile and a thread per centroid.
+    /// Writes each of the `k` centroids' (`d` columns) squared norm to `c_sq_norms` (the FMA
+    /// chain in dimension order of `row_sq_norms`, from the same reads), and for each tile of
+    /// `TF32_CENTROIDS` the largest `C`, `A·R_c` ([`RowTerms::centroid`]) and squared norm of
+    /// its centroids at `out[3·tile..]` ([`TILE_MAXIMA_WORDS`]), a block per tile and a thread
+    /// per centroid.
     ///
     /// # Safety
     /// `centroids` holds `k × d` values, `c_sq_norms` `k` and `out` `3·⌈k / TF32_CENTROIDS⌉`;
@@ -271,13 +282,13 @@ tile_maxima_entry! {
     fn tf32_tile_maxima(params) {
         let TileMaximaParams {
             centroids,
-            c_sq_norms,
             k,
             d,
+            c_sq_norms,
             out,
         } = params;
         let (centroids, c_sq_norms, out) =
-            (centroids.as_ptr(), c_sq_norms.as_ptr(), out.as_mut_ptr());
+            (centroids.as_ptr(), c_sq_norms.as_mut_ptr(), out.as_mut_ptr());
         unsafe {
             tile_maxima(crate::exec::Gpu, centroids, c_sq_norms, k as usize, d as usize, out)
         }
@@ -294,7 +305,7 @@ tile_maxima_entry! {
 pub unsafe fn tile_maxima<E: Exec>(
     e: E,
     centroids: *const f32,
-    c_sq_norms: *const f32,
+    c_sq_norms: *mut f32,
     k: usize,
     d: usize,
     out: *mut f32,
@@ -303,8 +314,17 @@ pub unsafe fn tile_maxima<E: Exec>(
     let c = e.block() * TF32_CENTROIDS + t;
     let mut m = [0u32; TILE_MAXIMA_WORDS];
     if t < TF32_CENTROIDS && c < k {
-        let (norm, q) = unsafe { RowTerms::read(centroids.add(c * d), d, false) }.centroid(d);
-        m = [norm, q, unsafe { *c_sq_norms.add(c) }].map(|v| v.to_bits() & 0x7fff_ffff);
+        let (mut terms, mut sq_norm) = (RowTerms::default(), 0.0);
+        let row = unsafe { centroids.add(c * d) };
+        unsafe {
+            read_each(row, d, |v| {
+                terms.add(v, false);
+                sq_norm = fma(v, v, sq_norm);
+            })
+        };
+        unsafe { *c_sq_norms.add(c) = sq_norm };
+        let (norm, q) = terms.centroid(d);
+        m = [norm, q, sq_norm].map(|v| v.to_bits() & 0x7fff_ffff);
     }
     for mask in [16, 8, 4, 2, 1] {
         for v in &mut m {
@@ -327,10 +347,11 @@ pub unsafe fn tile_maxima<E: Exec>(
     }
 }
 
-/// The CPU twin of `tf32_tile_maxima`: the maxima of each tile of `centroids` (`d` columns)
-/// with squared norms `c_sq_norms`.
+/// The CPU twin of `tf32_tile_maxima`: the squared norms of `centroids` (`d` columns) and the
+/// maxima of each tile.
 #[cfg(test)]
-pub fn tile_maxima_of(centroids: &[f32], c_sq_norms: &[f32], d: usize) -> Vec<f32> {
+pub fn tile_maxima_of(centroids: &[f32], d: usize) -> (Vec<f32>, Vec<f32>) {
+    let c_sq_norms: Vec<f32> = centroids.chunks(d).map(crate::math::sq_norm).collect();
     let mut out = Vec::new();
     for (rows, norms) in centroids
         .chunks(TF32_CENTROIDS * d)
@@ -345,7 +366,7 @@ pub fn tile_maxima_of(centroids: &[f32], c_sq_norms: &[f32], d: usize) -> Vec<f3
         }
         out.extend(m.map(f32::from_bits));
     }
-    out
+    (c_sq_norms, out)
 }
 
 #[cfg(test)]
@@ -431,12 +452,12 @@ mod tests {
             if let Some(at) = nan {
                 cents[at] = f32::NAN;
             }
-            let c_sq: Vec<f32> = cents.chunks(d).map(sq_norm).collect();
             let tiles = k.div_ceil(TF32_CENTROIDS);
             let mut out = vec![-1.0; TILE_MAXIMA_WORDS * tiles];
+            let mut c_sq = vec![-1.0; k];
             let (pc, pn, po) = (
                 P(cents.as_ptr() as *mut f32),
-                P(c_sq.as_ptr() as *mut f32),
+                P::of(&mut c_sq),
                 P::of(&mut out),
             );
             launch(
@@ -445,9 +466,12 @@ mod tests {
                 TILE_MAXIMA_SHARED_BYTES,
                 |e| unsafe { tile_maxima(e, pc.get(), pn.get(), k, d, po.get()) },
             );
-            let want = tile_maxima_of(&cents, &c_sq, d);
+            let (want_sq, want) = tile_maxima_of(&cents, d);
             let bits = |v: &[f32]| v.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
             assert_eq!(bits(&out), bits(&want), "d {d} k {k}");
+            assert_eq!(bits(&c_sq), bits(&want_sq), "d {d} k {k}");
+            let rows_sq: Vec<f32> = cents.chunks(d).map(sq_norm).collect();
+            assert_eq!(bits(&c_sq), bits(&rows_sq), "d {d} k {k}");
             for (tile, rows) in cents.chunks(TF32_CENTROIDS * d).enumerate() {
                 let m = &out[TILE_MAXIMA_WORDS * tile..][..TILE_MAXIMA_WORDS];
                 if rows.iter().any(|v| v.is_nan()) {
@@ -468,7 +492,7 @@ mod tests {
         let x: Vec<f32> = (0..d).map(|j| 0.3 + j as f32 * 0.01).collect();
         let cents: Vec<f32> = (0..5 * d).map(|i| ((i * 31 % 17) as f32) * 0.2).collect();
         let c_sq: Vec<f32> = cents.chunks(d).map(sq_norm).collect();
-        let m = tile_maxima_of(&cents, &c_sq, d);
+        let (_, m) = tile_maxima_of(&cents, d);
         let (p, x_sum) = RowTerms::of(&x, true).point(d, product_coefficient(d));
         let bar = tile_bound(p, x_sum, m[0], m[1], m[2]);
         for (row, &nc) in cents.chunks(d).zip(&c_sq) {

@@ -36,8 +36,7 @@ fn nearest(row: &[f32], centroids: &[f32]) -> (u32, f32) {
 fn check(x: &[f32], centroids: &[f32], d: usize, weights: &[f32], what: &str) -> usize {
     let (n, k) = (x.len() / d, centroids.len() / d);
     let x_sq: Vec<f32> = x.chunks(d).map(sq_norm).collect();
-    let c_sq: Vec<f32> = centroids.chunks(d).map(sq_norm).collect();
-    let tile_maxima = bound::tile_maxima_of(centroids, &c_sq, d);
+    let (c_sq, tile_maxima) = bound::tile_maxima_of(centroids, d);
     let old_labels: Vec<u32> = (0..n as u32).map(|i| i % 3).collect();
     let mut labels = old_labels.clone();
     let mut min_dist = vec![f32::NAN; n];

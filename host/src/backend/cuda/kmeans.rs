@@ -735,17 +735,7 @@ impl<'a> CudaLloyd<'a> {
         let (n, d, k) = (self.n, self.d, self.k);
         if self.tf32 {
             let centroids = self.centroids.dev()?;
-            gpu.launch(
-                ROW_SQ_NORMS,
-                row_sq_norms_grid(k),
-                0,
-                RowSqNormsParams {
-                    x: centroids.reads(k * d),
-                    n: k as u32,
-                    d: d as u32,
-                    out: self.c_sq_norms.dev_mut()?.writes(k),
-                },
-            )?;
+            // The centroids' squared norms come with their tiles' maxima, from the same reads.
             let maxima = TILE_MAXIMA_WORDS * tf32_tiles(k);
             gpu.launch(
                 TF32_TILE_MAXIMA,
@@ -753,9 +743,9 @@ impl<'a> CudaLloyd<'a> {
                 TILE_MAXIMA_SHARED_BYTES,
                 TileMaximaParams {
                     centroids: centroids.reads(k * d),
-                    c_sq_norms: self.c_sq_norms.dev()?.reads(k),
                     k: k as u32,
                     d: d as u32,
+                    c_sq_norms: self.c_sq_norms.dev_mut()?.writes(k),
                     out: self.tile_maxima.dev_mut()?.writes(maxima),
                 },
             )?;

@@ -45,7 +45,7 @@ fn shortlisted_nearest(
 ) -> (u32, f32, bool) {
     let nx = sq_norm(x);
     let (p, x_sum) = RowTerms::of(x, true).point(d, product_coefficient(d));
-    let maxima = tile_maxima_of(cents, norms, d);
+    let (_, maxima) = tile_maxima_of(cents, d);
     let mut parts = [Shortlist::EMPTY; 8];
     let mut trusted = true;
     for (c, &nc) in norms.iter().enumerate() {
