@@ -4,7 +4,7 @@
 use crate::exec::Exec;
 use crate::launch::{BLOCK, Kernel};
 use crate::params::DevPtr;
-use crate::{math::fma, tile::load_vec4s};
+use crate::{math::fma, tile::for_each_in_row};
 
 /// Values a thread loads before their multiply-adds (eight 16-byte loads in flight): a thread
 /// owns a whole row, and one load at a time leaves it waiting a memory round trip per value.
@@ -54,22 +54,7 @@ pub unsafe fn sq_norms<E: Exec>(e: E, params: &RowSqNormsParams) {
     let d = d as usize;
     let row = unsafe { x.add(i * d) };
     let mut acc = 0.0;
-    let mut j = 0;
-    if (row as usize).is_multiple_of(16) {
-        while j + IN_FLIGHT <= d {
-            let v: [f32; IN_FLIGHT] = unsafe { load_vec4s(row.add(j)) };
-            // By reference: an array iterated by value (`array::IntoIter`) stays in local memory.
-            for x in &v {
-                acc = fma(*x, *x, acc);
-            }
-            j += IN_FLIGHT;
-        }
-    }
-    while j < d {
-        let v = unsafe { *row.add(j) };
-        acc = fma(v, v, acc);
-        j += 1;
-    }
+    unsafe { for_each_in_row::<IN_FLIGHT>(row, d, |v| acc = fma(v, v, acc)) };
     unsafe { *out.add(i) = acc };
 }
 

@@ -46,7 +46,7 @@ use crate::knn_tf32::tf32_round;
 use crate::launch::{BLOCK, Kernel};
 use crate::math::fma;
 use crate::params::DevPtr;
-use crate::tile::load_vec4s;
+use crate::tile::for_each_in_row;
 
 /// The `tf32_tile_maxima` entry point (built for sm_80 only, beside its kernel). CPU twin:
 /// `tile_maxima_of` (test builds).
@@ -70,6 +70,9 @@ pub const TILE_MAXIMA_WORDS: usize = 3;
 
 /// Dynamic shared memory of a `tf32_tile_maxima` block, in bytes: each warp's three maxima.
 pub const TILE_MAXIMA_SHARED_BYTES: usize = TILE_MAXIMA_WORDS * (BLOCK as usize / 32) * 4;
+
+/// Values of a row a thread loads at a time (four 16-byte loads in flight).
+const ROW_LOADS: usize = 16;
 
 /// Weight of the squared centroid norm in the bound (`4u`).
 pub const BOUND_NORM: f32 = 1.0 / 4_194_304.0; // 2^-22
@@ -178,14 +181,14 @@ impl RowTerms {
     }
 
     /// [`Self::of`] the `d` values at `row` (part of a point's in the assign kernel), in the
-    /// same order ([`read_each`]).
+    /// same order, [`ROW_LOADS`] loads at a time.
     ///
     /// # Safety
     /// `row` is valid for `d` values.
     #[inline(always)]
     pub unsafe fn read(row: *const f32, d: usize, point: bool) -> RowTerms {
         let mut t = RowTerms::default();
-        unsafe { read_each(row, d, |v| t.add(v, point)) };
+        unsafe { for_each_in_row::<ROW_LOADS>(row, d, |v| t.add(v, point)) };
         t
     }
 
@@ -212,31 +215,6 @@ impl RowTerms {
     pub fn point(self, d: usize, c2: f32) -> (f32, f32) {
         let (x, r) = self.roots(d);
         (up(RESIDUAL_WEIGHT * r + c2 as f64 * x), up(x + r))
-    }
-}
-
-/// Calls `f` with each of the `d` values at `row` in order, `IN_FLIGHT` loads at a time where
-/// the row is 16-byte aligned (one load at a time would wait a memory round trip per value).
-///
-/// # Safety
-/// `row` is valid for `d` values.
-#[inline(always)]
-unsafe fn read_each(row: *const f32, d: usize, mut f: impl FnMut(f32)) {
-    const IN_FLIGHT: usize = 16;
-    let mut j = 0;
-    if (row as usize).is_multiple_of(16) {
-        while j + IN_FLIGHT <= d {
-            let v: [f32; IN_FLIGHT] = unsafe { load_vec4s(row.add(j)) };
-            // By reference: an array iterated by value stays in local memory.
-            for v in &v {
-                f(*v);
-            }
-            j += IN_FLIGHT;
-        }
-    }
-    while j < d {
-        f(unsafe { *row.add(j) });
-        j += 1;
     }
 }
 
@@ -317,7 +295,7 @@ pub unsafe fn tile_maxima<E: Exec>(
         let (mut terms, mut sq_norm) = (RowTerms::default(), 0.0);
         let row = unsafe { centroids.add(c * d) };
         unsafe {
-            read_each(row, d, |v| {
+            for_each_in_row::<ROW_LOADS>(row, d, |v| {
                 terms.add(v, false);
                 sq_norm = fma(v, v, sq_norm);
             })
