@@ -298,8 +298,14 @@ pub unsafe fn step<const MAXD: usize, const P: usize, const CU: usize, E: Exec>(
                     *sq = unsafe { quads_sq_norm(*row, quads) };
                 }
             }
-            let (best, label, _) = unsafe { scan.run_rows::<P, CU, false>(&xrows, quads) };
-            (best, label)
+            if P == 1 {
+                let (b, l) =
+                    unsafe { scan.run_warp_tiles(e, m.points, m.point_stride, rows, quads) };
+                ([b; P], [l; P])
+            } else {
+                let (best, label, _) = unsafe { scan.run_rows::<P, CU, false>(&xrows, quads) };
+                (best, label)
+            }
         } else {
             let mut xr = [[0f32; MAXD]; P];
             for (p, row) in xr.iter_mut().enumerate() {

@@ -1,7 +1,8 @@
 //! The centroid scan of the small step: every thread scores all centroids for its points, a few
 //! centroids at a time, keeping each point's first minimum in centroid order.
 
-use crate::math::{AssignMetric, assign_score, assign_step};
+use crate::exec::{Exec, shfl_xor_f32};
+use crate::math::{AssignMetric, assign_score, assign_step, better};
 use crate::tile::load_vec4s;
 
 /// The centroid scan of one thread: staged centroids (rows of `d4` words, zero-padded) and,
@@ -223,5 +224,112 @@ impl SharedCentroidScan {
                 }
             }
         }
+    }
+}
+
+/// Points a lane scores at once in [`SharedCentroidScan::run_warp_tiles`].
+const TILE_POINTS: usize = 4;
+/// Centroids a lane scores at once in [`SharedCentroidScan::run_warp_tiles`].
+const TILE_CENTROIDS: usize = 4;
+/// Lanes that share a tile's points, each scoring its own centroids.
+const TILE_LANES: usize = 4;
+
+impl SharedCentroidScan {
+    /// As [`SharedCentroidScan::run_rows`] for one point a thread, the point of row `t` of the
+    /// staged block, computed in register tiles: each lane scores 4 points × 4 centroids a
+    /// round, 4 lanes sharing the points and splitting the centroids, so a quad of 8 shared
+    /// loads feeds 64 multiply-adds (one point against one centroid at a time: 5). Each
+    /// accumulator still runs over the dimensions in order, and the first minima of the four
+    /// lanes are merged by (score, centroid) — the first minimum in centroid order. Every lane
+    /// of the warp calls it; rows past `rows` read the last row and are not used.
+    ///
+    /// # Safety
+    /// `points` holds `rows ≥ 1` staged rows `stride` words apart (16-byte aligned, zero-padded
+    /// to `quads` whole quads, `4 · quads ≤ d4`); the block's threads are whole warps.
+    #[inline(always)]
+    pub(super) unsafe fn run_warp_tiles<E: Exec>(
+        self,
+        e: E,
+        points: *const f32,
+        stride: usize,
+        rows: usize,
+        quads: usize,
+    ) -> (f32, u32) {
+        let t = e.thread();
+        let lane = t % 32;
+        let (group, part) = (lane / TILE_LANES, lane % TILE_LANES);
+        // The lanes of group `g` score the warp's rows g, g + 8, g + 16, g + 24: a load of the
+        // eight groups reads eight consecutive rows, which the stride spreads over the banks.
+        let groups = 32 / TILE_LANES;
+        let xrows: [*const f32; TILE_POINTS] = core::array::from_fn(|p| unsafe {
+            points.add((t - lane + group + groups * p).min(rows - 1) * stride)
+        });
+        let mut best = [f32::INFINITY; TILE_POINTS];
+        let mut label = [0u32; TILE_POINTS];
+        let chunk = (TILE_LANES * TILE_CENTROIDS) as u32;
+        let mut c0 = 0;
+        while c0 < self.k {
+            // Lane `part` scores centroids c0 + part + 4·u; the ones past k repeat the last.
+            let ids: [u32; TILE_CENTROIDS] =
+                core::array::from_fn(|u| c0 + part as u32 + (TILE_LANES * u) as u32);
+            let crows: [*const f32; TILE_CENTROIDS] = core::array::from_fn(|u| unsafe {
+                self.centroids
+                    .add((ids[u].min(self.k - 1) * self.d4) as usize)
+            });
+            let mut acc = [[0f32; TILE_CENTROIDS]; TILE_POINTS];
+            for j4 in 0..quads {
+                let xv: [[f32; 4]; TILE_POINTS] =
+                    core::array::from_fn(|p| unsafe { load_vec4s(xrows[p].add(4 * j4)) });
+                let cv: [[f32; 4]; TILE_CENTROIDS] =
+                    core::array::from_fn(|u| unsafe { load_vec4s(crows[u].add(4 * j4)) });
+                for q in 0..4 {
+                    for (acc, xv) in acc.iter_mut().zip(&xv) {
+                        for (a, cv) in acc.iter_mut().zip(&cv) {
+                            *a = assign_step(self.metric, *a, xv[q], cv[q]);
+                        }
+                    }
+                }
+            }
+            for (u, &id) in ids.iter().enumerate() {
+                if id < self.k {
+                    let c_sq = match self.metric {
+                        AssignMetric::SqL2 => unsafe { *self.norms.add(id as usize) },
+                        AssignMetric::L1 => 0.0,
+                    };
+                    for p in 0..TILE_POINTS {
+                        let score = assign_score(self.metric, acc[p][u], c_sq);
+                        if score < best[p] {
+                            best[p] = score;
+                            label[p] = id;
+                        }
+                    }
+                }
+            }
+            c0 += chunk;
+        }
+        // Merge the four lanes' minima of each point; every lane ends with all four.
+        for mask in [1, 2] {
+            for p in 0..TILE_POINTS {
+                let other = shfl_xor_f32(e, best[p], mask);
+                let other_label = e.shfl_xor_u32(label[p], mask);
+                if better(other, other_label, best[p], label[p]) {
+                    best[p] = other;
+                    label[p] = other_label;
+                }
+            }
+        }
+        // Lane l's row, l % 8 + 8 · (l / 8), is point l / 8 of group l % 8, whose lane
+        // 4 · (l % 8) + l / 8 offers it.
+        let mut offered = (best[0], label[0]);
+        for p in 1..TILE_POINTS {
+            if p == part {
+                offered = (best[p], label[p]);
+            }
+        }
+        let from = (TILE_LANES * (lane % groups) + lane / groups) as u32;
+        (
+            f32::from_bits(e.shfl_idx_u32(offered.0.to_bits(), from)),
+            e.shfl_idx_u32(offered.1, from),
+        )
     }
 }
