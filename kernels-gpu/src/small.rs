@@ -10,8 +10,11 @@
 //! fixed at compile time; wider points are read from their staged rows a quad at a time. The
 //! distance of every (point, centroid) pair runs over the dimensions in order 0..d with the same
 //! steps as the CPU twin, and the first minimum in centroid order wins, so labels are the CPU's
-//! bit for bit. Steps queued back to back on the wide shape scan only the groups of centroids
-//! that their bounds cannot prove to lose ([`prune`]), with the same result.
+//! bit for bit. On the wide shape (one point a thread, rows in shared memory) a step on its own
+//! scores in warp register tiles instead: each lane 4 points × 4 centroids a round, four lanes
+//! splitting the centroids, first minima merged by (score, centroid) shuffles. Steps queued
+//! back to back there scan only the groups of centroids that their bounds cannot prove to lose
+//! ([`prune`]), with the same result.
 //!
 //! The sums: the block sorts its points by label in shared memory (a counting sort), then one
 //! thread per (cluster, dimension) adds that cluster's fixed-point coordinates in registers and
