@@ -346,6 +346,19 @@ pub fn fence_device() {
     core::sync::atomic::fence(Ordering::SeqCst);
 }
 
+/// Waits until the kernel before this one in its stream has finished and its writes are
+/// visible (`griddepcontrol.wait`): the host may let a kernel that calls this first start while
+/// the one before it ends (programmatic dependent launch, sm_90's image only). Elsewhere, and
+/// for a launch without that permission, it returns at once.
+#[inline(always)]
+pub fn wait_for_prior_grid() {
+    #[cfg(all(target_arch = "nvptx64", target_feature = "sm_90a"))]
+    // SAFETY: a wait on the launch's prerequisites; no operands.
+    unsafe {
+        core::arch::asm!("griddepcontrol.wait;", options(nostack))
+    };
+}
+
 /// The GPU itself.
 #[cfg(target_arch = "nvptx64")]
 #[derive(Clone, Copy)]

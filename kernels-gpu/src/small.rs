@@ -532,7 +532,8 @@ macro_rules! small_kernel {
             /// labels, writing distances and per-block fixed-point inertia under `inertia_scale`),
             /// else reads the labels; with `mode & MODE_ACCUMULATE` adds the points to `sums` /
             /// `counts`, weighted by `weights` (null: one unit each). Does nothing while `halt` is
-            /// set.
+            /// set. Waits for the kernel before it first (it may be launched early:
+            /// [`crate::exec::wait_for_prior_grid`]).
             ///
             /// # Safety
             /// As for [`step`]: `BLOCK` threads, `ceil(n / block_points())` blocks,
@@ -558,6 +559,7 @@ macro_rules! small_kernel {
                     lower,
                     drift,
                 } = params;
+                crate::exec::wait_for_prior_grid();
                 if unsafe { halt::halted(halt.as_ptr()) } {
                     return;
                 }
@@ -634,7 +636,8 @@ finalize_small_entry! {
     /// threads with [`finalize_shared_bytes`] of dynamic shared memory. With `halt`
     /// non-null, does nothing while it is set and sets it when the step meets the [`HaltRule`]
     /// of `halt_shift`, `halt_unchanged` and `halt_empty` (non-zero: true). With `drift`
-    /// non-null, writes there how far each centroid moved (for [`prune`]).
+    /// non-null, writes there how far each centroid moved (for [`prune`]). Waits for the kernel
+    /// before it first (it may be launched early: [`crate::exec::wait_for_prior_grid`]).
     ///
     /// # Safety
     /// `sums`: `k × d`; `counts`, `sizes`: `k`; `inv_scales`: `d`; `current`, `next`: `k × d`;
@@ -661,6 +664,7 @@ finalize_small_entry! {
             drift,
             parts,
         } = params;
+        crate::exec::wait_for_prior_grid();
         let (sums, counts, inv_scales, current, next, sizes, changed, block_inertia, out) = (
             sums.as_mut_ptr(),
             counts.as_mut_ptr(),
