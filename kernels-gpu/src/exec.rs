@@ -359,6 +359,18 @@ pub fn wait_for_prior_grid() {
     };
 }
 
+/// Lets the kernel after this one in its stream start now, if the host allowed it to start
+/// early (`griddepcontrol.launch_dependents`): its blocks may then run the part before their
+/// [`wait_for_prior_grid`] beside this kernel's. Elsewhere it does nothing.
+#[inline(always)]
+pub fn launch_dependents() {
+    #[cfg(all(target_arch = "nvptx64", target_feature = "sm_90a"))]
+    // SAFETY: a scheduling hint; no operands, no memory effect.
+    unsafe {
+        core::arch::asm!("griddepcontrol.launch_dependents;", options(nostack))
+    };
+}
+
 /// The GPU itself.
 #[cfg(target_arch = "nvptx64")]
 #[derive(Clone, Copy)]
