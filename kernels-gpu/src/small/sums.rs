@@ -54,18 +54,21 @@ pub(super) unsafe fn accumulate<const P: usize, E: Exec>(
         }
     }
     e.sync();
-    // One thread per (cluster, dimension), reading the staged points.
-    let mut cell = t;
-    while cell < s.k * s.d {
-        let (c, j) = (cell / s.d, cell % s.d);
-        let (from, count) = unsafe { (*offsets.add(c), *counts.add(c)) };
+    // One thread per (cluster, dimension), reading the staged points. Cell `c·d + j` steps by
+    // `threads` as (c, j) by (threads / d, threads % d) with a carry: no division a cell.
+    let (d, th) = (s.d as u32, threads as u32);
+    let (dc, dj) = (th / d, th % d);
+    let (mut c, mut j) = (t as u32 / d, t as u32 % d);
+    while (c as usize) < s.k {
+        let (cell, cluster, dim) = ((c * d + j) as usize, c as usize, j as usize);
+        let (from, count) = unsafe { (*offsets.add(cluster), *counts.add(cluster)) };
         if count > 0 {
-            let scale = unsafe { *m.scales.add(j) };
+            let scale = unsafe { *m.scales.add(dim) };
             let value = |q: u32| {
                 let r = unsafe { *order.add(q as usize) } as usize;
                 (
                     r,
-                    to_fixed(unsafe { *m.points.add(r * m.point_stride + j) }, scale),
+                    to_fixed(unsafe { *m.points.add(r * m.point_stride + dim) }, scale),
                 )
             };
             let mut sum = 0i64;
@@ -83,7 +86,10 @@ pub(super) unsafe fn accumulate<const P: usize, E: Exec>(
             let sum = if negate { sum.wrapping_neg() } else { sum };
             total.fetch_add(sum as u64, Ordering::Relaxed);
         }
-        cell += threads;
+        (c, j) = (c + dc, j + dj);
+        if j >= d {
+            (c, j) = (c + 1, j - d);
+        }
     }
     let mut c = t;
     while c < s.k {
