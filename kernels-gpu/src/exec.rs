@@ -346,6 +346,31 @@ pub fn fence_device() {
     core::sync::atomic::fence(Ordering::SeqCst);
 }
 
+/// Waits until the kernel before this one in its stream has finished and its writes are
+/// visible (`griddepcontrol.wait`): the host may let a kernel that calls this first start while
+/// the one before it ends (programmatic dependent launch, sm_90's image only). Elsewhere, and
+/// for a launch without that permission, it returns at once.
+#[inline(always)]
+pub fn wait_for_prior_grid() {
+    #[cfg(all(target_arch = "nvptx64", target_feature = "sm_90a"))]
+    // SAFETY: a wait on the launch's prerequisites; no operands.
+    unsafe {
+        core::arch::asm!("griddepcontrol.wait;", options(nostack))
+    };
+}
+
+/// Lets the kernel after this one in its stream start now, if the host allowed it to start
+/// early (`griddepcontrol.launch_dependents`): its blocks may then run the part before their
+/// [`wait_for_prior_grid`] beside this kernel's. Elsewhere it does nothing.
+#[inline(always)]
+pub fn launch_dependents() {
+    #[cfg(all(target_arch = "nvptx64", target_feature = "sm_90a"))]
+    // SAFETY: a scheduling hint; no operands, no memory effect.
+    unsafe {
+        core::arch::asm!("griddepcontrol.launch_dependents;", options(nostack))
+    };
+}
+
 /// The GPU itself.
 #[cfg(target_arch = "nvptx64")]
 #[derive(Clone, Copy)]

@@ -217,6 +217,9 @@ pub struct Step {
     /// How far each centroid moved since the bounds were written (`k`, from the last
     /// finalize); null: the bounds are not valid yet and every point is scanned.
     pub drift: *const f32,
+    /// The halt word of steps queued back to back ([`halt`]; null: a step on its own): read
+    /// once the kernel before this one has ended.
+    pub halt: *const u32,
 }
 
 /// The body of the small-step kernels: `S.points` points per thread of up to `S.max_d`
@@ -230,7 +233,7 @@ pub struct Step {
 /// # Safety
 /// `BLOCK` threads, `ceil(n / (BLOCK · P))` blocks, `SmallStep::layout(k, d).bytes` of 16-byte
 /// aligned dynamic shared memory; `d ≤ MAXD`; pointers valid for the sizes; labels `< k` when
-/// read.
+/// read; no kernel that may still run when this one starts writes `x`.
 #[inline(always)]
 pub unsafe fn step<const MAXD: usize, const P: usize, const CU: usize, E: Exec>(e: E, s: Step) {
     let shape = SmallStep {
@@ -248,17 +251,23 @@ pub unsafe fn step<const MAXD: usize, const P: usize, const CU: usize, E: Exec>(
     let d4 = s.d.div_ceil(4) * 4;
     let pruned =
         shape.rows_in_shared() && s.assign && s.metric == AssignMetric::SqL2 && !s.lower.is_null();
+    // The rows never change from step to step: their loads go out before the wait for the
+    // kernel before this one (the last step's finalize, when launched early), so that they
+    // overlap it. Everything else that step wrote is read after the wait.
+    unsafe { stage_rows(e, s.x.add(first * s.d), rows, s.d, m.points, m.point_stride) };
+    crate::exec::wait_for_prior_grid();
+    crate::exec::launch_dependents();
+    if unsafe { halt::halted(s.halt) } {
+        return;
+    }
     if pruned && t == 0 {
         // The counters of the pruned scan, before the barrier.
         let words = prune::pending_words(shape.block_points());
         let counters = prune::ZEROED_WORDS;
         unsafe { m.pending.add(words - counters).write_bytes(0, counters) };
     }
-    unsafe {
-        stage_rows(e, s.x.add(first * s.d), rows, s.d, m.points, m.point_stride);
-        if s.assign {
-            stage_rows(e, s.centroids, s.k, s.d, m.centroids, d4);
-        }
+    if s.assign {
+        unsafe { stage_rows(e, s.centroids, s.k, s.d, m.centroids, d4) };
     }
     e.sync();
     let mut label = [0u32; P];
@@ -532,7 +541,8 @@ macro_rules! small_kernel {
             /// labels, writing distances and per-block fixed-point inertia under `inertia_scale`),
             /// else reads the labels; with `mode & MODE_ACCUMULATE` adds the points to `sums` /
             /// `counts`, weighted by `weights` (null: one unit each). Does nothing while `halt` is
-            /// set.
+            /// set. Stages its rows, then waits for the kernel before it (it may be launched
+            /// early: [`crate::exec::wait_for_prior_grid`]).
             ///
             /// # Safety
             /// As for [`step`]: `BLOCK` threads, `ceil(n / block_points())` blocks,
@@ -558,6 +568,9 @@ macro_rules! small_kernel {
                     lower,
                     drift,
                 } = params;
+                // Halted steps skip their rows too. The word only goes from 0 to 1 during a
+                // run (cleared before its first step, which no kernel precedes), so a 1 read
+                // before the wait is final; [`step`] reads it again after.
                 if unsafe { halt::halted(halt.as_ptr()) } {
                     return;
                 }
@@ -582,6 +595,7 @@ macro_rules! small_kernel {
                     accumulate: mode & MODE_ACCUMULATE != 0,
                     lower: lower.as_mut_ptr(),
                     drift: drift.as_ptr(),
+                    halt: halt.as_ptr(),
                 };
                 unsafe {
                     step::<{ SHAPE.max_d }, { SHAPE.points }, { SHAPE.unroll }, _>(crate::exec::Gpu, s)
@@ -634,7 +648,8 @@ finalize_small_entry! {
     /// threads with [`finalize_shared_bytes`] of dynamic shared memory. With `halt`
     /// non-null, does nothing while it is set and sets it when the step meets the [`HaltRule`]
     /// of `halt_shift`, `halt_unchanged` and `halt_empty` (non-zero: true). With `drift`
-    /// non-null, writes there how far each centroid moved (for [`prune`]).
+    /// non-null, writes there how far each centroid moved (for [`prune`]). Waits for the kernel
+    /// before it first (it may be launched early: [`crate::exec::wait_for_prior_grid`]).
     ///
     /// # Safety
     /// `sums`: `k × d`; `counts`, `sizes`: `k`; `inv_scales`: `d`; `current`, `next`: `k × d`;
@@ -661,6 +676,9 @@ finalize_small_entry! {
             drift,
             parts,
         } = params;
+        crate::exec::wait_for_prior_grid();
+        // The next step's blocks may start staging their rows beside this finalize.
+        crate::exec::launch_dependents();
         let (sums, counts, inv_scales, current, next, sizes, changed, block_inertia, out) = (
             sums.as_mut_ptr(),
             counts.as_mut_ptr(),

@@ -160,9 +160,28 @@ fn run_weighted<const MAXD: usize, const PTS: usize, const CU: usize>(
         accumulate: true,
         lower: core::ptr::null_mut(),
         drift: core::ptr::null(),
+        halt: core::ptr::null(),
     };
-    let args = P(&args as *const Step as *mut Step);
     let bytes = shape.layout(k, d).bytes;
+    // A step whose halt word an earlier finalize set writes nothing (it reads the word after
+    // staging its rows).
+    let set = [1u32];
+    let halted = Step {
+        halt: set.as_ptr(),
+        ..args
+    };
+    let halted = P(&halted as *const Step as *mut Step);
+    launch(blocks, BLOCK as usize, bytes, |e| unsafe {
+        step::<MAXD, PTS, CU, _>(e, *halted.get())
+    });
+    let untouched = labels.iter().all(|&l| l == u32::MAX)
+        && min_dist.iter().all(|v| v.is_nan())
+        && changed == [0]
+        && inertia.iter().all(|&v| v == 0)
+        && sums.iter().all(|&v| v == 0)
+        && counts.iter().all(|&v| v == 0);
+    assert!(untouched, "n={n} d={d} k={k} {shape:?}: a halted step wrote");
+    let args = P(&args as *const Step as *mut Step);
     launch(blocks, BLOCK as usize, bytes, |e| unsafe {
         step::<MAXD, PTS, CU, _>(e, *args.get())
     });
@@ -413,6 +432,7 @@ fn labels_only_and_sums_only_modes() {
         accumulate: false,
         lower: core::ptr::null_mut(),
         drift: core::ptr::null(),
+        halt: core::ptr::null(),
     };
     let bytes = SMALL_STEP_8.layout(k, d).bytes;
     for (assign, accumulate) in [(true, false), (false, true)] {

@@ -1048,7 +1048,7 @@ impl<'a> CudaLloyd<'a> {
             AssignMetric::SqL2 => SMALL_L2_KERNELS[kernel],
             AssignMetric::L1 => SMALL_L1_KERNELS[kernel],
         };
-        self.gpu.launch(
+        self.gpu.launch_early(
             entry,
             grid,
             step.layout(k, d).bytes,
@@ -1114,7 +1114,7 @@ impl<'a> CudaLloyd<'a> {
             }
             None => DevPtr::NULL,
         };
-        self.gpu.launch(
+        self.gpu.launch_early(
             KMEANS_FINALIZE_SMALL,
             finalize_small_grid(k, d),
             finalize_shared_bytes(k, d, !drift.as_ptr().is_null()),

@@ -713,6 +713,12 @@ impl CudaBackend {
         self.info.multiprocessors
     }
 
+    /// Whether [`CudaBackend::launch_early`] lets kernels start before the one before them
+    /// ends: only sm_90's image (built from sm_90a) has the kernels' waits for it.
+    pub(crate) fn early_launches(&self) -> bool {
+        self.info.kernels.arch == "sm_90"
+    }
+
     /// A timing event recorded after the work queued so far on the compute stream.
     pub(crate) fn mark(&self) -> Result<CudaEvent> {
         let timing = Some(CUevent_flags::CU_EVENT_DEFAULT);

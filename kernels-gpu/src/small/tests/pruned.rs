@@ -140,6 +140,7 @@ fn pruned_fit_weighted(
             } else {
                 drift.as_ptr()
             },
+            halt: core::ptr::null(),
         };
         let args = P(&args as *const Step as *mut Step);
         launch(blocks, BLOCK as usize, S.layout(k, d).bytes, |e| unsafe {

@@ -5,7 +5,10 @@
 
 use crate::backend::cuda::{CudaBackend, cuda, faults};
 use crate::error::{Error, Result};
-use cudarc::driver::sys::CUresult;
+use cudarc::driver::sys::{
+    CUlaunchAttribute, CUlaunchAttributeID, CUlaunchAttributeValue, CUlaunchConfig, CUresult,
+    cuLaunchKernelEx,
+};
 use cudarc::driver::{
     CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr, DevicePtrMut, DriverError, result,
 };
@@ -26,10 +29,39 @@ impl CudaBackend {
         self.launch_on(self.compute_stream(), kernel, grid, shared, params)
     }
 
+    /// [`CudaBackend::launch`] of a kernel that waits for the one before it on the stream
+    /// (`kernels_gpu::exec::wait_for_prior_grid`): where the loaded image has those waits
+    /// ([`CudaBackend::early_launches`]) it may start while that one ends, so that its launch
+    /// and the blocks' start overlap the other's last blocks.
+    pub(crate) fn launch_early<P: KernelParams>(
+        &self,
+        kernel: Kernel<P>,
+        grid: usize,
+        shared: usize,
+        params: P,
+    ) -> Result<()> {
+        let early = self.early_launches();
+        self.launch_with(self.compute_stream(), early, kernel, grid, shared, params)
+    }
+
     /// [`CudaBackend::launch`] queued on `stream`.
     pub(crate) fn launch_on<P: KernelParams>(
         &self,
         stream: &CudaStream,
+        kernel: Kernel<P>,
+        grid: usize,
+        shared: usize,
+        params: P,
+    ) -> Result<()> {
+        self.launch_with(stream, false, kernel, grid, shared, params)
+    }
+
+    /// [`CudaBackend::launch_on`], allowed to start before the kernel before it ends with
+    /// `early`.
+    fn launch_with<P: KernelParams>(
+        &self,
+        stream: &CudaStream,
+        early: bool,
         kernel: Kernel<P>,
         grid: usize,
         shared: usize,
@@ -53,6 +85,37 @@ impl CudaBackend {
             .map(|field| base.wrapping_add(field.offset).cast_mut().cast())
             .collect();
         stream.context().bind_to_thread().map_err(failed)?;
+        if early {
+            let mut attr = CUlaunchAttribute {
+                id: CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+                pad: [0; 4],
+                value: CUlaunchAttributeValue {
+                    programmaticStreamSerializationAllowed: 1,
+                },
+            };
+            let config = CUlaunchConfig {
+                gridDimX: grid,
+                gridDimY: 1,
+                gridDimZ: 1,
+                blockDimX: kernel.block,
+                blockDimY: 1,
+                blockDimZ: 1,
+                sharedMemBytes: shared as u32,
+                hStream: stream.cu_stream(),
+                attrs: &mut attr,
+                numAttrs: 1,
+            };
+            // SAFETY: as below, with `config` and `attr` alive until the call returns.
+            let code = unsafe {
+                cuLaunchKernelEx(
+                    &config,
+                    f.cu_function(),
+                    args.as_mut_ptr(),
+                    std::ptr::null_mut(),
+                )
+            };
+            return code.result().map_err(failed);
+        }
         // SAFETY: `args` points into `params`, alive until the call returns, at the fields the
         // entry takes (its parameter list is `P`'s, generated from the same field list), filled
         // with buffers of the sizes `Reads`/`Writes` checked; `block` is the kernel's own.
