@@ -180,7 +180,10 @@ fn run_weighted<const MAXD: usize, const PTS: usize, const CU: usize>(
         && inertia.iter().all(|&v| v == 0)
         && sums.iter().all(|&v| v == 0)
         && counts.iter().all(|&v| v == 0);
-    assert!(untouched, "n={n} d={d} k={k} {shape:?}: a halted step wrote");
+    assert!(
+        untouched,
+        "n={n} d={d} k={k} {shape:?}: a halted step wrote"
+    );
     let args = P(&args as *const Step as *mut Step);
     launch(blocks, BLOCK as usize, bytes, |e| unsafe {
         step::<MAXD, PTS, CU, _>(e, *args.get())

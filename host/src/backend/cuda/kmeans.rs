@@ -1048,7 +1048,10 @@ impl<'a> CudaLloyd<'a> {
             AssignMetric::SqL2 => SMALL_L2_KERNELS[kernel],
             AssignMetric::L1 => SMALL_L1_KERNELS[kernel],
         };
-        self.gpu.launch_early(
+        let gpu = self.gpu;
+        gpu.launch_with(
+            gpu.compute_stream(),
+            gpu.early_launches(),
             entry,
             grid,
             step.layout(k, d).bytes,
@@ -1114,7 +1117,10 @@ impl<'a> CudaLloyd<'a> {
             }
             None => DevPtr::NULL,
         };
-        self.gpu.launch_early(
+        let gpu = self.gpu;
+        gpu.launch_with(
+            gpu.compute_stream(),
+            gpu.early_launches(),
             KMEANS_FINALIZE_SMALL,
             finalize_small_grid(k, d),
             finalize_shared_bytes(k, d, !drift.as_ptr().is_null()),

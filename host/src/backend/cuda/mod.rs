@@ -713,8 +713,8 @@ impl CudaBackend {
         self.info.multiprocessors
     }
 
-    /// Whether [`CudaBackend::launch_early`] lets kernels start before the one before them
-    /// ends: only sm_90's image (built from sm_90a) has the kernels' waits for it.
+    /// Whether kernels that wait for the one before them may be launched early
+    /// ([`CudaBackend::launch_with`]): only sm_90's image (built from sm_90a) has the waits.
     pub(crate) fn early_launches(&self) -> bool {
         self.info.kernels.arch == "sm_90"
     }

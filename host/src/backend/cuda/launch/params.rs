@@ -29,21 +29,6 @@ impl CudaBackend {
         self.launch_on(self.compute_stream(), kernel, grid, shared, params)
     }
 
-    /// [`CudaBackend::launch`] of a kernel that waits for the one before it on the stream
-    /// (`kernels_gpu::exec::wait_for_prior_grid`): where the loaded image has those waits
-    /// ([`CudaBackend::early_launches`]) it may start while that one ends, so that its launch
-    /// and the blocks' start overlap the other's last blocks.
-    pub(crate) fn launch_early<P: KernelParams>(
-        &self,
-        kernel: Kernel<P>,
-        grid: usize,
-        shared: usize,
-        params: P,
-    ) -> Result<()> {
-        let early = self.early_launches();
-        self.launch_with(self.compute_stream(), early, kernel, grid, shared, params)
-    }
-
     /// [`CudaBackend::launch`] queued on `stream`.
     pub(crate) fn launch_on<P: KernelParams>(
         &self,
@@ -56,9 +41,12 @@ impl CudaBackend {
         self.launch_with(stream, false, kernel, grid, shared, params)
     }
 
-    /// [`CudaBackend::launch_on`], allowed to start before the kernel before it ends with
-    /// `early`.
-    fn launch_with<P: KernelParams>(
+    /// [`CudaBackend::launch_on`]; with `early`, the kernel may start while the kernel before
+    /// it on the stream ends (programmatic dependent launch), so that its launch and the part
+    /// before its `kernels_gpu::exec::wait_for_prior_grid` overlap that kernel's last blocks.
+    /// Only for kernels that wait so, and where the loaded image has the waits
+    /// ([`CudaBackend::early_launches`]).
+    pub(crate) fn launch_with<P: KernelParams>(
         &self,
         stream: &CudaStream,
         early: bool,
