@@ -347,9 +347,10 @@ pub fn fence_device() {
 }
 
 /// Waits until the kernel before this one in its stream has finished and its writes are
-/// visible (`griddepcontrol.wait`): the host may let a kernel that calls this first start while
-/// the one before it ends (programmatic dependent launch, sm_90's image only). Elsewhere, and
-/// for a launch without that permission, it returns at once.
+/// visible (`griddepcontrol.wait`): the host may let a kernel that calls this before reading
+/// anything that kernel wrote start while the one before it ends (programmatic dependent
+/// launch, sm_90's image only). Elsewhere, and for a launch without that permission, it returns
+/// at once.
 #[inline(always)]
 pub fn wait_for_prior_grid() {
     #[cfg(all(target_arch = "nvptx64", target_feature = "sm_90a"))]
